@@ -1,0 +1,104 @@
+//! The three ways to write a policy (`policies.md` §1.1), all normalised to [`ParsedPolicy`].
+
+mod fields;
+pub mod native;
+pub mod sns;
+pub mod zaqar;
+
+use serde_json::Value;
+
+use crate::error::PolicyError;
+use crate::policy::RetryPolicy;
+
+/// Which spelling an input used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spelling {
+    Native,
+    Sns,
+    Zaqar,
+}
+
+/// A policy as parsed from any spelling, with the delivery settings SNS and Zaqar carry beside
+/// the retry curve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedPolicy {
+    pub retry: RetryPolicy,
+    /// SNS `throttlePolicy.maxReceivesPerSecond`.
+    pub throttle_per_second: Option<u32>,
+    /// SNS `requestPolicy.headerContentType`.
+    pub content_type: Option<String>,
+    /// SNS `disableSubscriptionOverrides` / Zaqar `ignore_subscription_override`: the queue's
+    /// policy applies to every subscription.
+    pub disable_overrides: bool,
+}
+
+impl From<RetryPolicy> for ParsedPolicy {
+    fn from(retry: RetryPolicy) -> Self {
+        Self {
+            retry,
+            throttle_per_second: None,
+            content_type: None,
+            disable_overrides: false,
+        }
+    }
+}
+
+/// Which spelling `value` is in: SNS by `healthyRetryPolicy` or `http`, Zaqar by
+/// `_retry_policy` or any of its keys, native otherwise.
+pub fn detect(value: &Value) -> Spelling {
+    if sns::recognises(value) {
+        Spelling::Sns
+    } else if zaqar::recognises(value) {
+        Spelling::Zaqar
+    } else {
+        Spelling::Native
+    }
+}
+
+/// Parses a policy in any of the three spellings.
+pub fn parse_policy(value: &Value) -> Result<ParsedPolicy, PolicyError> {
+    match detect(value) {
+        Spelling::Native => native::parse(value).map(ParsedPolicy::from),
+        Spelling::Sns => sns::parse(value),
+        Spelling::Zaqar => zaqar::parse(value),
+    }
+}
+
+/// Parses policy JSON text in any of the three spellings.
+pub fn parse_policy_str(text: &str) -> Result<ParsedPolicy, PolicyError> {
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| PolicyError::new("", format!("policy is not valid JSON: {e}")))?;
+    parse_policy(&value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn one_policy_three_spellings() {
+        let native = json!({"type": "phased", "min_delay": "5s", "max_delay": "260s",
+            "num_retries": 10, "function": "geometric"});
+        let sns = json!({"healthyRetryPolicy": {"minDelayTarget": 5, "maxDelayTarget": 260,
+            "numRetries": 10, "backoffFunction": "geometric"}});
+        // Zaqar derives the count: (55 − 5) / 5 = 10 backoff retries.
+        let zaqar = json!({"_retry_policy": {"retries_with_no_delay": 0, "minimum_delay_retries": 0,
+            "maximum_delay_retries": 0, "minimum_delay": 5, "maximum_delay": 55,
+            "retry_backoff_function": "geometric"}});
+        assert_eq!(detect(&native), Spelling::Native);
+        assert_eq!(detect(&sns), Spelling::Sns);
+        assert_eq!(detect(&zaqar), Spelling::Zaqar);
+        let n = parse_policy(&native).unwrap();
+        let s = parse_policy(&sns).unwrap();
+        assert_eq!(n.retry, s.retry);
+        let z = parse_policy(&zaqar).unwrap();
+        assert_eq!(z.retry.retry_limit, 10);
+    }
+
+    #[test]
+    fn invalid_json_is_an_error() {
+        let e = parse_policy_str("{not json").unwrap_err();
+        assert!(e.rule.contains("not valid JSON"), "{e}");
+    }
+}
