@@ -1,1 +1,6 @@
-pub fn x() {}
+//! Tenax: a durable job queue and notification-delivery server whose retries follow
+//! configurable backoff policies. `main.rs` only parses and dispatches; the program lives here.
+
+pub mod chart;
+pub mod cli;
+pub mod clock;

@@ -1,0 +1,128 @@
+//! A job: immutable content fixed at enqueue, and mutable state changed by each transition.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::clock::UnixMs;
+
+/// Job ids are assigned by the store in enqueue order; they are unique for the life of a data
+/// directory and double as the FIFO tie-breaker within a priority.
+pub type JobId = u64;
+
+/// The lifecycle of `brief.md`: `scheduled → ready → in_flight → completed`, with retries
+/// (`in_flight → scheduled`), death, replay (`dead → ready`) and lease expiry
+/// (`in_flight → ready`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Scheduled,
+    Ready,
+    InFlight,
+    Completed,
+    Dead,
+}
+
+impl Status {
+    pub const ALL: [Status; 5] =
+        [Self::Scheduled, Self::Ready, Self::InFlight, Self::Completed, Self::Dead];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Scheduled => "scheduled",
+            Self::Ready => "ready",
+            Self::InFlight => "in_flight",
+            Self::Completed => "completed",
+            Self::Dead => "dead",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.name() == text)
+    }
+
+    /// Finished jobs are kept only for their retention period.
+    pub fn is_finished(self) -> bool {
+        matches!(self, Self::Completed | Self::Dead)
+    }
+}
+
+/// A job as the engine hands it to the store for enqueue: everything but the id.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewJob {
+    pub queue: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub payload: Box<RawValue>,
+    /// Higher runs first.
+    pub priority: i32,
+    /// When the job becomes ready; `<= now` means ready at once.
+    pub run_at_ms: UnixMs,
+    /// The job's own policy in the canonical native spelling, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<serde_json::Value>,
+    /// Deduplication key within the queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<String>,
+    pub created_at_ms: UnixMs,
+}
+
+/// One failure, as recorded on the job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorEntry {
+    /// The attempt (run) that failed, from 1.
+    pub attempt: u32,
+    pub at_ms: UnixMs,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<serde_json::Value>,
+}
+
+/// The mutable part of a job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobState {
+    pub status: Status,
+    /// Scheduled: when it becomes ready. Ready: when it became ready. Otherwise informational.
+    pub run_at_ms: UnixMs,
+    /// Runs that ended in a failure or a lost lease: the `r` the policy is asked about.
+    pub failures: u32,
+    /// When the first failure happened (the retry window starts here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_failure_at_ms: Option<UnixMs>,
+    /// The delay actually used before the current retry (decorrelated jitter grows from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_delay_ms: Option<u64>,
+    /// When the job completed or died.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at_ms: Option<UnixMs>,
+    /// Why it died, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<ErrorEntry>,
+}
+
+impl JobState {
+    pub fn new(run_at_ms: UnixMs, now_ms: UnixMs) -> Self {
+        let status = if run_at_ms > now_ms { Status::Scheduled } else { Status::Ready };
+        Self {
+            status,
+            run_at_ms,
+            failures: 0,
+            first_failure_at_ms: None,
+            last_delay_ms: None,
+            finished_at_ms: None,
+            dead_reason: None,
+            errors: Vec::new(),
+        }
+    }
+}
+
+/// A whole job: id, content and state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Job {
+    pub id: JobId,
+    #[serde(flatten)]
+    pub spec: NewJob,
+    #[serde(flatten)]
+    pub state: JobState,
+}
