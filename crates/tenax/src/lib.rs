@@ -4,3 +4,6 @@
 pub mod chart;
 pub mod cli;
 pub mod clock;
+pub mod config;
+pub mod model;
+pub mod store;

@@ -23,8 +23,13 @@ pub enum Status {
 }
 
 impl Status {
-    pub const ALL: [Status; 5] =
-        [Self::Scheduled, Self::Ready, Self::InFlight, Self::Completed, Self::Dead];
+    pub const ALL: [Status; 5] = [
+        Self::Scheduled,
+        Self::Ready,
+        Self::InFlight,
+        Self::Completed,
+        Self::Dead,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -97,13 +102,15 @@ pub struct JobState {
     /// Why it died, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub errors: Vec<ErrorEntry>,
 }
 
 impl JobState {
     pub fn new(run_at_ms: UnixMs, now_ms: UnixMs) -> Self {
-        let status = if run_at_ms > now_ms { Status::Scheduled } else { Status::Ready };
+        let status = if run_at_ms > now_ms {
+            Status::Scheduled
+        } else {
+            Status::Ready
+        };
         Self {
             status,
             run_at_ms,
@@ -112,7 +119,6 @@ impl JobState {
             last_delay_ms: None,
             finished_at_ms: None,
             dead_reason: None,
-            errors: Vec::new(),
         }
     }
 }
@@ -125,4 +131,6 @@ pub struct Job {
     pub spec: NewJob,
     #[serde(flatten)]
     pub state: JobState,
+    /// One entry per failed attempt, oldest first.
+    pub errors: Vec<ErrorEntry>,
 }

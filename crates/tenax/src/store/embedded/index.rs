@@ -1,38 +1,42 @@
-//! The in-memory indexes of the embedded store: which jobs are ready (by queue, priority and
-//! age), which are scheduled (by time), which are leased (by expiry), and which are finished (by
-//! finish time, for retention). Rebuilt from disk at start-up; the disk is the truth.
+//! The in-memory indexes of the embedded store, and the authoritative copy of every live job's
+//! mutable state. Which jobs are ready (by queue, priority and age), scheduled (by time), leased
+//! (by expiry) and finished (by finish time, for retention). Rebuilt from disk at start-up.
 //!
-//! Invariant: every live job has exactly one [`Entry`], and it sits in exactly the one ordered set
-//! that matches its effective status (ready, scheduled, leased or finished).
+//! Invariants: every live job has exactly one [`Entry`], which sits in exactly the one ordered
+//! set matching its status; counts per queue and status match the entries; a unique key maps to
+//! the one unfinished job that holds it.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::clock::UnixMs;
-use crate::model::{JobId, Status};
+use tenax_policy::RetryPolicy;
 
-/// A lease on an in-flight job: who may complete it, and until when.
+use crate::clock::UnixMs;
+use crate::model::{JobId, JobState, Status};
+
+/// A lease on an in-flight job: who may complete it, and until when. Leases live only in memory:
+/// after a crash every in-flight job is ready again, which is what at-least-once requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
-    /// Changes on every take, so an ack from a worker whose lease expired is recognised.
+    /// Changes on every take, so an ack from a worker whose lease was lost is recognised.
     pub token: u64,
     pub expires_at_ms: UnixMs,
-    /// The streaming connection that holds the lease, if any (its jobs return to ready when it
-    /// closes).
+    /// The streaming connection that holds the lease, if any.
     pub stream: Option<u64>,
 }
 
-/// What the index knows of one job: enough to order and move it without reading the disk.
+/// What memory holds of one job: enough to order, move and decide on it without reading disk.
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub queue: Arc<str>,
     pub priority: i32,
-    pub status: Status,
-    /// Scheduled: due time. Finished: finish time. Otherwise unused.
-    pub at_ms: UnixMs,
-    pub lease: Option<Lease>,
     pub unique_key: Option<Box<str>>,
+    pub state: JobState,
+    /// Set while in flight.
+    pub lease: Option<Lease>,
+    /// The job's own policy, if it has one.
+    pub policy: Option<Arc<RetryPolicy>>,
 }
 
 /// Ordering key of the ready set of one queue: highest priority first, then lowest id (FIFO).
@@ -44,6 +48,7 @@ pub struct Index {
     ready: HashMap<Arc<str>, BTreeSet<ReadyKey>>,
     scheduled: BTreeSet<(UnixMs, JobId)>,
     leased: BTreeSet<(UnixMs, JobId)>,
+    by_stream: HashMap<u64, HashSet<JobId>>,
     finished: BTreeSet<(UnixMs, JobId)>,
     unique: HashMap<(Arc<str>, Box<str>), JobId>,
     counts: HashMap<Arc<str>, [u64; 5]>,
@@ -71,6 +76,11 @@ impl Index {
         name
     }
 
+    /// The interned name of a queue that has (or had) jobs.
+    pub fn queue_name(&self, queue: &str) -> Option<Arc<str>> {
+        self.names.get(queue).cloned()
+    }
+
     pub fn get(&self, id: JobId) -> Option<&Entry> {
         self.entries.get(&id)
     }
@@ -83,20 +93,16 @@ impl Index {
         self.entries.is_empty()
     }
 
+    /// The unfinished job holding `key` in `queue`.
     pub fn unique(&self, queue: &str, key: &str) -> Option<JobId> {
         let queue = self.names.get(queue)?;
         self.unique.get(&(queue.clone(), Box::from(key))).copied()
     }
 
-    /// Adds a job in its status. A scheduled job whose time has come is added as ready.
+    /// Adds a job. A scheduled job whose time has come is added as ready.
     pub fn insert(&mut self, id: JobId, mut entry: Entry, now_ms: UnixMs) {
-        if entry.status == Status::Scheduled && entry.at_ms <= now_ms {
-            entry.status = Status::Ready;
-        }
-        if let Some(key) = &entry.unique_key {
-            if !entry.status.is_finished() {
-                self.unique.insert((entry.queue.clone(), key.clone()), id);
-            }
+        if entry.state.status == Status::Scheduled && entry.state.run_at_ms <= now_ms {
+            entry.state.status = Status::Ready;
         }
         self.place(id, &entry);
         self.entries.insert(id, entry);
@@ -106,40 +112,31 @@ impl Index {
     pub fn remove(&mut self, id: JobId) -> Option<Entry> {
         let entry = self.entries.remove(&id)?;
         self.unplace(id, &entry);
-        if let Some(key) = &entry.unique_key {
-            let k = (entry.queue.clone(), key.clone());
-            if self.unique.get(&k) == Some(&id) {
-                self.unique.remove(&k);
-            }
-        }
         Some(entry)
     }
 
-    /// Moves a job to a new status. `at_ms` is the due time (scheduled), the lease expiry
-    /// (in flight) or the finish time (completed, dead).
-    pub fn transition(&mut self, id: JobId, status: Status, at_ms: UnixMs, lease: Option<Lease>) {
-        let Some(mut entry) = self.entries.remove(&id) else { return };
+    /// Changes a job through `change`, keeping every set and count consistent. Returns the
+    /// entry as changed.
+    pub fn update(&mut self, id: JobId, change: impl FnOnce(&mut Entry)) -> Option<&Entry> {
+        let mut entry = self.entries.remove(&id)?;
         self.unplace(id, &entry);
-        entry.status = status;
-        entry.at_ms = at_ms;
-        entry.lease = lease;
-        if status.is_finished() {
-            if let Some(key) = &entry.unique_key {
-                let k = (entry.queue.clone(), key.clone());
-                if self.unique.get(&k) == Some(&id) {
-                    self.unique.remove(&k);
-                }
-            }
-        } else if let Some(key) = &entry.unique_key {
-            self.unique.insert((entry.queue.clone(), key.clone()), id);
+        change(&mut entry);
+        if entry.state.status != Status::InFlight {
+            entry.lease = None;
         }
         self.place(id, &entry);
         self.entries.insert(id, entry);
+        self.entries.get(&id)
     }
 
     fn place(&mut self, id: JobId, entry: &Entry) {
-        self.counts.entry(entry.queue.clone()).or_default()[slot(entry.status)] += 1;
-        match entry.status {
+        self.counts.entry(entry.queue.clone()).or_default()[slot(entry.state.status)] += 1;
+        if let Some(key) = &entry.unique_key {
+            if !entry.state.status.is_finished() {
+                self.unique.insert((entry.queue.clone(), key.clone()), id);
+            }
+        }
+        match entry.state.status {
             Status::Ready => {
                 self.ready
                     .entry(entry.queue.clone())
@@ -147,43 +144,70 @@ impl Index {
                     .insert((Reverse(entry.priority), id));
             }
             Status::Scheduled => {
-                self.scheduled.insert((entry.at_ms, id));
+                self.scheduled.insert((entry.state.run_at_ms, id));
             }
             Status::InFlight => {
-                let expires = entry.lease.map_or(entry.at_ms, |l| l.expires_at_ms);
-                self.leased.insert((expires, id));
+                let lease = entry.lease.unwrap_or(Lease {
+                    token: 0,
+                    expires_at_ms: 0,
+                    stream: None,
+                });
+                self.leased.insert((lease.expires_at_ms, id));
+                if let Some(stream) = lease.stream {
+                    self.by_stream.entry(stream).or_default().insert(id);
+                }
             }
             Status::Completed | Status::Dead => {
-                self.finished.insert((entry.at_ms, id));
+                self.finished
+                    .insert((entry.state.finished_at_ms.unwrap_or(0), id));
             }
         }
     }
 
     fn unplace(&mut self, id: JobId, entry: &Entry) {
         if let Some(counts) = self.counts.get_mut(&entry.queue) {
-            counts[slot(entry.status)] = counts[slot(entry.status)].saturating_sub(1);
+            let slot = slot(entry.state.status);
+            counts[slot] = counts[slot].saturating_sub(1);
         }
-        match entry.status {
+        if let Some(key) = &entry.unique_key {
+            let k = (entry.queue.clone(), key.clone());
+            if self.unique.get(&k) == Some(&id) {
+                self.unique.remove(&k);
+            }
+        }
+        match entry.state.status {
             Status::Ready => {
                 if let Some(set) = self.ready.get_mut(&entry.queue) {
                     set.remove(&(Reverse(entry.priority), id));
                 }
             }
             Status::Scheduled => {
-                self.scheduled.remove(&(entry.at_ms, id));
+                self.scheduled.remove(&(entry.state.run_at_ms, id));
             }
             Status::InFlight => {
-                let expires = entry.lease.map_or(entry.at_ms, |l| l.expires_at_ms);
-                self.leased.remove(&(expires, id));
+                let lease = entry.lease.unwrap_or(Lease {
+                    token: 0,
+                    expires_at_ms: 0,
+                    stream: None,
+                });
+                self.leased.remove(&(lease.expires_at_ms, id));
+                if let Some(stream) = lease.stream {
+                    if let Some(set) = self.by_stream.get_mut(&stream) {
+                        set.remove(&id);
+                        if set.is_empty() {
+                            self.by_stream.remove(&stream);
+                        }
+                    }
+                }
             }
             Status::Completed | Status::Dead => {
-                self.finished.remove(&(entry.at_ms, id));
+                self.finished
+                    .remove(&(entry.state.finished_at_ms.unwrap_or(0), id));
             }
         }
     }
 
-    /// Up to `max` ready jobs across `queues`, highest priority first, then oldest; paused queues
-    /// are skipped by the caller.
+    /// Up to `max` ready jobs across `queues`, highest priority first, then oldest.
     pub fn peek_ready(&self, queues: &[Arc<str>], max: usize) -> Vec<JobId> {
         let mut cursors: Vec<_> = queues
             .iter()
@@ -207,41 +231,47 @@ impl Index {
 
     /// Scheduled jobs due at or before `now_ms`, at most `max`.
     pub fn due(&self, now_ms: UnixMs, max: usize) -> Vec<JobId> {
-        self.scheduled.range(..=(now_ms, JobId::MAX)).take(max).map(|(_, id)| *id).collect()
+        self.scheduled
+            .range(..=(now_ms, JobId::MAX))
+            .take(max)
+            .map(|(_, id)| *id)
+            .collect()
     }
 
-    /// The earliest scheduled time, to know how long the scheduler may sleep.
+    /// The earliest scheduled time.
     pub fn next_due(&self) -> Option<UnixMs> {
         self.scheduled.first().map(|(at, _)| *at)
     }
 
     /// Leases that expired at or before `now_ms`, at most `max`.
     pub fn expired(&self, now_ms: UnixMs, max: usize) -> Vec<JobId> {
-        self.leased.range(..=(now_ms, JobId::MAX)).take(max).map(|(_, id)| *id).collect()
+        self.leased
+            .range(..=(now_ms, JobId::MAX))
+            .take(max)
+            .map(|(_, id)| *id)
+            .collect()
     }
 
+    /// The earliest lease expiry.
     pub fn next_expiry(&self) -> Option<UnixMs> {
         self.leased.first().map(|(at, _)| *at)
     }
 
-    /// Finished jobs of `status` that finished at or before `before_ms`, at most `max`.
+    /// Finished jobs that finished at or before `before_ms`, at most `max`, oldest first.
     pub fn finished_before(&self, before_ms: UnixMs, max: usize) -> Vec<(JobId, Status)> {
         self.finished
             .range(..=(before_ms, JobId::MAX))
-            .filter_map(|(_, id)| self.entries.get(id).map(|e| (*id, e.status)))
+            .filter_map(|(_, id)| self.entries.get(id).map(|e| (*id, e.state.status)))
             .take(max)
             .collect()
     }
 
     /// Jobs leased through a streaming connection.
     pub fn leased_by_stream(&self, stream: u64) -> Vec<JobId> {
-        self.leased
-            .iter()
-            .filter(|(_, id)| {
-                self.entries.get(id).and_then(|e| e.lease).is_some_and(|l| l.stream == Some(stream))
-            })
-            .map(|(_, id)| *id)
-            .collect()
+        self.by_stream
+            .get(&stream)
+            .map(|set| set.iter().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Counts per queue, in the order of [`Status::ALL`].
@@ -249,7 +279,7 @@ impl Index {
         self.counts.iter().map(|(q, c)| (&**q, *c))
     }
 
-    pub fn ids(&self) -> impl Iterator<Item = (&JobId, &Entry)> {
+    pub fn entries(&self) -> impl Iterator<Item = (&JobId, &Entry)> {
         self.entries.iter()
     }
 }
@@ -259,13 +289,28 @@ mod tests {
     use super::*;
 
     fn entry(index: &mut Index, queue: &str, priority: i32, status: Status, at_ms: u64) -> Entry {
-        Entry { queue: index.intern(queue), priority, status, at_ms, lease: None, unique_key: None }
+        let mut state = JobState::new(at_ms, 0);
+        state.status = status;
+        Entry {
+            queue: index.intern(queue),
+            priority,
+            unique_key: None,
+            state,
+            lease: None,
+            policy: None,
+        }
     }
 
     #[test]
     fn ready_order_is_priority_then_fifo_across_queues() {
         let mut index = Index::default();
-        for (id, queue, priority) in [(1, "a", 0), (2, "b", 5), (3, "a", 5), (4, "b", 0), (5, "c", 9)] {
+        for (id, queue, priority) in [
+            (1, "a", 0),
+            (2, "b", 5),
+            (3, "a", 5),
+            (4, "b", 0),
+            (5, "c", 9),
+        ] {
             let e = entry(&mut index, queue, priority, Status::Ready, 0);
             index.insert(id, e, 0);
         }
@@ -281,10 +326,10 @@ mod tests {
         let future = entry(&mut index, "q", 0, Status::Scheduled, 500);
         index.insert(1, past, 100);
         index.insert(2, future, 100);
-        assert_eq!(index.get(1).map(|e| e.status), Some(Status::Ready));
+        assert_eq!(index.get(1).map(|e| e.state.status), Some(Status::Ready));
         assert_eq!(index.due(499, 10), Vec::<JobId>::new());
         assert_eq!(index.due(500, 10), [2]);
-        index.transition(2, Status::Ready, 500, None);
+        index.update(2, |e| e.state.status = Status::Ready);
         let q = [index.intern("q")];
         assert_eq!(index.peek_ready(&q, 10), [1, 2]);
         let counts: Vec<_> = index.counts().collect();
@@ -292,16 +337,34 @@ mod tests {
     }
 
     #[test]
-    fn leases_and_removal_keep_sets_consistent() {
+    fn leases_unique_keys_and_removal_keep_sets_consistent() {
         let mut index = Index::default();
-        let e = entry(&mut index, "q", 0, Status::Ready, 0);
+        let mut e = entry(&mut index, "q", 0, Status::Ready, 0);
+        e.unique_key = Some("k".into());
         index.insert(7, e, 0);
-        let lease = Lease { token: 1, expires_at_ms: 1_000, stream: Some(3) };
-        index.transition(7, Status::InFlight, 1_000, Some(lease));
+        assert_eq!(index.unique("q", "k"), Some(7));
+        let lease = Lease {
+            token: 1,
+            expires_at_ms: 1_000,
+            stream: Some(3),
+        };
+        index.update(7, |e| {
+            e.state.status = Status::InFlight;
+            e.lease = Some(lease);
+        });
         assert_eq!(index.expired(999, 10), Vec::<JobId>::new());
         assert_eq!(index.expired(1_000, 10), [7]);
         assert_eq!(index.leased_by_stream(3), [7]);
-        index.transition(7, Status::Completed, 2_000, None);
+        index.update(7, |e| {
+            e.state.status = Status::Completed;
+            e.state.finished_at_ms = Some(2_000);
+        });
+        assert_eq!(
+            index.unique("q", "k"),
+            None,
+            "a finished job frees its unique key"
+        );
+        assert_eq!(index.leased_by_stream(3), Vec::<JobId>::new());
         assert_eq!(index.expired(5_000, 10), Vec::<JobId>::new());
         assert_eq!(index.finished_before(2_000, 10), [(7, Status::Completed)]);
         assert!(index.remove(7).is_some());

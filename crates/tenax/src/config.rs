@@ -1,0 +1,239 @@
+//! `tenax serve` configuration: one source of truth, from flags and their `TENAX_…`
+//! environment twins, validated before anything starts.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use tenax_policy::spelling::native;
+use tenax_policy::{Jitter, RetryPolicy, Shape, parse_duration, polynomial::Polynomial};
+
+/// Flags of `tenax serve`. Durations are milliseconds or a number with a unit (`12.5s`, `5m`).
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "TENAX_LISTEN", default_value = "127.0.0.1:7890")]
+    pub listen: SocketAddr,
+    /// Directory of the embedded store (created if missing).
+    #[arg(long, env = "TENAX_DATA_DIR", default_value = "./tenax-data")]
+    pub data_dir: PathBuf,
+    /// `sync`: acknowledge a change only once it is on disk (group commit shares each fsync).
+    /// `relaxed`: acknowledge once written to the OS; a power loss may lose the last moments.
+    #[arg(long, env = "TENAX_DURABILITY", value_enum, default_value_t = Durability::Sync)]
+    pub durability: Durability,
+    /// Retries allowed by the server-wide default policy.
+    #[arg(long, env = "TENAX_DEFAULT_RETRY_LIMIT")]
+    pub default_retry_limit: Option<u32>,
+    /// Base delay of the default polynomial policy (with exponent and jitter).
+    #[arg(long, env = "TENAX_DEFAULT_BACKOFF_BASE", value_parser = duration_flag)]
+    pub default_backoff_base: Option<u64>,
+    /// Exponent of the default polynomial policy (with base and jitter).
+    #[arg(long, env = "TENAX_DEFAULT_BACKOFF_EXPONENT")]
+    pub default_backoff_exponent: Option<f64>,
+    /// Jitter of the default polynomial policy (with base and exponent).
+    #[arg(long, env = "TENAX_DEFAULT_BACKOFF_JITTER", value_parser = duration_flag)]
+    pub default_backoff_jitter: Option<u64>,
+    /// Any other default policy, in the native JSON spelling (see docs/policies.md).
+    #[arg(long, env = "TENAX_DEFAULT_POLICY")]
+    pub default_policy: Option<String>,
+    /// Lease given to a taken job when the worker does not ask for one.
+    #[arg(long, env = "TENAX_DEFAULT_LEASE", value_parser = duration_flag, default_value = "30s")]
+    pub default_lease: u64,
+    /// The longest lease a worker may ask for.
+    #[arg(long, env = "TENAX_MAX_LEASE", value_parser = duration_flag, default_value = "12h")]
+    pub max_lease: u64,
+    /// How long completed jobs are kept before they are purged (0 purges at once).
+    #[arg(long, env = "TENAX_COMPLETED_RETENTION", value_parser = duration_flag, default_value = "1d")]
+    pub completed_retention: u64,
+    /// How long dead jobs are kept before they are purged.
+    #[arg(long, env = "TENAX_DEAD_RETENTION", value_parser = duration_flag, default_value = "30d")]
+    pub dead_retention: u64,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "TENAX_MAX_REQUEST_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_request_bytes: usize,
+    /// Largest job payload accepted, in bytes.
+    #[arg(long, env = "TENAX_MAX_PAYLOAD_BYTES", default_value_t = 1024 * 1024)]
+    pub max_payload_bytes: usize,
+    /// Page cache of the embedded store, in MiB.
+    #[arg(long, env = "TENAX_CACHE_MB", default_value_t = 32)]
+    pub cache_mb: usize,
+    /// Log format.
+    #[arg(long, env = "TENAX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Durability {
+    Sync,
+    Relaxed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+fn duration_flag(text: &str) -> Result<u64, String> {
+    parse_duration("duration", text).map_err(|e| e.rule)
+}
+
+/// The validated configuration the server runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub durability: Durability,
+    pub default_policy: RetryPolicy,
+    pub default_lease_ms: u64,
+    pub max_lease_ms: u64,
+    pub completed_retention_ms: u64,
+    pub dead_retention_ms: u64,
+    pub max_request_bytes: usize,
+    pub max_payload_bytes: usize,
+    pub cache_bytes: usize,
+}
+
+impl ServeArgs {
+    /// Checks every rule that spans flags; the message names the flags.
+    pub fn validate(&self) -> Result<Config, String> {
+        let backoff = (
+            self.default_backoff_base,
+            self.default_backoff_exponent,
+            self.default_backoff_jitter,
+        );
+        let mut policy = match (backoff, &self.default_policy) {
+            ((None, None, None), None) => RetryPolicy::default(),
+            ((None, None, None), Some(json)) => {
+                let value: serde_json::Value = serde_json::from_str(json)
+                    .map_err(|e| format!("--default-policy: not valid JSON: {e}"))?;
+                native::parse(&value).map_err(|e| format!("--default-policy: {e}"))?
+            }
+            ((Some(base_ms), Some(exponent), Some(jitter_ms)), None) => {
+                if !exponent.is_finite() || exponent < 0.0 {
+                    return Err(format!(
+                        "--default-backoff-exponent: must be a finite number at least 0, got {exponent}"
+                    ));
+                }
+                RetryPolicy::new(Shape::Polynomial(Polynomial { base_ms, exponent })).with_jitter(
+                    Jitter::Additive {
+                        amount_ms: jitter_ms,
+                    },
+                )
+            }
+            (_, Some(_)) => {
+                return Err(
+                    "--default-policy cannot be combined with --default-backoff-base, \
+                            --default-backoff-exponent or --default-backoff-jitter"
+                        .into(),
+                );
+            }
+            ((base, exponent, jitter), None) => {
+                let missing: Vec<&str> = [
+                    (base.is_none(), "--default-backoff-base"),
+                    (exponent.is_none(), "--default-backoff-exponent"),
+                    (jitter.is_none(), "--default-backoff-jitter"),
+                ]
+                .into_iter()
+                .filter_map(|(missing, name)| missing.then_some(name))
+                .collect();
+                return Err(format!(
+                    "the backoff formula needs base, exponent and jitter together: also give {}",
+                    missing.join(" and ")
+                ));
+            }
+        };
+        if let Some(limit) = self.default_retry_limit {
+            if limit > tenax_policy::MAX_RETRY_LIMIT {
+                return Err(format!(
+                    "--default-retry-limit: must be at most {}, got {limit}",
+                    tenax_policy::MAX_RETRY_LIMIT
+                ));
+            }
+            policy = policy.with_retry_limit(limit);
+        }
+        if self.default_lease == 0 || self.default_lease > self.max_lease {
+            return Err(format!(
+                "--default-lease: must be above 0 and at most --max-lease ({} ms), got {} ms",
+                self.max_lease, self.default_lease
+            ));
+        }
+        if self.max_request_bytes < 1024 {
+            return Err("--max-request-bytes: must be at least 1024".into());
+        }
+        Ok(Config {
+            listen: self.listen,
+            data_dir: self.data_dir.clone(),
+            durability: self.durability,
+            default_policy: policy,
+            default_lease_ms: self.default_lease,
+            max_lease_ms: self.max_lease,
+            completed_retention_ms: self.completed_retention,
+            dead_retention_ms: self.dead_retention,
+            max_request_bytes: self.max_request_bytes,
+            max_payload_bytes: self.max_payload_bytes.min(self.max_request_bytes),
+            cache_bytes: self.cache_mb.saturating_mul(1024 * 1024),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    fn config(flags: &[&str]) -> Result<Config, String> {
+        let mut argv = vec!["tenax"];
+        argv.extend_from_slice(flags);
+        Wrapper::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .args
+            .validate()
+    }
+
+    #[test]
+    fn defaults_are_the_polynomial_policy() {
+        let config = config(&[]).unwrap();
+        assert_eq!(config.default_policy, RetryPolicy::default());
+        assert_eq!(config.default_lease_ms, 30_000);
+        assert_eq!(config.durability, Durability::Sync);
+    }
+
+    #[test]
+    fn backoff_flags_only_together() {
+        let err = config(&["--default-backoff-base", "10s"]).unwrap_err();
+        assert!(
+            err.contains("--default-backoff-exponent and --default-backoff-jitter"),
+            "{err}"
+        );
+        let ok = config(&[
+            "--default-backoff-base",
+            "1.5s",
+            "--default-backoff-exponent",
+            "2",
+            "--default-backoff-jitter",
+            "250",
+            "--default-retry-limit",
+            "5",
+        ])
+        .unwrap();
+        assert_eq!(ok.default_policy.retry_limit, 5);
+        assert_eq!(ok.default_policy.delay_ms(2), 1_500 + 4_000);
+        let err = config(&["--default-backoff-base", "50000d"]).unwrap_err();
+        assert!(err.contains("100 years"), "{err}");
+    }
+
+    #[test]
+    fn default_policy_flag() {
+        let ok = config(&["--default-policy", r#"{"type": "fixed", "delay": "5s"}"#]).unwrap();
+        assert_eq!(ok.default_policy.delay_ms(3), 5_000);
+        let err = config(&["--default-policy", r#"{"type": "fixed"}"#]).unwrap_err();
+        assert!(err.starts_with("--default-policy: delay"), "{err}");
+    }
+}

@@ -1,0 +1,240 @@
+//! Take, heartbeat, complete, fail and stream release: the worker's side of a job.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::EmbeddedStore;
+use super::index::Lease;
+use super::writer::{self, Op};
+use crate::clock::UnixMs;
+use crate::model::{JobId, Status};
+use crate::store::{
+    Ack, Decide, DecideContext, StoreError, TakeRequest, TakenJob, Transition, to_json_bytes,
+};
+
+impl EmbeddedStore {
+    /// Leases up to `max` ready jobs of the unpaused `queues`, best first. Leases are memory
+    /// only: nothing is written, so taking costs no fsync.
+    pub fn take(
+        &self,
+        request: &TakeRequest<'_>,
+        now_ms: UnixMs,
+    ) -> Result<Vec<TakenJob>, StoreError> {
+        if self.writer.has_failed() {
+            return Err(StoreError::Failed);
+        }
+        let mut leased = Vec::new();
+        {
+            let mut inner = self.inner.lock();
+            let queues: Vec<Arc<str>> = request
+                .queues
+                .iter()
+                .filter(|q| {
+                    !inner
+                        .queues
+                        .get(q.as_str())
+                        .is_some_and(|e| e.config.paused)
+                })
+                .filter_map(|q| inner.index.queue_name(q))
+                .collect();
+            let expires_at_ms = now_ms.saturating_add(request.lease_ms);
+            for id in inner.index.peek_ready(&queues, request.max) {
+                let token = self.lease_tokens.fetch_add(1, Ordering::Relaxed);
+                let lease = Lease {
+                    token,
+                    expires_at_ms,
+                    stream: request.stream,
+                };
+                if let Some(entry) = inner.index.update(id, |e| {
+                    e.state.status = Status::InFlight;
+                    e.lease = Some(lease);
+                }) {
+                    leased.push((id, lease, entry.state.failures + 1));
+                }
+            }
+        }
+        if leased.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<JobId> = leased.iter().map(|(id, _, _)| *id).collect();
+        let bodies = self.read_body(&ids)?;
+        Ok(leased
+            .into_iter()
+            .zip(bodies)
+            // A job deleted since it was leased has no body: nothing to hand out.
+            .filter_map(|((id, lease, attempt), body)| {
+                let body = body?;
+                Some(TakenJob {
+                    id,
+                    queue: body.queue,
+                    kind: body.kind,
+                    payload: body.payload,
+                    priority: body.priority,
+                    attempt,
+                    lease_token: lease.token,
+                    lease_expires_at_ms: lease.expires_at_ms,
+                    created_at_ms: body.created_at_ms,
+                })
+            })
+            .collect())
+    }
+
+    /// Extends a lease to `now + lease_ms`.
+    pub fn heartbeat(&self, ack: Ack, lease_ms: u64, now_ms: UnixMs) -> Result<UnixMs, StoreError> {
+        let mut inner = self.inner.lock();
+        let lease = check_lease(&inner.index, ack)?;
+        let expires_at_ms = now_ms.saturating_add(lease_ms);
+        inner.index.update(ack.id, |e| {
+            e.lease = Some(Lease {
+                expires_at_ms,
+                ..lease
+            })
+        });
+        Ok(expires_at_ms)
+    }
+
+    /// Completes each job whose lease is valid; one commit for all.
+    pub async fn complete(
+        &self,
+        acks: &[Ack],
+        retain: bool,
+        now_ms: UnixMs,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let (results, receiver) = {
+            let mut inner = self.inner.lock();
+            let mut ops = Vec::with_capacity(acks.len());
+            let mut results = Vec::with_capacity(acks.len());
+            for ack in acks {
+                if let Err(error) = check_lease(&inner.index, *ack) {
+                    results.push(Err(error));
+                    continue;
+                }
+                if retain {
+                    if let Some(entry) = inner.index.update(ack.id, |e| {
+                        e.state.status = Status::Completed;
+                        e.state.finished_at_ms = Some(now_ms);
+                    }) {
+                        ops.push(Op::PutState {
+                            id: ack.id,
+                            state: to_json_bytes(&entry.state),
+                        });
+                    }
+                } else {
+                    inner.index.remove(ack.id);
+                    ops.push(Op::DeleteJob { id: ack.id });
+                }
+                results.push(Ok(()));
+            }
+            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            (results, receiver)
+        };
+        if let Some(receiver) = receiver {
+            writer::wait(receiver).await?;
+        }
+        Ok(results)
+    }
+
+    /// Records a failure; `decide` gives the next state (retry, snooze or dead).
+    pub async fn fail(
+        &self,
+        ack: Ack,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<Transition, StoreError> {
+        let (transition, receiver) = {
+            let mut inner = self.inner.lock();
+            check_lease(&inner.index, ack)?;
+            let inner = &mut *inner;
+            let entry = inner
+                .index
+                .get(ack.id)
+                .ok_or(StoreError::NotFound(ack.id))?;
+            let queue_policy = inner
+                .queues
+                .get(&*entry.queue)
+                .and_then(|q| q.policy.clone());
+            let transition = decide(&DecideContext {
+                id: ack.id,
+                queue: &entry.queue,
+                state: &entry.state,
+                job_policy: entry.policy.as_deref(),
+                queue_policy: queue_policy.as_deref(),
+            });
+            let receiver = self.apply(inner, ack.id, &transition, now_ms);
+            (transition, receiver)
+        };
+        writer::wait(receiver).await?;
+        self.signal(&transition);
+        Ok(transition)
+    }
+
+    /// Writes a transition and moves the job in memory. Called under the lock.
+    pub(super) fn apply(
+        &self,
+        inner: &mut super::Inner,
+        id: JobId,
+        transition: &Transition,
+        now_ms: UnixMs,
+    ) -> tokio::sync::oneshot::Receiver<Result<(), StoreError>> {
+        let mut state = transition.state.clone();
+        if state.status == Status::Scheduled && state.run_at_ms <= now_ms {
+            state.status = Status::Ready;
+        }
+        let mut ops = vec![Op::PutState {
+            id,
+            state: to_json_bytes(&state),
+        }];
+        if let Some(error) = &transition.error {
+            ops.push(Op::PutError {
+                id,
+                attempt: error.attempt,
+                entry: to_json_bytes(error),
+            });
+        }
+        inner.index.update(id, |e| e.state = state);
+        self.writer.submit(ops)
+    }
+
+    /// Wakes whoever waits for what a transition produced.
+    pub(super) fn signal(&self, transition: &Transition) {
+        match transition.state.status {
+            Status::Ready => self.ready.notify_waiters(),
+            Status::Scheduled => {
+                self.schedule.notify_waiters();
+                self.ready.notify_waiters();
+            }
+            _ => {}
+        }
+    }
+
+    /// A closed stream's jobs go back to ready at once. Nothing is written: on disk they never
+    /// left ready. No attempt is counted: the worker never reported on them.
+    pub fn release_stream(&self, stream: u64) -> usize {
+        let mut inner = self.inner.lock();
+        let ids = inner.index.leased_by_stream(stream);
+        for id in &ids {
+            inner.index.update(*id, |e| e.state.status = Status::Ready);
+        }
+        drop(inner);
+        if !ids.is_empty() {
+            self.ready.notify_waiters();
+        }
+        ids.len()
+    }
+}
+
+/// The lease of an in-flight job, if `ack` may act on it.
+fn check_lease(index: &super::index::Index, ack: Ack) -> Result<Lease, StoreError> {
+    let entry = index.get(ack.id).ok_or(StoreError::NotFound(ack.id))?;
+    if entry.state.status != Status::InFlight {
+        return Err(StoreError::NotInFlight {
+            id: ack.id,
+            status: entry.state.status,
+        });
+    }
+    let lease = entry.lease.ok_or(StoreError::LeaseLost { id: ack.id })?;
+    match ack.lease {
+        Some(token) if token != lease.token => Err(StoreError::LeaseLost { id: ack.id }),
+        _ => Ok(lease),
+    }
+}

@@ -1,0 +1,105 @@
+//! Background transitions: scheduled → ready, expired lease → ready (or dead), and retention.
+
+use super::EmbeddedStore;
+use super::writer::{self, Op};
+use crate::clock::UnixMs;
+use crate::model::Status;
+use crate::store::{Decide, DecideContext, StoreError};
+
+impl EmbeddedStore {
+    /// Scheduled jobs that are due become ready. Memory only: on disk a due scheduled job is
+    /// already treated as ready at start-up.
+    pub fn promote_due(&self, now_ms: UnixMs, max: usize) -> usize {
+        let mut inner = self.inner.lock();
+        let due = inner.index.due(now_ms, max);
+        for id in &due {
+            inner.index.update(*id, |e| e.state.status = Status::Ready);
+        }
+        drop(inner);
+        if !due.is_empty() {
+            self.ready.notify_waiters();
+        }
+        due.len()
+    }
+
+    /// Expired leases: `decide` says whether each job returns to ready or dies.
+    pub async fn expire_leases(
+        &self,
+        now_ms: UnixMs,
+        max: usize,
+        decide: &Decide<'_>,
+    ) -> Result<usize, StoreError> {
+        let receivers = {
+            let mut inner = self.inner.lock();
+            let expired = inner.index.expired(now_ms, max);
+            let mut receivers = Vec::with_capacity(expired.len());
+            for id in expired {
+                let inner = &mut *inner;
+                let Some(entry) = inner.index.get(id) else {
+                    continue;
+                };
+                let queue_policy = inner
+                    .queues
+                    .get(&*entry.queue)
+                    .and_then(|q| q.policy.clone());
+                let transition = decide(&DecideContext {
+                    id,
+                    queue: &entry.queue,
+                    state: &entry.state,
+                    job_policy: entry.policy.as_deref(),
+                    queue_policy: queue_policy.as_deref(),
+                });
+                receivers.push(self.apply(inner, id, &transition, now_ms));
+            }
+            receivers
+        };
+        let count = receivers.len();
+        for receiver in receivers {
+            writer::wait(receiver).await?;
+        }
+        if count > 0 {
+            self.ready.notify_waiters();
+        }
+        Ok(count)
+    }
+
+    /// Deletes finished jobs past their retention.
+    pub async fn purge_finished(
+        &self,
+        completed_before: UnixMs,
+        dead_before: UnixMs,
+        max: usize,
+    ) -> Result<usize, StoreError> {
+        let receiver = {
+            let mut inner = self.inner.lock();
+            let horizon = completed_before.max(dead_before);
+            let mut ops = Vec::new();
+            for (id, status) in inner.index.finished_before(horizon, usize::MAX) {
+                if ops.len() >= max {
+                    break;
+                }
+                let finished = inner
+                    .index
+                    .get(id)
+                    .and_then(|e| e.state.finished_at_ms)
+                    .unwrap_or(0);
+                let cutoff = if status == Status::Dead {
+                    dead_before
+                } else {
+                    completed_before
+                };
+                if finished <= cutoff {
+                    inner.index.remove(id);
+                    ops.push(Op::DeleteJob { id });
+                }
+            }
+            if ops.is_empty() {
+                return Ok(0);
+            }
+            let count = ops.len();
+            (self.writer.submit(ops), count)
+        };
+        writer::wait(receiver.0).await?;
+        Ok(receiver.1)
+    }
+}

@@ -1,0 +1,58 @@
+//! Queue settings: default policy and pause.
+
+use std::sync::Arc;
+
+use tenax_policy::RetryPolicy;
+
+use super::writer::{self, Op};
+use super::{EmbeddedStore, QueueEntry};
+use crate::store::{QueueConfig, StoreError, to_json_bytes};
+
+impl EmbeddedStore {
+    pub fn queue(&self, name: &str) -> Option<QueueConfig> {
+        self.inner.lock().queues.get(name).map(|q| q.config.clone())
+    }
+
+    /// Every queue with settings or jobs, by name.
+    pub fn queues(&self) -> Vec<(String, QueueConfig)> {
+        let inner = self.inner.lock();
+        let mut all: Vec<(String, QueueConfig)> = inner
+            .queues
+            .iter()
+            .map(|(name, q)| (name.clone(), q.config.clone()))
+            .collect();
+        for (name, _) in inner.index.counts() {
+            if !inner.queues.contains_key(name) {
+                all.push((name.to_owned(), QueueConfig::default()));
+            }
+        }
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    /// Stores a queue's settings; `policy` is `config.policy` parsed.
+    pub async fn put_queue(
+        &self,
+        name: &str,
+        config: QueueConfig,
+        policy: Option<Arc<RetryPolicy>>,
+    ) -> Result<(), StoreError> {
+        let receiver = {
+            let _inner = self.inner.lock();
+            self.writer.submit(vec![Op::PutQueue {
+                name: name.to_owned(),
+                config: to_json_bytes(&config),
+            }])
+        };
+        writer::wait(receiver).await?;
+        let resumed = !config.paused;
+        self.inner
+            .lock()
+            .queues
+            .insert(name.to_owned(), QueueEntry { config, policy });
+        if resumed {
+            self.ready.notify_waiters();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,42 @@
+//! The on-disk layout of the embedded store: one redb file, `tenax.redb`, in the data directory.
+//!
+//! | table      | key                  | value                                        |
+//! |------------|----------------------|----------------------------------------------|
+//! | `jobs`     | job id (u64)         | [`StoredBody`] as JSON: fixed at enqueue     |
+//! | `states`   | job id (u64)         | [`JobState`](crate::model::JobState) as JSON |
+//! | `policies` | job id (u64)         | the job's own policy, canonical native JSON  |
+//! | `errors`   | (job id, attempt)    | [`ErrorEntry`](crate::model::ErrorEntry) JSON |
+//! | `queues`   | queue name           | [`QueueConfig`](crate::store::QueueConfig) JSON |
+//! | `meta`     | name                 | u64 (`next_id`: the next job id to assign)   |
+//!
+//! Ids are never reused: `next_id` is written in the same commit as the jobs that used it.
+//! In-flight status and leases are never written: after a restart a job is as its last durable
+//! state says (ready or scheduled), which returns every in-flight job to ready.
+
+use redb::TableDefinition;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::clock::UnixMs;
+
+pub const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("jobs");
+pub const STATES: TableDefinition<u64, &[u8]> = TableDefinition::new("states");
+pub const POLICIES: TableDefinition<u64, &[u8]> = TableDefinition::new("policies");
+pub const ERRORS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("errors");
+pub const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
+pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+pub const NEXT_ID: &str = "next_id";
+
+/// The part of a job that never changes after enqueue.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StoredBody {
+    pub queue: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub payload: Box<RawValue>,
+    pub priority: i32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<String>,
+    pub created_at_ms: UnixMs,
+}

@@ -1,0 +1,224 @@
+//! Group commit: one thread owns every write to the redb file. Requests queue on a channel; the
+//! thread takes all that are waiting, applies them in one write transaction, commits once (one
+//! fsync), and then answers each. Under load many requests share one sync; alone, a request
+//! waits for exactly one.
+//!
+//! Order: requests are applied in the order they were submitted. Callers submit while holding
+//! the index lock, so the disk sees changes in the same order as memory.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use redb::{Database, Durability, ReadableTable};
+use tokio::sync::oneshot;
+
+use super::tables::{ERRORS, JOBS, META, NEXT_ID, POLICIES, QUEUES, STATES};
+use crate::store::StoreError;
+
+/// One change to the file.
+#[derive(Debug)]
+pub enum Op {
+    PutBody {
+        id: u64,
+        body: Vec<u8>,
+    },
+    PutState {
+        id: u64,
+        state: Vec<u8>,
+    },
+    PutPolicy {
+        id: u64,
+        policy: Vec<u8>,
+    },
+    PutError {
+        id: u64,
+        attempt: u32,
+        entry: Vec<u8>,
+    },
+    /// Removes a job: body, state, policy and errors.
+    DeleteJob {
+        id: u64,
+    },
+    PutQueue {
+        name: String,
+        config: Vec<u8>,
+    },
+    SetNextId(u64),
+}
+
+struct Request {
+    ops: Vec<Op>,
+    done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// Most operations one transaction takes before it commits, so that a flood of requests still
+/// gets answers at a steady pace.
+const MAX_OPS_PER_COMMIT: usize = 64 * 1024;
+
+/// In relaxed mode, the longest a commit stays unsynced.
+const RELAXED_SYNC_INTERVAL: Duration = Duration::from_millis(500);
+
+#[derive(Debug)]
+pub struct Writer {
+    requests: mpsc::Sender<Request>,
+    /// Set once a commit has failed: nothing is written after that (the state on disk and in
+    /// memory may differ), every request is refused, and the operator restarts the server.
+    failed: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    pub fn start(db: Arc<Database>, sync: bool) -> Self {
+        let (requests, receiver) = mpsc::channel();
+        let failed = Arc::new(AtomicBool::new(false));
+        let flag = failed.clone();
+        let thread = std::thread::Builder::new()
+            .name("tenax-writer".into())
+            .spawn(move || run(&db, &receiver, sync, &flag))
+            .ok();
+        if thread.is_none() {
+            failed.store(true, Ordering::SeqCst);
+        }
+        Self {
+            requests,
+            failed,
+            thread,
+        }
+    }
+
+    /// Queues `ops` for the next commit. Call while holding the index lock; await the receiver
+    /// after releasing it.
+    pub fn submit(&self, ops: Vec<Op>) -> oneshot::Receiver<Result<(), StoreError>> {
+        let (done, receiver) = oneshot::channel();
+        if self.failed.load(Ordering::SeqCst) {
+            let _ = done.send(Err(StoreError::Failed));
+            return receiver;
+        }
+        if let Err(mpsc::SendError(request)) = self.requests.send(Request { ops, done }) {
+            let _ = request.done.send(Err(StoreError::Failed));
+        }
+        receiver
+    }
+
+    pub fn has_failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Stops the thread after it has committed everything queued before.
+    pub fn shutdown(mut self) {
+        let (dead, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.requests, dead));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Waits for a submitted write.
+pub async fn wait(receiver: oneshot::Receiver<Result<(), StoreError>>) -> Result<(), StoreError> {
+    receiver.await.unwrap_or(Err(StoreError::Failed))
+}
+
+fn run(db: &Database, receiver: &mpsc::Receiver<Request>, sync: bool, failed: &AtomicBool) {
+    let mut last_sync = Instant::now();
+    let mut unsynced = false;
+    loop {
+        let first = match receiver.recv_timeout(RELAXED_SYNC_INTERVAL) {
+            Ok(request) => request,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if unsynced && commit(db, Vec::new(), true).is_ok() {
+                    unsynced = false;
+                    last_sync = Instant::now();
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let mut batch = vec![first];
+        let mut ops = batch[0].ops.len();
+        while ops < MAX_OPS_PER_COMMIT {
+            match receiver.try_recv() {
+                Ok(request) => {
+                    ops += request.ops.len();
+                    batch.push(request);
+                }
+                Err(_) => break,
+            }
+        }
+        if failed.load(Ordering::SeqCst) {
+            for request in batch {
+                let _ = request.done.send(Err(StoreError::Failed));
+            }
+            continue;
+        }
+        let durable = sync || last_sync.elapsed() >= RELAXED_SYNC_INTERVAL;
+        let (dones, all_ops): (Vec<_>, Vec<_>) = batch.into_iter().map(|r| (r.done, r.ops)).unzip();
+        let result = commit(db, all_ops, durable);
+        match &result {
+            Ok(()) if durable => {
+                unsynced = false;
+                last_sync = Instant::now();
+            }
+            Ok(()) => unsynced = true,
+            Err(error) => {
+                tracing::error!(%error, "storage commit failed; refusing further writes");
+                failed.store(true, Ordering::SeqCst);
+            }
+        }
+        for done in dones {
+            let _ = done.send(result.clone());
+        }
+    }
+    if unsynced {
+        let _ = commit(db, Vec::new(), true);
+    }
+}
+
+fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), StoreError> {
+    let storage = |e: &dyn std::fmt::Display| StoreError::Storage(e.to_string());
+    let mut tx = db.begin_write().map_err(|e| storage(&e))?;
+    let durability = if durable {
+        Durability::Immediate
+    } else {
+        Durability::None
+    };
+    tx.set_durability(durability).map_err(|e| storage(&e))?;
+    {
+        let mut jobs = tx.open_table(JOBS).map_err(|e| storage(&e))?;
+        let mut states = tx.open_table(STATES).map_err(|e| storage(&e))?;
+        let mut policies = tx.open_table(POLICIES).map_err(|e| storage(&e))?;
+        let mut errors = tx.open_table(ERRORS).map_err(|e| storage(&e))?;
+        let mut queues = tx.open_table(QUEUES).map_err(|e| storage(&e))?;
+        let mut meta = tx.open_table(META).map_err(|e| storage(&e))?;
+        for op in batches.into_iter().flatten() {
+            let result = match op {
+                Op::PutBody { id, body } => jobs.insert(id, body.as_slice()).map(drop),
+                Op::PutState { id, state } => states.insert(id, state.as_slice()).map(drop),
+                Op::PutPolicy { id, policy } => policies.insert(id, policy.as_slice()).map(drop),
+                Op::PutError { id, attempt, entry } => {
+                    errors.insert((id, attempt), entry.as_slice()).map(drop)
+                }
+                Op::DeleteJob { id } => jobs
+                    .remove(id)
+                    .and_then(|_| states.remove(id))
+                    .and_then(|_| policies.remove(id))
+                    .and_then(|_| errors.retain_in((id, 0)..=(id, u32::MAX), |_, _| false)),
+                Op::PutQueue { name, config } => {
+                    queues.insert(name.as_str(), config.as_slice()).map(drop)
+                }
+                Op::SetNextId(next) => {
+                    let current = meta.get(NEXT_ID).map(|v| v.map_or(0, |g| g.value()));
+                    match current {
+                        Ok(current) if current >= next => Ok(()),
+                        Ok(_) => meta.insert(NEXT_ID, next).map(drop),
+                        Err(e) => Err(e),
+                    }
+                }
+            };
+            result.map_err(|e| storage(&e))?;
+        }
+    }
+    tx.commit().map_err(|e| storage(&e))
+}

@@ -1,0 +1,161 @@
+//! The types that cross the storage seam.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use tenax_policy::RetryPolicy;
+
+use crate::clock::UnixMs;
+use crate::model::{ErrorEntry, JobId, JobState, NewJob, Status};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StoreError {
+    #[error("job {0} does not exist")]
+    NotFound(JobId),
+    #[error("job {id} is {}, not in flight", status.name())]
+    NotInFlight { id: JobId, status: Status },
+    #[error("job {id}: this lease is no longer valid (it expired, or the job was taken again)")]
+    LeaseLost { id: JobId },
+    #[error(
+        "queue {queue:?} already has an unfinished job with unique key {key:?} (job {existing})"
+    )]
+    Duplicate {
+        queue: String,
+        key: String,
+        existing: JobId,
+    },
+    #[error("storage error: {0}")]
+    Storage(String),
+    #[error("stored data is unreadable: {0}")]
+    Corrupt(String),
+    #[error("storage has failed and refuses writes; restart the server")]
+    Failed,
+}
+
+/// A job to add, with its own policy already parsed (the canonical JSON is in `job.policy`).
+#[derive(Debug, Clone)]
+pub struct Insert {
+    pub job: NewJob,
+    pub policy: Option<Arc<RetryPolicy>>,
+}
+
+/// What to do when a job's unique key is already held by an unfinished job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnDuplicate {
+    /// Refuse the whole request (409).
+    #[default]
+    Refuse,
+    /// Answer with the existing job instead.
+    Existing,
+}
+
+/// The result of enqueueing one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    pub id: JobId,
+    /// False when an existing job was returned for a duplicate unique key.
+    pub created: bool,
+    pub status: Status,
+    pub run_at_ms: UnixMs,
+}
+
+#[derive(Debug, Clone)]
+pub struct TakeRequest<'a> {
+    pub queues: &'a [String],
+    pub max: usize,
+    pub lease_ms: u64,
+    /// The streaming connection taking, if any.
+    pub stream: Option<u64>,
+}
+
+/// A leased job, as handed to a worker.
+#[derive(Debug, Clone)]
+pub struct TakenJob {
+    pub id: JobId,
+    pub queue: String,
+    pub kind: String,
+    pub payload: Box<RawValue>,
+    pub priority: i32,
+    /// This run's number: previous failures + 1.
+    pub attempt: u32,
+    pub lease_token: u64,
+    pub lease_expires_at_ms: UnixMs,
+    pub created_at_ms: UnixMs,
+}
+
+/// A worker's claim on a job: its id, and the lease token it was given (optional: without it
+/// any holder of the id may act).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    pub id: JobId,
+    pub lease: Option<u64>,
+}
+
+/// What the engine's decision closure sees.
+#[derive(Debug)]
+pub struct DecideContext<'a> {
+    pub id: JobId,
+    pub queue: &'a str,
+    pub state: &'a JobState,
+    pub job_policy: Option<&'a RetryPolicy>,
+    pub queue_policy: Option<&'a RetryPolicy>,
+}
+
+/// A job's next state after a failure or lost lease, and the error to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    pub state: JobState,
+    pub error: Option<ErrorEntry>,
+}
+
+/// The engine's decision: from a job's context to its next state.
+pub type Decide<'a> = dyn Fn(&DecideContext<'_>) -> Transition + Send + Sync + 'a;
+
+/// Which jobs an operation applies to.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Exactly these jobs (if given, the filter narrows them further).
+    pub ids: Option<Vec<JobId>>,
+    pub filter: JobFilter,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub queue: Option<String>,
+    pub status: Option<Status>,
+    pub kind: Option<String>,
+}
+
+/// Dead jobs back to ready.
+#[derive(Debug, Clone, Default)]
+pub struct Replay {
+    pub selection: Selection,
+    /// A new policy for the replayed jobs (canonical JSON, parsed).
+    pub policy: Option<(serde_json::Value, Arc<RetryPolicy>)>,
+    /// Forget earlier failures: the replayed job starts again from retry 1.
+    pub reset_attempts: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueCounts {
+    pub queue: String,
+    pub scheduled: u64,
+    pub ready: u64,
+    pub in_flight: u64,
+    pub completed: u64,
+    pub dead: u64,
+}
+
+/// A queue's settings. Queues exist implicitly when a job names them; a config is stored only
+/// once set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueConfig {
+    /// The queue's default policy, canonical native JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<serde_json::Value>,
+    /// A paused queue keeps accepting jobs but hands none out.
+    #[serde(default)]
+    pub paused: bool,
+}
