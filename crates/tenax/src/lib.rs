@@ -1,9 +1,12 @@
 //! Tenax: a durable job queue and notification-delivery server whose retries follow
 //! configurable backoff policies. `main.rs` only parses and dispatches; the program lives here.
 
+pub mod api;
 pub mod chart;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod engine;
 pub mod model;
+pub mod server;
 pub mod store;

@@ -2,6 +2,7 @@
 
 mod error;
 pub mod policy;
+pub mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -17,6 +18,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the server (embedded store in --data-dir).
+    Serve(Box<crate::config::ServeArgs>),
     /// Preview and plot retry policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -25,6 +28,7 @@ pub enum Command {
 /// Runs one parsed command line.
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
+        Command::Serve(args) => serve::run(*args),
         Command::Policy(command) => policy::run(command),
     }
 }

@@ -85,6 +85,11 @@ impl Store {
         dispatch!(self, s => s.release_stream(stream))
     }
 
+    /// How many jobs a streaming connection holds leased.
+    pub async fn stream_leases(&self, stream: u64) -> usize {
+        dispatch!(self, s => s.stream_leases(stream))
+    }
+
     /// Makes scheduled jobs that are due ready; returns how many.
     pub async fn promote_due(&self, now_ms: UnixMs, max: usize) -> usize {
         dispatch!(self, s => s.promote_due(now_ms, max))

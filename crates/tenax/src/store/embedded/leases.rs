@@ -238,3 +238,10 @@ fn check_lease(index: &super::index::Index, ack: Ack) -> Result<Lease, StoreErro
         _ => Ok(lease),
     }
 }
+
+impl EmbeddedStore {
+    /// How many jobs a stream holds leased.
+    pub fn stream_leases(&self, stream: u64) -> usize {
+        self.inner.lock().index.leased_by_stream(stream).len()
+    }
+}

@@ -1,0 +1,116 @@
+//! Dead jobs: list, replay (optionally with a new policy and a fresh attempt count), delete.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tenax_policy::parse_policy;
+use tenax_policy::spelling::native;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::JsonBody;
+use super::jobs::{ListQuery, list_page};
+use crate::model::Status;
+use crate::store::{JobFilter, Replay, Selection};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/dead", get(list))
+        .route("/dead/replay", post(replay))
+        .route("/dead/delete", post(delete))
+}
+
+async fn list(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
+    if query.status.is_some() {
+        return Err(ApiError::invalid("status", "is always dead here"));
+    }
+    list_page(&state, &query, Some(Status::Dead)).await
+}
+
+/// Which dead jobs: by id, or by queue and/or type, or `all: true`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeadSelection {
+    ids: Option<Vec<u64>>,
+    queue: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    all: bool,
+}
+
+impl DeadSelection {
+    fn into_selection(self) -> Result<Selection, ApiError> {
+        let narrowed = self.ids.is_some() || self.queue.is_some() || self.kind.is_some();
+        if !narrowed && !self.all {
+            return Err(ApiError::invalid(
+                "ids",
+                "name the jobs (ids), narrow by queue and/or type, or say all: true",
+            ));
+        }
+        Ok(Selection {
+            ids: self.ids,
+            filter: JobFilter {
+                queue: self.queue,
+                status: Some(Status::Dead),
+                kind: self.kind,
+            },
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayRequest {
+    #[serde(flatten)]
+    selection: DeadSelection,
+    /// A new policy for the replayed jobs, in any spelling.
+    policy: Option<Value>,
+    /// Forget earlier failures: retries start again from 1.
+    #[serde(default)]
+    reset_attempts: bool,
+}
+
+async fn replay(
+    State(state): State<AppState>,
+    JsonBody(request): JsonBody<ReplayRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let selection = request.selection.into_selection()?;
+    let policy = match request.policy {
+        Some(value) => {
+            let policy = parse_policy(&value)
+                .map_err(|e| ApiError::policy("policy", &e))?
+                .retry;
+            Some((native::to_json(&policy), Arc::new(policy)))
+        }
+        None => None,
+    };
+    let replay = Replay {
+        selection,
+        policy,
+        reset_attempts: request.reset_attempts,
+    };
+    let ids = state
+        .engine
+        .store
+        .replay(&replay, state.engine.now_ms())
+        .await?;
+    Ok(Json(json!({ "replayed": ids.len(), "ids": ids })))
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    JsonBody(request): JsonBody<DeadSelection>,
+) -> Result<Json<Value>, ApiError> {
+    let selection = request.into_selection()?;
+    let ids = state.engine.store.delete(&selection).await?;
+    Ok(Json(json!({ "deleted": ids.len(), "ids": ids })))
+}

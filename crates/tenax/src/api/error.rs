@@ -1,0 +1,92 @@
+//! One error shape for every response that is not a success:
+//! `{"error": {"status": 400, "code": "invalid", "field": "jobs[2].priority", "message": "..."}}`.
+//! Client errors name the field and the rule; server errors are logged and answered plainly.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::store::StoreError;
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl ApiError {
+    /// A 400 naming `field`.
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code: "invalid",
+            field: Some(field.into()).filter(|f: &String| !f.is_empty()),
+            message: message.into(),
+        }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            code: "not_found",
+            field: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::CONFLICT,
+            code,
+            field: None,
+            message: message.into(),
+        }
+    }
+
+    /// A policy error under `prefix` (for example `policy` or `jobs[3].policy`).
+    pub fn policy(prefix: &str, error: &tenax_policy::PolicyError) -> Self {
+        let field = if error.field.is_empty() {
+            prefix.to_owned()
+        } else {
+            format!("{prefix}.{}", error.field)
+        };
+        Self::invalid(field, error.rule.clone())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match &error {
+            StoreError::NotFound(_) => Self::not_found(error.to_string()),
+            StoreError::NotInFlight { .. } => Self::conflict("not_in_flight", error.to_string()),
+            StoreError::LeaseLost { .. } => Self::conflict("lease_lost", error.to_string()),
+            StoreError::Duplicate { .. } => Self::conflict("duplicate", error.to_string()),
+            StoreError::Storage(_) | StoreError::Corrupt(_) | StoreError::Failed => {
+                tracing::error!(%error, "storage error");
+                Self {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    code: "storage_unavailable",
+                    field: None,
+                    message: error.to_string(),
+                }
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut error = json!({
+            "status": self.status.as_u16(),
+            "code": self.code,
+            "message": self.message,
+        });
+        if let Some(field) = self.field {
+            error["field"] = json!(field);
+        }
+        (self.status, Json(json!({ "error": error }))).into_response()
+    }
+}

@@ -1,0 +1,75 @@
+//! Field types shared by requests: durations and times in their accepted spellings.
+
+use serde::{Deserialize, Deserializer, de};
+
+use crate::clock::{UnixMs, parse_rfc3339};
+
+/// A duration: integer milliseconds or a human string (`"12.5s"`, `"5m"`, `"1h30m"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Millis(pub u64);
+
+impl<'de> Deserialize<'de> for Millis {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        let ms = match &value {
+            serde_json::Value::String(text) => {
+                tenax_policy::parse_duration("", text).map_err(|e| e.rule)
+            }
+            serde_json::Value::Number(n) => n.as_u64().ok_or_else(|| {
+                format!("must be a whole, non-negative number of milliseconds, got {n}")
+            }),
+            _ => Err(format!(
+                "must be milliseconds or a duration such as \"12.5s\", got {value}"
+            )),
+        };
+        let ms = ms.map_err(de::Error::custom)?;
+        if ms > tenax_policy::MAX_DELAY_MS {
+            return Err(de::Error::custom("must be at most 100 years"));
+        }
+        Ok(Self(ms))
+    }
+}
+
+/// A point in time: RFC 3339 (`"2026-11-21T12:00:00Z"`) or integer milliseconds since the epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Time(pub UnixMs);
+
+impl<'de> Deserialize<'de> for Time {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        match &value {
+            serde_json::Value::String(text) => parse_rfc3339(text).map(Time).ok_or_else(|| {
+                de::Error::custom(format!(
+                    "must be an RFC 3339 time such as \"2026-11-21T12:00:00Z\", got \"{text}\""
+                ))
+            }),
+            serde_json::Value::Number(n) => n.as_u64().map(Time).ok_or_else(|| {
+                de::Error::custom(format!(
+                    "must be milliseconds since 1970 or an RFC 3339 time, got {n}"
+                ))
+            }),
+            _ => Err(de::Error::custom(format!(
+                "must be an RFC 3339 time, got {value}"
+            ))),
+        }
+    }
+}
+
+/// Checks a queue name: 1 to 128 characters of letters, digits, `-`, `_`, `.` and `:`.
+pub fn check_queue_name(field: &str, name: &str) -> Result<(), super::error::ApiError> {
+    let valid = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    if valid {
+        Ok(())
+    } else {
+        Err(super::error::ApiError::invalid(
+            field,
+            format!(
+                "must be 1 to 128 characters of letters, digits, '-', '_', '.' or ':', got {name:?}"
+            ),
+        ))
+    }
+}

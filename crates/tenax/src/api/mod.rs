@@ -1,0 +1,54 @@
+//! The native HTTP API: thin handlers that decode, validate, call the engine and encode. One
+//! file per resource, each with its own `router()`. Paths and shapes: `docs/api.md`.
+
+mod dead;
+pub mod error;
+mod extract;
+mod fields;
+mod jobs;
+mod policy;
+mod queues;
+mod views;
+mod work;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
+
+use crate::engine::Engine;
+
+/// Request limits and defaults the handlers enforce.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_request_bytes: usize,
+    pub max_payload_bytes: usize,
+    pub default_lease_ms: u64,
+    pub max_lease_ms: u64,
+}
+
+/// What every handler gets.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub limits: Arc<Limits>,
+}
+
+pub fn router(state: AppState) -> Router {
+    let limit = state.limits.max_request_bytes;
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .nest(
+            "/api",
+            Router::new()
+                .merge(jobs::router())
+                .merge(work::router())
+                .merge(dead::router())
+                .merge(queues::router())
+                .merge(policy::router()),
+        )
+        .fallback(|| async { error::ApiError::not_found("no such endpoint; see docs/api.md") })
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}

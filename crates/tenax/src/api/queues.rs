@@ -1,0 +1,154 @@
+//! Queues: settings (default policy), pause and resume.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tenax_policy::parse_policy;
+use tenax_policy::spelling::native;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::JsonBody;
+use super::fields::check_queue_name;
+use crate::store::{QueueConfig, QueueCounts};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/queues", get(list))
+        .route("/queues/{name}", get(show).put(update))
+        .route("/queues/{name}/pause", post(pause))
+        .route("/queues/{name}/resume", post(resume))
+}
+
+fn view(name: &str, config: &QueueConfig, counts: Option<&QueueCounts>) -> Value {
+    let zero = QueueCounts {
+        queue: name.to_owned(),
+        scheduled: 0,
+        ready: 0,
+        in_flight: 0,
+        completed: 0,
+        dead: 0,
+    };
+    let counts = counts.unwrap_or(&zero);
+    json!({
+        "name": name,
+        "paused": config.paused,
+        "policy": config.policy,
+        "counts": {
+            "scheduled": counts.scheduled, "ready": counts.ready, "in_flight": counts.in_flight,
+            "completed": counts.completed, "dead": counts.dead,
+        },
+    })
+}
+
+async fn list(State(state): State<AppState>) -> Json<Value> {
+    let counts = state.engine.store.counts().await;
+    let queues: Vec<Value> = state
+        .engine
+        .store
+        .queues()
+        .await
+        .iter()
+        .map(|(name, config)| view(name, config, counts.iter().find(|c| &c.queue == name)))
+        .collect();
+    Json(json!({ "queues": queues }))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    check_queue_name("name", &name)?;
+    let config = state.engine.store.queue(&name).await.unwrap_or_default();
+    let counts = state.engine.store.counts().await;
+    Ok(Json(view(
+        &name,
+        &config,
+        counts.iter().find(|c| c.queue == name),
+    )))
+}
+
+/// New settings; omitted fields keep their value, `"policy": null` removes the policy.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateQueue {
+    #[serde(default, deserialize_with = "present")]
+    policy: Option<Option<Value>>,
+    paused: Option<bool>,
+}
+
+/// Tells `"policy": null` (remove) from an absent field (keep).
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Option<Value>>, D::Error> {
+    Ok(Some(Option::<Value>::deserialize(deserializer)?))
+}
+
+async fn update(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(request): JsonBody<UpdateQueue>,
+) -> Result<Json<Value>, ApiError> {
+    check_queue_name("name", &name)?;
+    let mut config = state.engine.store.queue(&name).await.unwrap_or_default();
+    if let Some(paused) = request.paused {
+        config.paused = paused;
+    }
+    let parsed = match request.policy {
+        Some(Some(value)) => {
+            let policy = parse_policy(&value)
+                .map_err(|e| ApiError::policy("policy", &e))?
+                .retry;
+            config.policy = Some(native::to_json(&policy));
+            Some(Arc::new(policy))
+        }
+        Some(None) => {
+            config.policy = None;
+            None
+        }
+        None => existing_policy(&config)?,
+    };
+    state.engine.store.put_queue(&name, config, parsed).await?;
+    show(State(state), Path(name)).await
+}
+
+fn existing_policy(
+    config: &QueueConfig,
+) -> Result<Option<Arc<tenax_policy::RetryPolicy>>, ApiError> {
+    config
+        .policy
+        .as_ref()
+        .map(|v| {
+            native::parse(v)
+                .map(Arc::new)
+                .map_err(|e| ApiError::policy("policy", &e))
+        })
+        .transpose()
+}
+
+async fn set_paused(state: AppState, name: String, paused: bool) -> Result<Json<Value>, ApiError> {
+    check_queue_name("name", &name)?;
+    let mut config = state.engine.store.queue(&name).await.unwrap_or_default();
+    config.paused = paused;
+    let policy = existing_policy(&config)?;
+    state.engine.store.put_queue(&name, config, policy).await?;
+    show(State(state), Path(name)).await
+}
+
+async fn pause(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    set_paused(state, name, true).await
+}
+
+async fn resume(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    set_paused(state, name, false).await
+}

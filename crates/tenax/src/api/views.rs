@@ -1,0 +1,107 @@
+//! Response shapes. Times are RFC 3339 strings; ids are integers.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::clock::rfc3339;
+use crate::model::{Job, Status};
+use crate::store::TakenJob;
+
+/// A job as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct JobView {
+    pub id: u64,
+    pub queue: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub payload: Box<RawValue>,
+    pub priority: i32,
+    pub status: Status,
+    /// The attempt the next run will be (failures so far + 1).
+    pub attempt: u32,
+    pub failures: u32,
+    /// Scheduled: when it becomes ready. Otherwise when it last became ready.
+    pub run_at: String,
+    pub created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unique_key: Option<String>,
+    pub errors: Vec<ErrorView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorView {
+    pub attempt: u32,
+    pub at: String,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<serde_json::Value>,
+}
+
+impl From<Job> for JobView {
+    fn from(job: Job) -> Self {
+        Self {
+            id: job.id,
+            queue: job.spec.queue,
+            kind: job.spec.kind,
+            payload: job.spec.payload,
+            priority: job.spec.priority,
+            status: job.state.status,
+            attempt: job.state.failures + 1,
+            failures: job.state.failures,
+            run_at: rfc3339(job.state.run_at_ms),
+            created_at: rfc3339(job.spec.created_at_ms),
+            finished_at: job.state.finished_at_ms.map(rfc3339),
+            dead_reason: job.state.dead_reason,
+            policy: job.spec.policy,
+            unique_key: job.spec.unique_key,
+            errors: job
+                .errors
+                .into_iter()
+                .map(|e| ErrorView {
+                    attempt: e.attempt,
+                    at: rfc3339(e.at_ms),
+                    message: e.message,
+                    detail: e.detail,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A job handed to a worker.
+#[derive(Debug, Serialize)]
+pub struct TakenView {
+    pub id: u64,
+    pub queue: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub payload: Box<RawValue>,
+    pub priority: i32,
+    pub attempt: u32,
+    /// Pass back on heartbeat, complete and fail.
+    pub lease_token: u64,
+    pub lease_expires_at: String,
+    pub created_at: String,
+}
+
+impl From<TakenJob> for TakenView {
+    fn from(job: TakenJob) -> Self {
+        Self {
+            id: job.id,
+            queue: job.queue,
+            kind: job.kind,
+            payload: job.payload,
+            priority: job.priority,
+            attempt: job.attempt,
+            lease_token: job.lease_token,
+            lease_expires_at: rfc3339(job.lease_expires_at_ms),
+            created_at: rfc3339(job.created_at_ms),
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! `tenax serve`: validate the configuration, set up logging, run the server.
+
+use anyhow::Context as _;
+
+use super::CliError;
+use crate::clock::Clock;
+use crate::config::{LogFormat, ServeArgs};
+
+pub fn run(args: ServeArgs) -> Result<(), CliError> {
+    let config = args.validate().map_err(CliError::Invalid)?;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TENAX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match args.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("listening on {}", config.listen))?;
+        crate::server::run(
+            listener,
+            config,
+            Clock::System,
+            crate::server::shutdown_signal(),
+        )
+        .await
+    })?;
+    Ok(())
+}

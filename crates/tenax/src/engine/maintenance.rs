@@ -1,0 +1,84 @@
+//! The maintenance loop: promotes scheduled jobs when due, expires leases, and purges finished
+//! jobs past their retention. It sleeps until the next known due time (at most a second), and
+//! wakes early when an earlier time is scheduled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{Engine, decide_lease_expiry};
+
+/// The most work one pass does per kind, so one pass never holds the store for long.
+const BATCH: usize = 50_000;
+/// Retention runs at most this often.
+const PURGE_EVERY_MS: u64 = 1_000;
+/// The longest the loop sleeps.
+const MAX_SLEEP_MS: u64 = 1_000;
+
+/// Runs until `shutdown` turns true.
+pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
+    let mut last_purge = 0;
+    loop {
+        let schedule = engine.store.schedule_signal().notified();
+        tokio::pin!(schedule);
+        schedule.as_mut().enable();
+
+        let now = engine.now_ms();
+        let busy = pass(&engine, now, &mut last_purge).await;
+        if *shutdown.borrow() {
+            return;
+        }
+        let sleep_ms = if busy {
+            0
+        } else {
+            let next = engine.store.next_wakeup().await.unwrap_or(u64::MAX);
+            next.saturating_sub(engine.now_ms()).min(MAX_SLEEP_MS)
+        };
+        // A manual clock does not move by itself: poll it often so tests that advance it see
+        // promotions promptly.
+        let sleep_ms = if engine.clock.is_manual() {
+            sleep_ms.min(5)
+        } else {
+            sleep_ms
+        };
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
+            () = &mut schedule => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// One pass at time `now`; true if a batch was full (more work is waiting).
+pub async fn pass(engine: &Engine, now: u64, last_purge: &mut u64) -> bool {
+    let promoted = engine.store.promote_due(now, BATCH).await;
+    let default = engine.settings.default_policy.clone();
+    let decide =
+        move |ctx: &crate::store::DecideContext<'_>| decide_lease_expiry(ctx, &default, now);
+    let expired = match engine.store.expire_leases(now, BATCH, &decide).await {
+        Ok(n) => n,
+        Err(error) => {
+            tracing::error!(%error, "expiring leases failed");
+            0
+        }
+    };
+    if expired > 0 {
+        tracing::info!(expired, "leases expired; jobs returned to ready");
+    }
+    let mut purged = 0;
+    if now.saturating_sub(*last_purge) >= PURGE_EVERY_MS {
+        *last_purge = now;
+        let completed_before = now.saturating_sub(engine.settings.completed_retention_ms);
+        let dead_before = now.saturating_sub(engine.settings.dead_retention_ms);
+        match engine
+            .store
+            .purge_finished(completed_before, dead_before, BATCH)
+            .await
+        {
+            Ok(n) => purged = n,
+            Err(error) => tracing::error!(%error, "purging finished jobs failed"),
+        }
+    }
+    promoted == BATCH || expired == BATCH || purged == BATCH
+}

@@ -1,0 +1,131 @@
+//! The engine: the job state machine on top of the store. It validates nothing about HTTP and
+//! reads no wall clock: time comes from its [`Clock`], so tests move it.
+
+mod decide;
+pub mod maintenance;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tenax_policy::{Outcome, RetryPolicy};
+
+pub use self::decide::{decide_failure, decide_lease_expiry};
+use crate::clock::{Clock, UnixMs};
+use crate::model::ErrorEntry;
+use crate::store::{
+    Ack, Enqueued, Insert, OnDuplicate, Store, StoreError, TakeRequest, TakenJob, Transition,
+};
+
+/// Settings the engine needs (a subset of the server configuration).
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    pub default_policy: Arc<RetryPolicy>,
+    pub completed_retention_ms: u64,
+    pub dead_retention_ms: u64,
+}
+
+#[derive(Debug)]
+pub struct Engine {
+    pub store: Store,
+    pub clock: Clock,
+    pub settings: EngineSettings,
+    /// Ids of streaming take connections.
+    streams: AtomicU64,
+}
+
+/// A worker's failure report.
+#[derive(Debug, Clone)]
+pub struct FailureReport {
+    pub message: String,
+    pub detail: Option<serde_json::Value>,
+    pub outcome: Outcome,
+}
+
+impl Engine {
+    pub fn new(store: Store, clock: Clock, settings: EngineSettings) -> Self {
+        Self {
+            store,
+            clock,
+            settings,
+            streams: AtomicU64::new(1),
+        }
+    }
+
+    pub fn now_ms(&self) -> UnixMs {
+        self.clock.now_ms()
+    }
+
+    pub async fn enqueue(
+        &self,
+        jobs: Vec<Insert>,
+        on_duplicate: OnDuplicate,
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        self.store.enqueue(jobs, on_duplicate, self.now_ms()).await
+    }
+
+    /// Takes up to `max` jobs, waiting up to `wait` for the first one if none is ready.
+    pub async fn take(
+        &self,
+        queues: &[String],
+        max: usize,
+        lease_ms: u64,
+        wait: Duration,
+        stream: Option<u64>,
+    ) -> Result<Vec<TakenJob>, StoreError> {
+        let request = TakeRequest {
+            queues,
+            max,
+            lease_ms,
+            stream,
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Register for the wake-up before looking, so a job that arrives in between is seen.
+            let signal = self.store.ready_signal().notified();
+            tokio::pin!(signal);
+            signal.as_mut().enable();
+            let taken = self.store.take(&request, self.now_ms()).await?;
+            if !taken.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(taken);
+            }
+            if tokio::time::timeout_at(deadline, signal).await.is_err() {
+                return Ok(Vec::new());
+            }
+        }
+    }
+
+    pub async fn heartbeat(&self, ack: Ack, lease_ms: u64) -> Result<UnixMs, StoreError> {
+        self.store.heartbeat(ack, lease_ms, self.now_ms()).await
+    }
+
+    pub async fn complete(&self, acks: &[Ack]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let retain = self.settings.completed_retention_ms > 0;
+        self.store.complete(acks, retain, self.now_ms()).await
+    }
+
+    /// Records a failure and asks the job's policy what happens next.
+    pub async fn fail(&self, ack: Ack, report: FailureReport) -> Result<Transition, StoreError> {
+        let now_ms = self.now_ms();
+        let default = self.settings.default_policy.clone();
+        let decide = move |ctx: &crate::store::DecideContext<'_>| {
+            let error = ErrorEntry {
+                attempt: ctx.state.failures + 1,
+                at_ms: now_ms,
+                message: report.message.clone(),
+                detail: report.detail.clone(),
+            };
+            decide_failure(ctx, &default, now_ms, report.outcome, error)
+        };
+        self.store.fail(ack, now_ms, &decide).await
+    }
+
+    /// A new id for a streaming take connection.
+    pub fn open_stream(&self) -> u64 {
+        self.streams.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub async fn close_stream(&self, stream: u64) -> usize {
+        self.store.release_stream(stream).await
+    }
+}

@@ -1,0 +1,109 @@
+//! The server: open the store, start maintenance, serve HTTP until shutdown, then drain and
+//! flush. [`run`] takes a bound listener and a shutdown future, so tests bind port 0.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::api::{self, AppState, Limits};
+use crate::clock::Clock;
+use crate::config::{Config, Durability};
+use crate::engine::{Engine, EngineSettings, maintenance};
+use crate::store::embedded::EmbeddedOptions;
+use crate::store::{EmbeddedStore, Store};
+
+/// Serves until `shutdown` completes: stops accepting, lets in-flight requests finish, stops
+/// maintenance, and flushes the store.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    clock: Clock,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let options = EmbeddedOptions {
+        sync: config.durability == Durability::Sync,
+        cache_bytes: config.cache_bytes,
+    };
+    let data_dir = config.data_dir.clone();
+    let now = clock.now_ms();
+    let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&data_dir, &options, now))
+        .await
+        .context("opening the store")?
+        .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
+    let engine = Arc::new(Engine::new(
+        Store::Embedded(store),
+        clock,
+        EngineSettings {
+            default_policy: Arc::new(config.default_policy.clone()),
+            completed_retention_ms: config.completed_retention_ms,
+            dead_retention_ms: config.dead_retention_ms,
+        },
+    ));
+    let (stop, stopped) = watch::channel(false);
+    let maintenance = tokio::spawn(maintenance::run(engine.clone(), stopped));
+
+    let state = AppState {
+        engine: engine.clone(),
+        limits: Arc::new(Limits {
+            max_request_bytes: config.max_request_bytes,
+            max_payload_bytes: config.max_payload_bytes,
+            default_lease_ms: config.default_lease_ms,
+            max_lease_ms: config.max_lease_ms,
+        }),
+    };
+    let address = listener.local_addr().ok();
+    tracing::info!(?address, durability = ?config.durability, "tenax listening");
+    let app = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+
+    let _ = stop.send(true);
+    let _ = maintenance.await;
+    // Every request has finished; the engine is ours alone again (streams may hold a clone for
+    // a moment while they notice the shutdown).
+    let mut engine = engine;
+    for _ in 0..100 {
+        match Arc::try_unwrap(engine) {
+            Ok(inner) => {
+                inner.store.close().await;
+                tracing::info!("store flushed; bye");
+                return served.context("serving HTTP");
+            }
+            Err(shared) => {
+                engine = shared;
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+    }
+    tracing::warn!("shutting down with streams still open; the store flushes on drop");
+    served.context("serving HTTP")
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = interrupt.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("shutdown requested: finishing requests in progress");
+}
