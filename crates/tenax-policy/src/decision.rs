@@ -79,6 +79,8 @@ impl std::fmt::Display for DeadReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::NotRetryable => write!(f, "the failure was marked not retryable"),
+            Self::RetryLimit { limit: 0 } => write!(f, "the policy allows no retries"),
+            Self::RetryLimit { limit: 1 } => write!(f, "its one retry was used"),
             Self::RetryLimit { limit } => write!(f, "all {limit} retries were used"),
             Self::Window { max_window_ms } => write!(
                 f,

@@ -1,6 +1,9 @@
 //! The command line: one file per command group, each with its own arguments and `run`.
 
+mod client;
+mod enqueue;
 mod error;
+mod jobs;
 pub mod policy;
 pub mod serve;
 
@@ -23,6 +26,16 @@ pub enum Command {
     /// Preview and plot retry policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Enqueue a job, or many from an NDJSON file.
+    Enqueue(Box<enqueue::EnqueueArgs>),
+    /// List and show jobs.
+    #[command(subcommand)]
+    Jobs(jobs::JobsCommand),
+    /// List and replay dead jobs.
+    #[command(subcommand)]
+    Dead(jobs::DeadCommand),
+    /// Job counts per queue and status.
+    Stats(client::ServerArgs),
 }
 
 /// Runs one parsed command line.
@@ -30,5 +43,9 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Policy(command) => policy::run(command),
+        Command::Enqueue(args) => enqueue::run(*args),
+        Command::Jobs(command) => jobs::run_jobs(command),
+        Command::Dead(command) => jobs::run_dead(command),
+        Command::Stats(server) => jobs::run_stats(server),
     }
 }

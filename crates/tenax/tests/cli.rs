@@ -1,0 +1,193 @@
+//! The client commands against a real server process: enqueue one and from an NDJSON file,
+//! list, show, stats, dead list and replay; bad input exits with status 2 and names the field.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tenax");
+
+/// A `tenax serve` child process, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start() -> Server {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let child = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .env("TENAX_LOG", "warn")
+        .spawn()
+        .expect("spawn tenax serve");
+    let url = format!("http://127.0.0.1:{port}");
+    let server = Server {
+        child,
+        url,
+        _dir: dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "server did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server
+}
+
+fn tenax(server: &Server, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("TENAX_URL", &server.url)
+        .output()
+        .expect("run tenax")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn client_commands_round_trip() {
+    let server = start();
+    let one = stdout(&tenax(
+        &server,
+        &[
+            "enqueue",
+            "-q",
+            "mail",
+            "-t",
+            "send",
+            "-p",
+            r#"{"to":"a@example.com"}"#,
+            "--policy",
+            r#"{"type": "fixed", "delay": "1s", "retry_limit": 0}"#,
+        ],
+    ));
+    let one: serde_json::Value = serde_json::from_str(one.trim()).expect("json answer");
+    assert_eq!(one["created"], true);
+    let id = one["id"].as_u64().expect("id");
+
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    let lines: String = (0..2_500)
+        .map(|n| format!("{{\"queue\":\"bulk\",\"type\":\"t\",\"payload\":{{\"n\":{n}}}}}\n"))
+        .collect();
+    std::fs::write(file.path(), lines).expect("write ndjson");
+    let output = tenax(
+        &server,
+        &[
+            "enqueue",
+            "--file",
+            file.path().to_str().expect("utf-8 path"),
+            "--batch",
+            "1000",
+        ],
+    );
+    assert!(output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("enqueued 2500 jobs"));
+
+    let stats = stdout(&tenax(&server, &["stats"]));
+    let bulk = stats
+        .lines()
+        .find(|l| l.starts_with("bulk"))
+        .expect("bulk row");
+    assert_eq!(
+        bulk.split_whitespace().collect::<Vec<_>>(),
+        ["bulk", "0", "2500", "0", "0", "0"]
+    );
+
+    // Fail the mail job once: its policy allows no retries, so it is dead.
+    let client = reqwest::blocking::Client::new();
+    let taken: serde_json::Value = client
+        .post(format!("{}/api/take", server.url))
+        .body(r#"{"queues": ["mail"]}"#)
+        .send()
+        .and_then(|r| r.json())
+        .expect("take");
+    assert_eq!(taken["jobs"][0]["id"].as_u64(), Some(id));
+    let failed = client
+        .post(format!("{}/api/jobs/{id}/fail", server.url))
+        .body(r#"{"error": "smtp said no"}"#)
+        .send()
+        .expect("fail");
+    assert!(failed.status().is_success());
+
+    let dead = stdout(&tenax(&server, &["dead", "list"]));
+    assert!(dead.contains("smtp said no"), "{dead}");
+    let replayed = stdout(&tenax(
+        &server,
+        &[
+            "dead",
+            "replay",
+            "--id",
+            &id.to_string(),
+            "--reset-attempts",
+        ],
+    ));
+    assert!(replayed.starts_with("replayed 1 jobs"), "{replayed}");
+    let shown: serde_json::Value =
+        serde_json::from_str(&stdout(&tenax(&server, &["jobs", "show", &id.to_string()])))
+            .expect("json");
+    assert_eq!(shown["status"], "ready");
+    assert_eq!(shown["errors"][0]["message"], "smtp said no");
+
+    let listed = stdout(&tenax(
+        &server,
+        &["jobs", "list", "-q", "bulk", "--limit", "2"],
+    ));
+    assert_eq!(listed.lines().count(), 3, "header and two rows: {listed}");
+}
+
+#[test]
+fn bad_input_exits_2_naming_the_field() {
+    let server = start();
+    let output = tenax(&server, &["enqueue", "-q", "bad queue!"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("queue: must be 1 to 128 characters"));
+    let output = tenax(
+        &server,
+        &[
+            "enqueue",
+            "-q",
+            "ok",
+            "--policy",
+            r#"{"type": "phased", "function": "cubic"}"#,
+        ],
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("policy.function"));
+    let output = Command::new(BIN)
+        .args(["serve", "--default-backoff-base", "10s"])
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--default-backoff-exponent"));
+    let output = Command::new(BIN)
+        .args(["policy", "preview", "--policy", r#"{"type": "fixed"}"#])
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("delay: is required"));
+}
