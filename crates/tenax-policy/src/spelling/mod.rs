@@ -43,10 +43,13 @@ impl From<RetryPolicy> for ParsedPolicy {
     }
 }
 
-/// Which spelling `value` is in: SNS by `healthyRetryPolicy` or `http`, Zaqar by
-/// `_retry_policy` or any of its keys, native otherwise.
+/// Which spelling `value` is in: native when it has `"type"`; SNS by `healthyRetryPolicy`,
+/// `throttlePolicy`, `requestPolicy`, `sicklyRetryPolicy` or `http`; Zaqar by `_retry_policy`
+/// or any of its keys; native otherwise (whose error then asks for `"type"`).
 pub fn detect(value: &Value) -> Spelling {
-    if sns::recognises(value) {
+    if value.get("type").is_some() {
+        Spelling::Native
+    } else if sns::recognises(value) {
         Spelling::Sns
     } else if zaqar::recognises(value) {
         Spelling::Zaqar
@@ -94,6 +97,19 @@ mod tests {
         assert_eq!(n.retry, s.retry);
         let z = parse_policy(&zaqar).unwrap();
         assert_eq!(z.retry.retry_limit, 10);
+    }
+
+    #[test]
+    fn type_means_native_and_sns_has_several_top_keys() {
+        let mixed = json!({"type": "fixed", "delay": "1s", "minimum_delay": 5});
+        assert_eq!(detect(&mixed), Spelling::Native);
+        assert_eq!(parse_policy(&mixed).unwrap_err().field, "minimum_delay");
+        let throttle_only = json!({"throttlePolicy": {"maxReceivesPerSecond": 5}});
+        assert_eq!(detect(&throttle_only), Spelling::Sns);
+        assert_eq!(
+            parse_policy(&throttle_only).unwrap().throttle_per_second,
+            Some(5)
+        );
     }
 
     #[test]

@@ -22,7 +22,15 @@ pub const SNS_TOTAL_MESSAGE: &str = "Total policy retry time cannot be greater t
 
 /// True when `value` is spelt the SNS way.
 pub fn recognises(value: &Value) -> bool {
-    value.get("healthyRetryPolicy").is_some() || value.get("http").is_some()
+    [
+        "healthyRetryPolicy",
+        "throttlePolicy",
+        "requestPolicy",
+        "sicklyRetryPolicy",
+        "http",
+    ]
+    .iter()
+    .any(|key| value.get(key).is_some())
 }
 
 pub fn parse(value: &Value) -> Result<ParsedPolicy, PolicyError> {

@@ -112,10 +112,15 @@ pub fn preview_table(preview: &Preview) -> String {
     let (low, high) = (preview.min_window_ms(), preview.max_window_ms());
     let _ = write!(
         out,
-        "total window: {} ({} ms) over {} retries",
+        "total window: {} ({} ms) over {} {}",
         format_duration(preview.window_ms),
         preview.window_ms,
-        preview.retries.len()
+        preview.retries.len(),
+        if preview.retries.len() == 1 {
+            "retry"
+        } else {
+            "retries"
+        }
     );
     if low != preview.window_ms || high != preview.window_ms {
         let _ = write!(
