@@ -18,7 +18,8 @@ pub struct ServeArgs {
     #[arg(long, env = "TENAX_DATA_DIR", default_value = "./tenax-data")]
     pub data_dir: PathBuf,
     /// `sync`: acknowledge a change only once it is on disk (group commit shares each fsync).
-    /// `relaxed`: acknowledge once written to the OS; a power loss may lose the last moments.
+    /// `relaxed`: acknowledge at once and sync at most 500 ms later; any crash (even of the
+    /// process alone) may lose the changes of those last 500 ms.
     #[arg(long, env = "TENAX_DURABILITY", value_enum, default_value_t = Durability::Sync)]
     pub durability: Durability,
     /// Retries allowed by the server-wide default policy.

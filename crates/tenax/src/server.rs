@@ -57,9 +57,13 @@ pub async fn run(
     let address = listener.local_addr().ok();
     tracing::info!(?address, durability = ?config.durability, "tenax listening");
     let app = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let stopper = engine.clone();
+    let shutdown = async move {
+        shutdown.await;
+        // Ends long polls and streams, so that graceful shutdown does not wait on them.
+        stopper.begin_stop();
+    };
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
 
     let _ = stop.send(true);
     let _ = maintenance.await;

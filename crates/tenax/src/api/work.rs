@@ -180,11 +180,13 @@ async fn take_stream(
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_millis(20)) => continue,
                     () = tx.closed() => return,
+                    () = engine.stopped() => return,
                 }
             }
             let taken = tokio::select! {
                 taken = engine.take(&p.queues, room, p.lease_ms, Duration::from_secs(1), Some(stream)) => taken,
                 () = tx.closed() => return,
+                () = engine.stopped() => return,
             };
             let jobs = match taken {
                 Ok(jobs) => jobs,
@@ -389,7 +391,7 @@ async fn fail(
         detail,
         outcome,
     };
-    let transition = state
+    let (transition, failed_at) = state
         .engine
         .fail(
             Ack {
@@ -406,7 +408,7 @@ async fn fail(
         _ => {
             answer["attempt"] = json!(s.failures + 1);
             answer["run_at"] = json!(rfc3339(s.run_at_ms));
-            answer["delay_ms"] = json!(s.run_at_ms.saturating_sub(state.engine.now_ms()));
+            answer["delay_ms"] = json!(s.run_at_ms.saturating_sub(failed_at));
         }
     }
     Ok(Json(answer))

@@ -32,6 +32,8 @@ pub struct Engine {
     pub settings: EngineSettings,
     /// Ids of streaming take connections.
     streams: AtomicU64,
+    /// Turns true when the server begins to shut down: long polls return, streams end.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// A worker's failure report.
@@ -44,12 +46,25 @@ pub struct FailureReport {
 
 impl Engine {
     pub fn new(store: Store, clock: Clock, settings: EngineSettings) -> Self {
+        let (stopping, _) = tokio::sync::watch::channel(false);
         Self {
             store,
             clock,
             settings,
             streams: AtomicU64::new(1),
+            stopping,
         }
+    }
+
+    /// Starts the shutdown of waiting requests: long polls return empty, streams end.
+    pub fn begin_stop(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// Completes once [`Engine::begin_stop`] was called.
+    pub async fn stopped(&self) {
+        let mut receiver = self.stopping.subscribe();
+        let _ = receiver.wait_for(|stopping| *stopping).await;
     }
 
     pub fn now_ms(&self) -> UnixMs {
@@ -89,8 +104,10 @@ impl Engine {
             if !taken.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(taken);
             }
-            if tokio::time::timeout_at(deadline, signal).await.is_err() {
-                return Ok(Vec::new());
+            tokio::select! {
+                () = signal => {}
+                () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+                () = self.stopped() => return Ok(Vec::new()),
             }
         }
     }
@@ -104,8 +121,9 @@ impl Engine {
         self.store.complete(acks, retain, self.now_ms()).await
     }
 
-    /// Records a failure and asks the job's policy what happens next.
-    pub async fn fail(&self, ack: Ack, report: FailureReport) -> Result<Transition, StoreError> {
+    /// Records a failure and asks the job's policy what happens next. Returns the transition
+    /// and the time of the failure.
+    pub async fn fail(&self, ack: Ack, report: FailureReport) -> Result<(Transition, UnixMs), StoreError> {
         let now_ms = self.now_ms();
         let default = self.settings.default_policy.clone();
         let decide = move |ctx: &crate::store::DecideContext<'_>| {
@@ -117,7 +135,8 @@ impl Engine {
             };
             decide_failure(ctx, &default, now_ms, report.outcome, error)
         };
-        self.store.fail(ack, now_ms, &decide).await
+        let transition = self.store.fail(ack, now_ms, &decide).await?;
+        Ok((transition, now_ms))
     }
 
     /// A new id for a streaming take connection.
