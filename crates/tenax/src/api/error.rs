@@ -50,6 +50,8 @@ impl ApiError {
     pub fn policy(prefix: &str, error: &tenax_policy::PolicyError) -> Self {
         let field = if error.field.is_empty() {
             prefix.to_owned()
+        } else if prefix.is_empty() {
+            error.field.clone()
         } else {
             format!("{prefix}.{}", error.field)
         };

@@ -153,14 +153,14 @@ impl EmbeddedStore {
                 .queues
                 .get(&*entry.queue)
                 .and_then(|q| q.policy.clone());
-            let transition = decide(&DecideContext {
+            let mut transition = decide(&DecideContext {
                 id: ack.id,
                 queue: &entry.queue,
                 state: &entry.state,
                 job_policy: entry.policy.as_deref(),
                 queue_policy: queue_policy.as_deref(),
             });
-            let receiver = self.apply(inner, ack.id, &transition, now_ms);
+            let receiver = self.apply(inner, ack.id, &mut transition, now_ms);
             (transition, receiver)
         };
         writer::wait(receiver).await?;
@@ -168,18 +168,20 @@ impl EmbeddedStore {
         Ok(transition)
     }
 
-    /// Writes a transition and moves the job in memory. Called under the lock.
+    /// Writes a transition and moves the job in memory. Called under the lock. A retry due
+    /// already is ready at once; `transition` is updated to say so, so callers report the
+    /// state as stored.
     pub(super) fn apply(
         &self,
         inner: &mut super::Inner,
         id: JobId,
-        transition: &Transition,
+        transition: &mut Transition,
         now_ms: UnixMs,
     ) -> tokio::sync::oneshot::Receiver<Result<(), StoreError>> {
-        let mut state = transition.state.clone();
-        if state.status == Status::Scheduled && state.run_at_ms <= now_ms {
-            state.status = Status::Ready;
+        if transition.state.status == Status::Scheduled && transition.state.run_at_ms <= now_ms {
+            transition.state.status = Status::Ready;
         }
+        let state = transition.state.clone();
         let mut ops = vec![Op::PutState {
             id,
             state: to_json_bytes(&state),

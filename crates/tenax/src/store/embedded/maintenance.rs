@@ -42,14 +42,14 @@ impl EmbeddedStore {
                     .queues
                     .get(&*entry.queue)
                     .and_then(|q| q.policy.clone());
-                let transition = decide(&DecideContext {
+                let mut transition = decide(&DecideContext {
                     id,
                     queue: &entry.queue,
                     state: &entry.state,
                     job_policy: entry.policy.as_deref(),
                     queue_policy: queue_policy.as_deref(),
                 });
-                receivers.push(self.apply(inner, id, &transition, now_ms));
+                receivers.push(self.apply(inner, id, &mut transition, now_ms));
             }
             receivers
         };

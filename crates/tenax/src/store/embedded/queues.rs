@@ -21,8 +21,9 @@ impl EmbeddedStore {
             .iter()
             .map(|(name, q)| (name.clone(), q.config.clone()))
             .collect();
-        for (name, _) in inner.index.counts() {
-            if !inner.queues.contains_key(name) {
+        for (name, counts) in inner.index.counts() {
+            // A queue whose jobs are all gone has no jobs (as after a restart).
+            if counts.iter().any(|n| *n > 0) && !inner.queues.contains_key(name) {
                 all.push((name.to_owned(), QueueConfig::default()));
             }
         }

@@ -5,9 +5,12 @@
 //! | `jobs`     | job id (u64)         | [`StoredBody`] as JSON: fixed at enqueue     |
 //! | `states`   | job id (u64)         | [`JobState`](crate::model::JobState) as JSON |
 //! | `policies` | job id (u64)         | the job's own policy, canonical native JSON  |
-//! | `errors`   | (job id, attempt)    | [`ErrorEntry`](crate::model::ErrorEntry) JSON |
+//! | `errors`   | (job id, n)          | [`ErrorEntry`](crate::model::ErrorEntry) JSON |
 //! | `queues`   | queue name           | [`QueueConfig`](crate::store::QueueConfig) JSON |
 //! | `meta`     | name                 | u64 (`next_id`: the next job id to assign)   |
+//!
+//! An error's `n` is its attempt, or one past the job's last entry if that is higher (after a
+//! replay that reset the attempts), so the history is append-only, oldest first.
 //!
 //! Ids are never reused: `next_id` is written in the same commit as the jobs that used it.
 //! In-flight status and leases are never written: after a restart a job is as its last durable

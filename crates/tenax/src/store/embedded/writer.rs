@@ -198,7 +198,16 @@ fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), Sto
                 Op::PutState { id, state } => states.insert(id, state.as_slice()).map(drop),
                 Op::PutPolicy { id, policy } => policies.insert(id, policy.as_slice()).map(drop),
                 Op::PutError { id, attempt, entry } => {
-                    errors.insert((id, attempt), entry.as_slice()).map(drop)
+                    // After the job's last entry, never over it: a replay with reset attempts
+                    // numbers failures from 1 again, and the earlier history is kept.
+                    let last = errors
+                        .range((id, 0)..=(id, u32::MAX))
+                        .and_then(|mut rows| rows.next_back().transpose())
+                        .map(|row| row.map(|(key, _)| key.value().1));
+                    last.and_then(|last| {
+                        let key = last.map_or(attempt, |last| attempt.max(last.saturating_add(1)));
+                        errors.insert((id, key), entry.as_slice()).map(drop)
+                    })
                 }
                 Op::DeleteJob { id } => jobs
                     .remove(id)

@@ -1,0 +1,1802 @@
+//! End-to-end tests of the native HTTP API: the real server on a loopback port, driven over HTTP.
+//!
+//! Time: most tests run the server on a manual clock (`common::T0`) and move it, so retry
+//! delays of minutes or days take no time. One test (`real_time_retries_follow_the_schedule`)
+//! runs on the system clock to check that the maintenance loop wakes up on time.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Options, T0, TestServer, ids, ms};
+use reqwest::Method;
+use serde_json::{Value, json};
+use tenax::clock::rfc3339;
+use tenax_policy::{Decision, Failure, Outcome, Preview, RetryPolicy, SeededRandom, parse_policy};
+
+const SECOND: u64 = 1_000;
+const MINUTE: u64 = 60 * SECOND;
+const HOUR: u64 = 60 * MINUTE;
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn millis(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A minimal job for `queue`.
+fn job(queue: &str) -> Value {
+    json!({ "queue": queue })
+}
+
+// --- enqueue ---------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_one_and_read_it_back() {
+    let server = TestServer::manual().await;
+    let answer = server
+        .expect(
+            Method::POST,
+            "/api/jobs",
+            Some(
+                json!({"queue": "mail", "type": "send", "payload": {"to": "a@example.com"},
+                        "priority": 3}),
+            ),
+            201,
+        )
+        .await;
+    let id = answer["id"].as_u64().expect("an id");
+    assert_eq!(
+        answer,
+        json!({"id": id, "created": true, "status": "ready", "run_at": rfc3339(T0)})
+    );
+    let shown = server.job(id).await;
+    assert_eq!(
+        shown,
+        json!({"id": id, "queue": "mail", "type": "send", "payload": {"to": "a@example.com"},
+               "priority": 3, "status": "ready", "attempt": 1, "failures": 0,
+               "run_at": rfc3339(T0), "created_at": rfc3339(T0), "errors": []})
+    );
+
+    // Later: by delay, by RFC 3339 time, by milliseconds since the epoch.
+    let delayed = server
+        .expect(
+            Method::POST,
+            "/api/jobs",
+            Some(json!({"queue": "mail", "delay": "90s"})),
+            201,
+        )
+        .await;
+    assert_eq!(delayed["status"], "scheduled");
+    assert_eq!(ms(&delayed["run_at"]), T0 + 90 * SECOND);
+    let at = server
+        .expect(
+            Method::POST,
+            "/api/jobs",
+            Some(json!({"queue": "mail", "run_at": "2027-01-15T09:00:00Z"})),
+            201,
+        )
+        .await;
+    assert_eq!(rfc3339(T0), "2027-01-15T08:00:00.000Z");
+    assert_eq!(ms(&at["run_at"]), T0 + HOUR);
+    let at_ms = server
+        .expect(
+            Method::POST,
+            "/api/jobs",
+            Some(json!({"queue": "mail", "run_at": T0 + 5 * SECOND})),
+            201,
+        )
+        .await;
+    assert_eq!(ms(&at_ms["run_at"]), T0 + 5 * SECOND);
+    // A time in the past is ready at once.
+    let past = server
+        .expect(
+            Method::POST,
+            "/api/jobs",
+            Some(json!({"queue": "mail", "run_at": T0 - HOUR})),
+            201,
+        )
+        .await;
+    assert_eq!(past["status"], "ready");
+
+    assert_eq!(server.totals().await, (3, 2, 0, 0, 0));
+    // The payload defaults to null and the type to "".
+    let bare = server.enqueue(job("mail")).await;
+    let bare = server.job(bare).await;
+    assert_eq!(
+        (&bare["payload"], &bare["type"]),
+        (&json!(null), &json!(""))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_enqueue_is_all_or_nothing() {
+    let server = TestServer::manual().await;
+    let stored = server
+        .enqueue_batch(vec![
+            json!({"queue": "b", "type": "x"}),
+            json!({"queue": "b", "priority": 5}),
+            json!({"queue": "c", "delay": "1m"}),
+        ])
+        .await;
+    assert_eq!(stored.len(), 3);
+    assert!(
+        stored.windows(2).all(|w| w[0] < w[1]),
+        "ids in order: {stored:?}"
+    );
+    server
+        .enqueue(json!({"queue": "b", "unique_key": "taken"}))
+        .await;
+    let before = server.totals().await;
+    assert_eq!(before, (1, 3, 0, 0, 0));
+
+    let ok = json!({"queue": "b"});
+    let bad = |field: &str, value: Value| {
+        let mut job = json!({"queue": "b"});
+        job[field] = value;
+        job
+    };
+    // One bad job refuses the whole batch; the error names it by index.
+    for (jobs, field) in [
+        (
+            vec![ok.clone(), bad("priority", json!("high")), ok.clone()],
+            "jobs[1].priority",
+        ),
+        (
+            vec![ok.clone(), ok.clone(), json!({"queue": "no spaces"})],
+            "jobs[2].queue",
+        ),
+        (
+            vec![ok.clone(), bad("delay", json!("soon"))],
+            "jobs[1].delay",
+        ),
+        (
+            vec![bad("policy", json!({"type": "fixed"}))],
+            "jobs[0].policy.delay",
+        ),
+        (
+            vec![ok.clone(), bad("retry_limit", json!(100_001))],
+            "jobs[1].retry_limit",
+        ),
+        (
+            vec![ok.clone(), bad("unique_key", json!(""))],
+            "jobs[1].unique_key",
+        ),
+        (vec![ok.clone(), json!({"priority": 1})], "jobs[1]"),
+    ] {
+        let body = json!({ "jobs": jobs });
+        if field == "jobs[1]" {
+            // A missing required field: named by the message.
+            let error = server
+                .error(Method::POST, "/api/jobs/batch", Some(body), 400)
+                .await;
+            assert!(error.message.contains("queue"), "{error:?}");
+        } else {
+            server.invalid("/api/jobs/batch", body, field).await;
+        }
+    }
+    server
+        .invalid("/api/jobs/batch", json!({"jobs": []}), "jobs")
+        .await;
+    // A duplicate unique key (against a stored job, or within the batch) refuses it all too.
+    for jobs in [
+        vec![ok.clone(), json!({"queue": "b", "unique_key": "taken"})],
+        vec![
+            json!({"queue": "b", "unique_key": "twice"}),
+            ok.clone(),
+            json!({"queue": "b", "unique_key": "twice"}),
+        ],
+    ] {
+        let error = server
+            .error(
+                Method::POST,
+                "/api/jobs/batch",
+                Some(json!({ "jobs": jobs })),
+                409,
+            )
+            .await;
+        assert_eq!(error.code, "duplicate");
+    }
+
+    // Nothing of the refused batches was stored, and ids continue after the stored ones.
+    assert_eq!(server.totals().await, before);
+    let listed = server.get("/api/jobs?queue=b").await;
+    assert_eq!(ids(&listed["jobs"]).len(), 3);
+    let next = server.enqueue(ok).await;
+    assert!(next > *stored.last().expect("ids"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_keys_refuse_or_return_the_existing_job() {
+    let server = TestServer::manual().await;
+    let first = server
+        .enqueue(json!({"queue": "u", "unique_key": "order-1"}))
+        .await;
+    assert_eq!(server.job(first).await["unique_key"], "order-1");
+
+    let error = server
+        .error(
+            Method::POST,
+            "/api/jobs",
+            Some(json!({"queue": "u", "unique_key": "order-1"})),
+            409,
+        )
+        .await;
+    assert_eq!(error.code, "duplicate");
+    assert!(error.message.contains(&first.to_string()), "{error:?}");
+
+    let existing = server
+        .expect(
+            Method::POST,
+            "/api/jobs",
+            Some(json!({"queue": "u", "unique_key": "order-1", "on_duplicate": "existing"})),
+            200,
+        )
+        .await;
+    assert_eq!(
+        existing,
+        json!({"id": first, "created": false, "status": "ready", "run_at": rfc3339(T0)})
+    );
+
+    // Keys are per queue.
+    let elsewhere = server
+        .enqueue(json!({"queue": "u2", "unique_key": "order-1"}))
+        .await;
+    assert_ne!(elsewhere, first);
+
+    // In a batch, on_duplicate applies to each job.
+    let batch = server
+        .expect(
+            Method::POST,
+            "/api/jobs/batch",
+            Some(json!({"on_duplicate": "existing", "jobs": [
+                {"queue": "u", "unique_key": "order-1"},
+                {"queue": "u", "unique_key": "order-2"},
+            ]})),
+            201,
+        )
+        .await;
+    assert_eq!(batch["jobs"][0]["id"], first);
+    assert_eq!(batch["jobs"][0]["created"], false);
+    assert_eq!(batch["jobs"][1]["created"], true);
+    assert_eq!(server.totals().await.1, 3);
+
+    // A finished job frees its key.
+    let taken = server.take_one("u").await;
+    assert_eq!(taken.id, first);
+    server.complete(&taken).await;
+    let again = server
+        .enqueue(json!({"queue": "u", "unique_key": "order-1"}))
+        .await;
+    assert!(again > first);
+}
+
+// --- take ------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn take_is_highest_priority_first_then_fifo_across_queues() {
+    let server = TestServer::manual().await;
+    let mut id = std::collections::HashMap::new();
+    for (name, queue, priority) in [
+        ("a0", "a", 0),
+        ("b5", "b", 5),
+        ("a5", "a", 5),
+        ("c9", "c", 9),
+        ("b0", "b", 0),
+        ("a-1", "a", -1),
+        ("b5'", "b", 5),
+    ] {
+        let job_id = server
+            .enqueue(json!({"queue": queue, "priority": priority}))
+            .await;
+        id.insert(name, job_id);
+    }
+    let taken = server.take(&["a", "b"], 10).await;
+    let got: Vec<u64> = taken.iter().map(|j| j.id).collect();
+    let want: Vec<u64> = ["b5", "a5", "b5'", "a0", "b0", "a-1"]
+        .iter()
+        .map(|n| id[n])
+        .collect();
+    assert_eq!(got, want);
+    let priorities: Vec<i64> = taken.iter().map(|j| j.priority).collect();
+    assert_eq!(priorities, [5, 5, 5, 0, 0, -1]);
+    for job in &taken {
+        assert_eq!(job.attempt, 1);
+        assert_eq!(
+            job.lease_expires_at_ms,
+            T0 + 30 * SECOND,
+            "the default lease"
+        );
+    }
+    // The queue not asked for was untouched.
+    let c = server.take(&["c"], 10).await;
+    assert_eq!(c.iter().map(|j| j.id).collect::<Vec<_>>(), [id["c9"]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn take_returns_at_most_max() {
+    let server = TestServer::manual().await;
+    let stored = server.enqueue_batch(vec![job("m"); 5]).await;
+    let first = server.take(&["m"], 3).await;
+    assert_eq!(first.iter().map(|j| j.id).collect::<Vec<_>>(), stored[..3]);
+    let second = server.take(&["m"], 3).await;
+    assert_eq!(second.iter().map(|j| j.id).collect::<Vec<_>>(), stored[3..]);
+    assert!(server.take(&["m"], 3).await.is_empty());
+    // Without max, one.
+    server.enqueue_batch(vec![job("m"); 2]).await;
+    assert_eq!(server.take_with(json!({"queues": ["m"]})).await.len(), 1);
+    assert_eq!(server.totals().await, (0, 1, 6, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_returns_as_soon_as_a_job_arrives() {
+    let server = TestServer::manual().await;
+    let api = server.api.clone();
+    let started = Instant::now();
+    let waiter = tokio::spawn(async move {
+        let jobs = api
+            .take_with(json!({"queues": ["lp"], "wait": "20s"}))
+            .await;
+        (jobs, started.elapsed())
+    });
+    // Give the take time to start waiting; a job for another queue does not answer it.
+    tokio::time::sleep(millis(200)).await;
+    server.enqueue(job("other")).await;
+    tokio::time::sleep(millis(100)).await;
+    assert!(!waiter.is_finished(), "the take waits for its own queue");
+    let id = server.enqueue(job("lp")).await;
+    let (jobs, elapsed) = waiter.await.expect("the waiter");
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [id]);
+    server.complete(&jobs[0]).await;
+    assert!(elapsed >= millis(300), "{elapsed:?}");
+    assert!(
+        elapsed < secs(5),
+        "answered on arrival, not at the end: {elapsed:?}"
+    );
+
+    // A scheduled job coming due answers a waiting take too.
+    let later = server.enqueue(json!({"queue": "lp", "delay": "30s"})).await;
+    let api = server.api.clone();
+    let waiter = tokio::spawn(async move {
+        api.take_with(json!({"queues": ["lp"], "wait": "20s"}))
+            .await
+    });
+    tokio::time::sleep(millis(100)).await;
+    server.advance(secs(30));
+    let jobs = tokio::time::timeout(secs(5), waiter)
+        .await
+        .expect("answered once due")
+        .expect("the waiter");
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [later]);
+
+    // Nothing arrives: an empty answer after the wait.
+    let started = Instant::now();
+    let jobs = server
+        .take_with(json!({"queues": ["lp"], "wait": "300ms"}))
+        .await;
+    assert!(jobs.is_empty());
+    let elapsed = started.elapsed();
+    assert!(elapsed >= millis(300) && elapsed < secs(3), "{elapsed:?}");
+}
+
+// --- heartbeat and complete ------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeat_extends_the_lease() {
+    let server = TestServer::start(Options::manual().flags(&["--max-lease", "1m"])).await;
+    let id = server.enqueue(job("hb")).await;
+    let taken = server
+        .take_with(json!({"queues": ["hb"], "lease": "10s"}))
+        .await
+        .remove(0);
+    assert_eq!(taken.lease_expires_at_ms, T0 + 10 * SECOND);
+    let path = format!("/api/jobs/{id}/heartbeat");
+
+    server.advance(secs(8));
+    let answer = server
+        .post(
+            &path,
+            json!({"lease_token": taken.lease_token, "lease": "10s"}),
+        )
+        .await;
+    assert_eq!(
+        answer,
+        json!({"id": id, "lease_expires_at": rfc3339(T0 + 18 * SECOND)})
+    );
+    // Past the first lease, still in flight.
+    server.advance(secs(5));
+    server.assert_nothing_to_take("hb", "50ms").await;
+    assert_eq!(server.status(id).await, "in_flight");
+
+    let error = server
+        .error(
+            Method::POST,
+            &path,
+            Some(json!({"lease_token": taken.lease_token + 1})),
+            409,
+        )
+        .await;
+    assert_eq!(error.code, "lease_lost");
+    server
+        .invalid(
+            &path,
+            json!({"lease_token": taken.lease_token, "lease": "2m"}),
+            "lease",
+        )
+        .await;
+    // An empty body: any holder, the default lease (30 s).
+    let answer = server.expect(Method::POST, &path, None, 200).await;
+    assert_eq!(ms(&answer["lease_expires_at"]), T0 + 43 * SECOND);
+
+    server.advance(secs(30));
+    server.wait_for(id, "ready").await;
+    let error = server
+        .error(
+            Method::POST,
+            &path,
+            Some(json!({"lease_token": taken.lease_token})),
+            409,
+        )
+        .await;
+    assert_eq!(error.code, "not_in_flight");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn complete_one_and_many_with_lease_tokens() {
+    let server = TestServer::manual().await;
+    let stored = server.enqueue_batch(vec![job("c"); 4]).await;
+    let taken = server.take(&["c"], 4).await;
+    let [a, b, c, d] = [&taken[0], &taken[1], &taken[2], &taken[3]];
+    assert_eq!([a.id, b.id, c.id, d.id], stored[..]);
+
+    let answer = server
+        .post(
+            &format!("/api/jobs/{}/complete", a.id),
+            json!({"lease_token": a.lease_token}),
+        )
+        .await;
+    assert_eq!(answer, json!({"id": a.id, "status": "completed"}));
+    let shown = server.job(a.id).await;
+    assert_eq!(shown["status"], "completed");
+    assert_eq!(ms(&shown["finished_at"]), T0);
+    let error = server
+        .error(
+            Method::POST,
+            &format!("/api/jobs/{}/complete", a.id),
+            Some(json!({"lease_token": a.lease_token})),
+            409,
+        )
+        .await;
+    assert_eq!(error.code, "not_in_flight");
+    // Another job's token is not this job's lease.
+    let error = server
+        .error(
+            Method::POST,
+            &format!("/api/jobs/{}/complete", b.id),
+            Some(json!({"lease_token": c.lease_token})),
+            409,
+        )
+        .await;
+    assert_eq!(error.code, "lease_lost");
+
+    // Many at once: one result per job.
+    let answer = server
+        .post(
+            "/api/jobs/complete",
+            json!({"jobs": [
+                {"id": b.id, "lease_token": b.lease_token},
+                {"id": c.id, "lease_token": d.lease_token},
+                {"id": d.id},
+                {"id": 987_654},
+            ]}),
+        )
+        .await;
+    let results = answer["results"].as_array().expect("results");
+    assert_eq!(results.len(), 4);
+    assert_eq!(results[0], json!({"id": b.id, "completed": true}));
+    assert_eq!(results[1]["completed"], false);
+    assert_eq!(results[1]["error"]["code"], "lease_lost");
+    assert_eq!(results[2], json!({"id": d.id, "completed": true}));
+    assert_eq!(results[3]["error"]["code"], "not_found");
+    assert_eq!(server.totals().await, (0, 0, 1, 3, 0));
+
+    // A lease that expired and was given to another worker: the old token is stale.
+    server.advance(secs(30));
+    server.wait_for(c.id, "ready").await;
+    let again = server.take_one("c").await;
+    assert_eq!(again.id, c.id);
+    assert_ne!(again.lease_token, c.lease_token);
+    let answer = server
+        .post(
+            "/api/jobs/complete",
+            json!({"jobs": [{"id": c.id, "lease_token": c.lease_token}]}),
+        )
+        .await;
+    assert_eq!(answer["results"][0]["error"]["code"], "lease_lost");
+    let answer = server
+        .post(
+            "/api/jobs/complete",
+            json!({"jobs": [{"id": c.id, "lease_token": again.lease_token}]}),
+        )
+        .await;
+    assert_eq!(answer["results"][0], json!({"id": c.id, "completed": true}));
+    assert_eq!(server.totals().await, (0, 0, 0, 4, 0));
+    server
+        .invalid("/api/jobs/complete", json!({"jobs": []}), "jobs")
+        .await;
+}
+
+// --- failures and policies -------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_follow_a_phased_linear_policy_until_dead() {
+    let server = TestServer::manual().await;
+    let policy = json!({"type": "phased", "min_delay": "10s", "max_delay": "50s",
+                        "num_retries": 5, "function": "linear"});
+    let id = server
+        .enqueue(json!({"queue": "ph", "policy": policy}))
+        .await;
+    assert_eq!(server.job(id).await["policy"]["type"], "phased");
+
+    for (i, delay) in [10, 20, 30, 40, 50].into_iter().enumerate() {
+        let retry = u64::try_from(i).expect("small") + 1;
+        let delay = delay * SECOND;
+        let taken = server.take_one("ph").await;
+        assert_eq!((taken.id, taken.attempt), (id, retry));
+        let now = server.now_ms();
+        let answer = server
+            .fail(&taken, &format!("boom {retry}"), json!({}))
+            .await;
+        assert_eq!(
+            answer,
+            json!({"id": id, "status": "scheduled", "failures": retry, "attempt": retry + 1,
+                   "run_at": rfc3339(now + delay), "delay_ms": delay})
+        );
+        let shown = server.job(id).await;
+        assert_eq!(shown["status"], "scheduled");
+        assert_eq!(ms(&shown["run_at"]), now + delay);
+        let errors = shown["errors"].as_array().expect("errors");
+        assert_eq!(
+            errors.len(),
+            usize::try_from(retry).expect("small"),
+            "one entry per failure"
+        );
+        assert_eq!(
+            errors.last(),
+            Some(
+                &json!({"attempt": retry, "at": rfc3339(now), "message": format!("boom {retry}")})
+            )
+        );
+        // Not a millisecond early.
+        server.advance(millis(delay - 1));
+        server.assert_nothing_to_take("ph", "30ms").await;
+        server.advance(millis(1));
+    }
+    let taken = server.take_one("ph").await;
+    assert_eq!(taken.attempt, 6);
+    let now = server.now_ms();
+    let answer = server.fail(&taken, "boom 6", json!({})).await;
+    assert_eq!(
+        answer,
+        json!({"id": id, "status": "dead", "failures": 6, "dead_reason": "all 5 retries were used"})
+    );
+    let shown = server.job(id).await;
+    assert_eq!(shown["status"], "dead");
+    assert_eq!(ms(&shown["finished_at"]), now);
+    assert_eq!(shown["errors"].as_array().map(Vec::len), Some(6));
+    assert_eq!(ids(&server.get("/api/dead").await["jobs"]), [id]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_follow_the_default_polynomial_policy() {
+    let server = TestServer::manual().await;
+    let id = server.enqueue(job("poly")).await;
+    let policy = RetryPolicy::default();
+    let mut first = None;
+    let mut previous = None;
+    for retry in 1..=4u32 {
+        let taken = server.take_one("poly").await;
+        assert_eq!(taken.attempt, u64::from(retry));
+        let now = server.now_ms();
+        let answer = server.fail(&taken, "nope", json!({})).await;
+        let run_at = ms(&answer["run_at"]);
+        let delay = run_at - now;
+        assert_eq!(answer["delay_ms"], delay);
+        // The documented curve: 15 s + r^4 s, plus up to 30 s·r of jitter.
+        let base = 15 * SECOND + u64::from(retry.pow(4)) * SECOND;
+        assert!(
+            (base..base + 30 * SECOND * u64::from(retry)).contains(&delay),
+            "retry {retry}: {delay} ms"
+        );
+        // Exactly the policy's draw for this job and retry (seeded by both).
+        let expected = policy.decide(
+            &Failure {
+                failure: retry,
+                at_ms: now,
+                first_failure_at_ms: *first.get_or_insert(now),
+                previous_delay_ms: previous,
+                outcome: Outcome::Retry,
+            },
+            &mut SeededRandom::for_retry(&id.to_string(), retry),
+        );
+        assert_eq!(
+            expected,
+            Decision::Retry {
+                retry,
+                at_ms: run_at,
+                delay_ms: delay
+            }
+        );
+        previous = Some(delay);
+        server.advance(millis(delay));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_outcomes_retry_in_retry_at_snooze_and_not_retryable() {
+    let server = TestServer::manual().await;
+    let id = server.enqueue(job("out")).await;
+
+    // retry_in: an attempt, at the worker's delay.
+    let taken = server.take_one("out").await;
+    let answer = server
+        .fail(&taken, "later", json!({"retry_in": "90s"}))
+        .await;
+    assert_eq!(
+        answer,
+        json!({"id": id, "status": "scheduled", "failures": 1, "attempt": 2,
+               "run_at": rfc3339(T0 + 90 * SECOND), "delay_ms": 90 * SECOND})
+    );
+    server.advance(secs(90));
+
+    // retry_at: an attempt, at the worker's time.
+    let taken = server.take_one("out").await;
+    assert_eq!(taken.attempt, 2);
+    let at = server.now_ms() + 3 * HOUR;
+    let answer = server
+        .fail(&taken, "at three", json!({"retry_at": rfc3339(at)}))
+        .await;
+    assert_eq!(
+        (answer["failures"].clone(), ms(&answer["run_at"])),
+        (json!(2), at)
+    );
+    server.advance(millis(3 * HOUR));
+
+    // snooze: no attempt used, nothing recorded.
+    let taken = server.take_one("out").await;
+    assert_eq!(taken.attempt, 3);
+    let now = server.now_ms();
+    let answer = server
+        .fail(&taken, "not yet", json!({"snooze": "5m"}))
+        .await;
+    assert_eq!(
+        answer,
+        json!({"id": id, "status": "scheduled", "failures": 2, "attempt": 3,
+               "run_at": rfc3339(now + 5 * MINUTE), "delay_ms": 5 * MINUTE})
+    );
+    let shown = server.job(id).await;
+    let messages: Vec<&str> = shown["errors"]
+        .as_array()
+        .expect("errors")
+        .iter()
+        .map(|e| e["message"].as_str().expect("a message"))
+        .collect();
+    assert_eq!(messages, ["later", "at three"]);
+    server.advance(secs(300));
+
+    let taken = server.take_one("out").await;
+    assert_eq!(taken.attempt, 3);
+    let path = format!("/api/jobs/{id}/fail");
+    // At most one of the four choices.
+    for extra in [
+        json!({"retry_in": "1s", "snooze": "1s"}),
+        json!({"retryable": false, "retry_at": rfc3339(T0)}),
+    ] {
+        let mut body = json!({"lease_token": taken.lease_token, "error": "x"});
+        for (k, v) in extra.as_object().expect("an object") {
+            body[k] = v.clone();
+        }
+        server.invalid(&path, body, "retryable").await;
+    }
+    // Not retryable: dead at once, with a detailed error.
+    let now = server.now_ms();
+    let answer = server
+        .post(
+            &path,
+            json!({"lease_token": taken.lease_token, "retryable": false,
+                   "error": {"message": "fatal", "detail": {"code": 42}}}),
+        )
+        .await;
+    assert_eq!(
+        answer,
+        json!({"id": id, "status": "dead", "failures": 3,
+               "dead_reason": "the failure was marked not retryable"})
+    );
+    let shown = server.job(id).await;
+    assert_eq!(
+        shown["errors"][2],
+        json!({"attempt": 3, "at": rfc3339(now), "message": "fatal", "detail": {"code": 42}})
+    );
+    let error = server
+        .error(
+            Method::POST,
+            &path,
+            Some(json!({"lease_token": taken.lease_token, "error": "again"})),
+            409,
+        )
+        .await;
+    assert_eq!(error.code, "not_in_flight");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_jobs_are_listed_replayed_and_deleted() {
+    let server = TestServer::manual().await;
+    let mut dead = Vec::new();
+    for kind in ["x", "y", "x"] {
+        let id = server
+            .enqueue(json!({"queue": "dq", "type": kind, "retry_limit": 0}))
+            .await;
+        let taken = server.take_one("dq").await;
+        let answer = server
+            .fail(&taken, &format!("{kind} broke"), json!({}))
+            .await;
+        assert_eq!(answer["dead_reason"], "the policy allows no retries");
+        dead.push(id);
+    }
+    let [a, b, c] = [dead[0], dead[1], dead[2]];
+    assert_eq!(ids(&server.get("/api/dead").await["jobs"]), [a, b, c]);
+    assert_eq!(
+        ids(&server.get("/api/dead?queue=dq&type=x").await["jobs"]),
+        [a, c]
+    );
+    assert_eq!(
+        ids(&server.get("/api/dead?queue=elsewhere").await["jobs"]),
+        Vec::<u64>::new()
+    );
+    let error = server
+        .error(Method::GET, "/api/dead?status=ready", None, 400)
+        .await;
+    assert_eq!(error.field.as_deref(), Some("status"));
+
+    // Replay with a new policy and a fresh attempt count; the error history is kept.
+    let answer = server
+        .post(
+            "/api/dead/replay",
+            json!({"ids": [a], "policy": {"type": "fixed", "delay": "2m"}, "reset_attempts": true}),
+        )
+        .await;
+    assert_eq!(answer, json!({"replayed": 1, "ids": [a]}));
+    let shown = server.job(a).await;
+    assert_eq!(
+        (&shown["status"], &shown["failures"], &shown["attempt"]),
+        (&json!("ready"), &json!(0), &json!(1))
+    );
+    assert_eq!(shown["policy"]["type"], "fixed");
+    assert!(shown.get("dead_reason").is_none() && shown.get("finished_at").is_none());
+    let taken = server.take_one("dq").await;
+    assert_eq!((taken.id, taken.attempt), (a, 1));
+    let now = server.now_ms();
+    let answer = server.fail(&taken, "again", json!({})).await;
+    assert_eq!(
+        ms(&answer["run_at"]),
+        now + 2 * MINUTE,
+        "the new policy applies"
+    );
+    assert_eq!(
+        server.job(a).await["errors"].as_array().map(Vec::len),
+        Some(2)
+    );
+
+    // Replay without reset: the attempt count goes on (and the limit of 0 kills it again).
+    server.post("/api/dead/replay", json!({"ids": [b]})).await;
+    let taken = server.take_one("dq").await;
+    assert_eq!((taken.id, taken.attempt), (b, 2));
+    assert_eq!(
+        server.fail(&taken, "still", json!({})).await["status"],
+        "dead"
+    );
+
+    // Replaying a job that is not dead does nothing; a selection is required.
+    assert_eq!(
+        server.post("/api/dead/replay", json!({"ids": [a]})).await,
+        json!({"replayed": 0, "ids": []})
+    );
+    server.invalid("/api/dead/replay", json!({}), "ids").await;
+    server
+        .invalid(
+            "/api/dead/replay",
+            json!({"all": true, "policy": {"type": "fixed"}}),
+            "policy.delay",
+        )
+        .await;
+
+    // Delete by queue and type, then all; deleting one job by id.
+    assert_eq!(
+        server
+            .post("/api/dead/delete", json!({"queue": "dq", "type": "x"}))
+            .await,
+        json!({"deleted": 1, "ids": [c]})
+    );
+    server
+        .error(Method::GET, &format!("/api/jobs/{c}"), None, 404)
+        .await;
+    server.invalid("/api/dead/delete", json!({}), "ids").await;
+    assert_eq!(
+        server.post("/api/dead/delete", json!({"all": true})).await,
+        json!({"deleted": 1, "ids": [b]})
+    );
+    server
+        .expect(Method::DELETE, &format!("/api/jobs/{a}"), None, 204)
+        .await;
+    server
+        .error(Method::DELETE, &format!("/api/jobs/{a}"), None, 404)
+        .await;
+    assert_eq!(server.totals().await, (0, 0, 0, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_returns_the_job_then_kills_it_past_the_limit() {
+    let server = TestServer::start(Options::manual().flags(&["--default-lease", "10s"])).await;
+    let id = server
+        .enqueue(
+            json!({"queue": "le", "policy": {"type": "fixed", "delay": "1m", "retry_limit": 1}}),
+        )
+        .await;
+    let first = server.take_one("le").await;
+    assert_eq!(first.lease_expires_at_ms, T0 + 10 * SECOND);
+
+    server.advance(millis(10 * SECOND - 1));
+    server.assert_nothing_to_take("le", "30ms").await;
+    assert_eq!(server.status(id).await, "in_flight");
+    server.advance(millis(1));
+    let shown = server
+        .wait_until(id, "the first expiry", |j| {
+            j["status"] == "ready" && j["errors"].as_array().is_some_and(|e| e.len() == 1)
+        })
+        .await;
+    assert_eq!(
+        (&shown["failures"], &shown["attempt"]),
+        (&json!(1), &json!(2))
+    );
+    assert_eq!(
+        ms(&shown["run_at"]),
+        T0 + 10 * SECOND,
+        "ready at once, not after the policy's delay"
+    );
+    let error = &shown["errors"][0];
+    assert_eq!(
+        (&error["attempt"], ms(&error["at"])),
+        (&json!(1), T0 + 10 * SECOND)
+    );
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("lease expired")),
+        "{error}"
+    );
+
+    // The worker that lost the lease can no longer act on the job.
+    let complete = format!("/api/jobs/{id}/complete");
+    let stale = json!({"lease_token": first.lease_token});
+    let error = server
+        .error(Method::POST, &complete, Some(stale.clone()), 409)
+        .await;
+    assert_eq!(error.code, "not_in_flight");
+    let second = server.take_one("le").await;
+    assert_eq!(second.attempt, 2);
+    let error = server
+        .error(Method::POST, &complete, Some(stale), 409)
+        .await;
+    assert_eq!(error.code, "lease_lost");
+    let error = server
+        .error(
+            Method::POST,
+            &format!("/api/jobs/{id}/fail"),
+            Some(json!({"lease_token": first.lease_token, "error": "late"})),
+            409,
+        )
+        .await;
+    assert_eq!(error.code, "lease_lost");
+
+    // The second expiry is past the one retry allowed.
+    server.advance(secs(10));
+    let shown = server
+        .wait_until(id, "the second expiry", |j| {
+            j["status"] == "dead" && j["errors"].as_array().is_some_and(|e| e.len() == 2)
+        })
+        .await;
+    assert_eq!(shown["failures"], 2);
+    assert_eq!(
+        shown["dead_reason"],
+        "the lease expired and all 1 retries were used"
+    );
+    assert_eq!(shown["errors"].as_array().map(Vec::len), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_queue_hands_out_nothing_until_resumed() {
+    let server = TestServer::manual().await;
+    let paused = server.post("/api/queues/pq/pause", json!({})).await;
+    assert_eq!(paused["paused"], true);
+    let held = server.enqueue(job("pq")).await;
+    let free = server.enqueue(job("other")).await;
+    let taken = server.take(&["pq", "other"], 10).await;
+    assert_eq!(taken.iter().map(|j| j.id).collect::<Vec<_>>(), [free]);
+    server.assert_nothing_to_take("pq", "50ms").await;
+    let shown = server.get("/api/queues/pq").await;
+    assert_eq!(
+        shown,
+        json!({"name": "pq", "paused": true, "policy": null, "counts":
+               {"scheduled": 0, "ready": 1, "in_flight": 0, "completed": 0, "dead": 0}})
+    );
+
+    // A take waiting on the paused queue is answered by the resume.
+    let api = server.api.clone();
+    let waiter = tokio::spawn(async move {
+        api.take_with(json!({"queues": ["pq"], "wait": "20s"}))
+            .await
+    });
+    tokio::time::sleep(millis(100)).await;
+    assert!(!waiter.is_finished());
+    let resumed = server.post("/api/queues/pq/resume", json!({})).await;
+    assert_eq!(resumed["paused"], false);
+    let jobs = tokio::time::timeout(secs(5), waiter)
+        .await
+        .expect("answered on resume")
+        .expect("the waiter");
+    assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [held]);
+
+    // PUT sets the same flag.
+    server.put("/api/queues/pq", json!({"paused": true})).await;
+    server.enqueue(job("pq")).await;
+    server.assert_nothing_to_take("pq", "30ms").await;
+    let queues = server.get("/api/queues").await;
+    let names: Vec<(&str, bool)> = queues["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .map(|q| (q["name"].as_str().expect("a name"), q["paused"] == true))
+        .collect();
+    assert_eq!(names, [("other", false), ("pq", true)]);
+}
+
+/// Fails `taken` and returns the delay the server chose.
+async fn fail_delay(server: &TestServer, queue: &str) -> Value {
+    let taken = server.take_one(queue).await;
+    let now = server.now_ms();
+    let answer = server.fail(&taken, "x", json!({})).await;
+    let shown = server.job(taken.id).await;
+    assert_eq!(
+        answer["status"], shown["status"],
+        "the answer tells the job's new status: {answer}"
+    );
+    match answer["status"].as_str() {
+        Some("dead") => json!("dead"),
+        _ => json!(ms(&answer["run_at"]) - now),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_policy_beats_queue_policy_beats_the_server_default() {
+    let server = TestServer::start(Options::manual().flags(&[
+        "--default-policy",
+        r#"{"type": "fixed", "delay": "7s", "retry_limit": 2}"#,
+    ]))
+    .await;
+    let queue = server
+        .put(
+            "/api/queues/qp",
+            json!({"policy": {"type": "fixed", "delay": "3s"}}),
+        )
+        .await;
+    assert_eq!(queue["policy"]["type"], "fixed");
+    let error = server
+        .error(
+            Method::PUT,
+            "/api/queues/qp2",
+            Some(json!({"policy": {"type": "fixed", "delay": "soon"}})),
+            400,
+        )
+        .await;
+    assert_eq!(error.field.as_deref(), Some("policy.delay"));
+
+    server.enqueue(job("plain")).await;
+    assert_eq!(
+        fail_delay(&server, "plain").await,
+        json!(7 * SECOND),
+        "server default"
+    );
+    server.enqueue(job("qp")).await;
+    assert_eq!(
+        fail_delay(&server, "qp").await,
+        json!(3 * SECOND),
+        "queue policy"
+    );
+    server
+        .enqueue(json!({"queue": "qp", "priority": 9, "policy": {"type": "fixed", "delay": "1s"}}))
+        .await;
+    assert_eq!(fail_delay(&server, "qp").await, json!(SECOND), "job policy");
+
+    // The server default's limit of 2 retries.
+    server.advance(secs(7));
+    assert_eq!(fail_delay(&server, "plain").await, json!(7 * SECOND));
+    server.advance(secs(7));
+    assert_eq!(fail_delay(&server, "plain").await, json!("dead"));
+
+    // Removing the queue policy falls back to the default.
+    let queue = server.put("/api/queues/qp", json!({"policy": null})).await;
+    assert_eq!(queue["policy"], Value::Null);
+    server.advance(secs(3));
+    let taken = server.take(&["qp"], 10).await;
+    let queue_job = taken
+        .iter()
+        .find(|t| t.priority == 0)
+        .expect("the queue-policy job");
+    let now = server.now_ms();
+    let answer = server.fail(queue_job, "x", json!({})).await;
+    assert_eq!(ms(&answer["run_at"]) - now, 7 * SECOND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backoff_flags_set_the_server_default() {
+    let server = TestServer::start(Options::manual().flags(&[
+        "--default-backoff-base",
+        "2s",
+        "--default-backoff-exponent",
+        "1",
+        "--default-backoff-jitter",
+        "0",
+        "--default-retry-limit",
+        "3",
+    ]))
+    .await;
+    server.enqueue(job("bf")).await;
+    // 2 s + r^1 s, no jitter, three retries.
+    for (retry, delay) in [(1, 3), (2, 4), (3, 5)] {
+        assert_eq!(
+            fail_delay(&server, "bf").await,
+            json!(delay * SECOND),
+            "retry {retry}"
+        );
+        server.advance(secs(delay));
+    }
+    assert_eq!(fail_delay(&server, "bf").await, json!("dead"));
+
+    // A job that gives only a retry limit keeps the default curve.
+    server
+        .enqueue(json!({"queue": "bf1", "retry_limit": 1}))
+        .await;
+    assert_eq!(fail_delay(&server, "bf1").await, json!(3 * SECOND));
+    server.advance(secs(3));
+    assert_eq!(fail_delay(&server, "bf1").await, json!("dead"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_policy_spelling_is_accepted_on_a_job() {
+    let server = TestServer::manual().await;
+    // One policy (Zaqar's defaults: 3 immediate retries, 3 at 5 s, linear 5 s → 30 s, 3 at
+    // 30 s) in every spelling, SNS and Zaqar verbatim, wrapped and bare.
+    let spellings = [
+        json!({"type": "phased", "min_delay": "5s", "max_delay": "30s", "num_retries": 14,
+               "num_no_delay_retries": 3, "num_min_delay_retries": 3,
+               "num_max_delay_retries": 3, "function": "linear"}),
+        json!({"healthyRetryPolicy": {"minDelayTarget": 5, "maxDelayTarget": 30,
+               "numRetries": 14, "numNoDelayRetries": 3, "numMinDelayRetries": 3,
+               "numMaxDelayRetries": 3, "backoffFunction": "LINEAR"},
+               "sicklyRetryPolicy": null, "throttlePolicy": {"maxReceivesPerSecond": 10},
+               "requestPolicy": {"headerContentType": "application/json"}, "guaranteed": false}),
+        json!({"http": {"defaultHealthyRetryPolicy": {"minDelayTarget": 5, "maxDelayTarget": 30,
+               "numRetries": 14, "numNoDelayRetries": 3, "numMinDelayRetries": 3,
+               "numMaxDelayRetries": 3, "backoffFunction": "linear"},
+               "disableSubscriptionOverrides": false,
+               "defaultThrottlePolicy": {"maxReceivesPerSecond": 1}}}),
+        json!({"_retry_policy": {}}),
+        json!({"_retry_policy": {"retries_with_no_delay": 3, "minimum_delay_retries": 3,
+               "minimum_delay": 5, "maximum_delay": 30, "maximum_delay_retries": 3,
+               "retry_backoff_function": "linear", "ignore_subscription_override": false}}),
+        json!({"minimum_delay": 5, "maximum_delay": 30}),
+    ];
+    let mut canonical = Vec::new();
+    for (i, policy) in spellings.iter().enumerate() {
+        let queue = format!("sp{i}");
+        let id = server
+            .enqueue(json!({"queue": queue, "policy": policy}))
+            .await;
+        let stored = server.job(id).await["policy"].clone();
+        assert!(stored.is_object(), "spelling {i}: {stored}");
+        canonical.push(stored);
+        // Three immediate retries, then 5 s.
+        for _ in 0..3 {
+            assert_eq!(fail_delay(&server, &queue).await, json!(0), "spelling {i}");
+        }
+        assert_eq!(
+            fail_delay(&server, &queue).await,
+            json!(5 * SECOND),
+            "spelling {i}"
+        );
+    }
+    assert!(
+        canonical.windows(2).all(|w| w[0] == w[1]),
+        "every spelling is stored as the same native policy: {canonical:#?}"
+    );
+    // Stored canonically, the policy parses back to the same thing.
+    let reparsed = parse_policy(&canonical[0]).expect("canonical parses").retry;
+    assert_eq!(reparsed, parse_policy(&spellings[0]).expect("native").retry);
+
+    // Errors name the field under "policy", as the user wrote it.
+    for (policy, field) in [
+        (json!({"min_delay": "5s"}), "policy.type"),
+        (
+            json!({"type": "phased", "min_delay": "10s", "max_delay": "5s"}),
+            "policy.max_delay",
+        ),
+        (json!({"type": "polynomial", "bsae": "15s"}), "policy.bsae"),
+        (
+            json!({"type": "fixed", "delay": "5 parsecs"}),
+            "policy.delay",
+        ),
+        (
+            json!({"type": "fixed", "delay": "1s", "jitter": {"type": "proportional", "percent": 500}}),
+            "policy.jitter.percent",
+        ),
+        (
+            json!({"healthyRetryPolicy": {"numRetries": 101}}),
+            "policy.healthyRetryPolicy.numRetries",
+        ),
+        (
+            json!({"healthyRetryPolicy": {"minDelayTarget": 20, "maxDelayTarget": 3600, "numRetries": 100}}),
+            "policy.healthyRetryPolicy",
+        ),
+        (
+            json!({"healthyRetryPolicy": {}, "throttlePolicy": {"maxReceivesPerSecond": 0}}),
+            "policy.throttlePolicy.maxReceivesPerSecond",
+        ),
+        (
+            json!({"http": {"defaultHealthyRetryPolicy": {"minDelayTarget": 0}}}),
+            "policy.http.defaultHealthyRetryPolicy.minDelayTarget",
+        ),
+        (
+            json!({"_retry_policy": {"minimum_delay": 30, "maximum_delay": 5}}),
+            "policy._retry_policy.maximum_delay",
+        ),
+        (
+            json!({"retry_backoff_function": "cubic"}),
+            "policy.retry_backoff_function",
+        ),
+        (json!("fast"), "policy"),
+    ] {
+        let message = server
+            .invalid(
+                "/api/jobs",
+                json!({"queue": "bad", "policy": policy}),
+                field,
+            )
+            .await;
+        if field == "policy.healthyRetryPolicy" {
+            assert_eq!(
+                message,
+                "Total policy retry time cannot be greater than 3600 seconds"
+            );
+        }
+    }
+    assert_eq!(
+        server.totals().await,
+        (6, 0, 0, 0, 0),
+        "nothing of the refused jobs was stored"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preview_answers_exactly_what_the_cli_prints() {
+    let server = TestServer::manual().await;
+    for policy in [
+        json!({"type": "phased", "min_delay": "5s", "max_delay": "260s", "num_retries": 10,
+               "function": "geometric"}),
+        json!({"type": "polynomial"}),
+        json!({"type": "exponential", "initial": "10s", "factor": 2, "max": "2m",
+               "retry_limit": 6, "jitter": "decorrelated", "cap": "2m"}),
+        json!({"type": "fixed", "delay": "30s", "retry_limit": 3, "jitter": "equal"}),
+        json!({"type": "list", "delays": ["1s", "5s", "1m"]}),
+        json!({"healthyRetryPolicy": {"minDelayTarget": 20, "maxDelayTarget": 40, "numRetries": 3}}),
+        json!({"_retry_policy": {}}),
+    ] {
+        let answer = server.post("/api/policy/preview", policy.clone()).await;
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_tenax"))
+            .args([
+                "policy",
+                "preview",
+                "--format",
+                "json",
+                "--policy",
+                &policy.to_string(),
+            ])
+            .output()
+            .expect("the tenax binary runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let printed: Value = serde_json::from_slice(&output.stdout).expect("the CLI prints JSON");
+        assert_eq!(answer, printed, "{policy}");
+        let keys: Vec<&String> = answer.as_object().expect("an object").keys().collect();
+        assert_eq!(keys, ["retries", "window_ms"]);
+        let preview: Preview = serde_json::from_value(answer).expect("the Preview shape");
+        let parsed = parse_policy(&policy).expect("valid").retry;
+        assert_eq!(preview, Preview::of(&parsed));
+    }
+    // AWS's own example: 20, 30, 40 s.
+    let answer = server
+        .post(
+            "/api/policy/preview",
+            json!({"healthyRetryPolicy": {"minDelayTarget": 20, "maxDelayTarget": 40, "numRetries": 3}}),
+        )
+        .await;
+    let delays: Vec<u64> = answer["retries"]
+        .as_array()
+        .expect("retries")
+        .iter()
+        .map(|r| r["delay_ms"].as_u64().expect("a delay"))
+        .collect();
+    assert_eq!(delays, [20_000, 30_000, 40_000]);
+    assert_eq!(answer["window_ms"], 90_000);
+
+    // Errors name the field within the policy.
+    server
+        .invalid(
+            "/api/policy/preview",
+            json!({"type": "phased", "min_delay": "10s", "max_delay": "5s"}),
+            "max_delay",
+        )
+        .await;
+    server
+        .invalid(
+            "/api/policy/preview",
+            json!({"healthyRetryPolicy": {"numRetries": 101}}),
+            "healthyRetryPolicy.numRetries",
+        )
+        .await;
+    let error = server
+        .error_raw(
+            Method::POST,
+            "/api/policy/preview",
+            b"{not json".to_vec(),
+            400,
+        )
+        .await;
+    assert_eq!(error.code, "invalid");
+}
+
+// --- bad requests ----------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_are_refused_naming_the_field() {
+    let server = TestServer::manual().await;
+    let id = server.enqueue(job("q")).await;
+    let complete = format!("/api/jobs/{id}/complete");
+    let fail = format!("/api/jobs/{id}/fail");
+    let heartbeat = format!("/api/jobs/{id}/heartbeat");
+    let long_name = "t".repeat(129);
+    for (path, body, field) in [
+        // Unknown fields.
+        ("/api/jobs", json!({"queue": "q", "prio": 1}), "prio"),
+        (
+            "/api/take",
+            json!({"queues": ["q"], "timeout": "1s"}),
+            "timeout",
+        ),
+        (complete.as_str(), json!({"lease": 1}), "lease"),
+        // Wrong types.
+        ("/api/jobs", json!({"queue": 7}), "queue"),
+        (
+            "/api/jobs",
+            json!({"queue": "q", "priority": "high"}),
+            "priority",
+        ),
+        (
+            "/api/jobs",
+            json!({"queue": "q", "priority": 1.5}),
+            "priority",
+        ),
+        (
+            "/api/jobs",
+            json!({"queue": "q", "on_duplicate": "merge"}),
+            "on_duplicate",
+        ),
+        ("/api/take", json!({"queues": "q"}), "queues"),
+        ("/api/take", json!({"queues": ["q"], "max": "ten"}), "max"),
+        (
+            "/api/jobs/complete",
+            json!({"jobs": [{"id": "one"}]}),
+            "jobs[0].id",
+        ),
+        (fail.as_str(), json!({"error": 5}), "error"),
+        // Bad durations and times.
+        ("/api/jobs", json!({"queue": "q", "delay": "-5s"}), "delay"),
+        ("/api/jobs", json!({"queue": "q", "delay": 1.5}), "delay"),
+        (
+            "/api/jobs",
+            json!({"queue": "q", "delay": "200 years"}),
+            "delay",
+        ),
+        (
+            "/api/jobs",
+            json!({"queue": "q", "run_at": "tomorrow"}),
+            "run_at",
+        ),
+        (
+            "/api/jobs",
+            json!({"queue": "q", "run_at": T0, "delay": "1s"}),
+            "delay",
+        ),
+        (
+            "/api/take",
+            json!({"queues": ["q"], "lease": "ten seconds"}),
+            "lease",
+        ),
+        ("/api/take", json!({"queues": ["q"], "wait": true}), "wait"),
+        (
+            fail.as_str(),
+            json!({"error": "x", "retry_in": "soon"}),
+            "retry_in",
+        ),
+        (heartbeat.as_str(), json!({"lease": "forever"}), "lease"),
+        // Values out of range.
+        ("/api/jobs", json!({"queue": ""}), "queue"),
+        ("/api/jobs", json!({"queue": "a b"}), "queue"),
+        (
+            "/api/jobs",
+            json!({"queue": "q", "type": long_name}),
+            "type",
+        ),
+        (
+            "/api/jobs",
+            json!({"queue": "q", "retry_limit": 100_001}),
+            "retry_limit",
+        ),
+        ("/api/take", json!({"queues": []}), "queues"),
+        ("/api/take", json!({"queues": ["q", "b@d"]}), "queues[1]"),
+        ("/api/take", json!({"queues": ["q"], "max": 0}), "max"),
+        ("/api/take", json!({"queues": ["q"], "max": 1001}), "max"),
+        ("/api/take", json!({"queues": ["q"], "lease": 0}), "lease"),
+        (
+            "/api/take",
+            json!({"queues": ["q"], "lease": "13h"}),
+            "lease",
+        ),
+        ("/api/take", json!({"queues": ["q"], "wait": "2m"}), "wait"),
+        (
+            "/api/take/stream",
+            json!({"queues": ["q"], "wait": "1s"}),
+            "wait",
+        ),
+        (
+            "/api/take/stream",
+            json!({"queues": ["q"], "max": 0}),
+            "max",
+        ),
+        ("/api/take/stream", json!({"queues": []}), "queues"),
+    ] {
+        server.invalid(path, body, field).await;
+    }
+    // A missing required field, invalid JSON, an empty body.
+    let error = server
+        .error(Method::POST, "/api/jobs", Some(json!({})), 400)
+        .await;
+    assert!(error.message.contains("queue"), "{error:?}");
+    for body in [&b"{not json"[..], b"", b"[1, 2]"] {
+        let error = server
+            .error_raw(Method::POST, "/api/jobs", body.to_vec(), 400)
+            .await;
+        assert_eq!(error.code, "invalid");
+    }
+    // Query strings.
+    for (path, field) in [
+        ("/api/jobs?limit=0", "limit"),
+        ("/api/jobs?limit=1001", "limit"),
+        ("/api/jobs?status=lost", "status"),
+        ("/api/jobs?colour=red", "query"),
+        ("/api/jobs?after=x", "query"),
+    ] {
+        let error = server.error(Method::GET, path, None, 400).await;
+        assert_eq!(error.field.as_deref(), Some(field), "{path}: {error:?}");
+    }
+    let error = server
+        .error(
+            Method::GET,
+            &format!("/api/queues/{}", "q".repeat(129)),
+            None,
+            400,
+        )
+        .await;
+    assert_eq!(error.field.as_deref(), Some("name"));
+    // Nothing was changed by any of it.
+    assert_eq!(server.totals().await, (0, 1, 0, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_and_endpoints_that_do_not_exist() {
+    let server = TestServer::manual().await;
+    for (method, path, body) in [
+        (Method::GET, "/api/jobs/abc", None),
+        (Method::DELETE, "/api/jobs/1x", None),
+        (Method::POST, "/api/jobs/-1/complete", None),
+        (
+            Method::POST,
+            "/api/jobs/99999999999999999999999/heartbeat",
+            None,
+        ),
+        (
+            Method::POST,
+            "/api/jobs/abc/fail",
+            Some(json!({"error": "x"})),
+        ),
+    ] {
+        let error = server.error(method.clone(), path, body, 400).await;
+        assert_eq!(error.field.as_deref(), Some("id"), "{method} {path}");
+    }
+    for (method, path, body) in [
+        (Method::GET, "/api/jobs/424242", None),
+        (Method::DELETE, "/api/jobs/424242", None),
+        (Method::POST, "/api/jobs/424242/complete", None),
+        (Method::POST, "/api/jobs/424242/heartbeat", None),
+        (
+            Method::POST,
+            "/api/jobs/424242/fail",
+            Some(json!({"error": "x"})),
+        ),
+    ] {
+        let error = server.error(method.clone(), path, body, 404).await;
+        assert_eq!(error.code, "not_found", "{method} {path}");
+    }
+    for path in ["/api/nope", "/nope", "/api/jobs/1/explode"] {
+        let error = server.error(Method::GET, path, None, 404).await;
+        assert_eq!(error.code, "not_found", "{path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_and_payload_size_limits() {
+    let server = TestServer::start(Options::manual().flags(&[
+        "--max-request-bytes",
+        "4096",
+        "--max-payload-bytes",
+        "1000",
+    ]))
+    .await;
+    let payload = |bytes: usize| json!({"blob": "x".repeat(bytes)});
+    // Within both limits.
+    server
+        .enqueue(json!({"queue": "s", "payload": payload(900)}))
+        .await;
+    // A payload over --max-payload-bytes, alone or in a batch.
+    let message = server
+        .invalid(
+            "/api/jobs",
+            json!({"queue": "s", "payload": payload(1_200)}),
+            "payload",
+        )
+        .await;
+    assert!(message.contains("1000"), "{message}");
+    server
+        .invalid(
+            "/api/jobs/batch",
+            json!({"jobs": [{"queue": "s"}, {"queue": "s", "payload": payload(1_200)}]}),
+            "jobs[1].payload",
+        )
+        .await;
+    // A request over --max-request-bytes.
+    for path in ["/api/jobs", "/api/jobs/batch", "/api/take"] {
+        let body = json!({"queue": "s", "payload": payload(5_000)});
+        let error = server.error(Method::POST, path, Some(body), 413).await;
+        assert_eq!(error.code, "too_large", "{path}");
+    }
+    assert_eq!(server.totals().await, (0, 1, 0, 0, 0));
+}
+
+// --- listing ---------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_filters_and_pages_and_stats_count() {
+    let server = TestServer::manual().await;
+    let a1 = server.enqueue(json!({"queue": "la", "type": "x"})).await;
+    let b1 = server.enqueue(json!({"queue": "lb", "type": "y"})).await;
+    let a2 = server
+        .enqueue(json!({"queue": "la", "type": "y", "delay": "1h"}))
+        .await;
+    let a3 = server.enqueue(json!({"queue": "la", "type": "x"})).await;
+    let taken = server.take(&["lb"], 1).await;
+    assert_eq!(taken[0].id, b1);
+
+    let list = |query: &'static str| {
+        let server = &server;
+        async move { ids(&server.get(&format!("/api/jobs{query}")).await["jobs"]) }
+    };
+    assert_eq!(list("").await, [a1, b1, a2, a3]);
+    assert_eq!(list("?queue=la").await, [a1, a2, a3]);
+    assert_eq!(list("?status=scheduled").await, [a2]);
+    assert_eq!(list("?status=in_flight").await, [b1]);
+    assert_eq!(list("?type=x").await, [a1, a3]);
+    assert_eq!(list("?queue=la&type=y").await, [a2]);
+    assert_eq!(list("?queue=nobody").await, Vec::<u64>::new());
+
+    let page = server.get("/api/jobs?limit=2").await;
+    assert_eq!(ids(&page["jobs"]), [a1, b1]);
+    assert_eq!(page["next_after"], b1);
+    let page = server.get(&format!("/api/jobs?limit=2&after={b1}")).await;
+    assert_eq!(ids(&page["jobs"]), [a2, a3]);
+    let page = server.get(&format!("/api/jobs?limit=2&after={a3}")).await;
+    assert_eq!(ids(&page["jobs"]), Vec::<u64>::new());
+    assert_eq!(page["next_after"], Value::Null);
+
+    let stats = server.stats().await;
+    assert_eq!(
+        stats,
+        json!({
+            "queues": [
+                {"queue": "la", "scheduled": 1, "ready": 2, "in_flight": 0, "completed": 0, "dead": 0},
+                {"queue": "lb", "scheduled": 0, "ready": 0, "in_flight": 1, "completed": 0, "dead": 0},
+            ],
+            "totals": {"scheduled": 1, "ready": 2, "in_flight": 1, "completed": 0, "dead": 0},
+        })
+    );
+    let queue = server.get("/api/queues/la").await;
+    assert_eq!(queue["counts"]["ready"], 2);
+    let unknown = server.get("/api/queues/never-used").await;
+    assert_eq!(unknown["counts"]["ready"], 0);
+}
+
+// --- streaming take --------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_take_pushes_jobs_and_releases_them_on_disconnect() {
+    let server = TestServer::manual().await;
+    let mut stream = server
+        .stream(json!({"queues": ["st"], "max": 2, "lease": "1m"}))
+        .await;
+    // Nothing yet: the stream waits.
+    assert!(stream.next_within(millis(200)).await.is_none());
+    let stored = server.enqueue_batch(vec![job("st"); 5]).await;
+
+    // Two arrive (the stream's prefetch), and no more while they are unacknowledged.
+    let first = stream.next_n(2).await;
+    assert_eq!(first.iter().map(|j| j.id).collect::<Vec<_>>(), stored[..2]);
+    assert!(
+        first
+            .iter()
+            .all(|j| j.attempt == 1 && j.lease_expires_at_ms == T0 + MINUTE)
+    );
+    assert!(stream.next_within(millis(200)).await.is_none());
+    assert_eq!(server.totals().await, (0, 3, 2, 0, 0));
+
+    // Acknowledge them: more arrive.
+    for job in &first {
+        server.complete(job).await;
+    }
+    let second = stream.next_n(2).await;
+    assert_eq!(
+        second.iter().map(|j| j.id).collect::<Vec<_>>(),
+        stored[2..4]
+    );
+    server
+        .fail(&second[0], "nope", json!({"retry_in": "1h"}))
+        .await;
+    let third = stream.next_n(1).await;
+    assert_eq!(third[0].id, stored[4]);
+    assert_eq!(server.totals().await, (1, 0, 2, 2, 0));
+
+    // Drop the connection: its unacknowledged jobs are ready again, without an attempt used.
+    drop(stream);
+    let held = [second[1].id, third[0].id];
+    for id in held {
+        let job = server.wait_for(id, "ready").await;
+        assert_eq!(job["failures"], 0);
+    }
+    assert_eq!(server.totals().await, (1, 2, 0, 2, 0));
+    let again = server.take(&["st"], 10).await;
+    assert_eq!(again.iter().map(|j| j.id).collect::<Vec<_>>(), held);
+}
+
+// --- real time -------------------------------------------------------------------------------
+
+/// The one test on the system clock: the maintenance loop must make each retry takeable on
+/// time. A worker fails a job whose policy is phased linear 50 ms → 250 ms over 5 retries and
+/// records when each retry became takeable.
+///
+/// Tolerance: a retry may not be taken more than 5 ms before its delay (the server rounds "now"
+/// to the millisecond), nor more than 150 ms after it (scheduling noise on a loaded machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_time_retries_follow_the_schedule() {
+    const EARLY_MS: i64 = 5;
+    const LATE_MS: i64 = 150;
+    let server = TestServer::start(Options::system()).await;
+    let policy = json!({"type": "phased", "min_delay": "50ms", "max_delay": "250ms",
+                        "num_retries": 5, "function": "linear"});
+    let id = server
+        .enqueue(json!({"queue": "rt", "policy": policy}))
+        .await;
+    let take = json!({"queues": ["rt"], "max": 1, "wait": "5s"});
+
+    let mut taken = server.take_with(take.clone()).await.remove(0);
+    let mut observed = Vec::new();
+    for (retry, planned) in [50i64, 100, 150, 200, 250].into_iter().enumerate() {
+        let failed_at = Instant::now();
+        let answer = server.fail(&taken, "flaky", json!({})).await;
+        assert_eq!(answer["delay_ms"], planned, "retry {}", retry + 1);
+        let mut jobs = server.take_with(take.clone()).await;
+        let waited = failed_at.elapsed();
+        assert_eq!(jobs.len(), 1, "retry {} never became takeable", retry + 1);
+        taken = jobs.remove(0);
+        assert_eq!(taken.attempt, u64::try_from(retry).expect("small") + 2);
+        let waited_ms = i64::try_from(waited.as_millis()).expect("short");
+        observed.push((planned, waited_ms));
+    }
+    println!("retry delays, planned vs observed (ms): {observed:?}");
+    for (retry, (planned, waited)) in observed.iter().enumerate() {
+        let off = waited - planned;
+        assert!(
+            (-EARLY_MS..=LATE_MS).contains(&off),
+            "retry {}: planned {planned} ms, took {waited} ms (off by {off} ms)",
+            retry + 1
+        );
+    }
+    let answer = server.fail(&taken, "flaky", json!({})).await;
+    assert_eq!(answer["status"], "dead");
+    let shown = server.job(id).await;
+    assert_eq!(
+        (&shown["status"], &shown["failures"]),
+        (&json!("dead"), &json!(6))
+    );
+
+    // Replay it: takeable at once, and it can succeed.
+    server
+        .post(
+            "/api/dead/replay",
+            json!({"ids": [id], "reset_attempts": true}),
+        )
+        .await;
+    let started = Instant::now();
+    let replayed = server.take_with(take).await.remove(0);
+    assert!(started.elapsed() < millis(500));
+    assert_eq!((replayed.id, replayed.attempt), (id, 1));
+    server.complete(&replayed).await;
+    assert_eq!(server.status(id).await, "completed");
+}
+
+// --- restart ---------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_every_acknowledged_state() {
+    let mut server = TestServer::manual().await;
+    server.post("/api/queues/held/pause", json!({})).await;
+    server
+        .put(
+            "/api/queues/rq",
+            json!({"policy": {"type": "fixed", "delay": "42s"}}),
+        )
+        .await;
+    let past = server
+        .enqueue(json!({"queue": "rq", "run_at": T0 - HOUR, "payload": {"n": 1}}))
+        .await;
+    let due_while_down = server.enqueue(json!({"queue": "rq", "delay": "30s"})).await;
+    let future = server
+        .enqueue(json!({"queue": "rq", "delay": "1h", "unique_key": "only-one"}))
+        .await;
+    let done = server.enqueue(json!({"queue": "rq", "priority": 9})).await;
+    let in_flight = server.enqueue(json!({"queue": "rq", "priority": 8})).await;
+    let dead = server
+        .enqueue(json!({"queue": "rq", "priority": 7, "retry_limit": 0}))
+        .await;
+    let held = server.enqueue(job("held")).await;
+
+    let taken = server.take(&["rq"], 3).await;
+    assert_eq!(
+        taken.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [done, in_flight, dead]
+    );
+    server.complete(&taken[0]).await;
+    let stale = taken[1].clone();
+    server.fail(&taken[2], "fatal", json!({})).await;
+
+    server.stop().await;
+    // Time passes while the server is down.
+    server.advance(secs(31));
+    server.start_again().await;
+
+    // Past and newly due jobs are takeable at once, and so is the job that was in flight
+    // (without an attempt counted: the worker never reported).
+    let ready = server.take(&["rq"], 10).await;
+    assert_eq!(
+        ready.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [in_flight, past, due_while_down]
+    );
+    assert!(ready.iter().all(|j| j.attempt == 1));
+    assert_eq!(ready[1].json["payload"], json!({"n": 1}));
+    // The lease from before the restart is not the new lease.
+    let error = server
+        .error(
+            Method::POST,
+            &format!("/api/jobs/{in_flight}/complete"),
+            Some(json!({"lease_token": stale.lease_token})),
+            409,
+        )
+        .await;
+    assert_eq!(error.code, "lease_lost");
+    server.complete(&ready[0]).await;
+    server.complete(&ready[2]).await;
+    // The queue's policy survived.
+    let now = server.now_ms();
+    let answer = server.fail(&ready[1], "x", json!({})).await;
+    assert_eq!(ms(&answer["run_at"]), now + 42 * SECOND);
+
+    // Completed jobs never come back, dead ones stay dead, the future job waits for its time.
+    assert_eq!(server.status(done).await, "completed");
+    let shown = server.job(dead).await;
+    assert_eq!(
+        (&shown["status"], &shown["errors"][0]["message"]),
+        (&json!("dead"), &json!("fatal"))
+    );
+    assert_eq!(server.status(future).await, "scheduled");
+    server.assert_nothing_to_take("rq", "30ms").await;
+    server.advance(millis(HOUR - 31 * SECOND));
+    server.wait_for(future, "ready").await;
+
+    // The pause survived.
+    server.assert_nothing_to_take("held", "30ms").await;
+    assert_eq!(server.status(held).await, "ready");
+    // Unique keys of unfinished jobs hold; ids are never reused.
+    let error = server
+        .error(
+            Method::POST,
+            "/api/jobs",
+            Some(json!({"queue": "rq", "unique_key": "only-one"})),
+            409,
+        )
+        .await;
+    assert_eq!(error.code, "duplicate");
+    let fresh = server.enqueue(job("rq")).await;
+    assert!(fresh > held);
+
+    // Once more with a job in flight: the same counts come back, in flight turned ready.
+    assert_eq!(server.take(&["rq"], 1).await.len(), 1);
+    let before = server.stats().await;
+    server.restart().await;
+    let after = server.stats().await;
+    let count = |stats: &Value, status: &str| stats["totals"][status].as_u64().expect("a count");
+    assert_eq!(count(&before, "in_flight"), 1);
+    assert_eq!(count(&after, "in_flight"), 0);
+    assert_eq!(count(&after, "ready"), count(&before, "ready") + 1);
+    for status in ["scheduled", "completed", "dead"] {
+        assert_eq!(count(&after, status), count(&before, status), "{status}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_after_a_failure_keeps_its_retry_time_and_history() {
+    let mut server = TestServer::manual().await;
+    let policy = json!({"type": "fixed", "delay": "10m", "retry_limit": 3});
+    let id = server
+        .enqueue(json!({"queue": "rf", "policy": policy}))
+        .await;
+    let taken = server.take_one("rf").await;
+    server.fail(&taken, "first", json!({})).await;
+
+    server.restart().await;
+    let shown = server.job(id).await;
+    assert_eq!(shown["status"], "scheduled");
+    assert_eq!(ms(&shown["run_at"]), T0 + 10 * MINUTE);
+    assert_eq!(shown["failures"], 1);
+    assert_eq!(shown["errors"][0]["message"], "first");
+    assert_eq!(shown["policy"]["type"], "fixed");
+    server.advance(millis(10 * MINUTE - 1));
+    server.assert_nothing_to_take("rf", "30ms").await;
+    server.advance(millis(1));
+    let again = server.take_one("rf").await;
+    assert_eq!(again.attempt, 2);
+    // The job's own policy came back from disk too.
+    let now = server.now_ms();
+    let answer = server.fail(&again, "second", json!({})).await;
+    assert_eq!(ms(&answer["run_at"]), now + 10 * MINUTE);
+}

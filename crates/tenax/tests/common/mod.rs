@@ -1,0 +1,641 @@
+//! The integration-test harness: the real server (`tenax::server::run`) on a loopback port with
+//! a temporary data directory and a clock the test chooses, and a small typed HTTP client that
+//! asserts the status it expects and hands back JSON.
+//!
+//! A [`TestServer`] can be stopped and started again on the same data directory (restart tests);
+//! each start binds a fresh port, and [`TestServer::api`] follows it.
+
+// Each test binary uses a different subset of the helpers.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::Parser;
+use futures_util::{Stream, StreamExt};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tenax::clock::{Clock, parse_rfc3339};
+use tenax::config::{Config, ServeArgs};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// The start of every manual clock: 2027-01-15T08:00:00Z, a round number far from the epoch.
+pub const T0: u64 = 1_800_000_000_000;
+
+/// How long a helper that polls for a background change waits before it gives up.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// `tenax serve`'s flags, parsed exactly as the binary parses them.
+#[derive(Debug, Parser)]
+struct Flags {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// A validated configuration from `tenax serve` flags, with `--data-dir` set to `data_dir`.
+pub fn config(data_dir: &Path, flags: &[String]) -> Config {
+    let mut argv = vec![
+        "tenax".to_owned(),
+        "--data-dir".to_owned(),
+        data_dir.display().to_string(),
+    ];
+    argv.extend(flags.iter().cloned());
+    let parsed = Flags::try_parse_from(&argv)
+        .unwrap_or_else(|e| panic!("flags {flags:?} do not parse: {e}"));
+    parsed
+        .serve
+        .validate()
+        .unwrap_or_else(|e| panic!("flags {flags:?} are invalid: {e}"))
+}
+
+/// What a server is started with.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub clock: Clock,
+    pub flags: Vec<String>,
+}
+
+impl Options {
+    /// A manual clock at [`T0`] and default flags.
+    pub fn manual() -> Self {
+        Self {
+            clock: Clock::manual(T0),
+            flags: Vec::new(),
+        }
+    }
+
+    /// The system clock and default flags.
+    pub fn system() -> Self {
+        Self {
+            clock: Clock::System,
+            flags: Vec::new(),
+        }
+    }
+
+    /// Adds `tenax serve` flags, for example `&["--default-lease", "10s"]`.
+    pub fn flags(mut self, flags: &[&str]) -> Self {
+        self.flags.extend(flags.iter().map(|f| (*f).to_owned()));
+        self
+    }
+}
+
+/// The real server, on 127.0.0.1 and a port of its own.
+#[derive(Debug)]
+pub struct TestServer {
+    /// The client for the running server (replaced on every start).
+    pub api: Api,
+    /// The server's clock; with [`Clock::manual`] the test moves it with `advance_ms`.
+    pub clock: Clock,
+    flags: Vec<String>,
+    /// Dropped last: the directory outlives every server started on it.
+    data_dir: TempDir,
+    running: Option<Running>,
+}
+
+#[derive(Debug)]
+struct Running {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl TestServer {
+    /// A server with a manual clock at [`T0`] and default flags.
+    pub async fn manual() -> Self {
+        Self::start(Options::manual()).await
+    }
+
+    pub async fn start(options: Options) -> Self {
+        let data_dir = tempfile::Builder::new()
+            .prefix("tenax-test-")
+            .tempdir()
+            .expect("a temporary data directory");
+        let (api, running) = launch(data_dir.path(), &options).await;
+        Self {
+            api,
+            clock: options.clock,
+            flags: options.flags,
+            data_dir,
+            running: Some(running),
+        }
+    }
+
+    /// Stops the server gracefully (requests finish, the store flushes) and waits for it.
+    pub async fn stop(&mut self) {
+        let running = self.running.take().expect("the server is running");
+        let _ = running.stop.send(());
+        tokio::time::timeout(PATIENCE, running.task)
+            .await
+            .expect("the server stops in time")
+            .expect("the server task does not panic")
+            .expect("the server shuts down cleanly");
+    }
+
+    /// Starts the server again on the same data directory, with the same clock and flags.
+    pub async fn start_again(&mut self) {
+        assert!(self.running.is_none(), "stop the server first");
+        let options = Options {
+            clock: self.clock.clone(),
+            flags: self.flags.clone(),
+        };
+        let (api, running) = launch(self.data_dir.path(), &options).await;
+        self.api = api;
+        self.running = Some(running);
+    }
+
+    /// Stop, then start on the same data directory.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        self.start_again().await;
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// Moves the manual clock. The maintenance loop looks at a manual clock every few
+    /// milliseconds; use [`Api::wait_for`] or a long-polling take to see its effect.
+    pub fn advance(&self, duration: Duration) {
+        assert!(self.clock.is_manual(), "only a manual clock can be moved");
+        self.clock
+            .advance_ms(u64::try_from(duration.as_millis()).expect("a short duration"));
+    }
+}
+
+impl std::ops::Deref for TestServer {
+    type Target = Api;
+
+    fn deref(&self) -> &Api {
+        &self.api
+    }
+}
+
+async fn launch(data_dir: &Path, options: &Options) -> (Api, Running) {
+    let config = config(data_dir, &options.flags);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let address = listener.local_addr().expect("the bound address");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let shutdown = async move {
+        // A dropped sender (the test ended) stops the server too.
+        let _ = stopped.await;
+    };
+    let task = tokio::spawn(tenax::server::run(
+        listener,
+        config,
+        options.clock.clone(),
+        shutdown,
+    ));
+    let api = Api::new(address);
+    api.wait_until_up().await;
+    (api, Running { stop, task })
+}
+
+/// A JSON error answer: `{"error": {"status", "code", "field", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: String,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+/// A job handed to a worker by a take.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    pub id: u64,
+    pub lease_token: u64,
+    pub attempt: u64,
+    pub queue: String,
+    pub priority: i64,
+    pub lease_expires_at_ms: u64,
+    pub json: Value,
+}
+
+impl Taken {
+    pub fn from_json(json: Value) -> Self {
+        Self {
+            id: json["id"].as_u64().expect("a taken job has an id"),
+            lease_token: json["lease_token"].as_u64().expect("a lease token"),
+            attempt: json["attempt"].as_u64().expect("an attempt"),
+            queue: json["queue"].as_str().expect("a queue").to_owned(),
+            priority: json["priority"].as_i64().expect("a priority"),
+            lease_expires_at_ms: ms(&json["lease_expires_at"]),
+            json,
+        }
+    }
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time in a JSON answer.
+pub fn ms(time: &Value) -> u64 {
+    let text = time
+        .as_str()
+        .unwrap_or_else(|| panic!("expected an RFC 3339 time, got {time}"));
+    parse_rfc3339(text).unwrap_or_else(|| panic!("not an RFC 3339 time: {text}"))
+}
+
+/// The ids of a list of jobs (`[{"id": ...}, ...]`).
+pub fn ids(jobs: &Value) -> Vec<u64> {
+    jobs.as_array()
+        .unwrap_or_else(|| panic!("expected an array of jobs, got {jobs}"))
+        .iter()
+        .map(|j| j["id"].as_u64().expect("a job id"))
+        .collect()
+}
+
+/// The typed client. Every request helper asserts the status code it expects and panics with
+/// the request and the answer otherwise.
+#[derive(Debug, Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    pub base: String,
+}
+
+impl Api {
+    pub fn new(address: SocketAddr) -> Self {
+        Self {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(90))
+                .build()
+                .expect("an HTTP client"),
+            base: format!("http://{address}"),
+        }
+    }
+
+    async fn wait_until_up(&self) {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let answer = self.http.get(format!("{}/healthz", self.base)).send().await;
+            if answer.is_ok_and(|r| r.status() == StatusCode::OK) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the server did not come up");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// Sends a request with a raw body (or none) and returns the status and the JSON answer
+    /// (`null` for an empty body).
+    pub async fn send_raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> (StatusCode, Value) {
+        let mut request = self.http.request(method.clone(), self.url(path));
+        if let Some(body) = body {
+            request = request
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body);
+        }
+        let response = request
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: reading the answer: {e}"));
+        let json = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                panic!(
+                    "{method} {path}: the answer is not JSON ({e}): {}",
+                    String::from_utf8_lossy(&bytes)
+                )
+            })
+        };
+        (status, json)
+    }
+
+    /// Sends a request and asserts its status.
+    pub async fn expect(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        want: u16,
+    ) -> Value {
+        let raw = body.as_ref().map(|b| serde_json::to_vec(b).expect("JSON"));
+        let (status, answer) = self.send_raw(method.clone(), path, raw).await;
+        assert_eq!(
+            status.as_u16(),
+            want,
+            "{method} {path} with {body:?}: expected {want}, got {status}: {answer}"
+        );
+        answer
+    }
+
+    /// GET, expecting 200.
+    pub async fn get(&self, path: &str) -> Value {
+        self.expect(Method::GET, path, None, 200).await
+    }
+
+    /// POST, expecting 200.
+    pub async fn post(&self, path: &str, body: Value) -> Value {
+        self.expect(Method::POST, path, Some(body), 200).await
+    }
+
+    /// PUT, expecting 200.
+    pub async fn put(&self, path: &str, body: Value) -> Value {
+        self.expect(Method::PUT, path, Some(body), 200).await
+    }
+
+    /// A request that must fail with `status`; checks the error's shape and returns it.
+    pub async fn error(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        status: u16,
+    ) -> ApiError {
+        let answer = self.expect(method, path, body, status).await;
+        parse_error(&answer, status)
+    }
+
+    /// A raw-body request that must fail with `status`.
+    pub async fn error_raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Vec<u8>,
+        status: u16,
+    ) -> ApiError {
+        let (got, answer) = self.send_raw(method.clone(), path, Some(body)).await;
+        assert_eq!(got.as_u16(), status, "{method} {path}: {answer}");
+        parse_error(&answer, status)
+    }
+
+    /// POST that must be refused with 400 naming `field`; returns the message.
+    pub async fn invalid(&self, path: &str, body: Value, field: &str) -> String {
+        let error = self
+            .error(Method::POST, path, Some(body.clone()), 400)
+            .await;
+        assert_eq!(error.code, "invalid", "{path} {body}: {error:?}");
+        assert_eq!(
+            error.field.as_deref(),
+            Some(field),
+            "{path} {body}: wrong field in {error:?}"
+        );
+        assert!(!error.message.is_empty(), "{error:?}");
+        error.message
+    }
+
+    // --- jobs -----------------------------------------------------------------------------
+
+    /// Enqueues one job, expecting it to be created; returns its id.
+    pub async fn enqueue(&self, job: Value) -> u64 {
+        let answer = self.expect(Method::POST, "/api/jobs", Some(job), 201).await;
+        assert_eq!(answer["created"], json!(true), "{answer}");
+        answer["id"].as_u64().expect("an id")
+    }
+
+    /// Enqueues a batch, expecting 201; returns the ids in order.
+    pub async fn enqueue_batch(&self, jobs: Vec<Value>) -> Vec<u64> {
+        let answer = self
+            .expect(
+                Method::POST,
+                "/api/jobs/batch",
+                Some(json!({ "jobs": jobs })),
+                201,
+            )
+            .await;
+        ids(&answer["jobs"])
+    }
+
+    pub async fn job(&self, id: u64) -> Value {
+        self.get(&format!("/api/jobs/{id}")).await
+    }
+
+    pub async fn status(&self, id: u64) -> String {
+        self.job(id).await["status"]
+            .as_str()
+            .expect("a status")
+            .to_owned()
+    }
+
+    /// Polls a job until its status is `status` (a background transition), at most
+    /// [`PATIENCE`]; returns the job.
+    pub async fn wait_for(&self, id: u64, status: &str) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let job = self.job(id).await;
+            if job["status"] == json!(status) {
+                return job;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {id} did not become {status}: {job}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Polls a job until `ready(job)` holds, at most [`PATIENCE`]; returns the job. For
+    /// background transitions whose parts become visible one after the other (the status is
+    /// in memory at once, the error entry once written).
+    pub async fn wait_until(&self, id: u64, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let job = self.job(id).await;
+            if ready(&job) {
+                return job;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {id}: {what} never happened: {job}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    pub async fn stats(&self) -> Value {
+        self.get("/api/stats").await
+    }
+
+    /// The totals of `/api/stats` as (scheduled, ready, in_flight, completed, dead).
+    pub async fn totals(&self) -> (u64, u64, u64, u64, u64) {
+        let stats = self.stats().await;
+        let t = &stats["totals"];
+        let n = |k: &str| t[k].as_u64().expect("a count");
+        (
+            n("scheduled"),
+            n("ready"),
+            n("in_flight"),
+            n("completed"),
+            n("dead"),
+        )
+    }
+
+    // --- worker side ----------------------------------------------------------------------
+
+    /// `POST /api/take` with this body, expecting 200.
+    pub async fn take_with(&self, body: Value) -> Vec<Taken> {
+        let answer = self.post("/api/take", body).await;
+        answer["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .cloned()
+            .map(Taken::from_json)
+            .collect()
+    }
+
+    /// Takes up to `max` jobs from `queues` without waiting.
+    pub async fn take(&self, queues: &[&str], max: usize) -> Vec<Taken> {
+        self.take_with(json!({ "queues": queues, "max": max }))
+            .await
+    }
+
+    /// Takes exactly one job from `queue`, waiting up to two seconds for it (long poll).
+    pub async fn take_one(&self, queue: &str) -> Taken {
+        let mut jobs = self
+            .take_with(json!({ "queues": [queue], "max": 1, "wait": "2s" }))
+            .await;
+        assert_eq!(jobs.len(), 1, "expected a job from {queue}");
+        jobs.remove(0)
+    }
+
+    /// Asserts that `queue` has nothing to take, giving the maintenance loop `wait` to prove
+    /// it wrong (with a manual clock it looks every few milliseconds).
+    pub async fn assert_nothing_to_take(&self, queue: &str, wait: &str) {
+        let jobs = self
+            .take_with(json!({ "queues": [queue], "max": 10, "wait": wait }))
+            .await;
+        let got: Vec<u64> = jobs.iter().map(|j| j.id).collect();
+        assert!(
+            got.is_empty(),
+            "expected nothing to take from {queue}, got {got:?}"
+        );
+    }
+
+    /// Completes a taken job with its lease token.
+    pub async fn complete(&self, job: &Taken) {
+        let answer = self
+            .post(
+                &format!("/api/jobs/{}/complete", job.id),
+                json!({ "lease_token": job.lease_token }),
+            )
+            .await;
+        assert_eq!(answer["status"], "completed", "{answer}");
+    }
+
+    /// Fails a taken job with its lease token and `extra` fields of the failure report.
+    pub async fn fail(&self, job: &Taken, message: &str, extra: Value) -> Value {
+        let mut body = json!({ "lease_token": job.lease_token, "error": message });
+        if let Value::Object(fields) = extra {
+            for (k, v) in fields {
+                body[k] = v;
+            }
+        }
+        self.post(&format!("/api/jobs/{}/fail", job.id), body).await
+    }
+
+    /// Opens `POST /api/take/stream`; returns the NDJSON reader.
+    pub async fn stream(&self, body: Value) -> JobStream {
+        let response = self
+            .http
+            .post(self.url("/api/take/stream"))
+            .json(&body)
+            .send()
+            .await
+            .expect("the stream opens");
+        assert_eq!(response.status(), StatusCode::OK, "take/stream {body}");
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(content_type, "application/x-ndjson");
+        JobStream {
+            bytes: Box::pin(response.bytes_stream()),
+            buffer: Vec::new(),
+        }
+    }
+}
+
+fn parse_error(answer: &Value, status: u16) -> ApiError {
+    let error = &answer["error"];
+    assert!(error.is_object(), "not an error answer: {answer}");
+    let error = ApiError {
+        status: u16::try_from(error["status"].as_u64().expect("error.status")).expect("a status"),
+        code: error["code"].as_str().expect("error.code").to_owned(),
+        field: error["field"].as_str().map(str::to_owned),
+        message: error["message"].as_str().expect("error.message").to_owned(),
+    };
+    assert_eq!(error.status, status, "error.status matches the HTTP status");
+    error
+}
+
+/// The jobs of a streaming take, one JSON object a line; blank lines are keep-alives.
+pub struct JobStream {
+    bytes: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
+    buffer: Vec<u8>,
+}
+
+impl std::fmt::Debug for JobStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobStream")
+            .field("buffered", &self.buffer.len())
+            .finish()
+    }
+}
+
+impl JobStream {
+    /// The next job, or `None` if none arrives within `within`.
+    pub async fn next_within(&mut self, within: Duration) -> Option<Taken> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                let line = &line[..line.len() - 1];
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                let json: Value = serde_json::from_slice(line).unwrap_or_else(|e| {
+                    panic!(
+                        "a stream line is not JSON ({e}): {}",
+                        String::from_utf8_lossy(line)
+                    )
+                });
+                return Some(Taken::from_json(json));
+            }
+            match tokio::time::timeout_at(deadline, self.bytes.next()).await {
+                Err(_) => return None,
+                Ok(None) => panic!("the stream ended"),
+                Ok(Some(chunk)) => self
+                    .buffer
+                    .extend_from_slice(&chunk.expect("a stream chunk")),
+            }
+        }
+    }
+
+    /// The next `n` jobs, each within five seconds.
+    pub async fn next_n(&mut self, n: usize) -> Vec<Taken> {
+        let mut jobs = Vec::with_capacity(n);
+        for i in 0..n {
+            let job = self
+                .next_within(Duration::from_secs(5))
+                .await
+                .unwrap_or_else(|| panic!("stream job {} of {n} did not arrive", i + 1));
+            jobs.push(job);
+        }
+        jobs
+    }
+}
