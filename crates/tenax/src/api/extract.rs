@@ -33,9 +33,13 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
-        let field = if path == "." { String::new() } else { path };
+        let mut field = if path == "." { String::new() } else { path };
         let inner = error.into_inner();
         let message = inner.to_string();
+        // "missing field `queue`" is reported on the object that lacks it: name the field.
+        if let Some(name) = message.strip_prefix("missing field `").and_then(|m| m.split('`').next()) {
+            field = if field.is_empty() { name.to_owned() } else { format!("{field}.{name}") };
+        }
         // serde_json appends " at line L column C"; the field path says more.
         let message = match message.find(" at line ") {
             Some(at) if inner.is_data() => message[..at].to_owned(),

@@ -49,6 +49,14 @@ pub fn router(state: AppState) -> Router {
                 .merge(policy::router()),
         )
         .fallback(|| async { error::ApiError::not_found("no such endpoint; see docs/api.md") })
+        .method_not_allowed_fallback(|| async {
+            error::ApiError {
+                status: axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                code: "method_not_allowed",
+                field: None,
+                message: "this endpoint does not take that method; see docs/api.md".into(),
+            }
+        })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
 }
