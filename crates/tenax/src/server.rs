@@ -63,7 +63,9 @@ pub async fn run(
         // Ends long polls and streams, so that graceful shutdown does not wait on them.
         stopper.begin_stop();
     };
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
 
     let _ = stop.send(true);
     let _ = maintenance.await;

@@ -37,8 +37,15 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         let inner = error.into_inner();
         let message = inner.to_string();
         // "missing field `queue`" is reported on the object that lacks it: name the field.
-        if let Some(name) = message.strip_prefix("missing field `").and_then(|m| m.split('`').next()) {
-            field = if field.is_empty() { name.to_owned() } else { format!("{field}.{name}") };
+        if let Some(name) = message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.split('`').next())
+        {
+            field = if field.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{field}.{name}")
+            };
         }
         // serde_json appends " at line L column C"; the field path says more.
         let message = match message.find(" at line ") {

@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tenax_policy::spelling::native;
@@ -152,19 +152,34 @@ fn to_insert(
     })
 }
 
-fn enqueued_view(e: &Enqueued) -> Value {
-    json!({
-        "id": e.id,
-        "created": e.created,
-        "status": e.status,
-        "run_at": rfc3339(e.run_at_ms),
-    })
+/// The answer for one enqueued job. Serialised straight from this struct rather than through a
+/// `serde_json::Value` (one map per job); the fields are in the order such a map gave them.
+#[derive(Debug, Serialize)]
+struct EnqueuedView {
+    created: bool,
+    id: u64,
+    run_at: String,
+    status: Status,
+}
+
+fn enqueued_view(e: &Enqueued) -> EnqueuedView {
+    EnqueuedView {
+        created: e.created,
+        id: e.id,
+        run_at: rfc3339(e.run_at_ms),
+        status: e.status,
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct BatchView {
+    jobs: Vec<EnqueuedView>,
 }
 
 async fn enqueue_one(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<EnqueueRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<EnqueuedView>), ApiError> {
     let on_duplicate = request.on_duplicate.unwrap_or_default();
     let now = state.engine.now_ms();
     let insert = to_insert(
@@ -189,7 +204,7 @@ async fn enqueue_one(
 async fn enqueue_batch(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<BatchRequest>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<BatchView>), ApiError> {
     if request.jobs.is_empty() {
         return Err(ApiError::invalid("jobs", "must hold at least one job"));
     }
@@ -204,8 +219,8 @@ async fn enqueue_batch(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let result = state.engine.enqueue(inserts, request.on_duplicate).await?;
-    let jobs: Vec<Value> = result.iter().map(enqueued_view).collect();
-    Ok((StatusCode::CREATED, Json(json!({ "jobs": jobs }))))
+    let jobs = result.iter().map(enqueued_view).collect();
+    Ok((StatusCode::CREATED, Json(BatchView { jobs })))
 }
 
 pub(super) fn parse_id(text: &str) -> Result<u64, ApiError> {
@@ -329,4 +344,31 @@ async fn stats(State(state): State<AppState>) -> Json<Value> {
         "queues": queues,
         "totals": {"scheduled": totals[0], "ready": totals[1], "in_flight": totals[2], "completed": totals[3], "dead": totals[4]},
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enqueued_view_encodes_as_the_json_map_it_replaces() {
+        for (created, status) in [(true, Status::Ready), (false, Status::Scheduled)] {
+            let e = Enqueued {
+                id: 42,
+                created,
+                status,
+                run_at_ms: 1_795_260_337_123,
+            };
+            let map = json!({
+                "id": e.id,
+                "created": e.created,
+                "status": e.status,
+                "run_at": rfc3339(e.run_at_ms),
+            });
+            assert_eq!(
+                serde_json::to_string(&enqueued_view(&e)).unwrap(),
+                serde_json::to_string(&map).unwrap()
+            );
+        }
+    }
 }

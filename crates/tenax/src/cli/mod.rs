@@ -1,5 +1,6 @@
 //! The command line: one file per command group, each with its own arguments and `run`.
 
+pub mod bench;
 mod client;
 mod enqueue;
 mod error;
@@ -26,6 +27,8 @@ pub enum Command {
     /// Preview and plot retry policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Measure a running server: enqueue, take+complete, promotion and memory scenarios.
+    Bench(bench::BenchArgs),
     /// Enqueue a job, or many from an NDJSON file.
     Enqueue(Box<enqueue::EnqueueArgs>),
     /// List and show jobs.
@@ -43,6 +46,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Serve(args) => serve::run(*args),
         Command::Policy(command) => policy::run(command),
+        Command::Bench(args) => bench::run(args),
         Command::Enqueue(args) => enqueue::run(*args),
         Command::Jobs(command) => jobs::run_jobs(command),
         Command::Dead(command) => jobs::run_dead(command),

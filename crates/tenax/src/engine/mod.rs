@@ -123,7 +123,11 @@ impl Engine {
 
     /// Records a failure and asks the job's policy what happens next. Returns the transition
     /// and the time of the failure.
-    pub async fn fail(&self, ack: Ack, report: FailureReport) -> Result<(Transition, UnixMs), StoreError> {
+    pub async fn fail(
+        &self,
+        ack: Ack,
+        report: FailureReport,
+    ) -> Result<(Transition, UnixMs), StoreError> {
         let now_ms = self.now_ms();
         let default = self.settings.default_policy.clone();
         let decide = move |ctx: &crate::store::DecideContext<'_>| {

@@ -1,10 +1,13 @@
 //! Enqueue: new jobs, atomically, visible only once durable.
 
 use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::value::RawValue;
 
 use super::EmbeddedStore;
 use super::index::Entry;
-use super::tables::StoredBody;
 use super::writer::{self, Op};
 use crate::clock::UnixMs;
 use crate::model::{JobId, JobState};
@@ -19,12 +22,26 @@ impl EmbeddedStore {
     ) -> Result<Vec<Enqueued>, StoreError> {
         let mut results = Vec::with_capacity(jobs.len());
         let mut fresh: Vec<(JobId, Insert, JobState)> = Vec::with_capacity(jobs.len());
+        // Encoded before taking the lock: neither a job's body nor its first state depends on
+        // the id it will get, and encoding is most of the work of an enqueue.
+        let encoded: Vec<Encoded> = jobs
+            .into_iter()
+            .map(|insert| Encoded::new(insert, now_ms))
+            .collect();
         let receiver = {
             let mut inner = self.inner.lock();
             // Keys claimed by earlier jobs of this same request.
             let mut claimed: HashMap<(String, String), JobId> = HashMap::new();
             let mut next_id = inner.next_id;
-            for insert in jobs {
+            let mut ops = Vec::with_capacity(encoded.len() * 2 + 1);
+            for Encoded {
+                insert,
+                state,
+                body,
+                state_bytes,
+                policy,
+            } in encoded
+            {
                 if let Some(key) = &insert.job.unique_key {
                     let k = (insert.job.queue.clone(), key.clone());
                     let existing = inner
@@ -58,44 +75,28 @@ impl EmbeddedStore {
                     }
                     claimed.insert(k, next_id);
                 }
-                let state = JobState::new(insert.job.run_at_ms, now_ms);
                 results.push(Enqueued {
                     id: next_id,
                     created: true,
                     status: state.status,
                     run_at_ms: state.run_at_ms,
                 });
+                ops.push(Op::PutBody { id: next_id, body });
+                ops.push(Op::PutState {
+                    id: next_id,
+                    state: state_bytes,
+                });
+                if let Some(policy) = policy {
+                    ops.push(Op::PutPolicy {
+                        id: next_id,
+                        policy,
+                    });
+                }
                 fresh.push((next_id, insert, state));
                 next_id += 1;
             }
             if fresh.is_empty() {
                 return Ok(results);
-            }
-            let mut ops = Vec::with_capacity(fresh.len() * 2 + 1);
-            for (id, insert, state) in &fresh {
-                let job = &insert.job;
-                let body = StoredBody {
-                    queue: job.queue.clone(),
-                    kind: job.kind.clone(),
-                    payload: job.payload.clone(),
-                    priority: job.priority,
-                    unique_key: job.unique_key.clone(),
-                    created_at_ms: job.created_at_ms,
-                };
-                ops.push(Op::PutBody {
-                    id: *id,
-                    body: to_json_bytes(&body),
-                });
-                ops.push(Op::PutState {
-                    id: *id,
-                    state: to_json_bytes(state),
-                });
-                if let Some(policy) = &job.policy {
-                    ops.push(Op::PutPolicy {
-                        id: *id,
-                        policy: to_json_bytes(policy),
-                    });
-                }
             }
             ops.push(Op::SetNextId(next_id));
             inner.next_id = next_id;
@@ -107,6 +108,8 @@ impl EmbeddedStore {
         let mut inner = self.inner.lock();
         let mut any_ready = false;
         let mut any_scheduled = false;
+        // The interned name of the previous job's queue: a batch is mostly of one queue.
+        let mut last_queue: Option<Arc<str>> = None;
         for (id, insert, state) in fresh {
             let job = insert.job;
             if let Some(key) = &job.unique_key {
@@ -119,8 +122,16 @@ impl EmbeddedStore {
             }
             any_ready |= state.status == crate::model::Status::Ready;
             any_scheduled |= state.status == crate::model::Status::Scheduled;
+            let queue = match &last_queue {
+                Some(queue) if **queue == *job.queue => queue.clone(),
+                _ => {
+                    let queue = inner.index.intern(&job.queue);
+                    last_queue = Some(queue.clone());
+                    queue
+                }
+            };
             let entry = Entry {
-                queue: inner.index.intern(&job.queue),
+                queue,
                 priority: job.priority,
                 unique_key: job.unique_key.map(String::into_boxed_str),
                 state,
@@ -138,5 +149,82 @@ impl EmbeddedStore {
             self.schedule.notify_waiters();
         }
         Ok(results)
+    }
+}
+
+/// A job's rows, encoded before the store's lock is taken.
+struct Encoded {
+    insert: Insert,
+    state: JobState,
+    body: Vec<u8>,
+    state_bytes: Vec<u8>,
+    policy: Option<Vec<u8>>,
+}
+
+impl Encoded {
+    fn new(insert: Insert, now_ms: UnixMs) -> Self {
+        let job = &insert.job;
+        let state = JobState::new(job.run_at_ms, now_ms);
+        let body = to_json_bytes(&BodyRef {
+            queue: &job.queue,
+            kind: &job.kind,
+            payload: &job.payload,
+            priority: job.priority,
+            unique_key: job.unique_key.as_deref(),
+            created_at_ms: job.created_at_ms,
+        });
+        let state_bytes = to_json_bytes(&state);
+        let policy = job.policy.as_ref().map(to_json_bytes);
+        Self {
+            insert,
+            state,
+            body,
+            state_bytes,
+            policy,
+        }
+    }
+}
+
+/// [`StoredBody`](super::tables::StoredBody) by reference: the same fields in the same order
+/// with the same attributes, so the same bytes, without copying the job's strings.
+#[derive(Serialize)]
+struct BodyRef<'a> {
+    queue: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    payload: &'a RawValue,
+    priority: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unique_key: Option<&'a str>,
+    created_at_ms: UnixMs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::embedded::tables::StoredBody;
+
+    #[test]
+    fn body_by_reference_encodes_as_the_stored_body() {
+        for unique_key in [None, Some("k-1".to_owned())] {
+            let payload = RawValue::from_string(r#"{"a": [1, "x"]}"#.into()).unwrap();
+            let owned = StoredBody {
+                queue: "q".into(),
+                kind: "email.send".into(),
+                payload: payload.clone(),
+                priority: -3,
+                unique_key: unique_key.clone(),
+                created_at_ms: 1_700_000_000_123,
+            };
+            let by_ref = BodyRef {
+                queue: "q",
+                kind: "email.send",
+                payload: &payload,
+                priority: -3,
+                unique_key: unique_key.as_deref(),
+                created_at_ms: 1_700_000_000_123,
+            };
+            assert_eq!(to_json_bytes(&by_ref), to_json_bytes(&owned));
+        }
     }
 }

@@ -1,0 +1,109 @@
+//! `memory`: the server's resident memory once it holds many waiting jobs. Reads
+//! `/proc/PID/status` of the server, so it needs `--server-pid` and a server on this machine.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use super::enqueue;
+use super::{Ctx, MemoryReport, ScenarioReport, rate};
+
+/// Resident memory of a process, from `/proc/PID/status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcMemory {
+    /// `VmRSS`: resident now, in KiB.
+    pub rss_kb: u64,
+    /// `VmHWM`: the peak resident set, in KiB.
+    pub hwm_kb: u64,
+}
+
+/// Reads `VmRSS` and `VmHWM` out of the text of `/proc/PID/status`.
+pub fn parse_proc_status(text: &str) -> Option<ProcMemory> {
+    let field = |name: &str| {
+        text.lines().find_map(|line| {
+            let value = line.strip_prefix(name)?.strip_prefix(':')?.trim();
+            value.strip_suffix("kB")?.trim().parse().ok()
+        })
+    };
+    Some(ProcMemory {
+        rss_kb: field("VmRSS")?,
+        hwm_kb: field("VmHWM")?,
+    })
+}
+
+fn read(pid: u32) -> anyhow::Result<ProcMemory> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading {path} (is --server-pid the server's pid?)"))?;
+    parse_proc_status(&text).with_context(|| format!("{path} has no VmRSS/VmHWM"))
+}
+
+pub(super) async fn run(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
+    let Some(pid) = ctx.config.server_pid else {
+        return Ok(ScenarioReport {
+            skipped: Some(
+                "give --server-pid PID (a server on this machine): memory is read from \
+                 /proc/PID/status"
+                    .into(),
+            ),
+            ..ScenarioReport::default()
+        });
+    };
+    let mut notes = Vec::new();
+    let command = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    if command.trim() != "tenax" {
+        notes.push(format!(
+            "process {pid} is {:?}, not tenax: is --server-pid right?",
+            command.trim()
+        ));
+    }
+    let before = read(pid)?;
+    ctx.progress.set_message("enqueueing");
+    let filled = enqueue::fill(ctx, None).await?;
+    // Let the last commit and the allocator settle.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = read(pid)?;
+    let stats = ctx.api.stats().await?;
+    notes.push(format!(
+        "{} jobs enqueued in {} requests of {}; resident read from /proc/{pid}/status \
+         (VmRSS, VmHWM) 1 s after the last request",
+        filled.jobs, filled.requests, filled.jobs_per_request
+    ));
+    Ok(ScenarioReport {
+        jobs: filled.jobs,
+        seconds: filled.elapsed.as_secs_f64(),
+        jobs_per_sec: rate(filled.jobs, filled.elapsed),
+        requests: vec![filled.latency.stats(&format!(
+            "POST /api/jobs/batch ({})",
+            filled.jobs_per_request
+        ))],
+        memory: Some(MemoryReport {
+            pid,
+            rss_before_kb: before.rss_kb,
+            rss_kb: after.rss_kb,
+            hwm_kb: after.hwm_kb,
+            jobs_on_server: stats.totals.total(),
+        }),
+        notes,
+        ..ScenarioReport::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_rss_and_peak_from_proc_status() {
+        let text = "Name:\ttenax\nVmPeak:\t  900000 kB\nVmHWM:\t  123456 kB\nVmRSS:\t   98765 kB\n";
+        assert_eq!(
+            parse_proc_status(text),
+            Some(ProcMemory {
+                rss_kb: 98_765,
+                hwm_kb: 123_456
+            })
+        );
+        assert_eq!(parse_proc_status("Name:\ttenax\nVmRSS:\t1 kB\n"), None);
+        assert_eq!(parse_proc_status("VmRSS:\tlots\nVmHWM:\t2 kB\n"), None);
+    }
+}
