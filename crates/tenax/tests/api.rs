@@ -1040,6 +1040,31 @@ async fn job_policy_beats_queue_policy_beats_the_server_default() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_retry_limit_keeps_the_queue_curve() {
+    let server = TestServer::manual().await;
+    server
+        .put(
+            "/api/queues/ql",
+            json!({"policy": {"type": "fixed", "delay": "4s"}}),
+        )
+        .await;
+    server
+        .enqueue(json!({"queue": "ql", "retry_limit": 1}))
+        .await;
+    assert_eq!(
+        fail_delay(&server, "ql").await,
+        json!(4 * SECOND),
+        "the queue's curve"
+    );
+    server.advance(secs(4));
+    assert_eq!(
+        fail_delay(&server, "ql").await,
+        json!("dead"),
+        "the job's own limit of 1"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backoff_flags_set_the_server_default() {
     let server = TestServer::start(Options::manual().flags(&[
         "--default-backoff-base",

@@ -132,7 +132,8 @@ fn to_insert(
             ));
         }
         (Some(policy), Some(limit)) => Some(policy.with_retry_limit(limit)),
-        // A job that gives only a retry limit keeps the server's default curve.
+        // A job that gives only a retry limit keeps the curve it would otherwise have had
+        // (its queue's, else the server's), with that limit.
         (None, Some(limit)) => Some(default_policy.clone().with_retry_limit(limit)),
         (policy, None) => policy,
     };
@@ -182,13 +183,8 @@ async fn enqueue_one(
 ) -> Result<(StatusCode, Json<EnqueuedView>), ApiError> {
     let on_duplicate = request.on_duplicate.unwrap_or_default();
     let now = state.engine.now_ms();
-    let insert = to_insert(
-        request,
-        "",
-        now,
-        &state.limits,
-        &state.engine.settings.default_policy,
-    )?;
+    let base = state.engine.base_policy(&request.queue).await;
+    let insert = to_insert(request, "", now, &state.limits, &base)?;
     let result = state.engine.enqueue(vec![insert], on_duplicate).await?;
     let first = result
         .first()
@@ -209,15 +205,22 @@ async fn enqueue_batch(
         return Err(ApiError::invalid("jobs", "must hold at least one job"));
     }
     let now = state.engine.now_ms();
-    let inserts = request
-        .jobs
-        .into_iter()
-        .enumerate()
-        .map(|(i, job)| {
-            let default = &state.engine.settings.default_policy;
-            to_insert(job, &format!("jobs[{i}]"), now, &state.limits, default)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut inserts = Vec::with_capacity(request.jobs.len());
+    for (i, job) in request.jobs.into_iter().enumerate() {
+        // Only a job with a bare retry limit needs its queue's policy.
+        let base = if job.policy.is_none() && job.retry_limit.is_some() {
+            state.engine.base_policy(&job.queue).await
+        } else {
+            state.engine.settings.default_policy.clone()
+        };
+        inserts.push(to_insert(
+            job,
+            &format!("jobs[{i}]"),
+            now,
+            &state.limits,
+            &base,
+        )?);
+    }
     let result = state.engine.enqueue(inserts, request.on_duplicate).await?;
     let jobs = result.iter().map(enqueued_view).collect();
     Ok((StatusCode::CREATED, Json(BatchView { jobs })))

@@ -143,6 +143,19 @@ impl Engine {
         Ok((transition, now_ms))
     }
 
+    /// The policy a job of `queue` gets when it names none: the queue's, else the server's.
+    pub async fn base_policy(&self, queue: &str) -> Arc<RetryPolicy> {
+        let configured = self
+            .store
+            .queue(queue)
+            .await
+            .and_then(|config| config.policy);
+        match configured.map(|value| tenax_policy::spelling::native::parse(&value)) {
+            Some(Ok(policy)) => Arc::new(policy),
+            _ => self.settings.default_policy.clone(),
+        }
+    }
+
     /// A new id for a streaming take connection.
     pub fn open_stream(&self) -> u64 {
         self.streams.fetch_add(1, Ordering::Relaxed)
