@@ -79,16 +79,7 @@ fn params(
             format!("must be from 1 to {MAX_TAKE}, got {max}"),
         ));
     }
-    let lease_ms = request.lease.map_or(state.limits.default_lease_ms, |m| m.0);
-    if lease_ms == 0 || lease_ms > state.limits.max_lease_ms {
-        return Err(ApiError::invalid(
-            "lease",
-            format!(
-                "must be above 0 and at most {} ms (--max-lease), got {lease_ms} ms",
-                state.limits.max_lease_ms
-            ),
-        ));
-    }
+    let lease_ms = lease_ms(state, request.lease)?;
     let wait_ms = request.wait.map_or(0, |m| m.0);
     if wait_ms > MAX_WAIT_MS {
         return Err(ApiError::invalid(
@@ -102,6 +93,21 @@ fn params(
         lease_ms,
         wait_ms,
     })
+}
+
+/// The lease asked for, or the default; refused when 0 or over `--max-lease`.
+fn lease_ms(state: &AppState, asked: Option<Millis>) -> Result<u64, ApiError> {
+    let lease_ms = asked.map_or(state.limits.default_lease_ms, |m| m.0);
+    if lease_ms == 0 || lease_ms > state.limits.max_lease_ms {
+        return Err(ApiError::invalid(
+            "lease",
+            format!(
+                "must be above 0 and at most {} ms (--max-lease), got {lease_ms} ms",
+                state.limits.max_lease_ms
+            ),
+        ));
+    }
+    Ok(lease_ms)
 }
 
 async fn take(
@@ -236,16 +242,7 @@ async fn heartbeat(
     JsonOrEmpty(body): JsonOrEmpty<LeaseBody>,
 ) -> Result<Json<Value>, ApiError> {
     let id = parse_id(&id)?;
-    let lease_ms = body.lease.map_or(state.limits.default_lease_ms, |m| m.0);
-    if lease_ms == 0 || lease_ms > state.limits.max_lease_ms {
-        return Err(ApiError::invalid(
-            "lease",
-            format!(
-                "must be above 0 and at most {} ms",
-                state.limits.max_lease_ms
-            ),
-        ));
-    }
+    let lease_ms = lease_ms(&state, body.lease)?;
     let expires = state
         .engine
         .heartbeat(

@@ -68,13 +68,7 @@ async fn enqueue_one(client: &Client, args: &EnqueueArgs) -> Result<(), CliError
         job["run_at"] = json!(run_at);
     }
     if let Some(policy) = &args.policy {
-        let text = match policy.strip_prefix('@') {
-            Some(path) => std::fs::read_to_string(path)
-                .map_err(|e| CliError::Invalid(format!("--policy: cannot read {path}: {e}")))?,
-            None => policy.clone(),
-        };
-        job["policy"] = serde_json::from_str(&text)
-            .map_err(|e| CliError::Invalid(format!("--policy: not valid JSON: {e}")))?;
+        job["policy"] = super::policy::policy_json(policy)?;
     }
     if let Some(limit) = args.retry_limit {
         job["retry_limit"] = json!(limit);

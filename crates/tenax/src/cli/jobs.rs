@@ -1,7 +1,7 @@
 //! `tenax jobs`, `tenax dead`, `tenax stats`: look at jobs and replay the dead.
 
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::CliError;
 use super::client::{Client, ServerArgs, block_on};
@@ -167,14 +167,7 @@ async fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         body["type"] = json!(kind);
     }
     if let Some(policy) = &args.policy {
-        let text = match policy.strip_prefix('@') {
-            Some(path) => std::fs::read_to_string(path)
-                .map_err(|e| CliError::Invalid(format!("--policy: cannot read {path}: {e}")))?,
-            None => policy.clone(),
-        };
-        let value: Value = serde_json::from_str(&text)
-            .map_err(|e| CliError::Invalid(format!("--policy: not valid JSON: {e}")))?;
-        body["policy"] = value;
+        body["policy"] = super::policy::policy_json(policy)?;
     }
     let answer = Client::new(&args.server)?
         .post("/api/dead/replay", &body)

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand, ValueEnum};
-use tenax_policy::{ParsedPolicy, Preview, RetryPolicy, Shape, format_duration, parse_policy_str};
+use tenax_policy::{ParsedPolicy, Preview, RetryPolicy, Shape, format_duration, parse_policy};
 
 use super::CliError;
 use crate::chart::{self, ChartOptions, Series};
@@ -75,12 +75,20 @@ pub fn run(command: PolicyCommand) -> Result<(), CliError> {
 
 /// Reads a `--policy` argument: inline JSON, or `@path`.
 pub fn load(argument: &str) -> Result<ParsedPolicy, CliError> {
+    let value = policy_json(argument)?;
+    parse_policy(&value).map_err(|e| CliError::Invalid(format!("--policy: {e}")))
+}
+
+/// The JSON of a `--policy` argument (inline, or `@path`), not yet interpreted: the client
+/// commands send it to the server as written.
+pub fn policy_json(argument: &str) -> Result<serde_json::Value, CliError> {
     let text = match argument.strip_prefix('@') {
         Some(path) => std::fs::read_to_string(path)
             .map_err(|e| CliError::Invalid(format!("--policy: cannot read {path}: {e}")))?,
         None => argument.to_owned(),
     };
-    parse_policy_str(&text).map_err(|e| CliError::Invalid(format!("--policy: {e}")))
+    serde_json::from_str(&text)
+        .map_err(|e| CliError::Invalid(format!("--policy: not valid JSON: {e}")))
 }
 
 /// The preview as an aligned table with a closing total-window line.
