@@ -145,21 +145,8 @@ impl EmbeddedStore {
             let mut inner = self.inner.lock();
             check_lease(&inner.index, ack)?;
             let inner = &mut *inner;
-            let entry = inner
-                .index
-                .get(ack.id)
-                .ok_or(StoreError::NotFound(ack.id))?;
-            let queue_policy = inner
-                .queues
-                .get(&*entry.queue)
-                .and_then(|q| q.policy.clone());
-            let mut transition = decide(&DecideContext {
-                id: ack.id,
-                queue: &entry.queue,
-                state: &entry.state,
-                job_policy: entry.policy.as_deref(),
-                queue_policy: queue_policy.as_deref(),
-            });
+            let mut transition =
+                decide_on(inner, ack.id, decide).ok_or(StoreError::NotFound(ack.id))?;
             let receiver = self.apply(inner, ack.id, &mut transition, now_ms);
             (transition, receiver)
         };
@@ -223,6 +210,26 @@ impl EmbeddedStore {
         }
         ids.len()
     }
+}
+
+/// Asks `decide` about job `id`, with its own and its queue's policy. Called under the lock.
+pub(super) fn decide_on(
+    inner: &super::Inner,
+    id: JobId,
+    decide: &Decide<'_>,
+) -> Option<Transition> {
+    let entry = inner.index.get(id)?;
+    let queue_policy = inner
+        .queues
+        .get(&*entry.queue)
+        .and_then(|q| q.policy.as_deref());
+    Some(decide(&DecideContext {
+        id,
+        queue: &entry.queue,
+        state: &entry.state,
+        job_policy: entry.policy.as_deref(),
+        queue_policy,
+    }))
 }
 
 /// The lease of an in-flight job, if `ack` may act on it.

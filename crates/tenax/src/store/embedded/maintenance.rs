@@ -4,7 +4,7 @@ use super::EmbeddedStore;
 use super::writer::{self, Op};
 use crate::clock::UnixMs;
 use crate::model::Status;
-use crate::store::{Decide, DecideContext, StoreError};
+use crate::store::{Decide, StoreError};
 
 impl EmbeddedStore {
     /// Scheduled jobs that are due become ready. Memory only: on disk a due scheduled job is
@@ -35,20 +35,9 @@ impl EmbeddedStore {
             let mut receivers = Vec::with_capacity(expired.len());
             for id in expired {
                 let inner = &mut *inner;
-                let Some(entry) = inner.index.get(id) else {
+                let Some(mut transition) = super::leases::decide_on(inner, id, decide) else {
                     continue;
                 };
-                let queue_policy = inner
-                    .queues
-                    .get(&*entry.queue)
-                    .and_then(|q| q.policy.clone());
-                let mut transition = decide(&DecideContext {
-                    id,
-                    queue: &entry.queue,
-                    state: &entry.state,
-                    job_policy: entry.policy.as_deref(),
-                    queue_policy: queue_policy.as_deref(),
-                });
                 receivers.push(self.apply(inner, id, &mut transition, now_ms));
             }
             receivers
