@@ -39,6 +39,18 @@ pub struct Entry {
     pub policy: Option<Arc<RetryPolicy>>,
 }
 
+impl Entry {
+    /// The lease of an in-flight entry. Every in-flight entry has one; a missing one reads as
+    /// already expired, so the reaper returns the job rather than losing it.
+    fn held_lease(&self) -> Lease {
+        self.lease.unwrap_or(Lease {
+            token: 0,
+            expires_at_ms: 0,
+            stream: None,
+        })
+    }
+}
+
 /// Ordering key of the ready set of one queue: highest priority first, then lowest id (FIFO).
 type ReadyKey = (Reverse<i32>, JobId);
 
@@ -147,11 +159,7 @@ impl Index {
                 self.scheduled.insert((entry.state.run_at_ms, id));
             }
             Status::InFlight => {
-                let lease = entry.lease.unwrap_or(Lease {
-                    token: 0,
-                    expires_at_ms: 0,
-                    stream: None,
-                });
+                let lease = entry.held_lease();
                 self.leased.insert((lease.expires_at_ms, id));
                 if let Some(stream) = lease.stream {
                     self.by_stream.entry(stream).or_default().insert(id);
@@ -185,11 +193,7 @@ impl Index {
                 self.scheduled.remove(&(entry.state.run_at_ms, id));
             }
             Status::InFlight => {
-                let lease = entry.lease.unwrap_or(Lease {
-                    token: 0,
-                    expires_at_ms: 0,
-                    stream: None,
-                });
+                let lease = entry.held_lease();
                 self.leased.remove(&(lease.expires_at_ms, id));
                 if let Some(stream) = lease.stream {
                     if let Some(set) = self.by_stream.get_mut(&stream) {

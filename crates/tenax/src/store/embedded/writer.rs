@@ -106,8 +106,15 @@ impl Writer {
         self.failed.load(Ordering::SeqCst)
     }
 
-    /// Stops the thread after it has committed everything queued before.
-    pub fn shutdown(mut self) {
+    /// Stops the thread after it has committed (and synced) everything queued before.
+    pub fn shutdown(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Writer {
+    /// However the store goes away, the writer commits and syncs what it holds first.
+    fn drop(&mut self) {
         let (dead, _) = mpsc::channel();
         drop(std::mem::replace(&mut self.requests, dead));
         if let Some(thread) = self.thread.take() {
