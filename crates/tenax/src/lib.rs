@@ -7,6 +7,7 @@ pub mod chart;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod delivery;
 pub mod engine;
 pub mod model;
 pub mod server;
