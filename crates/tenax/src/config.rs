@@ -58,6 +58,25 @@ pub struct ServeArgs {
     /// Page cache of the embedded store, in MiB.
     #[arg(long, env = "TENAX_CACHE_MB", default_value_t = 32)]
     pub cache_mb: usize,
+    /// The policy of deliveries whose subscription and queue name none, in any spelling
+    /// (native, SNS `DeliveryPolicy`, Zaqar `_retry_policy`). Default: retries after 5 s, 5 m,
+    /// 30 m, 2 h, 5 h, 10 h and 10 h (about 28 hours), each ±10 %.
+    #[arg(long, env = "TENAX_DEFAULT_DELIVERY_POLICY")]
+    pub default_delivery_policy: Option<String>,
+    /// Allow webhook endpoints that resolve to loopback, private, link-local or other
+    /// non-global addresses. Off by default: a subscription must not reach the internal network.
+    #[arg(long, env = "TENAX_ALLOW_PRIVATE_ENDPOINTS")]
+    pub allow_private_endpoints: bool,
+    /// How long a webhook request may take before it counts as a failed attempt.
+    #[arg(long, env = "TENAX_DELIVERY_TIMEOUT", value_parser = duration_flag, default_value = "15s")]
+    pub delivery_timeout: u64,
+    /// Most webhook requests in flight to one endpoint (scheme, host and port) at once.
+    #[arg(long, env = "TENAX_DELIVERY_CONCURRENCY", default_value_t = 32)]
+    pub delivery_concurrency: u32,
+    /// Disable a subscription whose endpoint has failed for this long without one success
+    /// (0: never). A subscription may set its own.
+    #[arg(long, env = "TENAX_DELIVERY_AUTO_DISABLE_AFTER", value_parser = duration_flag, default_value = "5d")]
+    pub delivery_auto_disable_after: u64,
     /// Log format.
     #[arg(long, env = "TENAX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -93,6 +112,29 @@ pub struct Config {
     pub max_request_bytes: usize,
     pub max_payload_bytes: usize,
     pub cache_bytes: usize,
+    pub delivery: DeliveryConfig,
+}
+
+/// How webhooks are delivered.
+#[derive(Debug, Clone)]
+pub struct DeliveryConfig {
+    pub default_policy: RetryPolicy,
+    pub allow_private_endpoints: bool,
+    pub timeout_ms: u64,
+    pub concurrency_per_endpoint: u32,
+    /// 0: never.
+    pub auto_disable_after_ms: u64,
+}
+
+/// The default delivery policy: the schedule Standard Webhooks senders commonly use.
+pub fn default_delivery_policy() -> RetryPolicy {
+    let delays_ms = [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000];
+    RetryPolicy::new(Shape::List(tenax_policy::simple::DelayList {
+        delays_ms: delays_ms.to_vec(),
+        repeat_last: false,
+    }))
+    .with_jitter(Jitter::Proportional { percent: 10.0 })
+    .with_retry_limit(7)
 }
 
 impl ServeArgs {
@@ -159,6 +201,18 @@ impl ServeArgs {
                 self.max_lease, self.default_lease
             ));
         }
+        let delivery_policy = match &self.default_delivery_policy {
+            None => default_delivery_policy(),
+            Some(json) => tenax_policy::spelling::parse_policy_str(json)
+                .map(|parsed| parsed.retry)
+                .map_err(|e| format!("--default-delivery-policy: {e}"))?,
+        };
+        if self.delivery_timeout == 0 {
+            return Err("--delivery-timeout: must be above 0".into());
+        }
+        if self.delivery_concurrency == 0 {
+            return Err("--delivery-concurrency: must be at least 1".into());
+        }
         if self.max_request_bytes < 1024 {
             return Err("--max-request-bytes: must be at least 1024".into());
         }
@@ -174,6 +228,13 @@ impl ServeArgs {
             max_request_bytes: self.max_request_bytes,
             max_payload_bytes: self.max_payload_bytes.min(self.max_request_bytes),
             cache_bytes: self.cache_mb.saturating_mul(1024 * 1024),
+            delivery: DeliveryConfig {
+                default_policy: delivery_policy,
+                allow_private_endpoints: self.allow_private_endpoints,
+                timeout_ms: self.delivery_timeout,
+                concurrency_per_endpoint: self.delivery_concurrency,
+                auto_disable_after_ms: self.delivery_auto_disable_after,
+            },
         })
     }
 }

@@ -38,6 +38,7 @@ pub async fn run(
         clock,
         EngineSettings {
             default_policy: Arc::new(config.default_policy.clone()),
+            delivery_policy: Arc::new(config.delivery.default_policy.clone()),
             completed_retention_ms: config.completed_retention_ms,
             dead_retention_ms: config.dead_retention_ms,
         },

@@ -62,6 +62,7 @@ impl DeadSelection {
                 queue: self.queue,
                 status: Some(Status::Dead),
                 kind: self.kind,
+                finished_since_ms: None,
             },
         })
     }

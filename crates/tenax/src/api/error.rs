@@ -62,7 +62,9 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match &error {
-            StoreError::NotFound(_) => Self::not_found(error.to_string()),
+            StoreError::NotFound(_) | StoreError::NoSubscription(_) => {
+                Self::not_found(error.to_string())
+            }
             StoreError::NotInFlight { .. } => Self::conflict("not_in_flight", error.to_string()),
             StoreError::LeaseLost { .. } => Self::conflict("lease_lost", error.to_string()),
             StoreError::Duplicate { .. } => Self::conflict("duplicate", error.to_string()),

@@ -304,6 +304,7 @@ pub(super) fn filter_from(
             queue: query.queue.clone(),
             status,
             kind: query.kind.clone(),
+            finished_since_ms: None,
         },
         limit,
     ))

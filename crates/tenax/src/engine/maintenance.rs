@@ -53,9 +53,9 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
 /// One pass at time `now`; true if a batch was full (more work is waiting).
 pub async fn pass(engine: &Engine, now: u64, last_purge: &mut u64) -> bool {
     let promoted = engine.store.promote_due(now, BATCH).await;
-    let default = engine.settings.default_policy.clone();
-    let decide =
-        move |ctx: &crate::store::DecideContext<'_>| decide_lease_expiry(ctx, &default, now);
+    let decide = move |ctx: &crate::store::DecideContext<'_>| {
+        decide_lease_expiry(ctx, engine.default_policy_for(ctx.queue), now)
+    };
     let expired = match engine.store.expire_leases(now, BATCH, &decide).await {
         Ok(n) => n,
         Err(error) => {

@@ -2,6 +2,7 @@
 //! reads no wall clock: time comes from its [`Clock`], so tests move it.
 
 mod decide;
+mod deliveries;
 pub mod maintenance;
 
 use std::sync::Arc;
@@ -21,6 +22,8 @@ use crate::store::{
 #[derive(Debug, Clone)]
 pub struct EngineSettings {
     pub default_policy: Arc<RetryPolicy>,
+    /// The policy of deliveries whose subscription and queue name none.
+    pub delivery_policy: Arc<RetryPolicy>,
     pub completed_retention_ms: u64,
     pub dead_retention_ms: u64,
 }
@@ -130,14 +133,20 @@ impl Engine {
     ) -> Result<(Transition, UnixMs), StoreError> {
         let now_ms = self.now_ms();
         let default = self.settings.default_policy.clone();
+        let delivery_default = self.settings.delivery_policy.clone();
         let decide = move |ctx: &crate::store::DecideContext<'_>| {
+            let default = if crate::model::subscription::is_internal_queue(ctx.queue) {
+                &delivery_default
+            } else {
+                &default
+            };
             let error = ErrorEntry {
                 attempt: ctx.state.failures + 1,
                 at_ms: now_ms,
                 message: report.message.clone(),
                 detail: report.detail.clone(),
             };
-            decide_failure(ctx, &default, now_ms, report.outcome, error)
+            decide_failure(ctx, default, now_ms, report.outcome, error)
         };
         let transition = self.store.fail(ack, now_ms, &decide).await?;
         Ok((transition, now_ms))

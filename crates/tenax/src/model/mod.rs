@@ -1,6 +1,12 @@
-//! The job model shared by the engine, the stores and the API: what a job is, its states, and
-//! the errors recorded on it. Stored types live here; request and response shapes live in `api`.
+//! The model shared by the engine, the stores and the API: what a job is, its states, and the
+//! errors recorded on it; subscriptions and their deliveries. Stored types live here; request
+//! and response shapes live in `api`.
 
 mod job;
+pub mod subscription;
 
 pub use job::{ErrorEntry, Job, JobId, JobState, NewJob, Status};
+pub use subscription::{
+    Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, Subscription,
+    SubscriptionId,
+};

@@ -14,7 +14,9 @@ pub use embedded::EmbeddedStore;
 pub use types::*;
 
 use crate::clock::UnixMs;
-use crate::model::{Job, JobId};
+pub use embedded::Finished;
+
+use crate::model::{Attempt, Job, JobId, Subscription, SubscriptionId};
 
 /// Every backend. An enum rather than a trait object: the set is closed and small, and async
 /// methods need no boxing.
@@ -175,6 +177,60 @@ impl Store {
     /// Fires when the earliest scheduled time may have moved earlier.
     pub fn schedule_signal(&self) -> &tokio::sync::Notify {
         dispatch!(self, s => s.schedule_signal())
+    }
+
+    /// Stores a subscription (id 0: a new one, whose id is assigned) and returns it.
+    pub async fn put_subscription(
+        &self,
+        subscription: Subscription,
+        policy: Option<std::sync::Arc<tenax_policy::RetryPolicy>>,
+    ) -> Result<Subscription, StoreError> {
+        dispatch!(self, s => s.put_subscription(subscription, policy).await)
+    }
+
+    /// Deletes a subscription and its deliveries; returns how many deliveries went with it.
+    pub async fn delete_subscription(&self, id: SubscriptionId) -> Result<usize, StoreError> {
+        dispatch!(self, s => s.delete_subscription(id).await)
+    }
+
+    pub async fn subscription(&self, id: SubscriptionId) -> Option<Subscription> {
+        dispatch!(self, s => s.subscription(id))
+    }
+
+    /// Subscriptions of `queue`, or all, in id order.
+    pub async fn subscriptions(&self, queue: Option<&str>) -> Vec<Subscription> {
+        dispatch!(self, s => s.subscriptions(queue))
+    }
+
+    /// The policy applying to a subscription's deliveries, unless it is the server default.
+    pub async fn delivery_policy(
+        &self,
+        id: SubscriptionId,
+    ) -> Option<std::sync::Arc<tenax_policy::RetryPolicy>> {
+        dispatch!(self, s => s.delivery_policy(id))
+    }
+
+    /// Ends an attempt of an in-flight delivery and logs it in the same commit.
+    pub async fn finish_delivery(
+        &self,
+        ack: Ack,
+        attempt: &Attempt,
+        retain: bool,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<Finished, StoreError> {
+        dispatch!(self, s => s.finish_delivery(ack, attempt, retain, now_ms, decide).await)
+    }
+
+    /// A delivery's attempts, oldest first.
+    pub async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError> {
+        dispatch!(self, s => s.attempts(id))
+    }
+
+    /// Counts of a subscription's deliveries by status (scheduled, ready, in flight,
+    /// completed, dead).
+    pub async fn delivery_counts(&self, id: SubscriptionId) -> [u64; 5] {
+        dispatch!(self, s => s.delivery_counts(id))
     }
 
     /// Flushes and stops background writers.

@@ -25,6 +25,8 @@ pub enum StoreError {
         key: String,
         existing: JobId,
     },
+    #[error("subscription {0} does not exist")]
+    NoSubscription(crate::model::SubscriptionId),
     #[error("storage error: {0}")]
     Storage(String),
     #[error("stored data is unreadable: {0}")]
@@ -126,6 +128,16 @@ pub struct JobFilter {
     pub queue: Option<String>,
     pub status: Option<Status>,
     pub kind: Option<String>,
+    /// Only jobs that finished (completed or died) at or after this time.
+    pub finished_since_ms: Option<UnixMs>,
+}
+
+impl JobFilter {
+    /// Whether a job in `state` passes the `finished_since_ms` filter.
+    pub fn finished_since(&self, state: &JobState) -> bool {
+        self.finished_since_ms
+            .is_none_or(|since| state.finished_at_ms.is_some_and(|at| at >= since))
+    }
 }
 
 /// Dead jobs back to ready.
@@ -158,4 +170,9 @@ pub struct QueueConfig {
     /// A paused queue keeps accepting jobs but hands none out.
     #[serde(default)]
     pub paused: bool,
+    /// The queue's policy applies to every subscription's deliveries, whatever the
+    /// subscription's own (SNS `disableSubscriptionOverrides`, Zaqar
+    /// `ignore_subscription_override`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disable_overrides: bool,
 }

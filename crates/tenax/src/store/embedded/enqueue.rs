@@ -10,7 +10,8 @@ use super::EmbeddedStore;
 use super::index::Entry;
 use super::writer::{self, Op};
 use crate::clock::UnixMs;
-use crate::model::{JobId, JobState};
+use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
+use crate::model::{DeliveryPayload, JobId, JobState, NewJob, SubscriptionId};
 use crate::store::{Enqueued, Insert, OnDuplicate, StoreError, to_json_bytes};
 
 impl EmbeddedStore {
@@ -92,8 +93,24 @@ impl EmbeddedStore {
                         policy,
                     });
                 }
-                fresh.push((next_id, insert, state));
+                let message_id = next_id;
                 next_id += 1;
+                // One delivery per subscription of the queue, in the same commit as the message.
+                let subscribed = inner.subscribed.get(&insert.job.queue);
+                for subscription in subscribed.into_iter().flatten() {
+                    let delivery = Encoded::new(delivery_for(*subscription, message_id, &insert), now_ms);
+                    ops.push(Op::PutBody {
+                        id: next_id,
+                        body: delivery.body,
+                    });
+                    ops.push(Op::PutState {
+                        id: next_id,
+                        state: delivery.state_bytes,
+                    });
+                    fresh.push((next_id, delivery.insert, delivery.state));
+                    next_id += 1;
+                }
+                fresh.push((message_id, insert, state));
             }
             if fresh.is_empty() {
                 return Ok(results);
@@ -149,6 +166,32 @@ impl EmbeddedStore {
             self.schedule.notify_waiters();
         }
         Ok(results)
+    }
+}
+
+/// The delivery of message `message_id` to `subscription`: due when the message is.
+fn delivery_for(subscription: SubscriptionId, message_id: JobId, message: &Insert) -> Insert {
+    let job = &message.job;
+    let payload = DeliveryPayload {
+        message_id,
+        queue: job.queue.clone(),
+        kind: job.kind.clone(),
+        body: job.payload.clone(),
+    };
+    let payload = serde_json::value::to_raw_value(&payload)
+        .unwrap_or_else(|_| job.payload.clone());
+    Insert {
+        job: NewJob {
+            queue: delivery_queue(subscription),
+            kind: DELIVERY_KIND.to_owned(),
+            payload,
+            priority: job.priority,
+            run_at_ms: job.run_at_ms,
+            policy: None,
+            unique_key: None,
+            created_at_ms: job.created_at_ms,
+        },
+        policy: None,
     }
 }
 

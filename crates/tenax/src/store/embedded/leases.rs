@@ -109,20 +109,7 @@ impl EmbeddedStore {
                     results.push(Err(error));
                     continue;
                 }
-                if retain {
-                    if let Some(entry) = inner.index.update(ack.id, |e| {
-                        e.state.status = Status::Completed;
-                        e.state.finished_at_ms = Some(now_ms);
-                    }) {
-                        ops.push(Op::PutState {
-                            id: ack.id,
-                            state: to_json_bytes(&entry.state),
-                        });
-                    }
-                } else {
-                    inner.index.remove(ack.id);
-                    ops.push(Op::DeleteJob { id: ack.id });
-                }
+                ops.extend(complete_one(&mut inner, ack.id, retain, now_ms));
                 results.push(Ok(()));
             }
             let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
@@ -147,7 +134,7 @@ impl EmbeddedStore {
             let inner = &mut *inner;
             let mut transition =
                 decide_on(inner, ack.id, decide).ok_or(StoreError::NotFound(ack.id))?;
-            let receiver = self.apply(inner, ack.id, &mut transition, now_ms);
+            let receiver = self.apply(inner, ack.id, &mut transition, now_ms, Vec::new());
             (transition, receiver)
         };
         writer::wait(receiver).await?;
@@ -155,24 +142,25 @@ impl EmbeddedStore {
         Ok(transition)
     }
 
-    /// Writes a transition and moves the job in memory. Called under the lock. A retry due
-    /// already is ready at once; `transition` is updated to say so, so callers report the
-    /// state as stored.
+    /// Writes a transition (with `ops` in the same commit) and moves the job in memory. Called
+    /// under the lock. A retry due already is ready at once; `transition` is updated to say so,
+    /// so callers report the state as stored.
     pub(super) fn apply(
         &self,
         inner: &mut super::Inner,
         id: JobId,
         transition: &mut Transition,
         now_ms: UnixMs,
+        mut ops: Vec<Op>,
     ) -> tokio::sync::oneshot::Receiver<Result<(), StoreError>> {
         if transition.state.status == Status::Scheduled && transition.state.run_at_ms <= now_ms {
             transition.state.status = Status::Ready;
         }
         let state = transition.state.clone();
-        let mut ops = vec![Op::PutState {
+        ops.push(Op::PutState {
             id,
             state: to_json_bytes(&state),
-        }];
+        });
         if let Some(error) = &transition.error {
             ops.push(Op::PutError {
                 id,
@@ -212,6 +200,29 @@ impl EmbeddedStore {
     }
 }
 
+/// Completes in-flight job `id` in memory and returns the writes: its state kept as completed
+/// (for the retention period) when `retain`, else the job deleted. Called under the lock.
+pub(super) fn complete_one(
+    inner: &mut super::Inner,
+    id: JobId,
+    retain: bool,
+    now_ms: UnixMs,
+) -> Option<Op> {
+    if retain {
+        let entry = inner.index.update(id, |e| {
+            e.state.status = Status::Completed;
+            e.state.finished_at_ms = Some(now_ms);
+        })?;
+        Some(Op::PutState {
+            id,
+            state: to_json_bytes(&entry.state),
+        })
+    } else {
+        inner.index.remove(id)?;
+        Some(Op::DeleteJob { id })
+    }
+}
+
 /// Asks `decide` about job `id`, with its own and its queue's policy. Called under the lock.
 pub(super) fn decide_on(
     inner: &super::Inner,
@@ -233,7 +244,7 @@ pub(super) fn decide_on(
 }
 
 /// The lease of an in-flight job, if `ack` may act on it.
-fn check_lease(index: &super::index::Index, ack: Ack) -> Result<Lease, StoreError> {
+pub(super) fn check_lease(index: &super::index::Index, ack: Ack) -> Result<Lease, StoreError> {
     let entry = index.get(ack.id).ok_or(StoreError::NotFound(ack.id))?;
     if entry.state.status != Status::InFlight {
         return Err(StoreError::NotInFlight {

@@ -38,7 +38,7 @@ impl EmbeddedStore {
                 let Some(mut transition) = super::leases::decide_on(inner, id, decide) else {
                     continue;
                 };
-                receivers.push(self.apply(inner, id, &mut transition, now_ms));
+                receivers.push(self.apply(inner, id, &mut transition, now_ms, Vec::new()));
             }
             receivers
         };

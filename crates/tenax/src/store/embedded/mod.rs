@@ -14,8 +14,11 @@ mod leases;
 mod maintenance;
 mod queues;
 mod read;
+mod subscriptions;
 mod tables;
 mod writer;
+
+pub use self::subscriptions::Finished;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -29,11 +32,14 @@ use tenax_policy::spelling::native;
 use tokio::sync::Notify;
 
 use self::index::{Entry, Index};
-use self::tables::{ERRORS, JOBS, META, NEXT_ID, POLICIES, QUEUES, STATES, StoredBody};
+use self::tables::{
+    ATTEMPTS, ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, POLICIES, QUEUES, STATES,
+    SUBSCRIPTIONS, StoredBody,
+};
 use self::writer::Writer;
 use super::{QueueConfig, StoreError, from_json_bytes};
 use crate::clock::UnixMs;
-use crate::model::{JobId, JobState};
+use crate::model::{JobId, JobState, Subscription, SubscriptionId};
 
 /// Options of the embedded store.
 #[derive(Debug, Clone)]
@@ -74,6 +80,17 @@ struct Inner {
     next_id: JobId,
     /// Unique keys of jobs whose enqueue is not yet durable: (queue, key) → id.
     pending_unique: HashMap<(String, String), JobId>,
+    subscriptions: HashMap<SubscriptionId, SubscriptionEntry>,
+    /// Queue name → its subscriptions, in id order. Only queues with subscriptions are keys.
+    subscribed: HashMap<String, Vec<SubscriptionId>>,
+    next_subscription_id: SubscriptionId,
+}
+
+#[derive(Debug, Clone)]
+struct SubscriptionEntry {
+    subscription: Subscription,
+    /// `subscription.policy`, parsed.
+    policy: Option<Arc<RetryPolicy>>,
 }
 
 #[derive(Debug, Clone)]
@@ -101,6 +118,8 @@ impl EmbeddedStore {
             tx.open_table(ERRORS).map_err(|e| storage(&e))?;
             tx.open_table(QUEUES).map_err(|e| storage(&e))?;
             tx.open_table(META).map_err(|e| storage(&e))?;
+            tx.open_table(SUBSCRIPTIONS).map_err(|e| storage(&e))?;
+            tx.open_table(ATTEMPTS).map_err(|e| storage(&e))?;
             tx.commit().map_err(|e| storage(&e))?;
         }
         let inner = rebuild(&db, now_ms)?;
@@ -158,6 +177,7 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
     let policies = tx.open_table(POLICIES).map_err(|e| storage(&e))?;
     let queues = tx.open_table(QUEUES).map_err(|e| storage(&e))?;
     let meta = tx.open_table(META).map_err(|e| storage(&e))?;
+    let subscriptions = tx.open_table(SUBSCRIPTIONS).map_err(|e| storage(&e))?;
 
     let mut inner = Inner::default();
     let mut max_id = 0;
@@ -206,9 +226,24 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
         .map_err(|e| storage(&e))?
         .map_or(0, |v| v.value());
     inner.next_id = stored_next.max(max_id + 1).max(1);
+    let mut max_subscription = 0;
+    for row in subscriptions.iter().map_err(|e| storage(&e))? {
+        let (id, record) = row.map_err(|e| storage(&e))?;
+        let subscription: Subscription = from_json_bytes("subscription", record.value())?;
+        let what = format!("subscription {}", id.value());
+        let policy = subscriptions::parse_policy(&what, subscription.policy.as_ref())?;
+        max_subscription = max_subscription.max(id.value());
+        subscriptions::install(&mut inner, subscription, policy);
+    }
+    let stored_next = meta
+        .get(NEXT_SUBSCRIPTION_ID)
+        .map_err(|e| storage(&e))?
+        .map_or(0, |v| v.value());
+    inner.next_subscription_id = stored_next.max(max_subscription + 1).max(1);
     tracing::info!(
         jobs = loaded,
         queues = inner.queues.len(),
+        subscriptions = inner.subscriptions.len(),
         "embedded store opened"
     );
     Ok(inner)

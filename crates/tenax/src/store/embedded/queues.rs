@@ -47,10 +47,12 @@ impl EmbeddedStore {
         };
         writer::wait(receiver).await?;
         let resumed = !config.paused;
-        self.inner
-            .lock()
+        let mut inner = self.inner.lock();
+        inner
             .queues
             .insert(name.to_owned(), QueueEntry { config, policy });
+        super::subscriptions::rederive_queue(&mut inner, name);
+        drop(inner);
         if resumed {
             self.ready.notify_waiters();
         }

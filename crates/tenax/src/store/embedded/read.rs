@@ -65,6 +65,7 @@ impl EmbeddedStore {
                     after.is_none_or(|after| **id > after)
                         && filter.queue.as_deref().is_none_or(|q| *e.queue == *q)
                         && filter.status.is_none_or(|s| e.state.status == s)
+                        && filter.finished_since(&e.state)
                 })
                 .map(|(id, _)| *id)
                 .collect()
@@ -114,6 +115,7 @@ impl EmbeddedStore {
             index.get(id).is_some_and(|e| {
                 filter.queue.as_deref().is_none_or(|q| *e.queue == *q)
                     && filter.status.is_none_or(|s| e.state.status == s)
+                    && filter.finished_since(&e.state)
             })
         };
         let mut ids: Vec<JobId> = match &selection.ids {

@@ -7,7 +7,13 @@
 //! | `policies` | job id (u64)         | the job's own policy, canonical native JSON  |
 //! | `errors`   | (job id, n)          | [`ErrorEntry`](crate::model::ErrorEntry) JSON |
 //! | `queues`   | queue name           | [`QueueConfig`](crate::store::QueueConfig) JSON |
-//! | `meta`     | name                 | u64 (`next_id`: the next job id to assign)   |
+//! | `subscriptions` | subscription id | [`Subscription`](crate::model::Subscription) JSON |
+//! | `attempts` | (delivery id, n)     | [`Attempt`](crate::model::Attempt) JSON: every POST of a delivery |
+//! | `meta`     | name                 | u64: `next_id` (the next job id to assign), `next_subscription_id` |
+//!
+//! An attempt's `n` counts from 1 per delivery and never repeats (attempt numbers restart after
+//! a replay that resets them; `n` does not).
+//! A delivery is a job (see [`crate::model::subscription`]); deleting it deletes its attempts.
 //!
 //! An error's `n` is its attempt, or one past the job's last entry if that is higher (after a
 //! replay that reset the attempts), so the history is append-only, oldest first.
@@ -27,9 +33,12 @@ pub const STATES: TableDefinition<u64, &[u8]> = TableDefinition::new("states");
 pub const POLICIES: TableDefinition<u64, &[u8]> = TableDefinition::new("policies");
 pub const ERRORS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("errors");
 pub const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
+pub const SUBSCRIPTIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("subscriptions");
+pub const ATTEMPTS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("attempts");
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 pub const NEXT_ID: &str = "next_id";
+pub const NEXT_SUBSCRIPTION_ID: &str = "next_subscription_id";
 
 /// The part of a job that never changes after enqueue.
 #[derive(Debug, Serialize, Deserialize)]

@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 use redb::{Database, Durability, ReadableTable};
 use tokio::sync::oneshot;
 
-use super::tables::{ERRORS, JOBS, META, NEXT_ID, POLICIES, QUEUES, STATES};
+use super::tables::{
+    ATTEMPTS, ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, POLICIES, QUEUES, STATES,
+    SUBSCRIPTIONS,
+};
 use crate::store::StoreError;
 
 /// One change to the file.
@@ -46,6 +49,20 @@ pub enum Op {
         config: Vec<u8>,
     },
     SetNextId(u64),
+    PutSubscription {
+        id: u64,
+        subscription: Vec<u8>,
+    },
+    /// Removes a subscription's record (its deliveries are removed by `DeleteJob`s).
+    DeleteSubscription {
+        id: u64,
+        next_id: u64,
+    },
+    /// Appends to a delivery's attempt log.
+    PutAttempt {
+        id: u64,
+        entry: Vec<u8>,
+    },
 }
 
 struct Request {
@@ -199,6 +216,8 @@ fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), Sto
         let mut errors = tx.open_table(ERRORS).map_err(|e| storage(&e))?;
         let mut queues = tx.open_table(QUEUES).map_err(|e| storage(&e))?;
         let mut meta = tx.open_table(META).map_err(|e| storage(&e))?;
+        let mut subscriptions = tx.open_table(SUBSCRIPTIONS).map_err(|e| storage(&e))?;
+        let mut attempts = tx.open_table(ATTEMPTS).map_err(|e| storage(&e))?;
         for op in batches.into_iter().flatten() {
             let result = match op {
                 Op::PutBody { id, body } => jobs.insert(id, body.as_slice()).map(drop),
@@ -220,21 +239,49 @@ fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), Sto
                     .remove(id)
                     .and_then(|_| states.remove(id))
                     .and_then(|_| policies.remove(id))
-                    .and_then(|_| errors.retain_in((id, 0)..=(id, u32::MAX), |_, _| false)),
+                    .and_then(|_| errors.retain_in((id, 0)..=(id, u32::MAX), |_, _| false))
+                    .and_then(|()| attempts.retain_in((id, 0)..=(id, u32::MAX), |_, _| false)),
                 Op::PutQueue { name, config } => {
                     queues.insert(name.as_str(), config.as_slice()).map(drop)
                 }
-                Op::SetNextId(next) => {
-                    let current = meta.get(NEXT_ID).map(|v| v.map_or(0, |g| g.value()));
-                    match current {
-                        Ok(current) if current >= next => Ok(()),
-                        Ok(_) => meta.insert(NEXT_ID, next).map(drop),
-                        Err(e) => Err(e),
-                    }
+                Op::SetNextId(next) => raise(&mut meta, NEXT_ID, next),
+                Op::PutSubscription { id, subscription } => raise(
+                    &mut meta,
+                    NEXT_SUBSCRIPTION_ID,
+                    id.saturating_add(1),
+                )
+                .and_then(|()| subscriptions.insert(id, subscription.as_slice()).map(drop)),
+                Op::DeleteSubscription { id, next_id } => {
+                    // The counter is kept past the deleted id, so ids are never reused.
+                    raise(&mut meta, NEXT_SUBSCRIPTION_ID, next_id)
+                        .and_then(|()| subscriptions.remove(id).map(drop))
+                }
+                Op::PutAttempt { id, entry } => {
+                    let last = attempts
+                        .range((id, 0)..=(id, u32::MAX))
+                        .and_then(|mut rows| rows.next_back().transpose())
+                        .map(|row| row.map(|(key, _)| key.value().1));
+                    last.and_then(|last| {
+                        let n = last.map_or(1, |last| last.saturating_add(1));
+                        attempts.insert((id, n), entry.as_slice()).map(drop)
+                    })
                 }
             };
             result.map_err(|e| storage(&e))?;
         }
     }
     tx.commit().map_err(|e| storage(&e))
+}
+
+/// Raises a counter in `meta` to `value`; never lowers it.
+fn raise(
+    meta: &mut redb::Table<'_, &'static str, u64>,
+    name: &str,
+    value: u64,
+) -> Result<(), redb::StorageError> {
+    let current = meta.get(name)?.map_or(0, |v| v.value());
+    if current < value {
+        meta.insert(name, value)?;
+    }
+    Ok(())
 }

@@ -1,0 +1,168 @@
+//! Subscriptions and deliveries: a queue's webhook endpoints, and one delivery per message and
+//! subscription.
+//!
+//! A delivery is a job. It lives in its subscription's own internal queue (named by
+//! [`delivery_queue`]), so it is retried, leased, killed, replayed and retained by the same
+//! machinery as every other job; its payload ([`DeliveryPayload`]) holds a copy of the message.
+//! Internal queue names start with `~`, which user queue names cannot contain.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::JobId;
+use crate::clock::UnixMs;
+
+pub type SubscriptionId = u64;
+
+/// The prefix of internal queue names; user queue names never start with it.
+pub const INTERNAL_QUEUE_PREFIX: char = '~';
+
+const DELIVERY_QUEUE_PREFIX: &str = "~deliveries/";
+
+/// The job kind of every delivery.
+pub const DELIVERY_KIND: &str = "tenax.delivery";
+
+/// The internal queue holding subscription `id`'s deliveries.
+pub fn delivery_queue(id: SubscriptionId) -> String {
+    format!("{DELIVERY_QUEUE_PREFIX}{id}")
+}
+
+/// The subscription whose deliveries queue `queue` is, if it is one.
+pub fn subscription_of_queue(queue: &str) -> Option<SubscriptionId> {
+    queue.strip_prefix(DELIVERY_QUEUE_PREFIX)?.parse().ok()
+}
+
+/// Whether `queue` is internal (hidden from queue listings).
+pub fn is_internal_queue(queue: &str) -> bool {
+    queue.starts_with(INTERNAL_QUEUE_PREFIX)
+}
+
+/// The body a delivery POSTs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvelopeFormat {
+    /// Tenax's envelope (`docs/webhooks.md`).
+    #[default]
+    Tenax,
+    /// Zaqar's notification body: `{"body", "queue_name", "Message_Type"}`.
+    Zaqar,
+}
+
+/// A queue's webhook subscription, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Subscription {
+    pub id: SubscriptionId,
+    pub queue: String,
+    /// An http(s) URL.
+    pub endpoint: String,
+    /// The subscription's own delivery policy, canonical native JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<serde_json::Value>,
+    /// At most this many deliveries start per second; more wait.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throttle_per_second: Option<u32>,
+    /// The request's `Content-Type`.
+    pub content_type: String,
+    /// The Standard Webhooks signing secret, `whsec_…`.
+    pub secret: String,
+    /// Extra request headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub enabled: bool,
+    /// Why it was disabled, when it was disabled automatically.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_reason: Option<String>,
+    /// Which non-2xx statuses are retried, replacing the default (5xx, 408, 429).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retryable_statuses: Option<Vec<u16>>,
+    /// At most this many requests of this subscription at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u32>,
+    /// Disable the subscription after its endpoint has failed for this long without a success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_disable_after_ms: Option<u64>,
+    #[serde(default)]
+    pub format: EnvelopeFormat,
+    /// Free-form options kept for the API that created it (Zaqar's `options`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<serde_json::Value>,
+    /// The subscription is deleted at this time (Zaqar's `ttl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<UnixMs>,
+    pub created_at_ms: UnixMs,
+    pub updated_at_ms: UnixMs,
+    /// Durable part of the endpoint's health.
+    #[serde(default)]
+    pub health: HealthMarks,
+}
+
+/// The endpoint's health, as far as it must survive a restart: enough to know how long it has
+/// been failing, which is what automatic disabling is based on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealthMarks {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_at_ms: Option<UnixMs>,
+    /// When the current run of failures began; `None` while the last attempt succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since_ms: Option<UnixMs>,
+}
+
+/// What a delivery job carries: the message it delivers.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeliveryPayload {
+    pub message_id: JobId,
+    pub queue: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub body: Box<RawValue>,
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptResult {
+    Delivered,
+    /// Failed; retried if the policy allows.
+    Retryable,
+    /// Failed in a way not worth retrying: the delivery is dead at once.
+    Permanent,
+}
+
+/// One POST of a delivery, as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// The delivery's run number, from 1.
+    pub attempt: u32,
+    pub at_ms: UnixMs,
+    pub latency_ms: u64,
+    pub result: AttemptResult,
+    /// The HTTP status, when a response came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The connection or timeout error, when no response came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The start of the response body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<String>,
+    /// A `Retry-After` the endpoint asked for, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delivery_queues_name_their_subscription() {
+        assert_eq!(delivery_queue(42), "~deliveries/42");
+        assert_eq!(subscription_of_queue("~deliveries/42"), Some(42));
+        assert_eq!(subscription_of_queue("orders"), None);
+        assert_eq!(subscription_of_queue("~deliveries/x"), None);
+        assert!(is_internal_queue(&delivery_queue(1)));
+        assert!(!is_internal_queue("orders"));
+    }
+}
