@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use crate::api::{self, AppState, Limits};
 use crate::clock::Clock;
 use crate::config::{Config, Durability};
+use crate::delivery::{self, Deliveries};
 use crate::engine::{Engine, EngineSettings, maintenance};
 use crate::store::embedded::EmbeddedOptions;
 use crate::store::{EmbeddedStore, Store};
@@ -44,7 +45,9 @@ pub async fn run(
         },
     ));
     let (stop, stopped) = watch::channel(false);
-    let maintenance = tokio::spawn(maintenance::run(engine.clone(), stopped));
+    let maintenance = tokio::spawn(maintenance::run(engine.clone(), stopped.clone()));
+    let deliveries = Arc::new(Deliveries::new(config.delivery.clone()));
+    let delivering = tokio::spawn(delivery::run(engine.clone(), deliveries.clone(), stopped));
 
     let state = AppState {
         engine: engine.clone(),
@@ -54,6 +57,7 @@ pub async fn run(
             default_lease_ms: config.default_lease_ms,
             max_lease_ms: config.max_lease_ms,
         }),
+        deliveries,
     };
     let address = listener.local_addr().ok();
     tracing::info!(?address, durability = ?config.durability, "tenax listening");
@@ -70,6 +74,7 @@ pub async fn run(
 
     let _ = stop.send(true);
     let _ = maintenance.await;
+    let _ = delivering.await;
     // Every request has finished; the engine is ours alone again (streams may hold a clone for
     // a moment while they notice the shutdown).
     let mut engine = engine;

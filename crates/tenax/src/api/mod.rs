@@ -17,6 +17,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 
+use crate::delivery::Deliveries;
 use crate::engine::Engine;
 
 /// Request limits and defaults the handlers enforce.
@@ -33,6 +34,7 @@ pub struct Limits {
 pub struct AppState {
     pub engine: Arc<Engine>,
     pub limits: Arc<Limits>,
+    pub deliveries: Arc<Deliveries>,
 }
 
 pub fn router(state: AppState) -> Router {
