@@ -128,7 +128,9 @@ pub struct DeliveryConfig {
 
 /// The default delivery policy: the schedule Standard Webhooks senders commonly use.
 pub fn default_delivery_policy() -> RetryPolicy {
-    let delays_ms = [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000];
+    let delays_ms = [
+        5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000,
+    ];
     RetryPolicy::new(Shape::List(tenax_policy::simple::DelayList {
         delays_ms: delays_ms.to_vec(),
         repeat_last: false,

@@ -491,6 +491,7 @@ async fn take_is_by_priority_then_age_and_leases(backend: &impl Backend) {
             QueueConfig {
                 policy: None,
                 paused: true,
+                ..QueueConfig::default()
             },
             None,
         )
@@ -652,6 +653,7 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
             QueueConfig {
                 policy: Some(native::to_json(&queue_policy)),
                 paused: false,
+                ..QueueConfig::default()
             },
             Some(Arc::new(queue_policy.clone())),
         )
@@ -1036,6 +1038,7 @@ async fn dead_jobs_are_replayed(backend: &impl Backend) {
                         queue: Some("q".into()),
                         status: Some(Status::Dead),
                         kind: Some("other".into()),
+                        ..JobFilter::default()
                     },
                 },
                 policy: Some((native::to_json(&policy), Arc::new(policy.clone()))),
@@ -1138,6 +1141,7 @@ async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
                 queue: Some("q".into()),
                 status: None,
                 kind: Some("x".into()),
+                ..JobFilter::default()
             },
         })
         .await
@@ -1151,6 +1155,7 @@ async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
                 queue: Some("r".into()),
                 status: Some(Status::Ready),
                 kind: None,
+                ..JobFilter::default()
             },
         })
         .await
@@ -1240,6 +1245,7 @@ async fn list_filters_and_pages(backend: &impl Backend) {
         queue: queue.map(str::to_owned),
         status,
         kind: kind.map(str::to_owned),
+        ..JobFilter::default()
     };
     let pick = |indexes: &[usize]| indexes.iter().map(|i| ids[*i]).collect::<Vec<_>>();
 
@@ -1380,6 +1386,7 @@ async fn queue_configs_are_kept(backend: &impl Backend) {
     let paused = QueueConfig {
         policy: None,
         paused: true,
+        ..QueueConfig::default()
     };
     store
         .put_queue("x", paused.clone(), None)
@@ -1399,6 +1406,7 @@ async fn queue_configs_are_kept(backend: &impl Backend) {
     let configured = QueueConfig {
         policy: Some(native::to_json(&policy)),
         paused: false,
+        ..QueueConfig::default()
     };
     store
         .put_queue("x", configured.clone(), Some(Arc::new(policy.clone())))

@@ -1,1 +1,145 @@
-//! placeholder
+//! The body a delivery POSTs: Tenax's envelope, or Zaqar's notification body.
+//!
+//! The envelope is rendered anew for each attempt (it carries the attempt number and the time
+//! it was sent); the `webhook-id` header, not the body, identifies the delivery across attempts.
+
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use crate::clock::{UnixMs, rfc3339};
+use crate::model::{DeliveryPayload, EnvelopeFormat, JobId, SubscriptionId};
+
+/// What one attempt sends.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptInfo<'a> {
+    pub delivery_id: JobId,
+    pub subscription_id: SubscriptionId,
+    pub attempt: u32,
+    pub message: &'a DeliveryPayload,
+    pub message_created_at_ms: UnixMs,
+    pub sent_at_ms: UnixMs,
+}
+
+#[derive(Serialize)]
+struct TenaxEnvelope<'a> {
+    delivery_id: JobId,
+    subscription_id: SubscriptionId,
+    attempt: u32,
+    queue: &'a str,
+    message: Message<'a>,
+    sent_at: String,
+}
+
+#[derive(Serialize)]
+struct Message<'a> {
+    id: JobId,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    body: &'a RawValue,
+    created_at: String,
+}
+
+/// Zaqar's notification body (`zaqar/notification/tasks/webhook.py`).
+#[derive(Serialize)]
+struct ZaqarNotification<'a> {
+    body: &'a RawValue,
+    queue_name: &'a str,
+    #[serde(rename = "Message_Type")]
+    message_type: &'static str,
+}
+
+/// The request body of one attempt.
+pub fn render(format: EnvelopeFormat, info: &AttemptInfo<'_>) -> Vec<u8> {
+    let message = info.message;
+    let encoded = match format {
+        EnvelopeFormat::Tenax => serde_json::to_vec(&TenaxEnvelope {
+            delivery_id: info.delivery_id,
+            subscription_id: info.subscription_id,
+            attempt: info.attempt,
+            queue: &message.queue,
+            message: Message {
+                id: message.message_id,
+                kind: &message.kind,
+                body: &message.body,
+                created_at: rfc3339(info.message_created_at_ms),
+            },
+            sent_at: rfc3339(info.sent_at_ms),
+        }),
+        EnvelopeFormat::Zaqar => serde_json::to_vec(&ZaqarNotification {
+            body: &message.body,
+            queue_name: zaqar_queue_name(&message.queue),
+            message_type: "Notification",
+        }),
+    };
+    // Strings, integers and already-valid JSON: encoding cannot fail.
+    encoded.unwrap_or_default()
+}
+
+/// The queue name a Zaqar receiver expects: without the project prefix Tenax stores
+/// (`<project>/<queue>`), if any.
+fn zaqar_queue_name(queue: &str) -> &str {
+    queue.rsplit_once('/').map_or(queue, |(_, name)| name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload() -> DeliveryPayload {
+        DeliveryPayload {
+            message_id: 42,
+            queue: "orders".into(),
+            kind: "order.paid".into(),
+            body: RawValue::from_string(r#"{"total": 12}"#.into()).unwrap(),
+        }
+    }
+
+    #[test]
+    fn tenax_envelope_carries_message_attempt_and_times() {
+        let message = payload();
+        let body = render(
+            EnvelopeFormat::Tenax,
+            &AttemptInfo {
+                delivery_id: 43,
+                subscription_id: 7,
+                attempt: 2,
+                message: &message,
+                message_created_at_ms: 1_700_000_000_000,
+                sent_at_ms: 1_700_000_005_000,
+            },
+        );
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({
+                "delivery_id": 43, "subscription_id": 7, "attempt": 2, "queue": "orders",
+                "message": {"id": 42, "type": "order.paid", "body": {"total": 12},
+                            "created_at": "2023-11-14T22:13:20.000Z"},
+                "sent_at": "2023-11-14T22:13:25.000Z",
+            })
+        );
+    }
+
+    #[test]
+    fn zaqar_body_is_zaqars() {
+        let mut message = payload();
+        message.queue = "project-1/orders".into();
+        let body = render(
+            EnvelopeFormat::Zaqar,
+            &AttemptInfo {
+                delivery_id: 1,
+                subscription_id: 1,
+                attempt: 1,
+                message: &message,
+                message_created_at_ms: 0,
+                sent_at_ms: 0,
+            },
+        );
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"body": {"total": 12}, "queue_name": "orders",
+                               "Message_Type": "Notification"})
+        );
+    }
+}

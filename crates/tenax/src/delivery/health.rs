@@ -19,7 +19,7 @@ pub struct HealthView {
     /// False while the endpoint's last attempt failed.
     pub healthy: bool,
     pub consecutive_failures: u32,
-    /// Failed attempts among the last `recent_attempts` (at most 100 since the server started).
+    /// Attempts the failure rate is computed over: the last 100 since the server started.
     pub recent_attempts: u32,
     pub recent_failure_rate: f64,
     pub last_success_at: Option<String>,
@@ -28,21 +28,24 @@ pub struct HealthView {
     pub failing_since: Option<String>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Health {
+    /// The durable marks as they are now (seeded from the stored subscription).
+    marks: HealthMarks,
     consecutive_failures: u32,
     /// true = failed, newest last.
     recent: VecDeque<bool>,
-    last_success_at_ms: Option<UnixMs>,
     last_failure_at_ms: Option<UnixMs>,
 }
 
-/// What recording an attempt changed in the durable marks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MarksChange {
+/// What recording an attempt means for the stored subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
     Unchanged,
-    /// The stored marks should become these.
-    Changed(HealthMarks),
+    /// Store these marks.
+    Marks(HealthMarks),
+    /// Store these marks and disable the subscription, for this reason.
+    Disable(HealthMarks, String),
 }
 
 #[derive(Debug, Default)]
@@ -51,65 +54,128 @@ pub struct HealthBook {
 }
 
 impl HealthBook {
-    /// Records an attempt of `subscription` at `now_ms`.
-    pub fn record(&self, subscription: &Subscription, failed: bool, now_ms: UnixMs) -> MarksChange {
+    /// Records an attempt of `subscription` at `now_ms`. `disable_after_ms` (0: never) is how
+    /// long the endpoint may fail without a success before the subscription is disabled.
+    pub fn record(
+        &self,
+        subscription: &Subscription,
+        failed: bool,
+        now_ms: UnixMs,
+        disable_after_ms: u64,
+    ) -> Verdict {
         let mut all = self.subscriptions.lock();
-        let health = all.entry(subscription.id).or_default();
+        let health = all.entry(subscription.id).or_insert_with(|| Health {
+            marks: subscription.health,
+            consecutive_failures: 0,
+            recent: VecDeque::new(),
+            last_failure_at_ms: None,
+        });
         health.recent.push_back(failed);
         if health.recent.len() > RECENT {
             health.recent.pop_front();
         }
-        let marks = subscription.health;
-        if failed {
-            health.consecutive_failures = health.consecutive_failures.saturating_add(1);
-            health.last_failure_at_ms = Some(now_ms);
-            if marks.failing_since_ms.is_none() {
-                return MarksChange::Changed(HealthMarks {
-                    failing_since_ms: Some(now_ms),
-                    ..marks
-                });
-            }
-        } else {
+        if !failed {
             health.consecutive_failures = 0;
-            health.last_success_at_ms = Some(now_ms);
-            if marks.failing_since_ms.is_some() || marks.last_success_at_ms.is_none() {
-                return MarksChange::Changed(HealthMarks {
-                    failing_since_ms: None,
-                    last_success_at_ms: Some(now_ms),
-                });
-            }
+            let was_failing = health.marks.failing_since_ms.is_some();
+            let first_success = health.marks.last_success_at_ms.is_none();
+            health.marks = HealthMarks {
+                last_success_at_ms: Some(now_ms),
+                failing_since_ms: None,
+            };
+            return if was_failing || first_success {
+                Verdict::Marks(health.marks)
+            } else {
+                Verdict::Unchanged
+            };
         }
-        MarksChange::Unchanged
+        health.consecutive_failures = health.consecutive_failures.saturating_add(1);
+        health.last_failure_at_ms = Some(now_ms);
+        let Some(since) = health.marks.failing_since_ms else {
+            health.marks.failing_since_ms = Some(now_ms);
+            return Verdict::Marks(health.marks);
+        };
+        let failing_for = now_ms.saturating_sub(since);
+        if disable_after_ms > 0 && failing_for >= disable_after_ms && subscription.enabled {
+            let reason = format!(
+                "disabled automatically: the endpoint failed every attempt for {} (since {})",
+                tenax_policy::format_duration(failing_for),
+                rfc3339(since)
+            );
+            return Verdict::Disable(health.marks, reason);
+        }
+        Verdict::Unchanged
     }
 
     pub fn view(&self, subscription: &Subscription) -> HealthView {
         let all = self.subscriptions.lock();
         let health = all.get(&subscription.id);
-        let marks = subscription.health;
+        let marks = health.map_or(subscription.health, |h| h.marks);
         let recent = health.map_or(0, |h| h.recent.len());
         let failed = health.map_or(0, |h| h.recent.iter().filter(|f| **f).count());
+        let as_f64 = |n: usize| f64::from(u32::try_from(n).unwrap_or(u32::MAX));
         let rate = if recent == 0 {
             0.0
         } else {
-            // Both are at most 100: exact in f64.
-            f64::from(u32::try_from(failed).unwrap_or(u32::MAX))
-                / f64::from(u32::try_from(recent).unwrap_or(u32::MAX))
+            as_f64(failed) / as_f64(recent)
         };
-        let last_success = health
-            .and_then(|h| h.last_success_at_ms)
-            .or(marks.last_success_at_ms);
         HealthView {
             healthy: marks.failing_since_ms.is_none(),
             consecutive_failures: health.map_or(0, |h| h.consecutive_failures),
             recent_attempts: u32::try_from(recent).unwrap_or(u32::MAX),
             recent_failure_rate: rate,
-            last_success_at: last_success.map(rfc3339),
+            last_success_at: marks.last_success_at_ms.map(rfc3339),
             last_failure_at: health.and_then(|h| h.last_failure_at_ms).map(rfc3339),
             failing_since: marks.failing_since_ms.map(rfc3339),
         }
     }
 
+    /// Forgets a subscription's counters (it was deleted, or re-enabled: a fresh start).
     pub fn forget(&self, id: SubscriptionId) {
         self.subscriptions.lock().remove(&id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subscription() -> Subscription {
+        serde_json::from_value(serde_json::json!({
+            "id": 1, "queue": "q", "endpoint": "https://example.com/", "content_type": "x",
+            "secret": "s", "enabled": true, "created_at_ms": 0, "updated_at_ms": 0,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn marks_change_only_at_transitions_and_long_failure_disables() {
+        let book = HealthBook::default();
+        let sub = subscription();
+        let first = book.record(&sub, false, 1_000, 10_000);
+        assert!(matches!(first, Verdict::Marks(m) if m.last_success_at_ms == Some(1_000)));
+        assert_eq!(book.record(&sub, false, 2_000, 10_000), Verdict::Unchanged);
+        let failing = book.record(&sub, true, 3_000, 10_000);
+        assert!(matches!(failing, Verdict::Marks(m) if m.failing_since_ms == Some(3_000)));
+        assert_eq!(book.record(&sub, true, 12_999, 10_000), Verdict::Unchanged);
+        assert!(matches!(
+            book.record(&sub, true, 13_000, 10_000),
+            Verdict::Disable(..)
+        ));
+        let view = book.view(&sub);
+        assert!(!view.healthy);
+        assert_eq!(view.consecutive_failures, 3);
+        assert!((view.recent_failure_rate - 0.6).abs() < 1e-9);
+        assert!(
+            matches!(book.record(&sub, false, 14_000, 10_000), Verdict::Marks(m) if m.failing_since_ms.is_none())
+        );
+        assert!(book.view(&sub).healthy);
+    }
+
+    #[test]
+    fn never_disables_with_zero() {
+        let book = HealthBook::default();
+        let sub = subscription();
+        book.record(&sub, true, 0, 0);
+        assert_eq!(book.record(&sub, true, u64::MAX, 0), Verdict::Unchanged);
     }
 }

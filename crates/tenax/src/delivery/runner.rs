@@ -1,12 +1,264 @@
-//! placeholder
+//! The delivery loop: a supervisor that keeps one runner per subscription, and the runners.
+//!
+//! A runner takes its subscription's ready deliveries as leases, never more at once than the
+//! subscription's and the endpoint's concurrency bounds allow, nor faster than its throttle,
+//! and sends each in its own task. Deliveries wait in the store while the bounds are full:
+//! nothing is dropped. Disabled subscriptions' queues are paused, so their deliveries wait too.
+
+use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::task::JoinSet;
 
 use super::Deliveries;
+use super::health::Verdict;
+use super::send::Sender;
+use super::throttle::Throttle;
 use crate::engine::Engine;
+use crate::model::subscription::delivery_queue;
+use crate::model::{AttemptResult, Subscription, SubscriptionId};
+use crate::store::{Ack, StoreError, TakenJob};
 
+/// Most deliveries one runner takes in one go.
+const BATCH: usize = 64;
+/// Longest a runner waits for work before it looks at its subscription again.
+const IDLE_POLL: Duration = Duration::from_secs(1);
+/// How long in-flight requests may finish when the server stops; the rest are abandoned and
+/// sent again after the restart.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs until `stop` turns true.
 pub async fn run(
-    _engine: Arc<Engine>,
-    _deliveries: Arc<Deliveries>,
-    _stop: tokio::sync::watch::Receiver<bool>,
+    engine: Arc<Engine>,
+    deliveries: Arc<Deliveries>,
+    mut stop: watch::Receiver<bool>,
 ) {
+    let sender = match Sender::new(&deliveries.config) {
+        Ok(sender) => Arc::new(sender),
+        Err(error) => {
+            tracing::error!(%error, "cannot build the webhook HTTP client; no deliveries will be sent");
+            return;
+        }
+    };
+    let mut runners: std::collections::HashMap<SubscriptionId, tokio::task::JoinHandle<()>> =
+        std::collections::HashMap::new();
+    loop {
+        let changed = deliveries.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        expire_subscriptions(&engine, &deliveries).await;
+        runners.retain(|_, runner| !runner.is_finished());
+        for subscription in engine.store.subscriptions(None).await {
+            runners.entry(subscription.id).or_insert_with(|| {
+                tokio::spawn(run_subscription(
+                    engine.clone(),
+                    deliveries.clone(),
+                    sender.clone(),
+                    subscription.id,
+                    stop.clone(),
+                ))
+            });
+        }
+        tokio::select! {
+            () = &mut changed => {}
+            () = tokio::time::sleep(IDLE_POLL) => {}
+            _ = stop.wait_for(|stopping| *stopping) => break,
+        }
+    }
+    for (_, runner) in runners {
+        let _ = runner.await;
+    }
+}
+
+/// Deletes subscriptions whose time to live has passed.
+async fn expire_subscriptions(engine: &Engine, deliveries: &Deliveries) {
+    let now = engine.now_ms();
+    for subscription in engine.store.subscriptions(None).await {
+        if subscription.expires_at_ms.is_some_and(|at| at <= now) {
+            if let Err(error) = engine.store.delete_subscription(subscription.id).await {
+                tracing::warn!(%error, id = subscription.id, "expiring a subscription failed");
+            }
+            deliveries.health.forget(subscription.id);
+        }
+    }
+}
+
+/// One subscription's runner: ends when the subscription is deleted or the server stops.
+async fn run_subscription(
+    engine: Arc<Engine>,
+    deliveries: Arc<Deliveries>,
+    sender: Arc<Sender>,
+    id: SubscriptionId,
+    mut stop: watch::Receiver<bool>,
+) {
+    let queues = [delivery_queue(id)];
+    let started = Instant::now();
+    // The throttle counts in time since the runner started: rates are about real time.
+    let elapsed_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let lease_ms = deliveries.config.timeout_ms.saturating_add(60_000);
+    let mut throttle: Option<Throttle> = None;
+    let mut in_flight = JoinSet::new();
+    loop {
+        while in_flight.try_join_next().is_some() {}
+        if *stop.borrow() {
+            break;
+        }
+        let changed = deliveries.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let Some(subscription) = engine.store.subscription(id).await else {
+            break;
+        };
+        let Ok(url) = url::Url::parse(&subscription.endpoint) else {
+            tracing::error!(id, endpoint = %subscription.endpoint, "subscription endpoint is not a URL");
+            break;
+        };
+        if !subscription.enabled {
+            tokio::select! {
+                () = &mut changed => {}
+                _ = stop.changed() => {}
+            }
+            continue;
+        }
+        // Room under the subscription's own bound; when full, wait for a request to end.
+        let own_bound = subscription
+            .max_concurrency
+            .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let room = own_bound.saturating_sub(in_flight.len()).min(BATCH);
+        if room == 0 {
+            tokio::select! {
+                _ = in_flight.join_next() => {}
+                _ = stop.changed() => {}
+            }
+            continue;
+        }
+        // Room under the endpoint's bound: wait for one permit, then take what is free.
+        let endpoint = deliveries.endpoint_bound(&url);
+        let first = tokio::select! {
+            permit = endpoint.clone().acquire_owned() => permit,
+            _ = stop.changed() => continue,
+        };
+        let Ok(first) = first else { break };
+        let mut permits: Vec<OwnedSemaphorePermit> = vec![first];
+        while permits.len() < room {
+            match endpoint.clone().try_acquire_owned() {
+                Ok(permit) => permits.push(permit),
+                Err(_) => break,
+            }
+        }
+        // The throttle: as many as its tokens allow; with none, wait for the next one.
+        if let Some(rate) = subscription.throttle_per_second.and_then(NonZeroU32::new) {
+            let now = elapsed_ms();
+            let bucket = throttle.get_or_insert_with(|| Throttle::new(rate, now));
+            if bucket.rate() != rate {
+                bucket.set_rate(rate, now);
+            }
+            let granted = bucket.take(permits.len(), now);
+            if granted == 0 {
+                let wait = bucket.next_token_at(now).saturating_sub(now).max(1);
+                drop(permits);
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(wait)) => {}
+                    _ = stop.changed() => {}
+                }
+                continue;
+            }
+            permits.truncate(granted);
+        } else {
+            throttle = None;
+        }
+        let taken = engine
+            .take(&queues, permits.len(), lease_ms, IDLE_POLL, None)
+            .await;
+        let jobs = match taken {
+            Ok(jobs) => jobs,
+            Err(error) => {
+                tracing::error!(%error, id, "taking deliveries failed");
+                tokio::time::sleep(IDLE_POLL).await;
+                continue;
+            }
+        };
+        let subscription = Arc::new(subscription);
+        for (job, permit) in jobs.into_iter().zip(permits) {
+            in_flight.spawn(deliver(
+                engine.clone(),
+                deliveries.clone(),
+                sender.clone(),
+                subscription.clone(),
+                job,
+                permit,
+            ));
+        }
+    }
+    // Lets requests in flight finish briefly; abandoned ones keep their leases, which expire
+    // (or vanish with the process), and are sent again.
+    let _ = tokio::time::timeout(STOP_GRACE, async {
+        while in_flight.join_next().await.is_some() {}
+    })
+    .await;
+    in_flight.abort_all();
+}
+
+/// Sends one delivery and records how it went.
+async fn deliver(
+    engine: Arc<Engine>,
+    deliveries: Arc<Deliveries>,
+    sender: Arc<Sender>,
+    subscription: Arc<Subscription>,
+    job: TakenJob,
+    permit: OwnedSemaphorePermit,
+) {
+    let now = engine.now_ms();
+    let attempt = sender.attempt(&subscription, &job, now).await;
+    drop(permit);
+    let failed = attempt.result != AttemptResult::Delivered;
+    let ack = Ack {
+        id: job.id,
+        lease: Some(job.lease_token),
+    };
+    match engine.finish_delivery(ack, attempt).await {
+        Ok(_) => {}
+        // Deleted, replayed or expired meanwhile: someone else owns it now.
+        Err(
+            error @ (StoreError::NotFound(_)
+            | StoreError::LeaseLost { .. }
+            | StoreError::NotInFlight { .. }),
+        ) => tracing::debug!(%error, "delivery changed while it was sent"),
+        Err(error) => tracing::error!(%error, delivery = job.id, "recording a delivery failed"),
+    }
+    let disable_after = subscription
+        .auto_disable_after_ms
+        .unwrap_or(deliveries.config.auto_disable_after_ms);
+    let verdict = deliveries
+        .health
+        .record(&subscription, failed, now, disable_after);
+    let patched = match verdict {
+        Verdict::Unchanged => return,
+        Verdict::Marks(marks) => {
+            engine
+                .store
+                .patch_subscription(subscription.id, &move |s| s.health = marks)
+                .await
+        }
+        Verdict::Disable(marks, reason) => {
+            tracing::warn!(id = subscription.id, %reason, "subscription disabled");
+            let result = engine
+                .store
+                .patch_subscription(subscription.id, &move |s| {
+                    s.health = marks;
+                    s.enabled = false;
+                    s.disabled_reason = Some(reason.clone());
+                })
+                .await;
+            deliveries.subscription_changed();
+            result
+        }
+    };
+    if let Err(error) = patched {
+        if !matches!(error, StoreError::NoSubscription(_)) {
+            tracing::warn!(%error, id = subscription.id, "storing subscription health failed");
+        }
+    }
 }

@@ -112,10 +112,28 @@ mod tests {
             state: state.clone(),
             error: None,
         };
-        assert_eq!(respect_retry_after(t(&state), 1_000, Some(10_000)).state.run_at_ms, 11_000);
-        assert_eq!(respect_retry_after(t(&state), 1_000, Some(1_000)).state.run_at_ms, 5_000);
-        assert_eq!(respect_retry_after(t(&state), 1_000, None).state.run_at_ms, 5_000);
+        assert_eq!(
+            respect_retry_after(t(&state), 1_000, Some(10_000))
+                .state
+                .run_at_ms,
+            11_000
+        );
+        assert_eq!(
+            respect_retry_after(t(&state), 1_000, Some(1_000))
+                .state
+                .run_at_ms,
+            5_000
+        );
+        assert_eq!(
+            respect_retry_after(t(&state), 1_000, None).state.run_at_ms,
+            5_000
+        );
         state.status = Status::Dead;
-        assert_eq!(respect_retry_after(t(&state), 1_000, Some(10_000)).state.status, Status::Dead);
+        assert_eq!(
+            respect_retry_after(t(&state), 1_000, Some(10_000))
+                .state
+                .status,
+            Status::Dead
+        );
     }
 }

@@ -188,6 +188,15 @@ impl Store {
         dispatch!(self, s => s.put_subscription(subscription, policy).await)
     }
 
+    /// Changes a stored subscription in place, keeping its policy; returns it.
+    pub async fn patch_subscription(
+        &self,
+        id: SubscriptionId,
+        change: &(dyn Fn(&mut Subscription) + Send + Sync),
+    ) -> Result<Subscription, StoreError> {
+        dispatch!(self, s => s.patch_subscription(id, change).await)
+    }
+
     /// Deletes a subscription and its deliveries; returns how many deliveries went with it.
     pub async fn delete_subscription(&self, id: SubscriptionId) -> Result<usize, StoreError> {
         dispatch!(self, s => s.delete_subscription(id).await)

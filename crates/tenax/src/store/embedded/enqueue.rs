@@ -98,7 +98,8 @@ impl EmbeddedStore {
                 // One delivery per subscription of the queue, in the same commit as the message.
                 let subscribed = inner.subscribed.get(&insert.job.queue);
                 for subscription in subscribed.into_iter().flatten() {
-                    let delivery = Encoded::new(delivery_for(*subscription, message_id, &insert), now_ms);
+                    let delivery =
+                        Encoded::new(delivery_for(*subscription, message_id, &insert), now_ms);
                     ops.push(Op::PutBody {
                         id: next_id,
                         body: delivery.body,
@@ -178,8 +179,7 @@ fn delivery_for(subscription: SubscriptionId, message_id: JobId, message: &Inser
         kind: job.kind.clone(),
         body: job.payload.clone(),
     };
-    let payload = serde_json::value::to_raw_value(&payload)
-        .unwrap_or_else(|_| job.payload.clone());
+    let payload = serde_json::value::to_raw_value(&payload).unwrap_or_else(|_| job.payload.clone());
     Insert {
         job: NewJob {
             queue: delivery_queue(subscription),

@@ -16,7 +16,9 @@ use super::{EmbeddedStore, Inner, QueueEntry, SubscriptionEntry};
 use crate::clock::UnixMs;
 use crate::model::subscription::delivery_queue;
 use crate::model::{Attempt, AttemptResult, JobId, Status, Subscription, SubscriptionId};
-use crate::store::{Ack, Decide, QueueConfig, StoreError, Transition, from_json_bytes, to_json_bytes};
+use crate::store::{
+    Ack, Decide, QueueConfig, StoreError, Transition, from_json_bytes, to_json_bytes,
+};
 
 /// How a finished attempt left its delivery.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,6 +49,35 @@ impl EmbeddedStore {
             }]);
             install(&mut inner, subscription.clone(), policy);
             receiver
+        };
+        writer::wait(receiver).await?;
+        if subscription.enabled {
+            self.ready.notify_waiters();
+        }
+        Ok(subscription)
+    }
+
+    /// Changes a stored subscription in place (its policy stays as it is) and returns it.
+    pub async fn patch_subscription(
+        &self,
+        id: SubscriptionId,
+        change: &(dyn Fn(&mut Subscription) + Send + Sync),
+    ) -> Result<Subscription, StoreError> {
+        let (subscription, receiver) = {
+            let mut inner = self.inner.lock();
+            let Some(entry) = inner.subscriptions.get(&id) else {
+                return Err(StoreError::NoSubscription(id));
+            };
+            let mut subscription = entry.subscription.clone();
+            let policy = entry.policy.clone();
+            change(&mut subscription);
+            subscription.id = id;
+            let receiver = self.writer.submit(vec![Op::PutSubscription {
+                id,
+                subscription: to_json_bytes(&subscription),
+            }]);
+            install(&mut inner, subscription.clone(), policy);
+            (subscription, receiver)
         };
         writer::wait(receiver).await?;
         if subscription.enabled {
@@ -148,7 +179,9 @@ impl EmbeddedStore {
             };
             if attempt.result == AttemptResult::Delivered {
                 let mut ops = vec![log];
-                ops.extend(super::leases::complete_one(&mut inner, ack.id, retain, now_ms));
+                ops.extend(super::leases::complete_one(
+                    &mut inner, ack.id, retain, now_ms,
+                ));
                 (Finished::Delivered, self.writer.submit(ops))
             } else {
                 let inner = &mut *inner;
