@@ -78,6 +78,8 @@ fn job(queue: &str) -> Insert {
             policy: None,
             unique_key: None,
             created_at_ms: T0,
+            expires_at_ms: None,
+            origin: None,
         },
         policy: None,
     }
@@ -148,6 +150,7 @@ async fn take_on(
         max,
         lease_ms,
         stream,
+        keep_until_ms: None,
     };
     store.take(&request, now_ms).await.expect("take")
 }

@@ -66,6 +66,13 @@ pub async fn pass(engine: &Engine, now: u64, last_purge: &mut u64) -> bool {
     if expired > 0 {
         tracing::info!(expired, "leases expired; jobs returned to ready");
     }
+    let gone = match engine.store.expire_jobs(now, BATCH).await {
+        Ok(n) => n,
+        Err(error) => {
+            tracing::error!(%error, "deleting expired jobs failed");
+            0
+        }
+    };
     let mut purged = 0;
     if now.saturating_sub(*last_purge) >= PURGE_EVERY_MS {
         *last_purge = now;
@@ -80,5 +87,5 @@ pub async fn pass(engine: &Engine, now: u64, last_purge: &mut u64) -> bool {
             Err(error) => tracing::error!(%error, "purging finished jobs failed"),
         }
     }
-    promoted == BATCH || expired == BATCH || purged == BATCH
+    promoted == BATCH || expired == BATCH || gone == BATCH || purged == BATCH
 }

@@ -1,6 +1,7 @@
 //! The engine: the job state machine on top of the store. It validates nothing about HTTP and
 //! reads no wall clock: time comes from its [`Clock`], so tests move it.
 
+mod claims;
 mod decide;
 mod deliveries;
 pub mod maintenance;
@@ -50,11 +51,13 @@ pub struct FailureReport {
 impl Engine {
     pub fn new(store: Store, clock: Clock, settings: EngineSettings) -> Self {
         let (stopping, _) = tokio::sync::watch::channel(false);
+        // Seeded from the clock so that ids (streams and claims) differ across restarts.
+        let first_stream = clock.now_ms().saturating_mul(1_000).max(1);
         Self {
             store,
             clock,
             settings,
-            streams: AtomicU64::new(1),
+            streams: AtomicU64::new(first_stream),
             stopping,
         }
     }
@@ -96,6 +99,7 @@ impl Engine {
             max,
             lease_ms,
             stream,
+            keep_until_ms: None,
         };
         let deadline = tokio::time::Instant::now() + wait;
         loop {

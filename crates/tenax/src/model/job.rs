@@ -69,6 +69,12 @@ pub struct NewJob {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique_key: Option<String>,
     pub created_at_ms: UnixMs,
+    /// The job is deleted at this time, whatever its status (a Zaqar message's TTL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<UnixMs>,
+    /// Who enqueued it (a Zaqar `Client-ID`), for listings that leave out one's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 /// One failure, as recorded on the job.

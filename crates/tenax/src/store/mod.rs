@@ -92,6 +92,27 @@ impl Store {
         dispatch!(self, s => s.stream_leases(stream))
     }
 
+    /// The jobs a claim (or stream) holds, in id order.
+    pub async fn claimed(&self, claim: u64) -> Vec<ClaimedJob> {
+        dispatch!(self, s => s.claimed(claim))
+    }
+
+    /// Renews a claim's leases and keeps its jobs alive at least until `keep_until_ms`.
+    pub async fn extend_claim(
+        &self,
+        claim: u64,
+        lease_ms: u64,
+        keep_until_ms: Option<UnixMs>,
+        now_ms: UnixMs,
+    ) -> usize {
+        dispatch!(self, s => s.extend_claim(claim, lease_ms, keep_until_ms, now_ms))
+    }
+
+    /// For each job, the claim holding it, if any.
+    pub async fn claims_of(&self, ids: &[JobId]) -> Vec<Option<ClaimedJob>> {
+        dispatch!(self, s => s.claims_of(ids))
+    }
+
     /// Makes scheduled jobs that are due ready; returns how many.
     pub async fn promote_due(&self, now_ms: UnixMs, max: usize) -> usize {
         dispatch!(self, s => s.promote_due(now_ms, max))
@@ -105,6 +126,11 @@ impl Store {
         decide: &Decide<'_>,
     ) -> Result<usize, StoreError> {
         dispatch!(self, s => s.expire_leases(now_ms, max, decide).await)
+    }
+
+    /// Deletes jobs past their expiry; returns how many.
+    pub async fn expire_jobs(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
+        dispatch!(self, s => s.expire_jobs(now_ms, max).await)
     }
 
     /// Deletes completed jobs finished before `completed_before` and dead ones before
@@ -152,6 +178,11 @@ impl Store {
 
     pub async fn queues(&self) -> Vec<(String, QueueConfig)> {
         dispatch!(self, s => s.queues())
+    }
+
+    /// Deletes a queue's settings and jobs; returns how many jobs.
+    pub async fn delete_queue(&self, name: &str) -> Result<usize, StoreError> {
+        dispatch!(self, s => s.delete_queue(name).await)
     }
 
     pub async fn put_queue(

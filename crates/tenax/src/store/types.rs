@@ -68,8 +68,12 @@ pub struct TakeRequest<'a> {
     pub queues: &'a [String],
     pub max: usize,
     pub lease_ms: u64,
-    /// The streaming connection taking, if any.
+    /// The streaming connection or claim taking, if any: its jobs can be found, extended and
+    /// released together.
     pub stream: Option<u64>,
+    /// Taken jobs that would expire before this time live at least until it (a Zaqar claim
+    /// keeps its messages alive for its TTL and grace). Memory only, like the lease.
+    pub keep_until_ms: Option<UnixMs>,
 }
 
 /// A leased job, as handed to a worker.
@@ -85,6 +89,16 @@ pub struct TakenJob {
     pub lease_token: u64,
     pub lease_expires_at_ms: UnixMs,
     pub created_at_ms: UnixMs,
+}
+
+/// A job held by a claim (or stream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimedJob {
+    pub id: JobId,
+    pub claim: u64,
+    pub lease_expires_at_ms: UnixMs,
+    /// Earlier runs that failed or whose lease expired.
+    pub failures: u32,
 }
 
 /// A worker's claim on a job: its id, and the lease token it was given (optional: without it
@@ -175,4 +189,21 @@ pub struct QueueConfig {
     /// `ignore_subscription_override`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disable_overrides: bool,
+    /// Free-form metadata (Zaqar's queue metadata), kept verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Where jobs go whose leases expired too often (Zaqar's dead-letter queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter: Option<DeadLetter>,
+}
+
+/// A dead-letter queue: a job whose lease has expired `max_claims` times moves there, ready,
+/// with a fresh count (and the new expiry, if given).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub queue: String,
+    pub max_claims: u32,
+    /// The moved job's time to live; without it the job keeps its expiry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
 }

@@ -155,6 +155,7 @@ impl EmbeddedStore {
                 state,
                 lease: None,
                 policy: insert.policy,
+                expires_at_ms: job.expires_at_ms,
             };
             inner.index.insert(id, entry, now_ms);
         }
@@ -190,6 +191,9 @@ fn delivery_for(subscription: SubscriptionId, message_id: JobId, message: &Inser
             policy: None,
             unique_key: None,
             created_at_ms: job.created_at_ms,
+            // A delivery outlives its message: it is retried until its own policy gives up.
+            expires_at_ms: None,
+            origin: None,
         },
         policy: None,
     }
@@ -215,6 +219,8 @@ impl Encoded {
             priority: job.priority,
             unique_key: job.unique_key.as_deref(),
             created_at_ms: job.created_at_ms,
+            expires_at_ms: job.expires_at_ms,
+            origin: job.origin.as_deref(),
         });
         let state_bytes = to_json_bytes(&state);
         let policy = job.policy.as_ref().map(to_json_bytes);
@@ -240,6 +246,10 @@ struct BodyRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     unique_key: Option<&'a str>,
     created_at_ms: UnixMs,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at_ms: Option<UnixMs>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    origin: Option<&'a str>,
 }
 
 #[cfg(test)]
@@ -258,6 +268,8 @@ mod tests {
                 priority: -3,
                 unique_key: unique_key.clone(),
                 created_at_ms: 1_700_000_000_123,
+                expires_at_ms: Some(1_700_000_060_000),
+                origin: Some("c-1".into()),
             };
             let by_ref = BodyRef {
                 queue: "q",
@@ -266,6 +278,8 @@ mod tests {
                 priority: -3,
                 unique_key: unique_key.as_deref(),
                 created_at_ms: 1_700_000_000_123,
+                expires_at_ms: Some(1_700_000_060_000),
+                origin: Some("c-1"),
             };
             assert_eq!(to_json_bytes(&by_ref), to_json_bytes(&owned));
         }

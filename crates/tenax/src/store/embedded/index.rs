@@ -37,6 +37,8 @@ pub struct Entry {
     pub lease: Option<Lease>,
     /// The job's own policy, if it has one.
     pub policy: Option<Arc<RetryPolicy>>,
+    /// When the job is deleted whatever its status. A claim may move it later in memory.
+    pub expires_at_ms: Option<UnixMs>,
 }
 
 impl Entry {
@@ -62,6 +64,8 @@ pub struct Index {
     leased: BTreeSet<(UnixMs, JobId)>,
     by_stream: HashMap<u64, HashSet<JobId>>,
     finished: BTreeSet<(UnixMs, JobId)>,
+    /// Jobs with an expiry, by expiry.
+    expiring: BTreeSet<(UnixMs, JobId)>,
     unique: HashMap<(Arc<str>, Box<str>), JobId>,
     counts: HashMap<Arc<str>, [u64; 5]>,
     /// Interned queue names, so that 200 000 jobs of one queue share one allocation.
@@ -142,6 +146,9 @@ impl Index {
     }
 
     fn place(&mut self, id: JobId, entry: &Entry) {
+        if let Some(at) = entry.expires_at_ms {
+            self.expiring.insert((at, id));
+        }
         self.counts.entry(entry.queue.clone()).or_default()[slot(entry.state.status)] += 1;
         if let Some(key) = &entry.unique_key {
             if !entry.state.status.is_finished() {
@@ -173,6 +180,9 @@ impl Index {
     }
 
     fn unplace(&mut self, id: JobId, entry: &Entry) {
+        if let Some(at) = entry.expires_at_ms {
+            self.expiring.remove(&(at, id));
+        }
         if let Some(counts) = self.counts.get_mut(&entry.queue) {
             let slot = slot(entry.state.status);
             counts[slot] = counts[slot].saturating_sub(1);
@@ -261,6 +271,20 @@ impl Index {
         self.leased.first().map(|(at, _)| *at)
     }
 
+    /// Jobs whose expiry is at or before `now_ms`, at most `max`.
+    pub fn expired_jobs(&self, now_ms: UnixMs, max: usize) -> Vec<JobId> {
+        self.expiring
+            .range(..=(now_ms, JobId::MAX))
+            .take(max)
+            .map(|(_, id)| *id)
+            .collect()
+    }
+
+    /// The earliest job expiry.
+    pub fn next_job_expiry(&self) -> Option<UnixMs> {
+        self.expiring.first().map(|(at, _)| *at)
+    }
+
     /// Finished jobs that finished at or before `before_ms`, at most `max`, oldest first.
     pub fn finished_before(&self, before_ms: UnixMs, max: usize) -> Vec<(JobId, Status)> {
         self.finished
@@ -302,6 +326,7 @@ mod tests {
             state,
             lease: None,
             policy: None,
+            expires_at_ms: None,
         }
     }
 

@@ -45,9 +45,13 @@ impl EmbeddedStore {
                     expires_at_ms,
                     stream: request.stream,
                 };
+                let keep_until = request.keep_until_ms;
                 if let Some(entry) = inner.index.update(id, |e| {
                     e.state.status = Status::InFlight;
                     e.lease = Some(lease);
+                    if let (Some(at), Some(keep)) = (e.expires_at_ms, keep_until) {
+                        e.expires_at_ms = Some(at.max(keep));
+                    }
                 }) {
                     leased.push((id, lease, entry.state.failures + 1));
                 }

@@ -7,6 +7,7 @@
 //!
 //! Files: `keys` of the layout are in [`tables`]; one file per operation family.
 
+mod claims;
 mod dead;
 mod enqueue;
 pub mod index;
@@ -145,10 +146,14 @@ impl EmbeddedStore {
 
     pub fn next_wakeup(&self) -> Option<UnixMs> {
         let inner = self.inner.lock();
-        match (inner.index.next_due(), inner.index.next_expiry()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            inner.index.next_due(),
+            inner.index.next_expiry(),
+            inner.index.next_job_expiry(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     pub fn close(self) {
@@ -208,6 +213,7 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
             state,
             lease: None,
             policy,
+            expires_at_ms: body.expires_at_ms,
         };
         inner.index.insert(id, entry, now_ms);
         max_id = max_id.max(id);

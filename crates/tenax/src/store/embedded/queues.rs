@@ -31,6 +31,33 @@ impl EmbeddedStore {
         all
     }
 
+    /// Deletes a queue: its settings and every job in it. Its subscriptions stay (they are
+    /// deleted on their own). Returns how many jobs went.
+    pub async fn delete_queue(&self, name: &str) -> Result<usize, StoreError> {
+        let (count, receiver) = {
+            let mut inner = self.inner.lock();
+            let ids: Vec<crate::model::JobId> = inner
+                .index
+                .entries()
+                .filter(|(_, e)| *e.queue == *name)
+                .map(|(id, _)| *id)
+                .collect();
+            let mut ops = Vec::with_capacity(ids.len() + 1);
+            for id in &ids {
+                inner.index.remove(*id);
+                ops.push(Op::DeleteJob { id: *id });
+            }
+            inner.queues.remove(name);
+            super::subscriptions::rederive_queue(&mut inner, name);
+            ops.push(Op::DeleteQueue {
+                name: name.to_owned(),
+            });
+            (ids.len(), self.writer.submit(ops))
+        };
+        writer::wait(receiver).await?;
+        Ok(count)
+    }
+
     /// Stores a queue's settings; `policy` is `config.policy` parsed.
     pub async fn put_queue(
         &self,

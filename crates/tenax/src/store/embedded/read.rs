@@ -10,7 +10,13 @@ use crate::store::{JobFilter, QueueCounts, Selection, StoreError, from_json_byte
 
 impl EmbeddedStore {
     pub fn get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
-        let Some(state) = self.inner.lock().index.get(id).map(|e| e.state.clone()) else {
+        let Some((state, inner_expiry)) = self
+            .inner
+            .lock()
+            .index
+            .get(id)
+            .map(|e| (e.state.clone(), e.expires_at_ms))
+        else {
             return Ok(None);
         };
         let Some(Some(body)) = self.read_body(&[id])?.pop() else {
@@ -43,6 +49,8 @@ impl EmbeddedStore {
                 policy,
                 unique_key: body.unique_key,
                 created_at_ms: body.created_at_ms,
+                expires_at_ms: inner_expiry,
+                origin: body.origin,
             },
             state,
             errors,

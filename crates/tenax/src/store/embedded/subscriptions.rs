@@ -293,7 +293,7 @@ fn derive(inner: &mut Inner, id: SubscriptionId, parent: Option<QueueEntry>) {
     let config = QueueConfig {
         policy: json,
         paused: !entry.subscription.enabled,
-        disable_overrides: false,
+        ..QueueConfig::default()
     };
     inner
         .queues

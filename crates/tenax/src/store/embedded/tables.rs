@@ -41,6 +41,7 @@ pub const NEXT_ID: &str = "next_id";
 pub const NEXT_SUBSCRIPTION_ID: &str = "next_subscription_id";
 
 /// The part of a job that never changes after enqueue.
+/// A dead-letter move rewrites it with the new queue (and expiry).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct StoredBody {
     pub queue: String,
@@ -51,4 +52,8 @@ pub struct StoredBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique_key: Option<String>,
     pub created_at_ms: UnixMs,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<UnixMs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }

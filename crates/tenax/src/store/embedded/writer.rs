@@ -49,6 +49,9 @@ pub enum Op {
         config: Vec<u8>,
     },
     SetNextId(u64),
+    DeleteQueue {
+        name: String,
+    },
     PutSubscription {
         id: u64,
         subscription: Vec<u8>,
@@ -139,6 +142,9 @@ impl Drop for Writer {
         }
     }
 }
+
+/// The answer to a submitted write.
+pub type Receiver = oneshot::Receiver<Result<(), StoreError>>;
 
 /// Waits for a submitted write.
 pub async fn wait(receiver: oneshot::Receiver<Result<(), StoreError>>) -> Result<(), StoreError> {
@@ -244,13 +250,12 @@ fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), Sto
                 Op::PutQueue { name, config } => {
                     queues.insert(name.as_str(), config.as_slice()).map(drop)
                 }
+                Op::DeleteQueue { name } => queues.remove(name.as_str()).map(drop),
                 Op::SetNextId(next) => raise(&mut meta, NEXT_ID, next),
-                Op::PutSubscription { id, subscription } => raise(
-                    &mut meta,
-                    NEXT_SUBSCRIPTION_ID,
-                    id.saturating_add(1),
-                )
-                .and_then(|()| subscriptions.insert(id, subscription.as_slice()).map(drop)),
+                Op::PutSubscription { id, subscription } => {
+                    raise(&mut meta, NEXT_SUBSCRIPTION_ID, id.saturating_add(1))
+                        .and_then(|()| subscriptions.insert(id, subscription.as_slice()).map(drop))
+                }
                 Op::DeleteSubscription { id, next_id } => {
                     // The counter is kept past the deleted id, so ids are never reused.
                     raise(&mut meta, NEXT_SUBSCRIPTION_ID, next_id)

@@ -1,0 +1,50 @@
+//! Claims: several jobs leased together under one id, as Zaqar's claims are. A claim is a
+//! group lease: its jobs are found, renewed and released together, and each still completes or
+//! expires on its own.
+
+use crate::store::{ClaimedJob, StoreError, TakeRequest, TakenJob};
+
+use super::Engine;
+
+impl Engine {
+    /// Leases up to `max` ready jobs of `queues` for `lease_ms` under a new claim id, keeping
+    /// them alive for at least `lease_ms + grace_ms`. Does not wait.
+    pub async fn claim(
+        &self,
+        queues: &[String],
+        max: usize,
+        lease_ms: u64,
+        grace_ms: u64,
+    ) -> Result<(u64, Vec<TakenJob>), StoreError> {
+        let claim = self.open_stream();
+        let now_ms = self.now_ms();
+        let request = TakeRequest {
+            queues,
+            max,
+            lease_ms,
+            stream: Some(claim),
+            keep_until_ms: Some(now_ms.saturating_add(lease_ms).saturating_add(grace_ms)),
+        };
+        let jobs = self.store.take(&request, now_ms).await?;
+        Ok((claim, jobs))
+    }
+
+    /// The jobs a claim still holds.
+    pub async fn claimed(&self, claim: u64) -> Vec<ClaimedJob> {
+        self.store.claimed(claim).await
+    }
+
+    /// Renews a claim: its leases end `lease_ms` from now, its jobs live `grace_ms` longer.
+    pub async fn renew_claim(&self, claim: u64, lease_ms: u64, grace_ms: u64) -> usize {
+        let now_ms = self.now_ms();
+        let keep = now_ms.saturating_add(lease_ms).saturating_add(grace_ms);
+        self.store
+            .extend_claim(claim, lease_ms, Some(keep), now_ms)
+            .await
+    }
+
+    /// Releases a claim: its jobs are ready again at once, no attempt counted.
+    pub async fn release_claim(&self, claim: u64) -> usize {
+        self.store.release_stream(claim).await
+    }
+}
