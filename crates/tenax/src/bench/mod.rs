@@ -7,6 +7,7 @@
 //! `max_seconds`. Request bodies are serialised once and reused; one `reqwest::Client` (HTTP/1.1
 //! keep-alive) serves every connection.
 
+mod deliveries;
 mod enqueue;
 mod memory;
 mod promotion;
@@ -65,9 +66,18 @@ pub enum Scenario {
     #[value(name = "memory")]
     #[serde(rename = "memory")]
     Memory,
+    /// Webhook deliveries to a local receiver (the server needs `--allow-private-endpoints`).
+    #[value(name = "deliveries")]
+    #[serde(rename = "deliveries")]
+    Deliveries,
+    /// Webhook deliveries to a receiver that fails every other request.
+    #[value(name = "deliveries-flaky")]
+    #[serde(rename = "deliveries-flaky")]
+    DeliveriesFlaky,
 }
 
 impl Scenario {
+    /// Every scenario but the delivery ones, which need a server flag.
     pub const ALL: [Scenario; 8] = [
         Self::Enqueue1,
         Self::Enqueue8,
@@ -89,6 +99,8 @@ impl Scenario {
             Self::Mixed => "mixed",
             Self::Promotion => "promotion",
             Self::Memory => "memory",
+            Self::Deliveries => "deliveries",
+            Self::DeliveriesFlaky => "deliveries-flaky",
         }
     }
 
@@ -101,6 +113,7 @@ impl Scenario {
             Self::Bulk100 => 200_000,
             Self::Bulk1000 => 400_000,
             Self::TakeComplete | Self::Mixed | Self::Promotion | Self::Memory => 200_000,
+            Self::Deliveries | Self::DeliveriesFlaky => 100_000,
         }
     }
 }
@@ -215,6 +228,8 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<BenchReport> {
             Scenario::Mixed => work::mixed(&ctx).await,
             Scenario::Promotion => promotion::run(&ctx).await,
             Scenario::Memory => memory::run(&ctx).await,
+            Scenario::Deliveries => deliveries::run(&ctx, false).await,
+            Scenario::DeliveriesFlaky => deliveries::run(&ctx, true).await,
         };
         ctx.progress.finish_and_clear();
         let mut report = result.unwrap_or_else(|error| ScenarioReport {
@@ -360,6 +375,16 @@ impl Api {
             .send()
             .await
             .with_context(|| format!("POST {url}"))?;
+        answer(url, response).await
+    }
+
+    pub async fn delete(&self, url: &str) -> anyhow::Result<Bytes> {
+        let response = self
+            .client
+            .delete(url)
+            .send()
+            .await
+            .with_context(|| format!("DELETE {url}"))?;
         answer(url, response).await
     }
 
