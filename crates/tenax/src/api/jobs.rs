@@ -18,6 +18,7 @@ use super::fields::{Millis, Time, check_queue_name};
 use super::views::JobView;
 use super::{AppState, Limits};
 use crate::clock::{UnixMs, rfc3339};
+use crate::model::subscription::is_internal_queue;
 use crate::model::{NewJob, Status};
 use crate::store::{Enqueued, Insert, JobFilter, OnDuplicate, Selection};
 
@@ -148,6 +149,8 @@ fn to_insert(
             policy: canonical,
             unique_key: request.unique_key,
             created_at_ms: now_ms,
+            expires_at_ms: None,
+            origin: None,
         },
         policy: policy.map(Arc::new),
     })
@@ -332,8 +335,11 @@ async fn list(
     list_page(&state, &query, None).await
 }
 
+/// Counts per queue and in total. Internal queues (subscriptions' deliveries) are left out:
+/// their counts are on each subscription.
 async fn stats(State(state): State<AppState>) -> Json<Value> {
-    let queues = state.engine.store.counts().await;
+    let mut queues = state.engine.store.counts().await;
+    queues.retain(|q| !is_internal_queue(&q.queue));
     let mut totals = [0u64; 5];
     for q in &queues {
         for (t, n) in

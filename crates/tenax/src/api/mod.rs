@@ -2,12 +2,15 @@
 //! file per resource, each with its own `router()`. Paths and shapes: `docs/api.md`.
 
 mod dead;
+mod deliveries;
 pub mod error;
 mod extract;
 mod fields;
 mod jobs;
 mod policy;
 mod queues;
+mod subscription_views;
+mod subscriptions;
 mod views;
 mod work;
 
@@ -48,7 +51,9 @@ pub fn router(state: AppState) -> Router {
                 .merge(work::router())
                 .merge(dead::router())
                 .merge(queues::router())
-                .merge(policy::router()),
+                .merge(policy::router())
+                .merge(subscriptions::router())
+                .merge(deliveries::router()),
         )
         .fallback(|| async { error::ApiError::not_found("no such endpoint; see docs/api.md") })
         .method_not_allowed_fallback(|| async {

@@ -1,4 +1,7 @@
-//! Queues: settings (default policy), pause and resume.
+//! Queues: settings (default policy, whether subscriptions may override it), pause and resume.
+//!
+//! Internal queues (a subscription's deliveries) are never listed: their names cannot be asked
+//! for (see `check_queue_name`) and their counts are shown on the subscription.
 
 use std::sync::Arc;
 
@@ -14,6 +17,7 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::JsonBody;
 use super::fields::check_queue_name;
+use crate::model::subscription::is_internal_queue;
 use crate::store::{QueueConfig, QueueCounts};
 
 pub fn router() -> Router<AppState> {
@@ -34,7 +38,7 @@ fn view(name: &str, config: &QueueConfig, counts: Option<&QueueCounts>) -> Value
         dead: 0,
     };
     let counts = counts.unwrap_or(&zero);
-    json!({
+    let mut view = json!({
         "name": name,
         "paused": config.paused,
         "policy": config.policy,
@@ -42,7 +46,12 @@ fn view(name: &str, config: &QueueConfig, counts: Option<&QueueCounts>) -> Value
             "scheduled": counts.scheduled, "ready": counts.ready, "in_flight": counts.in_flight,
             "completed": counts.completed, "dead": counts.dead,
         },
-    })
+    });
+    // Shown only when set, as it is stored: most queues have no subscriptions.
+    if config.disable_overrides {
+        view["disable_overrides"] = json!(true);
+    }
+    view
 }
 
 async fn list(State(state): State<AppState>) -> Json<Value> {
@@ -53,6 +62,7 @@ async fn list(State(state): State<AppState>) -> Json<Value> {
         .queues()
         .await
         .iter()
+        .filter(|(name, _)| !is_internal_queue(name))
         .map(|(name, config)| view(name, config, counts.iter().find(|c| &c.queue == name)))
         .collect();
     Json(json!({ "queues": queues }))
@@ -79,6 +89,10 @@ struct UpdateQueue {
     #[serde(default, deserialize_with = "present")]
     policy: Option<Option<Value>>,
     paused: Option<bool>,
+    /// The queue's policy applies to every subscription, whatever the subscription's own. Also
+    /// set by a policy that says so (SNS `disableSubscriptionOverrides`, Zaqar
+    /// `ignore_subscription_override`).
+    disable_overrides: Option<bool>,
 }
 
 /// Tells `"policy": null` (remove) from an absent field (keep).
@@ -98,11 +112,12 @@ async fn update(
     if let Some(paused) = request.paused {
         config.paused = paused;
     }
+    let mut policy_forbids = false;
     let parsed = match request.policy {
         Some(Some(value)) => {
-            let policy = parse_policy(&value)
-                .map_err(|e| ApiError::policy("policy", &e))?
-                .retry;
+            let parsed = parse_policy(&value).map_err(|e| ApiError::policy("policy", &e))?;
+            policy_forbids = parsed.disable_overrides;
+            let policy = parsed.retry;
             config.policy = Some(native::to_json(&policy));
             Some(Arc::new(policy))
         }
@@ -112,7 +127,21 @@ async fn update(
         }
         None => existing_policy(&config)?,
     };
+    match (request.disable_overrides, policy_forbids) {
+        (Some(false), true) => {
+            return Err(ApiError::invalid(
+                "disable_overrides",
+                "must not be false when the policy forbids subscription overrides \
+                 (disableSubscriptionOverrides / ignore_subscription_override)",
+            ));
+        }
+        (Some(given), _) => config.disable_overrides = given,
+        (None, true) => config.disable_overrides = true,
+        (None, false) => {}
+    }
     state.engine.store.put_queue(&name, config, parsed).await?;
+    // The delivery policy of the queue's subscriptions may have changed.
+    state.deliveries.subscription_changed();
     show(State(state), Path(name)).await
 }
 

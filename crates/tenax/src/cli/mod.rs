@@ -2,11 +2,13 @@
 
 pub mod bench;
 mod client;
+mod deliveries;
 mod enqueue;
 mod error;
 mod jobs;
 pub mod policy;
 pub mod serve;
+mod subscriptions;
 
 use clap::{Parser, Subcommand};
 
@@ -39,6 +41,12 @@ pub enum Command {
     Dead(jobs::DeadCommand),
     /// Job counts per queue and status.
     Stats(client::ServerArgs),
+    /// Webhook subscriptions: create, list, show, update, delete.
+    #[command(subcommand)]
+    Subscriptions(subscriptions::SubscriptionsCommand),
+    /// Webhook deliveries: list, show with attempts, replay the dead.
+    #[command(subcommand)]
+    Deliveries(deliveries::DeliveriesCommand),
 }
 
 /// Runs one parsed command line.
@@ -51,5 +59,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Jobs(command) => jobs::run_jobs(command),
         Command::Dead(command) => jobs::run_dead(command),
         Command::Stats(server) => jobs::run_stats(server),
+        Command::Subscriptions(command) => subscriptions::run(command),
+        Command::Deliveries(command) => deliveries::run(command),
     }
 }

@@ -1,0 +1,302 @@
+//! Deliveries and their attempts: list a subscription's deliveries, show one with every
+//! attempt, list attempts, and replay dead deliveries (one, or a subscription's since a time).
+//!
+//! Invariants:
+//! - A delivery is a job in its subscription's internal queue; any other job id is a 404 here.
+//! - Replay only ever touches dead deliveries of the named subscription (the selection is
+//!   narrowed to its queue and to `dead`), and the runners are told afterwards.
+//! - Pages are in delivery id order; `next_after` is the cursor for the next page, `null` at the
+//!   end.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tenax_policy::parse_policy;
+use tenax_policy::spelling::native;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::JsonOrEmpty;
+use super::fields::Time;
+use super::jobs::{ListQuery, filter_from};
+use super::subscription_views::{
+    AttemptView, DeliveryView, attempt_view, delivery_view, not_a_delivery,
+};
+use super::subscriptions::{existing, parse_subscription_id};
+use crate::model::subscription::{delivery_queue, subscription_of_queue};
+use crate::model::{JobId, Status, SubscriptionId};
+use crate::store::{JobFilter, Replay, Selection};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/subscriptions/{id}/deliveries", get(list))
+        .route("/subscriptions/{id}/attempts", get(subscription_attempts))
+        .route("/subscriptions/{id}/replay", post(replay_subscription))
+        .route("/deliveries/{id}", get(show))
+        .route("/deliveries/{id}/attempts", get(delivery_attempts))
+        .route("/deliveries/{id}/replay", post(replay_one))
+}
+
+fn parse_delivery_id(text: &str) -> Result<JobId, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::invalid(
+            "id",
+            format!("must be a delivery id (a whole number), got {text:?}"),
+        )
+    })
+}
+
+fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    query
+        .map(|Query(q)| q)
+        .map_err(|e| ApiError::invalid("query", e.body_text()))
+}
+
+/// A page of a subscription's deliveries or attempts.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PageQuery {
+    status: Option<String>,
+    /// The `next_after` of the previous page.
+    after: Option<JobId>,
+    limit: Option<usize>,
+}
+
+/// The filter and limit for a page of subscription `id`'s deliveries.
+fn delivery_filter(id: SubscriptionId, page: &PageQuery) -> Result<(JobFilter, usize), ApiError> {
+    filter_from(
+        &ListQuery {
+            queue: Some(delivery_queue(id)),
+            status: page.status.clone(),
+            kind: None,
+            limit: page.limit,
+            after: page.after,
+        },
+        None,
+    )
+}
+
+async fn list(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    page: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let page = query(page)?;
+    let id = existing(&state, parse_subscription_id(&id)?).await?.id;
+    let (filter, limit) = delivery_filter(id, &page)?;
+    let jobs = state.engine.store.list(&filter, page.after, limit).await?;
+    let next_after = (jobs.len() == limit)
+        .then(|| jobs.last().map(|j| j.id))
+        .flatten();
+    let deliveries = jobs
+        .into_iter()
+        .map(delivery_view)
+        .collect::<Result<Vec<DeliveryView>, ApiError>>()?;
+    Ok(Json(
+        json!({ "deliveries": deliveries, "next_after": next_after }),
+    ))
+}
+
+/// The attempts of the deliveries in a page: `limit` counts deliveries, so a page holds every
+/// attempt of each of its deliveries.
+async fn subscription_attempts(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    page: Result<Query<PageQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let page = query(page)?;
+    let id = existing(&state, parse_subscription_id(&id)?).await?.id;
+    let (filter, limit) = delivery_filter(id, &page)?;
+    let jobs = state.engine.store.list(&filter, page.after, limit).await?;
+    let next_after = (jobs.len() == limit)
+        .then(|| jobs.last().map(|j| j.id))
+        .flatten();
+    let mut attempts = Vec::new();
+    for job in &jobs {
+        attempts.extend(attempts_of(&state, job.id).await?);
+    }
+    Ok(Json(
+        json!({ "attempts": attempts, "next_after": next_after }),
+    ))
+}
+
+async fn attempts_of(state: &AppState, id: JobId) -> Result<Vec<AttemptView>, ApiError> {
+    Ok(state
+        .engine
+        .store
+        .attempts(id)
+        .await?
+        .into_iter()
+        .map(|attempt| attempt_view(id, attempt))
+        .collect())
+}
+
+/// The delivery `id`, or the 404.
+async fn delivery(state: &AppState, id: JobId) -> Result<DeliveryView, ApiError> {
+    let job = state.engine.store.get(id).await?;
+    job.ok_or_else(|| not_a_delivery(id))
+        .and_then(delivery_view)
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<DeliveryView>, ApiError> {
+    let id = parse_delivery_id(&id)?;
+    let mut view = delivery(&state, id).await?;
+    view.attempts = Some(attempts_of(&state, id).await?);
+    Ok(Json(view))
+}
+
+async fn delivery_attempts(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_delivery_id(&id)?;
+    delivery(&state, id).await?;
+    Ok(Json(json!({ "attempts": attempts_of(&state, id).await? })))
+}
+
+fn reset_by_default() -> bool {
+    true
+}
+
+/// How to replay one delivery.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayOne {
+    /// A new policy for the replayed delivery, in any spelling.
+    policy: Option<Value>,
+    /// Start the retries again from 1 (default).
+    #[serde(default = "reset_by_default")]
+    reset_attempts: bool,
+}
+
+impl Default for ReplayOne {
+    fn default() -> Self {
+        Self {
+            policy: None,
+            reset_attempts: true,
+        }
+    }
+}
+
+/// Which of a subscription's dead deliveries to replay, and how.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplaySubscription {
+    /// Only deliveries that died at or after this time.
+    since: Option<Time>,
+    policy: Option<Value>,
+    #[serde(default = "reset_by_default")]
+    reset_attempts: bool,
+}
+
+impl Default for ReplaySubscription {
+    fn default() -> Self {
+        Self {
+            since: None,
+            policy: None,
+            reset_attempts: true,
+        }
+    }
+}
+
+/// Replays the dead deliveries `selection` names, narrowed to subscription `id`'s.
+async fn replay(
+    state: &AppState,
+    id: SubscriptionId,
+    mut selection: Selection,
+    policy: Option<Value>,
+    reset_attempts: bool,
+) -> Result<Vec<JobId>, ApiError> {
+    selection.filter.queue = Some(delivery_queue(id));
+    selection.filter.status = Some(Status::Dead);
+    let policy = match policy {
+        Some(value) => {
+            let policy = parse_policy(&value)
+                .map_err(|e| ApiError::policy("policy", &e))?
+                .retry;
+            Some((native::to_json(&policy), Arc::new(policy)))
+        }
+        None => None,
+    };
+    let replay = Replay {
+        selection,
+        policy,
+        reset_attempts,
+    };
+    let ids = state
+        .engine
+        .store
+        .replay(&replay, state.engine.now_ms())
+        .await?;
+    state.deliveries.subscription_changed();
+    Ok(ids)
+}
+
+async fn replay_one(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonOrEmpty(request): JsonOrEmpty<ReplayOne>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_delivery_id(&id)?;
+    let job = state
+        .engine
+        .store
+        .get(id)
+        .await?
+        .ok_or_else(|| not_a_delivery(id))?;
+    let subscription = subscription_of_queue(&job.spec.queue).ok_or_else(|| not_a_delivery(id))?;
+    if job.state.status != Status::Dead {
+        return Err(ApiError::conflict(
+            "not_dead",
+            format!(
+                "delivery {id} is {}, not dead: only dead deliveries are replayed",
+                job.state.status.name()
+            ),
+        ));
+    }
+    let selection = Selection {
+        ids: Some(vec![id]),
+        filter: JobFilter::default(),
+    };
+    let ids = replay(
+        &state,
+        subscription,
+        selection,
+        request.policy,
+        request.reset_attempts,
+    )
+    .await?;
+    Ok(Json(json!({ "replayed": ids })))
+}
+
+async fn replay_subscription(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonOrEmpty(request): JsonOrEmpty<ReplaySubscription>,
+) -> Result<Json<Value>, ApiError> {
+    let id = existing(&state, parse_subscription_id(&id)?).await?.id;
+    let selection = Selection {
+        ids: None,
+        filter: JobFilter {
+            finished_since_ms: request.since.map(|Time(at)| at),
+            ..JobFilter::default()
+        },
+    };
+    let ids = replay(
+        &state,
+        id,
+        selection,
+        request.policy,
+        request.reset_attempts,
+    )
+    .await?;
+    Ok(Json(json!({ "replayed": ids })))
+}

@@ -1,0 +1,258 @@
+//! Response shapes of subscriptions, deliveries and delivery attempts.
+//!
+//! Invariants:
+//! - Every field is always present; a field without a value is `null` (never left out), so a
+//!   client can tell "unset" from "not shown".
+//! - `effective_policy` and `policy_source` say what the store really applies: a queue that
+//!   forbids overrides imposes its own policy, or the server's delivery default when it has none.
+//! - A delivery view is only made of a job in a subscription's internal queue whose payload is a
+//!   [`DeliveryPayload`]; anything else is "not a delivery".
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+use tenax_policy::spelling::native;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::clock::rfc3339;
+use crate::delivery::HealthView;
+use crate::model::subscription::subscription_of_queue;
+use crate::model::{
+    Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, Job, JobId, Status, Subscription,
+    SubscriptionId,
+};
+use crate::store::QueueConfig;
+
+/// Where a subscription's effective delivery policy comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicySource {
+    Subscription,
+    Queue,
+    Server,
+}
+
+/// The source of the policy that applies, by precedence: a queue that forbids overrides decides
+/// alone (its policy, else the server's); otherwise the subscription's own, else the queue's,
+/// else the server's delivery default.
+pub fn policy_source(own_policy: bool, queue: Option<&QueueConfig>) -> PolicySource {
+    let queue_policy = queue.is_some_and(|q| q.policy.is_some());
+    let forbids = queue.is_some_and(|q| q.disable_overrides);
+    match (forbids, own_policy, queue_policy) {
+        (true, _, true) | (false, false, true) => PolicySource::Queue,
+        (false, true, _) => PolicySource::Subscription,
+        (true, _, false) | (false, false, false) => PolicySource::Server,
+    }
+}
+
+/// A subscription's deliveries by status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DeliveryCounts {
+    pub scheduled: u64,
+    pub ready: u64,
+    pub in_flight: u64,
+    pub completed: u64,
+    pub dead: u64,
+}
+
+impl From<[u64; 5]> for DeliveryCounts {
+    fn from([scheduled, ready, in_flight, completed, dead]: [u64; 5]) -> Self {
+        Self {
+            scheduled,
+            ready,
+            in_flight,
+            completed,
+            dead,
+        }
+    }
+}
+
+/// A subscription as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct SubscriptionView {
+    pub id: SubscriptionId,
+    pub queue: String,
+    pub endpoint: String,
+    pub enabled: bool,
+    /// Why it was disabled automatically; `null` when enabled or disabled by request.
+    pub disabled_reason: Option<String>,
+    /// Its own policy, canonical native JSON.
+    pub policy: Option<Value>,
+    /// The policy its deliveries follow, every default filled in.
+    pub effective_policy: Value,
+    pub policy_source: PolicySource,
+    pub throttle_per_second: Option<u32>,
+    pub content_type: String,
+    pub secret: String,
+    pub headers: BTreeMap<String, String>,
+    /// `null`: the default (every 5xx, 408 and 429).
+    pub retryable_statuses: Option<Vec<u16>>,
+    pub max_concurrency: Option<u32>,
+    /// The subscription's own, else the server's; 0 is never.
+    pub auto_disable_after_ms: u64,
+    pub format: EnvelopeFormat,
+    pub created_at: String,
+    pub updated_at: String,
+    pub health: HealthView,
+    pub deliveries: DeliveryCounts,
+}
+
+/// The view of `subscription`, with its effective policy, health and delivery counts.
+pub async fn subscription_view(state: &AppState, subscription: Subscription) -> SubscriptionView {
+    let engine = &state.engine;
+    let queue = engine.store.queue(&subscription.queue).await;
+    let effective = engine.effective_delivery_policy(subscription.id).await;
+    let counts = engine.store.delivery_counts(subscription.id).await;
+    let health = state.deliveries.health(&subscription);
+    SubscriptionView {
+        policy_source: policy_source(subscription.policy.is_some(), queue.as_ref()),
+        effective_policy: native::to_json(&effective),
+        auto_disable_after_ms: subscription
+            .auto_disable_after_ms
+            .unwrap_or(state.deliveries.config.auto_disable_after_ms),
+        created_at: rfc3339(subscription.created_at_ms),
+        updated_at: rfc3339(subscription.updated_at_ms),
+        health,
+        deliveries: DeliveryCounts::from(counts),
+        id: subscription.id,
+        queue: subscription.queue,
+        endpoint: subscription.endpoint,
+        enabled: subscription.enabled,
+        disabled_reason: subscription.disabled_reason,
+        policy: subscription.policy,
+        throttle_per_second: subscription.throttle_per_second,
+        content_type: subscription.content_type,
+        secret: subscription.secret,
+        headers: subscription.headers,
+        retryable_statuses: subscription.retryable_statuses,
+        max_concurrency: subscription.max_concurrency,
+        format: subscription.format,
+    }
+}
+
+/// A delivery: one message for one subscription.
+#[derive(Debug, Serialize)]
+pub struct DeliveryView {
+    pub id: JobId,
+    pub subscription: SubscriptionId,
+    pub message_id: JobId,
+    /// The message's queue.
+    pub queue: String,
+    /// The message's type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub status: Status,
+    /// Failed attempts so far.
+    pub failures: u32,
+    /// Scheduled: when the next attempt is due. Otherwise when it last became ready.
+    pub run_at: String,
+    pub created_at: String,
+    pub finished_at: Option<String>,
+    pub dead_reason: Option<String>,
+    /// Its own policy (given at a replay), canonical native JSON.
+    pub policy: Option<Value>,
+    /// Every attempt, oldest first; only on a single delivery.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<AttemptView>>,
+}
+
+/// The view of `job` if it is a delivery; `Err` is the 404 (or the unreadable payload).
+pub fn delivery_view(job: Job) -> Result<DeliveryView, ApiError> {
+    let Some(subscription) = subscription_of_queue(&job.spec.queue) else {
+        return Err(not_a_delivery(job.id));
+    };
+    let carried: DeliveryPayload = serde_json::from_str(job.spec.payload.get()).map_err(|e| {
+        tracing::error!(id = job.id, error = %e, "a delivery's payload is unreadable");
+        ApiError {
+            status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            code: "corrupt",
+            field: None,
+            message: format!("delivery {} has an unreadable payload: {e}", job.id),
+        }
+    })?;
+    Ok(DeliveryView {
+        id: job.id,
+        subscription,
+        message_id: carried.message_id,
+        queue: carried.queue,
+        kind: carried.kind,
+        status: job.state.status,
+        failures: job.state.failures,
+        run_at: rfc3339(job.state.run_at_ms),
+        created_at: rfc3339(job.spec.created_at_ms),
+        finished_at: job.state.finished_at_ms.map(rfc3339),
+        dead_reason: job.state.dead_reason,
+        policy: job.spec.policy,
+        attempts: None,
+    })
+}
+
+/// The 404 for an id that is not a delivery's.
+pub fn not_a_delivery(id: JobId) -> ApiError {
+    ApiError::not_found(format!("there is no delivery {id}"))
+}
+
+/// One recorded POST of a delivery.
+#[derive(Debug, Serialize)]
+pub struct AttemptView {
+    pub delivery: JobId,
+    /// The delivery's run number, from 1.
+    pub attempt: u32,
+    pub at: String,
+    pub latency_ms: u64,
+    pub result: AttemptResult,
+    /// The HTTP status, when a response came.
+    pub status: Option<u16>,
+    /// The connection or timeout error, when no response came.
+    pub error: Option<String>,
+    /// The start of the response body.
+    pub response: Option<String>,
+    /// The `Retry-After` the endpoint asked for, in ms.
+    pub retry_after_ms: Option<u64>,
+}
+
+pub fn attempt_view(delivery: JobId, attempt: Attempt) -> AttemptView {
+    AttemptView {
+        delivery,
+        attempt: attempt.attempt,
+        at: rfc3339(attempt.at_ms),
+        latency_ms: attempt.latency_ms,
+        result: attempt.result,
+        status: attempt.status,
+        error: attempt.error,
+        response: attempt.response,
+        retry_after_ms: attempt.retry_after_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(policy: bool, disable_overrides: bool) -> QueueConfig {
+        QueueConfig {
+            policy: policy.then(|| serde_json::json!({"type": "fixed", "delay": 1000})),
+            disable_overrides,
+            ..QueueConfig::default()
+        }
+    }
+
+    #[test]
+    fn policy_source_follows_the_precedence() {
+        use PolicySource::{Queue, Server, Subscription};
+        assert_eq!(policy_source(false, None), Server);
+        assert_eq!(policy_source(true, None), Subscription);
+        assert_eq!(policy_source(false, Some(&queue(true, false))), Queue);
+        assert_eq!(policy_source(true, Some(&queue(true, false))), Subscription);
+        assert_eq!(
+            policy_source(true, Some(&queue(false, false))),
+            Subscription
+        );
+        // A queue that forbids overrides decides alone.
+        assert_eq!(policy_source(true, Some(&queue(true, true))), Queue);
+        assert_eq!(policy_source(true, Some(&queue(false, true))), Server);
+        assert_eq!(policy_source(false, Some(&queue(false, true))), Server);
+    }
+}

@@ -1,0 +1,592 @@
+//! Webhook subscriptions: create, list, show, change, enable, disable, delete.
+//!
+//! Invariants:
+//! - A stored subscription passed every rule here: an http(s) endpoint that resolves to allowed
+//!   addresses (public ones unless `--allow-private-endpoints`), a valid `whsec_` secret, a policy
+//!   in canonical native JSON, headers that are valid and do not touch what Tenax sets itself.
+//! - Create and update share one set of rules ([`apply`]); an update changes only the fields it
+//!   names, and `null` resets a nullable field to its default.
+//! - Every change is followed by [`Deliveries::subscription_changed`], so the runners see it.
+//!
+//! [`Deliveries::subscription_changed`]: crate::delivery::Deliveries::subscription_changed
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Deserializer};
+use serde_json::{Value, json};
+use tenax_policy::spelling::native;
+use tenax_policy::{RetryPolicy, parse_policy};
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::JsonBody;
+use super::fields::{Millis, check_queue_name};
+use super::subscription_views::{SubscriptionView, subscription_view};
+use crate::clock::UnixMs;
+use crate::delivery::address::{check_endpoint, parse_endpoint};
+use crate::delivery::signing::{generate_secret, secret_key};
+use crate::model::{EnvelopeFormat, HealthMarks, Subscription, SubscriptionId};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        // `{name}`: the same parameter name as the queue routes, which share the prefix.
+        .route(
+            "/queues/{name}/subscriptions",
+            post(create).get(list_of_queue),
+        )
+        .route("/subscriptions", get(list_all))
+        .route(
+            "/subscriptions/{id}",
+            get(show).patch(update).delete(delete),
+        )
+        .route("/subscriptions/{id}/enable", post(enable))
+        .route("/subscriptions/{id}/disable", post(disable))
+}
+
+/// The most throttle a subscription may ask for, per second.
+const MAX_THROTTLE: u32 = 100_000;
+/// The most requests of one subscription at once.
+const MAX_CONCURRENCY: u32 = 1_000;
+/// The most extra headers.
+const MAX_HEADERS: usize = 32;
+/// The longest header value, in bytes.
+const MAX_HEADER_VALUE: usize = 4_096;
+/// How long resolving an endpoint's host may take.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Headers Tenax sets itself, or that belong to the connection, not the message.
+const RESERVED_HEADERS: [&str; 15] = [
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "tenax-subscription",
+    "tenax-attempt",
+];
+
+/// The fields of a create or an update. On an update every field is optional and `null` resets
+/// a nullable one (`policy`, `throttle_per_second`, `retryable_statuses`, `max_concurrency`,
+/// `auto_disable_after`) to its default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubscriptionRequest {
+    endpoint: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    policy: Option<Option<Value>>,
+    #[serde(default, deserialize_with = "present")]
+    throttle_per_second: Option<Option<u32>>,
+    content_type: Option<String>,
+    secret: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
+    enabled: Option<bool>,
+    #[serde(default, deserialize_with = "present")]
+    retryable_statuses: Option<Option<Vec<u16>>>,
+    #[serde(default, deserialize_with = "present")]
+    max_concurrency: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "present")]
+    auto_disable_after: Option<Option<Millis>>,
+    format: Option<EnvelopeFormat>,
+}
+
+/// Tells `"field": null` (reset) from an absent field (keep).
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Ok(Some(Option::<T>::deserialize(deserializer)?))
+}
+
+/// A new subscription of `queue` before the request's fields are applied.
+fn blank(queue: String, now_ms: UnixMs) -> Subscription {
+    Subscription {
+        id: 0,
+        queue,
+        endpoint: String::new(),
+        policy: None,
+        throttle_per_second: None,
+        content_type: "application/json".into(),
+        secret: String::new(),
+        headers: BTreeMap::new(),
+        enabled: true,
+        disabled_reason: None,
+        retryable_statuses: None,
+        max_concurrency: None,
+        auto_disable_after_ms: None,
+        format: EnvelopeFormat::default(),
+        options: None,
+        expires_at_ms: None,
+        created_at_ms: now_ms,
+        updated_at_ms: now_ms,
+        health: HealthMarks::default(),
+    }
+}
+
+/// Applies the request to `subscription` (a [`blank`] one when `creating`) and returns its
+/// policy parsed. Nothing is stored.
+async fn apply(
+    state: &AppState,
+    request: SubscriptionRequest,
+    subscription: &mut Subscription,
+    creating: bool,
+) -> Result<Option<Arc<RetryPolicy>>, ApiError> {
+    match &request.endpoint {
+        Some(text) => subscription.endpoint = checked_endpoint(state, text).await?,
+        None if creating => {
+            return Err(ApiError::invalid(
+                "endpoint",
+                "is required: the http or https URL that messages are POSTed to",
+            ));
+        }
+        None => {}
+    }
+    let (policy, implied) = policy_field(request.policy, subscription)?;
+    match request.throttle_per_second {
+        Some(Some(rate)) => {
+            subscription.throttle_per_second = Some(check_throttle("throttle_per_second", rate)?);
+        }
+        Some(None) => subscription.throttle_per_second = None,
+        None => {
+            if let Some(rate) = implied.throttle_per_second {
+                subscription.throttle_per_second = Some(check_throttle("policy", rate)?);
+            }
+        }
+    }
+    match (request.content_type, implied.content_type) {
+        (Some(text), _) => subscription.content_type = check_content_type("content_type", text)?,
+        (None, Some(text)) => subscription.content_type = check_content_type("policy", text)?,
+        (None, None) => {}
+    }
+    match request.secret {
+        Some(secret) => {
+            secret_key(&secret).map_err(|rule| ApiError::invalid("secret", rule))?;
+            subscription.secret = secret;
+        }
+        None if creating => {
+            subscription.secret = generate_secret().map_err(|e| {
+                tracing::error!(error = %e, "cannot generate a signing secret");
+                ApiError {
+                    status: StatusCode::INTERNAL_SERVER_ERROR,
+                    code: "internal",
+                    field: None,
+                    message: format!("cannot generate a signing secret: {e}"),
+                }
+            })?;
+        }
+        None => {}
+    }
+    if let Some(headers) = request.headers {
+        check_headers(&headers)?;
+        subscription.headers = headers;
+    }
+    match request.enabled {
+        Some(true) if !subscription.enabled => {
+            subscription.enabled = true;
+            subscription.disabled_reason = None;
+            // The failure period that auto-disabling measures starts again.
+            subscription.health.failing_since_ms = None;
+        }
+        Some(false) => subscription.enabled = false,
+        Some(true) | None => {}
+    }
+    if let Some(statuses) = request.retryable_statuses {
+        subscription.retryable_statuses = statuses.map(check_statuses).transpose()?;
+    }
+    if let Some(max) = request.max_concurrency {
+        subscription.max_concurrency = max
+            .map(|n| in_range("max_concurrency", n, 1, MAX_CONCURRENCY))
+            .transpose()?;
+    }
+    if let Some(after) = request.auto_disable_after {
+        subscription.auto_disable_after_ms = after.map(|Millis(ms)| ms);
+    }
+    if let Some(format) = request.format {
+        subscription.format = format;
+    }
+    subscription.updated_at_ms = state.engine.now_ms();
+    Ok(policy)
+}
+
+/// What an SNS policy says besides the retries, for fields the request leaves out.
+#[derive(Debug, Default)]
+struct Implied {
+    throttle_per_second: Option<u32>,
+    content_type: Option<String>,
+}
+
+/// Applies the `policy` field: a new policy (any spelling), `null` (none), or absent (the stored
+/// one, parsed).
+fn policy_field(
+    field: Option<Option<Value>>,
+    subscription: &mut Subscription,
+) -> Result<(Option<Arc<RetryPolicy>>, Implied), ApiError> {
+    match field {
+        Some(Some(value)) => {
+            let parsed = parse_policy(&value).map_err(|e| ApiError::policy("policy", &e))?;
+            if parsed.disable_overrides {
+                return Err(ApiError::invalid(
+                    "policy",
+                    "must not forbid subscription overrides (disableSubscriptionOverrides, \
+                     ignore_subscription_override): only a queue's policy can, with \
+                     PUT /api/queues/{name}",
+                ));
+            }
+            subscription.policy = Some(native::to_json(&parsed.retry));
+            let implied = Implied {
+                throttle_per_second: parsed.throttle_per_second,
+                content_type: parsed.content_type,
+            };
+            Ok((Some(Arc::new(parsed.retry)), implied))
+        }
+        Some(None) => {
+            subscription.policy = None;
+            Ok((None, Implied::default()))
+        }
+        None => {
+            let stored = subscription
+                .policy
+                .as_ref()
+                .map(|v| native::parse(v).map(Arc::new))
+                .transpose()
+                .map_err(|e| ApiError::policy("policy", &e))?;
+            Ok((stored, Implied::default()))
+        }
+    }
+}
+
+/// The endpoint URL, normalised, once it is known to lead where deliveries may go.
+async fn checked_endpoint(state: &AppState, text: &str) -> Result<String, ApiError> {
+    let invalid =
+        |e: crate::delivery::address::EndpointError| ApiError::invalid("endpoint", e.to_string());
+    let url = parse_endpoint(text).map_err(invalid)?;
+    let allow_private = state.deliveries.config.allow_private_endpoints;
+    match tokio::time::timeout(RESOLVE_TIMEOUT, check_endpoint(&url, allow_private)).await {
+        Ok(checked) => checked.map_err(invalid)?,
+        Err(_) => {
+            return Err(ApiError::invalid(
+                "endpoint",
+                format!(
+                    "must name a host that resolves, but resolving {:?} took more than {} s",
+                    url.host_str().unwrap_or_default(),
+                    RESOLVE_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+    }
+    Ok(url.into())
+}
+
+fn in_range(field: &str, n: u32, min: u32, max: u32) -> Result<u32, ApiError> {
+    if (min..=max).contains(&n) {
+        Ok(n)
+    } else {
+        Err(ApiError::invalid(
+            field,
+            format!("must be from {min} to {max}, got {n}"),
+        ))
+    }
+}
+
+fn check_throttle(field: &str, rate: u32) -> Result<u32, ApiError> {
+    in_range(field, rate, 1, MAX_THROTTLE).map_err(|e| ApiError {
+        message: format!("deliveries per second {}", e.message),
+        ..e
+    })
+}
+
+/// A content type: `type/subtype`, optionally with parameters, usable as a header value.
+fn check_content_type(field: &str, text: String) -> Result<String, ApiError> {
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    let valid = text.len() <= 256
+        && HeaderValue::from_str(&text).is_ok()
+        && essence
+            .split_once('/')
+            .is_some_and(|(kind, sub)| is_token(kind) && is_token(sub));
+    if valid {
+        Ok(text)
+    } else {
+        Err(ApiError::invalid(
+            field,
+            format!(
+                "must be a media type such as \"application/json\" (at most 256 characters), \
+                 got {text:?}"
+            ),
+        ))
+    }
+}
+
+/// An HTTP token (RFC 9110): what header names and media type parts are made of.
+fn is_token(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    if headers.len() > MAX_HEADERS {
+        return Err(ApiError::invalid(
+            "headers",
+            format!(
+                "must hold at most {MAX_HEADERS} headers, got {}",
+                headers.len()
+            ),
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, value) in headers {
+        let field = format!("headers.{name}");
+        let lower = name.to_ascii_lowercase();
+        if !is_token(name) || HeaderName::from_bytes(name.as_bytes()).is_err() {
+            return Err(ApiError::invalid(
+                field,
+                "must be a header name: letters, digits and !#$%&'*+-.^_`|~",
+            ));
+        }
+        if RESERVED_HEADERS.contains(&lower.as_str()) {
+            return Err(ApiError::invalid(
+                field,
+                format!(
+                    "is set by Tenax or by the connection and cannot be given; reserved: {}",
+                    RESERVED_HEADERS.join(", ")
+                ),
+            ));
+        }
+        if !seen.insert(lower) {
+            return Err(ApiError::invalid(
+                field,
+                "is given twice (header names are case-insensitive)",
+            ));
+        }
+        if value.len() > MAX_HEADER_VALUE || HeaderValue::from_str(value).is_err() {
+            return Err(ApiError::invalid(
+                field,
+                format!(
+                    "must be a header value: at most {MAX_HEADER_VALUE} bytes of visible ASCII, \
+                     spaces and tabs"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The retryable statuses, sorted and without repeats.
+fn check_statuses(mut statuses: Vec<u16>) -> Result<Vec<u16>, ApiError> {
+    for (i, status) in statuses.iter().enumerate() {
+        let field = format!("retryable_statuses[{i}]");
+        if !(100..=599).contains(status) {
+            return Err(ApiError::invalid(
+                field,
+                format!("must be an HTTP status from 100 to 599, got {status}"),
+            ));
+        }
+        if (200..=299).contains(status) {
+            return Err(ApiError::invalid(
+                field,
+                format!("must not be a 2xx status: those are always a success, got {status}"),
+            ));
+        }
+    }
+    statuses.sort_unstable();
+    statuses.dedup();
+    Ok(statuses)
+}
+
+pub(super) fn parse_subscription_id(text: &str) -> Result<SubscriptionId, ApiError> {
+    text.parse().map_err(|_| {
+        ApiError::invalid(
+            "id",
+            format!("must be a subscription id (a whole number), got {text:?}"),
+        )
+    })
+}
+
+/// The stored subscription `id`, or the 404.
+pub(super) async fn existing(
+    state: &AppState,
+    id: SubscriptionId,
+) -> Result<Subscription, ApiError> {
+    state
+        .engine
+        .store
+        .subscription(id)
+        .await
+        .ok_or_else(|| ApiError::not_found(format!("subscription {id} does not exist")))
+}
+
+/// Stores a subscription, tells the runners, and answers with its view.
+async fn store(
+    state: &AppState,
+    subscription: Subscription,
+    policy: Option<Arc<RetryPolicy>>,
+) -> Result<SubscriptionView, ApiError> {
+    let stored = state.engine.put_subscription(subscription, policy).await?;
+    state.deliveries.subscription_changed();
+    Ok(subscription_view(state, stored).await)
+}
+
+async fn create(
+    State(state): State<AppState>,
+    Path(queue): Path<String>,
+    JsonBody(request): JsonBody<SubscriptionRequest>,
+) -> Result<(StatusCode, Json<SubscriptionView>), ApiError> {
+    check_queue_name("queue", &queue)?;
+    let mut subscription = blank(queue, state.engine.now_ms());
+    let policy = apply(&state, request, &mut subscription, true).await?;
+    let view = store(&state, subscription, policy).await?;
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+async fn views(state: &AppState, queue: Option<&str>) -> Json<Value> {
+    let mut views = Vec::new();
+    for subscription in state.engine.store.subscriptions(queue).await {
+        views.push(subscription_view(state, subscription).await);
+    }
+    Json(json!({ "subscriptions": views }))
+}
+
+async fn list_of_queue(
+    State(state): State<AppState>,
+    Path(queue): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    check_queue_name("queue", &queue)?;
+    Ok(views(&state, Some(&queue)).await)
+}
+
+async fn list_all(State(state): State<AppState>) -> Json<Value> {
+    views(&state, None).await
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<SubscriptionView>, ApiError> {
+    let subscription = existing(&state, parse_subscription_id(&id)?).await?;
+    Ok(Json(subscription_view(&state, subscription).await))
+}
+
+async fn update(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(request): JsonBody<SubscriptionRequest>,
+) -> Result<Json<SubscriptionView>, ApiError> {
+    let mut subscription = existing(&state, parse_subscription_id(&id)?).await?;
+    let policy = apply(&state, request, &mut subscription, false).await?;
+    Ok(Json(store(&state, subscription, policy).await?))
+}
+
+async fn set_enabled(
+    state: AppState,
+    id: String,
+    enabled: bool,
+) -> Result<Json<SubscriptionView>, ApiError> {
+    let mut subscription = existing(&state, parse_subscription_id(&id)?).await?;
+    let request = SubscriptionRequest {
+        enabled: Some(enabled),
+        ..SubscriptionRequest::default()
+    };
+    let policy = apply(&state, request, &mut subscription, false).await?;
+    Ok(Json(store(&state, subscription, policy).await?))
+}
+
+async fn enable(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<SubscriptionView>, ApiError> {
+    set_enabled(state, id, true).await
+}
+
+async fn disable(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<SubscriptionView>, ApiError> {
+    set_enabled(state, id, false).await
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_subscription_id(&id)?;
+    let deliveries = state.engine.store.delete_subscription(id).await?;
+    state.deliveries.subscription_changed();
+    Ok(Json(
+        json!({ "deleted": id, "deliveries_deleted": deliveries }),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_are_checked_sorted_and_deduplicated() {
+        assert_eq!(check_statuses(vec![503, 409, 503]).unwrap(), vec![409, 503]);
+        let error = check_statuses(vec![500, 600]).unwrap_err();
+        assert_eq!(error.field.as_deref(), Some("retryable_statuses[1]"));
+        let error = check_statuses(vec![204]).unwrap_err();
+        assert!(error.message.contains("2xx"), "{}", error.message);
+    }
+
+    #[test]
+    fn reserved_and_malformed_headers_are_refused_by_name() {
+        let headers = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        assert!(
+            check_headers(&headers(&[
+                ("X-Team", "billing"),
+                ("Authorization", "Bearer t")
+            ]))
+            .is_ok()
+        );
+        for name in [
+            "Host",
+            "content-TYPE",
+            "Webhook-Signature",
+            "Connection",
+            "tenax-attempt",
+        ] {
+            let error = check_headers(&headers(&[(name, "x")])).unwrap_err();
+            assert_eq!(error.field, Some(format!("headers.{name}")));
+        }
+        let error = check_headers(&headers(&[("Bad Name", "x")])).unwrap_err();
+        assert_eq!(error.field.as_deref(), Some("headers.Bad Name"));
+        let error = check_headers(&headers(&[("X-A", "line\nbreak")])).unwrap_err();
+        assert_eq!(error.field.as_deref(), Some("headers.X-A"));
+        let error = check_headers(&headers(&[("X-A", "1"), ("x-a", "2")])).unwrap_err();
+        assert!(error.message.contains("twice"), "{}", error.message);
+        let many: BTreeMap<String, String> = (0..33)
+            .map(|i| (format!("X-{i}"), "v".to_owned()))
+            .collect();
+        assert_eq!(
+            check_headers(&many).unwrap_err().field.as_deref(),
+            Some("headers")
+        );
+    }
+
+    #[test]
+    fn content_types_are_media_types() {
+        assert!(check_content_type("content_type", "application/json".into()).is_ok());
+        assert!(check_content_type("c", "text/plain; charset=utf-8".into()).is_ok());
+        for bad in ["", "json", "application/", "a/b\r\nX: y"] {
+            assert!(check_content_type("c", bad.into()).is_err(), "{bad:?}");
+        }
+    }
+}
