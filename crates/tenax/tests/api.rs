@@ -1825,3 +1825,46 @@ async fn restart_after_a_failure_keeps_its_retry_time_and_history() {
     let answer = server.fail(&again, "second", json!({})).await;
     assert_eq!(ms(&answer["run_at"]), now + 10 * MINUTE);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_message_ttl_deletes_jobs_nobody_takes() {
+    let server = TestServer::manual().await;
+    let api = &server;
+    let queue = api
+        .put("/api/queues/hooks", json!({"message_ttl": "1m"}))
+        .await;
+    assert_eq!(queue["message_ttl_ms"], 60_000);
+    let kept = api
+        .enqueue(json!({"queue": "other", "type": "t", "payload": {}}))
+        .await;
+    let id = api
+        .enqueue(json!({"queue": "hooks", "type": "t", "payload": {}}))
+        .await;
+    server.advance(Duration::from_secs(59));
+    assert_eq!(api.status(id).await, "ready");
+    server.advance(Duration::from_secs(2));
+    let deadline = Instant::now() + common::PATIENCE;
+    while api
+        .send_raw(Method::GET, &format!("/api/jobs/{id}"), None)
+        .await
+        .0
+        != 404
+    {
+        assert!(
+            Instant::now() < deadline,
+            "job {id} outlived its queue's TTL"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(api.status(kept).await, "ready");
+    let error = api
+        .error(
+            Method::PUT,
+            "/api/queues/hooks",
+            Some(json!({"message_ttl": 0})),
+            400,
+        )
+        .await;
+    assert_eq!(error.field.as_deref(), Some("message_ttl"));
+    assert!(error.message.contains("above 0"), "{error:?}");
+}

@@ -51,6 +51,9 @@ fn view(name: &str, config: &QueueConfig, counts: Option<&QueueCounts>) -> Value
     if config.disable_overrides {
         view["disable_overrides"] = json!(true);
     }
+    if let Some(ttl) = config.message_ttl_ms {
+        view["message_ttl_ms"] = json!(ttl);
+    }
     view
 }
 
@@ -93,6 +96,18 @@ struct UpdateQueue {
     /// set by a policy that says so (SNS `disableSubscriptionOverrides`, Zaqar
     /// `ignore_subscription_override`).
     disable_overrides: Option<bool>,
+    /// New jobs are deleted this long after enqueue unless done sooner; `null` removes it.
+    #[serde(default, deserialize_with = "present_millis")]
+    message_ttl: Option<Option<super::fields::Millis>>,
+}
+
+/// Tells `"message_ttl": null` (remove) from an absent field (keep).
+fn present_millis<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Option<super::fields::Millis>>, D::Error> {
+    Ok(Some(Option::<super::fields::Millis>::deserialize(
+        deserializer,
+    )?))
 }
 
 /// Tells `"policy": null` (remove) from an absent field (keep).
@@ -111,6 +126,16 @@ async fn update(
     let mut config = state.engine.store.queue(&name).await.unwrap_or_default();
     if let Some(paused) = request.paused {
         config.paused = paused;
+    }
+    match request.message_ttl {
+        Some(Some(super::fields::Millis(0))) => {
+            return Err(ApiError::invalid(
+                "message_ttl",
+                "must be above 0 (null removes it)",
+            ));
+        }
+        Some(ttl) => config.message_ttl_ms = ttl.map(|t| t.0),
+        None => {}
     }
     let mut policy_forbids = false;
     let parsed = match request.policy {

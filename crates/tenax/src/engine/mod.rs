@@ -77,12 +77,31 @@ impl Engine {
         self.clock.now_ms()
     }
 
+    /// Enqueues jobs atomically. A job without an expiry gets its queue's message TTL.
     pub async fn enqueue(
         &self,
-        jobs: Vec<Insert>,
+        mut jobs: Vec<Insert>,
         on_duplicate: OnDuplicate,
     ) -> Result<Vec<Enqueued>, StoreError> {
-        self.store.enqueue(jobs, on_duplicate, self.now_ms()).await
+        let now_ms = self.now_ms();
+        // A batch is mostly of one queue: look each queue up once per run.
+        let mut last: Option<(String, Option<u64>)> = None;
+        for insert in &mut jobs {
+            if insert.job.expires_at_ms.is_some() {
+                continue;
+            }
+            let ttl = match &last {
+                Some((queue, ttl)) if *queue == insert.job.queue => *ttl,
+                _ => {
+                    let config = self.store.queue(&insert.job.queue).await;
+                    let ttl = config.and_then(|c| c.message_ttl_ms);
+                    last = Some((insert.job.queue.clone(), ttl));
+                    ttl
+                }
+            };
+            insert.job.expires_at_ms = ttl.map(|ttl| now_ms.saturating_add(ttl));
+        }
+        self.store.enqueue(jobs, on_duplicate, now_ms).await
     }
 
     /// Takes up to `max` jobs, waiting up to `wait` for the first one if none is ready.

@@ -189,6 +189,11 @@ pub struct QueueConfig {
     /// `ignore_subscription_override`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disable_overrides: bool,
+    /// New jobs of the queue are deleted this long after their enqueue, whatever their status,
+    /// unless they name their own expiry: what a queue that only feeds webhooks needs, so that
+    /// messages no worker takes do not pile up (Zaqar's `_default_message_ttl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_ttl_ms: Option<u64>,
     /// Free-form metadata (Zaqar's queue metadata), kept verbatim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
