@@ -43,6 +43,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+#[allow(dead_code)]
+#[path = "common/receiver.rs"]
+mod receiver;
+
 const ROUNDS: usize = 5;
 const PRODUCERS: usize = 4;
 const CONSUMERS: usize = 2;
@@ -140,6 +144,11 @@ struct Server {
 
 impl Server {
     async fn start(data_dir: &Path, log: &Path) -> Self {
+        Self::start_with(data_dir, log, &[]).await
+    }
+
+    /// Starts the binary with `extra` flags besides the test's own.
+    async fn start_with(data_dir: &Path, log: &Path, extra: &[&str]) -> Self {
         let client = client();
         for attempt in 1..=5 {
             let port = free_port();
@@ -157,6 +166,7 @@ impl Server {
                 // Explicit, so that no TENAX_* variable of the environment weakens the test.
                 .args(["--durability", "sync", "--completed-retention", "1d"])
                 .args(["--max-lease", "12h", "--log-format", "text"])
+                .args(extra)
                 .env("TENAX_LOG", "info")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -863,5 +873,170 @@ async fn sigkill_under_load_loses_nothing_acknowledged() {
         "crash test: {ROUNDS} rounds, {} jobs tracked, {:.1} s",
         model.jobs.len(),
         started.elapsed().as_secs_f64()
+    );
+}
+
+/// Enqueues batches of messages `{"n": k}` on `queue` until `stop`; returns the acknowledged
+/// (id, n) and every n sent.
+async fn publisher(
+    base: String,
+    queue: &'static str,
+    stop: Arc<AtomicBool>,
+) -> (Vec<(u64, u64)>, Vec<u64>) {
+    let client = client();
+    let mut acked = Vec::new();
+    let mut sent = Vec::new();
+    let mut n = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let batch: Vec<u64> = (n..n + 10).collect();
+        n += 10;
+        sent.extend(&batch);
+        let jobs: Vec<Value> = batch
+            .iter()
+            .map(|k| json!({"queue": queue, "type": "crash.message", "payload": {"n": k}}))
+            .collect();
+        let url = format!("{base}/api/jobs/batch");
+        match post(&client, &url, &json!({ "jobs": jobs })).await {
+            Ok((201, answer)) => {
+                let ids = answer["jobs"]
+                    .as_array()
+                    .expect("the batch answer lists jobs");
+                assert_eq!(ids.len(), batch.len(), "{answer}");
+                for (job, k) in ids.iter().zip(&batch) {
+                    acked.push((job["id"].as_u64().expect("a job id"), *k));
+                }
+            }
+            Ok((status, answer)) => panic!("enqueue answered {status}: {answer}"),
+            // The kill: not acknowledged.
+            Err(_) => break,
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (acked, sent)
+}
+
+/// SIGKILL while webhook deliveries are in flight: after the restart every acknowledged message
+/// is delivered (at least once: those in flight at the kill are sent again), only stored
+/// messages are delivered, and every delivery ends completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_webhook_delivery_loses_no_delivery() {
+    const QUEUE: &str = "crash-hooks";
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let data = dir.path().join("data");
+    let log = dir.path().join("server.log");
+    let flags = ["--allow-private-endpoints"];
+    // Each answer takes 10 ms and the throttle spreads the deliveries out, so that many are
+    // waiting and some are in flight when the kill comes.
+    let receiver =
+        receiver::Receiver::start(Vec::new(), receiver::Reply::slow(Duration::from_millis(10)))
+            .await;
+    let mut server = Server::start_with(&data, &log, &flags).await;
+    let client = client();
+    let (status, sub) = post(
+        &client,
+        &server.url(&format!("/api/queues/{QUEUE}/subscriptions")),
+        &json!({"endpoint": receiver.url("/hook"), "throttle_per_second": 200}),
+    )
+    .await
+    .expect("creating the subscription");
+    assert_eq!(status, 201, "{sub}");
+    let sub = sub["id"].as_u64().expect("a subscription id");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let publishing = tokio::spawn(publisher(server.base.clone(), QUEUE, stop.clone()));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    server.kill();
+    stop.store(true, Ordering::SeqCst);
+    let (acked, sent) = tokio::time::timeout(Duration::from_secs(30), publishing)
+        .await
+        .expect("the publisher stopped")
+        .expect("the publisher did not panic");
+    let before_restart = receiver.count();
+    assert!(
+        !acked.is_empty(),
+        "nothing was acknowledged before the kill"
+    );
+    assert!(
+        before_restart < acked.len(),
+        "every delivery was done before the kill ({before_restart} of {}): the test proves nothing",
+        acked.len()
+    );
+
+    let server = Server::start_with(&data, &log, &flags).await;
+    // Every acknowledged message arrives.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let wanted: HashSet<u64> = acked.iter().map(|(id, _)| *id).collect();
+    loop {
+        let got: HashSet<u64> = receiver
+            .received()
+            .iter()
+            .filter_map(|r| r.json()["message"]["id"].as_u64())
+            .collect();
+        let missing = wanted.difference(&got).count();
+        if missing == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing} of {} acknowledged messages never arrived\n{}",
+            wanted.len(),
+            log_tail(&log)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Every delivery ends completed: none dead, none left pending.
+    let url = server.url(&format!("/api/subscriptions/{sub}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let counts = loop {
+        let (status, view) = get(&client, &url).await.expect("the subscription");
+        assert_eq!(status, 200, "{view}");
+        let counts = view["deliveries"].clone();
+        let pending = ["scheduled", "ready", "in_flight"]
+            .iter()
+            .map(|k| counts[k].as_u64().expect("a count"))
+            .sum::<u64>();
+        if pending == 0 {
+            break counts;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "deliveries still pending: {view}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(counts["dead"], json!(0), "{counts}");
+    let completed = counts["completed"].as_u64().expect("a count");
+
+    // Only stored messages were delivered, each with the payload it was enqueued with; a
+    // message is sent again only if it was in flight at the kill.
+    let sent: HashSet<u64> = sent.into_iter().collect();
+    let mut times: HashMap<u64, usize> = HashMap::new();
+    for request in receiver.received() {
+        let envelope = request.json();
+        let id = envelope["message"]["id"].as_u64().expect("a message id");
+        let n = envelope["message"]["body"]["n"]
+            .as_u64()
+            .expect("a payload number");
+        assert!(
+            sent.contains(&n),
+            "delivered a payload never sent: {envelope}"
+        );
+        let (status, job) = get(&client, &server.url(&format!("/api/jobs/{id}")))
+            .await
+            .expect("the message");
+        assert_eq!(status, 200, "a delivered message is not stored: {envelope}");
+        assert_eq!(job["payload"], json!({ "n": n }), "{envelope}");
+        *times.entry(id).or_default() += 1;
+    }
+    let delivered = u64::try_from(times.len()).expect("a count");
+    assert_eq!(
+        completed, delivered,
+        "one completed delivery per delivered message"
+    );
+    let again = times.values().filter(|t| **t > 1).count();
+    // At most the endpoint's concurrency (32 by default) was in flight at the kill.
+    assert!(
+        again <= 32,
+        "{again} messages were delivered more than once"
     );
 }

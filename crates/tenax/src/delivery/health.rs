@@ -64,12 +64,23 @@ impl HealthBook {
         disable_after_ms: u64,
     ) -> Verdict {
         let mut all = self.subscriptions.lock();
-        let health = all.entry(subscription.id).or_insert_with(|| Health {
+        let fresh = || Health {
             marks: subscription.health,
             consecutive_failures: 0,
             recent: VecDeque::new(),
             last_failure_at_ms: None,
-        });
+        };
+        let health = all.entry(subscription.id).or_insert_with(fresh);
+        // Enabling a subscription clears its stored failure period (the API does, so that the
+        // period auto-disabling measures starts again). A subscription changed after the
+        // book's failure period began, whose stored marks no longer hold that period, was
+        // re-enabled: the book starts afresh too, or the next failure would disable it again
+        // at once.
+        if health.marks.failing_since_ms.is_some_and(|since| {
+            subscription.health.failing_since_ms.is_none() && subscription.updated_at_ms > since
+        }) {
+            *health = fresh();
+        }
         health.recent.push_back(failed);
         if health.recent.len() > RECENT {
             health.recent.pop_front();
@@ -169,6 +180,38 @@ mod tests {
             matches!(book.record(&sub, false, 14_000, 10_000), Verdict::Marks(m) if m.failing_since_ms.is_none())
         );
         assert!(book.view(&sub).healthy);
+    }
+
+    #[test]
+    fn re_enabling_starts_a_new_failure_period() {
+        let book = HealthBook::default();
+        let mut sub = subscription();
+        assert!(matches!(
+            book.record(&sub, true, 1_000, 500),
+            Verdict::Marks(_)
+        ));
+        let Verdict::Disable(marks, _) = book.record(&sub, true, 2_000, 500) else {
+            panic!("failing for 1 s disables");
+        };
+        // What the store holds once disabled, then re-enabled through the API at 5 s.
+        sub.health = marks;
+        sub.enabled = true;
+        sub.health.failing_since_ms = None;
+        sub.updated_at_ms = 5_000;
+        let failing = book.record(&sub, true, 6_000, 500);
+        assert!(
+            matches!(failing, Verdict::Marks(m) if m.failing_since_ms == Some(6_000)),
+            "{failing:?}"
+        );
+        assert_eq!(book.view(&sub).consecutive_failures, 1);
+        // A stale copy from before the failure period began changes nothing.
+        let mut stale = subscription();
+        stale.updated_at_ms = 5_500;
+        assert_eq!(book.record(&stale, true, 6_200, 500), Verdict::Unchanged);
+        assert!(matches!(
+            book.record(&sub, true, 6_500, 500),
+            Verdict::Disable(..)
+        ));
     }
 
     #[test]

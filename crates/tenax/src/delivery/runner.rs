@@ -108,6 +108,11 @@ async fn run_subscription(
         let changed = deliveries.changed.notified();
         tokio::pin!(changed);
         changed.as_mut().enable();
+        // Registered before looking for work, so a delivery that becomes ready meanwhile wakes
+        // the runner.
+        let ready = engine.store.ready_signal().notified();
+        tokio::pin!(ready);
+        ready.as_mut().enable();
         let Some(subscription) = engine.store.subscription(id).await else {
             break;
         };
@@ -169,8 +174,11 @@ async fn run_subscription(
         } else {
             throttle = None;
         }
+        // Takes what is ready now, without waiting: an idle runner must not sit on the
+        // endpoint's permits (its other subscriptions would wait for them) nor on throttle
+        // tokens, and must see changes to its subscription at once.
         let taken = engine
-            .take(&queues, permits.len(), lease_ms, IDLE_POLL, None)
+            .take(&queues, permits.len(), lease_ms, Duration::ZERO, None)
             .await;
         let jobs = match taken {
             Ok(jobs) => jobs,
@@ -180,6 +188,19 @@ async fn run_subscription(
                 continue;
             }
         };
+        if let Some(bucket) = throttle.as_mut() {
+            bucket.give_back(permits.len().saturating_sub(jobs.len()));
+        }
+        if jobs.is_empty() {
+            drop(permits);
+            tokio::select! {
+                () = &mut ready => {}
+                () = &mut changed => {}
+                () = tokio::time::sleep(IDLE_POLL) => {}
+                _ = stop.changed() => {}
+            }
+            continue;
+        }
         let subscription = Arc::new(subscription);
         for (job, permit) in jobs.into_iter().zip(permits) {
             in_flight.spawn(deliver(

@@ -56,6 +56,16 @@ impl Throttle {
         usize::try_from(granted).unwrap_or(want)
     }
 
+    /// Returns `n` tokens taken but not used (fewer deliveries were due than granted); the
+    /// content still never exceeds the capacity.
+    pub fn give_back(&mut self, n: usize) {
+        let returned = u64::try_from(n).unwrap_or(u64::MAX).saturating_mul(MILLI);
+        self.milli_tokens = self
+            .milli_tokens
+            .saturating_add(returned)
+            .min(self.capacity_milli());
+    }
+
     /// The earliest time at or after `now_ms` at which at least one whole token is available.
     pub fn next_token_at(&self, now_ms: u64) -> u64 {
         let at = now_ms.max(self.updated_ms);
@@ -118,6 +128,16 @@ mod tests {
         assert_eq!(throttle.next_token_at(150), 200);
         assert_eq!(throttle.take(100, 200), 1);
         assert_eq!(throttle.take(100, 500), 3);
+    }
+
+    #[test]
+    fn tokens_given_back_can_be_taken_again_up_to_the_capacity() {
+        let mut throttle = Throttle::new(rate(10), 0);
+        assert_eq!(throttle.take(8, 0), 8);
+        throttle.give_back(5);
+        assert_eq!(throttle.take(100, 0), 7);
+        throttle.give_back(100);
+        assert_eq!(throttle.take(100, 0), 10);
     }
 
     #[test]

@@ -60,12 +60,14 @@ impl Engine {
             detail: serde_json::to_value(&attempt).ok(),
         };
         let retry_after_ms = attempt.retry_after_ms;
+        let message = error.message.clone();
         let decide = move |ctx: &DecideContext<'_>| {
             let error = ErrorEntry {
                 attempt: ctx.state.failures + 1,
                 ..error.clone()
             };
             let transition = decide_failure(ctx, &default, now_ms, outcome, error);
+            let transition = explain_death(transition, outcome, &message);
             respect_retry_after(transition, now_ms, retry_after_ms)
         };
         self.store
@@ -81,6 +83,17 @@ fn attempt_message(attempt: &Attempt) -> String {
         (None, Some(error)) => error.clone(),
         (None, None) => "the attempt failed".into(),
     }
+}
+
+/// A delivery dead of a permanent failure says what the endpoint did ("the endpoint answered
+/// HTTP 404, which is not retried") rather than the policy's generic "the failure was marked
+/// not retryable". An exhausted policy's reason ("all 7 retries were used") stays as it is: the
+/// attempts show what each retry got.
+fn explain_death(mut transition: Transition, outcome: Outcome, message: &str) -> Transition {
+    if transition.state.status == Status::Dead && outcome == Outcome::NotRetryable {
+        transition.state.dead_reason = Some(format!("{message}, which is not retried"));
+    }
+    transition
 }
 
 /// Moves a scheduled retry to at least `now + retry_after`.
@@ -102,6 +115,42 @@ fn respect_retry_after(
 mod tests {
     use super::*;
     use crate::model::JobState;
+
+    #[test]
+    fn a_dead_delivery_says_what_the_endpoint_did() {
+        let t = |status: Status, reason: &str| Transition {
+            state: JobState {
+                status,
+                dead_reason: Some(reason.into()),
+                ..JobState::new(0, 0)
+            },
+            error: None,
+        };
+        let reason = |t: Transition| t.state.dead_reason.unwrap_or_default();
+        let permanent = t(Status::Dead, "the failure was marked not retryable");
+        assert_eq!(
+            reason(explain_death(
+                permanent,
+                Outcome::NotRetryable,
+                "the endpoint answered HTTP 404"
+            )),
+            "the endpoint answered HTTP 404, which is not retried"
+        );
+        let exhausted = t(Status::Dead, "all 3 retries were used");
+        assert_eq!(
+            reason(explain_death(
+                exhausted,
+                Outcome::Retry,
+                "the endpoint answered HTTP 500"
+            )),
+            "all 3 retries were used"
+        );
+        let scheduled = t(Status::Scheduled, "unchanged");
+        assert_eq!(
+            reason(explain_death(scheduled, Outcome::Retry, "HTTP 500")),
+            "unchanged"
+        );
+    }
 
     #[test]
     fn retry_after_only_pushes_later() {
