@@ -39,9 +39,11 @@ struct Message<'a> {
     created_at: String,
 }
 
-/// Zaqar's notification body (`zaqar/notification/tasks/webhook.py`).
+/// Zaqar's notification body (`zaqar/notification/tasks/webhook.py`): the message without its id.
 #[derive(Serialize)]
 struct ZaqarNotification<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl: Option<u64>,
     body: &'a RawValue,
     queue_name: &'a str,
     #[serde(rename = "Message_Type")]
@@ -66,6 +68,7 @@ pub fn render(format: EnvelopeFormat, info: &AttemptInfo<'_>) -> Vec<u8> {
             sent_at: rfc3339(info.sent_at_ms),
         }),
         EnvelopeFormat::Zaqar => serde_json::to_vec(&ZaqarNotification {
+            ttl: message.ttl_s,
             body: &message.body,
             queue_name: zaqar_queue_name(&message.queue),
             message_type: "Notification",
@@ -76,9 +79,9 @@ pub fn render(format: EnvelopeFormat, info: &AttemptInfo<'_>) -> Vec<u8> {
 }
 
 /// The queue name a Zaqar receiver expects: without the project prefix Tenax stores
-/// (`<project>/<queue>`), if any.
+/// (`<project>:<queue>`), if any.
 fn zaqar_queue_name(queue: &str) -> &str {
-    queue.rsplit_once('/').map_or(queue, |(_, name)| name)
+    queue.rsplit_once(':').map_or(queue, |(_, name)| name)
 }
 
 #[cfg(test)]
@@ -91,6 +94,7 @@ mod tests {
             queue: "orders".into(),
             kind: "order.paid".into(),
             body: RawValue::from_string(r#"{"total": 12}"#.into()).unwrap(),
+            ttl_s: None,
         }
     }
 
@@ -123,7 +127,8 @@ mod tests {
     #[test]
     fn zaqar_body_is_zaqars() {
         let mut message = payload();
-        message.queue = "project-1/orders".into();
+        message.queue = "project-1:orders".into();
+        message.ttl_s = Some(3_600);
         let body = render(
             EnvelopeFormat::Zaqar,
             &AttemptInfo {
@@ -138,7 +143,7 @@ mod tests {
         let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             value,
-            serde_json::json!({"body": {"total": 12}, "queue_name": "orders",
+            serde_json::json!({"ttl": 3_600, "body": {"total": 12}, "queue_name": "orders",
                                "Message_Type": "Notification"})
         );
     }

@@ -53,11 +53,19 @@ impl Engine {
             AttemptResult::Permanent => Outcome::NotRetryable,
             AttemptResult::Retryable | AttemptResult::Delivered => Outcome::Retry,
         };
+        // Only a failure is recorded as an error; a success costs no encoding here.
+        let failed = attempt.result != AttemptResult::Delivered;
         let error = ErrorEntry {
             attempt: attempt.attempt,
             at_ms: now_ms,
-            message: attempt_message(&attempt),
-            detail: serde_json::to_value(&attempt).ok(),
+            message: if failed {
+                attempt_message(&attempt)
+            } else {
+                String::new()
+            },
+            detail: failed
+                .then(|| serde_json::to_value(&attempt).ok())
+                .flatten(),
         };
         let retry_after_ms = attempt.retry_after_ms;
         let message = error.message.clone();

@@ -117,6 +117,9 @@ pub struct DeliveryPayload {
     #[serde(rename = "type")]
     pub kind: String,
     pub body: Box<RawValue>,
+    /// The message's time to live in seconds, if it has one (Zaqar's notification shows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_s: Option<u64>,
 }
 
 /// How one attempt ended.

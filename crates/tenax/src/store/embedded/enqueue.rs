@@ -179,6 +179,9 @@ fn delivery_for(subscription: SubscriptionId, message_id: JobId, message: &Inser
         queue: job.queue.clone(),
         kind: job.kind.clone(),
         body: job.payload.clone(),
+        ttl_s: job
+            .expires_at_ms
+            .map(|at| at.saturating_sub(job.created_at_ms) / 1_000),
     };
     let payload = serde_json::value::to_raw_value(&payload).unwrap_or_else(|_| job.payload.clone());
     Insert {
