@@ -13,6 +13,7 @@ mod subscription_views;
 mod subscriptions;
 mod views;
 mod work;
+mod zaqar;
 
 use std::sync::Arc;
 
@@ -44,6 +45,7 @@ pub fn router(state: AppState) -> Router {
     let limit = state.limits.max_request_bytes;
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .merge(zaqar::router())
         .nest(
             "/api",
             Router::new()

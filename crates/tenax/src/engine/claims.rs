@@ -2,9 +2,9 @@
 //! group lease: its jobs are found, renewed and released together, and each still completes or
 //! expires on its own.
 
-use crate::store::{ClaimedJob, StoreError, TakeRequest, TakenJob};
+use crate::store::{ClaimedJob, DecideContext, StoreError, TakeRequest, TakenJob};
 
-use super::Engine;
+use super::{Engine, decide_lease_expiry};
 
 impl Engine {
     /// Leases up to `max` ready jobs of `queues` for `lease_ms` under a new claim id, keeping
@@ -46,5 +46,28 @@ impl Engine {
     /// Releases a claim: its jobs are ready again at once, no attempt counted.
     pub async fn release_claim(&self, claim: u64) -> usize {
         self.store.release_stream(claim).await
+    }
+
+    /// Ends a claim now as if its leases had expired: each job counts the claim as an attempt
+    /// (its policy decides whether it is ready again or dead, and its queue's dead-letter rule
+    /// may move it). Zaqar's claim deletion: a message claimed and released `_max_claim_count`
+    /// times goes to the dead-letter queue. Returns how many jobs the claim held.
+    pub async fn expire_claim(&self, claim: u64) -> Result<usize, StoreError> {
+        let held = self.store.extend_claim(claim, 0, None, self.now_ms()).await;
+        if held > 0 {
+            self.expire_due_leases().await?;
+        }
+        Ok(held)
+    }
+
+    /// Handles every lease that has ended by now, as the maintenance loop's next pass would, so
+    /// that a claim made right after sees those jobs ready (or moved to a dead-letter queue).
+    /// Cheap when no lease has ended.
+    pub async fn expire_due_leases(&self) -> Result<usize, StoreError> {
+        let now_ms = self.now_ms();
+        let decide = move |ctx: &DecideContext<'_>| {
+            decide_lease_expiry(ctx, self.default_policy_for(ctx.queue), now_ms)
+        };
+        self.store.expire_leases(now_ms, usize::MAX, &decide).await
     }
 }

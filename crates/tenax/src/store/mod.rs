@@ -8,9 +8,11 @@
 //! serialisation (a lock here, a row lock in PostgreSQL).
 
 pub mod embedded;
+mod peek;
 mod types;
 
 pub use embedded::EmbeddedStore;
+pub use peek::JobPeek;
 pub use types::*;
 
 use crate::clock::UnixMs;

@@ -13,6 +13,7 @@ mod enqueue;
 pub mod index;
 mod leases;
 mod maintenance;
+mod peek;
 mod queues;
 mod read;
 mod subscriptions;

@@ -1,0 +1,135 @@
+//! Zaqar's error shape: `{"title": "...", "description": "..."}` with Zaqar's status codes and,
+//! where Zaqar has one, its exact title and description (clients and their users match on them).
+//!
+//! Titles are Zaqar's (`zaqar/transport/wsgi/errors.py` and Falcon's); a description Tenax adds
+//! for a rule Zaqar does not have names the field and the rule.
+
+use std::borrow::Cow;
+
+use axum::Json;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::store::StoreError;
+
+/// Zaqar's "the request is well-formed JSON but breaks a rule" title.
+pub const BAD_API: &str = "Invalid API request";
+/// Zaqar's "the body cannot be read as what the resource expects" title.
+pub const BAD_BODY: &str = "Invalid request body";
+
+#[derive(Debug, Clone)]
+pub struct ZaqarError {
+    pub status: StatusCode,
+    pub title: Cow<'static, str>,
+    /// Left out of the body when `None` (Falcon's bare 404 and 405 have none).
+    pub description: Option<String>,
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl ZaqarError {
+    pub fn new(
+        status: StatusCode,
+        title: impl Into<Cow<'static, str>>,
+        description: impl Into<String>,
+    ) -> Self {
+        Self {
+            status,
+            title: title.into(),
+            description: Some(description.into()),
+            headers: Vec::new(),
+        }
+    }
+
+    /// 400 "Invalid API request": a rule of the API (limits, ranges, reserved metadata).
+    pub fn api(description: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, BAD_API, description)
+    }
+
+    /// 400 "Invalid request body": the body is not JSON, or not shaped as the resource expects.
+    pub fn body(description: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, BAD_BODY, description)
+    }
+
+    /// The body is not JSON at all.
+    pub fn unparsable() -> Self {
+        Self::body("Request body could not be parsed.")
+    }
+
+    /// The body is JSON of the wrong type (an array where an object belongs, ...).
+    pub fn document_type() -> Self {
+        Self::body("Document type not supported.")
+    }
+
+    /// 400 "Invalid parameter", Falcon's wording for a query parameter that does not parse.
+    pub fn param(name: &str, rule: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "Invalid parameter",
+            format!("The \"{name}\" parameter is invalid. {rule}"),
+        )
+    }
+
+    /// 404 "Not found".
+    pub fn not_found(description: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "Not found", description)
+    }
+
+    /// Falcon's 404 for a path that is no resource.
+    pub fn no_route() -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            title: "404 Not Found".into(),
+            description: None,
+            headers: Vec::new(),
+        }
+    }
+
+    /// 409 "Resource conflict".
+    pub fn conflict(description: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "Resource conflict", description)
+    }
+
+    /// 503 "Service temporarily unavailable", Zaqar's answer when storage fails.
+    pub fn unavailable(description: &str) -> Self {
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Service temporarily unavailable",
+            format!("{description} Please try again in a few seconds."),
+        )
+    }
+
+    /// The same error under another title.
+    pub fn retitled(mut self, title: &'static str) -> Self {
+        self.title = title.into();
+        self
+    }
+
+    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+}
+
+impl From<StoreError> for ZaqarError {
+    fn from(error: StoreError) -> Self {
+        tracing::error!(%error, "storage error in the Zaqar API");
+        Self::unavailable(&format!(
+            "The storage could not complete the request: {error}."
+        ))
+    }
+}
+
+impl IntoResponse for ZaqarError {
+    fn into_response(self) -> Response {
+        let body = match &self.description {
+            Some(description) => json!({ "title": self.title, "description": description }),
+            None => json!({ "title": self.title }),
+        };
+        let mut response = (self.status, Json(body)).into_response();
+        for (name, value) in self.headers {
+            response.headers_mut().insert(name, value);
+        }
+        response
+    }
+}

@@ -1,0 +1,217 @@
+//! Names and ids: how a Zaqar (project, queue) pair maps to a Tenax queue, and how message,
+//! claim and subscription ids are spelt.
+//!
+//! Invariants:
+//! - A Zaqar queue `q` of project `p` is the Tenax queue `p:q`. Neither a project id nor a
+//!   queue name may contain `:`, so the split is unambiguous and projects cannot see each
+//!   other's queues.
+//! - Queue names follow Zaqar: 1 to 64 ASCII letters, digits, `_`, `-` or `.`. Project ids are
+//!   1 to 256 characters of the same set (Zaqar allows any characters; Tenax needs a name it can
+//!   embed in a queue name).
+//! - Message and subscription ids are the decimal Tenax ids; claim ids are the claim's number
+//!   in lowercase hex. Clients treat all three as opaque strings.
+
+use super::error::ZaqarError;
+use crate::model::{JobId, SubscriptionId};
+
+/// Zaqar's longest queue name.
+pub const MAX_QUEUE_NAME: usize = 64;
+/// Zaqar's longest project id.
+pub const MAX_PROJECT_ID: usize = 256;
+
+/// The separator of project and queue in a Tenax queue name.
+pub const SEPARATOR: char = ':';
+
+/// Zaqar's answer to a queue name or project id it cannot accept.
+pub fn bad_identification() -> ZaqarError {
+    ZaqarError::api("The format of the submitted queue name or project id is not valid.")
+        .retitled("Invalid queue identification")
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"_-.".contains(&b)
+}
+
+/// Whether `name` is a valid Zaqar queue name.
+pub fn is_queue_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= MAX_QUEUE_NAME && name.bytes().all(is_name_byte)
+}
+
+/// Checks an `X-Project-ID` value that is present and not empty.
+pub fn check_project(project: &str) -> Result<(), ZaqarError> {
+    if project.len() > MAX_PROJECT_ID {
+        return Err(bad_identification());
+    }
+    if !project.bytes().all(is_name_byte) {
+        return Err(ZaqarError::api(format!(
+            "X-Project-ID must be 1 to {MAX_PROJECT_ID} ASCII letters, digits, '_', '-' or '.' \
+             (Tenax embeds it in queue names), got {project:?}"
+        ))
+        .retitled("Invalid queue identification"));
+    }
+    Ok(())
+}
+
+/// A Zaqar queue of a project, and the Tenax queue it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRef {
+    pub project: String,
+    pub name: String,
+    /// `project:name`.
+    pub tenax: String,
+}
+
+impl QueueRef {
+    /// The queue `name` of `project` (already checked), if `name` is a valid queue name.
+    pub fn new(project: &str, name: &str) -> Result<Self, ZaqarError> {
+        if !is_queue_name(name) {
+            return Err(bad_identification());
+        }
+        Ok(Self {
+            project: project.to_owned(),
+            name: name.to_owned(),
+            tenax: tenax_queue(project, name),
+        })
+    }
+
+    /// `/v2/queues/{name}`.
+    pub fn href(&self) -> String {
+        format!("/v2/queues/{}", self.name)
+    }
+
+    /// `/v2/queues/{name}/messages`.
+    pub fn messages_href(&self) -> String {
+        format!("/v2/queues/{}/messages", self.name)
+    }
+
+    /// `/v2/queues/{name}/messages/{id}`, with `?claim_id=` while claimed.
+    pub fn message_href(&self, id: JobId, claim: Option<u64>) -> String {
+        match claim {
+            Some(claim) => format!(
+                "/v2/queues/{}/messages/{id}?claim_id={}",
+                self.name,
+                claim_id(claim)
+            ),
+            None => format!("/v2/queues/{}/messages/{id}", self.name),
+        }
+    }
+
+    /// `/v2/queues/{name}/claims/{claim}`.
+    pub fn claim_href(&self, claim: u64) -> String {
+        format!("/v2/queues/{}/claims/{}", self.name, claim_id(claim))
+    }
+
+    /// Zaqar's "does not exist" description of this queue.
+    pub fn missing(&self) -> String {
+        format!(
+            "Queue {} does not exist for project {}",
+            self.name, self.project
+        )
+    }
+}
+
+/// The Tenax queue of Zaqar queue `name` in `project`.
+pub fn tenax_queue(project: &str, name: &str) -> String {
+    format!("{project}{SEPARATOR}{name}")
+}
+
+/// The Zaqar queue name of a Tenax queue of `project`, if it is one.
+pub fn zaqar_queue<'a>(project: &str, tenax: &'a str) -> Option<&'a str> {
+    let (owner, name) = tenax.split_once(SEPARATOR)?;
+    (owner == project && is_queue_name(name)).then_some(name)
+}
+
+/// A message id as Tenax spells it.
+pub fn parse_message_id(text: &str) -> Option<JobId> {
+    parse_decimal(text)
+}
+
+/// A subscription id as Tenax spells it.
+pub fn parse_subscription_id(text: &str) -> Option<SubscriptionId> {
+    parse_decimal(text)
+}
+
+fn parse_decimal(text: &str) -> Option<u64> {
+    if text.is_empty() || text.len() > 20 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// A claim's id: its number in lowercase hex.
+pub fn claim_id(claim: u64) -> String {
+    format!("{claim:x}")
+}
+
+/// The number of a claim id, if `text` is one.
+pub fn parse_claim_id(text: &str) -> Option<u64> {
+    if text.is_empty() || text.len() > 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(text, 16).ok()
+}
+
+/// Python's `repr` of a list of strings, as Zaqar's messages print one: `['a', 'b']`.
+pub fn python_list(items: &[String]) -> String {
+    let quoted: Vec<String> = items
+        .iter()
+        .map(|item| {
+            let escaped = item.replace('\\', "\\\\");
+            if item.contains('\'') && !item.contains('"') {
+                format!("\"{escaped}\"")
+            } else {
+                format!("'{}'", escaped.replace('\'', "\\'"))
+            }
+        })
+        .collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_names_follow_zaqar() {
+        for good in ["a", "A-b_c.9", &"x".repeat(64)] {
+            assert!(is_queue_name(good), "{good}");
+        }
+        for bad in [
+            "",
+            "has space",
+            &"a".repeat(65),
+            "café",
+            "semi;colon",
+            "p:q",
+            "a/b",
+        ] {
+            assert!(!is_queue_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn projects_map_to_a_prefix() {
+        let queue = QueueRef::new("proj-1", "orders").unwrap();
+        assert_eq!(queue.tenax, "proj-1:orders");
+        assert_eq!(zaqar_queue("proj-1", "proj-1:orders"), Some("orders"));
+        assert_eq!(zaqar_queue("proj", "proj-1:orders"), None);
+        assert_eq!(zaqar_queue("proj-1", "orders"), None);
+        assert!(check_project(&"p".repeat(256)).is_ok());
+        assert!(check_project(&"p".repeat(257)).is_err());
+        assert!(check_project("a:b").is_err());
+    }
+
+    #[test]
+    fn ids_round_trip() {
+        assert_eq!(parse_claim_id(&claim_id(0xdead_beef)), Some(0xdead_beef));
+        assert_eq!(parse_claim_id("no-such-claim"), None);
+        assert_eq!(parse_claim_id("11112222333344445"), None);
+        assert_eq!(parse_message_id("42"), Some(42));
+        assert_eq!(parse_message_id("-1"), None);
+        assert_eq!(parse_message_id("99999999999999999999"), None);
+        assert_eq!(
+            python_list(&["a".into(), "it's".into()]),
+            r#"['a', "it's"]"#
+        );
+    }
+}

@@ -1,0 +1,424 @@
+//! Queues: create (PUT), metadata (GET, JSON-patch PATCH), exists (HEAD), delete, list, stats,
+//! purge.
+//!
+//! Invariants:
+//! - A queue is created by PUT, or lazily by the first message or subscription posted to it:
+//!   either stores its `QueueConfig` (with its metadata, `{}` when none was given). It is listed
+//!   while it has a stored config or any job. PUT of a created queue answers 204 and changes
+//!   nothing (as Zaqar); metadata changes only through PATCH.
+//! - A queue that was never created still answers GET (its defaults), stats (zeros) and
+//!   listings (empty), as lazily created queues do in Zaqar.
+//! - Deleting a queue deletes its settings and messages; its subscriptions stay (as Zaqar).
+
+use std::time::UNIX_EPOCH;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use super::error::ZaqarError;
+use super::metadata::{self, MAX_QUEUE_METADATA, with_defaults};
+use super::names::{QueueRef, zaqar_queue};
+use super::patch::{self, MEDIA_TYPE};
+use super::request::{Ctx, Params, Query, json_body};
+use super::subscriptions::purge_subscriptions;
+use super::views::{self, Link, current_claim, is_live, seconds};
+use crate::api::AppState;
+use crate::model::subscription::is_internal_queue;
+use crate::store::{JobFilter, QueueConfig, Selection};
+
+/// Zaqar's page size limits for queue listings.
+const MAX_QUEUES_PER_PAGE: i64 = 20;
+const DEFAULT_QUEUES_PER_PAGE: usize = 10;
+
+/// The stored config of a queue, if it was created.
+pub async fn config_of(state: &AppState, queue: &QueueRef) -> Option<QueueConfig> {
+    state.engine.store.queue(&queue.tenax).await
+}
+
+/// The config of a queue, creating the queue (with empty metadata) if it was never created.
+pub async fn ensure_created(state: &AppState, queue: &QueueRef) -> Result<QueueConfig, ZaqarError> {
+    if let Some(config) = config_of(state, queue).await {
+        return Ok(config);
+    }
+    let mut config = QueueConfig::default();
+    let policy = metadata::install(&mut config, &queue.project, Map::new())
+        .map_err(|e| ZaqarError::unavailable(&format!("Queue could not be created: {e}.")))?;
+    state
+        .engine
+        .store
+        .put_queue(&queue.tenax, config.clone(), policy)
+        .await?;
+    state.deliveries.subscription_changed();
+    Ok(config)
+}
+
+/// `PUT /v2/queues/{name}`: 201 when created, 204 when it existed (its metadata unchanged).
+pub async fn create(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    if body.len() > MAX_QUEUE_METADATA {
+        return Err(ZaqarError::api(format!(
+            "Queue metadata is too large. Max size: {MAX_QUEUE_METADATA}"
+        )));
+    }
+    let metadata = if body.is_empty() {
+        Map::new()
+    } else {
+        match json_body(&body)? {
+            Value::Object(map) => map,
+            _ => return Err(ZaqarError::document_type()),
+        }
+    };
+    metadata::check(&metadata).map_err(ZaqarError::api)?;
+    let location = queue.href();
+    if config_of(&state, &queue).await.is_some() {
+        return Ok(views::empty(StatusCode::NO_CONTENT, Some(&location)));
+    }
+    let mut config = QueueConfig::default();
+    let policy =
+        metadata::install(&mut config, &queue.project, metadata).map_err(ZaqarError::api)?;
+    state
+        .engine
+        .store
+        .put_queue(&queue.tenax, config, policy)
+        .await?;
+    state.deliveries.subscription_changed();
+    Ok(views::empty(StatusCode::CREATED, Some(&location)))
+}
+
+/// `GET /v2/queues/{name}`: the metadata with the reserved keys' defaults.
+pub async fn show(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    let config = config_of(&state, &queue).await;
+    let shown = with_defaults(config.as_ref().and_then(|c| c.metadata.as_ref()));
+    Ok(views::json(StatusCode::OK, &shown))
+}
+
+/// `HEAD /v2/queues/{name}`: 204 if the queue exists, 404 if not (Zaqar v2 has no HEAD here;
+/// its client's `exists()` asks with one).
+pub async fn exists(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    let created = config_of(&state, &queue).await.is_some();
+    let exists = created
+        || state
+            .engine
+            .store
+            .counts()
+            .await
+            .iter()
+            .any(|c| c.queue == queue.tenax);
+    if exists {
+        Ok(views::empty(StatusCode::NO_CONTENT, None))
+    } else {
+        Err(ZaqarError::not_found(queue.missing()))
+    }
+}
+
+/// `DELETE /v2/queues/{name}`: always 204.
+pub async fn delete(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    state.engine.store.delete_queue(&queue.tenax).await?;
+    state.deliveries.subscription_changed();
+    Ok(views::empty(StatusCode::NO_CONTENT, None))
+}
+
+/// `PATCH /v2/queues/{name}` with a JSON patch of `/metadata/<key>`: 200 with the metadata.
+pub async fn update(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    if body.len() > MAX_QUEUE_METADATA {
+        return Err(ZaqarError::body(format!(
+            "Queue metadata is too large. Max size: {MAX_QUEUE_METADATA}"
+        )));
+    }
+    let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    if content_type != Some(MEDIA_TYPE) {
+        return Err(ZaqarError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "415 Unsupported Media Type",
+            format!("Accepted media type for PATCH: {{'Accept-Patch': '{MEDIA_TYPE}'}}."),
+        )
+        .with_header(
+            axum::http::HeaderName::from_static("accept-patch"),
+            HeaderValue::from_static(MEDIA_TYPE),
+        ));
+    }
+    if body.is_empty() {
+        return Err(ZaqarError::body(
+            "PATCH body could not be empty for update.",
+        ));
+    }
+    let changes = patch::parse(json_body(&body)?)?;
+    let Some(mut config) = config_of(&state, &queue).await else {
+        return Err(ZaqarError::not_found(queue.missing()));
+    };
+    let mut metadata = config.metadata.clone().unwrap_or_default();
+    patch::apply(&mut metadata, changes)?;
+    metadata::check(&metadata).map_err(ZaqarError::body)?;
+    let policy =
+        metadata::install(&mut config, &queue.project, metadata).map_err(ZaqarError::body)?;
+    let shown = with_defaults(config.metadata.as_ref());
+    state
+        .engine
+        .store
+        .put_queue(&queue.tenax, config, policy)
+        .await?;
+    state.deliveries.subscription_changed();
+    Ok(views::json(StatusCode::OK, &shown))
+}
+
+#[derive(Debug, Serialize)]
+struct QueueItem {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<Map<String, Value>>,
+    href: String,
+}
+
+#[derive(Debug, Serialize)]
+struct QueueList {
+    queues: Vec<QueueItem>,
+    links: Vec<Link>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    count: Option<usize>,
+}
+
+/// `GET /v2/queues`: the project's queues by name, `limit` (1 to 20, default 10) after
+/// `marker`; `detailed` adds metadata, `with_count` the number of the project's queues, `name`
+/// keeps names containing it, and any other parameter keeps queues whose metadata has that
+/// value.
+pub async fn list(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ZaqarError> {
+    let params = Params::parse(query.as_deref());
+    let marker = params.str("marker")?.map(str::to_owned);
+    let limit = params.int("limit")?;
+    let detailed = params.bool("detailed")?;
+    let name = params.str("name")?.map(str::to_owned);
+    let with_count = params.bool("with_count")?;
+    if limit.is_some_and(|l| !(1..=MAX_QUEUES_PER_PAGE).contains(&l)) {
+        return Err(ZaqarError::api(format!(
+            "Limit must be at least 1 and no greater than {MAX_QUEUES_PER_PAGE}."
+        )));
+    }
+    let filters = metadata_filters(&params);
+    let all: Vec<(String, QueueConfig)> = state
+        .engine
+        .store
+        .queues()
+        .await
+        .into_iter()
+        .filter(|(tenax, _)| !is_internal_queue(tenax))
+        .filter_map(|(tenax, config)| {
+            zaqar_queue(&ctx.project, &tenax).map(|name| (name.to_owned(), config))
+        })
+        .collect();
+    let total = all.len();
+    let page_size = limit
+        .and_then(|l| usize::try_from(l).ok())
+        .unwrap_or(DEFAULT_QUEUES_PER_PAGE);
+    let queues: Vec<QueueItem> = all
+        .into_iter()
+        .filter(|(queue, _)| marker.as_ref().is_none_or(|m| queue > m))
+        .filter(|(queue, _)| {
+            name.as_ref()
+                .is_none_or(|n| n.is_empty() || queue.contains(n.as_str()))
+        })
+        .filter(|(_, config)| {
+            filters.iter().all(|(key, want)| {
+                config
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.get(key))
+                    .is_some_and(|have| have == want)
+            })
+        })
+        .take(page_size)
+        .map(|(queue, config)| QueueItem {
+            href: format!("/v2/queues/{queue}"),
+            metadata: detailed
+                .unwrap_or(false)
+                .then(|| with_defaults(config.metadata.as_ref())),
+            name: queue,
+        })
+        .collect();
+    let links = match queues.last() {
+        Some(last) => {
+            let mut next = Query::default();
+            if let Some(marker) = &marker {
+                next.set("marker", marker);
+            }
+            if let Some(limit) = limit {
+                next.set("limit", limit);
+            }
+            if let Some(detailed) = detailed {
+                next.set_bool("detailed", detailed);
+            }
+            if let Some(name) = &name {
+                next.set("name", name);
+            }
+            if let Some(with_count) = with_count {
+                next.set_bool("with_count", with_count);
+            }
+            next.set("marker", &last.name);
+            vec![Link::next(format!("/v2/queues{}", next.render()))]
+        }
+        None => Vec::new(),
+    };
+    let count = (with_count == Some(true) && total > 0).then_some(total);
+    Ok(views::json(
+        StatusCode::OK,
+        &QueueList {
+            queues,
+            links,
+            count,
+        },
+    ))
+}
+
+/// Parameters other than the listing's own filter on metadata: `?team=ops` keeps queues whose
+/// metadata has `"team": "ops"` (a value that reads as an integer is compared as one).
+fn metadata_filters(params: &Params) -> Vec<(String, Value)> {
+    const OWN: [&str; 5] = ["marker", "limit", "detailed", "name", "with_count"];
+    let mut filters = Vec::new();
+    for name in params.names().filter(|n| !OWN.contains(n)) {
+        let values = params.list(name).unwrap_or_default();
+        let value = match values.as_slice() {
+            [one] => one
+                .parse::<i64>()
+                .map_or_else(|_| Value::String(one.clone()), |n| json!(n)),
+            many => json!(many),
+        };
+        filters.push((name.to_owned(), value));
+    }
+    filters
+}
+
+/// `GET /v2/queues/{name}/stats`: free (ready or delayed), claimed and total messages, with the
+/// oldest and newest when there are any.
+pub async fn stats(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    let now = state.engine.now_ms();
+    let live: Vec<(u64, bool)> = state
+        .engine
+        .store
+        .peek_queue(&queue.tenax)
+        .await
+        .into_iter()
+        .filter(|(_, peek)| is_live(peek, now))
+        .map(|(id, peek)| (id, current_claim(&peek, now).is_some()))
+        .collect();
+    let claimed = live.iter().filter(|(_, claimed)| *claimed).count();
+    let mut messages = json!({
+        "claimed": claimed,
+        "free": live.len() - claimed,
+        "total": live.len(),
+    });
+    if let (Some((oldest, _)), Some((newest, _))) = (live.first(), live.last()) {
+        for (end, id) in [("oldest", *oldest), ("newest", *newest)] {
+            if let Some(job) = state.engine.store.get(id).await? {
+                let created = job.spec.created_at_ms;
+                messages[end] = json!({
+                    "age": seconds(created, now),
+                    "created": iso_seconds(created),
+                    "href": queue.message_href(id, None),
+                });
+            }
+        }
+    }
+    Ok(views::json(
+        StatusCode::OK,
+        &json!({ "messages": messages }),
+    ))
+}
+
+/// `2026-11-21T12:19:12Z`, as Zaqar writes `created`.
+fn iso_seconds(ms: u64) -> String {
+    let time = UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
+/// `POST /v2/queues/{name}/purge`: deletes the queue's messages, subscriptions, or both
+/// (`{"resource_types": [...]}`, both by default). The queue itself stays.
+pub async fn purge(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    let (messages, subscriptions) = if body.is_empty() {
+        (true, true)
+    } else {
+        resource_types(&json_body(&body)?)?
+    };
+    if messages {
+        let selection = Selection {
+            ids: None,
+            filter: JobFilter {
+                queue: Some(queue.tenax.clone()),
+                ..JobFilter::default()
+            },
+        };
+        state.engine.store.delete(&selection).await?;
+    }
+    if subscriptions {
+        purge_subscriptions(&state, &queue).await?;
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Which of messages and subscriptions a purge document names.
+fn resource_types(document: &Value) -> Result<(bool, bool), ZaqarError> {
+    let Some(types) = document.get("resource_types") else {
+        return Err(ZaqarError::api(
+            "Post body must contain key \"resource_types\".",
+        ));
+    };
+    let subset =
+        || ZaqarError::api("Resource types must be a sub set of {'subscriptions', 'messages'}.");
+    let Value::Array(types) = types else {
+        return Err(subset());
+    };
+    let mut wanted = (false, false);
+    for kind in types {
+        match kind.as_str() {
+            Some("messages") => wanted.0 = true,
+            Some("subscriptions") => wanted.1 = true,
+            _ => return Err(subset()),
+        }
+    }
+    Ok(wanted)
+}

@@ -1,0 +1,616 @@
+//! Subscriptions: create, get, list, update, delete, confirm. A Zaqar subscription is a Tenax
+//! webhook subscription of the queue's Tenax queue in Zaqar's format: its deliveries POST
+//! Zaqar's notification body, and the delivery runtime retries them by the subscription's
+//! policy.
+//!
+//! Invariants:
+//! - Only http(s) subscribers are accepted, and only endpoints the server may deliver to (the
+//!   same address rules as native subscriptions). Email and Keystone-trust subscribers are
+//!   refused with a 400 that says so.
+//! - `options` are kept verbatim. `options._retry_policy` is the subscription's policy (unless
+//!   it says `ignore_subscription_override`, which in Zaqar hands the subscription to the
+//!   queue's policy); `options.post_headers` are sent with every notification.
+//! - A subscription's `ttl` is measured from when it was last set (creation, or an update that
+//!   names a ttl): `expires_at = updated_at + ttl`, and the delivery runtime deletes it then.
+//! - Subscribers are unique per queue: posting one again answers the existing subscription.
+//! - Only subscriptions in Zaqar's format are seen through this API; native ones of the same
+//!   queue are not.
+//! - Every change is followed by `Deliveries::subscription_changed`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use tenax_policy::RetryPolicy;
+use tenax_policy::spelling::native;
+
+use super::error::ZaqarError;
+use super::metadata::{check_retry_policy, parse_retry_policy, truthy};
+use super::names::{QueueRef, parse_subscription_id};
+use super::queues::ensure_created;
+use super::request::{Ctx, Params, Query, json_body, json_int};
+use super::views::{self, Link, seconds};
+use crate::api::AppState;
+use crate::delivery::address::{check_endpoint, parse_endpoint};
+use crate::delivery::signing::generate_secret;
+use crate::model::{EnvelopeFormat, HealthMarks, Subscription, SubscriptionId};
+
+/// Zaqar's subscription limits and defaults.
+const MIN_SUBSCRIPTION_TTL: i64 = 60;
+const DEFAULT_SUBSCRIPTION_TTL: i64 = 3_600;
+const MAX_SUBSCRIPTIONS_PER_PAGE: i64 = 20;
+const DEFAULT_SUBSCRIPTIONS_PER_PAGE: usize = 10;
+/// The latest expiry Python's datetime can hold (9999-12-31T23:59:59Z), in seconds.
+const MAX_EXPIRY_S: i64 = 253_402_300_799;
+/// How long resolving a subscriber's host may take.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Headers Tenax or the connection sets, which `post_headers` cannot.
+const RESERVED_HEADERS: [&str; 10] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+    "expect",
+];
+
+fn missing(id: &str) -> ZaqarError {
+    ZaqarError::not_found(format!("Subscription {id} does not exist"))
+}
+
+/// The scheme of a URL as Python's `urlparse` reads it (lowercase; empty if none).
+fn scheme(url: &str) -> String {
+    match url.split_once(':') {
+        Some((scheme, _))
+            if scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) =>
+        {
+            scheme.to_ascii_lowercase()
+        }
+        _ => String::new(),
+    }
+}
+
+/// Zaqar's checks of a subscription document (`Validator.subscription_patching`), in its order
+/// and with its texts, except that only http(s) subscribers are supported.
+fn check_document(document: &Map<String, Value>, now_ms: u64) -> Result<(), String> {
+    if document.is_empty() {
+        return Err("No subscription to create.".into());
+    }
+    if let Some(subscriber) = document.get("subscriber").filter(|v| truthy(v)) {
+        let kind = subscriber.as_str().map(scheme).unwrap_or_default();
+        if kind != "http" && kind != "https" {
+            let mut rule = "The subscriber type of subscription must be supported in the list \
+                            ['http', 'https']."
+                .to_owned();
+            if kind == "mailto" || kind.starts_with("trust+") {
+                rule.push_str(&format!(
+                    " Tenax delivers webhooks only: {kind} subscribers (Zaqar's email and \
+                     Keystone-trust notifications) are not supported."
+                ));
+            }
+            return Err(rule);
+        }
+    }
+    match document.get("options") {
+        Some(Value::Object(options)) => check_retry_policy(options)?,
+        Some(options) if truthy(options) => return Err("Options must be a dict.".into()),
+        _ => {}
+    }
+    if let Some(ttl) = document.get("ttl").filter(|v| truthy(v)) {
+        let Some(ttl) = json_int(ttl) else {
+            return Err("TTL must be an integer.".into());
+        };
+        check_ttl(ttl, now_ms)?;
+    }
+    Ok(())
+}
+
+fn check_ttl(ttl: i64, now_ms: u64) -> Result<(), String> {
+    if ttl < MIN_SUBSCRIPTION_TTL {
+        return Err(format!(
+            "The TTL for a subscription must be at least {MIN_SUBSCRIPTION_TTL} seconds long."
+        ));
+    }
+    let now_s = i64::try_from(now_ms / 1_000).unwrap_or(i64::MAX);
+    if now_s.saturating_add(ttl) > MAX_EXPIRY_S {
+        return Err(
+            "The TTL seconds for a subscription plus current time must be less than \
+                    9999-12-31 23:59:59.999999."
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// The ttl a document names (a truthy integer), if any.
+fn ttl_of(document: &Map<String, Value>) -> Option<u64> {
+    document
+        .get("ttl")
+        .and_then(json_int)
+        .and_then(|t| u64::try_from(t).ok())
+        .filter(|t| *t > 0)
+}
+
+/// The subscriber URL, once it is known to lead where deliveries may go.
+async fn checked_subscriber(state: &AppState, text: &str) -> Result<String, ZaqarError> {
+    let invalid = |rule: String| ZaqarError::api(format!("subscriber: {rule}"));
+    let url = parse_endpoint(text).map_err(|e| invalid(e.to_string()))?;
+    let allow_private = state.deliveries.config.allow_private_endpoints;
+    match tokio::time::timeout(RESOLVE_TIMEOUT, check_endpoint(&url, allow_private)).await {
+        Ok(checked) => checked.map_err(|e| invalid(e.to_string()))?,
+        Err(_) => {
+            return Err(invalid(format!(
+                "must name a host that resolves, but resolving it took more than {} s",
+                RESOLVE_TIMEOUT.as_secs()
+            )));
+        }
+    }
+    Ok(text.to_owned())
+}
+
+/// What a subscription's `options` set: its policy, content type and extra headers.
+struct FromOptions {
+    policy: Option<Arc<RetryPolicy>>,
+    content_type: String,
+    headers: BTreeMap<String, String>,
+}
+
+fn from_options(options: &Value) -> Result<FromOptions, ZaqarError> {
+    let empty = Map::new();
+    let options = options.as_object().unwrap_or(&empty);
+    let parsed = parse_retry_policy(options).map_err(ZaqarError::api)?;
+    let policy = parsed
+        .filter(|p| !p.disable_overrides)
+        .map(|p| Arc::new(p.retry));
+    let mut content_type = "application/json".to_owned();
+    let mut headers = BTreeMap::new();
+    match options.get("post_headers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(given)) => {
+            for (name, value) in given {
+                let field = format!("options.post_headers.{name}");
+                let Some(value) = value.as_str() else {
+                    return Err(ZaqarError::api(format!("{field} must be a string")));
+                };
+                let lower = name.to_ascii_lowercase();
+                if HeaderName::from_bytes(name.as_bytes()).is_err()
+                    || HeaderValue::from_str(value).is_err()
+                {
+                    return Err(ZaqarError::api(format!(
+                        "{field} must be a valid header name with a value of visible ASCII"
+                    )));
+                }
+                if RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("webhook-") {
+                    return Err(ZaqarError::api(format!(
+                        "{field} is set by Tenax or by the connection and cannot be given"
+                    )));
+                }
+                if lower == "content-type" {
+                    value.clone_into(&mut content_type);
+                } else {
+                    headers.insert(name.clone(), value.to_owned());
+                }
+            }
+        }
+        Some(_) => {
+            return Err(ZaqarError::api(
+                "options.post_headers must be an object of header names to string values",
+            ));
+        }
+    }
+    Ok(FromOptions {
+        policy,
+        content_type,
+        headers,
+    })
+}
+
+fn applied(subscription: &mut Subscription, from: &FromOptions) {
+    subscription.policy = from.policy.as_ref().map(|p| native::to_json(p));
+    subscription.content_type.clone_from(&from.content_type);
+    subscription.headers.clone_from(&from.headers);
+}
+
+/// The Zaqar subscriptions of `queue`, in id order.
+async fn of_queue(state: &AppState, queue: &QueueRef) -> Vec<Subscription> {
+    state
+        .engine
+        .store
+        .subscriptions(Some(&queue.tenax))
+        .await
+        .into_iter()
+        .filter(|s| s.format == EnvelopeFormat::Zaqar)
+        .collect()
+}
+
+/// Subscription `text` of `queue`, if it is one of its Zaqar subscriptions.
+async fn find(state: &AppState, queue: &QueueRef, text: &str) -> Option<Subscription> {
+    let id = parse_subscription_id(text)?;
+    let now = state.engine.now_ms();
+    state
+        .engine
+        .store
+        .subscription(id)
+        .await
+        .filter(|s| s.queue == queue.tenax && s.format == EnvelopeFormat::Zaqar)
+        .filter(|s| s.expires_at_ms.is_none_or(|at| at > now))
+}
+
+#[derive(Debug, Serialize)]
+struct SubscriptionView {
+    id: String,
+    source: String,
+    subscriber: String,
+    ttl: u64,
+    age: u64,
+    options: Value,
+    confirmed: bool,
+}
+
+fn view(queue: &QueueRef, subscription: &Subscription, now_ms: u64) -> SubscriptionView {
+    SubscriptionView {
+        id: subscription.id.to_string(),
+        source: queue.name.clone(),
+        subscriber: subscription.endpoint.clone(),
+        ttl: subscription
+            .expires_at_ms
+            .map_or(0, |at| seconds(subscription.updated_at_ms, at)),
+        age: seconds(subscription.created_at_ms, now_ms),
+        options: subscription.options.clone().unwrap_or_else(|| json!({})),
+        confirmed: true,
+    }
+}
+
+fn document_of(body: &[u8]) -> Result<Map<String, Value>, ZaqarError> {
+    if body.is_empty() {
+        return Ok(Map::new());
+    }
+    match json_body(body)? {
+        Value::Object(document) => Ok(document),
+        _ => Err(ZaqarError::api("Subscriptions must be a dict.")),
+    }
+}
+
+/// `POST /v2/queues/{name}/subscriptions` `{"subscriber", "ttl", "options"}`: 201 with the
+/// subscription's id (an existing one's for a subscriber already subscribed).
+pub async fn create(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    let document = document_of(&body)?;
+    if !document.contains_key("subscriber") {
+        return Err(ZaqarError::api("Missing parameter subscriber in body."));
+    }
+    let now = state.engine.now_ms();
+    check_document(&document, now).map_err(ZaqarError::api)?;
+    let Some(subscriber) = document.get("subscriber").and_then(Value::as_str) else {
+        return Err(ZaqarError::api(
+            "The subscriber type of subscription must be supported in the list ['http', 'https'].",
+        ));
+    };
+    let location = format!("{}/subscriptions", queue.href());
+    let answer = |id: SubscriptionId| {
+        let response = views::json(
+            StatusCode::CREATED,
+            &json!({ "subscription_id": id.to_string() }),
+        );
+        views::located(response, &location)
+    };
+    if let Some(existing) = of_queue(&state, &queue)
+        .await
+        .into_iter()
+        .find(|s| s.endpoint == subscriber)
+    {
+        return Ok(answer(existing.id));
+    }
+    let endpoint = checked_subscriber(&state, subscriber).await?;
+    let options = document
+        .get("options")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let from = from_options(&options)?;
+    let ttl_s = ttl_of(&document)
+        .unwrap_or_else(|| u64::try_from(DEFAULT_SUBSCRIPTION_TTL).unwrap_or(3_600));
+    let secret = generate_secret().map_err(|e| {
+        tracing::error!(error = %e, "cannot generate a signing secret");
+        ZaqarError::unavailable("Subscription could not be created.")
+    })?;
+    ensure_created(&state, &queue).await?;
+    let mut subscription = Subscription {
+        id: 0,
+        queue: queue.tenax.clone(),
+        endpoint,
+        policy: None,
+        throttle_per_second: None,
+        content_type: String::new(),
+        secret,
+        headers: BTreeMap::new(),
+        enabled: true,
+        disabled_reason: None,
+        retryable_statuses: None,
+        max_concurrency: None,
+        auto_disable_after_ms: None,
+        format: EnvelopeFormat::Zaqar,
+        options: Some(options),
+        expires_at_ms: Some(now.saturating_add(ttl_s.saturating_mul(1_000))),
+        created_at_ms: now,
+        updated_at_ms: now,
+        health: HealthMarks::default(),
+    };
+    applied(&mut subscription, &from);
+    let stored = state
+        .engine
+        .put_subscription(subscription, from.policy)
+        .await?;
+    state.deliveries.subscription_changed();
+    Ok(answer(stored.id))
+}
+
+/// `GET /v2/queues/{name}/subscriptions/{id}`.
+pub async fn show(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    let subscription = find(&state, &queue, &id)
+        .await
+        .ok_or_else(|| missing(&id))?;
+    let now = state.engine.now_ms();
+    Ok(views::json(
+        StatusCode::OK,
+        &view(&queue, &subscription, now),
+    ))
+}
+
+#[derive(Debug, Serialize)]
+struct SubscriptionList {
+    subscriptions: Vec<SubscriptionView>,
+    links: Vec<Link>,
+}
+
+/// `GET /v2/queues/{name}/subscriptions`: by id, `limit` (1 to 20, default 10) after
+/// `marker`.
+pub async fn list(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    let params = Params::parse(query.as_deref());
+    let marker = params.str("marker")?.map(str::to_owned);
+    let limit = params.int("limit")?;
+    if limit.is_some_and(|l| !(1..=MAX_SUBSCRIPTIONS_PER_PAGE).contains(&l)) {
+        return Err(ZaqarError::api(format!(
+            "Limit must be at least 1 and may not be greater than {MAX_SUBSCRIPTIONS_PER_PAGE}."
+        )));
+    }
+    let after = match &marker {
+        Some(text) => parse_subscription_id(text)
+            .map(Some)
+            .unwrap_or(Some(u64::MAX)),
+        None => None,
+    };
+    let page_size = limit
+        .and_then(|l| usize::try_from(l).ok())
+        .unwrap_or(DEFAULT_SUBSCRIPTIONS_PER_PAGE);
+    let now = state.engine.now_ms();
+    let subscriptions: Vec<SubscriptionView> = of_queue(&state, &queue)
+        .await
+        .iter()
+        .filter(|s| after.is_none_or(|a| s.id > a))
+        .filter(|s| s.expires_at_ms.is_none_or(|at| at > now))
+        .take(page_size)
+        .map(|s| view(&queue, s, now))
+        .collect();
+    let links = match subscriptions.last() {
+        Some(last) => {
+            let mut next = Query::default();
+            if let Some(marker) = &marker {
+                next.set("marker", marker);
+            }
+            if let Some(limit) = limit {
+                next.set("limit", limit);
+            }
+            next.set("marker", &last.id);
+            vec![Link::next(format!(
+                "{}/subscriptions{}",
+                queue.href(),
+                next.render()
+            ))]
+        }
+        None => Vec::new(),
+    };
+    Ok(views::json(
+        StatusCode::OK,
+        &SubscriptionList {
+            subscriptions,
+            links,
+        },
+    ))
+}
+
+/// `PATCH /v2/queues/{name}/subscriptions/{id}` with any of `subscriber`, `ttl`, `options`:
+/// 204. `options` replace the old ones; a `ttl` counts from now.
+pub async fn update(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    let document = document_of(&body)?;
+    let now = state.engine.now_ms();
+    check_document(&document, now).map_err(ZaqarError::api)?;
+    let mut subscription = find(&state, &queue, &id)
+        .await
+        .ok_or_else(|| missing(&id))?;
+    let given = |key: &str| document.get(key).filter(|v| !v.is_null());
+    let (subscriber, ttl, options) = (given("subscriber"), given("ttl"), given("options"));
+    if subscriber.is_none() && ttl.is_none() && options.is_none() {
+        return Err(ZaqarError::new(
+            StatusCode::BAD_REQUEST,
+            "Unable to update subscription",
+            format!("Subscription {id} could not be updated."),
+        ));
+    }
+    if let Some(subscriber) = subscriber.and_then(Value::as_str) {
+        if subscriber != subscription.endpoint {
+            let taken = of_queue(&state, &queue)
+                .await
+                .iter()
+                .any(|s| s.id != subscription.id && s.endpoint == subscriber);
+            if taken {
+                return Err(ZaqarError::conflict(
+                    "Such subscription already exists. Subscriptions are unique by project + \
+                     queue + subscriber URI.",
+                ));
+            }
+            subscription.endpoint = checked_subscriber(&state, subscriber).await?;
+        }
+    }
+    let options = options
+        .cloned()
+        .unwrap_or_else(|| subscription.options.clone().unwrap_or_else(|| json!({})));
+    let from = from_options(&options)?;
+    applied(&mut subscription, &from);
+    subscription.options = Some(options);
+    if let Some(ttl_s) = ttl_of(&document) {
+        subscription.expires_at_ms = Some(now.saturating_add(ttl_s.saturating_mul(1_000)));
+        subscription.updated_at_ms = now;
+    }
+    state
+        .engine
+        .put_subscription(subscription, from.policy)
+        .await?;
+    state.deliveries.subscription_changed();
+    let location = format!("{}/subscriptions/{id}", queue.href());
+    Ok(views::empty(StatusCode::NO_CONTENT, Some(&location)))
+}
+
+/// `DELETE /v2/queues/{name}/subscriptions/{id}`: 204, also for a missing one.
+pub async fn delete(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    if let Some(subscription) = find(&state, &queue, &id).await {
+        remove(&state, subscription.id).await?;
+        state.deliveries.subscription_changed();
+    }
+    Ok(views::empty(StatusCode::NO_CONTENT, None))
+}
+
+async fn remove(state: &AppState, id: SubscriptionId) -> Result<(), ZaqarError> {
+    match state.engine.store.delete_subscription(id).await {
+        Ok(_) | Err(crate::store::StoreError::NoSubscription(_)) => Ok(()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Deletes every Zaqar subscription of `queue` (a purge).
+pub async fn purge_subscriptions(state: &AppState, queue: &QueueRef) -> Result<(), ZaqarError> {
+    let subscriptions = of_queue(state, queue).await;
+    if subscriptions.is_empty() {
+        return Ok(());
+    }
+    for subscription in subscriptions {
+        remove(state, subscription.id).await?;
+    }
+    state.deliveries.subscription_changed();
+    Ok(())
+}
+
+/// `PUT /v2/queues/{name}/subscriptions/{id}/confirm` `{"confirmed": bool}`: 204. Tenax does
+/// not ask webhook subscribers to confirm, so every subscription is confirmed already and this
+/// only checks its input.
+pub async fn confirm(
+    ctx: Ctx,
+    State(state): State<AppState>,
+    Path((name, id)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, ZaqarError> {
+    let queue = QueueRef::new(&ctx.project, &name)?;
+    let document = document_of(&body)?;
+    if !document.get("confirmed").is_some_and(Value::is_boolean) {
+        return Err(ZaqarError::api("The 'confirmed' should be boolean."));
+    }
+    if find(&state, &queue, &id).await.is_none() {
+        return Err(missing(&id));
+    }
+    let location = format!("{}/subscriptions/{id}/confirm", queue.href());
+    Ok(views::empty(StatusCode::NO_CONTENT, Some(&location)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(value: Value) -> Result<(), String> {
+        check_document(value.as_object().unwrap(), 1_800_000_000_000)
+    }
+
+    #[test]
+    fn documents_are_checked_in_zaqars_words() {
+        assert_eq!(check(json!({})).unwrap_err(), "No subscription to create.");
+        assert!(
+            check(json!({"subscriber": "ftp://x"}))
+                .unwrap_err()
+                .starts_with("The subscriber type of subscription must be supported in the list")
+        );
+        let mailto = check(json!({"subscriber": "mailto:a@example.com"})).unwrap_err();
+        assert!(mailto.contains("mailto subscribers"), "{mailto}");
+        assert!(
+            check(json!({"subscriber": "trust+https://x/y"}))
+                .unwrap_err()
+                .contains("trust+https")
+        );
+        assert_eq!(
+            check(json!({"subscriber": "http://x/", "options": "x"})).unwrap_err(),
+            "Options must be a dict."
+        );
+        assert_eq!(
+            check(json!({"subscriber": "http://x/", "ttl": "3600"})).unwrap_err(),
+            "TTL must be an integer."
+        );
+        assert!(check(json!({"subscriber": "http://x/", "ttl": 59})).is_err());
+        assert!(check(json!({"subscriber": "HTTPS://x/", "ttl": 60, "options": []})).is_ok());
+    }
+
+    #[test]
+    fn options_give_policy_and_headers() {
+        let from = from_options(&json!({
+            "_retry_policy": {"retries_with_no_delay": 1, "minimum_delay": 1,
+                              "maximum_delay": 11},
+            "post_headers": {"X-Custom": "1", "Content-Type": "text/plain"},
+        }))
+        .unwrap();
+        assert!(from.policy.is_some());
+        assert_eq!(from.content_type, "text/plain");
+        assert_eq!(from.headers.get("X-Custom").map(String::as_str), Some("1"));
+        let ignored = from_options(&json!({"_retry_policy": {
+            "ignore_subscription_override": true}}))
+        .unwrap();
+        assert!(ignored.policy.is_none());
+        assert!(from_options(&json!({"post_headers": {"Host": "x"}})).is_err());
+        assert!(from_options(&json!({"post_headers": ["x"]})).is_err());
+    }
+}
