@@ -61,7 +61,7 @@ def test_notification_is_the_message_with_its_queue_name_and_type(client, receiv
     client.queue(queue_name).post({"ttl": 300, "body": {"event": "created", "id": 7}})
     [delivery] = receiver.wait_for(1, FIRST_DELIVERY_TIMEOUT)
     assert delivery.path == "/hook"
-    assert delivery.headers["Content-Type"].startswith("application/json")
+    assert delivery.headers["content-type"].startswith("application/json")
     assert delivery.json() == notification(queue_name, {"event": "created", "id": 7}, 300)
     assert_no_more_deliveries(receiver, 1, quiet=0.5)
 

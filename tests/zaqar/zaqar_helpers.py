@@ -165,7 +165,7 @@ RESET = "reset"
 class Delivery:
     at: float  # time.monotonic() when the request had been read
     path: str
-    headers: dict[str, str]
+    headers: dict[str, str]  # names lower-cased: HTTP header names are case-insensitive
     body: bytes
     answer: int | str
 
@@ -204,7 +204,13 @@ class Receiver:
                     n = len(receiver.deliveries) + 1
                     answer = receiver.plan(n)
                     receiver.deliveries.append(
-                        Delivery(time.monotonic(), self.path, dict(self.headers), body, answer)
+                        Delivery(
+                            time.monotonic(),
+                            self.path,
+                            {name.lower(): value for name, value in self.headers.items()},
+                            body,
+                            answer,
+                        )
                     )
                 if answer == RESET:
                     # SO_LINGER 0: close() sends RST, the sender sees a connection error.
