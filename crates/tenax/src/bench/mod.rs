@@ -13,6 +13,7 @@ mod memory;
 mod promotion;
 mod report;
 mod work;
+mod zaqar;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -74,10 +75,22 @@ pub enum Scenario {
     #[value(name = "deliveries-flaky")]
     #[serde(rename = "deliveries-flaky")]
     DeliveriesFlaky,
+    /// Zaqar v2: one message per `POST /v2/queues/{q}/messages`, 8 connections.
+    #[value(name = "zaqar-post-1")]
+    #[serde(rename = "zaqar-post-1")]
+    ZaqarPost1,
+    /// Zaqar v2: ten messages per post, 8 connections.
+    #[value(name = "zaqar-post-10")]
+    #[serde(rename = "zaqar-post-10")]
+    ZaqarPost10,
+    /// Zaqar v2: claim up to 10 and delete each message with its own DELETE, 8 consumers.
+    #[value(name = "zaqar-claim-delete")]
+    #[serde(rename = "zaqar-claim-delete")]
+    ZaqarClaimDelete,
 }
 
 impl Scenario {
-    /// Every scenario but the delivery ones, which need a server flag.
+    /// Every scenario but the delivery ones (they need a server flag) and the Zaqar ones.
     pub const ALL: [Scenario; 8] = [
         Self::Enqueue1,
         Self::Enqueue8,
@@ -101,6 +114,9 @@ impl Scenario {
             Self::Memory => "memory",
             Self::Deliveries => "deliveries",
             Self::DeliveriesFlaky => "deliveries-flaky",
+            Self::ZaqarPost1 => "zaqar-post-1",
+            Self::ZaqarPost10 => "zaqar-post-10",
+            Self::ZaqarClaimDelete => "zaqar-claim-delete",
         }
     }
 
@@ -114,6 +130,8 @@ impl Scenario {
             Self::Bulk1000 => 400_000,
             Self::TakeComplete | Self::Mixed | Self::Promotion | Self::Memory => 200_000,
             Self::Deliveries | Self::DeliveriesFlaky => 100_000,
+            Self::ZaqarPost1 => 20_000,
+            Self::ZaqarPost10 | Self::ZaqarClaimDelete => 200_000,
         }
     }
 }
@@ -230,6 +248,9 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<BenchReport> {
             Scenario::Memory => memory::run(&ctx).await,
             Scenario::Deliveries => deliveries::run(&ctx, false).await,
             Scenario::DeliveriesFlaky => deliveries::run(&ctx, true).await,
+            Scenario::ZaqarPost1 => zaqar::post_scenario(&ctx, 1).await,
+            Scenario::ZaqarPost10 => zaqar::post_scenario(&ctx, 10).await,
+            Scenario::ZaqarClaimDelete => zaqar::claim_delete(&ctx).await,
         };
         ctx.progress.finish_and_clear();
         let mut report = result.unwrap_or_else(|error| ScenarioReport {
