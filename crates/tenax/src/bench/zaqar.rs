@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::{Ctx, Latency, ScenarioReport, Stop, join_all, payload, rate};
 
-/// Connections of every Zaqar scenario.
+/// Connections of every Zaqar scenario, unless `--connections` says otherwise.
 const CONNECTIONS: usize = 8;
 /// Messages per claim (Zaqar's default claim size).
 const CLAIM_LIMIT: usize = 10;
@@ -63,7 +63,7 @@ async fn post(
     let stop = Stop::default();
     let deadline = ctx.deadline();
     let started = Instant::now();
-    let tasks = (0..CONNECTIONS)
+    let tasks = (0..ctx.config.connections.unwrap_or(CONNECTIONS))
         .map(|_| {
             let (http, url, body, next, stop) = (
                 http.clone(),
@@ -120,7 +120,8 @@ pub(super) async fn post_scenario(ctx: &Ctx, per_request: usize) -> anyhow::Resu
         jobs_per_sec: rate(posted, elapsed),
         requests: vec![latency.stats(&format!("POST messages ({per_request}/request)"))],
         notes: vec![format!(
-            "messages/s = messages posted (201) / time, {per_request} per request, {CONNECTIONS} connections"
+            "messages/s = messages posted (201) / time, {per_request} per request, {} connections",
+            ctx.config.connections.unwrap_or(CONNECTIONS)
         )],
         ..ScenarioReport::default()
     })
@@ -141,7 +142,7 @@ pub(super) async fn claim_delete(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
     let stop = Stop::default();
     let deadline = ctx.deadline();
     let started = Instant::now();
-    let tasks = (0..CONNECTIONS)
+    let tasks = (0..ctx.config.connections.unwrap_or(CONNECTIONS))
         .map(|_| {
             let (http, base, claims_url, deleted, stop) = (
                 http.clone(),
@@ -171,7 +172,8 @@ pub(super) async fn claim_delete(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
                             bail!("claim answered {status}");
                         }
                     }
-                    let messages: Vec<Value> = response.json().await.context("claim body")?;
+                    let claimed: Value = response.json().await.context("claim body")?;
+                    let messages = claimed["messages"].as_array().cloned().unwrap_or_default();
                     for message in messages {
                         let href = message["href"].as_str().context("message href")?;
                         let sent = Instant::now();
@@ -205,8 +207,9 @@ pub(super) async fn claim_delete(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
     let deleted = deleted.load(Ordering::Relaxed);
     let mut notes = vec![format!(
         "{posted} messages posted first ({} msg/s); messages/s = messages claimed and deleted \
-         (one DELETE each, as zaqar-bench consumes) / time, {CONNECTIONS} consumers claiming up to {CLAIM_LIMIT}",
+         (one DELETE each, as zaqar-bench consumes) / time, {} consumers claiming up to {CLAIM_LIMIT}",
         super::report::format_rate(rate(posted, fill_time)),
+        ctx.config.connections.unwrap_or(CONNECTIONS),
     )];
     if deleted < posted {
         notes.push(format!("only {deleted} of {posted} messages were deleted"));
