@@ -29,7 +29,7 @@ use super::subscription_views::{
 };
 use super::subscriptions::{existing, parse_subscription_id};
 use crate::model::subscription::{delivery_queue, subscription_of_queue};
-use crate::model::{JobId, Status, SubscriptionId};
+use crate::model::{Job, JobId, Status, SubscriptionId};
 use crate::store::{JobFilter, Replay, Selection};
 
 pub fn router() -> Router<AppState> {
@@ -67,9 +67,15 @@ struct PageQuery {
     limit: Option<usize>,
 }
 
-/// The filter and limit for a page of subscription `id`'s deliveries.
-fn delivery_filter(id: SubscriptionId, page: &PageQuery) -> Result<(JobFilter, usize), ApiError> {
-    filter_from(
+/// A page of subscription `id`'s deliveries, and the cursor of the next page (the last id when
+/// the page is full).
+async fn delivery_page(
+    state: &AppState,
+    id: &str,
+    page: &PageQuery,
+) -> Result<(Vec<Job>, Option<JobId>), ApiError> {
+    let id = existing(state, parse_subscription_id(id)?).await?.id;
+    let (filter, limit) = filter_from(
         &ListQuery {
             queue: Some(delivery_queue(id)),
             status: page.status.clone(),
@@ -78,7 +84,12 @@ fn delivery_filter(id: SubscriptionId, page: &PageQuery) -> Result<(JobFilter, u
             after: page.after,
         },
         None,
-    )
+    )?;
+    let jobs = state.engine.store.list(&filter, page.after, limit).await?;
+    let next_after = (jobs.len() == limit)
+        .then(|| jobs.last().map(|j| j.id))
+        .flatten();
+    Ok((jobs, next_after))
 }
 
 async fn list(
@@ -86,13 +97,7 @@ async fn list(
     Path(id): Path<String>,
     page: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let page = query(page)?;
-    let id = existing(&state, parse_subscription_id(&id)?).await?.id;
-    let (filter, limit) = delivery_filter(id, &page)?;
-    let jobs = state.engine.store.list(&filter, page.after, limit).await?;
-    let next_after = (jobs.len() == limit)
-        .then(|| jobs.last().map(|j| j.id))
-        .flatten();
+    let (jobs, next_after) = delivery_page(&state, &id, &query(page)?).await?;
     let deliveries = jobs
         .into_iter()
         .map(delivery_view)
@@ -109,13 +114,7 @@ async fn subscription_attempts(
     Path(id): Path<String>,
     page: Result<Query<PageQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let page = query(page)?;
-    let id = existing(&state, parse_subscription_id(&id)?).await?.id;
-    let (filter, limit) = delivery_filter(id, &page)?;
-    let jobs = state.engine.store.list(&filter, page.after, limit).await?;
-    let next_after = (jobs.len() == limit)
-        .then(|| jobs.last().map(|j| j.id))
-        .flatten();
+    let (jobs, next_after) = delivery_page(&state, &id, &query(page)?).await?;
     let mut attempts = Vec::new();
     for job in &jobs {
         attempts.extend(attempts_of(&state, job.id).await?);

@@ -47,6 +47,16 @@ impl Client {
             .await
     }
 
+    pub async fn patch(&self, path: &str, body: &Value) -> Result<Value, CliError> {
+        self.send(self.http.patch(format!("{}{path}", self.base)).json(body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<Value, CliError> {
+        self.send(self.http.delete(format!("{}{path}", self.base)))
+            .await
+    }
+
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, CliError> {
         let response = request
             .send()

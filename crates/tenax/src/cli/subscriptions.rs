@@ -204,13 +204,9 @@ pub fn run(command: SubscriptionsCommand) -> Result<(), CliError> {
             }
             SubscriptionsCommand::Update(args) => update(&args).await,
             SubscriptionsCommand::Delete { id, server } => {
-                let answer = send(
-                    &server,
-                    reqwest::Method::DELETE,
-                    &format!("/api/subscriptions/{id}"),
-                    None,
-                )
-                .await?;
+                let answer = Client::new(&server)?
+                    .delete(&format!("/api/subscriptions/{id}"))
+                    .await?;
                 println!(
                     "deleted subscription {id} and its {} deliveries",
                     answer["deliveries_deleted"]
@@ -244,13 +240,9 @@ async fn update(args: &UpdateArgs) -> Result<(), CliError> {
     if args.enable || args.disable {
         body["enabled"] = json!(args.enable);
     }
-    let view = send(
-        &args.output.server,
-        reqwest::Method::PATCH,
-        &format!("/api/subscriptions/{}", args.id),
-        Some(&body),
-    )
-    .await?;
+    let view = Client::new(&args.output.server)?
+        .patch(&format!("/api/subscriptions/{}", args.id), &body)
+        .await?;
     print(&view, args.output.format, subscription_table)
 }
 
@@ -404,38 +396,4 @@ fn health(h: &Value) -> String {
         let _ = write!(words, "; last success {at}");
     }
     words
-}
-
-/// A PATCH or DELETE, which the shared client has no method for: the same error handling.
-async fn send(
-    server: &ServerArgs,
-    method: reqwest::Method,
-    path: &str,
-    body: Option<&Value>,
-) -> Result<Value, CliError> {
-    let base = server.url.trim_end_matches('/');
-    let mut request = reqwest::Client::new().request(method, format!("{base}{path}"));
-    if let Some(body) = body {
-        request = request.json(body);
-    }
-    let response = request
-        .send()
-        .await
-        .with_context(|| format!("cannot reach the server at {base}"))?;
-    let status = response.status();
-    let answer: Value = response.json().await.unwrap_or(Value::Null);
-    if status.is_success() {
-        return Ok(answer);
-    }
-    let error = &answer["error"];
-    let message = error["message"].as_str().unwrap_or("request failed");
-    let text = match error["field"].as_str() {
-        Some(field) => format!("{field}: {message}"),
-        None => message.to_owned(),
-    };
-    if status.is_client_error() {
-        Err(CliError::Invalid(format!("{text} ({status})")))
-    } else {
-        Err(CliError::Failed(anyhow::anyhow!("{text} ({status})")))
-    }
 }

@@ -43,11 +43,6 @@ impl Engine {
             .await
     }
 
-    /// Releases a claim: its jobs are ready again at once, no attempt counted.
-    pub async fn release_claim(&self, claim: u64) -> usize {
-        self.store.release_stream(claim).await
-    }
-
     /// Ends a claim now as if its leases had expired: each job counts the claim as an attempt
     /// (its policy decides whether it is ready again or dead, and its queue's dead-letter rule
     /// may move it). Zaqar's claim deletion: a message claimed and released `_max_claim_count`

@@ -93,8 +93,7 @@ impl Engine {
             let ttl = match &last {
                 Some((queue, ttl)) if *queue == insert.job.queue => *ttl,
                 _ => {
-                    let config = self.store.queue(&insert.job.queue).await;
-                    let ttl = config.and_then(|c| c.message_ttl_ms);
+                    let ttl = self.store.message_ttl(&insert.job.queue).await;
                     last = Some((insert.job.queue.clone(), ttl));
                     ttl
                 }

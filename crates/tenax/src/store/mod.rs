@@ -110,11 +110,6 @@ impl Store {
         dispatch!(self, s => s.extend_claim(claim, lease_ms, keep_until_ms, now_ms))
     }
 
-    /// For each job, the claim holding it, if any.
-    pub async fn claims_of(&self, ids: &[JobId]) -> Vec<Option<ClaimedJob>> {
-        dispatch!(self, s => s.claims_of(ids))
-    }
-
     /// Makes scheduled jobs that are due ready; returns how many.
     pub async fn promote_due(&self, now_ms: UnixMs, max: usize) -> usize {
         dispatch!(self, s => s.promote_due(now_ms, max))
@@ -176,6 +171,11 @@ impl Store {
 
     pub async fn queue(&self, name: &str) -> Option<QueueConfig> {
         dispatch!(self, s => s.queue(name))
+    }
+
+    /// The queue's message TTL, if it has one.
+    pub async fn message_ttl(&self, name: &str) -> Option<u64> {
+        dispatch!(self, s => s.message_ttl(name))
     }
 
     pub async fn queues(&self) -> Vec<(String, QueueConfig)> {

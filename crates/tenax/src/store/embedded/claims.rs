@@ -48,14 +48,6 @@ impl EmbeddedStore {
         }
         ids.len()
     }
-
-    /// The claim each job is held by, if it is in flight under one.
-    pub fn claims_of(&self, ids: &[JobId]) -> Vec<Option<ClaimedJob>> {
-        let inner = self.inner.lock();
-        ids.iter()
-            .map(|id| claimed_job(inner.index.get(*id)?, *id))
-            .collect()
-    }
 }
 
 fn claimed_job(entry: &super::index::Entry, id: JobId) -> Option<ClaimedJob> {

@@ -13,6 +13,15 @@ impl EmbeddedStore {
         self.inner.lock().queues.get(name).map(|q| q.config.clone())
     }
 
+    /// The queue's message TTL, without copying its settings (asked on every enqueue).
+    pub fn message_ttl(&self, name: &str) -> Option<u64> {
+        self.inner
+            .lock()
+            .queues
+            .get(name)
+            .and_then(|q| q.config.message_ttl_ms)
+    }
+
     /// Every queue with settings or jobs, by name.
     pub fn queues(&self) -> Vec<(String, QueueConfig)> {
         let inner = self.inner.lock();

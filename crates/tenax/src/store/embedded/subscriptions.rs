@@ -15,7 +15,7 @@ use super::writer::{self, Op};
 use super::{EmbeddedStore, Inner, QueueEntry, SubscriptionEntry};
 use crate::clock::UnixMs;
 use crate::model::subscription::delivery_queue;
-use crate::model::{Attempt, AttemptResult, JobId, Status, Subscription, SubscriptionId};
+use crate::model::{Attempt, AttemptResult, JobId, Subscription, SubscriptionId};
 use crate::store::{
     Ack, Decide, QueueConfig, StoreError, Transition, from_json_bytes, to_json_bytes,
 };
@@ -225,15 +225,6 @@ impl EmbeddedStore {
             .counts()
             .find(|(name, _)| *name == queue)
             .map_or([0; 5], |(_, counts)| counts)
-    }
-
-    /// Whether delivery `id` is in flight (for callers that hold no lease token).
-    pub fn is_in_flight(&self, id: JobId) -> bool {
-        let inner = self.inner.lock();
-        inner
-            .index
-            .get(id)
-            .is_some_and(|e| e.state.status == Status::InFlight)
     }
 }
 
