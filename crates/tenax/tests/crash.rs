@@ -38,7 +38,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
@@ -876,12 +876,13 @@ async fn sigkill_under_load_loses_nothing_acknowledged() {
     );
 }
 
-/// Enqueues batches of messages `{"n": k}` on `queue` until `stop`; returns the acknowledged
-/// (id, n) and every n sent.
+/// Enqueues batches of messages `{"n": k}` on `queue` until `stop`, counting acknowledged
+/// messages in `acked_count`; returns the acknowledged (id, n) and every n sent.
 async fn publisher(
     base: String,
     queue: &'static str,
     stop: Arc<AtomicBool>,
+    acked_count: Arc<AtomicUsize>,
 ) -> (Vec<(u64, u64)>, Vec<u64>) {
     let client = client();
     let mut acked = Vec::new();
@@ -905,6 +906,7 @@ async fn publisher(
                 for (job, k) in ids.iter().zip(&batch) {
                     acked.push((job["id"].as_u64().expect("a job id"), *k));
                 }
+                acked_count.store(acked.len(), Ordering::SeqCst);
             }
             Ok((status, answer)) => panic!("enqueue answered {status}: {answer}"),
             // The kill: not acknowledged.
@@ -926,7 +928,8 @@ async fn sigkill_during_webhook_delivery_loses_no_delivery() {
     let log = dir.path().join("server.log");
     let flags = ["--allow-private-endpoints"];
     // Each answer takes 10 ms and the throttle spreads the deliveries out, so that many are
-    // waiting and some are in flight when the kill comes.
+    // waiting and some are in flight when the kill comes. The kill waits for that state rather
+    // than for a fixed time: on a loaded machine the publisher is slower.
     let receiver =
         receiver::Receiver::start(Vec::new(), receiver::Reply::slow(Duration::from_millis(10)))
             .await;
@@ -935,7 +938,7 @@ async fn sigkill_during_webhook_delivery_loses_no_delivery() {
     let (status, sub) = post(
         &client,
         &server.url(&format!("/api/queues/{QUEUE}/subscriptions")),
-        &json!({"endpoint": receiver.url("/hook"), "throttle_per_second": 200}),
+        &json!({"endpoint": receiver.url("/hook"), "throttle_per_second": 50}),
     )
     .await
     .expect("creating the subscription");
@@ -943,8 +946,26 @@ async fn sigkill_during_webhook_delivery_loses_no_delivery() {
     let sub = sub["id"].as_u64().expect("a subscription id");
 
     let stop = Arc::new(AtomicBool::new(false));
-    let publishing = tokio::spawn(publisher(server.base.clone(), QUEUE, stop.clone()));
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    let acked_count = Arc::new(AtomicUsize::new(0));
+    let publishing = tokio::spawn(publisher(
+        server.base.clone(),
+        QUEUE,
+        stop.clone(),
+        acked_count.clone(),
+    ));
+    let waiting_since = Instant::now();
+    loop {
+        let delivered = receiver.count();
+        let acked = acked_count.load(Ordering::SeqCst);
+        if delivered > 0 && acked >= delivered + 100 {
+            break;
+        }
+        assert!(
+            waiting_since.elapsed() < Duration::from_secs(20),
+            "deliveries never fell 100 behind the publisher ({delivered} of {acked})"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     server.kill();
     stop.store(true, Ordering::SeqCst);
     let (acked, sent) = tokio::time::timeout(Duration::from_secs(30), publishing)
