@@ -43,10 +43,45 @@ impl Clock {
     }
 }
 
+/// The latest time RFC 3339 can print: 9999-12-31T23:59:59.999Z.
+pub const MAX_PRINTABLE_MS: UnixMs = 253_402_300_799_999;
+
+/// How far ahead of now any time the API accepts may be: the same 100 years that caps every
+/// delay, so a run-at time and a delay are bound by one rule.
+pub const MAX_AHEAD_MS: u64 = tenax_policy::MAX_DELAY_MS;
+
 /// Formats a Unix millisecond time as RFC 3339 UTC with milliseconds (`2026-11-21T11:25:37.000Z`).
+///
+/// Total: the API refuses times it could not print ([`check_time`]), and a time past
+/// [`MAX_PRINTABLE_MS`] that reaches here anyway (data written before that rule) prints as the
+/// last printable millisecond rather than failing the response.
 pub fn rfc3339(ms: UnixMs) -> String {
-    let time = UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    let time = UNIX_EPOCH + std::time::Duration::from_millis(ms.min(MAX_PRINTABLE_MS));
     humantime::format_rfc3339_millis(time).to_string()
+}
+
+/// The one rule for every point in time a request names (a run-at time, a retry time): not
+/// more than [`MAX_AHEAD_MS`] after `now_ms`. The message is the rule, for a 400 naming the
+/// field.
+pub fn check_time(at_ms: UnixMs, now_ms: UnixMs) -> Result<UnixMs, String> {
+    let latest = now_ms.saturating_add(MAX_AHEAD_MS).min(MAX_PRINTABLE_MS);
+    if at_ms > latest {
+        return Err(format!(
+            "must be at most 100 years from now ({}), got {}",
+            rfc3339(latest),
+            describe_ms(at_ms)
+        ));
+    }
+    Ok(at_ms)
+}
+
+/// A time in words for an error message: RFC 3339 when printable, else the raw number.
+fn describe_ms(ms: UnixMs) -> String {
+    if ms <= MAX_PRINTABLE_MS {
+        rfc3339(ms)
+    } else {
+        format!("{ms} ms since 1970")
+    }
 }
 
 /// Parses an RFC 3339 time (`2026-11-21T11:25:37Z`, fractions and offsets-free `Z` form) into
@@ -71,6 +106,20 @@ mod tests {
             Some(1_795_260_337_123)
         );
         assert_eq!(parse_rfc3339("yesterday"), None);
+    }
+
+    #[test]
+    fn every_time_prints_and_far_ones_are_refused() {
+        assert_eq!(rfc3339(MAX_PRINTABLE_MS), "9999-12-31T23:59:59.999Z");
+        assert_eq!(rfc3339(MAX_PRINTABLE_MS + 1), "9999-12-31T23:59:59.999Z");
+        assert_eq!(rfc3339(u64::MAX), "9999-12-31T23:59:59.999Z");
+        let now = 1_800_000_000_000;
+        assert_eq!(check_time(now + MAX_AHEAD_MS, now), Ok(now + MAX_AHEAD_MS));
+        let refused = check_time(253_402_300_800_000, now).unwrap_err();
+        assert!(refused.starts_with("must be at most 100 years from now"), "{refused}");
+        assert!(refused.contains("253402300800000 ms since 1970"), "{refused}");
+        assert!(check_time(now + MAX_AHEAD_MS + 1, now).is_err());
+        assert_eq!(check_time(0, now), Ok(0));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tenax_policy::spelling::native;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::JsonBody;
-use super::jobs::{ListQuery, list_page};
+use super::jobs::{JobPage, ListQuery, list_page};
 use crate::model::Status;
 use crate::store::{JobFilter, Replay, Selection};
 
@@ -27,7 +27,7 @@ pub fn router() -> Router<AppState> {
 async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobPage>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
     if query.status.is_some() {
         return Err(ApiError::invalid("status", "is always dead here"));

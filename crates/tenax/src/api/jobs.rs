@@ -17,7 +17,7 @@ use super::extract::JsonBody;
 use super::fields::{Millis, Time, check_queue_name};
 use super::views::JobView;
 use super::{AppState, Limits};
-use crate::clock::{UnixMs, rfc3339};
+use crate::clock::{UnixMs, check_time, rfc3339};
 use crate::model::subscription::is_internal_queue;
 use crate::model::{NewJob, Status};
 use crate::store::{Enqueued, Insert, JobFilter, OnDuplicate, Selection};
@@ -85,6 +85,8 @@ fn to_insert(
         None => RawValue::from_string("null".into())
             .map_err(|e| ApiError::invalid(field("payload"), e.to_string()))?,
     };
+    crate::model::payload::check_text(payload.get())
+        .map_err(|rule| ApiError::invalid(field("payload"), rule))?;
     if payload.get().len() > limits.max_payload_bytes {
         return Err(ApiError::invalid(
             field("payload"),
@@ -102,7 +104,9 @@ fn to_insert(
                 "give run_at or delay, not both",
             ));
         }
-        (Some(Time(at)), None) => at,
+        (Some(Time(at)), None) => {
+            check_time(at, now_ms).map_err(|rule| ApiError::invalid(field("run_at"), rule))?
+        }
         (None, Some(Millis(delay))) => now_ms.saturating_add(delay),
         (None, None) => now_ms,
     };
@@ -313,24 +317,33 @@ pub(super) fn filter_from(
     ))
 }
 
+/// A page of jobs. Serialised from the views, never through a `serde_json::Value`: a payload is
+/// written out as the JSON text that was stored, never parsed again on the way.
+#[derive(Debug, Serialize)]
+pub(super) struct JobPage {
+    jobs: Vec<JobView>,
+    /// The cursor of the next page (`after`), `null` at the end.
+    next_after: Option<u64>,
+}
+
 pub(super) async fn list_page(
     state: &AppState,
     query: &ListQuery,
     status: Option<Status>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobPage>, ApiError> {
     let (filter, limit) = filter_from(query, status)?;
     let jobs = state.engine.store.list(&filter, query.after, limit).await?;
     let next_after = (jobs.len() == limit)
         .then(|| jobs.last().map(|j| j.id))
         .flatten();
     let jobs: Vec<JobView> = jobs.into_iter().map(JobView::from).collect();
-    Ok(Json(json!({ "jobs": jobs, "next_after": next_after })))
+    Ok(Json(JobPage { jobs, next_after }))
 }
 
 async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobPage>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
     list_page(&state, &query, None).await
 }

@@ -20,7 +20,7 @@ use super::extract::{JsonBody, JsonOrEmpty};
 use super::fields::{Millis, Time, check_queue_name};
 use super::jobs::parse_id;
 use super::views::TakenView;
-use crate::clock::rfc3339;
+use crate::clock::{check_time, rfc3339};
 use crate::engine::FailureReport;
 use crate::model::Status;
 use crate::store::Ack;
@@ -405,6 +405,8 @@ async fn fail(
     let outcome = if !body.retryable {
         Outcome::NotRetryable
     } else if let Some(Time(at_ms)) = body.retry_at {
+        let at_ms = check_time(at_ms, state.engine.now_ms())
+            .map_err(|rule| ApiError::invalid("retry_at", rule))?;
         Outcome::RetryAt { at_ms }
     } else if let Some(Millis(delay_ms)) = body.retry_in {
         Outcome::RetryIn { delay_ms }
@@ -422,6 +424,10 @@ async fn fail(
             "error.message",
             "must be at most 65536 bytes",
         ));
+    }
+    if let Some(detail) = &detail {
+        crate::model::payload::check_value(detail)
+            .map_err(|rule| ApiError::invalid("error.detail", rule))?;
     }
     let report = FailureReport {
         message,

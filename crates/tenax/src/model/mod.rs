@@ -3,6 +3,7 @@
 //! and response shapes live in `api`.
 
 mod job;
+pub mod payload;
 pub mod subscription;
 
 pub use job::{ErrorEntry, Job, JobId, JobState, NewJob, Status};

@@ -93,7 +93,7 @@ fn read_post<'a>(body: &'a [u8], settings: MessageSettings) -> Result<Vec<Posted
     let items: Vec<&RawValue> =
         serde_json::from_str(messages.get()).map_err(|_| ZaqarError::document_type())?;
     let mut posted = Vec::with_capacity(items.len());
-    for item in items {
+    for (i, item) in items.into_iter().enumerate() {
         if !item.get().starts_with('{') {
             return Err(ZaqarError::document_type());
         }
@@ -111,6 +111,8 @@ fn read_post<'a>(body: &'a [u8], settings: MessageSettings) -> Result<Vec<Posted
         let Some(body) = fields.get("body") else {
             return Err(ZaqarError::body("Missing \"body\" field."));
         };
+        crate::model::payload::check_text(body.get())
+            .map_err(|rule| ZaqarError::body(format!("messages[{i}].body {rule}.")))?;
         // As Zaqar: `delay` is read only on a queue with a default delay.
         let delay = match settings.default_delay_s {
             Some(default) => int("delay", default)?,

@@ -130,6 +130,10 @@ fn in_range(value: Option<i64>, min: u64, max: u64) -> bool {
 /// with its texts, then Tenax's own: `_dead_letter_queue` must name a queue, and
 /// `_enable_encrypt_messages` cannot be true. The error is the description of a 400.
 pub fn check(metadata: &Map<String, Value>) -> Result<(), String> {
+    for (key, value) in metadata {
+        crate::model::payload::check_value(value)
+            .map_err(|rule| format!("The value of metadata key {key:?} {rule}."))?;
+    }
     let ttl = int_field(metadata, "_default_message_ttl")?;
     if !in_range(ttl, MIN_MESSAGE_TTL, MAX_MESSAGE_TTL) {
         return Err(format!(

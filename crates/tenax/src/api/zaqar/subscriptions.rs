@@ -105,7 +105,11 @@ fn check_document(document: &Map<String, Value>, now_ms: u64) -> Result<(), Stri
         }
     }
     match document.get("options") {
-        Some(Value::Object(options)) => check_retry_policy(options)?,
+        Some(Value::Object(options)) => {
+            check_retry_policy(options)?;
+            crate::model::payload::check_value(&Value::Object(options.clone()))
+                .map_err(|rule| format!("Options {rule}."))?;
+        }
         Some(options) if truthy(options) => return Err("Options must be a dict.".into()),
         _ => {}
     }
@@ -132,6 +136,14 @@ fn check_ttl(ttl: i64, now_ms: u64) -> Result<(), String> {
                 .into(),
         );
     }
+    // Tenax's one rule for every time it stores (`clock::check_time`): at most 100 years ahead.
+    let ttl_ms = u64::try_from(ttl).unwrap_or(u64::MAX).saturating_mul(1_000);
+    crate::clock::check_time(now_ms.saturating_add(ttl_ms), now_ms).map_err(|_| {
+        format!(
+            "The TTL for a subscription may be at most 100 years ({} seconds) in Tenax.",
+            crate::clock::MAX_AHEAD_MS / 1_000
+        )
+    })?;
     Ok(())
 }
 
