@@ -77,6 +77,17 @@ pub struct ServeArgs {
     /// (0: never). A subscription may set its own.
     #[arg(long, env = "TENAX_DELIVERY_AUTO_DISABLE_AFTER", value_parser = duration_flag, default_value = "5d")]
     pub delivery_auto_disable_after: u64,
+    /// How long a client may take to send a request's line and headers; also how long an
+    /// idle keep-alive connection stays open.
+    #[arg(long, env = "TENAX_HEADER_READ_TIMEOUT", value_parser = duration_flag, default_value = "30s")]
+    pub header_read_timeout: u64,
+    /// How long a client may take to send a request's body once its headers are in; a slower
+    /// one is answered 408.
+    #[arg(long, env = "TENAX_REQUEST_TIMEOUT", value_parser = duration_flag, default_value = "30s")]
+    pub request_timeout: u64,
+    /// Most connections open at once; more wait to be accepted. Each takes a file descriptor.
+    #[arg(long, env = "TENAX_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
     /// Log format.
     #[arg(long, env = "TENAX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -112,6 +123,9 @@ pub struct Config {
     pub max_request_bytes: usize,
     pub max_payload_bytes: usize,
     pub cache_bytes: usize,
+    pub header_read_timeout_ms: u64,
+    pub request_timeout_ms: u64,
+    pub max_connections: usize,
     pub delivery: DeliveryConfig,
 }
 
@@ -215,6 +229,17 @@ impl ServeArgs {
         if self.delivery_concurrency == 0 {
             return Err("--delivery-concurrency: must be at least 1".into());
         }
+        for (flag, ms) in [
+            ("--header-read-timeout", self.header_read_timeout),
+            ("--request-timeout", self.request_timeout),
+        ] {
+            if ms == 0 {
+                return Err(format!("{flag}: must be above 0"));
+            }
+        }
+        if self.max_connections == 0 {
+            return Err("--max-connections: must be at least 1".into());
+        }
         if self.max_request_bytes < 1024 {
             return Err("--max-request-bytes: must be at least 1024".into());
         }
@@ -230,6 +255,9 @@ impl ServeArgs {
             max_request_bytes: self.max_request_bytes,
             max_payload_bytes: self.max_payload_bytes.min(self.max_request_bytes),
             cache_bytes: self.cache_mb.saturating_mul(1024 * 1024),
+            header_read_timeout_ms: self.header_read_timeout,
+            request_timeout_ms: self.request_timeout,
+            max_connections: self.max_connections,
             delivery: DeliveryConfig {
                 default_policy: delivery_policy,
                 allow_private_endpoints: self.allow_private_endpoints,

@@ -10,5 +10,6 @@ pub mod config;
 pub mod delivery;
 pub mod engine;
 pub mod model;
+pub mod serve;
 pub mod server;
 pub mod store;

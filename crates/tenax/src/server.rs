@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::config::{Config, Durability};
 use crate::delivery::{self, Deliveries};
 use crate::engine::{Engine, EngineSettings, maintenance};
+use crate::serve::ConnectionLimits;
 use crate::store::embedded::EmbeddedOptions;
 use crate::store::{EmbeddedStore, Store};
 
@@ -53,6 +54,7 @@ pub async fn run(
         engine: engine.clone(),
         limits: Arc::new(Limits {
             max_request_bytes: config.max_request_bytes,
+            request_timeout: std::time::Duration::from_millis(config.request_timeout_ms),
             max_payload_bytes: config.max_payload_bytes,
             default_lease_ms: config.default_lease_ms,
             max_lease_ms: config.max_lease_ms,
@@ -68,9 +70,11 @@ pub async fn run(
         // Ends long polls and streams, so that graceful shutdown does not wait on them.
         stopper.begin_stop();
     };
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let limits = ConnectionLimits {
+        header_read_timeout: std::time::Duration::from_millis(config.header_read_timeout_ms),
+        max_connections: config.max_connections,
+    };
+    crate::serve::serve(listener, app, &limits, shutdown).await;
 
     let _ = stop.send(true);
     let _ = maintenance.await;
@@ -83,7 +87,7 @@ pub async fn run(
             Ok(inner) => {
                 inner.store.close().await;
                 tracing::info!("store flushed; bye");
-                return served.context("serving HTTP");
+                return Ok(());
             }
             Err(shared) => {
                 engine = shared;
@@ -94,7 +98,7 @@ pub async fn run(
     // The last clone's drop joins the writer, which syncs before it stops.
     tracing::warn!("shutting down with streams still open; the store flushes when they let go");
     drop(engine);
-    served.context("serving HTTP")
+    Ok(())
 }
 
 /// Completes on SIGINT or SIGTERM.

@@ -224,3 +224,194 @@ async fn bodies_that_are_not_one_json_object_are_refused_as_the_body() {
     assert!(!rule.contains("i32"), "{rule}");
     still_healthy(&server).await;
 }
+
+/// Reads from a raw connection until the server closes it or `within` passes; returns what it
+/// read and whether it was closed.
+async fn read_until_closed(
+    stream: &mut tokio::net::TcpStream,
+    within: std::time::Duration,
+) -> (String, bool) {
+    use tokio::io::AsyncReadExt as _;
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let mut buf = [0u8; 4096];
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&got).into_owned(), true),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => return (String::from_utf8_lossy(&got).into_owned(), false),
+        }
+    }
+}
+
+#[tokio::test]
+async fn slow_clients_are_cut_off_and_connections_are_limited() {
+    use tokio::io::AsyncWriteExt as _;
+    let server = TestServer::start(common::Options::manual().flags(&[
+        "--header-read-timeout",
+        "300ms",
+        "--request-timeout",
+        "300ms",
+    ]))
+    .await;
+    let address = server.api.base.trim_start_matches("http://").to_owned();
+    // Slowloris: headers that never finish. The server hangs up.
+    let mut slow = tokio::net::TcpStream::connect(&address).await.expect("connect");
+    slow.write_all(b"POST /api/jobs HTTP/1.1\r\nHost: tenax\r\nX-Slow: 1\r\n")
+        .await
+        .expect("write");
+    let (_, closed) = read_until_closed(&mut slow, std::time::Duration::from_secs(5)).await;
+    assert!(closed, "a request whose headers never finish must not hold its connection");
+    // A body that trickles in: 408 in the API's shape, naming the body.
+    let mut trickle = tokio::net::TcpStream::connect(&address).await.expect("connect");
+    trickle
+        .write_all(
+            b"POST /api/jobs HTTP/1.1\r\nHost: tenax\r\nContent-Type: application/json\r\n\
+              Content-Length: 100\r\n\r\n{\"queue\":",
+        )
+        .await
+        .expect("write");
+    let (answer, _) = read_until_closed(&mut trickle, std::time::Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains(r#""field":"body""#), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("x-request-id:"), "{answer}");
+    still_healthy(&server).await;
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_wait_until_one_closes() {
+    use tokio::io::AsyncWriteExt as _;
+    let server = TestServer::start(common::Options::manual().flags(&["--max-connections", "2"]))
+        .await;
+    let address = server.api.base.trim_start_matches("http://").to_owned();
+    // The harness's pooled connection holds one permit and the first raw connection the other;
+    // the second raw connection and the third wait in the kernel's backlog.
+    let idle: Vec<tokio::net::TcpStream> = {
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            held.push(tokio::net::TcpStream::connect(&address).await.expect("connect"));
+        }
+        held
+    };
+    let mut third = tokio::net::TcpStream::connect(&address).await.expect("the kernel queues it");
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: tenax\r\nConnection: close\r\n\r\n")
+        .await
+        .expect("write");
+    let (answer, _) = read_until_closed(&mut third, std::time::Duration::from_millis(500)).await;
+    assert!(answer.is_empty(), "served past the limit: {answer}");
+    drop(idle);
+    let (answer, _) = read_until_closed(&mut third, std::time::Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// A handler with a bug.
+async fn boom() -> &'static str {
+    let nothing: Option<&'static str> = None;
+    nothing.expect("boom: a bug in a handler")
+}
+
+#[tokio::test]
+async fn a_panicking_handler_answers_500_with_a_request_id() {
+    use std::sync::Arc;
+    use axum::routing::get;
+    let limits = Arc::new(tenax::api::Limits {
+        max_request_bytes: 1024,
+        request_timeout: std::time::Duration::from_secs(5),
+        max_payload_bytes: 1024,
+        default_lease_ms: 1_000,
+        max_lease_ms: 1_000,
+    });
+    let router = axum::Router::new()
+        .route("/api/boom", get(boom))
+        .route("/v2/boom", get(boom))
+        .route("/api/fine", get(|| async { "fine" }))
+        .layer(axum::middleware::from_fn_with_state(
+            limits,
+            tenax::api::guard::guard,
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("address"));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(async move {
+        let limits = tenax::serve::ConnectionLimits {
+            header_read_timeout: std::time::Duration::from_secs(5),
+            max_connections: 16,
+        };
+        tenax::serve::serve(listener, router, &limits, async move {
+            let _ = stopped.await;
+        })
+        .await;
+    });
+    let client = reqwest::Client::new();
+    for _ in 0..3 {
+        let response = client
+            .get(format!("{base}/api/boom"))
+            .header("x-request-id", "trace-me-1")
+            .send()
+            .await
+            .expect("an answer, not a dropped connection");
+        assert_eq!(response.status(), 500);
+        assert_eq!(response.headers()["x-request-id"], "trace-me-1");
+        let body: Value = response.json().await.expect("JSON");
+        assert_eq!(body["error"]["code"], "internal", "{body}");
+        assert_eq!(body["error"]["request_id"], "trace-me-1", "{body}");
+        let response = client
+            .get(format!("{base}/v2/boom"))
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), 500);
+        let id = response.headers()["x-request-id"].to_str().expect("text").to_owned();
+        let body: Value = response.json().await.expect("JSON");
+        assert_eq!(body["title"], "Internal server error", "{body}");
+        assert!(body["description"].as_str().unwrap_or_default().contains(&id), "{body}");
+    }
+    let fine = client.get(format!("{base}/api/fine")).send().await.expect("an answer");
+    assert_eq!(fine.status(), 200);
+    let _ = stop.send(());
+    serving.await.expect("the server stops");
+}
+
+#[tokio::test]
+async fn transport_errors_are_in_each_apis_shape() {
+    let server = TestServer::start(
+        common::Options::manual().flags(&["--max-request-bytes", "2048"]),
+    )
+    .await;
+    // Too large: native.
+    let big = format!("{{\"queue\": \"a\", \"payload\": \"{}\"}}", "x".repeat(4096));
+    let error = server
+        .error_raw(Method::POST, "/api/jobs", big.clone().into_bytes(), 413)
+        .await;
+    assert_eq!(error.field.as_deref(), Some("body"), "{error:?}");
+    // Too large: Zaqar's shape, not plain text.
+    let (status, answer) = zaqar(
+        &server,
+        Method::POST,
+        "/v2/queues/q/messages",
+        Some(big.into_bytes()),
+    )
+    .await;
+    assert_eq!(status, 413, "{answer}");
+    assert!(answer["title"].is_string() && answer["description"].is_string(), "{answer}");
+    // A path that is not UTF-8 once decoded, on both APIs.
+    let (status, answer) = server.send_raw(Method::GET, "/api/queues/%FF", None).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["field"], "path", "{answer}");
+    let (status, answer) = zaqar(&server, Method::GET, "/v2/queues/%FF/stats", None).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer["description"].as_str().unwrap_or_default().contains("path"), "{answer}");
+    let (status, answer) = zaqar(&server, Method::DELETE, "/v2/queues/q/messages/%FF%FE", None).await;
+    assert_eq!(status, 400, "{answer}");
+    // Every answer carries a request id.
+    let response = server
+        .api
+        .http()
+        .get(server.api.url("/api/stats"))
+        .send()
+        .await
+        .expect("an answer");
+    assert!(response.headers().contains_key("x-request-id"));
+    still_healthy(&server).await;
+}

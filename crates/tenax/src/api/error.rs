@@ -1,6 +1,7 @@
 //! One error shape for every response that is not a success:
 //! `{"error": {"status": 400, "code": "invalid", "field": "jobs[2].priority", "message": "..."}}`.
-//! Client errors name the field and the rule; server errors are logged and answered plainly.
+//! Client errors name the field and the rule; server errors are logged and answered plainly,
+//! with the request id under which the log has the details (`"request_id"`).
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -90,6 +91,12 @@ impl IntoResponse for ApiError {
         });
         if let Some(field) = self.field {
             error["field"] = json!(field);
+        }
+        // A server error's details are in the log, under the request's id.
+        if self.status.is_server_error() {
+            if let Some(id) = super::guard::current_request_id() {
+                error["request_id"] = json!(*id);
+            }
         }
         (self.status, Json(json!({ "error": error }))).into_response()
     }

@@ -5,6 +5,7 @@ mod dead;
 mod deliveries;
 pub mod error;
 mod extract;
+pub mod guard;
 mod fields;
 mod jobs;
 mod policy;
@@ -28,6 +29,8 @@ use crate::engine::Engine;
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub max_request_bytes: usize,
+    /// How long a request's body may take to arrive (`--request-timeout`).
+    pub request_timeout: std::time::Duration,
     pub max_payload_bytes: usize,
     pub default_lease_ms: u64,
     pub max_lease_ms: u64,
@@ -67,5 +70,9 @@ pub fn router(state: AppState) -> Router {
             }
         })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.limits.clone(),
+            guard::guard,
+        ))
         .with_state(state)
 }

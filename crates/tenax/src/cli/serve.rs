@@ -17,6 +17,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    log_panics();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -34,4 +35,28 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
         .await
     })?;
     Ok(())
+}
+
+/// Panics (in a handler, which answers 500, or in a background task) are logged as error events
+/// in the server's log format, with where they happened, instead of raw text on stderr.
+fn log_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into());
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let backtrace = std::backtrace::Backtrace::capture();
+        match backtrace.status() {
+            std::backtrace::BacktraceStatus::Captured => {
+                tracing::error!(%message, %location, %backtrace, "panic");
+            }
+            _ => tracing::error!(%message, %location, "panic"),
+        }
+    }));
 }

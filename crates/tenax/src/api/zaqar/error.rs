@@ -121,7 +121,18 @@ impl From<StoreError> for ZaqarError {
 }
 
 impl IntoResponse for ZaqarError {
-    fn into_response(self) -> Response {
+    fn into_response(mut self) -> Response {
+        // A server error's details are in the log, under the request's id.
+        if self.status.is_server_error() {
+            if let (Some(id), Some(description)) = (
+                crate::api::guard::current_request_id(),
+                self.description.as_mut(),
+            ) {
+                if !description.contains(&*id) {
+                    description.push_str(&format!(" (request id {id})"));
+                }
+            }
+        }
         let body = match &self.description {
             Some(description) => json!({ "title": self.title, "description": description }),
             None => json!({ "title": self.title }),

@@ -14,7 +14,7 @@
 //!   [`claims::ClaimBook`] (each claim's ttl and renewal time, in memory like leases).
 
 mod claims;
-mod error;
+pub(crate) mod error;
 mod home;
 mod messages;
 mod metadata;

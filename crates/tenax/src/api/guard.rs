@@ -1,0 +1,278 @@
+//! What every request passes through before its handler, on both APIs:
+//!
+//! - a request id: the client's `X-Request-Id` when it is a sane one, else a new one; it is on
+//!   every response (`X-Request-Id`), in the body of every 5xx, and on every log event of the
+//!   request (a tracing span);
+//! - the body, read whole within the size limit (`--max-request-bytes`, else 413) and the
+//!   request timeout (`--request-timeout`, else 408), so a body that trickles in cannot hold a
+//!   connection and a handler never sees a partial body;
+//! - a path that is not valid UTF-8 once percent-decoded is refused before routing;
+//! - a panic in a handler becomes a 500 with the request id and a logged error event, never a
+//!   dropped connection;
+//! - an answer that is not in the API's error shape (a rejection of one of axum's own
+//!   extractors, which answer plain text) is put into it.
+//!
+//! Invariant: every error answer is JSON in the shape of the API it belongs to: Zaqar's
+//! `{"title", "description"}` under `/v2`, the native `{"error": {...}}` everywhere else.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures_util::FutureExt as _;
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use tracing::Instrument as _;
+
+use super::Limits;
+use super::error::ApiError;
+use super::zaqar::error::ZaqarError;
+
+/// The header that carries a request's id, both ways.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+tokio::task_local! {
+    /// The id of the request being handled, for error answers built deep in a handler.
+    static CURRENT: Arc<str>;
+}
+
+/// The id of the request this task is handling, if any.
+pub fn current_request_id() -> Option<Arc<str>> {
+    CURRENT.try_with(Arc::clone).ok()
+}
+
+/// Which error shape a path's answers use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Native,
+    Zaqar,
+}
+
+impl Shape {
+    fn of(path: &str) -> Self {
+        if path == "/v2" || path.starts_with("/v2/") {
+            Self::Zaqar
+        } else {
+            Self::Native
+        }
+    }
+
+    /// An error answer in this shape. Zaqar titles are Falcon's for these statuses.
+    fn error(
+        self,
+        status: StatusCode,
+        code: &'static str,
+        field: Option<&str>,
+        message: String,
+    ) -> Response {
+        match self {
+            Self::Native => ApiError {
+                status,
+                code,
+                field: field.map(str::to_owned),
+                message,
+            }
+            .into_response(),
+            Self::Zaqar => {
+                let title = match status {
+                    StatusCode::PAYLOAD_TOO_LARGE => "Request Entity Too Large",
+                    StatusCode::REQUEST_TIMEOUT => "Request Timeout",
+                    StatusCode::INTERNAL_SERVER_ERROR => "Internal server error",
+                    StatusCode::NOT_FOUND => "Not found",
+                    _ => "Invalid request",
+                };
+                let description = match field {
+                    Some(field) => format!("{field}: {message}"),
+                    None => message,
+                };
+                ZaqarError::new(status, title, description).into_response()
+            }
+        }
+    }
+}
+
+/// The middleware: see the module documentation.
+pub async fn guard(State(limits): State<Arc<Limits>>, request: Request, next: Next) -> Response {
+    let id = request_id(request.headers().get(&REQUEST_ID));
+    let shape = Shape::of(request.uri().path());
+    let method = request.method().clone();
+    let span = tracing::info_span!("request", request_id = %id, %method, path = %request.uri().path());
+    let mut response = run(&limits, shape, request, next, &id)
+        .instrument(span)
+        .await;
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    response
+}
+
+async fn run(limits: &Limits, shape: Shape, request: Request, next: Next, id: &Arc<str>) -> Response {
+    if percent_decoded_is_utf8(request.uri().path()).is_err() {
+        return shape.error(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            Some("path"),
+            "must be valid UTF-8 once percent-decoded".into(),
+        );
+    }
+    let (parts, body) = request.into_parts();
+    let read = Limited::new(body, limits.max_request_bytes).collect();
+    let bytes = match tokio::time::timeout(limits.request_timeout, read).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => {
+            return shape.error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                Some("body"),
+                format!(
+                    "must be at most {} bytes (--max-request-bytes)",
+                    limits.max_request_bytes
+                ),
+            );
+        }
+        Ok(Err(error)) => {
+            return shape.error(
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                Some("body"),
+                format!("could not be read: {error}"),
+            );
+        }
+        Err(_) => {
+            return shape.error(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                Some("body"),
+                format!(
+                    "must arrive within {} ms of the headers (--request-timeout)",
+                    limits.request_timeout.as_millis()
+                ),
+            );
+        }
+    };
+    let request = Request::from_parts(parts, Body::from(bytes));
+    let handled = AssertUnwindSafe(CURRENT.scope(id.clone(), next.run(request)))
+        .catch_unwind()
+        .await;
+    match handled {
+        Ok(response) => in_shape(shape, response).await,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".into());
+            tracing::error!(panic = %message, "a request handler panicked; answered 500");
+            CURRENT.sync_scope(id.clone(), || {
+                shape.error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    None,
+                    "the server failed to handle this request; the log has the details".into(),
+                )
+            })
+        }
+    }
+}
+
+/// A plain-text error (an extractor's rejection) put into the API's JSON error shape.
+async fn in_shape(shape: Shape, response: Response) -> Response {
+    let status = response.status();
+    let plain = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/plain"));
+    if !(status.is_client_error() || status.is_server_error()) || !plain {
+        return response;
+    }
+    let text = match axum::body::to_bytes(response.into_body(), 64 * 1024).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(_) => status.canonical_reason().unwrap_or("error").to_owned(),
+    };
+    let code = if status.is_server_error() {
+        "internal"
+    } else {
+        "invalid"
+    };
+    shape.error(status, code, None, text)
+}
+
+/// Whether a path's percent-escapes decode to UTF-8.
+fn percent_decoded_is_utf8(path: &str) -> Result<(), std::str::Utf8Error> {
+    percent_encoding::percent_decode_str(path)
+        .decode_utf8()
+        .map(drop)
+}
+
+/// The client's request id if it is 1 to 64 characters of letters, digits, `-`, `_`, `.` or
+/// `:`; else a new one.
+fn request_id(given: Option<&HeaderValue>) -> Arc<str> {
+    let sane = given.and_then(|v| v.to_str().ok()).filter(|v| {
+        !v.is_empty()
+            && v.len() <= 64
+            && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+    });
+    match sane {
+        Some(id) => Arc::from(id),
+        None => Arc::from(new_request_id()),
+    }
+}
+
+/// 16 hex digits: a per-process random start, then counting up, so ids are unique within a
+/// run and unlikely to repeat across runs.
+fn new_request_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        // Truncation is fine: only the low bits vary between runs.
+        #[allow(clippy::cast_possible_truncation)]
+        let nanos = nanos as u64;
+        nanos ^ u64::from(std::process::id()).rotate_left(32)
+    });
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{:016x}", start.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_kept_when_sane_and_made_otherwise() {
+        let given = HeaderValue::from_static("req-42.a:b_c");
+        assert_eq!(&*request_id(Some(&given)), "req-42.a:b_c");
+        for bad in ["", "has space", &"x".repeat(65), "semi;colon"] {
+            let value = HeaderValue::from_str(bad).unwrap();
+            let made = request_id(Some(&value));
+            assert_eq!(made.len(), 16, "{bad:?} gave {made}");
+        }
+        assert_ne!(request_id(None), request_id(None));
+    }
+
+    #[test]
+    fn paths_must_decode_to_utf8() {
+        assert!(percent_decoded_is_utf8("/api/jobs/1").is_ok());
+        assert!(percent_decoded_is_utf8("/api/queues/caf%C3%A9").is_ok());
+        assert!(percent_decoded_is_utf8("/api/queues/%FF").is_err());
+        assert!(percent_decoded_is_utf8("/v2/queues/a%C3").is_err());
+        assert!(percent_decoded_is_utf8("/v2/queues/100%").is_ok());
+        assert!(percent_decoded_is_utf8("/v2/queues/%zz").is_ok());
+    }
+
+    #[test]
+    fn shapes_by_path() {
+        assert_eq!(Shape::of("/v2/queues"), Shape::Zaqar);
+        assert_eq!(Shape::of("/v2"), Shape::Zaqar);
+        assert_eq!(Shape::of("/v2x"), Shape::Native);
+        assert_eq!(Shape::of("/api/jobs"), Shape::Native);
+    }
+}
