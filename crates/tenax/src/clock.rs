@@ -116,8 +116,14 @@ mod tests {
         let now = 1_800_000_000_000;
         assert_eq!(check_time(now + MAX_AHEAD_MS, now), Ok(now + MAX_AHEAD_MS));
         let refused = check_time(253_402_300_800_000, now).unwrap_err();
-        assert!(refused.starts_with("must be at most 100 years from now"), "{refused}");
-        assert!(refused.contains("253402300800000 ms since 1970"), "{refused}");
+        assert!(
+            refused.starts_with("must be at most 100 years from now"),
+            "{refused}"
+        );
+        assert!(
+            refused.contains("253402300800000 ms since 1970"),
+            "{refused}"
+        );
         assert!(check_time(now + MAX_AHEAD_MS + 1, now).is_err());
         assert_eq!(check_time(0, now), Ok(0));
     }

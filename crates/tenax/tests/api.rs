@@ -180,14 +180,23 @@ async fn batch_enqueue_is_all_or_nothing() {
     server
         .invalid("/api/jobs/batch", json!({"jobs": []}), "jobs")
         .await;
-    // A duplicate unique key (against a stored job, or within the batch) refuses it all too.
-    for jobs in [
-        vec![ok.clone(), json!({"queue": "b", "unique_key": "taken"})],
-        vec![
-            json!({"queue": "b", "unique_key": "twice"}),
-            ok.clone(),
-            json!({"queue": "b", "unique_key": "twice"}),
-        ],
+    // A duplicate unique key (against a stored job, or within the batch) refuses it all too,
+    // naming the job of the batch and what holds the key: never an id that was not stored.
+    for (jobs, field, holder) in [
+        (
+            vec![ok.clone(), json!({"queue": "b", "unique_key": "taken"})],
+            "jobs[1].unique_key",
+            "(job ",
+        ),
+        (
+            vec![
+                json!({"queue": "b", "unique_key": "twice"}),
+                ok.clone(),
+                json!({"queue": "b", "unique_key": "twice"}),
+            ],
+            "jobs[2].unique_key",
+            "of jobs[0]",
+        ),
     ] {
         let error = server
             .error(
@@ -198,6 +207,8 @@ async fn batch_enqueue_is_all_or_nothing() {
             )
             .await;
         assert_eq!(error.code, "duplicate");
+        assert_eq!(error.field.as_deref(), Some(field), "{error:?}");
+        assert!(error.message.contains(holder), "{error:?}");
     }
 
     // Nothing of the refused batches was stored, and ids continue after the stored ones.

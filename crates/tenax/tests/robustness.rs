@@ -17,7 +17,13 @@ async fn still_healthy(server: &TestServer) {
         .await;
     let job = server.job(id).await;
     assert_eq!(job["payload"], json!({"still": "fine"}));
-    for path in ["/api/jobs", "/api/jobs?queue=a", "/api/dead", "/api/stats", "/api/queues"] {
+    for path in [
+        "/api/jobs",
+        "/api/jobs?queue=a",
+        "/api/dead",
+        "/api/stats",
+        "/api/queues",
+    ] {
         server.get(path).await;
     }
     server.take_one("health").await;
@@ -68,7 +74,10 @@ async fn times_past_what_can_be_printed_are_refused_by_field() {
             "run_at",
         )
         .await;
-    assert!(rule.starts_with("must be at most 100 years from now"), "{rule}");
+    assert!(
+        rule.starts_with("must be at most 100 years from now"),
+        "{rule}"
+    );
     // The same rule as delays: 100 years ahead is the limit, whichever way it is written.
     let hundred_years_ms: u64 = 100 * 31_557_600_000;
     let at = server.now_ms() + hundred_years_ms + 1;
@@ -106,8 +115,14 @@ async fn times_past_what_can_be_printed_are_refused_by_field() {
 /// JSON text that serde_json accepts as text but cannot hold as a value.
 fn unreadable_payloads() -> Vec<(&'static str, String)> {
     vec![
-        ("nesting", format!("{}1{}", "[".repeat(200), "]".repeat(200))),
-        ("nesting past 64", format!("{}1{}", "[".repeat(65), "]".repeat(65))),
+        (
+            "nesting",
+            format!("{}1{}", "[".repeat(200), "]".repeat(200)),
+        ),
+        (
+            "nesting past 64",
+            format!("{}1{}", "[".repeat(65), "]".repeat(65)),
+        ),
         ("1e999", "{\"n\": 1e999}".to_owned()),
         ("lone surrogate", "\"\\ud800\"".to_owned()),
         ("lone surrogate key", "{\"\\udc00\": 1}".to_owned()),
@@ -124,7 +139,9 @@ async fn payloads_must_be_json_that_can_be_shown_again() {
             .await;
         assert_eq!(error.field.as_deref(), Some("payload"), "{what}: {error:?}");
         assert!(error.message.starts_with("must "), "{what}: {error:?}");
-        let batch = format!("{{\"jobs\": [{{\"queue\": \"a\"}}, {{\"queue\": \"a\", \"payload\": {payload}}}]}}");
+        let batch = format!(
+            "{{\"jobs\": [{{\"queue\": \"a\"}}, {{\"queue\": \"a\", \"payload\": {payload}}}]}}"
+        );
         let error = server
             .error_raw(Method::POST, "/api/jobs/batch", batch.into_bytes(), 400)
             .await;
@@ -198,28 +215,52 @@ async fn bodies_that_are_not_one_json_object_are_refused_as_the_body() {
     ];
     for (path, object) in valid {
         for (body, rule) in [
-            (format!("{object}}}"), "must hold one JSON object and nothing after it"),
-            (format!("{object} {object}"), "must hold one JSON object and nothing after it"),
+            (
+                format!("{object}}}"),
+                "must hold one JSON object and nothing after it",
+            ),
+            (
+                format!("{object} {object}"),
+                "must hold one JSON object and nothing after it",
+            ),
             ("[]".to_owned(), "must be a JSON object, got an array"),
             (r#"["a"]"#.to_owned(), "must be a JSON object, got an array"),
             ("null".to_owned(), "must be a JSON object, got null"),
-            (object[..object.len() - 3].to_owned(), "must be complete JSON, but it ends early"),
+            (
+                object[..object.len() - 3].to_owned(),
+                "must be complete JSON, but it ends early",
+            ),
             (String::new(), "must be a JSON object, got nothing"),
         ] {
             let error = server
                 .error_raw(Method::POST, path, body.clone().into_bytes(), 400)
                 .await;
-            assert_eq!(error.field.as_deref(), Some("body"), "{path} {body}: {error:?}");
+            assert_eq!(
+                error.field.as_deref(),
+                Some("body"),
+                "{path} {body}: {error:?}"
+            );
             assert!(error.message.starts_with(rule), "{path} {body}: {error:?}");
         }
     }
     // Field errors speak JSON, not Rust.
     let rule = server
-        .invalid("/api/jobs", json!({"queue": "a", "retry_limit": "x"}), "retry_limit")
+        .invalid(
+            "/api/jobs",
+            json!({"queue": "a", "retry_limit": "x"}),
+            "retry_limit",
+        )
         .await;
-    assert!(rule.contains("whole number") && !rule.contains("u32"), "{rule}");
+    assert!(
+        rule.contains("whole number") && !rule.contains("u32"),
+        "{rule}"
+    );
     let rule = server
-        .invalid("/api/jobs", json!({"queue": "a", "priority": 1e10}), "priority")
+        .invalid(
+            "/api/jobs",
+            json!({"queue": "a", "priority": 1e10}),
+            "priority",
+        )
         .await;
     assert!(!rule.contains("i32"), "{rule}");
     still_healthy(&server).await;
@@ -256,14 +297,21 @@ async fn slow_clients_are_cut_off_and_connections_are_limited() {
     .await;
     let address = server.api.base.trim_start_matches("http://").to_owned();
     // Slowloris: headers that never finish. The server hangs up.
-    let mut slow = tokio::net::TcpStream::connect(&address).await.expect("connect");
+    let mut slow = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connect");
     slow.write_all(b"POST /api/jobs HTTP/1.1\r\nHost: tenax\r\nX-Slow: 1\r\n")
         .await
         .expect("write");
     let (_, closed) = read_until_closed(&mut slow, std::time::Duration::from_secs(5)).await;
-    assert!(closed, "a request whose headers never finish must not hold its connection");
+    assert!(
+        closed,
+        "a request whose headers never finish must not hold its connection"
+    );
     // A body that trickles in: 408 in the API's shape, naming the body.
-    let mut trickle = tokio::net::TcpStream::connect(&address).await.expect("connect");
+    let mut trickle = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connect");
     trickle
         .write_all(
             b"POST /api/jobs HTTP/1.1\r\nHost: tenax\r\nContent-Type: application/json\r\n\
@@ -274,26 +322,35 @@ async fn slow_clients_are_cut_off_and_connections_are_limited() {
     let (answer, _) = read_until_closed(&mut trickle, std::time::Duration::from_secs(5)).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains(r#""field":"body""#), "{answer}");
-    assert!(answer.to_ascii_lowercase().contains("x-request-id:"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("x-request-id:"),
+        "{answer}"
+    );
     still_healthy(&server).await;
 }
 
 #[tokio::test]
 async fn connections_past_the_limit_wait_until_one_closes() {
     use tokio::io::AsyncWriteExt as _;
-    let server = TestServer::start(common::Options::manual().flags(&["--max-connections", "2"]))
-        .await;
+    let server =
+        TestServer::start(common::Options::manual().flags(&["--max-connections", "2"])).await;
     let address = server.api.base.trim_start_matches("http://").to_owned();
     // The harness's pooled connection holds one permit and the first raw connection the other;
     // the second raw connection and the third wait in the kernel's backlog.
     let idle: Vec<tokio::net::TcpStream> = {
         let mut held = Vec::new();
         for _ in 0..2 {
-            held.push(tokio::net::TcpStream::connect(&address).await.expect("connect"));
+            held.push(
+                tokio::net::TcpStream::connect(&address)
+                    .await
+                    .expect("connect"),
+            );
         }
         held
     };
-    let mut third = tokio::net::TcpStream::connect(&address).await.expect("the kernel queues it");
+    let mut third = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("the kernel queues it");
     third
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: tenax\r\nConnection: close\r\n\r\n")
         .await
@@ -313,8 +370,8 @@ async fn boom() -> &'static str {
 
 #[tokio::test]
 async fn a_panicking_handler_answers_500_with_a_request_id() {
-    use std::sync::Arc;
     use axum::routing::get;
+    use std::sync::Arc;
     let limits = Arc::new(tenax::api::Limits {
         max_request_bytes: 1024,
         request_timeout: std::time::Duration::from_secs(5),
@@ -330,7 +387,9 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
             limits,
             tenax::api::guard::guard,
         ));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("address"));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = tokio::spawn(async move {
@@ -362,12 +421,25 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
             .await
             .expect("an answer");
         assert_eq!(response.status(), 500);
-        let id = response.headers()["x-request-id"].to_str().expect("text").to_owned();
+        let id = response.headers()["x-request-id"]
+            .to_str()
+            .expect("text")
+            .to_owned();
         let body: Value = response.json().await.expect("JSON");
         assert_eq!(body["title"], "Internal server error", "{body}");
-        assert!(body["description"].as_str().unwrap_or_default().contains(&id), "{body}");
+        assert!(
+            body["description"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(&id),
+            "{body}"
+        );
     }
-    let fine = client.get(format!("{base}/api/fine")).send().await.expect("an answer");
+    let fine = client
+        .get(format!("{base}/api/fine"))
+        .send()
+        .await
+        .expect("an answer");
     assert_eq!(fine.status(), 200);
     let _ = stop.send(());
     serving.await.expect("the server stops");
@@ -375,12 +447,13 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
 
 #[tokio::test]
 async fn transport_errors_are_in_each_apis_shape() {
-    let server = TestServer::start(
-        common::Options::manual().flags(&["--max-request-bytes", "2048"]),
-    )
-    .await;
+    let server =
+        TestServer::start(common::Options::manual().flags(&["--max-request-bytes", "2048"])).await;
     // Too large: native.
-    let big = format!("{{\"queue\": \"a\", \"payload\": \"{}\"}}", "x".repeat(4096));
+    let big = format!(
+        "{{\"queue\": \"a\", \"payload\": \"{}\"}}",
+        "x".repeat(4096)
+    );
     let error = server
         .error_raw(Method::POST, "/api/jobs", big.clone().into_bytes(), 413)
         .await;
@@ -394,15 +467,30 @@ async fn transport_errors_are_in_each_apis_shape() {
     )
     .await;
     assert_eq!(status, 413, "{answer}");
-    assert!(answer["title"].is_string() && answer["description"].is_string(), "{answer}");
+    assert!(
+        answer["title"].is_string() && answer["description"].is_string(),
+        "{answer}"
+    );
     // A path that is not UTF-8 once decoded, on both APIs.
     let (status, answer) = server.send_raw(Method::GET, "/api/queues/%FF", None).await;
     assert_eq!(status, 400, "{answer}");
     assert_eq!(answer["error"]["field"], "path", "{answer}");
     let (status, answer) = zaqar(&server, Method::GET, "/v2/queues/%FF/stats", None).await;
     assert_eq!(status, 400, "{answer}");
-    assert!(answer["description"].as_str().unwrap_or_default().contains("path"), "{answer}");
-    let (status, answer) = zaqar(&server, Method::DELETE, "/v2/queues/q/messages/%FF%FE", None).await;
+    assert!(
+        answer["description"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("path"),
+        "{answer}"
+    );
+    let (status, answer) = zaqar(
+        &server,
+        Method::DELETE,
+        "/v2/queues/q/messages/%FF%FE",
+        None,
+    )
+    .await;
     assert_eq!(status, 400, "{answer}");
     // Every answer carries a request id.
     let response = server
@@ -413,5 +501,73 @@ async fn transport_errors_are_in_each_apis_shape() {
         .await
         .expect("an answer");
     assert!(response.headers().contains_key("x-request-id"));
+    still_healthy(&server).await;
+}
+
+#[tokio::test]
+async fn a_replay_respects_unique_keys_and_says_why_it_skipped() {
+    let mut server = TestServer::manual().await;
+    let old = server
+        .enqueue(json!({"queue": "u", "unique_key": "k"}))
+        .await;
+    let job = server.take_one("u").await;
+    let dead = server
+        .fail(&job, "fatal", json!({"retryable": false}))
+        .await;
+    assert_eq!(dead["status"], "dead");
+    let new = server
+        .enqueue(json!({"queue": "u", "unique_key": "k"}))
+        .await;
+    let answer = server
+        .post("/api/dead/replay", json!({"ids": [old, new, 999_999]}))
+        .await;
+    assert_eq!(answer["replayed"], 0, "{answer}");
+    let skipped = answer["skipped"].as_array().expect("skipped").clone();
+    let reasons: Vec<(u64, String)> = skipped
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_u64().expect("an id"),
+                s["reason"].as_str().expect("a reason").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            (
+                old,
+                format!("its unique key \"k\" is held by unfinished job {new} of its queue")
+            ),
+            (new, "it is ready, not dead".to_owned()),
+            (999_999, "there is no such job".to_owned()),
+        ]
+    );
+    // Still one unfinished job per key, after a restart too.
+    assert_eq!(server.status(old).await, "dead");
+    server.restart().await;
+    let error = server
+        .error(
+            Method::POST,
+            "/api/jobs",
+            Some(json!({"queue": "u", "unique_key": "k"})),
+            409,
+        )
+        .await;
+    assert!(error.message.contains(&format!("job {new}")), "{error:?}");
+    // Once the key is free, the replay goes through and the key is held again.
+    let job = server.take_one("u").await;
+    server.complete(&job).await;
+    let answer = server.post("/api/dead/replay", json!({"ids": [old]})).await;
+    assert_eq!(answer["ids"], json!([old]), "{answer}");
+    let error = server
+        .error(
+            Method::POST,
+            "/api/jobs",
+            Some(json!({"queue": "u", "unique_key": "k"})),
+            409,
+        )
+        .await;
+    assert!(error.message.contains(&format!("job {old}")), "{error:?}");
     still_healthy(&server).await;
 }

@@ -17,8 +17,9 @@ use tempfile::TempDir;
 use tenax::model::{ErrorEntry, Job, JobId, NewJob, Status};
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::{
-    Ack, DecideContext, EmbeddedStore, Enqueued, Insert, JobFilter, OnDuplicate, QueueConfig,
-    QueueCounts, Replay, Selection, Store, StoreError, TakeRequest, TakenJob, Transition,
+    Ack, DecideContext, EmbeddedStore, Enqueued, Insert, JobFilter, KeyHolder, NotReplayed,
+    OnDuplicate, QueueConfig, QueueCounts, Replay, Replayed, Selection, Store, StoreError,
+    TakeRequest, TakenJob, Transition,
 };
 use tenax_policy::spelling::native;
 use tenax_policy::{RetryPolicy, Shape};
@@ -383,9 +384,10 @@ async fn enqueue_is_atomic_and_ids_increase(backend: &impl Backend) {
     assert_eq!(
         refused.expect_err("refused"),
         StoreError::Duplicate {
+            index: 1,
             queue: "q".into(),
             key: "k".into(),
-            existing: keyed[0]
+            holder: KeyHolder::Job(keyed[0])
         }
     );
     let all = list(&store, JobFilter::default(), None, 100).await;
@@ -437,7 +439,14 @@ async fn unique_keys_refuse_or_return_the_holder(backend: &impl Backend) {
         )
         .await;
     assert!(
-        matches!(refused, Err(StoreError::Duplicate { .. })),
+        matches!(
+            refused,
+            Err(StoreError::Duplicate {
+                index: 1,
+                holder: KeyHolder::Earlier(0),
+                ..
+            })
+        ),
         "{refused:?}"
     );
     assert_eq!(list(&store, JobFilter::default(), None, 100).await.len(), 3);
@@ -448,7 +457,9 @@ async fn unique_keys_refuse_or_return_the_holder(backend: &impl Backend) {
     let refused = store
         .enqueue(vec![job("q1").key("k")], OnDuplicate::Refuse, T0)
         .await;
-    assert!(matches!(refused, Err(StoreError::Duplicate { existing, .. }) if existing == held));
+    assert!(
+        matches!(refused, Err(StoreError::Duplicate { holder: KeyHolder::Job(existing), .. }) if existing == held)
+    );
     let done = store
         .complete(&[ack(&taken[0])], true, T0)
         .await
@@ -1013,7 +1024,13 @@ async fn dead_jobs_are_replayed(backend: &impl Backend) {
         )
         .await
         .expect("replayed");
-    assert_eq!(replayed, [ids[0]]);
+    assert_eq!(
+        replayed,
+        Replayed {
+            ids: vec![ids[0]],
+            skipped: vec![(ready, NotReplayed::NotDead(Status::InFlight))],
+        }
+    );
     let shown = get(&store, ids[0]).await;
     assert_eq!(
         (
@@ -1051,7 +1068,8 @@ async fn dead_jobs_are_replayed(backend: &impl Backend) {
         )
         .await
         .expect("replayed");
-    assert_eq!(replayed, [ids[1]]);
+    assert_eq!(replayed.ids, [ids[1]]);
+    assert!(replayed.skipped.is_empty());
     let shown = get(&store, ids[1]).await;
     assert_eq!(
         (
@@ -1097,6 +1115,96 @@ async fn dead_jobs_are_replayed(backend: &impl Backend) {
     assert_eq!(
         get(&store, ids[1]).await.spec.policy,
         Some(native::to_json(&policy))
+    );
+    store.close().await;
+}
+
+/// A replay never makes two unfinished jobs share a unique key: a dead job whose key an
+/// unfinished job holds stays dead and is reported; once the key is free it is replayed and
+/// holds the key again.
+async fn replay_respects_unique_keys(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let old = enqueue(&store, vec![job("q").key("k")], T0).await[0];
+    kill(&store, "q", &[old], T0).await;
+    let new = enqueue(&store, vec![job("q").key("k")], T0).await[0];
+    let by_id = |ids: Vec<JobId>| Replay {
+        selection: Selection {
+            ids: Some(ids),
+            filter: JobFilter {
+                status: Some(Status::Dead),
+                ..JobFilter::default()
+            },
+        },
+        policy: None,
+        reset_attempts: false,
+    };
+    let replayed = store
+        .replay(&by_id(vec![old]), T0 + 1)
+        .await
+        .expect("answered");
+    assert_eq!(
+        replayed,
+        Replayed {
+            ids: vec![],
+            skipped: vec![(
+                old,
+                NotReplayed::KeyHeld {
+                    key: "k".into(),
+                    holder: new
+                }
+            )],
+        }
+    );
+    assert_eq!(status(&store, old).await, Some(Status::Dead));
+    // By filter too.
+    let all_dead = Replay {
+        selection: Selection {
+            ids: None,
+            filter: JobFilter {
+                status: Some(Status::Dead),
+                ..JobFilter::default()
+            },
+        },
+        policy: None,
+        reset_attempts: false,
+    };
+    let replayed = store.replay(&all_dead, T0 + 1).await.expect("answered");
+    assert!(replayed.ids.is_empty());
+    assert_eq!(replayed.skipped.len(), 1);
+    // Two dead jobs with one key: only the first comes back.
+    kill(&store, "q", &[new], T0 + 2).await;
+    let replayed = store
+        .replay(&by_id(vec![old, new, 999_999]), T0 + 3)
+        .await
+        .expect("answered");
+    assert_eq!(replayed.ids, [old]);
+    assert_eq!(
+        replayed.skipped,
+        [
+            (
+                new,
+                NotReplayed::KeyHeld {
+                    key: "k".into(),
+                    holder: old
+                }
+            ),
+            (999_999, NotReplayed::NotFound),
+        ]
+    );
+    let refused = store
+        .enqueue(vec![job("q").key("k")], OnDuplicate::Refuse, T0 + 3)
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Duplicate { holder: KeyHolder::Job(h), .. }) if h == old),
+        "{refused:?}"
+    );
+    let store = reopen(backend, store, T0 + 4).await;
+    let refused = store
+        .enqueue(vec![job("q").key("k")], OnDuplicate::Refuse, T0 + 4)
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Duplicate { holder: KeyHolder::Job(h), .. }) if h == old),
+        "{refused:?}"
     );
     store.close().await;
 }
@@ -1459,6 +1567,7 @@ macro_rules! conformance_suite {
                 due_jobs_are_promoted,
                 a_closed_stream_releases_its_jobs,
                 dead_jobs_are_replayed,
+                replay_respects_unique_keys,
                 jobs_are_deleted_by_selection,
                 finished_jobs_are_purged_after_retention,
                 list_filters_and_pages,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tenax_policy::parse_policy;
 use tenax_policy::spelling::native;
@@ -14,8 +14,8 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::JsonBody;
 use super::jobs::{JobPage, ListQuery, list_page};
-use crate::model::Status;
-use crate::store::{JobFilter, Replay, Selection};
+use crate::model::{JobId, Status};
+use crate::store::{JobFilter, Replay, Replayed, Selection};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -83,7 +83,7 @@ struct ReplayRequest {
 async fn replay(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<ReplayRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ReplayView>, ApiError> {
     let selection = request.selection.into_selection()?;
     let policy = match request.policy {
         Some(value) => {
@@ -99,12 +99,44 @@ async fn replay(
         policy,
         reset_attempts: request.reset_attempts,
     };
-    let ids = state
+    let replayed = state
         .engine
         .store
         .replay(&replay, state.engine.now_ms())
         .await?;
-    Ok(Json(json!({ "replayed": ids.len(), "ids": ids })))
+    Ok(Json(ReplayView::from(replayed)))
+}
+
+/// What a replay did: how many and which jobs are ready again, and each job that was named or
+/// selected but not replayed, with the reason.
+#[derive(Debug, Serialize)]
+pub struct ReplayView {
+    replayed: usize,
+    ids: Vec<JobId>,
+    skipped: Vec<SkippedView>,
+}
+
+#[derive(Debug, Serialize)]
+struct SkippedView {
+    id: JobId,
+    reason: String,
+}
+
+impl From<Replayed> for ReplayView {
+    fn from(replayed: Replayed) -> Self {
+        Self {
+            replayed: replayed.ids.len(),
+            ids: replayed.ids,
+            skipped: replayed
+                .skipped
+                .into_iter()
+                .map(|(id, why)| SkippedView {
+                    id,
+                    reason: why.describe(),
+                })
+                .collect(),
+        }
+    }
 }
 
 async fn delete(

@@ -230,13 +230,13 @@ async fn replay(
         policy,
         reset_attempts,
     };
-    let ids = state
+    let replayed = state
         .engine
         .store
         .replay(&replay, state.engine.now_ms())
         .await?;
     state.deliveries.subscription_changed();
-    Ok(ids)
+    Ok(replayed.ids)
 }
 
 async fn replay_one(

@@ -68,6 +68,7 @@ impl From<StoreError> for ApiError {
             }
             StoreError::NotInFlight { .. } => Self::conflict("not_in_flight", error.to_string()),
             StoreError::LeaseLost { .. } => Self::conflict("lease_lost", error.to_string()),
+            // The handler names the field (`unique_key`, `jobs[i].unique_key`).
             StoreError::Duplicate { .. } => Self::conflict("duplicate", error.to_string()),
             StoreError::Storage(_) | StoreError::Corrupt(_) | StoreError::Failed => {
                 tracing::error!(%error, "storage error");

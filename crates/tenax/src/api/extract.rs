@@ -30,7 +30,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
     match first {
-        None => return Err(ApiError::invalid("body", "must be a JSON object, got nothing")),
+        None => {
+            return Err(ApiError::invalid(
+                "body",
+                "must be a JSON object, got nothing",
+            ));
+        }
         Some(b'{') => {}
         Some(_) => {
             let shown = match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
@@ -59,7 +64,10 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         if inner.is_syntax() {
             return ApiError::invalid(
                 field,
-                format!("must be a JSON value of the right type ({})", strip_position(&inner)),
+                format!(
+                    "must be a JSON value of the right type ({})",
+                    strip_position(&inner)
+                ),
             );
         }
         let message = inner.to_string();
@@ -79,13 +87,20 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             Some(at) => &message[..at],
             None => &message,
         };
-        let field = if field.is_empty() { "body".to_owned() } else { field };
+        let field = if field.is_empty() {
+            "body".to_owned()
+        } else {
+            field
+        };
         ApiError::invalid(field, humanize(message))
     })?;
     deserializer.end().map_err(|e| {
         ApiError::invalid(
             "body",
-            format!("must hold one JSON object and nothing after it ({})", strip_position(&e)),
+            format!(
+                "must hold one JSON object and nothing after it ({})",
+                strip_position(&e)
+            ),
         )
     })?;
     Ok(value)
@@ -128,11 +143,26 @@ fn strip_position(error: &serde_json::Error) -> String {
 pub fn humanize(message: &str) -> String {
     const WORDS: [(&str, &str); 14] = [
         ("expected u16", "expected a whole number from 0 to 65535"),
-        ("expected u32", "expected a whole number from 0 to 4294967295"),
-        ("expected u64", "expected a whole number from 0 to 18446744073709551615"),
-        ("expected usize", "expected a whole number from 0 to 18446744073709551615"),
-        ("expected i32", "expected a whole number from -2147483648 to 2147483647"),
-        ("expected i64", "expected a whole number from -9223372036854775808 to 9223372036854775807"),
+        (
+            "expected u32",
+            "expected a whole number from 0 to 4294967295",
+        ),
+        (
+            "expected u64",
+            "expected a whole number from 0 to 18446744073709551615",
+        ),
+        (
+            "expected usize",
+            "expected a whole number from 0 to 18446744073709551615",
+        ),
+        (
+            "expected i32",
+            "expected a whole number from -2147483648 to 2147483647",
+        ),
+        (
+            "expected i64",
+            "expected a whole number from -9223372036854775808 to 9223372036854775807",
+        ),
         ("expected f64", "expected a number"),
         ("expected a sequence", "expected an array"),
         ("expected a map", "expected an object"),
@@ -227,14 +257,24 @@ mod tests {
             ("7", "must be a JSON object, got a number"),
             ("nope", "must be a JSON object, got text that is not JSON"),
         ] {
-            assert_eq!(refused(body), ("body".to_owned(), rule.to_owned()), "{body}");
+            assert_eq!(
+                refused(body),
+                ("body".to_owned(), rule.to_owned()),
+                "{body}"
+            );
         }
         let (field, rule) = refused(r#"{"queue": "a"}}"#);
         assert_eq!(field, "body");
-        assert!(rule.starts_with("must hold one JSON object and nothing after it"), "{rule}");
+        assert!(
+            rule.starts_with("must hold one JSON object and nothing after it"),
+            "{rule}"
+        );
         let (field, rule) = refused(r#"{"queue": "a", "prio"#);
         assert_eq!(field, "body");
-        assert!(rule.starts_with("must be complete JSON, but it ends early"), "{rule}");
+        assert!(
+            rule.starts_with("must be complete JSON, but it ends early"),
+            "{rule}"
+        );
         let (field, rule) = refused(r#"{"queue": tru}"#);
         assert_eq!(field, "queue");
         assert!(rule.starts_with("must be a JSON value"), "{rule}");

@@ -101,7 +101,8 @@ pub async fn guard(State(limits): State<Arc<Limits>>, request: Request, next: Ne
     let id = request_id(request.headers().get(&REQUEST_ID));
     let shape = Shape::of(request.uri().path());
     let method = request.method().clone();
-    let span = tracing::info_span!("request", request_id = %id, %method, path = %request.uri().path());
+    let span =
+        tracing::info_span!("request", request_id = %id, %method, path = %request.uri().path());
     let mut response = run(&limits, shape, request, next, &id)
         .instrument(span)
         .await;
@@ -111,7 +112,13 @@ pub async fn guard(State(limits): State<Arc<Limits>>, request: Request, next: Ne
     response
 }
 
-async fn run(limits: &Limits, shape: Shape, request: Request, next: Next, id: &Arc<str>) -> Response {
+async fn run(
+    limits: &Limits,
+    shape: Shape,
+    request: Request,
+    next: Next,
+    id: &Arc<str>,
+) -> Response {
     if percent_decoded_is_utf8(request.uri().path()).is_err() {
         return shape.error(
             StatusCode::BAD_REQUEST,
@@ -216,7 +223,8 @@ fn request_id(given: Option<&HeaderValue>) -> Arc<str> {
     let sane = given.and_then(|v| v.to_str().ok()).filter(|v| {
         !v.is_empty()
             && v.len() <= 64
-            && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
     });
     match sane {
         Some(id) => Arc::from(id),
@@ -239,7 +247,10 @@ fn new_request_id() -> String {
         nanos ^ u64::from(std::process::id()).rotate_left(32)
     });
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("{:016x}", start.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15)))
+    format!(
+        "{:016x}",
+        start.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    )
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use super::{AppState, Limits};
 use crate::clock::{UnixMs, check_time, rfc3339};
 use crate::model::subscription::is_internal_queue;
 use crate::model::{NewJob, Status};
-use crate::store::{Enqueued, Insert, JobFilter, OnDuplicate, Selection};
+use crate::store::{Enqueued, Insert, JobFilter, OnDuplicate, Selection, StoreError};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -192,7 +192,11 @@ async fn enqueue_one(
     let now = state.engine.now_ms();
     let base = state.engine.base_policy(&request.queue).await;
     let insert = to_insert(request, "", now, &state.limits, &base)?;
-    let result = state.engine.enqueue(vec![insert], on_duplicate).await?;
+    let result = state
+        .engine
+        .enqueue(vec![insert], on_duplicate)
+        .await
+        .map_err(|e| duplicate_field(e, |_| "unique_key".to_owned()))?;
     let first = result
         .first()
         .ok_or_else(|| ApiError::invalid("", "nothing was enqueued"))?;
@@ -228,9 +232,24 @@ async fn enqueue_batch(
             &base,
         )?);
     }
-    let result = state.engine.enqueue(inserts, request.on_duplicate).await?;
+    let result = state
+        .engine
+        .enqueue(inserts, request.on_duplicate)
+        .await
+        .map_err(|e| duplicate_field(e, |i| format!("jobs[{i}].unique_key")))?;
     let jobs = result.iter().map(enqueued_view).collect();
     Ok((StatusCode::CREATED, Json(BatchView { jobs })))
+}
+
+/// A refused duplicate names the job's `unique_key` field; other errors as usual.
+fn duplicate_field(error: StoreError, field: impl Fn(usize) -> String) -> ApiError {
+    match &error {
+        StoreError::Duplicate { index, .. } => ApiError {
+            field: Some(field(*index)),
+            ..ApiError::from(error.clone())
+        },
+        _ => error.into(),
+    }
 }
 
 pub(super) fn parse_id(text: &str) -> Result<u64, ApiError> {

@@ -185,7 +185,10 @@ mod tests {
     #[test]
     fn unreadable_json_is_refused_with_the_rule() {
         let deep = check_text(&nested(MAX_DEPTH + 1)).unwrap_err();
-        assert!(deep.starts_with("must be nested at most 64 levels deep"), "{deep}");
+        assert!(
+            deep.starts_with("must be nested at most 64 levels deep"),
+            "{deep}"
+        );
         let deeper = check_text(&nested(500)).unwrap_err();
         assert!(deeper.starts_with("must be nested at most 64"), "{deeper}");
         let huge = check_text("[1e999]").unwrap_err();
@@ -193,7 +196,10 @@ mod tests {
         assert!(huge.contains("line 1 column"), "{huge}");
         for lone in [r#""\ud800""#, r#""\udc00x""#, r#"{"\ud800": 1}"#] {
             let error = check_text(lone).unwrap_err();
-            assert!(error.starts_with("must hold only valid Unicode"), "{lone}: {error}");
+            assert!(
+                error.starts_with("must hold only valid Unicode"),
+                "{lone}: {error}"
+            );
         }
     }
 

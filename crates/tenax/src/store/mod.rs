@@ -141,8 +141,8 @@ impl Store {
         dispatch!(self, s => s.purge_finished(completed_before, dead_before, max).await)
     }
 
-    /// Dead jobs back to ready.
-    pub async fn replay(&self, replay: &Replay, now_ms: UnixMs) -> Result<Vec<JobId>, StoreError> {
+    /// Dead jobs back to ready, unless their unique key is held by an unfinished job.
+    pub async fn replay(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError> {
         dispatch!(self, s => s.replay(replay, now_ms).await)
     }
 

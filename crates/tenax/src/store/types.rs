@@ -17,13 +17,13 @@ pub enum StoreError {
     NotInFlight { id: JobId, status: Status },
     #[error("job {id}: this lease is no longer valid (it expired, or the job was taken again)")]
     LeaseLost { id: JobId },
-    #[error(
-        "queue {queue:?} already has an unfinished job with unique key {key:?} (job {existing})"
-    )]
+    /// The job at `index` of an enqueue request names a unique key that is already held.
+    #[error("{}", duplicate_message(queue, key, holder))]
     Duplicate {
+        index: usize,
         queue: String,
         key: String,
-        existing: JobId,
+        holder: KeyHolder,
     },
     #[error("subscription {0} does not exist")]
     NoSubscription(crate::model::SubscriptionId),
@@ -33,6 +33,27 @@ pub enum StoreError {
     Corrupt(String),
     #[error("storage has failed and refuses writes; restart the server")]
     Failed,
+}
+
+/// Who holds a unique key that an enqueue asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyHolder {
+    /// A stored, unfinished job.
+    Job(JobId),
+    /// An earlier job of the same request (at this index), which was therefore not stored.
+    Earlier(usize),
+}
+
+fn duplicate_message(queue: &str, key: &str, holder: &KeyHolder) -> String {
+    match holder {
+        KeyHolder::Job(id) => format!(
+            "queue {queue:?} already has an unfinished job with unique key {key:?} (job {id})"
+        ),
+        KeyHolder::Earlier(index) => format!(
+            "repeats unique key {key:?} of jobs[{index}] in queue {queue:?}; a queue holds one \
+             unfinished job per key"
+        ),
+    }
 }
 
 /// A job to add, with its own policy already parsed (the canonical JSON is in `job.policy`).
@@ -151,6 +172,43 @@ impl JobFilter {
     pub fn finished_since(&self, state: &JobState) -> bool {
         self.finished_since_ms
             .is_none_or(|since| state.finished_at_ms.is_some_and(|at| at >= since))
+    }
+}
+
+/// What a replay did: the jobs it made ready, and why it left others as they were.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replayed {
+    pub ids: Vec<JobId>,
+    /// Jobs the selection named by id that were not replayed, and every selected dead job that
+    /// could not be, in id order.
+    pub skipped: Vec<(JobId, NotReplayed)>,
+}
+
+/// Why a job was not replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotReplayed {
+    /// There is no such job (never was, or purged).
+    NotFound,
+    /// It is not dead.
+    NotDead(Status),
+    /// It does not match the selection's queue or type.
+    NotSelected,
+    /// Its unique key is held by another unfinished job of its queue: replaying it would make
+    /// two unfinished jobs share the key.
+    KeyHeld { key: String, holder: JobId },
+}
+
+impl NotReplayed {
+    /// The reason in words.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::NotFound => "there is no such job".into(),
+            Self::NotDead(status) => format!("it is {}, not dead", status.name()),
+            Self::NotSelected => "it does not match the queue or type of the selection".into(),
+            Self::KeyHeld { key, holder } => {
+                format!("its unique key {key:?} is held by unfinished job {holder} of its queue")
+            }
+        }
     }
 }
 

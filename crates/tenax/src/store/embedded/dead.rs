@@ -1,27 +1,66 @@
 //! Replay and delete.
 
+use std::collections::HashSet;
+
 use super::EmbeddedStore;
 use super::writer::{self, Op};
 use crate::clock::UnixMs;
 use crate::model::{JobId, Status};
-use crate::store::{Replay, Selection, StoreError, to_json_bytes};
+use crate::store::{NotReplayed, Replay, Replayed, Selection, StoreError, to_json_bytes};
 
 impl EmbeddedStore {
     /// Dead jobs matching the selection become ready, optionally with a new policy and a fresh
-    /// attempt count. Their error history is kept.
-    pub async fn replay(&self, replay: &Replay, now_ms: UnixMs) -> Result<Vec<JobId>, StoreError> {
-        let (ids, receiver) = {
+    /// attempt count. Their error history is kept. A job whose unique key an unfinished job
+    /// holds stays dead (the key index maps a key to one unfinished job), and so does any id the
+    /// selection names that is not a selected dead job; each is reported with the reason.
+    pub async fn replay(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError> {
+        let (replayed, receiver) = {
             let mut inner = self.inner.lock();
-            let mut ids = self.select(&inner.index, &replay.selection)?;
-            ids.retain(|id| {
-                inner
-                    .index
-                    .get(*id)
-                    .is_some_and(|e| e.state.status == Status::Dead)
-            });
-            let mut ops = Vec::with_capacity(ids.len() * 2);
-            for id in &ids {
-                let updated = inner.index.update(*id, |e| {
+            let selected = self.select(&inner.index, &replay.selection)?;
+            let mut replayed = Replayed::default();
+            if let Some(named) = &replay.selection.ids {
+                let selected: HashSet<JobId> = selected.iter().copied().collect();
+                for id in named {
+                    if selected.contains(id) {
+                        continue;
+                    }
+                    let reason = match inner.index.get(*id) {
+                        None => NotReplayed::NotFound,
+                        Some(e) if e.state.status != Status::Dead => {
+                            NotReplayed::NotDead(e.state.status)
+                        }
+                        Some(_) => NotReplayed::NotSelected,
+                    };
+                    replayed.skipped.push((*id, reason));
+                }
+            }
+            let mut ops = Vec::with_capacity(selected.len() * 2);
+            for id in selected {
+                let Some(entry) = inner.index.get(id) else {
+                    continue;
+                };
+                if entry.state.status != Status::Dead {
+                    if replay.selection.ids.is_some() {
+                        let reason = NotReplayed::NotDead(entry.state.status);
+                        replayed.skipped.push((id, reason));
+                    }
+                    continue;
+                }
+                if let Some(key) = &entry.unique_key {
+                    let pending = inner
+                        .pending_unique
+                        .get(&(entry.queue.to_string(), key.to_string()))
+                        .copied();
+                    let holder = inner.index.unique(&entry.queue, key).or(pending);
+                    if let Some(holder) = holder.filter(|h| *h != id) {
+                        let key = key.to_string();
+                        replayed
+                            .skipped
+                            .push((id, NotReplayed::KeyHeld { key, holder }));
+                        continue;
+                    }
+                }
+                let updated = inner.index.update(id, |e| {
                     e.state.status = Status::Ready;
                     e.state.run_at_ms = now_ms;
                     e.state.finished_at_ms = None;
@@ -37,25 +76,27 @@ impl EmbeddedStore {
                 });
                 if let Some(entry) = updated {
                     ops.push(Op::PutState {
-                        id: *id,
+                        id,
                         state: to_json_bytes(&entry.state),
                     });
                 }
                 if let Some((json, _)) = &replay.policy {
                     ops.push(Op::PutPolicy {
-                        id: *id,
+                        id,
                         policy: to_json_bytes(json),
                     });
                 }
+                replayed.ids.push(id);
             }
+            replayed.skipped.sort_by_key(|(id, _)| *id);
             let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
-            (ids, receiver)
+            (replayed, receiver)
         };
         if let Some(receiver) = receiver {
             writer::wait(receiver).await?;
             self.ready.notify_waiters();
         }
-        Ok(ids)
+        Ok(replayed)
     }
 
     pub async fn delete(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError> {

@@ -12,7 +12,7 @@ use super::writer::{self, Op};
 use crate::clock::UnixMs;
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
 use crate::model::{DeliveryPayload, JobId, JobState, NewJob, SubscriptionId};
-use crate::store::{Enqueued, Insert, OnDuplicate, StoreError, to_json_bytes};
+use crate::store::{Enqueued, Insert, KeyHolder, OnDuplicate, StoreError, to_json_bytes};
 
 impl EmbeddedStore {
     pub async fn enqueue(
@@ -31,32 +31,41 @@ impl EmbeddedStore {
             .collect();
         let receiver = {
             let mut inner = self.inner.lock();
-            // Keys claimed by earlier jobs of this same request.
-            let mut claimed: HashMap<(String, String), JobId> = HashMap::new();
+            // Keys claimed by earlier jobs of this same request: their id and index.
+            let mut claimed: HashMap<(String, String), (JobId, usize)> = HashMap::new();
             let mut next_id = inner.next_id;
             let mut ops = Vec::with_capacity(encoded.len() * 2 + 1);
-            for Encoded {
-                insert,
-                state,
-                body,
-                state_bytes,
-                policy,
-            } in encoded
+            for (
+                index,
+                Encoded {
+                    insert,
+                    state,
+                    body,
+                    state_bytes,
+                    policy,
+                },
+            ) in encoded.into_iter().enumerate()
             {
                 if let Some(key) = &insert.job.unique_key {
                     let k = (insert.job.queue.clone(), key.clone());
-                    let existing = inner
+                    let held = inner
                         .index
                         .unique(&insert.job.queue, key)
                         .or_else(|| inner.pending_unique.get(&k).copied())
-                        .or_else(|| claimed.get(&k).copied());
-                    if let Some(existing) = existing {
+                        .map(|id| (id, KeyHolder::Job(id)))
+                        .or_else(|| {
+                            claimed
+                                .get(&k)
+                                .map(|(id, at)| (*id, KeyHolder::Earlier(*at)))
+                        });
+                    if let Some((existing, holder)) = held {
                         match on_duplicate {
                             OnDuplicate::Refuse => {
                                 return Err(StoreError::Duplicate {
+                                    index,
                                     queue: k.0,
                                     key: k.1,
-                                    existing,
+                                    holder,
                                 });
                             }
                             OnDuplicate::Existing => {
@@ -74,7 +83,7 @@ impl EmbeddedStore {
                             }
                         }
                     }
-                    claimed.insert(k, next_id);
+                    claimed.insert(k, (next_id, index));
                 }
                 results.push(Enqueued {
                     id: next_id,
@@ -118,7 +127,9 @@ impl EmbeddedStore {
             }
             ops.push(Op::SetNextId(next_id));
             inner.next_id = next_id;
-            inner.pending_unique.extend(claimed);
+            inner
+                .pending_unique
+                .extend(claimed.into_iter().map(|(k, (id, _))| (k, id)));
             self.writer.submit(ops)
         };
         let written = writer::wait(receiver).await;
