@@ -778,7 +778,7 @@ async fn dead_jobs_are_listed_replayed_and_deleted() {
             json!({"ids": [a], "policy": {"type": "fixed", "delay": "2m"}, "reset_attempts": true}),
         )
         .await;
-    assert_eq!(answer, json!({"replayed": 1, "ids": [a]}));
+    assert_eq!(answer, json!({"replayed": 1, "ids": [a], "skipped": []}));
     let shown = server.job(a).await;
     assert_eq!(
         (&shown["status"], &shown["failures"], &shown["attempt"]),
@@ -809,10 +809,13 @@ async fn dead_jobs_are_listed_replayed_and_deleted() {
         "dead"
     );
 
-    // Replaying a job that is not dead does nothing; a selection is required.
+    // Replaying a job that is not dead does nothing, and says why; a selection is required.
+    let status = server.status(a).await;
     assert_eq!(
         server.post("/api/dead/replay", json!({"ids": [a]})).await,
-        json!({"replayed": 0, "ids": []})
+        json!({"replayed": 0, "ids": [], "skipped": [
+            {"id": a, "reason": format!("it is {status}, not dead")}
+        ]})
     );
     server.invalid("/api/dead/replay", json!({}), "ids").await;
     server
