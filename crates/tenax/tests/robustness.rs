@@ -571,3 +571,41 @@ async fn a_replay_respects_unique_keys_and_says_why_it_skipped() {
     assert!(error.message.contains(&format!("job {old}")), "{error:?}");
     still_healthy(&server).await;
 }
+
+#[tokio::test]
+async fn a_small_preview_request_gets_a_bounded_answer() {
+    let server = TestServer::manual().await;
+    // 60 bytes that once answered 13 MB.
+    let policy = br#"{"type":"fixed","delay":"1s","retry_limit":100000}"#.to_vec();
+    let response = server
+        .api
+        .http()
+        .post(server.api.url("/api/policy/preview"))
+        .header("content-type", "application/json")
+        .body(policy.clone())
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(response.status(), 200);
+    let bytes = response.bytes().await.expect("a body");
+    assert!(bytes.len() < 20_000, "{} bytes", bytes.len());
+    let answer: Value = serde_json::from_slice(&bytes).expect("JSON");
+    assert_eq!(answer["retries"].as_array().map(Vec::len), Some(100));
+    assert_eq!(answer["retry_count"], 100_000);
+    assert_eq!(answer["truncated"], true);
+    assert_eq!(answer["window_ms"], 100_000_000u64);
+    // More when asked, up to a bound.
+    let (status, answer) = server
+        .send_raw(
+            Method::POST,
+            "/api/policy/preview?rows=10000",
+            Some(policy.clone()),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["retries"].as_array().map(Vec::len), Some(10_000));
+    let error = server
+        .error_raw(Method::POST, "/api/policy/preview?rows=10001", policy, 400)
+        .await;
+    assert_eq!(error.field.as_deref(), Some("rows"));
+}
