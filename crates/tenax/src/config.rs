@@ -2,9 +2,11 @@
 //! environment twins, validated before anything starts.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use tenax_policy::spelling::native;
 use tenax_policy::{Jitter, RetryPolicy, Shape, parse_duration, polynomial::Polynomial};
 
@@ -88,6 +90,10 @@ pub struct ServeArgs {
     /// Most connections open at once; more wait to be accepted. Each takes a file descriptor.
     #[arg(long, env = "TENAX_MAX_CONNECTIONS", default_value_t = 4096)]
     pub max_connections: usize,
+    /// A PEM file of CA certificates that https endpoints may be signed by, trusted in addition
+    /// to the platform's root certificates (for endpoints with a private CA).
+    #[arg(long, env = "TENAX_DELIVERY_CA_FILE")]
+    pub delivery_ca_file: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "TENAX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -138,6 +144,55 @@ pub struct DeliveryConfig {
     pub concurrency_per_endpoint: u32,
     /// 0: never.
     pub auto_disable_after_ms: u64,
+    /// CA certificates trusted in addition to the platform's roots (`--delivery-ca-file`).
+    pub ca_file: Option<CaFile>,
+}
+
+/// The CA certificates of `--delivery-ca-file`, read and checked at start-up.
+#[derive(Clone)]
+pub struct CaFile {
+    pub path: PathBuf,
+    /// DER, each one usable as a trust anchor.
+    pub certificates: Vec<CertificateDer<'static>>,
+}
+
+impl std::fmt::Debug for CaFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaFile")
+            .field("path", &self.path)
+            .field("certificates", &self.certificates.len())
+            .finish()
+    }
+}
+
+impl CaFile {
+    /// Reads the PEM file at `path`: one or more `CERTIFICATE` blocks, each a certificate that
+    /// can serve as a trust anchor. The message says what is wrong, not which flag gave it.
+    pub fn read(path: &Path) -> Result<Self, String> {
+        let shown = path.display();
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+        let mut certificates = Vec::new();
+        for (n, certificate) in CertificateDer::pem_slice_iter(&bytes).enumerate() {
+            let n = n + 1;
+            let certificate = certificate
+                .map_err(|e| format!("{shown}: certificate {n} is not valid PEM: {e}"))?;
+            rustls::RootCertStore::empty()
+                .add(certificate.clone())
+                .map_err(|e| {
+                    format!("{shown}: certificate {n} is not a usable CA certificate: {e}")
+                })?;
+            certificates.push(certificate);
+        }
+        if certificates.is_empty() {
+            return Err(format!(
+                "{shown} holds no PEM certificate (a -----BEGIN CERTIFICATE----- block)"
+            ));
+        }
+        Ok(Self {
+            path: path.to_owned(),
+            certificates,
+        })
+    }
 }
 
 /// The default delivery policy: the schedule Standard Webhooks senders commonly use.
@@ -243,6 +298,12 @@ impl ServeArgs {
         if self.max_request_bytes < 1024 {
             return Err("--max-request-bytes: must be at least 1024".into());
         }
+        let ca_file = self
+            .delivery_ca_file
+            .as_deref()
+            .map(CaFile::read)
+            .transpose()
+            .map_err(|e| format!("--delivery-ca-file: {e}"))?;
         Ok(Config {
             listen: self.listen,
             data_dir: self.data_dir.clone(),
@@ -264,6 +325,7 @@ impl ServeArgs {
                 timeout_ms: self.delivery_timeout,
                 concurrency_per_endpoint: self.delivery_concurrency,
                 auto_disable_after_ms: self.delivery_auto_disable_after,
+                ca_file,
             },
         })
     }
@@ -319,6 +381,68 @@ mod tests {
         assert_eq!(ok.default_policy.delay_ms(2), 1_500 + 4_000);
         let err = config(&["--default-backoff-base", "50000d"]).unwrap_err();
         assert!(err.contains("100 years"), "{err}");
+    }
+
+    /// A self-signed CA certificate, PEM.
+    fn ca_pem() -> String {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.self_signed(&key).unwrap().pem()
+    }
+
+    #[test]
+    fn delivery_ca_file_holds_pem_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, contents: &[u8]| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, contents).unwrap();
+            path.display().to_string()
+        };
+        assert!(config(&[]).unwrap().delivery.ca_file.is_none());
+
+        let two = file("two.pem", format!("{}\n{}", ca_pem(), ca_pem()).as_bytes());
+        let ok = config(&["--delivery-ca-file", &two]).unwrap();
+        let ca_file = ok.delivery.ca_file.unwrap();
+        assert_eq!(ca_file.certificates.len(), 2);
+        assert_eq!(ca_file.path.display().to_string(), two);
+
+        let missing = dir.path().join("missing.pem").display().to_string();
+        let cases = [
+            (missing.clone(), "cannot read"),
+            (file("empty.pem", b""), "holds no PEM certificate"),
+            (
+                file("text.pem", b"not a certificate\n"),
+                "holds no PEM certificate",
+            ),
+            (
+                file("der.pem", &[0x30, 0x82, 0x01, 0x0a, 0xff]),
+                "holds no PEM certificate",
+            ),
+            (
+                file(
+                    "key.pem",
+                    rcgen::KeyPair::generate()
+                        .unwrap()
+                        .serialize_pem()
+                        .as_bytes(),
+                ),
+                "holds no PEM certificate",
+            ),
+            (
+                file(
+                    "garbage.pem",
+                    b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+                ),
+                "certificate 1 is not a usable CA certificate",
+            ),
+        ];
+        for (path, rule) in cases {
+            let err = config(&["--delivery-ca-file", &path]).unwrap_err();
+            assert!(err.starts_with("--delivery-ca-file: "), "{path}: {err}");
+            assert!(err.contains(rule), "{path}: {err}");
+            assert!(err.contains(&path), "{path}: {err}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod delivery;
 pub mod engine;
+pub mod http;
 pub mod model;
 pub mod serve;
 pub mod server;

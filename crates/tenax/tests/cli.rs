@@ -2,7 +2,7 @@
 //! list, show, stats, dead list and replay; bad input exits with status 2 and names the field.
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tenax");
@@ -22,6 +22,11 @@ impl Drop for Server {
 }
 
 fn start() -> Server {
+    start_with(&[], Stdio::inherit())
+}
+
+/// A server with extra environment variables and its standard error sent to `stderr`.
+fn start_with(env: &[(&str, &str)], stderr: Stdio) -> Server {
     let dir = tempfile::tempdir().expect("temp dir");
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -36,6 +41,8 @@ fn start() -> Server {
         ])
         .arg(dir.path())
         .env("TENAX_LOG", "warn")
+        .envs(env.iter().copied())
+        .stderr(stderr)
         .spawn()
         .expect("spawn tenax serve");
     let url = format!("http://127.0.0.1:{port}");
@@ -119,6 +126,8 @@ fn client_commands_round_trip() {
     );
 
     // Fail the mail job once: its policy allows no retries, so it is dead.
+    tenax::http::install_crypto_provider();
+    #[allow(clippy::disallowed_methods)] // the provider is installed
     let client = reqwest::blocking::Client::new();
     let taken: serde_json::Value = client
         .post(format!("{}/api/take", server.url))
@@ -185,9 +194,53 @@ fn bad_input_exits_2_naming_the_field() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("--default-backoff-exponent"));
     let output = Command::new(BIN)
+        .args(["serve", "--delivery-ca-file", "/no/such/ca.pem"])
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--delivery-ca-file: cannot read /no/such/ca.pem"),
+        "{stderr}"
+    );
+    let output = Command::new(BIN)
         .args(["policy", "preview", "--policy", r#"{"type": "fixed"}"#])
         .output()
         .expect("run");
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("delay: is required"));
+}
+
+#[test]
+fn without_platform_root_certificates_plain_http_still_works() {
+    // A machine with no CA certificates (a minimal container): rustls-native-certs reads only
+    // SSL_CERT_FILE and SSL_CERT_DIR when either is set, and here they hold nothing.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let no_roots = dir.path().join("no-roots.pem");
+    std::fs::write(&no_roots, "").expect("write an empty bundle");
+    let no_roots = no_roots.to_str().expect("utf-8 path");
+    let log = dir.path().join("serve.log");
+    let server = start_with(
+        &[("SSL_CERT_FILE", no_roots), ("SSL_CERT_DIR", "")],
+        Stdio::from(std::fs::File::create(&log).expect("a log file")),
+    );
+    // The server runs, and says why https deliveries will fail.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("root certificates could not be loaded") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no warning in the log: {text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A client command builds its client and talks plain http.
+    let output = Command::new(BIN)
+        .args(["stats"])
+        .env("TENAX_URL", &server.url)
+        .env("SSL_CERT_FILE", no_roots)
+        .env("SSL_CERT_DIR", "")
+        .output()
+        .expect("run tenax");
+    stdout(&output);
 }

@@ -101,7 +101,7 @@ fn seed() -> u64 {
 }
 
 fn client() -> reqwest::Client {
-    reqwest::Client::builder()
+    tenax::http::client_builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(15))

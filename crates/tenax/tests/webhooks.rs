@@ -1,5 +1,5 @@
-//! Webhook delivery over real HTTP: the real server (system clock) delivering to a scripted
-//! receiver on a loopback port (`common/receiver.rs`), with millisecond policies.
+//! Webhook delivery over real HTTP and HTTPS: the real server (system clock) delivering to a
+//! scripted receiver on a loopback port (`common/receiver.rs`), with millisecond policies.
 //!
 //! Every test has its own server and its own receivers, so the tests run in parallel. Timing
 //! assertions compare the moments requests reach the receiver; their tolerance is stated where
@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use tenax::delivery::signing;
 
 use common::{Options, PATIENCE, TestServer, ms};
-use receiver::{Received, Receiver, Reply};
+use receiver::{Received, Receiver, Reply, TestCa};
 
 /// How much earlier than its delay a retry may reach the receiver: none, but the server
 /// schedules in whole milliseconds of the system clock while the receiver stamps arrivals with
@@ -1171,5 +1171,255 @@ async fn subscriptions_sharing_an_endpoint_do_not_wait_for_each_other() {
             latency < Duration::from_millis(LATE_MS),
             "message {n} (queue {queue}) took {latency:?} to arrive"
         );
+    }
+}
+
+// --- HTTPS -----------------------------------------------------------------------------------
+
+/// A server that trusts `ca` (written to a file in `dir`) besides the platform's roots.
+async fn server_trusting(ca: &TestCa, dir: &tempfile::TempDir, extra: &[&str]) -> TestServer {
+    let ca_file = ca.write_pem(dir.path(), "ca.pem");
+    let mut flags = vec!["--delivery-ca-file", ca_file.to_str().unwrap()];
+    flags.extend_from_slice(extra);
+    server(&flags).await
+}
+
+/// The request of subscription `sub` among `received`.
+fn request_of(received: &[Received], sub: u64) -> &Received {
+    received
+        .iter()
+        .find(|r| r.header("tenax-subscription") == sub.to_string())
+        .unwrap_or_else(|| panic!("no request of subscription {sub}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_delivery_to_a_private_ca_carries_the_same_envelope_headers_and_signature() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("Tenax test CA");
+    let server = server_trusting(&ca, &dir, &[]).await;
+    let secure = Receiver::start_tls(
+        Vec::new(),
+        Reply::status(200).body("thanks"),
+        &ca.leaf(&["localhost", "127.0.0.1"]),
+    )
+    .await;
+    let plain = Receiver::ok().await;
+    // By name (resolved by the address guard's resolver, verified against the certificate's
+    // DNS name), by IP address (its IP address name), and plain http beside them.
+    let by_name = subscribe_to(
+        &server,
+        "orders",
+        &secure.localhost_url("/hook"),
+        json!({ "secret": SECRET, "headers": {"X-Team": "billing"} }),
+    )
+    .await;
+    assert!(text(&by_name["endpoint"]).starts_with("https://localhost:"));
+    let by_name = id(&by_name);
+    let by_ip = id(&subscribe_to(&server, "orders", &secure.url("/hook"), json!({})).await);
+    let by_http = id(&subscribe(&server, "orders", &plain, json!({})).await);
+    let before = now_ms();
+    let message = publish(&server, "orders", json!({"total": 12})).await;
+    let received = secure.wait_for(2, ARRIVAL).await;
+    let after = now_ms();
+
+    let request = request_of(&received, by_name);
+    let d = delivery_of(request);
+    let envelope = request.json();
+    let created_at = server.job(message).await["created_at"].clone();
+    assert_eq!(
+        envelope,
+        json!({
+            "delivery_id": d, "subscription_id": by_name, "attempt": 1, "queue": "orders",
+            "message": {"id": message, "type": "order.paid", "body": {"total": 12},
+                        "created_at": created_at},
+            "sent_at": envelope["sent_at"],
+        })
+    );
+    let sent_at = ms(&envelope["sent_at"]);
+    assert!((before..=after).contains(&sent_at), "sent_at {sent_at}");
+    let webhook_id = request.header("webhook-id");
+    assert_eq!(webhook_id, format!("dlv_{d}"));
+    let timestamp: u64 = request.header("webhook-timestamp").parse().unwrap();
+    assert_eq!(timestamp, sent_at / 1000);
+    let key = signing::secret_key(SECRET).unwrap();
+    let signature = request.header("webhook-signature");
+    assert!(
+        signing::verify(&key, &webhook_id, timestamp, &request.body, &signature),
+        "{signature} does not verify"
+    );
+    assert_eq!(request.header("content-type"), "application/json");
+    assert_eq!(request.header("tenax-attempt"), "1");
+    assert_eq!(request.header("x-team"), "billing");
+    assert!(request.header("user-agent").starts_with("Tenax-Webhooks/"));
+    assert_eq!(
+        request.header("host"),
+        format!("localhost:{}", secure.address.port())
+    );
+    assert_eq!(message_of(request_of(&received, by_ip)), message);
+    assert_eq!(message_of(&plain.wait_for(1, ARRIVAL).await[0]), message);
+
+    for sub in [by_name, by_ip, by_http] {
+        let d = only_delivery(&server, sub).await;
+        wait_delivery(&server, d, "completed").await;
+        let tries = wait_attempts(&server, d, 1).await;
+        assert_eq!(tries[0]["result"], json!("delivered"), "{tries:?}");
+        assert_eq!(tries[0]["error"], Value::Null, "{tries:?}");
+    }
+    let tries = wait_attempts(&server, d, 1).await;
+    assert_eq!(tries[0]["status"], json!(200), "{tries:?}");
+    assert_eq!(tries[0]["response"], json!("thanks"), "{tries:?}");
+    assert_eq!(secure.failed_handshakes(), 0);
+    assert_eq!(secure.count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_over_https_follow_the_phased_schedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("Tenax test CA");
+    let server = server_trusting(&ca, &dir, &[]).await;
+    let certificate = ca.leaf(&["localhost", "127.0.0.1"]);
+    let mut cases = Vec::new();
+    for function in ["linear", "exponential"] {
+        // One retry at once, two at MIN, a backoff of four, one at MAX, as over http.
+        let policy = json!({
+            "type": "phased", "min_delay": 100, "max_delay": 400, "num_retries": 8,
+            "num_no_delay_retries": 1, "num_min_delay_retries": 2, "num_max_delay_retries": 1,
+            "function": function, "jitter": "none",
+        });
+        let expected = schedule_of(&policy);
+        assert_eq!(
+            expected[..4],
+            [0, 100, 100, 100],
+            "{function}: {expected:?}"
+        );
+        assert_eq!(expected[6..], [400, 400], "{function}: {expected:?}");
+        let receiver = Receiver::start_tls(Vec::new(), Reply::status(500), &certificate).await;
+        let sub = subscribe(&server, "events", &receiver, json!({ "policy": policy })).await;
+        cases.push((function, expected, receiver, id(&sub)));
+    }
+    assert_ne!(cases[0].1, cases[1].1, "the two functions are told apart");
+
+    publish(&server, "events", json!({"n": 1})).await;
+    for (function, expected, receiver, sub) in &cases {
+        let attempts_made = expected.len() + 1;
+        let received = receiver.wait_for(attempts_made, ARRIVAL).await;
+        assert_schedule(&format!("{function} over https"), &received, expected);
+        let d = only_delivery(&server, *sub).await;
+        assert!(received.iter().all(|r| delivery_of(r) == d));
+        let dead = wait_delivery(&server, d, "dead").await;
+        let exhausted = format!("all {} retries were used", expected.len());
+        assert!(text(&dead["dead_reason"]).contains(&exhausted), "{dead}");
+        let tries = wait_attempts(&server, d, attempts_made).await;
+        assert!(
+            tries.iter().all(|a| a["status"] == json!(500)),
+            "{function}: {tries:?}"
+        );
+        assert_eq!(receiver.count(), attempts_made, "{function}");
+        assert_eq!(receiver.failed_handshakes(), 0, "{function}");
+    }
+}
+
+/// Waits until delivery `d` is dead after `attempts` attempts that all failed at the TLS
+/// handshake, each retried; returns their errors.
+async fn tls_failures(server: &TestServer, d: u64, attempts: usize) -> Vec<String> {
+    let dead = wait_delivery(server, d, "dead").await;
+    assert_eq!(dead["failures"], json!(attempts), "{dead}");
+    let exhausted = format!("all {} retries were used", attempts - 1);
+    assert!(
+        text(&dead["dead_reason"]).contains(&exhausted),
+        "retried until the policy gave up: {dead}"
+    );
+    let tries = wait_attempts(server, d, attempts).await;
+    tries
+        .iter()
+        .map(|attempt| {
+            assert_eq!(attempt["result"], json!("retryable"), "{attempt}");
+            assert_eq!(attempt["status"], Value::Null, "{attempt}");
+            assert_eq!(attempt["response"], Value::Null, "{attempt}");
+            let error = text(&attempt["error"]);
+            assert!(
+                error.starts_with("could not connect: TLS handshake failed: "),
+                "{error}"
+            );
+            error.to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_the_server_does_not_trust_is_a_retried_connection_failure() {
+    // No --delivery-ca-file: the test CA is in none of the platform's roots.
+    let server = server(&[]).await;
+    let ca = TestCa::new("Tenax test CA");
+    let receiver = Receiver::start_tls(
+        Vec::new(),
+        Reply::ok(),
+        &ca.leaf(&["localhost", "127.0.0.1"]),
+    )
+    .await;
+    let sub = id(&subscribe(
+        &server,
+        "orders",
+        &receiver,
+        json!({ "policy": fixed(20, 2) }),
+    )
+    .await);
+    publish(&server, "orders", json!({"n": 1})).await;
+    let d = wait_deliveries(&server, sub, "dead", 1).await;
+    for error in tls_failures(&server, id(&d[0]), 3).await {
+        assert!(
+            error.contains("invalid peer certificate: UnknownIssuer"),
+            "{error}"
+        );
+        assert!(error.contains("--delivery-ca-file"), "{error}");
+    }
+    // Each attempt reached the receiver and hung up in the handshake: no request got through.
+    receiver.wait_for_failed_handshakes(3, ARRIVAL).await;
+    assert_eq!(receiver.count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_ca_another_name_and_an_expired_certificate_are_named_in_the_attempt_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let trusted = TestCa::new("Tenax test CA");
+    let server = server_trusting(&trusted, &dir, &[]).await;
+    let other = TestCa::new("Another CA");
+    let cases = [
+        (
+            "another CA",
+            other.leaf(&["localhost", "127.0.0.1"]),
+            "invalid peer certificate: UnknownIssuer",
+        ),
+        (
+            "another name",
+            trusted.leaf(&["hooks.example.com"]),
+            "invalid peer certificate: certificate not valid for name \"127.0.0.1\"",
+        ),
+        (
+            "expired",
+            trusted.expired_leaf(&["localhost", "127.0.0.1"]),
+            "invalid peer certificate: certificate expired",
+        ),
+    ];
+    let mut subs = Vec::new();
+    for (what, certificate, expected) in cases {
+        let receiver = Receiver::start_tls(Vec::new(), Reply::ok(), &certificate).await;
+        let sub = subscribe(
+            &server,
+            "orders",
+            &receiver,
+            json!({ "policy": fixed(20, 2) }),
+        )
+        .await;
+        subs.push((what, expected, receiver, id(&sub)));
+    }
+    publish(&server, "orders", json!({"n": 1})).await;
+    for (what, expected, receiver, sub) in &subs {
+        let d = wait_deliveries(&server, *sub, "dead", 1).await;
+        for error in tls_failures(&server, id(&d[0]), 3).await {
+            assert!(error.contains(expected), "{what}: {error}");
+        }
+        receiver.wait_for_failed_handshakes(3, ARRIVAL).await;
+        assert_eq!(receiver.count(), 0, "{what}");
     }
 }

@@ -369,13 +369,14 @@ pub struct Api {
 
 impl Api {
     pub fn new(base: &str) -> anyhow::Result<Self> {
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(64)
-            .timeout(Duration::from_secs(120))
-            .build()
-            .context("building the HTTP client")?;
+        let make = || {
+            crate::http::client_builder()
+                .no_proxy()
+                .tcp_nodelay(true)
+                .pool_max_idle_per_host(64)
+                .timeout(Duration::from_secs(120))
+        };
+        let (client, _) = crate::http::build(make).context("building the HTTP client")?;
         Ok(Self {
             client,
             base: Arc::from(base.trim_end_matches('/')),

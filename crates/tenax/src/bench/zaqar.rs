@@ -28,13 +28,15 @@ fn client() -> anyhow::Result<reqwest::Client> {
     );
     headers.insert("x-project-id", HeaderValue::from_static("bench"));
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    reqwest::Client::builder()
-        .default_headers(headers)
-        .no_proxy()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(64)
-        .build()
-        .context("building the HTTP client")
+    let make = || {
+        crate::http::client_builder()
+            .default_headers(headers.clone())
+            .no_proxy()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(64)
+    };
+    let (client, _) = crate::http::build(make).context("building the HTTP client")?;
+    Ok(client)
 }
 
 /// The Zaqar queue name of the scenario's queue (Zaqar names have no `:`).

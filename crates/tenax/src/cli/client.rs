@@ -28,9 +28,8 @@ pub struct Client {
 
 impl Client {
     pub fn new(server: &ServerArgs) -> Result<Self, CliError> {
-        let http = reqwest::Client::builder()
-            .build()
-            .context("building the HTTP client")?;
+        let (http, _) =
+            crate::http::build(crate::http::client_builder).context("building the HTTP client")?;
         Ok(Self {
             http,
             base: server.url.trim_end_matches('/').to_owned(),

@@ -9,6 +9,7 @@ use super::envelope::{self, AttemptInfo};
 use super::outcome::{SNIPPET_BYTES, Verdict, classify_status, retry_after_ms, snippet};
 use super::signing;
 use crate::config::DeliveryConfig;
+use crate::http::{self, PlatformRoots};
 use crate::model::{Attempt, AttemptResult, DeliveryPayload, Subscription};
 use crate::store::TakenJob;
 
@@ -16,31 +17,68 @@ const USER_AGENT: &str = concat!("Tenax-Webhooks/", env!("CARGO_PKG_VERSION"));
 
 /// The HTTP client of every delivery: pooled keep-alive connections, the delivery timeout, no
 /// redirects (a 3xx is an answer, and following it could leave the checked endpoint), and a
-/// resolver that refuses non-global addresses unless they are allowed.
+/// resolver that refuses non-global addresses unless they are allowed. https endpoints must
+/// present a certificate that the platform's root certificates or `--delivery-ca-file` vouch
+/// for; the resolver and the address checks apply to them as to http ones (reqwest resolves
+/// through the same connector before the TLS handshake).
 #[derive(Debug, Clone)]
 pub struct Sender {
     client: reqwest::Client,
     allow_private: bool,
+    /// Whether the platform's root certificates are missing, which explains every unknown
+    /// issuer.
+    no_platform_roots: bool,
 }
 
 impl Sender {
     pub fn new(config: &DeliveryConfig) -> Result<Self, reqwest::Error> {
-        let resolver = GlobalOnlyResolver {
-            allow_private: config.allow_private_endpoints,
+        let extra_roots = match &config.ca_file {
+            Some(ca_file) => ca_file
+                .certificates
+                .iter()
+                .map(|der| reqwest::Certificate::from_der(der))
+                .collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
         };
-        let client = reqwest::Client::builder()
-            .user_agent(USER_AGENT)
-            .timeout(Duration::from_millis(config.timeout_ms))
-            .connect_timeout(Duration::from_millis(config.timeout_ms.min(10_000)))
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_max_idle_per_host(usize::try_from(config.concurrency_per_endpoint).unwrap_or(64))
-            .pool_idle_timeout(Duration::from_secs(60))
-            .tcp_nodelay(true)
-            .dns_resolver(resolver)
-            .build()?;
+        let make = || {
+            http::client_builder()
+                .user_agent(USER_AGENT)
+                .timeout(Duration::from_millis(config.timeout_ms))
+                .connect_timeout(Duration::from_millis(config.timeout_ms.min(10_000)))
+                .redirect(reqwest::redirect::Policy::none())
+                .pool_max_idle_per_host(
+                    usize::try_from(config.concurrency_per_endpoint).unwrap_or(64),
+                )
+                .pool_idle_timeout(Duration::from_secs(60))
+                .tcp_nodelay(true)
+                .dns_resolver(GlobalOnlyResolver {
+                    allow_private: config.allow_private_endpoints,
+                })
+                .tls_certs_merge(extra_roots.clone())
+        };
+        let (client, roots) = http::build(make)?;
+        if let Some(ca_file) = &config.ca_file {
+            tracing::info!(
+                path = %ca_file.path.display(),
+                certificates = ca_file.certificates.len(),
+                "https endpoints may also be signed by the CAs of --delivery-ca-file"
+            );
+        }
+        let no_platform_roots = match roots {
+            PlatformRoots::Loaded => false,
+            PlatformRoots::Missing(reason) => {
+                tracing::warn!(
+                    %reason,
+                    "the platform's root certificates could not be loaded: https deliveries \
+                     will fail unless --delivery-ca-file vouches for the endpoint"
+                );
+                true
+            }
+        };
         Ok(Self {
             client,
             allow_private: config.allow_private_endpoints,
+            no_platform_roots,
         })
     }
 
@@ -98,7 +136,7 @@ impl Sender {
                     attempt.response = Some(snippet(&head, SNIPPET_BYTES));
                 }
             }
-            Err(error) => attempt.error = Some(describe(&error)),
+            Err(error) => attempt.error = Some(describe(&error, self.no_platform_roots)),
         }
         attempt.latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         attempt
@@ -173,8 +211,9 @@ impl Refused {
     }
 }
 
-/// A transport error in words: what failed, with its cause chain.
-fn describe(error: &reqwest::Error) -> String {
+/// A transport error in words: what failed, with its cause chain; a failed TLS handshake says
+/// so and why, without the layers around it.
+fn describe(error: &reqwest::Error, no_platform_roots: bool) -> String {
     let what = if error.is_timeout() {
         "timed out"
     } else if error.is_connect() {
@@ -182,12 +221,106 @@ fn describe(error: &reqwest::Error) -> String {
     } else {
         "request failed"
     };
-    let mut text = format!("{what}: {error}");
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+    let Some(tls) = tls_error(error) else {
+        return format!("{what}: {}", http::chain(error));
+    };
+    let mut text = format!("{what}: TLS handshake failed: {tls}");
+    if let rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) = tls {
+        text.push_str(if no_platform_roots {
+            " (this server has no platform root certificates to verify with: install them, \
+             or trust the endpoint's CA with --delivery-ca-file)"
+        } else {
+            " (the certificate is not signed by a CA this server trusts: the platform's root \
+             certificates, or those of --delivery-ca-file)"
+        });
     }
     text
+}
+
+/// The rustls error somewhere in `error`'s causes: rustls's own, or inside the `io::Error`s
+/// that tokio-rustls and reqwest wrap it in (an `io::Error`'s `source` skips what it wraps).
+fn tls_error(error: &reqwest::Error) -> Option<&rustls::Error> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(cause) = source {
+        let mut inner = cause;
+        while let Some(wrapped) = inner
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            inner = wrapped;
+        }
+        if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        source = cause.source();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::default_delivery_policy;
+
+    fn sender(allow_private: bool) -> Sender {
+        Sender::new(&DeliveryConfig {
+            default_policy: default_delivery_policy(),
+            allow_private_endpoints: allow_private,
+            timeout_ms: 5_000,
+            concurrency_per_endpoint: 4,
+            auto_disable_after_ms: 0,
+            ca_file: None,
+        })
+        .expect("a sender")
+    }
+
+    fn subscription(endpoint: &str) -> Subscription {
+        serde_json::from_value(serde_json::json!({
+            "id": 1, "queue": "orders", "endpoint": endpoint, "content_type": "application/json",
+            "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "enabled": true,
+            "created_at_ms": 0, "updated_at_ms": 0,
+        }))
+        .expect("a subscription")
+    }
+
+    fn job() -> TakenJob {
+        let payload = r#"{"message_id": 7, "queue": "orders", "type": "t", "body": {}}"#;
+        TakenJob {
+            id: 8,
+            queue: "orders".to_owned(),
+            kind: "delivery".to_owned(),
+            payload: serde_json::value::RawValue::from_string(payload.to_owned())
+                .expect("raw JSON"),
+            priority: 0,
+            attempt: 1,
+            lease_token: 1,
+            lease_expires_at_ms: 0,
+            created_at_ms: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn https_names_are_resolved_by_the_address_guard() {
+        // No connection is attempted: the resolver refuses the name before the TLS handshake.
+        let attempt = sender(false)
+            .attempt(&subscription("https://localhost:9/hook"), &job(), 0)
+            .await;
+        assert_eq!(attempt.result, AttemptResult::Retryable, "{attempt:?}");
+        let error = attempt.error.unwrap_or_default();
+        assert!(error.starts_with("could not connect: "), "{error}");
+        assert!(error.contains("\"localhost\""), "{error}");
+        assert!(error.contains("--allow-private-endpoints"), "{error}");
+        assert!(!error.contains("TLS"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn https_ip_literals_are_judged_before_sending() {
+        let attempt = sender(false)
+            .attempt(&subscription("https://127.0.0.1:9/hook"), &job(), 0)
+            .await;
+        assert_eq!(attempt.result, AttemptResult::Permanent, "{attempt:?}");
+        let error = attempt.error.unwrap_or_default();
+        assert!(error.starts_with("endpoint refused: "), "{error}");
+        assert!(error.contains("--allow-private-endpoints"), "{error}");
+    }
 }

@@ -259,7 +259,7 @@ pub struct Api {
 impl Api {
     pub fn new(address: SocketAddr) -> Self {
         Self {
-            http: reqwest::Client::builder()
+            http: tenax::http::client_builder()
                 .timeout(Duration::from_secs(90))
                 .build()
                 .expect("an HTTP client"),
