@@ -55,10 +55,20 @@ impl<'de> Deserialize<'de> for Time {
     }
 }
 
-/// Checks a queue name: 1 to 128 characters of letters, digits, `-`, `_`, `.` and `:`.
+/// The longest queue name. A Zaqar queue is the native queue `project:name`, so this is the
+/// longest project id, a `:` and the longest Zaqar queue name: the two APIs agree on every queue.
+pub const MAX_QUEUE_NAME: usize = 256;
+
+const _: () = assert!(
+    super::zaqar::names::MAX_PROJECT_ID + 1 + super::zaqar::names::MAX_QUEUE_NAME
+        == MAX_QUEUE_NAME
+);
+
+/// Checks a queue name: 1 to [`MAX_QUEUE_NAME`] characters of letters, digits, `-`, `_`, `.`
+/// and `:`.
 pub fn check_queue_name(field: &str, name: &str) -> Result<(), super::error::ApiError> {
     let valid = !name.is_empty()
-        && name.len() <= 128
+        && name.len() <= MAX_QUEUE_NAME
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
@@ -68,7 +78,8 @@ pub fn check_queue_name(field: &str, name: &str) -> Result<(), super::error::Api
         Err(super::error::ApiError::invalid(
             field,
             format!(
-                "must be 1 to 128 characters of letters, digits, '-', '_', '.' or ':', got {name:?}"
+                "must be 1 to {MAX_QUEUE_NAME} characters of letters, digits, '-', '_', '.' or \
+                 ':', got {name:?}"
             ),
         ))
     }

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::error::ZaqarError;
+use super::names::zaqar_queue;
 use super::request::Ctx;
 use crate::api::AppState;
 use crate::model::subscription::is_internal_queue;
@@ -118,11 +119,14 @@ pub async fn ping(_ctx: Ctx) -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
-/// `GET /v2/health`: whether storage answers, and the number of messages in all queues.
-pub async fn health(_ctx: Ctx, State(state): State<AppState>) -> Response {
+/// `GET /v2/health`: whether storage answers, and the number of messages in the caller's
+/// project's queues (Zaqar counts every queue of the pool; a project must not see others'
+/// volume).
+pub async fn health(ctx: Ctx, State(state): State<AppState>) -> Response {
     let (mut free, mut claimed) = (0u64, 0u64);
     for counts in state.engine.store.counts().await {
-        if !is_internal_queue(&counts.queue) {
+        let own = zaqar_queue(&ctx.project, &counts.queue).is_some();
+        if own && !is_internal_queue(&counts.queue) {
             free = free.saturating_add(counts.ready.saturating_add(counts.scheduled));
             claimed = claimed.saturating_add(counts.in_flight);
         }

@@ -18,7 +18,7 @@ pub(crate) mod error;
 mod home;
 mod messages;
 mod metadata;
-mod names;
+pub(crate) mod names;
 mod patch;
 mod queues;
 mod request;

@@ -6,8 +6,9 @@
 //!   queue name may contain `:`, so the split is unambiguous and projects cannot see each
 //!   other's queues.
 //! - Queue names follow Zaqar: 1 to 64 ASCII letters, digits, `_`, `-` or `.`. Project ids are
-//!   1 to 256 characters of the same set (Zaqar allows any characters; Tenax needs a name it can
-//!   embed in a queue name).
+//!   1 to 191 characters of the same set (Zaqar allows any characters and any length; Tenax
+//!   embeds the id in a queue name, and `project:queue` must be a native queue name, at most
+//!   256 characters, so that both APIs reach every queue).
 //! - Message and subscription ids are the decimal Tenax ids; claim ids are the claim's number
 //!   in lowercase hex. Clients treat all three as opaque strings.
 
@@ -16,8 +17,11 @@ use crate::model::{JobId, SubscriptionId};
 
 /// Zaqar's longest queue name.
 pub const MAX_QUEUE_NAME: usize = 64;
-/// Zaqar's longest project id.
-pub const MAX_PROJECT_ID: usize = 256;
+/// The longest project id: with `:` and the longest queue name, the longest native queue name.
+/// (Keystone's project ids are at most 64 characters.)
+pub const MAX_PROJECT_ID: usize = 191;
+/// Zaqar's own longest project id.
+const ZAQAR_MAX_PROJECT_ID: usize = 256;
 
 /// The separator of project and queue in a Tenax queue name.
 pub const SEPARATOR: char = ':';
@@ -39,10 +43,11 @@ pub fn is_queue_name(name: &str) -> bool {
 
 /// Checks an `X-Project-ID` value that is present and not empty.
 pub fn check_project(project: &str) -> Result<(), ZaqarError> {
-    if project.len() > MAX_PROJECT_ID {
+    // Zaqar's own limit, with its own words.
+    if project.len() > ZAQAR_MAX_PROJECT_ID {
         return Err(bad_identification());
     }
-    if !project.bytes().all(is_name_byte) {
+    if project.len() > MAX_PROJECT_ID || !project.bytes().all(is_name_byte) {
         return Err(ZaqarError::api(format!(
             "X-Project-ID must be 1 to {MAX_PROJECT_ID} ASCII letters, digits, '_', '-' or '.' \
              (Tenax embeds it in queue names), got {project:?}"
@@ -196,8 +201,8 @@ mod tests {
         assert_eq!(zaqar_queue("proj-1", "proj-1:orders"), Some("orders"));
         assert_eq!(zaqar_queue("proj", "proj-1:orders"), None);
         assert_eq!(zaqar_queue("proj-1", "orders"), None);
-        assert!(check_project(&"p".repeat(256)).is_ok());
-        assert!(check_project(&"p".repeat(257)).is_err());
+        assert!(check_project(&"p".repeat(191)).is_ok());
+        assert!(check_project(&"p".repeat(192)).is_err());
         assert!(check_project("a:b").is_err());
     }
 
