@@ -15,7 +15,8 @@ fn main() -> ExitCode {
     match tenax::cli::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error}");
+            // The message may quote the server, which may quote anyone's input.
+            eprintln!("error: {}", tenax::cli::terminal::safe(&error.to_string()));
             ExitCode::from(error.exit_code())
         }
     }

@@ -244,3 +244,36 @@ fn without_platform_root_certificates_plain_http_still_works() {
         .expect("run tenax");
     stdout(&output);
 }
+
+/// Job types, error messages and reasons come from anyone: the terminal gets them escaped,
+/// never as raw control or reordering characters, in tables, JSON and error messages alike.
+#[test]
+fn text_from_the_server_is_escaped_for_the_terminal() {
+    let server = start();
+    let nasty = "x\u{1b}[2J\u{1b}[31m\u{7}\u{9b}\u{202e}y";
+    let added = stdout(&tenax(&server, &["enqueue", "-q", "esc", "-t", nasty]));
+    assert!(added.contains("\"id\""), "{added}");
+    let forbidden = |c: char| {
+        (c.is_control() && c != '\n')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    let listed = stdout(&tenax(&server, &["jobs", "list", "-q", "esc"]));
+    assert!(!listed.chars().any(forbidden), "{listed:?}");
+    assert!(listed.contains("x\\u{1b}[2J"), "{listed}");
+    let shown = stdout(&tenax(&server, &["jobs", "show", "1"]));
+    assert!(!shown.chars().any(forbidden), "{shown:?}");
+    let job: serde_json::Value = serde_json::from_str(&shown).expect("still JSON");
+    assert_eq!(job["type"], nasty);
+    // An error message that quotes the input raw (serde names an unknown field as it is).
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("jobs.ndjson");
+    std::fs::write(&file, "{\"queue\": \"esc\", \"\\u001b[2J\": 1}\n").expect("write");
+    let output = tenax(
+        &server,
+        &["enqueue", "--file", file.to_str().expect("a UTF-8 path")],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("\\u{1b}[2J"), "{stderr:?}");
+    assert!(!stderr.chars().any(forbidden), "{stderr:?}");
+}

@@ -481,7 +481,9 @@ async fn home_ping_health_and_unknown_paths() {
     );
     // Another project's messages are its own business.
     let other = zaqar.with_project(Some("another-project"));
-    other.post_messages("q", json!([{"body": 1}, {"body": 2}])).await;
+    other
+        .post_messages("q", json!([{"body": 1}, {"body": 2}]))
+        .await;
     let health = zaqar.get("/v2/health").await;
     assert_eq!(health.json["message_volume"]["total"], json!(1));
     let theirs = other.get("/v2/health").await;

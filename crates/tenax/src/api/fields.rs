@@ -60,8 +60,7 @@ impl<'de> Deserialize<'de> for Time {
 pub const MAX_QUEUE_NAME: usize = 256;
 
 const _: () = assert!(
-    super::zaqar::names::MAX_PROJECT_ID + 1 + super::zaqar::names::MAX_QUEUE_NAME
-        == MAX_QUEUE_NAME
+    super::zaqar::names::MAX_PROJECT_ID + 1 + super::zaqar::names::MAX_QUEUE_NAME == MAX_QUEUE_NAME
 );
 
 /// Checks a queue name: 1 to [`MAX_QUEUE_NAME`] characters of letters, digits, `-`, `_`, `.`

@@ -5,6 +5,7 @@ use serde_json::json;
 
 use super::CliError;
 use super::client::{Client, ServerArgs, block_on};
+use super::terminal::{safe, safe_json};
 
 #[derive(Debug, Subcommand)]
 pub enum JobsCommand {
@@ -73,7 +74,8 @@ pub fn run_jobs(command: JobsCommand) -> Result<(), CliError> {
                 let job = Client::new(&server)?
                     .get(&format!("/api/jobs/{id}"))
                     .await?;
-                println!("{}", serde_json::to_string_pretty(&job).unwrap_or_default());
+                let pretty = serde_json::to_string_pretty(&job).unwrap_or_default();
+                println!("{}", safe_json(&pretty));
                 Ok(())
             }
         }
@@ -99,7 +101,7 @@ pub fn run_stats(server: ServerArgs) -> Result<(), CliError> {
         for q in stats["queues"].as_array().into_iter().flatten() {
             println!(
                 "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                q["queue"].as_str().unwrap_or(""),
+                safe(q["queue"].as_str().unwrap_or("")),
                 q["scheduled"].to_string(),
                 q["ready"].to_string(),
                 q["in_flight"].to_string(),
@@ -141,12 +143,12 @@ async fn list(args: &ListArgs, path: &str) -> Result<(), CliError> {
         println!(
             "{:>10}  {:<16} {:<16} {:<10} {:>7}  {:<24}  {}",
             job["id"].to_string(),
-            job["queue"].as_str().unwrap_or(""),
-            job["type"].as_str().unwrap_or(""),
-            job["status"].as_str().unwrap_or(""),
+            safe(job["queue"].as_str().unwrap_or("")),
+            safe(job["type"].as_str().unwrap_or("")),
+            safe(job["status"].as_str().unwrap_or("")),
             job["attempt"].to_string(),
-            job["run_at"].as_str().unwrap_or(""),
-            last_error
+            safe(job["run_at"].as_str().unwrap_or("")),
+            safe(last_error)
         );
     }
     if let Some(next) = page["next_after"].as_u64() {
@@ -173,6 +175,13 @@ async fn replay(args: &ReplayArgs) -> Result<(), CliError> {
         .post("/api/dead/replay", &body)
         .await?;
     println!("replayed {} jobs: {}", answer["replayed"], answer["ids"]);
+    for skipped in answer["skipped"].as_array().into_iter().flatten() {
+        println!(
+            "not replayed: job {}: {}",
+            skipped["id"],
+            safe(skipped["reason"].as_str().unwrap_or_default())
+        );
+    }
     Ok(())
 }
 

@@ -9,6 +9,7 @@ mod jobs;
 pub mod policy;
 pub mod serve;
 mod subscriptions;
+pub mod terminal;
 
 use clap::{Parser, Subcommand};
 

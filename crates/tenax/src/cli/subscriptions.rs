@@ -255,24 +255,26 @@ pub(super) fn print(
     match format {
         Format::Json => println!(
             "{}",
-            serde_json::to_string_pretty(answer).context("encoding the answer")?
+            super::terminal::safe_json(
+                &serde_json::to_string_pretty(answer).context("encoding the answer")?
+            )
         ),
         Format::Table => print!("{}", table(answer)),
     }
     Ok(())
 }
 
-/// A string field, or `""`.
-pub(super) fn text(value: &Value) -> &str {
-    value.as_str().unwrap_or_default()
+/// A string field, safe for a terminal ([`super::terminal::safe`]), or `""`.
+pub(super) fn text(value: &Value) -> std::borrow::Cow<'_, str> {
+    super::terminal::safe(value.as_str().unwrap_or_default())
 }
 
 /// A field that may be `null`: its text, or `default`.
 pub(super) fn or(value: &Value, default: &str) -> String {
     match value {
         Value::Null => default.to_owned(),
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
+        Value::String(text) => super::terminal::safe(text).into_owned(),
+        other => super::terminal::safe(&other.to_string()).into_owned(),
     }
 }
 
