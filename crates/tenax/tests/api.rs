@@ -1452,7 +1452,7 @@ async fn bad_requests_are_refused_naming_the_field() {
     let error = server
         .error(
             Method::GET,
-            &format!("/api/queues/{}", "q".repeat(129)),
+            &format!("/api/queues/{}", "q".repeat(257)),
             None,
             400,
         )

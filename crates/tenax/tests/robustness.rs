@@ -612,3 +612,53 @@ async fn a_small_preview_request_gets_a_bounded_answer() {
         .await;
     assert_eq!(error.field.as_deref(), Some("rows"));
 }
+
+#[tokio::test]
+async fn zaqar_subscribers_that_do_not_resolve_yet_are_accepted_private_ones_are_not() {
+    let server = TestServer::manual().await;
+    // Zaqar's own functional tests subscribe `http://fake:8080`.
+    let (status, answer) = zaqar(
+        &server,
+        Method::POST,
+        "/v2/queues/q/subscriptions",
+        Some(br#"{"subscriber": "http://fake:8080", "ttl": 3600}"#.to_vec()),
+    )
+    .await;
+    assert_eq!(status, 201, "{answer}");
+    assert!(answer["subscription_id"].is_string(), "{answer}");
+    for subscriber in [
+        "http://127.0.0.1:8080",
+        "http://localhost:8080/x",
+        "http://[::1]/",
+    ] {
+        let body = format!("{{\"subscriber\": \"{subscriber}\"}}");
+        let (status, answer) = zaqar(
+            &server,
+            Method::POST,
+            "/v2/queues/q/subscriptions",
+            Some(body.into_bytes()),
+        )
+        .await;
+        assert_eq!(status, 400, "{subscriber}: {answer}");
+        let description = answer["description"].as_str().unwrap_or_default();
+        assert!(
+            description.contains("--allow-private-endpoints"),
+            "{answer}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_root_answers_zaqars_version_document() {
+    let server = TestServer::manual().await;
+    // As Zaqar's own functional tests ask: no Zaqar headers.
+    let (status, answer) = server.send_raw(Method::GET, "/", None).await;
+    assert_eq!(status, 300, "{answer}");
+    let versions = answer["versions"].as_array().expect("versions");
+    let v2 = versions
+        .iter()
+        .find(|v| v["id"] == "2")
+        .expect("the v2 entry");
+    assert_eq!(v2["status"], "CURRENT");
+    assert_eq!(v2["links"], json!([{"href": "/v2/", "rel": "self"}]));
+}

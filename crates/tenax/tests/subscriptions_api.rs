@@ -408,6 +408,17 @@ async fn private_endpoints_are_refused_without_the_flag() {
             "{endpoint}: {message}"
         );
     }
+    // A name that does not resolve (yet) is accepted: addresses change, and the connect-time
+    // guard judges whatever it resolves to when a delivery is sent.
+    for endpoint in ["http://fake:8080/hook", "https://no-such-host.invalid/hook"] {
+        let view = subscribe(
+            &server,
+            "q",
+            json!({"endpoint": endpoint, "enabled": false}),
+        )
+        .await;
+        assert_eq!(view["endpoint"], endpoint);
+    }
     // A public address is fine (given as a literal: no DNS needed, and nothing is sent).
     let view = subscribe(&server, "q", json!({"endpoint": PUBLIC, "enabled": false})).await;
     assert_eq!(view["endpoint"], PUBLIC);

@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
@@ -29,7 +28,7 @@ use super::extract::JsonBody;
 use super::fields::{Millis, check_queue_name};
 use super::subscription_views::{SubscriptionView, subscription_view};
 use crate::clock::UnixMs;
-use crate::delivery::address::{check_endpoint, parse_endpoint};
+use crate::delivery::address::{Reach, check_endpoint, parse_endpoint};
 use crate::delivery::signing::{generate_secret, secret_key};
 use crate::model::{EnvelopeFormat, HealthMarks, Subscription, SubscriptionId};
 
@@ -57,8 +56,6 @@ const MAX_CONCURRENCY: u32 = 1_000;
 const MAX_HEADERS: usize = 32;
 /// The longest header value, in bytes.
 const MAX_HEADER_VALUE: usize = 4_096;
-/// How long resolving an endpoint's host may take.
-const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Headers Tenax sets itself, or that belong to the connection, not the message.
 const RESERVED_HEADERS: [&str; 15] = [
     "host",
@@ -266,24 +263,15 @@ fn policy_field(
     }
 }
 
-/// The endpoint URL, normalised, once it is known to lead where deliveries may go.
+/// The endpoint URL, normalised, once it is known to lead where deliveries may go (or to a name
+/// that does not resolve yet: the connect-time guard judges it when it does).
 async fn checked_endpoint(state: &AppState, text: &str) -> Result<String, ApiError> {
     let invalid =
         |e: crate::delivery::address::EndpointError| ApiError::invalid("endpoint", e.to_string());
     let url = parse_endpoint(text).map_err(invalid)?;
     let allow_private = state.deliveries.config.allow_private_endpoints;
-    match tokio::time::timeout(RESOLVE_TIMEOUT, check_endpoint(&url, allow_private)).await {
-        Ok(checked) => checked.map_err(invalid)?,
-        Err(_) => {
-            return Err(ApiError::invalid(
-                "endpoint",
-                format!(
-                    "must name a host that resolves, but resolving {:?} took more than {} s",
-                    url.host_str().unwrap_or_default(),
-                    RESOLVE_TIMEOUT.as_secs()
-                ),
-            ));
-        }
+    if let Reach::Unresolved(why) = check_endpoint(&url, allow_private).await.map_err(invalid)? {
+        tracing::info!(endpoint = %url, %why, "subscribing an endpoint whose host does not resolve yet");
     }
     Ok(url.into())
 }

@@ -114,6 +114,22 @@ pub async fn home(_ctx: Ctx) -> Response {
     response
 }
 
+/// `GET /`: Zaqar's version document, 300 Multiple Choices, listing the one version Tenax
+/// serves. Outside `/v2`, it needs no Zaqar headers (as in Zaqar).
+pub async fn versions() -> Response {
+    let body = json!({ "versions": [{
+        "id": "2",
+        "status": "CURRENT",
+        "updated": "2014-9-24T04:06:47Z",
+        "media-types": [{
+            "base": "application/json",
+            "type": "application/vnd.openstack.messaging-v2+json",
+        }],
+        "links": [{ "href": "/v2/", "rel": "self" }],
+    }]});
+    super::views::json(StatusCode::MULTIPLE_CHOICES, &body)
+}
+
 /// `GET`/`HEAD /v2/ping`: 204 while the server serves.
 pub async fn ping(_ctx: Ctx) -> StatusCode {
     StatusCode::NO_CONTENT

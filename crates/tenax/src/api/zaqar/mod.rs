@@ -41,6 +41,7 @@ fn allow(router: MethodRouter<AppState>, methods: &'static str) -> MethodRouter<
 pub fn router() -> Router<AppState> {
     let claim_book = Arc::new(claims::ClaimBook::default());
     Router::new()
+        .route("/", get(home::versions))
         .route("/v2/", allow(get(home::home), "GET"))
         .route(
             "/v2/ping",
