@@ -2,11 +2,13 @@
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::extract::{Query, State};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use tenax_policy::parse_policy;
 use tenax_policy::spelling::native;
 
@@ -14,16 +16,20 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::JsonBody;
 use super::jobs::{JobPage, ListQuery, list_page};
+use super::openapi::Refusals;
 use crate::model::{JobId, Status};
 use crate::store::{JobFilter, Replay, Replayed, Selection};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/dead", get(list))
-        .route("/dead/replay", post(replay))
-        .route("/dead/delete", post(delete))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(replay))
+        .routes(routes!(delete))
 }
 
+/// A page of dead jobs (`status` may not be given: it is always dead).
+#[utoipa::path(get, path = "/dead", tag = "dead", params(ListQuery),
+    responses((status = 200, body = JobPage), Refusals))]
 async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
@@ -36,13 +42,14 @@ async fn list(
 }
 
 /// Which dead jobs: by id, or by queue and/or type, or `all: true`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct DeadSelection {
     ids: Option<Vec<u64>>,
     queue: Option<String>,
     #[serde(rename = "type")]
     kind: Option<String>,
+    /// Every dead job: required when nothing else narrows the choice.
     #[serde(default)]
     all: bool,
 }
@@ -68,18 +75,23 @@ impl DeadSelection {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// Which dead jobs to replay, and how.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReplayRequest {
     #[serde(flatten)]
     selection: DeadSelection,
     /// A new policy for the replayed jobs, in any spelling.
+    #[schema(value_type = Option<Object>)]
     policy: Option<Value>,
     /// Forget earlier failures: retries start again from 1.
     #[serde(default)]
     reset_attempts: bool,
 }
 
+/// Makes dead jobs ready again, except those whose unique key an unfinished job holds.
+#[utoipa::path(post, path = "/dead/replay", tag = "dead", request_body = ReplayRequest,
+    responses((status = 200, body = ReplayView), Refusals))]
 async fn replay(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<ReplayRequest>,
@@ -109,14 +121,14 @@ async fn replay(
 
 /// What a replay did: how many and which jobs are ready again, and each job that was named or
 /// selected but not replayed, with the reason.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ReplayView {
     replayed: usize,
     ids: Vec<JobId>,
     skipped: Vec<SkippedView>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct SkippedView {
     id: JobId,
     reason: String,
@@ -139,11 +151,24 @@ impl From<Replayed> for ReplayView {
     }
 }
 
+/// How many and which jobs were deleted.
+#[derive(Debug, Serialize, ToSchema)]
+struct DeletedView {
+    deleted: usize,
+    ids: Vec<JobId>,
+}
+
+/// Deletes dead jobs.
+#[utoipa::path(post, path = "/dead/delete", tag = "dead", request_body = DeadSelection,
+    responses((status = 200, body = DeletedView), Refusals))]
 async fn delete(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<DeadSelection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeletedView>, ApiError> {
     let selection = request.into_selection()?;
     let ids = state.engine.store.delete(&selection).await?;
-    Ok(Json(json!({ "deleted": ids.len(), "ids": ids })))
+    Ok(Json(DeletedView {
+        deleted: ids.len(),
+        ids,
+    }))
 }

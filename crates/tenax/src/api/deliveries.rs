@@ -10,12 +10,14 @@
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use tenax_policy::parse_policy;
 use tenax_policy::spelling::native;
 
@@ -24,6 +26,7 @@ use super::error::ApiError;
 use super::extract::JsonOrEmpty;
 use super::fields::Time;
 use super::jobs::{ListQuery, filter_from};
+use super::openapi::{Conflict, Missing, Refusals};
 use super::subscription_views::{
     AttemptView, DeliveryView, attempt_view, delivery_view, not_a_delivery,
 };
@@ -32,14 +35,14 @@ use crate::model::subscription::{delivery_queue, subscription_of_queue};
 use crate::model::{Job, JobId, Status, SubscriptionId};
 use crate::store::{JobFilter, Replay, Selection};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/subscriptions/{id}/deliveries", get(list))
-        .route("/subscriptions/{id}/attempts", get(subscription_attempts))
-        .route("/subscriptions/{id}/replay", post(replay_subscription))
-        .route("/deliveries/{id}", get(show))
-        .route("/deliveries/{id}/attempts", get(delivery_attempts))
-        .route("/deliveries/{id}/replay", post(replay_one))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(subscription_attempts))
+        .routes(routes!(replay_subscription))
+        .routes(routes!(show))
+        .routes(routes!(delivery_attempts))
+        .routes(routes!(replay_one))
 }
 
 fn parse_delivery_id(text: &str) -> Result<JobId, ApiError> {
@@ -58,13 +61,46 @@ fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
 }
 
 /// A page of a subscription's deliveries or attempts.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct PageQuery {
+    /// Only deliveries in this status.
+    #[param(value_type = Option<Status>)]
     status: Option<String>,
     /// The `next_after` of the previous page.
     after: Option<JobId>,
+    /// Deliveries per page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
+}
+
+/// A page of deliveries.
+#[derive(Debug, Serialize, ToSchema)]
+struct DeliveryPage {
+    deliveries: Vec<DeliveryView>,
+    /// The cursor of the next page (`after`), `null` at the end.
+    next_after: Option<JobId>,
+}
+
+/// Attempts, oldest first per delivery.
+#[derive(Debug, Serialize, ToSchema)]
+struct AttemptPage {
+    attempts: Vec<AttemptView>,
+    /// The cursor of the next page (`after`), `null` at the end.
+    next_after: Option<JobId>,
+}
+
+/// A delivery's attempts, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+struct AttemptList {
+    attempts: Vec<AttemptView>,
+}
+
+/// Which deliveries a replay made ready again.
+#[derive(Debug, Serialize, ToSchema)]
+struct ReplayedDeliveries {
+    replayed: Vec<JobId>,
 }
 
 /// A page of subscription `id`'s deliveries, and the cursor of the next page (the last id when
@@ -92,36 +128,45 @@ async fn delivery_page(
     Ok((jobs, next_after))
 }
 
+/// A page of a subscription's deliveries, in id order.
+#[utoipa::path(get, path = "/subscriptions/{id}/deliveries", tag = "deliveries",
+    params(("id" = u64, Path, description = "The subscription's id"), PageQuery),
+    responses((status = 200, body = DeliveryPage), Missing, Refusals))]
 async fn list(
     State(state): State<AppState>,
     Path(id): Path<String>,
     page: Result<Query<PageQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeliveryPage>, ApiError> {
     let (jobs, next_after) = delivery_page(&state, &id, &query(page)?).await?;
     let deliveries = jobs
         .into_iter()
         .map(delivery_view)
         .collect::<Result<Vec<DeliveryView>, ApiError>>()?;
-    Ok(Json(
-        json!({ "deliveries": deliveries, "next_after": next_after }),
-    ))
+    Ok(Json(DeliveryPage {
+        deliveries,
+        next_after,
+    }))
 }
 
 /// The attempts of the deliveries in a page: `limit` counts deliveries, so a page holds every
 /// attempt of each of its deliveries.
+#[utoipa::path(get, path = "/subscriptions/{id}/attempts", tag = "deliveries",
+    params(("id" = u64, Path, description = "The subscription's id"), PageQuery),
+    responses((status = 200, body = AttemptPage), Missing, Refusals))]
 async fn subscription_attempts(
     State(state): State<AppState>,
     Path(id): Path<String>,
     page: Result<Query<PageQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AttemptPage>, ApiError> {
     let (jobs, next_after) = delivery_page(&state, &id, &query(page)?).await?;
     let mut attempts = Vec::new();
     for job in &jobs {
         attempts.extend(attempts_of(&state, job.id).await?);
     }
-    Ok(Json(
-        json!({ "attempts": attempts, "next_after": next_after }),
-    ))
+    Ok(Json(AttemptPage {
+        attempts,
+        next_after,
+    }))
 }
 
 async fn attempts_of(state: &AppState, id: JobId) -> Result<Vec<AttemptView>, ApiError> {
@@ -142,6 +187,10 @@ async fn delivery(state: &AppState, id: JobId) -> Result<DeliveryView, ApiError>
         .and_then(delivery_view)
 }
 
+/// One delivery with every attempt.
+#[utoipa::path(get, path = "/deliveries/{id}", tag = "deliveries",
+    params(("id" = u64, Path, description = "The delivery's id")),
+    responses((status = 200, body = DeliveryView), Missing, Refusals))]
 async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -152,13 +201,19 @@ async fn show(
     Ok(Json(view))
 }
 
+/// A delivery's attempts, oldest first.
+#[utoipa::path(get, path = "/deliveries/{id}/attempts", tag = "deliveries",
+    params(("id" = u64, Path, description = "The delivery's id")),
+    responses((status = 200, body = AttemptList), Missing, Refusals))]
 async fn delivery_attempts(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AttemptList>, ApiError> {
     let id = parse_delivery_id(&id)?;
     delivery(&state, id).await?;
-    Ok(Json(json!({ "attempts": attempts_of(&state, id).await? })))
+    Ok(Json(AttemptList {
+        attempts: attempts_of(&state, id).await?,
+    }))
 }
 
 fn reset_by_default() -> bool {
@@ -166,10 +221,11 @@ fn reset_by_default() -> bool {
 }
 
 /// How to replay one delivery.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReplayOne {
     /// A new policy for the replayed delivery, in any spelling.
+    #[schema(value_type = Option<Object>)]
     policy: Option<Value>,
     /// Start the retries again from 1 (default).
     #[serde(default = "reset_by_default")]
@@ -186,11 +242,13 @@ impl Default for ReplayOne {
 }
 
 /// Which of a subscription's dead deliveries to replay, and how.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReplaySubscription {
     /// Only deliveries that died at or after this time.
     since: Option<Time>,
+    /// A new policy for the replayed deliveries, in any spelling.
+    #[schema(value_type = Option<Object>)]
     policy: Option<Value>,
     #[serde(default = "reset_by_default")]
     reset_attempts: bool,
@@ -239,11 +297,16 @@ async fn replay(
     Ok(replayed.ids)
 }
 
+/// Replays one dead delivery.
+#[utoipa::path(post, path = "/deliveries/{id}/replay", tag = "deliveries",
+    params(("id" = u64, Path, description = "The delivery's id")),
+    request_body(content = Option<ReplayOne>, description = "May be left out"),
+    responses((status = 200, body = ReplayedDeliveries), Missing, Conflict, Refusals))]
 async fn replay_one(
     State(state): State<AppState>,
     Path(id): Path<String>,
     JsonOrEmpty(request): JsonOrEmpty<ReplayOne>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ReplayedDeliveries>, ApiError> {
     let id = parse_delivery_id(&id)?;
     let job = state
         .engine
@@ -273,14 +336,19 @@ async fn replay_one(
         request.reset_attempts,
     )
     .await?;
-    Ok(Json(json!({ "replayed": ids })))
+    Ok(Json(ReplayedDeliveries { replayed: ids }))
 }
 
+/// Replays a subscription's dead deliveries (those that died since a time, or all).
+#[utoipa::path(post, path = "/subscriptions/{id}/replay", tag = "deliveries",
+    params(("id" = u64, Path, description = "The subscription's id")),
+    request_body(content = Option<ReplaySubscription>, description = "May be left out"),
+    responses((status = 200, body = ReplayedDeliveries), Missing, Refusals))]
 async fn replay_subscription(
     State(state): State<AppState>,
     Path(id): Path<String>,
     JsonOrEmpty(request): JsonOrEmpty<ReplaySubscription>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ReplayedDeliveries>, ApiError> {
     let id = existing(&state, parse_subscription_id(&id)?).await?.id;
     let selection = Selection {
         ids: None,
@@ -297,5 +365,5 @@ async fn replay_subscription(
         request.reset_attempts,
     )
     .await?;
-    Ok(Json(json!({ "replayed": ids })))
+    Ok(Json(ReplayedDeliveries { replayed: ids }))
 }

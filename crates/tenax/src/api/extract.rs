@@ -106,6 +106,18 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     Ok(value)
 }
 
+/// What kind of JSON value `value` is, in words.
+pub fn json_kind_of(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
 /// What kind of JSON value `bytes` holds, in words.
 fn json_kind(bytes: &[u8]) -> &'static str {
     match bytes.iter().find(|b| !b.is_ascii_whitespace()) {

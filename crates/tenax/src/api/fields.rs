@@ -1,6 +1,9 @@
 //! Field types shared by requests: durations and times in their accepted spellings.
 
 use serde::{Deserialize, Deserializer, de};
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, KnownFormat, Type};
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
 
 use crate::clock::{UnixMs, parse_rfc3339};
 
@@ -29,6 +32,28 @@ impl<'de> Deserialize<'de> for Millis {
         Ok(Self(ms))
     }
 }
+
+impl PartialSchema for Millis {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(0))
+                    .maximum(Some(tenax_policy::MAX_DELAY_MS))
+                    .description(Some("milliseconds")),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .description(Some("a number with a unit: ms, s, m, h, d (\"12.5s\", \"1h30m\")")),
+            )
+            .description(Some("A duration of at most 100 years."))
+            .into()
+    }
+}
+
+impl ToSchema for Millis {}
 
 /// A point in time: RFC 3339 (`"2026-11-21T12:00:00Z"`) or integer milliseconds since the epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +87,27 @@ pub const MAX_QUEUE_NAME: usize = 256;
 const _: () = assert!(
     super::zaqar::names::MAX_PROJECT_ID + 1 + super::zaqar::names::MAX_QUEUE_NAME == MAX_QUEUE_NAME
 );
+
+impl PartialSchema for Time {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(0))
+                    .description(Some("milliseconds since 1970")),
+            )
+            .description(Some("A time, at most 100 years after now."))
+            .into()
+    }
+}
+
+impl ToSchema for Time {}
 
 /// Checks a queue name: 1 to [`MAX_QUEUE_NAME`] characters of letters, digits, `-`, `_`, `.`
 /// and `:`.

@@ -2,57 +2,77 @@
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Value, json};
 use tenax_policy::spelling::native;
 use tenax_policy::{RetryPolicy, parse_policy};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::JsonBody;
+use super::openapi::{Conflict, Missing, Refusals};
 use super::fields::{Millis, Time, check_queue_name};
 use super::views::JobView;
 use super::{AppState, Limits};
 use crate::clock::{UnixMs, check_time, rfc3339};
 use crate::model::subscription::is_internal_queue;
 use crate::model::{NewJob, Status};
-use crate::store::{Enqueued, Insert, JobFilter, OnDuplicate, Selection, StoreError};
+use crate::store::{Enqueued, Insert, JobFilter, OnDuplicate, QueueCounts, Selection, StoreError};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/jobs", post(enqueue_one).get(list))
-        .route("/jobs/batch", post(enqueue_batch))
-        .route("/jobs/{id}", get(show).delete(delete_one))
-        .route("/stats", get(stats))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(enqueue_one, list))
+        .routes(routes!(enqueue_batch))
+        .routes(routes!(show, delete_one))
+        .routes(routes!(stats))
 }
 
 /// One job to enqueue.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnqueueRequest {
+    /// The queue: 1 to 256 of `A-Z a-z 0-9 - _ . :`.
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,256}$")]
     pub queue: String,
+    /// What the worker should do.
     #[serde(rename = "type", default)]
+    #[schema(max_length = 128)]
     pub kind: String,
+    /// Any JSON (at most 64 levels deep), kept and shown byte for byte.
     #[serde(default)]
+    #[schema(value_type = Option<Value>)]
     pub payload: Option<Box<RawValue>>,
+    /// Higher runs first; FIFO within a priority.
     #[serde(default)]
     pub priority: i32,
+    /// When the job becomes ready (default: now).
     pub run_at: Option<Time>,
+    /// The alternative to `run_at`.
     pub delay: Option<Millis>,
-    /// Any spelling of a retry policy.
+    /// This job's retry policy, in any spelling (native, SNS, Zaqar).
+    #[schema(value_type = Option<Object>)]
     pub policy: Option<Value>,
+    /// Overrides the policy's retry limit.
+    #[schema(maximum = 100_000)]
     pub retry_limit: Option<u32>,
+    /// At most one unfinished job per queue and key.
+    #[schema(min_length = 1, max_length = 256)]
     pub unique_key: Option<String>,
+    /// What a duplicate unique key gets.
     pub on_duplicate: Option<OnDuplicate>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Jobs to enqueue atomically: all or none.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
+    #[schema(min_items = 1)]
     pub jobs: Vec<EnqueueRequest>,
     #[serde(default)]
     pub on_duplicate: OnDuplicate,
@@ -162,7 +182,7 @@ fn to_insert(
 
 /// The answer for one enqueued job. Serialised straight from this struct rather than through a
 /// `serde_json::Value` (one map per job); the fields are in the order such a map gave them.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct EnqueuedView {
     created: bool,
     id: u64,
@@ -179,11 +199,16 @@ fn enqueued_view(e: &Enqueued) -> EnqueuedView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct BatchView {
     jobs: Vec<EnqueuedView>,
 }
 
+/// Enqueues one job.
+#[utoipa::path(post, path = "/jobs", tag = "jobs", request_body = EnqueueRequest, responses(
+    (status = 201, description = "The job was stored", body = EnqueuedView),
+    (status = 200, description = "The unique key's holder (`on_duplicate: existing`)", body = EnqueuedView),
+    Conflict, Refusals))]
 async fn enqueue_one(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<EnqueueRequest>,
@@ -208,6 +233,10 @@ async fn enqueue_one(
     Ok((status, Json(enqueued_view(first))))
 }
 
+/// Enqueues jobs atomically: one bad job refuses them all and nothing is stored.
+#[utoipa::path(post, path = "/jobs/batch", tag = "jobs", request_body = BatchRequest, responses(
+    (status = 201, description = "Every job, in request order", body = BatchView),
+    Conflict, Refusals))]
 async fn enqueue_batch(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<BatchRequest>,
@@ -261,6 +290,10 @@ pub(super) fn parse_id(text: &str) -> Result<u64, ApiError> {
     })
 }
 
+/// One job with its errors.
+#[utoipa::path(get, path = "/jobs/{id}", tag = "jobs",
+    params(("id" = u64, Path, description = "The job's id")),
+    responses((status = 200, body = JobView), Missing, Refusals))]
 async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -271,6 +304,10 @@ async fn show(
         .ok_or_else(|| ApiError::not_found(format!("job {id} does not exist")))
 }
 
+/// Deletes a job, whatever its status.
+#[utoipa::path(delete, path = "/jobs/{id}", tag = "jobs",
+    params(("id" = u64, Path, description = "The job's id")),
+    responses((status = 204, description = "Deleted"), Missing, Refusals))]
 async fn delete_one(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -290,13 +327,21 @@ async fn delete_one(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Debug, Deserialize)]
+/// Which jobs, and which page of them.
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only this queue's jobs.
     pub queue: Option<String>,
+    /// Only jobs in this status.
+    #[param(value_type = Option<Status>)]
     pub status: Option<String>,
+    /// Only jobs of this type.
     #[serde(rename = "type")]
     pub kind: Option<String>,
+    /// Jobs per page, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
     /// The `next_after` of the previous page.
     pub after: Option<u64>,
@@ -338,7 +383,7 @@ pub(super) fn filter_from(
 
 /// A page of jobs. Serialised from the views, never through a `serde_json::Value`: a payload is
 /// written out as the JSON text that was stored, never parsed again on the way.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct JobPage {
     jobs: Vec<JobView>,
     /// The cursor of the next page (`after`), `null` at the end.
@@ -359,6 +404,9 @@ pub(super) async fn list_page(
     Ok(Json(JobPage { jobs, next_after }))
 }
 
+/// A page of jobs in id order, filtered by queue, status and type.
+#[utoipa::path(get, path = "/jobs", tag = "jobs", params(ListQuery),
+    responses((status = 200, body = JobPage), Refusals))]
 async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
@@ -367,30 +415,46 @@ async fn list(
     list_page(&state, &query, None).await
 }
 
+/// Job counts per queue and in total.
+#[derive(Debug, Serialize, ToSchema)]
+struct StatsView {
+    queues: Vec<QueueCounts>,
+    totals: Totals,
+}
+
+/// Jobs by status, over every queue.
+#[derive(Debug, Default, Serialize, ToSchema)]
+struct Totals {
+    scheduled: u64,
+    ready: u64,
+    in_flight: u64,
+    completed: u64,
+    dead: u64,
+}
+
 /// Counts per queue and in total. Internal queues (subscriptions' deliveries) are left out:
 /// their counts are on each subscription.
-async fn stats(State(state): State<AppState>) -> Json<Value> {
+#[utoipa::path(get, path = "/stats", tag = "jobs",
+    responses((status = 200, body = StatsView), Refusals))]
+async fn stats(State(state): State<AppState>) -> Json<StatsView> {
     let mut queues = state.engine.store.counts().await;
     queues.retain(|q| !is_internal_queue(&q.queue));
-    let mut totals = [0u64; 5];
+    let mut totals = Totals::default();
     for q in &queues {
-        for (t, n) in
-            totals
-                .iter_mut()
-                .zip([q.scheduled, q.ready, q.in_flight, q.completed, q.dead])
-        {
-            *t += n;
-        }
+        totals.scheduled += q.scheduled;
+        totals.ready += q.ready;
+        totals.in_flight += q.in_flight;
+        totals.completed += q.completed;
+        totals.dead += q.dead;
     }
-    Json(json!({
-        "queues": queues,
-        "totals": {"scheduled": totals[0], "ready": totals[1], "in_flight": totals[2], "completed": totals[3], "dead": totals[4]},
-    }))
+    Json(StatsView { queues, totals })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use serde_json::json;
 
     #[test]
     fn enqueued_view_encodes_as_the_json_map_it_replaces() {

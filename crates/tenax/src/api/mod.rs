@@ -8,6 +8,7 @@ mod extract;
 mod fields;
 pub mod guard;
 mod jobs;
+pub mod openapi;
 mod policy;
 mod queues;
 mod subscription_views;
@@ -20,7 +21,9 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::get;
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::delivery::Deliveries;
 use crate::engine::Engine;
@@ -44,14 +47,20 @@ pub struct AppState {
     pub deliveries: Arc<Deliveries>,
 }
 
-pub fn router(state: AppState) -> Router {
-    let limit = state.limits.max_request_bytes;
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .merge(zaqar::router())
+/// `GET /healthz`: `ok` while the server serves.
+#[utoipa::path(get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "The server is up", body = String, content_type = "text/plain")))]
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// The native routes, with their OpenAPI description.
+pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(healthz))
         .nest(
             "/api",
-            Router::new()
+            OpenApiRouter::new()
                 .merge(jobs::router())
                 .merge(work::router())
                 .merge(dead::router())
@@ -60,6 +69,15 @@ pub fn router(state: AppState) -> Router {
                 .merge(subscriptions::router())
                 .merge(deliveries::router()),
         )
+        .split_for_parts()
+}
+
+pub fn router(state: AppState) -> Router {
+    let limit = state.limits.max_request_bytes;
+    let (native, spec) = native();
+    native
+        .route("/api/openapi.json", openapi::route(&spec))
+        .merge(zaqar::router())
         .fallback(|| async { error::ApiError::not_found("no such endpoint; see docs/api.md") })
         .method_not_allowed_fallback(|| async {
             error::ApiError {

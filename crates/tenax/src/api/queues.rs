@@ -5,11 +5,13 @@
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::extract::{Path, State};
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use tenax_policy::parse_policy;
 use tenax_policy::spelling::native;
 
@@ -17,49 +19,75 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::JsonBody;
 use super::fields::check_queue_name;
+use super::openapi::Refusals;
 use crate::model::subscription::is_internal_queue;
 use crate::store::{QueueConfig, QueueCounts};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/queues", get(list))
-        .route("/queues/{name}", get(show).put(update))
-        .route("/queues/{name}/pause", post(pause))
-        .route("/queues/{name}/resume", post(resume))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(show, update))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
 }
 
-fn view(name: &str, config: &QueueConfig, counts: Option<&QueueCounts>) -> Value {
-    let zero = QueueCounts {
-        queue: name.to_owned(),
-        scheduled: 0,
-        ready: 0,
-        in_flight: 0,
-        completed: 0,
-        dead: 0,
-    };
-    let counts = counts.unwrap_or(&zero);
-    let mut view = json!({
-        "name": name,
-        "paused": config.paused,
-        "policy": config.policy,
-        "counts": {
-            "scheduled": counts.scheduled, "ready": counts.ready, "in_flight": counts.in_flight,
-            "completed": counts.completed, "dead": counts.dead,
-        },
+/// A queue: its settings and its jobs by status.
+#[derive(Debug, Serialize, ToSchema)]
+struct QueueView {
+    name: String,
+    paused: bool,
+    /// The queue's policy, canonical native JSON; `null` when it has none.
+    #[schema(value_type = Option<Object>)]
+    policy: Option<Value>,
+    counts: Counts,
+    /// Shown only when set: the queue's policy applies to every subscription.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    disable_overrides: bool,
+    /// Shown only when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message_ttl_ms: Option<u64>,
+}
+
+/// Jobs by status.
+#[derive(Debug, Default, Serialize, ToSchema)]
+struct Counts {
+    scheduled: u64,
+    ready: u64,
+    in_flight: u64,
+    completed: u64,
+    dead: u64,
+}
+
+/// Every queue with settings or jobs.
+#[derive(Debug, Serialize, ToSchema)]
+struct QueueList {
+    queues: Vec<QueueView>,
+}
+
+fn view(name: &str, config: &QueueConfig, counts: Option<&QueueCounts>) -> QueueView {
+    let counts = counts.map_or_else(Counts::default, |c| Counts {
+        scheduled: c.scheduled,
+        ready: c.ready,
+        in_flight: c.in_flight,
+        completed: c.completed,
+        dead: c.dead,
     });
-    // Shown only when set, as it is stored: most queues have no subscriptions.
-    if config.disable_overrides {
-        view["disable_overrides"] = json!(true);
+    QueueView {
+        name: name.to_owned(),
+        paused: config.paused,
+        policy: config.policy.clone(),
+        counts,
+        disable_overrides: config.disable_overrides,
+        message_ttl_ms: config.message_ttl_ms,
     }
-    if let Some(ttl) = config.message_ttl_ms {
-        view["message_ttl_ms"] = json!(ttl);
-    }
-    view
 }
 
-async fn list(State(state): State<AppState>) -> Json<Value> {
+/// Every queue with settings or jobs.
+#[utoipa::path(get, path = "/queues", tag = "queues",
+    responses((status = 200, body = QueueList), Refusals))]
+async fn list(State(state): State<AppState>) -> Json<QueueList> {
     let counts = state.engine.store.counts().await;
-    let queues: Vec<Value> = state
+    let queues: Vec<QueueView> = state
         .engine
         .store
         .queues()
@@ -68,13 +96,17 @@ async fn list(State(state): State<AppState>) -> Json<Value> {
         .filter(|(name, _)| !is_internal_queue(name))
         .map(|(name, config)| view(name, config, counts.iter().find(|c| &c.queue == name)))
         .collect();
-    Json(json!({ "queues": queues }))
+    Json(QueueList { queues })
 }
 
+/// One queue: its settings (the defaults if it has none) and its counts.
+#[utoipa::path(get, path = "/queues/{name}", tag = "queues",
+    params(("name" = String, Path, description = "The queue")),
+    responses((status = 200, body = QueueView), Refusals))]
 async fn show(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<QueueView>, ApiError> {
     check_queue_name("name", &name)?;
     let config = state.engine.store.queue(&name).await.unwrap_or_default();
     let counts = state.engine.store.counts().await;
@@ -86,10 +118,12 @@ async fn show(
 }
 
 /// New settings; omitted fields keep their value, `"policy": null` removes the policy.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct UpdateQueue {
+    /// The queue's policy, in any spelling; `null` removes it.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
     policy: Option<Option<Value>>,
     paused: Option<bool>,
     /// The queue's policy applies to every subscription, whatever the subscription's own. Also
@@ -98,6 +132,7 @@ struct UpdateQueue {
     disable_overrides: Option<bool>,
     /// New jobs are deleted this long after enqueue unless done sooner; `null` removes it.
     #[serde(default, deserialize_with = "present_millis")]
+    #[schema(value_type = Option<super::fields::Millis>)]
     message_ttl: Option<Option<super::fields::Millis>>,
 }
 
@@ -117,11 +152,16 @@ fn present<'de, D: serde::Deserializer<'de>>(
     Ok(Some(Option::<Value>::deserialize(deserializer)?))
 }
 
+/// Changes a queue's settings.
+#[utoipa::path(put, path = "/queues/{name}", tag = "queues",
+    params(("name" = String, Path, description = "The queue")),
+    request_body = UpdateQueue,
+    responses((status = 200, body = QueueView), Refusals))]
 async fn update(
     State(state): State<AppState>,
     Path(name): Path<String>,
     JsonBody(request): JsonBody<UpdateQueue>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<QueueView>, ApiError> {
     check_queue_name("name", &name)?;
     let mut config = state.engine.store.queue(&name).await.unwrap_or_default();
     if let Some(paused) = request.paused {
@@ -184,7 +224,11 @@ fn existing_policy(
         .transpose()
 }
 
-async fn set_paused(state: AppState, name: String, paused: bool) -> Result<Json<Value>, ApiError> {
+async fn set_paused(
+    state: AppState,
+    name: String,
+    paused: bool,
+) -> Result<Json<QueueView>, ApiError> {
     check_queue_name("name", &name)?;
     let mut config = state.engine.store.queue(&name).await.unwrap_or_default();
     config.paused = paused;
@@ -193,16 +237,24 @@ async fn set_paused(state: AppState, name: String, paused: bool) -> Result<Json<
     show(State(state), Path(name)).await
 }
 
+/// Pauses a queue: it accepts jobs but hands none out.
+#[utoipa::path(post, path = "/queues/{name}/pause", tag = "queues",
+    params(("name" = String, Path, description = "The queue")),
+    responses((status = 200, body = QueueView), Refusals))]
 async fn pause(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<QueueView>, ApiError> {
     set_paused(state, name, true).await
 }
 
+/// Resumes a paused queue.
+#[utoipa::path(post, path = "/queues/{name}/resume", tag = "queues",
+    params(("name" = String, Path, description = "The queue")),
+    responses((status = 200, body = QueueView), Refusals))]
 async fn resume(
     State(state): State<AppState>,
     Path(name): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<QueueView>, ApiError> {
     set_paused(state, name, false).await
 }

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 use tenax_policy::spelling::native;
+use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::ApiError;
@@ -26,7 +27,7 @@ use crate::model::{
 use crate::store::QueueConfig;
 
 /// Where a subscription's effective delivery policy comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicySource {
     Subscription,
@@ -48,7 +49,7 @@ pub fn policy_source(own_policy: bool, queue: Option<&QueueConfig>) -> PolicySou
 }
 
 /// A subscription's deliveries by status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 pub struct DeliveryCounts {
     pub scheduled: u64,
     pub ready: u64,
@@ -70,7 +71,7 @@ impl From<[u64; 5]> for DeliveryCounts {
 }
 
 /// A subscription as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct SubscriptionView {
     pub id: SubscriptionId,
     pub queue: String,
@@ -79,8 +80,10 @@ pub struct SubscriptionView {
     /// Why it was disabled automatically; `null` when enabled or disabled by request.
     pub disabled_reason: Option<String>,
     /// Its own policy, canonical native JSON.
+    #[schema(value_type = Option<Object>)]
     pub policy: Option<Value>,
     /// The policy its deliveries follow, every default filled in.
+    #[schema(value_type = Object)]
     pub effective_policy: Value,
     pub policy_source: PolicySource,
     pub throttle_per_second: Option<u32>,
@@ -133,7 +136,7 @@ pub async fn subscription_view(state: &AppState, subscription: Subscription) -> 
 }
 
 /// A delivery: one message for one subscription.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct DeliveryView {
     pub id: JobId,
     pub subscription: SubscriptionId,
@@ -152,6 +155,7 @@ pub struct DeliveryView {
     pub finished_at: Option<String>,
     pub dead_reason: Option<String>,
     /// Its own policy (given at a replay), canonical native JSON.
+    #[schema(value_type = Option<Object>)]
     pub policy: Option<Value>,
     /// Every attempt, oldest first; only on a single delivery.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -195,7 +199,7 @@ pub fn not_a_delivery(id: JobId) -> ApiError {
 }
 
 /// One recorded POST of a delivery.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct AttemptView {
     pub delivery: JobId,
     /// The delivery's run number, from 1.

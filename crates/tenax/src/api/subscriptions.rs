@@ -13,12 +13,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use serde::{Deserialize, Deserializer};
-use serde_json::{Value, json};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use tenax_policy::spelling::native;
 use tenax_policy::{RetryPolicy, parse_policy};
 
@@ -26,26 +28,20 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::JsonBody;
 use super::fields::{Millis, check_queue_name};
+use super::openapi::{Missing, Refusals};
 use super::subscription_views::{SubscriptionView, subscription_view};
 use crate::clock::UnixMs;
 use crate::delivery::address::{Reach, check_endpoint, parse_endpoint};
 use crate::delivery::signing::{generate_secret, secret_key};
 use crate::model::{EnvelopeFormat, HealthMarks, Subscription, SubscriptionId};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        // `{name}`: the same parameter name as the queue routes, which share the prefix.
-        .route(
-            "/queues/{name}/subscriptions",
-            post(create).get(list_of_queue),
-        )
-        .route("/subscriptions", get(list_all))
-        .route(
-            "/subscriptions/{id}",
-            get(show).patch(update).delete(delete),
-        )
-        .route("/subscriptions/{id}/enable", post(enable))
-        .route("/subscriptions/{id}/disable", post(disable))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create, list_of_queue))
+        .routes(routes!(list_all))
+        .routes(routes!(show, update, delete))
+        .routes(routes!(enable))
+        .routes(routes!(disable))
 }
 
 /// The most throttle a subscription may ask for, per second.
@@ -78,23 +74,39 @@ const RESERVED_HEADERS: [&str; 15] = [
 /// The fields of a create or an update. On an update every field is optional and `null` resets
 /// a nullable one (`policy`, `throttle_per_second`, `retryable_statuses`, `max_concurrency`,
 /// `auto_disable_after`) to its default.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SubscriptionRequest {
+    /// The http or https URL that messages are POSTed to (required on create).
+    #[schema(max_length = 2048)]
     endpoint: Option<String>,
+    /// The delivery policy, in any spelling; `null` resets it.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
     policy: Option<Option<Value>>,
+    /// At most this many deliveries start per second (1 to 100 000); `null` resets it.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 100_000)]
     throttle_per_second: Option<Option<u32>>,
+    /// The request's `Content-Type` (default `application/json`).
+    #[schema(max_length = 256)]
     content_type: Option<String>,
+    /// The Standard Webhooks signing secret, `whsec_…` (generated when left out).
     secret: Option<String>,
+    /// Extra request headers (at most 32).
     headers: Option<BTreeMap<String, String>>,
     enabled: Option<bool>,
+    /// Which non-2xx statuses are retried, instead of every 5xx, 408 and 429; `null` resets it.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<u16>>)]
     retryable_statuses: Option<Option<Vec<u16>>>,
+    /// At most this many requests at once (1 to 1000); `null` resets it.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     max_concurrency: Option<Option<u32>>,
+    /// Disable after failing this long without a success; `null` resets it.
     #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Millis>)]
     auto_disable_after: Option<Option<Millis>>,
     format: Option<EnvelopeFormat>,
 }
@@ -426,6 +438,11 @@ async fn store(
     Ok(subscription_view(state, stored).await)
 }
 
+/// Subscribes an endpoint to a queue.
+#[utoipa::path(post, path = "/queues/{name}/subscriptions", tag = "subscriptions",
+    params(("name" = String, Path, description = "The queue")),
+    request_body = SubscriptionRequest,
+    responses((status = 201, body = SubscriptionView), Refusals))]
 async fn create(
     State(state): State<AppState>,
     Path(queue): Path<String>,
@@ -438,26 +455,43 @@ async fn create(
     Ok((StatusCode::CREATED, Json(view)))
 }
 
-async fn views(state: &AppState, queue: Option<&str>) -> Json<Value> {
-    let mut views = Vec::new();
-    for subscription in state.engine.store.subscriptions(queue).await {
-        views.push(subscription_view(state, subscription).await);
-    }
-    Json(json!({ "subscriptions": views }))
+/// Subscriptions, in id order.
+#[derive(Debug, Serialize, ToSchema)]
+struct SubscriptionList {
+    subscriptions: Vec<SubscriptionView>,
 }
 
+async fn views(state: &AppState, queue: Option<&str>) -> Json<SubscriptionList> {
+    let mut subscriptions = Vec::new();
+    for subscription in state.engine.store.subscriptions(queue).await {
+        subscriptions.push(subscription_view(state, subscription).await);
+    }
+    Json(SubscriptionList { subscriptions })
+}
+
+/// A queue's subscriptions.
+#[utoipa::path(get, path = "/queues/{name}/subscriptions", tag = "subscriptions",
+    params(("name" = String, Path, description = "The queue")),
+    responses((status = 200, body = SubscriptionList), Refusals))]
 async fn list_of_queue(
     State(state): State<AppState>,
     Path(queue): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SubscriptionList>, ApiError> {
     check_queue_name("queue", &queue)?;
     Ok(views(&state, Some(&queue)).await)
 }
 
-async fn list_all(State(state): State<AppState>) -> Json<Value> {
+/// Every subscription.
+#[utoipa::path(get, path = "/subscriptions", tag = "subscriptions",
+    responses((status = 200, body = SubscriptionList), Refusals))]
+async fn list_all(State(state): State<AppState>) -> Json<SubscriptionList> {
     views(&state, None).await
 }
 
+/// One subscription, with its effective policy, health and delivery counts.
+#[utoipa::path(get, path = "/subscriptions/{id}", tag = "subscriptions",
+    params(("id" = u64, Path, description = "The subscription's id")),
+    responses((status = 200, body = SubscriptionView), Missing, Refusals))]
 async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -466,6 +500,11 @@ async fn show(
     Ok(Json(subscription_view(&state, subscription).await))
 }
 
+/// Changes the fields the body names; `null` resets a nullable field.
+#[utoipa::path(patch, path = "/subscriptions/{id}", tag = "subscriptions",
+    params(("id" = u64, Path, description = "The subscription's id")),
+    request_body = SubscriptionRequest,
+    responses((status = 200, body = SubscriptionView), Missing, Refusals))]
 async fn update(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -490,6 +529,10 @@ async fn set_enabled(
     Ok(Json(store(&state, subscription, policy).await?))
 }
 
+/// Enables a subscription: its pending deliveries resume, and a new failure period starts.
+#[utoipa::path(post, path = "/subscriptions/{id}/enable", tag = "subscriptions",
+    params(("id" = u64, Path, description = "The subscription's id")),
+    responses((status = 200, body = SubscriptionView), Missing, Refusals))]
 async fn enable(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -497,6 +540,10 @@ async fn enable(
     set_enabled(state, id, true).await
 }
 
+/// Disables a subscription: its deliveries wait.
+#[utoipa::path(post, path = "/subscriptions/{id}/disable", tag = "subscriptions",
+    params(("id" = u64, Path, description = "The subscription's id")),
+    responses((status = 200, body = SubscriptionView), Missing, Refusals))]
 async fn disable(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -504,16 +551,28 @@ async fn disable(
     set_enabled(state, id, false).await
 }
 
+/// What a deletion removed.
+#[derive(Debug, Serialize, ToSchema)]
+struct DeletedSubscription {
+    deleted: SubscriptionId,
+    deliveries_deleted: usize,
+}
+
+/// Deletes a subscription and its deliveries.
+#[utoipa::path(delete, path = "/subscriptions/{id}", tag = "subscriptions",
+    params(("id" = u64, Path, description = "The subscription's id")),
+    responses((status = 200, body = DeletedSubscription), Missing, Refusals))]
 async fn delete(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeletedSubscription>, ApiError> {
     let id = parse_subscription_id(&id)?;
-    let deliveries = state.engine.store.delete_subscription(id).await?;
+    let deliveries_deleted = state.engine.store.delete_subscription(id).await?;
     state.deliveries.subscription_changed();
-    Ok(Json(
-        json!({ "deleted": id, "deliveries_deleted": deliveries }),
-    ))
+    Ok(Json(DeletedSubscription {
+        deleted: id,
+        deliveries_deleted,
+    }))
 }
 
 #[cfg(test)]

@@ -2,18 +2,21 @@
 
 use serde::Serialize;
 use serde_json::value::RawValue;
+use utoipa::ToSchema;
 
 use crate::clock::rfc3339;
 use crate::model::{Job, Status};
 use crate::store::TakenJob;
 
 /// A job as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct JobView {
     pub id: u64,
     pub queue: String,
     #[serde(rename = "type")]
     pub kind: String,
+    /// The payload, byte for byte as it was enqueued.
+    #[schema(value_type = serde_json::Value)]
     pub payload: Box<RawValue>,
     pub priority: i32,
     pub status: Status,
@@ -27,14 +30,17 @@ pub struct JobView {
     pub finished_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_reason: Option<String>,
+    /// The job's own policy, canonical native JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub policy: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unique_key: Option<String>,
     pub errors: Vec<ErrorView>,
 }
 
-#[derive(Debug, Serialize)]
+/// One failure of a job.
+#[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorView {
     pub attempt: u32,
     pub at: String,
@@ -75,12 +81,13 @@ impl From<Job> for JobView {
 }
 
 /// A job handed to a worker.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct TakenView {
     pub id: u64,
     pub queue: String,
     #[serde(rename = "type")]
     pub kind: String,
+    #[schema(value_type = serde_json::Value)]
     pub payload: Box<RawValue>,
     pub priority: i32,
     pub attempt: u32,

@@ -6,33 +6,36 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::header;
+use axum::Json;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tenax_policy::Outcome;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::AppState;
 use super::error::ApiError;
 use super::extract::{JsonBody, JsonOrEmpty};
 use super::fields::{Millis, Time, check_queue_name};
 use super::jobs::parse_id;
+use super::openapi::{Conflict, Missing, Refusals};
 use super::views::TakenView;
 use crate::clock::{check_time, rfc3339};
 use crate::engine::FailureReport;
 use crate::model::Status;
 use crate::store::Ack;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/take", post(take))
-        .route("/take/stream", post(take_stream))
-        .route("/jobs/complete", post(complete_many))
-        .route("/jobs/{id}/complete", post(complete_one))
-        .route("/jobs/{id}/fail", post(fail))
-        .route("/jobs/{id}/heartbeat", post(heartbeat))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(take))
+        .routes(routes!(take_stream))
+        .routes(routes!(complete_many))
+        .routes(routes!(complete_one))
+        .routes(routes!(fail))
+        .routes(routes!(heartbeat))
 }
 
 /// The longest a take may wait for a job.
@@ -40,17 +43,20 @@ const MAX_WAIT_MS: u64 = 60_000;
 /// The most jobs one take returns, and the largest stream prefetch.
 const MAX_TAKE: usize = 1_000;
 
-#[derive(Debug, Deserialize)]
+/// What to take, and how.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct TakeRequest {
     /// Queues to take from, best job first across all of them.
+    #[schema(min_items = 1)]
     queues: Vec<String>,
-    /// Most jobs to return (take) or to hold leased at once (stream). Default 1 (take), 100
-    /// (stream).
+    /// Most jobs to return (take) or to hold leased at once (stream), 1 to 1000. Default 1
+    /// (take), 100 (stream).
+    #[schema(minimum = 1, maximum = 1000)]
     max: Option<usize>,
-    /// Lease duration; default `--default-lease`.
+    /// Lease duration; default `--default-lease`, at most `--max-lease`.
     lease: Option<Millis>,
-    /// How long to wait for a job if none is ready (take only). Default 0.
+    /// How long to wait for a job if none is ready, at most 60 s (take only). Default 0.
     wait: Option<Millis>,
 }
 
@@ -110,6 +116,9 @@ fn lease_ms(state: &AppState, asked: Option<Millis>) -> Result<u64, ApiError> {
     Ok(lease_ms)
 }
 
+/// Leases up to `max` ready jobs of the named queues, waiting up to `wait` for the first.
+#[utoipa::path(post, path = "/take", tag = "work", request_body = TakeRequest,
+    responses((status = 200, description = "The jobs (none if none was ready in time)", body = TakeView), Refusals))]
 async fn take(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<TakeRequest>,
@@ -131,7 +140,7 @@ async fn take(
 
 /// The answer of a take, serialised straight from the views (as the stream does) rather than
 /// through a `serde_json::Value`, which re-parsed every payload and sorted every job's keys.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct TakeView {
     jobs: Vec<TakenView>,
 }
@@ -165,6 +174,10 @@ impl Drop for StreamGuard {
 /// One connection, jobs pushed as newline-delimited JSON as they become ready. At most `max`
 /// jobs of the stream are leased at once: acknowledge some (complete or fail) to get more.
 /// Closing the connection returns the stream's unacknowledged jobs to ready.
+#[utoipa::path(post, path = "/take/stream", tag = "work", request_body = TakeRequest,
+    responses((status = 200, description = "One job per line as each becomes ready, and an empty \
+        line every second while none does; closing the connection returns the unacknowledged \
+        jobs to ready", content_type = "application/x-ndjson", body = TakenView), Refusals))]
 async fn take_stream(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<TakeRequest>,
@@ -229,18 +242,31 @@ async fn take_stream(
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// A heartbeat: the lease token of the take, and the new lease (default `--default-lease`).
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct LeaseBody {
     lease_token: Option<u64>,
     lease: Option<Millis>,
 }
 
+/// The lease after a heartbeat.
+#[derive(Debug, Serialize, ToSchema)]
+struct HeartbeatView {
+    id: u64,
+    lease_expires_at: String,
+}
+
+/// Extends a job's lease to `lease` from now.
+#[utoipa::path(post, path = "/jobs/{id}/heartbeat", tag = "work",
+    params(("id" = u64, Path, description = "The job's id")),
+    request_body(content = Option<LeaseBody>, description = "May be left out"),
+    responses((status = 200, body = HeartbeatView), Missing, Conflict, Refusals))]
 async fn heartbeat(
     State(state): State<AppState>,
     Path(id): Path<String>,
     JsonOrEmpty(body): JsonOrEmpty<LeaseBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<HeartbeatView>, ApiError> {
     let id = parse_id(&id)?;
     let lease_ms = lease_ms(&state, body.lease)?;
     let expires = state
@@ -253,45 +279,68 @@ async fn heartbeat(
             lease_ms,
         )
         .await?;
-    Ok(Json(
-        json!({ "id": id, "lease_expires_at": rfc3339(expires) }),
-    ))
+    Ok(Json(HeartbeatView {
+        id,
+        lease_expires_at: rfc3339(expires),
+    }))
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// A completion: the lease token of the take.
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CompleteOne {
     lease_token: Option<u64>,
 }
 
+/// A job after its completion.
+#[derive(Debug, Serialize, ToSchema)]
+struct CompletedView {
+    id: u64,
+    status: Status,
+}
+
+/// Completes an in-flight job.
+#[utoipa::path(post, path = "/jobs/{id}/complete", tag = "work",
+    params(("id" = u64, Path, description = "The job's id")),
+    request_body(content = Option<CompleteOne>, description = "May be left out"),
+    responses((status = 200, body = CompletedView), Missing, Conflict, Refusals))]
 async fn complete_one(
     State(state): State<AppState>,
     Path(id): Path<String>,
     JsonOrEmpty(body): JsonOrEmpty<CompleteOne>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CompletedView>, ApiError> {
     let id = parse_id(&id)?;
     let token = body.lease_token;
     let mut results = state.engine.complete(&[Ack { id, lease: token }]).await?;
     match results.pop() {
-        Some(Ok(())) => Ok(Json(json!({ "id": id, "status": Status::Completed }))),
+        Some(Ok(())) => Ok(Json(CompletedView {
+            id,
+            status: Status::Completed,
+        })),
         Some(Err(error)) => Err(error.into()),
         None => Err(ApiError::not_found(format!("job {id} does not exist"))),
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// Jobs to complete, 1 to 10 000.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CompleteMany {
+    #[schema(min_items = 1, max_items = 10_000)]
     jobs: Vec<AckItem>,
 }
 
-#[derive(Debug, Deserialize)]
+/// One job to complete: its id and the lease token of the take.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AckItem {
     id: u64,
     lease_token: Option<u64>,
 }
 
+/// Completes many jobs in one durable commit; each gets its own result.
+#[utoipa::path(post, path = "/jobs/complete", tag = "work", request_body = CompleteMany,
+    responses((status = 200, body = CompleteResults), Refusals))]
 async fn complete_many(
     State(state): State<AppState>,
     JsonBody(body): JsonBody<CompleteMany>,
@@ -336,12 +385,12 @@ async fn complete_many(
 /// The answer of a batch complete, serialised straight from these structs rather than through
 /// a `serde_json::Value` per job. Fields are in the (sorted) order such maps gave them, so the
 /// bytes are the same.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct CompleteResults {
     results: Vec<CompleteResult>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct CompleteResult {
     completed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -349,23 +398,28 @@ struct CompleteResult {
     id: u64,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct CompleteError {
+    #[schema(value_type = String)]
     code: &'static str,
     message: String,
 }
 
 /// A failure report. `error` is a message or `{"message", "detail"}`; at most one of
 /// `retryable: false`, `retry_at`, `retry_in`, `snooze`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct FailRequest {
     lease_token: Option<u64>,
     error: ErrorReport,
+    /// `false`: the job is dead at once, whatever its policy.
     #[serde(default = "yes")]
     retryable: bool,
+    /// Retry at this time (counts an attempt; the limit and window still apply).
     retry_at: Option<Time>,
+    /// Retry after this delay (counts an attempt; the limit and window still apply).
     retry_in: Option<Millis>,
+    /// Run again after this delay without counting an attempt.
     snooze: Option<Millis>,
 }
 
@@ -373,22 +427,81 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// What went wrong: a message, or a message with any JSON detail.
+#[derive(Debug)]
 enum ErrorReport {
     Message(String),
-    Detailed {
-        message: String,
-        #[serde(default)]
-        detail: Option<Value>,
-    },
+    Detailed(DetailedError),
 }
 
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct DetailedError {
+    #[schema(max_length = 65536)]
+    message: String,
+    #[serde(default)]
+    detail: Option<Value>,
+}
+
+impl<'de> Deserialize<'de> for ErrorReport {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        match Value::deserialize(deserializer)? {
+            Value::String(message) => Ok(Self::Message(message)),
+            object @ Value::Object(_) => serde_json::from_value(object)
+                .map(Self::Detailed)
+                .map_err(|e| D::Error::custom(super::extract::humanize(&e.to_string()))),
+            other => Err(D::Error::custom(format!(
+                "must be a message or an object {{\"message\", \"detail\"}}, got {}",
+                super::extract::json_kind_of(&other)
+            ))),
+        }
+    }
+}
+
+impl utoipa::PartialSchema for ErrorReport {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .max_length(Some(65_536)),
+            )
+            .item(DetailedError::schema())
+            .into()
+    }
+}
+
+impl ToSchema for ErrorReport {}
+
+/// A job after a failure: scheduled again (when, after which delay, as which attempt), or dead
+/// (why).
+#[derive(Debug, Serialize, ToSchema)]
+struct FailView {
+    id: u64,
+    status: Status,
+    failures: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dead_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delay_ms: Option<u64>,
+}
+
+/// Reports a failure of an in-flight job; the answer is its policy's decision.
+#[utoipa::path(post, path = "/jobs/{id}/fail", tag = "work",
+    params(("id" = u64, Path, description = "The job's id")),
+    request_body = FailRequest,
+    responses((status = 200, body = FailView), Missing, Conflict, Refusals))]
 async fn fail(
     State(state): State<AppState>,
     Path(id): Path<String>,
     JsonBody(body): JsonBody<FailRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<FailView>, ApiError> {
     let id = parse_id(&id)?;
     let choices = [
         !body.retryable,
@@ -417,7 +530,7 @@ async fn fail(
     };
     let (message, detail) = match body.error {
         ErrorReport::Message(message) => (message, None),
-        ErrorReport::Detailed { message, detail } => (message, detail),
+        ErrorReport::Detailed(DetailedError { message, detail }) => (message, detail),
     };
     if message.len() > 64 * 1024 {
         return Err(ApiError::invalid(
@@ -445,21 +558,23 @@ async fn fail(
         )
         .await?;
     let s = &transition.state;
-    let mut answer = json!({ "id": id, "status": s.status, "failures": s.failures });
-    match s.status {
-        Status::Dead => answer["dead_reason"] = json!(s.dead_reason),
-        _ => {
-            answer["attempt"] = json!(s.failures + 1);
-            answer["run_at"] = json!(rfc3339(s.run_at_ms));
-            answer["delay_ms"] = json!(s.run_at_ms.saturating_sub(failed_at));
-        }
-    }
-    Ok(Json(answer))
+    let dead = s.status == Status::Dead;
+    Ok(Json(FailView {
+        id,
+        status: s.status,
+        failures: s.failures,
+        dead_reason: if dead { s.dead_reason.clone() } else { None },
+        attempt: (!dead).then(|| s.failures + 1),
+        run_at: (!dead).then(|| rfc3339(s.run_at_ms)),
+        delay_ms: (!dead).then(|| s.run_at_ms.saturating_sub(failed_at)),
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use serde_json::json;
 
     #[test]
     fn complete_results_encode_as_the_json_maps_they_replace() {

@@ -14,7 +14,7 @@ use crate::model::{HealthMarks, Subscription, SubscriptionId};
 const RECENT: usize = 100;
 
 /// A subscription's health as the API shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct HealthView {
     /// False while the endpoint's last attempt failed.
     pub healthy: bool,

@@ -40,7 +40,7 @@ pub fn is_internal_queue(queue: &str) -> bool {
 }
 
 /// The body a delivery POSTs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EnvelopeFormat {
     /// Tenax's envelope (`docs/webhooks.md`).
@@ -123,7 +123,7 @@ pub struct DeliveryPayload {
 }
 
 /// How one attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptResult {
     Delivered,

@@ -64,7 +64,7 @@ pub struct Insert {
 }
 
 /// What to do when a job's unique key is already held by an unfinished job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OnDuplicate {
     /// Refuse the whole request (409).
@@ -222,7 +222,7 @@ pub struct Replay {
     pub reset_attempts: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct QueueCounts {
     pub queue: String,
     pub scheduled: u64,

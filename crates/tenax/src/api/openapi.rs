@@ -1,0 +1,105 @@
+//! The OpenAPI 3.1 description of the native API, generated from the handlers' own request and
+//! response types (`#[utoipa::path]` on each handler, `ToSchema` on each type) and served at
+//! `GET /api/openapi.json`.
+//!
+//! Invariant: the description and the router are one thing. Every native route is registered
+//! through `utoipa_axum::routes!`, which takes its method and path from the handler's
+//! `#[utoipa::path]`, so a route cannot exist without its description (and `tests/openapi.rs`
+//! checks every described operation against the running server).
+
+use serde::Serialize;
+use utoipa::openapi::OpenApi as Spec;
+use utoipa::{IntoResponses, OpenApi, ToSchema};
+
+/// The error body of every native error answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong: the status again, a stable code, the field at fault (a JSON path; `body` for
+/// the body as a whole, `path` for the path) and the rule it broke.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    pub status: u16,
+    pub code: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    pub message: String,
+    /// On a 5xx: the id under which the log has the details.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+/// The answers any request may get (never built: they describe [`ErrorBody`] answers).
+#[allow(dead_code)]
+#[derive(Debug, IntoResponses)]
+pub enum Refusals {
+    /// A field breaks a rule; `field` names it.
+    #[response(status = 400)]
+    Invalid(ErrorBody),
+    /// The body did not arrive within `--request-timeout`.
+    #[response(status = 408)]
+    Timeout(ErrorBody),
+    /// The body is larger than `--max-request-bytes`.
+    #[response(status = 413)]
+    TooLarge(ErrorBody),
+    /// A bug; the log has the details under `request_id`.
+    #[response(status = 500)]
+    Internal(ErrorBody),
+    /// The store failed; writes are refused until the server restarts.
+    #[response(status = 503)]
+    Unavailable(ErrorBody),
+}
+
+/// No such job, subscription or delivery.
+#[allow(dead_code)]
+#[derive(Debug, IntoResponses)]
+pub enum Missing {
+    #[response(status = 404)]
+    NotFound(ErrorBody),
+}
+
+/// The resource is not in a state the request needs (a lease lost, a job not in flight, a
+/// unique key held, a delivery not dead).
+#[allow(dead_code)]
+#[derive(Debug, IntoResponses)]
+pub enum Conflict {
+    #[response(status = 409)]
+    Conflict(ErrorBody),
+}
+
+#[derive(Debug, OpenApi)]
+#[openapi(
+    info(
+        title = "Tenax",
+        description = "The native HTTP API of Tenax: jobs, workers, dead jobs, queues, retry \
+                       policies, webhook subscriptions and deliveries. Conventions (durations, \
+                       times, errors): docs/api.md.",
+        license(name = "Apache-2.0"),
+    ),
+    tags(
+        (name = "jobs", description = "Enqueue, inspect, list and delete jobs"),
+        (name = "work", description = "The worker's side: take, heartbeat, complete, fail"),
+        (name = "dead", description = "Dead jobs: list, replay, delete"),
+        (name = "queues", description = "Queue settings, pause and resume"),
+        (name = "policies", description = "Previews of retry policies"),
+        (name = "subscriptions", description = "Webhook subscriptions"),
+        (name = "deliveries", description = "Webhook deliveries and their attempts"),
+    )
+)]
+pub struct ApiDoc;
+
+/// `GET /api/openapi.json`: the description, encoded once.
+pub fn route<S: Clone + Send + Sync + 'static>(spec: &Spec) -> axum::routing::MethodRouter<S> {
+    let encoded = bytes::Bytes::from(spec.to_pretty_json().unwrap_or_default());
+    axum::routing::get(move || {
+        let encoded = encoded.clone();
+        async move {
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                encoded,
+            )
+        }
+    })
+}
