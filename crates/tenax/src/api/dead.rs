@@ -6,11 +6,11 @@ use axum::Json;
 use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tenax_policy::parse_policy;
+use tenax_policy::spelling::native;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use tenax_policy::parse_policy;
-use tenax_policy::spelling::native;
 
 use super::AppState;
 use super::error::ApiError;
@@ -28,7 +28,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 }
 
 /// A page of dead jobs (`status` may not be given: it is always dead).
-#[utoipa::path(get, path = "/dead", tag = "dead", params(ListQuery),
+#[utoipa::path(get, path = "/dead", operation_id = "list_dead_jobs", tag = "dead", params(ListQuery),
     responses((status = 200, body = JobPage), Refusals))]
 async fn list(
     State(state): State<AppState>,
@@ -90,7 +90,7 @@ struct ReplayRequest {
 }
 
 /// Makes dead jobs ready again, except those whose unique key an unfinished job holds.
-#[utoipa::path(post, path = "/dead/replay", tag = "dead", request_body = ReplayRequest,
+#[utoipa::path(post, path = "/dead/replay", operation_id = "replay_dead_jobs", tag = "dead", request_body = ReplayRequest,
     responses((status = 200, body = ReplayView), Refusals))]
 async fn replay(
     State(state): State<AppState>,
@@ -159,7 +159,7 @@ struct DeletedView {
 }
 
 /// Deletes dead jobs.
-#[utoipa::path(post, path = "/dead/delete", tag = "dead", request_body = DeadSelection,
+#[utoipa::path(post, path = "/dead/delete", operation_id = "delete_dead_jobs", tag = "dead", request_body = DeadSelection,
     responses((status = 200, body = DeletedView), Refusals))]
 async fn delete(
     State(state): State<AppState>,

@@ -15,11 +15,11 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tenax_policy::parse_policy;
+use tenax_policy::spelling::native;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use tenax_policy::parse_policy;
-use tenax_policy::spelling::native;
 
 use super::AppState;
 use super::error::ApiError;
@@ -129,7 +129,7 @@ async fn delivery_page(
 }
 
 /// A page of a subscription's deliveries, in id order.
-#[utoipa::path(get, path = "/subscriptions/{id}/deliveries", tag = "deliveries",
+#[utoipa::path(get, path = "/subscriptions/{id}/deliveries", operation_id = "list_deliveries", tag = "deliveries",
     params(("id" = u64, Path, description = "The subscription's id"), PageQuery),
     responses((status = 200, body = DeliveryPage), Missing, Refusals))]
 async fn list(
@@ -150,7 +150,7 @@ async fn list(
 
 /// The attempts of the deliveries in a page: `limit` counts deliveries, so a page holds every
 /// attempt of each of its deliveries.
-#[utoipa::path(get, path = "/subscriptions/{id}/attempts", tag = "deliveries",
+#[utoipa::path(get, path = "/subscriptions/{id}/attempts", operation_id = "list_subscription_attempts", tag = "deliveries",
     params(("id" = u64, Path, description = "The subscription's id"), PageQuery),
     responses((status = 200, body = AttemptPage), Missing, Refusals))]
 async fn subscription_attempts(
@@ -188,7 +188,7 @@ async fn delivery(state: &AppState, id: JobId) -> Result<DeliveryView, ApiError>
 }
 
 /// One delivery with every attempt.
-#[utoipa::path(get, path = "/deliveries/{id}", tag = "deliveries",
+#[utoipa::path(get, path = "/deliveries/{id}", operation_id = "get_delivery", tag = "deliveries",
     params(("id" = u64, Path, description = "The delivery's id")),
     responses((status = 200, body = DeliveryView), Missing, Refusals))]
 async fn show(
@@ -202,7 +202,7 @@ async fn show(
 }
 
 /// A delivery's attempts, oldest first.
-#[utoipa::path(get, path = "/deliveries/{id}/attempts", tag = "deliveries",
+#[utoipa::path(get, path = "/deliveries/{id}/attempts", operation_id = "list_delivery_attempts", tag = "deliveries",
     params(("id" = u64, Path, description = "The delivery's id")),
     responses((status = 200, body = AttemptList), Missing, Refusals))]
 async fn delivery_attempts(
@@ -298,7 +298,7 @@ async fn replay(
 }
 
 /// Replays one dead delivery.
-#[utoipa::path(post, path = "/deliveries/{id}/replay", tag = "deliveries",
+#[utoipa::path(post, path = "/deliveries/{id}/replay", operation_id = "replay_delivery", tag = "deliveries",
     params(("id" = u64, Path, description = "The delivery's id")),
     request_body(content = Option<ReplayOne>, description = "May be left out"),
     responses((status = 200, body = ReplayedDeliveries), Missing, Conflict, Refusals))]
@@ -340,7 +340,7 @@ async fn replay_one(
 }
 
 /// Replays a subscription's dead deliveries (those that died since a time, or all).
-#[utoipa::path(post, path = "/subscriptions/{id}/replay", tag = "deliveries",
+#[utoipa::path(post, path = "/subscriptions/{id}/replay", operation_id = "replay_subscription_deliveries", tag = "deliveries",
     params(("id" = u64, Path, description = "The subscription's id")),
     request_body(content = Option<ReplaySubscription>, description = "May be left out"),
     responses((status = 200, body = ReplayedDeliveries), Missing, Refusals))]

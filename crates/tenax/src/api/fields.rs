@@ -1,8 +1,10 @@
 //! Field types shared by requests: durations and times in their accepted spellings.
 
 use serde::{Deserialize, Deserializer, de};
-use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, KnownFormat, Type};
 use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{
+    KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type,
+};
 use utoipa::{PartialSchema, ToSchema};
 
 use crate::clock::{UnixMs, parse_rfc3339};
@@ -46,7 +48,9 @@ impl PartialSchema for Millis {
             .item(
                 ObjectBuilder::new()
                     .schema_type(Type::String)
-                    .description(Some("a number with a unit: ms, s, m, h, d (\"12.5s\", \"1h30m\")")),
+                    .description(Some(
+                        "a number with a unit: ms, s, m, h, d (\"12.5s\", \"1h30m\")",
+                    )),
             )
             .description(Some("A duration of at most 100 years."))
             .into()

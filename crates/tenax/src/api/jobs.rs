@@ -16,8 +16,8 @@ use utoipa_axum::routes;
 
 use super::error::ApiError;
 use super::extract::JsonBody;
-use super::openapi::{Conflict, Missing, Refusals};
 use super::fields::{Millis, Time, check_queue_name};
+use super::openapi::{Conflict, Missing, Refusals};
 use super::views::JobView;
 use super::{AppState, Limits};
 use crate::clock::{UnixMs, check_time, rfc3339};
@@ -36,6 +36,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// One job to enqueue.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"queue": "emails", "type": "welcome", "payload": {"user": 42},
+    "policy": {"type": "list", "delays": ["2s", "4s"]}}))]
 pub struct EnqueueRequest {
     /// The queue: 1 to 256 of `A-Z a-z 0-9 - _ . :`.
     #[schema(pattern = "^[A-Za-z0-9._:-]{1,256}$")]
@@ -205,8 +207,14 @@ struct BatchView {
 }
 
 /// Enqueues one job.
-#[utoipa::path(post, path = "/jobs", tag = "jobs", request_body = EnqueueRequest, responses(
-    (status = 201, description = "The job was stored", body = EnqueuedView),
+#[utoipa::path(post, path = "/jobs", operation_id = "enqueue_job", tag = "jobs", request_body = EnqueueRequest, responses(
+    (status = 201, description = "The job was stored", body = EnqueuedView, links(
+            ("get_job" = (operation_id = "get_job", parameters(("id" = "$response.body#/id")))),
+            ("delete_job" = (operation_id = "delete_job", parameters(("id" = "$response.body#/id")))),
+            ("heartbeat_job" = (operation_id = "heartbeat_job", parameters(("id" = "$response.body#/id")))),
+            ("complete_job" = (operation_id = "complete_job", parameters(("id" = "$response.body#/id")))),
+            ("fail_job" = (operation_id = "fail_job", parameters(("id" = "$response.body#/id")))),
+        )),
     (status = 200, description = "The unique key's holder (`on_duplicate: existing`)", body = EnqueuedView),
     Conflict, Refusals))]
 async fn enqueue_one(
@@ -234,7 +242,7 @@ async fn enqueue_one(
 }
 
 /// Enqueues jobs atomically: one bad job refuses them all and nothing is stored.
-#[utoipa::path(post, path = "/jobs/batch", tag = "jobs", request_body = BatchRequest, responses(
+#[utoipa::path(post, path = "/jobs/batch", operation_id = "enqueue_jobs", tag = "jobs", request_body = BatchRequest, responses(
     (status = 201, description = "Every job, in request order", body = BatchView),
     Conflict, Refusals))]
 async fn enqueue_batch(
@@ -291,7 +299,7 @@ pub(super) fn parse_id(text: &str) -> Result<u64, ApiError> {
 }
 
 /// One job with its errors.
-#[utoipa::path(get, path = "/jobs/{id}", tag = "jobs",
+#[utoipa::path(get, path = "/jobs/{id}", operation_id = "get_job", tag = "jobs",
     params(("id" = u64, Path, description = "The job's id")),
     responses((status = 200, body = JobView), Missing, Refusals))]
 async fn show(
@@ -305,7 +313,7 @@ async fn show(
 }
 
 /// Deletes a job, whatever its status.
-#[utoipa::path(delete, path = "/jobs/{id}", tag = "jobs",
+#[utoipa::path(delete, path = "/jobs/{id}", operation_id = "delete_job", tag = "jobs",
     params(("id" = u64, Path, description = "The job's id")),
     responses((status = 204, description = "Deleted"), Missing, Refusals))]
 async fn delete_one(
@@ -405,7 +413,7 @@ pub(super) async fn list_page(
 }
 
 /// A page of jobs in id order, filtered by queue, status and type.
-#[utoipa::path(get, path = "/jobs", tag = "jobs", params(ListQuery),
+#[utoipa::path(get, path = "/jobs", operation_id = "list_jobs", tag = "jobs", params(ListQuery),
     responses((status = 200, body = JobPage), Refusals))]
 async fn list(
     State(state): State<AppState>,
@@ -434,7 +442,7 @@ struct Totals {
 
 /// Counts per queue and in total. Internal queues (subscriptions' deliveries) are left out:
 /// their counts are on each subscription.
-#[utoipa::path(get, path = "/stats", tag = "jobs",
+#[utoipa::path(get, path = "/stats", operation_id = "get_stats", tag = "jobs",
     responses((status = 200, body = StatsView), Refusals))]
 async fn stats(State(state): State<AppState>) -> Json<StatsView> {
     let mut queues = state.engine.store.counts().await;
@@ -453,7 +461,6 @@ async fn stats(State(state): State<AppState>) -> Json<StatsView> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
     use serde_json::json;
 
     #[test]

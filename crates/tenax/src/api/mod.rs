@@ -48,7 +48,7 @@ pub struct AppState {
 }
 
 /// `GET /healthz`: `ok` while the server serves.
-#[utoipa::path(get, path = "/healthz", tag = "health",
+#[utoipa::path(get, path = "/healthz", operation_id = "health", tag = "health",
     responses((status = 200, description = "The server is up", body = String, content_type = "text/plain")))]
 async fn healthz() -> &'static str {
     "ok"

@@ -78,6 +78,7 @@ pub enum Conflict {
                        times, errors): docs/api.md.",
         license(name = "Apache-2.0"),
     ),
+    components(schemas(ErrorBody, ErrorDetail)),
     tags(
         (name = "jobs", description = "Enqueue, inspect, list and delete jobs"),
         (name = "work", description = "The worker's side: take, heartbeat, complete, fail"),

@@ -74,8 +74,10 @@ struct PreviewView {
 
 /// Every retry's delay, the running total, the jitter band and the whole window of a policy
 /// (the body: a policy in any spelling).
-#[utoipa::path(post, path = "/policy/preview", tag = "policies", params(PreviewQuery),
-    request_body(content = Object, description = "A policy in any spelling"),
+#[utoipa::path(post, path = "/policy/preview", operation_id = "preview_policy", tag = "policies", params(PreviewQuery),
+    request_body(content = Object, description = "A policy in any spelling",
+        example = json!({"type": "phased", "min_delay": "5s", "max_delay": "260s",
+                         "num_retries": 10, "function": "geometric"})),
     responses((status = 200, body = PreviewView), Refusals))]
 async fn preview(
     State(_): State<AppState>,

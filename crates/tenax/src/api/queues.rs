@@ -9,11 +9,11 @@ use axum::Json;
 use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tenax_policy::parse_policy;
+use tenax_policy::spelling::native;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use tenax_policy::parse_policy;
-use tenax_policy::spelling::native;
 
 use super::AppState;
 use super::error::ApiError;
@@ -83,7 +83,7 @@ fn view(name: &str, config: &QueueConfig, counts: Option<&QueueCounts>) -> Queue
 }
 
 /// Every queue with settings or jobs.
-#[utoipa::path(get, path = "/queues", tag = "queues",
+#[utoipa::path(get, path = "/queues", operation_id = "list_queues", tag = "queues",
     responses((status = 200, body = QueueList), Refusals))]
 async fn list(State(state): State<AppState>) -> Json<QueueList> {
     let counts = state.engine.store.counts().await;
@@ -100,7 +100,7 @@ async fn list(State(state): State<AppState>) -> Json<QueueList> {
 }
 
 /// One queue: its settings (the defaults if it has none) and its counts.
-#[utoipa::path(get, path = "/queues/{name}", tag = "queues",
+#[utoipa::path(get, path = "/queues/{name}", operation_id = "get_queue", tag = "queues",
     params(("name" = String, Path, description = "The queue")),
     responses((status = 200, body = QueueView), Refusals))]
 async fn show(
@@ -153,7 +153,7 @@ fn present<'de, D: serde::Deserializer<'de>>(
 }
 
 /// Changes a queue's settings.
-#[utoipa::path(put, path = "/queues/{name}", tag = "queues",
+#[utoipa::path(put, path = "/queues/{name}", operation_id = "update_queue", tag = "queues",
     params(("name" = String, Path, description = "The queue")),
     request_body = UpdateQueue,
     responses((status = 200, body = QueueView), Refusals))]
@@ -238,7 +238,7 @@ async fn set_paused(
 }
 
 /// Pauses a queue: it accepts jobs but hands none out.
-#[utoipa::path(post, path = "/queues/{name}/pause", tag = "queues",
+#[utoipa::path(post, path = "/queues/{name}/pause", operation_id = "pause_queue", tag = "queues",
     params(("name" = String, Path, description = "The queue")),
     responses((status = 200, body = QueueView), Refusals))]
 async fn pause(
@@ -249,7 +249,7 @@ async fn pause(
 }
 
 /// Resumes a paused queue.
-#[utoipa::path(post, path = "/queues/{name}/resume", tag = "queues",
+#[utoipa::path(post, path = "/queues/{name}/resume", operation_id = "resume_queue", tag = "queues",
     params(("name" = String, Path, description = "The queue")),
     responses((status = 200, body = QueueView), Refusals))]
 async fn resume(

@@ -18,11 +18,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+use tenax_policy::spelling::native;
+use tenax_policy::{RetryPolicy, parse_policy};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use tenax_policy::spelling::native;
-use tenax_policy::{RetryPolicy, parse_policy};
 
 use super::AppState;
 use super::error::ApiError;
@@ -76,6 +76,9 @@ const RESERVED_HEADERS: [&str; 15] = [
 /// `auto_disable_after`) to its default.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"endpoint": "https://hooks.example.com/orders",
+    "policy": {"type": "phased", "min_delay": "5s", "max_delay": "5m", "num_retries": 8,
+               "function": "exponential"}}))]
 struct SubscriptionRequest {
     /// The http or https URL that messages are POSTed to (required on create).
     #[schema(max_length = 2048)]
@@ -439,10 +442,19 @@ async fn store(
 }
 
 /// Subscribes an endpoint to a queue.
-#[utoipa::path(post, path = "/queues/{name}/subscriptions", tag = "subscriptions",
+#[utoipa::path(post, path = "/queues/{name}/subscriptions", operation_id = "create_subscription", tag = "subscriptions",
     params(("name" = String, Path, description = "The queue")),
     request_body = SubscriptionRequest,
-    responses((status = 201, body = SubscriptionView), Refusals))]
+    responses((status = 201, body = SubscriptionView, links(
+            ("get_subscription" = (operation_id = "get_subscription", parameters(("id" = "$response.body#/id")))),
+            ("update_subscription" = (operation_id = "update_subscription", parameters(("id" = "$response.body#/id")))),
+            ("delete_subscription" = (operation_id = "delete_subscription", parameters(("id" = "$response.body#/id")))),
+            ("enable_subscription" = (operation_id = "enable_subscription", parameters(("id" = "$response.body#/id")))),
+            ("disable_subscription" = (operation_id = "disable_subscription", parameters(("id" = "$response.body#/id")))),
+            ("list_deliveries" = (operation_id = "list_deliveries", parameters(("id" = "$response.body#/id")))),
+            ("list_subscription_attempts" = (operation_id = "list_subscription_attempts", parameters(("id" = "$response.body#/id")))),
+            ("replay_subscription_deliveries" = (operation_id = "replay_subscription_deliveries", parameters(("id" = "$response.body#/id")))),
+        )), Refusals))]
 async fn create(
     State(state): State<AppState>,
     Path(queue): Path<String>,
@@ -470,7 +482,7 @@ async fn views(state: &AppState, queue: Option<&str>) -> Json<SubscriptionList> 
 }
 
 /// A queue's subscriptions.
-#[utoipa::path(get, path = "/queues/{name}/subscriptions", tag = "subscriptions",
+#[utoipa::path(get, path = "/queues/{name}/subscriptions", operation_id = "list_queue_subscriptions", tag = "subscriptions",
     params(("name" = String, Path, description = "The queue")),
     responses((status = 200, body = SubscriptionList), Refusals))]
 async fn list_of_queue(
@@ -482,14 +494,14 @@ async fn list_of_queue(
 }
 
 /// Every subscription.
-#[utoipa::path(get, path = "/subscriptions", tag = "subscriptions",
+#[utoipa::path(get, path = "/subscriptions", operation_id = "list_subscriptions", tag = "subscriptions",
     responses((status = 200, body = SubscriptionList), Refusals))]
 async fn list_all(State(state): State<AppState>) -> Json<SubscriptionList> {
     views(&state, None).await
 }
 
 /// One subscription, with its effective policy, health and delivery counts.
-#[utoipa::path(get, path = "/subscriptions/{id}", tag = "subscriptions",
+#[utoipa::path(get, path = "/subscriptions/{id}", operation_id = "get_subscription", tag = "subscriptions",
     params(("id" = u64, Path, description = "The subscription's id")),
     responses((status = 200, body = SubscriptionView), Missing, Refusals))]
 async fn show(
@@ -501,7 +513,7 @@ async fn show(
 }
 
 /// Changes the fields the body names; `null` resets a nullable field.
-#[utoipa::path(patch, path = "/subscriptions/{id}", tag = "subscriptions",
+#[utoipa::path(patch, path = "/subscriptions/{id}", operation_id = "update_subscription", tag = "subscriptions",
     params(("id" = u64, Path, description = "The subscription's id")),
     request_body = SubscriptionRequest,
     responses((status = 200, body = SubscriptionView), Missing, Refusals))]
@@ -530,7 +542,7 @@ async fn set_enabled(
 }
 
 /// Enables a subscription: its pending deliveries resume, and a new failure period starts.
-#[utoipa::path(post, path = "/subscriptions/{id}/enable", tag = "subscriptions",
+#[utoipa::path(post, path = "/subscriptions/{id}/enable", operation_id = "enable_subscription", tag = "subscriptions",
     params(("id" = u64, Path, description = "The subscription's id")),
     responses((status = 200, body = SubscriptionView), Missing, Refusals))]
 async fn enable(
@@ -541,7 +553,7 @@ async fn enable(
 }
 
 /// Disables a subscription: its deliveries wait.
-#[utoipa::path(post, path = "/subscriptions/{id}/disable", tag = "subscriptions",
+#[utoipa::path(post, path = "/subscriptions/{id}/disable", operation_id = "disable_subscription", tag = "subscriptions",
     params(("id" = u64, Path, description = "The subscription's id")),
     responses((status = 200, body = SubscriptionView), Missing, Refusals))]
 async fn disable(
@@ -559,7 +571,7 @@ struct DeletedSubscription {
 }
 
 /// Deletes a subscription and its deliveries.
-#[utoipa::path(delete, path = "/subscriptions/{id}", tag = "subscriptions",
+#[utoipa::path(delete, path = "/subscriptions/{id}", operation_id = "delete_subscription", tag = "subscriptions",
     params(("id" = u64, Path, description = "The subscription's id")),
     responses((status = 200, body = DeletedSubscription), Missing, Refusals))]
 async fn delete(

@@ -3,10 +3,10 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::header;
-use axum::Json;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -46,6 +46,7 @@ const MAX_TAKE: usize = 1_000;
 /// What to take, and how.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"queues": ["emails"], "max": 10, "lease": "30s", "wait": "20s"}))]
 struct TakeRequest {
     /// Queues to take from, best job first across all of them.
     #[schema(min_items = 1)]
@@ -117,7 +118,7 @@ fn lease_ms(state: &AppState, asked: Option<Millis>) -> Result<u64, ApiError> {
 }
 
 /// Leases up to `max` ready jobs of the named queues, waiting up to `wait` for the first.
-#[utoipa::path(post, path = "/take", tag = "work", request_body = TakeRequest,
+#[utoipa::path(post, path = "/take", operation_id = "take_jobs", tag = "work", request_body = TakeRequest,
     responses((status = 200, description = "The jobs (none if none was ready in time)", body = TakeView), Refusals))]
 async fn take(
     State(state): State<AppState>,
@@ -174,7 +175,7 @@ impl Drop for StreamGuard {
 /// One connection, jobs pushed as newline-delimited JSON as they become ready. At most `max`
 /// jobs of the stream are leased at once: acknowledge some (complete or fail) to get more.
 /// Closing the connection returns the stream's unacknowledged jobs to ready.
-#[utoipa::path(post, path = "/take/stream", tag = "work", request_body = TakeRequest,
+#[utoipa::path(post, path = "/take/stream", operation_id = "stream_jobs", tag = "work", request_body = TakeRequest,
     responses((status = 200, description = "One job per line as each becomes ready, and an empty \
         line every second while none does; closing the connection returns the unacknowledged \
         jobs to ready", content_type = "application/x-ndjson", body = TakenView), Refusals))]
@@ -258,7 +259,7 @@ struct HeartbeatView {
 }
 
 /// Extends a job's lease to `lease` from now.
-#[utoipa::path(post, path = "/jobs/{id}/heartbeat", tag = "work",
+#[utoipa::path(post, path = "/jobs/{id}/heartbeat", operation_id = "heartbeat_job", tag = "work",
     params(("id" = u64, Path, description = "The job's id")),
     request_body(content = Option<LeaseBody>, description = "May be left out"),
     responses((status = 200, body = HeartbeatView), Missing, Conflict, Refusals))]
@@ -300,7 +301,7 @@ struct CompletedView {
 }
 
 /// Completes an in-flight job.
-#[utoipa::path(post, path = "/jobs/{id}/complete", tag = "work",
+#[utoipa::path(post, path = "/jobs/{id}/complete", operation_id = "complete_job", tag = "work",
     params(("id" = u64, Path, description = "The job's id")),
     request_body(content = Option<CompleteOne>, description = "May be left out"),
     responses((status = 200, body = CompletedView), Missing, Conflict, Refusals))]
@@ -339,7 +340,7 @@ struct AckItem {
 }
 
 /// Completes many jobs in one durable commit; each gets its own result.
-#[utoipa::path(post, path = "/jobs/complete", tag = "work", request_body = CompleteMany,
+#[utoipa::path(post, path = "/jobs/complete", operation_id = "complete_jobs", tag = "work", request_body = CompleteMany,
     responses((status = 200, body = CompleteResults), Refusals))]
 async fn complete_many(
     State(state): State<AppState>,
@@ -409,6 +410,7 @@ struct CompleteError {
 /// `retryable: false`, `retry_at`, `retry_in`, `snooze`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"lease_token": 1_800_000_000_000_000u64, "error": "SMTP timeout"}))]
 struct FailRequest {
     lease_token: Option<u64>,
     error: ErrorReport,
@@ -493,7 +495,7 @@ struct FailView {
 }
 
 /// Reports a failure of an in-flight job; the answer is its policy's decision.
-#[utoipa::path(post, path = "/jobs/{id}/fail", tag = "work",
+#[utoipa::path(post, path = "/jobs/{id}/fail", operation_id = "fail_job", tag = "work",
     params(("id" = u64, Path, description = "The job's id")),
     request_body = FailRequest,
     responses((status = 200, body = FailView), Missing, Conflict, Refusals))]

@@ -12,7 +12,19 @@ pub type JobId = u64;
 /// The lifecycle of `brief.md`: `scheduled → ready → in_flight → completed`, with retries
 /// (`in_flight → scheduled`), death, replay (`dead → ready`) and lease expiry
 /// (`in_flight → ready`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Scheduled,
