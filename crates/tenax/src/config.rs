@@ -45,6 +45,10 @@ pub struct ServeArgs {
     /// The longest lease a worker may ask for.
     #[arg(long, env = "TENAX_MAX_LEASE", value_parser = duration_flag, default_value = "12h")]
     pub max_lease: u64,
+    /// The longest heartbeats may keep one attempt of a job leased, from its take: a heartbeat
+    /// never extends the lease past it, and the job is then handled as any expired lease.
+    #[arg(long, env = "TENAX_MAX_ATTEMPT_TIME", value_parser = duration_flag, default_value = "24h")]
+    pub max_attempt_time: u64,
     /// How long completed jobs are kept before they are purged (0 purges at once).
     #[arg(long, env = "TENAX_COMPLETED_RETENTION", value_parser = duration_flag, default_value = "1d")]
     pub completed_retention: u64,
@@ -124,6 +128,7 @@ pub struct Config {
     pub default_policy: RetryPolicy,
     pub default_lease_ms: u64,
     pub max_lease_ms: u64,
+    pub max_attempt_ms: u64,
     pub completed_retention_ms: u64,
     pub dead_retention_ms: u64,
     pub max_request_bytes: usize,
@@ -272,6 +277,12 @@ impl ServeArgs {
                 self.max_lease, self.default_lease
             ));
         }
+        if self.max_attempt_time < self.max_lease {
+            return Err(format!(
+                "--max-attempt-time: must be at least --max-lease ({} ms), got {} ms",
+                self.max_lease, self.max_attempt_time
+            ));
+        }
         let delivery_policy = match &self.default_delivery_policy {
             None => default_delivery_policy(),
             Some(json) => tenax_policy::spelling::parse_policy_str(json)
@@ -311,6 +322,7 @@ impl ServeArgs {
             default_policy: policy,
             default_lease_ms: self.default_lease,
             max_lease_ms: self.max_lease,
+            max_attempt_ms: self.max_attempt_time,
             completed_retention_ms: self.completed_retention,
             dead_retention_ms: self.dead_retention,
             max_request_bytes: self.max_request_bytes,

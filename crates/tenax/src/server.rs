@@ -43,6 +43,7 @@ pub async fn run(
             delivery_policy: Arc::new(config.delivery.default_policy.clone()),
             completed_retention_ms: config.completed_retention_ms,
             dead_retention_ms: config.dead_retention_ms,
+            max_attempt_ms: config.max_attempt_ms,
         },
     ));
     let (stop, stopped) = watch::channel(false);

@@ -437,8 +437,16 @@ async fn heartbeat_extends_the_lease() {
             "lease",
         )
         .await;
-    // An empty body: any holder, the default lease (30 s).
-    let answer = server.expect(Method::POST, &path, None, 200).await;
+    // The lease token is required: a heartbeat without it is refused.
+    server
+        .invalid(&path, json!({"lease": "10s"}), "lease_token")
+        .await;
+    let error = server.error(Method::POST, &path, None, 400).await;
+    assert_eq!(error.field.as_deref(), Some("body"));
+    // Without a lease: the default lease (30 s).
+    let answer = server
+        .post(&path, json!({"lease_token": taken.lease_token}))
+        .await;
     assert_eq!(ms(&answer["lease_expires_at"]), T0 + 43 * SECOND);
 
     server.advance(secs(30));
@@ -499,8 +507,8 @@ async fn complete_one_and_many_with_lease_tokens() {
             json!({"jobs": [
                 {"id": b.id, "lease_token": b.lease_token},
                 {"id": c.id, "lease_token": d.lease_token},
-                {"id": d.id},
-                {"id": 987_654},
+                {"id": d.id, "lease_token": d.lease_token},
+                {"id": 987_654, "lease_token": 1},
             ]}),
         )
         .await;
@@ -511,6 +519,21 @@ async fn complete_one_and_many_with_lease_tokens() {
     assert_eq!(results[1]["error"]["code"], "lease_lost");
     assert_eq!(results[2], json!({"id": d.id, "completed": true}));
     assert_eq!(results[3]["error"]["code"], "not_found");
+    // Every item needs its lease token.
+    server
+        .invalid(
+            "/api/jobs/complete",
+            json!({"jobs": [{"id": d.id}]}),
+            "jobs[0].lease_token",
+        )
+        .await;
+    server
+        .invalid(
+            &format!("/api/jobs/{}/complete", d.id),
+            json!({}),
+            "lease_token",
+        )
+        .await;
     assert_eq!(server.totals().await, (0, 0, 1, 3, 0));
 
     // A lease that expired and was given to another worker: the old token is stale.
@@ -1468,16 +1491,20 @@ async fn ids_and_endpoints_that_do_not_exist() {
     for (method, path, body) in [
         (Method::GET, "/api/jobs/abc", None),
         (Method::DELETE, "/api/jobs/1x", None),
-        (Method::POST, "/api/jobs/-1/complete", None),
+        (
+            Method::POST,
+            "/api/jobs/-1/complete",
+            Some(json!({"lease_token": 1})),
+        ),
         (
             Method::POST,
             "/api/jobs/99999999999999999999999/heartbeat",
-            None,
+            Some(json!({"lease_token": 1})),
         ),
         (
             Method::POST,
             "/api/jobs/abc/fail",
-            Some(json!({"error": "x"})),
+            Some(json!({"lease_token": 1, "error": "x"})),
         ),
     ] {
         let error = server.error(method.clone(), path, body, 400).await;
@@ -1486,12 +1513,20 @@ async fn ids_and_endpoints_that_do_not_exist() {
     for (method, path, body) in [
         (Method::GET, "/api/jobs/424242", None),
         (Method::DELETE, "/api/jobs/424242", None),
-        (Method::POST, "/api/jobs/424242/complete", None),
-        (Method::POST, "/api/jobs/424242/heartbeat", None),
+        (
+            Method::POST,
+            "/api/jobs/424242/complete",
+            Some(json!({"lease_token": 1})),
+        ),
+        (
+            Method::POST,
+            "/api/jobs/424242/heartbeat",
+            Some(json!({"lease_token": 1})),
+        ),
         (
             Method::POST,
             "/api/jobs/424242/fail",
-            Some(json!({"error": "x"})),
+            Some(json!({"lease_token": 1, "error": "x"})),
         ),
     ] {
         let error = server.error(method.clone(), path, body, 404).await;

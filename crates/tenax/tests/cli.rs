@@ -136,9 +136,14 @@ fn client_commands_round_trip() {
         .and_then(|r| r.json())
         .expect("take");
     assert_eq!(taken["jobs"][0]["id"].as_u64(), Some(id));
+    let token = taken["jobs"][0]["lease_token"]
+        .as_u64()
+        .expect("a lease token");
     let failed = client
         .post(format!("{}/api/jobs/{id}/fail", server.url))
-        .body(r#"{"error": "smtp said no"}"#)
+        .body(format!(
+            r#"{{"lease_token": {token}, "error": "smtp said no"}}"#
+        ))
         .send()
         .expect("fail");
     assert!(failed.status().is_success());

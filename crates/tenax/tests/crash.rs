@@ -238,6 +238,7 @@ async fn producer(
     base: String,
     who: usize,
     counter: Arc<AtomicU64>,
+    answered: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
     mut rng: Rng,
 ) -> ProducerLog {
@@ -266,7 +267,10 @@ async fn producer(
         let body = match result {
             // No complete answer: the server is gone, nothing here was acknowledged.
             Err(_) => break,
-            Ok((201, body)) => body,
+            Ok((201, body)) => {
+                answered.fetch_add(1, Ordering::SeqCst);
+                body
+            }
             Ok((status, body)) => {
                 log.unexpected
                     .push(format!("enqueue answered {status}: {body}"));
@@ -758,12 +762,14 @@ async fn sigkill_under_load_loses_nothing_acknowledged() {
     for round in 1..=ROUNDS {
         let kill_after = rng.range(KILL_AFTER_MS.0, KILL_AFTER_MS.1);
         let stop = Arc::new(AtomicBool::new(false));
+        let answered = Arc::new(AtomicUsize::new(0));
         let producers: Vec<_> = (0..PRODUCERS)
             .map(|who| {
                 tokio::spawn(producer(
                     server.base.clone(),
                     who,
                     counter.clone(),
+                    answered.clone(),
                     stop.clone(),
                     Rng(rng.next()),
                 ))
@@ -773,6 +779,17 @@ async fn sigkill_under_load_loses_nothing_acknowledged() {
             .map(|_| tokio::spawn(consumer(server.base.clone(), stop.clone(), Rng(rng.next()))))
             .collect();
 
+        // The kill time counts from the first acknowledged enqueue, so that a slow machine
+        // does not kill the server before any load reaches it.
+        let waiting_since = Instant::now();
+        while answered.load(Ordering::SeqCst) == 0 {
+            assert!(
+                waiting_since.elapsed() < Duration::from_secs(30),
+                "no enqueue was acknowledged within 30 s\n{}",
+                log_tail(&log)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         tokio::time::sleep(Duration::from_millis(kill_after)).await;
         server.kill();
         stop.store(true, Ordering::SeqCst);

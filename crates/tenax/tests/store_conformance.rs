@@ -168,7 +168,7 @@ fn taken_ids(jobs: &[TakenJob]) -> Vec<JobId> {
 fn ack(job: &TakenJob) -> Ack {
     Ack {
         id: job.id,
-        lease: Some(job.lease_token),
+        lease: job.lease_token,
     }
 }
 
@@ -576,14 +576,11 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
     let [a, b, c, d, e] = [&taken[0], &taken[1], &taken[2], &taken[3], &taken[4]];
     let wrong = Ack {
         id: b.id,
-        lease: Some(c.lease_token),
+        lease: c.lease_token,
     };
-    let anyone = Ack {
-        id: c.id,
-        lease: None,
-    };
+    let guessed = Ack { id: c.id, lease: 0 };
     let results = store
-        .complete(&[ack(a), wrong, anyone, ack(d)], true, T0 + 7)
+        .complete(&[ack(a), wrong, guessed, ack(c), ack(d)], true, T0 + 7)
         .await
         .expect("one commit");
     assert_eq!(
@@ -591,6 +588,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
         [
             Ok(()),
             Err(StoreError::LeaseLost { id: b.id }),
+            Err(StoreError::LeaseLost { id: c.id }),
             Ok(()),
             Ok(())
         ]
@@ -607,7 +605,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
                 ack(a),
                 Ack {
                     id: 999_999,
-                    lease: None,
+                    lease: 1,
                 },
             ],
             true,
@@ -777,7 +775,7 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
     let again_taken = take(&store, &["other"], 1, now).await;
     let stale = Ack {
         id: ids[2],
-        lease: Some(taken[2].lease_token),
+        lease: taken[2].lease_token,
     };
     assert_eq!(
         store.fail(stale, now, &watched).await,
@@ -795,7 +793,7 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
             .fail(
                 Ack {
                     id: 424_242,
-                    lease: None
+                    lease: 1
                 },
                 now,
                 &watched
@@ -876,17 +874,23 @@ async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
         .expect("commit");
     assert!(matches!(results[0], Err(StoreError::NotInFlight { .. })));
 
-    // A heartbeat moves a lease; a stale token cannot.
+    // A heartbeat moves a lease, never past the longest an attempt may be held (from the
+    // take); a stale token cannot.
+    const DAY: u64 = 86_400 * SECOND;
     let beat = store
-        .heartbeat(ack(&long[0]), 30 * SECOND, T0 + 15 * SECOND)
+        .heartbeat(ack(&long[0]), 30 * SECOND, DAY, T0 + 15 * SECOND)
         .await;
     assert_eq!(beat, Ok(T0 + 45 * SECOND));
+    let capped = store
+        .heartbeat(ack(&long[0]), 30 * SECOND, 40 * SECOND, T0 + 16 * SECOND)
+        .await;
+    assert_eq!(capped, Ok(T0 + 40 * SECOND));
     let stale = Ack {
         id: long[1].id,
-        lease: Some(long[0].lease_token),
+        lease: long[0].lease_token,
     };
     assert_eq!(
-        store.heartbeat(stale, 30 * SECOND, T0).await,
+        store.heartbeat(stale, 30 * SECOND, DAY, T0).await,
         Err(StoreError::LeaseLost { id: long[1].id })
     );
     let at = T0 + 20 * SECOND;

@@ -18,7 +18,7 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{JsonBody, JsonOrEmpty};
+use super::extract::JsonBody;
 use super::fields::{Millis, Time, check_queue_name};
 use super::jobs::parse_id;
 use super::openapi::{Conflict, Missing, Refusals};
@@ -243,11 +243,12 @@ async fn take_stream(
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }
 
-/// A heartbeat: the lease token of the take, and the new lease (default `--default-lease`).
-#[derive(Debug, Default, Deserialize, ToSchema)]
+/// A heartbeat: the lease token of the take, and the new lease (default `--default-lease`, at
+/// most `--max-lease`; never past `--max-attempt-time` after the take).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct LeaseBody {
-    lease_token: Option<u64>,
+    lease_token: u64,
     lease: Option<Millis>,
 }
 
@@ -261,12 +262,12 @@ struct HeartbeatView {
 /// Extends a job's lease to `lease` from now.
 #[utoipa::path(post, path = "/jobs/{id}/heartbeat", operation_id = "heartbeat_job", tag = "work",
     params(("id" = u64, Path, description = "The job's id")),
-    request_body(content = Option<LeaseBody>, description = "May be left out"),
+    request_body = LeaseBody,
     responses((status = 200, body = HeartbeatView), Missing, Conflict, Refusals))]
 async fn heartbeat(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    JsonOrEmpty(body): JsonOrEmpty<LeaseBody>,
+    JsonBody(body): JsonBody<LeaseBody>,
 ) -> Result<Json<HeartbeatView>, ApiError> {
     let id = parse_id(&id)?;
     let lease_ms = lease_ms(&state, body.lease)?;
@@ -287,10 +288,10 @@ async fn heartbeat(
 }
 
 /// A completion: the lease token of the take.
-#[derive(Debug, Default, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CompleteOne {
-    lease_token: Option<u64>,
+    lease_token: u64,
 }
 
 /// A job after its completion.
@@ -303,12 +304,12 @@ struct CompletedView {
 /// Completes an in-flight job.
 #[utoipa::path(post, path = "/jobs/{id}/complete", operation_id = "complete_job", tag = "work",
     params(("id" = u64, Path, description = "The job's id")),
-    request_body(content = Option<CompleteOne>, description = "May be left out"),
+    request_body = CompleteOne,
     responses((status = 200, body = CompletedView), Missing, Conflict, Refusals))]
 async fn complete_one(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    JsonOrEmpty(body): JsonOrEmpty<CompleteOne>,
+    JsonBody(body): JsonBody<CompleteOne>,
 ) -> Result<Json<CompletedView>, ApiError> {
     let id = parse_id(&id)?;
     let token = body.lease_token;
@@ -336,7 +337,7 @@ struct CompleteMany {
 #[serde(deny_unknown_fields)]
 struct AckItem {
     id: u64,
-    lease_token: Option<u64>,
+    lease_token: u64,
 }
 
 /// Completes many jobs in one durable commit; each gets its own result.
@@ -412,7 +413,7 @@ struct CompleteError {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"lease_token": 1_800_000_000_000_000u64, "error": "SMTP timeout"}))]
 struct FailRequest {
-    lease_token: Option<u64>,
+    lease_token: u64,
     error: ErrorReport,
     /// `false`: the job is dead at once, whatever its policy.
     #[serde(default = "yes")]

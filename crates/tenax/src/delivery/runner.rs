@@ -237,7 +237,7 @@ async fn deliver(
     let failed = attempt.result != AttemptResult::Delivered;
     let ack = Ack {
         id: job.id,
-        lease: Some(job.lease_token),
+        lease: job.lease_token,
     };
     match engine.finish_delivery(ack, attempt).await {
         Ok(_) => {}

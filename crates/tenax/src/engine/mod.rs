@@ -27,6 +27,8 @@ pub struct EngineSettings {
     pub delivery_policy: Arc<RetryPolicy>,
     pub completed_retention_ms: u64,
     pub dead_retention_ms: u64,
+    /// The longest heartbeats may hold one attempt, from its take.
+    pub max_attempt_ms: u64,
 }
 
 #[derive(Debug)]
@@ -137,8 +139,13 @@ impl Engine {
         }
     }
 
+    /// Extends a lease to `lease_ms` from now; heartbeats never hold one attempt longer than
+    /// `max_attempt_ms` after its take (the lease then ends, and expires as any other).
     pub async fn heartbeat(&self, ack: Ack, lease_ms: u64) -> Result<UnixMs, StoreError> {
-        self.store.heartbeat(ack, lease_ms, self.now_ms()).await
+        let max = self.settings.max_attempt_ms;
+        self.store
+            .heartbeat(ack, lease_ms, max, self.now_ms())
+            .await
     }
 
     pub async fn complete(&self, acks: &[Ack]) -> Result<Vec<Result<(), StoreError>>, StoreError> {

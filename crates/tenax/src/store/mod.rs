@@ -55,13 +55,15 @@ impl Store {
         dispatch!(self, s => s.take(request, now_ms))
     }
 
+    /// Extends a lease to `now + lease_ms`, but never past `max_attempt_ms` after the take.
     pub async fn heartbeat(
         &self,
         ack: Ack,
         lease_ms: u64,
+        max_attempt_ms: u64,
         now_ms: UnixMs,
     ) -> Result<UnixMs, StoreError> {
-        dispatch!(self, s => s.heartbeat(ack, lease_ms, now_ms))
+        dispatch!(self, s => s.heartbeat(ack, lease_ms, max_attempt_ms, now_ms))
     }
 
     /// Completes in-flight jobs: one durable commit, one result per job.

@@ -122,12 +122,12 @@ pub struct ClaimedJob {
     pub failures: u32,
 }
 
-/// A worker's claim on a job: its id, and the lease token it was given (optional: without it
-/// any holder of the id may act).
+/// A worker's claim on a job: its id, and the lease token it was given when it took the job.
+/// Only the current lease's holder may heartbeat, complete or fail a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ack {
     pub id: JobId,
-    pub lease: Option<u64>,
+    pub lease: u64,
 }
 
 /// What the engine's decision closure sees.

@@ -22,6 +22,9 @@ pub struct Lease {
     /// Changes on every take, so an ack from a worker whose lease was lost is recognised.
     pub token: u64,
     pub expires_at_ms: UnixMs,
+    /// When the job was taken: heartbeats never extend the lease past this plus the most one
+    /// attempt may run.
+    pub taken_at_ms: UnixMs,
     /// The streaming connection that holds the lease, if any.
     pub stream: Option<u64>,
 }
@@ -48,6 +51,7 @@ impl Entry {
         self.lease.unwrap_or(Lease {
             token: 0,
             expires_at_ms: 0,
+            taken_at_ms: 0,
             stream: None,
         })
     }
@@ -375,6 +379,7 @@ mod tests {
         let lease = Lease {
             token: 1,
             expires_at_ms: 1_000,
+            taken_at_ms: 0,
             stream: Some(3),
         };
         index.update(7, |e| {

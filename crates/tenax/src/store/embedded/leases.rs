@@ -43,6 +43,7 @@ impl EmbeddedStore {
                 let lease = Lease {
                     token,
                     expires_at_ms,
+                    taken_at_ms: now_ms,
                     stream: request.stream,
                 };
                 let keep_until = request.keep_until_ms;
@@ -83,11 +84,19 @@ impl EmbeddedStore {
             .collect())
     }
 
-    /// Extends a lease to `now + lease_ms`.
-    pub fn heartbeat(&self, ack: Ack, lease_ms: u64, now_ms: UnixMs) -> Result<UnixMs, StoreError> {
+    /// Extends a lease to `now + lease_ms`, but never past `max_attempt_ms` after the take.
+    pub fn heartbeat(
+        &self,
+        ack: Ack,
+        lease_ms: u64,
+        max_attempt_ms: u64,
+        now_ms: UnixMs,
+    ) -> Result<UnixMs, StoreError> {
         let mut inner = self.inner.lock();
         let lease = check_lease(&inner.index, ack)?;
-        let expires_at_ms = now_ms.saturating_add(lease_ms);
+        let expires_at_ms = now_ms
+            .saturating_add(lease_ms)
+            .min(lease.taken_at_ms.saturating_add(max_attempt_ms));
         inner.index.update(ack.id, |e| {
             e.lease = Some(Lease {
                 expires_at_ms,
@@ -257,10 +266,10 @@ pub(super) fn check_lease(index: &super::index::Index, ack: Ack) -> Result<Lease
         });
     }
     let lease = entry.lease.ok_or(StoreError::LeaseLost { id: ack.id })?;
-    match ack.lease {
-        Some(token) if token != lease.token => Err(StoreError::LeaseLost { id: ack.id }),
-        _ => Ok(lease),
+    if ack.lease != lease.token {
+        return Err(StoreError::LeaseLost { id: ack.id });
     }
+    Ok(lease)
 }
 
 impl EmbeddedStore {
