@@ -73,12 +73,15 @@ async fn create_show_list_update_and_delete() {
         "effective_policy": native::to_json(&default_delivery_policy()),
         "policy_source": "server", "throttle_per_second": null,
         "content_type": "application/json", "secret": secret, "headers": {},
+        "previous_secret_until": null,
         "retryable_statuses": null, "max_concurrency": null,
         "auto_disable_after_ms": 5 * 24 * 3_600_000_u64, "format": "tenax",
         "created_at": rfc3339(T0), "updated_at": rfc3339(T0), "health": created["health"],
         "deliveries": {"scheduled": 0, "ready": 0, "in_flight": 0, "completed": 0, "dead": 0},
     });
     assert_eq!(created, expected);
+    // The secret is shown once, in the answer to the create; never again.
+    expected["secret"] = json!("[redacted]");
     assert_eq!(
         server.get(&format!("/api/subscriptions/{sub}")).await,
         expected
@@ -153,7 +156,8 @@ async fn create_show_list_update_and_delete() {
     )
     .await;
     expected["throttle_per_second"] = json!(10);
-    expected["headers"] = json!({"X-A": "1"});
+    // Header values are write-only too.
+    expected["headers"] = json!({"X-A": "[redacted]"});
     expected["enabled"] = json!(false);
     expected["updated_at"] = json!(rfc3339(T0 + 60_000));
     expected["health"] = updated["health"].clone();
@@ -178,7 +182,30 @@ async fn create_show_list_update_and_delete() {
         reset["auto_disable_after_ms"],
         json!(5 * 24 * 3_600_000_u64)
     );
-    assert_eq!(reset["secret"], secret, "an update keeps the secret");
+    assert_eq!(reset["secret"], "[redacted]");
+    assert_eq!(
+        reset["headers"],
+        json!({"Authorization": "[redacted]", "X-Team": "[redacted]"})
+    );
+    // A secret is changed by rotating it, not by an update.
+    server
+        .error(
+            Method::PATCH,
+            &format!("/api/subscriptions/{other}"),
+            Some(json!({"secret": secret})),
+            400,
+        )
+        .await;
+    for list in [
+        server.get("/api/subscriptions").await,
+        server.get("/api/queues/orders/subscriptions").await,
+    ] {
+        let text = list.to_string();
+        assert!(
+            !text.contains(secret) && !text.contains("Bearer t"),
+            "{text}"
+        );
+    }
     assert_eq!(reset["format"], "zaqar");
 
     // Enable and disable.

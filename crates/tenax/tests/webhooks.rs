@@ -355,6 +355,82 @@ async fn a_delivery_carries_the_envelope_and_a_verifiable_signature_on_every_att
 
 // --- retry schedules -------------------------------------------------------------------------
 
+/// The `v1` signatures of a `webhook-signature` header that verify under `key`.
+fn verifying(key: &[u8], request: &receiver::Received, header: &str) -> usize {
+    let id = request.header("webhook-id");
+    let timestamp: u64 = request
+        .header("webhook-timestamp")
+        .parse()
+        .expect("seconds");
+    header
+        .split_ascii_whitespace()
+        .filter(|one| signing::verify(key, &id, timestamp, &request.body, one))
+        .count()
+}
+
+/// A rotated secret: during the overlap every delivery is signed by both the new and the old
+/// secret (so a receiver still on the old one verifies), after it by the new one alone. The
+/// new secret is shown once, in the rotation's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_secret_signs_beside_the_old_one_during_the_overlap() {
+    const NEW: &str = "whsec_bmV3LXNlY3JldC1mb3ItdGVzdGluZy0xMjM0NTY=";
+    let server = server(&[]).await;
+    let receiver = Receiver::ok().await;
+    let sub = subscribe(&server, "rot", &receiver, json!({"secret": SECRET})).await;
+    let sub = id(&sub);
+    let old_key = signing::secret_key(SECRET).unwrap();
+    let new_key = signing::secret_key(NEW).unwrap();
+
+    let rotated = server
+        .post(
+            &format!("/api/subscriptions/{sub}/rotate-secret"),
+            json!({"secret": NEW, "overlap": "1h"}),
+        )
+        .await;
+    assert_eq!(rotated["secret"], NEW, "{rotated}");
+    assert!(rotated["previous_secret_until"].is_string(), "{rotated}");
+    assert_eq!(subscription(&server, sub).await["secret"], "[redacted]");
+    publish(&server, "rot", json!({"n": 1})).await;
+    let received = receiver.wait_for(1, ARRIVAL).await;
+    let header = received[0].header("webhook-signature");
+    assert_eq!(header.split_ascii_whitespace().count(), 2, "{header}");
+    assert_eq!(verifying(&new_key, &received[0], &header), 1, "{header}");
+    assert_eq!(verifying(&old_key, &received[0], &header), 1, "{header}");
+
+    // A rotation without overlap ends the old secret at once; a generated one is shown once.
+    let rotated = server
+        .post(
+            &format!("/api/subscriptions/{sub}/rotate-secret"),
+            json!({"overlap": 0}),
+        )
+        .await;
+    let generated = rotated["secret"]
+        .as_str()
+        .expect("the new secret")
+        .to_owned();
+    assert!(
+        generated.starts_with("whsec_") && generated != NEW,
+        "{rotated}"
+    );
+    assert_eq!(rotated["previous_secret_until"], Value::Null);
+    publish(&server, "rot", json!({"n": 2})).await;
+    let received = receiver.wait_for(2, ARRIVAL).await;
+    let header = received[1].header("webhook-signature");
+    let generated_key = signing::secret_key(&generated).unwrap();
+    assert_eq!(header.split_ascii_whitespace().count(), 1, "{header}");
+    assert_eq!(verifying(&generated_key, &received[1], &header), 1);
+    assert_eq!(verifying(&new_key, &received[1], &header), 0);
+    assert_eq!(verifying(&old_key, &received[1], &header), 0);
+    // A bad secret is refused by field.
+    server
+        .invalid(
+            &format!("/api/subscriptions/{sub}/rotate-secret"),
+            json!({"secret": "nope"}),
+            "secret",
+        )
+        .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_follow_each_phased_backoff_function_through_all_four_phases() {
     let server = server(&[]).await;

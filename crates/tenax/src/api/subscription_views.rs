@@ -19,7 +19,7 @@ use super::AppState;
 use super::error::ApiError;
 use crate::clock::rfc3339;
 use crate::delivery::HealthView;
-use crate::model::subscription::subscription_of_queue;
+use crate::model::subscription::{REDACTED, subscription_of_queue};
 use crate::model::{
     Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, Job, JobId, Status, Subscription,
     SubscriptionId,
@@ -88,8 +88,13 @@ pub struct SubscriptionView {
     pub policy_source: PolicySource,
     pub throttle_per_second: Option<u32>,
     pub content_type: String,
+    /// The signing secret: shown only in the answer to the request that set it (create,
+    /// rotate-secret); `[redacted]` everywhere else.
     pub secret: String,
+    /// Extra request headers; their values are shown only in the answer to a create.
     pub headers: BTreeMap<String, String>,
+    /// While a rotated-out secret still signs deliveries (beside the new one): until when.
+    pub previous_secret_until: Option<String>,
     /// `null`: the default (every 5xx, 408 and 429).
     pub retryable_statuses: Option<Vec<u16>>,
     pub max_concurrency: Option<u32>,
@@ -102,13 +107,29 @@ pub struct SubscriptionView {
     pub deliveries: DeliveryCounts,
 }
 
+/// Whether a view may show the subscription's secret and header values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secrets {
+    /// Only in the answer to the request that set them.
+    Reveal,
+    Redact,
+}
+
 /// The view of `subscription`, with its effective policy, health and delivery counts.
-pub async fn subscription_view(state: &AppState, subscription: Subscription) -> SubscriptionView {
+pub async fn subscription_view(
+    state: &AppState,
+    subscription: Subscription,
+    secrets: Secrets,
+) -> SubscriptionView {
     let engine = &state.engine;
     let queue = engine.store.queue(&subscription.queue).await;
     let effective = engine.effective_delivery_policy(subscription.id).await;
     let counts = engine.store.delivery_counts(subscription.id).await;
     let health = state.deliveries.health(&subscription);
+    let previous_secret_until = subscription
+        .previous_secret_at(engine.now_ms())
+        .and(subscription.previous_secret_until_ms)
+        .map(rfc3339);
     SubscriptionView {
         policy_source: policy_source(subscription.policy.is_some(), queue.as_ref()),
         effective_policy: native::to_json(&effective),
@@ -127,8 +148,19 @@ pub async fn subscription_view(state: &AppState, subscription: Subscription) -> 
         policy: subscription.policy,
         throttle_per_second: subscription.throttle_per_second,
         content_type: subscription.content_type,
-        secret: subscription.secret,
-        headers: subscription.headers,
+        previous_secret_until,
+        secret: match secrets {
+            Secrets::Reveal => subscription.secret,
+            Secrets::Redact => REDACTED.to_owned(),
+        },
+        headers: match secrets {
+            Secrets::Reveal => subscription.headers,
+            Secrets::Redact => subscription
+                .headers
+                .into_keys()
+                .map(|name| (name, REDACTED.to_owned()))
+                .collect(),
+        },
         retryable_statuses: subscription.retryable_statuses,
         max_concurrency: subscription.max_concurrency,
         format: subscription.format,

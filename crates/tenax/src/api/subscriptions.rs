@@ -26,10 +26,10 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::JsonBody;
+use super::extract::{JsonBody, JsonOrEmpty};
 use super::fields::{Millis, check_queue_name};
 use super::openapi::{Missing, Refusals};
-use super::subscription_views::{SubscriptionView, subscription_view};
+use super::subscription_views::{Secrets, SubscriptionView, subscription_view};
 use crate::clock::UnixMs;
 use crate::delivery::address::{Reach, check_endpoint, parse_endpoint};
 use crate::delivery::signing::{generate_secret, secret_key};
@@ -42,6 +42,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(show, update, delete))
         .routes(routes!(enable))
         .routes(routes!(disable))
+        .routes(routes!(rotate_secret))
 }
 
 /// The most throttle a subscription may ask for, per second.
@@ -131,6 +132,8 @@ fn blank(queue: String, now_ms: UnixMs) -> Subscription {
         throttle_per_second: None,
         content_type: "application/json".into(),
         secret: String::new(),
+        previous_secret: None,
+        previous_secret_until_ms: None,
         headers: BTreeMap::new(),
         enabled: true,
         disabled_reason: None,
@@ -186,17 +189,7 @@ async fn apply(
             secret_key(&secret).map_err(|rule| ApiError::invalid("secret", rule))?;
             subscription.secret = secret;
         }
-        None if creating => {
-            subscription.secret = generate_secret().map_err(|e| {
-                tracing::error!(error = %e, "cannot generate a signing secret");
-                ApiError {
-                    status: StatusCode::INTERNAL_SERVER_ERROR,
-                    code: "internal",
-                    field: None,
-                    message: format!("cannot generate a signing secret: {e}"),
-                }
-            })?;
-        }
+        None if creating => subscription.secret = new_secret()?,
         None => {}
     }
     if let Some(headers) = request.headers {
@@ -229,6 +222,19 @@ async fn apply(
     }
     subscription.updated_at_ms = state.engine.now_ms();
     Ok(policy)
+}
+
+/// A freshly generated signing secret.
+fn new_secret() -> Result<String, ApiError> {
+    generate_secret().map_err(|e| {
+        tracing::error!(error = %e, "cannot generate a signing secret");
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "internal",
+            field: None,
+            message: "cannot generate a signing secret; the log has the details".into(),
+        }
+    })
 }
 
 /// What an SNS policy says besides the retries, for fields the request leaves out.
@@ -435,10 +441,11 @@ async fn store(
     state: &AppState,
     subscription: Subscription,
     policy: Option<Arc<RetryPolicy>>,
+    secrets: Secrets,
 ) -> Result<SubscriptionView, ApiError> {
     let stored = state.engine.put_subscription(subscription, policy).await?;
     state.deliveries.subscription_changed();
-    Ok(subscription_view(state, stored).await)
+    Ok(subscription_view(state, stored, secrets).await)
 }
 
 /// Subscribes an endpoint to a queue.
@@ -463,7 +470,7 @@ async fn create(
     check_queue_name("queue", &queue)?;
     let mut subscription = blank(queue, state.engine.now_ms());
     let policy = apply(&state, request, &mut subscription, true).await?;
-    let view = store(&state, subscription, policy).await?;
+    let view = store(&state, subscription, policy, Secrets::Reveal).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -476,7 +483,7 @@ struct SubscriptionList {
 async fn views(state: &AppState, queue: Option<&str>) -> Json<SubscriptionList> {
     let mut subscriptions = Vec::new();
     for subscription in state.engine.store.subscriptions(queue).await {
-        subscriptions.push(subscription_view(state, subscription).await);
+        subscriptions.push(subscription_view(state, subscription, Secrets::Redact).await);
     }
     Json(SubscriptionList { subscriptions })
 }
@@ -509,7 +516,9 @@ async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<SubscriptionView>, ApiError> {
     let subscription = existing(&state, parse_subscription_id(&id)?).await?;
-    Ok(Json(subscription_view(&state, subscription).await))
+    Ok(Json(
+        subscription_view(&state, subscription, Secrets::Redact).await,
+    ))
 }
 
 /// Changes the fields the body names; `null` resets a nullable field.
@@ -522,9 +531,18 @@ async fn update(
     Path(id): Path<String>,
     JsonBody(request): JsonBody<SubscriptionRequest>,
 ) -> Result<Json<SubscriptionView>, ApiError> {
+    if request.secret.is_some() {
+        return Err(ApiError::invalid(
+            "secret",
+            "is changed by POST /api/subscriptions/{id}/rotate-secret, which keeps the old secret \
+             signing for an overlap so that receivers can switch over",
+        ));
+    }
     let mut subscription = existing(&state, parse_subscription_id(&id)?).await?;
     let policy = apply(&state, request, &mut subscription, false).await?;
-    Ok(Json(store(&state, subscription, policy).await?))
+    Ok(Json(
+        store(&state, subscription, policy, Secrets::Redact).await?,
+    ))
 }
 
 async fn set_enabled(
@@ -538,7 +556,9 @@ async fn set_enabled(
         ..SubscriptionRequest::default()
     };
     let policy = apply(&state, request, &mut subscription, false).await?;
-    Ok(Json(store(&state, subscription, policy).await?))
+    Ok(Json(
+        store(&state, subscription, policy, Secrets::Redact).await?,
+    ))
 }
 
 /// Enables a subscription: its pending deliveries resume, and a new failure period starts.
@@ -561,6 +581,62 @@ async fn disable(
     Path(id): Path<String>,
 ) -> Result<Json<SubscriptionView>, ApiError> {
     set_enabled(state, id, false).await
+}
+
+/// How long the old secret keeps signing after a rotation when the request does not say.
+const DEFAULT_OVERLAP_MS: u64 = 24 * 3_600_000;
+
+/// A new signing secret.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct RotateSecret {
+    /// The new secret, `whsec_…` (generated when left out).
+    secret: Option<String>,
+    /// How long the old secret keeps signing beside the new one (default 24 h; 0 ends it now).
+    overlap: Option<Millis>,
+}
+
+/// Replaces the signing secret. Until the overlap ends, deliveries carry signatures by both the
+/// new and the old secret, so a receiver can move to the new one without missing a delivery.
+/// The answer shows the new secret; no later answer does.
+#[utoipa::path(post, path = "/subscriptions/{id}/rotate-secret", operation_id = "rotate_subscription_secret", tag = "subscriptions",
+    params(("id" = u64, Path, description = "The subscription's id")),
+    request_body(content = Option<RotateSecret>, description = "May be left out"),
+    responses((status = 200, body = SubscriptionView), Missing, Refusals))]
+async fn rotate_secret(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonOrEmpty(request): JsonOrEmpty<RotateSecret>,
+) -> Result<Json<SubscriptionView>, ApiError> {
+    let id = parse_subscription_id(&id)?;
+    let new = match request.secret {
+        Some(secret) => {
+            secret_key(&secret).map_err(|rule| ApiError::invalid("secret", rule))?;
+            secret
+        }
+        None => new_secret()?,
+    };
+    let overlap = request.overlap.map_or(DEFAULT_OVERLAP_MS, |Millis(ms)| ms);
+    let now = state.engine.now_ms();
+    let rotated = state
+        .engine
+        .store
+        .patch_subscription(id, &move |s| {
+            let old = std::mem::replace(&mut s.secret, new.clone());
+            if overlap > 0 && old != s.secret {
+                s.previous_secret = Some(old);
+                s.previous_secret_until_ms = Some(now.saturating_add(overlap));
+            } else {
+                s.previous_secret = None;
+                s.previous_secret_until_ms = None;
+            }
+            s.updated_at_ms = now;
+        })
+        .await?;
+    state.deliveries.subscription_changed();
+    Ok(Json(
+        subscription_view(&state, rotated, Secrets::Reveal).await,
+    ))
 }
 
 /// What a deletion removed.

@@ -43,6 +43,18 @@ pub enum SubscriptionsCommand {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Replace the signing secret; the old one keeps signing beside it for the overlap.
+    RotateSecret {
+        id: u64,
+        /// The new secret (whsec_ and base64); a new one is generated when left out.
+        #[arg(long)]
+        secret: Option<String>,
+        /// How long the old secret keeps signing too ("24h" by default; 0 ends it now).
+        #[arg(long)]
+        overlap: Option<String>,
+        #[command(flatten)]
+        output: Output,
+    },
 }
 
 /// Where the server is, and how to print its answer.
@@ -74,7 +86,8 @@ pub struct Settings {
     /// At most this many deliveries start per second (more wait).
     #[arg(long)]
     pub throttle: Option<u32>,
-    /// The signing secret, whsec_ and base64; a new subscription without one gets one.
+    /// The signing secret, whsec_ and base64; a new subscription without one gets one. Shown
+    /// once, by `create`; change it with `rotate-secret`.
     #[arg(long)]
     pub secret: Option<String>,
     /// An extra request header, NAME=VALUE; repeat for more. On update, replaces every header.
@@ -212,6 +225,24 @@ pub fn run(command: SubscriptionsCommand) -> Result<(), CliError> {
                     answer["deliveries_deleted"]
                 );
                 Ok(())
+            }
+            SubscriptionsCommand::RotateSecret {
+                id,
+                secret,
+                overlap,
+                output,
+            } => {
+                let mut body = json!({});
+                if let Some(secret) = secret {
+                    body["secret"] = json!(secret);
+                }
+                if let Some(overlap) = overlap {
+                    body["overlap"] = json!(overlap);
+                }
+                let view = Client::new(&output.server)?
+                    .post(&format!("/api/subscriptions/{id}/rotate-secret"), &body)
+                    .await?;
+                print(&view, output.format, subscription_table)
             }
         }
     })

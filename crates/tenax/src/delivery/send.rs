@@ -169,7 +169,15 @@ impl Sender {
             .map_err(|e| Refused::permanent(format!("the signing secret {e}")))?;
         let id = format!("dlv_{}", job.id);
         let timestamp = now_ms / 1000;
-        let signature = signing::sign(&key, &id, timestamp, &body);
+        let mut signature = signing::sign(&key, &id, timestamp, &body);
+        // During a rotation's overlap both secrets sign (Standard Webhooks lists signatures
+        // separated by spaces), so a receiver still on the old secret verifies too.
+        if let Some(previous) = subscription.previous_secret_at(now_ms) {
+            if let Ok(old) = signing::secret_key(previous) {
+                signature.push(' ');
+                signature.push_str(&signing::sign(&old, &id, timestamp, &body));
+            }
+        }
         let mut headers = HeaderMap::new();
         for (name, value) in &subscription.headers {
             if let (Ok(name), Ok(value)) = (

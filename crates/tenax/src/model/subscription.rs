@@ -51,7 +51,10 @@ pub enum EnvelopeFormat {
 }
 
 /// A queue's webhook subscription, as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Invariant: its secrets and header values never leave the server except in the answer to the
+/// request that set them (create, rotate); its `Debug` shows neither, so no log line does.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
 pub struct Subscription {
     pub id: SubscriptionId,
     pub queue: String,
@@ -67,6 +70,12 @@ pub struct Subscription {
     pub content_type: String,
     /// The Standard Webhooks signing secret, `whsec_…`.
     pub secret: String,
+    /// The secret before the last rotation, still signing deliveries (beside the new one)
+    /// until `previous_secret_until_ms`, so receivers can switch over without missing one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_secret_until_ms: Option<UnixMs>,
     /// Extra request headers.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
@@ -97,6 +106,57 @@ pub struct Subscription {
     #[serde(default)]
     pub health: HealthMarks,
 }
+
+impl Subscription {
+    /// The previous secret, while it still signs deliveries at `now_ms`.
+    pub fn previous_secret_at(&self, now_ms: UnixMs) -> Option<&str> {
+        match (&self.previous_secret, self.previous_secret_until_ms) {
+            (Some(secret), Some(until)) if now_ms < until => Some(secret),
+            _ => None,
+        }
+    }
+}
+
+/// What a log line may show of a subscription: everything but its secrets and header values.
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("id", &self.id)
+            .field("queue", &self.queue)
+            .field("endpoint", &self.endpoint)
+            .field("policy", &self.policy)
+            .field("throttle_per_second", &self.throttle_per_second)
+            .field("content_type", &self.content_type)
+            .field("secret", &REDACTED)
+            .field(
+                "previous_secret",
+                &self.previous_secret.as_ref().map(|_| REDACTED),
+            )
+            .field("previous_secret_until_ms", &self.previous_secret_until_ms)
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .keys()
+                    .map(|name| (name, REDACTED))
+                    .collect::<Vec<_>>(),
+            )
+            .field("enabled", &self.enabled)
+            .field("disabled_reason", &self.disabled_reason)
+            .field("retryable_statuses", &self.retryable_statuses)
+            .field("max_concurrency", &self.max_concurrency)
+            .field("auto_disable_after_ms", &self.auto_disable_after_ms)
+            .field("format", &self.format)
+            .field("expires_at_ms", &self.expires_at_ms)
+            .field("created_at_ms", &self.created_at_ms)
+            .field("updated_at_ms", &self.updated_at_ms)
+            .field("health", &self.health)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What is shown in place of a secret or a header value.
+pub const REDACTED: &str = "[redacted]";
 
 /// The endpoint's health, as far as it must survive a restart: enough to know how long it has
 /// been failing, which is what automatic disabling is based on.
@@ -158,6 +218,24 @@ pub struct Attempt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn debug_never_shows_secrets_or_header_values() {
+        let subscription: Subscription = serde_json::from_value(serde_json::json!({
+            "id": 1, "queue": "q", "endpoint": "https://example.com/", "content_type": "x",
+            "secret": "whsec_TOPSECRETTOPSECRETTOPSECRET", "previous_secret": "whsec_OLDSECRET",
+            "previous_secret_until_ms": 5, "headers": {"Authorization": "Bearer hunter2"},
+            "enabled": true, "created_at_ms": 0, "updated_at_ms": 0,
+        }))
+        .unwrap();
+        let shown = format!("{subscription:?} {subscription:#?}");
+        for secret in ["TOPSECRET", "OLDSECRET", "hunter2"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.contains("Authorization"), "{shown}");
+        assert_eq!(subscription.previous_secret_at(4), Some("whsec_OLDSECRET"));
+        assert_eq!(subscription.previous_secret_at(5), None);
+    }
 
     #[test]
     fn delivery_queues_name_their_subscription() {

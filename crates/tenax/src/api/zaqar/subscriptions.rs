@@ -7,7 +7,7 @@
 //! - Only http(s) subscribers are accepted, and only endpoints the server may deliver to (the
 //!   same address rules as native subscriptions). Email and Keystone-trust subscribers are
 //!   refused with a 400 that says so.
-//! - `options` are kept verbatim. `options._retry_policy` is the subscription's policy (unless
+//! - `options` are kept verbatim, and shown so except `post_headers` values (write-only). `options._retry_policy` is the subscription's policy (unless
 //!   it says `ignore_subscription_override`, which in Zaqar hands the subscription to the
 //!   queue's policy); `options.post_headers` are sent with every notification.
 //! - A subscription's `ttl` is measured from when it was last set (creation, or an update that
@@ -38,6 +38,7 @@ use super::views::{self, Link, seconds};
 use crate::api::AppState;
 use crate::delivery::address::{Reach, check_endpoint, parse_endpoint};
 use crate::delivery::signing::generate_secret;
+use crate::model::subscription::REDACTED;
 use crate::model::{EnvelopeFormat, HealthMarks, Subscription, SubscriptionId};
 
 /// Zaqar's subscription limits and defaults.
@@ -276,9 +277,36 @@ fn view(queue: &QueueRef, subscription: &Subscription, now_ms: u64) -> Subscript
             .expires_at_ms
             .map_or(0, |at| seconds(subscription.updated_at_ms, at)),
         age: seconds(subscription.created_at_ms, now_ms),
-        options: subscription.options.clone().unwrap_or_else(|| json!({})),
+        options: redacted(subscription.options.as_ref()),
         confirmed: true,
     }
+}
+
+/// A subscription's options as shown: verbatim but for `post_headers`, whose values are
+/// write-only (they often carry credentials) and shown as `[redacted]`.
+fn redacted(options: Option<&Value>) -> Value {
+    let mut shown = options.cloned().unwrap_or_else(|| json!({}));
+    if let Some(Value::Object(headers)) = shown.get_mut("post_headers") {
+        for value in headers.values_mut() {
+            *value = Value::String(REDACTED.to_owned());
+        }
+    }
+    shown
+}
+
+/// New options in which a `post_headers` value still `[redacted]` (as a client read it back)
+/// keeps the stored value of that header.
+fn unredacted(mut options: Value, stored: &Value) -> Value {
+    if let Some(Value::Object(headers)) = options.get_mut("post_headers") {
+        for (name, value) in headers.iter_mut() {
+            if value.as_str() == Some(REDACTED) {
+                if let Some(old) = stored.get("post_headers").and_then(|h| h.get(name)) {
+                    value.clone_from(old);
+                }
+            }
+        }
+    }
+    options
 }
 
 fn document_of(body: &[u8]) -> Result<Map<String, Value>, ZaqarError> {
@@ -347,6 +375,8 @@ pub async fn create(
         throttle_per_second: None,
         content_type: String::new(),
         secret,
+        previous_secret: None,
+        previous_secret_until_ms: None,
         headers: BTreeMap::new(),
         enabled: true,
         disabled_reason: None,
@@ -493,9 +523,11 @@ pub async fn update(
             subscription.endpoint = checked_subscriber(&state, subscriber).await?;
         }
     }
-    let options = options
-        .cloned()
-        .unwrap_or_else(|| subscription.options.clone().unwrap_or_else(|| json!({})));
+    let stored = subscription.options.clone().unwrap_or_else(|| json!({}));
+    let options = match options {
+        Some(given) => unredacted(given.clone(), &stored),
+        None => stored,
+    };
     let from = from_options(&options)?;
     applied(&mut subscription, &from);
     subscription.options = Some(options);
