@@ -98,6 +98,22 @@ pub struct ServeArgs {
     /// to the platform's root certificates (for endpoints with a private CA).
     #[arg(long, env = "TENAX_DELIVERY_CA_FILE")]
     pub delivery_ca_file: Option<PathBuf>,
+    /// Whether requests need an API token. `auto`: yes unless the server listens on a loopback
+    /// address only. `off` is refused on any other address.
+    #[arg(long, env = "TENAX_AUTH", value_enum, default_value_t = AuthFlag::Auto)]
+    pub auth: AuthFlag,
+    /// An admin token accepted besides the stored ones (at least 32 characters). Without it,
+    /// the first start with authentication on makes one and writes it to `admin-token` in the
+    /// data directory (mode 0600).
+    #[arg(long, env = "TENAX_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// The TLS certificate chain (PEM) of the API: with `--tls-key`, the server speaks HTTPS
+    /// (HTTP/1.1 and HTTP/2 by ALPN).
+    #[arg(long, env = "TENAX_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The TLS private key (PEM) matching `--tls-cert`.
+    #[arg(long, env = "TENAX_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "TENAX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -107,6 +123,14 @@ pub struct ServeArgs {
 pub enum Durability {
     Sync,
     Relaxed,
+}
+
+/// `--auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthFlag {
+    Auto,
+    On,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -137,7 +161,30 @@ pub struct Config {
     pub header_read_timeout_ms: u64,
     pub request_timeout_ms: u64,
     pub max_connections: usize,
+    /// Whether requests need an API token.
+    pub auth: bool,
+    /// An admin token accepted besides the stored ones.
+    pub admin_token: Option<String>,
+    /// The API's TLS certificate and key files, when it speaks HTTPS.
+    pub tls: Option<TlsFiles>,
     pub delivery: DeliveryConfig,
+}
+
+/// The certificate chain and key of the API's TLS, as read and checked at start-up.
+#[derive(Clone)]
+pub struct TlsFiles {
+    pub cert_path: PathBuf,
+    pub certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+    pub key: std::sync::Arc<rustls::pki_types::PrivateKeyDer<'static>>,
+}
+
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsFiles")
+            .field("cert_path", &self.cert_path)
+            .field("certs", &self.certs.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// How webhooks are delivered.
@@ -303,6 +350,27 @@ impl ServeArgs {
                 return Err(format!("{flag}: must be above 0"));
             }
         }
+        let loopback = self.listen.ip().is_loopback();
+        let auth = match self.auth {
+            AuthFlag::On => true,
+            AuthFlag::Auto => !loopback,
+            AuthFlag::Off if loopback => false,
+            AuthFlag::Off => {
+                return Err(format!(
+                    "--auth off: refused on {}, which is not a loopback address: anyone who can \
+                     reach it could read and change every job. Leave --auth at auto (tokens \
+                     required there), or listen on 127.0.0.1",
+                    self.listen
+                ));
+            }
+        };
+        if let Some(token) = &self.admin_token {
+            crate::auth::token::check_given(token).map_err(|rule| format!("--admin-token: {rule}"))?;
+        }
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(read_tls(cert, key)?),
+            _ => None,
+        };
         if self.max_connections == 0 {
             return Err("--max-connections: must be at least 1".into());
         }
@@ -331,6 +399,9 @@ impl ServeArgs {
             header_read_timeout_ms: self.header_read_timeout,
             request_timeout_ms: self.request_timeout,
             max_connections: self.max_connections,
+            auth,
+            admin_token: self.admin_token.clone(),
+            tls,
             delivery: DeliveryConfig {
                 default_policy: delivery_policy,
                 allow_private_endpoints: self.allow_private_endpoints,
@@ -341,6 +412,35 @@ impl ServeArgs {
             },
         })
     }
+}
+
+/// Reads and checks the API's certificate chain and key, naming the flag at fault.
+fn read_tls(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsFiles, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| format!("--tls-cert: cannot read {}: {e}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--tls-cert: {} is not PEM certificates: {e}", cert.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "--tls-cert: {} holds no PEM certificate",
+            cert.display()
+        ));
+    }
+    let private = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("--tls-key: {} holds no usable PEM private key: {e}", key.display()))?;
+    // The pair must make a server configuration; checked here so a mismatch stops the start.
+    crate::http::install_crypto_provider();
+    rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs.clone(), private.clone_key())
+        .map_err(|e| format!("--tls-key: does not fit --tls-cert: {e}"))?;
+    Ok(TlsFiles {
+        cert_path: cert.to_owned(),
+        certs,
+        key: std::sync::Arc::new(private),
+    })
 }
 
 #[cfg(test)]

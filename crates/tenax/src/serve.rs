@@ -7,7 +7,8 @@
 //! - a connection limit: past it, new connections wait in the kernel's backlog instead of
 //!   taking file descriptors and memory;
 //! - (the request timeout, for a body that trickles in, is in `api::guard`, which answers it
-//!   in the API's error shape).
+//!   in the API's error shape);
+//! - TLS (`--tls-cert`, `--tls-key`), whose handshake is bounded by the header-read timeout.
 //!
 //! Invariant: a connection holds one permit of the limit from accept to close.
 
@@ -26,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::ServiceExt as _;
 
-/// Connection limits of the listener.
+/// Connection limits of the listener, and its TLS.
 #[derive(Debug, Clone)]
 pub struct ConnectionLimits {
     /// How long a client may take to send a request's line and headers, counted from when the
@@ -34,6 +35,20 @@ pub struct ConnectionLimits {
     pub header_read_timeout: Duration,
     /// Most connections open at once.
     pub max_connections: usize,
+    /// With a TLS configuration the listener speaks HTTPS only (HTTP/2 or HTTP/1.1 by ALPN);
+    /// the handshake must finish within the header-read timeout.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+/// The TLS configuration of the API: the certificate chain and key, and ALPN offering HTTP/2
+/// then HTTP/1.1.
+pub fn tls_config(files: &crate::config::TlsFiles) -> Result<rustls::ServerConfig, rustls::Error> {
+    crate::http::install_crypto_provider();
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(files.certs.clone(), files.key.clone_key())?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
 }
 
 /// How long in-flight requests may take to finish once shutdown begins; then the remaining
@@ -86,14 +101,45 @@ pub async fn serve(
             .map_request(|request: hyper::Request<Incoming>| request.map(Body::new));
         let service = TowerToHyperService::new(service);
         let builder = builder.clone();
-        let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection.into_owned());
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(%peer, error = %error, "connection ended with an error");
+        match &limits.tls {
+            None => {
+                let connection =
+                    builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                let connection = graceful.watch(connection.into_owned());
+                tokio::spawn(async move {
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%peer, error = %error, "connection ended with an error");
+                    }
+                    drop(permit);
+                });
             }
-            drop(permit);
-        });
+            Some(tls) => {
+                let acceptor = tokio_rustls::TlsAcceptor::from(tls.clone());
+                let handshake_timeout = limits.header_read_timeout;
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let handshake =
+                        tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await;
+                    let stream = match handshake {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(error)) => {
+                            tracing::debug!(%peer, %error, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
+                    let connection =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    if let Err(error) = watcher.watch(connection.into_owned()).await {
+                        tracing::debug!(%peer, error = %error, "connection ended with an error");
+                    }
+                    drop(permit);
+                });
+            }
+        }
     }
     drop(listener);
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())

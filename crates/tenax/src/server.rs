@@ -46,6 +46,10 @@ pub async fn run(
             max_attempt_ms: config.max_attempt_ms,
         },
     ));
+    engine.load_tokens().await;
+    if config.auth {
+        first_admin_token(&engine, &config).await?;
+    }
     let (stop, stopped) = watch::channel(false);
     let maintenance = tokio::spawn(maintenance::run(engine.clone(), stopped.clone()));
     let deliveries = Arc::new(Deliveries::new(config.delivery.clone()));
@@ -61,9 +65,17 @@ pub async fn run(
             max_lease_ms: config.max_lease_ms,
         }),
         deliveries,
+        auth_required: config.auth,
     };
     let address = listener.local_addr().ok();
-    tracing::info!(?address, durability = ?config.durability, "tenax listening");
+    tracing::info!(?address, durability = ?config.durability, auth = config.auth, tls = config.tls.is_some(), "tenax listening");
+    if !config.listen.ip().is_loopback() && config.tls.is_none() {
+        tracing::warn!(
+            listen = %config.listen,
+            "listening beyond this machine without TLS: API tokens and payloads cross the \
+             network in clear text (--tls-cert, --tls-key)"
+        );
+    }
     let app = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
     let stopper = engine.clone();
     let shutdown = async move {
@@ -71,9 +83,16 @@ pub async fn run(
         // Ends long polls and streams, so that graceful shutdown does not wait on them.
         stopper.begin_stop();
     };
+    let tls = match &config.tls {
+        Some(files) => Some(Arc::new(
+            crate::serve::tls_config(files).context("configuring TLS")?,
+        )),
+        None => None,
+    };
     let limits = ConnectionLimits {
         header_read_timeout: std::time::Duration::from_millis(config.header_read_timeout_ms),
         max_connections: config.max_connections,
+        tls,
     };
     crate::serve::serve(listener, app, &limits, shutdown).await;
 
@@ -100,6 +119,49 @@ pub async fn run(
     tracing::warn!("shutting down with streams still open; the store flushes when they let go");
     drop(engine);
     Ok(())
+}
+
+/// The first admin token, with authentication on: `--admin-token` if given; else, when the
+/// store holds no admin token yet, a new one, written to `admin-token` in the data directory
+/// (readable by its owner only) and announced in the log by its path, never by its value.
+async fn first_admin_token(engine: &Engine, config: &Config) -> anyhow::Result<()> {
+    if let Some(token) = &config.admin_token {
+        engine.accept_admin_token(token);
+        tracing::info!("authentication is on; --admin-token is an admin token");
+        return Ok(());
+    }
+    if engine.has_admin_token().await {
+        tracing::info!("authentication is on");
+        return Ok(());
+    }
+    let made = engine
+        .create_token("admin (first start)".into(), crate::auth::Role::Admin, Vec::new(), Vec::new())
+        .await
+        .context("making the first admin token")?;
+    let path = config.data_dir.join("admin-token");
+    write_private(&path, &format!("{}\n", made.secret))
+        .with_context(|| format!("writing the first admin token to {}", path.display()))?;
+    tracing::warn!(
+        path = %path.display(),
+        "authentication is on and there was no admin token: made one, in this file (mode 0600); \
+         make scoped tokens with `tenax tokens create`, then delete the file"
+    );
+    Ok(())
+}
+
+/// Writes `text` to a new file only its owner can read.
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    file.write_all(text.as_bytes())?;
+    file.sync_all()
 }
 
 /// Completes on SIGINT or SIGTERM.

@@ -397,6 +397,7 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
         let limits = tenax::serve::ConnectionLimits {
             header_read_timeout: std::time::Duration::from_secs(5),
             max_connections: 16,
+            tls: None,
         };
         tenax::serve::serve(listener, router, &limits, async move {
             let _ = stopped.await;

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use axum::Json;
+use axum::{Extension, Json};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -20,6 +20,7 @@ use super::fields::{Millis, Time, check_queue_name};
 use super::openapi::{Conflict, Missing, Refusals};
 use super::views::JobView;
 use super::{AppState, Limits};
+use crate::auth::Principal;
 use crate::clock::{UnixMs, check_time, rfc3339};
 use crate::model::subscription::is_internal_queue;
 use crate::model::{NewJob, Status};
@@ -441,12 +442,15 @@ struct Totals {
 }
 
 /// Counts per queue and in total. Internal queues (subscriptions' deliveries) are left out:
-/// their counts are on each subscription.
+/// their counts are on each subscription; so are queues the token may not touch.
 #[utoipa::path(get, path = "/stats", operation_id = "get_stats", tag = "jobs",
     responses((status = 200, body = StatsView), Refusals))]
-async fn stats(State(state): State<AppState>) -> Json<StatsView> {
+async fn stats(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+) -> Json<StatsView> {
     let mut queues = state.engine.store.counts().await;
-    queues.retain(|q| !is_internal_queue(&q.queue));
+    queues.retain(|q| !is_internal_queue(&q.queue) && principal.queues.admits(&q.queue));
     let mut totals = Totals::default();
     for q in &queues {
         totals.scheduled += q.scheduled;

@@ -1,6 +1,7 @@
 //! The native HTTP API: thin handlers that decode, validate, call the engine and encode. One
 //! file per resource, each with its own `router()`. Paths and shapes: `docs/api.md`.
 
+pub mod auth;
 mod dead;
 mod deliveries;
 pub mod error;
@@ -13,13 +14,16 @@ mod policy;
 mod queues;
 mod subscription_views;
 mod subscriptions;
+mod tokens;
 mod views;
 mod work;
 mod zaqar;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::http::Method;
 use axum::extract::DefaultBodyLimit;
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
@@ -45,6 +49,8 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     pub limits: Arc<Limits>,
     pub deliveries: Arc<Deliveries>,
+    /// Whether requests need an API token.
+    pub auth_required: bool,
 }
 
 /// `GET /healthz`: `ok` while the server serves.
@@ -67,17 +73,60 @@ pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
                 .merge(queues::router())
                 .merge(policy::router())
                 .merge(subscriptions::router())
-                .merge(deliveries::router()),
+                .merge(deliveries::router())
+                .merge(tokens::router()),
         )
         .split_for_parts()
+}
+
+/// Every route of the server and the methods it answers: the native ones from their
+/// OpenAPI description, and Zaqar's.
+fn routes(
+    spec: &utoipa::openapi::OpenApi,
+    zaqar: &[(Method, &'static str)],
+) -> HashSet<(Method, String)> {
+    let mut routes = HashSet::new();
+    for (path, item) in &spec.paths.paths {
+        for (method, operation) in [
+            (Method::GET, &item.get),
+            (Method::PUT, &item.put),
+            (Method::POST, &item.post),
+            (Method::DELETE, &item.delete),
+            (Method::PATCH, &item.patch),
+        ] {
+            if operation.is_some() {
+                routes.insert((method, path.clone()));
+            }
+        }
+    }
+    routes.insert((Method::GET, "/api/openapi.json".to_owned()));
+    routes.extend(zaqar.iter().map(|(m, p)| (m.clone(), (*p).to_owned())));
+    routes
+}
+
+/// Every route of both APIs and the methods it answers, for the authorization rules' test.
+pub fn all_routes() -> HashSet<(Method, String)> {
+    let (_, spec) = native();
+    let (_, zaqar) = zaqar::router();
+    routes(&spec, &zaqar)
 }
 
 pub fn router(state: AppState) -> Router {
     let limit = state.limits.max_request_bytes;
     let (native, spec) = native();
+    let (zaqar, zaqar_routes) = zaqar::router();
+    let authorizer = Arc::new(auth::Authorizer::new(
+        state.engine.clone(),
+        state.auth_required,
+        routes(&spec, &zaqar_routes),
+    ));
     native
         .route("/api/openapi.json", openapi::route(&spec))
-        .merge(zaqar::router())
+        .merge(zaqar)
+        .route_layer(axum::middleware::from_fn_with_state(
+            authorizer,
+            auth::authorize,
+        ))
         .fallback(|| async { error::ApiError::not_found("no such endpoint; see docs/api.md") })
         .method_not_allowed_fallback(|| async {
             error::ApiError {

@@ -87,6 +87,7 @@ pub enum Conflict {
         (name = "policies", description = "Previews of retry policies"),
         (name = "subscriptions", description = "Webhook subscriptions"),
         (name = "deliveries", description = "Webhook deliveries and their attempts"),
+        (name = "tokens", description = "API tokens (an unscoped admin token only)"),
     )
 )]
 pub struct ApiDoc;

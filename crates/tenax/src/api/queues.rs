@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use axum::Json;
+use axum::{Extension, Json};
 use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -20,6 +20,7 @@ use super::error::ApiError;
 use super::extract::JsonBody;
 use super::fields::check_queue_name;
 use super::openapi::Refusals;
+use crate::auth::Principal;
 use crate::model::subscription::is_internal_queue;
 use crate::store::{QueueConfig, QueueCounts};
 
@@ -82,10 +83,13 @@ fn view(name: &str, config: &QueueConfig, counts: Option<&QueueCounts>) -> Queue
     }
 }
 
-/// Every queue with settings or jobs.
+/// Every queue with settings or jobs (that the token may touch).
 #[utoipa::path(get, path = "/queues", operation_id = "list_queues", tag = "queues",
     responses((status = 200, body = QueueList), Refusals))]
-async fn list(State(state): State<AppState>) -> Json<QueueList> {
+async fn list(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+) -> Json<QueueList> {
     let counts = state.engine.store.counts().await;
     let queues: Vec<QueueView> = state
         .engine
@@ -93,7 +97,7 @@ async fn list(State(state): State<AppState>) -> Json<QueueList> {
         .queues()
         .await
         .iter()
-        .filter(|(name, _)| !is_internal_queue(name))
+        .filter(|(name, _)| !is_internal_queue(name) && principal.queues.admits(name))
         .map(|(name, config)| view(name, config, counts.iter().find(|c| &c.queue == name)))
         .collect();
     Json(QueueList { queues })

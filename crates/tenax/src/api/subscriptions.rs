@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::Json;
+use axum::{Extension, Json};
 use axum::extract::{Path, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -30,6 +30,7 @@ use super::extract::{JsonBody, JsonOrEmpty};
 use super::fields::{Millis, check_queue_name};
 use super::openapi::{Missing, Refusals};
 use super::subscription_views::{Secrets, SubscriptionView, subscription_view};
+use crate::auth::Principal;
 use crate::clock::UnixMs;
 use crate::delivery::address::{Reach, check_endpoint, parse_endpoint};
 use crate::delivery::signing::{generate_secret, secret_key};
@@ -480,9 +481,16 @@ struct SubscriptionList {
     subscriptions: Vec<SubscriptionView>,
 }
 
-async fn views(state: &AppState, queue: Option<&str>) -> Json<SubscriptionList> {
+async fn views(
+    state: &AppState,
+    queue: Option<&str>,
+    principal: &Principal,
+) -> Json<SubscriptionList> {
     let mut subscriptions = Vec::new();
     for subscription in state.engine.store.subscriptions(queue).await {
+        if !principal.queues.admits(&subscription.queue) {
+            continue;
+        }
         subscriptions.push(subscription_view(state, subscription, Secrets::Redact).await);
     }
     Json(SubscriptionList { subscriptions })
@@ -494,17 +502,21 @@ async fn views(state: &AppState, queue: Option<&str>) -> Json<SubscriptionList> 
     responses((status = 200, body = SubscriptionList), Refusals))]
 async fn list_of_queue(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(queue): Path<String>,
 ) -> Result<Json<SubscriptionList>, ApiError> {
     check_queue_name("queue", &queue)?;
-    Ok(views(&state, Some(&queue)).await)
+    Ok(views(&state, Some(&queue), &principal).await)
 }
 
-/// Every subscription.
+/// Every subscription (of the queues the token may touch).
 #[utoipa::path(get, path = "/subscriptions", operation_id = "list_subscriptions", tag = "subscriptions",
     responses((status = 200, body = SubscriptionList), Refusals))]
-async fn list_all(State(state): State<AppState>) -> Json<SubscriptionList> {
-    views(&state, None).await
+async fn list_all(
+    State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
+) -> Json<SubscriptionList> {
+    views(&state, None, &principal).await
 }
 
 /// One subscription, with its effective policy, health and delivery counts.

@@ -16,10 +16,20 @@ const PURGE_EVERY_MS: u64 = 1_000;
 /// The longest the loop sleeps.
 const MAX_SLEEP_MS: u64 = 1_000;
 
+/// Tokens' last use is written at most this often.
+const TOKEN_USE_EVERY: Duration = Duration::from_secs(60);
+
 /// Runs until `shutdown` turns true.
 pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
     let mut last_purge = 0;
+    let mut token_use_flushed = tokio::time::Instant::now();
     loop {
+        if token_use_flushed.elapsed() >= TOKEN_USE_EVERY {
+            token_use_flushed = tokio::time::Instant::now();
+            if let Err(error) = engine.flush_token_use().await {
+                tracing::warn!(%error, "recording when tokens were last used failed");
+            }
+        }
         let schedule = engine.store.schedule_signal().notified();
         tokio::pin!(schedule);
         schedule.as_mut().enable();
@@ -45,7 +55,13 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
             () = &mut schedule => {}
-            _ = shutdown.changed() => return,
+            _ = shutdown.changed() => {
+                // Last uses seen since the last flush are not lost by a clean stop.
+                if let Err(error) = engine.flush_token_use().await {
+                    tracing::warn!(%error, "recording when tokens were last used failed");
+                }
+                return;
+            }
         }
     }
 }

@@ -5,6 +5,7 @@ mod claims;
 mod decide;
 mod deliveries;
 pub mod maintenance;
+mod tokens;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +41,8 @@ pub struct Engine {
     streams: AtomicU64,
     /// Turns true when the server begins to shut down: long polls return, streams end.
     stopping: tokio::sync::watch::Sender<bool>,
+    /// The API tokens, by hash.
+    tokens: tokens::TokenBook,
 }
 
 /// A worker's failure report.
@@ -61,6 +64,7 @@ impl Engine {
             settings,
             streams: AtomicU64::new(first_stream),
             stopping,
+            tokens: tokens::TokenBook::default(),
         }
     }
 

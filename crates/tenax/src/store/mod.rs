@@ -277,6 +277,24 @@ impl Store {
         dispatch!(self, s => s.delivery_counts(id))
     }
 
+    /// Stores an API token (id 0: a new one, whose id is assigned) and returns it.
+    pub async fn put_token(
+        &self,
+        record: crate::auth::TokenRecord,
+    ) -> Result<crate::auth::TokenRecord, StoreError> {
+        dispatch!(self, s => s.put_token(record).await)
+    }
+
+    /// Deletes an API token; false if there was none.
+    pub async fn delete_token(&self, id: u64) -> Result<bool, StoreError> {
+        dispatch!(self, s => s.delete_token(id).await)
+    }
+
+    /// Every API token, by id.
+    pub async fn tokens(&self) -> Vec<crate::auth::TokenRecord> {
+        dispatch!(self, s => s.tokens())
+    }
+
     /// Flushes and stops background writers.
     pub async fn close(self) {
         dispatch!(self, s => s.close())

@@ -27,94 +27,122 @@ mod views;
 
 use std::sync::Arc;
 
+use axum::http::Method;
 use axum::routing::{MethodRouter, any, get, post, put};
 use axum::{Extension, Router};
 
 use super::AppState;
 
-/// A method router's answer to a method the resource does not have.
-fn allow(router: MethodRouter<AppState>, methods: &'static str) -> MethodRouter<AppState> {
-    router.fallback(move || async move { home::method_not_allowed(methods) })
+/// The `/v2` routes (and Zaqar's version document at `/`), to merge into the server's router,
+/// with the methods each answers (for the authorization rules of [`crate::auth::rules`]).
+pub fn router() -> (Router<AppState>, Vec<(Method, &'static str)>) {
+    let claim_book = Arc::new(claims::ClaimBook::default());
+    let routes = Routes::default()
+        .add("/", "GET", get(home::versions))
+        .add("/v2/", "GET", get(home::home))
+        .add("/v2/ping", "GET, HEAD", get(home::ping).head(home::ping))
+        .add("/v2/health", "GET", get(home::health))
+        .add("/v2/queues", "GET", get(queues::list))
+        .add(
+            "/v2/queues/{queue_name}",
+            "DELETE, GET, HEAD, PATCH, PUT",
+            put(queues::create)
+                .get(queues::show)
+                .head(queues::exists)
+                .patch(queues::update)
+                .delete(queues::delete),
+        )
+        .add("/v2/queues/{queue_name}/stats", "GET", get(queues::stats))
+        .add("/v2/queues/{queue_name}/purge", "POST", post(queues::purge))
+        .add(
+            "/v2/queues/{queue_name}/messages",
+            "DELETE, GET, POST",
+            post(messages::post)
+                .get(messages::list)
+                .delete(messages::delete_many),
+        )
+        .add(
+            "/v2/queues/{queue_name}/messages/{message_id}",
+            "DELETE, GET",
+            get(messages::get).delete(messages::delete),
+        )
+        .add("/v2/queues/{queue_name}/claims", "POST", post(claims::create))
+        .add(
+            "/v2/queues/{queue_name}/claims/{claim_id}",
+            "DELETE, GET, PATCH",
+            get(claims::show)
+                .patch(claims::update)
+                .delete(claims::delete),
+        )
+        .add(
+            "/v2/queues/{queue_name}/subscriptions",
+            "GET, POST",
+            post(subscriptions::create).get(subscriptions::list),
+        )
+        .add(
+            "/v2/queues/{queue_name}/subscriptions/{subscription_id}",
+            "DELETE, GET, PATCH",
+            get(subscriptions::show)
+                .patch(subscriptions::update)
+                .delete(subscriptions::delete),
+        )
+        .add(
+            "/v2/queues/{queue_name}/subscriptions/{subscription_id}/confirm",
+            "PUT",
+            put(subscriptions::confirm),
+        )
+        .any("/v2", any(home::no_route))
+        .any("/v2/{*rest}", any(home::no_route));
+    (routes.router.layer(Extension(claim_book)), routes.methods)
 }
 
-/// The `/v2` routes, to merge into the server's router.
-pub fn router() -> Router<AppState> {
-    let claim_book = Arc::new(claims::ClaimBook::default());
-    Router::new()
-        .route("/", get(home::versions))
-        .route("/v2/", allow(get(home::home), "GET"))
-        .route(
-            "/v2/ping",
-            allow(get(home::ping).head(home::ping), "GET, HEAD"),
-        )
-        .route("/v2/health", allow(get(home::health), "GET"))
-        .route("/v2/queues", allow(get(queues::list), "GET"))
-        .route(
-            "/v2/queues/{queue_name}",
-            allow(
-                put(queues::create)
-                    .get(queues::show)
-                    .head(queues::exists)
-                    .patch(queues::update)
-                    .delete(queues::delete),
-                "DELETE, GET, HEAD, PATCH, PUT",
-            ),
-        )
-        .route(
-            "/v2/queues/{queue_name}/stats",
-            allow(get(queues::stats), "GET"),
-        )
-        .route(
-            "/v2/queues/{queue_name}/purge",
-            allow(post(queues::purge), "POST"),
-        )
-        .route(
-            "/v2/queues/{queue_name}/messages",
-            allow(
-                post(messages::post)
-                    .get(messages::list)
-                    .delete(messages::delete_many),
-                "DELETE, GET, POST",
-            ),
-        )
-        .route(
-            "/v2/queues/{queue_name}/messages/{message_id}",
-            allow(get(messages::get).delete(messages::delete), "DELETE, GET"),
-        )
-        .route(
-            "/v2/queues/{queue_name}/claims",
-            allow(post(claims::create), "POST"),
-        )
-        .route(
-            "/v2/queues/{queue_name}/claims/{claim_id}",
-            allow(
-                get(claims::show)
-                    .patch(claims::update)
-                    .delete(claims::delete),
-                "DELETE, GET, PATCH",
-            ),
-        )
-        .route(
-            "/v2/queues/{queue_name}/subscriptions",
-            allow(
-                post(subscriptions::create).get(subscriptions::list),
-                "GET, POST",
-            ),
-        )
-        .route(
-            "/v2/queues/{queue_name}/subscriptions/{subscription_id}",
-            allow(
-                get(subscriptions::show)
-                    .patch(subscriptions::update)
-                    .delete(subscriptions::delete),
-                "DELETE, GET, PATCH",
-            ),
-        )
-        .route(
-            "/v2/queues/{queue_name}/subscriptions/{subscription_id}/confirm",
-            allow(put(subscriptions::confirm), "PUT"),
-        )
-        .route("/v2", any(home::no_route))
-        .route("/v2/{*rest}", any(home::no_route))
-        .layer(Extension(claim_book))
+/// The routes as they are added, and the methods each answers.
+struct Routes {
+    router: Router<AppState>,
+    methods: Vec<(Method, &'static str)>,
+}
+
+impl Default for Routes {
+    fn default() -> Self {
+        Self {
+            router: Router::new(),
+            methods: Vec::new(),
+        }
+    }
+}
+
+impl Routes {
+    /// A route answering `allow` (Zaqar's `Allow` list); other methods get Falcon's 405.
+    fn add(
+        mut self,
+        path: &'static str,
+        allow: &'static str,
+        methods: MethodRouter<AppState>,
+    ) -> Self {
+        for name in allow.split(", ") {
+            if let Ok(method) = Method::from_bytes(name.as_bytes()) {
+                self.methods.push((method, path));
+            }
+        }
+        let methods = methods.fallback(move || async move { home::method_not_allowed(allow) });
+        self.router = self.router.route(path, methods);
+        self
+    }
+
+    /// A route answering every method.
+    fn any(mut self, path: &'static str, methods: MethodRouter<AppState>) -> Self {
+        for method in [
+            Method::GET,
+            Method::HEAD,
+            Method::POST,
+            Method::PUT,
+            Method::PATCH,
+            Method::DELETE,
+            Method::OPTIONS,
+        ] {
+            self.methods.push((method, path));
+        }
+        self.router = self.router.route(path, methods);
+        self
+    }
 }

@@ -12,6 +12,7 @@
 
 use std::time::UNIX_EPOCH;
 
+use axum::Extension;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
@@ -28,6 +29,7 @@ use super::request::{Ctx, Params, Query, json_body};
 use super::subscriptions::purge_subscriptions;
 use super::views::{self, Link, current_claim, is_live, seconds};
 use crate::api::AppState;
+use crate::auth::Principal;
 use crate::model::subscription::is_internal_queue;
 use crate::store::{JobFilter, QueueConfig, Selection};
 
@@ -216,6 +218,7 @@ struct QueueList {
 pub async fn list(
     ctx: Ctx,
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ZaqarError> {
     let params = Params::parse(query.as_deref());
@@ -236,7 +239,7 @@ pub async fn list(
         .queues()
         .await
         .into_iter()
-        .filter(|(tenax, _)| !is_internal_queue(tenax))
+        .filter(|(tenax, _)| !is_internal_queue(tenax) && principal.queues.admits(tenax))
         .filter_map(|(tenax, config)| {
             zaqar_queue(&ctx.project, &tenax).map(|name| (name.to_owned(), config))
         })

@@ -18,6 +18,7 @@ mod queues;
 mod read;
 mod subscriptions;
 mod tables;
+mod tokens;
 mod writer;
 
 pub use self::subscriptions::Finished;
@@ -35,8 +36,8 @@ use tokio::sync::Notify;
 
 use self::index::{Entry, Index};
 use self::tables::{
-    ATTEMPTS, ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, POLICIES, QUEUES, STATES,
-    SUBSCRIPTIONS, StoredBody,
+    ATTEMPTS, ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES,
+    STATES, SUBSCRIPTIONS, StoredBody, TOKENS,
 };
 use self::writer::Writer;
 use super::{QueueConfig, StoreError, from_json_bytes};
@@ -86,6 +87,9 @@ struct Inner {
     /// Queue name → its subscriptions, in id order. Only queues with subscriptions are keys.
     subscribed: HashMap<String, Vec<SubscriptionId>>,
     next_subscription_id: SubscriptionId,
+    /// API tokens by id (hashed: see `crate::auth::token`).
+    tokens: std::collections::BTreeMap<u64, crate::auth::TokenRecord>,
+    next_token_id: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -122,6 +126,7 @@ impl EmbeddedStore {
             tx.open_table(META).map_err(|e| storage(&e))?;
             tx.open_table(SUBSCRIPTIONS).map_err(|e| storage(&e))?;
             tx.open_table(ATTEMPTS).map_err(|e| storage(&e))?;
+            tx.open_table(TOKENS).map_err(|e| storage(&e))?;
             tx.commit().map_err(|e| storage(&e))?;
         }
         let inner = rebuild(&db, now_ms)?;
@@ -247,6 +252,19 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
         .map_err(|e| storage(&e))?
         .map_or(0, |v| v.value());
     inner.next_subscription_id = stored_next.max(max_subscription + 1).max(1);
+    let tokens = tx.open_table(TOKENS).map_err(|e| storage(&e))?;
+    let mut max_token = 0;
+    for row in tokens.iter().map_err(|e| storage(&e))? {
+        let (id, record) = row.map_err(|e| storage(&e))?;
+        let record: crate::auth::TokenRecord = from_json_bytes("token", record.value())?;
+        max_token = max_token.max(id.value());
+        inner.tokens.insert(id.value(), record);
+    }
+    let stored_next = meta
+        .get(NEXT_TOKEN_ID)
+        .map_err(|e| storage(&e))?
+        .map_or(0, |v| v.value());
+    inner.next_token_id = stored_next.max(max_token + 1).max(1);
     tracing::info!(
         jobs = loaded,
         queues = inner.queues.len(),

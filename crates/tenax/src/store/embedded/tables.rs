@@ -9,7 +9,8 @@
 //! | `queues`   | queue name           | [`QueueConfig`](crate::store::QueueConfig) JSON |
 //! | `subscriptions` | subscription id | [`Subscription`](crate::model::Subscription) JSON |
 //! | `attempts` | (delivery id, n)     | [`Attempt`](crate::model::Attempt) JSON: every POST of a delivery |
-//! | `meta`     | name                 | u64: `next_id` (the next job id to assign), `next_subscription_id` |
+//! | `tokens`   | token id (u64)       | [`TokenRecord`](crate::auth::TokenRecord) JSON: an API token's hash, role and scopes |
+//! | `meta`     | name                 | u64: `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id` |
 //!
 //! An attempt's `n` counts from 1 per delivery and never repeats (attempt numbers restart after
 //! a replay that resets them; `n` does not).
@@ -35,10 +36,12 @@ pub const ERRORS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("err
 pub const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
 pub const SUBSCRIPTIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("subscriptions");
 pub const ATTEMPTS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("attempts");
+pub const TOKENS: TableDefinition<u64, &[u8]> = TableDefinition::new("tokens");
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 pub const NEXT_ID: &str = "next_id";
 pub const NEXT_SUBSCRIPTION_ID: &str = "next_subscription_id";
+pub const NEXT_TOKEN_ID: &str = "next_token_id";
 
 /// The part of a job that never changes after enqueue.
 /// A dead-letter move rewrites it with the new queue (and expiry).

@@ -15,8 +15,8 @@ use redb::{Database, Durability, ReadableTable};
 use tokio::sync::oneshot;
 
 use super::tables::{
-    ATTEMPTS, ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, POLICIES, QUEUES, STATES,
-    SUBSCRIPTIONS,
+    ATTEMPTS, ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES,
+    STATES, SUBSCRIPTIONS, TOKENS,
 };
 use crate::store::StoreError;
 
@@ -65,6 +65,13 @@ pub enum Op {
     PutAttempt {
         id: u64,
         entry: Vec<u8>,
+    },
+    PutToken {
+        id: u64,
+        record: Vec<u8>,
+    },
+    DeleteToken {
+        id: u64,
     },
 }
 
@@ -224,6 +231,7 @@ fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), Sto
         let mut meta = tx.open_table(META).map_err(|e| storage(&e))?;
         let mut subscriptions = tx.open_table(SUBSCRIPTIONS).map_err(|e| storage(&e))?;
         let mut attempts = tx.open_table(ATTEMPTS).map_err(|e| storage(&e))?;
+        let mut tokens = tx.open_table(TOKENS).map_err(|e| storage(&e))?;
         for op in batches.into_iter().flatten() {
             let result = match op {
                 Op::PutBody { id, body } => jobs.insert(id, body.as_slice()).map(drop),
@@ -261,6 +269,10 @@ fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), Sto
                     raise(&mut meta, NEXT_SUBSCRIPTION_ID, next_id)
                         .and_then(|()| subscriptions.remove(id).map(drop))
                 }
+                Op::PutToken { id, record } => raise(&mut meta, NEXT_TOKEN_ID, id.saturating_add(1))
+                    .and_then(|()| tokens.insert(id, record.as_slice()).map(drop)),
+                // The counter stays past the deleted id: ids are never reused.
+                Op::DeleteToken { id } => tokens.remove(id).map(drop),
                 Op::PutAttempt { id, entry } => {
                     let last = attempts
                         .range((id, 0)..=(id, u32::MAX))
