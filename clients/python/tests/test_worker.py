@@ -206,7 +206,7 @@ def test_heartbeats_keep_a_job_that_runs_longer_than_its_lease(client: tenax.Cli
         job = wait_for(job_in(client, id, "completed"), timeout=10, what="the job completed")
     assert executions == [id], "the job ran more than once: its lease expired"
     assert job.failures == 0 and job.errors == []
-    assert worker.stats.heartbeats >= 4  # every half second for three seconds
+    assert worker.stats.heartbeats >= 2  # every half second; the lease is one second
     assert worker.stats.lost == 0
 
 

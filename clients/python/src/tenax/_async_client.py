@@ -71,6 +71,7 @@ class AsyncJobStream:
         self._response: httpx.Response | None = None
         self._closed = False
         self._reading = False
+        self._events: AsyncIterator[TakenJob[Any] | None] | None = None
         self.last_line_at = time.monotonic()
         """Monotonic time of the last line (job or keep-alive) received."""
 
@@ -97,16 +98,28 @@ class AsyncJobStream:
         self.last_line_at = time.monotonic()
         return self
 
-    async def events(self) -> AsyncIterator[TakenJob[Any] | None]:
+    def events(self) -> AsyncIterator[TakenJob[Any] | None]:
         """Jobs as they arrive, and ``None`` for each keep-alive line (about one a second while
-        the stream has room)."""
+        the stream has room). Every call continues the same iteration."""
+        if self._events is None:
+            self._events = self._read()
+        return self._events
+
+    async def _read(self) -> AsyncIterator[TakenJob[Any] | None]:
         await self.open()
         response = self._response
-        if response is None or self._closed:
+        if response is None:
             return
-        self._reading = True
+        lines = response.aiter_lines()
         try:
-            async for line in response.aiter_lines():
+            while not self._closed:
+                self._reading = True
+                try:
+                    line = await lines.__anext__()
+                except StopAsyncIteration:
+                    return
+                finally:
+                    self._reading = False
                 self.last_line_at = time.monotonic()
                 yield parse_stream_line(line)
         except (httpx.TransportError, httpx.StreamError) as error:
@@ -116,14 +129,18 @@ class AsyncJobStream:
                 raise connection_error(error, "POST", str(self._request.url)) from error
             raise TenaxError(f"the job stream failed: {error}") from error
         finally:
-            self._reading = False
             if self._closed:
                 await response.aclose()
 
-    async def __aiter__(self) -> AsyncIterator[TakenJob[Any]]:
+    def __aiter__(self) -> AsyncJobStream:
+        return self
+
+    async def __anext__(self) -> TakenJob[Any]:
+        """The next job (keep-alive lines are skipped); ``StopAsyncIteration`` once closed."""
         async for job in self.events():
             if job is not None:
-                yield job
+                return job
+        raise StopAsyncIteration
 
     @property
     def closed(self) -> bool:

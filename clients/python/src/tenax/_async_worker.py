@@ -241,7 +241,7 @@ class AsyncWorker:
                 stream = await client.stream(
                     self._settings.queues,
                     max=self._settings.concurrency,
-                    lease=self._settings.lease_ms,
+                    lease=self._settings.lease,
                 ).open()
             except TenaxError as error:
                 self._counter.add("stream_errors")
@@ -493,7 +493,7 @@ class AsyncWorker:
 
     async def _beat(self, client: AsyncClient, job: TakenJob[Any]) -> None:
         try:
-            await client.heartbeat(job, lease=self._settings.lease_ms)
+            await client.heartbeat(job, lease=self._settings.lease)
         except _GONE as gone:
             held = self._held.get(job.lease_token)
             if held is not None and held.state not in ("acking", "reporting"):

@@ -112,6 +112,7 @@ class JobStream:
         self._closed = False
         self._lock = threading.Lock()
         self._reader: threading.Thread | None = None
+        self._events: Iterator[TakenJob[Any] | None] | None = None
         self.last_line_at = time.monotonic()
         """Monotonic time of the last line (job or keep-alive) received."""
 
@@ -142,15 +143,31 @@ class JobStream:
 
     def events(self) -> Iterator[TakenJob[Any] | None]:
         """Jobs as they arrive, and ``None`` for each keep-alive line (about one a second while
-        the stream has room): a loop that must notice a stop request gets a turn that often."""
+        the stream has room): a loop that must notice a stop request gets a turn that often.
+        Every call continues the same iteration."""
+        if self._events is None:
+            self._events = self._read()
+        return self._events
+
+    def _read(self) -> Iterator[TakenJob[Any] | None]:
         self.open()
-        with self._lock:
-            response = self._response
-            if response is None or self._closed:
-                return
-            self._reader = threading.current_thread()
+        response = self._response
+        if response is None:
+            return
+        lines = response.iter_lines()
         try:
-            for line in response.iter_lines():
+            while True:
+                with self._lock:
+                    if self._closed:
+                        return
+                    self._reader = threading.current_thread()
+                try:
+                    line = next(lines)
+                except StopIteration:
+                    return
+                finally:
+                    with self._lock:
+                        self._reader = None
                 self.last_line_at = time.monotonic()
                 yield parse_stream_line(line)
         except (httpx.TransportError, httpx.StreamError) as error:
@@ -160,16 +177,18 @@ class JobStream:
                 raise connection_error(error, "POST", str(self._request.url)) from error
             raise TenaxError(f"the job stream failed: {error}") from error
         finally:
-            with self._lock:
-                self._reader = None
-                closed = self._closed
-            if closed:
+            if self._closed:
                 response.close()
 
-    def __iter__(self) -> Iterator[TakenJob[Any]]:
+    def __iter__(self) -> JobStream:
+        return self
+
+    def __next__(self) -> TakenJob[Any]:
+        """The next job (keep-alive lines are skipped); ``StopIteration`` once closed."""
         for job in self.events():
             if job is not None:
-                yield job
+                return job
+        raise StopIteration
 
     @property
     def closed(self) -> bool:
@@ -184,9 +203,9 @@ class JobStream:
         if response is None:
             return
         shutdown_socket(response)
-        if reader is None or reader is threading.current_thread():
+        if reader is None:
             response.close()
-        # Otherwise the reading thread wakes up and closes the response itself.
+        # Otherwise a thread is blocked reading: it wakes up and closes the response itself.
 
     def __enter__(self) -> JobStream:
         return self.open()

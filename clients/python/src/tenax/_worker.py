@@ -295,7 +295,7 @@ class Worker:
                 stream = self._client.stream(
                     self._settings.queues,
                     max=self._settings.concurrency,
-                    lease=self._settings.lease_ms,
+                    lease=self._settings.lease,
                 ).open()
             except TenaxError as error:
                 self._counter.add("stream_errors")
@@ -581,7 +581,7 @@ class Worker:
 
     def _beat(self, job: TakenJob[Any]) -> None:
         try:
-            self._client.heartbeat(job, lease=self._settings.lease_ms)
+            self._client.heartbeat(job, lease=self._settings.lease)
         except _GONE as gone:
             with self._lock:
                 held = self._held.get(job.lease_token)

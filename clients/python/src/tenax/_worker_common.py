@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from ._convert import Duration, duration_ms
@@ -75,8 +76,8 @@ class WorkerSettings:
         )
 
     @property
-    def lease_ms(self) -> int:
-        return int(round(self.lease_s * 1000))
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.lease_s)
 
 
 @dataclass(slots=True)
