@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -30,6 +31,18 @@ def settled(client: tenax.AsyncClient, id: int, status: str) -> Callable[[], Awa
     return check
 
 
+@contextlib.asynccontextmanager
+async def running(worker: tenax.AsyncWorker) -> AsyncIterator[None]:
+    """Runs the worker for the block; stops it and waits for its shutdown on the way out,
+    also when the block fails."""
+    task = asyncio.create_task(worker.run(install_signal_handlers=False))
+    try:
+        yield
+    finally:
+        await worker.stop()
+        await task
+
+
 def run(coro: Awaitable[None]) -> None:
     asyncio.run(asyncio.wait_for(coro, 60))  # type: ignore[arg-type]
 
@@ -46,11 +59,9 @@ def test_async_worker_completes_jobs(server_url: str, queue: str) -> None:
                 await asyncio.sleep(0.05)
                 sums.append(job.payload["a"] + job.payload["b"])
 
-            running = asyncio.create_task(worker.run(install_signal_handlers=False))
-            for id in ids:
-                await until(settled(client, id, "completed"), what=f"job {id} completed")
-            await worker.stop()
-            await running
+            async with running(worker):
+                for id in ids:
+                    await until(settled(client, id, "completed"), what=f"job {id} completed")
             assert sorted(sums) == [1, 2, 3, 4, 5]
             assert worker.stats.completed == 5
             # Five handlers of 50 ms at once: their completions went in fewer requests.
@@ -79,11 +90,9 @@ def test_async_failures_follow_the_policy_until_dead(server_url: str, queue: str
                 if len(snoozes) == 1:
                     raise tenax.Snooze(0.2)
 
-            running = asyncio.create_task(worker.run(install_signal_handlers=False))
-            await until(settled(client, flaky, "dead"), what="the flaky job dead")
-            await until(settled(client, snoozy, "completed"), what="the snoozed job completed")
-            await worker.stop()
-            await running
+            async with running(worker):
+                await until(settled(client, flaky, "dead"), what="the flaky job dead")
+                await until(settled(client, snoozy, "completed"), what="the snoozed job completed")
             job = await client.get_job(flaky)
             assert attempts == [1, 2, 3] and job.failures == 3
             assert [e.message for e in job.errors] == ["RuntimeError: no luck"] * 3
@@ -106,10 +115,8 @@ def test_async_heartbeats_keep_a_long_job(server_url: str, queue: str) -> None:
                 executions.append(job.id)
                 await asyncio.sleep(3)
 
-            running = asyncio.create_task(worker.run(install_signal_handlers=False))
-            await until(settled(client, id, "completed"), timeout=10, what="the job completed")
-            await worker.stop()
-            await running
+            async with running(worker):
+                await until(settled(client, id, "completed"), timeout=10, what="the job completed")
             job = await client.get_job(id)
             assert executions == [id] and job.failures == 0
             assert worker.stats.heartbeats >= 2
@@ -140,10 +147,8 @@ def test_async_shutdown_cancels_what_outlives_the_deadline(server_url: str, queu
                     cancelled.set()
                     raise
 
-            running = asyncio.create_task(worker.run(install_signal_handlers=False))
-            await asyncio.wait_for(started.wait(), 10)
-            await worker.stop()
-            await running
+            async with running(worker):
+                await asyncio.wait_for(started.wait(), 10)
             assert cancelled.is_set()
             assert (await client.get_job(quick)).status == "completed"  # finished within the deadline
             await until(settled(client, stuck, "ready"), timeout=5, what="the stuck job back in the queue")
