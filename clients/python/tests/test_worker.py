@@ -342,3 +342,53 @@ def test_worker_settings_are_checked(client: tenax.Client) -> None:
     worker.register("a", lambda job: None)
     with pytest.raises(ValueError, match="already registered"):
         worker.register("a", lambda job: None)
+
+
+SIGNAL_SCRIPT = """
+import asyncio, sys, time, tenax
+
+url, queue, kind = sys.argv[1], sys.argv[2], sys.argv[3]
+client = tenax.Client(url) if kind == "threads" else tenax.AsyncClient(url)
+Worker = tenax.Worker if kind == "threads" else tenax.AsyncWorker
+worker = Worker(queue, client=client, concurrency=1, shutdown_timeout=10)
+
+if kind == "threads":
+    @worker.handler("work")
+    def work(job):
+        print("started", job.id, flush=True)
+        time.sleep(1)
+    worker.run()
+else:
+    @worker.handler("work")
+    async def work(job):
+        print("started", job.id, flush=True)
+        await asyncio.sleep(1)
+    asyncio.run(worker.run())
+print("stopped", worker.stats.completed, flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+def test_sigterm_stops_the_worker_gracefully(client: tenax.Client, queue: str, kind: str, tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    first, second = (client.enqueue(queue, "work").id for _ in range(2))
+    script = tmp_path / "worker.py"
+    script.write_text(SIGNAL_SCRIPT)
+    process = subprocess.Popen(
+        [sys.executable, str(script), client.url, queue, kind], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().split() == ["started", str(first)]
+        process.send_signal(15)  # SIGTERM while the handler runs
+        out, _ = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0
+    assert out.split() == ["stopped", "1"]
+    assert client.get_job(first).status == "completed"  # it finished and was acknowledged
+    job = wait_for(job_in(client, second, "ready"), timeout=5, what="the second job back in the queue")
+    assert job.failures == 0
