@@ -311,6 +311,11 @@ def test_connection_errors() -> None:
         assert not nobody.ping()
 
 
+def test_the_server_accepts_a_token(server_url: str) -> None:
+    with tenax.Client(server_url, token="s3cret", headers={"X-Request-Id": "py-client-test"}) as client:
+        assert client.stats().totals is not None
+
+
 def test_url_token_and_headers_from_arguments_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[httpx.Request] = []
 

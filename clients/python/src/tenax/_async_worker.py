@@ -200,9 +200,16 @@ class AsyncWorker:
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
+            # Only left when run() itself was cancelled: a hard stop. Handlers are cancelled
+            # and the stream closed, which gives their jobs back to the queue.
+            for token, task in list(self._tasks.items()):
+                held = self._held.get(token)
+                if held is not None:
+                    held.state = "abandoned"
+                task.cancel()
             for task in [*helpers, acker]:
                 task.cancel()
-            await asyncio.gather(*helpers, acker, return_exceptions=True)
+            await asyncio.gather(*helpers, acker, *self._tasks.values(), return_exceptions=True)
             if self._own_client:
                 await client.aclose()
             events.stopped.set()
@@ -261,7 +268,7 @@ class AsyncWorker:
                     if job is not None:
                         backoff.reset()
                         self._receive(client, job, generation, events)
-                if not events.stopping.is_set():
+                if not events.stopping.is_set() and not stream.closed:
                     self._log.warning("the server ended the job stream; opening it again")
             except TenaxError as error:
                 self._counter.add("stream_errors")

@@ -209,8 +209,12 @@ class Worker:
                 self._registry.types(),
                 self._settings.concurrency,
             )
-            while not self._stopping.wait(0.5):
-                pass
+            try:
+                while not self._stopping.wait(0.5):
+                    pass
+            except KeyboardInterrupt:  # Ctrl-C without our signal handlers: stop gracefully
+                self._log.info("interrupted: stopping")
+                self._stopping.set()
             self._shutdown()
         finally:
             if restore is not None:
@@ -315,7 +319,7 @@ class Worker:
                     if self._close_stream.is_set():
                         break
                 else:
-                    if not self._stopping.is_set():
+                    if not self._stopping.is_set() and not stream.closed:
                         self._log.warning("the server ended the job stream; opening it again")
             except TenaxError as error:
                 if not self._close_stream.is_set():
