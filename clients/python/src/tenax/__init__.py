@@ -1,0 +1,138 @@
+"""Tenax for Python: a typed client (blocking and asyncio) and a worker runtime.
+
+::
+
+    import tenax
+
+    client = tenax.Client()                      # $TENAX_URL or http://127.0.0.1:7890
+    client.enqueue("emails", "email.send", {"to": "ada@example.com"}, delay="5s")
+
+    worker = tenax.Worker("emails", client=client)
+
+    @worker.handler("email.send")
+    def send(job: tenax.TakenJob[dict]) -> None:
+        ...
+
+    worker.run()
+"""
+
+from ._api import UNSET, NewJob, OnDuplicate, Policy
+from ._async_client import AsyncClient, AsyncJobStream
+from ._async_worker import AsyncWorker
+from ._client import Client, JobStream
+from ._convert import Duration, Time
+from ._errors import (
+    APIError,
+    Conflict,
+    Duplicate,
+    InvalidRequest,
+    LeaseLost,
+    NotDead,
+    NotFound,
+    NotInFlight,
+    PayloadTooLarge,
+    RequestTimeout,
+    ServerError,
+    StorageUnavailable,
+    TenaxConnectionError,
+    TenaxError,
+    TenaxTimeout,
+    Unauthorized,
+)
+from ._models import (
+    AttemptPage,
+    CompleteResult,
+    Counts,
+    DeletedJobs,
+    DeletedSubscription,
+    Delivery,
+    DeliveryAttempt,
+    DeliveryPage,
+    Enqueued,
+    FailResult,
+    Job,
+    JobError,
+    JobPage,
+    JobStatus,
+    LeaseExtended,
+    PolicyPreview,
+    PreviewRow,
+    Queue,
+    ReplayResult,
+    ResultError,
+    Skipped,
+    Stats,
+    Subscription,
+    SubscriptionHealth,
+    TakenJob,
+)
+from ._outcomes import JobOutcome, NotRetryable, Retry, RetryAt, RetryIn, Snooze
+from ._version import __version__
+from ._worker import UnknownJobType, Worker
+from ._worker_common import PayloadMismatch, WorkerStats
+
+__all__ = [
+    "APIError",
+    "AsyncClient",
+    "AsyncJobStream",
+    "AsyncWorker",
+    "AttemptPage",
+    "Client",
+    "CompleteResult",
+    "Conflict",
+    "Counts",
+    "DeletedJobs",
+    "DeletedSubscription",
+    "Delivery",
+    "DeliveryAttempt",
+    "DeliveryPage",
+    "Duplicate",
+    "Duration",
+    "Enqueued",
+    "FailResult",
+    "InvalidRequest",
+    "Job",
+    "JobError",
+    "JobOutcome",
+    "JobPage",
+    "JobStatus",
+    "JobStream",
+    "LeaseExtended",
+    "LeaseLost",
+    "NewJob",
+    "NotDead",
+    "NotFound",
+    "NotInFlight",
+    "NotRetryable",
+    "OnDuplicate",
+    "PayloadMismatch",
+    "PayloadTooLarge",
+    "Policy",
+    "PolicyPreview",
+    "PreviewRow",
+    "Queue",
+    "ReplayResult",
+    "RequestTimeout",
+    "ResultError",
+    "Retry",
+    "RetryAt",
+    "RetryIn",
+    "ServerError",
+    "Skipped",
+    "Snooze",
+    "Stats",
+    "StorageUnavailable",
+    "Subscription",
+    "SubscriptionHealth",
+    "TakenJob",
+    "TenaxConnectionError",
+    "TenaxError",
+    "TenaxTimeout",
+    "Time",
+    "UNSET",
+    "Unauthorized",
+    "UnknownJobType",
+    "Worker",
+    "WorkerStats",
+    "__version__",
+]

@@ -1,0 +1,225 @@
+"""What :class:`tenax.Worker` and :class:`tenax.AsyncWorker` share: settings, the handler
+registry with payload conversion, the bookkeeping of held jobs, and counters."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+from ._convert import Duration, duration_ms
+from ._models import TakenJob
+from ._outcomes import NotRetryable
+
+H = TypeVar("H")
+P = TypeVar("P")
+
+__all__ = ["WorkerSettings", "WorkerStats"]
+
+
+def _seconds(value: Duration, name: str) -> float:
+    if isinstance(value, str):
+        raise TypeError(
+            f"{name}: give a timedelta or seconds here (the worker schedules with it), not {value!r}"
+        )
+    return duration_ms(value) / 1000
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    queues: list[str]
+    concurrency: int
+    lease_s: float
+    heartbeat_s: float
+    ack_interval_s: float
+    ack_batch: int
+    shutdown_timeout_s: float
+
+    @classmethod
+    def of(
+        cls,
+        queues: str | Iterable[str],
+        concurrency: int,
+        lease: Duration,
+        heartbeat_every: Duration | None,
+        ack_interval: Duration,
+        ack_batch: int,
+        shutdown_timeout: Duration,
+    ) -> WorkerSettings:
+        names = [queues] if isinstance(queues, str) else list(queues)
+        if not names:
+            raise ValueError("a worker needs at least one queue")
+        if not 1 <= concurrency <= 1000:
+            raise ValueError(f"concurrency must be from 1 to 1000, got {concurrency}")
+        lease_s = _seconds(lease, "lease")
+        if lease_s < 0.5:
+            raise ValueError(f"lease must be at least 0.5 s, got {lease_s} s")
+        heartbeat_s = lease_s / 2 if heartbeat_every is None else _seconds(heartbeat_every, "heartbeat_every")
+        if not 0 < heartbeat_s < lease_s:
+            raise ValueError(
+                f"heartbeat_every must be above 0 and below the lease ({lease_s} s), got {heartbeat_s} s"
+            )
+        if not 1 <= ack_batch <= 10_000:
+            raise ValueError(f"ack_batch must be from 1 to 10000, got {ack_batch}")
+        return cls(
+            queues=names,
+            concurrency=concurrency,
+            lease_s=lease_s,
+            heartbeat_s=heartbeat_s,
+            ack_interval_s=_seconds(ack_interval, "ack_interval"),
+            ack_batch=ack_batch,
+            shutdown_timeout_s=_seconds(shutdown_timeout, "shutdown_timeout"),
+        )
+
+    @property
+    def lease(self) -> timedelta:
+        return timedelta(seconds=self.lease_s)
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Counters of a worker since it started (read them any time; they only grow)."""
+
+    received: int = 0
+    """Jobs the stream handed to this worker."""
+    succeeded: int = 0
+    """Handlers that returned."""
+    failed: int = 0
+    """Failures reported to the server (handler exceptions, unknown types, bad payloads)."""
+    completed: int = 0
+    """Completions the server confirmed."""
+    ack_requests: int = 0
+    """Batch completion requests sent (``POST /api/jobs/complete``)."""
+    heartbeats: int = 0
+    """Lease extensions the server confirmed."""
+    lost: int = 0
+    """Jobs whose lease this worker lost (expired, or taken back): their result was not kept."""
+    abandoned: int = 0
+    """Jobs still running at the shutdown deadline: given back to the queue unreported."""
+    returned: int = 0
+    """Jobs received but not started before shutdown: given back to the queue."""
+    stream_errors: int = 0
+    """Times the stream broke and was opened again."""
+
+
+class Counter:
+    """:class:`WorkerStats` behind a lock (threads) or not (asyncio: one thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.stats = WorkerStats()
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self.stats, name, getattr(self.stats, name) + n)
+
+    def snapshot(self) -> WorkerStats:
+        with self._lock:
+            return dataclasses.replace(self.stats)
+
+
+class PayloadMismatch(NotRetryable):
+    """The payload does not convert to the handler's type: no retry will change that (fix the
+    code or the job, then replay it)."""
+
+
+def converter(payload: Any) -> Callable[[Any], Any] | None:
+    """How to turn a JSON payload into a handler's type: a class's ``from_dict``, a dataclass
+    built from the object's keys, or any callable given the JSON value."""
+    if payload is None:
+        return None
+    from_dict = getattr(payload, "from_dict", None)
+    if isinstance(payload, type) and callable(from_dict):
+        return from_dict  # type: ignore[no-any-return]
+    if isinstance(payload, type) and dataclasses.is_dataclass(payload):
+        cls = payload
+
+        def build(data: Any) -> Any:
+            if not isinstance(data, Mapping):
+                raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+            return cls(**data)
+
+        return build
+    if callable(payload):
+        return payload  # type: ignore[no-any-return]
+    raise TypeError(f"payload must be a class or a callable, got {payload!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Handler(Generic[H]):
+    type: str
+    func: H
+    convert: Callable[[Any], Any] | None
+    payload_name: str
+
+    def job_for(self, job: TakenJob[Any]) -> TakenJob[Any]:
+        """The job with its converted payload; :class:`PayloadMismatch` when it does not fit."""
+        if self.convert is None:
+            return job
+        try:
+            return job.with_payload(self.convert(job.payload))
+        except Exception as error:
+            raise PayloadMismatch(
+                f"the payload of job type {self.type!r} does not fit {self.payload_name}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+
+
+class Registry(Generic[H]):
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler[H]] = {}
+
+    def add(self, type: str, func: H, payload: Any) -> None:
+        if type in self._handlers:
+            raise ValueError(f"a handler for job type {type!r} is already registered")
+        name = getattr(payload, "__qualname__", None) or repr(payload)
+        self._handlers[type] = Handler(type, func, converter(payload), name)
+
+    def get(self, type: str) -> Handler[H] | None:
+        return self._handlers.get(type)
+
+    def types(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def unknown_message(self, type: str) -> str:
+        known = ", ".join(repr(t) for t in self.types()) or "none"
+        return f"no handler for job type {type!r} in this worker (it handles: {known})"
+
+
+@dataclass(slots=True)
+class Held:
+    """A job the stream leased to this worker, until it is acknowledged or given up."""
+
+    job: TakenJob[Any]
+    next_beat: float
+    """Monotonic time of the next heartbeat."""
+    state: str = "queued"
+    """queued (received, not started), running, acking (waiting for its completion to be
+    flushed), reporting (its failure is being sent), parked (received during shutdown, not to
+    be started), lost (the lease is gone), abandoned (still running at the shutdown deadline)."""
+    generation: int = 0
+    """Which stream connection it came on."""
+
+
+def now() -> float:
+    return time.monotonic()
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Delays between reconnections: 0.2 s doubling to ``cap``; reset after a success."""
+
+    first: float = 0.2
+    cap: float = 5.0
+    current: float = field(default=0.0)
+
+    def next(self) -> float:
+        self.current = self.first if self.current == 0 else min(self.cap, self.current * 2)
+        return self.current
+
+    def reset(self) -> None:
+        self.current = 0.0
