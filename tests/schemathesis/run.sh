@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Schemathesis against a real `tenax serve`: every operation of the native API's own OpenAPI
-# description (/api/openapi.json), with a fixed example budget and seed. It fails on any 5xx,
+# Schemathesis against a real `tenax serve` with authentication on: every operation of the
+# native API's own OpenAPI description (/api/openapi.json), with a fixed example budget and seed. It fails on any 5xx,
 # any dropped connection or timeout, and any answer whose status, content type, headers or body
 # the description does not allow.
 #
@@ -40,7 +40,10 @@ fi
 data="$(mktemp -d)"
 log="$data/server.log"
 port="$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-"$bin" serve --listen "127.0.0.1:$port" --data-dir "$data/store" >"$log" 2>&1 &
+# With authentication on, as on any network; the run uses an admin token.
+token="schemathesis-$("$python" -c 'import secrets; print(secrets.token_hex(24))')"
+"$bin" serve --listen "127.0.0.1:$port" --data-dir "$data/store" --auth on --admin-token "$token" \
+    >"$log" 2>&1 &
 server=$!
 cleanup() {
     kill "$server" 2>/dev/null || true
@@ -64,6 +67,7 @@ echo "== schemathesis against $bin ($examples examples per operation, seed $seed
 status=0
 SCHEMATHESIS_HOOKS=hooks PYTHONPATH="$here" "$venv/bin/schemathesis" run \
     "http://127.0.0.1:$port/api/openapi.json" \
+    --header "Authorization: Bearer $token" \
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
     --exclude-path /api/take/stream \
     --max-examples "$examples" \

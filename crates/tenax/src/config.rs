@@ -365,7 +365,8 @@ impl ServeArgs {
             }
         };
         if let Some(token) = &self.admin_token {
-            crate::auth::token::check_given(token).map_err(|rule| format!("--admin-token: {rule}"))?;
+            crate::auth::token::check_given(token)
+                .map_err(|rule| format!("--admin-token: {rule}"))?;
         }
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(read_tls(cert, key)?),
@@ -421,15 +422,24 @@ fn read_tls(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsFiles, S
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .map_err(|e| format!("--tls-cert: cannot read {}: {e}", cert.display()))?
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("--tls-cert: {} is not PEM certificates: {e}", cert.display()))?;
+        .map_err(|e| {
+            format!(
+                "--tls-cert: {} is not PEM certificates: {e}",
+                cert.display()
+            )
+        })?;
     if certs.is_empty() {
         return Err(format!(
             "--tls-cert: {} holds no PEM certificate",
             cert.display()
         ));
     }
-    let private = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("--tls-key: {} holds no usable PEM private key: {e}", key.display()))?;
+    let private = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+        format!(
+            "--tls-key: {} holds no usable PEM private key: {e}",
+            key.display()
+        )
+    })?;
     // The pair must make a server configuration; checked here so a mismatch stops the start.
     crate::http::install_crypto_provider();
     rustls::ServerConfig::builder()
@@ -555,6 +565,37 @@ mod tests {
             assert!(err.contains(rule), "{path}: {err}");
             assert!(err.contains(&path), "{path}: {err}");
         }
+    }
+
+    #[test]
+    fn authentication_is_on_beyond_loopback_and_cannot_be_turned_off_there() {
+        assert!(!config(&[]).unwrap().auth, "loopback: off by default");
+        assert!(config(&["--auth", "on"]).unwrap().auth);
+        for listen in ["0.0.0.0:7890", "192.168.1.10:7890", "[::]:7890"] {
+            assert!(config(&["--listen", listen]).unwrap().auth, "{listen}");
+            let refused = config(&["--listen", listen, "--auth", "off"]).unwrap_err();
+            assert!(refused.starts_with("--auth off: refused on"), "{refused}");
+        }
+        assert!(
+            !config(&["--listen", "127.0.0.2:7890", "--auth", "off"])
+                .unwrap()
+                .auth
+        );
+        assert!(!config(&["--listen", "[::1]:7890"]).unwrap().auth);
+        let weak = config(&["--admin-token", "short"]).unwrap_err();
+        assert!(
+            weak.starts_with("--admin-token: must be at least 32"),
+            "{weak}"
+        );
+    }
+
+    #[test]
+    fn tls_files_are_checked_at_start() {
+        let missing =
+            config(&["--tls-cert", "/no/such.crt", "--tls-key", "/no/such.key"]).unwrap_err();
+        assert!(missing.starts_with("--tls-cert: cannot read"), "{missing}");
+        let half = config(&["--tls-cert", "/no/such.crt"]).unwrap_err();
+        assert!(half.contains("--tls-key"), "{half}");
     }
 
     #[test]

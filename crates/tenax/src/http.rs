@@ -28,6 +28,89 @@ pub fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
 }
 
+/// How a client of the Tenax API reaches it: the token it sends and the CA it trusts.
+#[derive(Clone, Default)]
+pub struct ClientOptions {
+    /// Sent as `Authorization: Bearer <token>`.
+    pub token: Option<String>,
+    /// A PEM file of CA certificates trusted besides the platform's (a server whose certificate
+    /// a private CA signed).
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for ClientOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientOptions")
+            .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("ca_file", &self.ca_file)
+            .finish()
+    }
+}
+
+impl ClientOptions {
+    /// Reads the CA file and checks the token, once; the error names the flag.
+    pub fn prepare(&self) -> Result<Prepared, String> {
+        let authorization = match &self.token {
+            Some(token) => {
+                let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|_| "--token: must be printable ASCII".to_owned())?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+            None => None,
+        };
+        let mut certificates = Vec::new();
+        if let Some(path) = &self.ca_file {
+            let pem = std::fs::read(path)
+                .map_err(|e| format!("--ca-file: cannot read {}: {e}", path.display()))?;
+            certificates = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                format!("--ca-file: {} is not PEM certificates: {e}", path.display())
+            })?;
+            if certificates.is_empty() {
+                return Err(format!(
+                    "--ca-file: {} holds no certificate",
+                    path.display()
+                ));
+            }
+        }
+        Ok(Prepared {
+            authorization,
+            certificates,
+        })
+    }
+}
+
+/// [`ClientOptions`] read and checked, ready to configure any number of clients.
+#[derive(Clone)]
+pub struct Prepared {
+    authorization: Option<reqwest::header::HeaderValue>,
+    certificates: Vec<reqwest::Certificate>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("authorization", &self.authorization.is_some())
+            .field("certificates", &self.certificates.len())
+            .finish()
+    }
+}
+
+impl Prepared {
+    /// A client builder (the crypto provider installed) with the token as a default header and
+    /// the CA file's certificates trusted; `headers` are added to the defaults.
+    pub fn builder(&self, mut headers: reqwest::header::HeaderMap) -> reqwest::ClientBuilder {
+        if let Some(value) = &self.authorization {
+            headers.insert(reqwest::header::AUTHORIZATION, value.clone());
+        }
+        let mut builder = client_builder().default_headers(headers);
+        for certificate in &self.certificates {
+            builder = builder.add_root_certificate(certificate.clone());
+        }
+        builder
+    }
+}
+
 /// Whether the platform's root certificates could be loaded when a client was built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlatformRoots {

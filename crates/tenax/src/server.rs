@@ -135,7 +135,12 @@ async fn first_admin_token(engine: &Engine, config: &Config) -> anyhow::Result<(
         return Ok(());
     }
     let made = engine
-        .create_token("admin (first start)".into(), crate::auth::Role::Admin, Vec::new(), Vec::new())
+        .create_token(
+            "admin (first start)".into(),
+            crate::auth::Role::Admin,
+            Vec::new(),
+            Vec::new(),
+        )
         .await
         .context("making the first admin token")?;
     let path = config.data_dir.join("admin-token");

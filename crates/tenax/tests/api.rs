@@ -1651,6 +1651,14 @@ async fn streaming_take_pushes_jobs_and_releases_them_on_disconnect() {
     );
     assert!(stream.next_within(millis(200)).await.is_none());
     assert_eq!(server.totals().await, (0, 3, 2, 0, 0));
+    // A full stream is not silent: keep-alive lines go on (a client cannot tell silence from
+    // a dead server).
+    let before = stream.keep_alives;
+    assert!(stream.next_within(millis(2_500)).await.is_none());
+    assert!(
+        stream.keep_alives > before,
+        "no keep-alive while the stream was full"
+    );
 
     // Acknowledge them: more arrive.
     for job in &first {

@@ -663,3 +663,34 @@ async fn the_root_answers_zaqars_version_document() {
     assert_eq!(v2["status"], "CURRENT");
     assert_eq!(v2["links"], json!([{"href": "/v2/", "rel": "self"}]));
 }
+
+#[tokio::test]
+async fn what_a_batch_and_a_snooze_need() {
+    let server = TestServer::manual().await;
+    // `on_duplicate` is for the whole batch; in a job it would be ignored, so it is refused.
+    server
+        .invalid(
+            "/api/jobs/batch",
+            json!({"jobs": [{"queue": "a"}, {"queue": "a", "unique_key": "k", "on_duplicate": "existing"}]}),
+            "jobs[1].on_duplicate",
+        )
+        .await;
+    // A snooze is not a failure: it needs no error message; anything else does.
+    server.enqueue(json!({"queue": "s"})).await;
+    let job = server.take_one("s").await;
+    let path = format!("/api/jobs/{}/fail", job.id);
+    server
+        .invalid(&path, json!({"lease_token": job.lease_token}), "error")
+        .await;
+    let snoozed = server
+        .post(
+            &path,
+            json!({"lease_token": job.lease_token, "snooze": "1m"}),
+        )
+        .await;
+    assert_eq!(
+        (snoozed["status"].as_str(), snoozed["failures"].as_u64()),
+        (Some("scheduled"), Some(0))
+    );
+    assert_eq!(server.job(job.id).await["errors"], json!([]));
+}

@@ -75,8 +75,7 @@ pub async fn authorize(
     };
     let route = route.as_str();
     let zaqar = route == "/v2" || route.starts_with("/v2/");
-    let method = if parts.method == Method::HEAD && !is_routed(&authorizer, &parts.method, route)
-    {
+    let method = if parts.method == Method::HEAD && !is_routed(&authorizer, &parts.method, route) {
         Method::GET
     } else {
         parts.method.clone()
@@ -87,14 +86,21 @@ pub async fn authorize(
     }
     let Some(rule) = rules::rule(&method, route) else {
         tracing::error!(%method, route, "a route without an authorization rule was refused");
-        return refuse(zaqar, StatusCode::INTERNAL_SERVER_ERROR, "this route has no authorization rule");
+        return refuse(
+            zaqar,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "this route has no authorization rule",
+        );
     };
     let Access::Needs(capability) = rule.access else {
         return next.run(Request::from_parts(parts, body)).await;
     };
     let principal = if authorizer.required {
         let Some(token) = token_of(&parts.headers) else {
-            return unauthorized(zaqar, "this server needs an API token: send `Authorization: Bearer <token>`");
+            return unauthorized(
+                zaqar,
+                "this server needs an API token: send `Authorization: Bearer <token>`",
+            );
         };
         match authorizer.engine.authenticate(token) {
             Some(principal) => principal,
@@ -151,7 +157,9 @@ pub async fn authorize(
 }
 
 fn is_routed(authorizer: &Authorizer, method: &Method, route: &str) -> bool {
-    authorizer.routes.contains(&(method.clone(), route.to_owned()))
+    authorizer
+        .routes
+        .contains(&(method.clone(), route.to_owned()))
 }
 
 /// The token a request carries: `Authorization: Bearer <token>`, or Zaqar's `X-Auth-Token`.
@@ -339,7 +347,10 @@ impl ScopeCheck<'_> {
                 }
                 self.jobs(&ids).await
             }
-            Target::SubscriptionInPath => self.subscription(self.param("id").unwrap_or_default()).await,
+            Target::SubscriptionInPath => {
+                self.subscription(self.param("id").unwrap_or_default())
+                    .await
+            }
             Target::DeliveryInPath => {
                 let Some(id) = self.param("id").and_then(|id| id.parse::<u64>().ok()) else {
                     return Ok(());

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use axum::{Extension, Json};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -256,6 +256,12 @@ async fn enqueue_batch(
     let now = state.engine.now_ms();
     let mut inserts = Vec::with_capacity(request.jobs.len());
     for (i, job) in request.jobs.into_iter().enumerate() {
+        if job.on_duplicate.is_some() {
+            return Err(ApiError::invalid(
+                format!("jobs[{i}].on_duplicate"),
+                "is set for the whole batch: give on_duplicate beside jobs, not in a job",
+            ));
+        }
         // Only a job with a bare retry limit needs its queue's policy.
         let base = if job.policy.is_none() && job.retry_limit.is_some() {
             state.engine.base_policy(&job.queue).await

@@ -38,6 +38,12 @@ pub enum Refusals {
     /// A field breaks a rule; `field` names it.
     #[response(status = 400)]
     Invalid(ErrorBody),
+    /// No valid API token (`Authorization: Bearer <token>`).
+    #[response(status = 401)]
+    Unauthorized(ErrorBody),
+    /// The token's role or scopes do not allow this.
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
     /// The body did not arrive within `--request-timeout`.
     #[response(status = 408)]
     Timeout(ErrorBody),
@@ -79,6 +85,8 @@ pub enum Conflict {
         license(name = "Apache-2.0"),
     ),
     components(schemas(ErrorBody, ErrorDetail)),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
     tags(
         (name = "jobs", description = "Enqueue, inspect, list and delete jobs"),
         (name = "work", description = "The worker's side: take, heartbeat, complete, fail"),
@@ -91,6 +99,30 @@ pub enum Conflict {
     )
 )]
 pub struct ApiDoc;
+
+/// The API's authentication: a bearer token (see docs/security.md).
+#[derive(Debug)]
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, spec: &mut Spec) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = spec.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API token (`tnx_…`): `tenax tokens create`, or the first admin \
+                         token (docs/security.md). Needed unless the server listens on \
+                         loopback only with authentication at auto.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
 
 /// `GET /api/openapi.json`: the description, encoded once.
 pub fn route<S: Clone + Send + Sync + 'static>(spec: &Spec) -> axum::routing::MethodRouter<S> {

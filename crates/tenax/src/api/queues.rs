@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use axum::{Extension, Json};
 use axum::extract::{Path, State};
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tenax_policy::parse_policy;

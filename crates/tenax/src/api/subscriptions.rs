@@ -13,9 +13,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::{Extension, Json};
 use axum::extract::{Path, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::{Extension, Json};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use tenax_policy::spelling::native;

@@ -157,7 +157,10 @@ async fn revoke(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id: u64 = id.parse().map_err(|_| {
-        ApiError::invalid("id", format!("must be a token id (a whole number), got {id:?}"))
+        ApiError::invalid(
+            "id",
+            format!("must be a token id (a whole number), got {id:?}"),
+        )
     })?;
     if state.engine.revoke_token(id).await? {
         Ok(StatusCode::NO_CONTENT)

@@ -42,6 +42,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 const MAX_WAIT_MS: u64 = 60_000;
 /// The most jobs one take returns, and the largest stream prefetch.
 const MAX_TAKE: usize = 1_000;
+/// A stream writes at least one line this often: a job, or an empty keep-alive line.
+const KEEP_ALIVE: Duration = Duration::from_secs(1);
 
 /// What to take, and how.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -199,11 +201,20 @@ async fn take_stream(
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(16);
     tokio::spawn(async move {
         let _guard = guard;
+        let mut last_line = tokio::time::Instant::now();
         loop {
             let held = engine.store.stream_leases(stream).await;
             let room = p.max.saturating_sub(held);
             if room == 0 {
-                // Wait for acknowledgements; they do not signal, so look again shortly.
+                // Wait for acknowledgements; they do not signal, so look again shortly. The
+                // keep-alive line still goes out every second, so a full stream is not silent
+                // (a client cannot tell silence from a dead server).
+                if last_line.elapsed() >= KEEP_ALIVE {
+                    if tx.send(Ok(Bytes::from_static(b"\n"))).await.is_err() {
+                        return;
+                    }
+                    last_line = tokio::time::Instant::now();
+                }
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_millis(20)) => continue,
                     () = tx.closed() => return,
@@ -211,7 +222,7 @@ async fn take_stream(
                 }
             }
             let taken = tokio::select! {
-                taken = engine.take(&p.queues, room, p.lease_ms, Duration::from_secs(1), Some(stream)) => taken,
+                taken = engine.take(&p.queues, room, p.lease_ms, KEEP_ALIVE, Some(stream)) => taken,
                 () = tx.closed() => return,
                 () = engine.stopped() => return,
             };
@@ -223,10 +234,11 @@ async fn take_stream(
                 }
             };
             if jobs.is_empty() {
-                // A heartbeat line keeps proxies from closing an idle stream.
+                // A keep-alive line keeps proxies from closing an idle stream.
                 if tx.send(Ok(Bytes::from_static(b"\n"))).await.is_err() {
                     return;
                 }
+                last_line = tokio::time::Instant::now();
                 continue;
             }
             let mut lines = Vec::with_capacity(jobs.len() * 256);
@@ -237,6 +249,7 @@ async fn take_stream(
             if tx.send(Ok(Bytes::from(lines))).await.is_err() {
                 return;
             }
+            last_line = tokio::time::Instant::now();
         }
     });
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
@@ -414,7 +427,8 @@ struct CompleteError {
 #[schema(example = json!({"lease_token": 1_800_000_000_000_000u64, "error": "SMTP timeout"}))]
 struct FailRequest {
     lease_token: u64,
-    error: ErrorReport,
+    /// What went wrong; required unless `snooze` is given.
+    error: Option<ErrorReport>,
     /// `false`: the job is dead at once, whatever its policy.
     #[serde(default = "yes")]
     retryable: bool,
@@ -532,8 +546,16 @@ async fn fail(
         Outcome::Retry
     };
     let (message, detail) = match body.error {
-        ErrorReport::Message(message) => (message, None),
-        ErrorReport::Detailed(DetailedError { message, detail }) => (message, detail),
+        Some(ErrorReport::Message(message)) => (message, None),
+        Some(ErrorReport::Detailed(DetailedError { message, detail })) => (message, detail),
+        // A snooze is not a failure: nothing is recorded, so nothing need be said.
+        None if body.snooze.is_some() => (String::new(), None),
+        None => {
+            return Err(ApiError::invalid(
+                "error",
+                "is required: a message, or {\"message\", \"detail\"} (only a snooze may leave it out)",
+            ));
+        }
     };
     if message.len() > 64 * 1024 {
         return Err(ApiError::invalid(

@@ -71,7 +71,10 @@ mod tests {
             (Role::Reader, [true, false, false, false, false, true]),
         ];
         for (role, grants) in table {
-            for (capability, want) in [Read, Enqueue, Work, Manage, Tokens, Any].into_iter().zip(grants) {
+            for (capability, want) in [Read, Enqueue, Work, Manage, Tokens, Any]
+                .into_iter()
+                .zip(grants)
+            {
                 assert_eq!(role.grants(capability), want, "{role:?} {capability:?}");
             }
         }

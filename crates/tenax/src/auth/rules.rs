@@ -92,9 +92,10 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
 
         ("POST", "/api/take" | "/api/take/stream") => needs(Work, QueuesInBody),
         ("POST", "/api/jobs/complete") => needs(Work, JobsInBody),
-        ("POST", "/api/jobs/{id}/complete" | "/api/jobs/{id}/fail" | "/api/jobs/{id}/heartbeat") => {
-            needs(Work, JobInPath)
-        }
+        (
+            "POST",
+            "/api/jobs/{id}/complete" | "/api/jobs/{id}/fail" | "/api/jobs/{id}/heartbeat",
+        ) => needs(Work, JobInPath),
 
         ("GET", "/api/dead") => needs(Read, QueueInQuery),
         ("POST", "/api/dead/replay" | "/api/dead/delete") => needs(Manage, DeadSelection),

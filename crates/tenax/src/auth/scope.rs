@@ -85,7 +85,8 @@ impl Principal {
 
     pub fn may(&self, capability: Capability) -> bool {
         self.role.grants(capability)
-            && (capability != Capability::Tokens || (self.queues.is_all() && self.projects.is_all()))
+            && (capability != Capability::Tokens
+                || (self.queues.is_all() && self.projects.is_all()))
     }
 
     /// Whether the token is limited to some queues or projects.

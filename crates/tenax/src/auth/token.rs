@@ -86,7 +86,10 @@ mod tests {
     fn tokens_are_long_random_and_hashed() {
         let a = generate().unwrap();
         let b = generate().unwrap();
-        assert!(a.starts_with(TOKEN_PREFIX) && a.len() == TOKEN_PREFIX.len() + 43, "{a}");
+        assert!(
+            a.starts_with(TOKEN_PREFIX) && a.len() == TOKEN_PREFIX.len() + 43,
+            "{a}"
+        );
         assert_ne!(a, b);
         assert_eq!(hash(&a), hash(&a));
         assert_ne!(hash(&a), hash(&b));

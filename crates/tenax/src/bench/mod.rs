@@ -158,6 +158,8 @@ pub struct BenchConfig {
     pub promotion_lead: Duration,
     /// Draw progress bars on stderr (when it is a terminal).
     pub progress: bool,
+    /// The token and CA file of every request.
+    pub client: crate::http::ClientOptions,
 }
 
 /// The whole run.
@@ -219,7 +221,7 @@ pub struct MemoryReport {
 
 /// Runs the scenarios in order. A scenario that fails is reported and the others still run.
 pub async fn run(config: &BenchConfig) -> anyhow::Result<BenchReport> {
-    let api = Api::new(&config.url)?;
+    let api = Api::new(&config.url, &config.client)?;
     api.get(&api.url("/healthz"))
         .await
         .with_context(|| format!("no tenax server answers at {}", config.url))?;
@@ -368,9 +370,11 @@ pub struct Api {
 }
 
 impl Api {
-    pub fn new(base: &str) -> anyhow::Result<Self> {
+    pub fn new(base: &str, options: &crate::http::ClientOptions) -> anyhow::Result<Self> {
+        let prepared = options.prepare().map_err(|e| anyhow::anyhow!(e))?;
         let make = || {
-            crate::http::client_builder()
+            prepared
+                .builder(reqwest::header::HeaderMap::new())
                 .no_proxy()
                 .tcp_nodelay(true)
                 .pool_max_idle_per_host(64)

@@ -20,7 +20,8 @@ const CONNECTIONS: usize = 8;
 /// Messages per claim (Zaqar's default claim size).
 const CLAIM_LIMIT: usize = 10;
 
-fn client() -> anyhow::Result<reqwest::Client> {
+fn client(options: &crate::http::ClientOptions) -> anyhow::Result<reqwest::Client> {
+    let prepared = options.prepare().map_err(|e| anyhow::anyhow!(e))?;
     let mut headers = HeaderMap::new();
     headers.insert(
         "client-id",
@@ -29,8 +30,8 @@ fn client() -> anyhow::Result<reqwest::Client> {
     headers.insert("x-project-id", HeaderValue::from_static("bench"));
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     let make = || {
-        crate::http::client_builder()
-            .default_headers(headers.clone())
+        prepared
+            .builder(headers.clone())
             .no_proxy()
             .tcp_nodelay(true)
             .pool_max_idle_per_host(64)
@@ -56,7 +57,7 @@ async fn post(
     ctx: &Ctx,
     per_request: usize,
 ) -> anyhow::Result<(u64, std::time::Duration, Latency)> {
-    let http = client()?;
+    let http = client(&ctx.config.client)?;
     let url = ctx.api.url(&format!("/v2/queues/{}/messages", queue(ctx)));
     let body = post_body(per_request);
     let per = per_request as u64;
@@ -134,7 +135,7 @@ pub(super) async fn claim_delete(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
     let (posted, fill_time, _) = post(ctx, 10).await?;
     ctx.progress.set_position(0);
     ctx.progress.set_message("claiming and deleting");
-    let http = client()?;
+    let http = client(&ctx.config.client)?;
     let base = ctx.api.url("");
     let claims_url = ctx.api.url(&format!(
         "/v2/queues/{}/claims?limit={CLAIM_LIMIT}",

@@ -44,6 +44,12 @@ pub struct BenchArgs {
     /// Print the results as JSON on stdout (the table then goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// The API token, sent as `Authorization: Bearer <token>`.
+    #[arg(long, env = "TENAX_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// A PEM file of CA certificates to trust (an https server of a private CA).
+    #[arg(long, env = "TENAX_CA_FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 fn lead(text: &str) -> Result<u64, String> {
@@ -68,6 +74,10 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         workers: args.workers,
         take_max: usize::try_from(args.take_max).unwrap_or(1_000),
         promotion_lead: Duration::from_millis(args.promotion_lead),
+        client: crate::http::ClientOptions {
+            token: args.token,
+            ca_file: args.ca_file,
+        },
         progress: std::io::stderr().is_terminal(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -18,6 +18,22 @@ pub struct ServerArgs {
         global = true
     )]
     pub url: String,
+    /// The API token, sent as `Authorization: Bearer <token>`.
+    #[arg(long, env = "TENAX_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// A PEM file of CA certificates to trust (an https server whose certificate a private CA
+    /// signed).
+    #[arg(long, env = "TENAX_CA_FILE", global = true)]
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+impl ServerArgs {
+    pub fn client_options(&self) -> crate::http::ClientOptions {
+        crate::http::ClientOptions {
+            token: self.token.clone(),
+            ca_file: self.ca_file.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -28,8 +44,12 @@ pub struct Client {
 
 impl Client {
     pub fn new(server: &ServerArgs) -> Result<Self, CliError> {
-        let (http, _) =
-            crate::http::build(crate::http::client_builder).context("building the HTTP client")?;
+        let prepared = server
+            .client_options()
+            .prepare()
+            .map_err(CliError::Invalid)?;
+        let make = || prepared.builder(reqwest::header::HeaderMap::new());
+        let (http, _) = crate::http::build(make).context("building the HTTP client")?;
         Ok(Self {
             http,
             base: server.url.trim_end_matches('/').to_owned(),

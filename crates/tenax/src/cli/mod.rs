@@ -10,6 +10,7 @@ pub mod policy;
 pub mod serve;
 mod subscriptions;
 pub mod terminal;
+mod tokens;
 
 use clap::{Parser, Subcommand};
 
@@ -48,6 +49,9 @@ pub enum Command {
     /// Webhook deliveries: list, show with attempts, replay the dead.
     #[command(subcommand)]
     Deliveries(deliveries::DeliveriesCommand),
+    /// API tokens: create, list, revoke.
+    #[command(subcommand)]
+    Tokens(tokens::TokensCommand),
 }
 
 /// Runs one parsed command line.
@@ -62,5 +66,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Stats(server) => jobs::run_stats(server),
         Command::Subscriptions(command) => subscriptions::run(command),
         Command::Deliveries(command) => deliveries::run(command),
+        Command::Tokens(command) => tokens::run(command),
     }
 }

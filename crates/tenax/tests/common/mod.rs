@@ -566,6 +566,7 @@ impl Api {
         JobStream {
             bytes: Box::pin(response.bytes_stream()),
             buffer: Vec::new(),
+            keep_alives: 0,
         }
     }
 }
@@ -587,6 +588,8 @@ fn parse_error(answer: &Value, status: u16) -> ApiError {
 pub struct JobStream {
     bytes: Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>,
     buffer: Vec<u8>,
+    /// Blank lines read so far.
+    pub keep_alives: usize,
 }
 
 impl std::fmt::Debug for JobStream {
@@ -606,6 +609,7 @@ impl JobStream {
                 let line: Vec<u8> = self.buffer.drain(..=end).collect();
                 let line = &line[..line.len() - 1];
                 if line.iter().all(u8::is_ascii_whitespace) {
+                    self.keep_alives += 1;
                     continue;
                 }
                 let json: Value = serde_json::from_slice(line).unwrap_or_else(|e| {

@@ -354,6 +354,8 @@ impl TestCa {
         ServerCert {
             chain: vec![certificate.der().clone()],
             key: PrivatePkcs8KeyDer::from(key.serialize_der()),
+            chain_pem: certificate.pem(),
+            key_pem: key.serialize_pem(),
         }
     }
 }
@@ -363,9 +365,21 @@ impl TestCa {
 pub struct ServerCert {
     chain: Vec<CertificateDer<'static>>,
     key: PrivatePkcs8KeyDer<'static>,
+    chain_pem: String,
+    key_pem: String,
 }
 
 impl ServerCert {
+    /// Writes the certificate chain and the key as PEM files in `dir` (for `--tls-cert` and
+    /// `--tls-key`); returns their paths.
+    pub fn write_pem(&self, dir: &Path) -> (PathBuf, PathBuf) {
+        let cert = dir.join("server.crt");
+        let key = dir.join("server.key");
+        std::fs::write(&cert, &self.chain_pem).expect("write the certificate");
+        std::fs::write(&key, &self.key_pem).expect("write the key");
+        (cert, key)
+    }
+
     fn acceptor(&self) -> TlsAcceptor {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = ServerConfig::builder_with_provider(provider)

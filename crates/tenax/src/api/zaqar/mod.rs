@@ -66,7 +66,11 @@ pub fn router() -> (Router<AppState>, Vec<(Method, &'static str)>) {
             "DELETE, GET",
             get(messages::get).delete(messages::delete),
         )
-        .add("/v2/queues/{queue_name}/claims", "POST", post(claims::create))
+        .add(
+            "/v2/queues/{queue_name}/claims",
+            "POST",
+            post(claims::create),
+        )
         .add(
             "/v2/queues/{queue_name}/claims/{claim_id}",
             "DELETE, GET, PATCH",

@@ -269,8 +269,10 @@ fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), Sto
                     raise(&mut meta, NEXT_SUBSCRIPTION_ID, next_id)
                         .and_then(|()| subscriptions.remove(id).map(drop))
                 }
-                Op::PutToken { id, record } => raise(&mut meta, NEXT_TOKEN_ID, id.saturating_add(1))
-                    .and_then(|()| tokens.insert(id, record.as_slice()).map(drop)),
+                Op::PutToken { id, record } => {
+                    raise(&mut meta, NEXT_TOKEN_ID, id.saturating_add(1))
+                        .and_then(|()| tokens.insert(id, record.as_slice()).map(drop))
+                }
                 // The counter stays past the deleted id: ids are never reused.
                 Op::DeleteToken { id } => tokens.remove(id).map(drop),
                 Op::PutAttempt { id, entry } => {
