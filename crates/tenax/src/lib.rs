@@ -9,6 +9,8 @@ pub mod clock;
 pub mod config;
 pub mod delivery;
 pub mod engine;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod model;
 pub mod server;
 pub mod store;

@@ -4,16 +4,16 @@
 mod dead;
 mod deliveries;
 pub mod error;
-mod extract;
-mod fields;
-mod jobs;
+pub(crate) mod extract;
+pub(crate) mod fields;
+pub(crate) mod jobs;
 mod policy;
-mod queues;
+pub(crate) mod queues;
 mod subscription_views;
-mod subscriptions;
+pub(crate) mod subscriptions;
 mod views;
-mod work;
-mod zaqar;
+pub(crate) mod work;
+pub(crate) mod zaqar;
 
 use std::sync::Arc;
 

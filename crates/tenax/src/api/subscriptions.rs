@@ -52,7 +52,7 @@ pub fn router() -> Router<AppState> {
 /// The most throttle a subscription may ask for, per second.
 const MAX_THROTTLE: u32 = 100_000;
 /// The most requests of one subscription at once.
-const MAX_CONCURRENCY: u32 = 1_000;
+pub(crate) const MAX_CONCURRENCY: u32 = 1_000;
 /// The most extra headers.
 const MAX_HEADERS: usize = 32;
 /// The longest header value, in bytes.
@@ -83,23 +83,23 @@ const RESERVED_HEADERS: [&str; 15] = [
 /// `auto_disable_after`) to its default.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SubscriptionRequest {
-    endpoint: Option<String>,
+pub(crate) struct SubscriptionRequest {
+    pub(crate) endpoint: Option<String>,
     #[serde(default, deserialize_with = "present")]
-    policy: Option<Option<Value>>,
+    pub(crate) policy: Option<Option<Value>>,
     #[serde(default, deserialize_with = "present")]
-    throttle_per_second: Option<Option<u32>>,
-    content_type: Option<String>,
-    secret: Option<String>,
-    headers: Option<BTreeMap<String, String>>,
-    enabled: Option<bool>,
+    pub(crate) throttle_per_second: Option<Option<u32>>,
+    pub(crate) content_type: Option<String>,
+    pub(crate) secret: Option<String>,
+    pub(crate) headers: Option<BTreeMap<String, String>>,
+    pub(crate) enabled: Option<bool>,
     #[serde(default, deserialize_with = "present")]
-    retryable_statuses: Option<Option<Vec<u16>>>,
+    pub(crate) retryable_statuses: Option<Option<Vec<u16>>>,
     #[serde(default, deserialize_with = "present")]
-    max_concurrency: Option<Option<u32>>,
+    pub(crate) max_concurrency: Option<Option<u32>>,
     #[serde(default, deserialize_with = "present")]
-    auto_disable_after: Option<Option<Millis>>,
-    format: Option<EnvelopeFormat>,
+    pub(crate) auto_disable_after: Option<Option<Millis>>,
+    pub(crate) format: Option<EnvelopeFormat>,
 }
 
 /// Tells `"field": null` (reset) from an absent field (keep).
@@ -110,7 +110,7 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 }
 
 /// A new subscription of `queue` before the request's fields are applied.
-fn blank(queue: String, now_ms: UnixMs) -> Subscription {
+pub(crate) fn blank(queue: String, now_ms: UnixMs) -> Subscription {
     Subscription {
         id: 0,
         queue,
@@ -221,14 +221,14 @@ async fn apply(
 
 /// What an SNS policy says besides the retries, for fields the request leaves out.
 #[derive(Debug, Default)]
-struct Implied {
-    throttle_per_second: Option<u32>,
-    content_type: Option<String>,
+pub(crate) struct Implied {
+    pub(crate) throttle_per_second: Option<u32>,
+    pub(crate) content_type: Option<String>,
 }
 
 /// Applies the `policy` field: a new policy (any spelling), `null` (none), or absent (the stored
 /// one, parsed).
-fn policy_field(
+pub(crate) fn policy_field(
     field: Option<Option<Value>>,
     subscription: &mut Subscription,
 ) -> Result<(Option<Arc<RetryPolicy>>, Implied), ApiError> {
@@ -288,7 +288,7 @@ async fn checked_endpoint(state: &AppState, text: &str) -> Result<String, ApiErr
     Ok(url.into())
 }
 
-fn in_range(field: &str, n: u32, min: u32, max: u32) -> Result<u32, ApiError> {
+pub(crate) fn in_range(field: &str, n: u32, min: u32, max: u32) -> Result<u32, ApiError> {
     if (min..=max).contains(&n) {
         Ok(n)
     } else {
@@ -299,7 +299,7 @@ fn in_range(field: &str, n: u32, min: u32, max: u32) -> Result<u32, ApiError> {
     }
 }
 
-fn check_throttle(field: &str, rate: u32) -> Result<u32, ApiError> {
+pub(crate) fn check_throttle(field: &str, rate: u32) -> Result<u32, ApiError> {
     in_range(field, rate, 1, MAX_THROTTLE).map_err(|e| ApiError {
         message: format!("deliveries per second {}", e.message),
         ..e
@@ -307,7 +307,7 @@ fn check_throttle(field: &str, rate: u32) -> Result<u32, ApiError> {
 }
 
 /// A content type: `type/subtype`, optionally with parameters, usable as a header value.
-fn check_content_type(field: &str, text: String) -> Result<String, ApiError> {
+pub(crate) fn check_content_type(field: &str, text: String) -> Result<String, ApiError> {
     let essence = text.split(';').next().unwrap_or_default().trim();
     let valid = text.len() <= 256
         && HeaderValue::from_str(&text).is_ok()
@@ -335,7 +335,7 @@ fn is_token(text: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), ApiError> {
+pub(crate) fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), ApiError> {
     if headers.len() > MAX_HEADERS {
         return Err(ApiError::invalid(
             "headers",
@@ -384,7 +384,7 @@ fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), ApiError> {
 }
 
 /// The retryable statuses, sorted and without repeats.
-fn check_statuses(mut statuses: Vec<u16>) -> Result<Vec<u16>, ApiError> {
+pub(crate) fn check_statuses(mut statuses: Vec<u16>) -> Result<Vec<u16>, ApiError> {
     for (i, status) in statuses.iter().enumerate() {
         let field = format!("retryable_statuses[{i}]");
         if !(100..=599).contains(status) {

@@ -42,16 +42,16 @@ const MAX_TAKE: usize = 1_000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct TakeRequest {
+pub(crate) struct TakeRequest {
     /// Queues to take from, best job first across all of them.
-    queues: Vec<String>,
+    pub(crate) queues: Vec<String>,
     /// Most jobs to return (take) or to hold leased at once (stream). Default 1 (take), 100
     /// (stream).
-    max: Option<usize>,
+    pub(crate) max: Option<usize>,
     /// Lease duration; default `--default-lease`.
-    lease: Option<Millis>,
+    pub(crate) lease: Option<Millis>,
     /// How long to wait for a job if none is ready (take only). Default 0.
-    wait: Option<Millis>,
+    pub(crate) wait: Option<Millis>,
 }
 
 struct TakeParams {
@@ -359,14 +359,14 @@ struct CompleteError {
 /// `retryable: false`, `retry_at`, `retry_in`, `snooze`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct FailRequest {
-    lease_token: Option<u64>,
-    error: ErrorReport,
+pub(crate) struct FailRequest {
+    pub(crate) lease_token: Option<u64>,
+    pub(crate) error: ErrorReport,
     #[serde(default = "yes")]
-    retryable: bool,
-    retry_at: Option<Time>,
-    retry_in: Option<Millis>,
-    snooze: Option<Millis>,
+    pub(crate) retryable: bool,
+    pub(crate) retry_at: Option<Time>,
+    pub(crate) retry_in: Option<Millis>,
+    pub(crate) snooze: Option<Millis>,
 }
 
 fn yes() -> bool {
@@ -375,7 +375,7 @@ fn yes() -> bool {
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum ErrorReport {
+pub(crate) enum ErrorReport {
     Message(String),
     Detailed {
         message: String,

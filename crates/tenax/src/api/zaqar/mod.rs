@@ -14,14 +14,14 @@
 //!   [`claims::ClaimBook`] (each claim's ttl and renewal time, in memory like leases).
 
 mod claims;
-mod error;
+pub(crate) mod error;
 mod home;
-mod messages;
-mod metadata;
+pub(crate) mod messages;
+pub(crate) mod metadata;
 mod names;
-mod patch;
+pub(crate) mod patch;
 mod queues;
-mod request;
+pub(crate) mod request;
 mod subscriptions;
 mod views;
 
