@@ -13,6 +13,11 @@ pub struct Exponential {
 
 impl Exponential {
     pub fn delay_ms(&self, r: u32) -> f64 {
+        // 0 · factor^(r−1) is 0 for every r; computed, it is 0 · ∞ = NaN once the power
+        // overflows, and min() would turn that NaN into the cap.
+        if self.initial_ms == 0 {
+            return 0.0;
+        }
         let grown = to_f64(self.initial_ms) * self.factor.powf(f64::from(r.max(1) - 1));
         // powf of a factor > 1 saturates to +∞, which min() turns into the cap; a factor of 0
         // with r = 1 is 0^0 = 1, the initial delay, as intended.
@@ -43,6 +48,11 @@ impl Default for DoublingThenLinear {
 
 impl DoublingThenLinear {
     pub fn delay_ms(&self, r: u32) -> f64 {
+        // 0 doubled is 0; computed, 0 · 2^1024 is 0 · ∞ = NaN, which min() would turn into the
+        // maximum.
+        if self.min_backoff_ms == 0 {
+            return 0.0;
+        }
         let min = to_f64(self.min_backoff_ms);
         let doublings = r.max(1) - 1;
         let delay = if doublings <= self.max_doublings {
@@ -106,6 +116,35 @@ mod tests {
             max_ms: 5,
         };
         assert_eq!(huge.delay_ms(u32::MAX), 5.0);
+    }
+
+    /// Found writing the fuzz properties (a later retry never waits less): 0 · factor^(r−1) was 0 · ∞ = NaN once the power overflowed
+    /// (r ≥ 1 026 for a factor of 2), and `NaN.min(max)` is `max`: a zero delay jumped to the
+    /// maximum, 100 years by default.
+    #[test]
+    fn exponential_from_zero_stays_zero() {
+        let curve = Exponential {
+            initial_ms: 0,
+            factor: 2.0,
+            max_ms: 3_155_760_000_000,
+        };
+        for r in [1, 2, 1_025, 1_026, 100_000, u32::MAX] {
+            assert_eq!(curve.delay_ms(r), 0.0, "r = {r}");
+        }
+    }
+
+    /// Found with the one above: the same 0 · ∞ with a minimum backoff of 0 and more than 1 024
+    /// doublings.
+    #[test]
+    fn doubling_from_zero_stays_zero() {
+        let curve = DoublingThenLinear {
+            min_backoff_ms: 0,
+            max_backoff_ms: 3_600_000,
+            max_doublings: u32::MAX,
+        };
+        for r in [1, 2, 1_025, 1_026, 100_000, u32::MAX] {
+            assert_eq!(curve.delay_ms(r), 0.0, "r = {r}");
+        }
     }
 
     #[test]

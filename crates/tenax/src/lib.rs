@@ -10,6 +10,8 @@ pub mod clock;
 pub mod config;
 pub mod delivery;
 pub mod engine;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod model;
 pub mod serve;

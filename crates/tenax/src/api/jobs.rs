@@ -82,7 +82,7 @@ pub struct BatchRequest {
 }
 
 /// Turns a request into a store insert, naming fields under `prefix` in errors.
-fn to_insert(
+pub(crate) fn to_insert(
     request: EnqueueRequest,
     prefix: &str,
     now_ms: UnixMs,

@@ -124,20 +124,20 @@ async fn show(
 /// New settings; omitted fields keep their value, `"policy": null` removes the policy.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct UpdateQueue {
+pub(crate) struct UpdateQueue {
     /// The queue's policy, in any spelling; `null` removes it.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Object>)]
-    policy: Option<Option<Value>>,
-    paused: Option<bool>,
+    pub(crate) policy: Option<Option<Value>>,
+    pub(crate) paused: Option<bool>,
     /// The queue's policy applies to every subscription, whatever the subscription's own. Also
     /// set by a policy that says so (SNS `disableSubscriptionOverrides`, Zaqar
     /// `ignore_subscription_override`).
-    disable_overrides: Option<bool>,
+    pub(crate) disable_overrides: Option<bool>,
     /// New jobs are deleted this long after enqueue unless done sooner; `null` removes it.
     #[serde(default, deserialize_with = "present_millis")]
     #[schema(value_type = Option<super::fields::Millis>)]
-    message_ttl: Option<Option<super::fields::Millis>>,
+    pub(crate) message_ttl: Option<Option<super::fields::Millis>>,
 }
 
 /// Tells `"message_ttl": null` (remove) from an absent field (keep).

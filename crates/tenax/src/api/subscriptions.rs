@@ -49,7 +49,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// The most throttle a subscription may ask for, per second.
 const MAX_THROTTLE: u32 = 100_000;
 /// The most requests of one subscription at once.
-const MAX_CONCURRENCY: u32 = 1_000;
+pub(crate) const MAX_CONCURRENCY: u32 = 1_000;
 /// The most extra headers.
 const MAX_HEADERS: usize = 32;
 /// The longest header value, in bytes.
@@ -81,39 +81,39 @@ const RESERVED_HEADERS: [&str; 15] = [
 #[schema(example = json!({"endpoint": "https://hooks.example.com/orders",
     "policy": {"type": "phased", "min_delay": "5s", "max_delay": "5m", "num_retries": 8,
                "function": "exponential"}}))]
-struct SubscriptionRequest {
+pub(crate) struct SubscriptionRequest {
     /// The http or https URL that messages are POSTed to (required on create).
     #[schema(max_length = 2048)]
-    endpoint: Option<String>,
+    pub(crate) endpoint: Option<String>,
     /// The delivery policy, in any spelling; `null` resets it.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Object>)]
-    policy: Option<Option<Value>>,
+    pub(crate) policy: Option<Option<Value>>,
     /// At most this many deliveries start per second (1 to 100 000); `null` resets it.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u32>, minimum = 1, maximum = 100_000)]
-    throttle_per_second: Option<Option<u32>>,
+    pub(crate) throttle_per_second: Option<Option<u32>>,
     /// The request's `Content-Type` (default `application/json`).
     #[schema(max_length = 256)]
-    content_type: Option<String>,
+    pub(crate) content_type: Option<String>,
     /// The Standard Webhooks signing secret, `whsec_…` (generated when left out).
-    secret: Option<String>,
+    pub(crate) secret: Option<String>,
     /// Extra request headers (at most 32).
-    headers: Option<BTreeMap<String, String>>,
-    enabled: Option<bool>,
+    pub(crate) headers: Option<BTreeMap<String, String>>,
+    pub(crate) enabled: Option<bool>,
     /// Which non-2xx statuses are retried, instead of every 5xx, 408 and 429; `null` resets it.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Vec<u16>>)]
-    retryable_statuses: Option<Option<Vec<u16>>>,
+    pub(crate) retryable_statuses: Option<Option<Vec<u16>>>,
     /// At most this many requests at once (1 to 1000); `null` resets it.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u32>, minimum = 1, maximum = 1000)]
-    max_concurrency: Option<Option<u32>>,
+    pub(crate) max_concurrency: Option<Option<u32>>,
     /// Disable after failing this long without a success; `null` resets it.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Millis>)]
-    auto_disable_after: Option<Option<Millis>>,
-    format: Option<EnvelopeFormat>,
+    pub(crate) auto_disable_after: Option<Option<Millis>>,
+    pub(crate) format: Option<EnvelopeFormat>,
 }
 
 /// Tells `"field": null` (reset) from an absent field (keep).
@@ -124,7 +124,7 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 }
 
 /// A new subscription of `queue` before the request's fields are applied.
-fn blank(queue: String, now_ms: UnixMs) -> Subscription {
+pub(crate) fn blank(queue: String, now_ms: UnixMs) -> Subscription {
     Subscription {
         id: 0,
         queue,
@@ -240,14 +240,14 @@ fn new_secret() -> Result<String, ApiError> {
 
 /// What an SNS policy says besides the retries, for fields the request leaves out.
 #[derive(Debug, Default)]
-struct Implied {
-    throttle_per_second: Option<u32>,
-    content_type: Option<String>,
+pub(crate) struct Implied {
+    pub(crate) throttle_per_second: Option<u32>,
+    pub(crate) content_type: Option<String>,
 }
 
 /// Applies the `policy` field: a new policy (any spelling), `null` (none), or absent (the stored
 /// one, parsed).
-fn policy_field(
+pub(crate) fn policy_field(
     field: Option<Option<Value>>,
     subscription: &mut Subscription,
 ) -> Result<(Option<Arc<RetryPolicy>>, Implied), ApiError> {
@@ -298,7 +298,7 @@ async fn checked_endpoint(state: &AppState, text: &str) -> Result<String, ApiErr
     Ok(url.into())
 }
 
-fn in_range(field: &str, n: u32, min: u32, max: u32) -> Result<u32, ApiError> {
+pub(crate) fn in_range(field: &str, n: u32, min: u32, max: u32) -> Result<u32, ApiError> {
     if (min..=max).contains(&n) {
         Ok(n)
     } else {
@@ -309,7 +309,7 @@ fn in_range(field: &str, n: u32, min: u32, max: u32) -> Result<u32, ApiError> {
     }
 }
 
-fn check_throttle(field: &str, rate: u32) -> Result<u32, ApiError> {
+pub(crate) fn check_throttle(field: &str, rate: u32) -> Result<u32, ApiError> {
     in_range(field, rate, 1, MAX_THROTTLE).map_err(|e| ApiError {
         message: format!("deliveries per second {}", e.message),
         ..e
@@ -317,7 +317,7 @@ fn check_throttle(field: &str, rate: u32) -> Result<u32, ApiError> {
 }
 
 /// A content type: `type/subtype`, optionally with parameters, usable as a header value.
-fn check_content_type(field: &str, text: String) -> Result<String, ApiError> {
+pub(crate) fn check_content_type(field: &str, text: String) -> Result<String, ApiError> {
     let essence = text.split(';').next().unwrap_or_default().trim();
     let valid = text.len() <= 256
         && HeaderValue::from_str(&text).is_ok()
@@ -345,7 +345,7 @@ fn is_token(text: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), ApiError> {
+pub(crate) fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), ApiError> {
     if headers.len() > MAX_HEADERS {
         return Err(ApiError::invalid(
             "headers",
@@ -394,7 +394,7 @@ fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), ApiError> {
 }
 
 /// The retryable statuses, sorted and without repeats.
-fn check_statuses(mut statuses: Vec<u16>) -> Result<Vec<u16>, ApiError> {
+pub(crate) fn check_statuses(mut statuses: Vec<u16>) -> Result<Vec<u16>, ApiError> {
     for (i, status) in statuses.iter().enumerate() {
         let field = format!("retryable_statuses[{i}]");
         if !(100..=599).contains(status) {

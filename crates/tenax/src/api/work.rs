@@ -49,18 +49,18 @@ const KEEP_ALIVE: Duration = Duration::from_secs(1);
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"queues": ["emails"], "max": 10, "lease": "30s", "wait": "20s"}))]
-struct TakeRequest {
+pub(crate) struct TakeRequest {
     /// Queues to take from, best job first across all of them.
     #[schema(min_items = 1)]
-    queues: Vec<String>,
+    pub(crate) queues: Vec<String>,
     /// Most jobs to return (take) or to hold leased at once (stream), 1 to 1000. Default 1
     /// (take), 100 (stream).
     #[schema(minimum = 1, maximum = 1000)]
-    max: Option<usize>,
+    pub(crate) max: Option<usize>,
     /// Lease duration; default `--default-lease`, at most `--max-lease`.
-    lease: Option<Millis>,
+    pub(crate) lease: Option<Millis>,
     /// How long to wait for a job if none is ready, at most 60 s (take only). Default 0.
-    wait: Option<Millis>,
+    pub(crate) wait: Option<Millis>,
 }
 
 struct TakeParams {
@@ -425,19 +425,19 @@ struct CompleteError {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"lease_token": 1_800_000_000_000_000u64, "error": "SMTP timeout"}))]
-struct FailRequest {
-    lease_token: u64,
+pub(crate) struct FailRequest {
+    pub(crate) lease_token: u64,
     /// What went wrong; required unless `snooze` is given.
-    error: Option<ErrorReport>,
+    pub(crate) error: Option<ErrorReport>,
     /// `false`: the job is dead at once, whatever its policy.
     #[serde(default = "yes")]
-    retryable: bool,
+    pub(crate) retryable: bool,
     /// Retry at this time (counts an attempt; the limit and window still apply).
-    retry_at: Option<Time>,
+    pub(crate) retry_at: Option<Time>,
     /// Retry after this delay (counts an attempt; the limit and window still apply).
-    retry_in: Option<Millis>,
+    pub(crate) retry_in: Option<Millis>,
     /// Run again after this delay without counting an attempt.
-    snooze: Option<Millis>,
+    pub(crate) snooze: Option<Millis>,
 }
 
 fn yes() -> bool {
@@ -446,18 +446,18 @@ fn yes() -> bool {
 
 /// What went wrong: a message, or a message with any JSON detail.
 #[derive(Debug)]
-enum ErrorReport {
+pub(crate) enum ErrorReport {
     Message(String),
     Detailed(DetailedError),
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct DetailedError {
+pub(crate) struct DetailedError {
     #[schema(max_length = 65536)]
-    message: String,
+    pub(crate) message: String,
     #[serde(default)]
-    detail: Option<Value>,
+    pub(crate) detail: Option<Value>,
 }
 
 impl<'de> Deserialize<'de> for ErrorReport {

@@ -52,10 +52,10 @@ fn limit_error() -> ZaqarError {
 }
 
 /// A message of a post, checked.
-struct Posted<'a> {
-    ttl_s: u64,
-    delay_s: u64,
-    body: &'a RawValue,
+pub(crate) struct Posted<'a> {
+    pub(crate) ttl_s: u64,
+    pub(crate) delay_s: u64,
+    pub(crate) body: &'a RawValue,
 }
 
 /// An integer written in JSON (not a float, not a boolean); past `i64` it saturates.
@@ -75,7 +75,10 @@ fn raw_int(raw: &RawValue) -> Option<i64> {
 
 /// Reads a post's messages in Zaqar's order: the document, `messages`, then each message's
 /// `ttl`, `body` and `delay`, then the ranges.
-fn read_post<'a>(body: &'a [u8], settings: MessageSettings) -> Result<Vec<Posted<'a>>, ZaqarError> {
+pub(crate) fn read_post<'a>(
+    body: &'a [u8],
+    settings: MessageSettings,
+) -> Result<Vec<Posted<'a>>, ZaqarError> {
     let top: &RawValue = serde_json::from_slice(body).map_err(|_| ZaqarError::unparsable())?;
     let document: HashMap<String, &RawValue> = match top.get().as_bytes().first() {
         Some(b'{') => serde_json::from_str(top.get()).map_err(|_| ZaqarError::unparsable())?,

@@ -16,12 +16,12 @@
 mod claims;
 pub(crate) mod error;
 mod home;
-mod messages;
-mod metadata;
+pub(crate) mod messages;
+pub(crate) mod metadata;
 pub(crate) mod names;
-mod patch;
+pub(crate) mod patch;
 mod queues;
-mod request;
+pub(crate) mod request;
 mod subscriptions;
 mod views;
 

@@ -1,0 +1,651 @@
+//! Entry points for the fuzz targets in `fuzz/` and for the corpus replay test
+//! (`crates/tenax/tests/fuzz_corpus.rs`). Not an API: hidden from the docs, and free to change
+//! with the request types it reaches into.
+//!
+//! Each function takes the raw bytes a client could send, runs them through the same code the
+//! server runs (the decoders, the validation, the policy parser and engine arithmetic), and
+//! panics only when an invariant is broken:
+//! - nothing panics or overflows (the fuzz targets are built with overflow checks);
+//! - every rejection is a client error (4xx), never a 5xx;
+//! - every policy that is accepted survives its canonical form (`native::to_json`, as JSON text
+//!   too, which is how the store keeps it), and its decisions, delays and preview stay within
+//!   [`MAX_DELAY_MS`] and its retry limit.
+//!
+//! Handlers that need the engine or the network (storing, resolving an endpoint) are not run;
+//! their request-side steps are, in the handlers' order.
+
+use serde_json::{Map, Value, json};
+use tenax_policy::spelling::{ParsedPolicy, native, sns, zaqar as zaqar_spelling};
+use tenax_policy::{
+    DeadReason, Decision, Failure, FixedRandom, MAX_DELAY_MS, MAX_RETRY_LIMIT, Outcome, Preview,
+    RetryPolicy, Shape, format_duration, parse_duration, parse_policy, parse_policy_str,
+};
+
+use crate::api::Limits;
+use crate::api::error::ApiError;
+use crate::api::extract::decode;
+use crate::api::fields::check_queue_name;
+use crate::api::jobs::{BatchRequest, EnqueueRequest, to_insert};
+use crate::api::queues::UpdateQueue;
+use crate::api::subscriptions::{
+    MAX_CONCURRENCY, SubscriptionRequest, blank, check_content_type, check_headers, check_statuses,
+    check_throttle, in_range, policy_field,
+};
+use crate::api::work::{ErrorReport, FailRequest, TakeRequest};
+use crate::api::zaqar::error::ZaqarError;
+use crate::api::zaqar::messages::read_post;
+use crate::api::zaqar::metadata::{
+    self, MAX_MESSAGE_DELAY, MAX_MESSAGE_TTL, MAX_MESSAGES_POST_SIZE, MIN_MESSAGE_TTL,
+    MessageSettings,
+};
+use crate::api::zaqar::patch;
+use crate::api::zaqar::request::json_body;
+use crate::delivery::address::parse_endpoint;
+use crate::delivery::signing::secret_key;
+use crate::store::{Insert, QueueConfig};
+
+/// "Now" for every target: a fixed time, so that a corpus file always takes the same path.
+const NOW_MS: u64 = 1_795_260_337_123;
+
+/// What a fuzz target runs with one input.
+pub type Run = fn(&[u8]);
+
+/// The fuzz targets, by the name of their directory under `fuzz/corpus/`, and the function
+/// each calls with one input.
+pub const TARGETS: [(&str, Run); 5] = [
+    ("policy", policy),
+    ("duration", duration),
+    ("native_body", native_bodies),
+    ("zaqar_patch", zaqar_patch),
+    ("zaqar_post", zaqar_post),
+];
+
+/// A request body of the native API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NativeBody {
+    /// `POST /api/jobs`: decoded, then [`to_insert`].
+    Enqueue,
+    /// `POST /api/jobs/batch`: decoded, then each job through [`to_insert`].
+    Batch,
+    /// `POST /api/jobs/{id}/fail`: decoded, its outcome decided by the default policy.
+    Fail,
+    /// `POST /api/take` (and `/api/take/stream`).
+    Take,
+    /// `PUT /api/queues/{name}`.
+    QueueUpdate,
+    /// `POST /api/queues/{name}/subscriptions` and `PATCH /api/subscriptions/{id}`, without
+    /// resolving the endpoint.
+    Subscription,
+}
+
+impl NativeBody {
+    pub const ALL: [Self; 6] = [
+        Self::Enqueue,
+        Self::Batch,
+        Self::Fail,
+        Self::Take,
+        Self::QueueUpdate,
+        Self::Subscription,
+    ];
+}
+
+/// The server's default limits (`tenax serve` without flags).
+fn limits() -> Limits {
+    Limits {
+        max_request_bytes: 16 * 1024 * 1024,
+        request_timeout: std::time::Duration::from_secs(30),
+        max_payload_bytes: 1024 * 1024,
+        default_lease_ms: 30_000,
+        max_lease_ms: 12 * 3_600_000,
+    }
+}
+
+fn client_error(what: &str, error: &ApiError) {
+    assert!(
+        error.status.is_client_error(),
+        "{what}: a rejection must be a 4xx, got {error:?}"
+    );
+}
+
+fn zaqar_client_error(what: &str, error: &ZaqarError) {
+    assert!(
+        error.status.is_client_error(),
+        "{what}: a rejection must be a 4xx, got {error:?}"
+    );
+}
+
+/// One native request body, as its handler reads it.
+pub fn native_body(kind: NativeBody, bytes: &[u8]) {
+    let what = format!("{kind:?}");
+    let result = match kind {
+        NativeBody::Enqueue => enqueue(bytes),
+        NativeBody::Batch => batch(bytes),
+        NativeBody::Fail => fail(bytes),
+        NativeBody::Take => take(bytes),
+        NativeBody::QueueUpdate => queue_update(bytes),
+        NativeBody::Subscription => subscription(bytes),
+    };
+    if let Err(error) = result {
+        client_error(&what, &error);
+    }
+}
+
+/// The `native_body` target: the same bytes as every native request body.
+pub fn native_bodies(bytes: &[u8]) {
+    for kind in NativeBody::ALL {
+        native_body(kind, bytes);
+    }
+}
+
+fn enqueue(bytes: &[u8]) -> Result<(), ApiError> {
+    let request: EnqueueRequest = decode(bytes)?;
+    let insert = to_insert(request, "", NOW_MS, &limits(), &RetryPolicy::default())?;
+    check_insert(&insert);
+    Ok(())
+}
+
+fn batch(bytes: &[u8]) -> Result<(), ApiError> {
+    let request: BatchRequest = decode(bytes)?;
+    if request.jobs.is_empty() {
+        return Err(ApiError::invalid("jobs", "must hold at least one job"));
+    }
+    for (i, job) in request.jobs.into_iter().enumerate() {
+        let insert = to_insert(
+            job,
+            &format!("jobs[{i}]"),
+            NOW_MS,
+            &limits(),
+            &RetryPolicy::default(),
+        )?;
+        check_insert(&insert);
+    }
+    Ok(())
+}
+
+fn check_insert(insert: &Insert) {
+    let limits = limits();
+    assert!(insert.job.payload.get().len() <= limits.max_payload_bytes);
+    match (&insert.policy, &insert.job.policy) {
+        (Some(policy), Some(canonical)) => {
+            assert_eq!(
+                native::parse(canonical).as_ref(),
+                Ok(&**policy),
+                "a job's stored policy must parse back to the policy it runs by"
+            );
+            check_policy(policy);
+        }
+        (None, None) => {}
+        (policy, canonical) => {
+            panic!("a job's policy and its stored form disagree: {policy:?} / {canonical:?}")
+        }
+    }
+}
+
+/// The fail handler's reading of the body, then the engine's decision by the default policy.
+fn fail(bytes: &[u8]) -> Result<(), ApiError> {
+    let body: FailRequest = decode(bytes)?;
+    let choices = [
+        !body.retryable,
+        body.retry_at.is_some(),
+        body.retry_in.is_some(),
+        body.snooze.is_some(),
+    ];
+    if choices.iter().filter(|c| **c).count() > 1 {
+        return Err(ApiError::invalid(
+            "retryable",
+            "give at most one of retryable: false, retry_at, retry_in and snooze",
+        ));
+    }
+    let outcome = if !body.retryable {
+        Outcome::NotRetryable
+    } else if let Some(at) = body.retry_at {
+        Outcome::RetryAt { at_ms: at.0 }
+    } else if let Some(delay) = body.retry_in {
+        Outcome::RetryIn { delay_ms: delay.0 }
+    } else if let Some(delay) = body.snooze {
+        Outcome::Snooze { delay_ms: delay.0 }
+    } else {
+        Outcome::Retry
+    };
+    let message = match body.error {
+        Some(ErrorReport::Message(message)) => message,
+        Some(ErrorReport::Detailed(detailed)) => detailed.message,
+        None => String::new(),
+    };
+    if message.len() > 64 * 1024 {
+        return Err(ApiError::invalid(
+            "error.message",
+            "must be at most 65536 bytes",
+        ));
+    }
+    let policy = RetryPolicy::default();
+    for failure in [1, 2, policy.retry_limit, policy.retry_limit + 1] {
+        let failure = Failure {
+            failure,
+            at_ms: NOW_MS,
+            first_failure_at_ms: NOW_MS - 1_000,
+            previous_delay_ms: None,
+            outcome,
+        };
+        check_decision(&policy, &failure, &mut FixedRandom(0.5));
+    }
+    Ok(())
+}
+
+fn take(bytes: &[u8]) -> Result<(), ApiError> {
+    let request: TakeRequest = decode(bytes)?;
+    for (i, queue) in request.queues.iter().enumerate() {
+        check_queue_name(&format!("queues[{i}]"), queue)?;
+    }
+    for duration in [request.lease, request.wait].into_iter().flatten() {
+        assert!(
+            duration.0 <= MAX_DELAY_MS,
+            "a duration past 100 years: {duration:?}"
+        );
+    }
+    Ok(())
+}
+
+/// The queue update handler's checks, up to storing.
+fn queue_update(bytes: &[u8]) -> Result<(), ApiError> {
+    let request: UpdateQueue = decode(bytes)?;
+    if let Some(Some(ttl)) = request.message_ttl {
+        if ttl.0 == 0 {
+            return Err(ApiError::invalid(
+                "message_ttl",
+                "must be above 0 (null removes it)",
+            ));
+        }
+        assert!(ttl.0 <= MAX_DELAY_MS, "a message ttl past 100 years");
+    }
+    if let Some(Some(value)) = request.policy {
+        let parsed = parse_policy(&value).map_err(|e| ApiError::policy("policy", &e))?;
+        check_parsed(&parsed);
+        if request.disable_overrides == Some(false) && parsed.disable_overrides {
+            return Err(ApiError::invalid(
+                "disable_overrides",
+                "must not be false when the policy forbids subscription overrides",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The subscription handlers' checks in their order, without resolving the endpoint's host.
+fn subscription(bytes: &[u8]) -> Result<(), ApiError> {
+    let request: SubscriptionRequest = decode(bytes)?;
+    if let Some(text) = &request.endpoint {
+        parse_endpoint(text).map_err(|e| ApiError::invalid("endpoint", e.to_string()))?;
+    }
+    let mut subscription = blank("orders".into(), NOW_MS);
+    let (policy, implied) = policy_field(request.policy, &mut subscription)?;
+    match (&policy, &subscription.policy) {
+        (Some(policy), Some(canonical)) => {
+            assert_eq!(native::parse(canonical).as_ref(), Ok(&**policy));
+            check_policy(policy);
+        }
+        (None, None) => {}
+        (policy, canonical) => {
+            panic!(
+                "a subscription's policy and its stored form disagree: {policy:?} / {canonical:?}"
+            )
+        }
+    }
+    match request.throttle_per_second {
+        Some(Some(rate)) => {
+            check_throttle("throttle_per_second", rate)?;
+        }
+        Some(None) => {}
+        None => {
+            if let Some(rate) = implied.throttle_per_second {
+                check_throttle("policy", rate)?;
+            }
+        }
+    }
+    match (request.content_type, implied.content_type) {
+        (Some(text), _) => {
+            check_content_type("content_type", text)?;
+        }
+        (None, Some(text)) => {
+            check_content_type("policy", text)?;
+        }
+        (None, None) => {}
+    }
+    if let Some(secret) = request.secret {
+        secret_key(&secret).map_err(|rule| ApiError::invalid("secret", rule))?;
+    }
+    if let Some(headers) = request.headers {
+        check_headers(&headers)?;
+    }
+    if let Some(Some(statuses)) = request.retryable_statuses {
+        let checked = check_statuses(statuses)?;
+        assert!(checked.windows(2).all(|w| w[0] < w[1]));
+    }
+    if let Some(Some(max)) = request.max_concurrency {
+        in_range("max_concurrency", max, 1, MAX_CONCURRENCY)?;
+    }
+    Ok(())
+}
+
+/// The `zaqar_patch` target: a metadata PATCH body, checked, applied to an empty and to a
+/// populated metadata map, then checked and installed as the handler does.
+pub fn zaqar_patch(bytes: &[u8]) {
+    let changes = match json_body(bytes).and_then(patch::parse) {
+        Ok(changes) => changes,
+        Err(error) => return zaqar_client_error("patch", &error),
+    };
+    let stored = json!({
+        "_max_claim_count": 3, "_dead_letter_queue": "dlq", "_default_message_ttl": 600,
+        "_retry_policy": {"minimum_delay": 5, "maximum_delay": 60}, "color": "blue",
+    });
+    for start in [Map::new(), stored.as_object().cloned().unwrap_or_default()] {
+        let mut metadata = start;
+        if let Err(error) = patch::apply(&mut metadata, changes.clone()) {
+            zaqar_client_error("patch apply", &error);
+            continue;
+        }
+        if metadata::check(&metadata).is_err() {
+            continue;
+        }
+        let mut config = QueueConfig::default();
+        let Ok(policy) = metadata::install(&mut config, "p", metadata.clone()) else {
+            continue;
+        };
+        let Some(policy) = policy else {
+            panic!("installed metadata must give the queue a policy")
+        };
+        let canonical = config.policy.as_ref().map(native::parse);
+        assert_eq!(
+            canonical.as_ref().map(Result::as_ref),
+            Some(Ok(&*policy)),
+            "the queue's stored policy must parse back to the one it runs by"
+        );
+        check_policy(&policy);
+        assert_eq!(config.metadata.as_ref(), Some(&metadata));
+        let settings = MessageSettings::of(config.metadata.as_ref());
+        assert!((MIN_MESSAGE_TTL..=MAX_MESSAGE_TTL).contains(&settings.default_ttl_s));
+        assert!(
+            settings
+                .max_post_bytes
+                .is_none_or(|max| (1..=MAX_MESSAGES_POST_SIZE).contains(&max))
+        );
+        assert!(
+            settings
+                .default_delay_s
+                .is_none_or(|delay| delay <= MAX_MESSAGE_DELAY)
+        );
+        let shown = metadata::with_defaults(config.metadata.as_ref());
+        assert!(shown.len() >= metadata.len());
+    }
+}
+
+/// The `zaqar_post` target: a message-post body read for a queue without metadata and for one
+/// with a default delay.
+pub fn zaqar_post(bytes: &[u8]) {
+    let delayed = json!({"_default_message_delay": 30, "_default_message_ttl": 120});
+    for settings in [
+        MessageSettings::of(None),
+        MessageSettings::of(delayed.as_object()),
+    ] {
+        match read_post(bytes, settings) {
+            Err(error) => zaqar_client_error("post", &error),
+            Ok(posted) => {
+                assert!(!posted.is_empty(), "a post of no messages was accepted");
+                for message in posted {
+                    assert!((MIN_MESSAGE_TTL..=MAX_MESSAGE_TTL).contains(&message.ttl_s));
+                    assert!(message.delay_s <= MAX_MESSAGE_DELAY);
+                    if settings.default_delay_s.is_none() {
+                        assert_eq!(message.delay_s, 0, "delay is read only with a default");
+                    }
+                    let body = message.body.get();
+                    assert!(
+                        serde_json::from_str::<&serde_json::value::RawValue>(body).is_ok(),
+                        "a message body must be JSON text: {body:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The `policy` target: policy JSON through the parser that detects the spelling and through
+/// each spelling's own parser.
+pub fn policy(bytes: &[u8]) {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    let parsed = parse_policy_str(text);
+    if let Ok(parsed) = &parsed {
+        check_parsed(parsed);
+    }
+    let Ok(value) = serde_json::from_str::<Value>(text) else {
+        assert!(parsed.is_err(), "text that is not JSON was accepted");
+        return;
+    };
+    assert_eq!(parse_policy(&value), parsed, "text and value parse alike");
+    if let Ok(policy) = native::parse(&value) {
+        check_policy(&policy);
+    }
+    for parsed in [sns::parse(&value), zaqar_spelling::parse(&value)]
+        .into_iter()
+        .flatten()
+    {
+        check_parsed(&parsed);
+    }
+}
+
+fn check_parsed(parsed: &ParsedPolicy) {
+    check_policy(&parsed.retry);
+    assert_ne!(parsed.throttle_per_second, Some(0));
+}
+
+/// Failure numbers worth deciding for a policy with `limit` retries.
+fn failures(limit: u32) -> [u32; 8] {
+    [
+        0,
+        1,
+        2,
+        3,
+        limit.saturating_sub(1),
+        limit,
+        limit.saturating_add(1),
+        u32::MAX,
+    ]
+}
+
+/// What must hold for every policy the parsers accept.
+pub fn check_policy(policy: &RetryPolicy) {
+    assert!(policy.retry_limit <= MAX_RETRY_LIMIT);
+    assert!(policy.cap_ms.is_none_or(|cap| cap <= MAX_DELAY_MS));
+    assert!(policy.max_window_ms.is_none_or(|w| w <= MAX_DELAY_MS));
+
+    // The canonical form gives the same policy back, as a value and as the text it is stored as.
+    let canonical = native::to_json(policy);
+    assert_eq!(
+        native::parse(&canonical).as_ref(),
+        Ok(policy),
+        "to_json then parse: {canonical}"
+    );
+    let text = canonical.to_string();
+    let reread = serde_json::from_str::<Value>(&text).map(|v| native::parse(&v));
+    assert!(
+        matches!(&reread, Ok(Ok(p)) if p == policy),
+        "to_json as text then parse: {text} gives {reread:?}"
+    );
+
+    let ceiling = policy.cap_ms.unwrap_or(MAX_DELAY_MS);
+    // Every shape but an explicit list rises or stays level: a later retry never waits less.
+    if !matches!(policy.shape, Shape::List(_)) {
+        let mut samples: Vec<u32> = failures(policy.retry_limit).to_vec();
+        samples.extend([
+            4, 10, 100, 1_000, 1_024, 1_025, 1_026, 1_100, 10_000, 100_000,
+        ]);
+        samples.sort_unstable();
+        let mut previous = (0, 0);
+        for r in samples {
+            let delay = policy.delay_ms(r);
+            assert!(
+                delay >= previous.1,
+                "delay_ms({r}) = {delay} is less than delay_ms({}) = {}",
+                previous.0,
+                previous.1
+            );
+            previous = (r, delay);
+        }
+    }
+    for r in failures(policy.retry_limit) {
+        let delay = policy.delay_ms(r);
+        assert!(
+            delay <= ceiling,
+            "delay_ms({r}) = {delay} is past {ceiling}"
+        );
+        for previous in [None, Some(0), Some(delay), Some(MAX_DELAY_MS)] {
+            let (low, high) = policy.jitter_band_ms(r, previous);
+            assert!(
+                low <= high && high <= ceiling,
+                "band ({low}, {high}) for {r}"
+            );
+            for u in [0.0, 0.5, 0.999_999] {
+                let drawn = policy.jittered_delay_ms(r, previous, &mut FixedRandom(u));
+                assert!(
+                    (low..=high).contains(&drawn),
+                    "retry {r}: draw {drawn} outside ({low}, {high})"
+                );
+            }
+        }
+    }
+
+    for failure in failures(policy.retry_limit) {
+        for at_ms in [0, NOW_MS, u64::MAX - 1] {
+            for outcome in [
+                Outcome::Retry,
+                Outcome::NotRetryable,
+                Outcome::RetryIn { delay_ms: 1_500 },
+                Outcome::RetryIn { delay_ms: u64::MAX },
+                Outcome::RetryAt { at_ms: u64::MAX },
+                Outcome::Snooze { delay_ms: u64::MAX },
+            ] {
+                for previous_delay_ms in [None, Some(MAX_DELAY_MS)] {
+                    let failure = Failure {
+                        failure,
+                        at_ms,
+                        first_failure_at_ms: at_ms.saturating_sub(3_600_000),
+                        previous_delay_ms,
+                        outcome,
+                    };
+                    check_decision(policy, &failure, &mut FixedRandom(0.75));
+                }
+            }
+        }
+    }
+
+    let preview = Preview::of(policy);
+    let limit = usize::try_from(policy.retry_limit).unwrap_or(usize::MAX);
+    assert!(preview.retries.len() <= limit);
+    let mut cumulative = 0u64;
+    for (i, row) in preview.retries.iter().enumerate() {
+        assert_eq!(usize::try_from(row.retry).ok(), Some(i + 1));
+        assert!(row.delay_ms <= ceiling);
+        assert!(row.min_delay_ms <= row.max_delay_ms && row.max_delay_ms <= ceiling);
+        assert!(row.cumulative_ms >= cumulative);
+        cumulative = row.cumulative_ms;
+    }
+    assert_eq!(preview.window_ms, cumulative);
+    if let Some(window) = policy.max_window_ms {
+        assert!(preview.window_ms <= window);
+    }
+    assert!(preview.min_window_ms() <= preview.max_window_ms());
+}
+
+fn check_decision(policy: &RetryPolicy, failure: &Failure, random: &mut FixedRandom) {
+    let decision = policy.decide(failure, random);
+    match decision {
+        Decision::Retry {
+            retry,
+            at_ms,
+            delay_ms,
+        } => {
+            assert!(delay_ms <= MAX_DELAY_MS, "{failure:?} gives {decision:?}");
+            assert_eq!(at_ms, failure.at_ms.saturating_add(delay_ms));
+            assert_eq!(retry, failure.failure.max(1));
+            assert!(
+                retry <= policy.retry_limit,
+                "{failure:?} gives {decision:?}"
+            );
+            if let Some(window) = policy.max_window_ms {
+                let first = failure.first_failure_at_ms.min(failure.at_ms);
+                assert!(at_ms - first <= window, "{failure:?} gives {decision:?}");
+            }
+        }
+        Decision::Snooze { at_ms, delay_ms } => {
+            assert!(matches!(failure.outcome, Outcome::Snooze { .. }));
+            assert!(delay_ms <= MAX_DELAY_MS);
+            assert_eq!(at_ms, failure.at_ms.saturating_add(delay_ms));
+        }
+        Decision::Dead { reason } => match reason {
+            DeadReason::NotRetryable => {
+                assert_eq!(failure.outcome, Outcome::NotRetryable);
+            }
+            DeadReason::RetryLimit { limit } => {
+                assert_eq!(limit, policy.retry_limit);
+                assert!(failure.failure.max(1) > limit);
+            }
+            DeadReason::Window { max_window_ms } => {
+                assert_eq!(Some(max_window_ms), policy.max_window_ms);
+            }
+        },
+    }
+    // The reason is shown to people; showing it must not fail either.
+    if let Decision::Dead { reason } = decision {
+        assert!(!reason.to_string().is_empty());
+    }
+}
+
+/// The `duration` target: the bytes as a duration string, and (read as a number) as
+/// milliseconds to format and read back.
+pub fn duration(bytes: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        if let Ok(ms) = parse_duration("d", text) {
+            assert!(ms <= MAX_DELAY_MS, "{text:?} gives {ms} ms");
+            format_round_trip(ms);
+        }
+    }
+    let mut raw = [0u8; 8];
+    for (slot, byte) in raw.iter_mut().zip(bytes) {
+        *slot = *byte;
+    }
+    format_round_trip(u64::from_le_bytes(raw) % (MAX_DELAY_MS + 1));
+}
+
+/// `format_duration` is a display form: below a minute it is exact; above, it keeps the three
+/// largest non-zero units (no milliseconds), so reading it back gives at most `ms`, less by
+/// under one of its smallest unit shown. Only the year unit, which `parse_duration` does not
+/// take, may fail to read back.
+fn format_round_trip(ms: u64) {
+    let shown = format_duration(ms);
+    let back = match parse_duration("d", &shown) {
+        Ok(back) => back,
+        Err(error) => {
+            assert!(
+                shown.contains('y'),
+                "format_duration({ms}) = {shown:?} does not read back: {error}"
+            );
+            return;
+        }
+    };
+    if ms < 60_000 {
+        assert_eq!(back, ms, "format_duration({ms}) = {shown:?}");
+        return;
+    }
+    let unit = match shown.chars().last() {
+        Some('s') => 1_000,
+        Some('m') => 60_000,
+        Some('h') => 3_600_000,
+        Some('d') => 86_400_000,
+        other => panic!("format_duration({ms}) = {shown:?} ends in {other:?}"),
+    };
+    assert!(
+        back <= ms && ms - back < unit,
+        "format_duration({ms}) = {shown:?} reads back as {back}"
+    );
+}

@@ -1,0 +1,4 @@
+//! Durations: parse_duration, and format_duration read back: tenax::fuzzing::duration.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tenax::fuzzing::duration(data));
