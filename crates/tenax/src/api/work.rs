@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::AppState;
+use super::{AppState, Limits};
 use super::error::ApiError;
 use super::extract::JsonBody;
 use super::fields::{Millis, Time, check_queue_name};
@@ -63,15 +63,17 @@ pub(crate) struct TakeRequest {
     pub(crate) wait: Option<Millis>,
 }
 
-struct TakeParams {
-    queues: Vec<String>,
-    max: usize,
-    lease_ms: u64,
-    wait_ms: u64,
+/// A take's checked parameters.
+pub(crate) struct TakeParams {
+    pub(crate) queues: Vec<String>,
+    pub(crate) max: usize,
+    pub(crate) lease_ms: u64,
+    pub(crate) wait_ms: u64,
 }
 
-fn params(
-    state: &AppState,
+/// Checks a take (or stream) request; `default_max` is the take's or the stream's.
+pub(crate) fn take_params(
+    limits: &Limits,
     request: TakeRequest,
     default_max: usize,
 ) -> Result<TakeParams, ApiError> {
@@ -88,7 +90,7 @@ fn params(
             format!("must be from 1 to {MAX_TAKE}, got {max}"),
         ));
     }
-    let lease_ms = lease_ms(state, request.lease)?;
+    let lease_ms = lease_ms(limits, request.lease)?;
     let wait_ms = request.wait.map_or(0, |m| m.0);
     if wait_ms > MAX_WAIT_MS {
         return Err(ApiError::invalid(
@@ -105,14 +107,14 @@ fn params(
 }
 
 /// The lease asked for, or the default; refused when 0 or over `--max-lease`.
-fn lease_ms(state: &AppState, asked: Option<Millis>) -> Result<u64, ApiError> {
-    let lease_ms = asked.map_or(state.limits.default_lease_ms, |m| m.0);
-    if lease_ms == 0 || lease_ms > state.limits.max_lease_ms {
+fn lease_ms(limits: &Limits, asked: Option<Millis>) -> Result<u64, ApiError> {
+    let lease_ms = asked.map_or(limits.default_lease_ms, |m| m.0);
+    if lease_ms == 0 || lease_ms > limits.max_lease_ms {
         return Err(ApiError::invalid(
             "lease",
             format!(
                 "must be above 0 and at most {} ms (--max-lease), got {lease_ms} ms",
-                state.limits.max_lease_ms
+                limits.max_lease_ms
             ),
         ));
     }
@@ -126,7 +128,7 @@ async fn take(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<TakeRequest>,
 ) -> Result<Json<TakeView>, ApiError> {
-    let p = params(&state, request, 1)?;
+    let p = take_params(&state.limits, request, 1)?;
     let jobs = state
         .engine
         .take(
@@ -191,7 +193,7 @@ async fn take_stream(
             "is not used by a stream, which waits as long as it is open",
         ));
     }
-    let p = params(&state, request, 100)?;
+    let p = take_params(&state.limits, request, 100)?;
     let engine = state.engine.clone();
     let stream = engine.open_stream();
     let guard = StreamGuard {
@@ -283,7 +285,7 @@ async fn heartbeat(
     JsonBody(body): JsonBody<LeaseBody>,
 ) -> Result<Json<HeartbeatView>, ApiError> {
     let id = parse_id(&id)?;
-    let lease_ms = lease_ms(&state, body.lease)?;
+    let lease_ms = lease_ms(&state.limits, body.lease)?;
     let expires = state
         .engine
         .heartbeat(
@@ -492,34 +494,9 @@ impl utoipa::PartialSchema for ErrorReport {
 
 impl ToSchema for ErrorReport {}
 
-/// A job after a failure: scheduled again (when, after which delay, as which attempt), or dead
-/// (why).
-#[derive(Debug, Serialize, ToSchema)]
-struct FailView {
-    id: u64,
-    status: Status,
-    failures: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    dead_reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    attempt: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    run_at: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    delay_ms: Option<u64>,
-}
-
-/// Reports a failure of an in-flight job; the answer is its policy's decision.
-#[utoipa::path(post, path = "/jobs/{id}/fail", operation_id = "fail_job", tag = "work",
-    params(("id" = u64, Path, description = "The job's id")),
-    request_body = FailRequest,
-    responses((status = 200, body = FailView), Missing, Conflict, Refusals))]
-async fn fail(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    JsonBody(body): JsonBody<FailRequest>,
-) -> Result<Json<FailView>, ApiError> {
-    let id = parse_id(&id)?;
+/// A worker's failure report as the engine takes it: one outcome at most, an error message
+/// (only a snooze may leave it out) within its limits, and readable detail.
+pub(crate) fn failure_report(body: FailRequest, now_ms: u64) -> Result<FailureReport, ApiError> {
     let choices = [
         !body.retryable,
         body.retry_at.is_some(),
@@ -535,8 +512,8 @@ async fn fail(
     let outcome = if !body.retryable {
         Outcome::NotRetryable
     } else if let Some(Time(at_ms)) = body.retry_at {
-        let at_ms = check_time(at_ms, state.engine.now_ms())
-            .map_err(|rule| ApiError::invalid("retry_at", rule))?;
+        let at_ms =
+            check_time(at_ms, now_ms).map_err(|rule| ApiError::invalid("retry_at", rule))?;
         Outcome::RetryAt { at_ms }
     } else if let Some(Millis(delay_ms)) = body.retry_in {
         Outcome::RetryIn { delay_ms }
@@ -567,18 +544,47 @@ async fn fail(
         crate::model::payload::check_value(detail)
             .map_err(|rule| ApiError::invalid("error.detail", rule))?;
     }
-    let report = FailureReport {
+    Ok(FailureReport {
         message,
         detail,
         outcome,
-    };
+    })
+}
+
+/// A job after a failure: scheduled again (when, after which delay, as which attempt), or dead
+/// (why).
+#[derive(Debug, Serialize, ToSchema)]
+struct FailView {
+    id: u64,
+    status: Status,
+    failures: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dead_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    run_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delay_ms: Option<u64>,
+}
+
+/// Reports a failure of an in-flight job; the answer is its policy's decision.
+#[utoipa::path(post, path = "/jobs/{id}/fail", operation_id = "fail_job", tag = "work",
+    params(("id" = u64, Path, description = "The job's id")),
+    request_body = FailRequest,
+    responses((status = 200, body = FailView), Missing, Conflict, Refusals))]
+async fn fail(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<FailRequest>,
+) -> Result<Json<FailView>, ApiError> {
+    let id = parse_id(&id)?;
+    let lease = body.lease_token;
+    let report = failure_report(body, state.engine.now_ms())?;
     let (transition, failed_at) = state
         .engine
         .fail(
-            Ack {
-                id,
-                lease: body.lease_token,
-            },
+            Ack { id, lease },
             report,
         )
         .await?;
