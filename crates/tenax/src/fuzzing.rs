@@ -24,14 +24,10 @@ use tenax_policy::{
 use crate::api::Limits;
 use crate::api::error::ApiError;
 use crate::api::extract::decode;
-use crate::api::fields::check_queue_name;
-use crate::api::jobs::{BatchRequest, EnqueueRequest, to_insert};
-use crate::api::queues::UpdateQueue;
-use crate::api::subscriptions::{
-    MAX_CONCURRENCY, SubscriptionRequest, blank, check_content_type, check_headers, check_statuses,
-    check_throttle, in_range, policy_field,
-};
-use crate::api::work::{ErrorReport, FailRequest, TakeRequest};
+use crate::api::jobs::{BatchRequest, EnqueueRequest, to_enqueue};
+use crate::api::queues::{UpdateQueue, queue_change};
+use crate::api::subscriptions::{MAX_CONCURRENCY, SubscriptionRequest, blank, subscription_change};
+use crate::api::work::{FailRequest, TakeRequest, failure_report, take_params};
 use crate::api::zaqar::error::ZaqarError;
 use crate::api::zaqar::messages::read_post;
 use crate::api::zaqar::metadata::{
@@ -40,9 +36,9 @@ use crate::api::zaqar::metadata::{
 };
 use crate::api::zaqar::patch;
 use crate::api::zaqar::request::json_body;
-use crate::delivery::address::parse_endpoint;
-use crate::delivery::signing::secret_key;
-use crate::store::{Insert, QueueConfig};
+use crate::engine::Enqueue;
+use crate::model::StoredPolicy;
+use crate::store::QueueConfig;
 
 /// "Now" for every target: a fixed time, so that a corpus file always takes the same path.
 const NOW_MS: u64 = 1_795_260_337_123;
@@ -139,8 +135,7 @@ pub fn native_bodies(bytes: &[u8]) {
 
 fn enqueue(bytes: &[u8]) -> Result<(), ApiError> {
     let request: EnqueueRequest = decode(bytes)?;
-    let insert = to_insert(request, "", NOW_MS, &limits(), &RetryPolicy::default())?;
-    check_insert(&insert);
+    check_enqueue(&to_enqueue(request, "", NOW_MS, &limits())?);
     Ok(())
 }
 
@@ -150,74 +145,39 @@ fn batch(bytes: &[u8]) -> Result<(), ApiError> {
         return Err(ApiError::invalid("jobs", "must hold at least one job"));
     }
     for (i, job) in request.jobs.into_iter().enumerate() {
-        let insert = to_insert(
-            job,
-            &format!("jobs[{i}]"),
-            NOW_MS,
-            &limits(),
-            &RetryPolicy::default(),
-        )?;
-        check_insert(&insert);
+        check_enqueue(&to_enqueue(job, &format!("jobs[{i}]"), NOW_MS, &limits())?);
     }
     Ok(())
 }
 
-fn check_insert(insert: &Insert) {
-    let limits = limits();
-    assert!(insert.job.payload.get().len() <= limits.max_payload_bytes);
-    match (&insert.policy, &insert.job.policy) {
-        (Some(policy), Some(canonical)) => {
-            assert_eq!(
-                native::parse(canonical).as_ref(),
-                Ok(&**policy),
-                "a job's stored policy must parse back to the policy it runs by"
-            );
-            check_policy(policy);
-        }
-        (None, None) => {}
-        (policy, canonical) => {
-            panic!("a job's policy and its stored form disagree: {policy:?} / {canonical:?}")
-        }
+fn check_enqueue(enqueue: &Enqueue) {
+    assert!(enqueue.job.payload.get().len() <= limits().max_payload_bytes);
+    if let Some(policy) = &enqueue.job.policy {
+        check_stored(policy);
     }
+    if let Some(limit) = enqueue.retry_limit {
+        assert!(limit <= MAX_RETRY_LIMIT);
+        check_policy(&RetryPolicy::default().with_retry_limit(limit));
+    }
+}
+
+/// A stored policy's JSON must parse back to the policy it runs by (as JSON text too, which is
+/// how the store keeps it), and the policy must keep every rule.
+fn check_stored(stored: &StoredPolicy) {
+    let text = serde_json::to_string(stored).unwrap_or_default();
+    let back: Result<StoredPolicy, _> = serde_json::from_str(&text);
+    assert_eq!(
+        back.as_ref().ok(),
+        Some(stored),
+        "a stored policy must read back as itself: {text}"
+    );
+    check_policy(stored.policy());
 }
 
 /// The fail handler's reading of the body, then the engine's decision by the default policy.
 fn fail(bytes: &[u8]) -> Result<(), ApiError> {
     let body: FailRequest = decode(bytes)?;
-    let choices = [
-        !body.retryable,
-        body.retry_at.is_some(),
-        body.retry_in.is_some(),
-        body.snooze.is_some(),
-    ];
-    if choices.iter().filter(|c| **c).count() > 1 {
-        return Err(ApiError::invalid(
-            "retryable",
-            "give at most one of retryable: false, retry_at, retry_in and snooze",
-        ));
-    }
-    let outcome = if !body.retryable {
-        Outcome::NotRetryable
-    } else if let Some(at) = body.retry_at {
-        Outcome::RetryAt { at_ms: at.0 }
-    } else if let Some(delay) = body.retry_in {
-        Outcome::RetryIn { delay_ms: delay.0 }
-    } else if let Some(delay) = body.snooze {
-        Outcome::Snooze { delay_ms: delay.0 }
-    } else {
-        Outcome::Retry
-    };
-    let message = match body.error {
-        Some(ErrorReport::Message(message)) => message,
-        Some(ErrorReport::Detailed(detailed)) => detailed.message,
-        None => String::new(),
-    };
-    if message.len() > 64 * 1024 {
-        return Err(ApiError::invalid(
-            "error.message",
-            "must be at most 65536 bytes",
-        ));
-    }
+    let report = failure_report(body, NOW_MS)?;
     let policy = RetryPolicy::default();
     for failure in [1, 2, policy.retry_limit, policy.retry_limit + 1] {
         let failure = Failure {
@@ -225,7 +185,7 @@ fn fail(bytes: &[u8]) -> Result<(), ApiError> {
             at_ms: NOW_MS,
             first_failure_at_ms: NOW_MS - 1_000,
             previous_delay_ms: None,
-            outcome,
+            outcome: report.outcome,
         };
         check_decision(&policy, &failure, &mut FixedRandom(0.5));
     }
@@ -234,96 +194,48 @@ fn fail(bytes: &[u8]) -> Result<(), ApiError> {
 
 fn take(bytes: &[u8]) -> Result<(), ApiError> {
     let request: TakeRequest = decode(bytes)?;
-    for (i, queue) in request.queues.iter().enumerate() {
-        check_queue_name(&format!("queues[{i}]"), queue)?;
-    }
-    for duration in [request.lease, request.wait].into_iter().flatten() {
+    let params = take_params(&limits(), request, 1)?;
+    assert!(params.lease_ms <= MAX_DELAY_MS && params.wait_ms <= MAX_DELAY_MS);
+    assert!(!params.queues.is_empty() && params.max >= 1);
+    Ok(())
+}
+
+/// The queue update handler's checks, and the change applied.
+fn queue_update(bytes: &[u8]) -> Result<(), ApiError> {
+    let request: UpdateQueue = decode(bytes)?;
+    let change = queue_change(request)?;
+    for start in [None, Some(QueueConfig::default())] {
+        let config = change.applied(start.as_ref());
+        if let Some(policy) = &config.policy {
+            check_stored(policy);
+        }
         assert!(
-            duration.0 <= MAX_DELAY_MS,
-            "a duration past 100 years: {duration:?}"
+            config
+                .message_ttl_ms
+                .is_none_or(|ttl| ttl > 0 && ttl <= MAX_DELAY_MS),
+            "a message ttl of 0 or past 100 years"
         );
     }
     Ok(())
 }
 
-/// The queue update handler's checks, up to storing.
-fn queue_update(bytes: &[u8]) -> Result<(), ApiError> {
-    let request: UpdateQueue = decode(bytes)?;
-    if let Some(Some(ttl)) = request.message_ttl {
-        if ttl.0 == 0 {
-            return Err(ApiError::invalid(
-                "message_ttl",
-                "must be above 0 (null removes it)",
-            ));
-        }
-        assert!(ttl.0 <= MAX_DELAY_MS, "a message ttl past 100 years");
-    }
-    if let Some(Some(value)) = request.policy {
-        let parsed = parse_policy(&value).map_err(|e| ApiError::policy("policy", &e))?;
-        check_parsed(&parsed);
-        if request.disable_overrides == Some(false) && parsed.disable_overrides {
-            return Err(ApiError::invalid(
-                "disable_overrides",
-                "must not be false when the policy forbids subscription overrides",
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The subscription handlers' checks in their order, without resolving the endpoint's host.
+/// The subscription handlers' checks (without resolving the endpoint's host), and the change
+/// applied to a new subscription.
 fn subscription(bytes: &[u8]) -> Result<(), ApiError> {
     let request: SubscriptionRequest = decode(bytes)?;
-    if let Some(text) = &request.endpoint {
-        parse_endpoint(text).map_err(|e| ApiError::invalid("endpoint", e.to_string()))?;
-    }
+    let change = subscription_change(request, false)?;
     let mut subscription = blank("orders".into(), NOW_MS);
-    let (policy, implied) = policy_field(request.policy, &mut subscription)?;
-    match (&policy, &subscription.policy) {
-        (Some(policy), Some(canonical)) => {
-            assert_eq!(native::parse(canonical).as_ref(), Ok(&**policy));
-            check_policy(policy);
-        }
-        (None, None) => {}
-        (policy, canonical) => {
-            panic!(
-                "a subscription's policy and its stored form disagree: {policy:?} / {canonical:?}"
-            )
-        }
+    change.apply(&mut subscription, NOW_MS);
+    if let Some(policy) = &subscription.policy {
+        check_stored(policy);
     }
-    match request.throttle_per_second {
-        Some(Some(rate)) => {
-            check_throttle("throttle_per_second", rate)?;
-        }
-        Some(None) => {}
-        None => {
-            if let Some(rate) = implied.throttle_per_second {
-                check_throttle("policy", rate)?;
-            }
-        }
+    if let Some(statuses) = &subscription.retryable_statuses {
+        assert!(statuses.windows(2).all(|w| w[0] < w[1]));
     }
-    match (request.content_type, implied.content_type) {
-        (Some(text), _) => {
-            check_content_type("content_type", text)?;
-        }
-        (None, Some(text)) => {
-            check_content_type("policy", text)?;
-        }
-        (None, None) => {}
+    if let Some(max) = subscription.max_concurrency {
+        assert!((1..=MAX_CONCURRENCY).contains(&max));
     }
-    if let Some(secret) = request.secret {
-        secret_key(&secret).map_err(|rule| ApiError::invalid("secret", rule))?;
-    }
-    if let Some(headers) = request.headers {
-        check_headers(&headers)?;
-    }
-    if let Some(Some(statuses)) = request.retryable_statuses {
-        let checked = check_statuses(statuses)?;
-        assert!(checked.windows(2).all(|w| w[0] < w[1]));
-    }
-    if let Some(Some(max)) = request.max_concurrency {
-        in_range("max_concurrency", max, 1, MAX_CONCURRENCY)?;
-    }
+    assert_ne!(subscription.throttle_per_second, Some(0));
     Ok(())
 }
 
@@ -348,19 +260,13 @@ pub fn zaqar_patch(bytes: &[u8]) {
             continue;
         }
         let mut config = QueueConfig::default();
-        let Ok(policy) = metadata::install(&mut config, "p", metadata.clone()) else {
+        if metadata::install(&mut config, "p", metadata.clone()).is_err() {
             continue;
-        };
-        let Some(policy) = policy else {
+        }
+        let Some(policy) = &config.policy else {
             panic!("installed metadata must give the queue a policy")
         };
-        let canonical = config.policy.as_ref().map(native::parse);
-        assert_eq!(
-            canonical.as_ref().map(Result::as_ref),
-            Some(Ok(&*policy)),
-            "the queue's stored policy must parse back to the one it runs by"
-        );
-        check_policy(&policy);
+        check_stored(policy);
         assert_eq!(config.metadata.as_ref(), Some(&metadata));
         let settings = MessageSettings::of(config.metadata.as_ref());
         assert!((MIN_MESSAGE_TTL..=MAX_MESSAGE_TTL).contains(&settings.default_ttl_s));

@@ -15,7 +15,7 @@ use crate::delivery::{self, Deliveries};
 use crate::engine::{Engine, EngineSettings, maintenance};
 use crate::serve::ConnectionLimits;
 use crate::store::embedded::EmbeddedOptions;
-use crate::store::{EmbeddedStore, Store};
+use crate::store::{self, StoreConfig};
 
 /// Serves until `shutdown` completes: stops accepting, lets in-flight requests finish, stops
 /// maintenance, and flushes the store.
@@ -25,18 +25,18 @@ pub async fn run(
     clock: Clock,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let options = EmbeddedOptions {
-        sync: config.durability == Durability::Sync,
-        cache_bytes: config.cache_bytes,
+    let store_config = StoreConfig::Embedded {
+        dir: config.data_dir.clone(),
+        options: EmbeddedOptions {
+            sync: config.durability == Durability::Sync,
+            cache_bytes: config.cache_bytes,
+        },
     };
-    let data_dir = config.data_dir.clone();
-    let now = clock.now_ms();
-    let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&data_dir, &options, now))
+    let store = store::open(&store_config, clock.now_ms())
         .await
-        .context("opening the store")?
         .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
     let engine = Arc::new(Engine::new(
-        Store::Embedded(store),
+        store,
         clock,
         EngineSettings {
             default_policy: Arc::new(config.default_policy.clone()),
@@ -46,7 +46,10 @@ pub async fn run(
             max_attempt_ms: config.max_attempt_ms,
         },
     ));
-    engine.load_tokens().await;
+    engine
+        .load_tokens()
+        .await
+        .context("loading the API tokens")?;
     if config.auth {
         first_admin_token(&engine, &config).await?;
     }
@@ -99,25 +102,10 @@ pub async fn run(
     let _ = stop.send(true);
     let _ = maintenance.await;
     let _ = delivering.await;
-    // Every request has finished; the engine is ours alone again (streams may hold a clone for
-    // a moment while they notice the shutdown).
-    let mut engine = engine;
-    for _ in 0..100 {
-        match Arc::try_unwrap(engine) {
-            Ok(inner) => {
-                inner.store.close().await;
-                tracing::info!("store flushed; bye");
-                return Ok(());
-            }
-            Err(shared) => {
-                engine = shared;
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-        }
-    }
-    // The last clone's drop joins the writer, which syncs before it stops.
-    tracing::warn!("shutting down with streams still open; the store flushes when they let go");
-    drop(engine);
+    // Every request has finished (a stream still noticing the shutdown gets refusals from
+    // here on): flush what is pending, and stop.
+    engine.close().await;
+    tracing::info!("store flushed; bye");
     Ok(())
 }
 
@@ -130,7 +118,7 @@ async fn first_admin_token(engine: &Engine, config: &Config) -> anyhow::Result<(
         tracing::info!("authentication is on; --admin-token is an admin token");
         return Ok(());
     }
-    if engine.has_admin_token().await {
+    if engine.has_admin_token().await? {
         tracing::info!("authentication is on");
         return Ok(());
     }

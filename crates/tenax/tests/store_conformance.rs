@@ -14,14 +14,13 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 use serde_json::value::RawValue;
 use tempfile::TempDir;
-use tenax::model::{ErrorEntry, Job, JobId, NewJob, Status};
+use tenax::model::{ErrorEntry, Job, JobId, NewJob, Status, StoredPolicy};
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::{
     Ack, DecideContext, EmbeddedStore, Enqueued, Insert, JobFilter, KeyHolder, NotReplayed,
-    OnDuplicate, QueueConfig, QueueCounts, Replay, Replayed, Selection, Store, StoreError,
+    OnDuplicate, Page, QueueConfig, QueueCounts, Replay, Replayed, Selection, Store, StoreError,
     TakeRequest, TakenJob, Transition,
 };
-use tenax_policy::spelling::native;
 use tenax_policy::{RetryPolicy, Shape};
 
 /// Every case starts at this time (ms since the epoch).
@@ -33,7 +32,7 @@ const SECOND: u64 = 1_000;
 /// One backend at one location. `open` gives a store on the data the last closed store there
 /// left behind (empty the first time).
 trait Backend {
-    async fn open(&self, now_ms: u64) -> Store;
+    async fn open(&self, now_ms: u64) -> Arc<dyn Store>;
 }
 
 /// The embedded store in a temporary directory.
@@ -53,7 +52,7 @@ impl Embedded {
 }
 
 impl Backend for Embedded {
-    async fn open(&self, now_ms: u64) -> Store {
+    async fn open(&self, now_ms: u64) -> Arc<dyn Store> {
         let dir = self.dir.path().to_owned();
         let store = tokio::task::spawn_blocking(move || {
             EmbeddedStore::open(&dir, &EmbeddedOptions::default(), now_ms)
@@ -61,7 +60,7 @@ impl Backend for Embedded {
         .await
         .expect("the open task")
         .expect("the embedded store opens");
-        Store::Embedded(store)
+        Arc::new(store)
     }
 }
 
@@ -81,8 +80,10 @@ fn job(queue: &str) -> Insert {
             created_at_ms: T0,
             expires_at_ms: None,
             origin: None,
+            parent: None,
         },
-        policy: None,
+        parent: None,
+        owner: None,
     }
 }
 
@@ -117,19 +118,47 @@ impl Build for Insert {
         self
     }
     fn policy(mut self, policy: RetryPolicy) -> Self {
-        self.job.policy = Some(native::to_json(&policy));
-        self.policy = Some(Arc::new(policy));
+        self.job.policy = Some(StoredPolicy::new(policy));
         self
     }
+}
+
+/// Closes a store and lets go of it, so that its data can be opened again.
+async fn close(store: Arc<dyn Store>) {
+    store.close().await;
+}
+
+/// The policy of the job's queue, as a decision sees it.
+fn queue_policy_of(ctx: &DecideContext<'_>) -> Option<RetryPolicy> {
+    ctx.queue_config
+        .and_then(|c| c.policy.as_ref())
+        .map(|p| (**p.policy()).clone())
 }
 
 fn fixed(delay_ms: u64) -> RetryPolicy {
     RetryPolicy::new(Shape::Fixed { delay_ms })
 }
 
-async fn enqueue(store: &Store, jobs: Vec<Insert>, now_ms: u64) -> Vec<JobId> {
-    store
-        .enqueue(jobs, OnDuplicate::Refuse, now_ms)
+/// Inserts jobs of their own (no parent, no owner): one result each.
+async fn insert(
+    store: &Arc<dyn Store>,
+    jobs: Vec<Insert>,
+    on_duplicate: OnDuplicate,
+    now_ms: u64,
+) -> Result<Vec<Enqueued>, StoreError> {
+    let count = jobs.len();
+    let results: Vec<Enqueued> = store
+        .insert_jobs(jobs, on_duplicate, now_ms)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(results.len(), count, "one result per job of its own");
+    Ok(results)
+}
+
+async fn enqueue(store: &Arc<dyn Store>, jobs: Vec<Insert>, now_ms: u64) -> Vec<JobId> {
+    insert(store, jobs, OnDuplicate::Refuse, now_ms)
         .await
         .expect("enqueued")
         .iter()
@@ -138,7 +167,7 @@ async fn enqueue(store: &Store, jobs: Vec<Insert>, now_ms: u64) -> Vec<JobId> {
 }
 
 async fn take_on(
-    store: &Store,
+    store: &Arc<dyn Store>,
     queues: &[&str],
     max: usize,
     lease_ms: u64,
@@ -147,17 +176,14 @@ async fn take_on(
 ) -> Vec<TakenJob> {
     let queues: Vec<String> = queues.iter().map(|q| (*q).to_owned()).collect();
     let request = TakeRequest {
-        queues: &queues,
-        max,
-        lease_ms,
-        stream,
-        keep_until_ms: None,
+        claim: stream,
+        ..TakeRequest::new(&queues, max, lease_ms)
     };
-    store.take(&request, now_ms).await.expect("take")
+    store.take_jobs(&request, now_ms).await.expect("take")
 }
 
 /// Takes up to `max` jobs with a 30 s lease.
-async fn take(store: &Store, queues: &[&str], max: usize, now_ms: u64) -> Vec<TakenJob> {
+async fn take(store: &Arc<dyn Store>, queues: &[&str], max: usize, now_ms: u64) -> Vec<TakenJob> {
     take_on(store, queues, max, 30 * SECOND, None, now_ms).await
 }
 
@@ -172,25 +198,30 @@ fn ack(job: &TakenJob) -> Ack {
     }
 }
 
-async fn get(store: &Store, id: JobId) -> Job {
+async fn get(store: &Arc<dyn Store>, id: JobId) -> Job {
     store
-        .get(id)
+        .get_job(id)
         .await
         .expect("readable")
         .unwrap_or_else(|| panic!("job {id} exists"))
 }
 
-async fn status(store: &Store, id: JobId) -> Option<Status> {
+async fn status(store: &Arc<dyn Store>, id: JobId) -> Option<Status> {
     store
-        .get(id)
+        .get_job(id)
         .await
         .expect("readable")
         .map(|j| j.state.status)
 }
 
-async fn list(store: &Store, filter: JobFilter, after: Option<JobId>, limit: usize) -> Vec<JobId> {
+async fn list(
+    store: &Arc<dyn Store>,
+    filter: JobFilter,
+    after: Option<JobId>,
+    limit: usize,
+) -> Vec<JobId> {
     store
-        .list(&filter, after, limit)
+        .list_jobs(&filter, Page::after(after, limit))
         .await
         .expect("list")
         .iter()
@@ -224,6 +255,7 @@ fn retry(
         Transition {
             state,
             error: Some(error_entry(ctx, now_ms, &message)),
+            moved_to: None,
         }
     }
 }
@@ -240,6 +272,7 @@ fn dead(now_ms: u64, message: &str) -> impl Fn(&DecideContext<'_>) -> Transition
         Transition {
             state,
             error: Some(error_entry(ctx, now_ms, &message)),
+            moved_to: None,
         }
     }
 }
@@ -255,17 +288,18 @@ fn again(now_ms: u64, message: &str) -> impl Fn(&DecideContext<'_>) -> Transitio
         Transition {
             state,
             error: Some(error_entry(ctx, now_ms, &message)),
+            moved_to: None,
         }
     }
 }
 
 /// Takes `ids` (the next jobs to take from `queue`) and fails them to dead.
-async fn kill(store: &Store, queue: &str, ids: &[JobId], now_ms: u64) {
+async fn kill(store: &Arc<dyn Store>, queue: &str, ids: &[JobId], now_ms: u64) {
     let taken = take(store, &[queue], ids.len(), now_ms).await;
     assert_eq!(taken_ids(&taken), ids);
     for job in &taken {
         store
-            .fail(ack(job), now_ms, &dead(now_ms, "fatal"))
+            .fail_job(ack(job), now_ms, &dead(now_ms, "fatal"))
             .await
             .expect("failed");
     }
@@ -273,9 +307,9 @@ async fn kill(store: &Store, queue: &str, ids: &[JobId], now_ms: u64) {
 
 /// Everything a store holds, as a reopened store at `now_ms` must give it back: jobs in flight
 /// are ready, and so are scheduled jobs that are due.
-async fn snapshot(store: &Store, now_ms: u64) -> serde_json::Value {
+async fn snapshot(store: &Arc<dyn Store>, now_ms: u64) -> serde_json::Value {
     let jobs: Vec<Job> = store
-        .list(&JobFilter::default(), None, 1_000_000)
+        .list_jobs(&JobFilter::default(), Page::after(None, 1_000_000))
         .await
         .expect("list")
         .into_iter()
@@ -288,7 +322,7 @@ async fn snapshot(store: &Store, now_ms: u64) -> serde_json::Value {
             job
         })
         .collect();
-    let queues = store.queues().await;
+    let queues = store.queues().await.expect("queues");
     json!({ "jobs": jobs, "queues": queues })
 }
 
@@ -320,18 +354,18 @@ fn counts_of(jobs: &[Job]) -> Vec<QueueCounts> {
 /// Closes the store, reopens it at `now_ms`, and checks that nothing acknowledged changed:
 /// every job, its errors and policy, and every queue's settings (in-flight jobs are ready
 /// again). Returns the reopened store.
-async fn reopen(backend: &impl Backend, store: Store, now_ms: u64) -> Store {
+async fn reopen(backend: &impl Backend, store: Arc<dyn Store>, now_ms: u64) -> Arc<dyn Store> {
     let before = snapshot(&store, now_ms).await;
-    store.close().await;
+    close(store).await;
     let store = backend.open(now_ms).await;
     let after = snapshot(&store, now_ms).await;
     assert_eq!(after, before, "the state survived closing and reopening");
     let jobs = store
-        .list(&JobFilter::default(), None, 1_000_000)
+        .list_jobs(&JobFilter::default(), Page::after(None, 1_000_000))
         .await
         .expect("list");
     assert_eq!(
-        store.counts().await,
+        store.counts().await.expect("counts"),
         counts_of(&jobs),
         "counts match the jobs"
     );
@@ -342,18 +376,18 @@ async fn reopen(backend: &impl Backend, store: Store, now_ms: u64) -> Store {
 
 async fn enqueue_is_atomic_and_ids_increase(backend: &impl Backend) {
     let store = backend.open(T0).await;
-    let first = store
-        .enqueue(
-            vec![
-                job("q").payload(json!({"n": 1})),
-                job("q").priority(3),
-                job("q").at(T0 + SECOND),
-            ],
-            OnDuplicate::Refuse,
-            T0,
-        )
-        .await
-        .expect("enqueued");
+    let first = insert(
+        &store,
+        vec![
+            job("q").payload(json!({"n": 1})),
+            job("q").priority(3),
+            job("q").at(T0 + SECOND),
+        ],
+        OnDuplicate::Refuse,
+        T0,
+    )
+    .await
+    .expect("enqueued");
     let ids: Vec<JobId> = first.iter().map(|e| e.id).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
     assert_eq!(
@@ -378,9 +412,13 @@ async fn enqueue_is_atomic_and_ids_increase(backend: &impl Backend) {
 
     let keyed = enqueue(&store, vec![job("q").key("k")], T0).await;
     // A refused batch stores nothing, not even its valid jobs.
-    let refused = store
-        .enqueue(vec![job("q"), job("q").key("k")], OnDuplicate::Refuse, T0)
-        .await;
+    let refused = insert(
+        &store,
+        vec![job("q"), job("q").key("k")],
+        OnDuplicate::Refuse,
+        T0,
+    )
+    .await;
     assert_eq!(
         refused.expect_err("refused"),
         StoreError::Duplicate {
@@ -399,7 +437,7 @@ async fn enqueue_is_atomic_and_ids_increase(backend: &impl Backend) {
     // Ids are never reused, across restarts too.
     let after = enqueue(&store, vec![job("q")], T0).await;
     assert!(after[0] > next[0]);
-    store.close().await;
+    close(store).await;
 }
 
 async fn unique_keys_refuse_or_return_the_holder(backend: &impl Backend) {
@@ -407,8 +445,7 @@ async fn unique_keys_refuse_or_return_the_holder(backend: &impl Backend) {
     let held = enqueue(&store, vec![job("q1").key("k")], T0).await[0];
     // Keys are per queue.
     enqueue(&store, vec![job("q2").key("k")], T0).await;
-    let existing = store
-        .enqueue(vec![job("q1").key("k")], OnDuplicate::Existing, T0)
+    let existing = insert(&store, vec![job("q1").key("k")], OnDuplicate::Existing, T0)
         .await
         .expect("answered");
     assert_eq!(
@@ -421,23 +458,23 @@ async fn unique_keys_refuse_or_return_the_holder(backend: &impl Backend) {
         }]
     );
     // Within one batch, the second holder of a key is the first.
-    let batch = store
-        .enqueue(
-            vec![job("q1").key("m"), job("q1").key("m")],
-            OnDuplicate::Existing,
-            T0,
-        )
-        .await
-        .expect("answered");
+    let batch = insert(
+        &store,
+        vec![job("q1").key("m"), job("q1").key("m")],
+        OnDuplicate::Existing,
+        T0,
+    )
+    .await
+    .expect("answered");
     assert_eq!(batch[1].id, batch[0].id);
     assert_eq!((batch[0].created, batch[1].created), (true, false));
-    let refused = store
-        .enqueue(
-            vec![job("q1").key("n"), job("q1").key("n")],
-            OnDuplicate::Refuse,
-            T0,
-        )
-        .await;
+    let refused = insert(
+        &store,
+        vec![job("q1").key("n"), job("q1").key("n")],
+        OnDuplicate::Refuse,
+        T0,
+    )
+    .await;
     assert!(
         matches!(
             refused,
@@ -454,14 +491,12 @@ async fn unique_keys_refuse_or_return_the_holder(backend: &impl Backend) {
     // A finished job (completed or dead) frees its key; an in-flight one holds it.
     let taken = take(&store, &["q1"], 1, T0).await;
     assert_eq!(taken_ids(&taken), [held]);
-    let refused = store
-        .enqueue(vec![job("q1").key("k")], OnDuplicate::Refuse, T0)
-        .await;
+    let refused = insert(&store, vec![job("q1").key("k")], OnDuplicate::Refuse, T0).await;
     assert!(
         matches!(refused, Err(StoreError::Duplicate { holder: KeyHolder::Job(existing), .. }) if existing == held)
     );
     let done = store
-        .complete(&[ack(&taken[0])], true, T0)
+        .complete_jobs(&[ack(&taken[0])], true, T0)
         .await
         .expect("completed");
     assert_eq!(done, [Ok(())]);
@@ -472,15 +507,13 @@ async fn unique_keys_refuse_or_return_the_holder(backend: &impl Backend) {
 
     let store = reopen(backend, store, T0).await;
     for (queue, key) in [("q1", "k"), ("q1", "m"), ("q2", "k")] {
-        let refused = store
-            .enqueue(vec![job(queue).key(key)], OnDuplicate::Refuse, T0)
-            .await;
+        let refused = insert(&store, vec![job(queue).key(key)], OnDuplicate::Refuse, T0).await;
         assert!(
             matches!(refused, Err(StoreError::Duplicate { .. })),
             "{queue}/{key} is still held after reopening: {refused:?}"
         );
     }
-    store.close().await;
+    close(store).await;
 }
 
 async fn take_is_by_priority_then_age_and_leases(backend: &impl Backend) {
@@ -500,15 +533,13 @@ async fn take_is_by_priority_then_age_and_leases(backend: &impl Backend) {
     )
     .await;
     store
-        .put_queue(
-            "c",
-            QueueConfig {
+        .update_queue("c", &|_| {
+            Some(QueueConfig {
                 policy: None,
                 paused: true,
                 ..QueueConfig::default()
-            },
-            None,
-        )
+            })
+        })
         .await
         .expect("paused");
 
@@ -549,7 +580,7 @@ async fn take_is_by_priority_then_age_and_leases(backend: &impl Backend) {
         ("b", "work", 5)
     );
     assert_eq!(status(&store, ids[1]).await, Some(Status::InFlight));
-    let counts = store.counts().await;
+    let counts = store.counts().await.expect("counts");
     assert_eq!(
         counts
             .iter()
@@ -566,7 +597,7 @@ async fn take_is_by_priority_then_age_and_leases(backend: &impl Backend) {
         again.iter().all(|j| j.attempt == 1),
         "a restart is not an attempt"
     );
-    store.close().await;
+    close(store).await;
 }
 
 async fn complete_needs_the_current_lease(backend: &impl Backend) {
@@ -580,7 +611,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
     };
     let guessed = Ack { id: c.id, lease: 0 };
     let results = store
-        .complete(&[ack(a), wrong, guessed, ack(c), ack(d)], true, T0 + 7)
+        .complete_jobs(&[ack(a), wrong, guessed, ack(c), ack(d)], true, T0 + 7)
         .await
         .expect("one commit");
     assert_eq!(
@@ -600,7 +631,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
     );
     assert_eq!(status(&store, b.id).await, Some(Status::InFlight));
     let results = store
-        .complete(
+        .complete_jobs(
             &[
                 ack(a),
                 Ack {
@@ -625,11 +656,11 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
     );
     // Without retention, a completed job is gone.
     let results = store
-        .complete(&[ack(b)], false, T0)
+        .complete_jobs(&[ack(b)], false, T0)
         .await
         .expect("one commit");
     assert_eq!(results, [Ok(())]);
-    assert!(store.get(b.id).await.expect("readable").is_none());
+    assert!(store.get_job(b.id).await.expect("readable").is_none());
     assert_eq!(ids.len(), 5);
 
     let store = reopen(backend, store, T0 + 10).await;
@@ -643,7 +674,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
         assert_eq!(status(&store, id).await, want, "job {id}");
     }
     assert_eq!(taken_ids(&take(&store, &["q"], 5, T0 + 10).await), [e.id]);
-    store.close().await;
+    close(store).await;
 }
 
 /// What a decision closure was shown.
@@ -660,15 +691,13 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
     let store = backend.open(T0).await;
     let queue_policy = fixed(5 * SECOND);
     store
-        .put_queue(
-            "q",
-            QueueConfig {
-                policy: Some(native::to_json(&queue_policy)),
+        .update_queue("q", &|_| {
+            Some(QueueConfig {
+                policy: Some(StoredPolicy::new(queue_policy.clone())),
                 paused: false,
                 ..QueueConfig::default()
-            },
-            Some(Arc::new(queue_policy.clone())),
-        )
+            })
+        })
         .await
         .expect("configured");
     let job_policy = fixed(60 * SECOND);
@@ -689,7 +718,7 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
             queue: ctx.queue.to_owned(),
             failures: ctx.state.failures,
             job_policy: ctx.job_policy.cloned(),
-            queue_policy: ctx.queue_policy.cloned(),
+            queue_policy: queue_policy_of(ctx),
         });
         inner(ctx)
     };
@@ -698,7 +727,7 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
     // A retry: scheduled, one failure, one error entry.
     let decide = retry(now, 60 * SECOND, "boom");
     let transition = store
-        .fail(ack(&taken[0]), now, &|ctx: &DecideContext<'_>| {
+        .fail_job(ack(&taken[0]), now, &|ctx: &DecideContext<'_>| {
             watch(&decide, ctx)
         })
         .await
@@ -715,7 +744,7 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
     // Dead.
     let decide = dead(now, "fatal");
     store
-        .fail(ack(&taken[1]), now, &|ctx: &DecideContext<'_>| {
+        .fail_job(ack(&taken[1]), now, &|ctx: &DecideContext<'_>| {
             watch(&decide, ctx)
         })
         .await
@@ -733,7 +762,7 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
     // A retry that is already due is ready at once, and the answer says so.
     let decide = retry(now, 0, "again");
     let transition = store
-        .fail(ack(&taken[2]), now, &|ctx: &DecideContext<'_>| {
+        .fail_job(ack(&taken[2]), now, &|ctx: &DecideContext<'_>| {
             watch(&decide, ctx)
         })
         .await
@@ -778,11 +807,11 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
         lease: taken[2].lease_token,
     };
     assert_eq!(
-        store.fail(stale, now, &watched).await,
+        store.fail_job(stale, now, &watched).await,
         Err(StoreError::LeaseLost { id: ids[2] })
     );
     assert_eq!(
-        store.fail(ack(&taken[1]), now, &watched).await,
+        store.fail_job(ack(&taken[1]), now, &watched).await,
         Err(StoreError::NotInFlight {
             id: ids[1],
             status: Status::Dead
@@ -790,7 +819,7 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
     );
     assert_eq!(
         store
-            .fail(
+            .fail_job(
                 Ack {
                     id: 424_242,
                     lease: 1
@@ -804,7 +833,7 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
     assert_eq!(seen.lock().expect("not poisoned").len(), calls);
     // The errors list grows one entry per failure, oldest first.
     store
-        .fail(
+        .fail_job(
             ack(&again_taken[0]),
             now + 1,
             &retry(now + 1, 60 * SECOND, "twice"),
@@ -821,15 +850,18 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
 
     // Reopened: the schedule, the dead job, the errors, and both policies as decisions see them.
     let store = reopen(backend, store, now + 1).await;
-    let due = store.promote_due(now + 60 * SECOND, 100).await;
+    let due = store
+        .promote_due(now + 60 * SECOND, 100)
+        .await
+        .expect("promote");
     assert_eq!(due, 1, "the first job's retry");
     let retried = take(&store, &["q"], 1, now + 60 * SECOND).await;
     assert_eq!((taken_ids(&retried), retried[0].attempt), (vec![ids[0]], 2));
     let seen = Mutex::new(None);
     store
-        .fail(ack(&retried[0]), now, &|ctx: &DecideContext<'_>| {
+        .fail_job(ack(&retried[0]), now, &|ctx: &DecideContext<'_>| {
             *seen.lock().expect("not poisoned") =
-                Some((ctx.job_policy.cloned(), ctx.queue_policy.cloned()));
+                Some((ctx.job_policy.cloned(), queue_policy_of(ctx)));
             retry(now, 1, "x")(ctx)
         })
         .await
@@ -838,7 +870,7 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
         seen.into_inner().expect("not poisoned"),
         Some((Some(fixed(60 * SECOND)), Some(fixed(5 * SECOND))))
     );
-    store.close().await;
+    close(store).await;
 }
 
 async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
@@ -846,7 +878,10 @@ async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
     let ids = enqueue(&store, vec![job("q"); 3], T0).await;
     let short = take_on(&store, &["q"], 1, 10 * SECOND, None, T0).await;
     let long = take_on(&store, &["q"], 2, 20 * SECOND, None, T0).await;
-    assert_eq!(store.next_wakeup().await, Some(T0 + 10 * SECOND));
+    assert_eq!(
+        store.next_wakeup().await.expect("next wakeup"),
+        Some(T0 + 10 * SECOND)
+    );
 
     let expiry = T0 + 10 * SECOND;
     assert_eq!(
@@ -869,7 +904,7 @@ async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
     assert_eq!(shown.errors.len(), 1);
     // Its old lease is gone.
     let results = store
-        .complete(&[ack(&short[0])], true, expiry)
+        .complete_jobs(&[ack(&short[0])], true, expiry)
         .await
         .expect("commit");
     assert!(matches!(results[0], Err(StoreError::NotInFlight { .. })));
@@ -878,11 +913,11 @@ async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
     // take); a stale token cannot.
     const DAY: u64 = 86_400 * SECOND;
     let beat = store
-        .heartbeat(ack(&long[0]), 30 * SECOND, DAY, T0 + 15 * SECOND)
+        .extend_lease(ack(&long[0]), 30 * SECOND, DAY, T0 + 15 * SECOND)
         .await;
     assert_eq!(beat, Ok(T0 + 45 * SECOND));
     let capped = store
-        .heartbeat(ack(&long[0]), 30 * SECOND, 40 * SECOND, T0 + 16 * SECOND)
+        .extend_lease(ack(&long[0]), 30 * SECOND, 40 * SECOND, T0 + 16 * SECOND)
         .await;
     assert_eq!(capped, Ok(T0 + 40 * SECOND));
     let stale = Ack {
@@ -890,7 +925,7 @@ async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
         lease: long[0].lease_token,
     };
     assert_eq!(
-        store.heartbeat(stale, 30 * SECOND, DAY, T0).await,
+        store.extend_lease(stale, 30 * SECOND, DAY, T0).await,
         Err(StoreError::LeaseLost { id: long[1].id })
     );
     let at = T0 + 20 * SECOND;
@@ -904,7 +939,7 @@ async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
     let at = T0 + 45 * SECOND;
     assert_eq!(store.expire_leases(at, 0, &again(at, "lost")).await, Ok(0));
     assert_eq!(store.expire_leases(at, 1, &again(at, "lost")).await, Ok(1));
-    assert_eq!(store.next_wakeup().await, None);
+    assert_eq!(store.next_wakeup().await.expect("next wakeup"), None);
     assert_eq!(ids.len(), 3);
 
     let store = reopen(backend, store, at).await;
@@ -914,7 +949,7 @@ async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
         (Status::Dead, 1),
         "the dead job and its error survived"
     );
-    store.close().await;
+    close(store).await;
 }
 
 async fn due_jobs_are_promoted(backend: &impl Backend) {
@@ -930,30 +965,63 @@ async fn due_jobs_are_promoted(backend: &impl Backend) {
         T0,
     )
     .await;
-    assert_eq!(store.next_wakeup().await, Some(T0 + SECOND));
-    assert_eq!(store.promote_due(T0 + SECOND - 1, 100).await, 0);
+    assert_eq!(
+        store.next_wakeup().await.expect("next wakeup"),
+        Some(T0 + SECOND)
+    );
+    assert_eq!(
+        store
+            .promote_due(T0 + SECOND - 1, 100)
+            .await
+            .expect("promote"),
+        0
+    );
     assert!(take(&store, &["q"], 10, T0 + SECOND - 1).await.is_empty());
-    assert_eq!(store.promote_due(T0 + SECOND, 100).await, 1);
-    assert_eq!(store.next_wakeup().await, Some(T0 + 2 * SECOND));
+    assert_eq!(
+        store.promote_due(T0 + SECOND, 100).await.expect("promote"),
+        1
+    );
+    assert_eq!(
+        store.next_wakeup().await.expect("next wakeup"),
+        Some(T0 + 2 * SECOND)
+    );
     assert_eq!(status(&store, ids[0]).await, Some(Status::Ready));
     // At most `max` at a time.
-    assert_eq!(store.promote_due(T0 + 2 * SECOND, 1).await, 1);
-    assert_eq!(store.promote_due(T0 + 2 * SECOND, 1).await, 1);
-    assert_eq!(store.promote_due(T0 + 2 * SECOND, 1).await, 0);
-    let counts = store.counts().await;
+    assert_eq!(
+        store
+            .promote_due(T0 + 2 * SECOND, 1)
+            .await
+            .expect("promote"),
+        1
+    );
+    assert_eq!(
+        store
+            .promote_due(T0 + 2 * SECOND, 1)
+            .await
+            .expect("promote"),
+        1
+    );
+    assert_eq!(
+        store
+            .promote_due(T0 + 2 * SECOND, 1)
+            .await
+            .expect("promote"),
+        0
+    );
+    let counts = store.counts().await.expect("counts");
     assert_eq!((counts[0].ready, counts[0].scheduled), (3, 1));
 
     // Reopened before the last one is due: it waits; after, it is ready.
     let store = reopen(backend, store, T0 + 2 * SECOND).await;
     assert_eq!(status(&store, ids[3]).await, Some(Status::Scheduled));
-    store.close().await;
+    close(store).await;
     let store = backend.open(T0 + 3 * SECOND).await;
     assert_eq!(status(&store, ids[3]).await, Some(Status::Ready));
     assert_eq!(
         taken_ids(&take(&store, &["q"], 10, T0 + 3 * SECOND).await),
         ids
     );
-    store.close().await;
+    close(store).await;
 }
 
 async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
@@ -964,18 +1032,21 @@ async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     let plain = take_on(&store, &["q"], 1, 30 * SECOND, None, T0).await;
     let nine = take_on(&store, &["q"], 1, 30 * SECOND, Some(9), T0).await;
     assert_eq!(
-        (store.stream_leases(7).await, store.stream_leases(8).await),
+        (
+            store.claim(7).await.expect("claim").jobs.len(),
+            store.claim(8).await.expect("claim").jobs.len()
+        ),
         (2, 1)
     );
     // An acknowledged job no longer counts against its stream.
     store
-        .complete(&[ack(&nine[0])], true, T0)
+        .complete_jobs(&[ack(&nine[0])], true, T0)
         .await
         .expect("completed");
-    assert_eq!(store.stream_leases(9).await, 0);
+    assert_eq!(store.claim(9).await.expect("claim").jobs.len(), 0);
 
-    assert_eq!(store.release_stream(7).await, 2);
-    assert_eq!(store.stream_leases(7).await, 0);
+    assert_eq!(store.release_claim(7).await.expect("release"), 2);
+    assert_eq!(store.claim(7).await.expect("claim").jobs.len(), 0);
     for job in &seven {
         let shown = get(&store, job.id).await;
         assert_eq!(
@@ -986,7 +1057,7 @@ async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     }
     assert_eq!(status(&store, eight[0].id).await, Some(Status::InFlight));
     assert_eq!(status(&store, plain[0].id).await, Some(Status::InFlight));
-    assert_eq!(store.release_stream(12_345).await, 0);
+    assert_eq!(store.release_claim(12_345).await.expect("release"), 0);
     assert_eq!(
         taken_ids(&take(&store, &["q"], 5, T0).await),
         taken_ids(&seven)
@@ -994,9 +1065,9 @@ async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     assert_eq!(ids.len(), 5);
 
     let store = reopen(backend, store, T0).await;
-    assert_eq!(store.stream_leases(8).await, 0);
+    assert_eq!(store.claim(8).await.expect("claim").jobs.len(), 0);
     assert_eq!(status(&store, nine[0].id).await, Some(Status::Completed));
-    store.close().await;
+    close(store).await;
 }
 
 async fn dead_jobs_are_replayed(backend: &impl Backend) {
@@ -1015,7 +1086,7 @@ async fn dead_jobs_are_replayed(backend: &impl Backend) {
 
     // By id: only dead jobs are replayed; failures are kept without a reset.
     let replayed = store
-        .replay(
+        .replay_jobs(
             &Replay {
                 selection: Selection {
                     ids: Some(vec![ids[0], ready]),
@@ -1054,7 +1125,7 @@ async fn dead_jobs_are_replayed(backend: &impl Backend) {
     // By filter, with a new policy and a fresh attempt count.
     let policy = fixed(90 * SECOND);
     let replayed = store
-        .replay(
+        .replay_jobs(
             &Replay {
                 selection: Selection {
                     ids: None,
@@ -1065,7 +1136,7 @@ async fn dead_jobs_are_replayed(backend: &impl Backend) {
                         ..JobFilter::default()
                     },
                 },
-                policy: Some((native::to_json(&policy), Arc::new(policy.clone()))),
+                policy: Some(StoredPolicy::new(policy.clone())),
                 reset_attempts: true,
             },
             T0 + 6,
@@ -1083,7 +1154,7 @@ async fn dead_jobs_are_replayed(backend: &impl Backend) {
         ),
         (0, None, None)
     );
-    assert_eq!(shown.spec.policy, Some(native::to_json(&policy)));
+    assert_eq!(shown.spec.policy, Some(StoredPolicy::new(policy.clone())));
     assert_eq!(
         status(&store, ids[2]).await,
         Some(Status::Dead),
@@ -1097,7 +1168,7 @@ async fn dead_jobs_are_replayed(backend: &impl Backend) {
     assert_eq!(again.attempt, 1);
     let seen = Mutex::new(None);
     store
-        .fail(ack(again), T0 + 7, &|ctx: &DecideContext<'_>| {
+        .fail_job(ack(again), T0 + 7, &|ctx: &DecideContext<'_>| {
             *seen.lock().expect("not poisoned") = ctx.job_policy.cloned();
             dead(T0 + 7, "again")(ctx)
         })
@@ -1118,9 +1189,9 @@ async fn dead_jobs_are_replayed(backend: &impl Backend) {
     let store = reopen(backend, store, T0 + 8).await;
     assert_eq!(
         get(&store, ids[1]).await.spec.policy,
-        Some(native::to_json(&policy))
+        Some(StoredPolicy::new(policy.clone()))
     );
-    store.close().await;
+    close(store).await;
 }
 
 /// A replay never makes two unfinished jobs share a unique key: a dead job whose key an
@@ -1143,7 +1214,7 @@ async fn replay_respects_unique_keys(backend: &impl Backend) {
         reset_attempts: false,
     };
     let replayed = store
-        .replay(&by_id(vec![old]), T0 + 1)
+        .replay_jobs(&by_id(vec![old]), T0 + 1)
         .await
         .expect("answered");
     assert_eq!(
@@ -1172,13 +1243,16 @@ async fn replay_respects_unique_keys(backend: &impl Backend) {
         policy: None,
         reset_attempts: false,
     };
-    let replayed = store.replay(&all_dead, T0 + 1).await.expect("answered");
+    let replayed = store
+        .replay_jobs(&all_dead, T0 + 1)
+        .await
+        .expect("answered");
     assert!(replayed.ids.is_empty());
     assert_eq!(replayed.skipped.len(), 1);
     // Two dead jobs with one key: only the first comes back.
     kill(&store, "q", &[new], T0 + 2).await;
     let replayed = store
-        .replay(&by_id(vec![old, new, 999_999]), T0 + 3)
+        .replay_jobs(&by_id(vec![old, new, 999_999]), T0 + 3)
         .await
         .expect("answered");
     assert_eq!(replayed.ids, [old]);
@@ -1195,22 +1269,18 @@ async fn replay_respects_unique_keys(backend: &impl Backend) {
             (999_999, NotReplayed::NotFound),
         ]
     );
-    let refused = store
-        .enqueue(vec![job("q").key("k")], OnDuplicate::Refuse, T0 + 3)
-        .await;
+    let refused = insert(&store, vec![job("q").key("k")], OnDuplicate::Refuse, T0 + 3).await;
     assert!(
         matches!(refused, Err(StoreError::Duplicate { holder: KeyHolder::Job(h), .. }) if h == old),
         "{refused:?}"
     );
     let store = reopen(backend, store, T0 + 4).await;
-    let refused = store
-        .enqueue(vec![job("q").key("k")], OnDuplicate::Refuse, T0 + 4)
-        .await;
+    let refused = insert(&store, vec![job("q").key("k")], OnDuplicate::Refuse, T0 + 4).await;
     assert!(
         matches!(refused, Err(StoreError::Duplicate { holder: KeyHolder::Job(h), .. }) if h == old),
         "{refused:?}"
     );
-    store.close().await;
+    close(store).await;
 }
 
 async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
@@ -1232,16 +1302,16 @@ async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
 
     // By id (an in-flight job too), ignoring ids that do not exist.
     let deleted = store
-        .delete(&Selection {
+        .delete_jobs(&Selection {
             ids: Some(vec![ids[0], 777_777]),
             filter: JobFilter::default(),
         })
         .await
         .expect("deleted");
     assert_eq!(deleted, [ids[0]]);
-    assert!(store.get(ids[0]).await.expect("readable").is_none());
+    assert!(store.get_job(ids[0]).await.expect("readable").is_none());
     let results = store
-        .complete(&[ack(&taken[0])], true, T0)
+        .complete_jobs(&[ack(&taken[0])], true, T0)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[0]))]);
@@ -1250,7 +1320,7 @@ async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
 
     // By filter: queue and type.
     let deleted = store
-        .delete(&Selection {
+        .delete_jobs(&Selection {
             ids: None,
             filter: JobFilter {
                 queue: Some("q".into()),
@@ -1264,7 +1334,7 @@ async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
     assert_eq!(deleted, [ids[1], ids[2]]);
     // Ids narrowed by the filter.
     let deleted = store
-        .delete(&Selection {
+        .delete_jobs(&Selection {
             ids: Some(vec![ids[3], ids[4]]),
             filter: JobFilter {
                 queue: Some("r".into()),
@@ -1283,11 +1353,11 @@ async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
     let store = reopen(backend, store, T0).await;
     for id in &ids[..4] {
         assert!(
-            store.get(*id).await.expect("readable").is_none(),
+            store.get_job(*id).await.expect("readable").is_none(),
             "job {id}"
         );
     }
-    store.close().await;
+    close(store).await;
 }
 
 async fn finished_jobs_are_purged_after_retention(backend: &impl Backend) {
@@ -1295,19 +1365,19 @@ async fn finished_jobs_are_purged_after_retention(backend: &impl Backend) {
     let ids = enqueue(&store, vec![job("q"); 5], T0).await;
     let taken = take(&store, &["q"], 5, T0).await;
     store
-        .complete(&[ack(&taken[0])], true, T0 + 1_000)
+        .complete_jobs(&[ack(&taken[0])], true, T0 + 1_000)
         .await
         .expect("done");
     store
-        .complete(&[ack(&taken[1])], true, T0 + 5_000)
+        .complete_jobs(&[ack(&taken[1])], true, T0 + 5_000)
         .await
         .expect("done");
     store
-        .fail(ack(&taken[2]), T0 + 1_000, &dead(T0 + 1_000, "x"))
+        .fail_job(ack(&taken[2]), T0 + 1_000, &dead(T0 + 1_000, "x"))
         .await
         .expect("dead");
     store
-        .fail(ack(&taken[3]), T0 + 5_000, &dead(T0 + 5_000, "x"))
+        .fail_job(ack(&taken[3]), T0 + 5_000, &dead(T0 + 5_000, "x"))
         .await
         .expect("dead");
 
@@ -1336,7 +1406,7 @@ async fn finished_jobs_are_purged_after_retention(backend: &impl Backend) {
         list(&store, JobFilter::default(), None, 100).await,
         [ids[4]]
     );
-    store.close().await;
+    close(store).await;
 }
 
 async fn list_filters_and_pages(backend: &impl Backend) {
@@ -1436,12 +1506,12 @@ async fn list_filters_and_pages(backend: &impl Backend) {
         list(&store, filter(None, Some(Status::Ready), None), None, 100).await,
         pick(&[0, 1, 3, 4, 5])
     );
-    store.close().await;
+    close(store).await;
 }
 
 async fn counts_per_queue_and_status(backend: &impl Backend) {
     let store = backend.open(T0).await;
-    assert!(store.counts().await.is_empty());
+    assert!(store.counts().await.expect("counts").is_empty());
     let ids = enqueue(
         &store,
         vec![
@@ -1457,15 +1527,15 @@ async fn counts_per_queue_and_status(backend: &impl Backend) {
     .await;
     let taken = take(&store, &["a"], 3, T0).await;
     store
-        .complete(&[ack(&taken[0])], true, T0)
+        .complete_jobs(&[ack(&taken[0])], true, T0)
         .await
         .expect("done");
     store
-        .fail(ack(&taken[1]), T0, &dead(T0, "x"))
+        .fail_job(ack(&taken[1]), T0, &dead(T0, "x"))
         .await
         .expect("dead");
     store
-        .delete(&Selection {
+        .delete_jobs(&Selection {
             ids: Some(vec![ids[5]]),
             filter: JobFilter::default(),
         })
@@ -1482,36 +1552,36 @@ async fn counts_per_queue_and_status(backend: &impl Backend) {
         };
     // Sorted by queue; a queue with no jobs left is not listed.
     assert_eq!(
-        store.counts().await,
+        store.counts().await.expect("counts"),
         [counts("a", [1, 0, 1, 1, 1]), counts("b", [0, 1, 0, 0, 0])]
     );
 
     let store = reopen(backend, store, T0 + SECOND).await;
     assert_eq!(
-        store.counts().await,
+        store.counts().await.expect("counts"),
         [counts("a", [0, 2, 0, 1, 1]), counts("b", [0, 1, 0, 0, 0])]
     );
-    store.close().await;
+    close(store).await;
 }
 
 async fn queue_configs_are_kept(backend: &impl Backend) {
     let store = backend.open(T0).await;
-    assert_eq!(store.queue("x").await, None);
-    assert!(store.queues().await.is_empty());
+    assert_eq!(store.queue("x").await.expect("queue"), None);
+    assert!(store.queues().await.expect("queues").is_empty());
     let paused = QueueConfig {
         policy: None,
         paused: true,
         ..QueueConfig::default()
     };
     store
-        .put_queue("x", paused.clone(), None)
+        .update_queue("x", &|_| Some(paused.clone()))
         .await
         .expect("put");
-    assert_eq!(store.queue("x").await, Some(paused.clone()));
+    assert_eq!(store.queue("x").await.expect("queue"), Some(paused.clone()));
     enqueue(&store, vec![job("jobs-only")], T0).await;
     // Queues with settings, and queues that only have jobs (with default settings).
     assert_eq!(
-        store.queues().await,
+        store.queues().await.expect("queues"),
         [
             ("jobs-only".to_owned(), QueueConfig::default()),
             ("x".to_owned(), paused)
@@ -1519,37 +1589,43 @@ async fn queue_configs_are_kept(backend: &impl Backend) {
     );
     let policy = fixed(7 * SECOND);
     let configured = QueueConfig {
-        policy: Some(native::to_json(&policy)),
+        policy: Some(StoredPolicy::new(policy.clone())),
         paused: false,
         ..QueueConfig::default()
     };
     store
-        .put_queue("x", configured.clone(), Some(Arc::new(policy.clone())))
+        .update_queue("x", &|_| Some(configured.clone()))
         .await
         .expect("put");
-    assert_eq!(store.queue("x").await, Some(configured.clone()));
+    assert_eq!(
+        store.queue("x").await.expect("queue"),
+        Some(configured.clone())
+    );
     store
-        .put_queue("y", QueueConfig::default(), None)
+        .update_queue("y", &|_| Some(QueueConfig::default()))
         .await
         .expect("put");
 
     let store = reopen(backend, store, T0).await;
-    assert_eq!(store.queue("x").await, Some(configured));
-    assert_eq!(store.queue("y").await, Some(QueueConfig::default()));
+    assert_eq!(store.queue("x").await.expect("queue"), Some(configured));
+    assert_eq!(
+        store.queue("y").await.expect("queue"),
+        Some(QueueConfig::default())
+    );
     // The queue policy reaches decisions after a reopen.
     let id = enqueue(&store, vec![job("x")], T0).await[0];
     let taken = take(&store, &["x"], 1, T0).await;
     assert_eq!(taken_ids(&taken), [id]);
     let seen = Mutex::new(None);
     store
-        .fail(ack(&taken[0]), T0, &|ctx: &DecideContext<'_>| {
-            *seen.lock().expect("not poisoned") = ctx.queue_policy.cloned();
+        .fail_job(ack(&taken[0]), T0, &|ctx: &DecideContext<'_>| {
+            *seen.lock().expect("not poisoned") = queue_policy_of(ctx);
             dead(T0, "x")(ctx)
         })
         .await
         .expect("failed");
     assert_eq!(seen.into_inner().expect("not poisoned"), Some(policy));
-    store.close().await;
+    close(store).await;
 }
 
 // --- the suite, once per backend -------------------------------------------------------------

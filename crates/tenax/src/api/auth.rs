@@ -145,8 +145,11 @@ pub async fn authorize(
             query: parts.uri.query(),
             body: &bytes,
         };
-        if let Err(why) = scope.check().await {
-            return refuse(zaqar, StatusCode::FORBIDDEN, &why);
+        match scope.check().await {
+            Ok(()) => {}
+            Err(Denied::Forbidden(why)) => return refuse(zaqar, StatusCode::FORBIDDEN, &why),
+            Err(Denied::Failed(error)) if zaqar => return ZaqarError::from(error).into_response(),
+            Err(Denied::Failed(error)) => return ApiError::from(error).into_response(),
         }
         Body::from(bytes)
     } else {
@@ -221,6 +224,20 @@ fn refuse(zaqar: bool, status: StatusCode, message: &str) -> Response {
     }
 }
 
+/// Why a scope check did not let a request through.
+enum Denied {
+    /// The token may not touch what the request names (403).
+    Forbidden(String),
+    /// Finding what the request names failed.
+    Failed(crate::store::StoreError),
+}
+
+impl From<crate::store::StoreError> for Denied {
+    fn from(error: crate::store::StoreError) -> Self {
+        Self::Failed(error)
+    }
+}
+
 /// A scoped token against the queue (or Zaqar project) a request touches.
 struct ScopeCheck<'a> {
     engine: &'a Engine,
@@ -244,36 +261,36 @@ impl ScopeCheck<'_> {
         serde_json::from_slice(self.body).unwrap_or(Value::Null)
     }
 
-    fn queue(&self, queue: &str) -> Result<(), String> {
+    fn queue(&self, queue: &str) -> Result<(), Denied> {
         if self.principal.queues.admits(queue) {
             Ok(())
         } else {
-            Err(format!(
+            Err(Denied::Forbidden(format!(
                 "this token ({}) may not touch queue {queue:?}",
                 self.principal.name
-            ))
+            )))
         }
     }
 
     /// The queue of each job id (unknown ids are left to the handler, which answers 404).
-    async fn jobs(&self, ids: &[u64]) -> Result<(), String> {
-        for peek in self.engine.store.peek(ids).await.into_iter().flatten() {
+    async fn jobs(&self, ids: &[u64]) -> Result<(), Denied> {
+        for peek in self.engine.peek(ids).await?.into_iter().flatten() {
             self.queue(&peek.queue)?;
         }
         Ok(())
     }
 
-    async fn subscription(&self, id: &str) -> Result<(), String> {
+    async fn subscription(&self, id: &str) -> Result<(), Denied> {
         let Ok(id) = id.parse::<u64>() else {
             return Ok(());
         };
-        match self.engine.store.subscription(id).await {
+        match self.engine.subscription(id).await? {
             Some(subscription) => self.queue(&subscription.queue),
             None => Ok(()),
         }
     }
 
-    async fn check(&self) -> Result<(), String> {
+    async fn check(&self) -> Result<(), Denied> {
         match self.rule.target {
             Target::Nothing | Target::Listing => Ok(()),
             Target::QueueInPath => self.queue(self.param("name").unwrap_or_default()),
@@ -320,10 +337,10 @@ impl ScopeCheck<'_> {
                     .map(|(_, value)| value.into_owned());
                 match queue {
                     Some(queue) => self.queue(&queue),
-                    None => Err(format!(
+                    None => Err(Denied::Forbidden(format!(
                         "this token ({}) may touch only some queues: name one with ?queue=",
                         self.principal.name
-                    )),
+                    ))),
                 }
             }
             Target::DeadSelection => {
@@ -337,11 +354,11 @@ impl ScopeCheck<'_> {
                 match json.get("queue").and_then(Value::as_str) {
                     Some(queue) => self.queue(queue)?,
                     None if ids.is_empty() => {
-                        return Err(format!(
+                        return Err(Denied::Forbidden(format!(
                             "this token ({}) may touch only some queues: name the jobs (ids) or \
                              a queue, not all",
                             self.principal.name
-                        ));
+                        )));
                     }
                     None => {}
                 }
@@ -355,7 +372,7 @@ impl ScopeCheck<'_> {
                 let Some(id) = self.param("id").and_then(|id| id.parse::<u64>().ok()) else {
                     return Ok(());
                 };
-                let queue = self.engine.store.peek(&[id]).await.pop().flatten();
+                let queue = self.engine.peek(&[id]).await?.pop().flatten();
                 match queue.and_then(|peek| subscription_of_queue(&peek.queue)) {
                     Some(subscription) => self.subscription(&subscription.to_string()).await,
                     None => Ok(()),
@@ -369,10 +386,10 @@ impl ScopeCheck<'_> {
                     .unwrap_or_default();
                 // A missing or bad header is Zaqar's own 400, answered by the handler.
                 if !project.is_empty() && !self.principal.projects.admits(project) {
-                    return Err(format!(
+                    return Err(Denied::Forbidden(format!(
                         "this token ({}) may not act for project {project:?}",
                         self.principal.name
-                    ));
+                    )));
                 }
                 match (self.rule.target, self.param("queue_name")) {
                     (Target::ZaqarQueue, Some(name)) if !project.is_empty() => {

@@ -1,13 +1,9 @@
 //! Dead jobs: list, replay (optionally with a new policy and a fresh attempt count), delete.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tenax_policy::parse_policy;
-use tenax_policy::spelling::native;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -15,6 +11,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::JsonBody;
+use super::fields::stored_policy;
 use super::jobs::{JobPage, ListQuery, list_page};
 use super::openapi::Refusals;
 use crate::model::{JobId, Status};
@@ -69,7 +66,7 @@ impl DeadSelection {
                 queue: self.queue,
                 status: Some(Status::Dead),
                 kind: self.kind,
-                finished_since_ms: None,
+                ..JobFilter::default()
             },
         })
     }
@@ -97,25 +94,16 @@ async fn replay(
     JsonBody(request): JsonBody<ReplayRequest>,
 ) -> Result<Json<ReplayView>, ApiError> {
     let selection = request.selection.into_selection()?;
-    let policy = match request.policy {
-        Some(value) => {
-            let policy = parse_policy(&value)
-                .map_err(|e| ApiError::policy("policy", &e))?
-                .retry;
-            Some((native::to_json(&policy), Arc::new(policy)))
-        }
-        None => None,
-    };
+    let policy = request
+        .policy
+        .map(|value| stored_policy("policy", &value))
+        .transpose()?;
     let replay = Replay {
         selection,
         policy,
         reset_attempts: request.reset_attempts,
     };
-    let replayed = state
-        .engine
-        .store
-        .replay(&replay, state.engine.now_ms())
-        .await?;
+    let replayed = state.engine.replay(&replay).await?;
     Ok(Json(ReplayView::from(replayed)))
 }
 
@@ -166,7 +154,7 @@ async fn delete(
     JsonBody(request): JsonBody<DeadSelection>,
 ) -> Result<Json<DeletedView>, ApiError> {
     let selection = request.into_selection()?;
-    let ids = state.engine.store.delete(&selection).await?;
+    let ids = state.engine.delete_jobs(&selection).await?;
     Ok(Json(DeletedView {
         deleted: ids.len(),
         ids,

@@ -8,15 +8,11 @@
 //! - Pages are in delivery id order; `next_after` is the cursor for the next page, `null` at the
 //!   end.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tenax_policy::parse_policy;
-use tenax_policy::spelling::native;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -24,7 +20,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::JsonOrEmpty;
-use super::fields::Time;
+use super::fields::{Time, stored_policy};
 use super::jobs::{ListQuery, filter_from};
 use super::openapi::{Conflict, Missing, Refusals};
 use super::subscription_views::{
@@ -33,7 +29,7 @@ use super::subscription_views::{
 use super::subscriptions::{existing, parse_subscription_id};
 use crate::model::subscription::{delivery_queue, subscription_of_queue};
 use crate::model::{Job, JobId, Status, SubscriptionId};
-use crate::store::{JobFilter, Replay, Selection};
+use crate::store::{JobFilter, Page, Replay, Selection};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -121,7 +117,10 @@ async fn delivery_page(
         },
         None,
     )?;
-    let jobs = state.engine.store.list(&filter, page.after, limit).await?;
+    let jobs = state
+        .engine
+        .jobs(&filter, Page::after(page.after, limit))
+        .await?;
     let next_after = (jobs.len() == limit)
         .then(|| jobs.last().map(|j| j.id))
         .flatten();
@@ -172,7 +171,6 @@ async fn subscription_attempts(
 async fn attempts_of(state: &AppState, id: JobId) -> Result<Vec<AttemptView>, ApiError> {
     Ok(state
         .engine
-        .store
         .attempts(id)
         .await?
         .into_iter()
@@ -182,7 +180,7 @@ async fn attempts_of(state: &AppState, id: JobId) -> Result<Vec<AttemptView>, Ap
 
 /// The delivery `id`, or the 404.
 async fn delivery(state: &AppState, id: JobId) -> Result<DeliveryView, ApiError> {
-    let job = state.engine.store.get(id).await?;
+    let job = state.engine.job(id).await?;
     job.ok_or_else(|| not_a_delivery(id))
         .and_then(delivery_view)
 }
@@ -274,26 +272,16 @@ async fn replay(
 ) -> Result<Vec<JobId>, ApiError> {
     selection.filter.queue = Some(delivery_queue(id));
     selection.filter.status = Some(Status::Dead);
-    let policy = match policy {
-        Some(value) => {
-            let policy = parse_policy(&value)
-                .map_err(|e| ApiError::policy("policy", &e))?
-                .retry;
-            Some((native::to_json(&policy), Arc::new(policy)))
-        }
-        None => None,
-    };
+    let policy = policy
+        .map(|value| stored_policy("policy", &value))
+        .transpose()?;
     let replay = Replay {
         selection,
         policy,
         reset_attempts,
     };
-    let replayed = state
-        .engine
-        .store
-        .replay(&replay, state.engine.now_ms())
-        .await?;
-    state.deliveries.subscription_changed();
+    // The store's ready signal wakes the subscription's runner.
+    let replayed = state.engine.replay(&replay).await?;
     Ok(replayed.ids)
 }
 
@@ -310,8 +298,7 @@ async fn replay_one(
     let id = parse_delivery_id(&id)?;
     let job = state
         .engine
-        .store
-        .get(id)
+        .job(id)
         .await?
         .ok_or_else(|| not_a_delivery(id))?;
     let subscription = subscription_of_queue(&job.spec.queue).ok_or_else(|| not_a_delivery(id))?;

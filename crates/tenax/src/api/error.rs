@@ -70,15 +70,44 @@ impl From<StoreError> for ApiError {
             StoreError::LeaseLost { .. } => Self::conflict("lease_lost", error.to_string()),
             // The handler names the field (`unique_key`, `jobs[i].unique_key`).
             StoreError::Duplicate { .. } => Self::conflict("duplicate", error.to_string()),
-            StoreError::Storage(_) | StoreError::Corrupt(_) | StoreError::Failed => {
-                tracing::error!(%error, "storage error");
+            StoreError::EndpointTaken { .. } => Self::conflict("endpoint_taken", error.to_string()),
+            StoreError::Failed => {
+                tracing::error!(%error, "storage has failed");
                 Self {
                     status: StatusCode::SERVICE_UNAVAILABLE,
-                    code: "storage_unavailable",
+                    code: "unavailable",
                     field: None,
-                    message: error.to_string(),
+                    message: "the server cannot store anything until it is restarted; the log \
+                              has the details under this request's id"
+                        .into(),
                 }
             }
+            StoreError::Storage(_) | StoreError::Corrupt(_) | StoreError::NewerFormat { .. } => {
+                Self::internal(&error)
+            }
+        }
+    }
+}
+
+impl ApiError {
+    /// A bare 500: the details go to the log, under the request's id, never to the client.
+    pub fn internal(error: &dyn std::error::Error) -> Self {
+        tracing::error!(error = %error, source = ?error.source(), "internal error");
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "internal",
+            field: None,
+            message: "internal error; the log has the details under this request's id".into(),
+        }
+    }
+}
+
+/// A refused change carries the handler's own error; a failed store, the store's.
+impl From<crate::engine::ChangeError<ApiError>> for ApiError {
+    fn from(error: crate::engine::ChangeError<ApiError>) -> Self {
+        match error {
+            crate::engine::ChangeError::Refused(error) => error,
+            crate::engine::ChangeError::Store(error) => error.into(),
         }
     }
 }

@@ -133,3 +133,14 @@ pub fn check_queue_name(field: &str, name: &str) -> Result<(), super::error::Api
         ))
     }
 }
+
+/// A policy field in any spelling, as the engine keeps it. Only the retry part counts: what an
+/// SNS policy says besides (throttle, content type) is for subscriptions to read.
+pub fn stored_policy(
+    field: &str,
+    value: &serde_json::Value,
+) -> Result<crate::model::StoredPolicy, super::error::ApiError> {
+    let parsed =
+        tenax_policy::parse_policy(value).map_err(|e| super::error::ApiError::policy(field, &e))?;
+    Ok(crate::model::StoredPolicy::new(parsed.retry))
+}

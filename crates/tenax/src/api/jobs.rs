@@ -1,15 +1,12 @@
 //! Enqueue, inspect, list, delete jobs; counts per queue.
 
-use std::sync::Arc;
-
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
-use tenax_policy::spelling::native;
-use tenax_policy::{RetryPolicy, parse_policy};
+use tenax_policy::parse_policy;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -22,9 +19,10 @@ use super::views::JobView;
 use super::{AppState, Limits};
 use crate::auth::Principal;
 use crate::clock::{UnixMs, check_time, rfc3339};
+use crate::engine::Enqueue;
 use crate::model::subscription::is_internal_queue;
-use crate::model::{NewJob, Status};
-use crate::store::{Enqueued, Insert, JobFilter, OnDuplicate, QueueCounts, Selection, StoreError};
+use crate::model::{NewJob, Status, StoredPolicy};
+use crate::store::{Enqueued, JobFilter, OnDuplicate, Page, QueueCounts, Selection, StoreError};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -81,14 +79,13 @@ pub struct BatchRequest {
     pub on_duplicate: OnDuplicate,
 }
 
-/// Turns a request into a store insert, naming fields under `prefix` in errors.
-pub(crate) fn to_insert(
+/// Turns a request into a job to enqueue, naming fields under `prefix` in errors.
+pub(crate) fn to_enqueue(
     request: EnqueueRequest,
     prefix: &str,
     now_ms: UnixMs,
     limits: &Limits,
-    default_policy: &RetryPolicy,
-) -> Result<Insert, ApiError> {
+) -> Result<Enqueue, ApiError> {
     let field = |name: &str| {
         if prefix.is_empty() {
             name.to_owned()
@@ -149,8 +146,8 @@ pub(crate) fn to_insert(
         }
         None => None,
     };
-    let policy = match (policy, request.retry_limit) {
-        (_, Some(limit)) if limit > tenax_policy::MAX_RETRY_LIMIT => {
+    if let Some(limit) = request.retry_limit {
+        if limit > tenax_policy::MAX_RETRY_LIMIT {
             return Err(ApiError::invalid(
                 field("retry_limit"),
                 format!(
@@ -159,27 +156,28 @@ pub(crate) fn to_insert(
                 ),
             ));
         }
-        (Some(policy), Some(limit)) => Some(policy.with_retry_limit(limit)),
-        // A job that gives only a retry limit keeps the curve it would otherwise have had
-        // (its queue's, else the server's), with that limit.
-        (None, Some(limit)) => Some(default_policy.clone().with_retry_limit(limit)),
-        (policy, None) => policy,
+    }
+    // A limit beside a policy applies to it; a bare limit is the engine's to apply, to the
+    // policy the job would otherwise have had (its queue's, else the server's).
+    let (policy, retry_limit) = match (policy, request.retry_limit) {
+        (Some(policy), Some(limit)) => (Some(policy.with_retry_limit(limit)), None),
+        (policy, limit) => (policy, limit),
     };
-    let canonical = policy.as_ref().map(native::to_json);
-    Ok(Insert {
+    Ok(Enqueue {
         job: NewJob {
             queue: request.queue,
             kind: request.kind,
             payload,
             priority: request.priority,
             run_at_ms,
-            policy: canonical,
+            policy: policy.map(StoredPolicy::new),
             unique_key: request.unique_key,
             created_at_ms: now_ms,
             expires_at_ms: None,
             origin: None,
+            parent: None,
         },
-        policy: policy.map(Arc::new),
+        retry_limit,
     })
 }
 
@@ -224,11 +222,10 @@ async fn enqueue_one(
 ) -> Result<(StatusCode, Json<EnqueuedView>), ApiError> {
     let on_duplicate = request.on_duplicate.unwrap_or_default();
     let now = state.engine.now_ms();
-    let base = state.engine.base_policy(&request.queue).await;
-    let insert = to_insert(request, "", now, &state.limits, &base)?;
+    let job = to_enqueue(request, "", now, &state.limits)?;
     let result = state
         .engine
-        .enqueue(vec![insert], on_duplicate)
+        .enqueue(vec![job], on_duplicate)
         .await
         .map_err(|e| duplicate_field(e, |_| "unique_key".to_owned()))?;
     let first = result
@@ -262,19 +259,7 @@ async fn enqueue_batch(
                 "is set for the whole batch: give on_duplicate beside jobs, not in a job",
             ));
         }
-        // Only a job with a bare retry limit needs its queue's policy.
-        let base = if job.policy.is_none() && job.retry_limit.is_some() {
-            state.engine.base_policy(&job.queue).await
-        } else {
-            state.engine.settings.default_policy.clone()
-        };
-        inserts.push(to_insert(
-            job,
-            &format!("jobs[{i}]"),
-            now,
-            &state.limits,
-            &base,
-        )?);
+        inserts.push(to_enqueue(job, &format!("jobs[{i}]"), now, &state.limits)?);
     }
     let result = state
         .engine
@@ -314,7 +299,7 @@ async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
     let id = parse_id(&id)?;
-    let job = state.engine.store.get(id).await?;
+    let job = state.engine.job(id).await?;
     job.map(|job| Json(JobView::from(job)))
         .ok_or_else(|| ApiError::not_found(format!("job {id} does not exist")))
 }
@@ -330,8 +315,7 @@ async fn delete_one(
     let id = parse_id(&id)?;
     let deleted = state
         .engine
-        .store
-        .delete(&Selection {
+        .delete_jobs(&Selection {
             ids: Some(vec![id]),
             ..Selection::default()
         })
@@ -390,7 +374,7 @@ pub(super) fn filter_from(
             queue: query.queue.clone(),
             status,
             kind: query.kind.clone(),
-            finished_since_ms: None,
+            ..JobFilter::default()
         },
         limit,
     ))
@@ -411,7 +395,10 @@ pub(super) async fn list_page(
     status: Option<Status>,
 ) -> Result<Json<JobPage>, ApiError> {
     let (filter, limit) = filter_from(query, status)?;
-    let jobs = state.engine.store.list(&filter, query.after, limit).await?;
+    let jobs = state
+        .engine
+        .jobs(&filter, Page::after(query.after, limit))
+        .await?;
     let next_after = (jobs.len() == limit)
         .then(|| jobs.last().map(|j| j.id))
         .flatten();
@@ -454,8 +441,8 @@ struct Totals {
 async fn stats(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-) -> Json<StatsView> {
-    let mut queues = state.engine.store.counts().await;
+) -> Result<Json<StatsView>, ApiError> {
+    let mut queues = state.engine.counts().await?;
     queues.retain(|q| !is_internal_queue(&q.queue) && principal.queues.admits(&q.queue));
     let mut totals = Totals::default();
     for q in &queues {
@@ -465,7 +452,7 @@ async fn stats(
         totals.completed += q.completed;
         totals.dead += q.dead;
     }
-    Json(StatsView { queues, totals })
+    Ok(Json(StatsView { queues, totals }))
 }
 
 #[cfg(test)]

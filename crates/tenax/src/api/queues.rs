@@ -3,14 +3,11 @@
 //! Internal queues (a subscription's deliveries) are never listed: their names cannot be asked
 //! for (see `check_queue_name`) and their counts are shown on the subscription.
 
-use std::sync::Arc;
-
 use axum::extract::{Path, State};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tenax_policy::parse_policy;
-use tenax_policy::spelling::native;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -21,6 +18,7 @@ use super::extract::JsonBody;
 use super::fields::check_queue_name;
 use super::openapi::Refusals;
 use crate::auth::Principal;
+use crate::model::StoredPolicy;
 use crate::model::subscription::is_internal_queue;
 use crate::store::{QueueConfig, QueueCounts};
 
@@ -76,7 +74,7 @@ fn view(name: &str, config: &QueueConfig, counts: Option<&QueueCounts>) -> Queue
     QueueView {
         name: name.to_owned(),
         paused: config.paused,
-        policy: config.policy.clone(),
+        policy: config.policy.as_ref().map(|p| p.json().clone()),
         counts,
         disable_overrides: config.disable_overrides,
         message_ttl_ms: config.message_ttl_ms,
@@ -89,18 +87,17 @@ fn view(name: &str, config: &QueueConfig, counts: Option<&QueueCounts>) -> Queue
 async fn list(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-) -> Json<QueueList> {
-    let counts = state.engine.store.counts().await;
+) -> Result<Json<QueueList>, ApiError> {
+    let counts = state.engine.counts().await?;
     let queues: Vec<QueueView> = state
         .engine
-        .store
         .queues()
-        .await
+        .await?
         .iter()
         .filter(|(name, _)| !is_internal_queue(name) && principal.queues.admits(name))
         .map(|(name, config)| view(name, config, counts.iter().find(|c| &c.queue == name)))
         .collect();
-    Json(QueueList { queues })
+    Ok(Json(QueueList { queues }))
 }
 
 /// One queue: its settings (the defaults if it has none) and its counts.
@@ -112,13 +109,18 @@ async fn show(
     Path(name): Path<String>,
 ) -> Result<Json<QueueView>, ApiError> {
     check_queue_name("name", &name)?;
-    let config = state.engine.store.queue(&name).await.unwrap_or_default();
-    let counts = state.engine.store.counts().await;
-    Ok(Json(view(
-        &name,
-        &config,
-        counts.iter().find(|c| c.queue == name),
-    )))
+    let config = state.engine.queue(&name).await?.unwrap_or_default();
+    shown(&state, &name, &config).await
+}
+
+/// The view of queue `name` with `config`, and its counts as they are now.
+async fn shown(
+    state: &AppState,
+    name: &str,
+    config: &QueueConfig,
+) -> Result<Json<QueueView>, ApiError> {
+    let counts = state.engine.queue_counts(name).await?;
+    Ok(Json(view(name, config, Some(&counts))))
 }
 
 /// New settings; omitted fields keep their value, `"policy": null` removes the policy.
@@ -156,6 +158,95 @@ fn present<'de, D: serde::Deserializer<'de>>(
     Ok(Some(Option::<Value>::deserialize(deserializer)?))
 }
 
+/// A checked change to a queue's settings: what to set, leaving the rest as stored.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct QueueChange {
+    policy: Option<Option<StoredPolicy>>,
+    paused: Option<bool>,
+    disable_overrides: Option<bool>,
+    message_ttl_ms: Option<Option<u64>>,
+}
+
+impl QueueChange {
+    /// The settings after the change, from the stored ones (the defaults if none).
+    pub(crate) fn applied(&self, current: Option<&QueueConfig>) -> QueueConfig {
+        let mut config = current.cloned().unwrap_or_default();
+        if let Some(policy) = &self.policy {
+            config.policy.clone_from(policy);
+        }
+        if let Some(paused) = self.paused {
+            config.paused = paused;
+        }
+        if let Some(forbid) = self.disable_overrides {
+            config.disable_overrides = forbid;
+        }
+        if let Some(ttl) = self.message_ttl_ms {
+            config.message_ttl_ms = ttl;
+        }
+        config
+    }
+}
+
+/// Checks an update's fields: all of them, before anything is stored. Pure, so the fuzz
+/// targets run it too.
+pub(crate) fn queue_change(request: UpdateQueue) -> Result<QueueChange, ApiError> {
+    let message_ttl_ms = match request.message_ttl {
+        Some(Some(super::fields::Millis(0))) => {
+            return Err(ApiError::invalid(
+                "message_ttl",
+                "must be above 0 (null removes it)",
+            ));
+        }
+        ttl => ttl.map(|ttl| ttl.map(|t| t.0)),
+    };
+    let mut policy_forbids = false;
+    let policy = match request.policy {
+        Some(Some(value)) => {
+            let parsed = parse_policy(&value).map_err(|e| ApiError::policy("policy", &e))?;
+            policy_forbids = parsed.disable_overrides;
+            Some(Some(StoredPolicy::new(parsed.retry)))
+        }
+        Some(None) => Some(None),
+        None => None,
+    };
+    let disable_overrides = match (request.disable_overrides, policy_forbids) {
+        (Some(false), true) => {
+            return Err(ApiError::invalid(
+                "disable_overrides",
+                "must not be false when the policy forbids subscription overrides \
+                 (disableSubscriptionOverrides / ignore_subscription_override)",
+            ));
+        }
+        (Some(given), _) => Some(given),
+        (None, true) => Some(true),
+        (None, false) => None,
+    };
+    Ok(QueueChange {
+        policy,
+        paused: request.paused,
+        disable_overrides,
+        message_ttl_ms,
+    })
+}
+
+/// Stores `change` atomically (a concurrent pause and settings update both hold) and answers
+/// with the queue as it is then.
+async fn change_queue(
+    state: &AppState,
+    name: &str,
+    change: QueueChange,
+) -> Result<Json<QueueView>, ApiError> {
+    check_queue_name("name", name)?;
+    let config = state
+        .engine
+        .update_queue(name, |current| {
+            Ok::<_, ApiError>(Some(change.applied(current)))
+        })
+        .await?
+        .unwrap_or_default();
+    shown(state, name, &config).await
+}
+
 /// Changes a queue's settings.
 #[utoipa::path(put, path = "/queues/{name}", operation_id = "update_queue", tag = "queues",
     params(("name" = String, Path, description = "The queue")),
@@ -167,65 +258,7 @@ async fn update(
     JsonBody(request): JsonBody<UpdateQueue>,
 ) -> Result<Json<QueueView>, ApiError> {
     check_queue_name("name", &name)?;
-    let mut config = state.engine.store.queue(&name).await.unwrap_or_default();
-    if let Some(paused) = request.paused {
-        config.paused = paused;
-    }
-    match request.message_ttl {
-        Some(Some(super::fields::Millis(0))) => {
-            return Err(ApiError::invalid(
-                "message_ttl",
-                "must be above 0 (null removes it)",
-            ));
-        }
-        Some(ttl) => config.message_ttl_ms = ttl.map(|t| t.0),
-        None => {}
-    }
-    let mut policy_forbids = false;
-    let parsed = match request.policy {
-        Some(Some(value)) => {
-            let parsed = parse_policy(&value).map_err(|e| ApiError::policy("policy", &e))?;
-            policy_forbids = parsed.disable_overrides;
-            let policy = parsed.retry;
-            config.policy = Some(native::to_json(&policy));
-            Some(Arc::new(policy))
-        }
-        Some(None) => {
-            config.policy = None;
-            None
-        }
-        None => existing_policy(&config)?,
-    };
-    match (request.disable_overrides, policy_forbids) {
-        (Some(false), true) => {
-            return Err(ApiError::invalid(
-                "disable_overrides",
-                "must not be false when the policy forbids subscription overrides \
-                 (disableSubscriptionOverrides / ignore_subscription_override)",
-            ));
-        }
-        (Some(given), _) => config.disable_overrides = given,
-        (None, true) => config.disable_overrides = true,
-        (None, false) => {}
-    }
-    state.engine.store.put_queue(&name, config, parsed).await?;
-    // The delivery policy of the queue's subscriptions may have changed.
-    state.deliveries.subscription_changed();
-    show(State(state), Path(name)).await
-}
-
-fn existing_policy(
-    config: &QueueConfig,
-) -> Result<Option<Arc<tenax_policy::RetryPolicy>>, ApiError> {
-    config
-        .policy
-        .as_ref()
-        .map(|v| {
-            native::parse(v)
-                .map(Arc::new)
-                .map_err(|e| ApiError::policy("policy", &e))
-        })
-        .transpose()
+    change_queue(&state, &name, queue_change(request)?).await
 }
 
 async fn set_paused(
@@ -233,12 +266,11 @@ async fn set_paused(
     name: String,
     paused: bool,
 ) -> Result<Json<QueueView>, ApiError> {
-    check_queue_name("name", &name)?;
-    let mut config = state.engine.store.queue(&name).await.unwrap_or_default();
-    config.paused = paused;
-    let policy = existing_policy(&config)?;
-    state.engine.store.put_queue(&name, config, policy).await?;
-    show(State(state), Path(name)).await
+    let change = QueueChange {
+        paused: Some(paused),
+        ..QueueChange::default()
+    };
+    change_queue(&state, &name, change).await
 }
 
 /// Pauses a queue: it accepts jobs but hands none out.

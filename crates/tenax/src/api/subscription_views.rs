@@ -19,12 +19,13 @@ use super::AppState;
 use super::error::ApiError;
 use crate::clock::rfc3339;
 use crate::delivery::HealthView;
+use crate::engine::PolicyOwner;
 use crate::model::subscription::{REDACTED, subscription_of_queue};
 use crate::model::{
     Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, Job, JobId, Status, Subscription,
     SubscriptionId,
 };
-use crate::store::QueueConfig;
+use crate::store::QueueCounts;
 
 /// Where a subscription's effective delivery policy comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -35,16 +36,13 @@ pub enum PolicySource {
     Server,
 }
 
-/// The source of the policy that applies, by precedence: a queue that forbids overrides decides
-/// alone (its policy, else the server's); otherwise the subscription's own, else the queue's,
-/// else the server's delivery default.
-pub fn policy_source(own_policy: bool, queue: Option<&QueueConfig>) -> PolicySource {
-    let queue_policy = queue.is_some_and(|q| q.policy.is_some());
-    let forbids = queue.is_some_and(|q| q.disable_overrides);
-    match (forbids, own_policy, queue_policy) {
-        (true, _, true) | (false, false, true) => PolicySource::Queue,
-        (false, true, _) => PolicySource::Subscription,
-        (true, _, false) | (false, false, false) => PolicySource::Server,
+impl From<Option<PolicyOwner>> for PolicySource {
+    fn from(owner: Option<PolicyOwner>) -> Self {
+        match owner {
+            Some(PolicyOwner::Subscription) => Self::Subscription,
+            Some(PolicyOwner::Queue) => Self::Queue,
+            None => Self::Server,
+        }
     }
 }
 
@@ -58,14 +56,14 @@ pub struct DeliveryCounts {
     pub dead: u64,
 }
 
-impl From<[u64; 5]> for DeliveryCounts {
-    fn from([scheduled, ready, in_flight, completed, dead]: [u64; 5]) -> Self {
+impl From<QueueCounts> for DeliveryCounts {
+    fn from(counts: QueueCounts) -> Self {
         Self {
-            scheduled,
-            ready,
-            in_flight,
-            completed,
-            dead,
+            scheduled: counts.scheduled,
+            ready: counts.ready,
+            in_flight: counts.in_flight,
+            completed: counts.completed,
+            dead: counts.dead,
         }
     }
 }
@@ -120,18 +118,17 @@ pub async fn subscription_view(
     state: &AppState,
     subscription: Subscription,
     secrets: Secrets,
-) -> SubscriptionView {
+) -> Result<SubscriptionView, ApiError> {
     let engine = &state.engine;
-    let queue = engine.store.queue(&subscription.queue).await;
-    let effective = engine.effective_delivery_policy(subscription.id).await;
-    let counts = engine.store.delivery_counts(subscription.id).await;
+    let (effective, owner) = engine.effective_delivery_policy(&subscription).await?;
+    let counts = engine.delivery_counts(subscription.id).await?;
     let health = state.deliveries.health(&subscription);
     let previous_secret_until = subscription
         .previous_secret_at(engine.now_ms())
         .and(subscription.previous_secret_until_ms)
         .map(rfc3339);
-    SubscriptionView {
-        policy_source: policy_source(subscription.policy.is_some(), queue.as_ref()),
+    Ok(SubscriptionView {
+        policy_source: PolicySource::from(owner),
         effective_policy: native::to_json(&effective),
         auto_disable_after_ms: subscription
             .auto_disable_after_ms
@@ -145,7 +142,7 @@ pub async fn subscription_view(
         endpoint: subscription.endpoint,
         enabled: subscription.enabled,
         disabled_reason: subscription.disabled_reason,
-        policy: subscription.policy,
+        policy: subscription.policy.map(|p| p.json().clone()),
         throttle_per_second: subscription.throttle_per_second,
         content_type: subscription.content_type,
         previous_secret_until,
@@ -164,7 +161,7 @@ pub async fn subscription_view(
         retryable_statuses: subscription.retryable_statuses,
         max_concurrency: subscription.max_concurrency,
         format: subscription.format,
-    }
+    })
 }
 
 /// A delivery: one message for one subscription.
@@ -211,7 +208,7 @@ pub fn delivery_view(job: Job) -> Result<DeliveryView, ApiError> {
     Ok(DeliveryView {
         id: job.id,
         subscription,
-        message_id: carried.message_id,
+        message_id: carried.message_id(job.spec.parent),
         queue: carried.queue,
         kind: carried.kind,
         status: job.state.status,
@@ -220,7 +217,7 @@ pub fn delivery_view(job: Job) -> Result<DeliveryView, ApiError> {
         created_at: rfc3339(job.spec.created_at_ms),
         finished_at: job.state.finished_at_ms.map(rfc3339),
         dead_reason: job.state.dead_reason,
-        policy: job.spec.policy,
+        policy: job.spec.policy.map(|p| p.json().clone()),
         attempts: None,
     })
 }
@@ -260,35 +257,5 @@ pub fn attempt_view(delivery: JobId, attempt: Attempt) -> AttemptView {
         error: attempt.error,
         response: attempt.response,
         retry_after_ms: attempt.retry_after_ms,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn queue(policy: bool, disable_overrides: bool) -> QueueConfig {
-        QueueConfig {
-            policy: policy.then(|| serde_json::json!({"type": "fixed", "delay": 1000})),
-            disable_overrides,
-            ..QueueConfig::default()
-        }
-    }
-
-    #[test]
-    fn policy_source_follows_the_precedence() {
-        use PolicySource::{Queue, Server, Subscription};
-        assert_eq!(policy_source(false, None), Server);
-        assert_eq!(policy_source(true, None), Subscription);
-        assert_eq!(policy_source(false, Some(&queue(true, false))), Queue);
-        assert_eq!(policy_source(true, Some(&queue(true, false))), Subscription);
-        assert_eq!(
-            policy_source(true, Some(&queue(false, false))),
-            Subscription
-        );
-        // A queue that forbids overrides decides alone.
-        assert_eq!(policy_source(true, Some(&queue(true, true))), Queue);
-        assert_eq!(policy_source(true, Some(&queue(false, true))), Server);
-        assert_eq!(policy_source(false, Some(&queue(false, true))), Server);
     }
 }

@@ -4,22 +4,18 @@
 //! - A stored subscription passed every rule here: an http(s) endpoint that resolves to allowed
 //!   addresses (public ones unless `--allow-private-endpoints`), a valid `whsec_` secret, a policy
 //!   in canonical native JSON, headers that are valid and do not touch what Tenax sets itself.
-//! - Create and update share one set of rules ([`apply`]); an update changes only the fields it
-//!   names, and `null` resets a nullable field to its default.
-//! - Every change is followed by [`Deliveries::subscription_changed`], so the runners see it.
-//!
-//! [`Deliveries::subscription_changed`]: crate::delivery::Deliveries::subscription_changed
+//! - Create and update share one set of rules ([`subscription_change`]); an update changes only
+//!   the fields it names, atomically (what the runners store meanwhile is kept), and `null`
+//!   resets a nullable field to its default.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::{Extension, Json};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
-use tenax_policy::spelling::native;
-use tenax_policy::{RetryPolicy, parse_policy};
+use tenax_policy::parse_policy;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -32,9 +28,10 @@ use super::openapi::{Missing, Refusals};
 use super::subscription_views::{Secrets, SubscriptionView, subscription_view};
 use crate::auth::Principal;
 use crate::clock::UnixMs;
-use crate::delivery::address::{Reach, check_endpoint, parse_endpoint};
+use crate::delivery::address::{parse_endpoint, vet_endpoint};
+use crate::delivery::headers;
 use crate::delivery::signing::{generate_secret, secret_key};
-use crate::model::{EnvelopeFormat, HealthMarks, Subscription, SubscriptionId};
+use crate::model::{EnvelopeFormat, HealthMarks, StoredPolicy, Subscription, SubscriptionId};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -54,24 +51,6 @@ pub(crate) const MAX_CONCURRENCY: u32 = 1_000;
 const MAX_HEADERS: usize = 32;
 /// The longest header value, in bytes.
 const MAX_HEADER_VALUE: usize = 4_096;
-/// Headers Tenax sets itself, or that belong to the connection, not the message.
-const RESERVED_HEADERS: [&str; 15] = [
-    "host",
-    "content-length",
-    "content-type",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "upgrade",
-    "proxy-connection",
-    "webhook-id",
-    "webhook-timestamp",
-    "webhook-signature",
-    "tenax-subscription",
-    "tenax-attempt",
-];
 
 /// The fields of a create or an update. On an update every field is optional and `null` resets
 /// a nullable one (`policy`, `throttle_per_second`, `retryable_statuses`, `max_concurrency`,
@@ -150,92 +129,148 @@ pub(crate) fn blank(queue: String, now_ms: UnixMs) -> Subscription {
     }
 }
 
-/// Applies the request to `subscription` (a [`blank`] one when `creating`) and returns its
-/// policy parsed. Nothing is stored.
-async fn apply(
-    state: &AppState,
+/// A checked change to a subscription: every field of a request, validated, ready to apply.
+/// `None` leaves a field as it is; `Some(None)` resets a nullable one.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SubscriptionChange {
+    /// The endpoint, parsed and normalised; where it leads is checked separately
+    /// ([`check_reach`]), since that resolves its host.
+    pub(crate) endpoint: Option<url::Url>,
+    pub(crate) policy: Option<Option<StoredPolicy>>,
+    pub(crate) throttle_per_second: Option<Option<u32>>,
+    pub(crate) content_type: Option<String>,
+    pub(crate) secret: Option<String>,
+    pub(crate) headers: Option<BTreeMap<String, String>>,
+    pub(crate) enabled: Option<bool>,
+    pub(crate) retryable_statuses: Option<Option<Vec<u16>>>,
+    pub(crate) max_concurrency: Option<Option<u32>>,
+    pub(crate) auto_disable_after_ms: Option<Option<u64>>,
+    pub(crate) format: Option<EnvelopeFormat>,
+}
+
+/// Checks a create (`creating`) or an update: every rule but where the endpoint leads. Pure, so
+/// the fuzz targets run it too.
+pub(crate) fn subscription_change(
     request: SubscriptionRequest,
-    subscription: &mut Subscription,
     creating: bool,
-) -> Result<Option<Arc<RetryPolicy>>, ApiError> {
-    match &request.endpoint {
-        Some(text) => subscription.endpoint = checked_endpoint(state, text).await?,
+) -> Result<SubscriptionChange, ApiError> {
+    let endpoint = match &request.endpoint {
+        Some(text) => {
+            Some(parse_endpoint(text).map_err(|e| ApiError::invalid("endpoint", e.to_string()))?)
+        }
         None if creating => {
             return Err(ApiError::invalid(
                 "endpoint",
                 "is required: the http or https URL that messages are POSTed to",
             ));
         }
-        None => {}
-    }
-    let (policy, implied) = policy_field(request.policy, subscription)?;
-    match request.throttle_per_second {
-        Some(Some(rate)) => {
-            subscription.throttle_per_second = Some(check_throttle("throttle_per_second", rate)?);
+        None => None,
+    };
+    let (policy, implied) = match request.policy {
+        Some(Some(value)) => {
+            let (policy, implied) = subscription_policy(&value)?;
+            (Some(Some(policy)), implied)
         }
-        Some(None) => subscription.throttle_per_second = None,
-        None => {
-            if let Some(rate) = implied.throttle_per_second {
-                subscription.throttle_per_second = Some(check_throttle("policy", rate)?);
+        Some(None) => (Some(None), Implied::default()),
+        None => (None, Implied::default()),
+    };
+    let throttle_per_second = match request.throttle_per_second {
+        Some(Some(rate)) => Some(Some(check_throttle("throttle_per_second", rate)?)),
+        Some(None) => Some(None),
+        None => implied
+            .throttle_per_second
+            .map(|rate| check_throttle("policy", rate).map(Some))
+            .transpose()?,
+    };
+    let content_type = match (request.content_type, implied.content_type) {
+        (Some(text), _) => Some(check_content_type("content_type", text)?),
+        (None, Some(text)) => Some(check_content_type("policy", text)?),
+        (None, None) => None,
+    };
+    if let Some(secret) = &request.secret {
+        secret_key(secret).map_err(|rule| ApiError::invalid("secret", rule))?;
+    }
+    if let Some(headers) = &request.headers {
+        check_headers(headers)?;
+    }
+    let retryable_statuses = request
+        .retryable_statuses
+        .map(|statuses| statuses.map(check_statuses).transpose())
+        .transpose()?;
+    let max_concurrency = request
+        .max_concurrency
+        .map(|max| {
+            max.map(|n| in_range("max_concurrency", n, 1, MAX_CONCURRENCY))
+                .transpose()
+        })
+        .transpose()?;
+    Ok(SubscriptionChange {
+        endpoint,
+        policy,
+        throttle_per_second,
+        content_type,
+        secret: request.secret,
+        headers: request.headers,
+        enabled: request.enabled,
+        retryable_statuses,
+        max_concurrency,
+        auto_disable_after_ms: request
+            .auto_disable_after
+            .map(|after| after.map(|Millis(ms)| ms)),
+        format: request.format,
+    })
+}
+
+impl SubscriptionChange {
+    /// Sets what the change names on `subscription`, at `now_ms`.
+    pub(crate) fn apply(&self, subscription: &mut Subscription, now_ms: UnixMs) {
+        if let Some(endpoint) = &self.endpoint {
+            subscription.endpoint = endpoint.to_string();
+        }
+        if let Some(policy) = &self.policy {
+            subscription.policy.clone_from(policy);
+        }
+        if let Some(rate) = self.throttle_per_second {
+            subscription.throttle_per_second = rate;
+        }
+        if let Some(content_type) = &self.content_type {
+            subscription.content_type.clone_from(content_type);
+        }
+        if let Some(secret) = &self.secret {
+            subscription.secret.clone_from(secret);
+        }
+        if let Some(headers) = &self.headers {
+            subscription.headers.clone_from(headers);
+        }
+        match self.enabled {
+            Some(true) if !subscription.enabled => {
+                subscription.enabled = true;
+                subscription.disabled_reason = None;
+                // The failure period that auto-disabling measures starts again.
+                subscription.health.failing_since_ms = None;
             }
+            Some(false) => subscription.enabled = false,
+            Some(true) | None => {}
         }
-    }
-    match (request.content_type, implied.content_type) {
-        (Some(text), _) => subscription.content_type = check_content_type("content_type", text)?,
-        (None, Some(text)) => subscription.content_type = check_content_type("policy", text)?,
-        (None, None) => {}
-    }
-    match request.secret {
-        Some(secret) => {
-            secret_key(&secret).map_err(|rule| ApiError::invalid("secret", rule))?;
-            subscription.secret = secret;
+        if let Some(statuses) = &self.retryable_statuses {
+            subscription.retryable_statuses.clone_from(statuses);
         }
-        None if creating => subscription.secret = new_secret()?,
-        None => {}
-    }
-    if let Some(headers) = request.headers {
-        check_headers(&headers)?;
-        subscription.headers = headers;
-    }
-    match request.enabled {
-        Some(true) if !subscription.enabled => {
-            subscription.enabled = true;
-            subscription.disabled_reason = None;
-            // The failure period that auto-disabling measures starts again.
-            subscription.health.failing_since_ms = None;
+        if let Some(max) = self.max_concurrency {
+            subscription.max_concurrency = max;
         }
-        Some(false) => subscription.enabled = false,
-        Some(true) | None => {}
+        if let Some(after) = self.auto_disable_after_ms {
+            subscription.auto_disable_after_ms = after;
+        }
+        if let Some(format) = self.format {
+            subscription.format = format;
+        }
+        subscription.updated_at_ms = now_ms;
     }
-    if let Some(statuses) = request.retryable_statuses {
-        subscription.retryable_statuses = statuses.map(check_statuses).transpose()?;
-    }
-    if let Some(max) = request.max_concurrency {
-        subscription.max_concurrency = max
-            .map(|n| in_range("max_concurrency", n, 1, MAX_CONCURRENCY))
-            .transpose()?;
-    }
-    if let Some(after) = request.auto_disable_after {
-        subscription.auto_disable_after_ms = after.map(|Millis(ms)| ms);
-    }
-    if let Some(format) = request.format {
-        subscription.format = format;
-    }
-    subscription.updated_at_ms = state.engine.now_ms();
-    Ok(policy)
 }
 
 /// A freshly generated signing secret.
 fn new_secret() -> Result<String, ApiError> {
-    generate_secret().map_err(|e| {
-        tracing::error!(error = %e, "cannot generate a signing secret");
-        ApiError {
-            status: StatusCode::INTERNAL_SERVER_ERROR,
-            code: "internal",
-            field: None,
-            message: "cannot generate a signing secret; the log has the details".into(),
-        }
-    })
+    generate_secret().map_err(|e| ApiError::internal(&e))
 }
 
 /// What an SNS policy says besides the retries, for fields the request leaves out.
@@ -245,57 +280,33 @@ pub(crate) struct Implied {
     pub(crate) content_type: Option<String>,
 }
 
-/// Applies the `policy` field: a new policy (any spelling), `null` (none), or absent (the stored
-/// one, parsed).
-pub(crate) fn policy_field(
-    field: Option<Option<Value>>,
-    subscription: &mut Subscription,
-) -> Result<(Option<Arc<RetryPolicy>>, Implied), ApiError> {
-    match field {
-        Some(Some(value)) => {
-            let parsed = parse_policy(&value).map_err(|e| ApiError::policy("policy", &e))?;
-            if parsed.disable_overrides {
-                return Err(ApiError::invalid(
-                    "policy",
-                    "must not forbid subscription overrides (disableSubscriptionOverrides, \
-                     ignore_subscription_override): only a queue's policy can, with \
-                     PUT /api/queues/{name}",
-                ));
-            }
-            subscription.policy = Some(native::to_json(&parsed.retry));
-            let implied = Implied {
-                throttle_per_second: parsed.throttle_per_second,
-                content_type: parsed.content_type,
-            };
-            Ok((Some(Arc::new(parsed.retry)), implied))
-        }
-        Some(None) => {
-            subscription.policy = None;
-            Ok((None, Implied::default()))
-        }
-        None => {
-            let stored = subscription
-                .policy
-                .as_ref()
-                .map(|v| native::parse(v).map(Arc::new))
-                .transpose()
-                .map_err(|e| ApiError::policy("policy", &e))?;
-            Ok((stored, Implied::default()))
-        }
+/// A subscription's policy field (any spelling), and what it implies besides.
+pub(crate) fn subscription_policy(value: &Value) -> Result<(StoredPolicy, Implied), ApiError> {
+    let parsed = parse_policy(value).map_err(|e| ApiError::policy("policy", &e))?;
+    if parsed.disable_overrides {
+        return Err(ApiError::invalid(
+            "policy",
+            "must not forbid subscription overrides (disableSubscriptionOverrides, \
+             ignore_subscription_override): only a queue's policy can, with \
+             PUT /api/queues/{name}",
+        ));
     }
+    let implied = Implied {
+        throttle_per_second: parsed.throttle_per_second,
+        content_type: parsed.content_type,
+    };
+    Ok((StoredPolicy::new(parsed.retry), implied))
 }
 
-/// The endpoint URL, normalised, once it is known to lead where deliveries may go (or to a name
-/// that does not resolve yet: the connect-time guard judges it when it does).
-async fn checked_endpoint(state: &AppState, text: &str) -> Result<String, ApiError> {
-    let invalid =
-        |e: crate::delivery::address::EndpointError| ApiError::invalid("endpoint", e.to_string());
-    let url = parse_endpoint(text).map_err(invalid)?;
-    let allow_private = state.deliveries.config.allow_private_endpoints;
-    if let Reach::Unresolved(why) = check_endpoint(&url, allow_private).await.map_err(invalid)? {
-        tracing::info!(endpoint = %url, %why, "subscribing an endpoint whose host does not resolve yet");
-    }
-    Ok(url.into())
+/// Whether the endpoint leads where deliveries may go (or to a name that does not resolve
+/// yet: the connect-time guard judges it when it does). Resolves its host.
+pub(crate) async fn check_reach(
+    config: &crate::config::DeliveryConfig,
+    url: &url::Url,
+) -> Result<(), ApiError> {
+    vet_endpoint(url, config.allow_private_endpoints)
+        .await
+        .map_err(|e| ApiError::invalid("endpoint", e.to_string()))
 }
 
 pub(crate) fn in_range(field: &str, n: u32, min: u32, max: u32) -> Result<u32, ApiError> {
@@ -365,14 +376,8 @@ pub(crate) fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), Ap
                 "must be a header name: letters, digits and !#$%&'*+-.^_`|~",
             ));
         }
-        if RESERVED_HEADERS.contains(&lower.as_str()) {
-            return Err(ApiError::invalid(
-                field,
-                format!(
-                    "is set by Tenax or by the connection and cannot be given; reserved: {}",
-                    RESERVED_HEADERS.join(", ")
-                ),
-            ));
+        if headers::is_reserved(&lower) {
+            return Err(ApiError::invalid(field, headers::rule()));
         }
         if !seen.insert(lower) {
             return Err(ApiError::invalid(
@@ -431,22 +436,31 @@ pub(super) async fn existing(
 ) -> Result<Subscription, ApiError> {
     state
         .engine
-        .store
         .subscription(id)
-        .await
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("subscription {id} does not exist")))
 }
 
-/// Stores a subscription, tells the runners, and answers with its view.
-async fn store(
+/// Applies `change` to subscription `id` atomically: only the fields it names change, so what
+/// the runners store meanwhile (health marks, an automatic disable) is kept.
+async fn change_subscription(
     state: &AppState,
-    subscription: Subscription,
-    policy: Option<Arc<RetryPolicy>>,
-    secrets: Secrets,
+    id: SubscriptionId,
+    change: &SubscriptionChange,
 ) -> Result<SubscriptionView, ApiError> {
-    let stored = state.engine.put_subscription(subscription, policy).await?;
-    state.deliveries.subscription_changed();
-    Ok(subscription_view(state, stored, secrets).await)
+    if let Some(url) = &change.endpoint {
+        check_reach(&state.deliveries.config, url).await?;
+    }
+    let now = state.engine.now_ms();
+    let stored = state
+        .engine
+        .update_subscription(id, |current| {
+            let mut subscription = current.clone();
+            change.apply(&mut subscription, now);
+            Ok::<_, ApiError>(Some(subscription))
+        })
+        .await?;
+    subscription_view(state, stored, Secrets::Redact).await
 }
 
 /// Subscribes an endpoint to a queue.
@@ -469,9 +483,18 @@ async fn create(
     JsonBody(request): JsonBody<SubscriptionRequest>,
 ) -> Result<(StatusCode, Json<SubscriptionView>), ApiError> {
     check_queue_name("queue", &queue)?;
-    let mut subscription = blank(queue, state.engine.now_ms());
-    let policy = apply(&state, request, &mut subscription, true).await?;
-    let view = store(&state, subscription, policy, Secrets::Reveal).await?;
+    let mut change = subscription_change(request, true)?;
+    if let Some(url) = &change.endpoint {
+        check_reach(&state.deliveries.config, url).await?;
+    }
+    if change.secret.is_none() {
+        change.secret = Some(new_secret()?);
+    }
+    let now = state.engine.now_ms();
+    let mut subscription = blank(queue, now);
+    change.apply(&mut subscription, now);
+    let (stored, _) = state.engine.create_subscription(subscription).await?;
+    let view = subscription_view(&state, stored, Secrets::Reveal).await?;
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -485,15 +508,15 @@ async fn views(
     state: &AppState,
     queue: Option<&str>,
     principal: &Principal,
-) -> Json<SubscriptionList> {
+) -> Result<Json<SubscriptionList>, ApiError> {
     let mut subscriptions = Vec::new();
-    for subscription in state.engine.store.subscriptions(queue).await {
+    for subscription in state.engine.subscriptions(queue).await? {
         if !principal.queues.admits(&subscription.queue) {
             continue;
         }
-        subscriptions.push(subscription_view(state, subscription, Secrets::Redact).await);
+        subscriptions.push(subscription_view(state, subscription, Secrets::Redact).await?);
     }
-    Json(SubscriptionList { subscriptions })
+    Ok(Json(SubscriptionList { subscriptions }))
 }
 
 /// A queue's subscriptions.
@@ -506,7 +529,7 @@ async fn list_of_queue(
     Path(queue): Path<String>,
 ) -> Result<Json<SubscriptionList>, ApiError> {
     check_queue_name("queue", &queue)?;
-    Ok(views(&state, Some(&queue), &principal).await)
+    views(&state, Some(&queue), &principal).await
 }
 
 /// Every subscription (of the queues the token may touch).
@@ -515,7 +538,7 @@ async fn list_of_queue(
 async fn list_all(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
-) -> Json<SubscriptionList> {
+) -> Result<Json<SubscriptionList>, ApiError> {
     views(&state, None, &principal).await
 }
 
@@ -529,7 +552,7 @@ async fn show(
 ) -> Result<Json<SubscriptionView>, ApiError> {
     let subscription = existing(&state, parse_subscription_id(&id)?).await?;
     Ok(Json(
-        subscription_view(&state, subscription, Secrets::Redact).await,
+        subscription_view(&state, subscription, Secrets::Redact).await?,
     ))
 }
 
@@ -550,11 +573,9 @@ async fn update(
              signing for an overlap so that receivers can switch over",
         ));
     }
-    let mut subscription = existing(&state, parse_subscription_id(&id)?).await?;
-    let policy = apply(&state, request, &mut subscription, false).await?;
-    Ok(Json(
-        store(&state, subscription, policy, Secrets::Redact).await?,
-    ))
+    let id = existing(&state, parse_subscription_id(&id)?).await?.id;
+    let change = subscription_change(request, false)?;
+    Ok(Json(change_subscription(&state, id, &change).await?))
 }
 
 async fn set_enabled(
@@ -562,15 +583,12 @@ async fn set_enabled(
     id: String,
     enabled: bool,
 ) -> Result<Json<SubscriptionView>, ApiError> {
-    let mut subscription = existing(&state, parse_subscription_id(&id)?).await?;
-    let request = SubscriptionRequest {
+    let id = parse_subscription_id(&id)?;
+    let change = SubscriptionChange {
         enabled: Some(enabled),
-        ..SubscriptionRequest::default()
+        ..SubscriptionChange::default()
     };
-    let policy = apply(&state, request, &mut subscription, false).await?;
-    Ok(Json(
-        store(&state, subscription, policy, Secrets::Redact).await?,
-    ))
+    Ok(Json(change_subscription(&state, id, &change).await?))
 }
 
 /// Enables a subscription: its pending deliveries resume, and a new failure period starts.
@@ -632,8 +650,8 @@ async fn rotate_secret(
     let now = state.engine.now_ms();
     let rotated = state
         .engine
-        .store
-        .patch_subscription(id, &move |s| {
+        .update_subscription(id, |current| {
+            let mut s = current.clone();
             let old = std::mem::replace(&mut s.secret, new.clone());
             if overlap > 0 && old != s.secret {
                 s.previous_secret = Some(old);
@@ -643,11 +661,11 @@ async fn rotate_secret(
                 s.previous_secret_until_ms = None;
             }
             s.updated_at_ms = now;
+            Ok::<_, ApiError>(Some(s))
         })
         .await?;
-    state.deliveries.subscription_changed();
     Ok(Json(
-        subscription_view(&state, rotated, Secrets::Reveal).await,
+        subscription_view(&state, rotated, Secrets::Reveal).await?,
     ))
 }
 
@@ -667,8 +685,7 @@ async fn delete(
     Path(id): Path<String>,
 ) -> Result<Json<DeletedSubscription>, ApiError> {
     let id = parse_subscription_id(&id)?;
-    let deliveries_deleted = state.engine.store.delete_subscription(id).await?;
-    state.deliveries.subscription_changed();
+    let deliveries_deleted = state.engine.delete_subscription(id).await?;
     Ok(Json(DeletedSubscription {
         deleted: id,
         deliveries_deleted,

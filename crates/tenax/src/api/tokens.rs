@@ -141,11 +141,11 @@ async fn create(
 /// Every token, without the tokens themselves.
 #[utoipa::path(get, path = "/tokens", operation_id = "list_tokens", tag = "tokens",
     responses((status = 200, body = TokenList), Refusals))]
-async fn list(State(state): State<AppState>) -> Json<TokenList> {
-    let tokens = state.engine.list_tokens().await;
-    Json(TokenList {
+async fn list(State(state): State<AppState>) -> Result<Json<TokenList>, ApiError> {
+    let tokens = state.engine.list_tokens().await?;
+    Ok(Json(TokenList {
         tokens: tokens.into_iter().map(TokenView::from).collect(),
-    })
+    }))
 }
 
 /// Revokes a token: it is refused from the next request on.

@@ -64,7 +64,7 @@ impl From<Job> for JobView {
             created_at: rfc3339(job.spec.created_at_ms),
             finished_at: job.state.finished_at_ms.map(rfc3339),
             dead_reason: job.state.dead_reason,
-            policy: job.spec.policy,
+            policy: job.spec.policy.map(|p| p.json().clone()),
             unique_key: job.spec.unique_key,
             errors: job
                 .errors

@@ -16,17 +16,17 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::{AppState, Limits};
 use super::error::ApiError;
 use super::extract::JsonBody;
 use super::fields::{Millis, Time, check_queue_name};
 use super::jobs::parse_id;
 use super::openapi::{Conflict, Missing, Refusals};
 use super::views::TakenView;
+use super::{AppState, Limits};
 use crate::clock::{check_time, rfc3339};
 use crate::engine::FailureReport;
 use crate::model::Status;
-use crate::store::Ack;
+use crate::store::{Ack, TakeRequest as StoreTake};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -132,11 +132,8 @@ async fn take(
     let jobs = state
         .engine
         .take(
-            &p.queues,
-            p.max,
-            p.lease_ms,
+            &StoreTake::new(&p.queues, p.max, p.lease_ms),
             Duration::from_millis(p.wait_ms),
-            None,
         )
         .await?;
     let jobs: Vec<TakenView> = jobs.into_iter().map(TakenView::from).collect();
@@ -163,13 +160,18 @@ impl Drop for StreamGuard {
         let stream = self.stream;
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
-                let released = engine.close_stream(stream).await;
-                if released > 0 {
-                    tracing::info!(
+                match engine.close_stream(stream).await {
+                    Ok(0) => {}
+                    Ok(released) => tracing::info!(
                         stream,
                         released,
                         "stream closed; its leased jobs are ready again"
-                    );
+                    ),
+                    Err(error) => tracing::warn!(
+                        stream,
+                        %error,
+                        "releasing a closed stream's jobs failed; their leases will expire"
+                    ),
                 }
             });
         }
@@ -205,7 +207,8 @@ async fn take_stream(
         let _guard = guard;
         let mut last_line = tokio::time::Instant::now();
         loop {
-            let held = engine.store.stream_leases(stream).await;
+            // A failed look counts as full: wait, and look again.
+            let held = engine.stream_leases(stream).await.unwrap_or(p.max);
             let room = p.max.saturating_sub(held);
             if room == 0 {
                 // Wait for acknowledgements; they do not signal, so look again shortly. The
@@ -223,8 +226,12 @@ async fn take_stream(
                     () = engine.stopped() => return,
                 }
             }
+            let request = StoreTake {
+                claim: Some(stream),
+                ..StoreTake::new(&p.queues, room, p.lease_ms)
+            };
             let taken = tokio::select! {
-                taken = engine.take(&p.queues, room, p.lease_ms, KEEP_ALIVE, Some(stream)) => taken,
+                taken = engine.take(&request, KEEP_ALIVE) => taken,
                 () = tx.closed() => return,
                 () = engine.stopped() => return,
             };
@@ -581,13 +588,7 @@ async fn fail(
     let id = parse_id(&id)?;
     let lease = body.lease_token;
     let report = failure_report(body, state.engine.now_ms())?;
-    let (transition, failed_at) = state
-        .engine
-        .fail(
-            Ack { id, lease },
-            report,
-        )
-        .await?;
+    let (transition, failed_at) = state.engine.fail(Ack { id, lease }, report).await?;
     let s = &transition.state;
     let dead = s.status == Status::Dead;
     Ok(Json(FailView {

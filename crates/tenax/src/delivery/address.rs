@@ -172,6 +172,16 @@ pub enum Reach {
     Unresolved(String),
 }
 
+/// [`check_endpoint`] for an endpoint a subscription is about to get: refused with the rule it
+/// broke, accepted when it leads where deliveries may go, and accepted (and logged) when its
+/// host does not resolve yet, since the connect-time guard judges it when it does.
+pub async fn vet_endpoint(url: &Url, allow_private: bool) -> Result<(), EndpointError> {
+    if let Reach::Unresolved(why) = check_endpoint(url, allow_private).await? {
+        tracing::info!(endpoint = %url, %why, "subscribing an endpoint whose host does not resolve yet");
+    }
+    Ok(())
+}
+
 /// Whether `url` may be subscribed: an IP literal is judged as it is; a name is resolved and
 /// refused if any of its addresses is not global (unless `allow_private`), and allowed if it
 /// does not resolve yet ([`Reach::Unresolved`]).

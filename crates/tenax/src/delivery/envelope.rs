@@ -16,6 +16,8 @@ pub struct AttemptInfo<'a> {
     pub subscription_id: SubscriptionId,
     pub attempt: u32,
     pub message: &'a DeliveryPayload,
+    /// The message's id (the delivery's parent).
+    pub message_id: JobId,
     pub message_created_at_ms: UnixMs,
     pub sent_at_ms: UnixMs,
 }
@@ -60,7 +62,7 @@ pub fn render(format: EnvelopeFormat, info: &AttemptInfo<'_>) -> Vec<u8> {
             attempt: info.attempt,
             queue: &message.queue,
             message: Message {
-                id: message.message_id,
+                id: info.message_id,
                 kind: &message.kind,
                 body: &message.body,
                 created_at: rfc3339(info.message_created_at_ms),
@@ -90,7 +92,7 @@ mod tests {
 
     fn payload() -> DeliveryPayload {
         DeliveryPayload {
-            message_id: 42,
+            message_id: None,
             queue: "orders".into(),
             kind: "order.paid".into(),
             body: RawValue::from_string(r#"{"total": 12}"#.into()).unwrap(),
@@ -108,6 +110,7 @@ mod tests {
                 subscription_id: 7,
                 attempt: 2,
                 message: &message,
+                message_id: 42,
                 message_created_at_ms: 1_700_000_000_000,
                 sent_at_ms: 1_700_000_005_000,
             },
@@ -136,6 +139,7 @@ mod tests {
                 subscription_id: 1,
                 attempt: 1,
                 message: &message,
+                message_id: 1,
                 message_created_at_ms: 0,
                 sent_at_ms: 0,
             },

@@ -10,6 +10,7 @@
 
 pub mod address;
 pub mod envelope;
+pub mod headers;
 pub mod health;
 pub mod outcome;
 mod runner;
@@ -21,20 +22,25 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 
 pub use self::health::HealthView;
 pub use self::runner::run;
 use crate::config::DeliveryConfig;
 use crate::model::Subscription;
 
-/// What the API and the runners share: settings, health, and a wake-up for changes.
+/// What the API and the runners share: settings, health, and the endpoints' bounds.
+///
+/// Per process: the health book and the endpoints' concurrency bounds (like each runner's
+/// throttle) live in this server's memory. On a store shared by several servers each server
+/// applies them to the deliveries it sends, so an endpoint's concurrency and a subscription's
+/// throttle across the cluster are up to the number of servers times the configured value
+/// (`docs/architecture.md`). Subscription changes reach the runners through the store's
+/// signal, whichever server made them.
 #[derive(Debug)]
 pub struct Deliveries {
     pub config: DeliveryConfig,
     health: health::HealthBook,
-    /// Woken when a subscription is created, changed or deleted.
-    changed: Notify,
     /// One bound per endpoint origin (scheme, host, port), shared by its subscriptions.
     endpoints: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
@@ -44,7 +50,6 @@ impl Deliveries {
         Self {
             config,
             health: health::HealthBook::default(),
-            changed: Notify::new(),
             endpoints: Mutex::new(HashMap::new()),
         }
     }
@@ -52,11 +57,6 @@ impl Deliveries {
     /// The endpoint's health as the API shows it.
     pub fn health(&self, subscription: &Subscription) -> HealthView {
         self.health.view(subscription)
-    }
-
-    /// Tells the runners a subscription was created, changed or deleted.
-    pub fn subscription_changed(&self) {
-        self.changed.notify_waiters();
     }
 
     /// The concurrency bound of the endpoint `url` points at.

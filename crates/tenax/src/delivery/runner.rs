@@ -16,8 +16,7 @@ use super::Deliveries;
 use super::health::Verdict;
 use super::send::Sender;
 use super::throttle::Throttle;
-use crate::engine::Engine;
-use crate::model::subscription::delivery_queue;
+use crate::engine::{ChangeError, Engine};
 use crate::model::{AttemptResult, Subscription, SubscriptionId};
 use crate::store::{Ack, StoreError, TakenJob};
 
@@ -45,21 +44,32 @@ pub async fn run(
     let mut runners: std::collections::HashMap<SubscriptionId, tokio::task::JoinHandle<()>> =
         std::collections::HashMap::new();
     loop {
-        let changed = deliveries.changed.notified();
+        let changed = engine.signals().subscriptions.notified();
         tokio::pin!(changed);
         changed.as_mut().enable();
-        expire_subscriptions(&engine, &deliveries).await;
-        runners.retain(|_, runner| !runner.is_finished());
-        for subscription in engine.store.subscriptions(None).await {
-            runners.entry(subscription.id).or_insert_with(|| {
-                tokio::spawn(run_subscription(
-                    engine.clone(),
-                    deliveries.clone(),
-                    sender.clone(),
-                    subscription.id,
-                    stop.clone(),
-                ))
-            });
+        // A runner ends when its subscription is gone: so does what is known of its health.
+        runners.retain(|id, runner| {
+            let running = !runner.is_finished();
+            if !running {
+                deliveries.health.forget(*id);
+            }
+            running
+        });
+        match engine.subscriptions(None).await {
+            Ok(subscriptions) => {
+                for subscription in subscriptions {
+                    runners.entry(subscription.id).or_insert_with(|| {
+                        tokio::spawn(run_subscription(
+                            engine.clone(),
+                            deliveries.clone(),
+                            sender.clone(),
+                            subscription.id,
+                            stop.clone(),
+                        ))
+                    });
+                }
+            }
+            Err(error) => tracing::error!(%error, "listing subscriptions failed; retrying"),
         }
         tokio::select! {
             () = &mut changed => {}
@@ -72,19 +82,6 @@ pub async fn run(
     }
 }
 
-/// Deletes subscriptions whose time to live has passed.
-async fn expire_subscriptions(engine: &Engine, deliveries: &Deliveries) {
-    let now = engine.now_ms();
-    for subscription in engine.store.subscriptions(None).await {
-        if subscription.expires_at_ms.is_some_and(|at| at <= now) {
-            if let Err(error) = engine.store.delete_subscription(subscription.id).await {
-                tracing::warn!(%error, id = subscription.id, "expiring a subscription failed");
-            }
-            deliveries.health.forget(subscription.id);
-        }
-    }
-}
-
 /// One subscription's runner: ends when the subscription is deleted or the server stops.
 async fn run_subscription(
     engine: Arc<Engine>,
@@ -93,7 +90,6 @@ async fn run_subscription(
     id: SubscriptionId,
     mut stop: watch::Receiver<bool>,
 ) {
-    let queues = [delivery_queue(id)];
     let started = Instant::now();
     // The throttle counts in time since the runner started: rates are about real time.
     let elapsed_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -105,16 +101,25 @@ async fn run_subscription(
         if *stop.borrow() {
             break;
         }
-        let changed = deliveries.changed.notified();
+        let changed = engine.signals().subscriptions.notified();
         tokio::pin!(changed);
         changed.as_mut().enable();
         // Registered before looking for work, so a delivery that becomes ready meanwhile wakes
         // the runner.
-        let ready = engine.store.ready_signal().notified();
+        let ready = engine.signals().ready.notified();
         tokio::pin!(ready);
         ready.as_mut().enable();
-        let Some(subscription) = engine.store.subscription(id).await else {
-            break;
+        let subscription = match engine.subscription(id).await {
+            Ok(Some(subscription)) => subscription,
+            Ok(None) => break,
+            Err(error) => {
+                tracing::error!(%error, id, "reading the subscription failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(IDLE_POLL) => {}
+                    _ = stop.changed() => {}
+                }
+                continue;
+            }
         };
         let Ok(url) = url::Url::parse(&subscription.endpoint) else {
             tracing::error!(id, endpoint = %subscription.endpoint, "subscription endpoint is not a URL");
@@ -177,9 +182,7 @@ async fn run_subscription(
         // Takes what is ready now, without waiting: an idle runner must not sit on the
         // endpoint's permits (its other subscriptions would wait for them) nor on throttle
         // tokens, and must see changes to its subscription at once.
-        let taken = engine
-            .take(&queues, permits.len(), lease_ms, Duration::ZERO, None)
-            .await;
+        let taken = engine.take_deliveries(id, permits.len(), lease_ms).await;
         let jobs = match taken {
             Ok(jobs) => jobs,
             Err(error) => {
@@ -255,30 +258,35 @@ async fn deliver(
     let verdict = deliveries
         .health
         .record(&subscription, failed, now, disable_after);
+    // Atomic changes of the health fields alone: a concurrent update of the subscription's
+    // other fields (through the API) is kept, and so are these.
     let patched = match verdict {
         Verdict::Unchanged => return,
         Verdict::Marks(marks) => {
             engine
-                .store
-                .patch_subscription(subscription.id, &move |s| s.health = marks)
+                .update_subscription(subscription.id, |current| {
+                    let mut s = current.clone();
+                    s.health = marks;
+                    Ok::<_, StoreError>(Some(s))
+                })
                 .await
         }
         Verdict::Disable(marks, reason) => {
             tracing::warn!(id = subscription.id, %reason, "subscription disabled");
-            let result = engine
-                .store
-                .patch_subscription(subscription.id, &move |s| {
+            engine
+                .update_subscription(subscription.id, |current| {
+                    let mut s = current.clone();
                     s.health = marks;
                     s.enabled = false;
                     s.disabled_reason = Some(reason.clone());
+                    Ok::<_, StoreError>(Some(s))
                 })
-                .await;
-            deliveries.subscription_changed();
-            result
+                .await
         }
     };
-    if let Err(error) = patched {
-        if !matches!(error, StoreError::NoSubscription(_)) {
+    match patched {
+        Ok(_) | Err(ChangeError::Store(StoreError::NoSubscription(_))) => {}
+        Err(ChangeError::Store(error) | ChangeError::Refused(error)) => {
             tracing::warn!(%error, id = subscription.id, "storing subscription health failed");
         }
     }

@@ -161,6 +161,7 @@ impl Sender {
                 subscription_id: subscription.id,
                 attempt: job.attempt,
                 message: &message,
+                message_id: message.message_id(job.parent),
                 message_created_at_ms: job.created_at_ms,
                 sent_at_ms: now_ms,
             },
@@ -292,7 +293,7 @@ mod tests {
     }
 
     fn job() -> TakenJob {
-        let payload = r#"{"message_id": 7, "queue": "orders", "type": "t", "body": {}}"#;
+        let payload = r#"{"queue": "orders", "type": "t", "body": {}}"#;
         TakenJob {
             id: 8,
             queue: "orders".to_owned(),
@@ -304,6 +305,8 @@ mod tests {
             lease_token: 1,
             lease_expires_at_ms: 0,
             created_at_ms: 0,
+            expires_at_ms: None,
+            parent: Some(7),
         }
     }
 

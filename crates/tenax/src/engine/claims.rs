@@ -1,45 +1,119 @@
 //! Claims: several jobs leased together under one id, as Zaqar's claims are. A claim is a
-//! group lease: its jobs are found, renewed and released together, and each still completes or
-//! expires on its own.
+//! group lease with a record of its terms: its jobs are found, renewed and ended together, and
+//! each still completes or expires on its own. Also the operations on messages that a claim
+//! guards: deleting a message under its claim, and pop.
 
-use crate::store::{ClaimedJob, DecideContext, StoreError, TakeRequest, TakenJob};
+use super::{Engine, decide_lease_expiry, random_id};
+use crate::model::{ClaimId, Job, JobId};
+use crate::store::{ClaimRecord, DecideContext, StoreError, TakeRequest, TakenJob};
 
-use super::{Engine, decide_lease_expiry};
+/// A claim to make: up to `max` ready jobs of `queue`, leased for `lease_ms` and kept alive at
+/// least `lease_ms + grace_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct NewClaim<'a> {
+    pub queue: &'a str,
+    pub max: usize,
+    pub lease_ms: u64,
+    pub grace_ms: u64,
+}
+
+/// A live claim: its record, and the live jobs it holds, in id order.
+#[derive(Debug, Clone)]
+pub struct ClaimView {
+    pub id: ClaimId,
+    pub record: ClaimRecord,
+    pub jobs: Vec<JobId>,
+}
+
+/// What deleting a message under a claim did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageDelete {
+    Deleted,
+    /// There is no such live message in the queue: nothing to do.
+    Missing,
+    /// A claim was named, but no claim holds the message.
+    NotClaimed,
+    /// A claim holds the message, and it is not the one named (or none was).
+    Claimed,
+}
 
 impl Engine {
-    /// Leases up to `max` ready jobs of `queues` for `lease_ms` under a new claim id, keeping
-    /// them alive for at least `lease_ms + grace_ms`. Does not wait.
-    pub async fn claim(
+    /// Leases up to `new.max` ready jobs under a new claim, with a record of its terms; jobs
+    /// whose leases have ended are handled first, so they can be claimed again at once. Does
+    /// not wait. Returns the claim's id and its jobs (none: no claim was made).
+    pub async fn claim(&self, new: NewClaim<'_>) -> Result<(ClaimId, Vec<TakenJob>), StoreError> {
+        self.expire_due_leases().await?;
+        let id = random_id();
+        let now_ms = self.now_ms();
+        let queues = [new.queue.to_owned()];
+        let request = TakeRequest {
+            claim: Some(id),
+            record: Some(ClaimRecord {
+                queue: new.queue.to_owned(),
+                lease_ms: new.lease_ms,
+                grace_ms: new.grace_ms,
+                renewed_at_ms: now_ms,
+            }),
+            keep_until_ms: Some(keep_until(now_ms, new.lease_ms, new.grace_ms)),
+            ..TakeRequest::new(&queues, new.max, new.lease_ms)
+        };
+        let jobs = self.store.take_jobs(&request, now_ms).await?;
+        Ok((id, jobs))
+    }
+
+    /// Claim `id` of `queue`, while it is live: its record names the queue and it still holds a
+    /// live job of the queue whose lease has not ended.
+    pub async fn claim_of(
         &self,
-        queues: &[String],
-        max: usize,
+        queue: &str,
+        id: ClaimId,
+    ) -> Result<Option<ClaimView>, StoreError> {
+        let claim = self.store.claim(id).await?;
+        let Some(record) = claim.record.filter(|r| r.queue == queue) else {
+            return Ok(None);
+        };
+        let now_ms = self.now_ms();
+        let held: Vec<JobId> = claim.jobs.iter().map(|j| j.id).collect();
+        let peeks = self.store.peek_jobs(&held).await?;
+        let jobs: Vec<JobId> = held
+            .into_iter()
+            .zip(peeks)
+            .filter(|(_, peek)| {
+                peek.as_ref().is_some_and(|p| {
+                    *p.queue == *queue && p.is_live(now_ms) && p.claim_at(now_ms) == Some(id)
+                })
+            })
+            .map(|(job, _)| job)
+            .collect();
+        if jobs.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(ClaimView { id, record, jobs }))
+    }
+
+    /// Renews a claim: its leases end `lease_ms` from now, its jobs live `grace_ms` longer, and
+    /// its record says so. Returns how many jobs it holds.
+    pub async fn renew_claim(
+        &self,
+        claim: &ClaimView,
         lease_ms: u64,
         grace_ms: u64,
-    ) -> Result<(u64, Vec<TakenJob>), StoreError> {
-        let claim = self.open_stream();
+    ) -> Result<usize, StoreError> {
         let now_ms = self.now_ms();
-        let request = TakeRequest {
-            queues,
-            max,
+        let record = ClaimRecord {
             lease_ms,
-            stream: Some(claim),
-            keep_until_ms: Some(now_ms.saturating_add(lease_ms).saturating_add(grace_ms)),
+            grace_ms,
+            renewed_at_ms: now_ms,
+            ..claim.record.clone()
         };
-        let jobs = self.store.take(&request, now_ms).await?;
-        Ok((claim, jobs))
-    }
-
-    /// The jobs a claim still holds.
-    pub async fn claimed(&self, claim: u64) -> Vec<ClaimedJob> {
-        self.store.claimed(claim).await
-    }
-
-    /// Renews a claim: its leases end `lease_ms` from now, its jobs live `grace_ms` longer.
-    pub async fn renew_claim(&self, claim: u64, lease_ms: u64, grace_ms: u64) -> usize {
-        let now_ms = self.now_ms();
-        let keep = now_ms.saturating_add(lease_ms).saturating_add(grace_ms);
         self.store
-            .extend_claim(claim, lease_ms, Some(keep), now_ms)
+            .extend_claim(
+                claim.id,
+                lease_ms,
+                Some(keep_until(now_ms, lease_ms, grace_ms)),
+                Some(record),
+                now_ms,
+            )
             .await
     }
 
@@ -47,12 +121,12 @@ impl Engine {
     /// (its policy decides whether it is ready again or dead, and its queue's dead-letter rule
     /// may move it). Zaqar's claim deletion: a message claimed and released `_max_claim_count`
     /// times goes to the dead-letter queue. Returns how many jobs the claim held.
-    pub async fn expire_claim(&self, claim: u64) -> Result<usize, StoreError> {
-        let held = self.store.extend_claim(claim, 0, None, self.now_ms()).await;
-        if held > 0 {
-            self.expire_due_leases().await?;
-        }
-        Ok(held)
+    pub async fn end_claim(&self, id: ClaimId) -> Result<usize, StoreError> {
+        let now_ms = self.now_ms();
+        let decide = move |ctx: &DecideContext<'_>| {
+            decide_lease_expiry(ctx, self.default_policy_for(ctx.queue), now_ms)
+        };
+        self.store.end_claim(id, now_ms, &decide).await
     }
 
     /// Handles every lease that has ended by now, as the maintenance loop's next pass would, so
@@ -65,4 +139,48 @@ impl Engine {
         };
         self.store.expire_leases(now_ms, usize::MAX, &decide).await
     }
+
+    /// Deletes live message `id` of `queue` if the claim holding it is `claim` (`None`: if no
+    /// claim holds it), judged and done atomically, so that a claim that ends and is taken over
+    /// meanwhile cannot let the old holder delete the new holder's message.
+    pub async fn delete_held(
+        &self,
+        queue: &str,
+        id: JobId,
+        claim: Option<ClaimId>,
+    ) -> Result<MessageDelete, StoreError> {
+        let now_ms = self.now_ms();
+        let check = |peek: &crate::store::JobPeek| {
+            *peek.queue == *queue && peek.is_live(now_ms) && peek.claim_at(now_ms) == claim
+        };
+        let checked = self.store.delete_checked(&[id], &check).await?;
+        let Some(checked) = checked.into_iter().next() else {
+            return Ok(MessageDelete::Missing);
+        };
+        if checked.deleted {
+            return Ok(MessageDelete::Deleted);
+        }
+        let Some(peek) = checked
+            .peek
+            .filter(|p| *p.queue == *queue && p.is_live(now_ms))
+        else {
+            return Ok(MessageDelete::Missing);
+        };
+        Ok(match (claim, peek.claim_at(now_ms)) {
+            (Some(_), None) => MessageDelete::NotClaimed,
+            _ => MessageDelete::Claimed,
+        })
+    }
+
+    /// Takes up to `max` ready jobs of `queue` and deletes them, atomically; returns them.
+    pub async fn pop(&self, queue: &str, max: usize) -> Result<Vec<Job>, StoreError> {
+        self.expire_due_leases().await?;
+        let queues = [queue.to_owned()];
+        self.store.pop_jobs(&queues, max, self.now_ms()).await
+    }
+}
+
+/// Until when a claim keeps its jobs alive.
+fn keep_until(now_ms: u64, lease_ms: u64, grace_ms: u64) -> u64 {
+    now_ms.saturating_add(lease_ms).saturating_add(grace_ms)
 }

@@ -1,15 +1,51 @@
-//! From a failure (or a lost lease) to the job's next state, by its policy. Pure: the engine
-//! passes these to the store, which calls them under its own serialisation.
+//! From a failure (or a lost lease) to the job's next state, by its policy; which policy that
+//! is; and when a job moves to a dead-letter queue. Pure: the engine passes these to the store,
+//! which calls them under its own serialisation.
 
 use tenax_policy::{Decision, Failure, Outcome, RetryPolicy, SeededRandom};
 
 use crate::clock::UnixMs;
-use crate::model::{ErrorEntry, JobState, Status};
-use crate::store::{DecideContext, Transition};
+use crate::model::{ErrorEntry, JobState, Status, StoredPolicy, Subscription};
+use crate::store::{DecideContext, MoveTo, QueueConfig, Transition};
 
-/// The policy that applies: the job's own, else its queue's, else the server default.
+/// The policy a job goes by: its own; else, for a delivery, the one its subscription's
+/// deliveries follow ([`delivery_policy`]); else its queue's; else the server default.
 pub fn resolve<'a>(ctx: &DecideContext<'a>, default: &'a RetryPolicy) -> &'a RetryPolicy {
-    ctx.job_policy.or(ctx.queue_policy).unwrap_or(default)
+    if let Some(policy) = ctx.job_policy {
+        return policy;
+    }
+    let configured = match ctx.owner {
+        Some((subscription, queue)) => delivery_policy(subscription, queue).map(|(p, _)| p),
+        None => ctx.queue_config.and_then(|c| c.policy.as_ref()),
+    };
+    configured.map_or(default, |p| &**p.policy())
+}
+
+/// Whose policy a subscription's deliveries follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyOwner {
+    Subscription,
+    Queue,
+}
+
+/// The policy a subscription's deliveries follow, and whose it is, unless it is the server's
+/// delivery default: its queue's when the queue forbids overrides, else the subscription's own,
+/// else the queue's.
+pub fn delivery_policy<'a>(
+    subscription: &'a Subscription,
+    queue: Option<&'a QueueConfig>,
+) -> Option<(&'a StoredPolicy, PolicyOwner)> {
+    let queue_policy = queue
+        .and_then(|q| q.policy.as_ref())
+        .map(|p| (p, PolicyOwner::Queue));
+    if queue.is_some_and(|q| q.disable_overrides) {
+        return queue_policy;
+    }
+    let own = subscription
+        .policy
+        .as_ref()
+        .map(|p| (p, PolicyOwner::Subscription));
+    own.or(queue_policy)
 }
 
 /// A worker reported a failure at `now_ms`.
@@ -49,13 +85,18 @@ pub fn decide_failure(
             Transition {
                 state,
                 error: Some(error),
+                moved_to: None,
             }
         }
         // A snooze is not a failure: no attempt is used and nothing is recorded.
         Decision::Snooze { at_ms, .. } => {
             state.status = Status::Scheduled;
             state.run_at_ms = at_ms;
-            Transition { state, error: None }
+            Transition {
+                state,
+                error: None,
+                moved_to: None,
+            }
         }
         Decision::Dead { reason } => {
             state.status = Status::Dead;
@@ -66,6 +107,7 @@ pub fn decide_failure(
             Transition {
                 state,
                 error: Some(error),
+                moved_to: None,
             }
         }
     }
@@ -73,7 +115,9 @@ pub fn decide_failure(
 
 /// A lease expired at `now_ms`: the worker hung or vanished. This counts as a failed attempt
 /// (so a job that always hangs its worker cannot run forever), but the job is ready again at
-/// once: the lease already made it wait. Past the retry limit it is dead.
+/// once: the lease already made it wait. Past the retry limit it is dead; and once its leases
+/// have expired as often as its queue's dead-letter rule allows, it moves to the dead-letter
+/// queue instead, ready, with a fresh count (Zaqar's `_max_claim_count`).
 pub fn decide_lease_expiry(
     ctx: &DecideContext<'_>,
     default: &RetryPolicy,
@@ -101,9 +145,24 @@ pub fn decide_lease_expiry(
         state.status = Status::Ready;
         state.run_at_ms = now_ms;
     }
+    let rule = ctx.queue_config.and_then(|c| c.dead_letter.as_ref());
+    if let Some(rule) = rule.filter(|r| state.failures >= r.max_claims) {
+        return Transition {
+            state: JobState::new(now_ms, now_ms),
+            error: None,
+            moved_to: Some(MoveTo {
+                queue: rule.queue.clone(),
+                expires_at_ms: rule
+                    .ttl_ms
+                    .map(|ttl| now_ms.saturating_add(ttl))
+                    .or(ctx.expires_at_ms),
+            }),
+        };
+    }
     Transition {
         state,
         error: Some(error),
+        moved_to: None,
     }
 }
 
@@ -117,8 +176,10 @@ mod tests {
             id: 1,
             queue: "q",
             state,
+            expires_at_ms: None,
             job_policy,
-            queue_policy: None,
+            queue_config: None,
+            owner: None,
         }
     }
 

@@ -1,6 +1,10 @@
-//! The maintenance loop: promotes scheduled jobs when due, expires leases, and purges finished
-//! jobs past their retention. It sleeps until the next known due time (at most a second), and
-//! wakes early when an earlier time is scheduled.
+//! The maintenance loop: promotes scheduled jobs when due, expires leases, deletes expired jobs
+//! and subscriptions, and purges finished jobs past their retention. It sleeps until the next
+//! known due time (at most a second), and wakes early when an earlier time is scheduled.
+//!
+//! It works only while the store grants this server the lead ([`crate::store::StoreLifecycle::lead`]),
+//! so that on a store shared by several servers one of them does it at a time. The embedded
+//! store always grants it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,19 +34,34 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
                 tracing::warn!(%error, "recording when tokens were last used failed");
             }
         }
-        let schedule = engine.store.schedule_signal().notified();
+        let schedule = engine.signals().schedule.notified();
         tokio::pin!(schedule);
         schedule.as_mut().enable();
 
+        let leading = match engine.store.lead().await {
+            Ok(leading) => leading,
+            Err(error) => {
+                tracing::warn!(%error, "asking the store for the maintenance lead failed");
+                false
+            }
+        };
         let now = engine.now_ms();
-        let busy = pass(&engine, now, &mut last_purge).await;
+        let busy = leading && pass(&engine, now, &mut last_purge).await;
         if *shutdown.borrow() {
             return;
         }
         let sleep_ms = if busy {
             0
+        } else if !leading {
+            MAX_SLEEP_MS
         } else {
-            let next = engine.store.next_wakeup().await.unwrap_or(u64::MAX);
+            let next = match engine.store.next_wakeup().await {
+                Ok(next) => next.unwrap_or(u64::MAX),
+                Err(error) => {
+                    tracing::warn!(%error, "asking the store for its next due time failed");
+                    u64::MAX
+                }
+            };
             next.saturating_sub(engine.now_ms()).min(MAX_SLEEP_MS)
         };
         // A manual clock does not move by itself: poll it often so tests that advance it see
@@ -68,7 +87,13 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
 
 /// One pass at time `now`; true if a batch was full (more work is waiting).
 pub async fn pass(engine: &Engine, now: u64, last_purge: &mut u64) -> bool {
-    let promoted = engine.store.promote_due(now, BATCH).await;
+    let promoted = match engine.store.promote_due(now, BATCH).await {
+        Ok(n) => n,
+        Err(error) => {
+            tracing::error!(%error, "promoting due jobs failed");
+            0
+        }
+    };
     let decide = move |ctx: &crate::store::DecideContext<'_>| {
         decide_lease_expiry(ctx, engine.default_policy_for(ctx.queue), now)
     };
@@ -92,6 +117,13 @@ pub async fn pass(engine: &Engine, now: u64, last_purge: &mut u64) -> bool {
     let mut purged = 0;
     if now.saturating_sub(*last_purge) >= PURGE_EVERY_MS {
         *last_purge = now;
+        match engine.expire_subscriptions().await {
+            Ok(expired) if !expired.is_empty() => {
+                tracing::info!(?expired, "subscriptions expired and were deleted");
+            }
+            Ok(_) => {}
+            Err(error) => tracing::error!(%error, "deleting expired subscriptions failed"),
+        }
         let completed_before = now.saturating_sub(engine.settings.completed_retention_ms);
         let dead_before = now.saturating_sub(engine.settings.dead_retention_ms);
         match engine

@@ -55,12 +55,13 @@ impl TokenBook {
 
 impl Engine {
     /// Loads the stored tokens (at start-up).
-    pub async fn load_tokens(&self) {
-        for record in self.store.tokens().await {
+    pub async fn load_tokens(&self) -> Result<(), StoreError> {
+        for record in self.store.tokens().await? {
             let principal = principal_of(&record);
             let used = record.last_used_at_ms.unwrap_or(0);
             self.tokens.insert(record.hash.clone(), principal, used);
         }
+        Ok(())
     }
 
     /// Accepts `secret` as an admin token without storing it (`--admin-token`).
@@ -85,12 +86,13 @@ impl Engine {
     }
 
     /// Whether a stored, unscoped admin token exists (then no first-start token is made).
-    pub async fn has_admin_token(&self) -> bool {
-        self.store
+    pub async fn has_admin_token(&self) -> Result<bool, StoreError> {
+        Ok(self
+            .store
             .tokens()
-            .await
+            .await?
             .iter()
-            .any(|t| t.role == Role::Admin && t.queues.is_empty() && t.projects.is_empty())
+            .any(|t| t.role == Role::Admin && t.queues.is_empty() && t.projects.is_empty()))
     }
 
     /// Makes a token; its secret is in the answer and nowhere else.
@@ -101,8 +103,7 @@ impl Engine {
         queues: Vec<String>,
         projects: Vec<String>,
     ) -> Result<NewToken, StoreError> {
-        let secret = token::generate()
-            .map_err(|e| StoreError::Storage(format!("generating a token: {e}")))?;
+        let secret = token::generate().map_err(|e| StoreError::storage("generating a token", e))?;
         let record = TokenRecord {
             id: 0,
             name,
@@ -130,20 +131,20 @@ impl Engine {
     }
 
     /// Every stored token (without secrets), with its last use as memory knows it.
-    pub async fn list_tokens(&self) -> Vec<TokenRecord> {
+    pub async fn list_tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
         let used: HashMap<u64, u64> = {
             let book = self.tokens.by_hash.read();
             book.values()
                 .filter_map(|k| Some((k.principal.token?, k.last_used_ms.load(Ordering::Relaxed))))
                 .collect()
         };
-        let mut tokens = self.store.tokens().await;
+        let mut tokens = self.store.tokens().await?;
         for record in &mut tokens {
             if let Some(&at) = used.get(&record.id).filter(|at| **at > 0) {
                 record.last_used_at_ms = Some(at);
             }
         }
-        tokens
+        Ok(tokens)
     }
 
     /// Writes the last use of every token used since it was last written.
@@ -165,7 +166,7 @@ impl Engine {
         let mut stored: HashMap<u64, TokenRecord> = self
             .store
             .tokens()
-            .await
+            .await?
             .into_iter()
             .map(|t| (t.id, t))
             .collect();

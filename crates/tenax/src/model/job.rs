@@ -3,11 +3,20 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use super::StoredPolicy;
 use crate::clock::UnixMs;
 
 /// Job ids are assigned by the store in enqueue order; they are unique for the life of a data
 /// directory and double as the FIFO tie-breaker within a priority.
 pub type JobId = u64;
+
+/// A group of leases held and released together: a streaming take, or a Zaqar claim. Random,
+/// so that ids made by several servers on one database do not collide and cannot be guessed.
+pub type ClaimId = u64;
+
+/// The token of one lease: it changes on every take, so only the current holder of a job may
+/// heartbeat, complete or fail it.
+pub type LeaseToken = u64;
 
 /// The lifecycle of `brief.md`: `scheduled → ready → in_flight → completed`, with retries
 /// (`in_flight → scheduled`), death, replay (`dead → ready`) and lease expiry
@@ -74,9 +83,9 @@ pub struct NewJob {
     pub priority: i32,
     /// When the job becomes ready; `<= now` means ready at once.
     pub run_at_ms: UnixMs,
-    /// The job's own policy in the canonical native spelling, if it has one.
+    /// The job's own policy, if it has one (stored as canonical native JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<serde_json::Value>,
+    pub policy: Option<StoredPolicy>,
     /// Deduplication key within the queue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique_key: Option<String>,
@@ -87,6 +96,10 @@ pub struct NewJob {
     /// Who enqueued it (a Zaqar `Client-ID`), for listings that leave out one's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// The job this one was made for: a delivery's message. Set by the store, from the index
+    /// of the parent in the same enqueue ([`Insert::parent`](crate::store::Insert::parent)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<JobId>,
 }
 
 /// One failure, as recorded on the job.
@@ -151,4 +164,15 @@ pub struct Job {
     pub state: JobState,
     /// One entry per failed attempt, oldest first.
     pub errors: Vec<ErrorEntry>,
+    /// While in flight: who holds the lease, and until when. Not part of the job's record.
+    #[serde(skip)]
+    pub held: Option<Held>,
+}
+
+/// The lease on an in-flight job, as readers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// The claim (or streaming take) holding it, if any.
+    pub claim: Option<ClaimId>,
+    pub lease_expires_at_ms: UnixMs,
 }

@@ -4,9 +4,11 @@
 
 mod job;
 pub mod payload;
+mod policy;
 pub mod subscription;
 
-pub use job::{ErrorEntry, Job, JobId, JobState, NewJob, Status};
+pub use job::{ClaimId, ErrorEntry, Held, Job, JobId, JobState, LeaseToken, NewJob, Status};
+pub use policy::StoredPolicy;
 pub use subscription::{
     Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, Subscription,
     SubscriptionId,

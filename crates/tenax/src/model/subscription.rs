@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::JobId;
+use super::{JobId, StoredPolicy};
 use crate::clock::UnixMs;
 
 pub type SubscriptionId = u64;
@@ -60,9 +60,9 @@ pub struct Subscription {
     pub queue: String,
     /// An http(s) URL.
     pub endpoint: String,
-    /// The subscription's own delivery policy, canonical native JSON.
+    /// The subscription's own delivery policy (stored as canonical native JSON).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<serde_json::Value>,
+    pub policy: Option<StoredPolicy>,
     /// At most this many deliveries start per second; more wait.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub throttle_per_second: Option<u32>,
@@ -108,6 +108,12 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// The endpoint, when no other subscription of the queue may have it: Zaqar's
+    /// subscriptions are unique by queue and subscriber. The store keeps this unique per queue.
+    pub fn unique_endpoint(&self) -> Option<&str> {
+        (self.format == EnvelopeFormat::Zaqar).then_some(self.endpoint.as_str())
+    }
+
     /// The previous secret, while it still signs deliveries at `now_ms`.
     pub fn previous_secret_at(&self, now_ms: UnixMs) -> Option<&str> {
         match (&self.previous_secret, self.previous_secret_until_ms) {
@@ -169,10 +175,13 @@ pub struct HealthMarks {
     pub failing_since_ms: Option<UnixMs>,
 }
 
-/// What a delivery job carries: the message it delivers.
+/// What a delivery job carries: the message it delivers. The message's id is the delivery's
+/// parent ([`NewJob::parent`](super::NewJob::parent)); deliveries stored before parents existed
+/// carry it here instead.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DeliveryPayload {
-    pub message_id: JobId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<JobId>,
     pub queue: String,
     #[serde(rename = "type")]
     pub kind: String,
@@ -180,6 +189,13 @@ pub struct DeliveryPayload {
     /// The message's time to live in seconds, if it has one (Zaqar's notification shows it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_s: Option<u64>,
+}
+
+impl DeliveryPayload {
+    /// The delivered message's id, given the delivery's parent.
+    pub fn message_id(&self, parent: Option<JobId>) -> JobId {
+        parent.or(self.message_id).unwrap_or_default()
+    }
 }
 
 /// How one attempt ended.

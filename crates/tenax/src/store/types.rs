@@ -7,7 +7,10 @@ use serde_json::value::RawValue;
 use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
-use crate::model::{ErrorEntry, JobId, JobState, NewJob, Status};
+use crate::model::{
+    ClaimId, ErrorEntry, JobId, JobState, LeaseToken, NewJob, Status, StoredPolicy, Subscription,
+    SubscriptionId,
+};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StoreError {
@@ -26,13 +29,66 @@ pub enum StoreError {
         holder: KeyHolder,
     },
     #[error("subscription {0} does not exist")]
-    NoSubscription(crate::model::SubscriptionId),
-    #[error("storage error: {0}")]
-    Storage(String),
+    NoSubscription(SubscriptionId),
+    /// Another subscription of the queue has the endpoint, which must be unique there
+    /// ([`Subscription::unique_endpoint`]).
+    #[error("subscription {holder} of queue {queue:?} already has endpoint {endpoint:?}")]
+    EndpointTaken {
+        queue: String,
+        endpoint: String,
+        holder: SubscriptionId,
+    },
+    /// The backend failed (I/O, a lost connection). The source is kept for the log; clients see
+    /// only that something went wrong on the server.
+    #[error(transparent)]
+    Storage(StorageFault),
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
     #[error("storage has failed and refuses writes; restart the server")]
     Failed,
+    /// The data was written by a newer Tenax, in a format this one does not know.
+    #[error(
+        "the data is in storage format {found}, newer than the {supported} this version of Tenax \
+         reads; run the newer version, or restore a backup made by this one"
+    )]
+    NewerFormat { found: u64, supported: u64 },
+}
+
+impl StoreError {
+    /// A backend failure while doing `what`, keeping `source` for the log.
+    pub fn storage(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Storage(StorageFault {
+            what: what.into(),
+            source: Arc::new(source),
+        })
+    }
+
+    /// Whether the server, not the request, is at fault.
+    pub fn is_internal(&self) -> bool {
+        matches!(
+            self,
+            Self::Storage(_) | Self::Corrupt(_) | Self::Failed | Self::NewerFormat { .. }
+        )
+    }
+}
+
+/// A backend failure: what was being done, and the error underneath.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("storage error while {what}: {source}")]
+pub struct StorageFault {
+    pub what: String,
+    #[source]
+    pub source: Arc<dyn std::error::Error + Send + Sync>,
+}
+
+/// Two faults are alike when they say the same (the sources themselves cannot be compared).
+impl PartialEq for StorageFault {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
 }
 
 /// Who holds a unique key that an enqueue asked for.
@@ -56,11 +112,26 @@ fn duplicate_message(queue: &str, key: &str, holder: &KeyHolder) -> String {
     }
 }
 
-/// A job to add, with its own policy already parsed (the canonical JSON is in `job.policy`).
+/// A job to add.
 #[derive(Debug, Clone)]
 pub struct Insert {
     pub job: NewJob,
-    pub policy: Option<Arc<RetryPolicy>>,
+    /// The index, in the same request, of the job this one is made for (a delivery's message).
+    /// Stored only if that job is stored; its id becomes this job's `parent`.
+    pub parent: Option<usize>,
+    /// The subscription this job delivers for. Stored only if the subscription still exists.
+    pub owner: Option<SubscriptionId>,
+}
+
+impl Insert {
+    /// A job of its own: no parent, no owner.
+    pub fn new(job: NewJob) -> Self {
+        Self {
+            job,
+            parent: None,
+            owner: None,
+        }
+    }
 }
 
 /// What to do when a job's unique key is already held by an unfinished job.
@@ -84,17 +155,37 @@ pub struct Enqueued {
     pub run_at_ms: UnixMs,
 }
 
+/// A request for leases.
 #[derive(Debug, Clone)]
 pub struct TakeRequest<'a> {
     pub queues: &'a [String],
     pub max: usize,
     pub lease_ms: u64,
-    /// The streaming connection or claim taking, if any: its jobs can be found, extended and
-    /// released together.
-    pub stream: Option<u64>,
+    /// The claim (or streaming take) the leases are held under: its jobs can be found, renewed
+    /// and released together.
+    pub claim: Option<ClaimId>,
+    /// The claim's terms, recorded with it if anything was taken (a Zaqar claim).
+    pub record: Option<ClaimRecord>,
     /// Taken jobs that would expire before this time live at least until it (a Zaqar claim
-    /// keeps its messages alive for its TTL and grace). Memory only, like the lease.
+    /// keeps its messages alive for its TTL and grace).
     pub keep_until_ms: Option<UnixMs>,
+    /// Take for this subscription's deliveries: nothing while it is disabled or gone.
+    pub subscription: Option<SubscriptionId>,
+}
+
+impl<'a> TakeRequest<'a> {
+    /// Up to `max` jobs of `queues`, leased for `lease_ms`, under no claim.
+    pub fn new(queues: &'a [String], max: usize, lease_ms: u64) -> Self {
+        Self {
+            queues,
+            max,
+            lease_ms,
+            claim: None,
+            record: None,
+            keep_until_ms: None,
+            subscription: None,
+        }
+    }
 }
 
 /// A leased job, as handed to a worker.
@@ -107,37 +198,72 @@ pub struct TakenJob {
     pub priority: i32,
     /// This run's number: previous failures + 1.
     pub attempt: u32,
-    pub lease_token: u64,
+    pub lease_token: LeaseToken,
     pub lease_expires_at_ms: UnixMs,
     pub created_at_ms: UnixMs,
+    /// When the job is deleted whatever its status, if ever.
+    pub expires_at_ms: Option<UnixMs>,
+    /// The job it was made for (a delivery's message).
+    pub parent: Option<JobId>,
 }
 
 /// A job held by a claim (or stream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimedJob {
     pub id: JobId,
-    pub claim: u64,
     pub lease_expires_at_ms: UnixMs,
     /// Earlier runs that failed or whose lease expired.
     pub failures: u32,
 }
 
-/// A worker's claim on a job: its id, and the lease token it was given when it took the job.
+/// What a claim was made with, as its API shows it again (a Zaqar claim's ttl, grace and age).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimRecord {
+    /// The queue the claim took its jobs from.
+    pub queue: String,
+    pub lease_ms: u64,
+    pub grace_ms: u64,
+    /// When the claim was made or last renewed.
+    pub renewed_at_ms: UnixMs,
+}
+
+impl ClaimRecord {
+    /// After this time the claim and its grace are over: the record is of no more use.
+    pub fn over_at_ms(&self) -> UnixMs {
+        self.renewed_at_ms
+            .saturating_add(self.lease_ms)
+            .saturating_add(self.grace_ms)
+    }
+}
+
+/// A claim as stored: its record (if it has one) and the jobs it holds, in id order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Claim {
+    pub record: Option<ClaimRecord>,
+    pub jobs: Vec<ClaimedJob>,
+}
+
+/// A worker's hold on a job: its id, and the lease token it was given when it took the job.
 /// Only the current lease's holder may heartbeat, complete or fail a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ack {
     pub id: JobId,
-    pub lease: u64,
+    pub lease: LeaseToken,
 }
 
-/// What the engine's decision closure sees.
+/// What the engine's decision closure sees of a job, and of the settings around it.
 #[derive(Debug)]
 pub struct DecideContext<'a> {
     pub id: JobId,
     pub queue: &'a str,
     pub state: &'a JobState,
+    /// When the job is deleted whatever its status, if ever.
+    pub expires_at_ms: Option<UnixMs>,
     pub job_policy: Option<&'a RetryPolicy>,
-    pub queue_policy: Option<&'a RetryPolicy>,
+    /// The settings of the job's queue, if it has any.
+    pub queue_config: Option<&'a QueueConfig>,
+    /// For a delivery: its subscription, and the settings of the subscription's queue.
+    pub owner: Option<(&'a Subscription, Option<&'a QueueConfig>)>,
 }
 
 /// A job's next state after a failure or lost lease, and the error to record.
@@ -145,10 +271,80 @@ pub struct DecideContext<'a> {
 pub struct Transition {
     pub state: JobState,
     pub error: Option<ErrorEntry>,
+    /// The job moves to another queue (a dead-letter queue), with this expiry.
+    pub moved_to: Option<MoveTo>,
+}
+
+/// Where a job moves, and its expiry there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveTo {
+    pub queue: String,
+    pub expires_at_ms: Option<UnixMs>,
 }
 
 /// The engine's decision: from a job's context to its next state.
 pub type Decide<'a> = dyn Fn(&DecideContext<'_>) -> Transition + Send + Sync + 'a;
+
+/// A change to a queue's settings: from the stored ones (`None`: none yet) to the new ones, or
+/// `None` to leave them as they are. Called under the store's serialisation (perhaps more than
+/// once, by a backend that retries), so it must only compute.
+pub type ChangeQueue<'a> = dyn Fn(Option<&QueueConfig>) -> Option<QueueConfig> + Send + Sync + 'a;
+
+/// A change to a subscription: from the stored one to the new one, or `None` to leave it.
+/// Called under the store's serialisation, like [`ChangeQueue`].
+pub type ChangeSubscription<'a> = dyn Fn(&Subscription) -> Option<Subscription> + Send + Sync + 'a;
+
+/// Whether to delete a job, seeing it as it is under the store's serialisation.
+pub type DeleteCheck<'a> = dyn Fn(&JobPeek) -> bool + Send + Sync + 'a;
+
+/// A job looked at for a conditional delete: what it was, and whether it was deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checked {
+    pub id: JobId,
+    /// `None`: there is no such job.
+    pub peek: Option<JobPeek>,
+    pub deleted: bool,
+}
+
+/// What a finished delivery attempt did to its delivery.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finished {
+    Delivered,
+    Failed(Transition),
+}
+
+/// A quick look at a job: its queue and state, without its body.
+///
+/// Invariant: a peek is a snapshot under the store's serialisation; the job may change right
+/// after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPeek {
+    pub queue: Arc<str>,
+    pub status: Status,
+    /// Earlier runs that failed or whose lease expired.
+    pub failures: u32,
+    /// When the job is deleted whatever its status, if ever (a claim may have moved it later).
+    pub expires_at_ms: Option<UnixMs>,
+    /// While in flight: the claim (or stream) holding the lease, if any.
+    pub claim: Option<ClaimId>,
+    /// While in flight: when the lease ends.
+    pub lease_expires_at_ms: Option<UnixMs>,
+}
+
+impl JobPeek {
+    /// Whether the job is live at `now_ms`: unfinished, and its expiry has not come. Only live
+    /// jobs are messages to Zaqar's API.
+    pub fn is_live(&self, now_ms: UnixMs) -> bool {
+        !self.status.is_finished() && self.expires_at_ms.is_none_or(|at| at > now_ms)
+    }
+
+    /// The claim holding the job at `now_ms`: its lease has not ended.
+    pub fn claim_at(&self, now_ms: UnixMs) -> Option<ClaimId> {
+        let leased = self.status == Status::InFlight
+            && self.lease_expires_at_ms.is_some_and(|at| at > now_ms);
+        self.claim.filter(|_| leased)
+    }
+}
 
 /// Which jobs an operation applies to.
 #[derive(Debug, Clone, Default)]
@@ -158,6 +354,7 @@ pub struct Selection {
     pub filter: JobFilter,
 }
 
+/// Which jobs a listing, count or selection keeps. Every condition given must hold.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
     pub queue: Option<String>,
@@ -165,13 +362,53 @@ pub struct JobFilter {
     pub kind: Option<String>,
     /// Only jobs that finished (completed or died) at or after this time.
     pub finished_since_ms: Option<UnixMs>,
+    /// Only unfinished jobs whose expiry has not come at this time (Zaqar's live messages).
+    pub live_at_ms: Option<UnixMs>,
+    /// Leave out scheduled jobs (Zaqar's delayed messages).
+    pub not_scheduled: bool,
+    /// Only jobs a claim (or streaming take) holds (`true`), or that none holds (`false`), at
+    /// the given time: Zaqar's claimed and free messages.
+    pub claimed_at: Option<(bool, UnixMs)>,
+    /// Leave out jobs enqueued by this origin (a Zaqar client's own messages).
+    pub not_origin: Option<String>,
 }
 
 impl JobFilter {
-    /// Whether a job in `state` passes the `finished_since_ms` filter.
-    pub fn finished_since(&self, state: &JobState) -> bool {
-        self.finished_since_ms
-            .is_none_or(|since| state.finished_at_ms.is_some_and(|at| at >= since))
+    /// Jobs of `queue`.
+    pub fn queue(queue: impl Into<String>) -> Self {
+        Self {
+            queue: Some(queue.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// Which way a listing runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Order {
+    /// Oldest (lowest id) first.
+    #[default]
+    Ascending,
+    /// Newest first.
+    Descending,
+}
+
+/// One page of a listing: up to `limit` jobs past `after` (in the page's order).
+#[derive(Debug, Clone, Copy)]
+pub struct Page {
+    pub after: Option<JobId>,
+    pub limit: usize,
+    pub order: Order,
+}
+
+impl Page {
+    /// The first `limit` jobs after `after`, oldest first.
+    pub fn after(after: Option<JobId>, limit: usize) -> Self {
+        Self {
+            after,
+            limit,
+            order: Order::Ascending,
+        }
     }
 }
 
@@ -216,13 +453,13 @@ impl NotReplayed {
 #[derive(Debug, Clone, Default)]
 pub struct Replay {
     pub selection: Selection,
-    /// A new policy for the replayed jobs (canonical JSON, parsed).
-    pub policy: Option<(serde_json::Value, Arc<RetryPolicy>)>,
+    /// A new policy for the replayed jobs.
+    pub policy: Option<StoredPolicy>,
     /// Forget earlier failures: the replayed job starts again from retry 1.
     pub reset_attempts: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct QueueCounts {
     pub queue: String,
     pub scheduled: u64,
@@ -232,13 +469,27 @@ pub struct QueueCounts {
     pub dead: u64,
 }
 
+impl QueueCounts {
+    /// Counts of `queue` in the order of [`Status::ALL`].
+    pub fn from_slots(queue: impl Into<String>, slots: [u64; 5]) -> Self {
+        Self {
+            queue: queue.into(),
+            scheduled: slots[0],
+            ready: slots[1],
+            in_flight: slots[2],
+            completed: slots[3],
+            dead: slots[4],
+        }
+    }
+}
+
 /// A queue's settings. Queues exist implicitly when a job names them; a config is stored only
 /// once set.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct QueueConfig {
-    /// The queue's default policy, canonical native JSON.
+    /// The queue's default policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<serde_json::Value>,
+    pub policy: Option<StoredPolicy>,
     /// A paused queue keeps accepting jobs but hands none out.
     #[serde(default)]
     pub paused: bool,
@@ -269,4 +520,31 @@ pub struct DeadLetter {
     /// The moved job's time to live; without it the job keeps its expiry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peek(status: Status, expires: Option<u64>, lease: Option<u64>) -> JobPeek {
+        JobPeek {
+            queue: Arc::from("p:q"),
+            status,
+            failures: 0,
+            expires_at_ms: expires,
+            claim: lease.map(|_| 7),
+            lease_expires_at_ms: lease,
+        }
+    }
+
+    #[test]
+    fn liveness_and_claims_follow_time() {
+        assert!(peek(Status::Ready, Some(2_000), None).is_live(1_000));
+        assert!(!peek(Status::Ready, Some(1_000), None).is_live(1_000));
+        assert!(!peek(Status::Dead, None, None).is_live(1_000));
+        assert!(!peek(Status::Completed, None, None).is_live(1_000));
+        let claimed = peek(Status::InFlight, None, Some(5_000));
+        assert_eq!(claimed.claim_at(4_999), Some(7));
+        assert_eq!(claimed.claim_at(5_000), None);
+    }
 }

@@ -1,34 +1,31 @@
 //! Claims: create (`ttl`, `grace`, `limit`), get, update (renew), delete (release).
 //!
-//! A claim is an engine claim (a group lease): its messages are leased for `ttl` seconds under
-//! one id and kept alive at least `ttl + grace` seconds. Zaqar's view of a claim (its ttl and
-//! when it was last renewed) lives in a [`ClaimBook`] of the server, in memory, like the leases
-//! themselves: after a restart every claim is gone and its messages are free again.
+//! A claim is an engine claim (a group lease with a record of its terms): its messages are
+//! leased for `ttl` seconds under one random id and kept alive at least `ttl + grace` seconds.
+//! The store keeps the claim, as it keeps leases (the embedded store in memory: after a restart
+//! every claim is gone and its messages are free again).
 //!
 //! Invariants:
-//! - A claim exists for its queue while the book knows it for that queue and it still holds a
-//!   live message whose lease has not ended; otherwise it is 404 (and DELETE is a no-op 204).
+//! - A claim exists for its queue while its record names that queue and it still holds a live
+//!   message whose lease has not ended ([`Engine::claim_of`]); otherwise it is 404 (and DELETE
+//!   is a no-op 204).
 //! - Deleting a claim ends it as an expiry would: each message counts it as one claim, so
 //!   `_max_claim_count` counts released claims as well as expired ones.
 
-use std::collections::HashMap;
-
-use axum::Extension;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
-use parking_lot::Mutex;
 use serde::Serialize;
 use serde_json::Value;
 
 use super::error::ZaqarError;
 use super::names::{QueueRef, parse_claim_id};
 use super::request::{Ctx, Params, json_body, json_int};
-use super::views::{self, Facts, MessageView, Messages, current_claim, is_live, seconds};
+use super::views::{self, Facts, MessageView, Messages, seconds};
 use crate::api::AppState;
-use crate::clock::UnixMs;
-use crate::model::{Job, JobId};
+use crate::engine::{ClaimView as Live, NewClaim};
+use crate::model::Job;
 
 /// Zaqar's claim limits and defaults.
 const MIN_CLAIM_TTL: i64 = 60;
@@ -39,65 +36,6 @@ const DEFAULT_CLAIM_TTL: i64 = 300;
 const DEFAULT_CLAIM_GRACE: i64 = 60;
 const MAX_MESSAGES_PER_CLAIM: i64 = 20;
 const DEFAULT_MESSAGES_PER_CLAIM: usize = 10;
-
-/// The book is swept of ended claims when it grows past this many entries.
-const SWEEP_FROM: usize = 1_024;
-
-/// What Zaqar shows of a claim, for each live claim of the server.
-#[derive(Debug, Default)]
-pub struct ClaimBook {
-    inner: Mutex<Book>,
-}
-
-#[derive(Debug, Default)]
-struct Book {
-    claims: HashMap<u64, ClaimMeta>,
-    sweep_at: usize,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ClaimMeta {
-    /// The Tenax queue the claim took its messages from.
-    queue: String,
-    ttl_s: u64,
-    grace_s: u64,
-    renewed_at_ms: UnixMs,
-}
-
-impl ClaimMeta {
-    /// After this time the claim and its grace are over: the entry is of no more use.
-    fn over_at_ms(&self) -> UnixMs {
-        self.renewed_at_ms.saturating_add(
-            self.ttl_s
-                .saturating_add(self.grace_s)
-                .saturating_mul(1_000),
-        )
-    }
-}
-
-impl ClaimBook {
-    fn record(&self, claim: u64, meta: ClaimMeta) {
-        let mut book = self.inner.lock();
-        let now = meta.renewed_at_ms;
-        book.claims.insert(claim, meta);
-        if book.claims.len() >= book.sweep_at.max(SWEEP_FROM) {
-            book.claims.retain(|_, m| m.over_at_ms() > now);
-            book.sweep_at = book.claims.len().saturating_mul(2);
-        }
-    }
-
-    fn get(&self, claim: u64, queue: &str) -> Option<ClaimMeta> {
-        let book = self.inner.lock();
-        book.claims
-            .get(&claim)
-            .filter(|m| m.queue == queue)
-            .cloned()
-    }
-
-    fn forget(&self, claim: u64) {
-        self.inner.lock().claims.remove(&claim);
-    }
-}
 
 fn missing(queue: &QueueRef, claim: &str) -> ZaqarError {
     ZaqarError::not_found(format!(
@@ -153,7 +91,6 @@ fn check_grace(grace: i64) -> Result<u64, ZaqarError> {
 pub async fn create(
     ctx: Ctx,
     State(state): State<AppState>,
-    Extension(book): Extension<std::sync::Arc<ClaimBook>>,
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
     body: Bytes,
@@ -171,39 +108,26 @@ pub async fn create(
     let count = limit
         .and_then(|l| usize::try_from(l).ok())
         .unwrap_or(DEFAULT_MESSAGES_PER_CLAIM);
-    state.engine.expire_due_leases().await?;
-    let now = state.engine.now_ms();
     let (claim, taken) = state
         .engine
-        .claim(
-            std::slice::from_ref(&queue.tenax),
-            count,
-            ttl_s.saturating_mul(1_000),
-            grace_s.saturating_mul(1_000),
-        )
+        .claim(NewClaim {
+            queue: &queue.tenax,
+            max: count,
+            lease_ms: ttl_s.saturating_mul(1_000),
+            grace_ms: grace_s.saturating_mul(1_000),
+        })
         .await?;
     if taken.is_empty() {
         return Ok(views::empty(StatusCode::NO_CONTENT, None));
     }
-    book.record(
-        claim,
-        ClaimMeta {
-            queue: queue.tenax.clone(),
-            ttl_s,
-            grace_s,
-            renewed_at_ms: now,
-        },
-    );
-    let ids: Vec<JobId> = taken.iter().map(|t| t.id).collect();
-    let peeks = state.engine.store.peek(&ids).await;
+    let now = state.engine.now_ms();
     let messages: Vec<MessageView<'_>> = taken
         .iter()
-        .zip(peeks)
-        .map(|(job, peek)| {
+        .map(|job| {
             let facts = Facts {
                 id: job.id,
                 created_at_ms: job.created_at_ms,
-                expires_at_ms: peek.and_then(|p| p.expires_at_ms),
+                expires_at_ms: job.expires_at_ms,
                 claim: Some(claim),
                 body: &job.payload,
             };
@@ -214,45 +138,18 @@ pub async fn create(
     Ok(views::located(response, &queue.claim_href(claim)))
 }
 
-/// The claim `text` of `queue` with the live messages it holds, or 404.
-async fn find(
-    state: &AppState,
-    book: &ClaimBook,
-    queue: &QueueRef,
-    text: &str,
-) -> Result<(u64, ClaimMeta, Vec<JobId>), ZaqarError> {
-    let claim = parse_claim_id(text).ok_or_else(|| missing(queue, text))?;
-    let meta = book
-        .get(claim, &queue.tenax)
-        .ok_or_else(|| missing(queue, text))?;
-    let now = state.engine.now_ms();
-    let held: Vec<JobId> = state
+/// The live claim `text` of `queue`, or the 404.
+async fn find(state: &AppState, queue: &QueueRef, text: &str) -> Result<Live, ZaqarError> {
+    let id = parse_claim_id(text).ok_or_else(|| missing(queue, text))?;
+    state
         .engine
-        .claimed(claim)
-        .await
-        .iter()
-        .map(|c| c.id)
-        .collect();
-    let peeks = state.engine.store.peek(&held).await;
-    let live: Vec<JobId> = held
-        .into_iter()
-        .zip(peeks)
-        .filter(|(_, peek)| {
-            peek.as_ref().is_some_and(|p| {
-                *p.queue == *queue.tenax && is_live(p, now) && current_claim(p, now) == Some(claim)
-            })
-        })
-        .map(|(id, _)| id)
-        .collect();
-    if live.is_empty() {
-        book.forget(claim);
-        return Err(missing(queue, text));
-    }
-    Ok((claim, meta, live))
+        .claim_of(&queue.tenax, id)
+        .await?
+        .ok_or_else(|| missing(queue, text))
 }
 
 #[derive(Debug, Serialize)]
-struct ClaimView<'a> {
+struct ClaimShown<'a> {
     age: u64,
     ttl: u64,
     messages: Vec<MessageView<'a>>,
@@ -263,38 +160,35 @@ struct ClaimView<'a> {
 pub async fn show(
     ctx: Ctx,
     State(state): State<AppState>,
-    Extension(book): Extension<std::sync::Arc<ClaimBook>>,
     Path((name, text)): Path<(String, String)>,
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
-    let (claim, meta, ids) = find(&state, &book, &queue, &text).await?;
-    let peeks = state.engine.store.peek(&ids).await;
-    let mut jobs: Vec<(Job, Option<u64>)> = Vec::with_capacity(ids.len());
-    for (id, peek) in ids.into_iter().zip(peeks) {
-        if let Some(mut job) = state.engine.store.get(id).await? {
-            job.spec.expires_at_ms = peek.and_then(|p| p.expires_at_ms);
-            jobs.push((job, Some(claim)));
+    let claim = find(&state, &queue, &text).await?;
+    let mut jobs: Vec<Job> = Vec::with_capacity(claim.jobs.len());
+    for id in &claim.jobs {
+        if let Some(job) = state.engine.job(*id).await? {
+            jobs.push(job);
         }
     }
     let now = state.engine.now_ms();
     let messages = jobs
         .iter()
-        .map(|(job, claim)| {
+        .map(|job| {
             let facts = Facts {
                 id: job.id,
                 created_at_ms: job.spec.created_at_ms,
                 expires_at_ms: job.spec.expires_at_ms,
-                claim: *claim,
+                claim: Some(claim.id),
                 body: &job.spec.payload,
             };
             MessageView::new(&queue, facts, now)
         })
         .collect();
-    let view = ClaimView {
-        age: seconds(meta.renewed_at_ms, now),
-        ttl: meta.ttl_s,
+    let view = ClaimShown {
+        age: seconds(claim.record.renewed_at_ms, now),
+        ttl: claim.record.lease_ms / 1_000,
         messages,
-        href: queue.claim_href(claim),
+        href: queue.claim_href(claim.id),
     };
     Ok(views::json(StatusCode::OK, &view))
 }
@@ -303,7 +197,6 @@ pub async fn show(
 pub async fn update(
     ctx: Ctx,
     State(state): State<AppState>,
-    Extension(book): Extension<std::sync::Arc<ClaimBook>>,
     Path((name, text)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
@@ -311,25 +204,15 @@ pub async fn update(
     let (ttl, grace) = read_claim_document(&body, false)?;
     let ttl_s = check_ttl(ttl)?;
     let grace_s = u64::try_from(grace.max(0)).unwrap_or(0);
-    let (claim, meta, _) = find(&state, &book, &queue, &text).await?;
-    let now = state.engine.now_ms();
+    let claim = find(&state, &queue, &text).await?;
     state
         .engine
         .renew_claim(
-            claim,
+            &claim,
             ttl_s.saturating_mul(1_000),
             grace_s.saturating_mul(1_000),
         )
-        .await;
-    book.record(
-        claim,
-        ClaimMeta {
-            ttl_s,
-            grace_s,
-            renewed_at_ms: now,
-            ..meta
-        },
-    );
+        .await?;
     Ok(views::empty(StatusCode::NO_CONTENT, None))
 }
 
@@ -338,13 +221,11 @@ pub async fn update(
 pub async fn delete(
     ctx: Ctx,
     State(state): State<AppState>,
-    Extension(book): Extension<std::sync::Arc<ClaimBook>>,
     Path((name, text)): Path<(String, String)>,
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
-    if let Ok((claim, _, _)) = find(&state, &book, &queue, &text).await {
-        state.engine.expire_claim(claim).await?;
-        book.forget(claim);
+    if let Ok(claim) = find(&state, &queue, &text).await {
+        state.engine.end_claim(claim.id).await?;
     }
     Ok(views::empty(StatusCode::NO_CONTENT, None))
 }
@@ -369,24 +250,5 @@ mod tests {
         assert!(read_claim_document(b"[]", true).is_err());
         assert!(check_ttl(59).is_err() && check_ttl(43_201).is_err() && check_ttl(60).is_ok());
         assert!(check_grace(59).is_err() && check_grace(43_200).is_ok());
-    }
-
-    #[test]
-    fn the_book_forgets_claims_that_are_over() {
-        let book = ClaimBook::default();
-        let meta = |at: u64| ClaimMeta {
-            queue: "p:q".into(),
-            ttl_s: 60,
-            grace_s: 60,
-            renewed_at_ms: at,
-        };
-        book.record(1, meta(0));
-        assert!(book.get(1, "p:q").is_some());
-        assert!(book.get(1, "p:other").is_none());
-        for claim in 2..=1_100 {
-            book.record(claim, meta(1_000_000));
-        }
-        assert!(book.get(1, "p:q").is_none(), "swept once over");
-        assert!(book.get(2, "p:q").is_some());
     }
 }

@@ -113,10 +113,38 @@ impl ZaqarError {
 
 impl From<StoreError> for ZaqarError {
     fn from(error: StoreError) -> Self {
-        tracing::error!(%error, "storage error in the Zaqar API");
-        Self::unavailable(&format!(
-            "The storage could not complete the request: {error}."
-        ))
+        match &error {
+            StoreError::NotFound(_) | StoreError::NoSubscription(_) => {
+                Self::not_found(error.to_string())
+            }
+            StoreError::NotInFlight { .. }
+            | StoreError::LeaseLost { .. }
+            | StoreError::Duplicate { .. }
+            | StoreError::EndpointTaken { .. } => Self::conflict(error.to_string()),
+            StoreError::Failed => {
+                tracing::error!(%error, "storage has failed");
+                Self::unavailable("The storage refuses writes until the server is restarted.")
+            }
+            StoreError::Storage(_) | StoreError::Corrupt(_) | StoreError::NewerFormat { .. } => {
+                // Bare: the details go to the log, under the request's id.
+                tracing::error!(%error, source = ?std::error::Error::source(&error), "internal error in the Zaqar API");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Internal server error",
+                    "An internal error occurred; the server's log has the details.",
+                )
+            }
+        }
+    }
+}
+
+/// A refused change carries the handler's own error; a failed store, the store's.
+impl From<crate::engine::ChangeError<ZaqarError>> for ZaqarError {
+    fn from(error: crate::engine::ChangeError<ZaqarError>) -> Self {
+        match error {
+            crate::engine::ChangeError::Refused(error) => error,
+            crate::engine::ChangeError::Store(error) => error.into(),
+        }
     }
 }
 

@@ -139,8 +139,12 @@ pub async fn ping(_ctx: Ctx) -> StatusCode {
 /// project's queues (Zaqar counts every queue of the pool; a project must not see others'
 /// volume).
 pub async fn health(ctx: Ctx, State(state): State<AppState>) -> Response {
+    let counts = match state.engine.counts().await {
+        Ok(counts) => counts,
+        Err(error) => return super::error::ZaqarError::from(error).into_response(),
+    };
     let (mut free, mut claimed) = (0u64, 0u64);
-    for counts in state.engine.store.counts().await {
+    for counts in counts {
         let own = zaqar_queue(&ctx.project, &counts.queue).is_some();
         if own && !is_internal_queue(&counts.queue) {
             free = free.saturating_add(counts.ready.saturating_add(counts.scheduled));

@@ -7,10 +7,14 @@
 //! `validation.py`); see `docs/zaqar.md` for where Tenax differs.
 //!
 //! Invariants:
-//! - Only live messages are ever shown or counted ([`is_live`]); deleting a message deletes
-//!   its job whatever its state, so a claimed message deleted with its claim is finished.
-//! - A claimed message is deleted only with its claim's id (403 otherwise); a message that is
-//!   not in the caller's queue is never touched (204, as for a missing one).
+//! - Only live messages are ever shown or counted ([`JobPeek::is_live`]); deleting a message
+//!   deletes its job whatever its state, so a claimed message deleted with its claim is
+//!   finished.
+//! - A claimed message is deleted only with its claim's id (403 otherwise), judged and done in
+//!   one step by the engine; a message that is not in the caller's queue is never touched (204,
+//!   as for a missing one).
+//!
+//! [`JobPeek::is_live`]: crate::store::JobPeek::is_live
 
 use std::collections::HashMap;
 
@@ -28,12 +32,11 @@ use super::metadata::{
 use super::names::{QueueRef, parse_claim_id, parse_message_id, python_list};
 use super::queues::{config_of, ensure_created};
 use super::request::{Ctx, Params, Query};
-use super::views::{
-    self, Facts, Link, MessageView, Messages, PoppedView, current_claim, is_live, seconds, ttl,
-};
+use super::views::{self, Facts, Link, MessageView, Messages, PoppedView, seconds, ttl};
 use crate::api::AppState;
-use crate::model::{Job, JobId, NewJob};
-use crate::store::{Insert, JobFilter, JobPeek, OnDuplicate, Selection};
+use crate::engine::{Enqueue, MessageDelete};
+use crate::model::{ClaimId, Job, JobId, NewJob};
+use crate::store::{JobFilter, OnDuplicate, Page, Selection};
 
 /// The job kind of every Zaqar message.
 pub const MESSAGE_KIND: &str = "zaqar.message";
@@ -42,8 +45,6 @@ pub const MESSAGE_KIND: &str = "zaqar.message";
 const MAX_MESSAGES_PER_PAGE: i64 = 20;
 const DEFAULT_MESSAGES_PER_PAGE: usize = 10;
 const MAX_MESSAGES_PER_CLAIM_OR_POP: i64 = 20;
-/// How long a pop holds its messages between taking and deleting them.
-const POP_LEASE_MS: u64 = 60_000;
 
 fn limit_error() -> ZaqarError {
     ZaqarError::api(format!(
@@ -169,7 +170,7 @@ pub async fn post(
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
-    let config = config_of(&state, &queue).await;
+    let config = config_of(&state, &queue).await?;
     let settings = MessageSettings::of(config.as_ref().and_then(|c| c.metadata.as_ref()));
     let size = u64::try_from(body.len()).unwrap_or(u64::MAX);
     if let Some(queue_max) = settings.max_post_bytes {
@@ -192,10 +193,10 @@ pub async fn post(
         ensure_created(&state, &queue).await?;
     }
     let now = state.engine.now_ms();
-    let inserts: Vec<Insert> = posted
+    let inserts: Vec<Enqueue> = posted
         .into_iter()
-        .map(|message| Insert {
-            job: NewJob {
+        .map(|message| {
+            Enqueue::from(NewJob {
                 queue: queue.tenax.clone(),
                 kind: MESSAGE_KIND.to_owned(),
                 payload: message.body.to_owned(),
@@ -206,8 +207,8 @@ pub async fn post(
                 created_at_ms: now,
                 expires_at_ms: Some(now.saturating_add(message.ttl_s.saturating_mul(1_000))),
                 origin: Some(ctx.client.clone()),
-            },
-            policy: None,
+                parent: None,
+            })
         })
         .collect();
     let enqueued = state.engine.enqueue(inserts, OnDuplicate::Refuse).await?;
@@ -247,7 +248,7 @@ pub async fn list(
     if limit.is_some_and(|l| !(1..=MAX_MESSAGES_PER_PAGE).contains(&l)) {
         return Err(limit_error());
     }
-    let config = config_of(&state, &queue).await;
+    let config = config_of(&state, &queue).await?;
     let settings = MessageSettings::of(config.as_ref().and_then(|c| c.metadata.as_ref()));
     // As Zaqar: a queue without a default delay lists delayed messages (and says so in links).
     if settings.default_delay_s.is_none() {
@@ -264,34 +265,23 @@ pub async fn list(
     let page_size = limit
         .and_then(|l| usize::try_from(l).ok())
         .unwrap_or(DEFAULT_MESSAGES_PER_PAGE);
-    let candidates: Vec<(JobId, Option<u64>)> = state
+    let filter = JobFilter {
+        live_at_ms: Some(now),
+        not_scheduled: include_delayed != Some(true),
+        claimed_at: (include_claimed != Some(true)).then_some((false, now)),
+        not_origin: (echo != Some(true)).then(|| ctx.client.clone()),
+        ..JobFilter::queue(queue.tenax.clone())
+    };
+    let page: Vec<(Job, Option<ClaimId>)> = state
         .engine
-        .store
-        .peek_queue(&queue.tenax)
-        .await
+        .jobs(&filter, Page::after(after, page_size))
+        .await?
         .into_iter()
-        .filter(|(id, peek)| after.is_none_or(|a| *id > a) && is_live(peek, now))
-        .filter_map(|(id, peek)| {
-            let claim = current_claim(&peek, now);
-            let delayed = peek.status == crate::model::Status::Scheduled;
-            let shown = (claim.is_none() || include_claimed == Some(true))
-                && (!delayed || include_delayed == Some(true));
-            shown.then_some((id, claim))
+        .map(|job| {
+            let claim = claim_of(&job, now);
+            (job, claim)
         })
         .collect();
-    let mut page: Vec<(Job, Option<u64>)> = Vec::with_capacity(page_size);
-    for (id, claim) in candidates {
-        if page.len() >= page_size {
-            break;
-        }
-        let Some(job) = state.engine.store.get(id).await? else {
-            continue;
-        };
-        if echo != Some(true) && job.spec.origin.as_deref() == Some(ctx.client.as_str()) {
-            continue;
-        }
-        page.push((job, claim));
-    }
     let Some((last, _)) = page.last() else {
         return Ok(views::json(StatusCode::OK, &empty_listing()));
     };
@@ -331,6 +321,13 @@ fn empty_listing() -> Listing<'static> {
     }
 }
 
+/// The claim holding `job` at `now_ms`, if any.
+fn claim_of(job: &Job, now_ms: u64) -> Option<ClaimId> {
+    job.held
+        .filter(|held| held.lease_expires_at_ms > now_ms)
+        .and_then(|held| held.claim)
+}
+
 fn facts(job: &Job, claim: Option<u64>) -> Facts<'_> {
     Facts {
         id: job.id,
@@ -348,20 +345,22 @@ async fn live_messages(
     ids: &[JobId],
 ) -> Result<Vec<(Job, Option<u64>)>, ZaqarError> {
     let now = state.engine.now_ms();
-    let peeks = state.engine.store.peek(ids).await;
-    let mut found: Vec<(JobId, Option<u64>)> = ids
+    let peeks = state.engine.peek(ids).await?;
+    let mut found: Vec<JobId> = ids
         .iter()
         .zip(peeks)
-        .filter_map(|(id, peek)| {
-            let peek = peek.filter(|p| *p.queue == *queue.tenax && is_live(p, now))?;
-            Some((*id, current_claim(&peek, now)))
+        .filter(|(_, peek)| {
+            peek.as_ref()
+                .is_some_and(|p| *p.queue == *queue.tenax && p.is_live(now))
         })
+        .map(|(id, _)| *id)
         .collect();
-    found.sort_unstable_by_key(|(id, _)| *id);
-    found.dedup_by_key(|(id, _)| *id);
+    found.sort_unstable();
+    found.dedup();
     let mut jobs = Vec::with_capacity(found.len());
-    for (id, claim) in found {
-        if let Some(job) = state.engine.store.get(id).await? {
+    for id in found {
+        if let Some(job) = state.engine.job(id).await? {
+            let claim = claim_of(&job, now);
             jobs.push((job, claim));
         }
     }
@@ -441,29 +440,25 @@ pub async fn delete(
     let Some(id) = parse_message_id(&id) else {
         return Ok(views::empty(StatusCode::NO_CONTENT, None));
     };
-    let now = state.engine.now_ms();
-    let peek: Option<JobPeek> = state.engine.store.peek(&[id]).await.pop().flatten();
-    let Some(peek) = peek.filter(|p| *p.queue == *queue.tenax && is_live(p, now)) else {
-        return Ok(views::empty(StatusCode::NO_CONTENT, None));
-    };
-    match (claim_given, current_claim(&peek, now)) {
-        (None, None) => {}
-        (Some(given), Some(holder)) if given == holder => {}
-        (Some(_), None) => {
-            return Err(unable(
-                StatusCode::BAD_REQUEST,
-                "A claim was specified, but the message is not currently claimed.",
-            ));
+    // Judged and deleted in one step: a claim that ends and is taken over meanwhile cannot let
+    // its old holder delete the new holder's message.
+    match state
+        .engine
+        .delete_held(&queue.tenax, id, claim_given)
+        .await?
+    {
+        MessageDelete::Deleted | MessageDelete::Missing => {
+            Ok(views::empty(StatusCode::NO_CONTENT, None))
         }
-        (_, Some(_)) => {
-            return Err(unable(
-                StatusCode::FORBIDDEN,
-                "This message is claimed; it cannot be deleted without a valid claim ID.",
-            ));
-        }
+        MessageDelete::NotClaimed => Err(unable(
+            StatusCode::BAD_REQUEST,
+            "A claim was specified, but the message is not currently claimed.",
+        )),
+        MessageDelete::Claimed => Err(unable(
+            StatusCode::FORBIDDEN,
+            "This message is claimed; it cannot be deleted without a valid claim ID.",
+        )),
     }
-    delete_ids(&state, &queue, vec![id]).await?;
-    Ok(views::empty(StatusCode::NO_CONTENT, None))
 }
 
 /// Deletes jobs of `queue` among `ids` (whatever their state).
@@ -477,12 +472,9 @@ async fn delete_ids(
     }
     let selection = Selection {
         ids: Some(ids),
-        filter: JobFilter {
-            queue: Some(queue.tenax.clone()),
-            ..JobFilter::default()
-        },
+        filter: JobFilter::queue(queue.tenax.clone()),
     };
-    Ok(state.engine.store.delete(&selection).await?)
+    Ok(state.engine.delete_jobs(&selection).await?)
 }
 
 /// `DELETE /v2/queues/{name}/messages?ids=a,b` (204) or `?pop=n` (200 with the messages).
@@ -531,30 +523,22 @@ pub async fn delete_many(
     Ok(views::empty(StatusCode::NO_CONTENT, None))
 }
 
-/// Pop: claims up to `count` ready messages and deletes them; answers them.
+/// Pop: takes up to `count` ready messages and deletes them, atomically; answers them.
 async fn pop_messages(
     state: &AppState,
     queue: &QueueRef,
     count: usize,
 ) -> Result<Response, ZaqarError> {
-    state.engine.expire_due_leases().await?;
-    let (_, taken) = state
-        .engine
-        .claim(std::slice::from_ref(&queue.tenax), count, POP_LEASE_MS, 0)
-        .await?;
-    let ids: Vec<JobId> = taken.iter().map(|t| t.id).collect();
-    let peeks = state.engine.store.peek(&ids).await;
-    delete_ids(state, queue, ids).await?;
+    let popped = state.engine.pop(&queue.tenax, count).await?;
     let now = state.engine.now_ms();
-    let messages: Vec<PoppedView<'_>> = taken
+    let messages: Vec<PoppedView<'_>> = popped
         .iter()
-        .zip(peeks)
-        .map(|(job, peek)| PoppedView {
+        .map(|job| PoppedView {
             id: job.id.to_string(),
-            age: seconds(job.created_at_ms, now),
-            ttl: ttl(job.created_at_ms, peek.and_then(|p| p.expires_at_ms)),
-            body: &job.payload,
-            claim_count: job.attempt.saturating_sub(1),
+            age: seconds(job.spec.created_at_ms, now),
+            ttl: ttl(job.spec.created_at_ms, job.spec.expires_at_ms),
+            body: &job.spec.payload,
+            claim_count: job.state.failures,
             claim_id: None,
         })
         .collect();

@@ -12,14 +12,12 @@
 //!   from the metadata when messages are posted ([`MessageSettings`]); `_default_message_ttl`
 //!   is also the queue's `message_ttl_ms`, for jobs enqueued into it through the native API.
 
-use std::sync::Arc;
-
 use serde_json::{Map, Value, json};
-use tenax_policy::RetryPolicy;
-use tenax_policy::spelling::{ParsedPolicy, native, zaqar};
+use tenax_policy::spelling::{ParsedPolicy, zaqar};
 
 use super::names::{is_queue_name, tenax_queue};
 use super::request::json_int;
+use crate::model::StoredPolicy;
 use crate::store::{DeadLetter, QueueConfig};
 
 /// Zaqar's limits and defaults (`zaqar/conf/transport.py`, `zaqar/transport/validation.py`).
@@ -257,29 +255,29 @@ pub fn parse_retry_policy(container: &Map<String, Value>) -> Result<Option<Parse
         .map_err(|e| format!("_retry_policy.{}: {}", e.field, e.rule))
 }
 
-/// Stores `metadata` (which passed [`check`]) in `config` with the settings it implies, and
-/// returns the queue policy parsed. The queue's policy is its `_retry_policy`, or Zaqar's
+/// Stores `metadata` (which passed [`check`]) in `config` with the settings it implies. The
+/// queue's policy is its `_retry_policy`, or Zaqar's
 /// default retry policy when it has none, so that a subscription without a policy of its own
 /// is notified on Zaqar's default schedule. The error is the description of a 400.
 pub fn install(
     config: &mut QueueConfig,
     project: &str,
     metadata: Map<String, Value>,
-) -> Result<Option<Arc<RetryPolicy>>, String> {
+) -> Result<(), String> {
     let parsed = match parse_retry_policy(&metadata)? {
         Some(parsed) => parsed,
         None => zaqar::parse(&json!({}))
             .map_err(|e| format!("_retry_policy.{}: {}", e.field, e.rule))?,
     };
     config.disable_overrides = parsed.disable_overrides;
-    config.policy = Some(native::to_json(&parsed.retry));
+    config.policy = Some(StoredPolicy::new(parsed.retry));
     config.dead_letter = dead_letter(project, &metadata);
     // Jobs enqueued through the native API into a Zaqar queue expire as its messages do.
     config.message_ttl_ms = MessageSettings::of(Some(&metadata))
         .explicit_ttl_s
         .map(|s| s.saturating_mul(1_000));
     config.metadata = Some(metadata);
-    Ok(Some(Arc::new(parsed.retry)))
+    Ok(())
 }
 
 /// The dead-letter rule of metadata that names both `_max_claim_count` and
@@ -344,9 +342,9 @@ mod tests {
             "_max_claim_count": 2, "_dead_letter_queue": "dlq",
             "_dead_letter_queue_messages_ttl": 120, "_default_message_ttl": 600,
         }));
-        let policy = install(&mut config, "p", metadata).unwrap();
+        install(&mut config, "p", metadata).unwrap();
         assert_eq!(config.message_ttl_ms, Some(600_000));
-        assert!(policy.is_some() && config.policy.is_some() && config.disable_overrides);
+        assert!(config.policy.is_some() && config.disable_overrides);
         assert_eq!(
             config.dead_letter,
             Some(DeadLetter {
@@ -355,9 +353,12 @@ mod tests {
                 ttl_ms: Some(120_000)
             })
         );
-        let policy = install(&mut config, "p", map(json!({"_max_claim_count": 2}))).unwrap();
+        install(&mut config, "p", map(json!({"_max_claim_count": 2}))).unwrap();
         let defaults = zaqar::parse(&json!({})).unwrap().retry;
-        assert_eq!(policy.as_deref(), Some(&defaults));
+        assert_eq!(
+            config.policy.as_ref().map(|p| &**p.policy()),
+            Some(&defaults)
+        );
         assert!(!config.disable_overrides && config.dead_letter.is_none());
     }
 

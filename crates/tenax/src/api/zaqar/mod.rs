@@ -10,8 +10,9 @@
 //!   shape never appears under `/v2`.
 //! - Projects are namespaces: queue `q` of project `p` is the Tenax queue `p:q`
 //!   ([`names`]); nothing reaches across.
-//! - Handlers validate, then call the engine and the store; the only state of their own is the
-//!   [`claims::ClaimBook`] (each claim's ttl and renewal time, in memory like leases).
+//! - Handlers translate: they check Zaqar's rules on requests, call the engine, and shape its
+//!   answers and errors as Zaqar does. They keep no state of their own and never reach the
+//!   store.
 
 mod claims;
 pub(crate) mod error;
@@ -25,18 +26,15 @@ pub(crate) mod request;
 mod subscriptions;
 mod views;
 
-use std::sync::Arc;
-
+use axum::Router;
 use axum::http::Method;
 use axum::routing::{MethodRouter, any, get, post, put};
-use axum::{Extension, Router};
 
 use super::AppState;
 
 /// The `/v2` routes (and Zaqar's version document at `/`), to merge into the server's router,
 /// with the methods each answers (for the authorization rules of [`crate::auth::rules`]).
 pub fn router() -> (Router<AppState>, Vec<(Method, &'static str)>) {
-    let claim_book = Arc::new(claims::ClaimBook::default());
     let routes = Routes::default()
         .add("/", "GET", get(home::versions))
         .add("/v2/", "GET", get(home::home))
@@ -97,7 +95,7 @@ pub fn router() -> (Router<AppState>, Vec<(Method, &'static str)>) {
         )
         .any("/v2", any(home::no_route))
         .any("/v2/{*rest}", any(home::no_route));
-    (routes.router.layer(Extension(claim_book)), routes.methods)
+    (routes.router, routes.methods)
 }
 
 /// The routes as they are added, and the methods each answers.

@@ -27,36 +27,56 @@ use super::names::{QueueRef, zaqar_queue};
 use super::patch::{self, MEDIA_TYPE};
 use super::request::{Ctx, Params, Query, json_body};
 use super::subscriptions::purge_subscriptions;
-use super::views::{self, Link, current_claim, is_live, seconds};
+use super::views::{self, Link, seconds};
 use crate::api::AppState;
 use crate::auth::Principal;
+use crate::engine::ChangeError;
 use crate::model::subscription::is_internal_queue;
-use crate::store::{JobFilter, QueueConfig, Selection};
+use crate::store::{JobFilter, Order, Page, QueueConfig, Selection};
 
 /// Zaqar's page size limits for queue listings.
 const MAX_QUEUES_PER_PAGE: i64 = 20;
 const DEFAULT_QUEUES_PER_PAGE: usize = 10;
 
 /// The stored config of a queue, if it was created.
-pub async fn config_of(state: &AppState, queue: &QueueRef) -> Option<QueueConfig> {
-    state.engine.store.queue(&queue.tenax).await
+pub async fn config_of(
+    state: &AppState,
+    queue: &QueueRef,
+) -> Result<Option<QueueConfig>, ZaqarError> {
+    Ok(state.engine.queue(&queue.tenax).await?)
 }
 
-/// The config of a queue, creating the queue (with empty metadata) if it was never created.
-pub async fn ensure_created(state: &AppState, queue: &QueueRef) -> Result<QueueConfig, ZaqarError> {
-    if let Some(config) = config_of(state, queue).await {
-        return Ok(config);
-    }
-    let mut config = QueueConfig::default();
-    let policy = metadata::install(&mut config, &queue.project, Map::new())
-        .map_err(|e| ZaqarError::unavailable(&format!("Queue could not be created: {e}.")))?;
-    state
+/// Why a queue was not created: it was already.
+struct Existed;
+
+/// Creates a queue with `metadata` unless it exists, atomically; true if it was created.
+async fn create_with(
+    state: &AppState,
+    queue: &QueueRef,
+    metadata: &Map<String, Value>,
+) -> Result<bool, ZaqarError> {
+    let result = state
         .engine
-        .store
-        .put_queue(&queue.tenax, config.clone(), policy)
-        .await?;
-    state.deliveries.subscription_changed();
-    Ok(config)
+        .update_queue(&queue.tenax, |current| {
+            if current.is_some() {
+                return Err(Ok(Existed));
+            }
+            let mut config = QueueConfig::default();
+            metadata::install(&mut config, &queue.project, metadata.clone()).map_err(Err)?;
+            Ok(Some(config))
+        })
+        .await;
+    match result {
+        Ok(_) => Ok(true),
+        Err(ChangeError::Refused(Ok(Existed))) => Ok(false),
+        Err(ChangeError::Refused(Err(rule))) => Err(ZaqarError::api(rule)),
+        Err(ChangeError::Store(error)) => Err(error.into()),
+    }
+}
+
+/// Creates the queue (with empty metadata) if it was never created.
+pub async fn ensure_created(state: &AppState, queue: &QueueRef) -> Result<(), ZaqarError> {
+    create_with(state, queue, &Map::new()).await.map(drop)
 }
 
 /// `PUT /v2/queues/{name}`: 201 when created, 204 when it existed (its metadata unchanged).
@@ -82,19 +102,12 @@ pub async fn create(
     };
     metadata::check(&metadata).map_err(ZaqarError::api)?;
     let location = queue.href();
-    if config_of(&state, &queue).await.is_some() {
-        return Ok(views::empty(StatusCode::NO_CONTENT, Some(&location)));
-    }
-    let mut config = QueueConfig::default();
-    let policy =
-        metadata::install(&mut config, &queue.project, metadata).map_err(ZaqarError::api)?;
-    state
-        .engine
-        .store
-        .put_queue(&queue.tenax, config, policy)
-        .await?;
-    state.deliveries.subscription_changed();
-    Ok(views::empty(StatusCode::CREATED, Some(&location)))
+    let status = if create_with(&state, &queue, &metadata).await? {
+        StatusCode::CREATED
+    } else {
+        StatusCode::NO_CONTENT
+    };
+    Ok(views::empty(status, Some(&location)))
 }
 
 /// `GET /v2/queues/{name}`: the metadata with the reserved keys' defaults.
@@ -104,7 +117,7 @@ pub async fn show(
     Path(name): Path<String>,
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
-    let config = config_of(&state, &queue).await;
+    let config = config_of(&state, &queue).await?;
     let shown = with_defaults(config.as_ref().and_then(|c| c.metadata.as_ref()));
     Ok(views::json(StatusCode::OK, &shown))
 }
@@ -117,15 +130,18 @@ pub async fn exists(
     Path(name): Path<String>,
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
-    let created = config_of(&state, &queue).await.is_some();
-    let exists = created
-        || state
-            .engine
-            .store
-            .counts()
-            .await
-            .iter()
-            .any(|c| c.queue == queue.tenax);
+    let exists = config_of(&state, &queue).await?.is_some() || {
+        let counts = state.engine.queue_counts(&queue.tenax).await?;
+        [
+            counts.scheduled,
+            counts.ready,
+            counts.in_flight,
+            counts.completed,
+            counts.dead,
+        ]
+        .iter()
+        .any(|n| *n > 0)
+    };
     if exists {
         Ok(views::empty(StatusCode::NO_CONTENT, None))
     } else {
@@ -140,8 +156,7 @@ pub async fn delete(
     Path(name): Path<String>,
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
-    state.engine.store.delete_queue(&queue.tenax).await?;
-    state.deliveries.subscription_changed();
+    state.engine.delete_queue(&queue.tenax).await?;
     Ok(views::empty(StatusCode::NO_CONTENT, None))
 }
 
@@ -177,21 +192,23 @@ pub async fn update(
         ));
     }
     let changes = patch::parse(json_body(&body)?)?;
-    let Some(mut config) = config_of(&state, &queue).await else {
-        return Err(ZaqarError::not_found(queue.missing()));
-    };
-    let mut metadata = config.metadata.clone().unwrap_or_default();
-    patch::apply(&mut metadata, changes)?;
-    metadata::check(&metadata).map_err(ZaqarError::body)?;
-    let policy =
-        metadata::install(&mut config, &queue.project, metadata).map_err(ZaqarError::body)?;
-    let shown = with_defaults(config.metadata.as_ref());
-    state
+    // The patch applies to the metadata as stored at that moment: atomic, so two patches of
+    // different keys both hold.
+    let config = state
         .engine
-        .store
-        .put_queue(&queue.tenax, config, policy)
+        .update_queue(&queue.tenax, |current| {
+            let Some(current) = current else {
+                return Err(ZaqarError::not_found(queue.missing()));
+            };
+            let mut config = current.clone();
+            let mut metadata = config.metadata.clone().unwrap_or_default();
+            patch::apply(&mut metadata, changes.clone())?;
+            metadata::check(&metadata).map_err(ZaqarError::body)?;
+            metadata::install(&mut config, &queue.project, metadata).map_err(ZaqarError::body)?;
+            Ok(Some(config))
+        })
         .await?;
-    state.deliveries.subscription_changed();
+    let shown = with_defaults(config.as_ref().and_then(|c| c.metadata.as_ref()));
     Ok(views::json(StatusCode::OK, &shown))
 }
 
@@ -235,9 +252,8 @@ pub async fn list(
     let filters = metadata_filters(&params);
     let all: Vec<(String, QueueConfig)> = state
         .engine
-        .store
         .queues()
-        .await
+        .await?
         .into_iter()
         .filter(|(tenax, _)| !is_internal_queue(tenax) && principal.queues.admits(tenax))
         .filter_map(|(tenax, config)| {
@@ -334,31 +350,42 @@ pub async fn stats(
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
     let now = state.engine.now_ms();
-    let live: Vec<(u64, bool)> = state
+    let live = JobFilter {
+        live_at_ms: Some(now),
+        ..JobFilter::queue(queue.tenax.clone())
+    };
+    let claimed = state
         .engine
-        .store
-        .peek_queue(&queue.tenax)
-        .await
-        .into_iter()
-        .filter(|(_, peek)| is_live(peek, now))
-        .map(|(id, peek)| (id, current_claim(&peek, now).is_some()))
-        .collect();
-    let claimed = live.iter().filter(|(_, claimed)| *claimed).count();
+        .count_jobs(&JobFilter {
+            claimed_at: Some((true, now)),
+            ..live.clone()
+        })
+        .await?;
+    let free = state
+        .engine
+        .count_jobs(&JobFilter {
+            claimed_at: Some((false, now)),
+            ..live.clone()
+        })
+        .await?;
     let mut messages = json!({
         "claimed": claimed,
-        "free": live.len() - claimed,
-        "total": live.len(),
+        "free": free,
+        "total": claimed + free,
     });
-    if let (Some((oldest, _)), Some((newest, _))) = (live.first(), live.last()) {
-        for (end, id) in [("oldest", *oldest), ("newest", *newest)] {
-            if let Some(job) = state.engine.store.get(id).await? {
-                let created = job.spec.created_at_ms;
-                messages[end] = json!({
-                    "age": seconds(created, now),
-                    "created": iso_seconds(created),
-                    "href": queue.message_href(id, None),
-                });
-            }
+    for (end, order) in [("oldest", Order::Ascending), ("newest", Order::Descending)] {
+        let page = Page {
+            after: None,
+            limit: 1,
+            order,
+        };
+        if let Some(job) = state.engine.jobs(&live, page).await?.pop() {
+            let created = job.spec.created_at_ms;
+            messages[end] = json!({
+                "age": seconds(created, now),
+                "created": iso_seconds(created),
+                "href": queue.message_href(job.id, None),
+            });
         }
     }
     Ok(views::json(
@@ -390,12 +417,9 @@ pub async fn purge(
     if messages {
         let selection = Selection {
             ids: None,
-            filter: JobFilter {
-                queue: Some(queue.tenax.clone()),
-                ..JobFilter::default()
-            },
+            filter: JobFilter::queue(queue.tenax.clone()),
         };
-        state.engine.store.delete(&selection).await?;
+        state.engine.delete_jobs(&selection).await?;
     }
     if subscriptions {
         purge_subscriptions(&state, &queue).await?;

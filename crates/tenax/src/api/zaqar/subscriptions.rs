@@ -12,13 +12,12 @@
 //!   queue's policy); `options.post_headers` are sent with every notification.
 //! - A subscription's `ttl` is measured from when it was last set (creation, or an update that
 //!   names a ttl): `expires_at = updated_at + ttl`, and the delivery runtime deletes it then.
-//! - Subscribers are unique per queue: posting one again answers the existing subscription.
+//! - Subscribers are unique per queue (the store keeps them so, atomically): posting one again
+//!   answers the existing subscription; changing one to another's subscriber is a 409.
 //! - Only subscriptions in Zaqar's format are seen through this API; native ones of the same
 //!   queue are not.
-//! - Every change is followed by `Deliveries::subscription_changed`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
@@ -26,8 +25,6 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use tenax_policy::RetryPolicy;
-use tenax_policy::spelling::native;
 
 use super::error::ZaqarError;
 use super::metadata::{check_retry_policy, parse_retry_policy, truthy};
@@ -36,10 +33,13 @@ use super::queues::ensure_created;
 use super::request::{Ctx, Params, Query, json_body, json_int};
 use super::views::{self, Link, seconds};
 use crate::api::AppState;
-use crate::delivery::address::{Reach, check_endpoint, parse_endpoint};
+use crate::delivery::address::{parse_endpoint, vet_endpoint};
+use crate::delivery::headers;
 use crate::delivery::signing::generate_secret;
+use crate::engine::ChangeError;
 use crate::model::subscription::REDACTED;
-use crate::model::{EnvelopeFormat, HealthMarks, Subscription, SubscriptionId};
+use crate::model::{EnvelopeFormat, HealthMarks, StoredPolicy, Subscription, SubscriptionId};
+use crate::store::StoreError;
 
 /// Zaqar's subscription limits and defaults.
 const MIN_SUBSCRIPTION_TTL: i64 = 60;
@@ -48,19 +48,6 @@ const MAX_SUBSCRIPTIONS_PER_PAGE: i64 = 20;
 const DEFAULT_SUBSCRIPTIONS_PER_PAGE: usize = 10;
 /// The latest expiry Python's datetime can hold (9999-12-31T23:59:59Z), in seconds.
 const MAX_EXPIRY_S: i64 = 253_402_300_799;
-/// Headers Tenax or the connection sets, which `post_headers` cannot.
-const RESERVED_HEADERS: [&str; 10] = [
-    "host",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "te",
-    "trailer",
-    "upgrade",
-    "proxy-connection",
-    "expect",
-];
 
 fn missing(id: &str) -> ZaqarError {
     ZaqarError::not_found(format!("Subscription {id} does not exist"))
@@ -154,24 +141,30 @@ fn ttl_of(document: &Map<String, Value>) -> Option<u64> {
         .filter(|t| *t > 0)
 }
 
-/// The subscriber URL, once it is known to lead where deliveries may go (or to a name that
-/// does not resolve yet, as Zaqar's own tests subscribe `http://fake:8080`).
+/// The subscriber URL as given (Zaqar compares subscribers as text), once it is known to lead
+/// where deliveries may go (or to a name that does not resolve yet, as Zaqar's own tests
+/// subscribe `http://fake:8080`): the native API's rule.
 async fn checked_subscriber(state: &AppState, text: &str) -> Result<String, ZaqarError> {
     let invalid = |rule: String| ZaqarError::api(format!("subscriber: {rule}"));
     let url = parse_endpoint(text).map_err(|e| invalid(e.to_string()))?;
     let allow_private = state.deliveries.config.allow_private_endpoints;
-    let reach = check_endpoint(&url, allow_private)
+    vet_endpoint(&url, allow_private)
         .await
         .map_err(|e| invalid(e.to_string()))?;
-    if let Reach::Unresolved(why) = reach {
-        tracing::info!(subscriber = %url, %why, "subscribing a host that does not resolve yet");
-    }
     Ok(text.to_owned())
+}
+
+/// The 409 of a subscriber another subscription of the queue has.
+fn taken() -> ZaqarError {
+    ZaqarError::conflict(
+        "Such subscription already exists. Subscriptions are unique by project + queue + \
+         subscriber URI.",
+    )
 }
 
 /// What a subscription's `options` set: its policy, content type and extra headers.
 struct FromOptions {
-    policy: Option<Arc<RetryPolicy>>,
+    policy: Option<StoredPolicy>,
     content_type: String,
     headers: BTreeMap<String, String>,
 }
@@ -182,7 +175,7 @@ fn from_options(options: &Value) -> Result<FromOptions, ZaqarError> {
     let parsed = parse_retry_policy(options).map_err(ZaqarError::api)?;
     let policy = parsed
         .filter(|p| !p.disable_overrides)
-        .map(|p| Arc::new(p.retry));
+        .map(|p| StoredPolicy::new(p.retry));
     let mut content_type = "application/json".to_owned();
     let mut headers = BTreeMap::new();
     match options.get("post_headers") {
@@ -201,13 +194,10 @@ fn from_options(options: &Value) -> Result<FromOptions, ZaqarError> {
                         "{field} must be a valid header name with a value of visible ASCII"
                     )));
                 }
-                if RESERVED_HEADERS.contains(&lower.as_str()) || lower.starts_with("webhook-") {
-                    return Err(ZaqarError::api(format!(
-                        "{field} is set by Tenax or by the connection and cannot be given"
-                    )));
-                }
                 if lower == "content-type" {
                     value.clone_into(&mut content_type);
+                } else if headers::is_reserved(&lower) {
+                    return Err(ZaqarError::api(format!("{field} {}", headers::rule())));
                 } else {
                     headers.insert(name.clone(), value.to_owned());
                 }
@@ -227,34 +217,44 @@ fn from_options(options: &Value) -> Result<FromOptions, ZaqarError> {
 }
 
 fn applied(subscription: &mut Subscription, from: &FromOptions) {
-    subscription.policy = from.policy.as_ref().map(|p| native::to_json(p));
+    subscription.policy.clone_from(&from.policy);
     subscription.content_type.clone_from(&from.content_type);
     subscription.headers.clone_from(&from.headers);
 }
 
 /// The Zaqar subscriptions of `queue`, in id order.
-async fn of_queue(state: &AppState, queue: &QueueRef) -> Vec<Subscription> {
-    state
+async fn of_queue(state: &AppState, queue: &QueueRef) -> Result<Vec<Subscription>, ZaqarError> {
+    Ok(state
         .engine
-        .store
         .subscriptions(Some(&queue.tenax))
-        .await
+        .await?
         .into_iter()
         .filter(|s| s.format == EnvelopeFormat::Zaqar)
-        .collect()
+        .collect())
 }
 
-/// Subscription `text` of `queue`, if it is one of its Zaqar subscriptions.
-async fn find(state: &AppState, queue: &QueueRef, text: &str) -> Option<Subscription> {
-    let id = parse_subscription_id(text)?;
+/// Whether `subscription` is a live Zaqar subscription of `queue` at `now_ms`.
+fn belongs(subscription: &Subscription, queue: &QueueRef, now_ms: u64) -> bool {
+    subscription.queue == queue.tenax
+        && subscription.format == EnvelopeFormat::Zaqar
+        && subscription.expires_at_ms.is_none_or(|at| at > now_ms)
+}
+
+/// Subscription `text` of `queue`, if it is one of its live Zaqar subscriptions.
+async fn find(
+    state: &AppState,
+    queue: &QueueRef,
+    text: &str,
+) -> Result<Option<Subscription>, ZaqarError> {
+    let Some(id) = parse_subscription_id(text) else {
+        return Ok(None);
+    };
     let now = state.engine.now_ms();
-    state
+    Ok(state
         .engine
-        .store
         .subscription(id)
-        .await
-        .filter(|s| s.queue == queue.tenax && s.format == EnvelopeFormat::Zaqar)
-        .filter(|s| s.expires_at_ms.is_none_or(|at| at > now))
+        .await?
+        .filter(|s| belongs(s, queue, now)))
 }
 
 #[derive(Debug, Serialize)]
@@ -347,8 +347,10 @@ pub async fn create(
         );
         views::located(response, &location)
     };
+    // A subscriber already subscribed is answered at once, without resolving it again; the
+    // store makes the same answer atomically below, for one subscribed meanwhile.
     if let Some(existing) = of_queue(&state, &queue)
-        .await
+        .await?
         .into_iter()
         .find(|s| s.endpoint == subscriber)
     {
@@ -391,11 +393,7 @@ pub async fn create(
         health: HealthMarks::default(),
     };
     applied(&mut subscription, &from);
-    let stored = state
-        .engine
-        .put_subscription(subscription, from.policy)
-        .await?;
-    state.deliveries.subscription_changed();
+    let (stored, _) = state.engine.create_subscription(subscription).await?;
     Ok(answer(stored.id))
 }
 
@@ -407,7 +405,7 @@ pub async fn show(
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
     let subscription = find(&state, &queue, &id)
-        .await
+        .await?
         .ok_or_else(|| missing(&id))?;
     let now = state.engine.now_ms();
     Ok(views::json(
@@ -450,7 +448,7 @@ pub async fn list(
         .unwrap_or(DEFAULT_SUBSCRIPTIONS_PER_PAGE);
     let now = state.engine.now_ms();
     let subscriptions: Vec<SubscriptionView> = of_queue(&state, &queue)
-        .await
+        .await?
         .iter()
         .filter(|s| after.is_none_or(|a| s.id > a))
         .filter(|s| s.expires_at_ms.is_none_or(|at| at > now))
@@ -496,8 +494,8 @@ pub async fn update(
     let document = document_of(&body)?;
     let now = state.engine.now_ms();
     check_document(&document, now).map_err(ZaqarError::api)?;
-    let mut subscription = find(&state, &queue, &id)
-        .await
+    let current = find(&state, &queue, &id)
+        .await?
         .ok_or_else(|| missing(&id))?;
     let given = |key: &str| document.get(key).filter(|v| !v.is_null());
     let (subscriber, ttl, options) = (given("subscriber"), given("ttl"), given("options"));
@@ -508,38 +506,46 @@ pub async fn update(
             format!("Subscription {id} could not be updated."),
         ));
     }
-    if let Some(subscriber) = subscriber.and_then(Value::as_str) {
-        if subscriber != subscription.endpoint {
-            let taken = of_queue(&state, &queue)
-                .await
-                .iter()
-                .any(|s| s.id != subscription.id && s.endpoint == subscriber);
-            if taken {
-                return Err(ZaqarError::conflict(
-                    "Such subscription already exists. Subscriptions are unique by project + \
-                     queue + subscriber URI.",
-                ));
-            }
-            subscription.endpoint = checked_subscriber(&state, subscriber).await?;
+    // Resolving a new subscriber takes time: done before the change, which is atomic and so
+    // keeps what the runners store meanwhile (health marks, an automatic disable).
+    let endpoint = match subscriber.and_then(Value::as_str) {
+        Some(subscriber) if subscriber != current.endpoint => {
+            Some(checked_subscriber(&state, subscriber).await?)
         }
-    }
-    let stored = subscription.options.clone().unwrap_or_else(|| json!({}));
-    let options = match options {
-        Some(given) => unredacted(given.clone(), &stored),
-        None => stored,
+        _ => None,
     };
-    let from = from_options(&options)?;
-    applied(&mut subscription, &from);
-    subscription.options = Some(options);
-    if let Some(ttl_s) = ttl_of(&document) {
-        subscription.expires_at_ms = Some(now.saturating_add(ttl_s.saturating_mul(1_000)));
-        subscription.updated_at_ms = now;
-    }
-    state
+    let expires_at_ms = ttl_of(&document).map(|s| now.saturating_add(s.saturating_mul(1_000)));
+    let result = state
         .engine
-        .put_subscription(subscription, from.policy)
-        .await?;
-    state.deliveries.subscription_changed();
+        .update_subscription(current.id, |stored| {
+            if !belongs(stored, &queue, now) {
+                return Err(missing(&id));
+            }
+            let mut subscription = stored.clone();
+            if let Some(endpoint) = &endpoint {
+                subscription.endpoint.clone_from(endpoint);
+            }
+            let kept = subscription.options.clone().unwrap_or_else(|| json!({}));
+            let options = match options {
+                Some(given) => unredacted(given.clone(), &kept),
+                None => kept,
+            };
+            let from = from_options(&options)?;
+            applied(&mut subscription, &from);
+            subscription.options = Some(options);
+            if let Some(at) = expires_at_ms {
+                subscription.expires_at_ms = Some(at);
+                subscription.updated_at_ms = now;
+            }
+            Ok(Some(subscription))
+        })
+        .await;
+    match result {
+        Ok(_) => {}
+        Err(ChangeError::Store(StoreError::EndpointTaken { .. })) => return Err(taken()),
+        Err(ChangeError::Store(StoreError::NoSubscription(_))) => return Err(missing(&id)),
+        Err(error) => return Err(error.into()),
+    }
     let location = format!("{}/subscriptions/{id}", queue.href());
     Ok(views::empty(StatusCode::NO_CONTENT, Some(&location)))
 }
@@ -551,30 +557,24 @@ pub async fn delete(
     Path((name, id)): Path<(String, String)>,
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
-    if let Some(subscription) = find(&state, &queue, &id).await {
+    if let Some(subscription) = find(&state, &queue, &id).await? {
         remove(&state, subscription.id).await?;
-        state.deliveries.subscription_changed();
     }
     Ok(views::empty(StatusCode::NO_CONTENT, None))
 }
 
 async fn remove(state: &AppState, id: SubscriptionId) -> Result<(), ZaqarError> {
-    match state.engine.store.delete_subscription(id).await {
-        Ok(_) | Err(crate::store::StoreError::NoSubscription(_)) => Ok(()),
+    match state.engine.delete_subscription(id).await {
+        Ok(_) | Err(StoreError::NoSubscription(_)) => Ok(()),
         Err(error) => Err(error.into()),
     }
 }
 
 /// Deletes every Zaqar subscription of `queue` (a purge).
 pub async fn purge_subscriptions(state: &AppState, queue: &QueueRef) -> Result<(), ZaqarError> {
-    let subscriptions = of_queue(state, queue).await;
-    if subscriptions.is_empty() {
-        return Ok(());
-    }
-    for subscription in subscriptions {
+    for subscription in of_queue(state, queue).await? {
         remove(state, subscription.id).await?;
     }
-    state.deliveries.subscription_changed();
     Ok(())
 }
 
@@ -592,7 +592,7 @@ pub async fn confirm(
     if !document.get("confirmed").is_some_and(Value::is_boolean) {
         return Err(ZaqarError::api("The 'confirmed' should be boolean."));
     }
-    if find(&state, &queue, &id).await.is_none() {
+    if find(&state, &queue, &id).await?.is_none() {
         return Err(missing(&id));
     }
     let location = format!("{}/subscriptions/{id}/confirm", queue.href());

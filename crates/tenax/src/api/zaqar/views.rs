@@ -4,9 +4,9 @@
 //! sends them there).
 //!
 //! Invariants:
-//! - A message is live while it is scheduled, ready or in flight and its expiry has not passed;
-//!   completed and dead jobs, and expired ones the maintenance loop has not deleted yet, are no
-//!   messages.
+//! - A message is live while it is scheduled, ready or in flight and its expiry has not passed
+//!   ([`JobPeek::is_live`](crate::store::JobPeek::is_live)); completed and dead jobs, and
+//!   expired ones the maintenance loop has not deleted yet, are no messages.
 //! - A message is claimed while a claim's lease on it has not ended; its `href` then ends in
 //!   `?claim_id=<claim>`.
 //! - `ttl` is the message's lifetime in whole seconds from its creation to its expiry (a claim
@@ -20,23 +20,7 @@ use serde_json::value::RawValue;
 
 use super::names::QueueRef;
 use crate::clock::UnixMs;
-use crate::model::{JobId, Status};
-use crate::store::JobPeek;
-
-/// Whether the job `peek` describes is a live message at `now_ms`.
-pub fn is_live(peek: &JobPeek, now_ms: UnixMs) -> bool {
-    matches!(
-        peek.status,
-        Status::Scheduled | Status::Ready | Status::InFlight
-    ) && peek.expires_at_ms.is_none_or(|at| at > now_ms)
-}
-
-/// The claim holding a live message at `now_ms`, if any.
-pub fn current_claim(peek: &JobPeek, now_ms: UnixMs) -> Option<u64> {
-    let leased =
-        peek.status == Status::InFlight && peek.lease_expires_at_ms.is_some_and(|at| at > now_ms);
-    peek.claim.filter(|_| leased)
-}
+use crate::model::JobId;
 
 /// Whole seconds from `from_ms` to `to_ms` (0 if `to_ms` is earlier).
 pub fn seconds(from_ms: UnixMs, to_ms: UnixMs) -> u64 {
@@ -146,28 +130,6 @@ pub fn located(mut response: Response, location: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-
-    fn peek(status: Status, expires: Option<u64>, lease: Option<u64>) -> JobPeek {
-        JobPeek {
-            queue: Arc::from("p:q"),
-            status,
-            failures: 0,
-            expires_at_ms: expires,
-            claim: lease.map(|_| 7),
-            lease_expires_at_ms: lease,
-        }
-    }
-
-    #[test]
-    fn liveness_and_claims_follow_time() {
-        assert!(is_live(&peek(Status::Ready, Some(2_000), None), 1_000));
-        assert!(!is_live(&peek(Status::Ready, Some(1_000), None), 1_000));
-        assert!(!is_live(&peek(Status::Dead, None, None), 1_000));
-        let claimed = peek(Status::InFlight, None, Some(5_000));
-        assert_eq!(current_claim(&claimed, 4_999), Some(7));
-        assert_eq!(current_claim(&claimed, 5_000), None);
-    }
 
     #[test]
     fn views_have_zaqars_keys() {

@@ -1,40 +1,56 @@
-//! Claims: jobs leased together under one id (a streaming connection, or a Zaqar claim), found,
-//! extended and released together. Memory only, like every lease.
+//! Claims: jobs leased together under one id (a streaming take, or a Zaqar claim), found,
+//! renewed, ended and released together. Memory only, like every lease; so is a claim's record.
+
+use async_trait::async_trait;
 
 use super::EmbeddedStore;
 use super::index::Lease;
+use super::leases::decide_on;
+use super::writer;
 use crate::clock::UnixMs;
-use crate::model::{JobId, Status};
-use crate::store::ClaimedJob;
+use crate::model::{ClaimId, JobId, Status};
+use crate::store::{Claim, ClaimRecord, ClaimStore, ClaimedJob, Decide, StoreError};
 
-impl EmbeddedStore {
-    /// The jobs a claim holds, in id order.
-    pub fn claimed(&self, claim: u64) -> Vec<ClaimedJob> {
+#[async_trait]
+impl ClaimStore for EmbeddedStore {
+    async fn claim(&self, id: ClaimId) -> Result<Claim, StoreError> {
         let inner = self.inner.lock();
         let mut jobs: Vec<ClaimedJob> = inner
             .index
-            .leased_by_stream(claim)
+            .held_by_claim(id)
             .into_iter()
-            .filter_map(|id| claimed_job(inner.index.get(id)?, id))
+            .filter_map(|job| {
+                let entry = inner.index.get(job)?;
+                let lease = entry
+                    .lease
+                    .filter(|_| entry.state.status == Status::InFlight)?;
+                Some(ClaimedJob {
+                    id: job,
+                    lease_expires_at_ms: lease.expires_at_ms,
+                    failures: entry.state.failures,
+                })
+            })
             .collect();
         jobs.sort_by_key(|j| j.id);
-        jobs
+        Ok(Claim {
+            record: inner.claims.get(&id).cloned(),
+            jobs,
+        })
     }
 
-    /// Renews every lease of a claim to `now + lease_ms`, and keeps its jobs alive until at
-    /// least `keep_until_ms`. Returns how many jobs the claim holds.
-    pub fn extend_claim(
+    async fn extend_claim(
         &self,
-        claim: u64,
+        id: ClaimId,
         lease_ms: u64,
         keep_until_ms: Option<UnixMs>,
+        record: Option<ClaimRecord>,
         now_ms: UnixMs,
-    ) -> usize {
+    ) -> Result<usize, StoreError> {
         let mut inner = self.inner.lock();
-        let ids = inner.index.leased_by_stream(claim);
+        let ids = inner.index.held_by_claim(id);
         let expires_at_ms = now_ms.saturating_add(lease_ms);
-        for id in &ids {
-            inner.index.update(*id, |e| {
+        for job in &ids {
+            inner.index.update(*job, |e| {
                 if let Some(lease) = e.lease {
                     e.lease = Some(Lease {
                         expires_at_ms,
@@ -46,19 +62,56 @@ impl EmbeddedStore {
                 }
             });
         }
-        ids.len()
+        match record {
+            Some(record) => inner.claims.insert(id, record),
+            None => inner.claims.remove(&id),
+        };
+        Ok(ids.len())
     }
-}
 
-fn claimed_job(entry: &super::index::Entry, id: JobId) -> Option<ClaimedJob> {
-    if entry.state.status != Status::InFlight {
-        return None;
+    async fn end_claim(
+        &self,
+        id: ClaimId,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<usize, StoreError> {
+        let receivers = {
+            let mut inner = self.inner.lock();
+            inner.claims.remove(&id);
+            let mut ids: Vec<JobId> = inner.index.held_by_claim(id);
+            ids.sort_unstable();
+            let mut receivers = Vec::with_capacity(ids.len());
+            for job in ids {
+                let inner = &mut *inner;
+                let Some(mut transition) = decide_on(inner, job, decide) else {
+                    continue;
+                };
+                receivers.push(self.apply(inner, job, &mut transition, now_ms, Vec::new())?);
+            }
+            receivers
+        };
+        let count = receivers.len();
+        for receiver in receivers {
+            writer::wait(receiver).await?;
+        }
+        if count > 0 {
+            self.signals.ready.notify_waiters();
+        }
+        Ok(count)
     }
-    let lease = entry.lease?;
-    Some(ClaimedJob {
-        id,
-        claim: lease.stream?,
-        lease_expires_at_ms: lease.expires_at_ms,
-        failures: entry.state.failures,
-    })
+
+    /// Nothing is written: on disk the jobs never left ready.
+    async fn release_claim(&self, id: ClaimId) -> Result<usize, StoreError> {
+        let mut inner = self.inner.lock();
+        inner.claims.remove(&id);
+        let ids = inner.index.held_by_claim(id);
+        for job in &ids {
+            inner.index.update(*job, |e| e.state.status = Status::Ready);
+        }
+        drop(inner);
+        if !ids.is_empty() {
+            self.signals.ready.notify_waiters();
+        }
+        Ok(ids.len())
+    }
 }

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
@@ -10,24 +11,30 @@ use super::EmbeddedStore;
 use super::index::Entry;
 use super::writer::{self, Op};
 use crate::clock::UnixMs;
-use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
-use crate::model::{DeliveryPayload, JobId, JobState, NewJob, SubscriptionId};
-use crate::store::{Enqueued, Insert, KeyHolder, OnDuplicate, StoreError, to_json_bytes};
+use crate::model::{JobId, JobState, Status};
+use crate::store::{
+    Enqueued, Insert, JobInserts, KeyHolder, OnDuplicate, StoreError, to_json_bytes,
+};
 
-impl EmbeddedStore {
-    pub async fn enqueue(
+#[async_trait]
+impl JobInserts for EmbeddedStore {
+    async fn insert_jobs(
         &self,
         jobs: Vec<Insert>,
         on_duplicate: OnDuplicate,
         now_ms: UnixMs,
-    ) -> Result<Vec<Enqueued>, StoreError> {
-        let mut results = Vec::with_capacity(jobs.len());
+    ) -> Result<Vec<Option<Enqueued>>, StoreError> {
+        let mut results: Vec<Option<Enqueued>> = Vec::with_capacity(jobs.len());
         let mut fresh: Vec<(JobId, Insert, JobState)> = Vec::with_capacity(jobs.len());
         // Encoded before taking the lock: neither a job's body nor its first state depends on
-        // the id it will get, and encoding is most of the work of an enqueue.
+        // the id it will get, and encoding is most of the work of an enqueue. A child's body
+        // names its parent's id, so it is encoded once that is known.
         let encoded: Vec<Encoded> = jobs
             .into_iter()
-            .map(|insert| Encoded::new(insert, now_ms))
+            .map(|insert| match insert.parent {
+                None => Encoded::new(insert, now_ms),
+                Some(_) => Encoded::later(insert, now_ms),
+            })
             .collect();
         let receiver = {
             let mut inner = self.inner.lock();
@@ -35,17 +42,34 @@ impl EmbeddedStore {
             let mut claimed: HashMap<(String, String), (JobId, usize)> = HashMap::new();
             let mut next_id = inner.next_id;
             let mut ops = Vec::with_capacity(encoded.len() * 2 + 1);
-            for (
-                index,
-                Encoded {
+            // Invariant: `results` has one entry per insert looked at so far.
+            for (index, mut encoded) in encoded.into_iter().enumerate() {
+                if let Some(parent) = encoded.insert.parent {
+                    // Stored only with its parent, whose id it carries.
+                    let created = results
+                        .get(parent)
+                        .and_then(Option::as_ref)
+                        .filter(|e| e.created && parent < index);
+                    let Some(parent) = created.map(|e| e.id) else {
+                        results.push(None);
+                        continue;
+                    };
+                    encoded.insert.job.parent = Some(parent);
+                    encoded.encode();
+                }
+                if let Some(owner) = encoded.insert.owner {
+                    if !inner.subscriptions.contains_key(&owner) {
+                        results.push(None);
+                        continue;
+                    }
+                }
+                let Encoded {
                     insert,
                     state,
                     body,
                     state_bytes,
                     policy,
-                },
-            ) in encoded.into_iter().enumerate()
-            {
+                } = encoded;
                 if let Some(key) = &insert.job.unique_key {
                     let k = (insert.job.queue.clone(), key.clone());
                     let held = inner
@@ -69,28 +93,30 @@ impl EmbeddedStore {
                                 });
                             }
                             OnDuplicate::Existing => {
-                                let (status, run_at_ms) = inner.index.get(existing).map_or(
-                                    (crate::model::Status::Scheduled, insert.job.run_at_ms),
-                                    |e| (e.state.status, e.state.run_at_ms),
-                                );
-                                results.push(Enqueued {
+                                let (status, run_at_ms) = inner
+                                    .index
+                                    .get(existing)
+                                    .map_or((Status::Scheduled, insert.job.run_at_ms), |e| {
+                                        (e.state.status, e.state.run_at_ms)
+                                    });
+                                results.push(Some(Enqueued {
                                     id: existing,
                                     created: false,
                                     status,
                                     run_at_ms,
-                                });
+                                }));
                                 continue;
                             }
                         }
                     }
                     claimed.insert(k, (next_id, index));
                 }
-                results.push(Enqueued {
+                results.push(Some(Enqueued {
                     id: next_id,
                     created: true,
                     status: state.status,
                     run_at_ms: state.run_at_ms,
-                });
+                }));
                 ops.push(Op::PutBody { id: next_id, body });
                 ops.push(Op::PutState {
                     id: next_id,
@@ -102,25 +128,8 @@ impl EmbeddedStore {
                         policy,
                     });
                 }
-                let message_id = next_id;
+                fresh.push((next_id, insert, state));
                 next_id += 1;
-                // One delivery per subscription of the queue, in the same commit as the message.
-                let subscribed = inner.subscribed.get(&insert.job.queue);
-                for subscription in subscribed.into_iter().flatten() {
-                    let delivery =
-                        Encoded::new(delivery_for(*subscription, message_id, &insert), now_ms);
-                    ops.push(Op::PutBody {
-                        id: next_id,
-                        body: delivery.body,
-                    });
-                    ops.push(Op::PutState {
-                        id: next_id,
-                        state: delivery.state_bytes,
-                    });
-                    fresh.push((next_id, delivery.insert, delivery.state));
-                    next_id += 1;
-                }
-                fresh.push((message_id, insert, state));
             }
             if fresh.is_empty() {
                 return Ok(results);
@@ -149,8 +158,8 @@ impl EmbeddedStore {
             if written.is_err() {
                 continue;
             }
-            any_ready |= state.status == crate::model::Status::Ready;
-            any_scheduled |= state.status == crate::model::Status::Scheduled;
+            any_ready |= state.status == Status::Ready;
+            any_scheduled |= state.status == Status::Scheduled;
             let queue = match &last_queue {
                 Some(queue) if **queue == *job.queue => queue.clone(),
                 _ => {
@@ -165,7 +174,7 @@ impl EmbeddedStore {
                 unique_key: job.unique_key.map(String::into_boxed_str),
                 state,
                 lease: None,
-                policy: insert.policy,
+                policy: job.policy.map(|p| p.policy().clone()),
                 expires_at_ms: job.expires_at_ms,
             };
             inner.index.insert(id, entry, now_ms);
@@ -173,43 +182,12 @@ impl EmbeddedStore {
         drop(inner);
         written?;
         if any_ready {
-            self.ready.notify_waiters();
+            self.signals.ready.notify_waiters();
         }
         if any_scheduled {
-            self.schedule.notify_waiters();
+            self.signals.schedule.notify_waiters();
         }
         Ok(results)
-    }
-}
-
-/// The delivery of message `message_id` to `subscription`: due when the message is.
-fn delivery_for(subscription: SubscriptionId, message_id: JobId, message: &Insert) -> Insert {
-    let job = &message.job;
-    let payload = DeliveryPayload {
-        message_id,
-        queue: job.queue.clone(),
-        kind: job.kind.clone(),
-        body: job.payload.clone(),
-        ttl_s: job
-            .expires_at_ms
-            .map(|at| at.saturating_sub(job.created_at_ms) / 1_000),
-    };
-    let payload = serde_json::value::to_raw_value(&payload).unwrap_or_else(|_| job.payload.clone());
-    Insert {
-        job: NewJob {
-            queue: delivery_queue(subscription),
-            kind: DELIVERY_KIND.to_owned(),
-            payload,
-            priority: job.priority,
-            run_at_ms: job.run_at_ms,
-            policy: None,
-            unique_key: None,
-            created_at_ms: job.created_at_ms,
-            // A delivery outlives its message: it is retried until its own policy gives up.
-            expires_at_ms: None,
-            origin: None,
-        },
-        policy: None,
     }
 }
 
@@ -224,9 +202,26 @@ struct Encoded {
 
 impl Encoded {
     fn new(insert: Insert, now_ms: UnixMs) -> Self {
-        let job = &insert.job;
-        let state = JobState::new(job.run_at_ms, now_ms);
-        let body = to_json_bytes(&BodyRef {
+        let mut encoded = Self::later(insert, now_ms);
+        encoded.encode();
+        encoded
+    }
+
+    /// Not encoded yet: [`Encoded::encode`] once the job is complete.
+    fn later(insert: Insert, now_ms: UnixMs) -> Self {
+        let state = JobState::new(insert.job.run_at_ms, now_ms);
+        Self {
+            insert,
+            state,
+            body: Vec::new(),
+            state_bytes: Vec::new(),
+            policy: None,
+        }
+    }
+
+    fn encode(&mut self) {
+        let job = &self.insert.job;
+        self.body = to_json_bytes(&BodyRef {
             queue: &job.queue,
             kind: &job.kind,
             payload: &job.payload,
@@ -235,16 +230,10 @@ impl Encoded {
             created_at_ms: job.created_at_ms,
             expires_at_ms: job.expires_at_ms,
             origin: job.origin.as_deref(),
+            parent: job.parent,
         });
-        let state_bytes = to_json_bytes(&state);
-        let policy = job.policy.as_ref().map(to_json_bytes);
-        Self {
-            insert,
-            state,
-            body,
-            state_bytes,
-            policy,
-        }
+        self.state_bytes = to_json_bytes(&self.state);
+        self.policy = job.policy.as_ref().map(to_json_bytes);
     }
 }
 
@@ -264,6 +253,8 @@ struct BodyRef<'a> {
     expires_at_ms: Option<UnixMs>,
     #[serde(skip_serializing_if = "Option::is_none")]
     origin: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent: Option<JobId>,
 }
 
 #[cfg(test)]
@@ -284,6 +275,7 @@ mod tests {
                 created_at_ms: 1_700_000_000_123,
                 expires_at_ms: Some(1_700_000_060_000),
                 origin: Some("c-1".into()),
+                parent: Some(9),
             };
             let by_ref = BodyRef {
                 queue: "q",
@@ -294,6 +286,7 @@ mod tests {
                 created_at_ms: 1_700_000_000_123,
                 expires_at_ms: Some(1_700_000_060_000),
                 origin: Some("c-1"),
+                parent: Some(9),
             };
             assert_eq!(to_json_bytes(&by_ref), to_json_bytes(&owned));
         }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
-use crate::model::{JobId, JobState, Status};
+use crate::model::{ClaimId, JobId, JobState, Status};
 
 /// A lease on an in-flight job: who may complete it, and until when. Leases live only in memory:
 /// after a crash every in-flight job is ready again, which is what at-least-once requires.
@@ -25,8 +25,8 @@ pub struct Lease {
     /// When the job was taken: heartbeats never extend the lease past this plus the most one
     /// attempt may run.
     pub taken_at_ms: UnixMs,
-    /// The streaming connection that holds the lease, if any.
-    pub stream: Option<u64>,
+    /// The claim (or streaming take) the lease is held under, if any.
+    pub claim: Option<ClaimId>,
 }
 
 /// What memory holds of one job: enough to order, move and decide on it without reading disk.
@@ -52,7 +52,7 @@ impl Entry {
             token: 0,
             expires_at_ms: 0,
             taken_at_ms: 0,
-            stream: None,
+            claim: None,
         })
     }
 }
@@ -66,7 +66,7 @@ pub struct Index {
     ready: HashMap<Arc<str>, BTreeSet<ReadyKey>>,
     scheduled: BTreeSet<(UnixMs, JobId)>,
     leased: BTreeSet<(UnixMs, JobId)>,
-    by_stream: HashMap<u64, HashSet<JobId>>,
+    by_claim: HashMap<u64, HashSet<JobId>>,
     finished: BTreeSet<(UnixMs, JobId)>,
     /// Jobs with an expiry, by expiry.
     expiring: BTreeSet<(UnixMs, JobId)>,
@@ -172,8 +172,8 @@ impl Index {
             Status::InFlight => {
                 let lease = entry.held_lease();
                 self.leased.insert((lease.expires_at_ms, id));
-                if let Some(stream) = lease.stream {
-                    self.by_stream.entry(stream).or_default().insert(id);
+                if let Some(claim) = lease.claim {
+                    self.by_claim.entry(claim).or_default().insert(id);
                 }
             }
             Status::Completed | Status::Dead => {
@@ -209,11 +209,11 @@ impl Index {
             Status::InFlight => {
                 let lease = entry.held_lease();
                 self.leased.remove(&(lease.expires_at_ms, id));
-                if let Some(stream) = lease.stream {
-                    if let Some(set) = self.by_stream.get_mut(&stream) {
+                if let Some(claim) = lease.claim {
+                    if let Some(set) = self.by_claim.get_mut(&claim) {
                         set.remove(&id);
                         if set.is_empty() {
-                            self.by_stream.remove(&stream);
+                            self.by_claim.remove(&claim);
                         }
                     }
                 }
@@ -298,11 +298,20 @@ impl Index {
             .collect()
     }
 
-    /// Jobs leased through a streaming connection.
-    pub fn leased_by_stream(&self, stream: u64) -> Vec<JobId> {
-        self.by_stream
-            .get(&stream)
+    /// Jobs leased under a claim (or streaming take), in no order.
+    pub fn held_by_claim(&self, claim: ClaimId) -> Vec<JobId> {
+        self.by_claim
+            .get(&claim)
             .map(|set| set.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Counts of one queue, in the order of [`Status::ALL`].
+    pub fn queue_counts(&self, queue: &str) -> [u64; 5] {
+        self.names
+            .get(queue)
+            .and_then(|name| self.counts.get(name))
+            .copied()
             .unwrap_or_default()
     }
 
@@ -380,7 +389,7 @@ mod tests {
             token: 1,
             expires_at_ms: 1_000,
             taken_at_ms: 0,
-            stream: Some(3),
+            claim: Some(3),
         };
         index.update(7, |e| {
             e.state.status = Status::InFlight;
@@ -388,7 +397,7 @@ mod tests {
         });
         assert_eq!(index.expired(999, 10), Vec::<JobId>::new());
         assert_eq!(index.expired(1_000, 10), [7]);
-        assert_eq!(index.leased_by_stream(3), [7]);
+        assert_eq!(index.held_by_claim(3), [7]);
         index.update(7, |e| {
             e.state.status = Status::Completed;
             e.state.finished_at_ms = Some(2_000);
@@ -398,7 +407,7 @@ mod tests {
             None,
             "a finished job frees its unique key"
         );
-        assert_eq!(index.leased_by_stream(3), Vec::<JobId>::new());
+        assert_eq!(index.held_by_claim(3), Vec::<JobId>::new());
         assert_eq!(index.expired(5_000, 10), Vec::<JobId>::new());
         assert_eq!(index.finished_before(2_000, 10), [(7, Status::Completed)]);
         assert!(index.remove(7).is_some());

@@ -1,21 +1,25 @@
-//! Take, heartbeat, complete, fail and stream release: the worker's side of a job.
+//! Take, heartbeat, complete, fail, finish a delivery, pop: the worker's side of a job.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::EmbeddedStore;
-use super::index::Lease;
-use super::writer::{self, Op};
+use async_trait::async_trait;
+
+use super::index::{Index, Lease};
+use super::writer::{self, Op, Receiver};
+use super::{EmbeddedStore, Inner};
 use crate::clock::UnixMs;
-use crate::model::{JobId, Status};
+use crate::model::subscription::subscription_of_queue;
+use crate::model::{Attempt, AttemptResult, Job, JobId, Status};
 use crate::store::{
-    Ack, Decide, DecideContext, StoreError, TakeRequest, TakenJob, Transition, to_json_bytes,
+    Ack, Decide, DecideContext, Finished, JobLeases, StoreError, TakeRequest, TakenJob, Transition,
+    to_json_bytes,
 };
 
-impl EmbeddedStore {
-    /// Leases up to `max` ready jobs of the unpaused `queues`, best first. Leases are memory
-    /// only: nothing is written, so taking costs no fsync.
-    pub fn take(
+#[async_trait]
+impl JobLeases for EmbeddedStore {
+    /// Leases are memory only: nothing is written, so taking costs no fsync.
+    async fn take_jobs(
         &self,
         request: &TakeRequest<'_>,
         now_ms: UnixMs,
@@ -26,17 +30,12 @@ impl EmbeddedStore {
         let mut leased = Vec::new();
         {
             let mut inner = self.inner.lock();
-            let queues: Vec<Arc<str>> = request
-                .queues
-                .iter()
-                .filter(|q| {
-                    !inner
-                        .queues
-                        .get(q.as_str())
-                        .is_some_and(|e| e.config.paused)
-                })
-                .filter_map(|q| inner.index.queue_name(q))
-                .collect();
+            if let Some(id) = request.subscription {
+                if !inner.subscriptions.get(&id).is_some_and(|s| s.enabled) {
+                    return Ok(Vec::new());
+                }
+            }
+            let queues = unpaused(&inner, request.queues);
             let expires_at_ms = now_ms.saturating_add(request.lease_ms);
             for id in inner.index.peek_ready(&queues, request.max) {
                 let token = self.lease_tokens.fetch_add(1, Ordering::Relaxed);
@@ -44,7 +43,7 @@ impl EmbeddedStore {
                     token,
                     expires_at_ms,
                     taken_at_ms: now_ms,
-                    stream: request.stream,
+                    claim: request.claim,
                 };
                 let keep_until = request.keep_until_ms;
                 if let Some(entry) = inner.index.update(id, |e| {
@@ -54,20 +53,25 @@ impl EmbeddedStore {
                         e.expires_at_ms = Some(at.max(keep));
                     }
                 }) {
-                    leased.push((id, lease, entry.state.failures + 1));
+                    leased.push((id, lease, entry.state.failures + 1, entry.expires_at_ms));
+                }
+            }
+            if let (Some(claim), Some(record)) = (request.claim, &request.record) {
+                if !leased.is_empty() {
+                    inner.claims.insert(claim, record.clone());
                 }
             }
         }
         if leased.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<JobId> = leased.iter().map(|(id, _, _)| *id).collect();
+        let ids: Vec<JobId> = leased.iter().map(|(id, ..)| *id).collect();
         let bodies = self.read_body(&ids)?;
         Ok(leased
             .into_iter()
             .zip(bodies)
             // A job deleted since it was leased has no body: nothing to hand out.
-            .filter_map(|((id, lease, attempt), body)| {
+            .filter_map(|((id, lease, attempt, expires_at_ms), body)| {
                 let body = body?;
                 Some(TakenJob {
                     id,
@@ -79,13 +83,14 @@ impl EmbeddedStore {
                     lease_token: lease.token,
                     lease_expires_at_ms: lease.expires_at_ms,
                     created_at_ms: body.created_at_ms,
+                    expires_at_ms,
+                    parent: body.parent,
                 })
             })
             .collect())
     }
 
-    /// Extends a lease to `now + lease_ms`, but never past `max_attempt_ms` after the take.
-    pub fn heartbeat(
+    async fn extend_lease(
         &self,
         ack: Ack,
         lease_ms: u64,
@@ -106,8 +111,7 @@ impl EmbeddedStore {
         Ok(expires_at_ms)
     }
 
-    /// Completes each job whose lease is valid; one commit for all.
-    pub async fn complete(
+    async fn complete_jobs(
         &self,
         acks: &[Ack],
         retain: bool,
@@ -134,8 +138,7 @@ impl EmbeddedStore {
         Ok(results)
     }
 
-    /// Records a failure; `decide` gives the next state (retry, snooze or dead).
-    pub async fn fail(
+    async fn fail_job(
         &self,
         ack: Ack,
         now_ms: UnixMs,
@@ -147,7 +150,7 @@ impl EmbeddedStore {
             let inner = &mut *inner;
             let mut transition =
                 decide_on(inner, ack.id, decide).ok_or(StoreError::NotFound(ack.id))?;
-            let receiver = self.apply(inner, ack.id, &mut transition, now_ms, Vec::new());
+            let receiver = self.apply(inner, ack.id, &mut transition, now_ms, Vec::new())?;
             (transition, receiver)
         };
         writer::wait(receiver).await?;
@@ -155,19 +158,105 @@ impl EmbeddedStore {
         Ok(transition)
     }
 
-    /// Writes a transition (with `ops` in the same commit) and moves the job in memory. Called
-    /// under the lock. A retry due already is ready at once; `transition` is updated to say so,
-    /// so callers report the state as stored.
+    async fn finish_delivery(
+        &self,
+        ack: Ack,
+        attempt: &Attempt,
+        retain: bool,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<Finished, StoreError> {
+        let (finished, receiver) = {
+            let mut inner = self.inner.lock();
+            check_lease(&inner.index, ack)?;
+            let log = Op::PutAttempt {
+                id: ack.id,
+                entry: to_json_bytes(attempt),
+            };
+            if attempt.result == AttemptResult::Delivered {
+                let mut ops = vec![log];
+                ops.extend(complete_one(&mut inner, ack.id, retain, now_ms));
+                (Finished::Delivered, self.writer.submit(ops))
+            } else {
+                let inner = &mut *inner;
+                let mut transition =
+                    decide_on(inner, ack.id, decide).ok_or(StoreError::NotFound(ack.id))?;
+                let receiver = self.apply(inner, ack.id, &mut transition, now_ms, vec![log])?;
+                (Finished::Failed(transition), receiver)
+            }
+        };
+        writer::wait(receiver).await?;
+        if let Finished::Failed(transition) = &finished {
+            self.signal(transition);
+        }
+        Ok(finished)
+    }
+
+    async fn pop_jobs(
+        &self,
+        queues: &[String],
+        max: usize,
+        _now_ms: UnixMs,
+    ) -> Result<Vec<Job>, StoreError> {
+        if self.writer.has_failed() {
+            return Err(StoreError::Failed);
+        }
+        let (jobs, receiver) = {
+            let mut inner = self.inner.lock();
+            let queues = unpaused(&inner, queues);
+            let ids = inner.index.peek_ready(&queues, max);
+            let mut jobs = Vec::with_capacity(ids.len());
+            let mut ops = Vec::with_capacity(ids.len());
+            for id in ids {
+                // Read before it goes, under the lock: nobody can take it in between.
+                if let Some(job) = self.load_job(&inner.index, id)? {
+                    jobs.push(job);
+                }
+                inner.index.remove(id);
+                ops.push(Op::DeleteJob { id });
+            }
+            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            (jobs, receiver)
+        };
+        if let Some(receiver) = receiver {
+            writer::wait(receiver).await?;
+        }
+        Ok(jobs)
+    }
+}
+
+impl EmbeddedStore {
+    /// Writes a transition (with `ops` in the same commit) and moves the job in memory: to its
+    /// new state, and to its new queue if it moves. Called under the lock. A retry due already
+    /// is ready at once; `transition` is updated to say so, so callers report the state as
+    /// stored.
     pub(super) fn apply(
         &self,
-        inner: &mut super::Inner,
+        inner: &mut Inner,
         id: JobId,
         transition: &mut Transition,
         now_ms: UnixMs,
         mut ops: Vec<Op>,
-    ) -> tokio::sync::oneshot::Receiver<Result<(), StoreError>> {
+    ) -> Result<Receiver, StoreError> {
         if transition.state.status == Status::Scheduled && transition.state.run_at_ms <= now_ms {
             transition.state.status = Status::Ready;
+        }
+        if let Some(to) = &transition.moved_to {
+            let Some(Some(mut body)) = self.read_body(&[id])?.pop() else {
+                return Err(StoreError::NotFound(id));
+            };
+            body.queue.clone_from(&to.queue);
+            body.expires_at_ms = to.expires_at_ms;
+            ops.push(Op::PutBody {
+                id,
+                body: to_json_bytes(&body),
+            });
+            let queue = inner.index.intern(&to.queue);
+            let expires_at_ms = to.expires_at_ms;
+            inner.index.update(id, |e| {
+                e.queue = queue;
+                e.expires_at_ms = expires_at_ms;
+            });
         }
         let state = transition.state.clone();
         ops.push(Op::PutState {
@@ -182,41 +271,35 @@ impl EmbeddedStore {
             });
         }
         inner.index.update(id, |e| e.state = state);
-        self.writer.submit(ops)
+        Ok(self.writer.submit(ops))
     }
 
     /// Wakes whoever waits for what a transition produced.
     pub(super) fn signal(&self, transition: &Transition) {
         match transition.state.status {
-            Status::Ready => self.ready.notify_waiters(),
+            Status::Ready => self.signals.ready.notify_waiters(),
             Status::Scheduled => {
-                self.schedule.notify_waiters();
-                self.ready.notify_waiters();
+                self.signals.schedule.notify_waiters();
+                self.signals.ready.notify_waiters();
             }
             _ => {}
         }
     }
+}
 
-    /// A closed stream's jobs go back to ready at once. Nothing is written: on disk they never
-    /// left ready. No attempt is counted: the worker never reported on them.
-    pub fn release_stream(&self, stream: u64) -> usize {
-        let mut inner = self.inner.lock();
-        let ids = inner.index.leased_by_stream(stream);
-        for id in &ids {
-            inner.index.update(*id, |e| e.state.status = Status::Ready);
-        }
-        drop(inner);
-        if !ids.is_empty() {
-            self.ready.notify_waiters();
-        }
-        ids.len()
-    }
+/// The interned names of those of `queues` that have jobs and are not paused.
+fn unpaused(inner: &Inner, queues: &[String]) -> Vec<Arc<str>> {
+    queues
+        .iter()
+        .filter(|q| !inner.queues.get(q.as_str()).is_some_and(|c| c.paused))
+        .filter_map(|q| inner.index.queue_name(q))
+        .collect()
 }
 
 /// Completes in-flight job `id` in memory and returns the writes: its state kept as completed
 /// (for the retention period) when `retain`, else the job deleted. Called under the lock.
 pub(super) fn complete_one(
-    inner: &mut super::Inner,
+    inner: &mut Inner,
     id: JobId,
     retain: bool,
     now_ms: UnixMs,
@@ -236,28 +319,26 @@ pub(super) fn complete_one(
     }
 }
 
-/// Asks `decide` about job `id`, with its own and its queue's policy. Called under the lock.
-pub(super) fn decide_on(
-    inner: &super::Inner,
-    id: JobId,
-    decide: &Decide<'_>,
-) -> Option<Transition> {
+/// Asks `decide` about job `id`, with its own policy, its queue's settings and, for a
+/// delivery, its subscription and that one's queue's settings. Called under the lock.
+pub(super) fn decide_on(inner: &Inner, id: JobId, decide: &Decide<'_>) -> Option<Transition> {
     let entry = inner.index.get(id)?;
-    let queue_policy = inner
-        .queues
-        .get(&*entry.queue)
-        .and_then(|q| q.policy.as_deref());
+    let owner = subscription_of_queue(&entry.queue)
+        .and_then(|s| inner.subscriptions.get(&s))
+        .map(|s| (s, inner.queues.get(&s.queue)));
     Some(decide(&DecideContext {
         id,
         queue: &entry.queue,
         state: &entry.state,
+        expires_at_ms: entry.expires_at_ms,
         job_policy: entry.policy.as_deref(),
-        queue_policy,
+        queue_config: inner.queues.get(&*entry.queue),
+        owner,
     }))
 }
 
 /// The lease of an in-flight job, if `ack` may act on it.
-pub(super) fn check_lease(index: &super::index::Index, ack: Ack) -> Result<Lease, StoreError> {
+pub(super) fn check_lease(index: &Index, ack: Ack) -> Result<Lease, StoreError> {
     let entry = index.get(ack.id).ok_or(StoreError::NotFound(ack.id))?;
     if entry.state.status != Status::InFlight {
         return Err(StoreError::NotInFlight {
@@ -270,11 +351,4 @@ pub(super) fn check_lease(index: &super::index::Index, ack: Ack) -> Result<Lease
         return Err(StoreError::LeaseLost { id: ack.id });
     }
     Ok(lease)
-}
-
-impl EmbeddedStore {
-    /// How many jobs a stream holds leased.
-    pub fn stream_leases(&self, stream: u64) -> usize {
-        self.inner.lock().index.leased_by_stream(stream).len()
-    }
 }

@@ -5,44 +5,49 @@
 //! and waits for the commit. Only new jobs wait to become visible until their commit is durable:
 //! a worker can never run a job whose enqueue was not acknowledged.
 //!
-//! Files: `keys` of the layout are in [`tables`]; one file per operation family.
+//! Durability contract: jobs, their states, errors and attempts, queue settings, subscriptions
+//! and tokens are durable. Leases and claims live in memory only: a restart returns every
+//! in-flight job to ready (at least once), which is what [`StoreProperties::durable_leases`]
+//! `false` declares. One process uses the store ([`StoreProperties::shared`] `false`), so
+//! leadership is always granted and the signals wake that process.
+//!
+//! Files: the layout is in [`tables`]; one file per family of the seam.
 
 mod claims;
-mod dead;
+mod curation;
 mod enqueue;
 pub mod index;
 mod leases;
-mod maintenance;
-mod peek;
 mod queues;
 mod read;
 mod subscriptions;
 mod tables;
 mod tokens;
+mod upkeep;
 mod writer;
 
-pub use self::subscriptions::Finished;
-
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use async_trait::async_trait;
 use parking_lot::Mutex;
 use redb::{Database, ReadableDatabase, ReadableTable};
-use tenax_policy::RetryPolicy;
-use tenax_policy::spelling::native;
-use tokio::sync::Notify;
 
 use self::index::{Entry, Index};
 use self::tables::{
-    ATTEMPTS, ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES,
-    STATES, SUBSCRIPTIONS, StoredBody, TOKENS,
+    ATTEMPTS, ERRORS, FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID,
+    NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, STATES, SUBSCRIPTIONS, StoredBody,
+    TOKENS,
 };
 use self::writer::Writer;
-use super::{QueueConfig, StoreError, from_json_bytes};
+use super::{
+    ClaimRecord, QueueConfig, Signals, StoreError, StoreLifecycle, StoreProperties, from_json_bytes,
+};
+use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
-use crate::model::{JobId, JobState, Subscription, SubscriptionId};
+use crate::model::{ClaimId, JobId, JobState, StoredPolicy, Subscription, SubscriptionId};
 
 /// Options of the embedded store.
 #[derive(Debug, Clone)]
@@ -67,10 +72,7 @@ pub struct EmbeddedStore {
     db: Arc<Database>,
     inner: Mutex<Inner>,
     writer: Writer,
-    /// Woken when jobs may have become ready.
-    ready: Notify,
-    /// Woken when the earliest scheduled time may have moved earlier.
-    schedule: Notify,
+    signals: Signals,
     /// Source of lease tokens; starts from the clock at open so tokens differ across restarts.
     lease_tokens: AtomicU64,
 }
@@ -78,57 +80,45 @@ pub struct EmbeddedStore {
 #[derive(Debug, Default)]
 struct Inner {
     index: Index,
-    queues: HashMap<String, QueueEntry>,
+    queues: HashMap<String, QueueConfig>,
     /// The next job id to assign.
     next_id: JobId,
     /// Unique keys of jobs whose enqueue is not yet durable: (queue, key) → id.
     pending_unique: HashMap<(String, String), JobId>,
-    subscriptions: HashMap<SubscriptionId, SubscriptionEntry>,
+    subscriptions: HashMap<SubscriptionId, Subscription>,
     /// Queue name → its subscriptions, in id order. Only queues with subscriptions are keys.
     subscribed: HashMap<String, Vec<SubscriptionId>>,
+    /// (queue, endpoint) → the subscription holding it, for subscriptions whose endpoint is
+    /// unique in their queue ([`Subscription::unique_endpoint`]).
+    endpoints: HashMap<(String, String), SubscriptionId>,
     next_subscription_id: SubscriptionId,
     /// API tokens by id (hashed: see `crate::auth::token`).
-    tokens: std::collections::BTreeMap<u64, crate::auth::TokenRecord>,
+    tokens: BTreeMap<u64, TokenRecord>,
     next_token_id: u64,
+    /// Records of claims that have one, in memory like the leases they describe.
+    claims: HashMap<ClaimId, ClaimRecord>,
 }
 
-#[derive(Debug, Clone)]
-struct SubscriptionEntry {
-    subscription: Subscription,
-    /// `subscription.policy`, parsed.
-    policy: Option<Arc<RetryPolicy>>,
-}
-
-#[derive(Debug, Clone)]
-struct QueueEntry {
-    config: QueueConfig,
-    policy: Option<Arc<RetryPolicy>>,
+/// A redb failure while doing `what`, with its source kept.
+fn fault<E: std::error::Error + Send + Sync + 'static>(
+    what: &'static str,
+) -> impl FnOnce(E) -> StoreError {
+    move |error| StoreError::storage(what, error)
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the store in `dir` and rebuilds the indexes.
+    /// Opens (or creates) the store in `dir` and rebuilds the indexes. Refuses data in a newer
+    /// format than this version writes.
     pub fn open(dir: &Path, options: &EmbeddedOptions, now_ms: UnixMs) -> Result<Self, StoreError> {
-        let storage = |e: &dyn std::fmt::Display| StoreError::Storage(e.to_string());
-        std::fs::create_dir_all(dir)
-            .map_err(|e| storage(&format!("creating {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::storage(format!("creating the data directory {}", dir.display()), e)
+        })?;
         let path = dir.join("tenax.redb");
         let db = Database::builder()
             .set_cache_size(options.cache_bytes)
             .create(&path)
-            .map_err(|e| storage(&format!("opening {}: {e}", path.display())))?;
-        {
-            let tx = db.begin_write().map_err(|e| storage(&e))?;
-            tx.open_table(JOBS).map_err(|e| storage(&e))?;
-            tx.open_table(STATES).map_err(|e| storage(&e))?;
-            tx.open_table(POLICIES).map_err(|e| storage(&e))?;
-            tx.open_table(ERRORS).map_err(|e| storage(&e))?;
-            tx.open_table(QUEUES).map_err(|e| storage(&e))?;
-            tx.open_table(META).map_err(|e| storage(&e))?;
-            tx.open_table(SUBSCRIPTIONS).map_err(|e| storage(&e))?;
-            tx.open_table(ATTEMPTS).map_err(|e| storage(&e))?;
-            tx.open_table(TOKENS).map_err(|e| storage(&e))?;
-            tx.commit().map_err(|e| storage(&e))?;
-        }
+            .map_err(|e| StoreError::storage(format!("opening {}", path.display()), e))?;
+        check_format(&db)?;
         let inner = rebuild(&db, now_ms)?;
         let db = Arc::new(db);
         let writer = Writer::start(db.clone(), options.sync);
@@ -136,42 +126,17 @@ impl EmbeddedStore {
             db,
             inner: Mutex::new(inner),
             writer,
-            ready: Notify::new(),
-            schedule: Notify::new(),
+            signals: Signals::default(),
             lease_tokens: AtomicU64::new(now_ms.wrapping_mul(1_000)),
         })
     }
 
-    pub fn ready_signal(&self) -> &Notify {
-        &self.ready
-    }
-
-    pub fn schedule_signal(&self) -> &Notify {
-        &self.schedule
-    }
-
-    pub fn next_wakeup(&self) -> Option<UnixMs> {
-        let inner = self.inner.lock();
-        [
-            inner.index.next_due(),
-            inner.index.next_expiry(),
-            inner.index.next_job_expiry(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-    }
-
-    pub fn close(self) {
-        self.writer.shutdown();
-    }
-
     fn read_body(&self, ids: &[JobId]) -> Result<Vec<Option<StoredBody>>, StoreError> {
-        let storage = |e: &dyn std::fmt::Display| StoreError::Storage(e.to_string());
-        let tx = self.db.begin_read().map_err(|e| storage(&e))?;
-        let jobs = tx.open_table(JOBS).map_err(|e| storage(&e))?;
+        let what = "reading job bodies";
+        let tx = self.db.begin_read().map_err(fault(what))?;
+        let jobs = tx.open_table(JOBS).map_err(fault(what))?;
         ids.iter()
-            .map(|id| match jobs.get(*id).map_err(|e| storage(&e))? {
+            .map(|id| match jobs.get(*id).map_err(fault(what))? {
                 Some(bytes) => from_json_bytes("job body", bytes.value()).map(Some),
                 None => Ok(None),
             })
@@ -179,36 +144,99 @@ impl EmbeddedStore {
     }
 }
 
-/// Rebuilds memory from disk: every job's entry, queue settings and the id counter.
+#[async_trait]
+impl StoreLifecycle for EmbeddedStore {
+    fn properties(&self) -> StoreProperties {
+        StoreProperties {
+            durable_leases: false,
+            shared: false,
+        }
+    }
+
+    fn signals(&self) -> &Signals {
+        &self.signals
+    }
+
+    async fn lead(&self) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    async fn close(&self) {
+        self.writer.shutdown();
+    }
+}
+
+/// Creates the tables of a new file and stamps its format; refuses a newer format.
+fn check_format(db: &Database) -> Result<(), StoreError> {
+    let what = "preparing the tables";
+    let tx = db.begin_write().map_err(fault(what))?;
+    {
+        tx.open_table(JOBS).map_err(fault(what))?;
+        tx.open_table(STATES).map_err(fault(what))?;
+        tx.open_table(POLICIES).map_err(fault(what))?;
+        tx.open_table(ERRORS).map_err(fault(what))?;
+        tx.open_table(QUEUES).map_err(fault(what))?;
+        tx.open_table(SUBSCRIPTIONS).map_err(fault(what))?;
+        tx.open_table(ATTEMPTS).map_err(fault(what))?;
+        tx.open_table(TOKENS).map_err(fault(what))?;
+        let mut meta = tx.open_table(META).map_err(fault(what))?;
+        let found = meta
+            .get(FORMAT_VERSION_KEY)
+            .map_err(fault(what))?
+            .map(|v| v.value());
+        match found {
+            Some(found) if found > FORMAT_VERSION => {
+                return Err(StoreError::NewerFormat {
+                    found,
+                    supported: FORMAT_VERSION,
+                });
+            }
+            Some(_) => {}
+            // A new file, or one written before formats were stamped (which is format 1).
+            None => {
+                meta.insert(FORMAT_VERSION_KEY, FORMAT_VERSION)
+                    .map_err(fault(what))?;
+            }
+        }
+    }
+    tx.commit().map_err(fault(what))
+}
+
+/// Rebuilds memory from disk: every job's entry, queue settings, subscriptions, tokens and the
+/// id counters.
 fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
-    let storage = |e: &dyn std::fmt::Display| StoreError::Storage(e.to_string());
-    let tx = db.begin_read().map_err(|e| storage(&e))?;
-    let jobs = tx.open_table(JOBS).map_err(|e| storage(&e))?;
-    let states = tx.open_table(STATES).map_err(|e| storage(&e))?;
-    let policies = tx.open_table(POLICIES).map_err(|e| storage(&e))?;
-    let queues = tx.open_table(QUEUES).map_err(|e| storage(&e))?;
-    let meta = tx.open_table(META).map_err(|e| storage(&e))?;
-    let subscriptions = tx.open_table(SUBSCRIPTIONS).map_err(|e| storage(&e))?;
+    let what = "loading the store";
+    let tx = db.begin_read().map_err(fault(what))?;
+    let jobs = tx.open_table(JOBS).map_err(fault(what))?;
+    let states = tx.open_table(STATES).map_err(fault(what))?;
+    let policies = tx.open_table(POLICIES).map_err(fault(what))?;
+    let queues = tx.open_table(QUEUES).map_err(fault(what))?;
+    let meta = tx.open_table(META).map_err(fault(what))?;
+    let subscriptions = tx.open_table(SUBSCRIPTIONS).map_err(fault(what))?;
+    let counter = |name: &str| -> Result<u64, StoreError> {
+        Ok(meta
+            .get(name)
+            .map_err(fault(what))?
+            .map_or(0, |v| v.value()))
+    };
 
     let mut inner = Inner::default();
     let mut max_id = 0;
     let mut loaded = 0usize;
-    for row in states.iter().map_err(|e| storage(&e))? {
-        let (id, state) = row.map_err(|e| storage(&e))?;
+    for row in states.iter().map_err(fault(what))? {
+        let (id, state) = row.map_err(fault(what))?;
         let id = id.value();
         let state: JobState = from_json_bytes("job state", state.value())?;
-        let Some(body) = jobs.get(id).map_err(|e| storage(&e))? else {
+        let Some(body) = jobs.get(id).map_err(fault(what))? else {
             return Err(StoreError::Corrupt(format!(
                 "job {id} has a state but no body"
             )));
         };
         let body: StoredBody = from_json_bytes("job body", body.value())?;
-        let policy = match policies.get(id).map_err(|e| storage(&e))? {
+        let policy = match policies.get(id).map_err(fault(what))? {
             Some(bytes) => {
-                let value: serde_json::Value = from_json_bytes("job policy", bytes.value())?;
-                let policy = native::parse(&value)
-                    .map_err(|e| StoreError::Corrupt(format!("job {id} policy: {e}")))?;
-                Some(Arc::new(policy))
+                let policy: StoredPolicy = from_json_bytes("job policy", bytes.value())?;
+                Some(policy.policy().clone())
             }
             None => None,
         };
@@ -225,46 +253,31 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
         max_id = max_id.max(id);
         loaded += 1;
     }
-    for row in queues.iter().map_err(|e| storage(&e))? {
-        let (name, config) = row.map_err(|e| storage(&e))?;
+    for row in queues.iter().map_err(fault(what))? {
+        let (name, config) = row.map_err(fault(what))?;
         let config: QueueConfig = from_json_bytes("queue config", config.value())?;
-        let policy = queue_policy(&config)?;
-        inner
-            .queues
-            .insert(name.value().to_owned(), QueueEntry { config, policy });
+        inner.queues.insert(name.value().to_owned(), config);
     }
-    let stored_next = meta
-        .get(NEXT_ID)
-        .map_err(|e| storage(&e))?
-        .map_or(0, |v| v.value());
-    inner.next_id = stored_next.max(max_id + 1).max(1);
+    inner.next_id = counter(NEXT_ID)?.max(max_id + 1).max(1);
     let mut max_subscription = 0;
-    for row in subscriptions.iter().map_err(|e| storage(&e))? {
-        let (id, record) = row.map_err(|e| storage(&e))?;
+    for row in subscriptions.iter().map_err(fault(what))? {
+        let (id, record) = row.map_err(fault(what))?;
         let subscription: Subscription = from_json_bytes("subscription", record.value())?;
-        let what = format!("subscription {}", id.value());
-        let policy = subscriptions::parse_policy(&what, subscription.policy.as_ref())?;
         max_subscription = max_subscription.max(id.value());
-        subscriptions::install(&mut inner, subscription, policy);
+        subscriptions::install(&mut inner, subscription);
     }
-    let stored_next = meta
-        .get(NEXT_SUBSCRIPTION_ID)
-        .map_err(|e| storage(&e))?
-        .map_or(0, |v| v.value());
-    inner.next_subscription_id = stored_next.max(max_subscription + 1).max(1);
-    let tokens = tx.open_table(TOKENS).map_err(|e| storage(&e))?;
+    inner.next_subscription_id = counter(NEXT_SUBSCRIPTION_ID)?
+        .max(max_subscription + 1)
+        .max(1);
+    let tokens = tx.open_table(TOKENS).map_err(fault(what))?;
     let mut max_token = 0;
-    for row in tokens.iter().map_err(|e| storage(&e))? {
-        let (id, record) = row.map_err(|e| storage(&e))?;
-        let record: crate::auth::TokenRecord = from_json_bytes("token", record.value())?;
+    for row in tokens.iter().map_err(fault(what))? {
+        let (id, record) = row.map_err(fault(what))?;
+        let record: TokenRecord = from_json_bytes("token", record.value())?;
         max_token = max_token.max(id.value());
         inner.tokens.insert(id.value(), record);
     }
-    let stored_next = meta
-        .get(NEXT_TOKEN_ID)
-        .map_err(|e| storage(&e))?
-        .map_or(0, |v| v.value());
-    inner.next_token_id = stored_next.max(max_token + 1).max(1);
+    inner.next_token_id = counter(NEXT_TOKEN_ID)?.max(max_token + 1).max(1);
     tracing::info!(
         jobs = loaded,
         queues = inner.queues.len(),
@@ -272,16 +285,4 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
         "embedded store opened"
     );
     Ok(inner)
-}
-
-fn queue_policy(config: &QueueConfig) -> Result<Option<Arc<RetryPolicy>>, StoreError> {
-    config
-        .policy
-        .as_ref()
-        .map(|value| {
-            native::parse(value)
-                .map(Arc::new)
-                .map_err(|e| StoreError::Corrupt(format!("queue policy: {e}")))
-        })
-        .transpose()
 }

@@ -1,34 +1,24 @@
-//! Queue settings: default policy and pause.
+//! Queue settings.
 
-use std::sync::Arc;
+use async_trait::async_trait;
 
-use tenax_policy::RetryPolicy;
-
+use super::EmbeddedStore;
 use super::writer::{self, Op};
-use super::{EmbeddedStore, QueueEntry};
-use crate::store::{QueueConfig, StoreError, to_json_bytes};
+use crate::model::JobId;
+use crate::store::{ChangeQueue, QueueConfig, QueueStore, StoreError, to_json_bytes};
 
-impl EmbeddedStore {
-    pub fn queue(&self, name: &str) -> Option<QueueConfig> {
-        self.inner.lock().queues.get(name).map(|q| q.config.clone())
+#[async_trait]
+impl QueueStore for EmbeddedStore {
+    async fn queue(&self, name: &str) -> Result<Option<QueueConfig>, StoreError> {
+        Ok(self.inner.lock().queues.get(name).cloned())
     }
 
-    /// The queue's message TTL, without copying its settings (asked on every enqueue).
-    pub fn message_ttl(&self, name: &str) -> Option<u64> {
-        self.inner
-            .lock()
-            .queues
-            .get(name)
-            .and_then(|q| q.config.message_ttl_ms)
-    }
-
-    /// Every queue with settings or jobs, by name.
-    pub fn queues(&self) -> Vec<(String, QueueConfig)> {
+    async fn queues(&self) -> Result<Vec<(String, QueueConfig)>, StoreError> {
         let inner = self.inner.lock();
         let mut all: Vec<(String, QueueConfig)> = inner
             .queues
             .iter()
-            .map(|(name, q)| (name.clone(), q.config.clone()))
+            .map(|(name, config)| (name.clone(), config.clone()))
             .collect();
         for (name, counts) in inner.index.counts() {
             // A queue whose jobs are all gone has no jobs (as after a restart).
@@ -37,15 +27,39 @@ impl EmbeddedStore {
             }
         }
         all.sort_by(|a, b| a.0.cmp(&b.0));
-        all
+        Ok(all)
     }
 
-    /// Deletes a queue: its settings and every job in it. Its subscriptions stay (they are
-    /// deleted on their own). Returns how many jobs went.
-    pub async fn delete_queue(&self, name: &str) -> Result<usize, StoreError> {
+    async fn update_queue(
+        &self,
+        name: &str,
+        change: &ChangeQueue<'_>,
+    ) -> Result<Option<QueueConfig>, StoreError> {
+        let (config, receiver) = {
+            let mut inner = self.inner.lock();
+            let current = inner.queues.get(name);
+            let Some(config) = change(current) else {
+                return Ok(current.cloned());
+            };
+            let receiver = self.writer.submit(vec![Op::PutQueue {
+                name: name.to_owned(),
+                config: to_json_bytes(&config),
+            }]);
+            inner.queues.insert(name.to_owned(), config.clone());
+            (config, receiver)
+        };
+        writer::wait(receiver).await?;
+        if !config.paused {
+            // It may have been resumed.
+            self.signals.ready.notify_waiters();
+        }
+        Ok(Some(config))
+    }
+
+    async fn delete_queue(&self, name: &str) -> Result<usize, StoreError> {
         let (count, receiver) = {
             let mut inner = self.inner.lock();
-            let ids: Vec<crate::model::JobId> = inner
+            let ids: Vec<JobId> = inner
                 .index
                 .entries()
                 .filter(|(_, e)| *e.queue == *name)
@@ -57,7 +71,6 @@ impl EmbeddedStore {
                 ops.push(Op::DeleteJob { id: *id });
             }
             inner.queues.remove(name);
-            super::subscriptions::rederive_queue(&mut inner, name);
             ops.push(Op::DeleteQueue {
                 name: name.to_owned(),
             });
@@ -65,33 +78,5 @@ impl EmbeddedStore {
         };
         writer::wait(receiver).await?;
         Ok(count)
-    }
-
-    /// Stores a queue's settings; `policy` is `config.policy` parsed.
-    pub async fn put_queue(
-        &self,
-        name: &str,
-        config: QueueConfig,
-        policy: Option<Arc<RetryPolicy>>,
-    ) -> Result<(), StoreError> {
-        let receiver = {
-            let _inner = self.inner.lock();
-            self.writer.submit(vec![Op::PutQueue {
-                name: name.to_owned(),
-                config: to_json_bytes(&config),
-            }])
-        };
-        writer::wait(receiver).await?;
-        let resumed = !config.paused;
-        let mut inner = self.inner.lock();
-        inner
-            .queues
-            .insert(name.to_owned(), QueueEntry { config, policy });
-        super::subscriptions::rederive_queue(&mut inner, name);
-        drop(inner);
-        if resumed {
-            self.ready.notify_waiters();
-        }
-        Ok(())
     }
 }

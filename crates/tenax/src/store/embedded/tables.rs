@@ -10,7 +10,7 @@
 //! | `subscriptions` | subscription id | [`Subscription`](crate::model::Subscription) JSON |
 //! | `attempts` | (delivery id, n)     | [`Attempt`](crate::model::Attempt) JSON: every POST of a delivery |
 //! | `tokens`   | token id (u64)       | [`TokenRecord`](crate::auth::TokenRecord) JSON: an API token's hash, role and scopes |
-//! | `meta`     | name                 | u64: `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id` |
+//! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id` |
 //!
 //! An attempt's `n` counts from 1 per delivery and never repeats (attempt numbers restart after
 //! a replay that resets them; `n` does not).
@@ -19,9 +19,14 @@
 //! An error's `n` is its attempt, or one past the job's last entry if that is higher (after a
 //! replay that reset the attempts), so the history is append-only, oldest first.
 //!
+//! `format_version` is [`FORMAT_VERSION`]: a file stamped with a higher one was written by a newer
+//! Tenax, and is refused rather than misread. A file without one predates the stamp and is
+//! format 1.
+//!
 //! Ids are never reused: `next_id` is written in the same commit as the jobs that used it.
-//! In-flight status and leases are never written: after a restart a job is as its last durable
-//! state says (ready or scheduled), which returns every in-flight job to ready.
+//! In-flight status, leases and claims are never written: after a restart a job is as its last
+//! durable state says (ready or scheduled), which returns every in-flight job to ready.
+//! Internal queues (a subscription's deliveries) have no row in `queues`.
 
 use redb::TableDefinition;
 use serde::{Deserialize, Serialize};
@@ -39,6 +44,9 @@ pub const ATTEMPTS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("a
 pub const TOKENS: TableDefinition<u64, &[u8]> = TableDefinition::new("tokens");
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
+pub const FORMAT_VERSION_KEY: &str = "format_version";
+/// The format this version writes and reads.
+pub const FORMAT_VERSION: u64 = 1;
 pub const NEXT_ID: &str = "next_id";
 pub const NEXT_SUBSCRIPTION_ID: &str = "next_subscription_id";
 pub const NEXT_TOKEN_ID: &str = "next_token_id";
@@ -59,4 +67,6 @@ pub struct StoredBody {
     pub expires_at_ms: Option<UnixMs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<u64>,
 }

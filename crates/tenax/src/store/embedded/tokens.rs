@@ -1,13 +1,15 @@
 //! API tokens: stored hashed, held in memory (a few per deployment), written through.
 
+use async_trait::async_trait;
+
 use super::EmbeddedStore;
 use super::writer::{self, Op};
 use crate::auth::TokenRecord;
-use crate::store::{StoreError, to_json_bytes};
+use crate::store::{StoreError, TokenStore, to_json_bytes};
 
-impl EmbeddedStore {
-    /// Stores a token (id 0: a new one, whose id is assigned) and returns it.
-    pub async fn put_token(&self, mut record: TokenRecord) -> Result<TokenRecord, StoreError> {
+#[async_trait]
+impl TokenStore for EmbeddedStore {
+    async fn put_token(&self, mut record: TokenRecord) -> Result<TokenRecord, StoreError> {
         let receiver = {
             let mut inner = self.inner.lock();
             if record.id == 0 {
@@ -25,8 +27,7 @@ impl EmbeddedStore {
         Ok(record)
     }
 
-    /// Deletes a token; false if there was none.
-    pub async fn delete_token(&self, id: u64) -> Result<bool, StoreError> {
+    async fn delete_token(&self, id: u64) -> Result<bool, StoreError> {
         let receiver = {
             let mut inner = self.inner.lock();
             if inner.tokens.remove(&id).is_none() {
@@ -38,8 +39,7 @@ impl EmbeddedStore {
         Ok(true)
     }
 
-    /// Every token, by id.
-    pub fn tokens(&self) -> Vec<TokenRecord> {
-        self.inner.lock().tokens.values().cloned().collect()
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        Ok(self.inner.lock().tokens.values().cloned().collect())
     }
 }

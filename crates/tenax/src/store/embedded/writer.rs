@@ -89,11 +89,12 @@ const RELAXED_SYNC_INTERVAL: Duration = Duration::from_millis(500);
 
 #[derive(Debug)]
 pub struct Writer {
-    requests: mpsc::Sender<Request>,
+    /// `None` once shut down.
+    requests: parking_lot::Mutex<Option<mpsc::Sender<Request>>>,
     /// Set once a commit has failed: nothing is written after that (the state on disk and in
     /// memory may differ), every request is refused, and the operator restarts the server.
     failed: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Writer {
@@ -109,9 +110,9 @@ impl Writer {
             failed.store(true, Ordering::SeqCst);
         }
         Self {
-            requests,
+            requests: parking_lot::Mutex::new(Some(requests)),
             failed,
-            thread,
+            thread: parking_lot::Mutex::new(thread),
         }
     }
 
@@ -123,7 +124,12 @@ impl Writer {
             let _ = done.send(Err(StoreError::Failed));
             return receiver;
         }
-        if let Err(mpsc::SendError(request)) = self.requests.send(Request { ops, done }) {
+        let request = Request { ops, done };
+        let refused = match &*self.requests.lock() {
+            Some(requests) => requests.send(request).err().map(|e| e.0),
+            None => Some(request),
+        };
+        if let Some(request) = refused {
             let _ = request.done.send(Err(StoreError::Failed));
         }
         receiver
@@ -133,20 +139,21 @@ impl Writer {
         self.failed.load(Ordering::SeqCst)
     }
 
-    /// Stops the thread after it has committed (and synced) everything queued before.
-    pub fn shutdown(self) {
-        drop(self);
+    /// Stops the thread after it has committed (and synced) everything queued before; later
+    /// writes are refused.
+    pub fn shutdown(&self) {
+        drop(self.requests.lock().take());
+        let thread = self.thread.lock().take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
     }
 }
 
 impl Drop for Writer {
     /// However the store goes away, the writer commits and syncs what it holds first.
     fn drop(&mut self) {
-        let (dead, _) = mpsc::channel();
-        drop(std::mem::replace(&mut self.requests, dead));
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.shutdown();
     }
 }
 
@@ -214,24 +221,27 @@ fn run(db: &Database, receiver: &mpsc::Receiver<Request>, sync: bool, failed: &A
 }
 
 fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), StoreError> {
-    let storage = |e: &dyn std::fmt::Display| StoreError::Storage(e.to_string());
-    let mut tx = db.begin_write().map_err(|e| storage(&e))?;
+    let storage = |e: redb::Error| StoreError::storage("committing", e);
+    let mut tx = db.begin_write().map_err(|e| storage(e.into()))?;
     let durability = if durable {
         Durability::Immediate
     } else {
         Durability::None
     };
-    tx.set_durability(durability).map_err(|e| storage(&e))?;
+    tx.set_durability(durability)
+        .map_err(|e| storage(e.into()))?;
     {
-        let mut jobs = tx.open_table(JOBS).map_err(|e| storage(&e))?;
-        let mut states = tx.open_table(STATES).map_err(|e| storage(&e))?;
-        let mut policies = tx.open_table(POLICIES).map_err(|e| storage(&e))?;
-        let mut errors = tx.open_table(ERRORS).map_err(|e| storage(&e))?;
-        let mut queues = tx.open_table(QUEUES).map_err(|e| storage(&e))?;
-        let mut meta = tx.open_table(META).map_err(|e| storage(&e))?;
-        let mut subscriptions = tx.open_table(SUBSCRIPTIONS).map_err(|e| storage(&e))?;
-        let mut attempts = tx.open_table(ATTEMPTS).map_err(|e| storage(&e))?;
-        let mut tokens = tx.open_table(TOKENS).map_err(|e| storage(&e))?;
+        let mut jobs = tx.open_table(JOBS).map_err(|e| storage(e.into()))?;
+        let mut states = tx.open_table(STATES).map_err(|e| storage(e.into()))?;
+        let mut policies = tx.open_table(POLICIES).map_err(|e| storage(e.into()))?;
+        let mut errors = tx.open_table(ERRORS).map_err(|e| storage(e.into()))?;
+        let mut queues = tx.open_table(QUEUES).map_err(|e| storage(e.into()))?;
+        let mut meta = tx.open_table(META).map_err(|e| storage(e.into()))?;
+        let mut subscriptions = tx
+            .open_table(SUBSCRIPTIONS)
+            .map_err(|e| storage(e.into()))?;
+        let mut attempts = tx.open_table(ATTEMPTS).map_err(|e| storage(e.into()))?;
+        let mut tokens = tx.open_table(TOKENS).map_err(|e| storage(e.into()))?;
         for op in batches.into_iter().flatten() {
             let result = match op {
                 Op::PutBody { id, body } => jobs.insert(id, body.as_slice()).map(drop),
@@ -286,10 +296,10 @@ fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), Sto
                     })
                 }
             };
-            result.map_err(|e| storage(&e))?;
+            result.map_err(|e| storage(e.into()))?;
         }
     }
-    tx.commit().map_err(|e| storage(&e))
+    tx.commit().map_err(|e| storage(e.into()))
 }
 
 /// Raises a counter in `meta` to `value`; never lowers it.

@@ -2,18 +2,25 @@
 
 use std::collections::HashSet;
 
+use async_trait::async_trait;
+
 use super::EmbeddedStore;
+use super::read::peek_of;
 use super::writer::{self, Op};
 use crate::clock::UnixMs;
 use crate::model::{JobId, Status};
-use crate::store::{NotReplayed, Replay, Replayed, Selection, StoreError, to_json_bytes};
+use crate::store::{
+    Checked, DeleteCheck, JobCuration, NotReplayed, Replay, Replayed, Selection, StoreError,
+    to_json_bytes,
+};
 
-impl EmbeddedStore {
+#[async_trait]
+impl JobCuration for EmbeddedStore {
     /// Dead jobs matching the selection become ready, optionally with a new policy and a fresh
     /// attempt count. Their error history is kept. A job whose unique key an unfinished job
     /// holds stays dead (the key index maps a key to one unfinished job), and so does any id the
     /// selection names that is not a selected dead job; each is reported with the reason.
-    pub async fn replay(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError> {
+    async fn replay_jobs(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError> {
         let (replayed, receiver) = {
             let mut inner = self.inner.lock();
             let selected = self.select(&inner.index, &replay.selection)?;
@@ -70,8 +77,8 @@ impl EmbeddedStore {
                         e.state.first_failure_at_ms = None;
                         e.state.last_delay_ms = None;
                     }
-                    if let Some((_, policy)) = &replay.policy {
-                        e.policy = Some(policy.clone());
+                    if let Some(policy) = &replay.policy {
+                        e.policy = Some(policy.policy().clone());
                     }
                 });
                 if let Some(entry) = updated {
@@ -80,10 +87,10 @@ impl EmbeddedStore {
                         state: to_json_bytes(&entry.state),
                     });
                 }
-                if let Some((json, _)) = &replay.policy {
+                if let Some(policy) = &replay.policy {
                     ops.push(Op::PutPolicy {
                         id,
-                        policy: to_json_bytes(json),
+                        policy: to_json_bytes(policy),
                     });
                 }
                 replayed.ids.push(id);
@@ -94,12 +101,12 @@ impl EmbeddedStore {
         };
         if let Some(receiver) = receiver {
             writer::wait(receiver).await?;
-            self.ready.notify_waiters();
+            self.signals.ready.notify_waiters();
         }
         Ok(replayed)
     }
 
-    pub async fn delete(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError> {
+    async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError> {
         let (ids, receiver) = {
             let mut inner = self.inner.lock();
             let ids = self.select(&inner.index, selection)?;
@@ -114,5 +121,31 @@ impl EmbeddedStore {
             writer::wait(receiver).await?;
         }
         Ok(ids)
+    }
+
+    async fn delete_checked(
+        &self,
+        ids: &[JobId],
+        check: &DeleteCheck<'_>,
+    ) -> Result<Vec<Checked>, StoreError> {
+        let (checked, receiver) = {
+            let mut inner = self.inner.lock();
+            let mut checked = Vec::with_capacity(ids.len());
+            let mut ops = Vec::new();
+            for &id in ids {
+                let peek = inner.index.get(id).map(peek_of);
+                let deleted = peek.as_ref().is_some_and(check) && inner.index.remove(id).is_some();
+                if deleted {
+                    ops.push(Op::DeleteJob { id });
+                }
+                checked.push(Checked { id, peek, deleted });
+            }
+            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            (checked, receiver)
+        };
+        if let Some(receiver) = receiver {
+            writer::wait(receiver).await?;
+        }
+        Ok(checked)
     }
 }

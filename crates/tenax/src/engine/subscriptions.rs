@@ -1,41 +1,121 @@
-//! The engine's side of webhook deliveries: subscriptions, and ending an attempt by the
-//! subscription's policy. HTTP is the delivery workers' business (`crate::delivery`).
+//! Subscriptions, and the engine's side of webhook deliveries: taking them for a subscription,
+//! and ending an attempt by the policy its deliveries follow. HTTP is the delivery runtime's
+//! business (`crate::delivery`). Every change to a subscription wakes the runners through the
+//! store's signal ([`crate::store::Signals::subscriptions`]).
 
 use std::sync::Arc;
 
 use tenax_policy::{Outcome, RetryPolicy};
 
-use super::{Engine, decide_failure};
-use crate::model::subscription::is_internal_queue;
-use crate::model::{Attempt, AttemptResult, ErrorEntry, Status, Subscription, SubscriptionId};
-use crate::store::{Ack, DecideContext, Finished, StoreError, Transition};
+use super::{ChangeError, Engine, PolicyOwner, Refusal, decide_failure, delivery_policy};
+use crate::model::subscription::delivery_queue;
+use crate::model::{
+    Attempt, AttemptResult, ErrorEntry, JobId, Status, Subscription, SubscriptionId,
+};
+use crate::store::{
+    Ack, DecideContext, Finished, QueueCounts, StoreError, TakeRequest, TakenJob, Transition,
+};
 
 impl Engine {
-    /// The server default for jobs of `queue`: the delivery default for deliveries.
-    pub fn default_policy_for(&self, queue: &str) -> &Arc<RetryPolicy> {
-        if is_internal_queue(queue) {
-            &self.settings.delivery_policy
-        } else {
-            &self.settings.default_policy
-        }
+    pub async fn subscription(
+        &self,
+        id: SubscriptionId,
+    ) -> Result<Option<Subscription>, StoreError> {
+        self.store.subscription(id).await
     }
 
-    /// The policy a subscription's deliveries follow: the queue's when it forbids overrides,
-    /// else the subscription's own, else the queue's, else the server's delivery default.
-    pub async fn effective_delivery_policy(&self, id: SubscriptionId) -> Arc<RetryPolicy> {
-        match self.store.delivery_policy(id).await {
-            Some(policy) => policy,
-            None => self.settings.delivery_policy.clone(),
-        }
+    /// Subscriptions of `queue` (all when `None`), in id order.
+    pub async fn subscriptions(
+        &self,
+        queue: Option<&str>,
+    ) -> Result<Vec<Subscription>, StoreError> {
+        self.store.subscriptions(queue).await
     }
 
-    /// Creates (id 0) or replaces a subscription; `policy` is its policy parsed.
-    pub async fn put_subscription(
+    /// Creates a subscription (its id is assigned) and returns it with `true`; or, if its
+    /// endpoint must be unique in its queue and another subscription has it, returns that one
+    /// with `false` (subscribe-if-absent, as Zaqar's API does).
+    pub async fn create_subscription(
         &self,
         subscription: Subscription,
-        policy: Option<Arc<RetryPolicy>>,
-    ) -> Result<Subscription, StoreError> {
-        self.store.put_subscription(subscription, policy).await
+    ) -> Result<(Subscription, bool), StoreError> {
+        self.store.insert_subscription(subscription).await
+    }
+
+    /// Changes a subscription atomically: `change` gets it as stored and returns the new one,
+    /// `None` to leave it, or an error to refuse. Only what `change` sets changes, so the health
+    /// marks the runners store meanwhile are kept. Returns it as stored after.
+    pub async fn update_subscription<E: Send>(
+        &self,
+        id: SubscriptionId,
+        change: impl Fn(&Subscription) -> Result<Option<Subscription>, E> + Send + Sync,
+    ) -> Result<Subscription, ChangeError<E>> {
+        let refusal = Refusal::new();
+        let result = self
+            .store
+            .update_subscription(id, &|current| refusal.keep(change(current)))
+            .await;
+        refusal.result(result)
+    }
+
+    /// Deletes a subscription and its deliveries; returns how many deliveries went.
+    pub async fn delete_subscription(&self, id: SubscriptionId) -> Result<usize, StoreError> {
+        self.store.delete_subscription(id).await
+    }
+
+    /// Deletes the subscriptions whose time to live has passed; returns their ids.
+    pub async fn expire_subscriptions(&self) -> Result<Vec<SubscriptionId>, StoreError> {
+        let now_ms = self.now_ms();
+        let mut expired = Vec::new();
+        for subscription in self.store.subscriptions(None).await? {
+            if subscription.expires_at_ms.is_some_and(|at| at <= now_ms) {
+                match self.store.delete_subscription(subscription.id).await {
+                    Ok(_) | Err(StoreError::NoSubscription(_)) => expired.push(subscription.id),
+                    Err(error) => return Err(error),
+                }
+            }
+        }
+        Ok(expired)
+    }
+
+    /// The policy a subscription's deliveries follow, and whose it is (`None`: the server's
+    /// delivery default): the queue's when it forbids overrides, else the subscription's own,
+    /// else the queue's.
+    pub async fn effective_delivery_policy(
+        &self,
+        subscription: &Subscription,
+    ) -> Result<(Arc<RetryPolicy>, Option<PolicyOwner>), StoreError> {
+        let queue = self.store.queue(&subscription.queue).await?;
+        Ok(match delivery_policy(subscription, queue.as_ref()) {
+            Some((policy, owner)) => (policy.policy().clone(), Some(owner)),
+            None => (self.settings.delivery_policy.clone(), None),
+        })
+    }
+
+    /// Leases up to `max` ready deliveries of subscription `id`, for `lease_ms`; none while it
+    /// is disabled or gone. Does not wait.
+    pub async fn take_deliveries(
+        &self,
+        id: SubscriptionId,
+        max: usize,
+        lease_ms: u64,
+    ) -> Result<Vec<TakenJob>, StoreError> {
+        let queues = [delivery_queue(id)];
+        let request = TakeRequest {
+            subscription: Some(id),
+            ..TakeRequest::new(&queues, max, lease_ms)
+        };
+        self.store.take_jobs(&request, self.now_ms()).await
+    }
+
+    /// Counts by status of a subscription's deliveries.
+    pub async fn delivery_counts(&self, id: SubscriptionId) -> Result<QueueCounts, StoreError> {
+        self.store.queue_counts(&delivery_queue(id)).await
+    }
+
+    /// A delivery's attempts, oldest first.
+    pub async fn attempts(&self, delivery: JobId) -> Result<Vec<Attempt>, StoreError> {
+        self.store.attempts(delivery).await
     }
 
     /// Ends an attempt of delivery `ack.id`: delivered, or failed and decided by the policy.
@@ -133,6 +213,7 @@ mod tests {
                 ..JobState::new(0, 0)
             },
             error: None,
+            moved_to: None,
         };
         let reason = |t: Transition| t.state.dead_reason.unwrap_or_default();
         let permanent = t(Status::Dead, "the failure was marked not retryable");
@@ -168,6 +249,7 @@ mod tests {
         let t = |state: &JobState| Transition {
             state: state.clone(),
             error: None,
+            moved_to: None,
         };
         assert_eq!(
             respect_retry_after(t(&state), 1_000, Some(10_000))

@@ -1,0 +1,175 @@
+//! Jobs: enqueue (with the fan-out to subscriptions), reads, deletes and replays.
+
+use super::Engine;
+use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
+use crate::model::{DeliveryPayload, Job, JobId, NewJob, StoredPolicy, SubscriptionId};
+use crate::store::{
+    Checked, DeleteCheck, Enqueued, Insert, JobFilter, JobPeek, OnDuplicate, Page, QueueConfig,
+    QueueCounts, Replay, Replayed, Selection, StoreError,
+};
+
+/// A job to enqueue.
+#[derive(Debug, Clone)]
+pub struct Enqueue {
+    pub job: NewJob,
+    /// A retry limit for a job without a policy of its own: it keeps the curve it would
+    /// otherwise have had (its queue's, else the server's), with this limit.
+    pub retry_limit: Option<u32>,
+}
+
+impl From<NewJob> for Enqueue {
+    fn from(job: NewJob) -> Self {
+        Self {
+            job,
+            retry_limit: None,
+        }
+    }
+}
+
+/// What an enqueue needs of a queue: looked up once per run of jobs of that queue.
+struct QueueFacts {
+    name: String,
+    config: Option<QueueConfig>,
+    subscribers: Vec<SubscriptionId>,
+}
+
+impl Engine {
+    /// Enqueues jobs atomically: all or none. A job without an expiry gets its queue's message
+    /// TTL. Every job gets one delivery per subscription of its queue, in the same commit: a
+    /// job of the subscription's internal queue whose parent is the message. One result per
+    /// job, in order.
+    pub async fn enqueue(
+        &self,
+        jobs: Vec<Enqueue>,
+        on_duplicate: OnDuplicate,
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        let now_ms = self.now_ms();
+        let count = jobs.len();
+        let mut inserts: Vec<Insert> = Vec::with_capacity(count);
+        let mut deliveries: Vec<Insert> = Vec::new();
+        // A batch is mostly of one queue: look each queue up once per run of it.
+        let mut last: Option<QueueFacts> = None;
+        for (
+            index,
+            Enqueue {
+                mut job,
+                retry_limit,
+            },
+        ) in jobs.into_iter().enumerate()
+        {
+            if last.as_ref().is_none_or(|facts| facts.name != job.queue) {
+                last = Some(QueueFacts {
+                    name: job.queue.clone(),
+                    config: self.store.queue(&job.queue).await?,
+                    subscribers: self.store.subscribers(&job.queue).await?,
+                });
+            }
+            let Some(facts) = &last else {
+                continue;
+            };
+            let config = facts.config.as_ref();
+            if job.expires_at_ms.is_none() {
+                let ttl = config.and_then(|c| c.message_ttl_ms);
+                job.expires_at_ms = ttl.map(|ttl| now_ms.saturating_add(ttl));
+            }
+            if let (None, Some(limit)) = (&job.policy, retry_limit) {
+                let base = config
+                    .and_then(|c| c.policy.as_ref())
+                    .map_or(self.default_policy_for(&job.queue), |p| p.policy());
+                job.policy = Some(StoredPolicy::new((**base).clone().with_retry_limit(limit)));
+            }
+            let subscribers = &facts.subscribers;
+            // Deliveries come after every message, so that the first `count` results are the
+            // messages' and a parent always precedes its children.
+            for subscription in subscribers {
+                deliveries.push(Insert {
+                    job: delivery_of(*subscription, &job),
+                    parent: Some(index),
+                    owner: Some(*subscription),
+                });
+            }
+            inserts.push(Insert::new(job));
+        }
+        inserts.append(&mut deliveries);
+        let results = self
+            .store
+            .insert_jobs(inserts, on_duplicate, now_ms)
+            .await?;
+        Ok(results.into_iter().take(count).flatten().collect())
+    }
+
+    pub async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        self.store.get_job(id).await
+    }
+
+    /// A page of the jobs matching `filter`.
+    pub async fn jobs(&self, filter: &JobFilter, page: Page) -> Result<Vec<Job>, StoreError> {
+        self.store.list_jobs(filter, page).await
+    }
+
+    pub async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError> {
+        self.store.count_jobs(filter).await
+    }
+
+    /// For each id, a quick look at the job (its queue and state), or `None`.
+    pub async fn peek(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError> {
+        self.store.peek_jobs(ids).await
+    }
+
+    /// Counts by status of every queue that has jobs.
+    pub async fn counts(&self) -> Result<Vec<QueueCounts>, StoreError> {
+        self.store.counts().await
+    }
+
+    pub async fn queue_counts(&self, queue: &str) -> Result<QueueCounts, StoreError> {
+        self.store.queue_counts(queue).await
+    }
+
+    /// Deletes the jobs matching `selection`, whatever their state; returns their ids.
+    pub async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError> {
+        self.store.delete_jobs(selection).await
+    }
+
+    /// Deletes those of `ids` that `check` accepts, each judged and deleted atomically.
+    pub async fn delete_checked(
+        &self,
+        ids: &[JobId],
+        check: &DeleteCheck<'_>,
+    ) -> Result<Vec<Checked>, StoreError> {
+        self.store.delete_checked(ids, check).await
+    }
+
+    /// Dead jobs back to ready (optionally with a new policy and a fresh count).
+    pub async fn replay(&self, replay: &Replay) -> Result<Replayed, StoreError> {
+        self.store.replay_jobs(replay, self.now_ms()).await
+    }
+}
+
+/// The delivery of `message` to `subscription`: due when the message is. It outlives its
+/// message: it is retried until its own policy gives up.
+fn delivery_of(subscription: SubscriptionId, message: &NewJob) -> NewJob {
+    let carried = DeliveryPayload {
+        message_id: None,
+        queue: message.queue.clone(),
+        kind: message.kind.clone(),
+        body: message.payload.clone(),
+        ttl_s: message
+            .expires_at_ms
+            .map(|at| at.saturating_sub(message.created_at_ms) / 1_000),
+    };
+    let payload =
+        serde_json::value::to_raw_value(&carried).unwrap_or_else(|_| message.payload.clone());
+    NewJob {
+        queue: delivery_queue(subscription),
+        kind: DELIVERY_KIND.to_owned(),
+        payload,
+        priority: message.priority,
+        run_at_ms: message.run_at_ms,
+        policy: None,
+        unique_key: None,
+        created_at_ms: message.created_at_ms,
+        expires_at_ms: None,
+        origin: None,
+        parent: None,
+    }
+}

@@ -1,0 +1,91 @@
+//! The worker's side: take (waiting for work), heartbeat, complete, fail, and streaming takes.
+
+use std::time::Duration;
+
+use super::{Engine, FailureReport, decide_failure, random_id};
+use crate::clock::UnixMs;
+use crate::model::{ClaimId, ErrorEntry};
+use crate::store::{Ack, DecideContext, StoreError, TakeRequest, TakenJob, Transition};
+
+impl Engine {
+    /// Leases up to `request.max` jobs, waiting up to `wait` for the first one if none is ready.
+    pub async fn take(
+        &self,
+        request: &TakeRequest<'_>,
+        wait: Duration,
+    ) -> Result<Vec<TakenJob>, StoreError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            // Register for the wake-up before looking, so a job that arrives in between is seen.
+            let signal = self.signals().ready.notified();
+            tokio::pin!(signal);
+            signal.as_mut().enable();
+            let taken = self.store.take_jobs(request, self.now_ms()).await?;
+            if !taken.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(taken);
+            }
+            tokio::select! {
+                () = signal => {}
+                () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+                () = self.stopped() => return Ok(Vec::new()),
+            }
+        }
+    }
+
+    /// Extends a lease to `lease_ms` from now; heartbeats never hold one attempt longer than
+    /// `max_attempt_ms` after its take (the lease then ends, and expires as any other).
+    pub async fn heartbeat(&self, ack: Ack, lease_ms: u64) -> Result<UnixMs, StoreError> {
+        let max = self.settings.max_attempt_ms;
+        self.store
+            .extend_lease(ack, lease_ms, max, self.now_ms())
+            .await
+    }
+
+    pub async fn complete(&self, acks: &[Ack]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let retain = self.settings.completed_retention_ms > 0;
+        self.store.complete_jobs(acks, retain, self.now_ms()).await
+    }
+
+    /// Records a failure and asks the job's policy what happens next. Returns the transition
+    /// and the time of the failure.
+    pub async fn fail(
+        &self,
+        ack: Ack,
+        report: FailureReport,
+    ) -> Result<(Transition, UnixMs), StoreError> {
+        let now_ms = self.now_ms();
+        let decide = move |ctx: &DecideContext<'_>| {
+            let error = ErrorEntry {
+                attempt: ctx.state.failures + 1,
+                at_ms: now_ms,
+                message: report.message.clone(),
+                detail: report.detail.clone(),
+            };
+            decide_failure(
+                ctx,
+                self.default_policy_for(ctx.queue),
+                now_ms,
+                report.outcome,
+                error,
+            )
+        };
+        let transition = self.store.fail_job(ack, now_ms, &decide).await?;
+        Ok((transition, now_ms))
+    }
+
+    /// A new id for a streaming take: its leases are held under it, and released together
+    /// when the stream ends.
+    pub fn open_stream(&self) -> ClaimId {
+        random_id()
+    }
+
+    /// Returns a closed stream's jobs to ready, without counting an attempt.
+    pub async fn close_stream(&self, stream: ClaimId) -> Result<usize, StoreError> {
+        self.store.release_claim(stream).await
+    }
+
+    /// How many jobs a stream holds leased.
+    pub async fn stream_leases(&self, stream: ClaimId) -> Result<usize, StoreError> {
+        Ok(self.store.claim(stream).await?.jobs.len())
+    }
+}

@@ -1,0 +1,350 @@
+//! The storage seam: what a backend must do, as a few families of operations shaped like the
+//! job state machine's transitions. [`Store`] is all of them; the engine holds one as
+//! `Arc<dyn Store>` and is the only caller.
+//!
+//! Rules for every backend:
+//! - Every operation can fail: a shared database can always lose its connection.
+//! - An operation is atomic: it happens entirely or not at all, and concurrent operations on
+//!   one job (or one queue's settings, or one subscription) are serialised. Operations that need
+//!   a decision (a failure's next state, a settings change) take a closure from the engine and
+//!   call it under that serialisation (a lock in the embedded store, a row lock in a database);
+//!   the closures only compute, and a backend may call one more than once.
+//! - The backend stores and indexes; it decides nothing about retries, fan-out or dead-letter
+//!   moves. Where it enforces something, it is integrity: unique keys, a child stored only with
+//!   its parent, a delivery only while its subscription exists, an endpoint unique per queue
+//!   where the subscription asks for it.
+//! - Wake-ups come from the backend ([`Signals`]), so that a backend shared by several servers
+//!   can wake all of them (PostgreSQL's LISTEN/NOTIFY); the embedded store wakes its own
+//!   process.
+//! - What a backend promises beyond this is in its [`StoreProperties`], which the conformance
+//!   suite (`tests/store_conformance.rs`) reads.
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use super::types::*;
+use crate::auth::TokenRecord;
+use crate::clock::UnixMs;
+use crate::model::{Attempt, ClaimId, Job, JobId, Subscription, SubscriptionId};
+
+/// Adding jobs.
+#[async_trait]
+pub trait JobInserts {
+    /// Adds jobs atomically: all are stored, or none (a duplicate unique key refuses the whole
+    /// request unless `on_duplicate` says to answer with the holder). One result per insert, in
+    /// order; `None` for a child whose parent was not created, or a delivery whose subscription
+    /// no longer exists: those are not stored. A new job is visible (takeable) only once it is
+    /// durable.
+    async fn insert_jobs(
+        &self,
+        jobs: Vec<Insert>,
+        on_duplicate: OnDuplicate,
+        now_ms: UnixMs,
+    ) -> Result<Vec<Option<Enqueued>>, StoreError>;
+}
+
+/// Leases: the worker's side of a job.
+#[async_trait]
+pub trait JobLeases {
+    /// Leases up to `request.max` ready jobs of the unpaused queues, highest priority first,
+    /// then oldest.
+    async fn take_jobs(
+        &self,
+        request: &TakeRequest<'_>,
+        now_ms: UnixMs,
+    ) -> Result<Vec<TakenJob>, StoreError>;
+
+    /// Extends a lease to `now + lease_ms`, but never past `max_attempt_ms` after the take.
+    /// Returns the new end of the lease.
+    async fn extend_lease(
+        &self,
+        ack: Ack,
+        lease_ms: u64,
+        max_attempt_ms: u64,
+        now_ms: UnixMs,
+    ) -> Result<UnixMs, StoreError>;
+
+    /// Completes in-flight jobs whose leases are valid: one durable commit, one result per job.
+    /// A completed job is kept (for its retention) when `retain`, else deleted.
+    async fn complete_jobs(
+        &self,
+        acks: &[Ack],
+        retain: bool,
+        now_ms: UnixMs,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+
+    /// Records a failure of an in-flight job; `decide` gives its next state.
+    async fn fail_job(
+        &self,
+        ack: Ack,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<Transition, StoreError>;
+
+    /// Ends an attempt of an in-flight delivery and logs `attempt` in the same commit: a
+    /// delivered one completes, a failed one goes by `decide`.
+    async fn finish_delivery(
+        &self,
+        ack: Ack,
+        attempt: &Attempt,
+        retain: bool,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<Finished, StoreError>;
+
+    /// Takes up to `max` ready jobs of the unpaused `queues` and deletes them, atomically:
+    /// nobody else can take them in between. Returns them as they were.
+    async fn pop_jobs(
+        &self,
+        queues: &[String],
+        max: usize,
+        now_ms: UnixMs,
+    ) -> Result<Vec<Job>, StoreError>;
+}
+
+/// Claims: leases taken together under one id ([`TakeRequest::claim`]).
+#[async_trait]
+pub trait ClaimStore {
+    /// The claim's record and the jobs it holds in flight, in id order.
+    async fn claim(&self, id: ClaimId) -> Result<Claim, StoreError>;
+
+    /// Renews every lease of a claim to `now + lease_ms`, keeps its jobs alive until at least
+    /// `keep_until_ms`, and replaces its record. Returns how many jobs it holds.
+    async fn extend_claim(
+        &self,
+        id: ClaimId,
+        lease_ms: u64,
+        keep_until_ms: Option<UnixMs>,
+        record: Option<ClaimRecord>,
+        now_ms: UnixMs,
+    ) -> Result<usize, StoreError>;
+
+    /// Ends a claim as if its leases had expired now: `decide` gives each job's next state.
+    /// Its record goes. Returns how many jobs it held.
+    async fn end_claim(
+        &self,
+        id: ClaimId,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<usize, StoreError>;
+
+    /// Returns a claim's (a closed stream's) jobs to ready without counting an attempt: the
+    /// worker never reported on them. Its record goes. Returns how many.
+    async fn release_claim(&self, id: ClaimId) -> Result<usize, StoreError>;
+}
+
+/// Background transitions, run by the maintenance loop of the server that leads.
+#[async_trait]
+pub trait JobUpkeep {
+    /// Scheduled jobs that are due become ready; returns how many.
+    async fn promote_due(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError>;
+
+    /// Jobs whose leases have ended go by `decide`; returns how many. Also forgets the records
+    /// of claims that are over (their lease and grace have passed).
+    async fn expire_leases(
+        &self,
+        now_ms: UnixMs,
+        max: usize,
+        decide: &Decide<'_>,
+    ) -> Result<usize, StoreError>;
+
+    /// Deletes jobs past their expiry, whatever their status; returns how many.
+    async fn expire_jobs(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError>;
+
+    /// Deletes completed jobs finished before `completed_before` and dead ones before
+    /// `dead_before`, at most `max`; returns how many.
+    async fn purge_finished(
+        &self,
+        completed_before: UnixMs,
+        dead_before: UnixMs,
+        max: usize,
+    ) -> Result<usize, StoreError>;
+
+    /// The earliest time upkeep has work: a scheduled job due, a lease or a job expiring.
+    async fn next_wakeup(&self) -> Result<Option<UnixMs>, StoreError>;
+}
+
+/// Operators' changes to many jobs at once.
+#[async_trait]
+pub trait JobCuration {
+    /// Dead jobs back to ready, unless their unique key is held by an unfinished job.
+    async fn replay_jobs(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError>;
+
+    /// Deletes jobs matching `selection`, whatever their state; returns their ids.
+    async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError>;
+
+    /// Deletes those of `ids` that `check` accepts, each looked at and deleted atomically (no
+    /// one can take or change it in between). One result per id, in order.
+    async fn delete_checked(
+        &self,
+        ids: &[JobId],
+        check: &DeleteCheck<'_>,
+    ) -> Result<Vec<Checked>, StoreError>;
+}
+
+/// Reading jobs.
+#[async_trait]
+pub trait JobReads {
+    async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError>;
+
+    /// A page of the jobs matching `filter`, in id order (or reversed).
+    async fn list_jobs(&self, filter: &JobFilter, page: Page) -> Result<Vec<Job>, StoreError>;
+
+    /// How many jobs match `filter`.
+    async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError>;
+
+    /// For each id, a quick look at the job, or `None` if there is no such job.
+    async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError>;
+
+    /// Counts by status of every queue that has jobs, by name.
+    async fn counts(&self) -> Result<Vec<QueueCounts>, StoreError>;
+
+    /// Counts by status of one queue (zeros if it has no jobs).
+    async fn queue_counts(&self, queue: &str) -> Result<QueueCounts, StoreError>;
+
+    /// A delivery's attempts, oldest first.
+    async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError>;
+}
+
+/// Queue settings.
+#[async_trait]
+pub trait QueueStore {
+    async fn queue(&self, name: &str) -> Result<Option<QueueConfig>, StoreError>;
+
+    /// Every queue with settings or jobs, by name.
+    async fn queues(&self) -> Result<Vec<(String, QueueConfig)>, StoreError>;
+
+    /// Changes a queue's settings atomically by `change`; returns them as stored after.
+    async fn update_queue(
+        &self,
+        name: &str,
+        change: &ChangeQueue<'_>,
+    ) -> Result<Option<QueueConfig>, StoreError>;
+
+    /// Deletes a queue's settings and every job in it (its subscriptions stay); returns how
+    /// many jobs went.
+    async fn delete_queue(&self, name: &str) -> Result<usize, StoreError>;
+}
+
+/// Webhook subscriptions.
+#[async_trait]
+pub trait SubscriptionStore {
+    /// Stores a new subscription (its id is assigned) and returns it with `true`; or, when
+    /// another subscription of the queue holds its [`Subscription::unique_endpoint`], stores
+    /// nothing and returns that one with `false`.
+    async fn insert_subscription(
+        &self,
+        subscription: Subscription,
+    ) -> Result<(Subscription, bool), StoreError>;
+
+    /// Changes a subscription atomically by `change`; returns it as stored after.
+    /// [`StoreError::NoSubscription`] if there is none; [`StoreError::EndpointTaken`] if the
+    /// change would give it an endpoint another one of its queue holds.
+    async fn update_subscription(
+        &self,
+        id: SubscriptionId,
+        change: &ChangeSubscription<'_>,
+    ) -> Result<Subscription, StoreError>;
+
+    /// Deletes a subscription and its deliveries (with their attempts); returns how many
+    /// deliveries went.
+    async fn delete_subscription(&self, id: SubscriptionId) -> Result<usize, StoreError>;
+
+    async fn subscription(&self, id: SubscriptionId) -> Result<Option<Subscription>, StoreError>;
+
+    /// Subscriptions of `queue` (all when `None`), in id order.
+    async fn subscriptions(&self, queue: Option<&str>) -> Result<Vec<Subscription>, StoreError>;
+
+    /// The ids of `queue`'s subscriptions, in order: asked on every enqueue, so cheap.
+    async fn subscribers(&self, queue: &str) -> Result<Vec<SubscriptionId>, StoreError>;
+}
+
+/// API tokens (stored hashed).
+#[async_trait]
+pub trait TokenStore {
+    /// Stores a token (id 0: a new one, whose id is assigned) and returns it.
+    async fn put_token(&self, record: TokenRecord) -> Result<TokenRecord, StoreError>;
+
+    /// Deletes a token; false if there was none.
+    async fn delete_token(&self, id: u64) -> Result<bool, StoreError>;
+
+    /// Every token, by id.
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
+}
+
+/// What a backend promises beyond the seam's rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreProperties {
+    /// Leases (and claims) survive a restart of the server. The embedded store keeps them in
+    /// memory: a restart returns every in-flight job to ready, which at-least-once allows. A
+    /// shared database keeps them, since other servers go on running.
+    pub durable_leases: bool,
+    /// Several servers may use the backend at once. Limits a server keeps in its own memory
+    /// (an endpoint's concurrency, a subscription's throttle) then apply per server, so the
+    /// cluster's limit is the sum (see `docs/architecture.md`).
+    pub shared: bool,
+}
+
+/// Wake-ups, fired by the backend whenever what they announce may have happened, by any
+/// server using it. A waiter registers (`notified()` then `enable()`) before it looks, so that
+/// nothing is missed in between.
+#[derive(Debug, Default)]
+pub struct Signals {
+    /// Jobs may have become ready (enqueue, promotion, retry, replay, release, resume).
+    pub ready: Notify,
+    /// The earliest scheduled time may have moved earlier.
+    pub schedule: Notify,
+    /// A subscription was created, changed or deleted.
+    pub subscriptions: Notify,
+}
+
+/// The backend as a whole.
+#[async_trait]
+pub trait StoreLifecycle {
+    fn properties(&self) -> StoreProperties;
+
+    fn signals(&self) -> &Signals;
+
+    /// Asks to lead: true while this server holds the leadership under which the maintenance
+    /// loop runs (promotions, lease expiry, retention), so that one server does it at a time.
+    /// The embedded store always grants it.
+    async fn lead(&self) -> Result<bool, StoreError>;
+
+    /// Writes out what is pending and stops background work. Nothing may be called after.
+    async fn close(&self);
+}
+
+/// A whole backend.
+pub trait Store:
+    JobInserts
+    + JobLeases
+    + ClaimStore
+    + JobUpkeep
+    + JobCuration
+    + JobReads
+    + QueueStore
+    + SubscriptionStore
+    + TokenStore
+    + StoreLifecycle
+    + Send
+    + Sync
+    + std::fmt::Debug
+{
+}
+
+impl<T> Store for T where
+    T: JobInserts
+        + JobLeases
+        + ClaimStore
+        + JobUpkeep
+        + JobCuration
+        + JobReads
+        + QueueStore
+        + SubscriptionStore
+        + TokenStore
+        + StoreLifecycle
+        + Send
+        + Sync
+        + std::fmt::Debug
+{
+}
