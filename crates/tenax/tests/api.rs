@@ -952,6 +952,41 @@ async fn an_expired_lease_returns_the_job_then_kills_it_past_the_limit() {
     assert_eq!(shown["errors"].as_array().map(Vec::len), Some(2));
 }
 
+/// Settings changed at the same time are all kept: a pause, a TTL, a policy and the
+/// override flag sent together to one queue. Each request once read the settings, changed
+/// its field and wrote them all back, so one could undo another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_settings_changes_are_all_kept() {
+    let server = TestServer::manual().await;
+    let policy = json!({"type": "fixed", "delay": 1000, "retry_limit": 3});
+    for round in 0..40 {
+        let path = format!("/api/queues/race{round}");
+        let pause = format!("{path}/pause");
+        let (paused, ttl, policed, forbidden) = tokio::join!(
+            server.post(&pause, json!({})),
+            server.put(&path, json!({"message_ttl": "1m"})),
+            server.put(&path, json!({"policy": policy})),
+            server.put(&path, json!({"disable_overrides": true})),
+        );
+        // Each answer shows its own change.
+        assert_eq!(paused["paused"], true, "{paused}");
+        assert_eq!(ttl["message_ttl_ms"], 60_000, "{ttl}");
+        assert_eq!(policed["policy"]["delay"], 1000, "{policed}");
+        assert_eq!(forbidden["disable_overrides"], true, "{forbidden}");
+        let shown = server.get(&path).await;
+        assert_eq!(
+            (
+                &shown["paused"],
+                &shown["message_ttl_ms"],
+                &shown["policy"]["delay"],
+                &shown["disable_overrides"]
+            ),
+            (&json!(true), &json!(60_000), &json!(1000), &json!(true)),
+            "round {round}: a change was lost: {shown}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_queue_hands_out_nothing_until_resumed() {
     let server = TestServer::manual().await;

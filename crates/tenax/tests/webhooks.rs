@@ -1151,6 +1151,77 @@ async fn a_failing_endpoint_is_unhealthy_and_disabled_automatically() {
     assert_eq!(view["health"]["failing_since"], Value::Null, "{view}");
 }
 
+/// Changes made through the API while the runner stores a subscription's health keep both:
+/// the runner's failure marks and its automatic disabling survive a PATCH in flight. A PATCH
+/// once wrote back the whole subscription it had read after checking the endpoint's
+/// addresses, undoing a disable stored meanwhile (so the endpoint got another attempt) or a
+/// failure mark (so the failure period began again).
+///
+/// The bound is exact: attempts are 200 ms apart and the subscription is disabled after
+/// failing for 300 ms, so the third attempt at the latest disables it; a fourth means a
+/// health change was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_marks_and_disabling_survive_concurrent_changes() {
+    const SUBSCRIPTIONS: u64 = 24;
+    let server = server(&[]).await;
+    let failing = Receiver::start(Vec::new(), Reply::status(500)).await;
+    let mut subs = Vec::new();
+    for n in 0..SUBSCRIPTIONS {
+        let queue = format!("race{n}");
+        let fields = json!({ "auto_disable_after": 300, "policy": fixed(200, 1_000) });
+        let endpoint = failing.localhost_url("/hook");
+        subs.push(id(&subscribe_to(&server, &queue, &endpoint, fields).await));
+        publish(&server, &queue, json!({ "n": n })).await;
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let patchers: Vec<_> = subs
+        .iter()
+        .map(|&sub| {
+            let api = server.api.clone();
+            let stop = stop.clone();
+            // Naming the endpoint makes the PATCH resolve it: the change is slow, as it is
+            // with real DNS.
+            let endpoint = failing.localhost_url("/hook");
+            tokio::spawn(async move {
+                let url = format!("/api/subscriptions/{sub}");
+                let mut n = 1_000_u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    n += 1;
+                    let change = json!({ "endpoint": endpoint, "throttle_per_second": n });
+                    let view = api.expect(Method::PATCH, &url, Some(change), 200).await;
+                    assert_eq!(view["throttle_per_second"], json!(n), "{view}");
+                }
+            })
+        })
+        .collect();
+    for &sub in &subs {
+        let url = format!("/api/subscriptions/{sub}");
+        poll(&server, &url, "automatic disabling", |s| {
+            s["enabled"] == json!(false)
+        })
+        .await;
+    }
+    // A lost disable would show as one more attempt, 200 ms later.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for patcher in patchers {
+        patcher.await.expect("the PATCH loop");
+    }
+    for &sub in &subs {
+        let view = subscription(&server, sub).await;
+        assert_eq!(view["enabled"], json!(false), "{view}");
+        let attempts = failing
+            .received()
+            .iter()
+            .filter(|r| r.json()["subscription_id"] == json!(sub))
+            .count();
+        assert!(
+            (2..=3).contains(&attempts),
+            "subscription {sub}: {attempts} attempts; a health change was lost"
+        );
+    }
+}
+
 // --- the attempt log -------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

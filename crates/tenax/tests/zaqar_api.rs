@@ -7,6 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Options, PATIENCE, TestServer};
+use futures_util::future::join_all;
 use reqwest::Method;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
@@ -1488,6 +1489,81 @@ async fn deleting_messages_respects_claims() {
             .status,
         404
     );
+}
+
+/// Clients race for the same messages: some claim them while others delete them one by one
+/// (without a claim, allowed while a message is unclaimed). For each message exactly one
+/// side may win: either a claim holds it (and its delete is refused), or the delete removed
+/// it (and no claim holds it). Checking for a claim and deleting were two steps once, so
+/// both could win: microseconds apart in one process, a round trip apart on a shared
+/// database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_is_claimed_or_deleted_never_both() {
+    const SIDES: usize = 4;
+    const EACH: usize = 10;
+    let (_server, zaqar) = server().await;
+    let deleter = zaqar.with_client(Some(OTHER_CLIENT));
+    for round in 0..10 {
+        let sent: Vec<Value> = (0..SIDES * EACH).map(|n| json!([round, n])).collect();
+        let messages: Vec<Value> = sent.iter().map(|b| json!({ "body": b })).collect();
+        let ids = zaqar.post_messages("race", json!(messages)).await;
+        let paths: Vec<String> = ids
+            .iter()
+            .map(|id| format!("/v2/queues/race/messages/{id}"))
+            .collect();
+        // Each deleter goes through its share one message after another, so that the claims
+        // land among the deletes.
+        let deleter = &deleter;
+        let deletes = join_all(paths.chunks(EACH).map(|share| async move {
+            let mut answers = Vec::new();
+            for path in share {
+                answers.push(deleter.delete(path).await.status);
+            }
+            answers
+        }));
+        let claims = join_all((0..SIDES).map(|_| zaqar.claim("race", 60, 60, Some(EACH as u64))));
+        let (claims, deleted) = tokio::join!(claims, deletes);
+        let mut held: Vec<(Value, String)> = Vec::new();
+        for claimed in &claims {
+            match claimed.status {
+                201 => {
+                    let claim = claim_id(claimed);
+                    held.extend(
+                        bodies(&claimed.json)
+                            .into_iter()
+                            .map(|b| (b, claim.clone())),
+                    );
+                }
+                204 => {}
+                _ => panic!("round {round}: a claim answered {claimed:?}"),
+            }
+        }
+        for ((path, body), deleted) in paths.iter().zip(&sent).zip(deleted.concat()) {
+            let holder = held.iter().find(|(b, _)| b == body).map(|(_, c)| c);
+            match deleted {
+                204 => assert!(
+                    holder.is_none(),
+                    "round {round}: {body} was claimed and deleted"
+                ),
+                403 => assert!(
+                    holder.is_some(),
+                    "round {round}: {body}: refused, yet unclaimed"
+                ),
+                _ => panic!("round {round}: a delete answered {deleted}"),
+            }
+            // A claimed message exists until its holder deletes it.
+            let shown = zaqar.get(path).await.status;
+            assert_eq!(
+                shown,
+                if holder.is_some() { 200 } else { 404 },
+                "round {round}: {body}"
+            );
+            if let Some(claim) = holder {
+                let done = zaqar.delete(&format!("{path}?claim_id={claim}")).await;
+                assert_eq!(done.status, 204, "round {round}: {done:?}");
+            }
+        }
+    }
 }
 
 #[tokio::test]
