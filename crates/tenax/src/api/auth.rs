@@ -31,6 +31,7 @@ use crate::auth::rules::{self, Access, Rule, Target};
 use crate::auth::{Capability, Principal};
 use crate::engine::Engine;
 use crate::model::subscription::subscription_of_queue;
+use crate::model::{JobId, SubscriptionId};
 
 /// What the middleware needs: the engine (tokens, and the queues of jobs and subscriptions),
 /// whether authentication is on, and the methods each route answers.
@@ -273,7 +274,7 @@ impl ScopeCheck<'_> {
     }
 
     /// The queue of each job id (unknown ids are left to the handler, which answers 404).
-    async fn jobs(&self, ids: &[u64]) -> Result<(), Denied> {
+    async fn jobs(&self, ids: &[JobId]) -> Result<(), Denied> {
         for peek in self.engine.peek(ids).await?.into_iter().flatten() {
             self.queue(&peek.queue)?;
         }
@@ -281,7 +282,7 @@ impl ScopeCheck<'_> {
     }
 
     async fn subscription(&self, id: &str) -> Result<(), Denied> {
-        let Ok(id) = id.parse::<u64>() else {
+        let Ok(id) = id.parse::<SubscriptionId>() else {
             return Ok(());
         };
         match self.engine.subscription(id).await? {
@@ -323,11 +324,11 @@ impl ScopeCheck<'_> {
             },
             Target::JobsInBody => {
                 let json = self.json();
-                let ids: Vec<u64> = json["jobs"]
+                let ids: Vec<JobId> = json["jobs"]
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .filter_map(|job| job["id"].as_u64())
+                    .filter_map(|job| job["id"].as_u64().map(JobId))
                     .collect();
                 self.jobs(&ids).await
             }
@@ -345,11 +346,11 @@ impl ScopeCheck<'_> {
             }
             Target::DeadSelection => {
                 let json = self.json();
-                let ids: Vec<u64> = json["ids"]
+                let ids: Vec<JobId> = json["ids"]
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .filter_map(Value::as_u64)
+                    .filter_map(|id| id.as_u64().map(JobId))
                     .collect();
                 match json.get("queue").and_then(Value::as_str) {
                     Some(queue) => self.queue(queue)?,
@@ -369,7 +370,7 @@ impl ScopeCheck<'_> {
                     .await
             }
             Target::DeliveryInPath => {
-                let Some(id) = self.param("id").and_then(|id| id.parse::<u64>().ok()) else {
+                let Some(id) = self.param("id").and_then(|id| id.parse::<JobId>().ok()) else {
                     return Ok(());
                 };
                 let queue = self.engine.peek(&[id]).await?.pop().flatten();

@@ -42,7 +42,7 @@ async fn list(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct DeadSelection {
-    ids: Option<Vec<u64>>,
+    ids: Option<Vec<JobId>>,
     queue: Option<String>,
     #[serde(rename = "type")]
     kind: Option<String>,

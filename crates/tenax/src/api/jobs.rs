@@ -21,7 +21,7 @@ use crate::auth::Principal;
 use crate::clock::{UnixMs, check_time, rfc3339};
 use crate::engine::Enqueue;
 use crate::model::subscription::is_internal_queue;
-use crate::model::{NewJob, Status, StoredPolicy};
+use crate::model::{JobId, NewJob, Status, StoredPolicy};
 use crate::store::{Enqueued, JobFilter, OnDuplicate, Page, QueueCounts, Selection, StoreError};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -186,7 +186,7 @@ pub(crate) fn to_enqueue(
 #[derive(Debug, Serialize, ToSchema)]
 struct EnqueuedView {
     created: bool,
-    id: u64,
+    id: JobId,
     run_at: String,
     status: Status,
 }
@@ -281,7 +281,7 @@ fn duplicate_field(error: StoreError, field: impl Fn(usize) -> String) -> ApiErr
     }
 }
 
-pub(super) fn parse_id(text: &str) -> Result<u64, ApiError> {
+pub(super) fn parse_id(text: &str) -> Result<JobId, ApiError> {
     text.parse().map_err(|_| {
         ApiError::invalid(
             "id",
@@ -343,7 +343,7 @@ pub struct ListQuery {
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
     /// The `next_after` of the previous page.
-    pub after: Option<u64>,
+    pub after: Option<JobId>,
 }
 
 pub(super) fn filter_from(
@@ -386,7 +386,7 @@ pub(super) fn filter_from(
 pub(super) struct JobPage {
     jobs: Vec<JobView>,
     /// The cursor of the next page (`after`), `null` at the end.
-    next_after: Option<u64>,
+    next_after: Option<JobId>,
 }
 
 pub(super) async fn list_page(
@@ -464,7 +464,7 @@ mod tests {
     fn enqueued_view_encodes_as_the_json_map_it_replaces() {
         for (created, status) in [(true, Status::Ready), (false, Status::Scheduled)] {
             let e = Enqueued {
-                id: 42,
+                id: JobId(42),
                 created,
                 status,
                 run_at_ms: 1_795_260_337_123,

@@ -197,7 +197,7 @@ pub fn delivery_view(job: Job) -> Result<DeliveryView, ApiError> {
         return Err(not_a_delivery(job.id));
     };
     let carried: DeliveryPayload = serde_json::from_str(job.spec.payload.get()).map_err(|e| {
-        tracing::error!(id = job.id, error = %e, "a delivery's payload is unreadable");
+        tracing::error!(id = job.id.0, error = %e, "a delivery's payload is unreadable");
         ApiError {
             status: axum::http::StatusCode::INTERNAL_SERVER_ERROR,
             code: "corrupt",

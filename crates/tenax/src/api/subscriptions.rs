@@ -105,7 +105,7 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 /// A new subscription of `queue` before the request's fields are applied.
 pub(crate) fn blank(queue: String, now_ms: UnixMs) -> Subscription {
     Subscription {
-        id: 0,
+        id: SubscriptionId(0),
         queue,
         endpoint: String::new(),
         policy: None,

@@ -5,13 +5,13 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use crate::clock::rfc3339;
-use crate::model::{Job, Status};
+use crate::model::{Job, JobId, LeaseToken, Status};
 use crate::store::TakenJob;
 
 /// A job as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct JobView {
-    pub id: u64,
+    pub id: JobId,
     pub queue: String,
     #[serde(rename = "type")]
     pub kind: String,
@@ -83,7 +83,7 @@ impl From<Job> for JobView {
 /// A job handed to a worker.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TakenView {
-    pub id: u64,
+    pub id: JobId,
     pub queue: String,
     #[serde(rename = "type")]
     pub kind: String,
@@ -92,7 +92,7 @@ pub struct TakenView {
     pub priority: i32,
     pub attempt: u32,
     /// Pass back on heartbeat, complete and fail.
-    pub lease_token: u64,
+    pub lease_token: LeaseToken,
     pub lease_expires_at: String,
     pub created_at: String,
 }

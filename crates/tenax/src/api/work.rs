@@ -25,7 +25,7 @@ use super::views::TakenView;
 use super::{AppState, Limits};
 use crate::clock::{check_time, rfc3339};
 use crate::engine::FailureReport;
-use crate::model::Status;
+use crate::model::{ClaimId, JobId, LeaseToken, Status};
 use crate::store::{Ack, TakeRequest as StoreTake};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -151,7 +151,7 @@ struct TakeView {
 /// the server is shutting down).
 struct StreamGuard {
     engine: std::sync::Arc<crate::engine::Engine>,
-    stream: u64,
+    stream: ClaimId,
 }
 
 impl Drop for StreamGuard {
@@ -163,12 +163,12 @@ impl Drop for StreamGuard {
                 match engine.close_stream(stream).await {
                     Ok(0) => {}
                     Ok(released) => tracing::info!(
-                        stream,
+                        stream = stream.0,
                         released,
                         "stream closed; its leased jobs are ready again"
                     ),
                     Err(error) => tracing::warn!(
-                        stream,
+                        stream = stream.0,
                         %error,
                         "releasing a closed stream's jobs failed; their leases will expire"
                     ),
@@ -270,14 +270,14 @@ async fn take_stream(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct LeaseBody {
-    lease_token: u64,
+    lease_token: LeaseToken,
     lease: Option<Millis>,
 }
 
 /// The lease after a heartbeat.
 #[derive(Debug, Serialize, ToSchema)]
 struct HeartbeatView {
-    id: u64,
+    id: JobId,
     lease_expires_at: String,
 }
 
@@ -313,13 +313,13 @@ async fn heartbeat(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CompleteOne {
-    lease_token: u64,
+    lease_token: LeaseToken,
 }
 
 /// A job after its completion.
 #[derive(Debug, Serialize, ToSchema)]
 struct CompletedView {
-    id: u64,
+    id: JobId,
     status: Status,
 }
 
@@ -358,8 +358,8 @@ struct CompleteMany {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AckItem {
-    id: u64,
-    lease_token: u64,
+    id: JobId,
+    lease_token: LeaseToken,
 }
 
 /// Completes many jobs in one durable commit; each gets its own result.
@@ -419,7 +419,7 @@ struct CompleteResult {
     completed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<CompleteError>,
-    id: u64,
+    id: JobId,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -435,7 +435,7 @@ struct CompleteError {
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"lease_token": 1_800_000_000_000_000u64, "error": "SMTP timeout"}))]
 pub(crate) struct FailRequest {
-    pub(crate) lease_token: u64,
+    pub(crate) lease_token: LeaseToken,
     /// What went wrong; required unless `snooze` is given.
     pub(crate) error: Option<ErrorReport>,
     /// `false`: the job is dead at once, whatever its policy.
@@ -562,7 +562,7 @@ pub(crate) fn failure_report(body: FailRequest, now_ms: u64) -> Result<FailureRe
 /// (why).
 #[derive(Debug, Serialize, ToSchema)]
 struct FailView {
-    id: u64,
+    id: JobId,
     status: Status,
     failures: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -615,7 +615,7 @@ mod tests {
                 CompleteResult {
                     completed: true,
                     error: None,
-                    id: 7,
+                    id: JobId(7),
                 },
                 CompleteResult {
                     completed: false,
@@ -623,7 +623,7 @@ mod tests {
                         code: "lease_lost",
                         message: "job 8: gone".into(),
                     }),
-                    id: 8,
+                    id: JobId(8),
                 },
             ],
         };

@@ -106,11 +106,11 @@ mod tests {
         let body = render(
             EnvelopeFormat::Tenax,
             &AttemptInfo {
-                delivery_id: 43,
-                subscription_id: 7,
+                delivery_id: JobId(43),
+                subscription_id: SubscriptionId(7),
                 attempt: 2,
                 message: &message,
-                message_id: 42,
+                message_id: JobId(42),
                 message_created_at_ms: 1_700_000_000_000,
                 sent_at_ms: 1_700_000_005_000,
             },
@@ -135,11 +135,11 @@ mod tests {
         let body = render(
             EnvelopeFormat::Zaqar,
             &AttemptInfo {
-                delivery_id: 1,
-                subscription_id: 1,
+                delivery_id: JobId(1),
+                subscription_id: SubscriptionId(1),
                 attempt: 1,
                 message: &message,
-                message_id: 1,
+                message_id: JobId(1),
                 message_created_at_ms: 0,
                 sent_at_ms: 0,
             },

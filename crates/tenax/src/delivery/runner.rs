@@ -113,7 +113,7 @@ async fn run_subscription(
             Ok(Some(subscription)) => subscription,
             Ok(None) => break,
             Err(error) => {
-                tracing::error!(%error, id, "reading the subscription failed; retrying");
+                tracing::error!(%error, id = id.0, "reading the subscription failed; retrying");
                 tokio::select! {
                     () = tokio::time::sleep(IDLE_POLL) => {}
                     _ = stop.changed() => {}
@@ -122,7 +122,7 @@ async fn run_subscription(
             }
         };
         let Ok(url) = url::Url::parse(&subscription.endpoint) else {
-            tracing::error!(id, endpoint = %subscription.endpoint, "subscription endpoint is not a URL");
+            tracing::error!(id = id.0, endpoint = %subscription.endpoint, "subscription endpoint is not a URL");
             break;
         };
         if !subscription.enabled {
@@ -186,7 +186,7 @@ async fn run_subscription(
         let jobs = match taken {
             Ok(jobs) => jobs,
             Err(error) => {
-                tracing::error!(%error, id, "taking deliveries failed");
+                tracing::error!(%error, id = id.0, "taking deliveries failed");
                 tokio::time::sleep(IDLE_POLL).await;
                 continue;
             }
@@ -250,7 +250,7 @@ async fn deliver(
             | StoreError::LeaseLost { .. }
             | StoreError::NotInFlight { .. }),
         ) => tracing::debug!(%error, "delivery changed while it was sent"),
-        Err(error) => tracing::error!(%error, delivery = job.id, "recording a delivery failed"),
+        Err(error) => tracing::error!(%error, delivery = job.id.0, "recording a delivery failed"),
     }
     let disable_after = subscription
         .auto_disable_after_ms
@@ -272,7 +272,7 @@ async fn deliver(
                 .await
         }
         Verdict::Disable(marks, reason) => {
-            tracing::warn!(id = subscription.id, %reason, "subscription disabled");
+            tracing::warn!(id = subscription.id.0, %reason, "subscription disabled");
             engine
                 .update_subscription(subscription.id, |current| {
                     let mut s = current.clone();
@@ -287,7 +287,7 @@ async fn deliver(
     match patched {
         Ok(_) | Err(ChangeError::Store(StoreError::NoSubscription(_))) => {}
         Err(ChangeError::Store(error) | ChangeError::Refused(error)) => {
-            tracing::warn!(%error, id = subscription.id, "storing subscription health failed");
+            tracing::warn!(%error, id = subscription.id.0, "storing subscription health failed");
         }
     }
 }

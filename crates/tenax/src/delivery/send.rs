@@ -270,6 +270,7 @@ fn tls_error(error: &reqwest::Error) -> Option<&rustls::Error> {
 mod tests {
     use super::*;
     use crate::config::default_delivery_policy;
+    use crate::model::{JobId, LeaseToken};
 
     fn sender(allow_private: bool) -> Sender {
         Sender::new(&DeliveryConfig {
@@ -295,18 +296,18 @@ mod tests {
     fn job() -> TakenJob {
         let payload = r#"{"queue": "orders", "type": "t", "body": {}}"#;
         TakenJob {
-            id: 8,
+            id: JobId(8),
             queue: "orders".to_owned(),
             kind: "delivery".to_owned(),
             payload: serde_json::value::RawValue::from_string(payload.to_owned())
                 .expect("raw JSON"),
             priority: 0,
             attempt: 1,
-            lease_token: 1,
+            lease_token: LeaseToken(1),
             lease_expires_at_ms: 0,
             created_at_ms: 0,
             expires_at_ms: None,
-            parent: Some(7),
+            parent: Some(JobId(7)),
         }
     }
 

@@ -171,9 +171,11 @@ mod tests {
     use super::*;
     use tenax_policy::{Jitter, Shape};
 
+    use crate::model::JobId;
+
     fn ctx<'a>(state: &'a JobState, job_policy: Option<&'a RetryPolicy>) -> DecideContext<'a> {
         DecideContext {
-            id: 1,
+            id: JobId(1),
             queue: "q",
             state,
             expires_at_ms: None,

@@ -26,6 +26,7 @@ pub use self::decide::{
 };
 pub use self::jobs::Enqueue;
 use crate::clock::{Clock, UnixMs};
+use crate::model::ClaimId;
 use crate::model::subscription::is_internal_queue;
 use crate::store::{Signals, Store, StoreError, StoreProperties};
 
@@ -161,7 +162,7 @@ impl Engine {
 
 /// A fresh random id (claims, streaming takes): unguessable, and unique across the servers of
 /// a shared store.
-fn random_id() -> u64 {
+fn random_id() -> ClaimId {
     // Zero reads as "none" in places; never hand it out.
-    rand::random::<u64>().max(1)
+    ClaimId(rand::random::<u64>().max(1))
 }

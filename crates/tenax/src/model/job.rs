@@ -3,20 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::StoredPolicy;
+use super::{ClaimId, JobId, StoredPolicy};
 use crate::clock::UnixMs;
-
-/// Job ids are assigned by the store in enqueue order; they are unique for the life of a data
-/// directory and double as the FIFO tie-breaker within a priority.
-pub type JobId = u64;
-
-/// A group of leases held and released together: a streaming take, or a Zaqar claim. Random,
-/// so that ids made by several servers on one database do not collide and cannot be guessed.
-pub type ClaimId = u64;
-
-/// The token of one lease: it changes on every take, so only the current holder of a job may
-/// heartbeat, complete or fail it.
-pub type LeaseToken = u64;
 
 /// The lifecycle of `brief.md`: `scheduled → ready → in_flight → completed`, with retries
 /// (`in_flight → scheduled`), death, replay (`dead → ready`) and lease expiry

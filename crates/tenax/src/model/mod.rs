@@ -2,14 +2,15 @@
 //! errors recorded on it; subscriptions and their deliveries. Stored types live here; request
 //! and response shapes live in `api`.
 
+mod ids;
 mod job;
 pub mod payload;
 mod policy;
 pub mod subscription;
 
-pub use job::{ClaimId, ErrorEntry, Held, Job, JobId, JobState, LeaseToken, NewJob, Status};
+pub use ids::{ClaimId, JobId, LeaseToken, SubscriptionId};
+pub use job::{ErrorEntry, Held, Job, JobState, NewJob, Status};
 pub use policy::StoredPolicy;
 pub use subscription::{
     Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, Subscription,
-    SubscriptionId,
 };

@@ -11,10 +11,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::{JobId, StoredPolicy};
+use super::{JobId, StoredPolicy, SubscriptionId};
 use crate::clock::UnixMs;
-
-pub type SubscriptionId = u64;
 
 /// The prefix of internal queue names; user queue names never start with it.
 pub const INTERNAL_QUEUE_PREFIX: char = '~';
@@ -255,11 +253,14 @@ mod tests {
 
     #[test]
     fn delivery_queues_name_their_subscription() {
-        assert_eq!(delivery_queue(42), "~deliveries/42");
-        assert_eq!(subscription_of_queue("~deliveries/42"), Some(42));
+        assert_eq!(delivery_queue(SubscriptionId(42)), "~deliveries/42");
+        assert_eq!(
+            subscription_of_queue("~deliveries/42"),
+            Some(SubscriptionId(42))
+        );
         assert_eq!(subscription_of_queue("orders"), None);
         assert_eq!(subscription_of_queue("~deliveries/x"), None);
-        assert!(is_internal_queue(&delivery_queue(1)));
+        assert!(is_internal_queue(&delivery_queue(SubscriptionId(1))));
         assert!(!is_internal_queue("orders"));
     }
 }

@@ -532,7 +532,7 @@ mod tests {
             status,
             failures: 0,
             expires_at_ms: expires,
-            claim: lease.map(|_| 7),
+            claim: lease.map(|_| ClaimId(7)),
             lease_expires_at_ms: lease,
         }
     }
@@ -544,7 +544,7 @@ mod tests {
         assert!(!peek(Status::Dead, None, None).is_live(1_000));
         assert!(!peek(Status::Completed, None, None).is_live(1_000));
         let claimed = peek(Status::InFlight, None, Some(5_000));
-        assert_eq!(claimed.claim_at(4_999), Some(7));
+        assert_eq!(claimed.claim_at(4_999), Some(ClaimId(7)));
         assert_eq!(claimed.claim_at(5_000), None);
     }
 }

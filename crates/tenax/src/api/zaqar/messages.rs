@@ -328,7 +328,7 @@ fn claim_of(job: &Job, now_ms: u64) -> Option<ClaimId> {
         .and_then(|held| held.claim)
 }
 
-fn facts(job: &Job, claim: Option<u64>) -> Facts<'_> {
+fn facts(job: &Job, claim: Option<ClaimId>) -> Facts<'_> {
     Facts {
         id: job.id,
         created_at_ms: job.spec.created_at_ms,
@@ -343,7 +343,7 @@ async fn live_messages(
     state: &AppState,
     queue: &QueueRef,
     ids: &[JobId],
-) -> Result<Vec<(Job, Option<u64>)>, ZaqarError> {
+) -> Result<Vec<(Job, Option<ClaimId>)>, ZaqarError> {
     let now = state.engine.now_ms();
     let peeks = state.engine.peek(ids).await?;
     let mut found: Vec<JobId> = ids

@@ -13,7 +13,7 @@
 //!   in lowercase hex. Clients treat all three as opaque strings.
 
 use super::error::ZaqarError;
-use crate::model::{JobId, SubscriptionId};
+use crate::model::{ClaimId, JobId, SubscriptionId};
 
 /// Zaqar's longest queue name.
 pub const MAX_QUEUE_NAME: usize = 64;
@@ -90,7 +90,7 @@ impl QueueRef {
     }
 
     /// `/v2/queues/{name}/messages/{id}`, with `?claim_id=` while claimed.
-    pub fn message_href(&self, id: JobId, claim: Option<u64>) -> String {
+    pub fn message_href(&self, id: JobId, claim: Option<ClaimId>) -> String {
         match claim {
             Some(claim) => format!(
                 "/v2/queues/{}/messages/{id}?claim_id={}",
@@ -102,7 +102,7 @@ impl QueueRef {
     }
 
     /// `/v2/queues/{name}/claims/{claim}`.
-    pub fn claim_href(&self, claim: u64) -> String {
+    pub fn claim_href(&self, claim: ClaimId) -> String {
         format!("/v2/queues/{}/claims/{}", self.name, claim_id(claim))
     }
 
@@ -128,12 +128,12 @@ pub fn zaqar_queue<'a>(project: &str, tenax: &'a str) -> Option<&'a str> {
 
 /// A message id as Tenax spells it.
 pub fn parse_message_id(text: &str) -> Option<JobId> {
-    parse_decimal(text)
+    parse_decimal(text).map(JobId)
 }
 
 /// A subscription id as Tenax spells it.
 pub fn parse_subscription_id(text: &str) -> Option<SubscriptionId> {
-    parse_decimal(text)
+    parse_decimal(text).map(SubscriptionId)
 }
 
 fn parse_decimal(text: &str) -> Option<u64> {
@@ -144,16 +144,16 @@ fn parse_decimal(text: &str) -> Option<u64> {
 }
 
 /// A claim's id: its number in lowercase hex.
-pub fn claim_id(claim: u64) -> String {
-    format!("{claim:x}")
+pub fn claim_id(claim: ClaimId) -> String {
+    format!("{:x}", claim.0)
 }
 
 /// The number of a claim id, if `text` is one.
-pub fn parse_claim_id(text: &str) -> Option<u64> {
+pub fn parse_claim_id(text: &str) -> Option<ClaimId> {
     if text.is_empty() || text.len() > 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    u64::from_str_radix(text, 16).ok()
+    u64::from_str_radix(text, 16).ok().map(ClaimId)
 }
 
 /// Python's `repr` of a list of strings, as Zaqar's messages print one: `['a', 'b']`.
@@ -208,10 +208,11 @@ mod tests {
 
     #[test]
     fn ids_round_trip() {
-        assert_eq!(parse_claim_id(&claim_id(0xdead_beef)), Some(0xdead_beef));
+        let claim = ClaimId(0xdead_beef);
+        assert_eq!(parse_claim_id(&claim_id(claim)), Some(claim));
         assert_eq!(parse_claim_id("no-such-claim"), None);
         assert_eq!(parse_claim_id("11112222333344445"), None);
-        assert_eq!(parse_message_id("42"), Some(42));
+        assert_eq!(parse_message_id("42"), Some(JobId(42)));
         assert_eq!(parse_message_id("-1"), None);
         assert_eq!(parse_message_id("99999999999999999999"), None);
         assert_eq!(

@@ -370,7 +370,7 @@ pub async fn create(
     })?;
     ensure_created(&state, &queue).await?;
     let mut subscription = Subscription {
-        id: 0,
+        id: SubscriptionId(0),
         queue: queue.tenax.clone(),
         endpoint,
         policy: None,
@@ -440,7 +440,7 @@ pub async fn list(
     let after = match &marker {
         Some(text) => parse_subscription_id(text)
             .map(Some)
-            .unwrap_or(Some(u64::MAX)),
+            .unwrap_or(Some(SubscriptionId(u64::MAX))),
         None => None,
     };
     let page_size = limit

@@ -20,7 +20,7 @@ use serde_json::value::RawValue;
 
 use super::names::QueueRef;
 use crate::clock::UnixMs;
-use crate::model::JobId;
+use crate::model::{ClaimId, JobId};
 
 /// Whole seconds from `from_ms` to `to_ms` (0 if `to_ms` is earlier).
 pub fn seconds(from_ms: UnixMs, to_ms: UnixMs) -> u64 {
@@ -39,7 +39,7 @@ pub struct Facts<'a> {
     pub id: JobId,
     pub created_at_ms: UnixMs,
     pub expires_at_ms: Option<UnixMs>,
-    pub claim: Option<u64>,
+    pub claim: Option<ClaimId>,
     pub body: &'a RawValue,
 }
 
@@ -136,10 +136,10 @@ mod tests {
         let queue = QueueRef::new("p", "q").unwrap();
         let body = RawValue::from_string("{\"a\":1}".into()).unwrap();
         let facts = Facts {
-            id: 12,
+            id: JobId(12),
             created_at_ms: 1_000,
             expires_at_ms: Some(61_000),
-            claim: Some(255),
+            claim: Some(ClaimId(255)),
             body: &body,
         };
         let view = serde_json::to_value(MessageView::new(&queue, facts, 3_500)).unwrap();

@@ -129,7 +129,7 @@ impl JobInserts for EmbeddedStore {
                     });
                 }
                 fresh.push((next_id, insert, state));
-                next_id += 1;
+                next_id = JobId(next_id.0 + 1);
             }
             if fresh.is_empty() {
                 return Ok(results);
@@ -275,7 +275,7 @@ mod tests {
                 created_at_ms: 1_700_000_000_123,
                 expires_at_ms: Some(1_700_000_060_000),
                 origin: Some("c-1".into()),
-                parent: Some(9),
+                parent: Some(JobId(9)),
             };
             let by_ref = BodyRef {
                 queue: "q",
@@ -286,7 +286,7 @@ mod tests {
                 created_at_ms: 1_700_000_000_123,
                 expires_at_ms: Some(1_700_000_060_000),
                 origin: Some("c-1"),
-                parent: Some(9),
+                parent: Some(JobId(9)),
             };
             assert_eq!(to_json_bytes(&by_ref), to_json_bytes(&owned));
         }

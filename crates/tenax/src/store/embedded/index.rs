@@ -13,14 +13,14 @@ use std::sync::Arc;
 use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
-use crate::model::{ClaimId, JobId, JobState, Status};
+use crate::model::{ClaimId, JobId, JobState, LeaseToken, Status};
 
 /// A lease on an in-flight job: who may complete it, and until when. Leases live only in memory:
 /// after a crash every in-flight job is ready again, which is what at-least-once requires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
     /// Changes on every take, so an ack from a worker whose lease was lost is recognised.
-    pub token: u64,
+    pub token: LeaseToken,
     pub expires_at_ms: UnixMs,
     /// When the job was taken: heartbeats never extend the lease past this plus the most one
     /// attempt may run.
@@ -49,7 +49,7 @@ impl Entry {
     /// already expired, so the reaper returns the job rather than losing it.
     fn held_lease(&self) -> Lease {
         self.lease.unwrap_or(Lease {
-            token: 0,
+            token: LeaseToken(0),
             expires_at_ms: 0,
             taken_at_ms: 0,
             claim: None,
@@ -66,7 +66,7 @@ pub struct Index {
     ready: HashMap<Arc<str>, BTreeSet<ReadyKey>>,
     scheduled: BTreeSet<(UnixMs, JobId)>,
     leased: BTreeSet<(UnixMs, JobId)>,
-    by_claim: HashMap<u64, HashSet<JobId>>,
+    by_claim: HashMap<ClaimId, HashSet<JobId>>,
     finished: BTreeSet<(UnixMs, JobId)>,
     /// Jobs with an expiry, by expiry.
     expiring: BTreeSet<(UnixMs, JobId)>,
@@ -250,7 +250,7 @@ impl Index {
     /// Scheduled jobs due at or before `now_ms`, at most `max`.
     pub fn due(&self, now_ms: UnixMs, max: usize) -> Vec<JobId> {
         self.scheduled
-            .range(..=(now_ms, JobId::MAX))
+            .range(..=(now_ms, JobId(u64::MAX)))
             .take(max)
             .map(|(_, id)| *id)
             .collect()
@@ -264,7 +264,7 @@ impl Index {
     /// Leases that expired at or before `now_ms`, at most `max`.
     pub fn expired(&self, now_ms: UnixMs, max: usize) -> Vec<JobId> {
         self.leased
-            .range(..=(now_ms, JobId::MAX))
+            .range(..=(now_ms, JobId(u64::MAX)))
             .take(max)
             .map(|(_, id)| *id)
             .collect()
@@ -278,7 +278,7 @@ impl Index {
     /// Jobs whose expiry is at or before `now_ms`, at most `max`.
     pub fn expired_jobs(&self, now_ms: UnixMs, max: usize) -> Vec<JobId> {
         self.expiring
-            .range(..=(now_ms, JobId::MAX))
+            .range(..=(now_ms, JobId(u64::MAX)))
             .take(max)
             .map(|(_, id)| *id)
             .collect()
@@ -292,7 +292,7 @@ impl Index {
     /// Finished jobs that finished at or before `before_ms`, at most `max`, oldest first.
     pub fn finished_before(&self, before_ms: UnixMs, max: usize) -> Vec<(JobId, Status)> {
         self.finished
-            .range(..=(before_ms, JobId::MAX))
+            .range(..=(before_ms, JobId(u64::MAX)))
             .filter_map(|(_, id)| self.entries.get(id).map(|e| (*id, e.state.status)))
             .take(max)
             .collect()
@@ -354,11 +354,14 @@ mod tests {
             (5, "c", 9),
         ] {
             let e = entry(&mut index, queue, priority, Status::Ready, 0);
-            index.insert(id, e, 0);
+            index.insert(JobId(id), e, 0);
         }
         let queues = [index.intern("a"), index.intern("b")];
-        assert_eq!(index.peek_ready(&queues, 10), [2, 3, 1, 4]);
-        assert_eq!(index.peek_ready(&queues, 2), [2, 3]);
+        assert_eq!(
+            index.peek_ready(&queues, 10),
+            [JobId(2), JobId(3), JobId(1), JobId(4)]
+        );
+        assert_eq!(index.peek_ready(&queues, 2), [JobId(2), JobId(3)]);
     }
 
     #[test]
@@ -366,14 +369,17 @@ mod tests {
         let mut index = Index::default();
         let past = entry(&mut index, "q", 0, Status::Scheduled, 50);
         let future = entry(&mut index, "q", 0, Status::Scheduled, 500);
-        index.insert(1, past, 100);
-        index.insert(2, future, 100);
-        assert_eq!(index.get(1).map(|e| e.state.status), Some(Status::Ready));
+        index.insert(JobId(1), past, 100);
+        index.insert(JobId(2), future, 100);
+        assert_eq!(
+            index.get(JobId(1)).map(|e| e.state.status),
+            Some(Status::Ready)
+        );
         assert_eq!(index.due(499, 10), Vec::<JobId>::new());
-        assert_eq!(index.due(500, 10), [2]);
-        index.update(2, |e| e.state.status = Status::Ready);
+        assert_eq!(index.due(500, 10), [JobId(2)]);
+        index.update(JobId(2), |e| e.state.status = Status::Ready);
         let q = [index.intern("q")];
-        assert_eq!(index.peek_ready(&q, 10), [1, 2]);
+        assert_eq!(index.peek_ready(&q, 10), [JobId(1), JobId(2)]);
         let counts: Vec<_> = index.counts().collect();
         assert_eq!(counts, [("q", [0, 2, 0, 0, 0])]);
     }
@@ -383,22 +389,22 @@ mod tests {
         let mut index = Index::default();
         let mut e = entry(&mut index, "q", 0, Status::Ready, 0);
         e.unique_key = Some("k".into());
-        index.insert(7, e, 0);
-        assert_eq!(index.unique("q", "k"), Some(7));
+        index.insert(JobId(7), e, 0);
+        assert_eq!(index.unique("q", "k"), Some(JobId(7)));
         let lease = Lease {
-            token: 1,
+            token: LeaseToken(1),
             expires_at_ms: 1_000,
             taken_at_ms: 0,
-            claim: Some(3),
+            claim: Some(ClaimId(3)),
         };
-        index.update(7, |e| {
+        index.update(JobId(7), |e| {
             e.state.status = Status::InFlight;
             e.lease = Some(lease);
         });
         assert_eq!(index.expired(999, 10), Vec::<JobId>::new());
-        assert_eq!(index.expired(1_000, 10), [7]);
-        assert_eq!(index.held_by_claim(3), [7]);
-        index.update(7, |e| {
+        assert_eq!(index.expired(1_000, 10), [JobId(7)]);
+        assert_eq!(index.held_by_claim(ClaimId(3)), [JobId(7)]);
+        index.update(JobId(7), |e| {
             e.state.status = Status::Completed;
             e.state.finished_at_ms = Some(2_000);
         });
@@ -407,10 +413,13 @@ mod tests {
             None,
             "a finished job frees its unique key"
         );
-        assert_eq!(index.held_by_claim(3), Vec::<JobId>::new());
+        assert_eq!(index.held_by_claim(ClaimId(3)), Vec::<JobId>::new());
         assert_eq!(index.expired(5_000, 10), Vec::<JobId>::new());
-        assert_eq!(index.finished_before(2_000, 10), [(7, Status::Completed)]);
-        assert!(index.remove(7).is_some());
+        assert_eq!(
+            index.finished_before(2_000, 10),
+            [(JobId(7), Status::Completed)]
+        );
+        assert!(index.remove(JobId(7)).is_some());
         assert!(index.is_empty());
         assert_eq!(index.finished_before(u64::MAX, 10), Vec::new());
     }

@@ -10,7 +10,7 @@ use super::writer::{self, Op, Receiver};
 use super::{EmbeddedStore, Inner};
 use crate::clock::UnixMs;
 use crate::model::subscription::subscription_of_queue;
-use crate::model::{Attempt, AttemptResult, Job, JobId, Status};
+use crate::model::{Attempt, AttemptResult, Job, JobId, LeaseToken, Status};
 use crate::store::{
     Ack, Decide, DecideContext, Finished, JobLeases, StoreError, TakeRequest, TakenJob, Transition,
     to_json_bytes,
@@ -38,7 +38,7 @@ impl JobLeases for EmbeddedStore {
             let queues = unpaused(&inner, request.queues);
             let expires_at_ms = now_ms.saturating_add(request.lease_ms);
             for id in inner.index.peek_ready(&queues, request.max) {
-                let token = self.lease_tokens.fetch_add(1, Ordering::Relaxed);
+                let token = LeaseToken(self.lease_tokens.fetch_add(1, Ordering::Relaxed));
                 let lease = Lease {
                     token,
                     expires_at_ms,

@@ -136,7 +136,7 @@ impl EmbeddedStore {
         let tx = self.db.begin_read().map_err(fault(what))?;
         let jobs = tx.open_table(JOBS).map_err(fault(what))?;
         ids.iter()
-            .map(|id| match jobs.get(*id).map_err(fault(what))? {
+            .map(|id| match jobs.get(id.0).map_err(fault(what))? {
                 Some(bytes) => from_json_bytes("job body", bytes.value()).map(Some),
                 None => Ok(None),
             })
@@ -221,19 +221,19 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
     };
 
     let mut inner = Inner::default();
-    let mut max_id = 0;
+    let mut max_id = JobId(0);
     let mut loaded = 0usize;
     for row in states.iter().map_err(fault(what))? {
         let (id, state) = row.map_err(fault(what))?;
-        let id = id.value();
+        let id = JobId(id.value());
         let state: JobState = from_json_bytes("job state", state.value())?;
-        let Some(body) = jobs.get(id).map_err(fault(what))? else {
+        let Some(body) = jobs.get(id.0).map_err(fault(what))? else {
             return Err(StoreError::Corrupt(format!(
                 "job {id} has a state but no body"
             )));
         };
         let body: StoredBody = from_json_bytes("job body", body.value())?;
-        let policy = match policies.get(id).map_err(fault(what))? {
+        let policy = match policies.get(id.0).map_err(fault(what))? {
             Some(bytes) => {
                 let policy: StoredPolicy = from_json_bytes("job policy", bytes.value())?;
                 Some(policy.policy().clone())
@@ -258,7 +258,7 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
         let config: QueueConfig = from_json_bytes("queue config", config.value())?;
         inner.queues.insert(name.value().to_owned(), config);
     }
-    inner.next_id = counter(NEXT_ID)?.max(max_id + 1).max(1);
+    inner.next_id = JobId(counter(NEXT_ID)?.max(max_id.0 + 1).max(1));
     let mut max_subscription = 0;
     for row in subscriptions.iter().map_err(fault(what))? {
         let (id, record) = row.map_err(fault(what))?;
@@ -266,9 +266,11 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
         max_subscription = max_subscription.max(id.value());
         subscriptions::install(&mut inner, subscription);
     }
-    inner.next_subscription_id = counter(NEXT_SUBSCRIPTION_ID)?
-        .max(max_subscription + 1)
-        .max(1);
+    inner.next_subscription_id = SubscriptionId(
+        counter(NEXT_SUBSCRIPTION_ID)?
+            .max(max_subscription + 1)
+            .max(1),
+    );
     let tokens = tx.open_table(TOKENS).map_err(fault(what))?;
     let mut max_token = 0;
     for row in tokens.iter().map_err(fault(what))? {

@@ -94,14 +94,14 @@ impl EmbeddedStore {
         let what = "reading a job";
         let tx = self.db.begin_read().map_err(fault(what))?;
         let policies = tx.open_table(POLICIES).map_err(fault(what))?;
-        let policy = match policies.get(id).map_err(fault(what))? {
+        let policy = match policies.get(id.0).map_err(fault(what))? {
             Some(bytes) => Some(from_json_bytes("job policy", bytes.value())?),
             None => None,
         };
         let errors_table = tx.open_table(ERRORS).map_err(fault(what))?;
         let mut errors: Vec<ErrorEntry> = Vec::new();
         for row in errors_table
-            .range((id, 0)..=(id, u32::MAX))
+            .range((id.0, 0)..=(id.0, u32::MAX))
             .map_err(fault(what))?
         {
             let (_, bytes) = row.map_err(fault(what))?;
@@ -271,7 +271,10 @@ impl JobReads for EmbeddedStore {
         let tx = self.db.begin_read().map_err(fault(what))?;
         let table = tx.open_table(ATTEMPTS).map_err(fault(what))?;
         let mut attempts = Vec::new();
-        for row in table.range((id, 0)..=(id, u32::MAX)).map_err(fault(what))? {
+        for row in table
+            .range((id.0, 0)..=(id.0, u32::MAX))
+            .map_err(fault(what))?
+        {
             let (_, bytes) = row.map_err(fault(what))?;
             attempts.push(from_json_bytes("delivery attempt", bytes.value())?);
         }

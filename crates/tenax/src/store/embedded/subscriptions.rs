@@ -22,7 +22,7 @@ impl SubscriptionStore for EmbeddedStore {
                 }
             }
             subscription.id = inner.next_subscription_id;
-            inner.next_subscription_id += 1;
+            inner.next_subscription_id = SubscriptionId(subscription.id.0 + 1);
             let receiver = self.writer.submit(vec![Op::PutSubscription {
                 id: subscription.id,
                 subscription: to_json_bytes(&subscription),

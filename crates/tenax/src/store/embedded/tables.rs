@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::clock::UnixMs;
+use crate::model::JobId;
 
 pub const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("jobs");
 pub const STATES: TableDefinition<u64, &[u8]> = TableDefinition::new("states");
@@ -68,5 +69,5 @@ pub struct StoredBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent: Option<u64>,
+    pub parent: Option<JobId>,
 }

@@ -18,52 +18,53 @@ use super::tables::{
     ATTEMPTS, ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES,
     STATES, SUBSCRIPTIONS, TOKENS,
 };
+use crate::model::{JobId, SubscriptionId};
 use crate::store::StoreError;
 
 /// One change to the file.
 #[derive(Debug)]
 pub enum Op {
     PutBody {
-        id: u64,
+        id: JobId,
         body: Vec<u8>,
     },
     PutState {
-        id: u64,
+        id: JobId,
         state: Vec<u8>,
     },
     PutPolicy {
-        id: u64,
+        id: JobId,
         policy: Vec<u8>,
     },
     PutError {
-        id: u64,
+        id: JobId,
         attempt: u32,
         entry: Vec<u8>,
     },
     /// Removes a job: body, state, policy and errors.
     DeleteJob {
-        id: u64,
+        id: JobId,
     },
     PutQueue {
         name: String,
         config: Vec<u8>,
     },
-    SetNextId(u64),
+    SetNextId(JobId),
     DeleteQueue {
         name: String,
     },
     PutSubscription {
-        id: u64,
+        id: SubscriptionId,
         subscription: Vec<u8>,
     },
     /// Removes a subscription's record (its deliveries are removed by `DeleteJob`s).
     DeleteSubscription {
-        id: u64,
-        next_id: u64,
+        id: SubscriptionId,
+        next_id: SubscriptionId,
     },
     /// Appends to a delivery's attempt log.
     PutAttempt {
-        id: u64,
+        id: JobId,
         entry: Vec<u8>,
     },
     PutToken {
@@ -243,11 +244,16 @@ fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), Sto
         let mut attempts = tx.open_table(ATTEMPTS).map_err(|e| storage(e.into()))?;
         let mut tokens = tx.open_table(TOKENS).map_err(|e| storage(e.into()))?;
         for op in batches.into_iter().flatten() {
+            // The tables hold ids as plain integers.
             let result = match op {
-                Op::PutBody { id, body } => jobs.insert(id, body.as_slice()).map(drop),
-                Op::PutState { id, state } => states.insert(id, state.as_slice()).map(drop),
-                Op::PutPolicy { id, policy } => policies.insert(id, policy.as_slice()).map(drop),
-                Op::PutError { id, attempt, entry } => {
+                Op::PutBody { id, body } => jobs.insert(id.0, body.as_slice()).map(drop),
+                Op::PutState { id, state } => states.insert(id.0, state.as_slice()).map(drop),
+                Op::PutPolicy { id, policy } => policies.insert(id.0, policy.as_slice()).map(drop),
+                Op::PutError {
+                    id: JobId(id),
+                    attempt,
+                    entry,
+                } => {
                     // After the job's last entry, never over it: a replay with reset attempts
                     // numbers failures from 1 again, and the earlier history is kept.
                     let last = errors
@@ -259,7 +265,7 @@ fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), Sto
                         errors.insert((id, key), entry.as_slice()).map(drop)
                     })
                 }
-                Op::DeleteJob { id } => jobs
+                Op::DeleteJob { id: JobId(id) } => jobs
                     .remove(id)
                     .and_then(|_| states.remove(id))
                     .and_then(|_| policies.remove(id))
@@ -269,14 +275,18 @@ fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), Sto
                     queues.insert(name.as_str(), config.as_slice()).map(drop)
                 }
                 Op::DeleteQueue { name } => queues.remove(name.as_str()).map(drop),
-                Op::SetNextId(next) => raise(&mut meta, NEXT_ID, next),
-                Op::PutSubscription { id, subscription } => {
-                    raise(&mut meta, NEXT_SUBSCRIPTION_ID, id.saturating_add(1))
-                        .and_then(|()| subscriptions.insert(id, subscription.as_slice()).map(drop))
-                }
-                Op::DeleteSubscription { id, next_id } => {
+                Op::SetNextId(next) => raise(&mut meta, NEXT_ID, next.0),
+                Op::PutSubscription {
+                    id: SubscriptionId(id),
+                    subscription,
+                } => raise(&mut meta, NEXT_SUBSCRIPTION_ID, id.saturating_add(1))
+                    .and_then(|()| subscriptions.insert(id, subscription.as_slice()).map(drop)),
+                Op::DeleteSubscription {
+                    id: SubscriptionId(id),
+                    next_id,
+                } => {
                     // The counter is kept past the deleted id, so ids are never reused.
-                    raise(&mut meta, NEXT_SUBSCRIPTION_ID, next_id)
+                    raise(&mut meta, NEXT_SUBSCRIPTION_ID, next_id.0)
                         .and_then(|()| subscriptions.remove(id).map(drop))
                 }
                 Op::PutToken { id, record } => {
@@ -285,7 +295,10 @@ fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), Sto
                 }
                 // The counter stays past the deleted id: ids are never reused.
                 Op::DeleteToken { id } => tokens.remove(id).map(drop),
-                Op::PutAttempt { id, entry } => {
+                Op::PutAttempt {
+                    id: JobId(id),
+                    entry,
+                } => {
                     let last = attempts
                         .range((id, 0)..=(id, u32::MAX))
                         .and_then(|mut rows| rows.next_back().transpose())
