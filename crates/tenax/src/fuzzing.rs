@@ -26,7 +26,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::decode;
 use crate::api::jobs::{BatchRequest, EnqueueRequest, to_enqueue};
 use crate::api::queues::{UpdateQueue, queue_change};
-use crate::api::subscriptions::{MAX_CONCURRENCY, SubscriptionRequest, blank, subscription_change};
+use crate::api::subscriptions::{MAX_CONCURRENCY, SubscriptionRequest, subscription_change};
 use crate::api::work::{FailRequest, TakeRequest, failure_report, take_params};
 use crate::api::zaqar::error::ZaqarError;
 use crate::api::zaqar::messages::read_post;
@@ -224,7 +224,7 @@ fn queue_update(bytes: &[u8]) -> Result<(), ApiError> {
 fn subscription(bytes: &[u8]) -> Result<(), ApiError> {
     let request: SubscriptionRequest = decode(bytes)?;
     let change = subscription_change(request, false)?;
-    let mut subscription = blank("orders".into(), NOW_MS);
+    let mut subscription = crate::model::Subscription::new("orders".into(), NOW_MS);
     change.apply(&mut subscription, NOW_MS);
     if let Some(policy) = &subscription.policy {
         check_stored(policy);

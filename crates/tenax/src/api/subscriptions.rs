@@ -31,7 +31,7 @@ use crate::clock::UnixMs;
 use crate::delivery::address::{parse_endpoint, vet_endpoint};
 use crate::delivery::headers;
 use crate::delivery::signing::{generate_secret, secret_key};
-use crate::model::{EnvelopeFormat, HealthMarks, StoredPolicy, Subscription, SubscriptionId};
+use crate::model::{EnvelopeFormat, StoredPolicy, Subscription, SubscriptionId};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -100,33 +100,6 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     deserializer: D,
 ) -> Result<Option<Option<T>>, D::Error> {
     Ok(Some(Option::<T>::deserialize(deserializer)?))
-}
-
-/// A new subscription of `queue` before the request's fields are applied.
-pub(crate) fn blank(queue: String, now_ms: UnixMs) -> Subscription {
-    Subscription {
-        id: SubscriptionId(0),
-        queue,
-        endpoint: String::new(),
-        policy: None,
-        throttle_per_second: None,
-        content_type: "application/json".into(),
-        secret: String::new(),
-        previous_secret: None,
-        previous_secret_until_ms: None,
-        headers: BTreeMap::new(),
-        enabled: true,
-        disabled_reason: None,
-        retryable_statuses: None,
-        max_concurrency: None,
-        auto_disable_after_ms: None,
-        format: EnvelopeFormat::default(),
-        options: None,
-        expires_at_ms: None,
-        created_at_ms: now_ms,
-        updated_at_ms: now_ms,
-        health: HealthMarks::default(),
-    }
 }
 
 /// A checked change to a subscription: every field of a request, validated, ready to apply.
@@ -491,7 +464,7 @@ async fn create(
         change.secret = Some(new_secret()?);
     }
     let now = state.engine.now_ms();
-    let mut subscription = blank(queue, now);
+    let mut subscription = Subscription::new(queue, now);
     change.apply(&mut subscription, now);
     let (stored, _) = state.engine.create_subscription(subscription).await?;
     let view = subscription_view(&state, stored, Secrets::Reveal).await?;

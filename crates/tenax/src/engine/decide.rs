@@ -172,6 +172,7 @@ mod tests {
     use tenax_policy::{Jitter, Shape};
 
     use crate::model::JobId;
+    use crate::store::DeadLetter;
 
     fn ctx<'a>(state: &'a JobState, job_policy: Option<&'a RetryPolicy>) -> DecideContext<'a> {
         DecideContext {
@@ -254,5 +255,136 @@ mod tests {
         assert_eq!((t.state.status, t.state.failures), (Status::Ready, 1));
         let t = decide_lease_expiry(&ctx(&t.state, None), &policy, 19_000);
         assert_eq!(t.state.status, Status::Dead);
+    }
+
+    fn fixed(delay_ms: u64) -> StoredPolicy {
+        StoredPolicy::new(
+            RetryPolicy::new(Shape::Fixed { delay_ms })
+                .with_jitter(Jitter::None)
+                .with_retry_limit(5),
+        )
+    }
+
+    fn queue(policy: Option<StoredPolicy>, disable_overrides: bool) -> QueueConfig {
+        QueueConfig {
+            policy,
+            disable_overrides,
+            ..QueueConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_delivery_follows_its_subscription_unless_the_queue_forbids_it() {
+        let own = fixed(1_000);
+        let queues = fixed(2_000);
+        let mut subscription = Subscription::new("orders".into(), 0);
+        let owner_of = |s: &Subscription, q: Option<&QueueConfig>| {
+            delivery_policy(s, q).map(|(p, owner)| (p.json().clone(), owner))
+        };
+        let json = |p: &StoredPolicy| p.json().clone();
+
+        // Neither has one: the server's delivery default.
+        assert_eq!(owner_of(&subscription, None), None);
+        assert_eq!(owner_of(&subscription, Some(&queue(None, false))), None);
+        // The queue's, when the subscription has none.
+        let q = queue(Some(queues.clone()), false);
+        assert_eq!(
+            owner_of(&subscription, Some(&q)),
+            Some((json(&queues), PolicyOwner::Queue))
+        );
+        // The subscription's own overrides the queue's...
+        subscription.policy = Some(own.clone());
+        assert_eq!(
+            owner_of(&subscription, Some(&q)),
+            Some((json(&own), PolicyOwner::Subscription))
+        );
+        assert_eq!(
+            owner_of(&subscription, None),
+            Some((json(&own), PolicyOwner::Subscription))
+        );
+        // ...unless the queue forbids overrides: then the queue's, or the server default.
+        let strict = queue(Some(queues.clone()), true);
+        assert_eq!(
+            owner_of(&subscription, Some(&strict)),
+            Some((json(&queues), PolicyOwner::Queue))
+        );
+        assert_eq!(owner_of(&subscription, Some(&queue(None, true))), None);
+    }
+
+    #[test]
+    fn a_jobs_own_policy_comes_first_then_its_owners_then_its_queues() {
+        let default = RetryPolicy::default();
+        let own = RetryPolicy::new(Shape::Fixed { delay_ms: 7 });
+        let queues = fixed(2_000);
+        let subscriptions = fixed(1_000);
+        let q = queue(Some(queues.clone()), false);
+        let mut subscription = Subscription::new("orders".into(), 0);
+        subscription.policy = Some(subscriptions.clone());
+        let state = JobState::new(0, 0);
+        let plain = DecideContext {
+            queue_config: Some(&q),
+            ..ctx(&state, None)
+        };
+        let delivery = DecideContext {
+            owner: Some((&subscription, Some(&q))),
+            ..ctx(&state, None)
+        };
+        assert_eq!(resolve(&ctx(&state, None), &default), &default);
+        assert_eq!(resolve(&plain, &default), &**queues.policy());
+        assert_eq!(resolve(&delivery, &default), &**subscriptions.policy());
+        for with_own in [
+            DecideContext {
+                job_policy: Some(&own),
+                ..plain
+            },
+            DecideContext {
+                job_policy: Some(&own),
+                ..delivery
+            },
+        ] {
+            assert_eq!(resolve(&with_own, &default), &own);
+        }
+    }
+
+    #[test]
+    fn expiring_leases_move_a_job_to_the_dead_letter_queue_with_a_fresh_count() {
+        let policy = RetryPolicy::default().with_retry_limit(10);
+        let rule = |ttl_ms| QueueConfig {
+            dead_letter: Some(DeadLetter {
+                queue: "dlq".into(),
+                max_claims: 2,
+                ttl_ms,
+            }),
+            ..QueueConfig::default()
+        };
+        let keep = rule(None);
+        let state = JobState::new(0, 0);
+        let with = |state, config| DecideContext {
+            queue_config: Some(config),
+            expires_at_ms: Some(90_000),
+            ..ctx(state, None)
+        };
+        // The first expiry is an ordinary failed attempt.
+        let first = decide_lease_expiry(&with(&state, &keep), &policy, 1_000);
+        assert_eq!(
+            (first.state.status, first.state.failures),
+            (Status::Ready, 1)
+        );
+        assert!(first.moved_to.is_none() && first.error.is_some());
+        // The second reaches max_claims: moved, ready at once, with nothing counted.
+        let moved = decide_lease_expiry(&with(&first.state, &keep), &policy, 2_000);
+        assert_eq!(
+            moved.moved_to,
+            Some(MoveTo {
+                queue: "dlq".into(),
+                expires_at_ms: Some(90_000),
+            })
+        );
+        assert_eq!(moved.state, JobState::new(2_000, 2_000));
+        assert!(moved.error.is_none());
+        // A rule with a TTL gives the moved job a new expiry.
+        let fresh = rule(Some(5_000));
+        let moved = decide_lease_expiry(&with(&first.state, &fresh), &policy, 2_000);
+        assert_eq!(moved.moved_to.map(|m| m.expires_at_ms), Some(Some(7_000)));
     }
 }

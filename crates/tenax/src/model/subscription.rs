@@ -106,6 +106,34 @@ pub struct Subscription {
 }
 
 impl Subscription {
+    /// A new subscription of `queue` made at `now_ms`, before a request's fields are applied:
+    /// enabled, JSON, no secret yet, the store assigns the id.
+    pub fn new(queue: String, now_ms: UnixMs) -> Self {
+        Self {
+            id: SubscriptionId(0),
+            queue,
+            endpoint: String::new(),
+            policy: None,
+            throttle_per_second: None,
+            content_type: "application/json".into(),
+            secret: String::new(),
+            previous_secret: None,
+            previous_secret_until_ms: None,
+            headers: BTreeMap::new(),
+            enabled: true,
+            disabled_reason: None,
+            retryable_statuses: None,
+            max_concurrency: None,
+            auto_disable_after_ms: None,
+            format: EnvelopeFormat::default(),
+            options: None,
+            expires_at_ms: None,
+            created_at_ms: now_ms,
+            updated_at_ms: now_ms,
+            health: HealthMarks::default(),
+        }
+    }
+
     /// The endpoint, when no other subscription of the queue may have it: Zaqar's
     /// subscriptions are unique by queue and subscriber. The store keeps this unique per queue.
     pub fn unique_endpoint(&self) -> Option<&str> {

@@ -38,7 +38,7 @@ use crate::delivery::headers;
 use crate::delivery::signing::generate_secret;
 use crate::engine::ChangeError;
 use crate::model::subscription::REDACTED;
-use crate::model::{EnvelopeFormat, HealthMarks, StoredPolicy, Subscription, SubscriptionId};
+use crate::model::{EnvelopeFormat, StoredPolicy, Subscription, SubscriptionId};
 use crate::store::StoreError;
 
 /// Zaqar's subscription limits and defaults.
@@ -370,27 +370,13 @@ pub async fn create(
     })?;
     ensure_created(&state, &queue).await?;
     let mut subscription = Subscription {
-        id: SubscriptionId(0),
-        queue: queue.tenax.clone(),
         endpoint,
-        policy: None,
-        throttle_per_second: None,
         content_type: String::new(),
         secret,
-        previous_secret: None,
-        previous_secret_until_ms: None,
-        headers: BTreeMap::new(),
-        enabled: true,
-        disabled_reason: None,
-        retryable_statuses: None,
-        max_concurrency: None,
-        auto_disable_after_ms: None,
         format: EnvelopeFormat::Zaqar,
         options: Some(options),
         expires_at_ms: Some(now.saturating_add(ttl_s.saturating_mul(1_000))),
-        created_at_ms: now,
-        updated_at_ms: now,
-        health: HealthMarks::default(),
+        ..Subscription::new(queue.tenax.clone(), now)
     };
     applied(&mut subscription, &from);
     let (stored, _) = state.engine.create_subscription(subscription).await?;
