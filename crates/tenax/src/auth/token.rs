@@ -2,7 +2,8 @@
 //! token is shown once, in the answer that creates it; the store keeps its SHA-256, its name,
 //! role and scopes, when it was made and (about) when it was last used.
 
-use std::io::Read as _;
+use rand::TryRngCore as _;
+use rand::rngs::OsRng;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -47,7 +48,9 @@ pub struct NewToken {
 /// A new token's secret: [`TOKEN_PREFIX`] and 32 bytes of the operating system's randomness.
 pub fn generate() -> std::io::Result<String> {
     let mut bytes = [0u8; TOKEN_BYTES];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    OsRng
+        .try_fill_bytes(&mut bytes)
+        .map_err(std::io::Error::other)?;
     Ok(format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes)))
 }
 

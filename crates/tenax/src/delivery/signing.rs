@@ -14,8 +14,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use hmac::digest::{Key, KeyInit};
 use hmac::{Hmac, Mac};
+use rand::TryRngCore as _;
+use rand::rngs::OsRng;
 use sha2::{Digest, Sha256};
-use std::io::Read;
 
 /// The prefix every secret's text starts with.
 pub const SECRET_PREFIX: &str = "whsec_";
@@ -33,10 +34,12 @@ const SIGNATURE_VERSION: &str = "v1";
 type HmacSha256 = Hmac<Sha256>;
 
 /// A new secret: [`SECRET_PREFIX`] followed by the base64 of 24 bytes from the operating system's
-/// random source (`/dev/urandom`).
+/// random source.
 pub fn generate_secret() -> std::io::Result<String> {
     let mut key = [0u8; GENERATED_KEY_BYTES];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    OsRng
+        .try_fill_bytes(&mut key)
+        .map_err(std::io::Error::other)?;
     Ok(format!("{SECRET_PREFIX}{}", STANDARD.encode(key)))
 }
 
