@@ -3,25 +3,82 @@
 //!
 //! Each case is an `async fn` taking a [`Backend`]: a place where a store can be opened, closed
 //! and opened again on the same data (for the embedded store, a directory). Each case checks
-//! its transitions, then closes the store, reopens it and checks that the state survived (jobs
-//! in flight come back ready).
+//! its transitions, then closes the store, reopens it and checks that the state survived. What
+//! a restart does to leases is the backend's declared property
+//! ([`StoreProperties::durable_leases`]): without it, jobs in flight come back ready; with it,
+//! they are still leased to the same holders.
 //!
 //! Adding a backend (PostgreSQL): implement [`Backend`] for it and add one line
 //! `conformance_suite!(postgres, Postgres::new().await);` at the bottom.
+//!
+//! Coverage: every operation of the seam (`src/store/seam.rs`), and the case(s) that check it.
+//!
+//! | family              | operation              | cases                                                                                   |
+//! |---------------------|------------------------|-----------------------------------------------------------------------------------------|
+//! | `JobInserts`        | `insert_jobs`          | `enqueue_is_atomic_and_ids_increase`, `unique_keys_refuse_or_return_the_holder`, `deliveries_are_stored_with_their_message_and_subscription` |
+//! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged` |
+//! |                     | `extend_lease`         | `expired_leases_go_to_the_decision`                                                     |
+//! |                     | `complete_jobs`        | `complete_needs_the_current_lease`                                                      |
+//! |                     | `fail_job`             | `fail_asks_the_decision_and_records_it`                                                 |
+//! |                     | `finish_delivery`      | `deliveries_are_taken_finished_and_logged`                                              |
+//! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`                                                      |
+//! | `ClaimStore`        | `claim`                | `claims_are_renewed_ended_and_forgotten`, `a_closed_stream_releases_its_jobs`           |
+//! |                     | `extend_claim`         | `claims_are_renewed_ended_and_forgotten`                                                |
+//! |                     | `end_claim`            | `claims_are_renewed_ended_and_forgotten`                                                |
+//! |                     | `release_claim`        | `a_closed_stream_releases_its_jobs`                                                     |
+//! | `JobUpkeep`         | `promote_due`          | `due_jobs_are_promoted`                                                                 |
+//! |                     | `expire_leases`        | `expired_leases_go_to_the_decision`, `claims_are_renewed_ended_and_forgotten`           |
+//! |                     | `expire_jobs`          | `expired_jobs_are_deleted_whatever_their_status`                                        |
+//! |                     | `purge_finished`       | `finished_jobs_are_purged_after_retention`                                              |
+//! |                     | `next_wakeup`          | `due_jobs_are_promoted`, `expired_leases_go_to_the_decision`, `expired_jobs_are_deleted_whatever_their_status` |
+//! | `JobCuration`       | `replay_jobs`          | `dead_jobs_are_replayed`, `replay_respects_unique_keys`                                 |
+//! |                     | `delete_jobs`          | `jobs_are_deleted_by_selection`                                                         |
+//! |                     | `delete_checked`       | `peeks_and_checked_deletes_see_the_current_state`                                       |
+//! | `JobReads`          | `get_job`              | (most cases)                                                                            |
+//! |                     | `list_jobs`            | `list_filters_and_pages`, `list_filters_for_messages_and_counts_agree`                  |
+//! |                     | `count_jobs`           | `list_filters_for_messages_and_counts_agree`                                            |
+//! |                     | `peek_jobs`            | `peeks_and_checked_deletes_see_the_current_state`                                       |
+//! |                     | `counts`               | `counts_per_queue_and_status`, every reopen                                             |
+//! |                     | `queue_counts`         | `list_filters_for_messages_and_counts_agree`, `queues_are_deleted_with_their_jobs`      |
+//! |                     | `attempts`             | `deliveries_are_taken_finished_and_logged`, every reopen                                |
+//! | `QueueStore`        | `queue`, `queues`      | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
+//! |                     | `update_queue`         | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
+//! |                     | `delete_queue`         | `queues_are_deleted_with_their_jobs`                                                    |
+//! | `SubscriptionStore` | `insert_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `unique_endpoints_are_held_per_queue`   |
+//! |                     | `update_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `unique_endpoints_are_held_per_queue`   |
+//! |                     | `delete_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `deliveries_are_taken_finished_and_logged` |
+//! |                     | `subscription`, `subscriptions`, `subscribers` | `subscriptions_are_stored_changed_and_deleted`, every reopen    |
+//! | `TokenStore`        | `put_token`, `delete_token`, `tokens` | `tokens_are_stored_by_id`, every reopen                                  |
+//! | `StoreLifecycle`    | `properties`           | `leases_across_a_restart_follow_the_declared_property`, every reopen; `embedded_properties` |
+//! |                     | `signals`              | `signals_announce_what_may_have_changed`                                                |
+//! |                     | `lead`                 | `a_lone_server_leads`                                                                   |
+//! |                     | `close`                | `close_keeps_everything_acknowledged`, every reopen                                     |
+//! | (opening)           | format refusal         | `newer_formats_are_refused`                                                             |
+//! | (every family)      | atomicity: operations on one job are serialised | `racing_operations_on_a_job_are_serialised`                    |
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use redb::{ReadableDatabase, TableDefinition};
 use serde_json::json;
 use serde_json::value::RawValue;
 use tempfile::TempDir;
-use tenax::model::{ErrorEntry, Job, JobId, NewJob, Status, StoredPolicy};
+use tenax::auth::{Role, TokenRecord};
+use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
+use tenax::model::{
+    Attempt, AttemptResult, ClaimId, ErrorEntry, Job, JobId, LeaseToken, NewJob, Status,
+    StoredPolicy, Subscription, SubscriptionId,
+};
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::{
-    Ack, DecideContext, EmbeddedStore, Enqueued, Insert, JobFilter, KeyHolder, NotReplayed,
-    OnDuplicate, Page, QueueConfig, QueueCounts, Replay, Replayed, Selection, Store, StoreError,
-    TakeRequest, TakenJob, Transition,
+    Ack, Checked, Claim, ClaimRecord, ClaimedJob, DeadLetter, DecideContext, EmbeddedStore,
+    Enqueued, Finished, Insert, JobFilter, JobPeek, KeyHolder, NotReplayed, OnDuplicate, Order,
+    Page, QueueConfig, QueueCounts, Replay, Replayed, Selection, Store, StoreError,
+    StoreProperties, TakeRequest, TakenJob, Transition,
 };
 use tenax_policy::{RetryPolicy, Shape};
+use tokio::sync::Notify;
 
 /// Every case starts at this time (ms since the epoch).
 const T0: u64 = 1_800_000_000_000;
@@ -32,12 +89,25 @@ const SECOND: u64 = 1_000;
 /// One backend at one location. `open` gives a store on the data the last closed store there
 /// left behind (empty the first time).
 trait Backend {
-    async fn open(&self, now_ms: u64) -> Arc<dyn Store>;
+    /// Opens the store, or says why it cannot.
+    async fn try_open(&self, now_ms: u64) -> Result<Arc<dyn Store>, StoreError>;
+
+    async fn open(&self, now_ms: u64) -> Arc<dyn Store> {
+        self.try_open(now_ms).await.expect("the store opens")
+    }
+
+    /// The storage format the data is stamped with (the store is closed).
+    async fn format(&self) -> u64;
+
+    /// Stamps the data with storage format `version`, as another version of Tenax would have
+    /// written it (the store is closed).
+    async fn stamp_format(&self, version: u64);
 }
 
 /// The embedded store in a temporary directory.
 struct Embedded {
     dir: TempDir,
+    options: EmbeddedOptions,
 }
 
 impl Embedded {
@@ -47,24 +117,95 @@ impl Embedded {
                 .prefix("tenax-store-")
                 .tempdir()
                 .expect("a temporary directory"),
+            options: EmbeddedOptions::default(),
         }
+    }
+
+    /// Commits are acknowledged before they are synced.
+    fn unsynced() -> Self {
+        Self {
+            options: EmbeddedOptions {
+                sync: false,
+                ..EmbeddedOptions::default()
+            },
+            ..Self::new()
+        }
+    }
+
+    /// The embedded store's file and its `meta` table (see `src/store/embedded/tables.rs`).
+    fn meta(
+        &self,
+    ) -> (
+        std::path::PathBuf,
+        TableDefinition<'static, &'static str, u64>,
+    ) {
+        (
+            self.dir.path().join("tenax.redb"),
+            TableDefinition::new("meta"),
+        )
     }
 }
 
 impl Backend for Embedded {
-    async fn open(&self, now_ms: u64) -> Arc<dyn Store> {
-        let dir = self.dir.path().to_owned();
-        let store = tokio::task::spawn_blocking(move || {
-            EmbeddedStore::open(&dir, &EmbeddedOptions::default(), now_ms)
+    async fn try_open(&self, now_ms: u64) -> Result<Arc<dyn Store>, StoreError> {
+        let (dir, options) = (self.dir.path().to_owned(), self.options.clone());
+        let store =
+            tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, &options, now_ms))
+                .await
+                .expect("the open task")?;
+        Ok(Arc::new(store))
+    }
+
+    async fn format(&self) -> u64 {
+        let (path, meta) = self.meta();
+        tokio::task::spawn_blocking(move || {
+            let db = redb::Database::open(&path).expect("the file opens");
+            let tx = db.begin_read().expect("a read");
+            let table = tx.open_table(meta).expect("the meta table");
+            table
+                .get("format_version")
+                .expect("readable")
+                .expect("the file is stamped")
+                .value()
         })
         .await
-        .expect("the open task")
-        .expect("the embedded store opens");
-        Arc::new(store)
+        .expect("the task")
+    }
+
+    async fn stamp_format(&self, version: u64) {
+        let (path, meta) = self.meta();
+        tokio::task::spawn_blocking(move || {
+            let db = redb::Database::open(&path).expect("the file opens");
+            let tx = db.begin_write().expect("a write");
+            {
+                let mut table = tx.open_table(meta).expect("the meta table");
+                table.insert("format_version", version).expect("stamped");
+            }
+            tx.commit().expect("committed");
+        })
+        .await
+        .expect("the task");
     }
 }
 
 // --- helpers ---------------------------------------------------------------------------------
+
+// Ids are made through these, so the suite reads the same whether an id type is a `u64` or a
+// newtype around one.
+#[allow(clippy::useless_conversion)]
+fn job_id(n: u64) -> JobId {
+    JobId::from(n)
+}
+
+#[allow(clippy::useless_conversion)]
+fn claim_id(n: u64) -> ClaimId {
+    ClaimId::from(n)
+}
+
+#[allow(clippy::useless_conversion)]
+fn lease_token(n: u64) -> LeaseToken {
+    LeaseToken::from(n)
+}
 
 /// A job for `queue`, ready at [`T0`]; adjust with the [`Build`] methods.
 fn job(queue: &str) -> Insert {
@@ -94,6 +235,8 @@ trait Build {
     fn kind(self, kind: &str) -> Self;
     fn payload(self, json: serde_json::Value) -> Self;
     fn policy(self, policy: RetryPolicy) -> Self;
+    fn origin(self, origin: &str) -> Self;
+    fn expires(self, at_ms: u64) -> Self;
 }
 
 impl Build for Insert {
@@ -120,6 +263,97 @@ impl Build for Insert {
     fn policy(mut self, policy: RetryPolicy) -> Self {
         self.job.policy = Some(StoredPolicy::new(policy));
         self
+    }
+    fn origin(mut self, origin: &str) -> Self {
+        self.job.origin = Some(origin.to_owned());
+        self
+    }
+    fn expires(mut self, at_ms: u64) -> Self {
+        self.job.expires_at_ms = Some(at_ms);
+        self
+    }
+}
+
+/// The delivery to `subscription` of the message at index `parent` of the same insert.
+fn delivery(subscription: SubscriptionId, parent: usize) -> Insert {
+    let mut insert = job(&delivery_queue(subscription)).kind(DELIVERY_KIND);
+    insert.parent = Some(parent);
+    insert.owner = Some(subscription);
+    insert
+}
+
+/// A subscription of `queue` to `endpoint` (its id is the store's to assign). Built from JSON,
+/// so that fields added later take their defaults.
+fn subscription(queue: &str, endpoint: &str) -> Subscription {
+    serde_json::from_value(json!({
+        "id": 0,
+        "queue": queue,
+        "endpoint": endpoint,
+        "content_type": "application/json",
+        "secret": "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0",
+        "headers": {"X-Team": "billing"},
+        "enabled": true,
+        "created_at_ms": T0,
+        "updated_at_ms": T0,
+    }))
+    .expect("a subscription")
+}
+
+/// A subscription whose endpoint must be unique in its queue (Zaqar's).
+fn zaqar_subscription(queue: &str, endpoint: &str) -> Subscription {
+    let mut subscription = subscription(queue, endpoint);
+    subscription.format = tenax::model::EnvelopeFormat::Zaqar;
+    assert_eq!(subscription.unique_endpoint(), Some(endpoint));
+    subscription
+}
+
+/// One POST of a delivery.
+fn attempt(n: u32, at_ms: u64, result: AttemptResult, status: u16) -> Attempt {
+    Attempt {
+        attempt: n,
+        at_ms,
+        latency_ms: 12,
+        result,
+        status: Some(status),
+        error: None,
+        response: Some(format!("HTTP {status}")),
+        retry_after_ms: None,
+    }
+}
+
+/// A new token record (id 0: the store assigns one).
+fn token(name: &str, role: Role) -> TokenRecord {
+    TokenRecord {
+        id: 0,
+        name: name.to_owned(),
+        hash: format!("{:0>64}", name.len()),
+        role,
+        queues: vec!["orders-*".to_owned()],
+        projects: Vec::new(),
+        created_at_ms: T0,
+        last_used_at_ms: None,
+    }
+}
+
+/// Runs `action` with a waiter registered on `signal` beforehand, and checks that the signal
+/// fired (a backend may deliver it asynchronously: it has a few seconds).
+async fn fires<T>(signal: &Notify, what: &str, action: impl Future<Output = T>) -> T {
+    let notified = signal.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    let output = action.await;
+    tokio::time::timeout(Duration::from_secs(5), notified)
+        .await
+        .unwrap_or_else(|_| panic!("{what} fired no signal"));
+    output
+}
+
+/// What a job's status is after a restart, by the backend's declared properties.
+fn after_restart(properties: StoreProperties, status: Status) -> Status {
+    if status == Status::InFlight && !properties.durable_leases {
+        Status::Ready
+    } else {
+        status
     }
 }
 
@@ -171,7 +405,7 @@ async fn take_on(
     queues: &[&str],
     max: usize,
     lease_ms: u64,
-    stream: Option<u64>,
+    stream: Option<ClaimId>,
     now_ms: u64,
 ) -> Vec<TakenJob> {
     let queues: Vec<String> = queues.iter().map(|q| (*q).to_owned()).collect();
@@ -305,9 +539,12 @@ async fn kill(store: &Arc<dyn Store>, queue: &str, ids: &[JobId], now_ms: u64) {
     }
 }
 
-/// Everything a store holds, as a reopened store at `now_ms` must give it back: jobs in flight
-/// are ready, and so are scheduled jobs that are due.
+/// Everything a store holds, as a reopened store at `now_ms` must give it back: every job with
+/// its errors and policy (jobs in flight are ready unless the backend keeps leases, and
+/// scheduled jobs that are due are ready), every delivery's attempts, every queue's settings,
+/// every subscription and every token.
 async fn snapshot(store: &Arc<dyn Store>, now_ms: u64) -> serde_json::Value {
+    let properties = store.properties();
     let jobs: Vec<Job> = store
         .list_jobs(&JobFilter::default(), Page::after(None, 1_000_000))
         .await
@@ -316,14 +553,31 @@ async fn snapshot(store: &Arc<dyn Store>, now_ms: u64) -> serde_json::Value {
         .map(|mut job| {
             let state = &mut job.state;
             let due = state.status == Status::Scheduled && state.run_at_ms <= now_ms;
-            if state.status == Status::InFlight || due {
-                state.status = Status::Ready;
-            }
+            state.status = if due {
+                Status::Ready
+            } else {
+                after_restart(properties, state.status)
+            };
             job
         })
         .collect();
+    let mut attempts = Vec::new();
+    for job in &jobs {
+        let logged = store.attempts(job.id).await.expect("attempts");
+        if !logged.is_empty() {
+            attempts.push((job.id, logged));
+        }
+    }
     let queues = store.queues().await.expect("queues");
-    json!({ "jobs": jobs, "queues": queues })
+    let subscriptions = store.subscriptions(None).await.expect("subscriptions");
+    let tokens = store.tokens().await.expect("tokens");
+    json!({
+        "jobs": jobs,
+        "attempts": attempts,
+        "queues": queues,
+        "subscriptions": subscriptions,
+        "tokens": tokens,
+    })
 }
 
 /// The counts `jobs` imply, sorted by queue; queues without jobs left out.
@@ -351,13 +605,19 @@ fn counts_of(jobs: &[Job]) -> Vec<QueueCounts> {
         .collect()
 }
 
-/// Closes the store, reopens it at `now_ms`, and checks that nothing acknowledged changed:
-/// every job, its errors and policy, and every queue's settings (in-flight jobs are ready
-/// again). Returns the reopened store.
+/// Closes the store, reopens it at `now_ms`, and checks that nothing acknowledged changed (see
+/// [`snapshot`]), that the backend declares the same properties, and that the counts match the
+/// jobs. Returns the reopened store.
 async fn reopen(backend: &impl Backend, store: Arc<dyn Store>, now_ms: u64) -> Arc<dyn Store> {
     let before = snapshot(&store, now_ms).await;
+    let properties = store.properties();
     close(store).await;
     let store = backend.open(now_ms).await;
+    assert_eq!(
+        store.properties(),
+        properties,
+        "the same backend, the same promises"
+    );
     let after = snapshot(&store, now_ms).await;
     assert_eq!(after, before, "the state survived closing and reopening");
     let jobs = store
@@ -570,7 +830,7 @@ async fn take_is_by_priority_then_age_and_leases(backend: &impl Backend) {
         rest.iter()
             .all(|j| j.lease_expires_at_ms == T0 + 5 + 20 * SECOND)
     );
-    let mut tokens: Vec<u64> = first.iter().chain(&rest).map(|j| j.lease_token).collect();
+    let mut tokens: Vec<LeaseToken> = first.iter().chain(&rest).map(|j| j.lease_token).collect();
     tokens.sort_unstable();
     tokens.dedup();
     assert_eq!(tokens.len(), 5, "every lease has its own token");
@@ -589,14 +849,19 @@ async fn take_is_by_priority_then_age_and_leases(backend: &impl Backend) {
         [("a", 3), ("b", 2), ("c", 0)]
     );
 
-    // Reopened, the in-flight jobs are ready again, in the same order.
+    // Reopened without durable leases, the in-flight jobs are ready again, in the same order;
+    // with them, they are still held.
     let store = reopen(backend, store, T0 + 10).await;
     let again = take(&store, &["a", "b"], 10, T0 + 10).await;
-    assert_eq!(taken_ids(&again), [ids[1], ids[2], ids[0], ids[4], ids[5]]);
-    assert!(
-        again.iter().all(|j| j.attempt == 1),
-        "a restart is not an attempt"
-    );
+    if store.properties().durable_leases {
+        assert!(again.is_empty(), "{:?}", taken_ids(&again));
+    } else {
+        assert_eq!(taken_ids(&again), [ids[1], ids[2], ids[0], ids[4], ids[5]]);
+        assert!(
+            again.iter().all(|j| j.attempt == 1),
+            "a restart is not an attempt"
+        );
+    }
     close(store).await;
 }
 
@@ -609,7 +874,10 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
         id: b.id,
         lease: c.lease_token,
     };
-    let guessed = Ack { id: c.id, lease: 0 };
+    let guessed = Ack {
+        id: c.id,
+        lease: lease_token(0),
+    };
     let results = store
         .complete_jobs(&[ack(a), wrong, guessed, ack(c), ack(d)], true, T0 + 7)
         .await
@@ -635,8 +903,8 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
             &[
                 ack(a),
                 Ack {
-                    id: 999_999,
-                    lease: 1,
+                    id: job_id(999_999),
+                    lease: lease_token(1),
                 },
             ],
             true,
@@ -651,7 +919,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
                 id: a.id,
                 status: Status::Completed
             }),
-            Err(StoreError::NotFound(999_999))
+            Err(StoreError::NotFound(job_id(999_999)))
         ]
     );
     // Without retention, a completed job is gone.
@@ -664,16 +932,22 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
     assert_eq!(ids.len(), 5);
 
     let store = reopen(backend, store, T0 + 10).await;
+    let properties = store.properties();
     for (id, want) in [
         (a.id, Some(Status::Completed)),
         (b.id, None),
         (c.id, Some(Status::Completed)),
         (d.id, Some(Status::Completed)),
-        (e.id, Some(Status::Ready)),
+        (e.id, Some(after_restart(properties, Status::InFlight))),
     ] {
         assert_eq!(status(&store, id).await, want, "job {id}");
     }
-    assert_eq!(taken_ids(&take(&store, &["q"], 5, T0 + 10).await), [e.id]);
+    let again = taken_ids(&take(&store, &["q"], 5, T0 + 10).await);
+    if properties.durable_leases {
+        assert!(again.is_empty());
+    } else {
+        assert_eq!(again, [e.id]);
+    }
     close(store).await;
 }
 
@@ -821,14 +1095,14 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
         store
             .fail_job(
                 Ack {
-                    id: 424_242,
-                    lease: 1
+                    id: job_id(424_242),
+                    lease: lease_token(1)
                 },
                 now,
                 &watched
             )
             .await,
-        Err(StoreError::NotFound(424_242))
+        Err(StoreError::NotFound(job_id(424_242)))
     );
     assert_eq!(seen.lock().expect("not poisoned").len(), calls);
     // The errors list grows one entry per failure, oldest first.
@@ -1027,14 +1301,14 @@ async fn due_jobs_are_promoted(backend: &impl Backend) {
 async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     let store = backend.open(T0).await;
     let ids = enqueue(&store, vec![job("q"); 5], T0).await;
-    let seven = take_on(&store, &["q"], 2, 30 * SECOND, Some(7), T0).await;
-    let eight = take_on(&store, &["q"], 1, 30 * SECOND, Some(8), T0).await;
+    let seven = take_on(&store, &["q"], 2, 30 * SECOND, Some(claim_id(7)), T0).await;
+    let eight = take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(8)), T0).await;
     let plain = take_on(&store, &["q"], 1, 30 * SECOND, None, T0).await;
-    let nine = take_on(&store, &["q"], 1, 30 * SECOND, Some(9), T0).await;
+    let nine = take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(9)), T0).await;
     assert_eq!(
         (
-            store.claim(7).await.expect("claim").jobs.len(),
-            store.claim(8).await.expect("claim").jobs.len()
+            store.claim(claim_id(7)).await.expect("claim").jobs.len(),
+            store.claim(claim_id(8)).await.expect("claim").jobs.len()
         ),
         (2, 1)
     );
@@ -1043,10 +1317,10 @@ async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
         .complete_jobs(&[ack(&nine[0])], true, T0)
         .await
         .expect("completed");
-    assert_eq!(store.claim(9).await.expect("claim").jobs.len(), 0);
+    assert_eq!(store.claim(claim_id(9)).await.expect("claim").jobs.len(), 0);
 
-    assert_eq!(store.release_claim(7).await.expect("release"), 2);
-    assert_eq!(store.claim(7).await.expect("claim").jobs.len(), 0);
+    assert_eq!(store.release_claim(claim_id(7)).await.expect("release"), 2);
+    assert_eq!(store.claim(claim_id(7)).await.expect("claim").jobs.len(), 0);
     for job in &seven {
         let shown = get(&store, job.id).await;
         assert_eq!(
@@ -1057,7 +1331,13 @@ async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     }
     assert_eq!(status(&store, eight[0].id).await, Some(Status::InFlight));
     assert_eq!(status(&store, plain[0].id).await, Some(Status::InFlight));
-    assert_eq!(store.release_claim(12_345).await.expect("release"), 0);
+    assert_eq!(
+        store
+            .release_claim(claim_id(12_345))
+            .await
+            .expect("release"),
+        0
+    );
     assert_eq!(
         taken_ids(&take(&store, &["q"], 5, T0).await),
         taken_ids(&seven)
@@ -1065,7 +1345,11 @@ async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     assert_eq!(ids.len(), 5);
 
     let store = reopen(backend, store, T0).await;
-    assert_eq!(store.claim(8).await.expect("claim").jobs.len(), 0);
+    let held = usize::from(store.properties().durable_leases);
+    assert_eq!(
+        store.claim(claim_id(8)).await.expect("claim").jobs.len(),
+        held
+    );
     assert_eq!(status(&store, nine[0].id).await, Some(Status::Completed));
     close(store).await;
 }
@@ -1252,7 +1536,7 @@ async fn replay_respects_unique_keys(backend: &impl Backend) {
     // Two dead jobs with one key: only the first comes back.
     kill(&store, "q", &[new], T0 + 2).await;
     let replayed = store
-        .replay_jobs(&by_id(vec![old, new, 999_999]), T0 + 3)
+        .replay_jobs(&by_id(vec![old, new, job_id(999_999)]), T0 + 3)
         .await
         .expect("answered");
     assert_eq!(replayed.ids, [old]);
@@ -1266,7 +1550,7 @@ async fn replay_respects_unique_keys(backend: &impl Backend) {
                     holder: old
                 }
             ),
-            (999_999, NotReplayed::NotFound),
+            (job_id(999_999), NotReplayed::NotFound),
         ]
     );
     let refused = insert(&store, vec![job("q").key("k")], OnDuplicate::Refuse, T0 + 3).await;
@@ -1303,7 +1587,7 @@ async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
     // By id (an in-flight job too), ignoring ids that do not exist.
     let deleted = store
         .delete_jobs(&Selection {
-            ids: Some(vec![ids[0], 777_777]),
+            ids: Some(vec![ids[0], job_id(777_777)]),
             filter: JobFilter::default(),
         })
         .await
@@ -1400,7 +1684,10 @@ async fn finished_jobs_are_purged_after_retention(backend: &impl Backend) {
         list(&store, JobFilter::default(), None, 100).await,
         [ids[4]]
     );
-    assert_eq!(status(&store, ids[4]).await, Some(Status::Ready));
+    assert_eq!(
+        status(&store, ids[4]).await,
+        Some(after_restart(store.properties(), Status::InFlight))
+    );
     let store = reopen(backend, store, T0).await;
     assert_eq!(
         list(&store, JobFilter::default(), None, 100).await,
@@ -1502,9 +1789,14 @@ async fn list_filters_and_pages(backend: &impl Backend) {
     );
 
     let store = reopen(backend, store, T0).await;
+    let ready = if store.properties().durable_leases {
+        pick(&[0, 3, 4, 5])
+    } else {
+        pick(&[0, 1, 3, 4, 5])
+    };
     assert_eq!(
         list(&store, filter(None, Some(Status::Ready), None), None, 100).await,
-        pick(&[0, 1, 3, 4, 5])
+        ready
     );
     close(store).await;
 }
@@ -1556,10 +1848,16 @@ async fn counts_per_queue_and_status(backend: &impl Backend) {
         [counts("a", [1, 0, 1, 1, 1]), counts("b", [0, 1, 0, 0, 0])]
     );
 
+    // The scheduled job is due by now; the one in flight is ready unless leases are durable.
     let store = reopen(backend, store, T0 + SECOND).await;
+    let a = if store.properties().durable_leases {
+        counts("a", [0, 1, 1, 1, 1])
+    } else {
+        counts("a", [0, 2, 0, 1, 1])
+    };
     assert_eq!(
         store.counts().await.expect("counts"),
-        [counts("a", [0, 2, 0, 1, 1]), counts("b", [0, 1, 0, 0, 0])]
+        [a, counts("b", [0, 1, 0, 0, 0])]
     );
     close(store).await;
 }
@@ -1628,6 +1926,1802 @@ async fn queue_configs_are_kept(backend: &impl Backend) {
     close(store).await;
 }
 
+/// What a restart does to leases is the backend's declared property. Without durable leases,
+/// every job in flight is ready again: a restart is not an attempt, the old lease tokens are
+/// refused, and claims hold nothing. With them, the jobs are still leased to the same tokens
+/// and claims until the same time, and their holders complete them.
+async fn leases_across_a_restart_follow_the_declared_property(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let properties = store.properties();
+    let ids = enqueue(
+        &store,
+        vec![
+            job("q").priority(2),
+            job("q").priority(1),
+            job("q"),
+            job("q").priority(-1),
+        ],
+        T0,
+    )
+    .await;
+    let plain = take_on(&store, &["q"], 1, 30 * SECOND, None, T0).await;
+    let streamed = take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(5)), T0).await;
+    // The third fails once and is taken again: its second attempt is in flight.
+    let failing = take(&store, &["q"], 1, T0).await;
+    store
+        .fail_job(ack(&failing[0]), T0, &retry(T0, 0, "boom"))
+        .await
+        .expect("failed");
+    let retried = take_on(&store, &["q"], 1, 40 * SECOND, None, T0 + 1).await;
+    let in_flight = [&plain[0], &streamed[0], &retried[0]];
+    assert_eq!(
+        in_flight
+            .iter()
+            .map(|j| (j.id, j.attempt))
+            .collect::<Vec<_>>(),
+        [(ids[0], 1), (ids[1], 1), (ids[2], 2)]
+    );
+    let acks: Vec<Ack> = in_flight.iter().map(|j| ack(j)).collect();
+
+    let now = T0 + SECOND;
+    let store = reopen(backend, store, now).await;
+    let peeks = store.peek_jobs(&ids[..3]).await.expect("peeks");
+    if properties.durable_leases {
+        for (job, peek) in in_flight.iter().zip(&peeks) {
+            let peek = peek.as_ref().expect("the job");
+            assert_eq!(
+                (peek.status, peek.lease_expires_at_ms),
+                (Status::InFlight, Some(job.lease_expires_at_ms)),
+                "job {}",
+                job.id
+            );
+        }
+        assert_eq!(peeks[1].as_ref().and_then(|p| p.claim), Some(claim_id(5)));
+        let claimed: Vec<JobId> = store
+            .claim(claim_id(5))
+            .await
+            .expect("claim")
+            .jobs
+            .iter()
+            .map(|j| j.id)
+            .collect();
+        assert_eq!(claimed, [ids[1]]);
+        assert_eq!(taken_ids(&take(&store, &["q"], 10, now).await), [ids[3]]);
+        let results = store.complete_jobs(&acks, true, now).await.expect("commit");
+        assert_eq!(
+            results,
+            [Ok(()), Ok(()), Ok(())],
+            "the holders still hold them"
+        );
+    } else {
+        let seen: Vec<(Status, u32, Option<ClaimId>, Option<u64>)> = peeks
+            .iter()
+            .map(|p| {
+                let p = p.as_ref().expect("the job");
+                (p.status, p.failures, p.claim, p.lease_expires_at_ms)
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (Status::Ready, 0, None, None),
+                (Status::Ready, 0, None, None),
+                (Status::Ready, 1, None, None)
+            ],
+            "ready again, and a restart is not an attempt"
+        );
+        assert!(
+            store
+                .claim(claim_id(5))
+                .await
+                .expect("claim")
+                .jobs
+                .is_empty()
+        );
+        let results = store.complete_jobs(&acks, true, now).await.expect("commit");
+        assert_eq!(
+            results,
+            ids[..3]
+                .iter()
+                .map(|id| Err(StoreError::NotInFlight {
+                    id: *id,
+                    status: Status::Ready
+                }))
+                .collect::<Vec<_>>(),
+            "the old leases are gone"
+        );
+        let again = take(&store, &["q"], 10, now).await;
+        assert_eq!(taken_ids(&again), ids);
+        assert_eq!(
+            again.iter().map(|j| j.attempt).collect::<Vec<_>>(),
+            [1, 1, 2, 1]
+        );
+        assert!(
+            again
+                .iter()
+                .all(|j| acks.iter().all(|a| a.lease != j.lease_token)),
+            "new leases have new tokens"
+        );
+    }
+    close(store).await;
+}
+
+/// A claim: leases taken together under one id, with a record of their terms. Renewed, its
+/// leases move and its jobs live at least as long as asked; ended, each job goes by the
+/// decision; over, its record is forgotten by the upkeep that expires leases.
+async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let ids = enqueue(
+        &store,
+        vec![
+            job("q").expires(T0 + 12 * SECOND),
+            job("q"),
+            job("q"),
+            job("q"),
+        ],
+        T0,
+    )
+    .await;
+    let queues = vec!["q".to_owned()];
+    let record = ClaimRecord {
+        queue: "q".into(),
+        lease_ms: 10 * SECOND,
+        grace_ms: 5 * SECOND,
+        renewed_at_ms: T0,
+    };
+    let claim = claim_id(41);
+    let request = TakeRequest {
+        claim: Some(claim),
+        record: Some(record.clone()),
+        keep_until_ms: Some(T0 + 15 * SECOND),
+        ..TakeRequest::new(&queues, 2, 10 * SECOND)
+    };
+    let taken = store.take_jobs(&request, T0).await.expect("taken");
+    assert_eq!(taken_ids(&taken), ids[..2]);
+    // A job with an expiry lives at least as long as the claim keeps it; one without has none.
+    assert_eq!(
+        taken.iter().map(|j| j.expires_at_ms).collect::<Vec<_>>(),
+        [Some(T0 + 15 * SECOND), None]
+    );
+    let held = |id: JobId, until: u64, failures: u32| ClaimedJob {
+        id,
+        lease_expires_at_ms: until,
+        failures,
+    };
+    assert_eq!(
+        store.claim(claim).await,
+        Ok(Claim {
+            record: Some(record.clone()),
+            jobs: vec![
+                held(ids[0], T0 + 10 * SECOND, 0),
+                held(ids[1], T0 + 10 * SECOND, 0)
+            ],
+        })
+    );
+    // A claim that takes nothing records nothing.
+    let nobody = vec!["nobody".to_owned()];
+    let empty = TakeRequest {
+        claim: Some(claim_id(42)),
+        record: Some(record.clone()),
+        ..TakeRequest::new(&nobody, 5, 10 * SECOND)
+    };
+    assert!(store.take_jobs(&empty, T0).await.expect("take").is_empty());
+    assert_eq!(store.claim(claim_id(42)).await, Ok(Claim::default()));
+
+    // Renewed: every lease moves, the jobs live at least until asked, the record is replaced.
+    let renewed = ClaimRecord {
+        lease_ms: 20 * SECOND,
+        grace_ms: 10 * SECOND,
+        renewed_at_ms: T0 + 5 * SECOND,
+        ..record.clone()
+    };
+    let extended = store
+        .extend_claim(
+            claim,
+            20 * SECOND,
+            Some(T0 + 40 * SECOND),
+            Some(renewed.clone()),
+            T0 + 5 * SECOND,
+        )
+        .await;
+    assert_eq!(extended, Ok(2));
+    assert_eq!(
+        store.claim(claim).await,
+        Ok(Claim {
+            record: Some(renewed.clone()),
+            jobs: vec![
+                held(ids[0], T0 + 25 * SECOND, 0),
+                held(ids[1], T0 + 25 * SECOND, 0)
+            ],
+        })
+    );
+    let peeks = store.peek_jobs(&ids[..2]).await.expect("peeks");
+    assert_eq!(
+        peeks
+            .iter()
+            .map(|p| p.as_ref().map(|p| (p.expires_at_ms, p.claim)))
+            .collect::<Vec<_>>(),
+        [
+            Some((Some(T0 + 40 * SECOND), Some(claim))),
+            Some((None, Some(claim)))
+        ]
+    );
+    // The old end of the leases has no effect any more.
+    let at = T0 + 10 * SECOND;
+    assert_eq!(
+        store.expire_leases(at, 100, &again(at, "lost")).await,
+        Ok(0)
+    );
+    assert_eq!(
+        store
+            .extend_claim(claim_id(43), 20 * SECOND, None, None, T0)
+            .await,
+        Ok(0),
+        "a claim that holds nothing renews nothing"
+    );
+
+    // A job completed under the claim leaves it.
+    let done = store
+        .complete_jobs(&[ack(&taken[1])], true, T0 + 6 * SECOND)
+        .await
+        .expect("commit");
+    assert_eq!(done, [Ok(())]);
+    assert_eq!(
+        store.claim(claim).await.expect("claim").jobs,
+        [held(ids[0], T0 + 25 * SECOND, 0)]
+    );
+
+    // Ended: each job it holds goes by the decision, as if its lease had expired now; the record
+    // goes.
+    let now = T0 + 7 * SECOND;
+    let seen = Mutex::new(Vec::new());
+    let ended = store
+        .end_claim(claim, now, &|ctx: &DecideContext<'_>| {
+            seen.lock().expect("not poisoned").push(ctx.id);
+            again(now, "claim deleted")(ctx)
+        })
+        .await;
+    assert_eq!(ended, Ok(1));
+    assert_eq!(*seen.lock().expect("not poisoned"), [ids[0]]);
+    let shown = get(&store, ids[0]).await;
+    assert_eq!(
+        (shown.state.status, shown.state.failures, shown.errors.len()),
+        (Status::Ready, 1, 1)
+    );
+    assert_eq!(shown.errors[0].message, "claim deleted");
+    assert_eq!(store.claim(claim).await, Ok(Claim::default()));
+    let stale = store
+        .complete_jobs(&[ack(&taken[0])], true, now)
+        .await
+        .expect("commit");
+    assert_eq!(
+        stale,
+        [Err(StoreError::NotInFlight {
+            id: ids[0],
+            status: Status::Ready
+        })]
+    );
+    let calls = Mutex::new(0);
+    let ended = store
+        .end_claim(claim_id(44), now, &|ctx: &DecideContext<'_>| {
+            *calls.lock().expect("not poisoned") += 1;
+            dead(now, "never")(ctx)
+        })
+        .await;
+    assert_eq!(ended, Ok(0));
+    assert_eq!(*calls.lock().expect("not poisoned"), 0);
+
+    // A claim's record stays while its lease and grace last, even once it holds no job, and is
+    // forgotten after, by the upkeep that expires leases.
+    let brief = ClaimRecord {
+        lease_ms: SECOND,
+        grace_ms: SECOND,
+        renewed_at_ms: now,
+        ..record.clone()
+    };
+    let short = TakeRequest {
+        claim: Some(claim_id(45)),
+        record: Some(brief.clone()),
+        ..TakeRequest::new(&queues, 1, SECOND)
+    };
+    let briefly = store.take_jobs(&short, now).await.expect("taken");
+    assert_eq!(taken_ids(&briefly), [ids[0]]);
+    store
+        .complete_jobs(&[ack(&briefly[0])], true, now)
+        .await
+        .expect("commit");
+    let over = now + 2 * SECOND;
+    assert_eq!(
+        store
+            .expire_leases(over - 1, 100, &again(over - 1, "lost"))
+            .await,
+        Ok(0)
+    );
+    assert_eq!(
+        store.claim(claim_id(45)).await,
+        Ok(Claim {
+            record: Some(brief),
+            jobs: vec![]
+        })
+    );
+    let later = over + SECOND;
+    assert_eq!(
+        store.expire_leases(later, 100, &again(later, "lost")).await,
+        Ok(0)
+    );
+    assert_eq!(store.claim(claim_id(45)).await, Ok(Claim::default()));
+
+    // A claim in flight across a restart: kept only by a backend whose leases are durable.
+    let lasting = ClaimRecord {
+        lease_ms: 60 * SECOND,
+        grace_ms: 0,
+        renewed_at_ms: later,
+        ..record.clone()
+    };
+    let request = TakeRequest {
+        claim: Some(claim_id(46)),
+        record: Some(lasting.clone()),
+        ..TakeRequest::new(&queues, 1, 60 * SECOND)
+    };
+    let kept = store.take_jobs(&request, later).await.expect("taken");
+    assert_eq!(taken_ids(&kept), [ids[2]]);
+    // The time a claim kept a job alive to is part of the claim, so it lasts as claims do.
+    // (Closed and opened by hand: `reopen` cannot know a job's expiry before its claim.)
+    let durable = store.properties().durable_leases;
+    close(store).await;
+    let store = backend.open(later).await;
+    let (want, expiry) = if durable {
+        let claim = Claim {
+            record: Some(lasting),
+            jobs: vec![held(ids[2], later + 60 * SECOND, 0)],
+        };
+        (claim, T0 + 40 * SECOND)
+    } else {
+        (Claim::default(), T0 + 12 * SECOND)
+    };
+    assert_eq!(store.claim(claim_id(46)).await, Ok(want));
+    let shown = get(&store, ids[0]).await;
+    assert_eq!(
+        (shown.state.status, shown.spec.expires_at_ms),
+        (Status::Completed, Some(expiry))
+    );
+    close(store).await;
+}
+
+/// Pop: the ready jobs a take would lease, deleted instead and returned as they were.
+async fn pop_takes_and_deletes_ready_jobs(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    store
+        .update_queue("paused", &|_| {
+            Some(QueueConfig {
+                paused: true,
+                ..QueueConfig::default()
+            })
+        })
+        .await
+        .expect("paused");
+    let flying = enqueue(&store, vec![job("q").priority(20)], T0).await[0];
+    let taken = take(&store, &["q"], 1, T0).await;
+    assert_eq!(taken_ids(&taken), [flying]);
+    let ids = enqueue(
+        &store,
+        vec![
+            job("q").payload(json!({"n": 0})),
+            job("q").priority(5).key("k").payload(json!({"n": 1})),
+            job("q").at(T0 + SECOND).priority(9),
+            job("r").priority(1),
+            job("paused").priority(9),
+            job("q"),
+        ],
+        T0,
+    )
+    .await;
+    let queues: Vec<String> = ["q", "r", "paused"].map(str::to_owned).to_vec();
+    assert!(
+        store
+            .pop_jobs(&queues, 0, T0)
+            .await
+            .expect("pop")
+            .is_empty()
+    );
+    let popped = store.pop_jobs(&queues, 2, T0).await.expect("pop");
+    assert_eq!(
+        popped.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [ids[1], ids[3]],
+        "by priority, then age"
+    );
+    let first = &popped[0];
+    assert_eq!(
+        (
+            first.spec.queue.as_str(),
+            first.spec.payload.get(),
+            first.spec.unique_key.as_deref(),
+            first.state.status
+        ),
+        ("q", r#"{"n":1}"#, Some("k"), Status::Ready),
+        "as it was"
+    );
+    assert!(store.get_job(ids[1]).await.expect("readable").is_none());
+    assert!(store.get_job(ids[3]).await.expect("readable").is_none());
+    // Its unique key is free.
+    let keyed = enqueue(&store, vec![job("q").key("k")], T0).await[0];
+    // Never a scheduled, in-flight or paused job.
+    let rest = store.pop_jobs(&queues, 10, T0).await.expect("pop");
+    assert_eq!(
+        rest.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [ids[0], ids[5], keyed]
+    );
+    assert!(
+        store
+            .pop_jobs(&queues, 10, T0)
+            .await
+            .expect("pop")
+            .is_empty()
+    );
+    assert_eq!(status(&store, flying).await, Some(Status::InFlight));
+    assert_eq!(status(&store, ids[2]).await, Some(Status::Scheduled));
+    assert_eq!(status(&store, ids[4]).await, Some(Status::Ready));
+
+    let store = reopen(backend, store, T0).await;
+    assert_eq!(
+        list(&store, JobFilter::default(), None, 100).await,
+        [flying, ids[2], ids[4]]
+    );
+    close(store).await;
+}
+
+/// Peeks show a job's queue and state without its body; a checked delete judges each job as it
+/// is under the store's serialisation, and deletes only what the check accepts.
+async fn peeks_and_checked_deletes_see_the_current_state(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let ids = enqueue(
+        &store,
+        vec![
+            job("q").expires(T0 + 60 * SECOND),
+            job("q"),
+            job("q"),
+            job("r").at(T0 + 5 * SECOND),
+            job("q"),
+        ],
+        T0,
+    )
+    .await;
+    let claimed = take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(3)), T0).await;
+    let plain = take_on(&store, &["q"], 1, 20 * SECOND, None, T0).await;
+    assert_eq!(
+        taken_ids(&[claimed.clone(), plain.clone()].concat()),
+        ids[..2]
+    );
+    kill(&store, "q", &[ids[2]], T0).await;
+    let missing = job_id(999_999);
+    let peek = |queue: &str,
+                status: Status,
+                failures: u32,
+                expires: Option<u64>,
+                claim: Option<ClaimId>,
+                lease: Option<u64>| {
+        Some(JobPeek {
+            queue: Arc::from(queue),
+            status,
+            failures,
+            expires_at_ms: expires,
+            claim,
+            lease_expires_at_ms: lease,
+        })
+    };
+    let want = [
+        peek(
+            "q",
+            Status::InFlight,
+            0,
+            Some(T0 + 60 * SECOND),
+            Some(claim_id(3)),
+            Some(T0 + 30 * SECOND),
+        ),
+        peek("q", Status::InFlight, 0, None, None, Some(T0 + 20 * SECOND)),
+        peek("q", Status::Dead, 1, None, None, None),
+        peek("r", Status::Scheduled, 0, None, None, None),
+        peek("q", Status::Ready, 0, None, None, None),
+        None,
+    ];
+    let peeks = store
+        .peek_jobs(&[ids[0], ids[1], ids[2], ids[3], ids[4], missing, ids[0]])
+        .await
+        .expect("peeks");
+    assert_eq!(peeks[..6], want);
+    assert_eq!(peeks[6], want[0], "one answer per id, repeats too");
+    assert!(store.peek_jobs(&[]).await.expect("peeks").is_empty());
+
+    // Deletes what no lease holds: the check sees each job as it is, and is not asked about a
+    // job that does not exist.
+    let seen = Mutex::new(Vec::new());
+    let checked = store
+        .delete_checked(
+            &[ids[0], ids[1], ids[2], missing, ids[4]],
+            &|peek: &JobPeek| {
+                seen.lock().expect("not poisoned").push(peek.status);
+                peek.status != Status::InFlight
+            },
+        )
+        .await
+        .expect("checked");
+    let check = |id: JobId, peek: &Option<JobPeek>, deleted: bool| Checked {
+        id,
+        peek: peek.clone(),
+        deleted,
+    };
+    assert_eq!(
+        checked,
+        [
+            check(ids[0], &want[0], false),
+            check(ids[1], &want[1], false),
+            check(ids[2], &want[2], true),
+            check(missing, &None, false),
+            check(ids[4], &want[4], true),
+        ]
+    );
+    assert_eq!(
+        *seen.lock().expect("not poisoned"),
+        [
+            Status::InFlight,
+            Status::InFlight,
+            Status::Dead,
+            Status::Ready
+        ]
+    );
+    assert_eq!(
+        store.peek_jobs(&[ids[2], ids[4]]).await.expect("peeks"),
+        [None, None]
+    );
+    // A job held by a claim, deleted under that claim: gone from the claim too.
+    let checked = store
+        .delete_checked(&[ids[0], ids[1]], &|peek: &JobPeek| {
+            peek.claim == Some(claim_id(3))
+        })
+        .await
+        .expect("checked");
+    assert_eq!(
+        checked.iter().map(|c| c.deleted).collect::<Vec<_>>(),
+        [true, false]
+    );
+    assert!(
+        store
+            .claim(claim_id(3))
+            .await
+            .expect("claim")
+            .jobs
+            .is_empty()
+    );
+    let results = store
+        .complete_jobs(&[ack(&claimed[0]), ack(&plain[0])], true, T0)
+        .await
+        .expect("commit");
+    assert_eq!(results, [Err(StoreError::NotFound(ids[0])), Ok(())]);
+
+    let store = reopen(backend, store, T0).await;
+    assert_eq!(
+        list(&store, JobFilter::default(), None, 100).await,
+        [ids[1], ids[3]]
+    );
+    close(store).await;
+}
+
+/// The conditions messages are listed by (finished since, live, not scheduled, claimed or
+/// free, not one's own), newest first too; and counts agree with listings.
+async fn list_filters_for_messages_and_counts_agree(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let completed = enqueue(&store, vec![job("q")], T0).await[0];
+    let taken = take(&store, &["q"], 1, T0).await;
+    store
+        .complete_jobs(&[ack(&taken[0])], true, T0 + SECOND)
+        .await
+        .expect("completed");
+    let died = enqueue(&store, vec![job("q")], T0).await[0];
+    kill(&store, "q", &[died], T0 + 2 * SECOND).await;
+    let claimed = enqueue(&store, vec![job("q")], T0).await[0];
+    take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(9)), T0).await;
+    let leased = enqueue(&store, vec![job("q")], T0).await[0];
+    take(&store, &["q"], 1, T0).await;
+    let rest = enqueue(
+        &store,
+        vec![
+            job("q").origin("c1"),
+            job("q").origin("c2").expires(T0 + 5 * SECOND),
+            job("q").at(T0 + 10 * SECOND),
+            job("r"),
+        ],
+        T0,
+    )
+    .await;
+    let [own, expiring, scheduled, other] = [rest[0], rest[1], rest[2], rest[3]];
+    let all = [
+        completed, died, claimed, leased, own, expiring, scheduled, other,
+    ];
+    let now = T0 + 3 * SECOND;
+
+    let check = async |filter: JobFilter, want: &[JobId]| {
+        assert_eq!(
+            list(&store, filter.clone(), None, 100).await,
+            want,
+            "{filter:?}"
+        );
+        assert_eq!(
+            store.count_jobs(&filter).await,
+            Ok(want.len() as u64),
+            "{filter:?}"
+        );
+    };
+    check(JobFilter::default(), &all).await;
+    let since = |at: u64| JobFilter {
+        finished_since_ms: Some(at),
+        ..JobFilter::default()
+    };
+    check(since(T0 + SECOND), &[completed, died]).await;
+    check(since(T0 + SECOND + 1), &[died]).await;
+    let live = |at: u64| JobFilter {
+        live_at_ms: Some(at),
+        ..JobFilter::default()
+    };
+    check(
+        live(now),
+        &[claimed, leased, own, expiring, scheduled, other],
+    )
+    .await;
+    check(
+        live(T0 + 5 * SECOND),
+        &[claimed, leased, own, scheduled, other],
+    )
+    .await;
+    let not_scheduled = JobFilter {
+        not_scheduled: true,
+        ..JobFilter::default()
+    };
+    check(
+        not_scheduled,
+        &[completed, died, claimed, leased, own, expiring, other],
+    )
+    .await;
+    let claimed_at = |held: bool, at: u64| JobFilter {
+        claimed_at: Some((held, at)),
+        ..JobFilter::default()
+    };
+    check(claimed_at(true, now), &[claimed]).await;
+    check(
+        claimed_at(false, now),
+        &[completed, died, leased, own, expiring, scheduled, other],
+    )
+    .await;
+    check(claimed_at(true, T0 + 30 * SECOND), &[]).await;
+    let not_mine = JobFilter {
+        not_origin: Some("c1".into()),
+        ..JobFilter::default()
+    };
+    check(
+        not_mine,
+        &[completed, died, claimed, leased, expiring, scheduled, other],
+    )
+    .await;
+    // Zaqar's free messages of a queue that are not one's own: every condition at once.
+    let free = JobFilter {
+        queue: Some("q".into()),
+        live_at_ms: Some(now),
+        not_scheduled: true,
+        claimed_at: Some((false, now)),
+        not_origin: Some("c1".into()),
+        ..JobFilter::default()
+    };
+    check(free, &[leased, expiring]).await;
+
+    // Newest first, paged backwards.
+    let newest = |after: Option<JobId>, limit: usize| Page {
+        after,
+        limit,
+        order: Order::Descending,
+    };
+    let page = store
+        .list_jobs(&JobFilter::default(), newest(None, 3))
+        .await
+        .expect("list");
+    assert_eq!(
+        page.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [other, scheduled, expiring]
+    );
+    let page = store
+        .list_jobs(&JobFilter::queue("q"), newest(Some(expiring), 2))
+        .await
+        .expect("list");
+    assert_eq!(page.iter().map(|j| j.id).collect::<Vec<_>>(), [own, leased]);
+
+    // One queue's counts, and a queue without jobs (zeros, under its name).
+    let counts =
+        |queue: &str, [scheduled, ready, in_flight, completed, dead]: [u64; 5]| QueueCounts {
+            queue: queue.to_owned(),
+            scheduled,
+            ready,
+            in_flight,
+            completed,
+            dead,
+        };
+    assert_eq!(
+        store.queue_counts("q").await,
+        Ok(counts("q", [1, 2, 2, 1, 1]))
+    );
+    assert_eq!(
+        store.queue_counts("r").await,
+        Ok(counts("r", [0, 1, 0, 0, 0]))
+    );
+    assert_eq!(
+        store.queue_counts("nobody").await,
+        Ok(counts("nobody", [0; 5]))
+    );
+    assert_eq!(
+        store.counts().await,
+        Ok(vec![
+            counts("q", [1, 2, 2, 1, 1]),
+            counts("r", [0, 1, 0, 0, 0])
+        ])
+    );
+    let store = reopen(backend, store, now).await;
+    assert_eq!(
+        store.count_jobs(&JobFilter::default()).await,
+        Ok(all.len() as u64)
+    );
+    close(store).await;
+}
+
+/// Jobs past their expiry are deleted whatever their status, at most `max` at a time, and the
+/// next expiry is when upkeep next has work.
+async fn expired_jobs_are_deleted_whatever_their_status(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    assert_eq!(store.next_wakeup().await, Ok(None), "nothing to do");
+    let at = T0 + 5 * SECOND;
+    let completed = enqueue(&store, vec![job("q").expires(at)], T0).await[0];
+    let taken = take(&store, &["q"], 1, T0).await;
+    store
+        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .await
+        .expect("completed");
+    let died = enqueue(&store, vec![job("q").expires(at)], T0).await[0];
+    kill(&store, "q", &[died], T0).await;
+    let ids = enqueue(
+        &store,
+        vec![
+            job("q").expires(at).key("k"),
+            job("q").expires(at).at(T0 + 60 * SECOND),
+            job("q").expires(at).priority(1),
+            job("q"),
+            job("q").expires(at + SECOND),
+        ],
+        T0,
+    )
+    .await;
+    let flying = take(&store, &["q"], 1, T0).await;
+    assert_eq!(taken_ids(&flying), [ids[2]]);
+    // The earliest of a scheduled job (T0 + 60 s), a lease (T0 + 30 s) and an expiry (T0 + 5 s).
+    assert_eq!(store.next_wakeup().await, Ok(Some(at)));
+
+    assert_eq!(store.expire_jobs(at - 1, 100).await, Ok(0));
+    assert_eq!(store.expire_jobs(at, 2).await, Ok(2), "at most `max`");
+    assert_eq!(store.expire_jobs(at, 100).await, Ok(3));
+    assert_eq!(store.expire_jobs(at, 100).await, Ok(0));
+    for id in [completed, died, ids[0], ids[1], ids[2]] {
+        assert!(
+            store.get_job(id).await.expect("readable").is_none(),
+            "job {id}"
+        );
+    }
+    let results = store
+        .complete_jobs(&[ack(&flying[0])], true, at)
+        .await
+        .expect("commit");
+    assert_eq!(results, [Err(StoreError::NotFound(ids[2]))]);
+    // Its key is free; the lease went with the job.
+    let keyed = enqueue(&store, vec![job("q").key("k")], at).await[0];
+    assert_eq!(store.next_wakeup().await, Ok(Some(at + SECOND)));
+
+    let store = reopen(backend, store, at).await;
+    assert_eq!(
+        list(&store, JobFilter::default(), None, 100).await,
+        [ids[3], ids[4], keyed]
+    );
+    assert_eq!(store.next_wakeup().await, Ok(Some(at + SECOND)));
+    assert_eq!(store.expire_jobs(at + SECOND, 100).await, Ok(1));
+    assert_eq!(store.next_wakeup().await, Ok(None));
+    close(store).await;
+}
+
+/// Subscriptions: stored with an assigned id, listed by queue, changed atomically, deleted.
+async fn subscriptions_are_stored_changed_and_deleted(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    assert_eq!(store.subscriptions(None).await, Ok(vec![]));
+    let insert = async |queue: &str, endpoint: &str| {
+        let (stored, created) = store
+            .insert_subscription(subscription(queue, endpoint))
+            .await
+            .expect("stored");
+        assert!(created, "{endpoint}");
+        stored
+    };
+    let a = insert("q", "https://a.example/").await;
+    let b = insert("r", "https://b.example/").await;
+    let c = insert("q", "https://c.example/").await;
+    assert!(a.id < b.id && b.id < c.id, "ids increase");
+    // Stored as given, with its id.
+    let mut given = subscription("q", "https://a.example/");
+    given.id = a.id;
+    assert_eq!(a, given);
+    assert_eq!(store.subscription(a.id).await, Ok(Some(a.clone())));
+    assert_eq!(
+        store.subscriptions(None).await,
+        Ok(vec![a.clone(), b.clone(), c.clone()])
+    );
+    assert_eq!(
+        store.subscriptions(Some("q")).await,
+        Ok(vec![a.clone(), c.clone()])
+    );
+    assert_eq!(store.subscriptions(Some("nobody")).await, Ok(vec![]));
+    assert_eq!(store.subscribers("q").await, Ok(vec![a.id, c.id]));
+    assert_eq!(store.subscribers("nobody").await, Ok(vec![]));
+
+    // Changed: the change sees the stored subscription, and what it returns is stored.
+    let seen = Mutex::new(Vec::new());
+    let changed = store
+        .update_subscription(a.id, &|current: &Subscription| {
+            seen.lock().expect("not poisoned").push(current.clone());
+            let mut next = current.clone();
+            next.enabled = false;
+            next.disabled_reason = Some("failing for a day".into());
+            next.health.failing_since_ms = Some(T0 + 1);
+            next.updated_at_ms = T0 + 2;
+            Some(next)
+        })
+        .await
+        .expect("changed");
+    assert!(
+        seen.lock().expect("not poisoned").iter().all(|s| *s == a),
+        "the change saw the stored subscription"
+    );
+    assert_eq!(
+        (
+            changed.id,
+            changed.enabled,
+            changed.health.failing_since_ms,
+            changed.endpoint.as_str()
+        ),
+        (a.id, false, Some(T0 + 1), "https://a.example/")
+    );
+    assert_eq!(store.subscription(a.id).await, Ok(Some(changed.clone())));
+    // A change that declines leaves it, and answers with it as stored.
+    assert_eq!(
+        store.update_subscription(a.id, &|_| None).await,
+        Ok(changed.clone())
+    );
+
+    // Deleted (with its deliveries: none here); then there is none to change or delete.
+    assert_eq!(store.delete_subscription(c.id).await, Ok(0));
+    assert_eq!(store.subscription(c.id).await, Ok(None));
+    assert_eq!(store.subscribers("q").await, Ok(vec![a.id]));
+    assert_eq!(
+        store.delete_subscription(c.id).await,
+        Err(StoreError::NoSubscription(c.id))
+    );
+    assert_eq!(
+        store
+            .update_subscription(c.id, &|s: &Subscription| Some(s.clone()))
+            .await,
+        Err(StoreError::NoSubscription(c.id))
+    );
+
+    let store = reopen(backend, store, T0).await;
+    assert_eq!(store.subscription(a.id).await, Ok(Some(changed)));
+    assert_eq!(store.subscribers("q").await, Ok(vec![a.id]));
+    assert_eq!(store.subscribers("r").await, Ok(vec![b.id]));
+    // Ids are never reused, across restarts too.
+    let (d, _) = store
+        .insert_subscription(subscription("q", "https://d.example/"))
+        .await
+        .expect("stored");
+    assert!(d.id > c.id);
+    close(store).await;
+}
+
+/// A subscription that asks for it holds its endpoint in its queue: another one asking for the
+/// same is answered with the holder, and a change onto a held endpoint is refused.
+async fn unique_endpoints_are_held_per_queue(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let url = "https://hooks.example/a";
+    let insert = async |subscription: Subscription| {
+        store
+            .insert_subscription(subscription)
+            .await
+            .expect("answered")
+    };
+    let (holder, created) = insert(zaqar_subscription("q", url)).await;
+    assert!(created);
+    let answered = insert(zaqar_subscription("q", url)).await;
+    assert_eq!(
+        answered,
+        (holder.clone(), false),
+        "the holder, nothing stored"
+    );
+    assert_eq!(store.subscribers("q").await, Ok(vec![holder.id]));
+    // Other queues, and subscriptions that do not ask for it, may have the endpoint too.
+    let (elsewhere, created) = insert(zaqar_subscription("r", url)).await;
+    assert!(created);
+    let (plain, created) = insert(subscription("q", url)).await;
+    assert!(created);
+    assert_eq!(store.subscribers("q").await, Ok(vec![holder.id, plain.id]));
+
+    // A change onto a held endpoint is refused, and changes nothing.
+    let (second, _) = insert(zaqar_subscription("q", "https://hooks.example/b")).await;
+    let onto = |endpoint: &'static str| {
+        move |current: &Subscription| {
+            let mut next = current.clone();
+            next.endpoint = endpoint.to_owned();
+            Some(next)
+        }
+    };
+    let taken = StoreError::EndpointTaken {
+        queue: "q".into(),
+        endpoint: url.into(),
+        holder: holder.id,
+    };
+    assert_eq!(
+        store.update_subscription(second.id, &onto(url)).await,
+        Err(taken.clone())
+    );
+    assert_eq!(
+        store.subscription(second.id).await,
+        Ok(Some(second.clone()))
+    );
+    // So is turning a subscription that did not ask for it into one that does.
+    let zaqar = |current: &Subscription| {
+        let mut next = current.clone();
+        next.format = tenax::model::EnvelopeFormat::Zaqar;
+        Some(next)
+    };
+    assert_eq!(
+        store.update_subscription(plain.id, &zaqar).await,
+        Err(taken.clone())
+    );
+    // The holder keeps its endpoint through a change.
+    let disable = |current: &Subscription| {
+        let mut next = current.clone();
+        next.enabled = false;
+        Some(next)
+    };
+    let kept = store.update_subscription(holder.id, &disable).await;
+    assert_eq!(
+        kept.map(|s| (s.enabled, s.endpoint)),
+        Ok((false, url.to_owned()))
+    );
+    // A holder that moves frees its endpoint; so does one deleted.
+    store
+        .update_subscription(holder.id, &onto("https://hooks.example/c"))
+        .await
+        .expect("moved");
+    let (taker, created) = insert(zaqar_subscription("q", url)).await;
+    assert!(created, "the endpoint was freed by the move");
+    assert_eq!(store.delete_subscription(taker.id).await, Ok(0));
+    let (newest, created) = insert(zaqar_subscription("q", url)).await;
+    assert!(created, "the endpoint was freed by the delete");
+    assert!(newest.id > taker.id);
+    assert!(elsewhere.id < newest.id);
+
+    // Held across a restart.
+    let store = reopen(backend, store, T0).await;
+    let answered = store
+        .insert_subscription(zaqar_subscription("q", url))
+        .await
+        .expect("answered");
+    assert_eq!((answered.0.id, answered.1), (newest.id, false));
+    assert_eq!(
+        store
+            .update_subscription(second.id, &onto("https://hooks.example/c"))
+            .await,
+        Err(StoreError::EndpointTaken {
+            queue: "q".into(),
+            endpoint: "https://hooks.example/c".into(),
+            holder: holder.id,
+        })
+    );
+    close(store).await;
+}
+
+/// A delivery is stored only with its message (whose id becomes its parent) and only while its
+/// subscription exists; the rest of the insert is stored all the same.
+async fn deliveries_are_stored_with_their_message_and_subscription(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let (sub, _) = store
+        .insert_subscription(subscription("q", "https://a.example/"))
+        .await
+        .expect("stored");
+    let (gone, _) = store
+        .insert_subscription(subscription("q", "https://gone.example/"))
+        .await
+        .expect("stored");
+    assert_eq!(store.delete_subscription(gone.id).await, Ok(0));
+    let results = store
+        .insert_jobs(
+            vec![
+                job("q").key("k"),
+                job("q").at(T0 + SECOND),
+                delivery(sub.id, 0),
+                delivery(gone.id, 0),
+                delivery(sub.id, 1).at(T0 + SECOND),
+            ],
+            OnDuplicate::Refuse,
+            T0,
+        )
+        .await
+        .expect("stored");
+    assert_eq!(results.len(), 5, "one result per insert");
+    assert!(
+        results[3].is_none(),
+        "no delivery for a deleted subscription"
+    );
+    let [m0, m1, d0, d1] = [0, 1, 2, 4].map(|i| results[i].clone().expect("stored"));
+    assert_eq!(
+        [&m0, &m1, &d0, &d1].map(|e| (e.created, e.status)),
+        [
+            (true, Status::Ready),
+            (true, Status::Scheduled),
+            (true, Status::Ready),
+            (true, Status::Scheduled)
+        ]
+    );
+    for (delivery, message) in [(d0.id, m0.id), (d1.id, m1.id)] {
+        let shown = get(&store, delivery).await;
+        assert_eq!(
+            (shown.spec.parent, shown.spec.queue, shown.spec.kind),
+            (
+                Some(message),
+                delivery_queue(sub.id),
+                DELIVERY_KIND.to_owned()
+            )
+        );
+    }
+    assert_eq!(get(&store, m0.id).await.spec.parent, None);
+
+    // The child of a message that was not created (its key is held) is not stored either.
+    let results = store
+        .insert_jobs(
+            vec![job("q").key("k"), delivery(sub.id, 0)],
+            OnDuplicate::Existing,
+            T0,
+        )
+        .await
+        .expect("answered");
+    assert_eq!(
+        results,
+        [
+            Some(Enqueued {
+                id: m0.id,
+                created: false,
+                status: Status::Ready,
+                run_at_ms: T0
+            }),
+            None
+        ]
+    );
+    // A refused insert stores nothing, deliveries included.
+    let refused = store
+        .insert_jobs(
+            vec![job("q"), delivery(sub.id, 0), job("q").key("k")],
+            OnDuplicate::Refuse,
+            T0,
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Duplicate { index: 2, .. })),
+        "{refused:?}"
+    );
+    let deliveries = JobFilter::queue(delivery_queue(sub.id));
+    assert_eq!(store.count_jobs(&deliveries).await, Ok(2));
+    assert_eq!(store.count_jobs(&JobFilter::default()).await, Ok(4));
+
+    let store = reopen(backend, store, T0).await;
+    assert_eq!(get(&store, d1.id).await.spec.parent, Some(m1.id));
+    close(store).await;
+}
+
+/// Deliveries: taken for their subscription while it is enabled; each attempt ends them and is
+/// logged in the same commit, a delivered one completing, a failed one going by the decision
+/// (which sees the subscription and its queue's settings); deleted with their subscription,
+/// attempts and all.
+async fn deliveries_are_taken_finished_and_logged(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let queue_policy = fixed(9 * SECOND);
+    store
+        .update_queue("q", &|_| {
+            Some(QueueConfig {
+                policy: Some(StoredPolicy::new(queue_policy.clone())),
+                ..QueueConfig::default()
+            })
+        })
+        .await
+        .expect("configured");
+    let (sub, _) = store
+        .insert_subscription(subscription("q", "https://a.example/"))
+        .await
+        .expect("stored");
+    let results = store
+        .insert_jobs(
+            vec![
+                job("q"),
+                job("q"),
+                job("q"),
+                delivery(sub.id, 0),
+                delivery(sub.id, 1),
+                delivery(sub.id, 2),
+            ],
+            OnDuplicate::Refuse,
+            T0,
+        )
+        .await
+        .expect("stored");
+    let ids: Vec<JobId> = results
+        .iter()
+        .map(|r| r.as_ref().expect("stored").id)
+        .collect();
+    let (messages, deliveries) = ids.split_at(3);
+    let queues = vec![delivery_queue(sub.id)];
+    let for_sub = |max: usize| TakeRequest {
+        subscription: Some(sub.id),
+        ..TakeRequest::new(&queues, max, 30 * SECOND)
+    };
+    let enabled = |on: bool| {
+        move |current: &Subscription| {
+            let mut next = current.clone();
+            next.enabled = on;
+            Some(next)
+        }
+    };
+
+    // Nothing while the subscription is disabled.
+    store
+        .update_subscription(sub.id, &enabled(false))
+        .await
+        .expect("disabled");
+    assert!(
+        store
+            .take_jobs(&for_sub(10), T0)
+            .await
+            .expect("take")
+            .is_empty()
+    );
+    store
+        .update_subscription(sub.id, &enabled(true))
+        .await
+        .expect("enabled");
+    let taken = store.take_jobs(&for_sub(10), T0).await.expect("take");
+    assert_eq!(taken_ids(&taken), deliveries);
+    assert_eq!(
+        (taken[0].parent, taken[0].kind.as_str()),
+        (Some(messages[0]), DELIVERY_KIND)
+    );
+
+    // Delivered: completed, without a decision, and the attempt logged.
+    let calls = Mutex::new(0);
+    let never = |ctx: &DecideContext<'_>| {
+        *calls.lock().expect("not poisoned") += 1;
+        dead(T0, "never")(ctx)
+    };
+    let delivered = attempt(1, T0 + 1, AttemptResult::Delivered, 200);
+    assert_eq!(
+        store
+            .finish_delivery(ack(&taken[0]), &delivered, true, T0 + 1, &never)
+            .await,
+        Ok(Finished::Delivered)
+    );
+    let shown = get(&store, deliveries[0]).await;
+    assert_eq!(
+        (shown.state.status, shown.state.finished_at_ms),
+        (Status::Completed, Some(T0 + 1))
+    );
+    assert_eq!(
+        store.attempts(deliveries[0]).await,
+        Ok(vec![delivered.clone()])
+    );
+
+    // Failed: the decision sees the subscription and its queue's settings.
+    let failed = attempt(1, T0 + 2, AttemptResult::Retryable, 503);
+    let seen = Mutex::new(None);
+    let finished = store
+        .finish_delivery(
+            ack(&taken[1]),
+            &failed,
+            true,
+            T0 + 2,
+            &|ctx: &DecideContext<'_>| {
+                *seen.lock().expect("not poisoned") = ctx.owner.map(|(s, q)| {
+                    let policy = q.and_then(|q| q.policy.as_ref());
+                    (s.id, policy.map(|p| (**p.policy()).clone()))
+                });
+                retry(T0 + 2, 5 * SECOND, "HTTP 503")(ctx)
+            },
+        )
+        .await
+        .expect("finished");
+    let Finished::Failed(transition) = finished else {
+        panic!("a failed attempt fails: {finished:?}");
+    };
+    assert_eq!(
+        (transition.state.status, transition.state.run_at_ms),
+        (Status::Scheduled, T0 + 2 + 5 * SECOND)
+    );
+    assert_eq!(
+        seen.into_inner().expect("not poisoned"),
+        Some((sub.id, Some(queue_policy)))
+    );
+    let shown = get(&store, deliveries[1]).await;
+    assert_eq!(shown.state, transition.state);
+    assert_eq!(shown.errors, [transition.error.clone().expect("an error")]);
+    assert_eq!(
+        store.attempts(deliveries[1]).await,
+        Ok(vec![failed.clone()])
+    );
+
+    // Permanent: dead by the decision.
+    let permanent = attempt(1, T0 + 3, AttemptResult::Permanent, 404);
+    let finished = store
+        .finish_delivery(
+            ack(&taken[2]),
+            &permanent,
+            true,
+            T0 + 3,
+            &dead(T0 + 3, "HTTP 404"),
+        )
+        .await
+        .expect("finished");
+    assert!(
+        matches!(&finished, Finished::Failed(t) if t.state.status == Status::Dead),
+        "{finished:?}"
+    );
+    assert_eq!(status(&store, deliveries[2]).await, Some(Status::Dead));
+
+    // Without the lease: refused, and nothing logged.
+    assert_eq!(
+        store
+            .finish_delivery(ack(&taken[0]), &delivered, true, T0 + 4, &never)
+            .await,
+        Err(StoreError::NotInFlight {
+            id: deliveries[0],
+            status: Status::Completed
+        })
+    );
+    assert_eq!(store.attempts(deliveries[0]).await.map(|a| a.len()), Ok(1));
+    assert_eq!(*calls.lock().expect("not poisoned"), 0);
+
+    // Retried: the next attempt is added after the first.
+    let due = T0 + 2 + 5 * SECOND;
+    assert_eq!(store.promote_due(due, 10).await, Ok(1));
+    let again = store.take_jobs(&for_sub(10), due).await.expect("take");
+    assert_eq!(
+        (taken_ids(&again), again[0].attempt),
+        (vec![deliveries[1]], 2)
+    );
+    let second = attempt(2, due, AttemptResult::Retryable, 500);
+    store
+        .finish_delivery(
+            ack(&again[0]),
+            &second,
+            true,
+            due,
+            &retry(due, 0, "HTTP 500"),
+        )
+        .await
+        .expect("finished");
+    assert_eq!(
+        store.attempts(deliveries[1]).await,
+        Ok(vec![failed, second])
+    );
+    assert_eq!(store.attempts(messages[0]).await, Ok(vec![]));
+
+    let store = reopen(backend, store, due).await;
+    assert_eq!(store.attempts(deliveries[1]).await.map(|a| a.len()), Ok(2));
+    // Deleting the subscription deletes its deliveries with their attempts; messages stay.
+    assert_eq!(store.delete_subscription(sub.id).await, Ok(3));
+    for id in deliveries {
+        assert!(
+            store.get_job(*id).await.expect("readable").is_none(),
+            "job {id}"
+        );
+        assert_eq!(store.attempts(*id).await, Ok(vec![]), "job {id}");
+    }
+    for id in messages {
+        assert_eq!(status(&store, *id).await, Some(Status::Ready));
+    }
+    assert!(
+        store
+            .take_jobs(&for_sub(10), due)
+            .await
+            .expect("take")
+            .is_empty()
+    );
+    let orphan = store
+        .insert_jobs(
+            vec![job("q"), delivery(sub.id, 0)],
+            OnDuplicate::Refuse,
+            due,
+        )
+        .await
+        .expect("stored");
+    assert!(orphan[0].is_some() && orphan[1].is_none());
+    let store = reopen(backend, store, due).await;
+    assert_eq!(store.count_jobs(&JobFilter::queue(&queues[0])).await, Ok(0));
+    close(store).await;
+}
+
+/// API tokens: stored with an assigned id, replaced by id, deleted once.
+async fn tokens_are_stored_by_id(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    assert_eq!(store.tokens().await, Ok(vec![]));
+    let first = store
+        .put_token(token("ci", Role::Worker))
+        .await
+        .expect("stored");
+    let second = store
+        .put_token(token("admin", Role::Admin))
+        .await
+        .expect("stored");
+    assert!(first.id > 0 && first.id < second.id, "{first:?} {second:?}");
+    assert_eq!(
+        first,
+        TokenRecord {
+            id: first.id,
+            ..token("ci", Role::Worker)
+        }
+    );
+    assert_eq!(
+        store.tokens().await,
+        Ok(vec![first.clone(), second.clone()])
+    );
+    let used = TokenRecord {
+        last_used_at_ms: Some(T0 + 5),
+        ..first.clone()
+    };
+    assert_eq!(store.put_token(used.clone()).await, Ok(used.clone()));
+    assert_eq!(store.tokens().await, Ok(vec![used.clone(), second.clone()]));
+    assert_eq!(store.delete_token(second.id).await, Ok(true));
+    assert_eq!(store.delete_token(second.id).await, Ok(false));
+    assert_eq!(store.delete_token(987_654).await, Ok(false));
+    assert_eq!(store.tokens().await, Ok(vec![used.clone()]));
+
+    let store = reopen(backend, store, T0).await;
+    assert_eq!(store.tokens().await, Ok(vec![used]));
+    let third = store
+        .put_token(token("later", Role::Reader))
+        .await
+        .expect("stored");
+    assert!(third.id > second.id, "ids are never reused");
+    close(store).await;
+}
+
+/// Queue settings are changed through a closure that sees the stored ones; a queue is deleted
+/// with its settings and every job in it, and keeps its subscriptions.
+async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("team".into(), json!("billing"));
+    let config = QueueConfig {
+        policy: Some(StoredPolicy::new(fixed(3 * SECOND))),
+        paused: false,
+        disable_overrides: true,
+        message_ttl_ms: Some(60 * SECOND),
+        metadata: Some(metadata),
+        dead_letter: Some(DeadLetter {
+            queue: "q-dead".into(),
+            max_claims: 3,
+            ttl_ms: Some(90 * SECOND),
+        }),
+    };
+    // A change that declines stores nothing.
+    assert_eq!(store.update_queue("q", &|_| None).await, Ok(None));
+    assert_eq!(store.queue("q").await, Ok(None));
+    let seen = Mutex::new(Vec::new());
+    let put = |current: Option<&QueueConfig>| {
+        seen.lock().expect("not poisoned").push(current.cloned());
+        Some(config.clone())
+    };
+    assert_eq!(
+        store.update_queue("q", &put).await,
+        Ok(Some(config.clone()))
+    );
+    assert_eq!(
+        store.update_queue("q", &put).await,
+        Ok(Some(config.clone()))
+    );
+    let seen = seen.into_inner().expect("not poisoned");
+    assert_eq!(seen.first(), Some(&None));
+    assert_eq!(seen.last(), Some(&Some(config.clone())));
+    assert_eq!(
+        store.update_queue("q", &|_| None).await,
+        Ok(Some(config.clone())),
+        "a change that declines answers with the stored settings"
+    );
+
+    let ids = enqueue(
+        &store,
+        vec![
+            job("q").key("k"),
+            job("q").at(T0 + SECOND),
+            job("q"),
+            job("r"),
+        ],
+        T0,
+    )
+    .await;
+    let taken = take(&store, &["q"], 1, T0).await;
+    assert_eq!(taken_ids(&taken), [ids[0]]);
+    let (sub, _) = store
+        .insert_subscription(subscription("q", "https://a.example/"))
+        .await
+        .expect("stored");
+    let counts =
+        |queue: &str, [scheduled, ready, in_flight, completed, dead]: [u64; 5]| QueueCounts {
+            queue: queue.to_owned(),
+            scheduled,
+            ready,
+            in_flight,
+            completed,
+            dead,
+        };
+    assert_eq!(
+        store.queue_counts("q").await,
+        Ok(counts("q", [1, 1, 1, 0, 0]))
+    );
+
+    assert_eq!(store.delete_queue("q").await, Ok(3));
+    assert_eq!(store.queue("q").await, Ok(None));
+    assert_eq!(store.queue_counts("q").await, Ok(counts("q", [0; 5])));
+    assert_eq!(
+        store.queues().await,
+        Ok(vec![("r".to_owned(), QueueConfig::default())])
+    );
+    for id in &ids[..3] {
+        assert!(
+            store.get_job(*id).await.expect("readable").is_none(),
+            "job {id}"
+        );
+    }
+    assert_eq!(status(&store, ids[3]).await, Some(Status::Ready));
+    assert_eq!(store.subscribers("q").await, Ok(vec![sub.id]));
+    let results = store
+        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .await
+        .expect("commit");
+    assert_eq!(results, [Err(StoreError::NotFound(ids[0]))]);
+    assert_eq!(store.delete_queue("nothing").await, Ok(0));
+    // Its keys are free; a new job makes the queue exist again, with default settings.
+    let keyed = enqueue(&store, vec![job("q").key("k")], T0).await[0];
+
+    let store = reopen(backend, store, T0).await;
+    assert_eq!(store.queue("q").await, Ok(None));
+    assert_eq!(
+        list(&store, JobFilter::default(), None, 100).await,
+        [ids[3], keyed]
+    );
+    assert_eq!(store.subscribers("q").await, Ok(vec![sub.id]));
+    close(store).await;
+}
+
+/// The signals announce what may have happened: jobs ready (enqueue, promotion, retry, replay,
+/// release, an ended lease or claim, a resumed queue), an earlier schedule, a subscription
+/// created, changed or deleted. A waiter registered before the change is woken.
+async fn signals_announce_what_may_have_changed(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let signals = store.signals();
+    let (ready, schedule) = (&signals.ready, &signals.schedule);
+    let now = T0 + SECOND;
+
+    let ids = fires(ready, "a ready job", enqueue(&store, vec![job("q")], T0)).await;
+    let later = fires(
+        schedule,
+        "a scheduled job",
+        enqueue(&store, vec![job("q").at(now)], T0),
+    )
+    .await;
+    let promoted = fires(ready, "a promotion", store.promote_due(now, 10)).await;
+    assert_eq!(promoted, Ok(1));
+    let taken = take(&store, &["q"], 2, now).await;
+    assert_eq!(taken_ids(&taken), [ids[0], later[0]]);
+    fires(
+        schedule,
+        "a scheduled retry",
+        store.fail_job(ack(&taken[0]), now, &retry(now, 5 * SECOND, "x")),
+    )
+    .await
+    .expect("failed");
+    fires(
+        ready,
+        "a retry due at once",
+        store.fail_job(ack(&taken[1]), now, &retry(now, 0, "x")),
+    )
+    .await
+    .expect("failed");
+    let moving = later[0];
+    take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(6)), now).await;
+    let released = fires(ready, "a release", store.release_claim(claim_id(6))).await;
+    assert_eq!(released, Ok(1));
+    take_on(&store, &["q"], 1, SECOND, None, now).await;
+    let at = now + SECOND;
+    let expired = fires(
+        ready,
+        "an expired lease",
+        store.expire_leases(at, 10, &again(at, "lost")),
+    )
+    .await;
+    assert_eq!(expired, Ok(1));
+    take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(7)), at).await;
+    let ended = fires(
+        ready,
+        "an ended claim",
+        store.end_claim(claim_id(7), at, &again(at, "deleted")),
+    )
+    .await;
+    assert_eq!(ended, Ok(1));
+    kill(&store, "q", &[moving], at).await;
+    let replay = Replay {
+        selection: Selection {
+            ids: Some(vec![moving]),
+            filter: JobFilter::default(),
+        },
+        policy: None,
+        reset_attempts: false,
+    };
+    let replayed = fires(ready, "a replay", store.replay_jobs(&replay, at)).await;
+    assert_eq!(replayed.map(|r| r.ids), Ok(vec![moving]));
+    let paused = |paused: bool| {
+        move |_: Option<&QueueConfig>| {
+            Some(QueueConfig {
+                paused,
+                ..QueueConfig::default()
+            })
+        }
+    };
+    store
+        .update_queue("q", &paused(true))
+        .await
+        .expect("paused");
+    fires(
+        ready,
+        "a resumed queue",
+        store.update_queue("q", &paused(false)),
+    )
+    .await
+    .expect("resumed");
+
+    let subscriptions = &signals.subscriptions;
+    let (sub, _) = fires(
+        subscriptions,
+        "a new subscription",
+        store.insert_subscription(subscription("q", "https://a.example/")),
+    )
+    .await
+    .expect("stored");
+    let disable = |current: &Subscription| {
+        let mut next = current.clone();
+        next.enabled = false;
+        Some(next)
+    };
+    fires(
+        subscriptions,
+        "a changed subscription",
+        store.update_subscription(sub.id, &disable),
+    )
+    .await
+    .expect("changed");
+    fires(
+        subscriptions,
+        "a deleted subscription",
+        store.delete_subscription(sub.id),
+    )
+    .await
+    .expect("deleted");
+    close(store).await;
+}
+
+/// A server alone on the backend is granted the lead for upkeep, and keeps it.
+async fn a_lone_server_leads(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    assert_eq!(store.lead().await, Ok(true));
+    assert_eq!(store.lead().await, Ok(true), "and keeps it");
+    let store = reopen(backend, store, T0).await;
+    assert_eq!(store.lead().await, Ok(true), "after a restart too");
+    close(store).await;
+}
+
+/// Everything acknowledged before `close` is there when the data is opened again, written just
+/// before closing too: jobs in every state with their errors and policies, queue settings,
+/// subscriptions, a delivery's attempts and tokens (`reopen` compares them all).
+async fn close_keeps_everything_acknowledged(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    store
+        .update_queue("q", &|_| {
+            Some(QueueConfig {
+                policy: Some(StoredPolicy::new(fixed(SECOND))),
+                ..QueueConfig::default()
+            })
+        })
+        .await
+        .expect("configured");
+    let (sub, _) = store
+        .insert_subscription(subscription("q", "https://a.example/"))
+        .await
+        .expect("stored");
+    let results = store
+        .insert_jobs(
+            vec![
+                job("q").priority(9).policy(fixed(7 * SECOND)),
+                job("q").priority(8),
+                job("q").priority(7),
+                job("q").at(T0 + 60 * SECOND),
+                job("r").key("k").payload(json!({"x": [1, 2]})),
+                delivery(sub.id, 0),
+            ],
+            OnDuplicate::Refuse,
+            T0,
+        )
+        .await
+        .expect("stored");
+    let ids: Vec<JobId> = results
+        .iter()
+        .map(|r| r.as_ref().expect("stored").id)
+        .collect();
+    let taken = take(&store, &["q"], 3, T0).await;
+    assert_eq!(taken_ids(&taken), ids[..3]);
+    store
+        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .await
+        .expect("completed");
+    store
+        .fail_job(ack(&taken[1]), T0, &retry(T0, 30 * SECOND, "boom"))
+        .await
+        .expect("failed");
+    store
+        .fail_job(ack(&taken[2]), T0, &dead(T0, "fatal"))
+        .await
+        .expect("dead");
+    let queues = vec![delivery_queue(sub.id)];
+    let request = TakeRequest {
+        subscription: Some(sub.id),
+        ..TakeRequest::new(&queues, 1, 30 * SECOND)
+    };
+    let delivering = store.take_jobs(&request, T0).await.expect("take");
+    let logged = attempt(1, T0, AttemptResult::Retryable, 500);
+    store
+        .finish_delivery(
+            ack(&delivering[0]),
+            &logged,
+            true,
+            T0,
+            &retry(T0, 10 * SECOND, "HTTP 500"),
+        )
+        .await
+        .expect("finished");
+    let record = store
+        .put_token(token("ci", Role::Producer))
+        .await
+        .expect("stored");
+    let store = reopen(backend, store, T0).await;
+    let statuses: Vec<Option<Status>> = {
+        let mut all = Vec::new();
+        for id in &ids {
+            all.push(status(&store, *id).await);
+        }
+        all
+    };
+    assert_eq!(
+        statuses,
+        [
+            Some(Status::Completed),
+            Some(Status::Scheduled),
+            Some(Status::Dead),
+            Some(Status::Scheduled),
+            Some(Status::Ready),
+            Some(Status::Scheduled)
+        ]
+    );
+    assert_eq!(get(&store, ids[1]).await.errors.len(), 1);
+    assert_eq!(store.attempts(ids[5]).await, Ok(vec![logged]));
+    assert_eq!(store.tokens().await, Ok(vec![record]));
+    assert_eq!(store.subscribers("q").await, Ok(vec![sub.id]));
+    let next = enqueue(&store, vec![job("q")], T0).await[0];
+    assert!(next > ids[5], "ids are never reused");
+    close(store).await;
+}
+
+/// Data written by a newer Tenax, in a newer format, is refused rather than misread; refusing
+/// it changes nothing.
+async fn newer_formats_are_refused(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let id = enqueue(&store, vec![job("q")], T0).await[0];
+    close(store).await;
+    let current = backend.format().await;
+    backend.stamp_format(current + 1).await;
+    let refused = backend
+        .try_open(T0)
+        .await
+        .expect_err("a newer format is refused");
+    assert_eq!(
+        refused,
+        StoreError::NewerFormat {
+            found: current + 1,
+            supported: current
+        }
+    );
+    assert!(refused.is_internal());
+    assert_eq!(backend.format().await, current + 1, "left as it was");
+    // Stamped back, it opens with its data.
+    backend.stamp_format(current).await;
+    let store = backend.open(T0).await;
+    assert_eq!(status(&store, id).await, Some(Status::Ready));
+    close(store).await;
+}
+
+/// Operations on one job are serialised: takes racing each other lease every job exactly
+/// once, and of acks racing on one lease exactly one wins.
+async fn racing_operations_on_a_job_are_serialised(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let ids = enqueue(&store, vec![job("q"); 120], T0).await;
+    let takers: Vec<_> = (0..6)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let taken = take(&store, &["q"], 7, T0).await;
+                    if taken.is_empty() {
+                        break mine;
+                    }
+                    mine.extend(taken);
+                }
+            })
+        })
+        .collect();
+    let mut all: Vec<TakenJob> = Vec::new();
+    for taker in takers {
+        all.extend(taker.await.expect("a taker"));
+    }
+    let mut leased = taken_ids(&all);
+    leased.sort_unstable();
+    assert_eq!(leased, ids, "every job leased exactly once");
+
+    let contested = &all[0];
+    let racers: Vec<_> = (0..6)
+        .map(|i| {
+            let (store, ack) = (store.clone(), ack(contested));
+            tokio::spawn(async move {
+                if i % 2 == 0 {
+                    let mut results = store.complete_jobs(&[ack], true, T0).await.expect("commit");
+                    (Status::Completed, results.remove(0))
+                } else {
+                    let failed = store.fail_job(ack, T0, &dead(T0, "fatal")).await;
+                    (Status::Dead, failed.map(drop))
+                }
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for racer in racers {
+        match racer.await.expect("a racer") {
+            (status, Ok(())) => winners.push(status),
+            (_, Err(StoreError::NotInFlight { id, status })) => {
+                assert_eq!(id, contested.id);
+                assert!(status.is_finished(), "{status:?}");
+            }
+            (_, Err(error)) => panic!("unexpected: {error:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one ack wins: {winners:?}");
+    let shown = get(&store, contested.id).await;
+    assert_eq!(shown.state.status, winners[0]);
+    assert_eq!(shown.errors.len(), usize::from(winners[0] == Status::Dead));
+    let store = reopen(backend, store, T0).await;
+    close(store).await;
+}
+
 // --- the suite, once per backend -------------------------------------------------------------
 
 /// One `#[tokio::test]` per case, in a module named after the backend; `$backend` is an
@@ -1653,6 +3747,23 @@ macro_rules! conformance_suite {
                 list_filters_and_pages,
                 counts_per_queue_and_status,
                 queue_configs_are_kept,
+                leases_across_a_restart_follow_the_declared_property,
+                claims_are_renewed_ended_and_forgotten,
+                pop_takes_and_deletes_ready_jobs,
+                peeks_and_checked_deletes_see_the_current_state,
+                list_filters_for_messages_and_counts_agree,
+                expired_jobs_are_deleted_whatever_their_status,
+                subscriptions_are_stored_changed_and_deleted,
+                unique_endpoints_are_held_per_queue,
+                deliveries_are_stored_with_their_message_and_subscription,
+                deliveries_are_taken_finished_and_logged,
+                tokens_are_stored_by_id,
+                queues_are_deleted_with_their_jobs,
+                signals_announce_what_may_have_changed,
+                a_lone_server_leads,
+                close_keeps_everything_acknowledged,
+                newer_formats_are_refused,
+                racing_operations_on_a_job_are_serialised,
             );
         }
     };
@@ -1667,3 +3778,26 @@ macro_rules! conformance_suite {
 }
 
 conformance_suite!(embedded, Embedded::new());
+
+// --- what only the embedded store promises ------------------------------------------------
+
+/// The embedded store keeps leases in memory, and one process uses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_properties() {
+    let backend = Embedded::new();
+    let store = backend.open(T0).await;
+    assert_eq!(
+        store.properties(),
+        StoreProperties {
+            durable_leases: false,
+            shared: false
+        }
+    );
+    close(store).await;
+}
+
+/// Without a sync per commit, `close` still writes out everything acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_unsynced_close_keeps_everything_acknowledged() {
+    close_keeps_everything_acknowledged(&Embedded::unsynced()).await;
+}
