@@ -253,7 +253,12 @@ impl Client {
 
     // --- plumbing ---------------------------------------------------------------------------
 
-    fn request(&self, method: Method, path: &str, query: &[(&str, String)]) -> Result<reqwest::RequestBuilder> {
+    fn request(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<reqwest::RequestBuilder> {
         let mut url = reqwest::Url::parse(&format!("{}{path}", self.base))
             .map_err(|e| Error::Config(format!("url: {e}")))?;
         if !query.is_empty() {
@@ -275,7 +280,11 @@ impl Client {
             .body(bytes))
     }
 
-    async fn send(&self, request: reqwest::RequestBuilder, timeout: Duration) -> Result<(StatusCode, Option<String>, bytes::Bytes)> {
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        timeout: Duration,
+    ) -> Result<(StatusCode, Option<String>, bytes::Bytes)> {
         let response = request
             .timeout(timeout)
             .send()
@@ -297,7 +306,8 @@ impl Client {
         query: &[(&str, String)],
         body: Option<&(impl Serialize + ?Sized)>,
     ) -> Result<T> {
-        self.call_with_timeout(method, path, query, body, self.timeout).await
+        self.call_with_timeout(method, path, query, body, self.timeout)
+            .await
     }
 
     async fn call_with_timeout<T: DeserializeOwned>(
@@ -594,7 +604,8 @@ impl Client {
 
     /// A policy's first `rows` retries (server default 100, at most 10 000) and its totals.
     pub async fn preview_policy(&self, policy: &Value, rows: Option<u32>) -> Result<PolicyPreview> {
-        let query: Vec<(&str, String)> = rows.map(|r| ("rows", r.to_string())).into_iter().collect();
+        let query: Vec<(&str, String)> =
+            rows.map(|r| ("rows", r.to_string())).into_iter().collect();
         self.call(Method::POST, "/api/policy/preview", &query, Some(policy))
             .await
     }
@@ -607,8 +618,11 @@ impl Client {
         queue: &str,
         settings: &SubscriptionSettings,
     ) -> Result<Subscription> {
-        self.post(&format!("/api/queues/{}/subscriptions", segment(queue)), settings)
-            .await
+        self.post(
+            &format!("/api/queues/{}/subscriptions", segment(queue)),
+            settings,
+        )
+        .await
     }
 
     /// Every subscription, in id order.
@@ -620,7 +634,10 @@ impl Client {
     /// The subscriptions of one queue.
     pub async fn list_queue_subscriptions(&self, queue: &str) -> Result<Vec<Subscription>> {
         let answer: SubscriptionList = self
-            .get(&format!("/api/queues/{}/subscriptions", segment(queue)), &[])
+            .get(
+                &format!("/api/queues/{}/subscriptions", segment(queue)),
+                &[],
+            )
             .await?;
         Ok(answer.subscriptions)
     }
@@ -840,7 +857,10 @@ mod tests {
             .ca_pem("not a certificate")
             .build()
             .expect_err("refused");
-        assert!(error.to_string().contains("holds no certificate"), "{error}");
+        assert!(
+            error.to_string().contains("holds no certificate"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -50,11 +50,11 @@ pub mod worker;
 pub use client::{Client, ClientBuilder, DEFAULT_URL};
 pub use error::{Error, Result};
 pub use model::{
-    AttemptPage, AttemptResult, CompleteError, CompleteResult, Counts, CreatedToken,
-    DeletedJobs, DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage, Enqueued,
-    EnvelopeFormat, FailResult, JobInfo, JobPage, JobStatus, Lease, LeaseExtended,
-    PolicyPreview, PolicySource, PreviewRow, Queue, QueueCounts, RecordedError, ReplayResult,
-    Role, Skipped, Stats, Subscription, SubscriptionHealth, TakenJob, TokenInfo,
+    AttemptPage, AttemptResult, CompleteError, CompleteResult, Counts, CreatedToken, DeletedJobs,
+    DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage, Enqueued, EnvelopeFormat,
+    FailResult, JobInfo, JobPage, JobStatus, Lease, LeaseExtended, PolicyPreview, PolicySource,
+    PreviewRow, Queue, QueueCounts, RecordedError, ReplayResult, Role, Skipped, Stats,
+    Subscription, SubscriptionHealth, TakenJob, TokenInfo,
 };
 pub use request::{
     DeadSelection, DeliveryFilter, Failure, JobFilter, NewJob, NewToken, OnDuplicate, Outcome,

@@ -893,7 +893,9 @@ mod tests {
             serde_json::to_value(&update).expect("JSON"),
             json!({"policy": null, "paused": true})
         );
-        let settings = SubscriptionSettings::changes().reset_throttle().enabled(false);
+        let settings = SubscriptionSettings::changes()
+            .reset_throttle()
+            .enabled(false);
         assert_eq!(
             serde_json::to_value(&settings).expect("JSON"),
             json!({"throttle_per_second": null, "enabled": false})

@@ -30,9 +30,7 @@ pub(crate) fn format(time: SystemTime) -> String {
 
 pub(crate) fn rfc3339<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SystemTime, D::Error> {
     let text = String::deserialize(deserializer)?;
-    parse(&text).ok_or_else(|| {
-        serde::de::Error::custom(format!("not an RFC 3339 time: {text:?}"))
-    })
+    parse(&text).ok_or_else(|| serde::de::Error::custom(format!("not an RFC 3339 time: {text:?}")))
 }
 
 pub(crate) fn rfc3339_opt<'de, D: Deserializer<'de>>(
@@ -40,9 +38,9 @@ pub(crate) fn rfc3339_opt<'de, D: Deserializer<'de>>(
 ) -> Result<Option<SystemTime>, D::Error> {
     match Option::<String>::deserialize(deserializer)? {
         None => Ok(None),
-        Some(text) => parse(&text).map(Some).ok_or_else(|| {
-            serde::de::Error::custom(format!("not an RFC 3339 time: {text:?}"))
-        }),
+        Some(text) => parse(&text)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("not an RFC 3339 time: {text:?}"))),
     }
 }
 

@@ -98,6 +98,11 @@ pub(crate) async fn run(inner: Arc<Inner>, mut completions: mpsc::UnboundedRecei
                 Some(lease) => {
                     pending.push(lease);
                     oldest.get_or_insert_with(Instant::now);
+                    // Take every completion already waiting before deciding to flush: they
+                    // belong in the same request.
+                    while let Ok(lease) = completions.try_recv() {
+                        pending.push(lease);
+                    }
                 }
                 None => {
                     open = false;

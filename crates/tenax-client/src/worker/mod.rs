@@ -575,7 +575,10 @@ async fn supervise(
         Ending::Finished(Ok(())) => {
             add(&inner.counters.succeeded, 1);
             if completions.send(lease).is_err() {
-                tracing::error!(job = lease.id, "the acknowledger is gone: the job will run again");
+                tracing::error!(
+                    job = lease.id,
+                    "the acknowledger is gone: the job will run again"
+                );
             }
         }
         Ending::Finished(Err(error)) => report_failure(&inner, lease, &kind, &error).await,
