@@ -82,6 +82,11 @@ impl Registry {
         self.by_kind.is_empty() && self.fallback.is_none()
     }
 
+    /// Whether a handler takes every type without one of its own.
+    pub fn has_fallback(&self) -> bool {
+        self.fallback.is_some()
+    }
+
     pub fn kinds(&self) -> Vec<&str> {
         self.by_kind.keys().map(String::as_str).collect()
     }

@@ -359,6 +359,7 @@ impl Worker {
         tracing::info!(
             queues = ?settings.queues,
             types = ?inner.registry.kinds(),
+            any_type = inner.registry.has_fallback(),
             concurrency = settings.concurrency,
             "worker started"
         );
@@ -663,7 +664,9 @@ async fn report_failure(inner: &Inner, lease: Lease, kind: &str, error: &JobErro
         match inner.client.fail(lease, &failure).await {
             Ok(result) => {
                 add(&inner.counters.failed, 1);
-                if result.is_dead() {
+                if matches!(error.outcome(), crate::request::Outcome::Snooze(_)) {
+                    tracing::info!(job = lease.id, kind, delay = ?result.delay(), "the job was snoozed");
+                } else if result.is_dead() {
                     tracing::warn!(
                         job = lease.id,
                         kind,

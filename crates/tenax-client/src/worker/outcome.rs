@@ -184,8 +184,15 @@ impl JobError {
 }
 
 impl fmt::Display for JobError {
+    /// The message, and the outcome when it is not a plain retry the message already says.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.message(), self.outcome.describe())
+        let message = self.message();
+        let outcome = self.outcome.describe();
+        if self.outcome == Outcome::Retry || message == outcome {
+            f.write_str(&message)
+        } else {
+            write!(f, "{message} ({outcome})")
+        }
     }
 }
 
