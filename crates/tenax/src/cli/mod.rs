@@ -11,6 +11,7 @@ pub mod serve;
 mod subscriptions;
 pub mod terminal;
 mod tokens;
+mod work;
 
 use clap::{Parser, Subcommand};
 
@@ -52,6 +53,8 @@ pub enum Command {
     /// API tokens: create, list, revoke.
     #[command(subcommand)]
     Tokens(tokens::TokensCommand),
+    /// Run a program for each job of some queues: payload on stdin, exit status as outcome.
+    Work(Box<work::WorkArgs>),
 }
 
 /// Runs one parsed command line.
@@ -67,5 +70,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Subscriptions(command) => subscriptions::run(command),
         Command::Deliveries(command) => deliveries::run(command),
         Command::Tokens(command) => tokens::run(command),
+        Command::Work(args) => work::run(*args),
     }
 }

@@ -1,0 +1,67 @@
+//! A typed async client and worker runtime for [Tenax], the durable job queue and webhook
+//! delivery server.
+//!
+//! - [`Client`]: one method per endpoint of the native HTTP API (enqueue, inspect, take and
+//!   stream, heartbeat, complete, fail with an outcome, dead jobs, queues, policies, webhook
+//!   subscriptions and deliveries, tokens), typed answers, typed errors ([`Error`]).
+//! - [`Worker`]: runs handlers by job type with typed payloads, a concurrency limit, a
+//!   streaming take, heartbeats, batched completions and graceful shutdown.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tenax_client::{Client, Job, JobError, NewJob, OutcomeExt as _, Worker};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Email { to: String }
+//!
+//! # async fn send(_: &Email) -> std::io::Result<()> { Ok(()) }
+//! # async fn example() -> Result<(), tenax_client::Error> {
+//! let client = Client::from_env()?; // TENAX_URL, TENAX_TOKEN, TENAX_CA_FILE
+//! client
+//!     .enqueue(&NewJob::new("emails", "email.send").payload(Email { to: "ada@example.com".into() }))
+//!     .await?;
+//!
+//! let worker = Worker::builder(client)
+//!     .queue("emails")
+//!     .concurrency(8)
+//!     .handler("email.send", |job: Job<Email>| async move {
+//!         send(&job.payload).await.retry_in(Duration::from_secs(60))?;
+//!         Ok::<_, JobError>(())
+//!     })
+//!     .build()?;
+//! worker.run_until(tenax_client::shutdown_signal()).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! TLS goes through rustls with the ring provider, which this crate installs as the process
+//! default before it builds an HTTP client (another provider installed first is kept).
+//!
+//! [Tenax]: https://example.invalid/tenax
+
+mod client;
+mod error;
+mod model;
+mod request;
+mod stream;
+mod time;
+mod tls;
+pub mod worker;
+
+pub use client::{Client, ClientBuilder, DEFAULT_URL};
+pub use error::{Error, Result};
+pub use model::{
+    AttemptPage, AttemptResult, CompleteError, CompleteResult, Counts, CreatedToken, DeletedJobs,
+    DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage, Enqueued, EnvelopeFormat,
+    FailResult, JobInfo, JobPage, JobStatus, Lease, LeaseExtended, PolicyPreview, PolicySource,
+    PreviewRow, Queue, QueueCounts, RecordedError, ReplayResult, Role, Skipped, Stats,
+    Subscription, SubscriptionHealth, TakenJob, TokenInfo,
+};
+pub use request::{
+    DeadSelection, DeliveryFilter, Failure, JobFilter, NewJob, NewToken, OnDuplicate, Outcome,
+    QueueUpdate, ReplayDead, ReplayDeliveries, RotateSecret, SubscriptionSettings, Take,
+};
+pub use stream::{DEFAULT_IDLE_TIMEOUT, JobStream};
+pub use tls::install_crypto_provider;
+pub use worker::{
+    Job, JobError, OutcomeExt, Worker, WorkerBuilder, WorkerHandle, WorkerStats, shutdown_signal,
+};

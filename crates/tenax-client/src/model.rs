@@ -1,0 +1,593 @@
+//! The server's answers, typed.
+//!
+//! Fields a later server adds are ignored, so this client keeps working against newer servers.
+//! Times are [`SystemTime`]s; durations the server gives in milliseconds keep their `_ms` name
+//! and have a [`Duration`] method beside them. Payloads stay the exact JSON text that was
+//! enqueued ([`RawValue`]): read them into your type with `payload::<T>()`.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::time::{rfc3339, rfc3339_opt};
+
+/// Where a job is in its lifecycle (`docs/api.md`, "Job lifecycle").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum JobStatus {
+    /// Waiting for its run time (a delay, or a retry's backoff).
+    Scheduled,
+    /// Due: the next take may get it.
+    Ready,
+    /// Leased to a worker.
+    InFlight,
+    Completed,
+    /// Out of retries (or failed as not retryable); can be replayed.
+    Dead,
+    /// A status this client does not know (a newer server).
+    #[serde(other)]
+    Unknown,
+}
+
+/// What an enqueue stored. `created` is false when `on_duplicate: existing` found an unfinished
+/// job holding the unique key: `id` is then that job's.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct Enqueued {
+    pub id: u64,
+    pub created: bool,
+    pub status: JobStatus,
+    #[serde(deserialize_with = "rfc3339")]
+    pub run_at: SystemTime,
+}
+
+/// One failed attempt of a job, as its worker reported it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[non_exhaustive]
+pub struct RecordedError {
+    pub attempt: u32,
+    #[serde(deserialize_with = "rfc3339")]
+    pub at: SystemTime,
+    pub message: String,
+    #[serde(default)]
+    pub detail: Option<Value>,
+}
+
+/// A job with its status and history (`GET /api/jobs/{id}`).
+#[derive(Debug, Clone, Deserialize)]
+#[non_exhaustive]
+pub struct JobInfo {
+    pub id: u64,
+    pub queue: String,
+    /// The job's type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The payload, byte for byte as it was enqueued.
+    pub payload: Box<RawValue>,
+    pub priority: i32,
+    pub status: JobStatus,
+    /// The number of the next run: failures so far + 1.
+    pub attempt: u32,
+    pub failures: u32,
+    /// For a scheduled job, when it becomes ready; otherwise when it last became ready.
+    #[serde(deserialize_with = "rfc3339")]
+    pub run_at: SystemTime,
+    #[serde(deserialize_with = "rfc3339")]
+    pub created_at: SystemTime,
+    #[serde(default, deserialize_with = "rfc3339_opt")]
+    pub finished_at: Option<SystemTime>,
+    #[serde(default)]
+    pub dead_reason: Option<String>,
+    /// The job's own policy, canonical native spelling (`None`: its queue's or the server's).
+    #[serde(default)]
+    pub policy: Option<Value>,
+    #[serde(default)]
+    pub unique_key: Option<String>,
+    /// One entry per failed attempt.
+    #[serde(default)]
+    pub errors: Vec<RecordedError>,
+}
+
+impl JobInfo {
+    /// The payload read as `T`.
+    pub fn payload<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.payload.get())
+    }
+}
+
+/// A page of jobs in id order; pass `next_after` as `after` for the next page.
+#[derive(Debug, Clone, Deserialize)]
+#[non_exhaustive]
+pub struct JobPage {
+    pub jobs: Vec<JobInfo>,
+    #[serde(default)]
+    pub next_after: Option<u64>,
+}
+
+/// A job leased to this client by a take or a stream. Report on it with
+/// [`Client::complete`](crate::Client::complete), [`Client::fail`](crate::Client::fail) or
+/// [`Client::heartbeat`](crate::Client::heartbeat): they send its `lease_token`.
+#[derive(Debug, Clone, Deserialize)]
+#[non_exhaustive]
+pub struct TakenJob {
+    pub id: u64,
+    pub queue: String,
+    /// The job's type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The payload, byte for byte as it was enqueued.
+    pub payload: Box<RawValue>,
+    pub priority: i32,
+    /// 1 for the first run; failures so far + 1.
+    pub attempt: u32,
+    /// Proves this lease: heartbeat, complete and fail need it.
+    pub lease_token: u64,
+    #[serde(deserialize_with = "rfc3339")]
+    pub lease_expires_at: SystemTime,
+    #[serde(deserialize_with = "rfc3339")]
+    pub created_at: SystemTime,
+    /// The W3C trace context the job was enqueued with, when the server hands one out.
+    #[serde(default)]
+    pub traceparent: Option<String>,
+}
+
+impl TakenJob {
+    /// The payload read as `T`.
+    pub fn payload<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.payload.get())
+    }
+
+    /// The job and lease token to report with.
+    pub fn lease(&self) -> Lease {
+        Lease {
+            id: self.id,
+            lease_token: self.lease_token,
+        }
+    }
+}
+
+/// A job and the token of its current lease: what heartbeat, complete and fail need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct Lease {
+    pub id: u64,
+    pub lease_token: u64,
+}
+
+impl From<&TakenJob> for Lease {
+    fn from(job: &TakenJob) -> Self {
+        job.lease()
+    }
+}
+
+/// The answer of a heartbeat: the lease now ends at `lease_expires_at` (never past the
+/// server's `--max-attempt-time` after the take).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct LeaseExtended {
+    pub id: u64,
+    #[serde(deserialize_with = "rfc3339")]
+    pub lease_expires_at: SystemTime,
+}
+
+/// Why one job of a batch completion was not completed.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct CompleteError {
+    /// `lease_lost`, `not_in_flight`, `not_found`.
+    pub code: String,
+    pub message: String,
+}
+
+/// The outcome of completing one job of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct CompleteResult {
+    pub id: u64,
+    pub completed: bool,
+    #[serde(default)]
+    pub error: Option<CompleteError>,
+}
+
+/// The policy's decision on a failure: scheduled again (`run_at`, after `delay_ms`, as
+/// `attempt`) or dead (`dead_reason`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct FailResult {
+    pub id: u64,
+    pub status: JobStatus,
+    pub failures: u32,
+    #[serde(default)]
+    pub dead_reason: Option<String>,
+    #[serde(default)]
+    pub attempt: Option<u32>,
+    #[serde(default, deserialize_with = "rfc3339_opt")]
+    pub run_at: Option<SystemTime>,
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+}
+
+impl FailResult {
+    pub fn is_dead(&self) -> bool {
+        self.status == JobStatus::Dead
+    }
+
+    /// How long until the job runs again.
+    pub fn delay(&self) -> Option<Duration> {
+        self.delay_ms.map(Duration::from_millis)
+    }
+}
+
+/// Jobs (or deliveries) by status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct Counts {
+    #[serde(default)]
+    pub scheduled: u64,
+    #[serde(default)]
+    pub ready: u64,
+    #[serde(default)]
+    pub in_flight: u64,
+    #[serde(default)]
+    pub completed: u64,
+    #[serde(default)]
+    pub dead: u64,
+}
+
+impl Counts {
+    /// Jobs not yet completed or dead.
+    pub fn unfinished(&self) -> u64 {
+        self.scheduled + self.ready + self.in_flight
+    }
+}
+
+/// One queue's counts in [`Stats`].
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct QueueCounts {
+    pub queue: String,
+    #[serde(flatten)]
+    pub counts: Counts,
+}
+
+/// Counts per queue and over every queue (`GET /api/stats`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct Stats {
+    pub queues: Vec<QueueCounts>,
+    pub totals: Counts,
+}
+
+impl Stats {
+    /// The counts of one queue (all zero for a queue without jobs).
+    pub fn queue(&self, name: &str) -> Counts {
+        self.queues
+            .iter()
+            .find(|q| q.queue == name)
+            .map(|q| q.counts)
+            .unwrap_or_default()
+    }
+}
+
+/// A queue's settings and counts.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[non_exhaustive]
+pub struct Queue {
+    pub name: String,
+    pub paused: bool,
+    #[serde(default)]
+    pub policy: Option<Value>,
+    pub counts: Counts,
+    #[serde(default)]
+    pub disable_overrides: bool,
+    #[serde(default)]
+    pub message_ttl_ms: Option<u64>,
+}
+
+impl Queue {
+    pub fn message_ttl(&self) -> Option<Duration> {
+        self.message_ttl_ms.map(Duration::from_millis)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct QueueList {
+    pub queues: Vec<Queue>,
+}
+
+/// A job that a replay named or selected but did not replay, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct Skipped {
+    pub id: u64,
+    pub reason: String,
+}
+
+/// What a dead-job replay did.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct ReplayResult {
+    pub replayed: u64,
+    pub ids: Vec<u64>,
+    #[serde(default)]
+    pub skipped: Vec<Skipped>,
+}
+
+/// What a dead-job delete did.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct DeletedJobs {
+    pub deleted: u64,
+    pub ids: Vec<u64>,
+}
+
+/// Retry `retry` of a policy: its delay, the sum so far, and the jitter band.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct PreviewRow {
+    pub retry: u32,
+    pub delay_ms: u64,
+    pub cumulative_ms: u64,
+    pub min_delay_ms: u64,
+    pub max_delay_ms: u64,
+}
+
+/// A policy's first retries, and the totals of all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct PolicyPreview {
+    pub retries: Vec<PreviewRow>,
+    /// The sum of every delay the policy allows.
+    pub window_ms: u64,
+    pub retry_count: u64,
+    /// Whether `retries` shows fewer than `retry_count`.
+    pub truncated: bool,
+}
+
+impl PolicyPreview {
+    pub fn window(&self) -> Duration {
+        Duration::from_millis(self.window_ms)
+    }
+}
+
+/// Where a subscription's effective delivery policy comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PolicySource {
+    Subscription,
+    Queue,
+    Server,
+    #[serde(other)]
+    Unknown,
+}
+
+/// The body a delivery POSTs: Tenax's envelope or Zaqar's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvelopeFormat {
+    Tenax,
+    Zaqar,
+}
+
+/// How a subscription's endpoint has been answering.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[non_exhaustive]
+pub struct SubscriptionHealth {
+    pub healthy: bool,
+    pub consecutive_failures: u64,
+    pub recent_attempts: u64,
+    pub recent_failure_rate: f64,
+    #[serde(default, deserialize_with = "rfc3339_opt")]
+    pub last_success_at: Option<SystemTime>,
+    #[serde(default, deserialize_with = "rfc3339_opt")]
+    pub last_failure_at: Option<SystemTime>,
+    #[serde(default, deserialize_with = "rfc3339_opt")]
+    pub failing_since: Option<SystemTime>,
+}
+
+/// A webhook subscription of a queue (`docs/webhooks.md`). `secret` and header values are
+/// `"[redacted]"` except in the answers of a create and a secret rotation.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[non_exhaustive]
+pub struct Subscription {
+    pub id: u64,
+    pub queue: String,
+    pub endpoint: String,
+    pub enabled: bool,
+    #[serde(default)]
+    pub disabled_reason: Option<String>,
+    #[serde(default)]
+    pub policy: Option<Value>,
+    pub effective_policy: Value,
+    pub policy_source: PolicySource,
+    #[serde(default)]
+    pub throttle_per_second: Option<u32>,
+    pub content_type: String,
+    pub secret: String,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default, deserialize_with = "rfc3339_opt")]
+    pub previous_secret_until: Option<SystemTime>,
+    #[serde(default)]
+    pub retryable_statuses: Option<Vec<u16>>,
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    pub auto_disable_after_ms: u64,
+    pub format: EnvelopeFormat,
+    #[serde(deserialize_with = "rfc3339")]
+    pub created_at: SystemTime,
+    #[serde(deserialize_with = "rfc3339")]
+    pub updated_at: SystemTime,
+    pub health: SubscriptionHealth,
+    pub deliveries: Counts,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct SubscriptionList {
+    pub subscriptions: Vec<Subscription>,
+}
+
+/// What deleting a subscription did.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct DeletedSubscription {
+    pub deleted: u64,
+    pub deliveries_deleted: u64,
+}
+
+/// How one delivery attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AttemptResult {
+    Delivered,
+    /// Failed; the policy retries it.
+    Retryable,
+    /// Failed in a way no retry fixes (the delivery is dead).
+    Permanent,
+    #[serde(other)]
+    Unknown,
+}
+
+/// One POST of a delivery to its endpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct DeliveryAttempt {
+    pub delivery: u64,
+    pub attempt: u32,
+    #[serde(deserialize_with = "rfc3339")]
+    pub at: SystemTime,
+    pub latency_ms: u64,
+    pub result: AttemptResult,
+    /// The endpoint's HTTP status, when it answered.
+    #[serde(default)]
+    pub status: Option<u16>,
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The start of the endpoint's answer.
+    #[serde(default)]
+    pub response: Option<String>,
+    #[serde(default)]
+    pub retry_after_ms: Option<u64>,
+}
+
+/// A message's delivery to one subscription; `attempts` only from
+/// [`Client::get_delivery`](crate::Client::get_delivery).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[non_exhaustive]
+pub struct Delivery {
+    pub id: u64,
+    pub subscription: u64,
+    pub message_id: u64,
+    pub queue: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub status: JobStatus,
+    pub failures: u32,
+    #[serde(deserialize_with = "rfc3339")]
+    pub run_at: SystemTime,
+    #[serde(deserialize_with = "rfc3339")]
+    pub created_at: SystemTime,
+    #[serde(default, deserialize_with = "rfc3339_opt")]
+    pub finished_at: Option<SystemTime>,
+    #[serde(default)]
+    pub dead_reason: Option<String>,
+    #[serde(default)]
+    pub policy: Option<Value>,
+    #[serde(default)]
+    pub attempts: Option<Vec<DeliveryAttempt>>,
+}
+
+/// A page of a subscription's deliveries.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[non_exhaustive]
+pub struct DeliveryPage {
+    pub deliveries: Vec<Delivery>,
+    #[serde(default)]
+    pub next_after: Option<u64>,
+}
+
+/// The attempts of a page of a subscription's deliveries.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct AttemptPage {
+    pub attempts: Vec<DeliveryAttempt>,
+    /// The last delivery of the page: pass it as `after` for the next one.
+    #[serde(default)]
+    pub next_after: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct AttemptList {
+    pub attempts: Vec<DeliveryAttempt>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct Replayed {
+    pub replayed: Vec<u64>,
+}
+
+/// A token's role (`docs/security.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Admin,
+    Producer,
+    Worker,
+    Reader,
+}
+
+/// An API token as listed: never the token itself.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct TokenInfo {
+    pub id: u64,
+    pub name: String,
+    pub role: Role,
+    #[serde(default)]
+    pub queues: Vec<String>,
+    #[serde(default)]
+    pub projects: Vec<String>,
+    #[serde(deserialize_with = "rfc3339")]
+    pub created_at: SystemTime,
+    #[serde(default, deserialize_with = "rfc3339_opt")]
+    pub last_used_at: Option<SystemTime>,
+}
+
+/// A new API token: `token` is shown this once.
+#[derive(Clone, Deserialize)]
+#[non_exhaustive]
+pub struct CreatedToken {
+    pub token: String,
+    #[serde(flatten)]
+    pub info: TokenInfo,
+}
+
+impl std::fmt::Debug for CreatedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CreatedToken")
+            .field("token", &"[redacted]")
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct TokenList {
+    pub tokens: Vec<TokenInfo>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct JobList<T> {
+    pub jobs: Vec<T>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct CompleteResults {
+    pub results: Vec<CompleteResult>,
+}

@@ -1,0 +1,618 @@
+//! The worker runtime against the real server, in real time with short policies: outcomes,
+//! heartbeats, batched completions, shutdown, panics, unknown types, tokens.
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use common::{ADMIN, CountingProxy, Server, eventually, joined, wait_for_errors, wait_for_status};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tenax_client::{
+    Client, Job, JobError, JobFilter, JobStatus, NewJob, NewToken, Outcome, OutcomeExt as _, Role,
+    Worker,
+};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Email {
+    to: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("sending to {to}")]
+struct SendError {
+    to: String,
+    #[source]
+    cause: std::io::Error,
+}
+
+/// Every job of `queue`, by id.
+async fn jobs_of(client: &Client, queue: &str) -> Vec<tenax_client::JobInfo> {
+    use futures_util::TryStreamExt as _;
+    client
+        .all_jobs(JobFilter::new().queue(queue))
+        .try_collect()
+        .await
+        .expect("the jobs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_each_type_with_its_payload_and_completes_the_jobs() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen_emails = seen.clone();
+    let seen_numbers = seen.clone();
+    let worker = Worker::builder(client.clone())
+        .queue("mail")
+        .queue("numbers")
+        .concurrency(4)
+        .handler("email.send", move |job: Job<Email>| {
+            let seen = seen_emails.clone();
+            async move {
+                seen.lock().expect("seen").push(job.payload.to.clone());
+                Ok::<_, JobError>(())
+            }
+        })
+        .handler("square", move |job: Job<u64>| {
+            let seen = seen_numbers.clone();
+            async move {
+                seen.lock()
+                    .expect("seen")
+                    .push((job.payload * job.payload).to_string());
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+    let mail = client
+        .enqueue(&NewJob::new("mail", "email.send").payload(Email {
+            to: "ada@example.com".into(),
+        }))
+        .await
+        .expect("enqueued");
+    let number = client
+        .enqueue(&NewJob::new("numbers", "square").payload(12))
+        .await
+        .expect("enqueued");
+    // A payload that does not fit its handler's type: dead at once, no retry would fix it.
+    let misfit = client
+        .enqueue(&NewJob::new("numbers", "square").payload("twelve"))
+        .await
+        .expect("enqueued");
+    // A type without a handler: failed, and retried by its policy (another worker may know it).
+    let unknown = client
+        .enqueue(&NewJob::new("mail", "sms.send").policy(json!({"type": "list", "delays": ["1h"]})))
+        .await
+        .expect("enqueued");
+    for id in [mail.id, number.id] {
+        let job = wait_for_status(&client, id, JobStatus::Completed).await;
+        assert!(job.errors.is_empty(), "{job:?}");
+    }
+    let misfit = wait_for_errors(&client, misfit.id, JobStatus::Dead, 1).await;
+    let message = &misfit.errors[0].message;
+    assert!(
+        message.contains("does not fit u64") && message.contains("invalid type: string"),
+        "{message}"
+    );
+    let unknown = wait_for_errors(&client, unknown.id, JobStatus::Scheduled, 1).await;
+    assert_eq!(
+        unknown.errors[0].message,
+        "no handler for job type \"sms.send\" in this worker (it handles: \"email.send\", \"square\")"
+    );
+    let mut seen = seen.lock().expect("seen").clone();
+    seen.sort();
+    assert_eq!(seen, ["144", "ada@example.com"]);
+    handle.shutdown();
+    let stats = joined(running).await.expect("a clean stop");
+    assert_eq!((stats.received, stats.succeeded, stats.failed), (4, 2, 2));
+    assert_eq!(stats.completed, 2);
+}
+
+/// Runs of jobs: id, attempt, when.
+type Runs = Arc<Mutex<Vec<(u64, u32, Instant)>>>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_choose_the_outcome() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    // When each job ran (by id), to see the delays between its runs.
+    let runs: Runs = Arc::default();
+    let retry_at = SystemTime::now() + Duration::from_millis(900);
+    let record = |runs: &Runs, id, attempt| {
+        runs.lock()
+            .expect("runs")
+            .push((id, attempt, Instant::now()));
+    };
+    let worker = Worker::builder(client.clone())
+        .queue("outcomes")
+        .concurrency(5)
+        .handler("plain", {
+            let runs = runs.clone();
+            move |job: Job<Email>| {
+                record(&runs, job.id, job.attempt);
+                let to = job.payload.to;
+                async move {
+                    Err::<(), _>(SendError {
+                        to,
+                        cause: std::io::Error::other("connection refused"),
+                    })
+                }
+            }
+        })
+        .handler("not-retryable", |_job: Job<serde_json::Value>| async move {
+            "x".parse::<u32>().not_retryable()?;
+            Ok::<_, JobError>(())
+        })
+        .handler("retry-in", {
+            let runs = runs.clone();
+            move |job: Job<serde_json::Value>| {
+                record(&runs, job.id, job.attempt);
+                async move {
+                    if job.attempt == 1 {
+                        return Err(JobError::retry_in(Duration::from_millis(700))
+                            .with_message("rate limited"));
+                    }
+                    Ok(())
+                }
+            }
+        })
+        .handler("retry-at", {
+            let runs = runs.clone();
+            move |job: Job<serde_json::Value>| {
+                record(&runs, job.id, job.attempt);
+                async move {
+                    if job.attempt == 1 {
+                        return Err(Outcome::RetryAt(retry_at));
+                    }
+                    Ok(())
+                }
+            }
+        })
+        .handler("snooze", {
+            let runs = runs.clone();
+            let snoozed = Arc::new(AtomicU32::new(0));
+            move |job: Job<serde_json::Value>| {
+                record(&runs, job.id, job.attempt);
+                let first = snoozed.fetch_add(1, Ordering::SeqCst) == 0;
+                async move {
+                    if first {
+                        return Err(Outcome::Snooze(Duration::from_millis(600)));
+                    }
+                    Ok(())
+                }
+            }
+        })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+    let quick = json!({"type": "list", "delays": ["100ms", "100ms"]});
+    let enqueue = |kind: &'static str| {
+        let client = client.clone();
+        let quick = quick.clone();
+        async move {
+            client
+                .enqueue(
+                    &NewJob::new("outcomes", kind)
+                        .payload(json!({"to": "ada@example.com"}))
+                        .policy(quick),
+                )
+                .await
+                .expect("enqueued")
+                .id
+        }
+    };
+    let plain = enqueue("plain").await;
+    let not_retryable = enqueue("not-retryable").await;
+    let retry_in = enqueue("retry-in").await;
+    let retry_at_job = enqueue("retry-at").await;
+    let snooze = enqueue("snooze").await;
+
+    // Any error: retried by the list policy (two retries) until dead, its chain recorded.
+    let dead = wait_for_errors(&client, plain, JobStatus::Dead, 3).await;
+    assert!(dead.dead_reason.is_some());
+    for error in &dead.errors {
+        assert_eq!(
+            error.message,
+            "sending to ada@example.com: connection refused"
+        );
+        let detail = error.detail.as_ref().expect("a detail");
+        assert_eq!(
+            detail["chain"],
+            json!(["sending to ada@example.com", "connection refused"])
+        );
+        assert!(
+            detail["type"]
+                .as_str()
+                .is_some_and(|t| t.ends_with("SendError")),
+            "{detail}"
+        );
+    }
+    // Not retryable: dead at its first failure.
+    let dead = wait_for_errors(&client, not_retryable, JobStatus::Dead, 1).await;
+    assert_eq!(dead.errors[0].message, "invalid digit found in string");
+    // Retry in: the second run comes after the chosen delay, not the policy's 100 ms.
+    let done = wait_for_errors(&client, retry_in, JobStatus::Completed, 1).await;
+    assert_eq!(done.errors[0].message, "rate limited");
+    // Retry at: the second run comes at the chosen time.
+    let done = wait_for_errors(&client, retry_at_job, JobStatus::Completed, 1).await;
+    assert!(done.errors[0].message.starts_with("retry at "), "{done:?}");
+    // Snooze: run again later without using an attempt, and nothing recorded.
+    let done = wait_for_status(&client, snooze, JobStatus::Completed).await;
+    assert!(done.errors.is_empty(), "{done:?}");
+    assert_eq!(done.failures, 0);
+
+    let runs = runs.lock().expect("runs").clone();
+    let of = |id: u64| -> Vec<(u32, Instant)> {
+        runs.iter()
+            .filter(|(job, _, _)| *job == id)
+            .map(|(_, attempt, at)| (*attempt, *at))
+            .collect()
+    };
+    assert_eq!(of(plain).len(), 3, "{runs:?} {plain}");
+    let retried = of(retry_in);
+    assert_eq!(retried.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2]);
+    assert!(retried[1].1 - retried[0].1 >= Duration::from_millis(690));
+    let at = of(retry_at_job);
+    assert_eq!(at.len(), 2);
+    let snoozed = of(snooze);
+    assert_eq!(
+        snoozed.iter().map(|r| r.0).collect::<Vec<_>>(),
+        [1, 1],
+        "a snooze uses no attempt"
+    );
+    assert!(snoozed[1].1 - snoozed[0].1 >= Duration::from_millis(590));
+    handle.shutdown();
+    let stats = joined(running).await.expect("a clean stop");
+    assert_eq!(stats.failed, 3 + 1 + 1 + 1 + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_keep_a_job_whose_handler_outlives_its_lease() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let runs = Arc::new(AtomicU32::new(0));
+    let counted = runs.clone();
+    let worker = Worker::builder(client.clone())
+        .queue("long")
+        .concurrency(2)
+        .lease(Duration::from_secs(1))
+        .handler("slow", move |_job: Job<()>| {
+            let runs = counted.clone();
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(3500)).await;
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+    let id = client
+        .enqueue(&NewJob::new("long", "slow"))
+        .await
+        .expect("enqueued")
+        .id;
+    let job = wait_for_status(&client, id, JobStatus::Completed).await;
+    assert_eq!(
+        (job.attempt, job.failures),
+        (1, 0),
+        "the lease never expired: {job:?}"
+    );
+    assert!(job.errors.is_empty());
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "it ran once");
+    handle.shutdown();
+    let stats = joined(running).await.expect("a clean stop");
+    assert!(stats.heartbeats >= 5, "{stats:?}");
+    assert_eq!(stats.lost, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_are_batched() {
+    let server = Server::start(&[]).await;
+    let proxy = CountingProxy::start(server.address).await;
+    let client = server.client();
+    let through_proxy = Client::new(&proxy.url).expect("a client");
+    let worker = Worker::builder(through_proxy)
+        .queue("many")
+        .concurrency(10)
+        .handler("quick", |_job: Job<u32>| async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    const JOBS: u64 = 60;
+    client
+        .enqueue_many(
+            &(0..JOBS)
+                .map(|i| NewJob::new("many", "quick").payload(i))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .expect("a batch");
+    let running = tokio::spawn(worker.run());
+    eventually("every job completed", || {
+        let client = client.clone();
+        async move {
+            let stats = client.stats().await.expect("stats");
+            (stats.queue("many").completed == JOBS).then_some(())
+        }
+    })
+    .await;
+    handle.shutdown();
+    let stats = joined(running).await.expect("a clean stop");
+    let batches = proxy.count("POST /api/jobs/complete");
+    assert_eq!(
+        proxy.count_matching("POST /api/jobs/", "/complete"),
+        batches,
+        "no job was completed on its own"
+    );
+    assert_eq!(batches, stats.ack_requests);
+    assert_eq!(stats.completed, JOBS);
+    assert!(
+        batches <= JOBS / 4,
+        "{batches} completion requests for {JOBS} jobs"
+    );
+    assert_eq!(proxy.count("POST /api/take/stream"), 1);
+}
+
+/// A worker with jobs in hand whose handlers finish within the shutdown timeout: every job
+/// ends completed or back to ready with no attempt used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_shutdown_finishes_running_handlers_and_gives_back_the_rest() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let started = Arc::new(AtomicU32::new(0));
+    let counted = started.clone();
+    let worker = Worker::builder(client.clone())
+        .queue("drain")
+        .concurrency(4)
+        .shutdown_timeout(Duration::from_secs(10))
+        .handler("work", move |job: Job<u32>| {
+            let started = counted.clone();
+            async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                assert!(job.is_stopping(), "the handler sees the shutdown");
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    client
+        .enqueue_many(
+            &(0..20)
+                .map(|i| NewJob::new("drain", "work").payload(i))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .expect("a batch");
+    let running = tokio::spawn(worker.run());
+    eventually("four handlers running", || {
+        let started = started.clone();
+        async move { (started.load(Ordering::SeqCst) >= 4).then_some(()) }
+    })
+    .await;
+    handle.shutdown();
+    let stats = joined(running).await.expect("a clean stop");
+    // The server takes back what the closed stream held as soon as it sees the close.
+    let jobs = eventually("no job in flight", || {
+        let client = client.clone();
+        async move {
+            let jobs = jobs_of(&client, "drain").await;
+            jobs.iter()
+                .all(|j| j.status != JobStatus::InFlight)
+                .then_some(jobs)
+        }
+    })
+    .await;
+    assert_eq!(jobs.len(), 20);
+    let completed = jobs
+        .iter()
+        .filter(|j| j.status == JobStatus::Completed)
+        .count();
+    assert_eq!(completed as u64, stats.completed);
+    assert!(completed >= 4, "the running handlers finished: {stats:?}");
+    for job in &jobs {
+        assert!(
+            matches!(job.status, JobStatus::Completed | JobStatus::Ready),
+            "job {} is {:?}",
+            job.id,
+            job.status
+        );
+        assert_eq!(job.failures, 0, "no attempt used: {job:?}");
+    }
+    assert_eq!(stats.abandoned, 0);
+    assert_eq!(stats.lost, 0);
+}
+
+/// Handlers still running at the shutdown deadline are stopped, and their jobs go back to
+/// ready without using an attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_past_the_shutdown_deadline_are_stopped_and_their_jobs_given_back() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let started = Arc::new(AtomicU32::new(0));
+    let counted = started.clone();
+    let worker = Worker::builder(client.clone())
+        .queue("stuck")
+        .concurrency(3)
+        .shutdown_timeout(Duration::from_millis(300))
+        .handler("forever", move |_job: Job<u32>| {
+            let started = counted.clone();
+            async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok::<_, JobError>(())
+            }
+        })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    client
+        .enqueue_many(
+            &(0..5)
+                .map(|i| NewJob::new("stuck", "forever").payload(i))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .expect("a batch");
+    let running = tokio::spawn(worker.run());
+    eventually("three handlers running", || {
+        let started = started.clone();
+        async move { (started.load(Ordering::SeqCst) == 3).then_some(()) }
+    })
+    .await;
+    let asked = Instant::now();
+    handle.shutdown();
+    let stats = joined(running).await.expect("a clean stop");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        asked.elapsed()
+    );
+    assert_eq!(stats.abandoned, 3, "{stats:?}");
+    for job in jobs_of(&client, "stuck").await {
+        let job = wait_for_status(&client, job.id, JobStatus::Ready).await;
+        assert_eq!(
+            (job.attempt, job.failures),
+            (1, 0),
+            "no attempt used: {job:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_fails_its_job_and_the_worker_goes_on() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let worker = Worker::builder(client.clone())
+        .queue("fragile")
+        .concurrency(1)
+        .handler("maybe", |job: Job<bool>| async move {
+            if job.payload {
+                panic!("boom on job {}", job.id);
+            }
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+    let policy = json!({"type": "list", "delays": ["1h"]});
+    let bad = client
+        .enqueue(&NewJob::new("fragile", "maybe").payload(true).policy(policy))
+        .await
+        .expect("enqueued")
+        .id;
+    let good = client
+        .enqueue(&NewJob::new("fragile", "maybe").payload(false))
+        .await
+        .expect("enqueued")
+        .id;
+    let failed = wait_for_errors(&client, bad, JobStatus::Scheduled, 1).await;
+    assert_eq!(
+        failed.errors[0].message,
+        format!("the handler panicked: boom on job {bad}")
+    );
+    wait_for_status(&client, good, JobStatus::Completed).await;
+    handle.shutdown();
+    let stats = joined(running).await.expect("a clean stop");
+    assert_eq!((stats.failed, stats.completed), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_a_token_and_a_refused_stream() {
+    let server = Server::start(&["--auth", "on", "--admin-token", ADMIN]).await;
+    let admin = server.client_with(ADMIN);
+    let worker_token = admin
+        .create_token(&NewToken::new("worker", Role::Worker).queues(["jobs.*"]))
+        .await
+        .expect("a token");
+    let id = admin
+        .enqueue(&NewJob::new("jobs.a", "t"))
+        .await
+        .expect("enqueued")
+        .id;
+    let worker = Worker::builder(server.client_with(&worker_token.token))
+        .queue("jobs.a")
+        .handler("t", |_job: Job<()>| async { Ok::<_, JobError>(()) })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+    wait_for_status(&admin, id, JobStatus::Completed).await;
+    handle.shutdown();
+    joined(running).await.expect("a clean stop");
+
+    // Out of the token's scope, or without a token: refused for good, and the worker says why.
+    let out_of_scope = Worker::builder(server.client_with(&worker_token.token))
+        .queue("billing")
+        .handler("t", |_job: Job<()>| async { Ok::<_, JobError>(()) })
+        .build()
+        .expect("a worker");
+    let error = joined(tokio::spawn(out_of_scope.run()))
+        .await
+        .expect_err("forbidden");
+    assert!(error.is_forbidden(), "{error}");
+    let bad_queue = Worker::builder(server.client_with(ADMIN))
+        .queue("jobs.a")
+        .queue("no spaces")
+        .handler("t", |_job: Job<()>| async { Ok::<_, JobError>(()) })
+        .build()
+        .expect("a worker");
+    let error = joined(tokio::spawn(bad_queue.run()))
+        .await
+        .expect_err("invalid");
+    assert_eq!(error.field(), Some("queues[1]"), "{error}");
+}
+
+#[test]
+fn bad_settings_are_refused_when_the_worker_is_built() {
+    let client = Client::new("http://127.0.0.1:1").expect("a client");
+    let refused =
+        |builder: tenax_client::WorkerBuilder| builder.build().expect_err("refused").to_string();
+    let ok = |job: Job<()>| async move {
+        drop(job);
+        Ok::<_, JobError>(())
+    };
+    assert!(refused(Worker::builder(client.clone()).handler("t", ok)).starts_with("queue:"));
+    assert!(refused(Worker::builder(client.clone()).queue("q")).starts_with("handler:"));
+    assert!(
+        refused(
+            Worker::builder(client.clone())
+                .queue("q")
+                .handler("t", ok)
+                .handler("t", ok)
+        )
+        .contains("two handlers")
+    );
+    assert!(
+        refused(
+            Worker::builder(client.clone())
+                .queue("q")
+                .handler("t", ok)
+                .concurrency(0)
+        )
+        .starts_with("concurrency:")
+    );
+    assert!(
+        refused(
+            Worker::builder(client)
+                .queue("q")
+                .handler("t", ok)
+                .lease(Duration::from_secs(2))
+                .heartbeat_every(Duration::from_secs(2))
+        )
+        .starts_with("heartbeat_every:")
+    );
+}
