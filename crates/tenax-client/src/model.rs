@@ -88,6 +88,9 @@ pub struct JobInfo {
     pub policy: Option<Value>,
     #[serde(default)]
     pub unique_key: Option<String>,
+    /// The W3C trace context it was enqueued with.
+    #[serde(default)]
+    pub traceparent: Option<String>,
     /// One entry per failed attempt.
     #[serde(default)]
     pub errors: Vec<RecordedError>,

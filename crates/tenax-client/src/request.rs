@@ -147,8 +147,9 @@ impl<P> NewJob<P> {
         self
     }
 
-    /// A W3C `traceparent` to carry with the job. Sent only when set; a server that does not
-    /// know the field refuses it (`400`, field `traceparent`).
+    /// A W3C `traceparent` to carry with the job: the server keeps it, hands it to the job's
+    /// workers ([`TakenJob::traceparent`](crate::TakenJob)) and sends it with its webhook
+    /// deliveries. Sent only when set.
     pub fn traceparent(mut self, traceparent: impl Into<String>) -> Self {
         self.traceparent = Some(traceparent.into());
         self

@@ -201,15 +201,21 @@ async fn take_heartbeat_complete_and_fail_by_hand() {
     let server = Server::start(&[]).await;
     let client = server.client();
     let policy = json!({"type": "list", "delays": ["10m", "10m", "10m", "10m"]});
+    // The first job carries a trace context, to its record and to its taker.
+    const TRACE: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let enqueued = client
         .enqueue_many(
             &(0..8)
                 .map(|i| NewJob::new("work", "w").payload(i).policy(policy.clone()))
+                .enumerate()
+                .map(|(i, job)| if i == 0 { job.traceparent(TRACE) } else { job })
                 .collect::<Vec<_>>(),
         )
         .await
         .expect("a batch");
     let ids: Vec<u64> = enqueued.iter().map(|e| e.id).collect();
+    let record = client.get_job(ids[0]).await.expect("the job");
+    assert_eq!(record.traceparent.as_deref(), Some(TRACE));
 
     // A long poll answers at once when a job is ready.
     let jobs = client
@@ -223,6 +229,8 @@ async fn take_heartbeat_complete_and_fail_by_hand() {
         .expect("jobs");
     assert_eq!(jobs.len(), 8);
     assert_eq!(jobs[0].payload::<u32>().expect("a number"), 0);
+    assert_eq!(jobs[0].traceparent.as_deref(), Some(TRACE));
+    assert_eq!(jobs[1].traceparent, None);
     let by_id = |id: u64| jobs.iter().find(|j| j.id == id).expect("taken");
 
     let extended = client

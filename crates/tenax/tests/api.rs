@@ -286,6 +286,94 @@ async fn unique_keys_refuse_or_return_the_existing_job() {
 
 // --- take ------------------------------------------------------------------------------------
 
+/// A job carries the W3C trace context it was enqueued with (its own field, else the request's
+/// `traceparent` header) to `GET` and to the worker that takes it; a malformed one is refused
+/// with the field named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_context_goes_from_producer_to_worker() {
+    const OWN: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    const HEADER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let server = TestServer::manual().await;
+    let mut own = job("traced");
+    own["traceparent"] = json!(OWN);
+    let first = server.enqueue(own).await;
+    let send = |path: &str, body: Value| {
+        server
+            .api
+            .http()
+            .post(server.url(path))
+            .header("traceparent", HEADER)
+            .json(&body)
+    };
+    let answer: Value = send(
+        "/api/jobs/batch",
+        json!({"jobs": [job("traced"), job("traced")]}),
+    )
+    .send()
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let by_header = ids(&answer["jobs"]);
+    let mut both = job("traced");
+    both["traceparent"] = json!(OWN);
+    let answer: Value = send("/api/jobs", both)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let own_wins = answer["id"].as_u64().unwrap();
+    let plain = server.enqueue(job("traced")).await;
+
+    assert_eq!(server.job(first).await["traceparent"], OWN);
+    assert_eq!(server.job(by_header[1]).await["traceparent"], HEADER);
+    assert_eq!(server.job(own_wins).await["traceparent"], OWN);
+    assert!(server.job(plain).await.get("traceparent").is_none());
+    let taken = server.take(&["traced"], 10).await;
+    let traces: Vec<Value> = taken
+        .iter()
+        .map(|t| t.json.get("traceparent").cloned().unwrap_or(Value::Null))
+        .collect();
+    assert_eq!(
+        traces,
+        [
+            json!(OWN),
+            json!(HEADER),
+            json!(HEADER),
+            json!(OWN),
+            Value::Null
+        ]
+    );
+
+    let mut bad = job("traced");
+    bad["traceparent"] = json!("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331");
+    server
+        .invalid("/api/jobs", bad.clone(), "traceparent")
+        .await;
+    server
+        .invalid(
+            "/api/jobs/batch",
+            json!({"jobs": [job("traced"), bad]}),
+            "jobs[1].traceparent",
+        )
+        .await;
+    let refused = server
+        .api
+        .http()
+        .post(server.url("/api/jobs"))
+        .header("traceparent", "not-a-trace")
+        .json(&job("traced"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400);
+    let error: Value = refused.json().await.unwrap();
+    assert_eq!(error["error"]["field"], "traceparent", "{error}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn take_is_highest_priority_first_then_fifo_across_queues() {
     let server = TestServer::manual().await;

@@ -433,6 +433,7 @@ fn new_job(queue: &str, priority: i32, run_at_ms: u64, now: u64) -> NewJob {
         expires_at_ms: None,
         origin: None,
         parent: None,
+        traceparent: None,
     }
 }
 

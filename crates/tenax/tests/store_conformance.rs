@@ -222,6 +222,7 @@ fn job(queue: &str) -> Insert {
             expires_at_ms: None,
             origin: None,
             parent: None,
+            traceparent: None,
         },
         parent: None,
         owner: None,
@@ -693,10 +694,26 @@ async fn enqueue_is_atomic_and_ids_increase(backend: &impl Backend) {
     let next = enqueue(&store, vec![job("q")], T0).await;
     assert!(next[0] > keyed[0]);
 
+    // The trace context is kept with the job, read back, and handed to its taker.
+    const TRACE: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let mut traced = job("traced");
+    traced.job.traceparent = Some(TRACE.to_owned());
+    let traced = enqueue(&store, vec![traced], T0).await[0];
+    assert_eq!(
+        get(&store, traced).await.spec.traceparent.as_deref(),
+        Some(TRACE)
+    );
+
     let store = reopen(backend, store, T0).await;
     // Ids are never reused, across restarts too.
     let after = enqueue(&store, vec![job("q")], T0).await;
     assert!(after[0] > next[0]);
+    assert_eq!(
+        get(&store, traced).await.spec.traceparent.as_deref(),
+        Some(TRACE)
+    );
+    let taken = take(&store, &["traced"], 1, T0).await;
+    assert_eq!(taken[0].traceparent.as_deref(), Some(TRACE));
     close(store).await;
 }
 

@@ -1222,6 +1222,29 @@ async fn health_marks_and_disabling_survive_concurrent_changes() {
     }
 }
 
+/// A message's trace context goes with each of its deliveries, as the `traceparent` header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_carry_their_messages_trace_context() {
+    const TRACE: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let server = server(&[]).await;
+    let receiver = Receiver::ok().await;
+    subscribe(&server, "orders", &receiver, json!({})).await;
+    server
+        .enqueue(
+            json!({"queue": "orders", "type": "order.paid", "payload": {"n": 1},
+                        "traceparent": TRACE}),
+        )
+        .await;
+    publish(&server, "orders", json!({"n": 2})).await;
+    let received = receiver.wait_for(2, ARRIVAL).await;
+    let traces: Vec<Option<&str>> = received
+        .iter()
+        .map(|r| r.headers.get("traceparent").and_then(|v| v.to_str().ok()))
+        .collect();
+    assert!(traces.contains(&Some(TRACE)), "{traces:?}");
+    assert!(traces.contains(&None), "{traces:?}");
+}
+
 // --- the attempt log -------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -144,6 +144,7 @@ async fn wait_gone(pid: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn success_and_failure_with_the_tail_of_stderr() {
+    const TRACE: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     let server = server().await;
     let dir = tempfile::tempdir().expect("a directory");
     let out = dir.path().display().to_string();
@@ -171,7 +172,7 @@ echo "all good"
     let failing = server
         .enqueue(
             json!({"queue": "exec", "type": "mail.send", "payload": "fail",
-            "policy": {"type": "list", "delays": ["1h"]}}),
+            "policy": {"type": "list", "delays": ["1h"]}, "traceparent": TRACE}),
         )
         .await;
     let mut work = Work::start(
@@ -216,6 +217,9 @@ echo "all good"
         "only the tail is kept"
     );
     assert_eq!(job["errors"][0]["detail"], json!({"exit_code": 3}));
+    // A job enqueued with a trace context hands it to its command.
+    let env = std::fs::read_to_string(dir.path().join(format!("env-{failing}"))).expect("written");
+    assert!(env.contains(&format!("TRACEPARENT={TRACE}\n")), "{env}");
     work.terminate();
     assert!(work.exited().await.success(), "{}", work.log());
 }

@@ -1,7 +1,7 @@
 //! Enqueue, inspect, list, delete jobs; counts per queue.
 
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -21,7 +21,7 @@ use crate::auth::Principal;
 use crate::clock::{UnixMs, check_time, rfc3339};
 use crate::engine::Enqueue;
 use crate::model::subscription::is_internal_queue;
-use crate::model::{JobId, NewJob, Status, StoredPolicy};
+use crate::model::{JobId, NewJob, Status, StoredPolicy, check_traceparent};
 use crate::store::{Enqueued, JobFilter, OnDuplicate, Page, QueueCounts, Selection, StoreError};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -67,6 +67,13 @@ pub struct EnqueueRequest {
     pub unique_key: Option<String>,
     /// What a duplicate unique key gets.
     pub on_duplicate: Option<OnDuplicate>,
+    /// The W3C trace context to carry with the job (handed to its workers, sent with its
+    /// webhook deliveries). Without it, the request's `traceparent` header, if any.
+    #[schema(
+        pattern = "^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$",
+        max_length = 512
+    )]
+    pub traceparent: Option<String>,
 }
 
 /// Jobs to enqueue atomically: all or none.
@@ -117,6 +124,11 @@ pub(crate) fn to_enqueue(
             ),
         ));
     }
+    if let Some(traceparent) = &request.traceparent {
+        check_traceparent(traceparent)
+            .map_err(|rule| ApiError::invalid(field("traceparent"), rule))?;
+    }
+    let traceparent = request.traceparent;
     let run_at_ms = match (request.run_at, request.delay) {
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid(
@@ -176,6 +188,7 @@ pub(crate) fn to_enqueue(
             expires_at_ms: None,
             origin: None,
             parent: None,
+            traceparent,
         },
         retry_limit,
     })
@@ -218,8 +231,11 @@ struct BatchView {
     Conflict, Refusals))]
 async fn enqueue_one(
     State(state): State<AppState>,
-    JsonBody(request): JsonBody<EnqueueRequest>,
+    headers: HeaderMap,
+    JsonBody(mut request): JsonBody<EnqueueRequest>,
 ) -> Result<(StatusCode, Json<EnqueuedView>), ApiError> {
+    let header = traceparent_header(&headers)?;
+    request.traceparent = request.traceparent.or(header);
     let on_duplicate = request.on_duplicate.unwrap_or_default();
     let now = state.engine.now_ms();
     let job = to_enqueue(request, "", now, &state.limits)?;
@@ -245,11 +261,13 @@ async fn enqueue_one(
     Conflict, Refusals))]
 async fn enqueue_batch(
     State(state): State<AppState>,
+    headers: HeaderMap,
     JsonBody(request): JsonBody<BatchRequest>,
 ) -> Result<(StatusCode, Json<BatchView>), ApiError> {
     if request.jobs.is_empty() {
         return Err(ApiError::invalid("jobs", "must hold at least one job"));
     }
+    let header = traceparent_header(&headers)?;
     let now = state.engine.now_ms();
     let mut inserts = Vec::with_capacity(request.jobs.len());
     for (i, job) in request.jobs.into_iter().enumerate() {
@@ -259,6 +277,10 @@ async fn enqueue_batch(
                 "is set for the whole batch: give on_duplicate beside jobs, not in a job",
             ));
         }
+        let job = EnqueueRequest {
+            traceparent: job.traceparent.or_else(|| header.clone()),
+            ..job
+        };
         inserts.push(to_enqueue(job, &format!("jobs[{i}]"), now, &state.limits)?);
     }
     let result = state
@@ -268,6 +290,20 @@ async fn enqueue_batch(
         .map_err(|e| duplicate_field(e, |i| format!("jobs[{i}].unique_key")))?;
     let jobs = result.iter().map(enqueued_view).collect();
     Ok((StatusCode::CREATED, Json(BatchView { jobs })))
+}
+
+/// The request's `traceparent` header (W3C trace context), checked: the trace of every job the
+/// request enqueues without naming its own.
+fn traceparent_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("traceparent") else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| ApiError::invalid("traceparent", "the header must be ASCII"))?;
+    check_traceparent(text)
+        .map_err(|rule| ApiError::invalid("traceparent", format!("(the header) {rule}")))?;
+    Ok(Some(text.to_owned()))
 }
 
 /// A refused duplicate names the job's `unique_key` field; other errors as usual.

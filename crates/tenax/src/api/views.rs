@@ -36,6 +36,9 @@ pub struct JobView {
     pub policy: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unique_key: Option<String>,
+    /// The W3C trace context it was enqueued with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     pub errors: Vec<ErrorView>,
 }
 
@@ -66,6 +69,7 @@ impl From<Job> for JobView {
             dead_reason: job.state.dead_reason,
             policy: job.spec.policy.map(|p| p.json().clone()),
             unique_key: job.spec.unique_key,
+            traceparent: job.spec.traceparent,
             errors: job
                 .errors
                 .into_iter()
@@ -95,6 +99,9 @@ pub struct TakenView {
     pub lease_token: LeaseToken,
     pub lease_expires_at: String,
     pub created_at: String,
+    /// The W3C trace context it was enqueued with: continue the trace from it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 impl From<TakenJob> for TakenView {
@@ -109,6 +116,7 @@ impl From<TakenJob> for TakenView {
             lease_token: job.lease_token,
             lease_expires_at: rfc3339(job.lease_expires_at_ms),
             created_at: rfc3339(job.created_at_ms),
+            traceparent: job.traceparent,
         }
     }
 }

@@ -198,6 +198,11 @@ impl Sender {
         set("webhook-signature", signature);
         set("tenax-subscription", subscription.id.to_string());
         set("tenax-attempt", job.attempt.to_string());
+        // The message's trace context, so the endpoint's work joins the producer's trace; it
+        // wins over a subscription's own header of that name.
+        if let Some(traceparent) = &job.traceparent {
+            set("traceparent", traceparent.clone());
+        }
         if let Ok(value) = HeaderValue::from_str(&subscription.content_type) {
             headers.insert(CONTENT_TYPE, value);
         }
@@ -308,6 +313,7 @@ mod tests {
             created_at_ms: 0,
             expires_at_ms: None,
             parent: Some(JobId(7)),
+            traceparent: None,
         }
     }
 

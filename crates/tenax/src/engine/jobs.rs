@@ -171,5 +171,7 @@ fn delivery_of(subscription: SubscriptionId, message: &NewJob) -> NewJob {
         expires_at_ms: None,
         origin: None,
         parent: None,
+        // The delivery belongs to the message's trace: the endpoint gets its `traceparent`.
+        traceparent: message.traceparent.clone(),
     }
 }

@@ -88,6 +88,11 @@ pub struct NewJob {
     /// of the parent in the same enqueue ([`Insert::parent`](crate::store::Insert::parent)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<JobId>,
+    /// The W3C trace context the job was enqueued with (`traceparent`), handed to its workers
+    /// and sent with its webhook deliveries, so that one trace covers producer, queue and
+    /// worker. Checked by [`check_traceparent`](crate::model::check_traceparent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// One failure, as recorded on the job.

@@ -7,6 +7,7 @@ mod job;
 pub mod payload;
 mod policy;
 pub mod subscription;
+mod trace;
 
 pub use ids::{ClaimId, JobId, LeaseToken, SubscriptionId};
 pub use job::{ErrorEntry, Held, Job, JobState, NewJob, Status};
@@ -14,3 +15,4 @@ pub use policy::StoredPolicy;
 pub use subscription::{
     Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, Subscription,
 };
+pub use trace::{MAX_TRACEPARENT_LEN, check_traceparent};

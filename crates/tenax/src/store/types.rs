@@ -205,6 +205,8 @@ pub struct TakenJob {
     pub expires_at_ms: Option<UnixMs>,
     /// The job it was made for (a delivery's message).
     pub parent: Option<JobId>,
+    /// The trace context it was enqueued with.
+    pub traceparent: Option<String>,
 }
 
 /// A job held by a claim (or stream).

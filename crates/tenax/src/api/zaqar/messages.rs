@@ -208,6 +208,7 @@ pub async fn post(
                 expires_at_ms: Some(now.saturating_add(message.ttl_s.saturating_mul(1_000))),
                 origin: Some(ctx.client.clone()),
                 parent: None,
+                traceparent: None,
             })
         })
         .collect();

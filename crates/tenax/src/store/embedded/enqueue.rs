@@ -231,6 +231,7 @@ impl Encoded {
             expires_at_ms: job.expires_at_ms,
             origin: job.origin.as_deref(),
             parent: job.parent,
+            traceparent: job.traceparent.as_deref(),
         });
         self.state_bytes = to_json_bytes(&self.state);
         self.policy = job.policy.as_ref().map(to_json_bytes);
@@ -255,6 +256,8 @@ struct BodyRef<'a> {
     origin: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     parent: Option<JobId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<&'a str>,
 }
 
 #[cfg(test)]
@@ -264,7 +267,8 @@ mod tests {
 
     #[test]
     fn body_by_reference_encodes_as_the_stored_body() {
-        for unique_key in [None, Some("k-1".to_owned())] {
+        let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        for (unique_key, traceparent) in [(None, None), (Some("k-1".to_owned()), Some(trace))] {
             let payload = RawValue::from_string(r#"{"a": [1, "x"]}"#.into()).unwrap();
             let owned = StoredBody {
                 queue: "q".into(),
@@ -276,6 +280,7 @@ mod tests {
                 expires_at_ms: Some(1_700_000_060_000),
                 origin: Some("c-1".into()),
                 parent: Some(JobId(9)),
+                traceparent: traceparent.map(str::to_owned),
             };
             let by_ref = BodyRef {
                 queue: "q",
@@ -287,6 +292,7 @@ mod tests {
                 expires_at_ms: Some(1_700_000_060_000),
                 origin: Some("c-1"),
                 parent: Some(JobId(9)),
+                traceparent,
             };
             assert_eq!(to_json_bytes(&by_ref), to_json_bytes(&owned));
         }

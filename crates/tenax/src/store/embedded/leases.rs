@@ -85,6 +85,7 @@ impl JobLeases for EmbeddedStore {
                     created_at_ms: body.created_at_ms,
                     expires_at_ms,
                     parent: body.parent,
+                    traceparent: body.traceparent,
                 })
             })
             .collect())

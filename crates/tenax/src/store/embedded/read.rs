@@ -117,6 +117,7 @@ impl EmbeddedStore {
             expires_at_ms: _,
             origin,
             parent,
+            traceparent,
         } = body;
         Ok(Some(Job {
             id,
@@ -133,6 +134,7 @@ impl EmbeddedStore {
                 expires_at_ms: snapshot.expires_at_ms,
                 origin,
                 parent,
+                traceparent,
             },
             state: snapshot.state,
             errors,
