@@ -44,6 +44,22 @@ def test_enqueue_with_every_option(client: tenax.Client, queue: str) -> None:
     # The SNS spelling is stored canonically, with the limit given beside it.
     assert stored.policy is not None
     assert stored.policy["type"] == "phased" and stored.policy["retry_limit"] == 2
+    assert stored.traceparent is None
+
+
+TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_a_trace_context_goes_to_the_job_and_its_taker(client: tenax.Client, queue: str) -> None:
+    one = client.enqueue(queue, "traced", 1, traceparent=TRACE)
+    many = client.enqueue_many([tenax.NewJob(queue=queue, type="traced", payload=2, traceparent=TRACE)])
+    assert client.get_job(one.id).traceparent == TRACE
+    assert client.get_job(many[0].id).traceparent == TRACE
+    taken = client.take(queue, max=2)
+    assert [t.traceparent for t in taken] == [TRACE, TRACE]
+    with pytest.raises(tenax.InvalidRequest) as refused:
+        client.enqueue(queue, "traced", traceparent="00-not-a-trace")
+    assert refused.value.field == "traceparent"
 
 
 @pytest.mark.parametrize("delay", [timedelta(seconds=90), 90, 90.0, "1m30s"])

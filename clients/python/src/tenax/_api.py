@@ -93,6 +93,7 @@ class NewJob:
     policy: Policy | None = None
     retry_limit: int | None = None
     unique_key: str | None = None
+    traceparent: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return job_body(
@@ -105,6 +106,7 @@ class NewJob:
             policy=self.policy,
             retry_limit=self.retry_limit,
             unique_key=self.unique_key,
+            traceparent=self.traceparent,
         )
 
 
@@ -151,6 +153,7 @@ def job_body(
     policy: Policy | None,
     retry_limit: int | None,
     unique_key: str | None,
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"queue": queue}
     if type:
@@ -169,6 +172,8 @@ def job_body(
         body["retry_limit"] = retry_limit
     if unique_key is not None:
         body["unique_key"] = unique_key
+    if traceparent is not None:
+        body["traceparent"] = traceparent
     return body
 
 
@@ -184,6 +189,7 @@ def enqueue(
     retry_limit: int | None,
     unique_key: str | None,
     on_duplicate: OnDuplicate | None,
+    traceparent: str | None = None,
 ) -> Call[Enqueued]:
     body = job_body(
         queue,
@@ -195,6 +201,7 @@ def enqueue(
         policy=policy,
         retry_limit=retry_limit,
         unique_key=unique_key,
+        traceparent=traceparent,
     )
     if on_duplicate is not None:
         body["on_duplicate"] = on_duplicate

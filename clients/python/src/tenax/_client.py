@@ -313,6 +313,7 @@ class Client:
         retry_limit: int | None = None,
         unique_key: str | None = None,
         on_duplicate: OnDuplicate | None = None,
+        traceparent: str | None = None,
     ) -> Enqueued:
         """Enqueues one job; the answer says once it is on disk.
 
@@ -320,6 +321,8 @@ class Client:
         put it off; ``policy`` (any spelling) and ``retry_limit`` replace its queue's retry
         policy; ``unique_key`` allows one unfinished job per queue and key, and
         ``on_duplicate="existing"`` returns that job instead of raising :class:`Duplicate`.
+        ``traceparent`` (a W3C trace context) goes with the job to its workers and webhook
+        deliveries.
         """
         return self._call(
             api.enqueue(
@@ -333,6 +336,7 @@ class Client:
                 retry_limit=retry_limit,
                 unique_key=unique_key,
                 on_duplicate=on_duplicate,
+                traceparent=traceparent,
             )
         )
 

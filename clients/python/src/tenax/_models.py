@@ -125,6 +125,8 @@ class Job:
     """The job's own policy in canonical native spelling (``None``: its queue's or the server's)."""
     unique_key: str | None = None
     errors: list[JobError] = field(default_factory=list)
+    traceparent: str | None = None
+    """The W3C trace context it was enqueued with."""
 
     @classmethod
     def from_json(cls, data: JSONObject) -> Job:
@@ -145,6 +147,7 @@ class Job:
             policy=policy if isinstance(policy, dict) else None,
             unique_key=_opt_str(data.get("unique_key")),
             errors=[JobError.from_json(e) for e in data.get("errors") or []],
+            traceparent=_opt_str(data.get("traceparent")),
         )
 
 
@@ -182,6 +185,8 @@ class TakenJob(Generic[P]):
     lease_token: int
     lease_expires_at: datetime
     created_at: datetime
+    traceparent: str | None = None
+    """The W3C trace context it was enqueued with: continue the trace from it."""
 
     @classmethod
     def from_json(cls, data: JSONObject) -> TakenJob[Any]:
@@ -195,6 +200,7 @@ class TakenJob(Generic[P]):
             lease_token=int(data["lease_token"]),
             lease_expires_at=parse_time(data["lease_expires_at"]),
             created_at=parse_time(data["created_at"]),
+            traceparent=_opt_str(data.get("traceparent")),
         )
 
     def with_payload(self, payload: P2) -> TakenJob[P2]:
@@ -209,6 +215,7 @@ class TakenJob(Generic[P]):
             lease_token=self.lease_token,
             lease_expires_at=self.lease_expires_at,
             created_at=self.created_at,
+            traceparent=self.traceparent,
         )
 
 
