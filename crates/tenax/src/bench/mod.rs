@@ -13,6 +13,7 @@ mod memory;
 mod promotion;
 mod report;
 mod work;
+mod worker;
 mod zaqar;
 
 use std::sync::Arc;
@@ -59,6 +60,14 @@ pub enum Scenario {
     #[value(name = "mixed")]
     #[serde(rename = "mixed")]
     Mixed,
+    /// `take-complete` with tenax-client's worker runtime as the consumers (no-op handler).
+    #[value(name = "take-complete-worker")]
+    #[serde(rename = "take-complete-worker")]
+    TakeCompleteWorker,
+    /// `mixed` with tenax-client's worker runtime as the consumers (no-op handler).
+    #[value(name = "mixed-worker")]
+    #[serde(rename = "mixed-worker")]
+    MixedWorker,
     /// Jobs all due at one instant: how fast they become ready.
     #[value(name = "promotion")]
     #[serde(rename = "promotion")]
@@ -91,13 +100,15 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario but the delivery ones (they need a server flag) and the Zaqar ones.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 10] = [
         Self::Enqueue1,
         Self::Enqueue8,
         Self::Bulk100,
         Self::Bulk1000,
         Self::TakeComplete,
         Self::Mixed,
+        Self::TakeCompleteWorker,
+        Self::MixedWorker,
         Self::Promotion,
         Self::Memory,
     ];
@@ -110,6 +121,8 @@ impl Scenario {
             Self::Bulk1000 => "bulk-1000",
             Self::TakeComplete => "take-complete",
             Self::Mixed => "mixed",
+            Self::TakeCompleteWorker => "take-complete-worker",
+            Self::MixedWorker => "mixed-worker",
             Self::Promotion => "promotion",
             Self::Memory => "memory",
             Self::Deliveries => "deliveries",
@@ -128,7 +141,12 @@ impl Scenario {
             Self::Enqueue8 => 20_000,
             Self::Bulk100 => 200_000,
             Self::Bulk1000 => 400_000,
-            Self::TakeComplete | Self::Mixed | Self::Promotion | Self::Memory => 200_000,
+            Self::TakeComplete
+            | Self::Mixed
+            | Self::TakeCompleteWorker
+            | Self::MixedWorker
+            | Self::Promotion
+            | Self::Memory => 200_000,
             Self::Deliveries | Self::DeliveriesFlaky => 100_000,
             Self::ZaqarPost1 => 20_000,
             Self::ZaqarPost10 | Self::ZaqarClaimDelete => 200_000,
@@ -246,6 +264,8 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<BenchReport> {
             Scenario::Bulk1000 => enqueue::bulk(&ctx, 1_000).await,
             Scenario::TakeComplete => work::take_complete(&ctx).await,
             Scenario::Mixed => work::mixed(&ctx).await,
+            Scenario::TakeCompleteWorker => worker::take_complete(&ctx).await,
+            Scenario::MixedWorker => worker::mixed(&ctx).await,
             Scenario::Promotion => promotion::run(&ctx).await,
             Scenario::Memory => memory::run(&ctx).await,
             Scenario::Deliveries => deliveries::run(&ctx, false).await,
@@ -325,9 +345,12 @@ pub fn payload() -> Value {
     })
 }
 
+/// The type of every job the scenarios enqueue.
+pub const JOB_TYPE: &str = "email.send";
+
 /// One job as `POST /api/jobs` takes it; `run_at` in Unix milliseconds.
 pub fn job(queue: &str, run_at_ms: Option<u64>) -> Value {
-    let mut job = json!({"queue": queue, "type": "email.send", "payload": payload()});
+    let mut job = json!({"queue": queue, "type": JOB_TYPE, "payload": payload()});
     if let Some(at) = run_at_ms {
         job["run_at"] = json!(at);
     }

@@ -1,10 +1,11 @@
 //! The worker's side: `take-complete` (drain a filled queue) and `mixed` (producers and
-//! consumers at once).
+//! consumers at once), with a hand-written take/complete loop. The fill, the producers, the
+//! notes and the report are shared with the worker-runtime variants (`worker.rs`).
 
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use bytes::Bytes;
@@ -12,9 +13,10 @@ use indicatif::ProgressBar;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::enqueue::{self, Load};
+use super::enqueue::{self, Load, Loaded};
 use super::{
-    Api, Ctx, Latency, ScenarioReport, Stop, batch_body, complete_body, join_all, now_ms, rate,
+    Api, Ctx, Latency, RequestStats, ScenarioReport, Stop, batch_body, complete_body, join_all,
+    now_ms, rate,
 };
 use crate::bench::report::format_rate;
 use crate::clock::parse_rfc3339;
@@ -22,9 +24,9 @@ use crate::clock::parse_rfc3339;
 /// Long-poll of a take that finds nothing: short, so workers notice the end promptly.
 const TAKE_WAIT_MS: u64 = 100;
 /// Lease of taken jobs: far longer than any run, so none expires mid-benchmark.
-const LEASE_MS: u64 = 300_000;
+pub(super) const LEASE_MS: u64 = 300_000;
 /// Jobs per producer request in `mixed`.
-const MIXED_BATCH: usize = 100;
+pub(super) const MIXED_BATCH: usize = 100;
 
 #[derive(Debug, Deserialize)]
 struct TakeAnswer<'a> {
@@ -179,77 +181,82 @@ fn new_drain(ctx: &Ctx, target: u64, end_to_end: bool) -> Drain {
     }
 }
 
-fn drained_notes(drained: &Drained, target: u64, max_seconds: u64) -> Vec<String> {
+/// Notes on a drain that did not go to plan: `refused` completions, fewer than `target` jobs.
+pub(super) fn drained_notes(completed: u64, refused: u64, target: u64, ctx: &Ctx) -> Vec<String> {
+    let max_seconds = ctx.config.max_seconds;
     let mut notes = Vec::new();
-    if drained.refused > 0 {
-        notes.push(format!(
-            "{} completions refused (lease lost?)",
-            drained.refused
-        ));
+    if refused > 0 {
+        notes.push(format!("{refused} completions refused (lease lost?)"));
     }
-    if drained.completed < target {
+    if completed < target {
         notes.push(format!(
-            "stopped after {} of {target} jobs (--max-seconds {max_seconds})",
-            drained.completed
+            "stopped after {completed} of {target} jobs (--max-seconds {max_seconds})"
         ));
     }
     notes
 }
 
-/// `take-complete`: fill the queue, then drain it with `workers` take+complete loops.
-pub(super) async fn take_complete(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
+/// The report of a drain: `completed` jobs in `elapsed`.
+pub(super) fn drained_report(
+    completed: u64,
+    elapsed: Duration,
+    requests: Vec<RequestStats>,
+    notes: Vec<String>,
+) -> ScenarioReport {
+    ScenarioReport {
+        jobs: completed,
+        seconds: elapsed.as_secs_f64(),
+        jobs_per_sec: rate(completed, elapsed),
+        requests,
+        notes,
+        ..ScenarioReport::default()
+    }
+}
+
+/// Fills the queue before a drain (`take-complete`), and says how fast in a note.
+pub(super) async fn fill_for_drain(ctx: &Ctx) -> anyhow::Result<(Loaded, String)> {
     ctx.progress.set_message("filling");
     let filled = enqueue::fill(ctx, None).await?;
     ctx.progress.set_position(0);
     ctx.progress.set_message("taking and completing");
-    let workers = ctx.config.workers.max(1);
-    let started = Instant::now();
-    let drained = drain(ctx, workers, Arc::new(new_drain(ctx, filled.jobs, false))).await?;
-    let elapsed = drained.last_completion.unwrap_or(started) - started;
-    let mut notes = vec![
-        format!(
-            "filled {} jobs first ({} jobs/s, {} requests of {}); then {workers} workers, take max {}",
-            filled.jobs,
-            format_rate(rate(filled.jobs, filled.elapsed)),
-            filled.requests,
-            filled.jobs_per_request,
-            ctx.config.take_max
-        ),
-        "jobs/s = jobs completed / time from the first take to the last completion".into(),
-    ];
-    notes.extend(drained_notes(&drained, filled.jobs, ctx.config.max_seconds));
-    Ok(ScenarioReport {
-        jobs: drained.completed,
-        seconds: elapsed.as_secs_f64(),
-        jobs_per_sec: rate(drained.completed, elapsed),
-        requests: vec![
-            drained
-                .take
-                .stats(&format!("POST /api/take (max {})", ctx.config.take_max)),
-            drained.complete.stats("POST /api/jobs/complete"),
-        ],
-        notes,
-        ..ScenarioReport::default()
-    })
+    let note = format!(
+        "filled {} jobs first ({} jobs/s, {} requests of {})",
+        filled.jobs,
+        format_rate(rate(filled.jobs, filled.elapsed)),
+        filled.requests,
+        filled.jobs_per_request,
+    );
+    Ok((filled, note))
 }
 
-/// `mixed`: producers enqueue in batches of 100 while consumers take and complete; the rate is
-/// of jobs completed end to end.
-pub(super) async fn mixed(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
-    let side = (ctx.config.workers / 2).max(1);
-    let per = MIXED_BATCH as u64;
-    let requests = ctx.jobs.div_ceil(per);
-    let target = requests * per;
-    let drain_state = Arc::new(new_drain(ctx, target, true));
-    let stop_consumers = drain_state.stop.clone();
-    let started = Instant::now();
-    let producers = async {
+/// What `mixed` produces: `side` producers (and consumers), `requests` batches of
+/// [`MIXED_BATCH`], `target` jobs in all.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MixedPlan {
+    pub side: usize,
+    pub requests: u64,
+    pub target: u64,
+}
+
+impl MixedPlan {
+    pub(super) fn new(ctx: &Ctx) -> Self {
+        let side = (ctx.config.workers / 2).max(1);
+        let requests = ctx.jobs.div_ceil(MIXED_BATCH as u64);
+        Self {
+            side,
+            requests,
+            target: requests * MIXED_BATCH as u64,
+        }
+    }
+
+    /// Runs the producers; a failure sets `stop_consumers`.
+    pub(super) async fn produce(self, ctx: &Ctx, stop_consumers: &Stop) -> anyhow::Result<Loaded> {
         let load = Load {
             url: ctx.api.url("/api/jobs/batch"),
             body: batch_body(&ctx.queue, MIXED_BATCH, None),
-            jobs_per_request: per,
-            connections: side,
-            requests,
+            jobs_per_request: MIXED_BATCH as u64,
+            connections: self.side,
+            requests: self.requests,
             deadline: ctx.deadline(),
             progress: ProgressBar::hidden(),
         };
@@ -258,8 +265,67 @@ pub(super) async fn mixed(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
             stop_consumers.set();
         }
         produced
-    };
-    let (produced, drained) = tokio::join!(producers, drain(ctx, side, drain_state));
+    }
+}
+
+/// The latency of `mixed`'s producer requests.
+pub(super) fn produced_stats(produced: &Loaded) -> RequestStats {
+    produced
+        .latency
+        .stats(&format!("POST /api/jobs/batch ({MIXED_BATCH})"))
+}
+
+/// The note on `mixed`'s producers.
+pub(super) fn produced_note(produced: &Loaded) -> String {
+    format!(
+        "enqueued {} jobs in {:.2}s ({} jobs/s)",
+        produced.jobs,
+        produced.elapsed.as_secs_f64(),
+        format_rate(rate(produced.jobs, produced.elapsed))
+    )
+}
+
+/// `take-complete`: fill the queue, then drain it with `workers` take+complete loops.
+pub(super) async fn take_complete(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
+    let (filled, filled_note) = fill_for_drain(ctx).await?;
+    let workers = ctx.config.workers.max(1);
+    let started = Instant::now();
+    let drained = drain(ctx, workers, Arc::new(new_drain(ctx, filled.jobs, false))).await?;
+    let elapsed = drained.last_completion.unwrap_or(started) - started;
+    let mut notes = vec![
+        format!(
+            "{filled_note}; then {workers} workers, take max {}",
+            ctx.config.take_max
+        ),
+        "jobs/s = jobs completed / time from the first take to the last completion".into(),
+    ];
+    notes.extend(drained_notes(
+        drained.completed,
+        drained.refused,
+        filled.jobs,
+        ctx,
+    ));
+    let requests = vec![
+        drained
+            .take
+            .stats(&format!("POST /api/take (max {})", ctx.config.take_max)),
+        drained.complete.stats("POST /api/jobs/complete"),
+    ];
+    Ok(drained_report(drained.completed, elapsed, requests, notes))
+}
+
+/// `mixed`: producers enqueue in batches of 100 while consumers take and complete; the rate is
+/// of jobs completed end to end.
+pub(super) async fn mixed(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
+    let plan = MixedPlan::new(ctx);
+    let side = plan.side;
+    let drain_state = Arc::new(new_drain(ctx, plan.target, true));
+    let stop_consumers = drain_state.stop.clone();
+    let started = Instant::now();
+    let (produced, drained) = tokio::join!(
+        plan.produce(ctx, &stop_consumers),
+        drain(ctx, side, drain_state)
+    );
     let (produced, drained) = (produced?, drained?);
     let elapsed = drained.last_completion.unwrap_or(started) - started;
     let mut notes = vec![
@@ -267,35 +333,23 @@ pub(super) async fn mixed(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
             "{side} producer(s) (batches of {MIXED_BATCH}) and {side} consumer(s) (take max {}) at once",
             ctx.config.take_max
         ),
-        format!(
-            "enqueued {} jobs in {:.2}s ({} jobs/s)",
-            produced.jobs,
-            produced.elapsed.as_secs_f64(),
-            format_rate(rate(produced.jobs, produced.elapsed))
-        ),
+        produced_note(&produced),
         "jobs/s = jobs completed / time from start to the last completion".into(),
         "enqueue→complete is per job, from the server's created_at (ms resolution)".into(),
     ];
     notes.extend(drained_notes(
-        &drained,
+        drained.completed,
+        drained.refused,
         produced.jobs,
-        ctx.config.max_seconds,
+        ctx,
     ));
-    Ok(ScenarioReport {
-        jobs: drained.completed,
-        seconds: elapsed.as_secs_f64(),
-        jobs_per_sec: rate(drained.completed, elapsed),
-        requests: vec![
-            produced
-                .latency
-                .stats(&format!("POST /api/jobs/batch ({MIXED_BATCH})")),
-            drained
-                .take
-                .stats(&format!("POST /api/take (max {})", ctx.config.take_max)),
-            drained.complete.stats("POST /api/jobs/complete"),
-            drained.end_to_end.stats("enqueue→complete (per job)"),
-        ],
-        notes,
-        ..ScenarioReport::default()
-    })
+    let requests = vec![
+        produced_stats(&produced),
+        drained
+            .take
+            .stats(&format!("POST /api/take (max {})", ctx.config.take_max)),
+        drained.complete.stats("POST /api/jobs/complete"),
+        drained.end_to_end.stats("enqueue→complete (per job)"),
+    ];
+    Ok(drained_report(drained.completed, elapsed, requests, notes))
 }
