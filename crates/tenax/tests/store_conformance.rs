@@ -50,7 +50,7 @@
 //! |                     | `subscription`, `subscriptions`, `subscribers` | `subscriptions_are_stored_changed_and_deleted`, every reopen    |
 //! | `TokenStore`        | `put_token`, `delete_token`, `tokens` | `tokens_are_stored_by_id`, every reopen                                  |
 //! | `StoreLifecycle`    | `properties`           | `leases_across_a_restart_follow_the_declared_property`, every reopen; `embedded_properties` |
-//! |                     | `signals`              | `signals_announce_what_may_have_changed`                                                |
+//! |                     | `signals`              | `signals_announce_what_may_have_changed` (ready, schedule, subscriptions, released)     |
 //! |                     | `lead`                 | `a_lone_server_leads`                                                                   |
 //! |                     | `close`                | `close_keeps_everything_acknowledged`, every reopen                                     |
 //! | (opening)           | format refusal         | `newer_formats_are_refused`                                                             |
@@ -3508,6 +3508,26 @@ async fn signals_announce_what_may_have_changed(backend: &impl Backend) {
     )
     .await
     .expect("resumed");
+
+    // Acknowledgements release room (a full stream waits for them).
+    let released = &signals.released;
+    enqueue(&store, vec![job("acks"), job("acks")], at).await;
+    let held = take(&store, &["acks"], 2, at).await;
+    let done = fires(
+        released,
+        "a completion",
+        store.complete_jobs(&[ack(&held[0])], true, at),
+    )
+    .await
+    .expect("completed");
+    assert_eq!(done, [Ok(())]);
+    fires(
+        released,
+        "a failure",
+        store.fail_job(ack(&held[1]), at, &retry(at, 5 * SECOND, "x")),
+    )
+    .await
+    .expect("failed");
 
     let subscriptions = &signals.subscriptions;
     let (sub, _) = fires(

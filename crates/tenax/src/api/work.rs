@@ -207,13 +207,17 @@ async fn take_stream(
         let _guard = guard;
         let mut last_line = tokio::time::Instant::now();
         loop {
+            // Registered before looking, so an acknowledgement in between is not missed.
+            let released = engine.signals().released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
             // A failed look counts as full: wait, and look again.
             let held = engine.stream_leases(stream).await.unwrap_or(p.max);
             let room = p.max.saturating_sub(held);
             if room == 0 {
-                // Wait for acknowledgements; they do not signal, so look again shortly. The
-                // keep-alive line still goes out every second, so a full stream is not silent
-                // (a client cannot tell silence from a dead server).
+                // Wait for an acknowledgement (any: the store does not say whose), or for the
+                // keep-alive line, which still goes out every second so that a full stream is
+                // not silent (a client cannot tell silence from a dead server).
                 if last_line.elapsed() >= KEEP_ALIVE {
                     if tx.send(Ok(Bytes::from_static(b"\n"))).await.is_err() {
                         return;
@@ -221,7 +225,8 @@ async fn take_stream(
                     last_line = tokio::time::Instant::now();
                 }
                 tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(20)) => continue,
+                    () = &mut released => continue,
+                    () = tokio::time::sleep_until(last_line + KEEP_ALIVE) => continue,
                     () = tx.closed() => return,
                     () = engine.stopped() => return,
                 }

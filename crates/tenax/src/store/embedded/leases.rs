@@ -135,6 +135,7 @@ impl JobLeases for EmbeddedStore {
         };
         if let Some(receiver) = receiver {
             writer::wait(receiver).await?;
+            self.signals.released.notify_waiters();
         }
         Ok(results)
     }
@@ -156,6 +157,7 @@ impl JobLeases for EmbeddedStore {
         };
         writer::wait(receiver).await?;
         self.signal(&transition);
+        self.signals.released.notify_waiters();
         Ok(transition)
     }
 

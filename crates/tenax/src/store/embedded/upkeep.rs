@@ -73,6 +73,7 @@ impl JobUpkeep for EmbeddedStore {
         }
         if count > 0 {
             self.signals.ready.notify_waiters();
+            self.signals.released.notify_waiters();
         }
         Ok(count)
     }
