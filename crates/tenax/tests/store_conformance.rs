@@ -3528,6 +3528,14 @@ async fn signals_announce_what_may_have_changed(backend: &impl Backend) {
     )
     .await
     .expect("failed");
+    let doomed = enqueue(&store, vec![job("acks")], at).await;
+    take(&store, &["acks"], 1, at).await;
+    let selection = Selection {
+        ids: Some(doomed.clone()),
+        filter: JobFilter::default(),
+    };
+    let deleted = fires(released, "a deletion", store.delete_jobs(&selection)).await;
+    assert_eq!(deleted, Ok(doomed));
 
     let subscriptions = &signals.subscriptions;
     let (sub, _) = fires(

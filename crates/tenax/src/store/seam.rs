@@ -296,8 +296,8 @@ pub struct Signals {
     pub schedule: Notify,
     /// A subscription was created, changed or deleted.
     pub subscriptions: Notify,
-    /// Leased jobs were acknowledged (completed, failed) or their leases expired: a stream
-    /// holding as many jobs as it may has room again.
+    /// Leased jobs were acknowledged (completed, failed), deleted, or their leases expired: a
+    /// stream holding as many jobs as it may has room again.
     pub released: Notify,
 }
 

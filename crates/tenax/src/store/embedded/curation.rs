@@ -119,6 +119,8 @@ impl JobCuration for EmbeddedStore {
         };
         if let Some(receiver) = receiver {
             writer::wait(receiver).await?;
+            // A deleted job may have been held by a stream: it has room again.
+            self.signals.released.notify_waiters();
         }
         Ok(ids)
     }
@@ -145,6 +147,7 @@ impl JobCuration for EmbeddedStore {
         };
         if let Some(receiver) = receiver {
             writer::wait(receiver).await?;
+            self.signals.released.notify_waiters();
         }
         Ok(checked)
     }
