@@ -460,12 +460,14 @@ async fn read_stream(
                     backoff.reset();
                     add(&inner.counters.received, 1);
                     inner.undecided.fetch_add(1, Ordering::SeqCst);
-                    supervisors.spawn(supervise(
+                    // Boxed: the supervisor's future is large (some KB), and a task holding
+                    // it inline copies it when it starts and when it ends.
+                    supervisors.spawn(Box::pin(supervise(
                         inner.clone(),
                         job,
                         open.closed.subscribe(),
                         completions.clone(),
-                    ));
+                    )));
                 }
                 Some(Err(error)) => {
                     tracing::warn!(%error, "the job stream broke; opening it again");
