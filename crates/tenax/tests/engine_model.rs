@@ -249,9 +249,8 @@ struct Model {
 }
 
 /// A lease token no take hands out (they start at the clock's milliseconds times 1 000).
-#[allow(clippy::useless_conversion)]
 fn made_up_token() -> LeaseToken {
-    LeaseToken::from(7)
+    LeaseToken(7)
 }
 
 impl Model {

@@ -190,23 +190,6 @@ impl Backend for Embedded {
 
 // --- helpers ---------------------------------------------------------------------------------
 
-// Ids are made through these, so the suite reads the same whether an id type is a `u64` or a
-// newtype around one.
-#[allow(clippy::useless_conversion)]
-fn job_id(n: u64) -> JobId {
-    JobId::from(n)
-}
-
-#[allow(clippy::useless_conversion)]
-fn claim_id(n: u64) -> ClaimId {
-    ClaimId::from(n)
-}
-
-#[allow(clippy::useless_conversion)]
-fn lease_token(n: u64) -> LeaseToken {
-    LeaseToken::from(n)
-}
-
 /// A job for `queue`, ready at [`T0`]; adjust with the [`Build`] methods.
 fn job(queue: &str) -> Insert {
     Insert {
@@ -893,7 +876,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
     };
     let guessed = Ack {
         id: c.id,
-        lease: lease_token(0),
+        lease: LeaseToken(0),
     };
     let results = store
         .complete_jobs(&[ack(a), wrong, guessed, ack(c), ack(d)], true, T0 + 7)
@@ -920,8 +903,8 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
             &[
                 ack(a),
                 Ack {
-                    id: job_id(999_999),
-                    lease: lease_token(1),
+                    id: JobId(999_999),
+                    lease: LeaseToken(1),
                 },
             ],
             true,
@@ -936,7 +919,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
                 id: a.id,
                 status: Status::Completed
             }),
-            Err(StoreError::NotFound(job_id(999_999)))
+            Err(StoreError::NotFound(JobId(999_999)))
         ]
     );
     // Without retention, a completed job is gone.
@@ -1112,14 +1095,14 @@ async fn fail_asks_the_decision_and_records_it(backend: &impl Backend) {
         store
             .fail_job(
                 Ack {
-                    id: job_id(424_242),
-                    lease: lease_token(1)
+                    id: JobId(424_242),
+                    lease: LeaseToken(1)
                 },
                 now,
                 &watched
             )
             .await,
-        Err(StoreError::NotFound(job_id(424_242)))
+        Err(StoreError::NotFound(JobId(424_242)))
     );
     assert_eq!(seen.lock().expect("not poisoned").len(), calls);
     // The errors list grows one entry per failure, oldest first.
@@ -1318,14 +1301,14 @@ async fn due_jobs_are_promoted(backend: &impl Backend) {
 async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     let store = backend.open(T0).await;
     let ids = enqueue(&store, vec![job("q"); 5], T0).await;
-    let seven = take_on(&store, &["q"], 2, 30 * SECOND, Some(claim_id(7)), T0).await;
-    let eight = take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(8)), T0).await;
+    let seven = take_on(&store, &["q"], 2, 30 * SECOND, Some(ClaimId(7)), T0).await;
+    let eight = take_on(&store, &["q"], 1, 30 * SECOND, Some(ClaimId(8)), T0).await;
     let plain = take_on(&store, &["q"], 1, 30 * SECOND, None, T0).await;
-    let nine = take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(9)), T0).await;
+    let nine = take_on(&store, &["q"], 1, 30 * SECOND, Some(ClaimId(9)), T0).await;
     assert_eq!(
         (
-            store.claim(claim_id(7)).await.expect("claim").jobs.len(),
-            store.claim(claim_id(8)).await.expect("claim").jobs.len()
+            store.claim(ClaimId(7)).await.expect("claim").jobs.len(),
+            store.claim(ClaimId(8)).await.expect("claim").jobs.len()
         ),
         (2, 1)
     );
@@ -1334,10 +1317,10 @@ async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
         .complete_jobs(&[ack(&nine[0])], true, T0)
         .await
         .expect("completed");
-    assert_eq!(store.claim(claim_id(9)).await.expect("claim").jobs.len(), 0);
+    assert_eq!(store.claim(ClaimId(9)).await.expect("claim").jobs.len(), 0);
 
-    assert_eq!(store.release_claim(claim_id(7)).await.expect("release"), 2);
-    assert_eq!(store.claim(claim_id(7)).await.expect("claim").jobs.len(), 0);
+    assert_eq!(store.release_claim(ClaimId(7)).await.expect("release"), 2);
+    assert_eq!(store.claim(ClaimId(7)).await.expect("claim").jobs.len(), 0);
     for job in &seven {
         let shown = get(&store, job.id).await;
         assert_eq!(
@@ -1349,10 +1332,7 @@ async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     assert_eq!(status(&store, eight[0].id).await, Some(Status::InFlight));
     assert_eq!(status(&store, plain[0].id).await, Some(Status::InFlight));
     assert_eq!(
-        store
-            .release_claim(claim_id(12_345))
-            .await
-            .expect("release"),
+        store.release_claim(ClaimId(12_345)).await.expect("release"),
         0
     );
     assert_eq!(
@@ -1364,7 +1344,7 @@ async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     let store = reopen(backend, store, T0).await;
     let held = usize::from(store.properties().durable_leases);
     assert_eq!(
-        store.claim(claim_id(8)).await.expect("claim").jobs.len(),
+        store.claim(ClaimId(8)).await.expect("claim").jobs.len(),
         held
     );
     assert_eq!(status(&store, nine[0].id).await, Some(Status::Completed));
@@ -1553,7 +1533,7 @@ async fn replay_respects_unique_keys(backend: &impl Backend) {
     // Two dead jobs with one key: only the first comes back.
     kill(&store, "q", &[new], T0 + 2).await;
     let replayed = store
-        .replay_jobs(&by_id(vec![old, new, job_id(999_999)]), T0 + 3)
+        .replay_jobs(&by_id(vec![old, new, JobId(999_999)]), T0 + 3)
         .await
         .expect("answered");
     assert_eq!(replayed.ids, [old]);
@@ -1567,7 +1547,7 @@ async fn replay_respects_unique_keys(backend: &impl Backend) {
                     holder: old
                 }
             ),
-            (job_id(999_999), NotReplayed::NotFound),
+            (JobId(999_999), NotReplayed::NotFound),
         ]
     );
     let refused = insert(&store, vec![job("q").key("k")], OnDuplicate::Refuse, T0 + 3).await;
@@ -1604,7 +1584,7 @@ async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
     // By id (an in-flight job too), ignoring ids that do not exist.
     let deleted = store
         .delete_jobs(&Selection {
-            ids: Some(vec![ids[0], job_id(777_777)]),
+            ids: Some(vec![ids[0], JobId(777_777)]),
             filter: JobFilter::default(),
         })
         .await
@@ -1962,7 +1942,7 @@ async fn leases_across_a_restart_follow_the_declared_property(backend: &impl Bac
     )
     .await;
     let plain = take_on(&store, &["q"], 1, 30 * SECOND, None, T0).await;
-    let streamed = take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(5)), T0).await;
+    let streamed = take_on(&store, &["q"], 1, 30 * SECOND, Some(ClaimId(5)), T0).await;
     // The third fails once and is taken again: its second attempt is in flight.
     let failing = take(&store, &["q"], 1, T0).await;
     store
@@ -1993,9 +1973,9 @@ async fn leases_across_a_restart_follow_the_declared_property(backend: &impl Bac
                 job.id
             );
         }
-        assert_eq!(peeks[1].as_ref().and_then(|p| p.claim), Some(claim_id(5)));
+        assert_eq!(peeks[1].as_ref().and_then(|p| p.claim), Some(ClaimId(5)));
         let claimed: Vec<JobId> = store
-            .claim(claim_id(5))
+            .claim(ClaimId(5))
             .await
             .expect("claim")
             .jobs
@@ -2029,7 +2009,7 @@ async fn leases_across_a_restart_follow_the_declared_property(backend: &impl Bac
         );
         assert!(
             store
-                .claim(claim_id(5))
+                .claim(ClaimId(5))
                 .await
                 .expect("claim")
                 .jobs
@@ -2086,7 +2066,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         grace_ms: 5 * SECOND,
         renewed_at_ms: T0,
     };
-    let claim = claim_id(41);
+    let claim = ClaimId(41);
     let request = TakeRequest {
         claim: Some(claim),
         record: Some(record.clone()),
@@ -2118,12 +2098,12 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
     // A claim that takes nothing records nothing.
     let nobody = vec!["nobody".to_owned()];
     let empty = TakeRequest {
-        claim: Some(claim_id(42)),
+        claim: Some(ClaimId(42)),
         record: Some(record.clone()),
         ..TakeRequest::new(&nobody, 5, 10 * SECOND)
     };
     assert!(store.take_jobs(&empty, T0).await.expect("take").is_empty());
-    assert_eq!(store.claim(claim_id(42)).await, Ok(Claim::default()));
+    assert_eq!(store.claim(ClaimId(42)).await, Ok(Claim::default()));
 
     // Renewed: every lease moves, the jobs live at least until asked, the record is replaced.
     let renewed = ClaimRecord {
@@ -2171,7 +2151,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
     );
     assert_eq!(
         store
-            .extend_claim(claim_id(43), 20 * SECOND, None, None, T0)
+            .extend_claim(ClaimId(43), 20 * SECOND, None, None, T0)
             .await,
         Ok(0),
         "a claim that holds nothing renews nothing"
@@ -2220,7 +2200,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
     );
     let calls = Mutex::new(0);
     let ended = store
-        .end_claim(claim_id(44), now, &|ctx: &DecideContext<'_>| {
+        .end_claim(ClaimId(44), now, &|ctx: &DecideContext<'_>| {
             *calls.lock().expect("not poisoned") += 1;
             dead(now, "never")(ctx)
         })
@@ -2237,7 +2217,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         ..record.clone()
     };
     let short = TakeRequest {
-        claim: Some(claim_id(45)),
+        claim: Some(ClaimId(45)),
         record: Some(brief.clone()),
         ..TakeRequest::new(&queues, 1, SECOND)
     };
@@ -2255,7 +2235,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         Ok(0)
     );
     assert_eq!(
-        store.claim(claim_id(45)).await,
+        store.claim(ClaimId(45)).await,
         Ok(Claim {
             record: Some(brief),
             jobs: vec![]
@@ -2266,7 +2246,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         store.expire_leases(later, 100, &again(later, "lost")).await,
         Ok(0)
     );
-    assert_eq!(store.claim(claim_id(45)).await, Ok(Claim::default()));
+    assert_eq!(store.claim(ClaimId(45)).await, Ok(Claim::default()));
 
     // A claim in flight across a restart: kept only by a backend whose leases are durable.
     let lasting = ClaimRecord {
@@ -2276,7 +2256,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         ..record.clone()
     };
     let request = TakeRequest {
-        claim: Some(claim_id(46)),
+        claim: Some(ClaimId(46)),
         record: Some(lasting.clone()),
         ..TakeRequest::new(&queues, 1, 60 * SECOND)
     };
@@ -2296,7 +2276,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
     } else {
         (Claim::default(), T0 + 12 * SECOND)
     };
-    assert_eq!(store.claim(claim_id(46)).await, Ok(want));
+    assert_eq!(store.claim(ClaimId(46)).await, Ok(want));
     let shown = get(&store, ids[0]).await;
     assert_eq!(
         (shown.state.status, shown.spec.expires_at_ms),
@@ -2403,14 +2383,14 @@ async fn peeks_and_checked_deletes_see_the_current_state(backend: &impl Backend)
         T0,
     )
     .await;
-    let claimed = take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(3)), T0).await;
+    let claimed = take_on(&store, &["q"], 1, 30 * SECOND, Some(ClaimId(3)), T0).await;
     let plain = take_on(&store, &["q"], 1, 20 * SECOND, None, T0).await;
     assert_eq!(
         taken_ids(&[claimed.clone(), plain.clone()].concat()),
         ids[..2]
     );
     kill(&store, "q", &[ids[2]], T0).await;
-    let missing = job_id(999_999);
+    let missing = JobId(999_999);
     let peek = |queue: &str,
                 status: Status,
                 failures: u32,
@@ -2432,7 +2412,7 @@ async fn peeks_and_checked_deletes_see_the_current_state(backend: &impl Backend)
             Status::InFlight,
             0,
             Some(T0 + 60 * SECOND),
-            Some(claim_id(3)),
+            Some(ClaimId(3)),
             Some(T0 + 30 * SECOND),
         ),
         peek("q", Status::InFlight, 0, None, None, Some(T0 + 20 * SECOND)),
@@ -2493,7 +2473,7 @@ async fn peeks_and_checked_deletes_see_the_current_state(backend: &impl Backend)
     // A job held by a claim, deleted under that claim: gone from the claim too.
     let checked = store
         .delete_checked(&[ids[0], ids[1]], &|peek: &JobPeek| {
-            peek.claim == Some(claim_id(3))
+            peek.claim == Some(ClaimId(3))
         })
         .await
         .expect("checked");
@@ -2503,7 +2483,7 @@ async fn peeks_and_checked_deletes_see_the_current_state(backend: &impl Backend)
     );
     assert!(
         store
-            .claim(claim_id(3))
+            .claim(ClaimId(3))
             .await
             .expect("claim")
             .jobs
@@ -2536,7 +2516,7 @@ async fn list_filters_for_messages_and_counts_agree(backend: &impl Backend) {
     let died = enqueue(&store, vec![job("q")], T0).await[0];
     kill(&store, "q", &[died], T0 + 2 * SECOND).await;
     let claimed = enqueue(&store, vec![job("q")], T0).await[0];
-    take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(9)), T0).await;
+    take_on(&store, &["q"], 1, 30 * SECOND, Some(ClaimId(9)), T0).await;
     let leased = enqueue(&store, vec![job("q")], T0).await[0];
     take(&store, &["q"], 1, T0).await;
     let rest = enqueue(
@@ -3458,8 +3438,8 @@ async fn signals_announce_what_may_have_changed(backend: &impl Backend) {
     .await
     .expect("failed");
     let moving = later[0];
-    take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(6)), now).await;
-    let released = fires(ready, "a release", store.release_claim(claim_id(6))).await;
+    take_on(&store, &["q"], 1, 30 * SECOND, Some(ClaimId(6)), now).await;
+    let released = fires(ready, "a release", store.release_claim(ClaimId(6))).await;
     assert_eq!(released, Ok(1));
     take_on(&store, &["q"], 1, SECOND, None, now).await;
     let at = now + SECOND;
@@ -3470,11 +3450,11 @@ async fn signals_announce_what_may_have_changed(backend: &impl Backend) {
     )
     .await;
     assert_eq!(expired, Ok(1));
-    take_on(&store, &["q"], 1, 30 * SECOND, Some(claim_id(7)), at).await;
+    take_on(&store, &["q"], 1, 30 * SECOND, Some(ClaimId(7)), at).await;
     let ended = fires(
         ready,
         "an ended claim",
-        store.end_claim(claim_id(7), at, &again(at, "deleted")),
+        store.end_claim(ClaimId(7), at, &again(at, "deleted")),
     )
     .await;
     assert_eq!(ended, Ok(1));

@@ -30,12 +30,6 @@ macro_rules! id_type {
                 text.parse().map(Self)
             }
         }
-
-        impl From<u64> for $name {
-            fn from(value: u64) -> Self {
-                Self(value)
-            }
-        }
     };
 }
 
