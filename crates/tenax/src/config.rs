@@ -19,6 +19,19 @@ pub struct ServeArgs {
     /// Directory of the embedded store (created if missing).
     #[arg(long, env = "TENAX_DATA_DIR", default_value = "./tenax-data")]
     pub data_dir: PathBuf,
+    /// Keep everything in PostgreSQL instead of the embedded store, so that any number of
+    /// servers can share it (docs/postgres.md): a `postgres://` URL or a libpq connection
+    /// string. The schema is created or migrated at start.
+    #[arg(long, env = "TENAX_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Connections this server keeps open to PostgreSQL.
+    #[arg(long, env = "TENAX_DATABASE_POOL", default_value_t = 16)]
+    pub database_pool: usize,
+    /// Hear of other servers' changes by looking again this often, instead of LISTEN/NOTIFY
+    /// (which does not pass through a pooler in transaction mode). Without it, servers are
+    /// woken by notifications, and poll every second only while their listener is down.
+    #[arg(long, env = "TENAX_DATABASE_POLL", value_parser = duration_flag)]
+    pub database_poll: Option<u64>,
     /// `sync`: acknowledge a change only once it is on disk (group commit shares each fsync).
     /// `relaxed`: acknowledge at once and sync at most 500 ms later; any crash (even of the
     /// process alone) may lose the changes of those last 500 ms.
@@ -139,6 +152,32 @@ pub enum LogFormat {
     Json,
 }
 
+impl ServeArgs {
+    /// The PostgreSQL store's options, if `--database-url` asks for it.
+    fn database_options(&self) -> Result<Option<crate::store::postgres::PostgresOptions>, String> {
+        let Some(url) = &self.database_url else {
+            return Ok(None);
+        };
+        // The URL may hold a password: the message says why without repeating it.
+        url.parse::<tokio_postgres::Config>().map_err(|e| {
+            format!("--database-url: not a PostgreSQL connection URL or string ({e})")
+        })?;
+        if self.database_pool < 2 {
+            return Err("--database-pool: must be at least 2".into());
+        }
+        if self.database_poll == Some(0) {
+            return Err("--database-poll: must be longer than 0".into());
+        }
+        let mut options = crate::store::postgres::PostgresOptions::new(url.clone());
+        options.pool_size = self.database_pool;
+        if let Some(every) = self.database_poll {
+            options.listening.listen = false;
+            options.listening.poll_interval = std::time::Duration::from_millis(every);
+        }
+        Ok(Some(options))
+    }
+}
+
 fn duration_flag(text: &str) -> Result<u64, String> {
     parse_duration("duration", text).map_err(|e| e.rule)
 }
@@ -148,6 +187,8 @@ fn duration_flag(text: &str) -> Result<u64, String> {
 pub struct Config {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
+    /// PostgreSQL instead of the embedded store in `data_dir`.
+    pub database: Option<crate::store::postgres::PostgresOptions>,
     pub durability: Durability,
     pub default_policy: RetryPolicy,
     pub default_lease_ms: u64,
@@ -384,9 +425,11 @@ impl ServeArgs {
             .map(CaFile::read)
             .transpose()
             .map_err(|e| format!("--delivery-ca-file: {e}"))?;
+        let database = self.database_options()?;
         Ok(Config {
             listen: self.listen,
             data_dir: self.data_dir.clone(),
+            database,
             durability: self.durability,
             default_policy: policy,
             default_lease_ms: self.default_lease,

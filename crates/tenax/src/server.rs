@@ -25,16 +25,25 @@ pub async fn run(
     clock: Clock,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let store_config = StoreConfig::Embedded {
-        dir: config.data_dir.clone(),
-        options: EmbeddedOptions {
-            sync: config.durability == Durability::Sync,
-            cache_bytes: config.cache_bytes,
-        },
+    let (store_config, place) = match &config.database {
+        Some(options) => (
+            StoreConfig::Postgres(options.clone()),
+            "PostgreSQL".to_owned(),
+        ),
+        None => (
+            StoreConfig::Embedded {
+                dir: config.data_dir.clone(),
+                options: EmbeddedOptions {
+                    sync: config.durability == Durability::Sync,
+                    cache_bytes: config.cache_bytes,
+                },
+            },
+            config.data_dir.display().to_string(),
+        ),
     };
     let store = store::open(&store_config, clock.now_ms())
         .await
-        .with_context(|| format!("opening the store in {}", config.data_dir.display()))?;
+        .with_context(|| format!("opening the store in {place}"))?;
     let engine = Arc::new(Engine::new(
         store,
         clock,
@@ -55,6 +64,10 @@ pub async fn run(
     }
     let (stop, stopped) = watch::channel(false);
     let maintenance = tokio::spawn(maintenance::run(engine.clone(), stopped.clone()));
+    let following = tokio::spawn(crate::engine::tokens::follow(
+        engine.clone(),
+        stopped.clone(),
+    ));
     let deliveries = Arc::new(Deliveries::new(config.delivery.clone()));
     let delivering = tokio::spawn(delivery::run(engine.clone(), deliveries.clone(), stopped));
 
@@ -101,6 +114,7 @@ pub async fn run(
 
     let _ = stop.send(true);
     let _ = maintenance.await;
+    let _ = following.await;
     let _ = delivering.await;
     // Every request has finished (a stream still noticing the shutdown gets refusals from
     // here on): flush what is pending, and stop.

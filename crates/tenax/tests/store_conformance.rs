@@ -8,8 +8,8 @@
 //! ([`StoreProperties::durable_leases`]): without it, jobs in flight come back ready; with it,
 //! they are still leased to the same holders.
 //!
-//! Adding a backend (PostgreSQL): implement [`Backend`] for it and add one line
-//! `conformance_suite!(postgres, Postgres::new().await);` at the bottom.
+//! Each backend is one line at the bottom: `conformance_suite!(name, <a fresh Backend>)`. The
+//! PostgreSQL cases use a fresh database each on the test server (`tests/common/postgres.rs`).
 //!
 //! Coverage: every operation of the seam (`src/store/seam.rs`), and the case(s) that check it.
 //!
@@ -71,6 +71,7 @@ use tenax::model::{
     StoredPolicy, Subscription, SubscriptionId,
 };
 use tenax::store::embedded::EmbeddedOptions;
+use tenax::store::postgres::{PostgresOptions, PostgresStore};
 use tenax::store::{
     Ack, Checked, Claim, ClaimRecord, ClaimedJob, DeadLetter, DecideContext, EmbeddedStore,
     Enqueued, Finished, Insert, JobFilter, JobPeek, KeyHolder, NotReplayed, OnDuplicate, Order,
@@ -102,6 +103,12 @@ trait Backend {
     /// Stamps the data with storage format `version`, as another version of Tenax would have
     /// written it (the store is closed).
     async fn stamp_format(&self, version: u64);
+
+    /// There is no such backend here (no PostgreSQL server); the case is skipped, as the
+    /// harness has said.
+    fn missing(&self) -> bool {
+        false
+    }
 }
 
 /// The embedded store in a temporary directory.
@@ -3747,6 +3754,64 @@ async fn racing_operations_on_a_job_are_serialised(backend: &impl Backend) {
     close(store).await;
 }
 
+#[path = "common/postgres.rs"]
+mod postgres_server;
+
+/// PostgreSQL: a fresh database on the test server.
+struct Postgres {
+    url: Option<String>,
+}
+
+impl Postgres {
+    async fn new() -> Self {
+        Self {
+            url: postgres_server::fresh_database().await,
+        }
+    }
+
+    fn url(&self) -> &str {
+        self.url.as_deref().expect("a test PostgreSQL")
+    }
+
+    async fn connect(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(self.url(), tokio_postgres::NoTls)
+            .await
+            .expect("connected to the test PostgreSQL");
+        tokio::spawn(connection);
+        client
+    }
+}
+
+impl Backend for Postgres {
+    async fn try_open(&self, now_ms: u64) -> Result<Arc<dyn Store>, StoreError> {
+        let options = PostgresOptions::new(self.url());
+        Ok(Arc::new(PostgresStore::open(&options, now_ms).await?))
+    }
+
+    async fn format(&self) -> u64 {
+        let row = self
+            .connect()
+            .await
+            .query_one("SELECT version FROM tenax_schema", &[])
+            .await
+            .expect("the schema version");
+        u64::try_from(row.get::<_, i64>(0)).expect("a version")
+    }
+
+    async fn stamp_format(&self, version: u64) {
+        let version = i64::try_from(version).expect("a version");
+        self.connect()
+            .await
+            .execute("UPDATE tenax_schema SET version = $1", &[&version])
+            .await
+            .expect("stamped");
+    }
+
+    fn missing(&self) -> bool {
+        self.url.is_none()
+    }
+}
+
 // --- the suite, once per backend -------------------------------------------------------------
 
 /// One `#[tokio::test]` per case, in a module named after the backend; `$backend` is an
@@ -3796,13 +3861,18 @@ macro_rules! conformance_suite {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                super::$case(&$backend).await;
+                let backend = $backend;
+                if backend.missing() {
+                    return;
+                }
+                super::$case(&backend).await;
             }
         )+
     };
 }
 
 conformance_suite!(embedded, Embedded::new());
+conformance_suite!(postgres, Postgres::new().await);
 
 // --- what only the embedded store promises ------------------------------------------------
 
@@ -3816,6 +3886,24 @@ async fn embedded_properties() {
         StoreProperties {
             durable_leases: false,
             shared: false
+        }
+    );
+    close(store).await;
+}
+
+/// PostgreSQL keeps leases in the database, and any number of servers share it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_properties() {
+    let backend = Postgres::new().await;
+    if backend.missing() {
+        return;
+    }
+    let store = backend.open(T0).await;
+    assert_eq!(
+        store.properties(),
+        StoreProperties {
+            durable_leases: true,
+            shared: true
         }
     );
     close(store).await;

@@ -12,7 +12,7 @@ mod jobs;
 pub mod maintenance;
 mod queues;
 mod subscriptions;
-mod tokens;
+pub mod tokens;
 mod work;
 
 use std::sync::Arc;

@@ -64,6 +64,38 @@ impl Engine {
         Ok(())
     }
 
+    /// Loads the stored tokens again: another server may have made or revoked one. Tokens
+    /// still stored keep their last use as this server knows it; `--admin-token` stays.
+    pub async fn reload_tokens(&self) -> Result<(), StoreError> {
+        let records = self.store.tokens().await?;
+        let mut book = self.tokens.by_hash.write();
+        let mut next: HashMap<String, Arc<Known>> = book
+            .iter()
+            .filter(|(_, known)| known.principal.token.is_none())
+            .map(|(hash, known)| (hash.clone(), known.clone()))
+            .collect();
+        for record in records {
+            let known = match book.get(&record.hash) {
+                Some(known) if known.principal.token == Some(record.id) => Arc::new(Known {
+                    principal: principal_of(&record),
+                    last_used_ms: AtomicU64::new(known.last_used_ms.load(Ordering::Relaxed)),
+                    flushed_ms: AtomicU64::new(known.flushed_ms.load(Ordering::Relaxed)),
+                }),
+                _ => {
+                    let used = record.last_used_at_ms.unwrap_or(0);
+                    Arc::new(Known {
+                        principal: principal_of(&record),
+                        last_used_ms: AtomicU64::new(used),
+                        flushed_ms: AtomicU64::new(used),
+                    })
+                }
+            };
+            next.insert(record.hash.clone(), known);
+        }
+        *book = next;
+        Ok(())
+    }
+
     /// Accepts `secret` as an admin token without storing it (`--admin-token`).
     pub fn accept_admin_token(&self, secret: &str) {
         let principal = Principal {
@@ -178,5 +210,22 @@ impl Engine {
             known.flushed_ms.store(used, Ordering::Relaxed);
         }
         Ok(())
+    }
+}
+
+/// Keeps the token book in step with the store until `shutdown` turns true: on a store shared
+/// by several servers, a token made or revoked on one is known to all within moments.
+pub async fn follow(engine: Arc<Engine>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let changed = engine.signals().tokens.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        tokio::select! {
+            () = &mut changed => {}
+            _ = shutdown.changed() => return,
+        }
+        if let Err(error) = engine.reload_tokens().await {
+            tracing::warn!(%error, "loading the API tokens again failed");
+        }
     }
 }

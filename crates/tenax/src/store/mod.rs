@@ -1,11 +1,12 @@
 //! Storage: the seam every backend implements ([`seam`]), the types that cross it, and the
-//! backends (the embedded store now, PostgreSQL next). One conformance suite
+//! backends (the embedded store, and PostgreSQL for several servers). One conformance suite
 //! (`tests/store_conformance.rs`) runs against every backend.
 //!
 //! The store decides nothing: transitions that need a decision take a closure from the engine
 //! (see [`seam`]). Only the engine calls the store.
 
 pub mod embedded;
+pub mod postgres;
 mod seam;
 mod types;
 
@@ -13,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use embedded::EmbeddedStore;
+pub use postgres::PostgresStore;
 pub use seam::*;
 pub use types::*;
 
@@ -26,6 +28,8 @@ pub enum StoreConfig {
         dir: PathBuf,
         options: embedded::EmbeddedOptions,
     },
+    /// PostgreSQL, shared by any number of servers.
+    Postgres(postgres::PostgresOptions),
 }
 
 /// Opens the backend `config` names.
@@ -39,6 +43,7 @@ pub async fn open(config: &StoreConfig, now_ms: UnixMs) -> Result<Arc<dyn Store>
                     .map_err(|e| StoreError::storage("opening the embedded store", e))??;
             Ok(Arc::new(opened))
         }
+        StoreConfig::Postgres(options) => Ok(Arc::new(PostgresStore::open(options, now_ms).await?)),
     }
 }
 

@@ -299,6 +299,8 @@ pub struct Signals {
     /// Leased jobs were acknowledged (completed, failed), deleted, or their leases expired: a
     /// stream holding as many jobs as it may has room again.
     pub released: Notify,
+    /// API tokens were made, changed or revoked: token books load them again.
+    pub tokens: Notify,
 }
 
 /// The backend as a whole.

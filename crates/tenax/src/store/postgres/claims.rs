@@ -1,0 +1,161 @@
+//! Claims: jobs leased together under one id (a streaming take, or a Zaqar claim). Their
+//! leases are job rows (`claim_id`); a claim's record is a row of `tenax_claims`.
+
+use async_trait::async_trait;
+
+use super::rows::{JOB_COLUMNS, id, json, time, uncount, unid, untime};
+use super::transitions::{Context, decide_and_apply, execute, query};
+use super::wakeups::Wakeup;
+use super::{PostgresStore, fault};
+use crate::clock::UnixMs;
+use crate::model::{ClaimId, JobId};
+use crate::store::{
+    Claim, ClaimRecord, ClaimStore, ClaimedJob, Decide, StoreError, from_json_bytes,
+};
+
+#[async_trait]
+impl ClaimStore for PostgresStore {
+    async fn claim(&self, claim: ClaimId) -> Result<Claim, StoreError> {
+        let what = "reading a claim";
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "SELECT id, lease_expires_at, failures FROM tenax_jobs
+             WHERE status = 2 AND claim_id = $1 ORDER BY id",
+            &[&id(claim.0)],
+        )
+        .await
+        .map_err(fault(what))?;
+        let jobs = rows
+            .iter()
+            .map(|row| ClaimedJob {
+                id: JobId(unid(row.get(0))),
+                lease_expires_at_ms: row.get::<_, Option<i64>>(1).map_or(0, untime),
+                failures: uncount(row.get(2)),
+            })
+            .collect();
+        let records = query(
+            &client,
+            "SELECT record FROM tenax_claims WHERE id = $1",
+            &[&id(claim.0)],
+        )
+        .await
+        .map_err(fault(what))?;
+        let record: Option<ClaimRecord> = match records.first() {
+            Some(row) => Some(from_json_bytes(
+                "claim record",
+                row.get::<_, &str>(0).as_bytes(),
+            )?),
+            None => None,
+        };
+        Ok(Claim { record, jobs })
+    }
+
+    async fn extend_claim(
+        &self,
+        claim: ClaimId,
+        lease_ms: u64,
+        keep_until_ms: Option<UnixMs>,
+        record: Option<ClaimRecord>,
+        now_ms: UnixMs,
+    ) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "WITH extended AS (
+                 UPDATE tenax_jobs SET lease_expires_at = $2::bigint,
+                     expires_at = CASE WHEN expires_at IS NULL OR $3::bigint IS NULL
+                         THEN expires_at ELSE greatest(expires_at, $3::bigint) END
+                 WHERE status = 2 AND claim_id = $1::bigint
+                 RETURNING id
+             ), recorded AS (
+                 INSERT INTO tenax_claims (id, record, over_at)
+                 SELECT $1::bigint, $4::text, $5::bigint WHERE $4::text IS NOT NULL
+                 ON CONFLICT (id) DO UPDATE SET record = excluded.record, over_at = excluded.over_at
+             ), forgotten AS (
+                 DELETE FROM tenax_claims WHERE id = $1::bigint AND $4::text IS NULL
+             )
+             SELECT count(*) FROM extended",
+            &[
+                &id(claim.0),
+                &time(now_ms.saturating_add(lease_ms)),
+                &keep_until_ms.map(time),
+                &record.as_ref().map(json),
+                &record.as_ref().map(|r| time(r.over_at_ms())),
+            ],
+        )
+        .await
+        .map_err(fault("extending a claim"))?;
+        Ok(count_of(rows.first().map(|r| r.get(0))))
+    }
+
+    async fn end_claim(
+        &self,
+        claim: ClaimId,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<usize, StoreError> {
+        let what = "ending a claim";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        execute(
+            &tx,
+            "DELETE FROM tenax_claims WHERE id = $1",
+            &[&id(claim.0)],
+        )
+        .await
+        .map_err(fault(what))?;
+        let rows = query(
+            &tx,
+            &format!(
+                "SELECT {JOB_COLUMNS} FROM tenax_jobs WHERE status = 2 AND claim_id = $1
+                 ORDER BY id FOR UPDATE"
+            ),
+            &[&id(claim.0)],
+        )
+        .await
+        .map_err(fault(what))?;
+        let mut context = Context::default();
+        for row in &rows {
+            decide_and_apply(&tx, &mut context, row, decide, now_ms, None).await?;
+        }
+        tx.commit().await.map_err(fault(what))?;
+        if !rows.is_empty() {
+            self.announce(Wakeup::Ready);
+            self.announce(Wakeup::Schedule);
+            self.announce(Wakeup::Released);
+        }
+        Ok(rows.len())
+    }
+
+    /// The jobs go back to ready as they were: no attempt is counted.
+    async fn release_claim(&self, claim: ClaimId) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "WITH released AS (
+                 UPDATE tenax_jobs SET status = 1, lease_token = NULL, lease_expires_at = NULL,
+                     taken_at = NULL, claim_id = NULL
+                 WHERE status = 2 AND claim_id = $1::bigint
+                 RETURNING id
+             ), forgotten AS (
+                 DELETE FROM tenax_claims WHERE id = $1::bigint
+             )
+             SELECT count(*) FROM released",
+            &[&id(claim.0)],
+        )
+        .await
+        .map_err(fault("releasing a claim"))?;
+        let released = count_of(rows.first().map(|r| r.get(0)));
+        if released > 0 {
+            self.announce(Wakeup::Ready);
+            self.announce(Wakeup::Released);
+        }
+        Ok(released)
+    }
+}
+
+/// A `count(*)` as a number of jobs.
+pub(super) fn count_of(value: Option<i64>) -> usize {
+    value.and_then(|n| usize::try_from(n).ok()).unwrap_or(0)
+}

@@ -1,0 +1,304 @@
+//! Enqueue: new jobs in one transaction, ids from a sequence, unique keys held by a unique
+//! index on the table of unfinished jobs.
+
+use std::collections::{HashMap, HashSet};
+
+use async_trait::async_trait;
+use tokio_postgres::Row;
+
+use super::rows::{id, json, limit, status_code, status_of, time, unid, untime};
+use super::transitions::{execute, query};
+use super::wakeups::Wakeup;
+use super::{PostgresStore, RETRIES, fault, is_conflict};
+use crate::clock::UnixMs;
+use crate::model::{JobId, JobState, Status};
+use crate::store::{Enqueued, Insert, JobInserts, KeyHolder, OnDuplicate, StoreError};
+
+/// What becomes of one insert.
+enum Plan {
+    /// Not stored: its parent was not created, or its subscription is gone.
+    Skip,
+    /// A stored job holds its key: answered with it.
+    Existing(Enqueued),
+    /// Stored, as the `n`th new job of the request.
+    Fresh(usize),
+    /// An earlier insert of the request (the `n`th new job, at this index) holds its key.
+    Earlier(usize, usize),
+}
+
+#[async_trait]
+impl JobInserts for PostgresStore {
+    async fn insert_jobs(
+        &self,
+        jobs: Vec<Insert>,
+        on_duplicate: OnDuplicate,
+        now_ms: UnixMs,
+    ) -> Result<Vec<Option<Enqueued>>, StoreError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.try_insert(&jobs, on_duplicate, now_ms).await {
+                // Another transaction took a key between our look and our insert: look again.
+                Err(error) if is_conflict(&error) && attempt < RETRIES => continue,
+                done => return done,
+            }
+        }
+    }
+}
+
+impl PostgresStore {
+    async fn try_insert(
+        &self,
+        jobs: &[Insert],
+        on_duplicate: OnDuplicate,
+        now_ms: UnixMs,
+    ) -> Result<Vec<Option<Enqueued>>, StoreError> {
+        let what = "enqueueing jobs";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+
+        // Subscriptions the deliveries are for, locked against deletion until the commit.
+        let owners: Vec<i64> = jobs
+            .iter()
+            .filter_map(|j| j.owner.map(|o| id(o.0)))
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        let live_owners: HashSet<i64> = if owners.is_empty() {
+            HashSet::new()
+        } else {
+            query(
+                &tx,
+                "SELECT id FROM tenax_subscriptions WHERE id = ANY($1) FOR SHARE",
+                &[&owners],
+            )
+            .await
+            .map_err(fault(what))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+        };
+
+        // Stored jobs holding the keys asked for.
+        let (key_queues, keys): (Vec<&str>, Vec<&str>) = jobs
+            .iter()
+            .filter_map(|j| Some((j.job.queue.as_str(), j.job.unique_key.as_deref()?)))
+            .unzip();
+        let holders: HashMap<(String, String), Enqueued> = if keys.is_empty() {
+            HashMap::new()
+        } else {
+            query(
+                &tx,
+                "SELECT j.queue, j.unique_key, j.id, j.status, j.run_at
+                 FROM unnest($1::text[], $2::text[]) AS k(queue, key)
+                 JOIN tenax_jobs j ON j.queue = k.queue AND j.unique_key = k.key",
+                &[&key_queues, &keys],
+            )
+            .await
+            .map_err(fault(what))?
+            .iter()
+            .map(holder_of)
+            .collect::<Result<_, _>>()?
+        };
+
+        // Which inserts are stored, in order; a child only after its created parent.
+        let mut plans: Vec<Plan> = Vec::with_capacity(jobs.len());
+        let mut claimed: HashMap<(&str, &str), (usize, usize)> = HashMap::new();
+        let mut fresh = 0;
+        for (index, insert) in jobs.iter().enumerate() {
+            if let Some(parent) = insert.parent {
+                let created = parent < index && matches!(plans.get(parent), Some(Plan::Fresh(_)));
+                if !created {
+                    plans.push(Plan::Skip);
+                    continue;
+                }
+            }
+            if insert
+                .owner
+                .is_some_and(|o| !live_owners.contains(&id(o.0)))
+            {
+                plans.push(Plan::Skip);
+                continue;
+            }
+            if let Some(key) = insert.job.unique_key.as_deref() {
+                let queue = insert.job.queue.as_str();
+                let stored = holders.get(&(queue.to_owned(), key.to_owned()));
+                let earlier = claimed.get(&(queue, key)).copied();
+                let holder = stored
+                    .map(|held| KeyHolder::Job(held.id))
+                    .or(earlier.map(|(_, at)| KeyHolder::Earlier(at)));
+                if let Some(holder) = holder {
+                    if on_duplicate == OnDuplicate::Refuse {
+                        return Err(StoreError::Duplicate {
+                            index,
+                            queue: queue.to_owned(),
+                            key: key.to_owned(),
+                            holder,
+                        });
+                    }
+                    plans.push(match (stored, earlier) {
+                        (Some(held), _) => Plan::Existing(held.clone()),
+                        (None, Some((n, at))) => Plan::Earlier(n, at),
+                        (None, None) => Plan::Skip,
+                    });
+                    continue;
+                }
+                claimed.insert((queue, key), (fresh, index));
+            }
+            plans.push(Plan::Fresh(fresh));
+            fresh += 1;
+        }
+        if fresh == 0 {
+            return Ok(plans
+                .into_iter()
+                .map(|plan| match plan {
+                    Plan::Existing(held) => Some(held),
+                    _ => None,
+                })
+                .collect());
+        }
+
+        let ids: Vec<i64> = query(
+            &tx,
+            "SELECT nextval('tenax_job_ids') FROM generate_series(1, $1::bigint)",
+            &[&limit(fresh)],
+        )
+        .await
+        .map_err(fault(what))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        let mut rows = Columns::with_capacity(fresh);
+        let mut results = Vec::with_capacity(jobs.len());
+        let (mut any_ready, mut any_scheduled) = (false, false);
+        for (index, plan) in plans.iter().enumerate() {
+            results.push(match plan {
+                Plan::Skip => None,
+                Plan::Existing(held) => Some(held.clone()),
+                Plan::Earlier(n, at) => {
+                    let job = &jobs[*at].job;
+                    let state = JobState::new(job.run_at_ms, now_ms);
+                    Some(Enqueued {
+                        id: JobId(unid(ids[*n])),
+                        created: false,
+                        status: state.status,
+                        run_at_ms: state.run_at_ms,
+                    })
+                }
+                Plan::Fresh(n) => {
+                    let insert = &jobs[index];
+                    let parent = insert.parent.and_then(|p| match plans.get(p) {
+                        Some(Plan::Fresh(m)) => Some(ids[*m]),
+                        _ => None,
+                    });
+                    let state = JobState::new(insert.job.run_at_ms, now_ms);
+                    any_ready |= state.status == Status::Ready;
+                    any_scheduled |= state.status == Status::Scheduled;
+                    rows.push(ids[*n], insert, parent, &state);
+                    Some(Enqueued {
+                        id: JobId(unid(ids[*n])),
+                        created: true,
+                        status: state.status,
+                        run_at_ms: state.run_at_ms,
+                    })
+                }
+            });
+        }
+        execute(
+            &tx,
+            "INSERT INTO tenax_jobs (id, queue, kind, payload, priority, unique_key, created_at,
+                 expires_at, origin, parent, traceparent, policy, status, run_at)
+             SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[],
+                 $5::integer[], $6::text[], $7::bigint[], $8::bigint[], $9::text[],
+                 $10::bigint[], $11::text[], $12::text[], $13::smallint[], $14::bigint[])",
+            &[
+                &rows.id,
+                &rows.queue,
+                &rows.kind,
+                &rows.payload,
+                &rows.priority,
+                &rows.unique_key,
+                &rows.created_at,
+                &rows.expires_at,
+                &rows.origin,
+                &rows.parent,
+                &rows.traceparent,
+                &rows.policy,
+                &rows.status,
+                &rows.run_at,
+            ],
+        )
+        .await
+        .map_err(fault(what))?;
+        tx.commit().await.map_err(fault(what))?;
+        if any_ready {
+            self.announce(Wakeup::Ready);
+        }
+        if any_scheduled {
+            self.announce(Wakeup::Schedule);
+        }
+        Ok(results)
+    }
+}
+
+/// A stored job holding a key: (queue, key) and what an enqueue answers with it.
+fn holder_of(row: &Row) -> Result<((String, String), Enqueued), StoreError> {
+    Ok((
+        (row.get(0), row.get(1)),
+        Enqueued {
+            id: JobId(unid(row.get(2))),
+            created: false,
+            status: status_of(row.get(3))?,
+            run_at_ms: untime(row.get(4)),
+        },
+    ))
+}
+
+/// New jobs as one array per column, for one `INSERT … SELECT FROM unnest(…)`.
+#[derive(Debug, Default)]
+struct Columns {
+    id: Vec<i64>,
+    queue: Vec<String>,
+    kind: Vec<String>,
+    payload: Vec<String>,
+    priority: Vec<i32>,
+    unique_key: Vec<Option<String>>,
+    created_at: Vec<i64>,
+    expires_at: Vec<Option<i64>>,
+    origin: Vec<Option<String>>,
+    parent: Vec<Option<i64>>,
+    traceparent: Vec<Option<String>>,
+    policy: Vec<Option<String>>,
+    status: Vec<i16>,
+    run_at: Vec<i64>,
+}
+
+impl Columns {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            id: Vec::with_capacity(n),
+            queue: Vec::with_capacity(n),
+            kind: Vec::with_capacity(n),
+            payload: Vec::with_capacity(n),
+            ..Self::default()
+        }
+    }
+
+    fn push(&mut self, job_id: i64, insert: &Insert, parent: Option<i64>, state: &JobState) {
+        let job = &insert.job;
+        self.id.push(job_id);
+        self.queue.push(job.queue.clone());
+        self.kind.push(job.kind.clone());
+        self.payload.push(job.payload.get().to_owned());
+        self.priority.push(job.priority);
+        self.unique_key.push(job.unique_key.clone());
+        self.created_at.push(time(job.created_at_ms));
+        self.expires_at.push(job.expires_at_ms.map(time));
+        self.origin.push(job.origin.clone());
+        self.parent.push(parent);
+        self.traceparent.push(job.traceparent.clone());
+        self.policy.push(job.policy.as_ref().map(json));
+        self.status.push(status_code(state.status));
+        self.run_at.push(time(state.run_at_ms));
+    }
+}

@@ -1,0 +1,301 @@
+//! Take, heartbeat, complete, fail, finish a delivery, pop: the worker's side of a job. Leases
+//! are rows: any server can act on a lease another one handed out.
+
+use std::collections::{HashMap, HashSet};
+
+use async_trait::async_trait;
+use serde_json::value::RawValue;
+use tokio_postgres::Row;
+
+use super::rows::{JOB_COLUMNS, id, job_of, json, limit, time, unid, untime};
+use super::transitions::{Context, check_ack, complete, decide_and_apply, query, status_of_job};
+use super::wakeups::Wakeup;
+use super::{PostgresStore, fault};
+use crate::clock::UnixMs;
+use crate::model::{Attempt, AttemptResult, Job, JobId, LeaseToken, Status};
+use crate::store::{
+    Ack, Decide, Finished, JobLeases, StoreError, TakeRequest, TakenJob, Transition,
+};
+
+/// The ready jobs of the unpaused queues in `$1`, best first, at most `$2` per queue and in
+/// all, locked for this statement (rows another taker holds are skipped). One index range
+/// per queue (`tenax_jobs_ready`). `$3`: a subscription that must exist and be enabled.
+const PICK: &str = "picked AS (
+        SELECT r.id FROM unnest($1::text[]) AS q(name)
+        CROSS JOIN LATERAL (
+            SELECT id, priority FROM tenax_jobs
+            WHERE status = 1 AND queue = q.name
+            ORDER BY priority DESC, id
+            LIMIT $2::bigint
+            FOR UPDATE SKIP LOCKED
+        ) AS r
+        WHERE NOT EXISTS (SELECT 1 FROM tenax_queues c WHERE c.name = q.name AND c.paused)
+          AND ($3::bigint IS NULL OR EXISTS (
+              SELECT 1 FROM tenax_subscriptions s WHERE s.id = $3::bigint AND s.enabled))
+        ORDER BY r.priority DESC, r.id
+        LIMIT $2::bigint
+    )";
+
+static TAKE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH {PICK}, taken AS (
+             UPDATE tenax_jobs j SET status = 2, lease_token = $4::bigint + j.id,
+                 lease_expires_at = $5::bigint, taken_at = $6::bigint, claim_id = $7::bigint,
+                 expires_at = CASE WHEN j.expires_at IS NULL OR $8::bigint IS NULL
+                     THEN j.expires_at ELSE greatest(j.expires_at, $8::bigint) END
+             FROM picked WHERE j.id = picked.id
+             RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.failures,
+                 j.lease_token, j.created_at, j.expires_at, j.parent, j.traceparent
+         ), recorded AS (
+             INSERT INTO tenax_claims (id, record, over_at)
+             SELECT $7::bigint, $9::text, $10::bigint
+             WHERE $9::text IS NOT NULL AND EXISTS (SELECT 1 FROM taken)
+             ON CONFLICT (id) DO UPDATE SET record = excluded.record, over_at = excluded.over_at
+         )
+         SELECT * FROM taken"
+    )
+});
+
+static POP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH {PICK}
+         DELETE FROM tenax_jobs j USING picked WHERE j.id = picked.id
+         RETURNING j.{JOB_COLUMNS}"
+    )
+});
+
+/// A base for the lease tokens of one take: random, so that tokens differ across servers and
+/// restarts; each job's token is the base plus its id.
+fn token_base() -> i64 {
+    i64::try_from(rand::random::<u64>() >> 2)
+        .unwrap_or(1)
+        .max(1)
+}
+
+fn taken_of(row: &Row) -> Result<TakenJob, StoreError> {
+    let payload = RawValue::from_string(row.get(3))
+        .map_err(|e| StoreError::Corrupt(format!("job payload: {e}")))?;
+    Ok(TakenJob {
+        id: JobId(unid(row.get(0))),
+        queue: row.get(1),
+        kind: row.get(2),
+        payload,
+        priority: row.get(4),
+        attempt: super::rows::uncount(row.get(5)).saturating_add(1),
+        lease_token: LeaseToken(unid(row.get(6))),
+        lease_expires_at_ms: 0,
+        created_at_ms: untime(row.get(7)),
+        expires_at_ms: row.get::<_, Option<i64>>(8).map(untime),
+        parent: row.get::<_, Option<i64>>(9).map(|p| JobId(unid(p))),
+        traceparent: row.get(10),
+    })
+}
+
+#[async_trait]
+impl JobLeases for PostgresStore {
+    async fn take_jobs(
+        &self,
+        request: &TakeRequest<'_>,
+        now_ms: UnixMs,
+    ) -> Result<Vec<TakenJob>, StoreError> {
+        let client = self.client().await?;
+        let expires_at_ms = now_ms.saturating_add(request.lease_ms);
+        let record = request.record.as_ref().filter(|_| request.claim.is_some());
+        let rows = query(
+            &client,
+            &TAKE,
+            &[
+                &request.queues,
+                &limit(request.max),
+                &request.subscription.map(|s| id(s.0)),
+                &token_base(),
+                &time(expires_at_ms),
+                &time(now_ms),
+                &request.claim.map(|c| id(c.0)),
+                &request.keep_until_ms.map(time),
+                &record.map(json),
+                &record.map(|r| time(r.over_at_ms())),
+            ],
+        )
+        .await
+        .map_err(fault("taking jobs"))?;
+        let mut taken: Vec<TakenJob> = rows
+            .iter()
+            .map(|row| {
+                taken_of(row).map(|mut job| {
+                    job.lease_expires_at_ms = expires_at_ms;
+                    job
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        taken.sort_by_key(|job| (std::cmp::Reverse(job.priority), job.id));
+        Ok(taken)
+    }
+
+    async fn extend_lease(
+        &self,
+        ack: Ack,
+        lease_ms: u64,
+        max_attempt_ms: u64,
+        now_ms: UnixMs,
+    ) -> Result<UnixMs, StoreError> {
+        let client = self.client().await?;
+        // A heartbeat changes no indexed column: a HOT update.
+        let rows = query(
+            &client,
+            "UPDATE tenax_jobs SET lease_expires_at = least($3::bigint, taken_at + $4::bigint)
+             WHERE id = $1 AND status = 2 AND lease_token = $2
+             RETURNING lease_expires_at",
+            &[
+                &id(ack.id.0),
+                &id(ack.lease.0),
+                &time(now_ms.saturating_add(lease_ms)),
+                &time(max_attempt_ms),
+            ],
+        )
+        .await
+        .map_err(fault("extending a lease"))?;
+        if let Some(row) = rows.first() {
+            return Ok(untime(row.get(0)));
+        }
+        Err(lease_refusal(&client, ack).await?)
+    }
+
+    async fn complete_jobs(
+        &self,
+        acks: &[Ack],
+        retain: bool,
+        now_ms: UnixMs,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let client = self.client().await?;
+        let ids: Vec<i64> = acks.iter().map(|a| id(a.id.0)).collect();
+        let tokens: Vec<i64> = acks.iter().map(|a| id(a.lease.0)).collect();
+        let done: HashSet<(i64, i64)> = complete(&client, &ids, &tokens, retain, now_ms, None)
+            .await?
+            .into_iter()
+            .collect();
+        if !done.is_empty() {
+            self.announce(Wakeup::Released);
+        }
+        // As if the acks were checked one after another: before the ack that completed a
+        // job, it was in flight under another lease; after it, it was completed (or gone).
+        let mut winners: HashMap<i64, usize> = HashMap::new();
+        for (at, ack) in acks.iter().enumerate() {
+            let pair = (id(ack.id.0), id(ack.lease.0));
+            if done.contains(&pair) {
+                winners.entry(pair.0).or_insert(at);
+            }
+        }
+        let mut results = Vec::with_capacity(acks.len());
+        for (at, ack) in acks.iter().enumerate() {
+            results.push(match winners.get(&id(ack.id.0)) {
+                Some(&winner) if winner == at => Ok(()),
+                Some(&winner) if at < winner => Err(StoreError::LeaseLost { id: ack.id }),
+                Some(_) if retain => Err(StoreError::NotInFlight {
+                    id: ack.id,
+                    status: Status::Completed,
+                }),
+                Some(_) => Err(StoreError::NotFound(ack.id)),
+                None => Err(lease_refusal(&client, *ack).await?),
+            });
+        }
+        Ok(results)
+    }
+
+    async fn fail_job(
+        &self,
+        ack: Ack,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<Transition, StoreError> {
+        let what = "failing a job";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        let row = check_ack(&tx, ack).await?;
+        let mut context = Context::default();
+        let transition = decide_and_apply(&tx, &mut context, &row, decide, now_ms, None).await?;
+        tx.commit().await.map_err(fault(what))?;
+        self.announce_transition(&transition);
+        self.announce(Wakeup::Released);
+        Ok(transition)
+    }
+
+    async fn finish_delivery(
+        &self,
+        ack: Ack,
+        attempt: &Attempt,
+        retain: bool,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<Finished, StoreError> {
+        let what = "finishing a delivery";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        let row = check_ack(&tx, ack).await?;
+        let finished = if attempt.result == AttemptResult::Delivered {
+            complete(
+                &tx,
+                &[id(ack.id.0)],
+                &[id(ack.lease.0)],
+                retain,
+                now_ms,
+                Some(attempt),
+            )
+            .await?;
+            Finished::Delivered
+        } else {
+            let mut context = Context::default();
+            Finished::Failed(
+                decide_and_apply(&tx, &mut context, &row, decide, now_ms, Some(attempt)).await?,
+            )
+        };
+        tx.commit().await.map_err(fault(what))?;
+        if let Finished::Failed(transition) = &finished {
+            self.announce_transition(transition);
+        }
+        self.announce(Wakeup::Released);
+        Ok(finished)
+    }
+
+    async fn pop_jobs(
+        &self,
+        queues: &[String],
+        max: usize,
+        _now_ms: UnixMs,
+    ) -> Result<Vec<Job>, StoreError> {
+        let client = self.client().await?;
+        let no_subscription: Option<i64> = None;
+        let rows = query(&client, &POP, &[&queues, &limit(max), &no_subscription])
+            .await
+            .map_err(fault("popping jobs"))?;
+        let mut jobs: Vec<Job> = rows.iter().map(job_of).collect::<Result<_, _>>()?;
+        jobs.sort_by_key(|job| (std::cmp::Reverse(job.spec.priority), job.id));
+        Ok(jobs)
+    }
+}
+
+impl PostgresStore {
+    /// Wakes whoever waits for what a transition produced.
+    pub(super) fn announce_transition(&self, transition: &Transition) {
+        match transition.state.status {
+            Status::Ready => self.announce(Wakeup::Ready),
+            Status::Scheduled => {
+                self.announce(Wakeup::Schedule);
+                self.announce(Wakeup::Ready);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Why `ack` could not act: no such job, not in flight, or another lease.
+async fn lease_refusal<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    ack: Ack,
+) -> Result<StoreError, StoreError> {
+    Ok(match status_of_job(client, ack.id).await? {
+        None => StoreError::NotFound(ack.id),
+        Some(Status::InFlight) => StoreError::LeaseLost { id: ack.id },
+        Some(status) => StoreError::NotInFlight { id: ack.id, status },
+    })
+}

@@ -1,0 +1,222 @@
+//! The PostgreSQL store: several Tenax servers on one database.
+//!
+//! Everything is in the database, leases and claims included ([`StoreProperties::durable_leases`]),
+//! so any server can complete, heartbeat or expire any lease. Each operation of the seam is one
+//! statement, or one transaction that locks the rows it decides about (`FOR UPDATE`), so the
+//! engine's closures run under a row lock; takes skip rows another taker holds
+//! (`FOR UPDATE SKIP LOCKED`). Wake-ups cross servers by LISTEN/NOTIFY ([`wakeups`]); the
+//! maintenance loop runs on the one server holding an advisory lock ([`StoreLifecycle::lead`]).
+//!
+//! The schema and why it is shaped so: `migrations/`, and `docs/postgres.md`. One file per
+//! family of the seam, as in the embedded store.
+
+mod claims;
+mod curation;
+mod filter;
+mod inserts;
+mod leases;
+mod queues;
+mod reads;
+mod rows;
+pub mod schema;
+mod subscriptions;
+mod tokens;
+mod transitions;
+mod upkeep;
+mod wakeups;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod};
+use tokio::sync::Mutex;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{Client, NoTls};
+
+pub use self::wakeups::Listening;
+use self::wakeups::{Wakeup, Wakeups};
+use super::{JobUpkeep, Signals, StoreError, StoreLifecycle, StoreProperties};
+use crate::clock::UnixMs;
+
+type Pool = deadpool_postgres::Pool;
+
+/// Options of the PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// A libpq-style connection string or `postgres://` URL.
+    pub url: String,
+    /// Connections in this server's pool.
+    pub pool_size: usize,
+    pub listening: Listening,
+}
+
+impl PostgresOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            pool_size: 16,
+            listening: Listening {
+                listen: true,
+                poll_interval: Duration::from_secs(1),
+            },
+        }
+    }
+}
+
+/// The advisory lock the leading server holds ("tenax-ld").
+const LEAD_LOCK: i64 = 0x7465_6e61_782d_6c64;
+
+#[derive(Debug)]
+pub struct PostgresStore {
+    pool: Pool,
+    config: tokio_postgres::Config,
+    wakeups: Wakeups,
+    /// A shortcut to the signals inside `wakeups`, which never move.
+    signals: std::sync::Arc<Signals>,
+    /// The session that holds (or tries for) the lead lock, and whether it holds it.
+    leader: Mutex<Option<(Client, bool)>>,
+}
+
+/// A database failure while doing `what`, with its source kept.
+pub(crate) fn fault(what: &'static str) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
+    move |error| StoreError::storage(what, error)
+}
+
+/// A failure to get a connection from the pool.
+fn pool_fault(error: deadpool_postgres::PoolError) -> StoreError {
+    StoreError::storage("getting a connection to PostgreSQL", error)
+}
+
+/// Whether an error is a conflict that the same transaction, run again, resolves: a unique
+/// key another transaction took meanwhile, or a serialisation failure.
+fn is_conflict(error: &StoreError) -> bool {
+    let StoreError::Storage(fault) = error else {
+        return false;
+    };
+    fault
+        .source
+        .downcast_ref::<tokio_postgres::Error>()
+        .and_then(tokio_postgres::Error::code)
+        .is_some_and(|code| {
+            *code == SqlState::UNIQUE_VIOLATION
+                || *code == SqlState::T_R_SERIALIZATION_FAILURE
+                || *code == SqlState::T_R_DEADLOCK_DETECTED
+        })
+}
+
+/// How often a transaction that lost a race is run again.
+const RETRIES: usize = 8;
+
+impl PostgresStore {
+    /// Connects, applies the schema migrations (refusing a newer schema), and starts the
+    /// wake-up tasks. Scheduled jobs due at `now_ms` are ready from the start, as they are in
+    /// the embedded store.
+    pub async fn open(options: &PostgresOptions, now_ms: UnixMs) -> Result<Self, StoreError> {
+        let config: tokio_postgres::Config = options
+            .url
+            .parse()
+            .map_err(|e| StoreError::storage("reading the database URL", e))?;
+        {
+            let (mut client, connection) = config
+                .connect(NoTls)
+                .await
+                .map_err(fault("connecting to PostgreSQL"))?;
+            let driver = tokio::spawn(connection);
+            let migrated = schema::migrate(&mut client).await;
+            drop(client);
+            let _ = driver.await;
+            migrated?;
+        }
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                // A connection that failed is dropped, not handed out again.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(2))
+            .build()
+            .map_err(|e| StoreError::storage("making the PostgreSQL pool", e))?;
+        let wakeups = Wakeups::start(pool.clone(), config.clone(), &options.listening);
+        let signals = wakeups.shared_signals();
+        let store = Self {
+            pool,
+            config,
+            wakeups,
+            signals,
+            leader: Mutex::new(None),
+        };
+        store.promote_due(now_ms, usize::MAX).await?;
+        Ok(store)
+    }
+
+    /// A connection from the pool.
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(pool_fault)
+    }
+
+    /// Wakes this server's waiters for `wakeup`, and soon the other servers'.
+    fn announce(&self, wakeup: Wakeup) {
+        self.wakeups.announce(wakeup);
+    }
+}
+
+#[async_trait]
+impl StoreLifecycle for PostgresStore {
+    fn properties(&self) -> StoreProperties {
+        StoreProperties {
+            durable_leases: true,
+            shared: true,
+        }
+    }
+
+    fn signals(&self) -> &Signals {
+        &self.signals
+    }
+
+    /// The lead is a session-level advisory lock on a connection of its own: it goes when
+    /// the leading server's connection does (the process died, or the network failed), and
+    /// the next server to ask gets it. Each call checks the session still lives.
+    async fn lead(&self) -> Result<bool, StoreError> {
+        let mut leader = self.leader.lock().await;
+        if let Some((client, holds)) = leader.as_ref() {
+            let alive = !client.is_closed() && client.simple_query("").await.is_ok();
+            if alive && *holds {
+                return Ok(true);
+            }
+            if !alive {
+                *leader = None;
+            }
+        }
+        if leader.is_none() {
+            let (client, connection) = self
+                .config
+                .connect(NoTls)
+                .await
+                .map_err(fault("connecting to PostgreSQL for the lead"))?;
+            tokio::spawn(connection);
+            *leader = Some((client, false));
+        }
+        let Some((client, holds)) = leader.as_mut() else {
+            return Ok(false);
+        };
+        let row = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&LEAD_LOCK])
+            .await
+            .map_err(fault("asking for the lead"))?;
+        *holds = row.get(0);
+        if *holds {
+            tracing::info!("this server leads the maintenance of the PostgreSQL store");
+        }
+        Ok(*holds)
+    }
+
+    async fn close(&self) {
+        self.wakeups.stop(&self.pool).await;
+        // The lead goes with its session.
+        self.leader.lock().await.take();
+        self.pool.close();
+    }
+}

@@ -1,0 +1,115 @@
+//! Queue settings: a row per configured queue. Changes to one queue are serialised by a
+//! transaction-scoped advisory lock on its name (a queue may have no row yet).
+
+use async_trait::async_trait;
+
+use super::claims::count_of;
+use super::rows::json;
+use super::transitions::{execute, query};
+use super::wakeups::Wakeup;
+use super::{PostgresStore, fault};
+use crate::store::{ChangeQueue, QueueConfig, QueueStore, StoreError, from_json_bytes};
+
+fn config_of(text: &str) -> Result<QueueConfig, StoreError> {
+    from_json_bytes("queue settings", text.as_bytes())
+}
+
+#[async_trait]
+impl QueueStore for PostgresStore {
+    async fn queue(&self, name: &str) -> Result<Option<QueueConfig>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "SELECT config FROM tenax_queues WHERE name = $1",
+            &[&name],
+        )
+        .await
+        .map_err(fault("reading a queue's settings"))?;
+        rows.first().map(|r| config_of(r.get(0))).transpose()
+    }
+
+    async fn queues(&self) -> Result<Vec<(String, QueueConfig)>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "SELECT name, config FROM tenax_queues
+             UNION ALL
+             SELECT DISTINCT queue, NULL FROM tenax_all_jobs
+             WHERE queue NOT IN (SELECT name FROM tenax_queues)
+             ORDER BY 1",
+            &[],
+        )
+        .await
+        .map_err(fault("listing queues"))?;
+        rows.iter()
+            .map(|r| {
+                let config = match r.get::<_, Option<&str>>(1) {
+                    Some(text) => config_of(text)?,
+                    None => QueueConfig::default(),
+                };
+                Ok((r.get(0), config))
+            })
+            .collect()
+    }
+
+    async fn update_queue(
+        &self,
+        name: &str,
+        change: &ChangeQueue<'_>,
+    ) -> Result<Option<QueueConfig>, StoreError> {
+        let what = "changing a queue's settings";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        execute(
+            &tx,
+            "SELECT pg_advisory_xact_lock(hashtextextended('tenax.queue:' || $1, 0))",
+            &[&name],
+        )
+        .await
+        .map_err(fault(what))?;
+        let rows = query(
+            &tx,
+            "SELECT config FROM tenax_queues WHERE name = $1",
+            &[&name],
+        )
+        .await
+        .map_err(fault(what))?;
+        let current = rows.first().map(|r| config_of(r.get(0))).transpose()?;
+        let Some(config) = change(current.as_ref()) else {
+            return Ok(current);
+        };
+        execute(
+            &tx,
+            "INSERT INTO tenax_queues (name, paused, config) VALUES ($1, $2, $3)
+             ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, config = excluded.config",
+            &[&name, &config.paused, &json(&config)],
+        )
+        .await
+        .map_err(fault(what))?;
+        tx.commit().await.map_err(fault(what))?;
+        if !config.paused {
+            // It may have been resumed.
+            self.announce(Wakeup::Ready);
+        }
+        Ok(Some(config))
+    }
+
+    async fn delete_queue(&self, name: &str) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "WITH live AS (DELETE FROM tenax_jobs WHERE queue = $1 RETURNING 1),
+                  finished AS (DELETE FROM tenax_finished WHERE queue = $1 RETURNING 1),
+                  settings AS (DELETE FROM tenax_queues WHERE name = $1)
+             SELECT (SELECT count(*) FROM live) + (SELECT count(*) FROM finished)",
+            &[&name],
+        )
+        .await
+        .map_err(fault("deleting a queue"))?;
+        let count = count_of(rows.first().map(|r| r.get(0)));
+        if count > 0 {
+            self.announce(Wakeup::Released);
+        }
+        Ok(count)
+    }
+}

@@ -1,0 +1,140 @@
+//! Reads: one job, a filtered page, counts, peeks, a delivery's attempts. Reads see both job
+//! tables through the `tenax_all_jobs` view.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+
+use super::filter::{Query, ids_param};
+use super::rows::{JOB_COLUMNS, PEEK_COLUMNS, id, job_of, limit, peek_of, status_of};
+use super::transitions::query;
+use super::{PostgresStore, fault};
+use crate::model::{Attempt, Job, JobId, Status};
+use crate::store::{
+    JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, StoreError, from_json_bytes,
+};
+
+#[async_trait]
+impl JobReads for PostgresStore {
+    async fn get_job(&self, job: JobId) -> Result<Option<Job>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            &format!(
+                "SELECT {JOB_COLUMNS} FROM tenax_jobs WHERE id = $1
+                 UNION ALL SELECT {JOB_COLUMNS} FROM tenax_finished WHERE id = $1"
+            ),
+            &[&id(job.0)],
+        )
+        .await
+        .map_err(fault("reading a job"))?;
+        rows.first().map(job_of).transpose()
+    }
+
+    async fn list_jobs(&self, filter: &JobFilter, page: Page) -> Result<Vec<Job>, StoreError> {
+        let client = self.client().await?;
+        let mut statement = Query::new(format!(
+            "SELECT {JOB_COLUMNS} FROM tenax_all_jobs WHERE true"
+        ));
+        statement.filter(filter);
+        let (after, order) = match page.order {
+            Order::Ascending => (">", "ASC"),
+            Order::Descending => ("<", "DESC"),
+        };
+        if let Some(from) = page.after {
+            let p = statement.param(id(from.0));
+            statement.push(&format!(" AND id {after} {p}"));
+        }
+        let p = statement.param(limit(page.limit));
+        statement.push(&format!(" ORDER BY id {order} LIMIT {p}"));
+        let rows = query(&client, &statement.sql, &statement.params())
+            .await
+            .map_err(fault("listing jobs"))?;
+        rows.iter().map(job_of).collect()
+    }
+
+    async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError> {
+        let client = self.client().await?;
+        let mut statement = Query::new("SELECT count(*) FROM tenax_all_jobs WHERE true");
+        statement.filter(filter);
+        let rows = query(&client, &statement.sql, &statement.params())
+            .await
+            .map_err(fault("counting jobs"))?;
+        Ok(rows
+            .first()
+            .map_or(0, |r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)))
+    }
+
+    async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            &format!("SELECT {PEEK_COLUMNS} FROM tenax_all_jobs WHERE id = ANY($1)"),
+            &[&ids_param(ids)],
+        )
+        .await
+        .map_err(fault("looking at jobs"))?;
+        let found: HashMap<JobId, JobPeek> = rows.iter().map(peek_of).collect::<Result<_, _>>()?;
+        Ok(ids.iter().map(|job| found.get(job).cloned()).collect())
+    }
+
+    async fn counts(&self) -> Result<Vec<QueueCounts>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "SELECT queue, status, count(*) FROM tenax_all_jobs GROUP BY queue, status",
+            &[],
+        )
+        .await
+        .map_err(fault("counting jobs"))?;
+        let mut by_queue: HashMap<String, [u64; 5]> = HashMap::new();
+        for row in &rows {
+            let slots = by_queue.entry(row.get(0)).or_default();
+            add(slots, status_of(row.get(1))?, row.get(2));
+        }
+        let mut counts: Vec<QueueCounts> = by_queue
+            .into_iter()
+            .map(|(queue, slots)| QueueCounts::from_slots(queue, slots))
+            .collect();
+        counts.sort_by(|a, b| a.queue.cmp(&b.queue));
+        Ok(counts)
+    }
+
+    async fn queue_counts(&self, queue: &str) -> Result<QueueCounts, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "SELECT status, count(*) FROM tenax_all_jobs WHERE queue = $1 GROUP BY status",
+            &[&queue],
+        )
+        .await
+        .map_err(fault("counting a queue's jobs"))?;
+        let mut slots = [0; 5];
+        for row in &rows {
+            add(&mut slots, status_of(row.get(0))?, row.get(1));
+        }
+        Ok(QueueCounts::from_slots(queue, slots))
+    }
+
+    async fn attempts(&self, job: JobId) -> Result<Vec<Attempt>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "SELECT attempts::text FROM tenax_all_jobs WHERE id = $1",
+            &[&id(job.0)],
+        )
+        .await
+        .map_err(fault("reading a delivery's attempts"))?;
+        match rows.first() {
+            Some(row) => from_json_bytes("delivery attempts", row.get::<_, &str>(0).as_bytes()),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+/// Adds a count to its status's slot, in the order of [`Status::ALL`].
+fn add(slots: &mut [u64; 5], status: Status, count: i64) {
+    if let Some(at) = Status::ALL.iter().position(|s| *s == status) {
+        slots[at] += u64::try_from(count).unwrap_or(0);
+    }
+}

@@ -1,0 +1,76 @@
+//! Schema migrations: versioned SQL embedded in the binary, applied in order under an advisory
+//! lock, so that nodes starting together do not race. A database whose schema is newer than
+//! this binary knows is refused, and left as it is.
+
+use tokio_postgres::Client;
+
+use super::fault;
+use crate::store::StoreError;
+
+/// The migrations, in order: version `n` is `MIGRATIONS[n - 1]`. Never edit one that has
+/// shipped; add the next.
+const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_jobs.sql")];
+
+/// The schema version this binary writes and reads.
+pub const VERSION: u64 = MIGRATIONS.len() as u64;
+
+/// The advisory lock held while migrating ("tenax-mg").
+const MIGRATION_LOCK: i64 = 0x7465_6e61_782d_6d67;
+
+/// Brings the schema up to [`VERSION`]; returns the version found before. Refuses a newer one.
+pub async fn migrate(client: &mut Client) -> Result<u64, StoreError> {
+    let what = "migrating the PostgreSQL schema";
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(fault(what))?;
+    let migrated = migrate_locked(client).await;
+    // The lock goes with the session too, should this fail.
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(fault(what));
+    let found = migrated?;
+    unlocked?;
+    Ok(found)
+}
+
+async fn migrate_locked(client: &mut Client) -> Result<u64, StoreError> {
+    let what = "migrating the PostgreSQL schema";
+    client
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS tenax_schema (version bigint NOT NULL);
+             INSERT INTO tenax_schema (version)
+                 SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM tenax_schema);",
+        )
+        .await
+        .map_err(fault(what))?;
+    let found = version(client).await?;
+    if found > VERSION {
+        return Err(StoreError::NewerFormat {
+            found,
+            supported: VERSION,
+        });
+    }
+    for (at, sql) in (found..VERSION).zip(&MIGRATIONS[usize::try_from(found).unwrap_or(0)..]) {
+        let tx = client.transaction().await.map_err(fault(what))?;
+        tx.batch_execute(sql).await.map_err(fault(what))?;
+        let to = i64::try_from(at + 1).unwrap_or(i64::MAX);
+        tx.execute("UPDATE tenax_schema SET version = $1", &[&to])
+            .await
+            .map_err(fault(what))?;
+        tx.commit().await.map_err(fault(what))?;
+        tracing::info!(version = at + 1, "PostgreSQL schema migrated");
+    }
+    Ok(found)
+}
+
+/// The schema version of the database (0: none yet).
+pub async fn version(client: &Client) -> Result<u64, StoreError> {
+    let row = client
+        .query_opt("SELECT version FROM tenax_schema", &[])
+        .await
+        .map_err(fault("reading the schema version"))?;
+    let version: i64 = row.map_or(0, |r| r.get(0));
+    Ok(u64::try_from(version).unwrap_or(0))
+}

@@ -1,0 +1,223 @@
+//! Webhook subscriptions: a row each, with the columns takes and the unique-endpoint index
+//! need beside the whole subscription as JSON.
+
+use async_trait::async_trait;
+
+use super::claims::count_of;
+use super::rows::{id, json, unid};
+use super::transitions::{execute, query};
+use super::wakeups::Wakeup;
+use super::{PostgresStore, RETRIES, fault, is_conflict};
+use crate::model::subscription::delivery_queue;
+use crate::model::{Subscription, SubscriptionId};
+use crate::store::{ChangeSubscription, StoreError, SubscriptionStore, from_json_bytes};
+
+fn subscription_of(text: &str) -> Result<Subscription, StoreError> {
+    from_json_bytes("subscription", text.as_bytes())
+}
+
+/// The subscription of `subscription`'s queue holding its unique endpoint, other than itself.
+async fn endpoint_holder<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    subscription: &Subscription,
+) -> Result<Option<Subscription>, StoreError> {
+    let Some(endpoint) = subscription.unique_endpoint() else {
+        return Ok(None);
+    };
+    let rows = query(
+        client,
+        "SELECT body FROM tenax_subscriptions
+         WHERE queue = $1 AND endpoint_key = $2 AND id <> $3",
+        &[&subscription.queue, &endpoint, &id(subscription.id.0)],
+    )
+    .await
+    .map_err(fault("looking for a subscription's endpoint"))?;
+    rows.first().map(|r| subscription_of(r.get(0))).transpose()
+}
+
+#[async_trait]
+impl SubscriptionStore for PostgresStore {
+    async fn insert_subscription(
+        &self,
+        mut subscription: Subscription,
+    ) -> Result<(Subscription, bool), StoreError> {
+        let what = "storing a subscription";
+        let client = self.client().await?;
+        for _ in 0..RETRIES {
+            subscription.id = SubscriptionId(0);
+            if let Some(holder) = endpoint_holder(&client, &subscription).await? {
+                return Ok((holder, false));
+            }
+            let next = query(&client, "SELECT nextval('tenax_subscription_ids')", &[])
+                .await
+                .map_err(fault(what))?;
+            subscription.id = SubscriptionId(unid(next.first().map_or(0, |r| r.get(0))));
+            let inserted = execute(
+                &client,
+                "INSERT INTO tenax_subscriptions (id, queue, enabled, endpoint_key, body)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                &[
+                    &id(subscription.id.0),
+                    &subscription.queue,
+                    &subscription.enabled,
+                    &subscription.unique_endpoint(),
+                    &json(&subscription),
+                ],
+            )
+            .await
+            .map_err(fault(what))?;
+            if inserted == 1 {
+                self.changed(&subscription);
+                return Ok((subscription, true));
+            }
+            // Another server stored one with the endpoint meanwhile: answer with it.
+        }
+        Err(StoreError::storage(
+            what,
+            std::io::Error::other("the endpoint kept changing hands"),
+        ))
+    }
+
+    async fn update_subscription(
+        &self,
+        subscription: SubscriptionId,
+        change: &ChangeSubscription<'_>,
+    ) -> Result<Subscription, StoreError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.try_update_subscription(subscription, change).await {
+                Err(error) if is_conflict(&error) && attempt < RETRIES => continue,
+                done => return done,
+            }
+        }
+    }
+
+    async fn delete_subscription(&self, subscription: SubscriptionId) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "WITH gone AS (DELETE FROM tenax_subscriptions WHERE id = $1 RETURNING id),
+                  live AS (DELETE FROM tenax_jobs WHERE queue = $2
+                           AND EXISTS (SELECT 1 FROM gone) RETURNING 1),
+                  finished AS (DELETE FROM tenax_finished WHERE queue = $2
+                               AND EXISTS (SELECT 1 FROM gone) RETURNING 1)
+             SELECT (SELECT count(*) FROM gone),
+                    (SELECT count(*) FROM live) + (SELECT count(*) FROM finished)",
+            &[&id(subscription.0), &delivery_queue(subscription)],
+        )
+        .await
+        .map_err(fault("deleting a subscription"))?;
+        let (gone, deliveries) = rows
+            .first()
+            .map_or((0, 0), |r| (count_of(r.get(0)), count_of(r.get(1))));
+        if gone == 0 {
+            return Err(StoreError::NoSubscription(subscription));
+        }
+        self.announce(Wakeup::Subscriptions);
+        self.announce(Wakeup::Released);
+        Ok(deliveries)
+    }
+
+    async fn subscription(
+        &self,
+        subscription: SubscriptionId,
+    ) -> Result<Option<Subscription>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "SELECT body FROM tenax_subscriptions WHERE id = $1",
+            &[&id(subscription.0)],
+        )
+        .await
+        .map_err(fault("reading a subscription"))?;
+        rows.first().map(|r| subscription_of(r.get(0))).transpose()
+    }
+
+    async fn subscriptions(&self, queue: Option<&str>) -> Result<Vec<Subscription>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "SELECT body FROM tenax_subscriptions
+             WHERE $1::text IS NULL OR queue = $1::text ORDER BY id",
+            &[&queue],
+        )
+        .await
+        .map_err(fault("listing subscriptions"))?;
+        rows.iter().map(|r| subscription_of(r.get(0))).collect()
+    }
+
+    async fn subscribers(&self, queue: &str) -> Result<Vec<SubscriptionId>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "SELECT id FROM tenax_subscriptions WHERE queue = $1 ORDER BY id",
+            &[&queue],
+        )
+        .await
+        .map_err(fault("listing a queue's subscribers"))?;
+        Ok(rows
+            .iter()
+            .map(|r| SubscriptionId(unid(r.get(0))))
+            .collect())
+    }
+}
+
+impl PostgresStore {
+    async fn try_update_subscription(
+        &self,
+        subscription: SubscriptionId,
+        change: &ChangeSubscription<'_>,
+    ) -> Result<Subscription, StoreError> {
+        let what = "changing a subscription";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        let rows = query(
+            &tx,
+            "SELECT body FROM tenax_subscriptions WHERE id = $1 FOR UPDATE",
+            &[&id(subscription.0)],
+        )
+        .await
+        .map_err(fault(what))?;
+        let Some(row) = rows.first() else {
+            return Err(StoreError::NoSubscription(subscription));
+        };
+        let current = subscription_of(row.get(0))?;
+        let Some(mut changed) = change(&current) else {
+            return Ok(current);
+        };
+        changed.id = subscription;
+        if let Some(holder) = endpoint_holder(&tx, &changed).await? {
+            return Err(StoreError::EndpointTaken {
+                queue: changed.queue,
+                endpoint: changed.endpoint,
+                holder: holder.id,
+            });
+        }
+        execute(
+            &tx,
+            "UPDATE tenax_subscriptions SET queue = $2, enabled = $3, endpoint_key = $4, body = $5
+             WHERE id = $1",
+            &[
+                &id(subscription.0),
+                &changed.queue,
+                &changed.enabled,
+                &changed.unique_endpoint(),
+                &json(&changed),
+            ],
+        )
+        .await
+        .map_err(fault(what))?;
+        tx.commit().await.map_err(fault(what))?;
+        self.changed(&changed);
+        Ok(changed)
+    }
+
+    /// Wakes the runners, and takers of deliveries that a change may have freed.
+    fn changed(&self, subscription: &Subscription) {
+        self.announce(Wakeup::Subscriptions);
+        if subscription.enabled {
+            self.announce(Wakeup::Ready);
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! API tokens (stored hashed). A change is announced to every server, whose token books
+//! load them again.
+
+use async_trait::async_trait;
+
+use super::rows::{id, json, unid};
+use super::transitions::{execute, query};
+use super::wakeups::Wakeup;
+use super::{PostgresStore, fault};
+use crate::auth::TokenRecord;
+use crate::store::{StoreError, TokenStore, from_json_bytes};
+
+#[async_trait]
+impl TokenStore for PostgresStore {
+    async fn put_token(&self, mut record: TokenRecord) -> Result<TokenRecord, StoreError> {
+        let what = "storing a token";
+        let client = self.client().await?;
+        if record.id == 0 {
+            let next = query(&client, "SELECT nextval('tenax_token_ids')", &[])
+                .await
+                .map_err(fault(what))?;
+            record.id = unid(next.first().map_or(0, |r| r.get(0)));
+        }
+        execute(
+            &client,
+            "INSERT INTO tenax_tokens (id, body) VALUES ($1, $2)
+             ON CONFLICT (id) DO UPDATE SET body = excluded.body",
+            &[&id(record.id), &json(&record)],
+        )
+        .await
+        .map_err(fault(what))?;
+        self.announce(Wakeup::Tokens);
+        Ok(record)
+    }
+
+    async fn delete_token(&self, token: u64) -> Result<bool, StoreError> {
+        let client = self.client().await?;
+        let deleted = execute(
+            &client,
+            "DELETE FROM tenax_tokens WHERE id = $1",
+            &[&id(token)],
+        )
+        .await
+        .map_err(fault("deleting a token"))?;
+        if deleted > 0 {
+            self.announce(Wakeup::Tokens);
+        }
+        Ok(deleted > 0)
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(&client, "SELECT body FROM tenax_tokens ORDER BY id", &[])
+            .await
+            .map_err(fault("reading tokens"))?;
+        rows.iter()
+            .map(|r| from_json_bytes("token", r.get::<_, &str>(0).as_bytes()))
+            .collect()
+    }
+}

@@ -1,0 +1,300 @@
+//! Transitions under a row lock: checking a worker's lease, asking the engine's decision, and
+//! writing a job's new state (in place while unfinished; moved to `tenax_finished` once it is
+//! completed or dead).
+
+use std::collections::HashMap;
+
+use deadpool_postgres::GenericClient;
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::fault;
+use super::rows::{
+    JOB_COLUMNS, TABLE_COLUMNS, count, id, json, lease_token_of, policy_of, state_of, status_code,
+    status_of, time, unid,
+};
+use crate::clock::UnixMs;
+use crate::model::subscription::subscription_of_queue;
+use crate::model::{Attempt, JobId, Status, Subscription, SubscriptionId};
+use crate::store::{
+    Ack, Decide, DecideContext, QueueConfig, StoreError, Transition, from_json_bytes,
+};
+
+/// Runs `sql` as a cached prepared statement.
+pub async fn query<C: GenericClient>(
+    client: &C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Row>, tokio_postgres::Error> {
+    let statement = client.prepare_cached(sql).await?;
+    client.query(&statement, params).await
+}
+
+/// Runs `sql` as a cached prepared statement; returns how many rows it changed.
+pub async fn execute<C: GenericClient>(
+    client: &C,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<u64, tokio_postgres::Error> {
+    let statement = client.prepare_cached(sql).await?;
+    client.execute(&statement, params).await
+}
+
+/// Queue settings and subscriptions read for decisions, once per transaction.
+#[derive(Debug, Default)]
+pub struct Context {
+    queues: HashMap<String, Option<QueueConfig>>,
+    subscriptions: HashMap<SubscriptionId, Option<Subscription>>,
+}
+
+impl Context {
+    pub async fn queue<C: GenericClient>(
+        &mut self,
+        client: &C,
+        name: &str,
+    ) -> Result<Option<QueueConfig>, StoreError> {
+        if let Some(known) = self.queues.get(name) {
+            return Ok(known.clone());
+        }
+        let rows = query(
+            client,
+            "SELECT config FROM tenax_queues WHERE name = $1",
+            &[&name],
+        )
+        .await
+        .map_err(fault("reading a queue's settings"))?;
+        let config = match rows.first() {
+            Some(row) => Some(from_json_bytes(
+                "queue settings",
+                row.get::<_, &str>(0).as_bytes(),
+            )?),
+            None => None,
+        };
+        self.queues.insert(name.to_owned(), config.clone());
+        Ok(config)
+    }
+
+    pub async fn subscription<C: GenericClient>(
+        &mut self,
+        client: &C,
+        subscription: SubscriptionId,
+    ) -> Result<Option<Subscription>, StoreError> {
+        if let Some(known) = self.subscriptions.get(&subscription) {
+            return Ok(known.clone());
+        }
+        let rows = query(
+            client,
+            "SELECT body FROM tenax_subscriptions WHERE id = $1",
+            &[&id(subscription.0)],
+        )
+        .await
+        .map_err(fault("reading a subscription"))?;
+        let found = match rows.first() {
+            Some(row) => Some(from_json_bytes(
+                "subscription",
+                row.get::<_, &str>(0).as_bytes(),
+            )?),
+            None => None,
+        };
+        self.subscriptions.insert(subscription, found.clone());
+        Ok(found)
+    }
+}
+
+/// Locks unfinished job `job` until the transaction ends; its row, read with [`JOB_COLUMNS`].
+pub async fn lock_job<C: GenericClient>(client: &C, job: JobId) -> Result<Option<Row>, StoreError> {
+    let rows = query(
+        client,
+        &format!("SELECT {JOB_COLUMNS} FROM tenax_jobs WHERE id = $1 FOR UPDATE"),
+        &[&id(job.0)],
+    )
+    .await
+    .map_err(fault("locking a job"))?;
+    Ok(rows.into_iter().next())
+}
+
+/// The status of job `job` wherever it is, if it exists.
+pub async fn status_of_job<C: GenericClient>(
+    client: &C,
+    job: JobId,
+) -> Result<Option<Status>, StoreError> {
+    let rows = query(
+        client,
+        "SELECT status FROM tenax_all_jobs WHERE id = $1",
+        &[&id(job.0)],
+    )
+    .await
+    .map_err(fault("reading a job's status"))?;
+    rows.first().map(|r| status_of(r.get(0))).transpose()
+}
+
+/// Locks the job `ack` names and checks that `ack` holds its current lease.
+pub async fn check_ack<C: GenericClient>(client: &C, ack: Ack) -> Result<Row, StoreError> {
+    let Some(row) = lock_job(client, ack.id).await? else {
+        return Err(match status_of_job(client, ack.id).await? {
+            Some(status) => StoreError::NotInFlight { id: ack.id, status },
+            None => StoreError::NotFound(ack.id),
+        });
+    };
+    let status = status_of(row.get(12))?;
+    if status != Status::InFlight {
+        return Err(StoreError::NotInFlight { id: ack.id, status });
+    }
+    if lease_token_of(&row) != Some(ack.lease) {
+        return Err(StoreError::LeaseLost { id: ack.id });
+    }
+    Ok(row)
+}
+
+/// Asks `decide` about a locked job and writes its transition, logging `attempt` with it.
+/// A retry due already is ready at once; the transition returned says so.
+pub async fn decide_and_apply<C: GenericClient>(
+    client: &C,
+    context: &mut Context,
+    row: &Row,
+    decide: &Decide<'_>,
+    now_ms: UnixMs,
+    attempt: Option<&Attempt>,
+) -> Result<Transition, StoreError> {
+    let job = JobId(unid(row.get(0)));
+    let queue: &str = row.get(1);
+    let state = state_of(row)?;
+    let policy = policy_of(row)?;
+    let expires_at_ms = row.get::<_, Option<i64>>(7).map(super::rows::untime);
+    let queue_config = context.queue(client, queue).await?;
+    let owner = match subscription_of_queue(queue) {
+        Some(subscription) => match context.subscription(client, subscription).await? {
+            Some(subscription) => {
+                let config = context.queue(client, &subscription.queue).await?;
+                Some((subscription, config))
+            }
+            None => None,
+        },
+        None => None,
+    };
+    let mut transition = decide(&DecideContext {
+        id: job,
+        queue,
+        state: &state,
+        expires_at_ms,
+        job_policy: policy.as_ref().map(|p| p.policy().as_ref()),
+        queue_config: queue_config.as_ref(),
+        owner: owner.as_ref().map(|(s, c)| (s, c.as_ref())),
+    });
+    if transition.state.status == Status::Scheduled && transition.state.run_at_ms <= now_ms {
+        transition.state.status = Status::Ready;
+    }
+    write_transition(client, job, &transition, attempt).await?;
+    Ok(transition)
+}
+
+/// Writes a job's new state, error and attempt, and its move to another queue. Its lease goes.
+pub async fn write_transition<C: GenericClient>(
+    client: &C,
+    job: JobId,
+    transition: &Transition,
+    attempt: Option<&Attempt>,
+) -> Result<(), StoreError> {
+    let state = &transition.state;
+    let queue: Option<String> = transition.moved_to.as_ref().map(|m| m.queue.clone());
+    let moved = transition.moved_to.is_some();
+    let expires: Option<i64> = transition
+        .moved_to
+        .as_ref()
+        .and_then(|m| m.expires_at_ms)
+        .map(time);
+    let error: Option<String> = transition.error.as_ref().map(json);
+    let attempt: Option<String> = attempt.map(json);
+    let params: [&(dyn ToSql + Sync); 13] = [
+        &id(job.0),
+        &queue,
+        &moved,
+        &expires,
+        &status_code(state.status),
+        &time(state.run_at_ms),
+        &count(state.failures),
+        &state.first_failure_at_ms.map(time),
+        &state.last_delay_ms.map(time),
+        &state.finished_at_ms.map(time),
+        &state.dead_reason,
+        &error,
+        &attempt,
+    ];
+    let sql = if state.status.is_finished() {
+        MOVE_TO_FINISHED.as_str()
+    } else {
+        UPDATE_IN_PLACE
+    };
+    execute(client, sql, &params)
+        .await
+        .map_err(fault("writing a job's transition"))?;
+    Ok(())
+}
+
+const UPDATE_IN_PLACE: &str = "UPDATE tenax_jobs SET
+        queue = coalesce($2::text, queue),
+        expires_at = CASE WHEN $3::bool THEN $4::bigint ELSE expires_at END,
+        status = $5::smallint, run_at = $6::bigint, failures = $7::integer,
+        first_failure_at = $8::bigint, last_delay = $9::bigint, finished_at = $10::bigint,
+        dead_reason = $11::text,
+        errors = CASE WHEN $12::text IS NULL THEN errors ELSE errors || $12::text::jsonb END,
+        attempts = CASE WHEN $13::text IS NULL THEN attempts ELSE attempts || $13::text::jsonb END,
+        lease_token = NULL, lease_expires_at = NULL, taken_at = NULL, claim_id = NULL
+    WHERE id = $1::bigint";
+
+static MOVE_TO_FINISHED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH moved AS (DELETE FROM tenax_jobs WHERE id = $1::bigint RETURNING *)
+         INSERT INTO tenax_finished ({TABLE_COLUMNS})
+         SELECT id, coalesce($2::text, queue), kind, payload, priority, unique_key, created_at,
+             CASE WHEN $3::bool THEN $4::bigint ELSE expires_at END, origin, parent,
+             traceparent, policy, $5::smallint, $6::bigint, $7::integer, $8::bigint,
+             $9::bigint, $10::bigint, $11::text,
+             CASE WHEN $12::text IS NULL THEN errors ELSE errors || $12::text::jsonb END,
+             CASE WHEN $13::text IS NULL THEN attempts ELSE attempts || $13::text::jsonb END,
+             NULL, NULL, NULL, NULL
+         FROM moved"
+    )
+});
+
+/// Completes the in-flight jobs whose leases are the given tokens: kept as completed (moved to
+/// `tenax_finished`, with `attempt` logged) when `retain`, else deleted. Returns the (id,
+/// lease token) pairs completed.
+pub async fn complete<C: GenericClient>(
+    client: &C,
+    ids: &[i64],
+    tokens: &[i64],
+    retain: bool,
+    now_ms: UnixMs,
+    attempt: Option<&Attempt>,
+) -> Result<Vec<(i64, i64)>, StoreError> {
+    let attempt: Option<String> = attempt.map(json);
+    let rows = query(
+        client,
+        &COMPLETE,
+        &[&ids, &tokens, &time(now_ms), &retain, &attempt],
+    )
+    .await
+    .map_err(fault("completing jobs"))?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "WITH done AS (
+             DELETE FROM tenax_jobs j
+             USING unnest($1::bigint[], $2::bigint[]) AS a(id, token)
+             WHERE j.id = a.id AND j.status = 2 AND j.lease_token = a.token
+             RETURNING j.*
+         ), kept AS (
+             INSERT INTO tenax_finished ({TABLE_COLUMNS})
+             SELECT id, queue, kind, payload, priority, unique_key, created_at, expires_at,
+                 origin, parent, traceparent, policy, 3, run_at, failures, first_failure_at,
+                 last_delay, $3::bigint, dead_reason, errors,
+                 CASE WHEN $5::text IS NULL THEN attempts ELSE attempts || $5::text::jsonb END,
+                 NULL, NULL, NULL, NULL
+             FROM done WHERE $4::bool
+         )
+         SELECT id, lease_token FROM done"
+    )
+});

@@ -1,0 +1,143 @@
+//! Background transitions, run by the leading server: scheduled → ready, expired leases by
+//! the decision, job expiry, and retention in short batches.
+
+use async_trait::async_trait;
+
+use super::claims::count_of;
+use super::rows::{JOB_COLUMNS, limit, time, untime};
+use super::transitions::{Context, decide_and_apply, execute, query};
+use super::wakeups::Wakeup;
+use super::{PostgresStore, fault};
+use crate::clock::UnixMs;
+use crate::store::{Decide, JobUpkeep, StoreError};
+
+#[async_trait]
+impl JobUpkeep for PostgresStore {
+    async fn promote_due(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        let promoted = execute(
+            &client,
+            "UPDATE tenax_jobs SET status = 1 WHERE id IN (
+                 SELECT id FROM tenax_jobs WHERE status = 0 AND run_at <= $1
+                 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            &[&time(now_ms), &limit(max)],
+        )
+        .await
+        .map_err(fault("promoting due jobs"))?;
+        if promoted > 0 {
+            self.announce(Wakeup::Ready);
+        }
+        Ok(usize::try_from(promoted).unwrap_or(usize::MAX))
+    }
+
+    async fn expire_leases(
+        &self,
+        now_ms: UnixMs,
+        max: usize,
+        decide: &Decide<'_>,
+    ) -> Result<usize, StoreError> {
+        let what = "expiring leases";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        execute(
+            &tx,
+            "DELETE FROM tenax_claims WHERE over_at <= $1",
+            &[&time(now_ms)],
+        )
+        .await
+        .map_err(fault(what))?;
+        let rows = query(
+            &tx,
+            &format!(
+                "SELECT {JOB_COLUMNS} FROM tenax_jobs
+                 WHERE status = 2 AND lease_expires_at <= $1
+                 ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+            ),
+            &[&time(now_ms), &limit(max)],
+        )
+        .await
+        .map_err(fault(what))?;
+        let mut context = Context::default();
+        for row in &rows {
+            decide_and_apply(&tx, &mut context, row, decide, now_ms, None).await?;
+        }
+        tx.commit().await.map_err(fault(what))?;
+        if !rows.is_empty() {
+            self.announce(Wakeup::Ready);
+            self.announce(Wakeup::Schedule);
+            self.announce(Wakeup::Released);
+        }
+        Ok(rows.len())
+    }
+
+    async fn expire_jobs(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "WITH doomed AS (
+                 SELECT id FROM (
+                     SELECT id, expires_at FROM tenax_jobs WHERE expires_at <= $1
+                     UNION ALL
+                     SELECT id, expires_at FROM tenax_finished WHERE expires_at <= $1
+                 ) AS due ORDER BY expires_at LIMIT $2
+             ), live AS (
+                 DELETE FROM tenax_jobs WHERE id IN (SELECT id FROM doomed) RETURNING 1
+             ), finished AS (
+                 DELETE FROM tenax_finished WHERE id IN (SELECT id FROM doomed) RETURNING 1
+             )
+             SELECT (SELECT count(*) FROM live), (SELECT count(*) FROM finished)",
+            &[&time(now_ms), &limit(max)],
+        )
+        .await
+        .map_err(fault("deleting expired jobs"))?;
+        let (live, finished) = rows
+            .first()
+            .map_or((0, 0), |r| (count_of(r.get(0)), count_of(r.get(1))));
+        if live > 0 {
+            // A deleted job may have been held by a stream: it has room again.
+            self.announce(Wakeup::Released);
+        }
+        Ok(live + finished)
+    }
+
+    async fn purge_finished(
+        &self,
+        completed_before: UnixMs,
+        dead_before: UnixMs,
+        max: usize,
+    ) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        let purged = execute(
+            &client,
+            "DELETE FROM tenax_finished WHERE id IN (
+                 SELECT id FROM tenax_finished
+                 WHERE finished_at <= greatest($1::bigint, $2::bigint)
+                   AND ((status = 3 AND finished_at <= $1::bigint)
+                     OR (status = 4 AND finished_at <= $2::bigint))
+                 LIMIT $3 FOR UPDATE SKIP LOCKED)",
+            &[&time(completed_before), &time(dead_before), &limit(max)],
+        )
+        .await
+        .map_err(fault("purging finished jobs"))?;
+        Ok(usize::try_from(purged).unwrap_or(usize::MAX))
+    }
+
+    async fn next_wakeup(&self) -> Result<Option<UnixMs>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "SELECT least(
+                 (SELECT min(run_at) FROM tenax_jobs WHERE status = 0),
+                 (SELECT min(lease_expires_at) FROM tenax_jobs WHERE status = 2),
+                 (SELECT min(expires_at) FROM tenax_jobs WHERE expires_at IS NOT NULL),
+                 (SELECT min(expires_at) FROM tenax_finished WHERE expires_at IS NOT NULL))",
+            &[],
+        )
+        .await
+        .map_err(fault("finding the next due time"))?;
+        Ok(rows
+            .first()
+            .and_then(|r| r.get::<_, Option<i64>>(0))
+            .map(untime))
+    }
+}
