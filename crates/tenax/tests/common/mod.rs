@@ -4,9 +4,15 @@
 //!
 //! A [`TestServer`] can be stopped and started again on the same data directory (restart tests);
 //! each start binds a fresh port, and [`TestServer::api`] follows it.
+//!
+//! With `TENAX_TEST_STORE=postgres`, every server keeps its data in a fresh PostgreSQL database
+//! instead (`--database-url`, on the server [`postgres`] provides), and a restart reopens that
+//! database: CI runs the API, webhook and Zaqar suites once per store.
 
 // Each test binary uses a different subset of the helpers.
 #![allow(dead_code)]
+
+pub mod postgres;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -92,6 +98,8 @@ pub struct TestServer {
     /// The server's clock; with [`Clock::manual`] the test moves it with `advance_ms`.
     pub clock: Clock,
     flags: Vec<String>,
+    /// The server's database, when the suite runs on PostgreSQL.
+    database: Option<String>,
     /// Dropped last: the directory outlives every server started on it.
     data_dir: TempDir,
     running: Option<Running>,
@@ -114,11 +122,13 @@ impl TestServer {
             .prefix("tenax-test-")
             .tempdir()
             .expect("a temporary data directory");
-        let (api, running) = launch(data_dir.path(), &options).await;
+        let database = test_database().await;
+        let (api, running) = launch(data_dir.path(), &options, database.as_deref()).await;
         Self {
             api,
             clock: options.clock,
             flags: options.flags,
+            database,
             data_dir,
             running: Some(running),
         }
@@ -142,7 +152,7 @@ impl TestServer {
             clock: self.clock.clone(),
             flags: self.flags.clone(),
         };
-        let (api, running) = launch(self.data_dir.path(), &options).await;
+        let (api, running) = launch(self.data_dir.path(), &options, self.database.as_deref()).await;
         self.api = api;
         self.running = Some(running);
     }
@@ -174,8 +184,35 @@ impl std::ops::Deref for TestServer {
     }
 }
 
-async fn launch(data_dir: &Path, options: &Options) -> (Api, Running) {
-    let config = config(data_dir, &options.flags);
+/// Whether the suites run on PostgreSQL (`TENAX_TEST_STORE=postgres`) rather than the embedded
+/// store.
+pub fn on_postgres() -> bool {
+    match std::env::var("TENAX_TEST_STORE").as_deref() {
+        Ok("postgres") => true,
+        Ok("embedded") | Err(_) => false,
+        Ok(other) => panic!("TENAX_TEST_STORE={other:?}: use embedded or postgres"),
+    }
+}
+
+/// A fresh database for a server, when the suites run on PostgreSQL.
+async fn test_database() -> Option<String> {
+    if !on_postgres() {
+        return None;
+    }
+    let url = postgres::fresh_database().await;
+    assert!(
+        url.is_some(),
+        "TENAX_TEST_STORE=postgres, but there is no test PostgreSQL server"
+    );
+    url
+}
+
+async fn launch(data_dir: &Path, options: &Options, database: Option<&str>) -> (Api, Running) {
+    let mut flags = options.flags.clone();
+    if let Some(url) = database {
+        flags.extend(["--database-url".to_owned(), url.to_owned()]);
+    }
+    let config = config(data_dir, &flags);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a loopback port");
