@@ -82,6 +82,17 @@ impl From<StoreError> for ApiError {
                         .into(),
                 }
             }
+            StoreError::Unavailable(_) => {
+                tracing::warn!(%error, "the store is unavailable");
+                Self {
+                    status: StatusCode::SERVICE_UNAVAILABLE,
+                    code: "unavailable",
+                    field: None,
+                    message: "the database cannot be reached just now; nothing was done, and \
+                              the request may be sent again"
+                        .into(),
+                }
+            }
             StoreError::Storage(_) | StoreError::Corrupt(_) | StoreError::NewerFormat { .. } => {
                 Self::internal(&error)
             }

@@ -6,6 +6,7 @@ mod deliveries;
 mod enqueue;
 mod error;
 mod jobs;
+mod migrate;
 pub mod policy;
 pub mod serve;
 mod subscriptions;
@@ -27,8 +28,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the server (embedded store in --data-dir).
+    /// Run the server (embedded store in --data-dir, or PostgreSQL with --database-url).
     Serve(Box<crate::config::ServeArgs>),
+    /// Create or migrate the PostgreSQL schema (`serve` also does it at start).
+    Migrate(migrate::MigrateArgs),
     /// Preview and plot retry policies.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
@@ -61,6 +64,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Serve(args) => serve::run(*args),
+        Command::Migrate(args) => migrate::run(args),
         Command::Policy(command) => policy::run(command),
         Command::Bench(args) => bench::run(args),
         Command::Enqueue(args) => enqueue::run(*args),

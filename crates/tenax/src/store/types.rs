@@ -42,6 +42,10 @@ pub enum StoreError {
     /// only that something went wrong on the server.
     #[error(transparent)]
     Storage(StorageFault),
+    /// The backend cannot be reached just now (a shared database restarting or failing over):
+    /// nothing was done, and the request may be sent again.
+    #[error("storage is unavailable just now: {0}")]
+    Unavailable(StorageFault),
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
     #[error("storage has failed and refuses writes; restart the server")]
@@ -66,11 +70,26 @@ impl StoreError {
         })
     }
 
+    /// The backend cannot be reached while doing `what`; `source` is kept for the log.
+    pub fn unavailable(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Self::Unavailable(StorageFault {
+            what: what.into(),
+            source: Arc::new(source),
+        })
+    }
+
     /// Whether the server, not the request, is at fault.
     pub fn is_internal(&self) -> bool {
         matches!(
             self,
-            Self::Storage(_) | Self::Corrupt(_) | Self::Failed | Self::NewerFormat { .. }
+            Self::Storage(_)
+                | Self::Unavailable(_)
+                | Self::Corrupt(_)
+                | Self::Failed
+                | Self::NewerFormat { .. }
         )
     }
 }

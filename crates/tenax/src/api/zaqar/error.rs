@@ -125,6 +125,10 @@ impl From<StoreError> for ZaqarError {
                 tracing::error!(%error, "storage has failed");
                 Self::unavailable("The storage refuses writes until the server is restarted.")
             }
+            StoreError::Unavailable(_) => {
+                tracing::warn!(%error, "the store is unavailable");
+                Self::unavailable("The database cannot be reached just now; retry the request.")
+            }
             StoreError::Storage(_) | StoreError::Corrupt(_) | StoreError::NewerFormat { .. } => {
                 // Bare: the details go to the log, under the request's id.
                 tracing::error!(%error, source = ?std::error::Error::source(&error), "internal error in the Zaqar API");

@@ -77,14 +77,41 @@ pub struct PostgresStore {
     leader: Mutex<Option<(Client, bool)>>,
 }
 
-/// A database failure while doing `what`, with its source kept.
+/// A database failure while doing `what`, with its source kept. A lost connection, or a
+/// server shutting down or starting, is [`StoreError::Unavailable`]: nothing was committed
+/// that the caller was told of, and the request may be sent again.
 pub(crate) fn fault(what: &'static str) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
-    move |error| StoreError::storage(what, error)
+    move |error| {
+        if is_unreachable(&error) {
+            StoreError::unavailable(what, error)
+        } else {
+            StoreError::storage(what, error)
+        }
+    }
 }
 
-/// A failure to get a connection from the pool.
+/// Whether `error` says the server cannot be reached (rather than refusing a statement).
+fn is_unreachable(error: &tokio_postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    match error.code() {
+        // Class 08: connection exception; 57P01–57P03: shutting down, or not yet accepting.
+        Some(code) => {
+            code.code().starts_with("08")
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CRASH_SHUTDOWN
+                || *code == SqlState::CANNOT_CONNECT_NOW
+        }
+        // No answer from the server at all: the connection failed underneath.
+        None => std::error::Error::source(error)
+            .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some()),
+    }
+}
+
+/// A failure to get a connection from the pool: the database cannot be reached.
 fn pool_fault(error: deadpool_postgres::PoolError) -> StoreError {
-    StoreError::storage("getting a connection to PostgreSQL", error)
+    StoreError::unavailable("getting a connection to PostgreSQL", error)
 }
 
 /// Whether an error is a conflict that the same transaction, run again, resolves: a unique
@@ -103,6 +130,11 @@ fn is_conflict(error: &StoreError) -> bool {
                 || *code == SqlState::T_R_DEADLOCK_DETECTED
         })
 }
+
+/// The longest a new connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest a request waits for a free connection of the pool.
+const POOL_WAIT: Duration = Duration::from_secs(30);
 
 /// How often a transaction that lost a race is run again.
 const RETRIES: usize = 8;
@@ -137,6 +169,11 @@ impl PostgresStore {
         );
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(2))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            // A database that does not answer fails the request (503) instead of holding it.
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(CONNECT_TIMEOUT))
+            .wait_timeout(Some(POOL_WAIT))
             .build()
             .map_err(|e| StoreError::storage("making the PostgreSQL pool", e))?;
         let wakeups = Wakeups::start(pool.clone(), config.clone(), &options.listening);

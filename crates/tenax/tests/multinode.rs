@@ -1,0 +1,464 @@
+//! Several Tenax servers on one PostgreSQL database, as separate processes of the real binary:
+//! a job is taken once whichever server is asked, a lease taken on one server is completed on
+//! another, a long-polling worker on one server is woken by an enqueue on another, the leader
+//! killed with SIGKILL is replaced, a server killed under load loses nothing acknowledged, and
+//! PostgreSQL restarted under load is survived without restarting the servers.
+//!
+//! Restarting PostgreSQL breaks every connection to the test server, so the cases of this
+//! binary take turns ([`TURN`]).
+
+mod common;
+
+use std::collections::{BTreeSet, HashSet};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::postgres;
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::Mutex;
+
+/// One case at a time: a PostgreSQL restart must not break another case's servers.
+static TURN: Mutex<()> = Mutex::const_new(());
+
+/// How long a server may take to answer after it starts.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest the docs allow for another server to take the lead after the leader dies
+/// (docs/postgres.md: about two seconds), with room for a busy machine.
+const TAKEOVER: Duration = Duration::from_secs(6);
+
+/// A `tenax serve` process on the shared database.
+struct Node {
+    child: Child,
+    base: String,
+    log: PathBuf,
+    http: reqwest::Client,
+    _dir: TempDir,
+}
+
+impl Node {
+    async fn start(database: &str, flags: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("tenax-node-")
+            .tempdir()
+            .expect("a temporary directory");
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let log = dir.path().join("server.log");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tenax"));
+        command
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--database-url", database])
+            .args(flags)
+            .env("TENAX_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("a log file"));
+        let child = command.spawn().expect("tenax serve starts");
+        let node = Self {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            log,
+            http: tenax::http::client_builder()
+                .no_proxy()
+                .timeout(Duration::from_secs(20))
+                .build()
+                .expect("an HTTP client"),
+            _dir: dir,
+        };
+        let started = Instant::now();
+        while node.http.get(node.url("/healthz")).send().await.is_err() {
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "the server did not start; its log:\n{}",
+                node.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        node
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the server's log says it leads the maintenance.
+    async fn wait_until_leading(&self) {
+        let started = Instant::now();
+        while !self.log_text().contains("leads the maintenance") {
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "the server never took the lead; its log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn kill(&mut self) {
+        // SIGKILL: no shutdown, no goodbye to PostgreSQL.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Result<(u16, Value), String> {
+        let response = self
+            .http
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let body = response.json().await.unwrap_or(Value::Null);
+        Ok((status, body))
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Enqueues; the id if the server acknowledged it.
+    async fn enqueue(&self, job: Value) -> Option<u64> {
+        match self.post("/api/jobs", job).await {
+            Ok((200 | 201, answer)) => answer["id"].as_u64(),
+            _ => None,
+        }
+    }
+
+    async fn must_enqueue(&self, job: Value) -> u64 {
+        self.enqueue(job)
+            .await
+            .expect("the enqueue is acknowledged")
+    }
+
+    /// Takes jobs: (id, lease token) each.
+    async fn take(&self, body: Value) -> Vec<(u64, u64)> {
+        let (status, answer) = self.post("/api/take", body).await.expect("a take");
+        assert_eq!(status, 200, "take: {answer}");
+        answer["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .map(|j| {
+                (
+                    j["id"].as_u64().expect("an id"),
+                    j["lease_token"].as_u64().expect("a lease token"),
+                )
+            })
+            .collect()
+    }
+
+    async fn complete(&self, (id, lease): (u64, u64)) -> u16 {
+        let (status, _) = self
+            .post(
+                &format!("/api/jobs/{id}/complete"),
+                json!({"lease_token": lease}),
+            )
+            .await
+            .expect("a completion");
+        status
+    }
+
+    async fn status(&self, id: u64) -> Option<String> {
+        let (status, job) = self.get(&format!("/api/jobs/{id}")).await;
+        (status == 200).then(|| job["status"].as_str().expect("a status").to_owned())
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A fresh database, or `None` when the harness skips (no PostgreSQL here).
+async fn database() -> Option<String> {
+    postgres::fresh_database().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_taken_once_and_acknowledged_on_any_node() {
+    let _turn = TURN.lock().await;
+    let Some(url) = database().await else { return };
+    let a = Arc::new(Node::start(&url, &[]).await);
+    let b = Arc::new(Node::start(&url, &[]).await);
+    let jobs: Vec<Value> = (0..300)
+        .map(|n| json!({"queue": "q", "payload": {"n": n}}))
+        .collect();
+    let (status, answer) = a
+        .post("/api/jobs/batch", json!({"jobs": jobs}))
+        .await
+        .expect("a batch");
+    assert_eq!(status, 201, "{answer}");
+    let enqueued: BTreeSet<u64> = answer["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["id"].as_u64().expect("an id"))
+        .collect();
+    assert_eq!(enqueued.len(), 300);
+
+    // Four workers, two on each server, take until nothing is left.
+    let workers: Vec<_> = (0..4)
+        .map(|i| {
+            let node = if i % 2 == 0 { a.clone() } else { b.clone() };
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                loop {
+                    let taken = node.take(json!({"queues": ["q"], "max": 7})).await;
+                    if taken.is_empty() {
+                        break mine;
+                    }
+                    mine.extend(taken);
+                }
+            })
+        })
+        .collect();
+    let mut leases = Vec::new();
+    for worker in workers {
+        leases.extend(worker.await.expect("a worker"));
+    }
+    let mut taken: Vec<u64> = leases.iter().map(|(id, _)| *id).collect();
+    taken.sort_unstable();
+    assert_eq!(
+        taken,
+        enqueued.iter().copied().collect::<Vec<_>>(),
+        "every job taken exactly once"
+    );
+
+    // Every lease completes on the other server than the one that handed it out, or on the
+    // same: a lease is a row, not a server's memory.
+    for (n, lease) in leases.iter().enumerate() {
+        let node = if n % 2 == 0 { &b } else { &a };
+        assert_eq!(node.complete(*lease).await, 200, "job {}", lease.0);
+    }
+    for id in [taken[0], taken[150], taken[299]] {
+        assert_eq!(a.status(id).await.as_deref(), Some("completed"));
+    }
+
+    // A worker long-polling on B is woken by an enqueue on A, well before its wait is over
+    // (B hears it by LISTEN/NOTIFY; it does not poll while listening).
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let taken = b
+                .take(json!({"queues": ["wake"], "max": 1, "wait": "20s"}))
+                .await;
+            (taken, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id = a.must_enqueue(json!({"queue": "wake"})).await;
+    let (taken, waited) = waiting.await.expect("the waiting worker");
+    assert_eq!(taken.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [id]);
+    assert!(
+        waited < Duration::from_secs(10),
+        "woken by the other server's enqueue, not by the end of the wait: {waited:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_node_takes_the_lead_when_the_leader_is_killed() {
+    let _turn = TURN.lock().await;
+    let Some(url) = database().await else { return };
+    let mut a = Node::start(&url, &[]).await;
+    a.wait_until_leading().await;
+    let b = Node::start(&url, &[]).await;
+    // B follows while A leads: a job due in a second is promoted (by A) and B hands it out.
+    let first = b
+        .must_enqueue(json!({"queue": "later", "delay": "1s"}))
+        .await;
+    let taken = b
+        .take(json!({"queues": ["later"], "max": 1, "wait": "10s"}))
+        .await;
+    assert_eq!(taken.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [first]);
+    assert!(!b.log_text().contains("leads the maintenance"));
+
+    a.kill();
+    let killed = Instant::now();
+    let due = b
+        .must_enqueue(json!({"queue": "later", "delay": "1s"}))
+        .await;
+    let taken = b
+        .take(json!({"queues": ["later"], "max": 1, "wait": "20s"}))
+        .await;
+    assert_eq!(taken.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [due]);
+    assert!(
+        killed.elapsed() < TAKEOVER + Duration::from_secs(1),
+        "B promoted the due job {:?} after the leader died",
+        killed.elapsed()
+    );
+    assert!(b.log_text().contains("leads the maintenance"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_killed_under_load_loses_nothing_acknowledged() {
+    let _turn = TURN.lock().await;
+    let Some(url) = database().await else { return };
+    let mut a = Node::start(&url, &[]).await;
+    let b = Arc::new(Node::start(&url, &[]).await);
+    let acknowledged = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Producers on B run through the kill; on A until it dies.
+    let producer = {
+        let (b, acknowledged, stop) = (b.clone(), acknowledged.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                if let Some(id) = b
+                    .enqueue(json!({"queue": "load", "payload": {"n": n}}))
+                    .await
+                {
+                    acknowledged.lock().expect("the list").push(id);
+                }
+            }
+        })
+    };
+    let mut from_a = Vec::new();
+    let mut leased_on_a = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(800) {
+        if let Some(id) = a.enqueue(json!({"queue": "load"})).await {
+            from_a.push(id);
+        }
+        leased_on_a.extend(
+            a.take(json!({"queues": ["load"], "max": 3, "lease": "2s"}))
+                .await,
+        );
+    }
+    a.kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::Relaxed);
+    producer.await.expect("the producer");
+    let mut all: Vec<u64> = acknowledged.lock().expect("the list").clone();
+    all.extend(&from_a);
+    assert!(!leased_on_a.is_empty() && all.len() > 10, "some load ran");
+    for id in &all {
+        assert!(
+            b.status(*id).await.is_some(),
+            "acknowledged job {id} is still there"
+        );
+    }
+    // A's leases end, and their jobs come back to B's workers.
+    let wanted: HashSet<u64> = leased_on_a.iter().map(|(id, _)| *id).collect();
+    let mut back = HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !wanted.is_subset(&back) && Instant::now() < deadline {
+        for job in b
+            .take(json!({"queues": ["load"], "max": 500, "wait": "1s"}))
+            .await
+        {
+            back.insert(job.0);
+            assert_eq!(b.complete(job).await, 200);
+        }
+    }
+    assert!(
+        wanted.is_subset(&back),
+        "every job leased on the killed server came back: missing {:?}",
+        wanted.difference(&back).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_survive_a_postgres_restart_without_losing_acknowledged_jobs() {
+    let _turn = TURN.lock().await;
+    if std::env::var_os("TENAX_TEST_DATABASE_URL").is_some() {
+        eprintln!("SKIPPED: restarting PostgreSQL needs the private test cluster");
+        return;
+    }
+    let Some(url) = database().await else { return };
+    let a = Arc::new(Node::start(&url, &[]).await);
+    let b = Arc::new(Node::start(&url, &[]).await);
+    let acknowledged = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let producers: Vec<_> = [a.clone(), b.clone()]
+        .into_iter()
+        .map(|node| {
+            let (acknowledged, refused, stop) =
+                (acknowledged.clone(), refused.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    match node.post("/api/jobs", json!({"queue": "r"})).await {
+                        Ok((200 | 201, answer)) => acknowledged
+                            .lock()
+                            .expect("the list")
+                            .push(answer["id"].as_u64().expect("an id")),
+                        Ok((503, _)) | Err(_) => {
+                            refused.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        Ok((status, answer)) => panic!("unexpected {status}: {answer}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    postgres::restart_server().await;
+    // The servers were not restarted: they reconnect, and serve again.
+    let before = acknowledged.lock().expect("the list").len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while acknowledged.lock().expect("the list").len() < before + 20 {
+        assert!(
+            Instant::now() < deadline,
+            "the servers serve again after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for producer in producers {
+        producer.await.expect("a producer");
+    }
+    let all = acknowledged.lock().expect("the list").clone();
+    for id in &all {
+        assert!(
+            a.status(*id).await.is_some(),
+            "acknowledged job {id} survived"
+        );
+    }
+    // LISTEN is back too: a worker waiting on A is woken by an enqueue on B.
+    let waiting = {
+        let a = a.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            (
+                a.take(json!({"queues": ["after"], "max": 1, "wait": "20s"}))
+                    .await,
+                started.elapsed(),
+            )
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id = b.must_enqueue(json!({"queue": "after"})).await;
+    let (taken, waited) = waiting.await.expect("the waiting worker");
+    assert_eq!(taken.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [id]);
+    assert!(waited < Duration::from_secs(10), "woken after {waited:?}");
+    eprintln!(
+        "{} enqueues acknowledged, {} refused or failed while PostgreSQL restarted",
+        all.len(),
+        refused.load(Ordering::Relaxed)
+    );
+}
