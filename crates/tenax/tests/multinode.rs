@@ -8,6 +8,9 @@
 //! binary take turns ([`TURN`]).
 
 mod common;
+#[allow(dead_code)]
+#[path = "common/receiver.rs"]
+mod receiver;
 
 use std::collections::{BTreeSet, HashSet};
 use std::net::TcpListener;
@@ -21,6 +24,8 @@ use common::postgres;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio::sync::Mutex;
+
+use receiver::{Receiver, Reply};
 
 /// One case at a time: a PostgreSQL restart must not break another case's servers.
 static TURN: Mutex<()> = Mutex::const_new(());
@@ -461,4 +466,60 @@ async fn nodes_survive_a_postgres_restart_without_losing_acknowledged_jobs() {
         all.len(),
         refused.load(Ordering::Relaxed)
     );
+}
+
+/// The most requests a receiver had in progress at once, when each takes `held` to answer:
+/// requests that arrived within less than `held` of each other overlapped.
+fn most_at_once(arrivals: &[Instant], held: Duration) -> usize {
+    let mut sorted = arrivals.to_vec();
+    sorted.sort_unstable();
+    // A margin under `held`: the next request of a runner arrives just after one ends.
+    let window = held - Duration::from_millis(100);
+    (0..sorted.len())
+        .map(|i| {
+            sorted[i..]
+                .iter()
+                .take_while(|at| at.duration_since(sorted[i]) < window)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriptions_concurrency_holds_across_the_cluster() {
+    let _turn = TURN.lock().await;
+    let Some(url) = database().await else { return };
+    let held = Duration::from_millis(400);
+    let hook = Receiver::start(Vec::new(), Reply::slow(held)).await;
+    let flags = ["--allow-private-endpoints"];
+    let a = Node::start(&url, &flags).await;
+    let b = Node::start(&url, &flags).await;
+    // Both servers have counted each other (they write their rows every second).
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let (status, answer) = a
+        .post(
+            "/api/queues/fan/subscriptions",
+            json!({"endpoint": hook.url("/hook"), "max_concurrency": 2}),
+        )
+        .await
+        .expect("a subscription");
+    assert_eq!(status, 201, "{answer}");
+    let jobs: Vec<Value> = (0..16)
+        .map(|n| json!({"queue": "fan", "payload": {"n": n}}))
+        .collect();
+    let (status, answer) = b
+        .post("/api/jobs/batch", json!({"jobs": jobs}))
+        .await
+        .expect("a batch");
+    assert_eq!(status, 201, "{answer}");
+    let received = hook.wait_for(16, Duration::from_secs(30)).await;
+    let arrivals: Vec<Instant> = received.iter().map(|r| r.at).collect();
+    let most = most_at_once(&arrivals, held);
+    // Two servers, a limit of 2: one each, never 2 each.
+    assert!(
+        most <= 2,
+        "{most} deliveries at once, with a limit of 2 for the cluster"
+    );
+    assert!(most >= 1);
 }

@@ -33,16 +33,23 @@ use crate::model::Subscription;
 ///
 /// Per process: the health book and the endpoints' concurrency bounds (like each runner's
 /// throttle) live in this server's memory. On a store shared by several servers each server
-/// applies them to the deliveries it sends, so an endpoint's concurrency and a subscription's
-/// throttle across the cluster are up to the number of servers times the configured value
-/// (`docs/architecture.md`). Subscription changes reach the runners through the store's
-/// signal, whichever server made them.
+/// applies its [`share`] of each limit to the deliveries it sends, so the cluster keeps the
+/// limit within the tolerance `docs/postgres.md` states. Subscription changes reach the
+/// runners through the store's signal, whichever server made them.
 #[derive(Debug)]
 pub struct Deliveries {
     pub config: DeliveryConfig,
     health: health::HealthBook,
-    /// One bound per endpoint origin (scheme, host, port), shared by its subscriptions.
-    endpoints: Mutex<HashMap<String, Arc<Semaphore>>>,
+    /// One bound per endpoint origin (scheme, host, port), shared by its subscriptions, with
+    /// the permits it was made with.
+    endpoints: Mutex<HashMap<String, (usize, Arc<Semaphore>)>>,
+}
+
+/// This server's share of a limit set for the whole cluster of `servers`: the limit divided
+/// among them, rounded up so that each keeps at least one. Together they stay within
+/// `limit + servers - 1`, and within `limit` when it is a multiple of `servers`.
+pub fn share(limit: u32, servers: usize) -> u32 {
+    limit.div_ceil(u32::try_from(servers.max(1)).unwrap_or(u32::MAX))
 }
 
 impl Deliveries {
@@ -59,14 +66,34 @@ impl Deliveries {
         self.health.view(subscription)
     }
 
-    /// The concurrency bound of the endpoint `url` points at.
-    fn endpoint_bound(&self, url: &url::Url) -> Arc<Semaphore> {
+    /// This server's concurrency bound of the endpoint `url` points at, with `servers`
+    /// sharing the endpoint's concurrency. When their number changes the bound is made anew:
+    /// requests under the old one finish under it.
+    fn endpoint_bound(&self, url: &url::Url, servers: usize) -> Arc<Semaphore> {
         let origin = url.origin().ascii_serialization();
-        let permits = usize::try_from(self.config.concurrency_per_endpoint).unwrap_or(usize::MAX);
-        self.endpoints
-            .lock()
+        let permits = share(self.config.concurrency_per_endpoint, servers);
+        let permits = usize::try_from(permits).unwrap_or(usize::MAX);
+        let mut endpoints = self.endpoints.lock();
+        let bound = endpoints
             .entry(origin)
-            .or_insert_with(|| Arc::new(Semaphore::new(permits)))
-            .clone()
+            .or_insert_with(|| (permits, Arc::new(Semaphore::new(permits))));
+        if bound.0 != permits {
+            *bound = (permits, Arc::new(Semaphore::new(permits)));
+        }
+        bound.1.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn a_cluster_limit_is_shared_rounding_up() {
+        assert_eq!(share(8, 1), 8);
+        assert_eq!(share(8, 2), 4);
+        assert_eq!(share(5, 2), 3, "together 6: within limit + servers - 1");
+        assert_eq!(share(1, 3), 1, "each keeps one");
+        assert_eq!(share(3, 0), 3, "no count yet: this server alone");
     }
 }

@@ -132,10 +132,12 @@ async fn run_subscription(
             }
             continue;
         }
+        // Limits are for the whole cluster: this server keeps its share.
+        let servers = engine.servers();
         // Room under the subscription's own bound; when full, wait for a request to end.
-        let own_bound = subscription
-            .max_concurrency
-            .map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let own_bound = subscription.max_concurrency.map_or(usize::MAX, |n| {
+            usize::try_from(super::share(n, servers)).unwrap_or(usize::MAX)
+        });
         let room = own_bound.saturating_sub(in_flight.len()).min(BATCH);
         if room == 0 {
             tokio::select! {
@@ -145,7 +147,7 @@ async fn run_subscription(
             continue;
         }
         // Room under the endpoint's bound: wait for one permit, then take what is free.
-        let endpoint = deliveries.endpoint_bound(&url);
+        let endpoint = deliveries.endpoint_bound(&url, servers);
         let first = tokio::select! {
             permit = endpoint.clone().acquire_owned() => permit,
             _ = stop.changed() => continue,
@@ -159,7 +161,10 @@ async fn run_subscription(
             }
         }
         // The throttle: as many as its tokens allow; with none, wait for the next one.
-        if let Some(rate) = subscription.throttle_per_second.and_then(NonZeroU32::new) {
+        let rate = subscription
+            .throttle_per_second
+            .map(|r| super::share(r, servers));
+        if let Some(rate) = rate.and_then(NonZeroU32::new) {
             let now = elapsed_ms();
             let bucket = throttle.get_or_insert_with(|| Throttle::new(rate, now));
             if bucket.rate() != rate {

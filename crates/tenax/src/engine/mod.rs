@@ -137,6 +137,12 @@ impl Engine {
     }
 
     /// The store's wake-ups: jobs ready, schedules moved, subscriptions changed.
+    /// How many servers share the store now: limits set for the whole cluster are divided
+    /// among them ([`crate::delivery::share`]).
+    pub fn servers(&self) -> usize {
+        self.store.servers()
+    }
+
     pub fn signals(&self) -> &Signals {
         self.store.signals()
     }

@@ -310,6 +310,10 @@ pub trait StoreLifecycle {
 
     fn signals(&self) -> &Signals;
 
+    /// How many servers use the backend now (at least 1): a limit set for the whole cluster
+    /// is shared among them. Known from memory, so cheap; may lag a change by seconds.
+    fn servers(&self) -> usize;
+
     /// Asks to lead: true while this server holds the leadership under which the maintenance
     /// loop runs (promotions, lease expiry, retention), so that one server does it at a time.
     /// The embedded store always grants it.

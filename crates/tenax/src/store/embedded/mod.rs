@@ -157,6 +157,11 @@ impl StoreLifecycle for EmbeddedStore {
         &self.signals
     }
 
+    /// One process uses the embedded store.
+    fn servers(&self) -> usize {
+        1
+    }
+
     async fn lead(&self) -> Result<bool, StoreError> {
         Ok(true)
     }

@@ -19,12 +19,15 @@ mod queues;
 mod reads;
 mod rows;
 pub mod schema;
+mod servers;
 mod subscriptions;
 mod tokens;
 mod transitions;
 mod upkeep;
 mod wakeups;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -72,9 +75,13 @@ pub struct PostgresStore {
     config: tokio_postgres::Config,
     wakeups: Wakeups,
     /// A shortcut to the signals inside `wakeups`, which never move.
-    signals: std::sync::Arc<Signals>,
+    signals: Arc<Signals>,
     /// The session that holds (or tries for) the lead lock, and whether it holds it.
     leader: Mutex<Option<(Client, bool)>>,
+    /// This server's row in `tenax_servers`, and how many servers were seen alive last.
+    server: i64,
+    servers: Arc<AtomicUsize>,
+    beating: tokio::task::JoinHandle<()>,
 }
 
 /// A database failure while doing `what`, with its source kept. A lost connection, or a
@@ -178,12 +185,18 @@ impl PostgresStore {
             .map_err(|e| StoreError::storage("making the PostgreSQL pool", e))?;
         let wakeups = Wakeups::start(pool.clone(), config.clone(), &options.listening);
         let signals = wakeups.shared_signals();
+        let server = rows::id(rand::random::<u64>());
+        let servers = Arc::new(AtomicUsize::new(1));
+        let beating = tokio::spawn(servers::beat(pool.clone(), server, servers.clone()));
         let store = Self {
             pool,
             config,
             wakeups,
             signals,
             leader: Mutex::new(None),
+            server,
+            servers,
+            beating,
         };
         store.promote_due(now_ms, usize::MAX).await?;
         Ok(store)
@@ -211,6 +224,10 @@ impl StoreLifecycle for PostgresStore {
 
     fn signals(&self) -> &Signals {
         &self.signals
+    }
+
+    fn servers(&self) -> usize {
+        self.servers.load(Ordering::Relaxed)
     }
 
     /// The lead is a session-level advisory lock on a connection of its own: it goes when
@@ -251,6 +268,8 @@ impl StoreLifecycle for PostgresStore {
     }
 
     async fn close(&self) {
+        self.beating.abort();
+        servers::leave(&self.pool, self.server).await;
         self.wakeups.stop(&self.pool).await;
         // The lead goes with its session.
         self.leader.lock().await.take();

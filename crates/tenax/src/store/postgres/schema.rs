@@ -9,7 +9,10 @@ use crate::store::StoreError;
 
 /// The migrations, in order: version `n` is `MIGRATIONS[n - 1]`. Never edit one that has
 /// shipped; add the next.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_jobs.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_jobs.sql"),
+    include_str!("migrations/0002_servers.sql"),
+];
 
 /// The schema version this binary writes and reads.
 pub const VERSION: u64 = MIGRATIONS.len() as u64;
