@@ -2065,3 +2065,32 @@ async fn a_queue_message_ttl_deletes_jobs_nobody_takes() {
     assert_eq!(error.field.as_deref(), Some("message_ttl"));
     assert!(error.message.contains("above 0"), "{error:?}");
 }
+
+/// Every store keeps text exactly, U+0000 included where JSON carries it (payloads, error
+/// messages and details); names a store matches on (a job's type, its unique key) refuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nul_characters_are_kept_in_json_and_refused_in_names() {
+    let server = TestServer::manual().await;
+    for (body, field) in [
+        (json!({"queue": "q", "type": "a\u{0}b"}), "type"),
+        (json!({"queue": "q", "unique_key": "k\u{0}"}), "unique_key"),
+    ] {
+        let message = server.invalid("/api/jobs", body, field).await;
+        assert!(message.contains("U+0000"), "{message}");
+    }
+    let id = server
+        .enqueue(json!({"queue": "q", "payload": {"text": "a\u{0}b"}}))
+        .await;
+    let taken = server.take_one("q").await;
+    server
+        .post(
+            &format!("/api/jobs/{id}/fail"),
+            json!({"lease_token": taken.lease_token,
+                   "error": {"message": "broke at \u{0} here", "detail": {"raw": "\u{0}"}}}),
+        )
+        .await;
+    let shown = server.job(id).await;
+    assert_eq!(shown["payload"], json!({"text": "a\u{0}b"}));
+    assert_eq!(shown["errors"][0]["message"], json!("broke at \u{0} here"));
+    assert_eq!(shown["errors"][0]["detail"], json!({"raw": "\u{0}"}));
+}

@@ -523,3 +523,51 @@ async fn a_subscriptions_concurrency_holds_across_the_cluster() {
     );
     assert!(most >= 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_starting_together_migrate_once() {
+    let _turn = TURN.lock().await;
+    let Some(url) = database().await else { return };
+    // Four `tenax migrate` at once on an empty database: one migrates, the others wait for
+    // its lock and find nothing to do.
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_tenax"))
+                .args(["migrate", "--database-url", &url])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("tenax migrate starts")
+        })
+        .collect();
+    let mut said = Vec::new();
+    for run in runs {
+        let output = run.wait_with_output().expect("tenax migrate ends");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        said.push(String::from_utf8_lossy(&output.stdout).into_owned());
+    }
+    let migrated = said.iter().filter(|s| s.starts_with("migrated")).count();
+    assert_eq!(migrated, 1, "{said:?}");
+    // A server then starts on it, and refuses a schema newer than it knows.
+    let node = Node::start(&url, &[]).await;
+    drop(node);
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .expect("connected");
+    tokio::spawn(connection);
+    client
+        .execute("UPDATE tenax_schema SET version = version + 1", &[])
+        .await
+        .expect("stamped newer");
+    let output = Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .args(["migrate", "--database-url", &url])
+        .output()
+        .expect("tenax migrate runs");
+    assert!(!output.status.success());
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains("newer than"), "{error}");
+}

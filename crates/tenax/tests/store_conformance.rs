@@ -3754,6 +3754,45 @@ async fn racing_operations_on_a_job_are_serialised(backend: &impl Backend) {
     close(store).await;
 }
 
+/// Many small enqueues at once (which a backend may commit together): each is answered with
+/// its own jobs, ids increase within each, no id is given twice, and every job is stored with
+/// its own payload, byte for byte.
+async fn concurrent_small_enqueues_keep_their_own_jobs(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let requests: Vec<_> = (0..40u64)
+        .map(|r| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let jobs: Vec<Insert> = (0..=(r % 3))
+                    .map(|j| job("q").payload(json!({"r": r, "j": j, "text": "a\u{0}b ✓"})))
+                    .collect();
+                let ids = enqueue(&store, jobs, T0).await;
+                (r, ids)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for request in requests {
+        let (r, ids) = request.await.expect("a request");
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+        for (j, id) in ids.iter().enumerate() {
+            let shown = get(&store, *id).await;
+            assert_eq!(
+                shown.spec.payload.get(),
+                json!({"r": r, "j": j, "text": "a\u{0}b ✓"}).to_string()
+            );
+        }
+        all.extend(ids);
+    }
+    let count = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), count, "no id given twice");
+    assert_eq!(count, (0..40usize).map(|r| r % 3 + 1).sum::<usize>());
+    let store = reopen(backend, store, T0).await;
+    close(store).await;
+}
+
 #[path = "common/postgres.rs"]
 mod postgres_server;
 
@@ -3854,6 +3893,7 @@ macro_rules! conformance_suite {
                 close_keeps_everything_acknowledged,
                 newer_formats_are_refused,
                 racing_operations_on_a_job_are_serialised,
+                concurrent_small_enqueues_keep_their_own_jobs,
             );
         }
     };

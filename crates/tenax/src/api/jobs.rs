@@ -107,6 +107,14 @@ pub(crate) fn to_enqueue(
             "must be at most 128 characters",
         ));
     }
+    // Text databases cannot hold U+0000: a job type or key with one could not be stored
+    // alike by every store, so none accepts it.
+    if request.kind.contains('\0') {
+        return Err(ApiError::invalid(
+            field("type"),
+            "must not contain the NUL character (U+0000)",
+        ));
+    }
     let payload = match request.payload {
         Some(payload) => payload,
         None => RawValue::from_string("null".into())
@@ -147,6 +155,12 @@ pub(crate) fn to_enqueue(
             return Err(ApiError::invalid(
                 field("unique_key"),
                 "must be 1 to 256 characters",
+            ));
+        }
+        if key.contains('\0') {
+            return Err(ApiError::invalid(
+                field("unique_key"),
+                "must not contain the NUL character (U+0000)",
             ));
         }
     }

@@ -9,7 +9,7 @@ use tokio_postgres::Row;
 use super::rows::{id, json, limit, status_code, status_of, time, unid, untime};
 use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
-use super::{PostgresStore, RETRIES, fault, is_conflict};
+use super::{PostgresStore, RETRIES, combiner, fault, is_conflict};
 use crate::clock::UnixMs;
 use crate::model::{JobId, JobState, Status};
 use crate::store::{Enqueued, Insert, JobInserts, KeyHolder, OnDuplicate, StoreError};
@@ -34,6 +34,9 @@ impl JobInserts for PostgresStore {
         on_duplicate: OnDuplicate,
         now_ms: UnixMs,
     ) -> Result<Vec<Option<Enqueued>>, StoreError> {
+        if combiner::is_shared(&jobs) {
+            return self.combiner.insert(jobs, now_ms).await;
+        }
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -204,32 +207,9 @@ impl PostgresStore {
                 }
             });
         }
-        execute(
-            &tx,
-            "INSERT INTO tenax_jobs (id, queue, kind, payload, priority, unique_key, created_at,
-                 expires_at, origin, parent, traceparent, policy, status, run_at)
-             SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[],
-                 $5::integer[], $6::text[], $7::bigint[], $8::bigint[], $9::text[],
-                 $10::bigint[], $11::text[], $12::text[], $13::smallint[], $14::bigint[])",
-            &[
-                &rows.id,
-                &rows.queue,
-                &rows.kind,
-                &rows.payload,
-                &rows.priority,
-                &rows.unique_key,
-                &rows.created_at,
-                &rows.expires_at,
-                &rows.origin,
-                &rows.parent,
-                &rows.traceparent,
-                &rows.policy,
-                &rows.status,
-                &rows.run_at,
-            ],
-        )
-        .await
-        .map_err(fault(what))?;
+        execute(&tx, INSERT_ROWS, &rows.params())
+            .await
+            .map_err(fault(what))?;
         tx.commit().await.map_err(fault(what))?;
         if any_ready {
             self.announce(Wakeup::Ready);
@@ -254,9 +234,17 @@ fn holder_of(row: &Row) -> Result<((String, String), Enqueued), StoreError> {
     ))
 }
 
+/// Stores the rows of [`Columns::params`].
+pub const INSERT_ROWS: &str =
+    "INSERT INTO tenax_jobs (id, queue, kind, payload, priority, unique_key, created_at,
+         expires_at, origin, parent, traceparent, policy, status, run_at)
+     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[],
+         $5::integer[], $6::text[], $7::bigint[], $8::bigint[], $9::text[],
+         $10::bigint[], $11::text[], $12::text[], $13::smallint[], $14::bigint[])";
+
 /// New jobs as one array per column, for one `INSERT … SELECT FROM unnest(…)`.
 #[derive(Debug, Default)]
-struct Columns {
+pub struct Columns {
     id: Vec<i64>,
     queue: Vec<String>,
     kind: Vec<String>,
@@ -274,7 +262,27 @@ struct Columns {
 }
 
 impl Columns {
-    fn with_capacity(n: usize) -> Self {
+    /// The arrays, as the parameters of [`INSERT_ROWS`].
+    pub fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 14] {
+        [
+            &self.id,
+            &self.queue,
+            &self.kind,
+            &self.payload,
+            &self.priority,
+            &self.unique_key,
+            &self.created_at,
+            &self.expires_at,
+            &self.origin,
+            &self.parent,
+            &self.traceparent,
+            &self.policy,
+            &self.status,
+            &self.run_at,
+        ]
+    }
+
+    pub fn with_capacity(n: usize) -> Self {
         Self {
             id: Vec::with_capacity(n),
             queue: Vec::with_capacity(n),
@@ -284,7 +292,7 @@ impl Columns {
         }
     }
 
-    fn push(&mut self, job_id: i64, insert: &Insert, parent: Option<i64>, state: &JobState) {
+    pub fn push(&mut self, job_id: i64, insert: &Insert, parent: Option<i64>, state: &JobState) {
         let job = &insert.job;
         self.id.push(job_id);
         self.queue.push(job.queue.clone());

@@ -11,6 +11,7 @@
 //! family of the seam, as in the embedded store.
 
 mod claims;
+mod combiner;
 mod curation;
 mod filter;
 mod inserts;
@@ -73,7 +74,9 @@ const LEAD_LOCK: i64 = 0x7465_6e61_782d_6c64;
 pub struct PostgresStore {
     pool: Pool,
     config: tokio_postgres::Config,
-    wakeups: Wakeups,
+    wakeups: Arc<Wakeups>,
+    /// Group commit of small enqueues.
+    combiner: Arc<combiner::Combiner>,
     /// A shortcut to the signals inside `wakeups`, which never move.
     signals: Arc<Signals>,
     /// The session that holds (or tries for) the lead lock, and whether it holds it.
@@ -183,7 +186,12 @@ impl PostgresStore {
             .wait_timeout(Some(POOL_WAIT))
             .build()
             .map_err(|e| StoreError::storage("making the PostgreSQL pool", e))?;
-        let wakeups = Wakeups::start(pool.clone(), config.clone(), &options.listening);
+        let wakeups = Arc::new(Wakeups::start(
+            pool.clone(),
+            config.clone(),
+            &options.listening,
+        ));
+        let combiner = combiner::Combiner::new(pool.clone(), wakeups.clone());
         let signals = wakeups.shared_signals();
         let server = rows::id(rand::random::<u64>());
         let servers = Arc::new(AtomicUsize::new(1));
@@ -192,6 +200,7 @@ impl PostgresStore {
             pool,
             config,
             wakeups,
+            combiner,
             signals,
             leader: Mutex::new(None),
             server,

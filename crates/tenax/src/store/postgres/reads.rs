@@ -120,13 +120,17 @@ impl JobReads for PostgresStore {
         let client = self.client().await?;
         let rows = query(
             &client,
-            "SELECT attempts::text FROM tenax_all_jobs WHERE id = $1",
+            "SELECT attempts FROM tenax_all_jobs WHERE id = $1",
             &[&id(job.0)],
         )
         .await
         .map_err(fault("reading a delivery's attempts"))?;
         match rows.first() {
-            Some(row) => from_json_bytes("delivery attempts", row.get::<_, &str>(0).as_bytes()),
+            Some(row) => row
+                .get::<_, Vec<&str>>(0)
+                .into_iter()
+                .map(|text| from_json_bytes("delivery attempt", text.as_bytes()))
+                .collect(),
             None => Ok(Vec::new()),
         }
     }

@@ -16,7 +16,7 @@ use crate::store::{JobPeek, StoreError, from_json_bytes};
 /// A job's columns, in the order [`job_of`] reads them. Both job tables have them all.
 pub const JOB_COLUMNS: &str = "id, queue, kind, payload, priority, unique_key, created_at, \
      expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
-     first_failure_at, last_delay, finished_at, dead_reason, errors::text, lease_token, \
+     first_failure_at, last_delay, finished_at, dead_reason, errors, lease_token, \
      lease_expires_at, taken_at, claim_id";
 
 /// What a peek reads, in the order [`peek_of`] reads it.
@@ -113,7 +113,11 @@ pub fn job_of(row: &Row) -> Result<Job, StoreError> {
     let payload: String = row.get(3);
     let payload = RawValue::from_string(payload)
         .map_err(|e| StoreError::Corrupt(format!("job payload: {e}")))?;
-    let errors: Vec<ErrorEntry> = from_json_bytes("job errors", row.get::<_, &str>(19).as_bytes())?;
+    let errors: Vec<ErrorEntry> = row
+        .get::<_, Vec<&str>>(19)
+        .into_iter()
+        .map(|text| from_json_bytes("job error", text.as_bytes()))
+        .collect::<Result<_, _>>()?;
     let held = (state.status == Status::InFlight)
         .then(|| opt_time(row, 21))
         .flatten()

@@ -237,8 +237,8 @@ const UPDATE_IN_PLACE: &str = "UPDATE tenax_jobs SET
         status = $5::smallint, run_at = $6::bigint, failures = $7::integer,
         first_failure_at = $8::bigint, last_delay = $9::bigint, finished_at = $10::bigint,
         dead_reason = $11::text,
-        errors = CASE WHEN $12::text IS NULL THEN errors ELSE errors || $12::text::jsonb END,
-        attempts = CASE WHEN $13::text IS NULL THEN attempts ELSE attempts || $13::text::jsonb END,
+        errors = CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
+        attempts = CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
         lease_token = NULL, lease_expires_at = NULL, taken_at = NULL, claim_id = NULL
     WHERE id = $1::bigint";
 
@@ -250,8 +250,8 @@ static MOVE_TO_FINISHED: std::sync::LazyLock<String> = std::sync::LazyLock::new(
              CASE WHEN $3::bool THEN $4::bigint ELSE expires_at END, origin, parent,
              traceparent, policy, $5::smallint, $6::bigint, $7::integer, $8::bigint,
              $9::bigint, $10::bigint, $11::text,
-             CASE WHEN $12::text IS NULL THEN errors ELSE errors || $12::text::jsonb END,
-             CASE WHEN $13::text IS NULL THEN attempts ELSE attempts || $13::text::jsonb END,
+             CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
+             CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
              NULL, NULL, NULL, NULL
          FROM moved"
     )
@@ -269,29 +269,37 @@ pub async fn complete<C: GenericClient>(
     attempt: Option<&Attempt>,
 ) -> Result<Vec<(i64, i64)>, StoreError> {
     let attempt: Option<String> = attempt.map(json);
+    let pairs: Vec<String> = ids
+        .iter()
+        .zip(tokens)
+        .map(|(id, token)| format!("{id}:{token}"))
+        .collect();
     let rows = query(
         client,
         &COMPLETE,
-        &[&ids, &tokens, &time(now_ms), &retain, &attempt],
+        &[&ids, &pairs, &time(now_ms), &retain, &attempt],
     )
     .await
     .map_err(fault("completing jobs"))?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
+/// No join with the arrays: a join's plan follows the table's statistics, and with stale ones
+/// (gathered while no job was in flight) PostgreSQL may rescan an array for every row. Ids
+/// are looked up by primary key; each job's lease is matched against the `id:token` pairs.
 static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "WITH done AS (
              DELETE FROM tenax_jobs j
-             USING unnest($1::bigint[], $2::bigint[]) AS a(id, token)
-             WHERE j.id = a.id AND j.status = 2 AND j.lease_token = a.token
+             WHERE j.id = ANY($1::bigint[]) AND j.status = 2
+               AND j.id::text || ':' || j.lease_token::text = ANY($2::text[])
              RETURNING j.*
          ), kept AS (
              INSERT INTO tenax_finished ({TABLE_COLUMNS})
              SELECT id, queue, kind, payload, priority, unique_key, created_at, expires_at,
                  origin, parent, traceparent, policy, 3, run_at, failures, first_failure_at,
                  last_delay, $3::bigint, dead_reason, errors,
-                 CASE WHEN $5::text IS NULL THEN attempts ELSE attempts || $5::text::jsonb END,
+                 CASE WHEN $5::text IS NULL THEN attempts ELSE array_append(attempts, $5::text) END,
                  NULL, NULL, NULL, NULL
              FROM done WHERE $4::bool
          )

@@ -26,8 +26,8 @@ CREATE TABLE tenax_jobs (
     last_delay       bigint,
     finished_at      bigint,
     dead_reason      text,
-    errors           jsonb    NOT NULL DEFAULT '[]',
-    attempts         jsonb    NOT NULL DEFAULT '[]',
+    errors           text[]   NOT NULL DEFAULT '{}',  -- each the JSON of one failure
+    attempts         text[]   NOT NULL DEFAULT '{}',  -- each the JSON of one delivery attempt
     lease_token      bigint,
     lease_expires_at bigint,
     taken_at         bigint,

@@ -1,0 +1,212 @@
+//! Group commit for enqueues of plain jobs (no unique key, parent or subscription: nothing
+//! that can refuse one request and not another). Such enqueues that arrive while one is being
+//! committed wait for it, and then share the next commit: one statement and one WAL flush for
+//! many requests, where each would otherwise wait for its own flush. With one request at a
+//! time nothing waits, so this adds no latency; under load it is what lets single-job enqueues
+//! keep up with the disk.
+//!
+//! Invariants: a request's jobs get increasing ids in its order; a request is answered only
+//! after the commit that stored its jobs (or with that commit's error, which stored none).
+
+use std::sync::Arc;
+
+use tokio::sync::oneshot;
+
+use super::inserts::Columns;
+use super::rows::{limit, unid};
+use super::transitions::{execute, query};
+use super::wakeups::{Wakeup, Wakeups};
+use super::{Pool, fault};
+use crate::clock::UnixMs;
+use crate::model::{JobId, JobState, Status};
+use crate::store::{Enqueued, Insert, StoreError};
+
+/// The most jobs one shared commit takes; more wait for the next.
+const MOST_JOBS: usize = 20_000;
+
+type Reply = oneshot::Sender<Result<Vec<Option<Enqueued>>, StoreError>>;
+
+#[derive(Debug)]
+struct Pending {
+    jobs: Vec<Insert>,
+    now_ms: UnixMs,
+    reply: Reply,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// A task is committing (and will take what is queued next).
+    running: bool,
+    queued: Vec<Pending>,
+}
+
+#[derive(Debug)]
+pub struct Combiner {
+    queue: parking_lot::Mutex<Queue>,
+    pool: Pool,
+    wakeups: Arc<Wakeups>,
+}
+
+/// The most jobs of a request that shares a commit: larger batches commit on their own, so
+/// that several can be written at once by several connections.
+const MOST_PER_REQUEST: usize = 16;
+
+/// Whether an enqueue shares a commit with others: it is small, and none of its jobs can be
+/// refused alone.
+pub fn is_shared(jobs: &[Insert]) -> bool {
+    jobs.len() <= MOST_PER_REQUEST
+        && jobs
+            .iter()
+            .all(|j| j.job.unique_key.is_none() && j.parent.is_none() && j.owner.is_none())
+}
+
+impl Combiner {
+    pub fn new(pool: Pool, wakeups: Arc<Wakeups>) -> Arc<Self> {
+        Arc::new(Self {
+            queue: parking_lot::Mutex::new(Queue::default()),
+            pool,
+            wakeups,
+        })
+    }
+
+    /// Stores `jobs` in the next shared commit.
+    pub async fn insert(
+        self: &Arc<Self>,
+        jobs: Vec<Insert>,
+        now_ms: UnixMs,
+    ) -> Result<Vec<Option<Enqueued>>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let start = {
+            let mut queue = self.queue.lock();
+            queue.queued.push(Pending {
+                jobs,
+                now_ms,
+                reply,
+            });
+            !std::mem::replace(&mut queue.running, true)
+        };
+        if start {
+            // A task of its own: a request that goes away must not stop the others' commit.
+            tokio::spawn(self.clone().drain());
+        }
+        answer.await.unwrap_or(Err(StoreError::Failed))
+    }
+
+    /// Commits what is queued, batch after batch, until nothing is.
+    async fn drain(self: Arc<Self>) {
+        let guard = Running(&self);
+        loop {
+            let batch = {
+                let mut queue = self.queue.lock();
+                if queue.queued.is_empty() {
+                    queue.running = false;
+                    drop(queue);
+                    // Done: the next enqueue starts a new task, which the guard must not undo.
+                    std::mem::forget(guard);
+                    return;
+                }
+                let mut jobs = 0;
+                let take = queue
+                    .queued
+                    .iter()
+                    .take_while(|p| {
+                        jobs += p.jobs.len();
+                        jobs <= MOST_JOBS
+                    })
+                    .count()
+                    .max(1);
+                queue.queued.drain(..take).collect::<Vec<_>>()
+            };
+            self.commit(batch).await;
+        }
+    }
+
+    async fn commit(&self, batch: Vec<Pending>) {
+        match self.store(&batch).await {
+            Ok(ids) => {
+                let (mut any_ready, mut any_scheduled) = (false, false);
+                let mut ids = ids.into_iter();
+                for pending in batch {
+                    let results = pending
+                        .jobs
+                        .iter()
+                        .zip(ids.by_ref())
+                        .map(|(insert, id)| {
+                            let state = JobState::new(insert.job.run_at_ms, pending.now_ms);
+                            any_ready |= state.status == Status::Ready;
+                            any_scheduled |= state.status == Status::Scheduled;
+                            Some(Enqueued {
+                                id: JobId(unid(id)),
+                                created: true,
+                                status: state.status,
+                                run_at_ms: state.run_at_ms,
+                            })
+                        })
+                        .collect();
+                    let _ = pending.reply.send(Ok(results));
+                }
+                if any_ready {
+                    self.wakeups.announce(Wakeup::Ready);
+                }
+                if any_scheduled {
+                    self.wakeups.announce(Wakeup::Schedule);
+                }
+            }
+            Err(error) => {
+                for pending in batch {
+                    let _ = pending.reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+
+    /// Stores every job of `batch` in one statement (one commit); returns their ids in order.
+    async fn store(&self, batch: &[Pending]) -> Result<Vec<i64>, StoreError> {
+        let what = "enqueueing jobs";
+        let count: usize = batch.iter().map(|p| p.jobs.len()).sum();
+        let client = self.pool.get().await.map_err(super::pool_fault)?;
+        let ids: Vec<i64> = query(
+            &client,
+            "SELECT nextval('tenax_job_ids') FROM generate_series(1, $1::bigint)",
+            &[&limit(count)],
+        )
+        .await
+        .map_err(fault(what))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+        let mut rows = Columns::with_capacity(count);
+        let mut next = ids.iter();
+        for pending in batch {
+            for insert in &pending.jobs {
+                let id = *next.next().ok_or_else(|| {
+                    StoreError::Corrupt("the sequence gave fewer ids than asked".into())
+                })?;
+                rows.push(
+                    id,
+                    insert,
+                    None,
+                    &JobState::new(insert.job.run_at_ms, pending.now_ms),
+                );
+            }
+        }
+        execute(&client, super::inserts::INSERT_ROWS, &rows.params())
+            .await
+            .map_err(fault(what))?;
+        Ok(ids)
+    }
+}
+
+/// While it lives, the combiner is committing; dropped early (the task panicked or was
+/// cancelled), it fails what is queued and lets the next enqueue start a new task.
+struct Running<'a>(&'a Combiner);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut queue = self.0.queue.lock();
+        queue.running = false;
+        for pending in queue.queued.drain(..) {
+            let _ = pending.reply.send(Err(StoreError::Failed));
+        }
+    }
+}
