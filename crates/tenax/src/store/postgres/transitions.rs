@@ -269,30 +269,26 @@ pub async fn complete<C: GenericClient>(
     attempt: Option<&Attempt>,
 ) -> Result<Vec<(i64, i64)>, StoreError> {
     let attempt: Option<String> = attempt.map(json);
-    let pairs: Vec<String> = ids
-        .iter()
-        .zip(tokens)
-        .map(|(id, token)| format!("{id}:{token}"))
-        .collect();
     let rows = query(
         client,
         &COMPLETE,
-        &[&ids, &pairs, &time(now_ms), &retain, &attempt],
+        &[&ids, &tokens, &time(now_ms), &retain, &attempt],
     )
     .await
     .map_err(fault("completing jobs"))?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
-/// No join with the arrays: a join's plan follows the table's statistics, and with stale ones
-/// (gathered while no job was in flight) PostgreSQL may rescan an array for every row. Ids
-/// are looked up by primary key; each job's lease is matched against the `id:token` pairs.
+/// A job holds a lease token only while in flight (every transition out of flight clears it),
+/// so matching the token is enough, and the statement does not say `status = 2`: with
+/// statistics gathered while no job was in flight, that condition made PostgreSQL expect one
+/// row and rescan the arrays for each job in flight (1.8 s per batch of 1000).
 static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "WITH done AS (
              DELETE FROM tenax_jobs j
-             WHERE j.id = ANY($1::bigint[]) AND j.status = 2
-               AND j.id::text || ':' || j.lease_token::text = ANY($2::text[])
+             USING unnest($1::bigint[], $2::bigint[]) AS a(id, token)
+             WHERE j.id = a.id AND j.lease_token = a.token
              RETURNING j.*
          ), kept AS (
              INSERT INTO tenax_finished ({TABLE_COLUMNS})

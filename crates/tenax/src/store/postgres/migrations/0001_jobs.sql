@@ -28,7 +28,7 @@ CREATE TABLE tenax_jobs (
     dead_reason      text,
     errors           text[]   NOT NULL DEFAULT '{}',  -- each the JSON of one failure
     attempts         text[]   NOT NULL DEFAULT '{}',  -- each the JSON of one delivery attempt
-    lease_token      bigint,
+    lease_token      bigint,              -- set only while in flight
     lease_expires_at bigint,
     taken_at         bigint,
     claim_id         bigint
