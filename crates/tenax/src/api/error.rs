@@ -88,8 +88,9 @@ impl From<StoreError> for ApiError {
                     status: StatusCode::SERVICE_UNAVAILABLE,
                     code: "unavailable",
                     field: None,
-                    message: "the database cannot be reached just now; nothing was done, and \
-                              the request may be sent again"
+                    message: "the database cannot be reached just now; send the request again \
+                              (if the connection broke while committing, it may have taken effect: \
+                              an enqueue with a unique_key is safe to repeat)"
                         .into(),
                 }
             }

@@ -42,8 +42,9 @@ pub enum StoreError {
     /// only that something went wrong on the server.
     #[error(transparent)]
     Storage(StorageFault),
-    /// The backend cannot be reached just now (a shared database restarting or failing over):
-    /// nothing was done, and the request may be sent again.
+    /// The backend cannot be reached just now (a shared database restarting or failing over).
+    /// The operation happened entirely or not at all; it did not happen unless the connection
+    /// broke while committing.
     #[error("storage is unavailable just now: {0}")]
     Unavailable(StorageFault),
     #[error("stored data is unreadable: {0}")]

@@ -88,8 +88,7 @@ pub struct PostgresStore {
 }
 
 /// A database failure while doing `what`, with its source kept. A lost connection, or a
-/// server shutting down or starting, is [`StoreError::Unavailable`]: nothing was committed
-/// that the caller was told of, and the request may be sent again.
+/// server shutting down or starting, is [`StoreError::Unavailable`] (a 503: send it again).
 pub(crate) fn fault(what: &'static str) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
     move |error| {
         if is_unreachable(&error) {
@@ -154,10 +153,13 @@ impl PostgresStore {
     /// wake-up tasks. Scheduled jobs due at `now_ms` are ready from the start, as they are in
     /// the embedded store.
     pub async fn open(options: &PostgresOptions, now_ms: UnixMs) -> Result<Self, StoreError> {
-        let config: tokio_postgres::Config = options
+        let mut config: tokio_postgres::Config = options
             .url
             .parse()
             .map_err(|e| StoreError::storage("reading the database URL", e))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
         {
             let (mut client, connection) = config
                 .connect(NoTls)
