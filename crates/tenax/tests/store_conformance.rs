@@ -3291,6 +3291,13 @@ async fn tokens_are_stored_by_id(backend: &impl Backend) {
     assert_eq!(store.delete_token(second.id).await, Ok(false));
     assert_eq!(store.delete_token(987_654).await, Ok(false));
     assert_eq!(store.tokens().await, Ok(vec![used.clone()]));
+    // A late write of the revoked token (its last use) does not bring it back.
+    let late = TokenRecord {
+        last_used_at_ms: Some(T0 + 9),
+        ..second.clone()
+    };
+    store.put_token(late).await.expect("a late write");
+    assert_eq!(store.tokens().await, Ok(vec![used.clone()]));
 
     let store = reopen(backend, store, T0).await;
     assert_eq!(store.tokens().await, Ok(vec![used]));

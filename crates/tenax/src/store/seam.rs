@@ -262,7 +262,9 @@ pub trait SubscriptionStore {
 /// API tokens (stored hashed).
 #[async_trait]
 pub trait TokenStore {
-    /// Stores a token (id 0: a new one, whose id is assigned) and returns it.
+    /// Stores a new token (id 0; its id is assigned), or replaces the stored token of the
+    /// record's id. A token deleted meanwhile is not stored again: a late write (its last use,
+    /// from any server) must not bring back a revoked token. Returns the record.
     async fn put_token(&self, record: TokenRecord) -> Result<TokenRecord, StoreError>;
 
     /// Deletes a token; false if there was none.

@@ -15,6 +15,9 @@ impl TokenStore for EmbeddedStore {
             if record.id == 0 {
                 record.id = inner.next_token_id;
                 inner.next_token_id += 1;
+            } else if !inner.tokens.contains_key(&record.id) {
+                // Revoked meanwhile: it stays revoked.
+                return Ok(record);
             }
             let receiver = self.writer.submit(vec![Op::PutToken {
                 id: record.id,

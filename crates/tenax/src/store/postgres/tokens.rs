@@ -15,20 +15,19 @@ impl TokenStore for PostgresStore {
     async fn put_token(&self, mut record: TokenRecord) -> Result<TokenRecord, StoreError> {
         let what = "storing a token";
         let client = self.client().await?;
-        if record.id == 0 {
+        let sql = if record.id == 0 {
             let next = query(&client, "SELECT nextval('tenax_token_ids')", &[])
                 .await
                 .map_err(fault(what))?;
             record.id = unid(next.first().map_or(0, |r| r.get(0)));
-        }
-        execute(
-            &client,
-            "INSERT INTO tenax_tokens (id, body) VALUES ($1, $2)
-             ON CONFLICT (id) DO UPDATE SET body = excluded.body",
-            &[&id(record.id), &json(&record)],
-        )
-        .await
-        .map_err(fault(what))?;
+            "INSERT INTO tenax_tokens (id, body) VALUES ($1, $2)"
+        } else {
+            // Revoked meanwhile (by any server): it stays revoked.
+            "UPDATE tenax_tokens SET body = $2 WHERE id = $1"
+        };
+        execute(&client, sql, &[&id(record.id), &json(&record)])
+            .await
+            .map_err(fault(what))?;
         self.announce(Wakeup::Tokens);
         Ok(record)
     }
