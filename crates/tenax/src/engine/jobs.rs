@@ -58,10 +58,15 @@ impl Engine {
         ) in jobs.into_iter().enumerate()
         {
             if last.as_ref().is_none_or(|facts| facts.name != job.queue) {
+                // Asked together: on a database these are two round trips at once.
+                let (config, subscribers) = futures_util::try_join!(
+                    self.store.queue(&job.queue),
+                    self.store.subscribers(&job.queue)
+                )?;
                 last = Some(QueueFacts {
                     name: job.queue.clone(),
-                    config: self.store.queue(&job.queue).await?,
-                    subscribers: self.store.subscribers(&job.queue).await?,
+                    config,
+                    subscribers,
                 });
             }
             let Some(facts) = &last else {
