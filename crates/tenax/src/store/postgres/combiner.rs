@@ -89,7 +89,7 @@ impl Combiner {
             // A task of its own: a request that goes away must not stop the others' commit.
             tokio::spawn(self.clone().drain());
         }
-        answer.await.unwrap_or(Err(StoreError::Failed))
+        answer.await.unwrap_or_else(|_| Err(ended()))
     }
 
     /// Commits what is queued, batch after batch, until nothing is.
@@ -197,6 +197,14 @@ impl Combiner {
     }
 }
 
+/// The error of an enqueue whose shared commit ended without an answer (its task panicked).
+fn ended() -> StoreError {
+    StoreError::storage(
+        "enqueueing jobs",
+        std::io::Error::other("the shared commit ended without an answer"),
+    )
+}
+
 /// While it lives, the combiner is committing; dropped early (the task panicked or was
 /// cancelled), it fails what is queued and lets the next enqueue start a new task.
 struct Running<'a>(&'a Combiner);
@@ -206,7 +214,7 @@ impl Drop for Running<'_> {
         let mut queue = self.0.queue.lock();
         queue.running = false;
         for pending in queue.queued.drain(..) {
-            let _ = pending.reply.send(Err(StoreError::Failed));
+            let _ = pending.reply.send(Err(ended()));
         }
     }
 }
