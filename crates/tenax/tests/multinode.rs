@@ -196,6 +196,30 @@ impl Drop for Node {
     }
 }
 
+/// A worker long-polling `queue` on `waiter` is handed the job enqueued on `producer`, well
+/// before its 20 s wait is over: the waiter heard of it by LISTEN/NOTIFY (it does not poll
+/// while listening).
+async fn woken_across(waiter: &Arc<Node>, producer: &Node, queue: &str) {
+    let waiting = {
+        let (waiter, queue) = (waiter.clone(), queue.to_owned());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let taken = waiter
+                .take(json!({"queues": [queue], "max": 1, "wait": "20s"}))
+                .await;
+            (taken, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let id = producer.must_enqueue(json!({ "queue": queue })).await;
+    let (taken, waited) = waiting.await.expect("the waiting worker");
+    assert_eq!(taken.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [id]);
+    assert!(
+        waited < Duration::from_secs(10),
+        "woken by the other server's enqueue, not by the end of the wait: {waited:?}"
+    );
+}
+
 /// A fresh database, or `None` when the harness skips (no PostgreSQL here).
 async fn database() -> Option<String> {
     postgres::fresh_database().await
@@ -263,24 +287,7 @@ async fn jobs_are_taken_once_and_acknowledged_on_any_node() {
 
     // A worker long-polling on B is woken by an enqueue on A, well before its wait is over
     // (B hears it by LISTEN/NOTIFY; it does not poll while listening).
-    let waiting = {
-        let b = b.clone();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let taken = b
-                .take(json!({"queues": ["wake"], "max": 1, "wait": "20s"}))
-                .await;
-            (taken, started.elapsed())
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let id = a.must_enqueue(json!({"queue": "wake"})).await;
-    let (taken, waited) = waiting.await.expect("the waiting worker");
-    assert_eq!(taken.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [id]);
-    assert!(
-        waited < Duration::from_secs(10),
-        "woken by the other server's enqueue, not by the end of the wait: {waited:?}"
-    );
+    woken_across(&b, &a, "wake").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,22 +452,7 @@ async fn nodes_survive_a_postgres_restart_without_losing_acknowledged_jobs() {
         );
     }
     // LISTEN is back too: a worker waiting on A is woken by an enqueue on B.
-    let waiting = {
-        let a = a.clone();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            (
-                a.take(json!({"queues": ["after"], "max": 1, "wait": "20s"}))
-                    .await,
-                started.elapsed(),
-            )
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let id = b.must_enqueue(json!({"queue": "after"})).await;
-    let (taken, waited) = waiting.await.expect("the waiting worker");
-    assert_eq!(taken.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [id]);
-    assert!(waited < Duration::from_secs(10), "woken after {waited:?}");
+    woken_across(&a, &b, "after").await;
     eprintln!(
         "{} enqueues acknowledged, {} refused or failed while PostgreSQL restarted",
         all.len(),

@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 
-use super::rows::{JOB_COLUMNS, id, json, time, uncount, unid, untime};
-use super::transitions::{Context, decide_and_apply, execute, query};
+use super::rows::{JOB_COLUMNS, count_of, id, json, time, uncount, unid, untime};
+use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
@@ -115,17 +115,7 @@ impl ClaimStore for PostgresStore {
         )
         .await
         .map_err(fault(what))?;
-        let mut context = Context::default();
-        for row in &rows {
-            decide_and_apply(&tx, &mut context, row, decide, now_ms, None).await?;
-        }
-        tx.commit().await.map_err(fault(what))?;
-        if !rows.is_empty() {
-            self.announce(Wakeup::Ready);
-            self.announce(Wakeup::Schedule);
-            self.announce(Wakeup::Released);
-        }
-        Ok(rows.len())
+        self.decide_each(tx, &rows, decide, now_ms, what).await
     }
 
     /// The jobs go back to ready as they were: no attempt is counted.
@@ -153,9 +143,4 @@ impl ClaimStore for PostgresStore {
         }
         Ok(released)
     }
-}
-
-/// A `count(*)` as a number of jobs.
-pub(super) fn count_of(value: Option<i64>) -> usize {
-    value.and_then(|n| usize::try_from(n).ok()).unwrap_or(0)
 }

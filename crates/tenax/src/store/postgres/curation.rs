@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use async_trait::async_trait;
 
 use super::filter::{Query, ids_param};
+use super::inserts::key_holders;
 use super::rows::{PEEK_COLUMNS, TABLE_COLUMNS, id, json, peek_of, status_of, time, unid};
 use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
@@ -163,18 +164,11 @@ impl PostgresStore {
             .iter()
             .filter_map(|r| Some((r.get::<_, String>(2), r.get::<_, Option<String>>(3)?)))
             .unzip();
-        let mut held: HashMap<(String, String), JobId> = query(
-            &tx,
-            "SELECT j.queue, j.unique_key, j.id
-             FROM unnest($1::text[], $2::text[]) AS k(queue, key)
-             JOIN tenax_jobs j ON j.queue = k.queue AND j.unique_key = k.key",
-            &[&key_queues, &keys],
-        )
-        .await
-        .map_err(fault(what))?
-        .iter()
-        .map(|r| ((r.get(0), r.get(1)), JobId(unid(r.get(2)))))
-        .collect();
+        let mut held: HashMap<(String, String), JobId> = key_holders(&tx, &key_queues, &keys)
+            .await?
+            .into_iter()
+            .map(|(slot, holder)| (slot, holder.id))
+            .collect();
         let mut revive: Vec<i64> = Vec::new();
         for row in &selected {
             let job = JobId(unid(row.get(0)));

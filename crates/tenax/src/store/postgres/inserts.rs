@@ -87,22 +87,7 @@ impl PostgresStore {
             .iter()
             .filter_map(|j| Some((j.job.queue.as_str(), j.job.unique_key.as_deref()?)))
             .unzip();
-        let holders: HashMap<(String, String), Enqueued> = if keys.is_empty() {
-            HashMap::new()
-        } else {
-            query(
-                &tx,
-                "SELECT j.queue, j.unique_key, j.id, j.status, j.run_at
-                 FROM unnest($1::text[], $2::text[]) AS k(queue, key)
-                 JOIN tenax_jobs j ON j.queue = k.queue AND j.unique_key = k.key",
-                &[&key_queues, &keys],
-            )
-            .await
-            .map_err(fault(what))?
-            .iter()
-            .map(holder_of)
-            .collect::<Result<_, _>>()?
-        };
+        let holders = key_holders(&tx, &key_queues, &keys).await?;
 
         // Which inserts are stored, in order; a child only after its created parent.
         let mut plans: Vec<Plan> = Vec::with_capacity(jobs.len());
@@ -219,6 +204,32 @@ impl PostgresStore {
         }
         Ok(results)
     }
+}
+
+/// The unfinished jobs holding the unique keys `keys[i]` of queues `queues[i]`, by (queue,
+/// key), as an enqueue answers with them.
+pub async fn key_holders<C: deadpool_postgres::GenericClient, T: AsRef<str> + Sync>(
+    client: &C,
+    queues: &[T],
+    keys: &[T],
+) -> Result<HashMap<(String, String), Enqueued>, StoreError> {
+    if keys.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let queues: Vec<&str> = queues.iter().map(AsRef::as_ref).collect();
+    let keys: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
+    query(
+        client,
+        "SELECT j.queue, j.unique_key, j.id, j.status, j.run_at
+         FROM unnest($1::text[], $2::text[]) AS k(queue, key)
+         JOIN tenax_jobs j ON j.queue = k.queue AND j.unique_key = k.key",
+        &[&queues, &keys],
+    )
+    .await
+    .map_err(fault("looking up unique keys"))?
+    .iter()
+    .map(holder_of)
+    .collect()
 }
 
 /// A stored job holding a key: (queue, key) and what an enqueue answers with it.

@@ -72,7 +72,7 @@ fn token_base() -> i64 {
         .max(1)
 }
 
-fn taken_of(row: &Row) -> Result<TakenJob, StoreError> {
+fn taken_of(row: &Row, lease_expires_at_ms: UnixMs) -> Result<TakenJob, StoreError> {
     let payload = RawValue::from_string(row.get(3))
         .map_err(|e| StoreError::Corrupt(format!("job payload: {e}")))?;
     Ok(TakenJob {
@@ -83,7 +83,7 @@ fn taken_of(row: &Row) -> Result<TakenJob, StoreError> {
         priority: row.get(4),
         attempt: super::rows::uncount(row.get(5)).saturating_add(1),
         lease_token: LeaseToken(unid(row.get(6))),
-        lease_expires_at_ms: 0,
+        lease_expires_at_ms,
         created_at_ms: untime(row.get(7)),
         expires_at_ms: row.get::<_, Option<i64>>(8).map(untime),
         parent: row.get::<_, Option<i64>>(9).map(|p| JobId(unid(p))),
@@ -121,12 +121,7 @@ impl JobLeases for PostgresStore {
         .map_err(fault("taking jobs"))?;
         let mut taken: Vec<TakenJob> = rows
             .iter()
-            .map(|row| {
-                taken_of(row).map(|mut job| {
-                    job.lease_expires_at_ms = expires_at_ms;
-                    job
-                })
-            })
+            .map(|row| taken_of(row, expires_at_ms))
             .collect::<Result<_, _>>()?;
         taken.sort_by_key(|job| (std::cmp::Reverse(job.priority), job.id));
         Ok(taken)

@@ -3,9 +3,8 @@
 
 use async_trait::async_trait;
 
-use super::claims::count_of;
-use super::rows::json;
-use super::transitions::{execute, query};
+use super::rows::{count_of, json};
+use super::transitions::{execute, query, queue_config};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
 use crate::store::{ChangeQueue, QueueConfig, QueueStore, StoreError, from_json_bytes};
@@ -17,15 +16,7 @@ fn config_of(text: &str) -> Result<QueueConfig, StoreError> {
 #[async_trait]
 impl QueueStore for PostgresStore {
     async fn queue(&self, name: &str) -> Result<Option<QueueConfig>, StoreError> {
-        let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT config FROM tenax_queues WHERE name = $1",
-            &[&name],
-        )
-        .await
-        .map_err(fault("reading a queue's settings"))?;
-        rows.first().map(|r| config_of(r.get(0))).transpose()
+        queue_config(&self.client().await?, name, "").await
     }
 
     async fn queues(&self) -> Result<Vec<(String, QueueConfig)>, StoreError> {
@@ -67,14 +58,7 @@ impl QueueStore for PostgresStore {
         )
         .await
         .map_err(fault(what))?;
-        let rows = query(
-            &tx,
-            "SELECT config FROM tenax_queues WHERE name = $1",
-            &[&name],
-        )
-        .await
-        .map_err(fault(what))?;
-        let current = rows.first().map(|r| config_of(r.get(0))).transpose()?;
+        let current = queue_config(&tx, name, "").await?;
         let Some(config) = change(current.as_ref()) else {
             return Ok(current);
         };

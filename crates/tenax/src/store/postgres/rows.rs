@@ -57,6 +57,11 @@ pub fn uncount(value: i32) -> u32 {
     u32::try_from(value).unwrap_or(0)
 }
 
+/// A `count(*)` (of the first row, if any) as a number.
+pub fn count_of(value: Option<i64>) -> usize {
+    value.and_then(|n| usize::try_from(n).ok()).unwrap_or(0)
+}
+
 /// A limit as `bigint`.
 pub fn limit(value: usize) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)

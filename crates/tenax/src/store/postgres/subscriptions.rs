@@ -3,9 +3,8 @@
 
 use async_trait::async_trait;
 
-use super::claims::count_of;
-use super::rows::{id, json, unid};
-use super::transitions::{execute, query};
+use super::rows::{count_of, id, json, unid};
+use super::transitions::{execute, query, subscription_row};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, RETRIES, fault, is_conflict};
 use crate::model::subscription::delivery_queue;
@@ -123,15 +122,7 @@ impl SubscriptionStore for PostgresStore {
         &self,
         subscription: SubscriptionId,
     ) -> Result<Option<Subscription>, StoreError> {
-        let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT body FROM tenax_subscriptions WHERE id = $1",
-            &[&id(subscription.0)],
-        )
-        .await
-        .map_err(fault("reading a subscription"))?;
-        rows.first().map(|r| subscription_of(r.get(0))).transpose()
+        subscription_row(&self.client().await?, subscription, "").await
     }
 
     async fn subscriptions(&self, queue: Option<&str>) -> Result<Vec<Subscription>, StoreError> {
@@ -172,17 +163,9 @@ impl PostgresStore {
         let what = "changing a subscription";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
-        let rows = query(
-            &tx,
-            "SELECT body FROM tenax_subscriptions WHERE id = $1 FOR UPDATE",
-            &[&id(subscription.0)],
-        )
-        .await
-        .map_err(fault(what))?;
-        let Some(row) = rows.first() else {
+        let Some(current) = subscription_row(&tx, subscription, "FOR UPDATE").await? else {
             return Err(StoreError::NoSubscription(subscription));
         };
-        let current = subscription_of(row.get(0))?;
         let Some(mut changed) = change(&current) else {
             return Ok(current);
         };

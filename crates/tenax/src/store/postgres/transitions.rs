@@ -8,11 +8,12 @@ use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
-use super::fault;
 use super::rows::{
     JOB_COLUMNS, TABLE_COLUMNS, count, id, json, lease_token_of, policy_of, state_of, status_code,
     status_of, time, unid,
 };
+use super::wakeups::Wakeup;
+use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
 use crate::model::subscription::subscription_of_queue;
 use crate::model::{Attempt, JobId, Status, Subscription, SubscriptionId};
@@ -56,20 +57,7 @@ impl Context {
         if let Some(known) = self.queues.get(name) {
             return Ok(known.clone());
         }
-        let rows = query(
-            client,
-            "SELECT config FROM tenax_queues WHERE name = $1",
-            &[&name],
-        )
-        .await
-        .map_err(fault("reading a queue's settings"))?;
-        let config = match rows.first() {
-            Some(row) => Some(from_json_bytes(
-                "queue settings",
-                row.get::<_, &str>(0).as_bytes(),
-            )?),
-            None => None,
-        };
+        let config = queue_config(client, name, "").await?;
         self.queues.insert(name.to_owned(), config.clone());
         Ok(config)
     }
@@ -82,23 +70,46 @@ impl Context {
         if let Some(known) = self.subscriptions.get(&subscription) {
             return Ok(known.clone());
         }
-        let rows = query(
-            client,
-            "SELECT body FROM tenax_subscriptions WHERE id = $1",
-            &[&id(subscription.0)],
-        )
-        .await
-        .map_err(fault("reading a subscription"))?;
-        let found = match rows.first() {
-            Some(row) => Some(from_json_bytes(
-                "subscription",
-                row.get::<_, &str>(0).as_bytes(),
-            )?),
-            None => None,
-        };
+        let found = subscription_row(client, subscription, "").await?;
         self.subscriptions.insert(subscription, found.clone());
         Ok(found)
     }
+}
+
+/// A queue's stored settings; `lock` is appended to the query (`FOR UPDATE`, or nothing).
+pub async fn queue_config<C: GenericClient>(
+    client: &C,
+    name: &str,
+    lock: &str,
+) -> Result<Option<QueueConfig>, StoreError> {
+    let rows = query(
+        client,
+        &format!("SELECT config FROM tenax_queues WHERE name = $1 {lock}"),
+        &[&name],
+    )
+    .await
+    .map_err(fault("reading a queue's settings"))?;
+    rows.first()
+        .map(|row| from_json_bytes("queue settings", row.get::<_, &str>(0).as_bytes()))
+        .transpose()
+}
+
+/// A stored subscription; `lock` is appended to the query (`FOR UPDATE`, or nothing).
+pub async fn subscription_row<C: GenericClient>(
+    client: &C,
+    subscription: SubscriptionId,
+    lock: &str,
+) -> Result<Option<Subscription>, StoreError> {
+    let rows = query(
+        client,
+        &format!("SELECT body FROM tenax_subscriptions WHERE id = $1 {lock}"),
+        &[&id(subscription.0)],
+    )
+    .await
+    .map_err(fault("reading a subscription"))?;
+    rows.first()
+        .map(|row| from_json_bytes("subscription", row.get::<_, &str>(0).as_bytes()))
+        .transpose()
 }
 
 /// Locks unfinished job `job` until the transaction ends; its row, read with [`JOB_COLUMNS`].
@@ -186,6 +197,31 @@ pub async fn decide_and_apply<C: GenericClient>(
     }
     write_transition(client, job, &transition, attempt).await?;
     Ok(transition)
+}
+
+impl PostgresStore {
+    /// Ends the leases of locked jobs in flight (`rows`, read with [`JOB_COLUMNS`]) as
+    /// `decide` says, commits, and wakes whoever waits for what that made. Returns how many.
+    pub(super) async fn decide_each(
+        &self,
+        tx: deadpool_postgres::Transaction<'_>,
+        rows: &[Row],
+        decide: &Decide<'_>,
+        now_ms: UnixMs,
+        what: &'static str,
+    ) -> Result<usize, StoreError> {
+        let mut context = Context::default();
+        for row in rows {
+            decide_and_apply(&tx, &mut context, row, decide, now_ms, None).await?;
+        }
+        tx.commit().await.map_err(fault(what))?;
+        if !rows.is_empty() {
+            self.announce(Wakeup::Ready);
+            self.announce(Wakeup::Schedule);
+            self.announce(Wakeup::Released);
+        }
+        Ok(rows.len())
+    }
 }
 
 /// Writes a job's new state, error and attempt, and its move to another queue. Its lease goes.

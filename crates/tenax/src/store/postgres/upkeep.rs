@@ -3,9 +3,8 @@
 
 use async_trait::async_trait;
 
-use super::claims::count_of;
-use super::rows::{JOB_COLUMNS, limit, time, untime};
-use super::transitions::{Context, decide_and_apply, execute, query};
+use super::rows::{JOB_COLUMNS, count_of, limit, time, untime};
+use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
@@ -57,17 +56,7 @@ impl JobUpkeep for PostgresStore {
         )
         .await
         .map_err(fault(what))?;
-        let mut context = Context::default();
-        for row in &rows {
-            decide_and_apply(&tx, &mut context, row, decide, now_ms, None).await?;
-        }
-        tx.commit().await.map_err(fault(what))?;
-        if !rows.is_empty() {
-            self.announce(Wakeup::Ready);
-            self.announce(Wakeup::Schedule);
-            self.announce(Wakeup::Released);
-        }
-        Ok(rows.len())
+        self.decide_each(tx, &rows, decide, now_ms, what).await
     }
 
     async fn expire_jobs(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
