@@ -2,7 +2,8 @@
 //! a job is taken once whichever server is asked, a lease taken on one server is completed on
 //! another, a long-polling worker on one server is woken by an enqueue on another, the leader
 //! killed with SIGKILL is replaced, a server killed under load loses nothing acknowledged, and
-//! PostgreSQL restarted under load is survived without restarting the servers.
+//! PostgreSQL restarted under load is survived without restarting the servers, cluster limits
+//! hold, and a subscription made on one server applies at once to enqueues on another.
 //!
 //! Restarting PostgreSQL breaks every connection to the test server, so the cases of this
 //! binary take turns ([`TURN`]).
@@ -514,6 +515,51 @@ async fn a_subscriptions_concurrency_holds_across_the_cluster() {
         "{most} deliveries at once, with a limit of 2 for the cluster"
     );
     assert!(most >= 1);
+}
+
+/// What an enqueue needs of a queue, which each server caches, follows a change made on another
+/// server at once: a subscription made on B is delivered the very next message enqueued on A,
+/// though A had just enqueued to that queue (and cached that it had no subscribers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_made_on_one_node_gets_the_next_message_of_another() {
+    let _turn = TURN.lock().await;
+    let Some(url) = database().await else { return };
+    let hook = Receiver::ok().await;
+    let flags = ["--allow-private-endpoints"];
+    let a = Node::start(&url, &flags).await;
+    let b = Node::start(&url, &flags).await;
+    let before = a
+        .must_enqueue(json!({"queue": "fan", "payload": {"n": 0}}))
+        .await;
+    let (status, answer) = b
+        .post(
+            "/api/queues/fan/subscriptions",
+            json!({"endpoint": hook.url("/hook")}),
+        )
+        .await
+        .expect("a subscription");
+    assert_eq!(status, 201, "{answer}");
+    let after = a
+        .must_enqueue(json!({"queue": "fan", "payload": {"n": 1}}))
+        .await;
+    let received = hook.wait_for(1, Duration::from_secs(30)).await;
+    let message = &received[0].json()["message"];
+    assert_eq!(message["id"], json!(after), "{message}");
+    assert_eq!(message["body"], json!({"n": 1}), "{message}");
+    // The message enqueued before the subscription has no delivery, and gets none later.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, deliveries) = a
+        .get(&format!("/api/subscriptions/{}/deliveries", answer["id"]))
+        .await;
+    assert_eq!(status, 200, "{deliveries}");
+    let messages: Vec<&Value> = deliveries["deliveries"]
+        .as_array()
+        .expect("a page of deliveries")
+        .iter()
+        .map(|d| &d["message_id"])
+        .collect();
+    assert_eq!(messages, [&json!(after)], "not {before}: {deliveries}");
+    assert_eq!(hook.count(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

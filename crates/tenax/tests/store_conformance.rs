@@ -74,8 +74,8 @@ use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{PostgresOptions, PostgresStore};
 use tenax::store::{
     Ack, Checked, Claim, ClaimRecord, ClaimedJob, DeadLetter, DecideContext, EmbeddedStore,
-    Enqueued, Finished, Insert, JobFilter, JobPeek, KeyHolder, NotReplayed, OnDuplicate, Order,
-    Page, QueueConfig, QueueCounts, Replay, Replayed, Selection, Store, StoreError,
+    Enqueued, FactsSeen, Finished, Insert, JobFilter, JobPeek, KeyHolder, NotReplayed, OnDuplicate,
+    Order, Page, QueueConfig, QueueCounts, Replay, Replayed, Selection, Store, StoreError,
     StoreProperties, TakeRequest, TakenJob, Transition,
 };
 use tenax_policy::{RetryPolicy, Shape};
@@ -364,6 +364,22 @@ fn fixed(delay_ms: u64) -> RetryPolicy {
     RetryPolicy::new(Shape::Fixed { delay_ms })
 }
 
+/// The subscribers of `queue`, as an enqueue reads them.
+async fn subscribers(
+    store: &Arc<dyn Store>,
+    queue: &str,
+) -> Result<Vec<SubscriptionId>, StoreError> {
+    store
+        .queue_facts(queue)
+        .await
+        .map(|f| f.subscribers.clone())
+}
+
+/// The facts version an enqueue made now would have read.
+async fn current(store: &Arc<dyn Store>) -> FactsSeen {
+    store.queue_facts("q").await.expect("facts read").seen
+}
+
 /// Inserts jobs of their own (no parent, no owner): one result each.
 async fn insert(
     store: &Arc<dyn Store>,
@@ -373,7 +389,7 @@ async fn insert(
 ) -> Result<Vec<Enqueued>, StoreError> {
     let count = jobs.len();
     let results: Vec<Enqueued> = store
-        .insert_jobs(jobs, on_duplicate, now_ms)
+        .insert_jobs(jobs, on_duplicate, current(store).await, now_ms)
         .await?
         .into_iter()
         .flatten()
@@ -2764,8 +2780,8 @@ async fn subscriptions_are_stored_changed_and_deleted(backend: &impl Backend) {
         Ok(vec![a.clone(), c.clone()])
     );
     assert_eq!(store.subscriptions(Some("nobody")).await, Ok(vec![]));
-    assert_eq!(store.subscribers("q").await, Ok(vec![a.id, c.id]));
-    assert_eq!(store.subscribers("nobody").await, Ok(vec![]));
+    assert_eq!(subscribers(&store, "q").await, Ok(vec![a.id, c.id]));
+    assert_eq!(subscribers(&store, "nobody").await, Ok(vec![]));
 
     // Changed: the change sees the stored subscription, and what it returns is stored.
     let seen = Mutex::new(Vec::new());
@@ -2804,7 +2820,7 @@ async fn subscriptions_are_stored_changed_and_deleted(backend: &impl Backend) {
     // Deleted (with its deliveries: none here); then there is none to change or delete.
     assert_eq!(store.delete_subscription(c.id).await, Ok(0));
     assert_eq!(store.subscription(c.id).await, Ok(None));
-    assert_eq!(store.subscribers("q").await, Ok(vec![a.id]));
+    assert_eq!(subscribers(&store, "q").await, Ok(vec![a.id]));
     assert_eq!(
         store.delete_subscription(c.id).await,
         Err(StoreError::NoSubscription(c.id))
@@ -2818,8 +2834,8 @@ async fn subscriptions_are_stored_changed_and_deleted(backend: &impl Backend) {
 
     let store = reopen(backend, store, T0).await;
     assert_eq!(store.subscription(a.id).await, Ok(Some(changed)));
-    assert_eq!(store.subscribers("q").await, Ok(vec![a.id]));
-    assert_eq!(store.subscribers("r").await, Ok(vec![b.id]));
+    assert_eq!(subscribers(&store, "q").await, Ok(vec![a.id]));
+    assert_eq!(subscribers(&store, "r").await, Ok(vec![b.id]));
     // Ids are never reused, across restarts too.
     let (d, _) = store
         .insert_subscription(subscription("q", "https://d.example/"))
@@ -2848,13 +2864,16 @@ async fn unique_endpoints_are_held_per_queue(backend: &impl Backend) {
         (holder.clone(), false),
         "the holder, nothing stored"
     );
-    assert_eq!(store.subscribers("q").await, Ok(vec![holder.id]));
+    assert_eq!(subscribers(&store, "q").await, Ok(vec![holder.id]));
     // Other queues, and subscriptions that do not ask for it, may have the endpoint too.
     let (elsewhere, created) = insert(zaqar_subscription("r", url)).await;
     assert!(created);
     let (plain, created) = insert(subscription("q", url)).await;
     assert!(created);
-    assert_eq!(store.subscribers("q").await, Ok(vec![holder.id, plain.id]));
+    assert_eq!(
+        subscribers(&store, "q").await,
+        Ok(vec![holder.id, plain.id])
+    );
 
     // A change onto a held endpoint is refused, and changes nothing.
     let (second, _) = insert(zaqar_subscription("q", "https://hooks.example/b")).await;
@@ -2955,6 +2974,7 @@ async fn deliveries_are_stored_with_their_message_and_subscription(backend: &imp
                 delivery(sub.id, 1).at(T0 + SECOND),
             ],
             OnDuplicate::Refuse,
+            current(&store).await,
             T0,
         )
         .await
@@ -2992,6 +3012,7 @@ async fn deliveries_are_stored_with_their_message_and_subscription(backend: &imp
         .insert_jobs(
             vec![job("q").key("k"), delivery(sub.id, 0)],
             OnDuplicate::Existing,
+            current(&store).await,
             T0,
         )
         .await
@@ -3013,6 +3034,7 @@ async fn deliveries_are_stored_with_their_message_and_subscription(backend: &imp
         .insert_jobs(
             vec![job("q"), delivery(sub.id, 0), job("q").key("k")],
             OnDuplicate::Refuse,
+            current(&store).await,
             T0,
         )
         .await;
@@ -3060,6 +3082,7 @@ async fn deliveries_are_taken_finished_and_logged(backend: &impl Backend) {
                 delivery(sub.id, 2),
             ],
             OnDuplicate::Refuse,
+            current(&store).await,
             T0,
         )
         .await
@@ -3247,6 +3270,7 @@ async fn deliveries_are_taken_finished_and_logged(backend: &impl Backend) {
         .insert_jobs(
             vec![job("q"), delivery(sub.id, 0)],
             OnDuplicate::Refuse,
+            current(&store).await,
             due,
         )
         .await
@@ -3397,7 +3421,7 @@ async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
         );
     }
     assert_eq!(status(&store, ids[3]).await, Some(Status::Ready));
-    assert_eq!(store.subscribers("q").await, Ok(vec![sub.id]));
+    assert_eq!(subscribers(&store, "q").await, Ok(vec![sub.id]));
     let results = store
         .complete_jobs(&[ack(&taken[0])], true, T0)
         .await
@@ -3413,7 +3437,7 @@ async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
         list(&store, JobFilter::default(), None, 100).await,
         [ids[3], keyed]
     );
-    assert_eq!(store.subscribers("q").await, Ok(vec![sub.id]));
+    assert_eq!(subscribers(&store, "q").await, Ok(vec![sub.id]));
     close(store).await;
 }
 
@@ -3600,6 +3624,7 @@ async fn close_keeps_everything_acknowledged(backend: &impl Backend) {
                 delivery(sub.id, 0),
             ],
             OnDuplicate::Refuse,
+            current(&store).await,
             T0,
         )
         .await
@@ -3665,7 +3690,7 @@ async fn close_keeps_everything_acknowledged(backend: &impl Backend) {
     assert_eq!(get(&store, ids[1]).await.errors.len(), 1);
     assert_eq!(store.attempts(ids[5]).await, Ok(vec![logged]));
     assert_eq!(store.tokens().await, Ok(vec![record]));
-    assert_eq!(store.subscribers("q").await, Ok(vec![sub.id]));
+    assert_eq!(subscribers(&store, "q").await, Ok(vec![sub.id]));
     let next = enqueue(&store, vec![job("q")], T0).await[0];
     assert!(next > ids[5], "ids are never reused");
     close(store).await;
@@ -3800,6 +3825,137 @@ async fn concurrent_small_enqueues_keep_their_own_jobs(backend: &impl Backend) {
     close(store).await;
 }
 
+/// What an enqueue reads of a queue (its settings and subscribers) is never older than a
+/// change made before the insert: a backend that caches them refuses an insert made on older
+/// ones and stores nothing of it (small enqueues committed together included), and reads fresh
+/// ones after; a backend that reads them live takes it. Every kind of change counts.
+async fn inserts_are_never_made_on_facts_older_than_a_change(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let cached = store.properties().cached_facts;
+    let ready = |store: Arc<dyn Store>| async move {
+        store.queue_counts("q").await.expect("counted").ready
+    };
+    // Jobs of the queue stored so far.
+    let stored = std::cell::Cell::new(0u64);
+    // Inserts made on `old` facts: one alone (a unique key), and several small ones at once.
+    let try_old = |old: FactsSeen, round: usize| {
+        let store = store.clone();
+        async move {
+            let alone = store
+                .insert_jobs(
+                    vec![job("q").key(&format!("k{round}"))],
+                    OnDuplicate::Refuse,
+                    old,
+                    T0,
+                )
+                .await
+                .map(|_| ());
+            let small: Vec<_> = (0..6)
+                .map(|_| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        store
+                            .insert_jobs(vec![job("q")], OnDuplicate::Refuse, old, T0)
+                            .await
+                            .map(|_| ())
+                    })
+                })
+                .collect();
+            let mut results = vec![alone];
+            for one in small {
+                results.push(one.await.expect("an insert"));
+            }
+            results
+        }
+    };
+    let check = async |old: FactsSeen, round: usize, what: &str| {
+        let results = try_old(old, round).await;
+        if cached {
+            assert!(
+                results.iter().all(|r| *r == Err(StoreError::FactsChanged)),
+                "{what}: {results:?}"
+            );
+        } else {
+            assert!(results.iter().all(Result::is_ok), "{what}: {results:?}");
+            stored.set(stored.get() + results.len() as u64);
+        }
+        assert_eq!(
+            ready(store.clone()).await,
+            stored.get(),
+            "{what}: stored only when taken"
+        );
+        let fresh = store.queue_facts("q").await.expect("facts read");
+        // Made on fresh facts, it is taken: several at once, one of them on old facts.
+        let current = try_old(fresh.seen, round + 100).await;
+        assert!(current.iter().all(Result::is_ok), "{what}: {current:?}");
+        stored.set(stored.get() + current.len() as u64);
+        fresh
+    };
+
+    let first = store.queue_facts("q").await.expect("facts read");
+    assert_eq!((&first.config, &first.subscribers), (&None, &vec![]));
+    let settings = QueueConfig {
+        message_ttl_ms: Some(60 * SECOND),
+        ..QueueConfig::default()
+    };
+    store
+        .update_queue("q", &|_| Some(settings.clone()))
+        .await
+        .expect("settings stored");
+    let facts = check(first.seen, 1, "settings changed").await;
+    assert_eq!(facts.config, Some(settings.clone()));
+
+    let (sub, _) = store
+        .insert_subscription(subscription("q", "https://a.example/"))
+        .await
+        .expect("subscribed");
+    let facts = check(facts.seen, 2, "subscription made").await;
+    assert_eq!(facts.subscribers, vec![sub.id]);
+
+    // A subscription moved to another queue leaves this one.
+    store
+        .update_subscription(sub.id, &|current: &Subscription| {
+            let mut moved = current.clone();
+            moved.queue = "elsewhere".into();
+            Some(moved)
+        })
+        .await
+        .expect("moved");
+    let facts = check(facts.seen, 3, "subscription moved").await;
+    assert_eq!(facts.subscribers, vec![]);
+    assert_eq!(subscribers(&store, "elsewhere").await, Ok(vec![sub.id]));
+
+    let (other, _) = store
+        .insert_subscription(subscription("q", "https://b.example/"))
+        .await
+        .expect("subscribed");
+    let facts = store.queue_facts("q").await.expect("facts read");
+    store.delete_subscription(other.id).await.expect("deleted");
+    let facts = check(facts.seen, 4, "subscription deleted").await;
+    assert_eq!(facts.subscribers, vec![]);
+
+    // A change that leaves the queue's subscribers as they are keeps the facts good.
+    store
+        .update_subscription(sub.id, &|current: &Subscription| {
+            let mut off = current.clone();
+            off.enabled = false;
+            Some(off)
+        })
+        .await
+        .expect("disabled");
+    let kept = try_old(facts.seen, 5).await;
+    assert!(kept.iter().all(Result::is_ok), "{kept:?}");
+    stored.set(stored.get() + kept.len() as u64);
+    assert_eq!(ready(store.clone()).await, stored.get());
+
+    // Deleting the queue deletes its settings (and its jobs).
+    store.delete_queue("q").await.expect("deleted");
+    stored.set(0);
+    let facts = check(facts.seen, 6, "queue deleted").await;
+    assert_eq!(facts.config, None);
+    close(store).await;
+}
+
 #[path = "common/postgres.rs"]
 mod postgres_server;
 
@@ -3901,6 +4057,7 @@ macro_rules! conformance_suite {
                 newer_formats_are_refused,
                 racing_operations_on_a_job_are_serialised,
                 concurrent_small_enqueues_keep_their_own_jobs,
+                inserts_are_never_made_on_facts_older_than_a_change,
             );
         }
     };
@@ -3923,7 +4080,8 @@ conformance_suite!(postgres, Postgres::new().await);
 
 // --- what only the embedded store promises ------------------------------------------------
 
-/// The embedded store keeps leases in memory, and one process uses it.
+/// The embedded store keeps leases in memory, one process uses it, and enqueues read their
+/// queue's facts live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_properties() {
     let backend = Embedded::new();
@@ -3932,13 +4090,15 @@ async fn embedded_properties() {
         store.properties(),
         StoreProperties {
             durable_leases: false,
-            shared: false
+            shared: false,
+            cached_facts: false,
         }
     );
     close(store).await;
 }
 
-/// PostgreSQL keeps leases in the database, and any number of servers share it.
+/// PostgreSQL keeps leases in the database, any number of servers share it, and each caches
+/// what enqueues need of queues.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_properties() {
     let backend = Postgres::new().await;
@@ -3950,7 +4110,8 @@ async fn postgres_properties() {
         store.properties(),
         StoreProperties {
             durable_leases: true,
-            shared: true
+            shared: true,
+            cached_facts: true,
         }
     );
     close(store).await;

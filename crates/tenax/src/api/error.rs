@@ -94,6 +94,14 @@ impl From<StoreError> for ApiError {
                         .into(),
                 }
             }
+            StoreError::FactsChanged => Self {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "unavailable",
+                field: None,
+                message: "the queue's settings or subscriptions kept changing while the jobs were \
+                          enqueued, and none was stored; send the request again"
+                    .into(),
+            },
             StoreError::Storage(_) | StoreError::Corrupt(_) | StoreError::NewerFormat { .. } => {
                 Self::internal(&error)
             }

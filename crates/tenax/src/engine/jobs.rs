@@ -1,11 +1,13 @@
 //! Jobs: enqueue (with the fan-out to subscriptions), reads, deletes and replays.
 
+use std::sync::Arc;
+
 use super::Engine;
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
 use crate::model::{DeliveryPayload, Job, JobId, NewJob, StoredPolicy, SubscriptionId};
 use crate::store::{
-    Checked, DeleteCheck, Enqueued, Insert, JobFilter, JobPeek, OnDuplicate, Page, QueueConfig,
-    QueueCounts, Replay, Replayed, Selection, StoreError,
+    Checked, DeleteCheck, Enqueued, FactsSeen, Insert, JobFilter, JobPeek, OnDuplicate, Page,
+    QueueCounts, QueueFacts, Replay, Replayed, Selection, StoreError,
 };
 
 /// A job to enqueue.
@@ -26,12 +28,8 @@ impl From<NewJob> for Enqueue {
     }
 }
 
-/// What an enqueue needs of a queue: looked up once per run of jobs of that queue.
-struct QueueFacts {
-    name: String,
-    config: Option<QueueConfig>,
-    subscribers: Vec<SubscriptionId>,
-}
+/// How many times an enqueue is made again when a cache's queue facts turn out old.
+const FACTS_ATTEMPTS: u32 = 8;
 
 impl Engine {
     /// Enqueues jobs atomically: all or none. A job without an expiry gets its queue's message
@@ -39,6 +37,30 @@ impl Engine {
     /// job of the subscription's internal queue whose parent is the message. One result per
     /// job, in order.
     pub async fn enqueue(
+        &self,
+        mut jobs: Vec<Enqueue>,
+        on_duplicate: OnDuplicate,
+    ) -> Result<Vec<Enqueued>, StoreError> {
+        if !self.store.properties().cached_facts {
+            return self.enqueue_once(jobs, on_duplicate).await;
+        }
+        // Facts from a cache may turn out old: the jobs are then made again from fresh ones,
+        // so each attempt but the last works on a copy.
+        let mut attempt = 1;
+        loop {
+            let these = if attempt < FACTS_ATTEMPTS {
+                jobs.clone()
+            } else {
+                std::mem::take(&mut jobs)
+            };
+            match self.enqueue_once(these, on_duplicate).await {
+                Err(StoreError::FactsChanged) if attempt < FACTS_ATTEMPTS => attempt += 1,
+                done => return done,
+            }
+        }
+    }
+
+    async fn enqueue_once(
         &self,
         jobs: Vec<Enqueue>,
         on_duplicate: OnDuplicate,
@@ -48,7 +70,8 @@ impl Engine {
         let mut inserts: Vec<Insert> = Vec::with_capacity(count);
         let mut deliveries: Vec<Insert> = Vec::new();
         // A batch is mostly of one queue: look each queue up once per run of it.
-        let mut last: Option<QueueFacts> = None;
+        let mut last: Option<(String, Arc<QueueFacts>)> = None;
+        let mut seen: Option<FactsSeen> = None;
         for (
             index,
             Enqueue {
@@ -57,19 +80,12 @@ impl Engine {
             },
         ) in jobs.into_iter().enumerate()
         {
-            if last.as_ref().is_none_or(|facts| facts.name != job.queue) {
-                // Asked together: on a database these are two round trips at once.
-                let (config, subscribers) = futures_util::try_join!(
-                    self.store.queue(&job.queue),
-                    self.store.subscribers(&job.queue)
-                )?;
-                last = Some(QueueFacts {
-                    name: job.queue.clone(),
-                    config,
-                    subscribers,
-                });
+            if last.as_ref().is_none_or(|(name, _)| *name != job.queue) {
+                let facts = self.store.queue_facts(&job.queue).await?;
+                seen = Some(seen.map_or(facts.seen, |s| s.min(facts.seen)));
+                last = Some((job.queue.clone(), facts));
             }
-            let Some(facts) = &last else {
+            let Some((_, facts)) = &last else {
                 continue;
             };
             let config = facts.config.as_ref();
@@ -83,10 +99,9 @@ impl Engine {
                     .map_or(self.default_policy_for(&job.queue), |p| p.policy());
                 job.policy = Some(StoredPolicy::new((**base).clone().with_retry_limit(limit)));
             }
-            let subscribers = &facts.subscribers;
             // Deliveries come after every message, so that the first `count` results are the
             // messages' and a parent always precedes its children.
-            for subscription in subscribers {
+            for subscription in &facts.subscribers {
                 deliveries.push(Insert {
                     job: delivery_of(*subscription, &job),
                     parent: Some(index),
@@ -98,7 +113,7 @@ impl Engine {
         inserts.append(&mut deliveries);
         let results = self
             .store
-            .insert_jobs(inserts, on_duplicate, now_ms)
+            .insert_jobs(inserts, on_duplicate, seen.unwrap_or_default(), now_ms)
             .await?;
         Ok(results.into_iter().take(count).flatten().collect())
     }

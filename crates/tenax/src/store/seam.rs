@@ -19,6 +19,8 @@
 //! - What a backend promises beyond this is in its [`StoreProperties`], which the conformance
 //!   suite (`tests/store_conformance.rs`) reads.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use tokio::sync::Notify;
 
@@ -30,15 +32,22 @@ use crate::model::{Attempt, ClaimId, Job, JobId, Subscription, SubscriptionId};
 /// Adding jobs.
 #[async_trait]
 pub trait JobInserts {
+    /// What an enqueue needs of `queue`: its settings and subscribers, read at one moment.
+    /// Asked on every enqueue, so cheap; a backend may answer from a cache (see [`FactsSeen`]).
+    async fn queue_facts(&self, queue: &str) -> Result<Arc<QueueFacts>, StoreError>;
+
     /// Adds jobs atomically: all are stored, or none (a duplicate unique key refuses the whole
     /// request unless `on_duplicate` says to answer with the holder). One result per insert, in
     /// order; `None` for a child whose parent was not created, or a delivery whose subscription
     /// no longer exists: those are not stored. A new job is visible (takeable) only once it is
-    /// durable.
+    /// durable. `seen` is the oldest version of the [`QueueFacts`] the jobs were made from:
+    /// when a backend that caches them has a newer one, it stores nothing and answers
+    /// [`StoreError::FactsChanged`].
     async fn insert_jobs(
         &self,
         jobs: Vec<Insert>,
         on_duplicate: OnDuplicate,
+        seen: FactsSeen,
         now_ms: UnixMs,
     ) -> Result<Vec<Option<Enqueued>>, StoreError>;
 }
@@ -254,9 +263,6 @@ pub trait SubscriptionStore {
 
     /// Subscriptions of `queue` (all when `None`), in id order.
     async fn subscriptions(&self, queue: Option<&str>) -> Result<Vec<Subscription>, StoreError>;
-
-    /// The ids of `queue`'s subscriptions, in order: asked on every enqueue, so cheap.
-    async fn subscribers(&self, queue: &str) -> Result<Vec<SubscriptionId>, StoreError>;
 }
 
 /// API tokens (stored hashed).
@@ -285,6 +291,9 @@ pub struct StoreProperties {
     /// (an endpoint's concurrency, a subscription's throttle) then apply per server, so the
     /// cluster's limit is the sum (see `docs/architecture.md`).
     pub shared: bool,
+    /// [`JobInserts::queue_facts`] may answer from a cache, so an insert may be refused with
+    /// [`StoreError::FactsChanged`] and must then be made again from fresh facts.
+    pub cached_facts: bool,
 }
 
 /// Wake-ups, fired by the backend whenever what they announce may have happened, by any

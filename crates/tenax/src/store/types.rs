@@ -30,6 +30,10 @@ pub enum StoreError {
     },
     #[error("subscription {0} does not exist")]
     NoSubscription(SubscriptionId),
+    /// A queue's settings or subscriptions changed after the enqueue read them from a cache
+    /// (see [`FactsSeen`]); nothing was stored.
+    #[error("a queue's settings or subscriptions changed during the enqueue")]
+    FactsChanged,
     /// Another subscription of the queue has the endpoint, which must be unique there
     /// ([`Subscription::unique_endpoint`]).
     #[error("subscription {holder} of queue {queue:?} already has endpoint {endpoint:?}")]
@@ -504,6 +508,23 @@ impl QueueCounts {
         }
     }
 }
+
+/// What an enqueue needs of a queue, read at one moment: its settings and its subscribers (every
+/// job gets a delivery per subscriber), with the version they were read at.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueFacts {
+    pub config: Option<QueueConfig>,
+    /// The queue's subscriptions, in id order.
+    pub subscribers: Vec<SubscriptionId>,
+    pub seen: FactsSeen,
+}
+
+/// A version of every queue's settings and subscribers together, which each change of them
+/// advances. A backend may answer [`QueueFacts`] from a cache; it then refuses an insert made on
+/// facts older than the stored version ([`StoreError::FactsChanged`]), and the engine reads them
+/// again. So an enqueue never misses a subscription made before it began, on any server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct FactsSeen(pub u64);
 
 /// A queue's settings. Queues exist implicitly when a job names them; a config is stored only
 /// once set.

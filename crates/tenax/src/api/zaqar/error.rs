@@ -129,6 +129,10 @@ impl From<StoreError> for ZaqarError {
                 tracing::warn!(%error, "the store is unavailable");
                 Self::unavailable("The database cannot be reached just now; retry the request.")
             }
+            StoreError::FactsChanged => Self::unavailable(
+                "The queue's settings or subscriptions kept changing while the messages were \
+                 posted, and none was stored; retry the request.",
+            ),
             StoreError::Storage(_) | StoreError::Corrupt(_) | StoreError::NewerFormat { .. } => {
                 // Bare: the details go to the log, under the request's id.
                 tracing::error!(%error, source = ?std::error::Error::source(&error), "internal error in the Zaqar API");

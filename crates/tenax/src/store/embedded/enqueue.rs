@@ -13,15 +13,27 @@ use super::writer::{self, Op};
 use crate::clock::UnixMs;
 use crate::model::{JobId, JobState, Status};
 use crate::store::{
-    Enqueued, Insert, JobInserts, KeyHolder, OnDuplicate, StoreError, to_json_bytes,
+    Enqueued, FactsSeen, Insert, JobInserts, KeyHolder, OnDuplicate, QueueFacts, StoreError,
+    to_json_bytes,
 };
 
 #[async_trait]
 impl JobInserts for EmbeddedStore {
+    /// Read live, never from a cache: facts are as new as the request, so `seen` is not kept.
+    async fn queue_facts(&self, queue: &str) -> Result<Arc<QueueFacts>, StoreError> {
+        let inner = self.inner.lock();
+        Ok(Arc::new(QueueFacts {
+            config: inner.queues.get(queue).cloned(),
+            subscribers: inner.subscribed.get(queue).cloned().unwrap_or_default(),
+            seen: FactsSeen::default(),
+        }))
+    }
+
     async fn insert_jobs(
         &self,
         jobs: Vec<Insert>,
         on_duplicate: OnDuplicate,
+        _seen: FactsSeen,
         now_ms: UnixMs,
     ) -> Result<Vec<Option<Enqueued>>, StoreError> {
         let mut results: Vec<Option<Enqueued>> = Vec::with_capacity(jobs.len());

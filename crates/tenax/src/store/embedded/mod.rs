@@ -150,6 +150,7 @@ impl StoreLifecycle for EmbeddedStore {
         StoreProperties {
             durable_leases: false,
             shared: false,
+            cached_facts: false,
         }
     }
 

@@ -118,16 +118,6 @@ impl SubscriptionStore for EmbeddedStore {
         all.sort_by_key(|s| s.id);
         Ok(all)
     }
-
-    async fn subscribers(&self, queue: &str) -> Result<Vec<SubscriptionId>, StoreError> {
-        Ok(self
-            .inner
-            .lock()
-            .subscribed
-            .get(queue)
-            .cloned()
-            .unwrap_or_default())
-    }
 }
 
 impl EmbeddedStore {

@@ -1,5 +1,6 @@
 //! Group commit for enqueues of plain jobs (no unique key, parent or subscription: nothing
-//! that can refuse one request and not another). Such enqueues that arrive while one is being
+//! that can refuse one request and not another, but an old facts version, which the statement
+//! checks row by row). Such enqueues that arrive while one is being
 //! committed wait for it, and then share the next commit: one statement and one WAL flush for
 //! many requests, where each would otherwise wait for its own flush. With one request at a
 //! time nothing waits, so this adds no latency; under load it is what lets single-job enqueues
@@ -12,14 +13,14 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::inserts::Columns;
-use super::rows::{limit, unid};
-use super::transitions::{execute, query};
+use super::inserts::{Columns, INSERT_SHARED};
+use super::rows::{id, unid};
+use super::transitions::query;
 use super::wakeups::{Wakeup, Wakeups};
 use super::{Pool, fault};
 use crate::clock::UnixMs;
 use crate::model::{JobId, JobState, Status};
-use crate::store::{Enqueued, Insert, StoreError};
+use crate::store::{Enqueued, FactsSeen, Insert, StoreError};
 
 /// The most jobs one shared commit takes; more wait for the next.
 const MOST_JOBS: usize = 20_000;
@@ -29,6 +30,8 @@ type Reply = oneshot::Sender<Result<Vec<Option<Enqueued>>, StoreError>>;
 #[derive(Debug)]
 struct Pending {
     jobs: Vec<Insert>,
+    /// The facts version the jobs were made from: they are stored only if it is current.
+    seen: FactsSeen,
     now_ms: UnixMs,
     reply: Reply,
 }
@@ -73,6 +76,7 @@ impl Combiner {
     pub async fn insert(
         self: &Arc<Self>,
         jobs: Vec<Insert>,
+        seen: FactsSeen,
         now_ms: UnixMs,
     ) -> Result<Vec<Option<Enqueued>>, StoreError> {
         let (reply, answer) = oneshot::channel();
@@ -80,6 +84,7 @@ impl Combiner {
             let mut queue = self.queue.lock();
             queue.queued.push(Pending {
                 jobs,
+                seen,
                 now_ms,
                 reply,
             });
@@ -122,78 +127,84 @@ impl Combiner {
     }
 
     async fn commit(&self, batch: Vec<Pending>) {
-        match self.store(&batch).await {
-            Ok(ids) => {
-                let (mut any_ready, mut any_scheduled) = (false, false);
-                let mut ids = ids.into_iter();
-                for pending in batch {
-                    let results = pending
-                        .jobs
-                        .iter()
-                        .zip(ids.by_ref())
-                        .map(|(insert, id)| {
-                            let state = JobState::new(insert.job.run_at_ms, pending.now_ms);
-                            any_ready |= state.status == Status::Ready;
-                            any_scheduled |= state.status == Status::Scheduled;
-                            Some(Enqueued {
-                                id: JobId(unid(id)),
-                                created: true,
-                                status: state.status,
-                                run_at_ms: state.run_at_ms,
-                            })
-                        })
-                        .collect();
-                    let _ = pending.reply.send(Ok(results));
-                }
-                if any_ready {
-                    self.wakeups.announce(Wakeup::Ready);
-                }
-                if any_scheduled {
-                    self.wakeups.announce(Wakeup::Schedule);
-                }
+        let stored = self.store(&batch).await.and_then(|(version, ids)| {
+            let current: usize = batch
+                .iter()
+                .filter(|p| p.seen == version)
+                .map(|p| p.jobs.len())
+                .sum();
+            if ids.len() == current {
+                Ok((version, ids))
+            } else {
+                Err(StoreError::Corrupt(format!(
+                    "a shared insert stored {} jobs of {current}",
+                    ids.len()
+                )))
             }
+        });
+        let (version, ids) = match stored {
+            Ok(stored) => stored,
             Err(error) => {
                 for pending in batch {
                     let _ = pending.reply.send(Err(error.clone()));
                 }
+                return;
             }
+        };
+        let (mut any_ready, mut any_scheduled) = (false, false);
+        let mut ids = ids.into_iter();
+        for pending in batch {
+            if pending.seen != version {
+                let _ = pending.reply.send(Err(StoreError::FactsChanged));
+                continue;
+            }
+            let mut results = Vec::with_capacity(pending.jobs.len());
+            // As many ids as jobs of a current version: checked above.
+            for (insert, id) in pending.jobs.iter().zip(ids.by_ref()) {
+                let state = JobState::new(insert.job.run_at_ms, pending.now_ms);
+                any_ready |= state.status == Status::Ready;
+                any_scheduled |= state.status == Status::Scheduled;
+                results.push(Some(Enqueued {
+                    id: JobId(unid(id)),
+                    created: true,
+                    status: state.status,
+                    run_at_ms: state.run_at_ms,
+                }));
+            }
+            let _ = pending.reply.send(Ok(results));
+        }
+        if any_ready {
+            self.wakeups.announce(Wakeup::Ready);
+        }
+        if any_scheduled {
+            self.wakeups.announce(Wakeup::Schedule);
         }
     }
 
-    /// Stores every job of `batch` in one statement (one commit); returns their ids in order.
-    async fn store(&self, batch: &[Pending]) -> Result<Vec<i64>, StoreError> {
-        let what = "enqueueing jobs";
+    /// Stores in one statement (one commit) the jobs of `batch` made from the current facts
+    /// version; returns that version and the new ids, in order.
+    async fn store(&self, batch: &[Pending]) -> Result<(FactsSeen, Vec<i64>), StoreError> {
         let count: usize = batch.iter().map(|p| p.jobs.len()).sum();
-        let client = self.pool.get().await.map_err(super::pool_fault)?;
-        let ids: Vec<i64> = query(
-            &client,
-            "SELECT nextval('tenax_job_ids') FROM generate_series(1, $1::bigint)",
-            &[&limit(count)],
-        )
-        .await
-        .map_err(fault(what))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
         let mut rows = Columns::with_capacity(count);
-        let mut next = ids.iter();
+        let mut seen = Vec::with_capacity(count);
         for pending in batch {
             for insert in &pending.jobs {
-                let id = *next.next().ok_or_else(|| {
-                    StoreError::Corrupt("the sequence gave fewer ids than asked".into())
-                })?;
                 rows.push(
-                    id,
                     insert,
                     None,
                     &JobState::new(insert.job.run_at_ms, pending.now_ms),
                 );
+                seen.push(id(pending.seen.0));
             }
         }
-        execute(&client, super::inserts::INSERT_ROWS, &rows.params())
+        let client = self.pool.get().await.map_err(super::pool_fault)?;
+        let stored = query(&client, INSERT_SHARED, &rows.params([&seen]))
             .await
-            .map_err(fault(what))?;
-        Ok(ids)
+            .map_err(fault("enqueueing jobs"))?;
+        let row = stored
+            .first()
+            .ok_or_else(|| StoreError::Corrupt("a shared insert answered nothing".into()))?;
+        Ok((FactsSeen(unid(row.get(0))), row.get(1)))
     }
 }
 

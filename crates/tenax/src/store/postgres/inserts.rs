@@ -2,6 +2,7 @@
 //! index on the table of unfinished jobs.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio_postgres::Row;
@@ -9,10 +10,12 @@ use tokio_postgres::Row;
 use super::rows::{id, json, limit, status_code, status_of, time, unid, untime};
 use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
-use super::{PostgresStore, RETRIES, combiner, fault, is_conflict};
+use super::{PostgresStore, RETRIES, combiner, facts, fault, is_conflict};
 use crate::clock::UnixMs;
 use crate::model::{JobId, JobState, Status};
-use crate::store::{Enqueued, Insert, JobInserts, KeyHolder, OnDuplicate, StoreError};
+use crate::store::{
+    Enqueued, FactsSeen, Insert, JobInserts, KeyHolder, OnDuplicate, QueueFacts, StoreError,
+};
 
 /// What becomes of one insert.
 enum Plan {
@@ -28,24 +31,40 @@ enum Plan {
 
 #[async_trait]
 impl JobInserts for PostgresStore {
+    /// From this server's cache ([`super::facts`]), else one statement.
+    async fn queue_facts(&self, queue: &str) -> Result<Arc<QueueFacts>, StoreError> {
+        if let Some(facts) = self.facts.get(queue) {
+            return Ok(facts);
+        }
+        let facts = Arc::new(facts::read(&self.client().await?, queue).await?);
+        self.facts.keep(queue, facts.clone());
+        Ok(facts)
+    }
+
     async fn insert_jobs(
         &self,
         jobs: Vec<Insert>,
         on_duplicate: OnDuplicate,
+        seen: FactsSeen,
         now_ms: UnixMs,
     ) -> Result<Vec<Option<Enqueued>>, StoreError> {
-        if combiner::is_shared(&jobs) {
-            return self.combiner.insert(jobs, now_ms).await;
-        }
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.try_insert(&jobs, on_duplicate, now_ms).await {
-                // Another transaction took a key between our look and our insert: look again.
-                Err(error) if is_conflict(&error) && attempt < RETRIES => continue,
-                done => return done,
+        let inserted = if combiner::is_shared(&jobs) {
+            self.combiner.insert(jobs, seen, now_ms).await
+        } else {
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                match self.try_insert(&jobs, on_duplicate, seen, now_ms).await {
+                    // Another transaction took a key between our look and our insert: again.
+                    Err(error) if is_conflict(&error) && attempt < RETRIES => continue,
+                    done => break done,
+                }
             }
+        };
+        if matches!(inserted, Err(StoreError::FactsChanged)) {
+            self.facts.forget();
         }
+        inserted
     }
 }
 
@@ -54,6 +73,7 @@ impl PostgresStore {
         &self,
         jobs: &[Insert],
         on_duplicate: OnDuplicate,
+        seen: FactsSeen,
         now_ms: UnixMs,
     ) -> Result<Vec<Option<Enqueued>>, StoreError> {
         let what = "enqueueing jobs";
@@ -182,7 +202,7 @@ impl PostgresStore {
                     let state = JobState::new(insert.job.run_at_ms, now_ms);
                     any_ready |= state.status == Status::Ready;
                     any_scheduled |= state.status == Status::Scheduled;
-                    rows.push(ids[*n], insert, parent, &state);
+                    rows.push(insert, parent, &state);
                     Some(Enqueued {
                         id: JobId(unid(ids[*n])),
                         created: true,
@@ -192,9 +212,15 @@ impl PostgresStore {
                 }
             });
         }
-        execute(&tx, INSERT_ROWS, &rows.params())
+        let version = id(seen.0);
+        let params = rows.params([&ids, &version]);
+        let stored = execute(&tx, INSERT_ROWS, &params)
             .await
             .map_err(fault(what))?;
+        if stored == 0 {
+            // The version moved on since `seen`: rolled back as `tx` goes.
+            return Err(StoreError::FactsChanged);
+        }
         tx.commit().await.map_err(fault(what))?;
         if any_ready {
             self.announce(Wakeup::Ready);
@@ -245,18 +271,55 @@ fn holder_of(row: &Row) -> Result<((String, String), Enqueued), StoreError> {
     ))
 }
 
-/// Stores the rows of [`Columns::params`].
-pub const INSERT_ROWS: &str =
-    "INSERT INTO tenax_jobs (id, queue, kind, payload, priority, unique_key, created_at,
-         expires_at, origin, parent, traceparent, policy, status, run_at)
-     SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[],
-         $5::integer[], $6::text[], $7::bigint[], $8::bigint[], $9::text[],
-         $10::bigint[], $11::text[], $12::text[], $13::smallint[], $14::bigint[])";
+/// The columns of a new job but its id, as named in `tenax_jobs`, in [`Columns`] order.
+macro_rules! new_job_columns {
+    () => {
+        "queue, kind, payload, priority, unique_key, created_at, expires_at, origin, parent,
+         traceparent, policy, status, run_at"
+    };
+}
+
+/// [`new_job_columns!`] as the arrays `$1`…`$13` of [`Columns::params`].
+macro_rules! new_job_arrays {
+    () => {
+        "$1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bigint[],
+         $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::text[], $12::smallint[],
+         $13::bigint[]"
+    };
+}
+
+/// Stores the rows of [`Columns::params`] with their ids (`$14`), all of them if the facts
+/// version is still `$15`, else none.
+pub const INSERT_ROWS: &str = concat!(
+    "INSERT INTO tenax_jobs (",
+    new_job_columns!(),
+    ", id) SELECT * FROM unnest(",
+    new_job_arrays!(),
+    ", $14::bigint[]) WHERE (SELECT version FROM tenax_facts) = $15"
+);
+
+/// Stores the rows of [`Columns::params`] whose facts version (`$14`, one per row) is still
+/// the current one, with ids from the sequence in row order. Answers the current version and
+/// the new ids, ascending (so in row order).
+pub const INSERT_SHARED: &str = concat!(
+    "WITH facts AS (SELECT version FROM tenax_facts),
+          stored AS (INSERT INTO tenax_jobs (",
+    new_job_columns!(),
+    ", id) SELECT ",
+    new_job_columns!(),
+    ", nextval('tenax_job_ids') FROM unnest(",
+    new_job_arrays!(),
+    ", $14::bigint[]) AS u(",
+    new_job_columns!(),
+    ", seen) WHERE u.seen = (SELECT version FROM facts) RETURNING id)
+     SELECT (SELECT version FROM facts), ARRAY(SELECT id FROM stored ORDER BY id)"
+);
+
+type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
 
 /// New jobs as one array per column, for one `INSERT … SELECT FROM unnest(…)`.
 #[derive(Debug, Default)]
 pub struct Columns {
-    id: Vec<i64>,
     queue: Vec<String>,
     kind: Vec<String>,
     payload: Vec<String>,
@@ -273,10 +336,9 @@ pub struct Columns {
 }
 
 impl Columns {
-    /// The arrays, as the parameters of [`INSERT_ROWS`].
-    pub fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 14] {
-        [
-            &self.id,
+    /// The arrays as `$1`…`$13` of [`INSERT_ROWS`] or [`INSERT_SHARED`], then `more`.
+    pub fn params<'a, const N: usize>(&'a self, more: [Param<'a>; N]) -> Vec<Param<'a>> {
+        let arrays: [Param<'a>; 13] = [
             &self.queue,
             &self.kind,
             &self.payload,
@@ -290,12 +352,12 @@ impl Columns {
             &self.policy,
             &self.status,
             &self.run_at,
-        ]
+        ];
+        arrays.into_iter().chain(more).collect()
     }
 
     pub fn with_capacity(n: usize) -> Self {
         Self {
-            id: Vec::with_capacity(n),
             queue: Vec::with_capacity(n),
             kind: Vec::with_capacity(n),
             payload: Vec::with_capacity(n),
@@ -303,9 +365,8 @@ impl Columns {
         }
     }
 
-    pub fn push(&mut self, job_id: i64, insert: &Insert, parent: Option<i64>, state: &JobState) {
+    pub fn push(&mut self, insert: &Insert, parent: Option<i64>, state: &JobState) {
         let job = &insert.job;
-        self.id.push(job_id);
         self.queue.push(job.queue.clone());
         self.kind.push(job.kind.clone());
         self.payload.push(job.payload.get().to_owned());

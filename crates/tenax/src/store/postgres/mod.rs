@@ -13,6 +13,7 @@
 mod claims;
 mod combiner;
 mod curation;
+mod facts;
 mod filter;
 mod inserts;
 mod leases;
@@ -77,6 +78,8 @@ pub struct PostgresStore {
     wakeups: Arc<Wakeups>,
     /// Group commit of small enqueues.
     combiner: Arc<combiner::Combiner>,
+    /// What enqueues need of queues, as last read.
+    facts: facts::FactsCache,
     /// A shortcut to the signals inside `wakeups`, which never move.
     signals: Arc<Signals>,
     /// The session that holds (or tries for) the lead lock, and whether it holds it.
@@ -203,6 +206,7 @@ impl PostgresStore {
             config,
             wakeups,
             combiner,
+            facts: facts::FactsCache::default(),
             signals,
             leader: Mutex::new(None),
             server,
@@ -230,6 +234,7 @@ impl StoreLifecycle for PostgresStore {
         StoreProperties {
             durable_leases: true,
             shared: true,
+            cached_facts: true,
         }
     }
 

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use super::rows::{count_of, json};
 use super::transitions::{execute, query, queue_config};
 use super::wakeups::Wakeup;
-use super::{PostgresStore, fault};
+use super::{PostgresStore, facts, fault};
 use crate::store::{ChangeQueue, QueueConfig, QueueStore, StoreError, from_json_bytes};
 
 fn config_of(text: &str) -> Result<QueueConfig, StoreError> {
@@ -70,7 +70,11 @@ impl QueueStore for PostgresStore {
         )
         .await
         .map_err(fault(what))?;
+        execute(&tx, facts::ADVANCE, &[])
+            .await
+            .map_err(fault(what))?;
         tx.commit().await.map_err(fault(what))?;
+        self.facts.forget();
         if !config.paused {
             // It may have been resumed.
             self.announce(Wakeup::Ready);
@@ -84,12 +88,15 @@ impl QueueStore for PostgresStore {
             &client,
             "WITH live AS (DELETE FROM tenax_jobs WHERE queue = $1 RETURNING 1),
                   finished AS (DELETE FROM tenax_finished WHERE queue = $1 RETURNING 1),
-                  settings AS (DELETE FROM tenax_queues WHERE name = $1)
+                  settings AS (DELETE FROM tenax_queues WHERE name = $1 RETURNING 1),
+                  advanced AS (UPDATE tenax_facts SET version = version + 1
+                               WHERE EXISTS (SELECT 1 FROM settings))
              SELECT (SELECT count(*) FROM live) + (SELECT count(*) FROM finished)",
             &[&name],
         )
         .await
         .map_err(fault("deleting a queue"))?;
+        self.facts.forget();
         let count = count_of(rows.first().map(|r| r.get(0)));
         if count > 0 {
             self.announce(Wakeup::Released);

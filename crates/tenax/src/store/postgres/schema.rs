@@ -12,6 +12,7 @@ use crate::store::StoreError;
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_jobs.sql"),
     include_str!("migrations/0002_servers.sql"),
+    include_str!("migrations/0003_facts.sql"),
 ];
 
 /// The schema version this binary writes and reads.

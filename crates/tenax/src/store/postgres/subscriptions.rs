@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use super::rows::{count_of, id, json, unid};
 use super::transitions::{execute, query, subscription_row};
 use super::wakeups::Wakeup;
-use super::{PostgresStore, RETRIES, fault, is_conflict};
+use super::{PostgresStore, RETRIES, facts, fault, is_conflict};
 use crate::model::subscription::delivery_queue;
 use crate::model::{Subscription, SubscriptionId};
 use crate::store::{ChangeSubscription, StoreError, SubscriptionStore, from_json_bytes};
@@ -51,10 +51,14 @@ impl SubscriptionStore for PostgresStore {
                 .await
                 .map_err(fault(what))?;
             subscription.id = SubscriptionId(unid(next.first().map_or(0, |r| r.get(0))));
-            let inserted = execute(
+            let inserted = query(
                 &client,
-                "INSERT INTO tenax_subscriptions (id, queue, enabled, endpoint_key, body)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                "WITH stored AS (
+                     INSERT INTO tenax_subscriptions (id, queue, enabled, endpoint_key, body)
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING 1),
+                 advanced AS (UPDATE tenax_facts SET version = version + 1
+                              WHERE EXISTS (SELECT 1 FROM stored))
+                 SELECT count(*) FROM stored",
                 &[
                     &id(subscription.id.0),
                     &subscription.queue,
@@ -65,7 +69,8 @@ impl SubscriptionStore for PostgresStore {
             )
             .await
             .map_err(fault(what))?;
-            if inserted == 1 {
+            if count_of(inserted.first().map(|r| r.get(0))) == 1 {
+                self.facts.forget();
                 self.changed(&subscription);
                 return Ok((subscription, true));
             }
@@ -97,6 +102,8 @@ impl SubscriptionStore for PostgresStore {
         let rows = query(
             &client,
             "WITH gone AS (DELETE FROM tenax_subscriptions WHERE id = $1 RETURNING id),
+                  advanced AS (UPDATE tenax_facts SET version = version + 1
+                               WHERE EXISTS (SELECT 1 FROM gone)),
                   live AS (DELETE FROM tenax_jobs WHERE queue = $2
                            AND EXISTS (SELECT 1 FROM gone) RETURNING 1),
                   finished AS (DELETE FROM tenax_finished WHERE queue = $2
@@ -113,6 +120,7 @@ impl SubscriptionStore for PostgresStore {
         if gone == 0 {
             return Err(StoreError::NoSubscription(subscription));
         }
+        self.facts.forget();
         self.announce(Wakeup::Subscriptions);
         self.announce(Wakeup::Released);
         Ok(deliveries)
@@ -136,21 +144,6 @@ impl SubscriptionStore for PostgresStore {
         .await
         .map_err(fault("listing subscriptions"))?;
         rows.iter().map(|r| subscription_of(r.get(0))).collect()
-    }
-
-    async fn subscribers(&self, queue: &str) -> Result<Vec<SubscriptionId>, StoreError> {
-        let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT id FROM tenax_subscriptions WHERE queue = $1 ORDER BY id",
-            &[&queue],
-        )
-        .await
-        .map_err(fault("listing a queue's subscribers"))?;
-        Ok(rows
-            .iter()
-            .map(|r| SubscriptionId(unid(r.get(0))))
-            .collect())
     }
 }
 
@@ -191,7 +184,16 @@ impl PostgresStore {
         )
         .await
         .map_err(fault(what))?;
+        let moved = changed.queue != current.queue;
+        if moved {
+            execute(&tx, facts::ADVANCE, &[])
+                .await
+                .map_err(fault(what))?;
+        }
         tx.commit().await.map_err(fault(what))?;
+        if moved {
+            self.facts.forget();
+        }
         self.changed(&changed);
         Ok(changed)
     }
