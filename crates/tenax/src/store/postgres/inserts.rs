@@ -1,5 +1,6 @@
 //! Enqueue: new jobs in one transaction, ids from a sequence, unique keys held by a unique
-//! index on the table of unfinished jobs.
+//! index on the table of unfinished jobs; stored only while the queue facts they were made from
+//! are current ([`super::facts`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
