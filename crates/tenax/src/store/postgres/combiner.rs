@@ -1,10 +1,9 @@
 //! Group commit for enqueues of plain jobs (no unique key, parent or subscription: nothing
 //! that can refuse one request and not another, but an old facts version, which the statement
-//! checks row by row). Such enqueues that arrive while one is being
-//! committed wait for it, and then share the next commit: one statement and one WAL flush for
-//! many requests, where each would otherwise wait for its own flush. With one request at a
-//! time nothing waits, so this adds no latency; under load it is what lets single-job enqueues
-//! keep up with the disk.
+//! checks row by row). Such enqueues that arrive while one is being committed wait for it, and
+//! then share the next commit: one statement and one WAL flush for many requests, where each
+//! would otherwise wait for its own flush. With one request at a time nothing waits, so this
+//! adds no latency; under load it is what lets single-job enqueues keep up with the disk.
 //!
 //! Invariants: a request's jobs get increasing ids in its order; a request is answered only
 //! after the commit that stored its jobs (or with that commit's error, which stored none).

@@ -21,7 +21,8 @@ use crate::model::SubscriptionId;
 use crate::store::{FactsSeen, QueueFacts, StoreError, from_json_bytes};
 
 /// Advances the version: run in the transaction of every change of a queue's settings or of
-/// which subscriptions a queue has.
+/// which subscriptions a queue has. Where such a change is one statement (deleting a queue,
+/// storing or deleting a subscription), the same update is a part of it (`WITH advanced AS`).
 pub const ADVANCE: &str = "UPDATE tenax_facts SET version = version + 1";
 
 /// The most queues whose facts a server keeps; past it, the cache starts again empty.
