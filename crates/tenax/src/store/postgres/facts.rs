@@ -15,10 +15,10 @@ use std::sync::Arc;
 use deadpool_postgres::GenericClient;
 
 use super::fault;
-use super::rows::unid;
+use super::rows::{queue_config_of, unid};
 use super::transitions::query;
 use crate::model::SubscriptionId;
-use crate::store::{FactsSeen, QueueFacts, StoreError, from_json_bytes};
+use crate::store::{FactsSeen, QueueFacts, StoreError};
 
 /// Advances the version: run in the transaction of every change of a queue's settings or of
 /// which subscriptions a queue has. Where such a change is one statement (deleting a queue,
@@ -68,7 +68,7 @@ pub async fn read<C: GenericClient>(client: &C, queue: &str) -> Result<QueueFact
     let version: i64 = row.get::<_, Option<i64>>(0).ok_or_else(missing)?;
     let config = row
         .get::<_, Option<&str>>(1)
-        .map(|text| from_json_bytes("queue settings", text.as_bytes()))
+        .map(queue_config_of)
         .transpose()?;
     let subscribers = row
         .get::<_, Vec<i64>>(2)

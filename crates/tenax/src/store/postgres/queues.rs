@@ -3,15 +3,11 @@
 
 use async_trait::async_trait;
 
-use super::rows::{count_of, json};
+use super::rows::{count_of, json, queue_config_of};
 use super::transitions::{execute, query, queue_config};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, facts, fault};
-use crate::store::{ChangeQueue, QueueConfig, QueueStore, StoreError, from_json_bytes};
-
-fn config_of(text: &str) -> Result<QueueConfig, StoreError> {
-    from_json_bytes("queue settings", text.as_bytes())
-}
+use crate::store::{ChangeQueue, QueueConfig, QueueStore, StoreError};
 
 #[async_trait]
 impl QueueStore for PostgresStore {
@@ -35,7 +31,7 @@ impl QueueStore for PostgresStore {
         rows.iter()
             .map(|r| {
                 let config = match r.get::<_, Option<&str>>(1) {
-                    Some(text) => config_of(text)?,
+                    Some(text) => queue_config_of(text)?,
                     None => QueueConfig::default(),
                 };
                 Ok((r.get(0), config))

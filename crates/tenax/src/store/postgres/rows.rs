@@ -10,8 +10,9 @@ use tokio_postgres::Row;
 use crate::clock::UnixMs;
 use crate::model::{
     ClaimId, ErrorEntry, Held, Job, JobId, JobState, LeaseToken, NewJob, Status, StoredPolicy,
+    Subscription,
 };
-use crate::store::{JobPeek, StoreError, from_json_bytes};
+use crate::store::{JobPeek, QueueConfig, StoreError, from_json_bytes};
 
 /// A job's columns, in the order [`job_of`] reads them. Both job tables have them all.
 pub const JOB_COLUMNS: &str = "id, queue, kind, payload, priority, unique_key, created_at, \
@@ -181,4 +182,14 @@ pub fn peek_of(row: &Row) -> Result<(JobId, JobPeek), StoreError> {
 /// JSON text of one of our own values.
 pub fn json<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
+}
+
+/// Stored queue settings (`tenax_queues.config`).
+pub fn queue_config_of(text: &str) -> Result<QueueConfig, StoreError> {
+    from_json_bytes("queue settings", text.as_bytes())
+}
+
+/// A stored subscription (`tenax_subscriptions.body`).
+pub fn subscription_of(text: &str) -> Result<Subscription, StoreError> {
+    from_json_bytes("subscription", text.as_bytes())
 }

@@ -3,17 +3,13 @@
 
 use async_trait::async_trait;
 
-use super::rows::{count_of, id, json, unid};
+use super::rows::{count_of, id, json, subscription_of, unid};
 use super::transitions::{execute, query, subscription_row};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, RETRIES, facts, fault, is_conflict};
 use crate::model::subscription::delivery_queue;
 use crate::model::{Subscription, SubscriptionId};
-use crate::store::{ChangeSubscription, StoreError, SubscriptionStore, from_json_bytes};
-
-fn subscription_of(text: &str) -> Result<Subscription, StoreError> {
-    from_json_bytes("subscription", text.as_bytes())
-}
+use crate::store::{ChangeSubscription, StoreError, SubscriptionStore};
 
 /// The subscription of `subscription`'s queue holding its unique endpoint, other than itself.
 async fn endpoint_holder<C: deadpool_postgres::GenericClient>(

@@ -9,17 +9,15 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::rows::{
-    JOB_COLUMNS, TABLE_COLUMNS, count, id, json, lease_token_of, policy_of, state_of, status_code,
-    status_of, time, unid,
+    JOB_COLUMNS, TABLE_COLUMNS, count, id, json, lease_token_of, policy_of, queue_config_of,
+    state_of, status_code, status_of, subscription_of, time, unid,
 };
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
 use crate::model::subscription::subscription_of_queue;
 use crate::model::{Attempt, JobId, Status, Subscription, SubscriptionId};
-use crate::store::{
-    Ack, Decide, DecideContext, QueueConfig, StoreError, Transition, from_json_bytes,
-};
+use crate::store::{Ack, Decide, DecideContext, QueueConfig, StoreError, Transition};
 
 /// Runs `sql` as a cached prepared statement.
 pub async fn query<C: GenericClient>(
@@ -90,7 +88,7 @@ pub async fn queue_config<C: GenericClient>(
     .await
     .map_err(fault("reading a queue's settings"))?;
     rows.first()
-        .map(|row| from_json_bytes("queue settings", row.get::<_, &str>(0).as_bytes()))
+        .map(|row| queue_config_of(row.get(0)))
         .transpose()
 }
 
@@ -108,7 +106,7 @@ pub async fn subscription_row<C: GenericClient>(
     .await
     .map_err(fault("reading a subscription"))?;
     rows.first()
-        .map(|row| from_json_bytes("subscription", row.get::<_, &str>(0).as_bytes()))
+        .map(|row| subscription_of(row.get(0)))
         .transpose()
 }
 
