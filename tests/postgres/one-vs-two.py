@@ -12,7 +12,8 @@ workers), and two servers each driven by its own `tenax bench` with half of them
 jobs, started together. The two-server total is all jobs over the longer of the two runs.
 Alongside: the CPU seconds per 1000 jobs of the Tenax servers, of PostgreSQL (all its
 processes) and of the bench clients, and PostgreSQL transactions per job
-(pg_stat_database.xact_commit). Prints each run, then the medians.
+(pg_stat_database.xact_commit), and the database's active sessions waiting on a lock or a
+lightweight lock (pg_stat_activity, sampled every 250 ms). Prints each run, then the medians.
 """
 
 import json
@@ -47,15 +48,21 @@ def psql(db, sql):
 
 
 def cpu_of(pids):
-    total = 0
+    """CPU seconds so far of each of `pids` that still runs."""
+    seconds = {}
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        except FileNotFoundError:
+            seconds[pid] = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+        except (FileNotFoundError, ProcessLookupError):
             pass
-    return total / TICK
+    return seconds
+
+
+def spent(before, after):
+    """CPU seconds between two samples (processes started meanwhile count from zero)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
 
 
 def postgres_pids():
@@ -98,8 +105,18 @@ def run(scenario, servers):
     time.sleep(1.5)  # every server has counted the others, and one leads
     share = default // servers
     jobs = DEFAULT_JOBS[scenario] // servers
-    pg = postgres_pids()
-    before = (cpu_of([p.pid for p in procs]), cpu_of(pg), commits(), children_cpu())
+    before = (cpu_of([p.pid for p in procs]), cpu_of(postgres_pids()), commits(), children_cpu())
+    # What the database's sessions wait for, sampled every 250 ms by one psql of its own.
+    waits = subprocess.Popen(
+        ["psql", "-X", "-q", "-t", "-A", f"{PG}/postgres"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    waits.stdin.write(
+        "SELECT 'sample' UNION ALL SELECT coalesce(wait_event_type, 'CPU') || ':' || "
+        "coalesce(wait_event, '-') FROM pg_stat_activity WHERE datname = 'tenax_bench' "
+        "AND state = 'active' AND backend_type = 'client backend';\n\\watch 0.25\n"
+    )
+    waits.stdin.flush()
     benches = [
         subprocess.Popen(
             [TENAX, "bench", "--url", f"http://127.0.0.1:{7991 + i}", "--scenario", scenario,
@@ -112,7 +129,11 @@ def run(scenario, servers):
     for bench in benches:
         out, _ = bench.communicate()
         reports.append(json.loads(out)["scenarios"][0])
-    after = (cpu_of([p.pid for p in procs]), cpu_of(pg), commits(), children_cpu())
+    after = (cpu_of([p.pid for p in procs]), cpu_of(postgres_pids()), commits(), children_cpu())
+    waits.terminate()
+    sampled, _ = waits.communicate()
+    samples = max(1, sampled.splitlines().count("sample"))
+    lock_waits = sum(1 for line in sampled.splitlines() if line.startswith(("Lock:", "LWLock:")))
     for proc in procs:
         proc.kill()
         proc.wait()
@@ -123,8 +144,10 @@ def run(scenario, servers):
             raise SystemExit(f"{scenario}: {r['error']}")
     return {
         "rate": done / seconds,
-        "tenax_ms": 1000 * (after[0] - before[0]) / done,
-        "pg_ms": 1000 * (after[1] - before[1]) / done,
+        "tenax_ms": 1000 * spent(before[0], after[0]) / done,
+        "pg_ms": 1000 * spent(before[1], after[1]) / done,
+        # Active sessions waiting on a lock or a lightweight lock, per sample.
+        "lock_waits": lock_waits / samples,
         "xacts": (after[2] - before[2]) / done,
         # The benches (and a psql), reaped meanwhile.
         "client_ms": 1000 * (after[3] - before[3]) / done,
@@ -147,21 +170,23 @@ def main():
                 print(f"round {round_} {scenario} servers={servers}: {r['rate']:.0f} jobs/s, "
                       f"CPU ms/job: Tenax {r['tenax_ms']:.4f}, PostgreSQL {r['pg_ms']:.4f}, "
                       f"bench {r['client_ms']:.4f}; "
-                      f"{r['xacts']:.3f} transactions/job", flush=True)
+                      f"{r['xacts']:.3f} transactions/job, {r['lock_waits']:.2f} sessions waiting on locks",
+                      flush=True)
     print()
-    print("| scenario | one server | two servers (total) | change | Tenax CPU µs/job 1 / 2 | PostgreSQL CPU µs/job 1 / 2 | bench CPU µs/job 1 / 2 | transactions/job 1 / 2 |")
-    print("|---|---:|---:|---:|---|---|---|---|")
+    print("| scenario | one server | two servers (total) | change | Tenax CPU µs/job 1 / 2 | PostgreSQL CPU µs/job 1 / 2 | bench CPU µs/job 1 / 2 | transactions/job 1 / 2 | lock waits 1 / 2 |")
+    print("|---|---:|---:|---:|---|---|---|---|---|")
     for scenario in SCENARIOS:
         med = {}
         for servers in (1, 2):
             runs = results[(scenario, servers)]
-            med[servers] = {k: statistics.median(r[k] for r in runs) for k in ("rate", "tenax_ms", "pg_ms", "client_ms", "xacts")}
+            med[servers] = {k: statistics.median(r[k] for r in runs) for k in ("rate", "tenax_ms", "pg_ms", "client_ms", "xacts", "lock_waits")}
         change = 100 * (med[2]["rate"] / med[1]["rate"] - 1)
         print(f"| `{scenario}` | {med[1]['rate']:.0f} | {med[2]['rate']:.0f} | {change:+.1f} % | "
               f"{1000 * med[1]['tenax_ms']:.1f} / {1000 * med[2]['tenax_ms']:.1f} | "
               f"{1000 * med[1]['pg_ms']:.1f} / {1000 * med[2]['pg_ms']:.1f} | "
               f"{1000 * med[1]['client_ms']:.1f} / {1000 * med[2]['client_ms']:.1f} | "
-              f"{med[1]['xacts']:.3f} / {med[2]['xacts']:.3f} |")
+              f"{med[1]['xacts']:.3f} / {med[2]['xacts']:.3f} | "
+              f"{med[1]['lock_waits']:.2f} / {med[2]['lock_waits']:.2f} |")
 
 
 if __name__ == "__main__":
