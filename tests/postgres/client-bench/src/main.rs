@@ -118,7 +118,9 @@ impl Rows {
         Self {
             queue: vec!["bench".to_owned(); n],
             kind: vec!["job".to_owned(); n],
-            payload: (0..n).map(|i| format!(r#"{{"n":{i},"pad":"0123456789abcdef"}}"#)).collect(),
+            payload: (0..n)
+                .map(|i| format!(r#"{{"n":{i},"pad":"0123456789abcdef"}}"#))
+                .collect(),
             priority: vec![0; n],
             unique_key: vec![None; n],
             created_at: vec![now; n],
@@ -345,7 +347,10 @@ fn rate(done: usize, took: Duration) -> f64 {
 /// One run of the four workloads with `tasks` tasks: jobs per second of each.
 async fn run(pool: &Pool, admin: &tokio_postgres::Client, tasks: usize) -> [f64; 4] {
     // One statement each: VACUUM refuses the transaction that several would make.
-    for statement in ["TRUNCATE tenax_jobs, tenax_finished", "VACUUM ANALYZE tenax_jobs"] {
+    for statement in [
+        "TRUNCATE tenax_jobs, tenax_finished",
+        "VACUUM ANALYZE tenax_jobs",
+    ] {
         admin.batch_execute(statement).await.expect(statement);
     }
     let per_task = SINGLES / tasks;
@@ -376,7 +381,10 @@ async fn run(pool: &Pool, admin: &tokio_postgres::Client, tasks: usize) -> [f64;
     })
     .await;
     let insert_1000 = rate(bulk, took);
-    admin.batch_execute("ANALYZE tenax_jobs").await.expect("analysed");
+    admin
+        .batch_execute("ANALYZE tenax_jobs")
+        .await
+        .expect("analysed");
 
     let taken = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (took, count) = timed(tasks, |_| {
@@ -503,7 +511,10 @@ async fn main() {
     }
 
     println!();
-    println!("| jobs/s (median of {rounds}) | tasks | {} |", pools.iter().map(Pool::name).collect::<Vec<_>>().join(" | "));
+    println!(
+        "| jobs/s (median of {rounds}) | tasks | {} |",
+        pools.iter().map(Pool::name).collect::<Vec<_>>().join(" | ")
+    );
     println!("|---|---|---|---|");
     for tasks in [1, 8] {
         for (at, workload) in WORKLOADS.iter().enumerate() {

@@ -30,7 +30,8 @@ pub type Connection =
 /// A database to connect to, and how.
 #[derive(Clone)]
 pub struct Database {
-    config: tokio_postgres::Config,
+    /// Shared: a Database is cloned for each task that connects.
+    config: std::sync::Arc<tokio_postgres::Config>,
     tls: MakeRustlsConnect,
     /// How connections are made, in words (no secrets), for messages.
     said: String,
@@ -119,7 +120,11 @@ impl Database {
             ),
             mode => format!("over TLS, {} (sslmode={})", check.describe(), mode.name()),
         };
-        Ok(Self { config, tls, said })
+        Ok(Self {
+            config: std::sync::Arc::new(config),
+            tls,
+            said,
+        })
     }
 
     /// tokio-postgres's settings (the TLS mode among them).
