@@ -709,8 +709,23 @@ async fn a_demoted_primary_is_left_for_a_writable_one() {
         "the pool, the listener, the lead: {before:?}"
     );
 
-    // The old primary is demoted: every session, old or new, refuses writes.
+    // The old primary is demoted: every session, old or new, refuses writes (once the reload
+    // has reached it: until the first refusal, an enqueue may still be stored).
     let read_only = ReadOnlyServer::start(admin_url).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, answer) = node
+            .post("/api/jobs", json!({"queue": "during"}))
+            .await
+            .expect("an answer");
+        if status == 503 {
+            assert_eq!(answer["error"]["code"], "unavailable", "{answer}");
+            break;
+        }
+        assert_eq!(status, 201, "{answer}");
+        assert!(Instant::now() < deadline, "writes are still accepted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     for n in 0..10 {
         let (status, answer) = node
             .post("/api/jobs", json!({"queue": "during", "payload": {"n": n}}))
