@@ -130,12 +130,37 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "TENAX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Log one line per request at info (method, route, status, latency, request id).
+    #[arg(long, env = "TENAX_LOG_REQUESTS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub log_requests: bool,
+    /// Also serve `GET /metrics` on this address, without tokens, for scrapers on a private
+    /// network. The API's listener serves it either way, to tokens that may read metrics.
+    #[arg(long, env = "TENAX_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// How many distinct queues, job types and subscriptions (each) get series of their own in
+    /// the metrics; the rest are counted under `(other)`.
+    #[arg(long, env = "TENAX_METRICS_LABEL_LIMIT", default_value_t = crate::metrics::DEFAULT_LABEL_LIMIT)]
+    pub metrics_label_limit: usize,
+    /// Export spans over OTLP/HTTP (protobuf) to this collector endpoint, e.g.
+    /// `http://127.0.0.1:4318/v1/traces`.
+    #[arg(long, env = "TENAX_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Durability {
     Sync,
     Relaxed,
+}
+
+/// As the flag spells it.
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Sync => "sync",
+            Self::Relaxed => "relaxed",
+        })
+    }
 }
 
 /// `--auth`.
@@ -209,6 +234,13 @@ pub struct Config {
     /// The API's TLS certificate and key files, when it speaks HTTPS.
     pub tls: Option<TlsFiles>,
     pub delivery: DeliveryConfig,
+    /// Log one line per request.
+    pub log_requests: bool,
+    /// A second listener serving only `/metrics`, without tokens.
+    pub metrics_listen: Option<SocketAddr>,
+    pub metrics_label_limit: usize,
+    /// Where spans are exported (OTLP/HTTP), if anywhere.
+    pub otlp_endpoint: Option<url::Url>,
 }
 
 /// The certificate chain and key of the API's TLS, as read and checked at start-up.
@@ -426,6 +458,29 @@ impl ServeArgs {
             .transpose()
             .map_err(|e| format!("--delivery-ca-file: {e}"))?;
         let database = self.database_options()?;
+        if self.metrics_label_limit == 0 {
+            return Err("--metrics-label-limit: must be at least 1".into());
+        }
+        if self.metrics_listen == Some(self.listen) {
+            return Err(format!(
+                "--metrics-listen: must differ from --listen ({})",
+                self.listen
+            ));
+        }
+        let otlp_endpoint = self
+            .otlp_endpoint
+            .as_deref()
+            .map(|text| {
+                let url = url::Url::parse(text)
+                    .map_err(|e| format!("--otlp-endpoint: not a URL ({e}): {text}"))?;
+                if !matches!(url.scheme(), "http" | "https") {
+                    return Err(format!(
+                        "--otlp-endpoint: must be an http:// or https:// URL, got {text}"
+                    ));
+                }
+                Ok(url)
+            })
+            .transpose()?;
         Ok(Config {
             listen: self.listen,
             data_dir: self.data_dir.clone(),
@@ -454,6 +509,10 @@ impl ServeArgs {
                 auto_disable_after_ms: self.delivery_auto_disable_after,
                 ca_file,
             },
+            log_requests: self.log_requests,
+            metrics_listen: self.metrics_listen,
+            metrics_label_limit: self.metrics_label_limit,
+            otlp_endpoint,
         })
     }
 }

@@ -43,7 +43,8 @@ use self::tables::{
 };
 use self::writer::Writer;
 use super::{
-    ClaimRecord, QueueConfig, Signals, StoreError, StoreLifecycle, StoreProperties, from_json_bytes,
+    ClaimRecord, CommitObserver, QueueConfig, Signals, StoreError, StoreLifecycle, StoreProperties,
+    from_json_bytes,
 };
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
@@ -56,6 +57,8 @@ pub struct EmbeddedOptions {
     pub sync: bool,
     /// redb's page cache.
     pub cache_bytes: usize,
+    /// Where each commit is reported, for the metrics.
+    pub commits: Option<Arc<dyn CommitObserver>>,
 }
 
 impl Default for EmbeddedOptions {
@@ -63,6 +66,7 @@ impl Default for EmbeddedOptions {
         Self {
             sync: true,
             cache_bytes: 32 * 1024 * 1024,
+            commits: None,
         }
     }
 }
@@ -121,7 +125,7 @@ impl EmbeddedStore {
         check_format(&db)?;
         let inner = rebuild(&db, now_ms)?;
         let db = Arc::new(db);
-        let writer = Writer::start(db.clone(), options.sync);
+        let writer = Writer::start(db.clone(), options.sync, options.commits.clone());
         Ok(Self {
             db,
             inner: Mutex::new(inner),

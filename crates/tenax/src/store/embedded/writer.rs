@@ -19,7 +19,7 @@ use super::tables::{
     STATES, SUBSCRIPTIONS, TOKENS,
 };
 use crate::model::{JobId, SubscriptionId};
-use crate::store::StoreError;
+use crate::store::{CommitObserver, StoreError};
 
 /// One change to the file.
 #[derive(Debug)]
@@ -99,13 +99,13 @@ pub struct Writer {
 }
 
 impl Writer {
-    pub fn start(db: Arc<Database>, sync: bool) -> Self {
+    pub fn start(db: Arc<Database>, sync: bool, commits: Option<Arc<dyn CommitObserver>>) -> Self {
         let (requests, receiver) = mpsc::channel();
         let failed = Arc::new(AtomicBool::new(false));
         let flag = failed.clone();
         let thread = std::thread::Builder::new()
             .name("tenax-writer".into())
-            .spawn(move || run(&db, &receiver, sync, &flag))
+            .spawn(move || run(&db, &receiver, sync, &flag, commits.as_deref()))
             .ok();
         if thread.is_none() {
             failed.store(true, Ordering::SeqCst);
@@ -166,7 +166,13 @@ pub async fn wait(receiver: oneshot::Receiver<Result<(), StoreError>>) -> Result
     receiver.await.unwrap_or(Err(StoreError::Failed))
 }
 
-fn run(db: &Database, receiver: &mpsc::Receiver<Request>, sync: bool, failed: &AtomicBool) {
+fn run(
+    db: &Database,
+    receiver: &mpsc::Receiver<Request>,
+    sync: bool,
+    failed: &AtomicBool,
+    commits: Option<&dyn CommitObserver>,
+) {
     let mut last_sync = Instant::now();
     let mut unsynced = false;
     loop {
@@ -200,7 +206,11 @@ fn run(db: &Database, receiver: &mpsc::Receiver<Request>, sync: bool, failed: &A
         }
         let durable = sync || last_sync.elapsed() >= RELAXED_SYNC_INTERVAL;
         let (dones, all_ops): (Vec<_>, Vec<_>) = batch.into_iter().map(|r| (r.done, r.ops)).unzip();
+        let started = Instant::now();
         let result = commit(db, all_ops, durable);
+        if let (Some(commits), Ok(())) = (commits, &result) {
+            commits.committed(dones.len(), started.elapsed());
+        }
         match &result {
             Ok(()) if durable => {
                 unsynced = false;
