@@ -138,15 +138,16 @@ impl Engine {
         }
         let Some(ended) = ended else { return };
         let series = &ended.series;
+        // A failure records an error; a snooze does not (it is not an attempt that failed, and
+        // its run is not over).
+        if transition.error.is_none() && !expired {
+            series.snoozed.inc();
+            return;
+        }
         if !expired {
             series
                 .running
                 .observe_ms(now_ms.saturating_sub(ended.taken_at_ms));
-        }
-        // A failure records an error; a snooze does not (it is not an attempt that failed).
-        if transition.error.is_none() && !expired {
-            series.snoozed.inc();
-            return;
         }
         series.failed.inc();
         if expired {

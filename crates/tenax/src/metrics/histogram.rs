@@ -160,10 +160,7 @@ mod tests {
             text.contains("wait_seconds_bucket{le=\"0.1\"} 1\n"),
             "{text}"
         );
-        assert!(
-            text.contains("wait_seconds_bucket{le=\"1\"} 1\n"),
-            "{text}"
-        );
+        assert!(text.contains("wait_seconds_bucket{le=\"1\"} 1\n"), "{text}");
         assert!(
             text.contains("wait_seconds_bucket{le=\"+Inf\"} 2\n"),
             "{text}"
