@@ -141,10 +141,6 @@ pub struct ServeArgs {
     /// the metrics; the rest are counted under `(other)`.
     #[arg(long, env = "TENAX_METRICS_LABEL_LIMIT", default_value_t = crate::metrics::DEFAULT_LABEL_LIMIT)]
     pub metrics_label_limit: usize,
-    /// Export spans over OTLP/HTTP (protobuf) to this collector endpoint, e.g.
-    /// `http://127.0.0.1:4318/v1/traces`.
-    #[arg(long, env = "TENAX_OTLP_ENDPOINT")]
-    pub otlp_endpoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -239,8 +235,6 @@ pub struct Config {
     /// A second listener serving only `/metrics`, without tokens.
     pub metrics_listen: Option<SocketAddr>,
     pub metrics_label_limit: usize,
-    /// Where spans are exported (OTLP/HTTP), if anywhere.
-    pub otlp_endpoint: Option<url::Url>,
 }
 
 /// The certificate chain and key of the API's TLS, as read and checked at start-up.
@@ -467,20 +461,6 @@ impl ServeArgs {
                 self.listen
             ));
         }
-        let otlp_endpoint = self
-            .otlp_endpoint
-            .as_deref()
-            .map(|text| {
-                let url = url::Url::parse(text)
-                    .map_err(|e| format!("--otlp-endpoint: not a URL ({e}): {text}"))?;
-                if !matches!(url.scheme(), "http" | "https") {
-                    return Err(format!(
-                        "--otlp-endpoint: must be an http:// or https:// URL, got {text}"
-                    ));
-                }
-                Ok(url)
-            })
-            .transpose()?;
         Ok(Config {
             listen: self.listen,
             data_dir: self.data_dir.clone(),
@@ -512,7 +492,6 @@ impl ServeArgs {
             log_requests: self.log_requests,
             metrics_listen: self.metrics_listen,
             metrics_label_limit: self.metrics_label_limit,
-            otlp_endpoint,
         })
     }
 }

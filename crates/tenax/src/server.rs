@@ -168,28 +168,23 @@ pub async fn run(
 /// The start-up line: where the server listens, and what it runs with, each value as the flags
 /// spell it.
 fn log_start(config: &Config, address: SocketAddr, metrics: Option<SocketAddr>) {
-    let store = match &config.database {
-        Some(_) => "postgres".to_owned(),
-        None => format!("embedded {}", config.data_dir.display()),
-    };
-    // PostgreSQL commits as the database is configured to; --durability is the embedded
-    // store's.
-    let durability = match &config.database {
-        Some(_) => None,
-        None => Some(config.durability.to_string()),
-    };
+    use tracing::field::display;
+    let on_off = |on: bool| if on { "on" } else { "off" };
     let policy = |p: &tenax_policy::RetryPolicy| native::to_json(p).to_string();
+    let embedded = config.database.is_none();
     tracing::info!(
         %address,
-        store,
-        durability,
-        auth = if config.auth { "on" } else { "off" },
-        tls = if config.tls.is_some() { "on" } else { "off" },
+        store = %if embedded { "embedded" } else { "postgres" },
+        data_dir = embedded.then(|| display(config.data_dir.display())),
+        // PostgreSQL commits as the database is configured to: --durability is the embedded
+        // store's.
+        durability = embedded.then(|| display(config.durability)),
+        auth = %on_off(config.auth),
+        tls = %on_off(config.tls.is_some()),
         default_policy = %policy(&config.default_policy),
         default_delivery_policy = %policy(&config.delivery.default_policy),
-        private_endpoints = if config.delivery.allow_private_endpoints { "allowed" } else { "refused" },
-        metrics = metrics.map(tracing::field::display),
-        otlp_endpoint = config.otlp_endpoint.as_ref().map(tracing::field::display),
+        private_endpoints = %if config.delivery.allow_private_endpoints { "allowed" } else { "refused" },
+        metrics_listen = metrics.map(display),
         "tenax listening"
     );
 }

@@ -134,7 +134,7 @@ pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next
     if guard.log_requests {
         // Microseconds as a number of milliseconds with three decimals, in both formats.
         let latency_ms = (elapsed.as_secs_f64() * 1_000_000.0).round() / 1_000.0;
-        tracing::info!(%method, route, status, latency_ms, request_id = %id, "request");
+        tracing::info!(%method, %route, status, latency_ms, request_id = %id, "request");
     }
     response
 }

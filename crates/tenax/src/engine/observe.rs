@@ -45,7 +45,6 @@ impl Engine {
                         token: job.lease_token,
                         created_at_ms: job.created_at_ms,
                         taken_at_ms: now_ms,
-                        traceparent: None,
                     },
                 );
             }

@@ -25,8 +25,6 @@ pub struct Held {
     pub token: LeaseToken,
     pub created_at_ms: UnixMs,
     pub taken_at_ms: UnixMs,
-    /// The job's trace context, kept only while spans are exported.
-    pub traceparent: Option<Arc<str>>,
 }
 
 /// Shards, so that concurrent takes and completions rarely meet on one lock.
