@@ -168,23 +168,22 @@ pub async fn run(
 /// The start-up line: where the server listens, and what it runs with, each value as the flags
 /// spell it.
 fn log_start(config: &Config, address: SocketAddr, metrics: Option<SocketAddr>) {
-    use tracing::field::display;
     let on_off = |on: bool| if on { "on" } else { "off" };
     let policy = |p: &tenax_policy::RetryPolicy| native::to_json(p).to_string();
     let embedded = config.database.is_none();
     tracing::info!(
         %address,
         store = %if embedded { "embedded" } else { "postgres" },
-        data_dir = embedded.then(|| display(config.data_dir.display())),
+        data_dir = embedded.then(|| tracing::field::display(config.data_dir.display())),
         // PostgreSQL commits as the database is configured to: --durability is the embedded
         // store's.
-        durability = embedded.then(|| display(config.durability)),
+        durability = embedded.then(|| tracing::field::display(config.durability)),
         auth = %on_off(config.auth),
         tls = %on_off(config.tls.is_some()),
         default_policy = %policy(&config.default_policy),
         default_delivery_policy = %policy(&config.delivery.default_policy),
         private_endpoints = %if config.delivery.allow_private_endpoints { "allowed" } else { "refused" },
-        metrics_listen = metrics.map(display),
+        metrics_listen = metrics.map(tracing::field::display),
         "tenax listening"
     );
 }
