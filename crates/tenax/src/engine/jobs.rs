@@ -94,8 +94,8 @@ impl Engine {
             };
             let this = last_series.get(&self.metrics.jobs, &job.queue, &job.kind);
             match series.last_mut() {
-                Some((run, n)) if Arc::ptr_eq(run, &this) => *n += 1,
-                _ => series.push((this, 1)),
+                Some((run, n)) if Arc::ptr_eq(run, this) => *n += 1,
+                _ => series.push((this.clone(), 1)),
             }
             let config = facts.config.as_ref();
             if job.expires_at_ms.is_none() {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::Engine;
 use crate::clock::UnixMs;
+use crate::metrics::histogram::Tally;
 use crate::metrics::jobs::{JobSeries, LastSeries};
 use crate::metrics::leases::Held;
 use crate::model::subscription::{is_internal_queue, subscription_of_queue};
@@ -24,24 +25,59 @@ struct Ended {
     taken_at_ms: UnixMs,
 }
 
+/// The completions of one run of jobs of one series, added to it when the run ends: one
+/// atomic addition per counter and bucket for the run rather than several per job.
+struct Completions {
+    series: Arc<JobSeries>,
+    completed: u64,
+    running: Tally,
+    end_to_end: Tally,
+}
+
+impl Completions {
+    fn new(series: Arc<JobSeries>) -> Self {
+        let running = Tally::new(&series.running);
+        let end_to_end = Tally::new(&series.end_to_end);
+        Self {
+            series,
+            completed: 0,
+            running,
+            end_to_end,
+        }
+    }
+}
+
+impl Drop for Completions {
+    fn drop(&mut self) {
+        self.series.completed.inc_by(self.completed);
+    }
+}
+
 impl Engine {
     /// Jobs were just taken at `now_ms`: their wait since ready, and their leases.
     pub(super) fn observe_taken(&self, jobs: &[TakenJob], now_ms: UnixMs) {
+        if jobs.is_empty() {
+            return;
+        }
         let book = !self.store.properties().shared;
         let mut last = LastSeries::default();
+        // The waits of the current run of one series.
+        let mut waits: Option<(u32, Tally)> = None;
         for job in jobs {
             if is_internal_queue(&job.queue) {
                 continue;
             }
             let series = last.get(&self.metrics.jobs, &job.queue, &job.kind);
-            series
-                .waiting
-                .observe_ms(now_ms.saturating_sub(job.ready_at_ms));
+            let tally = match &mut waits {
+                Some((index, tally)) if *index == series.index => tally,
+                _ => &mut waits.insert((series.index, Tally::new(&series.waiting))).1,
+            };
+            tally.observe_ms(now_ms.saturating_sub(job.ready_at_ms));
             if book {
                 self.metrics.leases.hold(
                     job.id,
                     Held {
-                        series,
+                        series: series.index,
                         token: job.lease_token,
                         created_at_ms: job.created_at_ms,
                         taken_at_ms: now_ms,
@@ -52,11 +88,13 @@ impl Engine {
     }
 
     /// What is known of the lease of `id` that just ended: the store's facts, else the book's.
+    /// `last` caches the series last resolved.
     fn ended(
         &self,
         id: JobId,
         token: Option<LeaseToken>,
         facts: Option<&LeaseFacts>,
+        last: &mut Option<Arc<JobSeries>>,
     ) -> Option<Ended> {
         let held = self.metrics.leases.end(id, token);
         if let Some(facts) = facts {
@@ -69,8 +107,16 @@ impl Engine {
                 taken_at_ms: facts.taken_at_ms,
             });
         }
-        held.map(|held| Ended {
-            series: held.series,
+        let held = held?;
+        let series = match last.as_ref() {
+            Some(series) if series.index == held.series => series.clone(),
+            _ => {
+                let series = self.metrics.jobs.by_index(held.series)?;
+                last.insert(series).clone()
+            }
+        };
+        Some(Ended {
+            series,
             created_at_ms: held.created_at_ms,
             taken_at_ms: held.taken_at_ms,
         })
@@ -83,19 +129,24 @@ impl Engine {
         results: &[Result<Option<LeaseFacts>, StoreError>],
         now_ms: UnixMs,
     ) {
+        let mut last = None;
+        let mut run: Option<Completions> = None;
         for (ack, result) in acks.iter().zip(results) {
             let Ok(facts) = result else { continue };
-            if let Some(ended) = self.ended(ack.id, Some(ack.lease), facts.as_ref()) {
-                ended.series.completed.inc();
-                ended
-                    .series
-                    .running
-                    .observe_ms(now_ms.saturating_sub(ended.taken_at_ms));
-                ended
-                    .series
-                    .end_to_end
-                    .observe_ms(now_ms.saturating_sub(ended.created_at_ms));
-            }
+            let Some(ended) = self.ended(ack.id, Some(ack.lease), facts.as_ref(), &mut last) else {
+                continue;
+            };
+            let completions = match &mut run {
+                Some(run) if Arc::ptr_eq(&run.series, &ended.series) => run,
+                _ => run.insert(Completions::new(ended.series)),
+            };
+            completions.completed += 1;
+            completions
+                .running
+                .observe_ms(now_ms.saturating_sub(ended.taken_at_ms));
+            completions
+                .end_to_end
+                .observe_ms(now_ms.saturating_sub(ended.created_at_ms));
         }
     }
 
@@ -108,7 +159,7 @@ impl Engine {
         expired: bool,
         now_ms: UnixMs,
     ) {
-        let ended = self.ended(failed.id, failed.token, failed.lease.as_ref());
+        let ended = self.ended(failed.id, failed.token, failed.lease.as_ref(), &mut None);
         let dead = transition.state.status == Status::Dead;
         let reason = transition.state.dead_reason.as_deref().unwrap_or("");
         match subscription_of_queue(&failed.queue) {

@@ -19,8 +19,8 @@ impl CommitMetrics {
     pub fn new(registry: &mut Registry) -> Self {
         let metrics = Self {
             commits: Counter::default(),
-            requests: Histogram::new(COMMIT_REQUESTS),
-            duration: Histogram::new(COMMIT_SECONDS),
+            requests: Histogram::counts(COMMIT_REQUESTS),
+            duration: Histogram::seconds(COMMIT_SECONDS),
         };
         registry.register(
             "tenax_store_commits",
@@ -43,10 +43,10 @@ impl CommitMetrics {
 }
 
 impl crate::store::CommitObserver for CommitMetrics {
-    #[allow(clippy::cast_precision_loss)]
     fn committed(&self, requests: usize, elapsed: Duration) {
         self.commits.inc();
-        self.requests.observe(requests as f64);
+        self.requests
+            .observe_units(u64::try_from(requests).unwrap_or(u64::MAX));
         self.duration.observe_duration(elapsed);
     }
 }

@@ -65,7 +65,7 @@ pub struct HttpMetrics {
 }
 
 fn request_seconds() -> Histogram {
-    Histogram::new(REQUEST_SECONDS)
+    Histogram::seconds(REQUEST_SECONDS)
 }
 
 impl HttpMetrics {

@@ -31,12 +31,14 @@ pub struct QueueLabel {
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn job_seconds() -> Histogram {
-    Histogram::new(JOB_SECONDS)
+    Histogram::seconds(JOB_SECONDS)
 }
 
 /// The series of one queue and type: a handle per counter and histogram.
 #[derive(Debug)]
 pub struct JobSeries {
+    /// Its place in [`JobMetrics::by_index`], for a record that keeps a number, not a handle.
+    pub index: u32,
     pub enqueued: Counter,
     pub completed: Counter,
     pub failed: Counter,
@@ -71,6 +73,8 @@ pub struct JobMetrics {
     end_to_end: Histograms<QueueLabel>,
     /// Resolved series by admitted (queue, type): bounded, since both are.
     series: RwLock<HashMap<SeriesKey, Arc<JobSeries>>>,
+    /// The same series by index, in the order they were made.
+    table: RwLock<Vec<Arc<JobSeries>>>,
 }
 
 impl JobMetrics {
@@ -93,6 +97,7 @@ impl JobMetrics {
             running: histograms(),
             end_to_end: histograms(),
             series: RwLock::new(HashMap::new()),
+            table: RwLock::new(Vec::new()),
         };
         let counters = [
             (
@@ -176,7 +181,13 @@ impl JobMetrics {
         let by_queue = QueueLabel {
             queue: queue.to_string(),
         };
+        let mut series = self.series.write();
+        if let Some(made) = series.get(&(queue.clone(), kind.clone())) {
+            return made.clone();
+        }
+        let mut table = self.table.write();
         let made = Arc::new(JobSeries {
+            index: u32::try_from(table.len()).unwrap_or(u32::MAX),
             enqueued: self.enqueued.get_or_create_owned(&labels),
             completed: self.completed.get_or_create_owned(&labels),
             failed: self.failed.get_or_create_owned(&labels),
@@ -188,11 +199,14 @@ impl JobMetrics {
             running: self.running.get_or_create_owned(&by_queue),
             end_to_end: self.end_to_end.get_or_create_owned(&by_queue),
         });
-        self.series
-            .write()
-            .entry((queue, kind))
-            .or_insert(made)
-            .clone()
+        table.push(made.clone());
+        series.insert((queue, kind), made.clone());
+        made
+    }
+
+    /// The series of index `index` ([`JobSeries::index`]).
+    pub fn by_index(&self, index: u32) -> Option<Arc<JobSeries>> {
+        self.table.read().get(index as usize).cloned()
     }
 }
 
@@ -204,14 +218,15 @@ pub struct LastSeries {
 }
 
 impl LastSeries {
-    pub fn get(&mut self, metrics: &JobMetrics, queue: &str, kind: &str) -> Arc<JobSeries> {
-        match &self.last {
-            Some((q, k, series)) if q == queue && k == kind => series.clone(),
-            _ => {
-                let series = metrics.series(queue, kind);
-                self.last = Some((queue.to_owned(), kind.to_owned(), series.clone()));
-                series
-            }
-        }
+    pub fn get(&mut self, metrics: &JobMetrics, queue: &str, kind: &str) -> &Arc<JobSeries> {
+        let last = match self.last.take() {
+            Some(last) if last.0 == queue && last.1 == kind => last,
+            _ => (
+                queue.to_owned(),
+                kind.to_owned(),
+                metrics.series(queue, kind),
+            ),
+        };
+        &self.last.insert(last).2
     }
 }

@@ -10,18 +10,18 @@
 //! held, so the book holds at most the jobs in flight plus those of the last such period.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use parking_lot::Mutex;
 
-use super::jobs::JobSeries;
 use crate::clock::UnixMs;
 use crate::model::{JobId, LeaseToken};
 
 /// What the book keeps of one lease.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub struct Held {
-    pub series: Arc<JobSeries>,
+    /// The job's series ([`super::jobs::JobSeries::index`]).
+    pub series: u32,
     pub token: LeaseToken,
     pub created_at_ms: UnixMs,
     pub taken_at_ms: UnixMs,
@@ -30,21 +30,47 @@ pub struct Held {
 /// Shards, so that concurrent takes and completions rarely meet on one lock.
 const SHARDS: usize = 16;
 
+/// Job ids are assigned by the store, not chosen by clients, and consecutive: they are their
+/// own hash.
+#[derive(Debug, Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        // Spread consecutive ids over the table's high bits too (Fibonacci hashing).
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 << 8) | u64::from(*byte);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type Shard = Mutex<HashMap<JobId, Held, BuildHasherDefault<IdHasher>>>;
+
 #[derive(Debug)]
 pub struct LeaseBook {
-    shards: Box<[Mutex<HashMap<JobId, Held>>]>,
+    shards: Box<[Shard]>,
 }
 
 impl Default for LeaseBook {
     fn default() -> Self {
         Self {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
         }
     }
 }
 
 impl LeaseBook {
-    fn shard(&self, id: JobId) -> &Mutex<HashMap<JobId, Held>> {
+    fn shard(&self, id: JobId) -> &Shard {
         // Ids are consecutive: their low bits spread them evenly.
         #[allow(clippy::cast_possible_truncation)]
         &self.shards[(id.0 as usize) % SHARDS]

@@ -69,7 +69,7 @@ pub struct WebhookMetrics {
 }
 
 fn webhook_seconds() -> Histogram {
-    Histogram::new(WEBHOOK_SECONDS)
+    Histogram::seconds(WEBHOOK_SECONDS)
 }
 
 impl WebhookMetrics {
