@@ -43,6 +43,7 @@ pub async fn run(
                     sync: config.durability == Durability::Sync,
                     cache_bytes: config.cache_bytes,
                     commits: Some(commits),
+                    ..EmbeddedOptions::default()
                 },
             },
             config.data_dir.display().to_string(),

@@ -404,6 +404,7 @@ async fn engine(dir: &std::path::Path) -> Engine {
             sync: false,
             cache_bytes: 1 << 20,
             commits: None,
+            log_bytes: 1 << 20,
         },
     };
     let store = store::open(&config, T0).await.expect("the store opens");
