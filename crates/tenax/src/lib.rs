@@ -13,6 +13,7 @@ pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
+pub mod metrics;
 pub mod model;
 pub mod serve;
 pub mod server;

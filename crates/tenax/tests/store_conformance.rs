@@ -18,7 +18,7 @@
 //! | `JobInserts`        | `insert_jobs`          | `enqueue_is_atomic_and_ids_increase`, `unique_keys_refuse_or_return_the_holder`, `deliveries_are_stored_with_their_message_and_subscription` |
 //! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged` |
 //! |                     | `extend_lease`         | `expired_leases_go_to_the_decision`                                                     |
-//! |                     | `complete_jobs`        | `complete_needs_the_current_lease`                                                      |
+//! |                     | `complete_jobs`        | `complete_needs_the_current_lease`, `backlog_and_lease_facts_are_reported`              |
 //! |                     | `fail_job`             | `fail_asks_the_decision_and_records_it`                                                 |
 //! |                     | `finish_delivery`      | `deliveries_are_taken_finished_and_logged`                                              |
 //! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`                                                      |
@@ -41,6 +41,7 @@
 //! |                     | `counts`               | `counts_per_queue_and_status`, every reopen                                             |
 //! |                     | `queue_counts`         | `list_filters_for_messages_and_counts_agree`, `queues_are_deleted_with_their_jobs`      |
 //! |                     | `attempts`             | `deliveries_are_taken_finished_and_logged`, every reopen                                |
+//! |                     | `backlog`              | `backlog_and_lease_facts_are_reported`                                                  |
 //! | `QueueStore`        | `queue`, `queues`      | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
 //! |                     | `update_queue`         | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
 //! |                     | `delete_queue`         | `queues_are_deleted_with_their_jobs`                                                    |
@@ -74,9 +75,9 @@ use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
 use tenax::store::{
     Ack, Checked, Claim, ClaimRecord, ClaimedJob, DeadLetter, DecideContext, EmbeddedStore,
-    Enqueued, FactsSeen, Finished, Insert, JobFilter, JobPeek, KeyHolder, NotReplayed, OnDuplicate,
-    Order, Page, QueueConfig, QueueCounts, Replay, Replayed, Selection, Store, StoreError,
-    StoreProperties, TakeRequest, TakenJob, Transition,
+    Enqueued, FactsSeen, Finished, Insert, JobFilter, JobPeek, KeyHolder, LeaseFacts, NotReplayed,
+    OnDuplicate, Order, Page, QueueConfig, QueueCounts, Replay, Replayed, Selection, Store,
+    StoreError, StoreProperties, TakeRequest, TakenJob, Transition,
 };
 use tenax_policy::{RetryPolicy, Shape};
 use tokio::sync::Notify;
@@ -432,6 +433,29 @@ fn taken_ids(jobs: &[TakenJob]) -> Vec<JobId> {
     jobs.iter().map(|j| j.id).collect()
 }
 
+/// `complete_jobs` without what the backend reports of each lease, which
+/// `backlog_and_lease_facts_are_reported` checks.
+trait CompletePlain {
+    async fn complete_plain(
+        &self,
+        acks: &[Ack],
+        retain: bool,
+        now_ms: u64,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+}
+
+impl CompletePlain for Arc<dyn Store> {
+    async fn complete_plain(
+        &self,
+        acks: &[Ack],
+        retain: bool,
+        now_ms: u64,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let results = self.complete_jobs(acks, retain, now_ms).await?;
+        Ok(results.into_iter().map(|r| r.map(drop)).collect())
+    }
+}
+
 fn ack(job: &TakenJob) -> Ack {
     Ack {
         id: job.id,
@@ -779,7 +803,7 @@ async fn unique_keys_refuse_or_return_the_holder(backend: &impl Backend) {
         matches!(refused, Err(StoreError::Duplicate { holder: KeyHolder::Job(existing), .. }) if existing == held)
     );
     let done = store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("completed");
     assert_eq!(done, [Ok(())]);
@@ -902,7 +926,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
         lease: LeaseToken(0),
     };
     let results = store
-        .complete_jobs(&[ack(a), wrong, guessed, ack(c), ack(d)], true, T0 + 7)
+        .complete_plain(&[ack(a), wrong, guessed, ack(c), ack(d)], true, T0 + 7)
         .await
         .expect("one commit");
     assert_eq!(
@@ -922,7 +946,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
     );
     assert_eq!(status(&store, b.id).await, Some(Status::InFlight));
     let results = store
-        .complete_jobs(
+        .complete_plain(
             &[
                 ack(a),
                 Ack {
@@ -947,7 +971,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
     );
     // Without retention, a completed job is gone.
     let results = store
-        .complete_jobs(&[ack(b)], false, T0)
+        .complete_plain(&[ack(b)], false, T0)
         .await
         .expect("one commit");
     assert_eq!(results, [Ok(())]);
@@ -1201,7 +1225,7 @@ async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
     assert_eq!(shown.errors.len(), 1);
     // Its old lease is gone.
     let results = store
-        .complete_jobs(&[ack(&short[0])], true, expiry)
+        .complete_plain(&[ack(&short[0])], true, expiry)
         .await
         .expect("commit");
     assert!(matches!(results[0], Err(StoreError::NotInFlight { .. })));
@@ -1337,7 +1361,7 @@ async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     );
     // An acknowledged job no longer counts against its stream.
     store
-        .complete_jobs(&[ack(&nine[0])], true, T0)
+        .complete_plain(&[ack(&nine[0])], true, T0)
         .await
         .expect("completed");
     assert_eq!(store.claim(ClaimId(9)).await.expect("claim").jobs.len(), 0);
@@ -1615,7 +1639,7 @@ async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
     assert_eq!(deleted, [ids[0]]);
     assert!(store.get_job(ids[0]).await.expect("readable").is_none());
     let results = store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[0]))]);
@@ -1669,11 +1693,11 @@ async fn finished_jobs_are_purged_after_retention(backend: &impl Backend) {
     let ids = enqueue(&store, vec![job("q"); 5], T0).await;
     let taken = take(&store, &["q"], 5, T0).await;
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0 + 1_000)
+        .complete_plain(&[ack(&taken[0])], true, T0 + 1_000)
         .await
         .expect("done");
     store
-        .complete_jobs(&[ack(&taken[1])], true, T0 + 5_000)
+        .complete_plain(&[ack(&taken[1])], true, T0 + 5_000)
         .await
         .expect("done");
     store
@@ -1821,6 +1845,90 @@ async fn list_filters_and_pages(backend: &impl Backend) {
     close(store).await;
 }
 
+/// What the metrics read: each queue's backlog (unfinished and dead jobs by status, and when
+/// the ready job first in line became ready), when a taken job became ready, and what a lease
+/// was when it ends, which a shared backend must report (the lease may be another server's).
+async fn backlog_and_lease_facts_are_reported(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    assert!(store.backlog().await.expect("backlog").is_empty());
+    enqueue(
+        &store,
+        vec![
+            job("a").kind("mail").at(T0 - 5 * SECOND),
+            job("a").kind("mail").at(T0 - 2 * SECOND),
+            job("a").priority(5),
+            job("a").at(T0 + SECOND),
+            job("a"),
+            job("b").at(T0 + SECOND),
+        ],
+        T0,
+    )
+    .await;
+    let by_queue = |store: &Arc<dyn Store>| {
+        let store = store.clone();
+        async move {
+            let mut backlog = store.backlog().await.expect("backlog");
+            backlog.sort_by(|x, y| x.queue.cmp(&y.queue));
+            backlog
+        }
+    };
+    let backlog = by_queue(&store).await;
+    let a = &backlog[0];
+    assert_eq!(a.queue, "a");
+    assert_eq!((a.scheduled, a.ready, a.in_flight, a.dead), (1, 4, 0, 0));
+    // First in line is the priority-5 job, ready since its enqueue.
+    assert_eq!(a.first_ready_since_ms, Some(T0));
+    let b = &backlog[1];
+    assert_eq!((b.queue.as_str(), b.scheduled, b.ready), ("b", 1, 0));
+    assert_eq!(b.first_ready_since_ms, None);
+
+    let taken = take(&store, &["a"], 3, T0 + 100).await;
+    let ready_at: Vec<u64> = taken.iter().map(|t| t.ready_at_ms).collect();
+    assert_eq!(ready_at, [T0, T0 - 5 * SECOND, T0 - 2 * SECOND]);
+    let backlog = by_queue(&store).await;
+    assert_eq!((backlog[0].ready, backlog[0].in_flight), (1, 3));
+    assert_eq!(backlog[0].first_ready_since_ms, Some(T0));
+
+    let done = store
+        .complete_jobs(&[ack(&taken[1])], true, T0 + 300)
+        .await
+        .expect("commit");
+    let shared = store.properties().shared;
+    match &done[..] {
+        [Ok(Some(facts))] => assert_eq!(
+            facts,
+            &LeaseFacts {
+                queue: "a".into(),
+                kind: "mail".into(),
+                created_at_ms: T0,
+                taken_at_ms: T0 + 100,
+            }
+        ),
+        [Ok(None)] => assert!(!shared, "a shared backend must report what a lease was"),
+        other => panic!("{other:?}"),
+    }
+    let seen = Mutex::new(None);
+    let dying = dead(T0 + 400, "fatal");
+    store
+        .fail_job(ack(&taken[2]), T0 + 400, &|ctx: &DecideContext<'_>| {
+            *seen.lock().expect("lock") = Some(ctx.lease.clone());
+            dying(ctx)
+        })
+        .await
+        .expect("dead");
+    match seen.into_inner().expect("lock").expect("decided") {
+        Some(facts) => {
+            assert_eq!((facts.queue.as_str(), facts.kind.as_str()), ("a", "mail"));
+            assert_eq!(facts.taken_at_ms, T0 + 100);
+        }
+        None => assert!(!shared, "a shared backend must report what a lease was"),
+    }
+    let backlog = by_queue(&store).await;
+    let a = &backlog[0];
+    assert_eq!((a.scheduled, a.ready, a.in_flight, a.dead), (1, 1, 1, 1));
+    close(store).await;
+}
+
 async fn counts_per_queue_and_status(backend: &impl Backend) {
     let store = backend.open(T0).await;
     assert!(store.counts().await.expect("counts").is_empty());
@@ -1839,7 +1947,7 @@ async fn counts_per_queue_and_status(backend: &impl Backend) {
     .await;
     let taken = take(&store, &["a"], 3, T0).await;
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("done");
     store
@@ -2007,7 +2115,10 @@ async fn leases_across_a_restart_follow_the_declared_property(backend: &impl Bac
             .collect();
         assert_eq!(claimed, [ids[1]]);
         assert_eq!(taken_ids(&take(&store, &["q"], 10, now).await), [ids[3]]);
-        let results = store.complete_jobs(&acks, true, now).await.expect("commit");
+        let results = store
+            .complete_plain(&acks, true, now)
+            .await
+            .expect("commit");
         assert_eq!(
             results,
             [Ok(()), Ok(()), Ok(())],
@@ -2038,7 +2149,10 @@ async fn leases_across_a_restart_follow_the_declared_property(backend: &impl Bac
                 .jobs
                 .is_empty()
         );
-        let results = store.complete_jobs(&acks, true, now).await.expect("commit");
+        let results = store
+            .complete_plain(&acks, true, now)
+            .await
+            .expect("commit");
         assert_eq!(
             results,
             ids[..3]
@@ -2182,7 +2296,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
 
     // A job completed under the claim leaves it.
     let done = store
-        .complete_jobs(&[ack(&taken[1])], true, T0 + 6 * SECOND)
+        .complete_plain(&[ack(&taken[1])], true, T0 + 6 * SECOND)
         .await
         .expect("commit");
     assert_eq!(done, [Ok(())]);
@@ -2211,7 +2325,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
     assert_eq!(shown.errors[0].message, "claim deleted");
     assert_eq!(store.claim(claim).await, Ok(Claim::default()));
     let stale = store
-        .complete_jobs(&[ack(&taken[0])], true, now)
+        .complete_plain(&[ack(&taken[0])], true, now)
         .await
         .expect("commit");
     assert_eq!(
@@ -2247,7 +2361,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
     let briefly = store.take_jobs(&short, now).await.expect("taken");
     assert_eq!(taken_ids(&briefly), [ids[0]]);
     store
-        .complete_jobs(&[ack(&briefly[0])], true, now)
+        .complete_plain(&[ack(&briefly[0])], true, now)
         .await
         .expect("commit");
     let over = now + 2 * SECOND;
@@ -2513,7 +2627,7 @@ async fn peeks_and_checked_deletes_see_the_current_state(backend: &impl Backend)
             .is_empty()
     );
     let results = store
-        .complete_jobs(&[ack(&claimed[0]), ack(&plain[0])], true, T0)
+        .complete_plain(&[ack(&claimed[0]), ack(&plain[0])], true, T0)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[0])), Ok(())]);
@@ -2533,7 +2647,7 @@ async fn list_filters_for_messages_and_counts_agree(backend: &impl Backend) {
     let completed = enqueue(&store, vec![job("q")], T0).await[0];
     let taken = take(&store, &["q"], 1, T0).await;
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0 + SECOND)
+        .complete_plain(&[ack(&taken[0])], true, T0 + SECOND)
         .await
         .expect("completed");
     let died = enqueue(&store, vec![job("q")], T0).await[0];
@@ -2698,7 +2812,7 @@ async fn expired_jobs_are_deleted_whatever_their_status(backend: &impl Backend) 
     let completed = enqueue(&store, vec![job("q").expires(at)], T0).await[0];
     let taken = take(&store, &["q"], 1, T0).await;
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("completed");
     let died = enqueue(&store, vec![job("q").expires(at)], T0).await[0];
@@ -2731,7 +2845,7 @@ async fn expired_jobs_are_deleted_whatever_their_status(backend: &impl Backend) 
         );
     }
     let results = store
-        .complete_jobs(&[ack(&flying[0])], true, at)
+        .complete_plain(&[ack(&flying[0])], true, at)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[2]))]);
@@ -3423,7 +3537,7 @@ async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
     assert_eq!(status(&store, ids[3]).await, Some(Status::Ready));
     assert_eq!(subscribers(&store, "q").await, Ok(vec![sub.id]));
     let results = store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[0]))]);
@@ -3534,7 +3648,7 @@ async fn signals_announce_what_may_have_changed(backend: &impl Backend) {
     let done = fires(
         released,
         "a completion",
-        store.complete_jobs(&[ack(&held[0])], true, at),
+        store.complete_plain(&[ack(&held[0])], true, at),
     )
     .await
     .expect("completed");
@@ -3636,7 +3750,7 @@ async fn close_keeps_everything_acknowledged(backend: &impl Backend) {
     let taken = take(&store, &["q"], 3, T0).await;
     assert_eq!(taken_ids(&taken), ids[..3]);
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("completed");
     store
@@ -3758,7 +3872,10 @@ async fn racing_operations_on_a_job_are_serialised(backend: &impl Backend) {
             let (store, ack) = (store.clone(), ack(contested));
             tokio::spawn(async move {
                 if i % 2 == 0 {
-                    let mut results = store.complete_jobs(&[ack], true, T0).await.expect("commit");
+                    let mut results = store
+                        .complete_plain(&[ack], true, T0)
+                        .await
+                        .expect("commit");
                     (Status::Completed, results.remove(0))
                 } else {
                     let failed = store.fail_job(ack, T0, &dead(T0, "fatal")).await;
@@ -4039,6 +4156,7 @@ macro_rules! conformance_suite {
                 finished_jobs_are_purged_after_retention,
                 list_filters_and_pages,
                 counts_per_queue_and_status,
+                backlog_and_lease_facts_are_reported,
                 queue_configs_are_kept,
                 leases_across_a_restart_follow_the_declared_property,
                 claims_are_renewed_ended_and_forgotten,

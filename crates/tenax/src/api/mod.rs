@@ -9,6 +9,7 @@ pub(crate) mod extract;
 pub(crate) mod fields;
 pub mod guard;
 pub(crate) mod jobs;
+pub mod metrics;
 pub mod openapi;
 mod policy;
 pub(crate) mod queues;
@@ -51,6 +52,8 @@ pub struct AppState {
     pub deliveries: Arc<Deliveries>,
     /// Whether requests need an API token.
     pub auth_required: bool,
+    /// Log one line per request at info.
+    pub log_requests: bool,
 }
 
 /// `GET /healthz`: `ok` while the server serves.
@@ -64,6 +67,7 @@ async fn healthz() -> &'static str {
 pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(healthz))
+        .routes(routes!(metrics::metrics))
         .nest(
             "/api",
             OpenApiRouter::new()
@@ -127,6 +131,7 @@ pub fn router(state: AppState) -> Router {
             authorizer,
             auth::authorize,
         ))
+        .route_layer(axum::middleware::from_fn(guard::record_route))
         .fallback(|| async { error::ApiError::not_found("no such endpoint; see docs/api.md") })
         .method_not_allowed_fallback(|| async {
             error::ApiError {
@@ -138,7 +143,11 @@ pub fn router(state: AppState) -> Router {
         })
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
-            state.limits.clone(),
+            Arc::new(guard::Guard {
+                limits: state.limits.clone(),
+                metrics: state.engine.metrics.clone(),
+                log_requests: state.log_requests,
+            }),
             guard::guard,
         ))
         .with_state(state)

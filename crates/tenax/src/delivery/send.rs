@@ -314,6 +314,7 @@ mod tests {
             expires_at_ms: None,
             parent: Some(JobId(7)),
             traceparent: None,
+            ready_at_ms: 0,
         }
     }
 

@@ -183,6 +183,7 @@ mod tests {
             job_policy,
             queue_config: None,
             owner: None,
+            lease: None,
         }
     }
 

@@ -10,6 +10,7 @@ mod claims;
 mod decide;
 mod jobs;
 pub mod maintenance;
+mod observe;
 mod queues;
 mod subscriptions;
 pub mod tokens;
@@ -26,6 +27,7 @@ pub use self::decide::{
 };
 pub use self::jobs::Enqueue;
 use crate::clock::{Clock, UnixMs};
+use crate::metrics::Metrics;
 use crate::model::ClaimId;
 use crate::model::subscription::is_internal_queue;
 use crate::store::{Signals, Store, StoreError, StoreProperties};
@@ -51,6 +53,8 @@ pub struct Engine {
     stopping: tokio::sync::watch::Sender<bool>,
     /// The API tokens, by hash.
     tokens: tokens::TokenBook,
+    /// What the server counts ([`crate::metrics`]); the engine counts its transitions there.
+    pub metrics: Arc<Metrics>,
 }
 
 /// A worker's failure report.
@@ -118,7 +122,15 @@ impl Engine {
             settings,
             stopping,
             tokens: tokens::TokenBook::default(),
+            metrics: Arc::new(Metrics::default()),
         }
+    }
+
+    /// Counts into `metrics` (the server's, which `/metrics` shows).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Starts the shutdown of waiting requests: long polls return empty, streams end.
@@ -149,6 +161,11 @@ impl Engine {
 
     pub fn store_properties(&self) -> StoreProperties {
         self.store.properties()
+    }
+
+    /// Every queue's backlog, for the metrics.
+    pub async fn backlog(&self) -> Result<Vec<crate::store::Backlog>, StoreError> {
+        self.store.backlog().await
     }
 
     /// Flushes the store and stops its background work. Called once, at shutdown.

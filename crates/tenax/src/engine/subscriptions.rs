@@ -123,9 +123,12 @@ impl Engine {
     /// the policy's limit or window (those are decided first).
     pub async fn finish_delivery(
         &self,
+        subscription: SubscriptionId,
         ack: Ack,
         attempt: Attempt,
     ) -> Result<Finished, StoreError> {
+        let series = self.metrics.webhooks.series(subscription);
+        series.attempted(&attempt);
         let now_ms = self.now_ms();
         let retain = self.settings.completed_retention_ms > 0;
         let default = self.settings.delivery_policy.clone();
@@ -158,9 +161,25 @@ impl Engine {
             let transition = explain_death(transition, outcome, &message);
             respect_retry_after(transition, now_ms, retry_after_ms)
         };
-        self.store
+        let finished = self
+            .store
             .finish_delivery(ack, &attempt, retain, now_ms, &decide)
-            .await
+            .await?;
+        if let Finished::Failed(transition) = &finished {
+            if transition.state.status == Status::Dead {
+                series.dead.inc();
+                tracing::warn!(
+                    delivery = ack.id.0,
+                    subscription = subscription.0,
+                    attempts = attempt.attempt,
+                    reason = transition.state.dead_reason.as_deref().unwrap_or(""),
+                    "delivery dead"
+                );
+            } else {
+                series.retried.inc();
+            }
+        }
+        Ok(finished)
     }
 }
 

@@ -73,14 +73,15 @@ pub trait JobLeases {
         now_ms: UnixMs,
     ) -> Result<UnixMs, StoreError>;
 
-    /// Completes in-flight jobs whose leases are valid: one durable commit, one result per job.
-    /// A completed job is kept (for its retention) when `retain`, else deleted.
+    /// Completes in-flight jobs whose leases are valid: one durable commit, one result per job,
+    /// with what the backend knows of each lease ([`LeaseFacts`]). A completed job is kept (for
+    /// its retention) when `retain`, else deleted.
     async fn complete_jobs(
         &self,
         acks: &[Ack],
         retain: bool,
         now_ms: UnixMs,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+    ) -> Result<Vec<Result<Option<LeaseFacts>, StoreError>>, StoreError>;
 
     /// Records a failure of an in-flight job; `decide` gives its next state.
     async fn fail_job(
@@ -213,6 +214,12 @@ pub trait JobReads {
 
     /// A delivery's attempts, oldest first.
     async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError>;
+
+    /// Every queue's backlog ([`Backlog`]), in no order; queues without unfinished or dead jobs
+    /// may be left out. Asked by every scrape of the metrics: it must not read every job of a
+    /// large store, or say how costly it is in the backend's documentation (the metrics then
+    /// count again only once the last count is 20 times as old as it took).
+    async fn backlog(&self) -> Result<Vec<Backlog>, StoreError>;
 }
 
 /// Queue settings.
@@ -278,6 +285,13 @@ pub trait TokenStore {
 
     /// Every token, by id.
     async fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
+}
+
+/// Where a backend reports its commits, for the metrics: handed to it at open.
+pub trait CommitObserver: Send + Sync + std::fmt::Debug {
+    /// A commit carrying `requests` requests (more than one when they shared it: group
+    /// commit) took `elapsed`, its sync included when it synced.
+    fn committed(&self, requests: usize, elapsed: std::time::Duration);
 }
 
 /// What a backend promises beyond the seam's rules.

@@ -232,6 +232,22 @@ pub struct TakenJob {
     pub parent: Option<JobId>,
     /// The trace context it was enqueued with.
     pub traceparent: Option<String>,
+    /// When it became ready (was due): the wait before this take started then.
+    pub ready_at_ms: UnixMs,
+}
+
+/// What a backend knows of a leased job at no extra cost, reported when its lease ends, for
+/// the metrics (by queue and type; run and end-to-end times).
+///
+/// A backend shared by several servers must report it ([`StoreProperties::shared`]): the lease
+/// may have been handed out by another server. A backend used by one process may leave it out;
+/// the engine then knows it from the take, which happened in this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseFacts {
+    pub queue: String,
+    pub kind: String,
+    pub created_at_ms: UnixMs,
+    pub taken_at_ms: UnixMs,
 }
 
 /// A job held by a claim (or stream).
@@ -291,6 +307,8 @@ pub struct DecideContext<'a> {
     pub queue_config: Option<&'a QueueConfig>,
     /// For a delivery: its subscription, and the settings of the subscription's queue.
     pub owner: Option<(&'a Subscription, Option<&'a QueueConfig>)>,
+    /// What the backend knows of the lease that ends (see [`LeaseFacts`]).
+    pub lease: Option<LeaseFacts>,
 }
 
 /// A job's next state after a failure or lost lease, and the error to record.
@@ -508,6 +526,19 @@ impl QueueCounts {
             dead: slots[4],
         }
     }
+}
+
+/// A queue's backlog at one moment, for the metrics: its jobs by status (completed jobs are
+/// left out: counting them would read every job kept for retention), and when the ready job
+/// first in line (the one the next take gets) became ready.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backlog {
+    pub queue: String,
+    pub scheduled: u64,
+    pub ready: u64,
+    pub in_flight: u64,
+    pub dead: u64,
+    pub first_ready_since_ms: Option<UnixMs>,
 }
 
 /// What an enqueue needs of a queue, read at one moment: its settings and its subscribers (every

@@ -12,8 +12,8 @@ use crate::clock::UnixMs;
 use crate::model::subscription::subscription_of_queue;
 use crate::model::{Attempt, AttemptResult, Job, JobId, LeaseToken, Status};
 use crate::store::{
-    Ack, Decide, DecideContext, Finished, JobLeases, StoreError, TakeRequest, TakenJob, Transition,
-    to_json_bytes,
+    Ack, Decide, DecideContext, Finished, JobLeases, LeaseFacts, StoreError, TakeRequest, TakenJob,
+    Transition, to_json_bytes,
 };
 
 #[async_trait]
@@ -53,7 +53,14 @@ impl JobLeases for EmbeddedStore {
                         e.set_expires_at_ms(Some(at.max(keep)));
                     }
                 }) {
-                    leased.push((id, lease, entry.failures + 1, entry.expires_at_ms()));
+                    let ready_at_ms = entry.run_at_ms;
+                    leased.push((
+                        id,
+                        lease,
+                        entry.failures + 1,
+                        entry.expires_at_ms(),
+                        ready_at_ms,
+                    ));
                 }
             }
             if let (Some(claim), Some(record)) = (request.claim, &request.record) {
@@ -71,7 +78,7 @@ impl JobLeases for EmbeddedStore {
             .into_iter()
             .zip(bodies)
             // A job deleted since it was leased has no body: nothing to hand out.
-            .filter_map(|((id, lease, attempt, expires_at_ms), body)| {
+            .filter_map(|((id, lease, attempt, expires_at_ms, ready_at_ms), body)| {
                 let body = body?;
                 Some(TakenJob {
                     id,
@@ -86,6 +93,7 @@ impl JobLeases for EmbeddedStore {
                     expires_at_ms,
                     parent: body.parent,
                     traceparent: body.traceparent,
+                    ready_at_ms,
                 })
             })
             .collect())
@@ -117,7 +125,7 @@ impl JobLeases for EmbeddedStore {
         acks: &[Ack],
         retain: bool,
         now_ms: UnixMs,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    ) -> Result<Vec<Result<Option<LeaseFacts>, StoreError>>, StoreError> {
         let (results, receiver) = {
             let mut inner = self.inner.lock();
             let mut ops = Vec::with_capacity(acks.len());
@@ -128,7 +136,8 @@ impl JobLeases for EmbeddedStore {
                     continue;
                 }
                 ops.extend(complete_one(&mut inner, ack.id, retain, now_ms));
-                results.push(Ok(()));
+                // One process uses this store: the engine knows the lease from its take.
+                results.push(Ok(None));
             }
             let receiver = (!ops.is_empty()).then(|| {
                 let completed: Vec<JobId> = acks
@@ -374,6 +383,7 @@ pub(super) fn decide_on(inner: &Inner, id: JobId, decide: &Decide<'_>) -> Option
         job_policy: entry.policy().map(|p| &**p),
         queue_config: inner.queues.get(&**queue),
         owner,
+        lease: None,
     }))
 }
 

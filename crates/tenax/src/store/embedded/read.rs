@@ -12,7 +12,8 @@ use super::{EmbeddedStore, Inner, fault};
 use crate::clock::UnixMs;
 use crate::model::{Attempt, ErrorEntry, Held, Job, JobId, JobState, NewJob, Status};
 use crate::store::{
-    JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, Selection, StoreError, from_json_bytes,
+    Backlog, JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, Selection, StoreError,
+    from_json_bytes,
 };
 
 /// What memory (or, for a completed job, disk) knows of a job at one moment.
@@ -456,5 +457,31 @@ impl JobReads for EmbeddedStore {
             attempts.push(from_json_bytes("delivery attempt", bytes.value())?);
         }
         Ok(attempts)
+    }
+
+    /// From memory: the counts the index keeps, and the head of each queue's ready set.
+    async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {
+        let inner = self.inner.lock();
+        Ok(inner
+            .index
+            .counts()
+            .filter(|(_, c)| c[0] + c[1] + c[2] + c[4] > 0)
+            .map(|(queue, [scheduled, ready, in_flight, _, dead])| {
+                let first_ready_since_ms = inner
+                    .index
+                    .queue_ref(queue)
+                    .and_then(|queue| inner.index.peek_ready(&[queue], 1).pop())
+                    .and_then(|id| inner.index.get(id))
+                    .map(|entry| entry.run_at_ms);
+                Backlog {
+                    queue: queue.to_string(),
+                    scheduled,
+                    ready,
+                    in_flight,
+                    dead,
+                    first_ready_since_ms,
+                }
+            })
+            .collect())
     }
 }

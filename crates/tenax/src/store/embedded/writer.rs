@@ -36,7 +36,7 @@ use tokio::sync::oneshot;
 use super::Inner;
 use super::ops::{CountDeltas, Op, Tables};
 use super::wal::Wal;
-use crate::store::{Signals, StoreError};
+use crate::store::{CommitObserver, Signals, StoreError};
 
 /// What a request does in memory once its ops are written (`written`) or have failed: runs
 /// under the index lock, and says whom to wake.
@@ -98,6 +98,8 @@ pub struct Parts {
     pub sync: bool,
     pub memory: Arc<Mutex<Inner>>,
     pub signals: Arc<Signals>,
+    /// Where each commit is reported, for the metrics.
+    pub commits: Option<Arc<dyn CommitObserver>>,
 }
 
 /// Who commits now.
@@ -437,7 +439,11 @@ impl Loop {
             all_ops.push(request.ops);
             requests.push((request.after, request.done));
         }
+        let started = Instant::now();
         let result = self.write(all_ops);
+        if let (Some(commits), Ok(_)) = (&self.parts.commits, &result) {
+            commits.committed(requests.len(), started.elapsed());
+        }
         let written = result.is_ok();
         let mut wake = Wake::default();
         {

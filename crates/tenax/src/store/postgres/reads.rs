@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 
 use super::filter::{Query, ids_param};
-use super::rows::{JOB_COLUMNS, PEEK_COLUMNS, id, job_of, limit, peek_of, status_of};
+use super::rows::{JOB_COLUMNS, PEEK_COLUMNS, id, job_of, limit, peek_of, status_of, untime};
 use super::transitions::query;
 use super::{PostgresStore, fault};
 use crate::model::{Attempt, Job, JobId, Status};
 use crate::store::{
-    JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, StoreError, from_json_bytes,
+    Backlog, JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, StoreError, from_json_bytes,
 };
 
 #[async_trait]
@@ -114,6 +114,78 @@ impl JobReads for PostgresStore {
             add(&mut slots, status_of(row.get(0))?, row.get(1));
         }
         Ok(QueueCounts::from_slots(queue, slots))
+    }
+
+    /// Three statements: unfinished jobs by queue and status (a scan of `tenax_jobs`, which
+    /// holds only the unfinished ones), dead jobs by queue (`tenax_finished_dead`, an index of
+    /// the dead ones only), and each queue's first ready job (one step down
+    /// `tenax_jobs_ready` per queue). The first grows with the backlog; the metrics count
+    /// again only once the last count is 20 times as old as it took.
+    async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {
+        let what = "counting jobs by queue";
+        let client = self.client().await?;
+        let mut by_queue: HashMap<String, Backlog> = HashMap::new();
+        let unfinished = query(
+            &client,
+            "SELECT queue, status, count(*) FROM tenax_jobs GROUP BY queue, status",
+            &[],
+        )
+        .await
+        .map_err(fault(what))?;
+        for row in &unfinished {
+            let queue: String = row.get(0);
+            let n = u64::try_from(row.get::<_, i64>(2)).unwrap_or(0);
+            let backlog = by_queue.entry(queue.clone()).or_insert_with(|| Backlog {
+                queue,
+                ..Backlog::default()
+            });
+            match status_of(row.get(1))? {
+                Status::Scheduled => backlog.scheduled += n,
+                Status::Ready => backlog.ready += n,
+                Status::InFlight => backlog.in_flight += n,
+                Status::Completed | Status::Dead => {}
+            }
+        }
+        let dead = query(
+            &client,
+            "SELECT queue, count(*) FROM tenax_finished WHERE status = 4 GROUP BY queue",
+            &[],
+        )
+        .await
+        .map_err(fault(what))?;
+        for row in &dead {
+            let queue: String = row.get(0);
+            let n = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
+            by_queue
+                .entry(queue.clone())
+                .or_insert_with(|| Backlog {
+                    queue,
+                    ..Backlog::default()
+                })
+                .dead += n;
+        }
+        let heads = query(
+            &client,
+            "WITH RECURSIVE heads AS (
+                 (SELECT queue, run_at FROM tenax_jobs WHERE status = 1
+                  ORDER BY queue, priority DESC, id LIMIT 1)
+                 UNION ALL
+                 SELECT next.queue, next.run_at FROM heads CROSS JOIN LATERAL (
+                     SELECT queue, run_at FROM tenax_jobs WHERE status = 1 AND queue > heads.queue
+                     ORDER BY queue, priority DESC, id LIMIT 1
+                 ) AS next
+             )
+             SELECT queue, run_at FROM heads",
+            &[],
+        )
+        .await
+        .map_err(fault(what))?;
+        for row in &heads {
+            if let Some(backlog) = by_queue.get_mut(row.get::<_, &str>(0)) {
+                backlog.first_ready_since_ms = Some(untime(row.get(1)));
+            }
+        }
+        Ok(by_queue.into_values().collect())
     }
 
     async fn attempts(&self, job: JobId) -> Result<Vec<Attempt>, StoreError> {

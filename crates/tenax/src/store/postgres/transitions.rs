@@ -10,14 +10,14 @@ use tokio_postgres::types::ToSql;
 
 use super::rows::{
     JOB_COLUMNS, TABLE_COLUMNS, count, id, json, lease_token_of, policy_of, queue_config_of,
-    state_of, status_code, status_of, subscription_of, time, unid,
+    state_of, status_code, status_of, subscription_of, time, unid, untime,
 };
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
 use crate::model::subscription::subscription_of_queue;
 use crate::model::{Attempt, JobId, Status, Subscription, SubscriptionId};
-use crate::store::{Ack, Decide, DecideContext, QueueConfig, StoreError, Transition};
+use crate::store::{Ack, Decide, DecideContext, LeaseFacts, QueueConfig, StoreError, Transition};
 
 /// Runs `sql` as a cached prepared statement.
 pub async fn query<C: GenericClient>(
@@ -181,6 +181,14 @@ pub async fn decide_and_apply<C: GenericClient>(
         },
         None => None,
     };
+    let lease = LeaseFacts {
+        queue: queue.to_owned(),
+        kind: row.get(2),
+        created_at_ms: super::rows::untime(row.get(6)),
+        taken_at_ms: row
+            .get::<_, Option<i64>>(22)
+            .map_or(now_ms, super::rows::untime),
+    };
     let mut transition = decide(&DecideContext {
         id: job,
         queue,
@@ -189,6 +197,7 @@ pub async fn decide_and_apply<C: GenericClient>(
         job_policy: policy.as_ref().map(|p| p.policy().as_ref()),
         queue_config: queue_config.as_ref(),
         owner: owner.as_ref().map(|(s, c)| (s, c.as_ref())),
+        lease: Some(lease),
     });
     if transition.state.status == Status::Scheduled && transition.state.run_at_ms <= now_ms {
         transition.state.status = Status::Ready;
@@ -293,7 +302,7 @@ static MOVE_TO_FINISHED: std::sync::LazyLock<String> = std::sync::LazyLock::new(
 
 /// Completes the in-flight jobs whose leases are the given tokens: kept as completed (moved to
 /// `tenax_finished`, with `attempt` logged) when `retain`, else deleted. Returns the (id,
-/// lease token) pairs completed.
+/// lease token) pairs completed, with what their rows said of their leases.
 pub async fn complete<C: GenericClient>(
     client: &C,
     ids: &[i64],
@@ -301,7 +310,7 @@ pub async fn complete<C: GenericClient>(
     retain: bool,
     now_ms: UnixMs,
     attempt: Option<&Attempt>,
-) -> Result<Vec<(i64, i64)>, StoreError> {
+) -> Result<Vec<((i64, i64), LeaseFacts)>, StoreError> {
     let attempt: Option<String> = attempt.map(json);
     let rows = query(
         client,
@@ -310,7 +319,18 @@ pub async fn complete<C: GenericClient>(
     )
     .await
     .map_err(fault("completing jobs"))?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let facts = LeaseFacts {
+                queue: r.get(2),
+                kind: r.get(3),
+                created_at_ms: untime(r.get(4)),
+                taken_at_ms: r.get::<_, Option<i64>>(5).map_or(now_ms, untime),
+            };
+            ((r.get(0), r.get(1)), facts)
+        })
+        .collect())
 }
 
 /// A job holds a lease token only while in flight (every transition out of flight clears it),
@@ -333,6 +353,6 @@ static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                  NULL, NULL, NULL, NULL
              FROM done WHERE $4::bool
          )
-         SELECT id, lease_token FROM done"
+         SELECT id, lease_token, queue, kind, created_at, taken_at FROM done"
     )
 });
