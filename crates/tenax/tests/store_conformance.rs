@@ -302,6 +302,7 @@ fn zaqar_subscription(queue: &str, endpoint: &str) -> Subscription {
 fn attempt(n: u32, at_ms: u64, result: AttemptResult, status: u16) -> Attempt {
     Attempt {
         attempt: n,
+        trigger: tenax::model::Trigger::Scheduled,
         at_ms,
         latency_ms: 12,
         result,

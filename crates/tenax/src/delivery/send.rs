@@ -92,6 +92,7 @@ impl Sender {
         let started = Instant::now();
         let mut attempt = Attempt {
             attempt: job.attempt,
+            trigger: job.trigger,
             at_ms: now_ms,
             latency_ms: 0,
             result: AttemptResult::Retryable,
@@ -314,6 +315,7 @@ mod tests {
             expires_at_ms: None,
             parent: Some(JobId(7)),
             traceparent: None,
+            trigger: crate::model::Trigger::Scheduled,
         }
     }
 

@@ -235,11 +235,46 @@ pub enum AttemptResult {
     Permanent,
 }
 
+/// What started a run of a job (for a delivery, an attempt): its schedule, an operator's replay
+/// of it dead, or an operator's request to run it now (or a test event).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// Due by its schedule: the first run, or a retry by its policy.
+    #[default]
+    Scheduled,
+    /// The first run after an operator replayed it dead.
+    Replay,
+    /// The first run after an operator asked for it at once (run now, a test event).
+    Manual,
+}
+
+impl Trigger {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Scheduled => "scheduled",
+            Self::Replay => "replay",
+            Self::Manual => "manual",
+        }
+    }
+
+    /// A scheduled run is the default, stored as nothing.
+    pub fn is_scheduled(&self) -> bool {
+        *self == Self::Scheduled
+    }
+}
+
 /// One POST of a delivery, as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attempt {
     /// The delivery's run number, from 1.
     pub attempt: u32,
+    /// What started this attempt. Attempts logged before triggers were recorded read as
+    /// scheduled.
+    #[serde(default, skip_serializing_if = "Trigger::is_scheduled")]
+    pub trigger: Trigger,
     pub at_ms: UnixMs,
     pub latency_ms: u64,
     pub result: AttemptResult,

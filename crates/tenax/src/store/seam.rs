@@ -179,6 +179,11 @@ pub trait JobCuration {
     /// Dead jobs back to ready, unless their unique key is held by an unfinished job.
     async fn replay_jobs(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError>;
 
+    /// Scheduled jobs among `ids` become ready now, their next run marked as an operator's
+    /// ([`Trigger::Manual`](crate::model::Trigger)). Returns those that did, in id order; jobs
+    /// in other states, or gone, are left as they are.
+    async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError>;
+
     /// Deletes jobs matching `selection`, whatever their state; returns their ids.
     async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError>;
 
@@ -213,6 +218,22 @@ pub trait JobReads {
 
     /// A delivery's attempts, oldest first.
     async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError>;
+
+    /// Finds jobs matching `filter` that hold `text`, with bounded work: looks at no more than
+    /// `budget` jobs matching `filter`, in the page's order past `page.after`, and stops once
+    /// `page.limit` are found. Says how far it looked, so that the next search goes on from
+    /// there.
+    async fn search_jobs(
+        &self,
+        filter: &JobFilter,
+        text: &TextQuery,
+        page: Page,
+        budget: usize,
+    ) -> Result<Searched, StoreError>;
+
+    /// For each queue, when the job a take would hand out next became ready; `None` when none
+    /// is ready. In the order of `queues`.
+    async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError>;
 }
 
 /// Queue settings.

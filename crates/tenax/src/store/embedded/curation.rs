@@ -8,7 +8,7 @@ use super::EmbeddedStore;
 use super::read::peek_of;
 use super::writer::{self, Op};
 use crate::clock::UnixMs;
-use crate::model::{JobId, Status};
+use crate::model::{JobId, Status, Trigger};
 use crate::store::{
     Checked, DeleteCheck, JobCuration, NotReplayed, Replay, Replayed, Selection, StoreError,
     to_json_bytes,
@@ -72,6 +72,7 @@ impl JobCuration for EmbeddedStore {
                     e.state.run_at_ms = now_ms;
                     e.state.finished_at_ms = None;
                     e.state.dead_reason = None;
+                    e.state.trigger = Trigger::Replay;
                     if replay.reset_attempts {
                         e.state.failures = 0;
                         e.state.first_failure_at_ms = None;
@@ -104,6 +105,43 @@ impl JobCuration for EmbeddedStore {
             self.signals.ready.notify_waiters();
         }
         Ok(replayed)
+    }
+
+    async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError> {
+        let (ran, receiver) = {
+            let mut inner = self.inner.lock();
+            let mut ran = Vec::new();
+            let mut ops = Vec::new();
+            for id in ids {
+                let scheduled = inner
+                    .index
+                    .get(*id)
+                    .is_some_and(|e| e.state.status == Status::Scheduled);
+                if !scheduled {
+                    continue;
+                }
+                if let Some(entry) = inner.index.update(*id, |e| {
+                    e.state.status = Status::Ready;
+                    e.state.run_at_ms = now_ms;
+                    e.state.trigger = Trigger::Manual;
+                }) {
+                    ops.push(Op::PutState {
+                        id: *id,
+                        state: to_json_bytes(&entry.state),
+                    });
+                    ran.push(*id);
+                }
+            }
+            ran.sort_unstable();
+            ran.dedup();
+            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            (ran, receiver)
+        };
+        if let Some(receiver) = receiver {
+            writer::wait(receiver).await?;
+            self.signals.ready.notify_waiters();
+        }
+        Ok(ran)
     }
 
     async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError> {

@@ -182,6 +182,7 @@ impl JobInserts for EmbeddedStore {
             };
             let entry = Entry {
                 queue,
+                kind: inner.index.intern_kind(&job.kind),
                 priority: job.priority,
                 unique_key: job.unique_key.map(String::into_boxed_str),
                 state,

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
+use super::listing::{KindId, Listing};
 use crate::model::{ClaimId, JobId, JobState, LeaseToken, Status};
 
 /// A lease on an in-flight job: who may complete it, and until when. Leases live only in memory:
@@ -33,6 +34,8 @@ pub struct Lease {
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub queue: Arc<str>,
+    /// The job's type, interned by [`Index::intern_kind`].
+    pub kind: KindId,
     pub priority: i32,
     pub unique_key: Option<Box<str>>,
     pub state: JobState,
@@ -74,6 +77,8 @@ pub struct Index {
     counts: HashMap<Arc<str>, [u64; 5]>,
     /// Interned queue names, so that 200 000 jobs of one queue share one allocation.
     names: HashMap<Box<str>, Arc<str>>,
+    /// Every job by queue, type and status, in id order: listings and their counts.
+    listing: Listing,
 }
 
 fn slot(status: Status) -> usize {
@@ -94,6 +99,22 @@ impl Index {
         let name: Arc<str> = Arc::from(queue);
         self.names.insert(queue.into(), name.clone());
         name
+    }
+
+    /// The number of a job type (made on first sight).
+    pub fn intern_kind(&mut self, kind: &str) -> KindId {
+        self.listing.intern_kind(kind)
+    }
+
+    /// The listing index: jobs by queue, type and status.
+    pub fn listing(&self) -> &Listing {
+        &self.listing
+    }
+
+    /// The job a take of `queue` would hand out next, if one is ready.
+    pub fn head_ready(&self, queue: &str) -> Option<JobId> {
+        let queue = self.names.get(queue)?;
+        self.ready.get(queue)?.first().map(|(_, id)| *id)
     }
 
     /// The interned name of a queue that has (or had) jobs.
@@ -150,6 +171,10 @@ impl Index {
     }
 
     fn place(&mut self, id: JobId, entry: &Entry) {
+        self.listing.add(
+            (entry.queue.clone(), entry.kind, entry.state.status),
+            id,
+        );
         if let Some(at) = entry.expires_at_ms {
             self.expiring.insert((at, id));
         }
@@ -184,6 +209,8 @@ impl Index {
     }
 
     fn unplace(&mut self, id: JobId, entry: &Entry) {
+        self.listing
+            .remove(&(entry.queue.clone(), entry.kind, entry.state.status), id);
         if let Some(at) = entry.expires_at_ms {
             self.expiring.remove(&(at, id));
         }
@@ -334,6 +361,7 @@ mod tests {
         state.status = status;
         Entry {
             queue: index.intern(queue),
+            kind: 0,
             priority,
             unique_key: None,
             state,

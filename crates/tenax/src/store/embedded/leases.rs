@@ -53,7 +53,13 @@ impl JobLeases for EmbeddedStore {
                         e.expires_at_ms = Some(at.max(keep));
                     }
                 }) {
-                    leased.push((id, lease, entry.state.failures + 1, entry.expires_at_ms));
+                    leased.push((
+                        id,
+                        lease,
+                        entry.state.failures + 1,
+                        entry.expires_at_ms,
+                        entry.state.trigger,
+                    ));
                 }
             }
             if let (Some(claim), Some(record)) = (request.claim, &request.record) {
@@ -71,7 +77,7 @@ impl JobLeases for EmbeddedStore {
             .into_iter()
             .zip(bodies)
             // A job deleted since it was leased has no body: nothing to hand out.
-            .filter_map(|((id, lease, attempt, expires_at_ms), body)| {
+            .filter_map(|((id, lease, attempt, expires_at_ms, trigger), body)| {
                 let body = body?;
                 Some(TakenJob {
                     id,
@@ -86,6 +92,7 @@ impl JobLeases for EmbeddedStore {
                     expires_at_ms,
                     parent: body.parent,
                     traceparent: body.traceparent,
+                    trigger,
                 })
             })
             .collect())
@@ -311,6 +318,7 @@ pub(super) fn complete_one(
         let entry = inner.index.update(id, |e| {
             e.state.status = Status::Completed;
             e.state.finished_at_ms = Some(now_ms);
+            e.state.trigger = crate::model::Trigger::Scheduled;
         })?;
         Some(Op::PutState {
             id,

@@ -18,6 +18,7 @@ mod curation;
 mod enqueue;
 pub mod index;
 mod leases;
+mod listing;
 mod queues;
 mod read;
 mod subscriptions;
@@ -248,6 +249,7 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
         };
         let entry = Entry {
             queue: inner.index.intern(&body.queue),
+            kind: inner.index.intern_kind(&body.kind),
             priority: body.priority,
             unique_key: body.unique_key.map(String::into_boxed_str),
             state,

@@ -4,13 +4,17 @@
 use async_trait::async_trait;
 use redb::ReadableDatabase;
 
+use std::sync::Arc;
+
 use super::index::{Entry, Index};
+use super::listing::Group;
 use super::tables::{ATTEMPTS, ERRORS, POLICIES, StoredBody};
 use super::{EmbeddedStore, fault};
 use crate::clock::UnixMs;
 use crate::model::{Attempt, ErrorEntry, Held, Job, JobId, JobState, NewJob, Status};
 use crate::store::{
-    JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, Selection, StoreError, from_json_bytes,
+    JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, Searched, Selection, StoreError,
+    TextQuery, from_json_bytes,
 };
 
 /// What memory knows of a job at one moment.
@@ -52,13 +56,12 @@ pub(super) fn peek_of(entry: &Entry) -> JobPeek {
     }
 }
 
-/// Whether an entry passes the conditions of `filter` that memory can judge (all but type and
-/// origin, which need the body).
+/// Whether an entry passes the conditions of `filter` that memory can judge (all but origin,
+/// which needs the body). Queue, type and status are those of the listing's groups, already
+/// chosen by [`groups_of`]; the rest are judged here.
 fn passes(filter: &JobFilter, entry: &Entry) -> bool {
     let state = &entry.state;
-    filter.queue.as_deref().is_none_or(|q| *entry.queue == *q)
-        && filter.status.is_none_or(|s| state.status == s)
-        && filter
+    filter
             .finished_since_ms
             .is_none_or(|since| state.finished_at_ms.is_some_and(|at| at >= since))
         && filter.live_at_ms.is_none_or(|now| {
@@ -73,16 +76,83 @@ fn passes(filter: &JobFilter, entry: &Entry) -> bool {
 }
 
 /// Whether a job's body passes the conditions of `filter` that need it.
-fn body_passes(filter: &JobFilter, kind: &str, origin: Option<&str>) -> bool {
-    filter.kind.as_deref().is_none_or(|k| k == kind)
-        && filter
-            .not_origin
-            .as_deref()
-            .is_none_or(|o| origin != Some(o))
+fn body_passes(filter: &JobFilter, origin: Option<&str>) -> bool {
+    filter
+        .not_origin
+        .as_deref()
+        .is_none_or(|o| origin != Some(o))
 }
 
 fn needs_body(filter: &JobFilter) -> bool {
-    filter.kind.is_some() || filter.not_origin.is_some()
+    filter.not_origin.is_some()
+}
+
+/// Whether only the listing's groups decide (no condition is left to judge per job).
+fn by_groups_alone(filter: &JobFilter) -> bool {
+    filter.finished_since_ms.is_none()
+        && filter.live_at_ms.is_none()
+        && !filter.not_scheduled
+        && filter.claimed_at.is_none()
+        && filter.not_origin.is_none()
+}
+
+/// Which of the listing's groups (queue, type, status) `filter` keeps. `None`: none can match
+/// (the type was never seen).
+fn groups_of(index: &Index, filter: &JobFilter) -> Option<impl Fn(&Group) -> bool + use<>> {
+    let kind = match &filter.kind {
+        Some(kind) => Some(index.listing().kind_id(kind)?),
+        None => None,
+    };
+    let queue: Option<Arc<str>> = filter.queue.as_deref().map(Arc::from);
+    let status = filter.status;
+    Some(move |(q, k, s): &Group| {
+        queue.as_deref().is_none_or(|queue| **q == *queue)
+            && kind.is_none_or(|kind| *k == kind)
+            && status.is_none_or(|status| *s == status)
+    })
+}
+
+/// Ids of the listing's groups `filter` keeps, looked at in `order` past `after`.
+#[derive(Debug, Default)]
+struct Looked {
+    /// Those that pass the rest of `filter`: at most the `max` asked for.
+    ids: Vec<JobId>,
+    /// How many were looked at (at most the `budget` given).
+    count: usize,
+    /// The last one looked at.
+    last: Option<JobId>,
+    /// None is left past `last`.
+    exhausted: bool,
+}
+
+/// Looks at the ids matching `filter`'s groups in `order` past `after`, keeping up to `max`
+/// that pass the memory conditions, looking at no more than `budget`.
+fn matching_ids(
+    index: &Index,
+    filter: &JobFilter,
+    after: Option<JobId>,
+    order: Order,
+    max: usize,
+    budget: usize,
+) -> Looked {
+    let Some(keep) = groups_of(index, filter) else {
+        return Looked {
+            exhausted: true,
+            ..Looked::default()
+        };
+    };
+    let mut looked = Looked::default();
+    let mut ids = index.listing().ids(&keep, after, order).peekable();
+    while looked.ids.len() < max && looked.count < budget {
+        let Some(id) = ids.next() else { break };
+        looked.count += 1;
+        looked.last = Some(id);
+        if index.get(id).is_some_and(|e| passes(filter, e)) {
+            looked.ids.push(id);
+        }
+    }
+    looked.exhausted = ids.peek().is_none();
+    looked
 }
 
 impl EmbeddedStore {
@@ -157,20 +227,29 @@ impl EmbeddedStore {
         selection: &Selection,
     ) -> Result<Vec<JobId>, StoreError> {
         let filter = &selection.filter;
-        let matches = |id: JobId| index.get(id).is_some_and(|e| passes(filter, e));
         let mut ids: Vec<JobId> = match &selection.ids {
-            Some(ids) => ids.iter().copied().filter(|id| matches(*id)).collect(),
-            None => index
-                .entries()
-                .filter(|(_, e)| passes(filter, e))
-                .map(|(id, _)| *id)
-                .collect(),
+            Some(ids) => {
+                let Some(keep) = groups_of(index, filter) else {
+                    return Ok(Vec::new());
+                };
+                ids.iter()
+                    .copied()
+                    .filter(|id| {
+                        index.get(*id).is_some_and(|e| {
+                            keep(&(e.queue.clone(), e.kind, e.state.status)) && passes(filter, e)
+                        })
+                    })
+                    .collect()
+            }
+            None => {
+                matching_ids(index, filter, None, Order::Ascending, usize::MAX, usize::MAX).ids
+            }
         };
         if needs_body(filter) {
             let bodies = self.read_body(&ids)?;
             let mut keep = bodies.iter().map(|b| {
                 b.as_ref()
-                    .is_some_and(|b| body_passes(filter, &b.kind, b.origin.as_deref()))
+                    .is_some_and(|b| body_passes(filter, b.origin.as_deref()))
             });
             ids.retain(|_| keep.next().unwrap_or(false));
         }
@@ -188,56 +267,119 @@ impl JobReads for EmbeddedStore {
         self.read_job(id, snapshot)
     }
 
-    /// Memory filters by everything but type and origin; those need the body, so a page
-    /// filtered by them reads bodies until it is full.
+    /// The listing index gives the page's ids from its cursor on; memory judges the other
+    /// conditions. Origin needs the body, so a page filtered by it reads bodies until it is
+    /// full.
     async fn list_jobs(&self, filter: &JobFilter, page: Page) -> Result<Vec<Job>, StoreError> {
-        let mut ids: Vec<JobId> = {
-            let inner = self.inner.lock();
-            inner
-                .index
-                .entries()
-                .filter(|(id, e)| {
-                    page.after.is_none_or(|after| match page.order {
-                        Order::Ascending => **id > after,
-                        Order::Descending => **id < after,
-                    }) && passes(filter, e)
-                })
-                .map(|(id, _)| *id)
-                .collect()
-        };
-        match page.order {
-            Order::Ascending => ids.sort_unstable(),
-            Order::Descending => ids.sort_unstable_by(|a, b| b.cmp(a)),
-        }
-        let mut jobs = Vec::with_capacity(page.limit.min(ids.len()));
-        for id in ids {
-            if jobs.len() >= page.limit {
+        let mut jobs = Vec::with_capacity(page.limit.min(1_024));
+        let mut after = page.after;
+        while jobs.len() < page.limit {
+            let want = page.limit - jobs.len();
+            let ids = {
+                let inner = self.inner.lock();
+                matching_ids(&inner.index, filter, after, page.order, want, usize::MAX).ids
+            };
+            let Some(last) = ids.last().copied() else {
                 break;
-            }
-            if let Some(job) = self.get_job(id).await? {
-                if body_passes(filter, &job.spec.kind, job.spec.origin.as_deref()) {
-                    jobs.push(job);
+            };
+            after = Some(last);
+            let fewer = ids.len() < want;
+            for id in ids {
+                if let Some(job) = self.get_job(id).await? {
+                    if body_passes(filter, job.spec.origin.as_deref()) {
+                        jobs.push(job);
+                    }
                 }
+            }
+            if fewer {
+                break;
             }
         }
         Ok(jobs)
     }
 
     async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError> {
+        let inner = self.inner.lock();
+        if by_groups_alone(filter) {
+            return Ok(match groups_of(&inner.index, filter) {
+                Some(keep) => inner.index.listing().count(&keep),
+                None => 0,
+            });
+        }
         let selection = Selection {
             ids: None,
             filter: filter.clone(),
         };
-        if needs_body(filter) {
-            let inner = self.inner.lock();
-            return Ok(self.select(&inner.index, &selection)?.len() as u64);
+        Ok(self.select(&inner.index, &selection)?.len() as u64)
+    }
+
+    async fn search_jobs(
+        &self,
+        filter: &JobFilter,
+        text: &TextQuery,
+        page: Page,
+        budget: usize,
+    ) -> Result<Searched, StoreError> {
+        let mut searched = Searched::default();
+        // Ids in chunks, so that the lock is never held for the whole budget.
+        const CHUNK: usize = 256;
+        let mut after = page.after;
+        loop {
+            if searched.looked_at >= budget || searched.jobs.len() >= page.limit {
+                break;
+            }
+            let room = (budget - searched.looked_at).min(CHUNK);
+            let looked = {
+                let inner = self.inner.lock();
+                matching_ids(&inner.index, filter, after, page.order, usize::MAX, room)
+            };
+            let mut filled_at = None;
+            for id in &looked.ids {
+                if let Some(job) = self.get_job(*id).await? {
+                    if body_passes(filter, job.spec.origin.as_deref())
+                        && text.matches(job.spec.payload.get(), &job.errors)
+                    {
+                        searched.jobs.push(job);
+                        if searched.jobs.len() >= page.limit {
+                            filled_at = Some(*id);
+                            break;
+                        }
+                    }
+                }
+            }
+            match filled_at {
+                // The page is full part-way: the rest of the chunk is looked at next time.
+                Some(id) => {
+                    searched.looked_at += 1 + looked.ids.iter().position(|i| *i == id).unwrap_or(0);
+                    searched.looked_to = Some(id);
+                    searched.exhausted = looked.exhausted && looked.last == Some(id);
+                    break;
+                }
+                None => {
+                    searched.looked_at += looked.count;
+                    if looked.last.is_some() {
+                        searched.looked_to = looked.last;
+                    }
+                    after = looked.last.or(after);
+                    if looked.exhausted {
+                        searched.exhausted = true;
+                        break;
+                    }
+                }
+            }
         }
+        Ok(searched)
+    }
+
+    async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError> {
         let inner = self.inner.lock();
-        Ok(inner
-            .index
-            .entries()
-            .filter(|(_, e)| passes(filter, e))
-            .count() as u64)
+        Ok(queues
+            .iter()
+            .map(|queue| {
+                let head = inner.index.head_ready(queue)?;
+                inner.index.get(head).map(|e| e.state.run_at_ms)
+            })
+            .collect())
     }
 
     async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError> {
