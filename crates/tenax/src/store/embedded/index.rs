@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use tenax_policy::RetryPolicy;
 
-use crate::clock::UnixMs;
 use super::listing::{KindId, Listing};
+use crate::clock::UnixMs;
 use crate::model::{ClaimId, JobId, JobState, LeaseToken, Status};
 
 /// A lease on an in-flight job: who may complete it, and until when. Leases live only in memory:
@@ -171,10 +171,8 @@ impl Index {
     }
 
     fn place(&mut self, id: JobId, entry: &Entry) {
-        self.listing.add(
-            (entry.queue.clone(), entry.kind, entry.state.status),
-            id,
-        );
+        self.listing
+            .add((entry.queue.clone(), entry.kind, entry.state.status), id);
         if let Some(at) = entry.expires_at_ms {
             self.expiring.insert((at, id));
         }

@@ -62,8 +62,8 @@ pub(super) fn peek_of(entry: &Entry) -> JobPeek {
 fn passes(filter: &JobFilter, entry: &Entry) -> bool {
     let state = &entry.state;
     filter
-            .finished_since_ms
-            .is_none_or(|since| state.finished_at_ms.is_some_and(|at| at >= since))
+        .finished_since_ms
+        .is_none_or(|since| state.finished_at_ms.is_some_and(|at| at >= since))
         && filter.live_at_ms.is_none_or(|now| {
             !state.status.is_finished() && entry.expires_at_ms.is_none_or(|at| at > now)
         })
@@ -242,7 +242,15 @@ impl EmbeddedStore {
                     .collect()
             }
             None => {
-                matching_ids(index, filter, None, Order::Ascending, usize::MAX, usize::MAX).ids
+                matching_ids(
+                    index,
+                    filter,
+                    None,
+                    Order::Ascending,
+                    usize::MAX,
+                    usize::MAX,
+                )
+                .ids
             }
         };
         if needs_body(filter) {

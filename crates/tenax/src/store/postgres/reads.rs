@@ -9,8 +9,8 @@ use super::filter::{Query, ids_param};
 use super::rows::{JOB_COLUMNS, PEEK_COLUMNS, id, job_of, limit, peek_of, status_of, unid, untime};
 use super::transitions::query;
 use super::{PostgresStore, fault};
-use crate::model::{Attempt, Job, JobId, Status};
 use crate::clock::UnixMs;
+use crate::model::{Attempt, Job, JobId, Status};
 use crate::store::{
     JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, Searched, StoreError, TextQuery,
     from_json_bytes,

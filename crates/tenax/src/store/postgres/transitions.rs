@@ -9,8 +9,8 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::rows::{
-    JOB_COLUMNS, TABLE_COLUMNS, count, trigger_code, id, json, lease_token_of, policy_of, queue_config_of,
-    state_of, status_code, status_of, subscription_of, time, unid,
+    JOB_COLUMNS, TABLE_COLUMNS, count, id, json, lease_token_of, policy_of, queue_config_of,
+    state_of, status_code, status_of, subscription_of, time, trigger_code, unid,
 };
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
