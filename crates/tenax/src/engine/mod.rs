@@ -6,6 +6,7 @@
 //! It validates nothing about HTTP and reads no wall clock: time comes from its [`Clock`], so
 //! tests move it.
 
+pub mod activity;
 mod claims;
 mod decide;
 mod jobs;
@@ -51,6 +52,8 @@ pub struct Engine {
     stopping: tokio::sync::watch::Sender<bool>,
     /// The API tokens, by hash.
     tokens: tokens::TokenBook,
+    /// What this server did in the last day, per minute (the dashboard's overview).
+    pub activity: activity::Activity,
 }
 
 /// A worker's failure report.
@@ -118,6 +121,7 @@ impl Engine {
             settings,
             stopping,
             tokens: tokens::TokenBook::default(),
+            activity: activity::Activity::default(),
         }
     }
 

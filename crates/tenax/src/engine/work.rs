@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use super::activity::Event;
 use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
 use crate::model::{ClaimId, ErrorEntry};
@@ -43,7 +44,11 @@ impl Engine {
 
     pub async fn complete(&self, acks: &[Ack]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let retain = self.settings.completed_retention_ms > 0;
-        self.store.complete_jobs(acks, retain, self.now_ms()).await
+        let now_ms = self.now_ms();
+        let results = self.store.complete_jobs(acks, retain, now_ms).await?;
+        let done = results.iter().filter(|r| r.is_ok()).count();
+        self.activity.record(Event::Completed(done as u64), now_ms);
+        Ok(results)
     }
 
     /// Records a failure and asks the job's policy what happens next. Returns the transition
@@ -70,6 +75,8 @@ impl Engine {
             )
         };
         let transition = self.store.fail_job(ack, now_ms, &decide).await?;
+        let dead = transition.state.status == crate::model::Status::Dead;
+        self.activity.record(Event::Failed { dead }, now_ms);
         Ok((transition, now_ms))
     }
 

@@ -19,8 +19,15 @@ pub const INTERNAL_QUEUE_PREFIX: char = '~';
 
 const DELIVERY_QUEUE_PREFIX: &str = "~deliveries/";
 
-/// The job kind of every delivery.
+/// The job kind of every delivery of a message.
 pub const DELIVERY_KIND: &str = "tenax.delivery";
+
+/// The job kind of a test event's delivery (sent to one subscription from the dashboard or
+/// the API, of no message).
+pub const TEST_DELIVERY_KIND: &str = "tenax.delivery.test";
+
+/// The message type a test event's body carries.
+pub const TEST_EVENT_KIND: &str = "tenax.test";
 
 /// The internal queue holding subscription `id`'s deliveries.
 pub fn delivery_queue(id: SubscriptionId) -> String {
