@@ -82,6 +82,7 @@ pub async fn run(
         }),
         deliveries,
         auth_required: config.auth,
+        ui: Arc::new(crate::ui::UiKeys::new(config.tls.is_some())),
     };
     let address = listener.local_addr().ok();
     tracing::info!(?address, durability = ?config.durability, auth = config.auth, tls = config.tls.is_some(), "tenax listening");

@@ -12,7 +12,7 @@ pub(crate) mod jobs;
 pub mod openapi;
 mod policy;
 pub(crate) mod queues;
-mod subscription_views;
+pub(crate) mod subscription_views;
 pub(crate) mod subscriptions;
 mod tokens;
 mod views;
@@ -51,6 +51,8 @@ pub struct AppState {
     pub deliveries: Arc<Deliveries>,
     /// Whether requests need an API token.
     pub auth_required: bool,
+    /// The dashboard's keys (CSRF, cookies).
+    pub ui: Arc<crate::ui::UiKeys>,
 }
 
 /// `GET /healthz`: `ok` while the server serves.
@@ -127,6 +129,8 @@ pub fn router(state: AppState) -> Router {
             authorizer,
             auth::authorize,
         ))
+        // The dashboard authenticates by its own session cookie (`ui::session`).
+        .merge(crate::ui::router(state.clone()))
         .fallback(|| async { error::ApiError::not_found("no such endpoint; see docs/api.md") })
         .method_not_allowed_fallback(|| async {
             error::ApiError {
