@@ -24,17 +24,61 @@ const DRAWN: u32 = 200;
 
 /// Each shape the designer offers, with a policy to start from.
 pub const TEMPLATES: [(&str, &str, &str); 11] = [
-    ("phased", "phased (Zaqar / SNS curve)", r#"{"type": "phased", "min_delay": "5s", "max_delay": "260s", "num_retries": 10, "function": "geometric"}"#),
-    ("exponential", "exponential", r#"{"type": "exponential", "initial": "1s", "factor": 2, "max": "1h", "retry_limit": 12, "jitter": "full"}"#),
-    ("polynomial", "polynomial (Sidekiq)", r#"{"type": "polynomial", "base": "15s", "exponent": 4, "retry_limit": 25}"#),
-    ("fixed", "fixed", r#"{"type": "fixed", "delay": "30s", "retry_limit": 10}"#),
-    ("list", "list of delays", r#"{"type": "list", "delays": ["10s", "1m", "10m", "1h"]}"#),
-    ("doubling", "doubling then linear (Cloud Tasks)", r#"{"type": "doubling", "min_backoff": "10s", "max_backoff": "300s", "max_doublings": 3, "retry_limit": 10}"#),
-    ("arctan", "arctan (saturating)", r#"{"type": "arctan", "max_delay": "1h", "retry_limit": 15}"#),
-    ("logistic", "logistic (saturating)", r#"{"type": "logistic", "max_delay": "1h", "retry_limit": 15}"#),
-    ("euler", "euler (saturating)", r#"{"type": "euler", "max_delay": "10m", "retry_limit": 15}"#),
-    ("sns", "AWS SNS DeliveryPolicy", r#"{"healthyRetryPolicy": {"minDelayTarget": 5, "maxDelayTarget": 260, "numRetries": 10, "numNoDelayRetries": 0, "numMinDelayRetries": 0, "numMaxDelayRetries": 0, "backoffFunction": "geometric"}}"#),
-    ("zaqar", "Zaqar _retry_policy", r#"{"_retry_policy": {"retries_with_no_delay": 3, "minimum_delay_retries": 3, "minimum_delay": 5, "maximum_delay": 30, "maximum_delay_retries": 3, "retry_backoff_function": "linear"}}"#),
+    (
+        "phased",
+        "phased (Zaqar / SNS curve)",
+        r#"{"type": "phased", "min_delay": "5s", "max_delay": "260s", "num_retries": 10, "function": "geometric"}"#,
+    ),
+    (
+        "exponential",
+        "exponential",
+        r#"{"type": "exponential", "initial": "1s", "factor": 2, "max": "1h", "retry_limit": 12, "jitter": "full"}"#,
+    ),
+    (
+        "polynomial",
+        "polynomial (Sidekiq)",
+        r#"{"type": "polynomial", "base": "15s", "exponent": 4, "retry_limit": 25}"#,
+    ),
+    (
+        "fixed",
+        "fixed",
+        r#"{"type": "fixed", "delay": "30s", "retry_limit": 10}"#,
+    ),
+    (
+        "list",
+        "list of delays",
+        r#"{"type": "list", "delays": ["10s", "1m", "10m", "1h"]}"#,
+    ),
+    (
+        "doubling",
+        "doubling then linear (Cloud Tasks)",
+        r#"{"type": "doubling", "min_backoff": "10s", "max_backoff": "300s", "max_doublings": 3, "retry_limit": 10}"#,
+    ),
+    (
+        "arctan",
+        "arctan (saturating)",
+        r#"{"type": "arctan", "max_delay": "1h", "retry_limit": 15}"#,
+    ),
+    (
+        "logistic",
+        "logistic (saturating)",
+        r#"{"type": "logistic", "max_delay": "1h", "retry_limit": 15}"#,
+    ),
+    (
+        "euler",
+        "euler (saturating)",
+        r#"{"type": "euler", "max_delay": "10m", "retry_limit": 15}"#,
+    ),
+    (
+        "sns",
+        "AWS SNS DeliveryPolicy",
+        r#"{"healthyRetryPolicy": {"minDelayTarget": 5, "maxDelayTarget": 260, "numRetries": 10, "numNoDelayRetries": 0, "numMinDelayRetries": 0, "numMaxDelayRetries": 0, "backoffFunction": "geometric"}}"#,
+    ),
+    (
+        "zaqar",
+        "Zaqar _retry_policy",
+        r#"{"_retry_policy": {"retries_with_no_delay": 3, "minimum_delay_retries": 3, "minimum_delay": 5, "maximum_delay": 30, "maximum_delay_retries": 3, "retry_backoff_function": "linear"}}"#,
+    ),
 ];
 
 /// The shape a policy's text is of, for the shape menu.
@@ -46,7 +90,10 @@ fn shape_of(text: &str) -> &'static str {
         Spelling::Sns => "sns",
         Spelling::Zaqar => "zaqar",
         Spelling::Native => {
-            let kind = value.get("type").and_then(Value::as_str).unwrap_or("phased");
+            let kind = value
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("phased");
             TEMPLATES
                 .iter()
                 .find(|(name, ..)| *name == kind)
@@ -278,12 +325,21 @@ mod tests {
     #[test]
     fn a_broken_policy_names_its_slot_and_field() {
         let slots = vec![
-            Slot { on: true, text: r#"{"type": "phased", "min_delay": "10s", "max_delay": "5s"}"#.into() },
-            Slot { on: true, text: template("fixed").into() },
+            Slot {
+                on: true,
+                text: r#"{"type": "phased", "min_delay": "10s", "max_delay": "5s"}"#.into(),
+            },
+            Slot {
+                on: true,
+                text: template("fixed").into(),
+            },
         ];
         let html = result(&slots, false).into_string();
         assert!(html.contains("Policy 1: max_delay"), "{html}");
         assert!(html.contains("<svg"), "the valid one is drawn");
-        assert!(html.contains("Cannot be written this way"), "fixed has no SNS spelling");
+        assert!(
+            html.contains("Cannot be written this way"),
+            "fixed has no SNS spelling"
+        );
     }
 }

@@ -292,7 +292,11 @@ fn timeline(job: &Job, policy: &RetryPolicy, attempts: &[Attempt]) -> Result<Str
     if split < limit {
         series.push(Series {
             label: "the delays to come".into(),
-            points: schedule.iter().copied().filter(|(r, _)| ahead(*r)).collect(),
+            points: schedule
+                .iter()
+                .copied()
+                .filter(|(r, _)| ahead(*r))
+                .collect(),
             band: band.iter().copied().filter(|(r, ..)| ahead(*r)).collect(),
             style: Style::Dashed,
         });

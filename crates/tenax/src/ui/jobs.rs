@@ -173,7 +173,9 @@ async fn list(
         (jobs, next, Some(found), None)
     } else {
         let jobs = engine.jobs(&store_filter, page).await?;
-        let next = (jobs.len() == PAGE).then(|| jobs.last().map(|j| j.id)).flatten();
+        let next = (jobs.len() == PAGE)
+            .then(|| jobs.last().map(|j| j.id))
+            .flatten();
         let total = engine.count_jobs(&store_filter).await?;
         (jobs, next, None, Some(total))
     };
@@ -349,14 +351,25 @@ pub async fn act(
     for peek in state.engine.peek(&ids).await?.into_iter().flatten() {
         session.must_admit(&peek.queue)?;
     }
-    let more = if ids.len() >= BULK_MAX { " More remain: run it again." } else { "" };
+    let more = if ids.len() >= BULK_MAX {
+        " More remain: run it again."
+    } else {
+        ""
+    };
     let note = match action.as_str() {
         "run_now" => {
             let ran = state.engine.run_now(&ids).await?;
-            format!("{} of {} jobs run now (only scheduled jobs can).{more}", ran.len(), ids.len())
+            format!(
+                "{} of {} jobs run now (only scheduled jobs can).{more}",
+                ran.len(),
+                ids.len()
+            )
         }
         "replay" => {
-            let policy = match field("policy").map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()) {
+            let policy = match field("policy")
+                .map(|p| p.trim().to_owned())
+                .filter(|p| !p.is_empty())
+            {
                 Some(text) => {
                     let parsed = parse_policy_str(&text)
                         .map_err(|e| UiError::invalid(format!("policy: {e}")))?;
@@ -377,7 +390,11 @@ pub async fn act(
             format!(
                 "{} replayed{}.{more}",
                 replayed.ids.len(),
-                if skipped > 0 { format!(", {skipped} left as they were (not dead, or a unique key is held)") } else { String::new() }
+                if skipped > 0 {
+                    format!(", {skipped} left as they were (not dead, or a unique key is held)")
+                } else {
+                    String::new()
+                }
             )
         }
         "delete" => {

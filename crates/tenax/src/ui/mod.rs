@@ -78,12 +78,21 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/subscriptions", get(subscriptions::page))
         .route("/ui/subscriptions/{id}", get(subscriptions::detail))
         .route("/ui/subscriptions/{id}/enable", post(subscriptions::enable))
-        .route("/ui/subscriptions/{id}/disable", post(subscriptions::disable))
-        .route("/ui/subscriptions/{id}/test", post(subscriptions::test_event))
+        .route(
+            "/ui/subscriptions/{id}/disable",
+            post(subscriptions::disable),
+        )
+        .route(
+            "/ui/subscriptions/{id}/test",
+            post(subscriptions::test_event),
+        )
         .route("/ui/policy", get(designer::page))
         .route("/ui/policy/chart", post(designer::chart))
         .route("/ui/logout", post(session::logout))
-        .route_layer(axum::middleware::from_fn_with_state(state, session::require))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state,
+            session::require,
+        ))
         .route("/ui/login", get(session::login_page).post(session::login))
         .route("/ui/assets/{name}", get(assets::serve))
         .route("/ui/{*rest}", get(not_found))

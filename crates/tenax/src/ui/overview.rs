@@ -41,7 +41,11 @@ pub async fn page(
         }
     }
     // The slowest queues: those whose next job has been ready longest.
-    let waiting: Vec<&QueueCounts> = user_queues.iter().copied().filter(|q| q.ready > 0).collect();
+    let waiting: Vec<&QueueCounts> = user_queues
+        .iter()
+        .copied()
+        .filter(|q| q.ready > 0)
+        .collect();
     let names: Vec<String> = waiting.iter().map(|q| q.queue.clone()).collect();
     let since = engine.ready_since(&names).await?;
     let mut slowest: Vec<(&QueueCounts, u64)> = waiting

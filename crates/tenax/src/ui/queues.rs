@@ -31,11 +31,17 @@ pub async fn page(
     let now = engine.now_ms();
     let mut queues: BTreeMap<String, (QueueCounts, QueueConfig)> = BTreeMap::new();
     for (name, config) in engine.queues().await? {
-        queues.insert(name.clone(), (QueueCounts::from_slots(name, [0; 5]), config));
+        queues.insert(
+            name.clone(),
+            (QueueCounts::from_slots(name, [0; 5]), config),
+        );
     }
     for counts in engine.counts().await? {
         let name = counts.queue.clone();
-        queues.entry(name).or_insert_with(|| (QueueCounts::default(), QueueConfig::default())).0 = counts;
+        queues
+            .entry(name)
+            .or_insert_with(|| (QueueCounts::default(), QueueConfig::default()))
+            .0 = counts;
     }
     queues.retain(|name, _| !is_internal_queue(name) && session.principal.queues.admits(name));
     let names: Vec<String> = queues.keys().cloned().collect();
@@ -110,8 +116,7 @@ async fn set_paused(
 ) -> Result<Response, UiError> {
     session.must_manage()?;
     session.must_admit(name)?;
-    crate::api::fields::check_queue_name("queue", name)
-        .map_err(|e| UiError::invalid(e.message))?;
+    crate::api::fields::check_queue_name("queue", name).map_err(|e| UiError::invalid(e.message))?;
     state
         .engine
         .update_queue(name, |current| {
@@ -124,7 +129,10 @@ async fn set_paused(
             crate::engine::ChangeError::Store(error) => UiError::from(error),
             crate::engine::ChangeError::Refused(never) => match never {},
         })?;
-    let note = format!("Queue {name} is {}.", if paused { "paused" } else { "running again" });
+    let note = format!(
+        "Queue {name} is {}.",
+        if paused { "paused" } else { "running again" }
+    );
     Ok(Redirect::to(&format!("/ui/queues?note={}", urlencode(&note))).into_response())
 }
 

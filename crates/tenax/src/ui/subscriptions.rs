@@ -94,7 +94,12 @@ pub async fn page(
             p.hint { "Delivered and dead count the deliveries kept (completed ones are kept for --completed-retention); health counts this server's recent attempts." }
         }
     };
-    Ok(layout::page(&session, Nav::Subscriptions, "Subscriptions", content))
+    Ok(layout::page(
+        &session,
+        Nav::Subscriptions,
+        "Subscriptions",
+        content,
+    ))
 }
 
 fn buttons(session: &Session, id: SubscriptionId, enabled: bool) -> maud::Markup {
@@ -245,4 +250,3 @@ pub async fn test_event(
     let note = format!("A test event is on its way to subscription {id} (delivery #{delivery}).");
     Ok(Redirect::to(&format!("/ui/subscriptions/{id}?note={}", urlencode(&note))).into_response())
 }
-
