@@ -9,11 +9,13 @@ use super::UiError;
 
 const STYLE: &str = include_str!("assets/app.css");
 const SCRIPT: &str = include_str!("assets/app.js");
+const ICON: &str = include_str!("assets/favicon.svg");
 
 pub async fn serve(Path(name): Path<String>) -> Response {
     let (content_type, text) = match name.as_str() {
         "app.css" => ("text/css; charset=utf-8", STYLE),
         "app.js" => ("text/javascript; charset=utf-8", SCRIPT),
+        "favicon.svg" => ("image/svg+xml", ICON),
         _ => return UiError::not_found(format!("no asset named {name:?}")).into_response(),
     };
     (

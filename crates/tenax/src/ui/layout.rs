@@ -57,6 +57,7 @@ pub fn page(session: &Session, nav: Nav, title: &str, content: Markup) -> Respon
                 meta name="csrf-token" content=(session.csrf);
                 title { (title) " — Tenax" }
                 link rel="stylesheet" href="/ui/assets/app.css";
+                link rel="icon" href="/ui/assets/favicon.svg" type="image/svg+xml";
                 script src="/ui/assets/app.js" defer {}
             }
             body {

@@ -157,6 +157,7 @@ impl IntoResponse for UiError {
                     meta charset="utf-8";
                     title { "Tenax — " (self.status.as_u16()) }
                     link rel="stylesheet" href="/ui/assets/app.css";
+                link rel="icon" href="/ui/assets/favicon.svg" type="image/svg+xml";
                 }
                 body {
                     main {

@@ -205,6 +205,7 @@ pub async fn login_page(
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { "Tenax — sign in" }
                 link rel="stylesheet" href="/ui/assets/app.css";
+                link rel="icon" href="/ui/assets/favicon.svg" type="image/svg+xml";
             }
             body.login {
                 main {
