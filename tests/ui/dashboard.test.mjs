@@ -92,7 +92,7 @@ async function seed(call, receiverUrl) {
   await call("POST", "/api/jobs", { queue: "reports", type: "daily", payload: { day: 1 }, delay: "1h" }, 201);
   await call("POST", "/api/jobs", {
     queue: "billing", type: "invoice", payload: { invoice: 7 },
-    policy: { type: "exponential", initial: "1s", factor: 2, max: "1m", retry_limit: 6, jitter: "full" },
+    policy: { type: "exponential", initial: "1m", factor: 2, max: "1h", retry_limit: 8, jitter: "full" },
   }, 201);
   // The welcome job dies: its policy allows no retry.
   const taken = await call("POST", "/api/take", { queues: ["emails"], max: 1 }, 200);
@@ -260,12 +260,13 @@ test("every page loads with no console error, and the actions work by clicking",
     await page.waitForFunction(() => [...document.querySelectorAll("button.copy")].some((b) => b.textContent === "Copied"));
     const copied = await page.evaluate(() => navigator.clipboard.readText());
     assert.match(copied, /"type": "phased"/);
+    await shot(page, "policy-compare");
     // A mistake names the field and the rule, and the page keeps working.
     before = await drawn();
     await slot0.locator("textarea.policy").fill('{"type": "fixed", "delay": "soon"}');
     await page.waitForFunction((n) => Number(document.querySelector("#designer").dataset.drawn ?? 0) > n, before);
     assert.match(await page.locator("#result p.error").textContent(), /Policy 1: delay/);
-    await shot(page, "policy-compare");
+    assert.equal(await slot0.locator("select.shape").inputValue(), "fixed", "the menu follows the JSON");
 
     // A test event to the subscription, from its page.
     await visit(page, `${tenax.base}/ui/subscriptions`);

@@ -202,8 +202,11 @@ impl Chart<'_> {
         let (lo, hi) = (self.bounds.x_min, self.bounds.x_max);
         let start = lo.min(u32::MAX - 1);
         let x_range = if lo < hi { lo..hi } else { start..start + 1 };
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.options.title, (FONT, 22))
+        let mut builder = ChartBuilder::on(root);
+        if !self.options.title.is_empty() {
+            builder.caption(&self.options.title, (FONT, 22));
+        }
+        let mut chart = builder
             .margin(16)
             .x_label_area_size(44)
             .y_label_area_size(72)

@@ -30,9 +30,8 @@ pub fn chart(title: &str, bars: &[Bar]) -> Markup {
     let scale = (HEIGHT - 14.0) / top as f64;
     html! {
         figure.bars {
-            figcaption { (title) " " span.legend { span.done { "■ done" } " " span.failed { "■ failed" } } }
-            svg viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) role="img" aria-label=(title) {
-                text x="0" y="10" class="axis" { "max " (top) }
+            figcaption { (title) " " span.legend { span.done { "■ done" } " " span.failed { "■ failed" } } " " span.muted { "(the tallest bar: " (top) ")" } }
+            svg viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) preserveAspectRatio="none" role="img" aria-label=(title) {
                 @for (i, bar) in bars.iter().enumerate() {
                     @let x = i as f64 * slot;
                     @let d = done(&bar.counts) as f64 * scale;

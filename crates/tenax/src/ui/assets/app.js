@@ -112,6 +112,18 @@
     }
   };
 
+  // The shape menu follows a policy typed as JSON.
+  const followShape = (slot) => {
+    let policy;
+    try { policy = JSON.parse(slot.querySelector("textarea.policy").value); } catch (_) { return; }
+    if (!policy || typeof policy !== "object") return;
+    let shape = typeof policy.type === "string" ? policy.type : null;
+    if (!shape && ("healthyRetryPolicy" in policy || "http" in policy)) shape = "sns";
+    if (!shape && ("_retry_policy" in policy || "minimum_delay" in policy)) shape = "zaqar";
+    const menu = slot.querySelector("select.shape");
+    if (shape && [...menu.options].some((o) => o.value === shape)) menu.value = shape;
+  };
+
   let timer = null;
   let sequence = 0;
   const redraw = async () => {
@@ -145,7 +157,11 @@
       renderParams(slot);
       schedule();
     });
-    area.addEventListener("input", () => { renderParams(slot); schedule(); });
+    area.addEventListener("input", () => {
+      renderParams(slot);
+      followShape(slot);
+      schedule();
+    });
   }
   designer.addEventListener("change", (event) => {
     if (event.target.matches('input[type=checkbox][name^="on"], input[name="log"]')) schedule();
