@@ -38,6 +38,7 @@
 //! | `JobReads`          | `get_job`              | (most cases)                                                                            |
 //! |                     | `list_jobs`            | `list_filters_and_pages`, `list_filters_for_messages_and_counts_agree`, `listings_page_both_ways_by_queue_type_and_status` |
 //! |                     | `count_jobs`           | `list_filters_for_messages_and_counts_agree`                                            |
+//! |                     | `count_jobs_upto`      | `listings_page_both_ways_by_queue_type_and_status`                                      |
 //! |                     | `peek_jobs`            | `peeks_and_checked_deletes_see_the_current_state`                                       |
 //! |                     | `counts`               | `counts_per_queue_and_status`, every reopen                                             |
 //! |                     | `queue_counts`         | `list_filters_for_messages_and_counts_agree`, `queues_are_deleted_with_their_jobs`      |
@@ -1879,6 +1880,27 @@ async fn listings_page_both_ways_by_queue_type_and_status(backend: &impl Backend
     assert_eq!(
         newest(a_even_ready.clone(), None, 100).await,
         expected(&|n| n % 3 == 0 && n % 2 == 0 && n != 0)
+    );
+    // Counting up to a bound: the count and whether more match.
+    let b_odd_filter = filter(Some("b"), None, Some("odd"));
+    let n = b_odd.len() as u64;
+    assert_eq!(
+        store
+            .count_jobs_upto(&b_odd_filter, n)
+            .await
+            .expect("count"),
+        (n, false)
+    );
+    assert_eq!(
+        store
+            .count_jobs_upto(&b_odd_filter, 3)
+            .await
+            .expect("count"),
+        (3, true)
+    );
+    assert_eq!(
+        store.count_jobs_upto(&dead, 100).await.expect("count"),
+        (2, false)
     );
     assert_eq!(store.count_jobs(&dead).await.expect("count"), 2);
     assert_eq!(

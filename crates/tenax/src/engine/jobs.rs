@@ -137,6 +137,15 @@ impl Engine {
         self.store.count_jobs(filter).await
     }
 
+    /// How many jobs match `filter`, counting no further than `max`; and whether more match.
+    pub async fn count_jobs_upto(
+        &self,
+        filter: &JobFilter,
+        max: u64,
+    ) -> Result<(u64, bool), StoreError> {
+        self.store.count_jobs_upto(filter, max).await
+    }
+
     /// For each id, a quick look at the job (its queue and state), or `None`.
     pub async fn peek(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError> {
         self.store.peek_jobs(ids).await

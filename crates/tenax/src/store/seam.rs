@@ -207,6 +207,17 @@ pub trait JobReads {
     /// How many jobs match `filter`.
     async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError>;
 
+    /// How many jobs match `filter`, counting no further than `max`: the count and whether
+    /// more match. A backend whose counts cost a scan of the matching jobs stops at `max`.
+    async fn count_jobs_upto(
+        &self,
+        filter: &JobFilter,
+        max: u64,
+    ) -> Result<(u64, bool), StoreError> {
+        let count = self.count_jobs(filter).await?;
+        Ok((count.min(max), count > max))
+    }
+
     /// For each id, a quick look at the job, or `None` if there is no such job.
     async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError>;
 

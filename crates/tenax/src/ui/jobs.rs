@@ -26,6 +26,8 @@ use crate::store::{JobFilter, Order, Page, Replay, Selection, TextQuery};
 const PAGE: usize = 50;
 /// Jobs a text search looks at per request.
 pub const SEARCH_BUDGET: usize = 5_000;
+/// The most a job page counts: past it, "100000+ matching" (a database counts by reading).
+const COUNT_MAX: u64 = 100_000;
 /// Jobs an action on everything matching touches per request.
 pub const BULK_MAX: usize = 10_000;
 
@@ -176,7 +178,7 @@ async fn list(
         let next = (jobs.len() == PAGE)
             .then(|| jobs.last().map(|j| j.id))
             .flatten();
-        let total = engine.count_jobs(&store_filter).await?;
+        let total = engine.count_jobs_upto(&store_filter, COUNT_MAX).await?;
         (jobs, next, None, Some(total))
     };
     let (nav, title, base) = if dead_page {
@@ -219,7 +221,7 @@ async fn list(
             p.note { "This token may touch only some queues: choose one with the queue filter." }
         }
         @if let Some(total) = total {
-            p.count { (total) " matching" @if after.is_some() { " · " a href={(base) "?" (filter.query())} { "back to the newest" } } }
+            p.count { (total.0) @if total.1 { "+" } " matching" @if after.is_some() { " · " a href={(base) "?" (filter.query())} { "back to the newest" } } }
         }
         @if let Some(found) = &searched {
             p.count {

@@ -67,6 +67,26 @@ impl JobReads for PostgresStore {
             .map_or(0, |r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)))
     }
 
+    async fn count_jobs_upto(
+        &self,
+        filter: &JobFilter,
+        max: u64,
+    ) -> Result<(u64, bool), StoreError> {
+        let client = self.client().await?;
+        let mut statement =
+            Query::new("SELECT count(*) FROM (SELECT 1 FROM tenax_all_jobs WHERE true");
+        statement.filter(filter);
+        let p = statement.param(i64::try_from(max.saturating_add(1)).unwrap_or(i64::MAX));
+        statement.push(&format!(" LIMIT {p}) AS matching"));
+        let rows = query(&client, &statement.sql, &statement.params())
+            .await
+            .map_err(fault("counting jobs"))?;
+        let count = rows
+            .first()
+            .map_or(0, |r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0));
+        Ok((count.min(max), count > max))
+    }
+
     async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError> {
         let client = self.client().await?;
         let rows = query(
