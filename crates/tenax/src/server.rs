@@ -36,6 +36,7 @@ pub async fn run(
                 options: EmbeddedOptions {
                     sync: config.durability == Durability::Sync,
                     cache_bytes: config.cache_bytes,
+                    ..EmbeddedOptions::default()
                 },
             },
             config.data_dir.display().to_string(),

@@ -160,6 +160,17 @@ pub(super) async fn bulk(ctx: &Ctx, per: usize) -> anyhow::Result<ScenarioReport
     ))
 }
 
+/// `growth`: bulk enqueue of 100 jobs a request over 4 connections (or `--connections`)
+/// while the store grows to `--jobs` (a million by default): its tail latency (p99.9, max)
+/// shows whether any request waits on the store's growth.
+pub(super) async fn growth(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
+    let mut report = bulk(ctx, 100).await?;
+    report
+        .notes
+        .push("the store grows from its size at the start by --jobs: look at p99.9 and max".into());
+    Ok(report)
+}
+
 fn report(
     ctx: &Ctx,
     loaded: &Loaded,

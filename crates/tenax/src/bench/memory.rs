@@ -64,10 +64,21 @@ pub(super) async fn run(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let after = read(pid)?;
     let stats = ctx.api.stats().await?;
+    ctx.progress.set_message("draining");
+    let drained =
+        super::work::drain_queue(ctx, super::enqueue::BULK_CONNECTIONS, filled.jobs).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_drain = read(pid)?;
     notes.push(format!(
         "{} jobs enqueued in {} requests of {}; resident read from /proc/{pid}/status \
          (VmRSS, VmHWM) 1 s after the last request",
         filled.jobs, filled.requests, filled.jobs_per_request
+    ));
+    notes.push(format!(
+        "then {drained} taken and completed ({} workers, take max {}); resident again 1 s \
+         later (completed jobs are kept for the server's retention)",
+        super::enqueue::BULK_CONNECTIONS,
+        ctx.config.take_max
     ));
     Ok(ScenarioReport {
         jobs: filled.jobs,
@@ -83,6 +94,7 @@ pub(super) async fn run(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
             rss_kb: after.rss_kb,
             hwm_kb: after.hwm_kb,
             jobs_on_server: stats.totals.total(),
+            rss_drained_kb: after_drain.rss_kb,
         }),
         notes,
         ..ScenarioReport::default()

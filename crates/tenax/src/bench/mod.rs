@@ -10,6 +10,7 @@
 mod deliveries;
 mod enqueue;
 mod memory;
+mod one_by_one;
 mod promotion;
 mod report;
 mod work;
@@ -44,6 +45,10 @@ pub enum Scenario {
     #[value(name = "enqueue-8")]
     #[serde(rename = "enqueue-8")]
     Enqueue8,
+    /// One job per `POST /api/jobs`, 64 concurrent connections.
+    #[value(name = "enqueue-64")]
+    #[serde(rename = "enqueue-64")]
+    Enqueue64,
     /// 100 jobs per `POST /api/jobs/batch`, 4 connections.
     #[value(name = "bulk-100")]
     #[serde(rename = "bulk-100")]
@@ -60,6 +65,14 @@ pub enum Scenario {
     #[value(name = "mixed")]
     #[serde(rename = "mixed")]
     Mixed,
+    /// The simple worker, one worker: take one job, complete it, one request each.
+    #[value(name = "take-one-1")]
+    #[serde(rename = "take-one-1")]
+    TakeOne1,
+    /// The simple worker, 8 workers at once: take one job, complete it, one request each.
+    #[value(name = "take-one-8")]
+    #[serde(rename = "take-one-8")]
+    TakeOne8,
     /// `take-complete` with tenax-client's worker runtime as the consumers (no-op handler).
     #[value(name = "take-complete-worker")]
     #[serde(rename = "take-complete-worker")]
@@ -72,10 +85,15 @@ pub enum Scenario {
     #[value(name = "promotion")]
     #[serde(rename = "promotion")]
     Promotion,
-    /// The server's resident memory holding many waiting jobs (needs `--server-pid`).
+    /// The server's resident memory holding many waiting jobs, and once they are drained
+    /// (needs `--server-pid`).
     #[value(name = "memory")]
     #[serde(rename = "memory")]
     Memory,
+    /// Bulk enqueue (100 a request) while the store grows to a million jobs: the tail latency.
+    #[value(name = "growth")]
+    #[serde(rename = "growth")]
+    Growth,
     /// Webhook deliveries to a local receiver (the server needs `--allow-private-endpoints`).
     #[value(name = "deliveries")]
     #[serde(rename = "deliveries")]
@@ -99,14 +117,18 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    /// Every scenario but the delivery ones (they need a server flag) and the Zaqar ones.
-    pub const ALL: [Scenario; 10] = [
+    /// Every scenario but the delivery ones (they need a server flag), the Zaqar ones and
+    /// `growth` (a million jobs).
+    pub const ALL: [Scenario; 13] = [
         Self::Enqueue1,
         Self::Enqueue8,
+        Self::Enqueue64,
         Self::Bulk100,
         Self::Bulk1000,
         Self::TakeComplete,
         Self::Mixed,
+        Self::TakeOne1,
+        Self::TakeOne8,
         Self::TakeCompleteWorker,
         Self::MixedWorker,
         Self::Promotion,
@@ -117,14 +139,18 @@ impl Scenario {
         match self {
             Self::Enqueue1 => "enqueue-1",
             Self::Enqueue8 => "enqueue-8",
+            Self::Enqueue64 => "enqueue-64",
             Self::Bulk100 => "bulk-100",
             Self::Bulk1000 => "bulk-1000",
             Self::TakeComplete => "take-complete",
             Self::Mixed => "mixed",
+            Self::TakeOne1 => "take-one-1",
+            Self::TakeOne8 => "take-one-8",
             Self::TakeCompleteWorker => "take-complete-worker",
             Self::MixedWorker => "mixed-worker",
             Self::Promotion => "promotion",
             Self::Memory => "memory",
+            Self::Growth => "growth",
             Self::Deliveries => "deliveries",
             Self::DeliveriesFlaky => "deliveries-flaky",
             Self::ZaqarPost1 => "zaqar-post-1",
@@ -139,6 +165,10 @@ impl Scenario {
         match self {
             Self::Enqueue1 => 3_000,
             Self::Enqueue8 => 20_000,
+            Self::Enqueue64 => 60_000,
+            Self::TakeOne1 => 5_000,
+            Self::TakeOne8 => 30_000,
+            Self::Growth => 1_000_000,
             Self::Bulk100 => 200_000,
             Self::Bulk1000 => 400_000,
             Self::TakeComplete
@@ -176,6 +206,8 @@ pub struct BenchConfig {
     pub promotion_lead: Duration,
     /// Draw progress bars on stderr (when it is a terminal).
     pub progress: bool,
+    /// Speak HTTP/2: every request over one connection (see [`Api::new`]).
+    pub http2: bool,
     /// The token and CA file of every request.
     pub client: crate::http::ClientOptions,
 }
@@ -220,6 +252,7 @@ pub struct RequestStats {
     pub p50_us: u64,
     pub p90_us: u64,
     pub p99_us: u64,
+    pub p999_us: u64,
     pub max_us: u64,
     pub mean_us: f64,
 }
@@ -235,11 +268,13 @@ pub struct MemoryReport {
     pub hwm_kb: u64,
     /// Jobs the server held (any status, every queue) when measured.
     pub jobs_on_server: u64,
+    /// Resident set once those jobs were taken and completed.
+    pub rss_drained_kb: u64,
 }
 
 /// Runs the scenarios in order. A scenario that fails is reported and the others still run.
 pub async fn run(config: &BenchConfig) -> anyhow::Result<BenchReport> {
-    let api = Api::new(&config.url, &config.client)?;
+    let api = Api::new(&config.url, &config.client, config.http2)?;
     api.get(&api.url("/healthz"))
         .await
         .with_context(|| format!("no tenax server answers at {}", config.url))?;
@@ -260,14 +295,18 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         let result = match scenario {
             Scenario::Enqueue1 => enqueue::single(&ctx, 1).await,
             Scenario::Enqueue8 => enqueue::single(&ctx, 8).await,
+            Scenario::Enqueue64 => enqueue::single(&ctx, 64).await,
             Scenario::Bulk100 => enqueue::bulk(&ctx, 100).await,
             Scenario::Bulk1000 => enqueue::bulk(&ctx, 1_000).await,
             Scenario::TakeComplete => work::take_complete(&ctx).await,
             Scenario::Mixed => work::mixed(&ctx).await,
+            Scenario::TakeOne1 => one_by_one::run(&ctx, 1).await,
+            Scenario::TakeOne8 => one_by_one::run(&ctx, 8).await,
             Scenario::TakeCompleteWorker => worker::take_complete(&ctx).await,
             Scenario::MixedWorker => worker::mixed(&ctx).await,
             Scenario::Promotion => promotion::run(&ctx).await,
             Scenario::Memory => memory::run(&ctx).await,
+            Scenario::Growth => enqueue::growth(&ctx).await,
             Scenario::Deliveries => deliveries::run(&ctx, false).await,
             Scenario::DeliveriesFlaky => deliveries::run(&ctx, true).await,
             Scenario::ZaqarPost1 => zaqar::post_scenario(&ctx, 1).await,
@@ -393,15 +432,27 @@ pub struct Api {
 }
 
 impl Api {
-    pub fn new(base: &str, options: &crate::http::ClientOptions) -> anyhow::Result<Self> {
+    /// With `http2`, every request goes over one HTTP/2 connection (h2c with prior knowledge
+    /// on `http://`), so "N connections" means N requests in flight at once on it; without,
+    /// HTTP/1.1 only, one request per connection at a time.
+    pub fn new(
+        base: &str,
+        options: &crate::http::ClientOptions,
+        http2: bool,
+    ) -> anyhow::Result<Self> {
         let prepared = options.prepare().map_err(|e| anyhow::anyhow!(e))?;
         let make = || {
-            prepared
+            let builder = prepared
                 .builder(reqwest::header::HeaderMap::new())
                 .no_proxy()
                 .tcp_nodelay(true)
-                .pool_max_idle_per_host(64)
-                .timeout(Duration::from_secs(120))
+                .pool_max_idle_per_host(128)
+                .timeout(Duration::from_secs(120));
+            if http2 {
+                builder.http2_prior_knowledge()
+            } else {
+                builder.http1_only()
+            }
         };
         let (client, _) = crate::http::build(make).context("building the HTTP client")?;
         Ok(Self {
@@ -541,6 +592,7 @@ impl Latency {
             p50_us: self.0.value_at_quantile(0.50),
             p90_us: self.0.value_at_quantile(0.90),
             p99_us: self.0.value_at_quantile(0.99),
+            p999_us: self.0.value_at_quantile(0.999),
             max_us: self.0.max(),
             mean_us: self.0.mean(),
         }

@@ -101,7 +101,7 @@ pub fn render_table(columns: &[(&str, Align)], rows: &[Vec<String>]) -> String {
     out
 }
 
-const COLUMNS: [(&str, Align); 10] = [
+const COLUMNS: [(&str, Align); 11] = [
     ("scenario", Align::Left),
     ("jobs", Align::Right),
     ("time", Align::Right),
@@ -111,6 +111,7 @@ const COLUMNS: [(&str, Align); 10] = [
     ("p50", Align::Right),
     ("p90", Align::Right),
     ("p99", Align::Right),
+    ("p99.9", Align::Right),
     ("max", Align::Right),
 ];
 
@@ -153,6 +154,7 @@ fn rows(scenario: &ScenarioReport) -> Vec<Vec<String>> {
             format_micros(request.p50_us),
             format_micros(request.p90_us),
             format_micros(request.p99_us),
+            format_micros(request.p999_us),
             format_micros(request.max_us),
         ]);
         rows.push(row);
@@ -188,6 +190,11 @@ pub fn table(report: &BenchReport) -> String {
                 format_mb(memory.rss_before_kb),
                 format_mb(memory.hwm_kb),
                 bytes_per_job(memory.rss_kb, memory.rss_before_kb, scenario.jobs),
+            );
+            let _ = writeln!(
+                notes,
+                "  {name}: server resident {} once they were taken and completed",
+                format_mb(memory.rss_drained_kb),
             );
         }
         for note in &scenario.notes {
@@ -258,6 +265,7 @@ mod tests {
             p50_us: 900,
             p90_us: 1_500,
             p99_us: 20_000,
+            p999_us: 45_000,
             max_us: 2_000_000,
             mean_us: 1_000.0,
         };
@@ -287,6 +295,7 @@ mod tests {
                         rss_kb: 2_048,
                         hwm_kb: 4_096,
                         jobs_on_server: 1_024,
+                        rss_drained_kb: 1_536,
                     }),
                     ..ScenarioReport::default()
                 },
@@ -312,6 +321,7 @@ mod tests {
                 "900µs",
                 "1.50ms",
                 "20.0ms",
+                "45.0ms",
                 "2.00s"
             ]
         );
@@ -326,5 +336,6 @@ mod tests {
         assert!(text.contains(
             "memory: server resident 2.0 MB with 1,024 jobs held (before: 1.0 MB; peak: 4.0 MB; 1024 B per job added)"
         ));
+        assert!(text.contains("memory: server resident 1.5 MB once they were taken and completed"));
     }
 }

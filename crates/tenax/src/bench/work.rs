@@ -181,6 +181,13 @@ fn new_drain(ctx: &Ctx, target: u64, end_to_end: bool) -> Drain {
     }
 }
 
+/// Drains `target` jobs of the scenario's queue with `workers` take+complete loops (take max
+/// `--take-max`); returns how many were completed.
+pub(super) async fn drain_queue(ctx: &Ctx, workers: usize, target: u64) -> anyhow::Result<u64> {
+    let drained = drain(ctx, workers, Arc::new(new_drain(ctx, target, false))).await?;
+    Ok(drained.completed)
+}
+
 /// Notes on a drain that did not go to plan: `refused` completions, fewer than `target` jobs.
 pub(super) fn drained_notes(completed: u64, refused: u64, target: u64, ctx: &Ctx) -> Vec<String> {
     let max_seconds = ctx.config.max_seconds;

@@ -41,6 +41,10 @@ pub struct BenchArgs {
     /// enqueue takes.
     #[arg(long, value_parser = lead, default_value = "5s")]
     pub promotion_lead: u64,
+    /// Speak HTTP/2 (h2c on http://): the concurrent requests of a scenario share one
+    /// connection instead of one connection each.
+    #[arg(long)]
+    pub http2: bool,
     /// Print the results as JSON on stdout (the table then goes to stderr).
     #[arg(long)]
     pub json: bool,
@@ -79,6 +83,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
             ca_file: args.ca_file,
         },
         progress: std::io::stderr().is_terminal(),
+        http2: args.http2,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -15,23 +15,21 @@ use crate::store::{Claim, ClaimRecord, ClaimStore, ClaimedJob, Decide, StoreErro
 impl ClaimStore for EmbeddedStore {
     async fn claim(&self, id: ClaimId) -> Result<Claim, StoreError> {
         let inner = self.inner.lock();
-        let mut jobs: Vec<ClaimedJob> = inner
+        let jobs: Vec<ClaimedJob> = inner
             .index
             .held_by_claim(id)
             .into_iter()
             .filter_map(|job| {
                 let entry = inner.index.get(job)?;
-                let lease = entry
-                    .lease
-                    .filter(|_| entry.state.status == Status::InFlight)?;
+                let lease = entry.lease().filter(|_| entry.status == Status::InFlight)?;
                 Some(ClaimedJob {
                     id: job,
                     lease_expires_at_ms: lease.expires_at_ms,
-                    failures: entry.state.failures,
+                    failures: entry.failures,
                 })
             })
             .collect();
-        jobs.sort_by_key(|j| j.id);
+        // In id order already: the claim's set is ordered.
         Ok(Claim {
             record: inner.claims.get(&id).cloned(),
             jobs,
@@ -51,14 +49,14 @@ impl ClaimStore for EmbeddedStore {
         let expires_at_ms = now_ms.saturating_add(lease_ms);
         for job in &ids {
             inner.index.update(*job, |e| {
-                if let Some(lease) = e.lease {
-                    e.lease = Some(Lease {
+                if let Some(lease) = e.lease() {
+                    e.set_lease(Some(Lease {
                         expires_at_ms,
                         ..lease
-                    });
+                    }));
                 }
-                if let (Some(at), Some(keep)) = (e.expires_at_ms, keep_until_ms) {
-                    e.expires_at_ms = Some(at.max(keep));
+                if let (Some(at), Some(keep)) = (e.expires_at_ms(), keep_until_ms) {
+                    e.set_expires_at_ms(Some(at.max(keep)));
                 }
             });
         }
@@ -106,7 +104,7 @@ impl ClaimStore for EmbeddedStore {
         inner.claims.remove(&id);
         let ids = inner.index.held_by_claim(id);
         for job in &ids {
-            inner.index.update(*job, |e| e.state.status = Status::Ready);
+            inner.index.update(*job, |e| e.status = Status::Ready);
         }
         drop(inner);
         if !ids.is_empty() {

@@ -5,8 +5,9 @@ use std::collections::HashSet;
 use async_trait::async_trait;
 
 use super::EmbeddedStore;
+use super::ops::Op;
 use super::read::peek_of;
-use super::writer::{self, Op};
+use super::writer;
 use crate::clock::UnixMs;
 use crate::model::{JobId, Status, Trigger};
 use crate::store::{
@@ -23,7 +24,7 @@ impl JobCuration for EmbeddedStore {
     async fn replay_jobs(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError> {
         let (replayed, receiver) = {
             let mut inner = self.inner.lock();
-            let selected = self.select(&inner.index, &replay.selection)?;
+            let selected = self.select(&inner, &replay.selection)?;
             let mut replayed = Replayed::default();
             if let Some(named) = &replay.selection.ids {
                 let selected: HashSet<JobId> = selected.iter().copied().collect();
@@ -32,11 +33,12 @@ impl JobCuration for EmbeddedStore {
                         continue;
                     }
                     let reason = match inner.index.get(*id) {
-                        None => NotReplayed::NotFound,
-                        Some(e) if e.state.status != Status::Dead => {
-                            NotReplayed::NotDead(e.state.status)
-                        }
+                        Some(e) if e.status != Status::Dead => NotReplayed::NotDead(e.status),
                         Some(_) => NotReplayed::NotSelected,
+                        None if self.completed_job(*id)?.is_some() => {
+                            NotReplayed::NotDead(Status::Completed)
+                        }
+                        None => NotReplayed::NotFound,
                     };
                     replayed.skipped.push((*id, reason));
                 }
@@ -44,21 +46,27 @@ impl JobCuration for EmbeddedStore {
             let mut ops = Vec::with_capacity(selected.len() * 2);
             for id in selected {
                 let Some(entry) = inner.index.get(id) else {
+                    // Completed on disk: never replayed.
+                    if replay.selection.ids.is_some() {
+                        let reason = NotReplayed::NotDead(Status::Completed);
+                        replayed.skipped.push((id, reason));
+                    }
                     continue;
                 };
-                if entry.state.status != Status::Dead {
+                if entry.status != Status::Dead {
                     if replay.selection.ids.is_some() {
-                        let reason = NotReplayed::NotDead(entry.state.status);
+                        let reason = NotReplayed::NotDead(entry.status);
                         replayed.skipped.push((id, reason));
                     }
                     continue;
                 }
-                if let Some(key) = &entry.unique_key {
+                if let Some(key) = entry.unique_key() {
+                    let queue = inner.index.name(entry.queue);
                     let pending = inner
                         .pending_unique
-                        .get(&(entry.queue.to_string(), key.to_string()))
+                        .get(&(queue.to_string(), key.to_string()))
                         .copied();
-                    let holder = inner.index.unique(&entry.queue, key).or(pending);
+                    let holder = inner.index.unique(queue, key).or(pending);
                     if let Some(holder) = holder.filter(|h| *h != id) {
                         let key = key.to_string();
                         replayed
@@ -68,24 +76,26 @@ impl JobCuration for EmbeddedStore {
                     }
                 }
                 let updated = inner.index.update(id, |e| {
-                    e.state.status = Status::Ready;
-                    e.state.run_at_ms = now_ms;
-                    e.state.finished_at_ms = None;
-                    e.state.dead_reason = None;
-                    e.state.trigger = Trigger::Replay;
+                    let mut state = e.state();
+                    state.status = Status::Ready;
+                    state.run_at_ms = now_ms;
+                    state.finished_at_ms = None;
+                    state.dead_reason = None;
+                    state.trigger = Trigger::Replay;
                     if replay.reset_attempts {
-                        e.state.failures = 0;
-                        e.state.first_failure_at_ms = None;
-                        e.state.last_delay_ms = None;
+                        state.failures = 0;
+                        state.first_failure_at_ms = None;
+                        state.last_delay_ms = None;
                     }
+                    e.set_state(&state);
                     if let Some(policy) = &replay.policy {
-                        e.policy = Some(policy.policy().clone());
+                        e.set_policy(Some(policy.policy().clone()));
                     }
                 });
                 if let Some(entry) = updated {
                     ops.push(Op::PutState {
                         id,
-                        state: to_json_bytes(&entry.state),
+                        state: to_json_bytes(&entry.state()),
                     });
                 }
                 if let Some(policy) = &replay.policy {
@@ -116,18 +126,21 @@ impl JobCuration for EmbeddedStore {
                 let scheduled = inner
                     .index
                     .get(*id)
-                    .is_some_and(|e| e.state.status == Status::Scheduled);
+                    .is_some_and(|e| e.status == Status::Scheduled);
                 if !scheduled {
                     continue;
                 }
-                if let Some(entry) = inner.index.update(*id, |e| {
-                    e.state.status = Status::Ready;
-                    e.state.run_at_ms = now_ms;
-                    e.state.trigger = Trigger::Manual;
-                }) {
+                let updated = inner.index.update(*id, |e| {
+                    let mut state = e.state();
+                    state.status = Status::Ready;
+                    state.run_at_ms = now_ms;
+                    state.trigger = Trigger::Manual;
+                    e.set_state(&state);
+                });
+                if let Some(entry) = updated {
                     ops.push(Op::PutState {
                         id: *id,
-                        state: to_json_bytes(&entry.state),
+                        state: to_json_bytes(&entry.state()),
                     });
                     ran.push(*id);
                 }
@@ -147,10 +160,14 @@ impl JobCuration for EmbeddedStore {
     async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError> {
         let (ids, receiver) = {
             let mut inner = self.inner.lock();
-            let ids = self.select(&inner.index, selection)?;
+            let ids = self.select(&inner, selection)?;
+            // Selected jobs are in memory, or completed on disk (the writer finds them there).
             let ops: Vec<Op> = ids
                 .iter()
-                .filter_map(|id| inner.index.remove(*id).map(|_| Op::DeleteJob { id: *id }))
+                .map(|id| {
+                    inner.index.remove(*id);
+                    Op::DeleteJob { id: *id }
+                })
                 .collect();
             let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
             (ids, receiver)
@@ -173,9 +190,13 @@ impl JobCuration for EmbeddedStore {
             let mut checked = Vec::with_capacity(ids.len());
             let mut ops = Vec::new();
             for &id in ids {
-                let peek = inner.index.get(id).map(peek_of);
-                let deleted = peek.as_ref().is_some_and(check) && inner.index.remove(id).is_some();
+                let peek = match inner.index.get(id) {
+                    Some(entry) => Some(peek_of(&inner.index, entry)),
+                    None => self.peek_completed(id)?,
+                };
+                let deleted = peek.as_ref().is_some_and(check);
                 if deleted {
+                    inner.index.remove(id);
                     ops.push(Op::DeleteJob { id });
                 }
                 checked.push(Checked { id, peek, deleted });

@@ -7,9 +7,10 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
-use super::EmbeddedStore;
 use super::index::Entry;
-use super::writer::{self, Op};
+use super::ops::Op;
+use super::writer::{self, Wake};
+use super::{EmbeddedStore, Inner};
 use crate::clock::UnixMs;
 use crate::model::{JobId, JobState, Status};
 use crate::store::{
@@ -109,7 +110,7 @@ impl JobInserts for EmbeddedStore {
                                     .index
                                     .get(existing)
                                     .map_or((Status::Scheduled, insert.job.run_at_ms), |e| {
-                                        (e.state.status, e.state.run_at_ms)
+                                        (e.status, e.run_at_ms)
                                     });
                                 results.push(Some(Enqueued {
                                     id: existing,
@@ -151,57 +152,49 @@ impl JobInserts for EmbeddedStore {
             inner
                 .pending_unique
                 .extend(claimed.into_iter().map(|(k, (id, _))| (k, id)));
-            self.writer.submit(ops)
+            self.writer.submit_then(
+                ops,
+                Box::new(move |inner, written| show(inner, fresh, written, now_ms)),
+            )
         };
-        let written = writer::wait(receiver).await;
-
-        let mut inner = self.inner.lock();
-        let mut any_ready = false;
-        let mut any_scheduled = false;
-        // The interned name of the previous job's queue: a batch is mostly of one queue.
-        let mut last_queue: Option<Arc<str>> = None;
-        for (id, insert, state) in fresh {
-            let job = insert.job;
-            if let Some(key) = &job.unique_key {
-                inner
-                    .pending_unique
-                    .remove(&(job.queue.clone(), key.clone()));
-            }
-            if written.is_err() {
-                continue;
-            }
-            any_ready |= state.status == Status::Ready;
-            any_scheduled |= state.status == Status::Scheduled;
-            let queue = match &last_queue {
-                Some(queue) if **queue == *job.queue => queue.clone(),
-                _ => {
-                    let queue = inner.index.intern(&job.queue);
-                    last_queue = Some(queue.clone());
-                    queue
-                }
-            };
-            let entry = Entry {
-                queue,
-                kind: inner.index.intern_kind(&job.kind),
-                priority: job.priority,
-                unique_key: job.unique_key.map(String::into_boxed_str),
-                state,
-                lease: None,
-                policy: job.policy.map(|p| p.policy().clone()),
-                expires_at_ms: job.expires_at_ms,
-            };
-            inner.index.insert(id, entry, now_ms);
-        }
-        drop(inner);
-        written?;
-        if any_ready {
-            self.signals.ready.notify_waiters();
-        }
-        if any_scheduled {
-            self.signals.schedule.notify_waiters();
-        }
+        writer::wait(receiver).await?;
         Ok(results)
     }
+}
+
+/// Once the enqueue is written: the new jobs go into memory, where workers find them (and their
+/// unique keys leave the pending ones). Runs in the writer, under the lock.
+fn show(
+    inner: &mut Inner,
+    fresh: Vec<(JobId, Insert, JobState)>,
+    written: bool,
+    now_ms: UnixMs,
+) -> Wake {
+    let mut wake = Wake::default();
+    for (id, insert, state) in fresh {
+        let job = insert.job;
+        if let Some(key) = &job.unique_key {
+            inner
+                .pending_unique
+                .remove(&(job.queue.clone(), key.clone()));
+        }
+        if !written {
+            continue;
+        }
+        wake.ready |= state.status == Status::Ready;
+        wake.schedule |= state.status == Status::Scheduled;
+        let queue = inner.index.intern(&job.queue);
+        let entry = Entry::new(
+            queue,
+            job.priority,
+            job.unique_key.map(String::into_boxed_str),
+            &state,
+            job.policy.map(|p| p.policy().clone()),
+            job.expires_at_ms,
+        );
+        inner.index.insert(id, entry, now_ms);
+    }
+    wake
 }
 
 /// A job's rows, encoded before the store's lock is taken.

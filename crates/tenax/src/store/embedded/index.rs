@@ -1,20 +1,33 @@
 //! The in-memory indexes of the embedded store, and the authoritative copy of every live job's
 //! mutable state. Which jobs are ready (by queue, priority and age), scheduled (by time), leased
-//! (by expiry) and finished (by finish time, for retention). Rebuilt from disk at start-up.
+//! (by expiry) and dead (by finish time, for retention). Rebuilt from disk at start-up.
 //!
-//! Invariants: every live job has exactly one [`Entry`], which sits in exactly the one ordered
-//! set matching its status; counts per queue and status match the entries; a unique key maps to
-//! the one unfinished job that holds it.
+//! Memory holds the jobs that can still change: scheduled, ready, in flight and dead (dead jobs
+//! can be replayed). A completed job is on disk only (`super::history`); its entry stays here
+//! only from its completion until that is written, so that it is never out of sight.
+//!
+//! Invariants: every job in memory has exactly one [`Entry`], which sits in exactly the one
+//! ordered set matching its status; counts per queue and status match the entries (the completed
+//! jobs on disk are counted apart, and a completed entry leaves memory in the same step as its
+//! job is counted there); a unique key maps to the one unfinished job that holds it.
+//!
+//! Size: an entry is 48 bytes and every map is ordered (B-trees), so the index grows a node at a
+//! time: no request ever waits while a hash table of a million entries is rehashed.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::Arc;
 
 use tenax_policy::RetryPolicy;
 
-use super::listing::{KindId, Listing};
 use crate::clock::UnixMs;
-use crate::model::{ClaimId, JobId, JobState, LeaseToken, Status};
+use crate::model::{ClaimId, JobId, JobState, LeaseToken, Status, Trigger};
+use crate::store::Order;
+
+/// A queue's name as entries hold it: a number standing for the interned name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueRef(u32);
 
 /// A lease on an in-flight job: who may complete it, and until when. Leases live only in memory:
 /// after a crash every in-flight job is ready again, which is what at-least-once requires.
@@ -31,27 +44,160 @@ pub struct Lease {
 }
 
 /// What memory holds of one job: enough to order, move and decide on it without reading disk.
+/// What most jobs never have (a unique key, an own policy, an expiry, a failure history, a
+/// reason to be dead) is boxed apart, so a plain job costs 48 bytes.
 #[derive(Debug, Clone)]
 pub struct Entry {
-    pub queue: Arc<str>,
-    /// The job's type, interned by [`Index::intern_kind`].
-    pub kind: KindId,
+    /// Scheduled: when it becomes ready. Ready: when it became ready.
+    pub run_at_ms: UnixMs,
+    /// When it completed or died; 0 while it has not.
+    finished_at_ms: UnixMs,
+    pub queue: QueueRef,
     pub priority: i32,
-    pub unique_key: Option<Box<str>>,
-    pub state: JobState,
+    /// Runs that ended in a failure or a lost lease.
+    pub failures: u32,
+    pub status: Status,
     /// Set while in flight.
-    pub lease: Option<Lease>,
+    lease: Option<Box<Lease>>,
+    rare: Option<Box<Rare>>,
+}
+
+/// The fields of an entry that most jobs leave empty.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Rare {
+    unique_key: Option<Box<str>>,
     /// The job's own policy, if it has one.
-    pub policy: Option<Arc<RetryPolicy>>,
+    policy: Option<Arc<RetryPolicy>>,
     /// When the job is deleted whatever its status. A claim may move it later in memory.
-    pub expires_at_ms: Option<UnixMs>,
+    expires_at_ms: Option<UnixMs>,
+    first_failure_at_ms: Option<UnixMs>,
+    last_delay_ms: Option<u64>,
+    dead_reason: Option<Box<str>>,
+    /// What starts the next run when not its schedule (a replay, an operator's run-now).
+    trigger: Trigger,
 }
 
 impl Entry {
+    /// A job's entry. `state` is its whole state as stored.
+    pub fn new(
+        queue: QueueRef,
+        priority: i32,
+        unique_key: Option<Box<str>>,
+        state: &JobState,
+        policy: Option<Arc<RetryPolicy>>,
+        expires_at_ms: Option<UnixMs>,
+    ) -> Self {
+        let mut entry = Self {
+            run_at_ms: 0,
+            finished_at_ms: 0,
+            queue,
+            priority,
+            failures: 0,
+            status: state.status,
+            lease: None,
+            rare: None,
+        };
+        entry.set_state(state);
+        entry.change_rare(|rare| {
+            rare.unique_key = unique_key;
+            rare.policy = policy;
+            rare.expires_at_ms = expires_at_ms;
+        });
+        entry
+    }
+
+    /// The job's state, as it is stored.
+    pub fn state(&self) -> JobState {
+        let rare = self.rare.as_deref();
+        JobState {
+            status: self.status,
+            run_at_ms: self.run_at_ms,
+            failures: self.failures,
+            first_failure_at_ms: rare.and_then(|r| r.first_failure_at_ms),
+            last_delay_ms: rare.and_then(|r| r.last_delay_ms),
+            finished_at_ms: self.finished_at_ms(),
+            dead_reason: rare
+                .and_then(|r| r.dead_reason.as_deref())
+                .map(str::to_owned),
+            trigger: rare.map_or(Trigger::Scheduled, |r| r.trigger),
+        }
+    }
+
+    /// Replaces the job's state.
+    pub fn set_state(&mut self, state: &JobState) {
+        self.status = state.status;
+        self.run_at_ms = state.run_at_ms;
+        self.failures = state.failures;
+        self.finished_at_ms = state.finished_at_ms.unwrap_or(0);
+        self.change_rare(|rare| {
+            rare.first_failure_at_ms = state.first_failure_at_ms;
+            rare.last_delay_ms = state.last_delay_ms;
+            rare.dead_reason = state.dead_reason.as_deref().map(Box::from);
+            rare.trigger = state.trigger;
+        });
+    }
+
+    pub fn finished_at_ms(&self) -> Option<UnixMs> {
+        (self.finished_at_ms != 0 || self.status.is_finished()).then_some(self.finished_at_ms)
+    }
+
+    /// Marks the job finished (completed or dead) at `at_ms`.
+    pub fn finish(&mut self, status: Status, at_ms: UnixMs) {
+        self.status = status;
+        self.finished_at_ms = at_ms;
+    }
+
+    /// What starts the next run, when not its schedule.
+    pub fn trigger(&self) -> Trigger {
+        self.rare
+            .as_deref()
+            .map_or(Trigger::Scheduled, |r| r.trigger)
+    }
+
+    pub fn lease(&self) -> Option<Lease> {
+        self.lease.as_deref().copied()
+    }
+
+    pub fn set_lease(&mut self, lease: Option<Lease>) {
+        match (&mut self.lease, lease) {
+            (Some(held), Some(lease)) => **held = lease,
+            (slot, lease) => *slot = lease.map(Box::new),
+        }
+    }
+
+    pub fn unique_key(&self) -> Option<&str> {
+        self.rare.as_deref()?.unique_key.as_deref()
+    }
+
+    pub fn policy(&self) -> Option<&Arc<RetryPolicy>> {
+        self.rare.as_deref()?.policy.as_ref()
+    }
+
+    pub fn set_policy(&mut self, policy: Option<Arc<RetryPolicy>>) {
+        self.change_rare(|rare| rare.policy = policy);
+    }
+
+    pub fn expires_at_ms(&self) -> Option<UnixMs> {
+        self.rare.as_deref()?.expires_at_ms
+    }
+
+    pub fn set_expires_at_ms(&mut self, at: Option<UnixMs>) {
+        self.change_rare(|rare| rare.expires_at_ms = at);
+    }
+
+    /// Changes the rare fields, keeping no box when they are all empty.
+    fn change_rare(&mut self, change: impl FnOnce(&mut Rare)) {
+        let mut rare = self.rare.take().unwrap_or_default();
+        change(&mut rare);
+        if *rare != Rare::default() {
+            self.rare = Some(rare);
+        }
+    }
+
     /// The lease of an in-flight entry. Every in-flight entry has one; a missing one reads as
     /// already expired, so the reaper returns the job rather than losing it.
     fn held_lease(&self) -> Lease {
-        self.lease.unwrap_or(Lease {
+        self.lease().unwrap_or(Lease {
             token: LeaseToken(0),
             expires_at_ms: 0,
             taken_at_ms: 0,
@@ -65,20 +211,20 @@ type ReadyKey = (Reverse<i32>, JobId);
 
 #[derive(Debug, Default)]
 pub struct Index {
-    entries: HashMap<JobId, Entry>,
-    ready: HashMap<Arc<str>, BTreeSet<ReadyKey>>,
+    entries: BTreeMap<JobId, Entry>,
+    ready: HashMap<QueueRef, BTreeSet<ReadyKey>>,
     scheduled: BTreeSet<(UnixMs, JobId)>,
     leased: BTreeSet<(UnixMs, JobId)>,
-    by_claim: HashMap<ClaimId, HashSet<JobId>>,
+    by_claim: HashMap<ClaimId, BTreeSet<JobId>>,
+    /// Dead jobs (and completed ones not yet written), by finish time.
     finished: BTreeSet<(UnixMs, JobId)>,
     /// Jobs with an expiry, by expiry.
     expiring: BTreeSet<(UnixMs, JobId)>,
-    unique: HashMap<(Arc<str>, Box<str>), JobId>,
-    counts: HashMap<Arc<str>, [u64; 5]>,
-    /// Interned queue names, so that 200 000 jobs of one queue share one allocation.
-    names: HashMap<Box<str>, Arc<str>>,
-    /// Every job by queue, type and status, in id order: listings and their counts.
-    listing: Listing,
+    unique: HashMap<QueueRef, BTreeMap<Box<str>, JobId>>,
+    counts: HashMap<QueueRef, [u64; 5]>,
+    /// Interned queue names: `names[r]` is the name of `QueueRef(r)`.
+    names: Vec<Arc<str>>,
+    refs: HashMap<Arc<str>, QueueRef>,
 }
 
 fn slot(status: Status) -> usize {
@@ -92,34 +238,27 @@ fn slot(status: Status) -> usize {
 }
 
 impl Index {
-    pub fn intern(&mut self, queue: &str) -> Arc<str> {
-        if let Some(name) = self.names.get(queue) {
-            return name.clone();
+    /// The number standing for `queue`, made on first sight. Names are never forgotten: there
+    /// are as many as queues ever used, a few bytes each.
+    pub fn intern(&mut self, queue: &str) -> QueueRef {
+        if let Some(queue) = self.refs.get(queue) {
+            return *queue;
         }
+        let number = u32::try_from(self.names.len()).expect("fewer than 2^32 queue names");
         let name: Arc<str> = Arc::from(queue);
-        self.names.insert(queue.into(), name.clone());
-        name
+        self.names.push(name.clone());
+        self.refs.insert(name, QueueRef(number));
+        QueueRef(number)
     }
 
-    /// The number of a job type (made on first sight).
-    pub fn intern_kind(&mut self, kind: &str) -> KindId {
-        self.listing.intern_kind(kind)
+    /// The number of a queue that has (or had) jobs.
+    pub fn queue_ref(&self, queue: &str) -> Option<QueueRef> {
+        self.refs.get(queue).copied()
     }
 
-    /// The listing index: jobs by queue, type and status.
-    pub fn listing(&self) -> &Listing {
-        &self.listing
-    }
-
-    /// The job a take of `queue` would hand out next, if one is ready.
-    pub fn head_ready(&self, queue: &str) -> Option<JobId> {
-        let queue = self.names.get(queue)?;
-        self.ready.get(queue)?.first().map(|(_, id)| *id)
-    }
-
-    /// The interned name of a queue that has (or had) jobs.
-    pub fn queue_name(&self, queue: &str) -> Option<Arc<str>> {
-        self.names.get(queue).cloned()
+    /// The name of an interned queue.
+    pub fn name(&self, queue: QueueRef) -> &Arc<str> {
+        &self.names[queue.0 as usize]
     }
 
     pub fn get(&self, id: JobId) -> Option<&Entry> {
@@ -136,14 +275,14 @@ impl Index {
 
     /// The unfinished job holding `key` in `queue`.
     pub fn unique(&self, queue: &str, key: &str) -> Option<JobId> {
-        let queue = self.names.get(queue)?;
-        self.unique.get(&(queue.clone(), Box::from(key))).copied()
+        let queue = self.refs.get(queue)?;
+        self.unique.get(queue)?.get(key).copied()
     }
 
     /// Adds a job. A scheduled job whose time has come is added as ready.
     pub fn insert(&mut self, id: JobId, mut entry: Entry, now_ms: UnixMs) {
-        if entry.state.status == Status::Scheduled && entry.state.run_at_ms <= now_ms {
-            entry.state.status = Status::Ready;
+        if entry.status == Status::Scheduled && entry.run_at_ms <= now_ms {
+            entry.status = Status::Ready;
         }
         self.place(id, &entry);
         self.entries.insert(id, entry);
@@ -156,13 +295,21 @@ impl Index {
         Some(entry)
     }
 
+    /// Removes a completed job whose completion is written: from now on it is read from disk.
+    /// Anything else stays.
+    pub fn evict_completed(&mut self, id: JobId) {
+        if self.get(id).is_some_and(|e| e.status == Status::Completed) {
+            self.remove(id);
+        }
+    }
+
     /// Changes a job through `change`, keeping every set and count consistent. Returns the
     /// entry as changed.
     pub fn update(&mut self, id: JobId, change: impl FnOnce(&mut Entry)) -> Option<&Entry> {
         let mut entry = self.entries.remove(&id)?;
         self.unplace(id, &entry);
         change(&mut entry);
-        if entry.state.status != Status::InFlight {
+        if entry.status != Status::InFlight {
             entry.lease = None;
         }
         self.place(id, &entry);
@@ -171,26 +318,27 @@ impl Index {
     }
 
     fn place(&mut self, id: JobId, entry: &Entry) {
-        self.listing
-            .add((entry.queue.clone(), entry.kind, entry.state.status), id);
-        if let Some(at) = entry.expires_at_ms {
+        if let Some(at) = entry.expires_at_ms() {
             self.expiring.insert((at, id));
         }
-        self.counts.entry(entry.queue.clone()).or_default()[slot(entry.state.status)] += 1;
-        if let Some(key) = &entry.unique_key {
-            if !entry.state.status.is_finished() {
-                self.unique.insert((entry.queue.clone(), key.clone()), id);
+        self.counts.entry(entry.queue).or_default()[slot(entry.status)] += 1;
+        if let Some(key) = entry.unique_key() {
+            if !entry.status.is_finished() {
+                self.unique
+                    .entry(entry.queue)
+                    .or_default()
+                    .insert(Box::from(key), id);
             }
         }
-        match entry.state.status {
+        match entry.status {
             Status::Ready => {
                 self.ready
-                    .entry(entry.queue.clone())
+                    .entry(entry.queue)
                     .or_default()
                     .insert((Reverse(entry.priority), id));
             }
             Status::Scheduled => {
-                self.scheduled.insert((entry.state.run_at_ms, id));
+                self.scheduled.insert((entry.run_at_ms, id));
             }
             Status::InFlight => {
                 let lease = entry.held_lease();
@@ -200,36 +348,37 @@ impl Index {
                 }
             }
             Status::Completed | Status::Dead => {
-                self.finished
-                    .insert((entry.state.finished_at_ms.unwrap_or(0), id));
+                self.finished.insert((entry.finished_at_ms, id));
             }
         }
     }
 
     fn unplace(&mut self, id: JobId, entry: &Entry) {
-        self.listing
-            .remove(&(entry.queue.clone(), entry.kind, entry.state.status), id);
-        if let Some(at) = entry.expires_at_ms {
+        if let Some(at) = entry.expires_at_ms() {
             self.expiring.remove(&(at, id));
         }
         if let Some(counts) = self.counts.get_mut(&entry.queue) {
-            let slot = slot(entry.state.status);
+            let slot = slot(entry.status);
             counts[slot] = counts[slot].saturating_sub(1);
         }
-        if let Some(key) = &entry.unique_key {
-            let k = (entry.queue.clone(), key.clone());
-            if self.unique.get(&k) == Some(&id) {
-                self.unique.remove(&k);
+        if let Some(key) = entry.unique_key() {
+            if let Some(keys) = self.unique.get_mut(&entry.queue) {
+                if keys.get(key) == Some(&id) {
+                    keys.remove(key);
+                    if keys.is_empty() {
+                        self.unique.remove(&entry.queue);
+                    }
+                }
             }
         }
-        match entry.state.status {
+        match entry.status {
             Status::Ready => {
                 if let Some(set) = self.ready.get_mut(&entry.queue) {
                     set.remove(&(Reverse(entry.priority), id));
                 }
             }
             Status::Scheduled => {
-                self.scheduled.remove(&(entry.state.run_at_ms, id));
+                self.scheduled.remove(&(entry.run_at_ms, id));
             }
             Status::InFlight => {
                 let lease = entry.held_lease();
@@ -244,14 +393,13 @@ impl Index {
                 }
             }
             Status::Completed | Status::Dead => {
-                self.finished
-                    .remove(&(entry.state.finished_at_ms.unwrap_or(0), id));
+                self.finished.remove(&(entry.finished_at_ms, id));
             }
         }
     }
 
     /// Up to `max` ready jobs across `queues`, highest priority first, then oldest.
-    pub fn peek_ready(&self, queues: &[Arc<str>], max: usize) -> Vec<JobId> {
+    pub fn peek_ready(&self, queues: &[QueueRef], max: usize) -> Vec<JobId> {
         let mut cursors: Vec<_> = queues
             .iter()
             .filter_map(|q| self.ready.get(q))
@@ -270,6 +418,12 @@ impl Index {
             out.push(key.1);
         }
         out
+    }
+
+    /// The job a take of `queue` would hand out next, if one is ready.
+    pub fn head_ready(&self, queue: &str) -> Option<JobId> {
+        let queue = self.queue_ref(queue)?;
+        self.ready.get(&queue)?.first().map(|key| key.1)
     }
 
     /// Scheduled jobs due at or before `now_ms`, at most `max`.
@@ -314,16 +468,14 @@ impl Index {
         self.expiring.first().map(|(at, _)| *at)
     }
 
-    /// Finished jobs that finished at or before `before_ms`, at most `max`, oldest first.
-    pub fn finished_before(&self, before_ms: UnixMs, max: usize) -> Vec<(JobId, Status)> {
+    /// Finished jobs in memory that finished at or before `before_ms`, oldest first.
+    pub fn finished_before(&self, before_ms: UnixMs) -> impl Iterator<Item = (JobId, &Entry)> {
         self.finished
             .range(..=(before_ms, JobId(u64::MAX)))
-            .filter_map(|(_, id)| self.entries.get(id).map(|e| (*id, e.state.status)))
-            .take(max)
-            .collect()
+            .filter_map(|(_, id)| self.entries.get(id).map(|e| (*id, e)))
     }
 
-    /// Jobs leased under a claim (or streaming take), in no order.
+    /// Jobs leased under a claim (or streaming take), in id order.
     pub fn held_by_claim(&self, claim: ClaimId) -> Vec<JobId> {
         self.by_claim
             .get(&claim)
@@ -331,22 +483,47 @@ impl Index {
             .unwrap_or_default()
     }
 
-    /// Counts of one queue, in the order of [`Status::ALL`].
+    /// Counts of one queue's jobs in memory, in the order of [`Status::ALL`].
     pub fn queue_counts(&self, queue: &str) -> [u64; 5] {
-        self.names
+        self.refs
             .get(queue)
-            .and_then(|name| self.counts.get(name))
+            .and_then(|queue| self.counts.get(queue))
             .copied()
             .unwrap_or_default()
     }
 
-    /// Counts per queue, in the order of [`Status::ALL`].
-    pub fn counts(&self) -> impl Iterator<Item = (&str, [u64; 5])> {
-        self.counts.iter().map(|(q, c)| (&**q, *c))
+    /// Counts of the jobs in memory per queue, in the order of [`Status::ALL`].
+    pub fn counts(&self) -> impl Iterator<Item = (&Arc<str>, [u64; 5])> {
+        self.counts.iter().map(|(q, c)| (self.name(*q), *c))
     }
 
-    pub fn entries(&self) -> impl Iterator<Item = (&JobId, &Entry)> {
-        self.entries.iter()
+    /// Every entry, in id order.
+    pub fn entries(&self) -> impl Iterator<Item = (JobId, &Entry)> {
+        self.entries.iter().map(|(id, e)| (*id, e))
+    }
+
+    /// The entries after `after` (all when `None`) in `order`: a page starts where the last
+    /// ended without looking at what came before.
+    pub fn entries_after(
+        &self,
+        after: Option<JobId>,
+        order: Order,
+    ) -> Box<dyn Iterator<Item = (JobId, &Entry)> + '_> {
+        fn map<'a>((id, e): (&'a JobId, &'a Entry)) -> (JobId, &'a Entry) {
+            (*id, e)
+        }
+        match (order, after) {
+            (Order::Ascending, Some(after)) => Box::new(
+                self.entries
+                    .range((Bound::Excluded(after), Bound::Unbounded))
+                    .map(map),
+            ),
+            (Order::Ascending, None) => Box::new(self.entries.iter().map(map)),
+            (Order::Descending, Some(after)) => {
+                Box::new(self.entries.range(..after).rev().map(map))
+            }
+            (Order::Descending, None) => Box::new(self.entries.iter().rev().map(map)),
+        }
     }
 }
 
@@ -357,16 +534,47 @@ mod tests {
     fn entry(index: &mut Index, queue: &str, priority: i32, status: Status, at_ms: u64) -> Entry {
         let mut state = JobState::new(at_ms, 0);
         state.status = status;
-        Entry {
-            queue: index.intern(queue),
-            kind: 0,
-            priority,
-            unique_key: None,
-            state,
-            lease: None,
-            policy: None,
-            expires_at_ms: None,
-        }
+        let queue = index.intern(queue);
+        Entry::new(queue, priority, None, &state, None, None)
+    }
+
+    #[test]
+    fn an_entry_is_small() {
+        assert!(
+            std::mem::size_of::<Entry>() <= 48,
+            "{}",
+            std::mem::size_of::<Entry>()
+        );
+    }
+
+    #[test]
+    fn an_entry_gives_back_the_state_it_was_given() {
+        let mut index = Index::default();
+        let queue = index.intern("q");
+        let plain = JobState::new(5, 0);
+        let mut entry = Entry::new(queue, 3, None, &plain, None, None);
+        assert_eq!(entry.state(), plain);
+        assert!(entry.rare.is_none(), "a plain job boxes nothing");
+        let dead = JobState {
+            status: Status::Dead,
+            run_at_ms: 10,
+            failures: 4,
+            first_failure_at_ms: Some(2),
+            last_delay_ms: Some(900),
+            finished_at_ms: Some(11),
+            dead_reason: Some("all 3 retries were used".into()),
+        };
+        entry.set_state(&dead);
+        assert_eq!(entry.state(), dead);
+        entry.set_state(&plain);
+        assert_eq!(entry.state(), plain);
+        assert!(entry.rare.is_none(), "emptied rare fields go");
+        entry.set_expires_at_ms(Some(99));
+        assert_eq!(entry.expires_at_ms(), Some(99));
+        assert_eq!(entry.state(), plain);
+        // A job finished at the epoch still reads as finished.
+        entry.finish(Status::Completed, 0);
+        assert_eq!(entry.finished_at_ms(), Some(0));
     }
 
     #[test]
@@ -397,24 +605,21 @@ mod tests {
         let future = entry(&mut index, "q", 0, Status::Scheduled, 500);
         index.insert(JobId(1), past, 100);
         index.insert(JobId(2), future, 100);
-        assert_eq!(
-            index.get(JobId(1)).map(|e| e.state.status),
-            Some(Status::Ready)
-        );
+        assert_eq!(index.get(JobId(1)).map(|e| e.status), Some(Status::Ready));
         assert_eq!(index.due(499, 10), Vec::<JobId>::new());
         assert_eq!(index.due(500, 10), [JobId(2)]);
-        index.update(JobId(2), |e| e.state.status = Status::Ready);
+        index.update(JobId(2), |e| e.status = Status::Ready);
         let q = [index.intern("q")];
         assert_eq!(index.peek_ready(&q, 10), [JobId(1), JobId(2)]);
-        let counts: Vec<_> = index.counts().collect();
-        assert_eq!(counts, [("q", [0, 2, 0, 0, 0])]);
+        let counts: Vec<_> = index.counts().map(|(q, c)| (q.to_string(), c)).collect();
+        assert_eq!(counts, [("q".to_owned(), [0, 2, 0, 0, 0])]);
     }
 
     #[test]
     fn leases_unique_keys_and_removal_keep_sets_consistent() {
         let mut index = Index::default();
-        let mut e = entry(&mut index, "q", 0, Status::Ready, 0);
-        e.unique_key = Some("k".into());
+        let queue = index.intern("q");
+        let e = Entry::new(queue, 0, Some("k".into()), &JobState::new(0, 0), None, None);
         index.insert(JobId(7), e, 0);
         assert_eq!(index.unique("q", "k"), Some(JobId(7)));
         let lease = Lease {
@@ -424,29 +629,61 @@ mod tests {
             claim: Some(ClaimId(3)),
         };
         index.update(JobId(7), |e| {
-            e.state.status = Status::InFlight;
-            e.lease = Some(lease);
+            e.status = Status::InFlight;
+            e.set_lease(Some(lease));
         });
         assert_eq!(index.expired(999, 10), Vec::<JobId>::new());
         assert_eq!(index.expired(1_000, 10), [JobId(7)]);
         assert_eq!(index.held_by_claim(ClaimId(3)), [JobId(7)]);
-        index.update(JobId(7), |e| {
-            e.state.status = Status::Completed;
-            e.state.finished_at_ms = Some(2_000);
-        });
+        index.update(JobId(7), |e| e.finish(Status::Dead, 2_000));
         assert_eq!(
             index.unique("q", "k"),
             None,
             "a finished job frees its unique key"
         );
+        assert_eq!(index.get(JobId(7)).and_then(Entry::lease), None);
         assert_eq!(index.held_by_claim(ClaimId(3)), Vec::<JobId>::new());
         assert_eq!(index.expired(5_000, 10), Vec::<JobId>::new());
-        assert_eq!(
-            index.finished_before(2_000, 10),
-            [(JobId(7), Status::Completed)]
-        );
+        let dead: Vec<JobId> = index.finished_before(2_000).map(|(id, _)| id).collect();
+        assert_eq!(dead, [JobId(7)]);
+        assert_eq!(index.queue_counts("q"), [0, 0, 0, 0, 1]);
         assert!(index.remove(JobId(7)).is_some());
         assert!(index.is_empty());
-        assert_eq!(index.finished_before(u64::MAX, 10), Vec::new());
+        assert_eq!(index.finished_before(u64::MAX).count(), 0);
+    }
+
+    #[test]
+    fn completed_entries_are_counted_until_evicted() {
+        let mut index = Index::default();
+        let e = entry(&mut index, "q", 0, Status::Ready, 0);
+        index.insert(JobId(1), e, 0);
+        index.update(JobId(1), |e| e.finish(Status::Completed, 10));
+        assert_eq!(index.queue_counts("q"), [0, 0, 0, 1, 0]);
+        index.evict_completed(JobId(1));
+        assert!(index.get(JobId(1)).is_none());
+        assert_eq!(index.queue_counts("q"), [0; 5]);
+        let e = entry(&mut index, "q", 0, Status::Ready, 0);
+        index.insert(JobId(2), e, 0);
+        index.evict_completed(JobId(2));
+        assert!(index.get(JobId(2)).is_some(), "only completed entries go");
+    }
+
+    #[test]
+    fn pages_start_after_the_last_id_in_either_order() {
+        let mut index = Index::default();
+        for id in 1..=5 {
+            let e = entry(&mut index, "q", 0, Status::Ready, 0);
+            index.insert(JobId(id), e, 0);
+        }
+        let ids = |after, order| -> Vec<u64> {
+            index
+                .entries_after(after, order)
+                .map(|(id, _)| id.0)
+                .collect()
+        };
+        assert_eq!(ids(None, Order::Ascending), [1, 2, 3, 4, 5]);
+        assert_eq!(ids(Some(JobId(2)), Order::Ascending), [3, 4, 5]);
+        assert_eq!(ids(None, Order::Descending), [5, 4, 3, 2, 1]);
+        assert_eq!(ids(Some(JobId(4)), Order::Descending), [3, 2, 1]);
     }
 }

@@ -1,12 +1,12 @@
 //! Take, heartbeat, complete, fail, finish a delivery, pop: the worker's side of a job.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
 
-use super::index::{Index, Lease};
-use super::writer::{self, Op, Receiver};
+use super::index::{Index, Lease, QueueRef};
+use super::ops::Op;
+use super::writer::{self, Receiver, Wake};
 use super::{EmbeddedStore, Inner};
 use crate::clock::UnixMs;
 use crate::model::subscription::subscription_of_queue;
@@ -47,18 +47,18 @@ impl JobLeases for EmbeddedStore {
                 };
                 let keep_until = request.keep_until_ms;
                 if let Some(entry) = inner.index.update(id, |e| {
-                    e.state.status = Status::InFlight;
-                    e.lease = Some(lease);
-                    if let (Some(at), Some(keep)) = (e.expires_at_ms, keep_until) {
-                        e.expires_at_ms = Some(at.max(keep));
+                    e.status = Status::InFlight;
+                    e.set_lease(Some(lease));
+                    if let (Some(at), Some(keep)) = (e.expires_at_ms(), keep_until) {
+                        e.set_expires_at_ms(Some(at.max(keep)));
                     }
                 }) {
                     leased.push((
                         id,
                         lease,
-                        entry.state.failures + 1,
-                        entry.expires_at_ms,
-                        entry.state.trigger,
+                        entry.failures + 1,
+                        entry.expires_at_ms(),
+                        entry.trigger(),
                     ));
                 }
             }
@@ -106,15 +106,15 @@ impl JobLeases for EmbeddedStore {
         now_ms: UnixMs,
     ) -> Result<UnixMs, StoreError> {
         let mut inner = self.inner.lock();
-        let lease = check_lease(&inner.index, ack)?;
+        let lease = self.check_lease(&inner.index, ack)?;
         let expires_at_ms = now_ms
             .saturating_add(lease_ms)
             .min(lease.taken_at_ms.saturating_add(max_attempt_ms));
         inner.index.update(ack.id, |e| {
-            e.lease = Some(Lease {
+            e.set_lease(Some(Lease {
                 expires_at_ms,
                 ..lease
-            })
+            }));
         });
         Ok(expires_at_ms)
     }
@@ -130,19 +130,29 @@ impl JobLeases for EmbeddedStore {
             let mut ops = Vec::with_capacity(acks.len());
             let mut results = Vec::with_capacity(acks.len());
             for ack in acks {
-                if let Err(error) = check_lease(&inner.index, *ack) {
+                if let Err(error) = self.check_lease(&inner.index, *ack) {
                     results.push(Err(error));
                     continue;
                 }
                 ops.extend(complete_one(&mut inner, ack.id, retain, now_ms));
                 results.push(Ok(()));
             }
-            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            let receiver = (!ops.is_empty()).then(|| {
+                let completed: Vec<JobId> = acks
+                    .iter()
+                    .zip(&results)
+                    .filter(|(_, r)| r.is_ok())
+                    .map(|(a, _)| a.id)
+                    .collect();
+                self.writer.submit_then(
+                    ops,
+                    Box::new(move |inner, written| evict(inner, completed, written)),
+                )
+            });
             (results, receiver)
         };
         if let Some(receiver) = receiver {
             writer::wait(receiver).await?;
-            self.signals.released.notify_waiters();
         }
         Ok(results)
     }
@@ -155,7 +165,7 @@ impl JobLeases for EmbeddedStore {
     ) -> Result<Transition, StoreError> {
         let (transition, receiver) = {
             let mut inner = self.inner.lock();
-            check_lease(&inner.index, ack)?;
+            self.check_lease(&inner.index, ack)?;
             let inner = &mut *inner;
             let mut transition =
                 decide_on(inner, ack.id, decide).ok_or(StoreError::NotFound(ack.id))?;
@@ -178,7 +188,7 @@ impl JobLeases for EmbeddedStore {
     ) -> Result<Finished, StoreError> {
         let (finished, receiver) = {
             let mut inner = self.inner.lock();
-            check_lease(&inner.index, ack)?;
+            self.check_lease(&inner.index, ack)?;
             let log = Op::PutAttempt {
                 id: ack.id,
                 entry: to_json_bytes(attempt),
@@ -186,7 +196,10 @@ impl JobLeases for EmbeddedStore {
             if attempt.result == AttemptResult::Delivered {
                 let mut ops = vec![log];
                 ops.extend(complete_one(&mut inner, ack.id, retain, now_ms));
-                (Finished::Delivered, self.writer.submit(ops))
+                let id = ack.id;
+                let after =
+                    Box::new(move |inner: &mut Inner, written| evict(inner, vec![id], written));
+                (Finished::Delivered, self.writer.submit_then(ops, after))
             } else {
                 let inner = &mut *inner;
                 let mut transition =
@@ -265,7 +278,7 @@ impl EmbeddedStore {
             let expires_at_ms = to.expires_at_ms;
             inner.index.update(id, |e| {
                 e.queue = queue;
-                e.expires_at_ms = expires_at_ms;
+                e.set_expires_at_ms(expires_at_ms);
             });
         }
         let state = transition.state.clone();
@@ -280,7 +293,7 @@ impl EmbeddedStore {
                 entry: to_json_bytes(error),
             });
         }
-        inner.index.update(id, |e| e.state = state);
+        inner.index.update(id, |e| e.set_state(&state));
         Ok(self.writer.submit(ops))
     }
 
@@ -297,17 +310,33 @@ impl EmbeddedStore {
     }
 }
 
-/// The interned names of those of `queues` that have jobs and are not paused.
-fn unpaused(inner: &Inner, queues: &[String]) -> Vec<Arc<str>> {
+/// Once completions are written: the completed jobs leave memory (they are read from disk from
+/// now on, and counted there, by the same commit), and streams that held them have room again.
+/// Runs in the writer, under the lock.
+fn evict(inner: &mut Inner, ids: Vec<JobId>, written: bool) -> Wake {
+    if written {
+        for id in ids {
+            inner.index.evict_completed(id);
+        }
+    }
+    Wake {
+        released: true,
+        ..Wake::default()
+    }
+}
+
+/// Those of `queues` that have jobs and are not paused.
+fn unpaused(inner: &Inner, queues: &[String]) -> Vec<QueueRef> {
     queues
         .iter()
         .filter(|q| !inner.queues.get(q.as_str()).is_some_and(|c| c.paused))
-        .filter_map(|q| inner.index.queue_name(q))
+        .filter_map(|q| inner.index.queue_ref(q))
         .collect()
 }
 
 /// Completes in-flight job `id` in memory and returns the writes: its state kept as completed
-/// (for the retention period) when `retain`, else the job deleted. Called under the lock.
+/// (for the retention period) when `retain`, else the job deleted. Called under the lock. A
+/// kept job stays in memory until the write is done; then [`evict`].
 pub(super) fn complete_one(
     inner: &mut Inner,
     id: JobId,
@@ -315,14 +344,20 @@ pub(super) fn complete_one(
     now_ms: UnixMs,
 ) -> Option<Op> {
     if retain {
-        let entry = inner.index.update(id, |e| {
-            e.state.status = Status::Completed;
-            e.state.finished_at_ms = Some(now_ms);
-            e.state.trigger = crate::model::Trigger::Scheduled;
-        })?;
-        Some(Op::PutState {
+        let entry = inner
+            .index
+            .update(id, |e| e.finish(Status::Completed, now_ms))?;
+        let (queue, expires_at_ms, state) = (
+            entry.queue,
+            entry.expires_at_ms(),
+            to_json_bytes(&entry.state()),
+        );
+        Some(Op::Complete {
             id,
-            state: to_json_bytes(&entry.state),
+            queue: inner.index.name(queue).clone(),
+            finished_at_ms: now_ms,
+            expires_at_ms,
+            state,
         })
     } else {
         inner.index.remove(id)?;
@@ -334,30 +369,47 @@ pub(super) fn complete_one(
 /// delivery, its subscription and that one's queue's settings. Called under the lock.
 pub(super) fn decide_on(inner: &Inner, id: JobId, decide: &Decide<'_>) -> Option<Transition> {
     let entry = inner.index.get(id)?;
-    let owner = subscription_of_queue(&entry.queue)
+    let queue = inner.index.name(entry.queue);
+    let owner = subscription_of_queue(queue)
         .and_then(|s| inner.subscriptions.get(&s))
         .map(|s| (s, inner.queues.get(&s.queue)));
     Some(decide(&DecideContext {
         id,
-        queue: &entry.queue,
-        state: &entry.state,
-        expires_at_ms: entry.expires_at_ms,
-        job_policy: entry.policy.as_deref(),
-        queue_config: inner.queues.get(&*entry.queue),
+        queue,
+        state: &entry.state(),
+        expires_at_ms: entry.expires_at_ms(),
+        job_policy: entry.policy().map(|p| &**p),
+        queue_config: inner.queues.get(&**queue),
         owner,
     }))
 }
 
-/// The lease of an in-flight job, if `ack` may act on it.
-pub(super) fn check_lease(index: &Index, ack: Ack) -> Result<Lease, StoreError> {
+impl EmbeddedStore {
+    /// The lease of an in-flight job, if `ack` may act on it. A job not in memory may be
+    /// completed (on disk), which is said as such.
+    fn check_lease(&self, index: &Index, ack: Ack) -> Result<Lease, StoreError> {
+        match lease_of(index, ack) {
+            Err(StoreError::NotFound(id)) if self.completed_job(id)?.is_some() => {
+                Err(StoreError::NotInFlight {
+                    id,
+                    status: Status::Completed,
+                })
+            }
+            found => found,
+        }
+    }
+}
+
+/// The lease of an in-flight job in memory, if `ack` may act on it.
+fn lease_of(index: &Index, ack: Ack) -> Result<Lease, StoreError> {
     let entry = index.get(ack.id).ok_or(StoreError::NotFound(ack.id))?;
-    if entry.state.status != Status::InFlight {
+    if entry.status != Status::InFlight {
         return Err(StoreError::NotInFlight {
             id: ack.id,
-            status: entry.state.status,
+            status: entry.status,
         });
     }
-    let lease = entry.lease.ok_or(StoreError::LeaseLost { id: ack.id })?;
+    let lease = entry.lease().ok_or(StoreError::LeaseLost { id: ack.id })?;
     if ack.lease != lease.token {
         return Err(StoreError::LeaseLost { id: ack.id });
     }

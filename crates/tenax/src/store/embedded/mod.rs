@@ -1,4 +1,5 @@
-//! The embedded store: one redb file for durability, in-memory indexes for the hot path.
+//! The embedded store: a redb file and a write-ahead log for durability, in-memory indexes for
+//! the hot path.
 //!
 //! Every operation takes the index lock, changes memory, submits its writes to the group-commit
 //! writer (still under the lock, so the disk sees changes in memory's order), releases the lock
@@ -6,25 +7,35 @@
 //! a worker can never run a job whose enqueue was not acknowledged.
 //!
 //! Durability contract: jobs, their states, errors and attempts, queue settings, subscriptions
-//! and tokens are durable. Leases and claims live in memory only: a restart returns every
-//! in-flight job to ready (at least once), which is what [`StoreProperties::durable_leases`]
-//! `false` declares. One process uses the store ([`StoreProperties::shared`] `false`), so
-//! leadership is always granted and the signals wake that process.
+//! and tokens are durable once acknowledged: the commit's record is synced in the write-ahead
+//! log (`wal`), and the redb file follows (`writer`). Leases and claims live in memory only: a
+//! restart returns every in-flight job to ready (at least once), which is what
+//! [`StoreProperties::durable_leases`] `false` declares. One process uses the store
+//! ([`StoreProperties::shared`] `false`), so leadership is always granted and the signals wake
+//! that process.
 //!
-//! Files: the layout is in [`tables`]; one file per family of the seam.
+//! Memory holds what can change; completed jobs are on disk only (`history`), so memory follows
+//! the backlog, not the retention.
+//!
+//! Files: the layout is in [`tables`] and `wal`; one file per family of the seam. The storage
+//! itself can be a [`disk::SimulatedDisk`], for tests of the disk contract.
 
 mod claims;
 mod curation;
+pub mod disk;
 mod enqueue;
+mod history;
 pub mod index;
 mod leases;
-mod listing;
+mod ops;
 mod queues;
 mod read;
 mod subscriptions;
 mod tables;
 mod tokens;
+mod upgrade;
 mod upkeep;
+mod wal;
 mod writer;
 
 use std::collections::{BTreeMap, HashMap};
@@ -36,12 +47,15 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use redb::{Database, ReadableDatabase, ReadableTable};
 
+use self::disk::{FileLog, LogFile, SimulatedDisk};
 use self::index::{Entry, Index};
+use self::ops::{CountDeltas, Op, Tables};
 use self::tables::{
-    ATTEMPTS, ERRORS, FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID,
-    NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, STATES, SUBSCRIPTIONS, StoredBody,
-    TOKENS,
+    ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ERRORS,
+    FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID,
+    POLICIES, QUEUES, STATES, SUBSCRIPTIONS, StoredBody, TOKENS, WAL_LSN,
 };
+use self::wal::Wal;
 use self::writer::Writer;
 use super::{
     ClaimRecord, QueueConfig, Signals, StoreError, StoreLifecycle, StoreProperties, from_json_bytes,
@@ -57,6 +71,8 @@ pub struct EmbeddedOptions {
     pub sync: bool,
     /// redb's page cache.
     pub cache_bytes: usize,
+    /// The size the write-ahead log is made with.
+    pub log_bytes: u64,
 }
 
 impl Default for EmbeddedOptions {
@@ -64,6 +80,7 @@ impl Default for EmbeddedOptions {
         Self {
             sync: true,
             cache_bytes: 32 * 1024 * 1024,
+            log_bytes: wal::CAPACITY,
         }
     }
 }
@@ -71,9 +88,10 @@ impl Default for EmbeddedOptions {
 #[derive(Debug)]
 pub struct EmbeddedStore {
     db: Arc<Database>,
-    inner: Mutex<Inner>,
+    /// Taken by requests, and by the writer to bring memory up to date after a commit.
+    inner: Arc<Mutex<Inner>>,
     writer: Writer,
-    signals: Signals,
+    signals: Arc<Signals>,
     /// Source of lease tokens; starts from the clock at open so tokens differ across restarts.
     lease_tokens: AtomicU64,
 }
@@ -98,6 +116,9 @@ struct Inner {
     next_token_id: u64,
     /// Records of claims that have one, in memory like the leases they describe.
     claims: HashMap<ClaimId, ClaimRecord>,
+    /// Completed jobs per queue, on disk (the index counts the other states). Changed by the
+    /// writer only, with the commit that changes them.
+    completed: HashMap<String, u64>,
 }
 
 /// A redb failure while doing `what`, with its source kept.
@@ -119,15 +140,56 @@ impl EmbeddedStore {
             .set_cache_size(options.cache_bytes)
             .create(&path)
             .map_err(|e| StoreError::storage(format!("opening {}", path.display()), e))?;
+        let log_path = dir.join("tenax.wal");
+        let log = FileLog::open(&log_path)
+            .map_err(|e| StoreError::storage(format!("opening {}", log_path.display()), e))?;
+        let store = Self::start(db, Box::new(log), options, now_ms)?;
+        // The log file, if it was just made, is in the directory for good.
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| StoreError::storage(format!("syncing {}", dir.display()), e))?;
+        Ok(store)
+    }
+
+    /// Opens (or creates) the store on a simulated disk (its files `tenax.redb` and
+    /// `tenax.wal`): for tests of what survives a power cut.
+    pub fn open_simulated(
+        disk: &SimulatedDisk,
+        options: &EmbeddedOptions,
+        now_ms: UnixMs,
+    ) -> Result<Self, StoreError> {
+        let db = Database::builder()
+            .set_cache_size(options.cache_bytes)
+            .create_with_backend(disk.file("tenax.redb"))
+            .map_err(|e| StoreError::storage("opening the simulated store", e))?;
+        Self::start(db, Box::new(disk.file("tenax.wal")), options, now_ms)
+    }
+
+    /// Brings the file up to date (format, then the log's records past its last checkpoint),
+    /// rebuilds memory, and starts the writer.
+    fn start(
+        db: Database,
+        log: Box<dyn LogFile>,
+        options: &EmbeddedOptions,
+        now_ms: UnixMs,
+    ) -> Result<Self, StoreError> {
         check_format(&db)?;
-        let inner = rebuild(&db, now_ms)?;
+        let wal = recover(&db, log, options.log_bytes)?;
+        let inner = Arc::new(Mutex::new(rebuild(&db, now_ms)?));
         let db = Arc::new(db);
-        let writer = Writer::start(db.clone(), options.sync);
+        let signals = Arc::new(Signals::default());
+        let writer = Writer::start(writer::Parts {
+            db: db.clone(),
+            wal,
+            sync: options.sync,
+            memory: inner.clone(),
+            signals: signals.clone(),
+        });
         Ok(Self {
             db,
-            inner: Mutex::new(inner),
+            inner,
             writer,
-            signals: Signals::default(),
+            signals,
             lease_tokens: AtomicU64::new(now_ms.wrapping_mul(1_000)),
         })
     }
@@ -173,11 +235,12 @@ impl StoreLifecycle for EmbeddedStore {
     }
 }
 
-/// Creates the tables of a new file and stamps its format; refuses a newer format.
+/// Creates the tables of a new file, brings an older format up to this one and stamps it;
+/// refuses a newer format.
 fn check_format(db: &Database) -> Result<(), StoreError> {
     let what = "preparing the tables";
     let tx = db.begin_write().map_err(fault(what))?;
-    {
+    let found = {
         tx.open_table(JOBS).map_err(fault(what))?;
         tx.open_table(STATES).map_err(fault(what))?;
         tx.open_table(POLICIES).map_err(fault(what))?;
@@ -186,27 +249,76 @@ fn check_format(db: &Database) -> Result<(), StoreError> {
         tx.open_table(SUBSCRIPTIONS).map_err(fault(what))?;
         tx.open_table(ATTEMPTS).map_err(fault(what))?;
         tx.open_table(TOKENS).map_err(fault(what))?;
-        let mut meta = tx.open_table(META).map_err(fault(what))?;
-        let found = meta
-            .get(FORMAT_VERSION_KEY)
+        tx.open_table(COMPLETED).map_err(fault(what))?;
+        tx.open_table(COMPLETED_AT).map_err(fault(what))?;
+        tx.open_table(COMPLETED_EXPIRING).map_err(fault(what))?;
+        tx.open_table(COMPLETED_COUNTS).map_err(fault(what))?;
+        let meta = tx.open_table(META).map_err(fault(what))?;
+        // A file written before formats were stamped is format 1 (so is a new one: it is
+        // empty, and upgrading it changes nothing).
+        meta.get(FORMAT_VERSION_KEY)
             .map_err(fault(what))?
-            .map(|v| v.value());
-        match found {
-            Some(found) if found > FORMAT_VERSION => {
-                return Err(StoreError::NewerFormat {
-                    found,
-                    supported: FORMAT_VERSION,
-                });
-            }
-            Some(_) => {}
-            // A new file, or one written before formats were stamped (which is format 1).
-            None => {
-                meta.insert(FORMAT_VERSION_KEY, FORMAT_VERSION)
-                    .map_err(fault(what))?;
-            }
-        }
+            .map_or(1, |v| v.value())
+    };
+    tx.commit().map_err(fault(what))?;
+    if found > FORMAT_VERSION {
+        return Err(StoreError::NewerFormat {
+            found,
+            supported: FORMAT_VERSION,
+        });
     }
-    tx.commit().map_err(fault(what))
+    if found < 2 {
+        upgrade::completed_out_of_states(db)?;
+    }
+    if found < FORMAT_VERSION {
+        let tx = db.begin_write().map_err(fault(what))?;
+        tx.open_table(META)
+            .map_err(fault(what))?
+            .insert(FORMAT_VERSION_KEY, FORMAT_VERSION)
+            .map_err(fault(what))?;
+        tx.commit().map_err(fault(what))?;
+    }
+    Ok(())
+}
+
+/// Opens the write-ahead log and applies its records past the file's last checkpoint, in one
+/// durable commit; the log then starts over.
+fn recover(db: &Database, log: Box<dyn LogFile>, log_bytes: u64) -> Result<Wal, StoreError> {
+    let what = "applying the write-ahead log";
+    let applied = {
+        let tx = db.begin_read().map_err(fault(what))?;
+        let meta = tx.open_table(META).map_err(fault(what))?;
+        meta.get(WAL_LSN)
+            .map_err(fault(what))?
+            .map_or(0, |v| v.value())
+    };
+    let (mut wal, records) = Wal::open(log, applied, log_bytes)?;
+    if let Some((last, _)) = records.last() {
+        let last = *last;
+        let count = records.len();
+        let tx = db.begin_write().map_err(fault(what))?;
+        {
+            let mut tables = Tables::open(&tx).map_err(fault(what))?;
+            let mut deltas = CountDeltas::new();
+            for (lsn, payload) in records {
+                let ops = Op::decode_all(&payload).map_err(|e| {
+                    StoreError::Corrupt(format!("the write-ahead log's record {lsn}: {e}"))
+                })?;
+                for op in ops {
+                    tables.apply(op, &mut deltas).map_err(fault(what))?;
+                }
+            }
+            tables.add_counts(&deltas).map_err(fault(what))?;
+            tables.set_log_position(last).map_err(fault(what))?;
+        }
+        tx.commit().map_err(fault(what))?;
+        tracing::info!(
+            records = count,
+            "applied the write-ahead log's commits that the store file had not checkpointed"
+        );
+    }
+    wal.reset();
+    Ok(wal)
 }
 
 /// Rebuilds memory from disk: every job's entry, queue settings, subscriptions, tokens and the
@@ -247,16 +359,15 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
             }
             None => None,
         };
-        let entry = Entry {
-            queue: inner.index.intern(&body.queue),
-            kind: inner.index.intern_kind(&body.kind),
-            priority: body.priority,
-            unique_key: body.unique_key.map(String::into_boxed_str),
-            state,
-            lease: None,
+        let queue = inner.index.intern(&body.queue);
+        let entry = Entry::new(
+            queue,
+            body.priority,
+            body.unique_key.map(String::into_boxed_str),
+            &state,
             policy,
-            expires_at_ms: body.expires_at_ms,
-        };
+            body.expires_at_ms,
+        );
         inner.index.insert(id, entry, now_ms);
         max_id = max_id.max(id);
         loaded += 1;
@@ -288,6 +399,13 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
         inner.tokens.insert(id.value(), record);
     }
     inner.next_token_id = counter(NEXT_TOKEN_ID)?.max(max_token + 1).max(1);
+    let completed = tx.open_table(COMPLETED_COUNTS).map_err(fault(what))?;
+    for row in completed.iter().map_err(fault(what))? {
+        let (queue, count) = row.map_err(fault(what))?;
+        inner
+            .completed
+            .insert(queue.value().to_owned(), count.value());
+    }
     tracing::info!(
         jobs = loaded,
         queues = inner.queues.len(),

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 
 use super::EmbeddedStore;
-use super::writer::{self, Op};
-use crate::model::JobId;
+use super::ops::Op;
+use super::writer;
 use crate::store::{ChangeQueue, QueueConfig, QueueStore, StoreError, to_json_bytes};
 
 #[async_trait]
@@ -20,10 +20,21 @@ impl QueueStore for EmbeddedStore {
             .iter()
             .map(|(name, config)| (name.clone(), config.clone()))
             .collect();
+        let mut with_jobs: std::collections::BTreeSet<String> = inner
+            .completed
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(queue, _)| queue.clone())
+            .collect();
         for (name, counts) in inner.index.counts() {
             // A queue whose jobs are all gone has no jobs (as after a restart).
-            if counts.iter().any(|n| *n > 0) && !inner.queues.contains_key(name) {
-                all.push((name.to_owned(), QueueConfig::default()));
+            if counts.iter().any(|n| *n > 0) {
+                with_jobs.insert(name.to_string());
+            }
+        }
+        for name in with_jobs {
+            if !inner.queues.contains_key(&name) {
+                all.push((name, QueueConfig::default()));
             }
         }
         all.sort_by(|a, b| a.0.cmp(&b.0));
@@ -57,14 +68,13 @@ impl QueueStore for EmbeddedStore {
     }
 
     async fn delete_queue(&self, name: &str) -> Result<usize, StoreError> {
+        let completed = self.completed_of_queue(name)?;
         let (count, receiver) = {
             let mut inner = self.inner.lock();
-            let ids: Vec<JobId> = inner
-                .index
-                .entries()
-                .filter(|(_, e)| *e.queue == *name)
-                .map(|(id, _)| *id)
-                .collect();
+            let mut ids = self.jobs_of_queue(&inner.index, name);
+            ids.extend(completed);
+            ids.sort_unstable();
+            ids.dedup();
             let mut ops = Vec::with_capacity(ids.len() + 1);
             for id in &ids {
                 inner.index.remove(*id);

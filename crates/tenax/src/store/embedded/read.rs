@@ -1,15 +1,14 @@
 //! Reads: one job, a filtered page of jobs, counts, peeks, a delivery's attempts. Memory gives
-//! status and leases; disk gives the rest.
+//! the state of every job that can still change; disk gives the rest, and completed jobs
+//! (`history`).
 
 use async_trait::async_trait;
 use redb::ReadableDatabase;
 
-use std::sync::Arc;
-
+use super::history::{CompletedJob, may_hold_completed};
 use super::index::{Entry, Index};
-use super::listing::Group;
 use super::tables::{ATTEMPTS, ERRORS, POLICIES, StoredBody};
-use super::{EmbeddedStore, fault};
+use super::{EmbeddedStore, Inner, fault};
 use crate::clock::UnixMs;
 use crate::model::{Attempt, ErrorEntry, Held, Job, JobId, JobState, NewJob, Status};
 use crate::store::{
@@ -17,26 +16,23 @@ use crate::store::{
     TextQuery, from_json_bytes,
 };
 
-/// What memory knows of a job at one moment.
-struct Snapshot {
+/// What memory (or, for a completed job, disk) knows of a job at one moment.
+pub(super) struct Snapshot {
     state: JobState,
     expires_at_ms: Option<UnixMs>,
     held: Option<Held>,
 }
 
-fn snapshot(index: &Index, id: JobId) -> Option<Snapshot> {
-    let entry = index.get(id)?;
-    Some(Snapshot {
-        state: entry.state.clone(),
-        expires_at_ms: entry.expires_at_ms,
+fn snapshot(entry: &Entry) -> Snapshot {
+    Snapshot {
+        state: entry.state(),
+        expires_at_ms: entry.expires_at_ms(),
         held: held_of(entry),
-    })
+    }
 }
 
 fn held_of(entry: &Entry) -> Option<Held> {
-    let lease = entry
-        .lease
-        .filter(|_| entry.state.status == Status::InFlight)?;
+    let lease = entry.lease().filter(|_| entry.status == Status::InFlight)?;
     Some(Held {
         claim: lease.claim,
         lease_expires_at_ms: lease.expires_at_ms,
@@ -44,30 +40,47 @@ fn held_of(entry: &Entry) -> Option<Held> {
 }
 
 /// What a peek shows of an entry.
-pub(super) fn peek_of(entry: &Entry) -> JobPeek {
+pub(super) fn peek_of(index: &Index, entry: &Entry) -> JobPeek {
     let held = held_of(entry);
     JobPeek {
-        queue: entry.queue.clone(),
-        status: entry.state.status,
-        failures: entry.state.failures,
-        expires_at_ms: entry.expires_at_ms,
+        queue: index.name(entry.queue).clone(),
+        status: entry.status,
+        failures: entry.failures,
+        expires_at_ms: entry.expires_at_ms(),
         claim: held.and_then(|h| h.claim),
         lease_expires_at_ms: held.map(|h| h.lease_expires_at_ms),
     }
 }
 
-/// Whether an entry passes the conditions of `filter` that memory can judge (all but origin,
-/// which needs the body). Queue, type and status are those of the listing's groups, already
-/// chosen by [`groups_of`]; the rest are judged here.
-fn passes(filter: &JobFilter, entry: &Entry) -> bool {
-    let state = &entry.state;
+/// What a peek shows of a completed job on disk.
+fn peek_of_completed(job: &CompletedJob) -> JobPeek {
+    JobPeek {
+        queue: job.body.queue.as_str().into(),
+        status: Status::Completed,
+        failures: job.state.failures,
+        expires_at_ms: job.body.expires_at_ms,
+        claim: None,
+        lease_expires_at_ms: None,
+    }
+}
+
+/// Whether an entry passes the conditions of `filter` that memory can judge (all but type and
+/// origin, which need the body).
+fn passes(index: &Index, filter: &JobFilter, entry: &Entry) -> bool {
     filter
-        .finished_since_ms
-        .is_none_or(|since| state.finished_at_ms.is_some_and(|at| at >= since))
-        && filter.live_at_ms.is_none_or(|now| {
-            !state.status.is_finished() && entry.expires_at_ms.is_none_or(|at| at > now)
+        .queue
+        .as_deref()
+        .is_none_or(|q| **index.name(entry.queue) == *q)
+        && filter.status.is_none_or(|s| entry.status == s)
+        && filter.finished_since_ms.is_none_or(|since| {
+            entry
+                .finished_at_ms()
+                .is_some_and(|at| entry.status.is_finished() && at >= since)
         })
-        && !(filter.not_scheduled && state.status == Status::Scheduled)
+        && filter.live_at_ms.is_none_or(|now| {
+            !entry.status.is_finished() && entry.expires_at_ms().is_none_or(|at| at > now)
+        })
+        && !(filter.not_scheduled && entry.status == Status::Scheduled)
         && filter.claimed_at.is_none_or(|(claimed, now)| {
             let held =
                 held_of(entry).is_some_and(|h| h.claim.is_some() && h.lease_expires_at_ms > now);
@@ -76,90 +89,63 @@ fn passes(filter: &JobFilter, entry: &Entry) -> bool {
 }
 
 /// Whether a job's body passes the conditions of `filter` that need it.
-fn body_passes(filter: &JobFilter, origin: Option<&str>) -> bool {
-    filter
-        .not_origin
-        .as_deref()
-        .is_none_or(|o| origin != Some(o))
+pub(super) fn body_passes(filter: &JobFilter, kind: &str, origin: Option<&str>) -> bool {
+    filter.kind.as_deref().is_none_or(|k| k == kind)
+        && filter
+            .not_origin
+            .as_deref()
+            .is_none_or(|o| origin != Some(o))
 }
 
 fn needs_body(filter: &JobFilter) -> bool {
-    filter.not_origin.is_some()
+    filter.kind.is_some() || filter.not_origin.is_some()
 }
 
-/// Whether only the listing's groups decide (no condition is left to judge per job).
-fn by_groups_alone(filter: &JobFilter) -> bool {
-    filter.finished_since_ms.is_none()
-        && filter.live_at_ms.is_none()
-        && !filter.not_scheduled
-        && filter.claimed_at.is_none()
-        && filter.not_origin.is_none()
+/// A job a page may show: from memory, or completed on disk.
+enum Candidate {
+    Memory(JobId, Snapshot),
+    Completed(JobId, JobState),
 }
 
-/// Which of the listing's groups (queue, type, status) `filter` keeps. `None`: none can match
-/// (the type was never seen).
-fn groups_of(index: &Index, filter: &JobFilter) -> Option<impl Fn(&Group) -> bool + use<>> {
-    let kind = match &filter.kind {
-        Some(kind) => Some(index.listing().kind_id(kind)?),
-        None => None,
-    };
-    let queue: Option<Arc<str>> = filter.queue.as_deref().map(Arc::from);
-    let status = filter.status;
-    Some(move |(q, k, s): &Group| {
-        queue.as_deref().is_none_or(|queue| **q == *queue)
-            && kind.is_none_or(|kind| *k == kind)
-            && status.is_none_or(|status| *s == status)
-    })
-}
-
-/// Ids of the listing's groups `filter` keeps, looked at in `order` past `after`.
-#[derive(Debug, Default)]
-struct Looked {
-    /// Those that pass the rest of `filter`: at most the `max` asked for.
-    ids: Vec<JobId>,
-    /// How many were looked at (at most the `budget` given).
-    count: usize,
-    /// The last one looked at.
-    last: Option<JobId>,
-    /// None is left past `last`.
-    exhausted: bool,
-}
-
-/// Looks at the ids matching `filter`'s groups in `order` past `after`, keeping up to `max`
-/// that pass the memory conditions, looking at no more than `budget`.
-fn matching_ids(
-    index: &Index,
-    filter: &JobFilter,
-    after: Option<JobId>,
-    order: Order,
-    max: usize,
-    budget: usize,
-) -> Looked {
-    let Some(keep) = groups_of(index, filter) else {
-        return Looked {
-            exhausted: true,
-            ..Looked::default()
-        };
-    };
-    let mut looked = Looked::default();
-    let mut ids = index.listing().ids(&keep, after, order).peekable();
-    while looked.ids.len() < max && looked.count < budget {
-        let Some(id) = ids.next() else { break };
-        looked.count += 1;
-        looked.last = Some(id);
-        if index.get(id).is_some_and(|e| passes(filter, e)) {
-            looked.ids.push(id);
+impl Candidate {
+    fn id(&self) -> JobId {
+        match self {
+            Self::Memory(id, _) | Self::Completed(id, _) => *id,
         }
     }
-    looked.exhausted = ids.peek().is_none();
-    looked
 }
 
 impl EmbeddedStore {
-    /// A whole job: memory's snapshot of it with its body, policy and errors from disk.
-    fn read_job(&self, id: JobId, snapshot: Snapshot) -> Result<Option<Job>, StoreError> {
-        let Some(Some(body)) = self.read_body(&[id])?.pop() else {
-            return Ok(None);
+    /// The jobs of `queue` in memory, in id order. Called under the lock.
+    pub(super) fn jobs_of_queue(&self, index: &Index, queue: &str) -> Vec<JobId> {
+        match index.queue_ref(queue) {
+            Some(queue) => index
+                .entries()
+                .filter(|(_, e)| e.queue == queue)
+                .map(|(id, _)| id)
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// A quick look at job `id` if it is completed on disk.
+    pub(super) fn peek_completed(&self, id: JobId) -> Result<Option<JobPeek>, StoreError> {
+        Ok(self.completed_job(id)?.as_ref().map(peek_of_completed))
+    }
+
+    /// A whole job: its snapshot with its body, policy and errors from disk.
+    fn read_job(
+        &self,
+        id: JobId,
+        snapshot: Snapshot,
+        body: Option<StoredBody>,
+    ) -> Result<Option<Job>, StoreError> {
+        let body = match body {
+            Some(body) => body,
+            None => match self.read_body(&[id])?.pop() {
+                Some(Some(body)) => body,
+                _ => return Ok(None),
+            },
         };
         let what = "reading a job";
         let tx = self.db.begin_read().map_err(fault(what))?;
@@ -212,94 +198,174 @@ impl EmbeddedStore {
         }))
     }
 
+    /// A completed job from disk, whole.
+    fn read_completed(&self, job: CompletedJob) -> Result<Option<Job>, StoreError> {
+        let snapshot = Snapshot {
+            state: job.state,
+            expires_at_ms: job.body.expires_at_ms,
+            held: None,
+        };
+        self.read_job(job.id, snapshot, Some(job.body))
+    }
+
     /// Job `id` as it is now, read while the caller holds the lock on `index`.
     pub(super) fn load_job(&self, index: &Index, id: JobId) -> Result<Option<Job>, StoreError> {
-        match snapshot(index, id) {
-            Some(snapshot) => self.read_job(id, snapshot),
+        match index.get(id) {
+            Some(entry) => self.read_job(id, snapshot(entry), None),
             None => Ok(None),
         }
     }
 
-    /// Ids matching a selection, in id order (type filters read bodies). Called under the lock.
+    /// Ids matching a selection, in id order (type filters read bodies): jobs in memory, under
+    /// the lock the caller holds, and completed ones on disk.
     pub(super) fn select(
         &self,
-        index: &Index,
+        inner: &Inner,
         selection: &Selection,
     ) -> Result<Vec<JobId>, StoreError> {
+        let index = &inner.index;
         let filter = &selection.filter;
         let mut ids: Vec<JobId> = match &selection.ids {
             Some(ids) => {
-                let Some(keep) = groups_of(index, filter) else {
-                    return Ok(Vec::new());
-                };
-                ids.iter()
-                    .copied()
-                    .filter(|id| {
-                        index.get(*id).is_some_and(|e| {
-                            keep(&(e.queue.clone(), e.kind, e.state.status)) && passes(filter, e)
-                        })
-                    })
-                    .collect()
+                let mut found = Vec::new();
+                for id in ids {
+                    let passes = match index.get(*id) {
+                        Some(entry) => passes(index, filter, entry),
+                        None => self.completed_job(*id)?.is_some_and(|job| {
+                            may_hold_completed(filter)
+                                && filter.queue.as_deref().is_none_or(|q| q == job.body.queue)
+                                && filter.finished_since_ms.is_none_or(|since| {
+                                    job.state.finished_at_ms.is_some_and(|at| at >= since)
+                                })
+                        }),
+                    };
+                    if passes {
+                        found.push(*id);
+                    }
+                }
+                found
             }
             None => {
-                matching_ids(
-                    index,
-                    filter,
-                    None,
-                    Order::Ascending,
-                    usize::MAX,
-                    usize::MAX,
-                )
-                .ids
+                let mut ids: Vec<JobId> = index
+                    .entries()
+                    .filter(|(_, e)| passes(index, filter, e))
+                    .map(|(id, _)| id)
+                    .collect();
+                let queues = Self::completed_queues(inner, filter);
+                let mut after = None;
+                loop {
+                    let page =
+                        self.completed_page(&queues, filter, after, Order::Ascending, 10_000)?;
+                    let Some((last, _)) = page.last() else { break };
+                    after = Some(*last);
+                    ids.extend(
+                        page.iter()
+                            .map(|(id, _)| *id)
+                            .filter(|id| index.get(*id).is_none()),
+                    );
+                }
+                ids
             }
         };
         if needs_body(filter) {
             let bodies = self.read_body(&ids)?;
             let mut keep = bodies.iter().map(|b| {
                 b.as_ref()
-                    .is_some_and(|b| body_passes(filter, b.origin.as_deref()))
+                    .is_some_and(|b| body_passes(filter, &b.kind, b.origin.as_deref()))
             });
             ids.retain(|_| keep.next().unwrap_or(false));
         }
         ids.sort_unstable();
+        ids.dedup();
         Ok(ids)
+    }
+
+    /// A candidate, read whole (`None`: it went meanwhile).
+    fn load_candidate(&self, candidate: Candidate) -> Result<Option<Job>, StoreError> {
+        match candidate {
+            Candidate::Memory(id, snapshot) => self.read_job(id, snapshot, None),
+            Candidate::Completed(id, state) => match self.read_body(&[id])?.pop() {
+                Some(Some(body)) => self.read_completed(CompletedJob { id, body, state }),
+                _ => Ok(None),
+            },
+        }
+    }
+
+    /// The next `n` jobs past `after` in `order` that pass `filter`'s memory and state
+    /// conditions, from memory and from the completed jobs on disk, merged; and whether there
+    /// may be more.
+    fn candidates(
+        &self,
+        filter: &JobFilter,
+        after: Option<JobId>,
+        order: Order,
+        n: usize,
+    ) -> Result<(Vec<Candidate>, bool), StoreError> {
+        let (memory, queues): (Vec<Candidate>, Vec<String>) = {
+            let inner = self.inner.lock();
+            let index = &inner.index;
+            let memory = index
+                .entries_after(after, order)
+                .filter(|(_, e)| passes(index, filter, e))
+                .take(n)
+                .map(|(id, e)| Candidate::Memory(id, snapshot(e)))
+                .collect();
+            (memory, Self::completed_queues(&inner, filter))
+        };
+        let disk = self.completed_page(&queues, filter, after, order, n)?;
+        let more = memory.len() == n || disk.len() == n;
+        let mut merged: Vec<Candidate> = memory;
+        let in_memory: std::collections::HashSet<JobId> =
+            merged.iter().map(Candidate::id).collect();
+        // A completion not yet evicted from memory may be on disk already: memory's copy shows.
+        merged.extend(
+            disk.into_iter()
+                .filter(|(id, _)| !in_memory.contains(id))
+                .map(|(id, state)| Candidate::Completed(id, state)),
+        );
+        match order {
+            Order::Ascending => merged.sort_unstable_by_key(Candidate::id),
+            Order::Descending => merged.sort_unstable_by_key(|c| std::cmp::Reverse(c.id())),
+        }
+        // The first `n` merged are each among the first `n` of their own source.
+        merged.truncate(n);
+        Ok((merged, more))
     }
 }
 
 #[async_trait]
 impl JobReads for EmbeddedStore {
     async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
-        let Some(snapshot) = snapshot(&self.inner.lock().index, id) else {
-            return Ok(None);
-        };
-        self.read_job(id, snapshot)
+        let snapshot = self.inner.lock().index.get(id).map(snapshot);
+        match snapshot {
+            Some(snapshot) => self.read_job(id, snapshot, None),
+            None => match self.completed_job(id)? {
+                Some(job) => self.read_completed(job),
+                None => Ok(None),
+            },
+        }
     }
 
-    /// The listing index gives the page's ids from its cursor on; memory judges the other
-    /// conditions. Origin needs the body, so a page filtered by it reads bodies until it is
-    /// full.
+    /// A page starts where the last ended (ordered maps, no scan of what came before); a page
+    /// filtered by type or origin reads bodies until it is full.
     async fn list_jobs(&self, filter: &JobFilter, page: Page) -> Result<Vec<Job>, StoreError> {
         let mut jobs = Vec::with_capacity(page.limit.min(1_024));
         let mut after = page.after;
+        let chunk = page.limit.clamp(16, 1_000);
         while jobs.len() < page.limit {
-            let want = page.limit - jobs.len();
-            let ids = {
-                let inner = self.inner.lock();
-                matching_ids(&inner.index, filter, after, page.order, want, usize::MAX).ids
-            };
-            let Some(last) = ids.last().copied() else {
-                break;
-            };
-            after = Some(last);
-            let fewer = ids.len() < want;
-            for id in ids {
-                if let Some(job) = self.get_job(id).await? {
-                    if body_passes(filter, job.spec.origin.as_deref()) {
+            let (candidates, more) = self.candidates(filter, after, page.order, chunk)?;
+            for candidate in candidates {
+                after = Some(candidate.id());
+                if let Some(job) = self.load_candidate(candidate)? {
+                    if body_passes(filter, &job.spec.kind, job.spec.origin.as_deref()) {
                         jobs.push(job);
+                        if jobs.len() >= page.limit {
+                            break;
+                        }
                     }
                 }
             }
-            if fewer {
+            if !more {
                 break;
             }
         }
@@ -307,20 +373,30 @@ impl JobReads for EmbeddedStore {
     }
 
     async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError> {
-        let inner = self.inner.lock();
-        if by_groups_alone(filter) {
-            return Ok(match groups_of(&inner.index, filter) {
-                Some(keep) => inner.index.listing().count(&keep),
-                None => 0,
-            });
-        }
-        let selection = Selection {
-            ids: None,
-            filter: filter.clone(),
+        let in_memory = {
+            let inner = self.inner.lock();
+            let index = &inner.index;
+            let ids: Vec<JobId> = index
+                .entries()
+                .filter(|(_, e)| passes(index, filter, e))
+                .map(|(id, _)| id)
+                .collect();
+            ids
         };
-        Ok(self.select(&inner.index, &selection)?.len() as u64)
+        let in_memory = if needs_body(filter) {
+            self.read_body(&in_memory)?
+                .iter()
+                .flatten()
+                .filter(|b| body_passes(filter, &b.kind, b.origin.as_deref()))
+                .count() as u64
+        } else {
+            in_memory.len() as u64
+        };
+        Ok(in_memory + self.count_completed(filter)?)
     }
 
+    /// Looks at candidates a chunk at a time (the lock is never held for the whole budget);
+    /// bodies and errors are read from disk for each one looked at.
     async fn search_jobs(
         &self,
         filter: &JobFilter,
@@ -328,52 +404,38 @@ impl JobReads for EmbeddedStore {
         page: Page,
         budget: usize,
     ) -> Result<Searched, StoreError> {
-        let mut searched = Searched::default();
-        // Ids in chunks, so that the lock is never held for the whole budget.
         const CHUNK: usize = 256;
+        let mut searched = Searched::default();
         let mut after = page.after;
-        loop {
-            if searched.looked_at >= budget || searched.jobs.len() >= page.limit {
+        while searched.looked_at < budget && searched.jobs.len() < page.limit {
+            let n = (budget - searched.looked_at).min(CHUNK);
+            let (candidates, more) = self.candidates(filter, after, page.order, n)?;
+            let count = candidates.len();
+            if count == 0 {
+                searched.exhausted = true;
                 break;
             }
-            let room = (budget - searched.looked_at).min(CHUNK);
-            let looked = {
-                let inner = self.inner.lock();
-                matching_ids(&inner.index, filter, after, page.order, usize::MAX, room)
-            };
-            let mut filled_at = None;
-            for id in &looked.ids {
-                if let Some(job) = self.get_job(*id).await? {
-                    if body_passes(filter, job.spec.origin.as_deref())
-                        && text.matches(job.spec.payload.get(), &job.errors)
-                    {
-                        searched.jobs.push(job);
-                        if searched.jobs.len() >= page.limit {
-                            filled_at = Some(*id);
-                            break;
-                        }
+            for (at, candidate) in candidates.into_iter().enumerate() {
+                let id = candidate.id();
+                after = Some(id);
+                searched.looked_to = Some(id);
+                searched.looked_at += 1;
+                let Some(job) = self.load_candidate(candidate)? else {
+                    continue;
+                };
+                if body_passes(filter, &job.spec.kind, job.spec.origin.as_deref())
+                    && text.matches(job.spec.payload.get(), &job.errors)
+                {
+                    searched.jobs.push(job);
+                    if searched.jobs.len() >= page.limit {
+                        searched.exhausted = !more && at + 1 == count;
+                        return Ok(searched);
                     }
                 }
             }
-            match filled_at {
-                // The page is full part-way: the rest of the chunk is looked at next time.
-                Some(id) => {
-                    searched.looked_at += 1 + looked.ids.iter().position(|i| *i == id).unwrap_or(0);
-                    searched.looked_to = Some(id);
-                    searched.exhausted = looked.exhausted && looked.last == Some(id);
-                    break;
-                }
-                None => {
-                    searched.looked_at += looked.count;
-                    if looked.last.is_some() {
-                        searched.looked_to = looked.last;
-                    }
-                    after = looked.last.or(after);
-                    if looked.exhausted {
-                        searched.exhausted = true;
-                        break;
-                    }
-                }
+            if !more {
+                searched.exhausted = true;
+                break;
             }
         }
         Ok(searched)
@@ -385,37 +447,60 @@ impl JobReads for EmbeddedStore {
             .iter()
             .map(|queue| {
                 let head = inner.index.head_ready(queue)?;
-                inner.index.get(head).map(|e| e.state.run_at_ms)
+                inner.index.get(head).map(|e| e.run_at_ms)
             })
             .collect())
     }
 
     async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError> {
-        let inner = self.inner.lock();
-        Ok(ids
-            .iter()
-            .map(|id| inner.index.get(*id).map(peek_of))
-            .collect())
+        let peeks: Vec<Option<JobPeek>> = {
+            let inner = self.inner.lock();
+            ids.iter()
+                .map(|id| inner.index.get(*id).map(|e| peek_of(&inner.index, e)))
+                .collect()
+        };
+        let mut out = Vec::with_capacity(ids.len());
+        for (id, peek) in ids.iter().zip(peeks) {
+            out.push(match peek {
+                Some(peek) => Some(peek),
+                None => self.peek_completed(*id)?,
+            });
+        }
+        Ok(out)
     }
 
     async fn counts(&self) -> Result<Vec<QueueCounts>, StoreError> {
-        let inner = self.inner.lock();
-        let mut counts: Vec<QueueCounts> = inner
-            .index
-            .counts()
-            .filter(|(_, c)| c.iter().any(|n| *n > 0))
-            .map(|(queue, c)| QueueCounts::from_slots(queue, c))
-            .collect();
+        let mut counts: Vec<QueueCounts>;
+        let mut completed;
+        {
+            let inner = self.inner.lock();
+            completed = inner.completed.clone();
+            counts = inner
+                .index
+                .counts()
+                .map(|(queue, mut c)| {
+                    c[3] += completed.remove(&**queue).unwrap_or(0);
+                    (queue, c)
+                })
+                .filter(|(_, c)| c.iter().any(|n| *n > 0))
+                .map(|(queue, c)| QueueCounts::from_slots(&**queue, c))
+                .collect();
+        }
+        counts.extend(
+            completed
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(queue, n)| QueueCounts::from_slots(queue, [0, 0, 0, n, 0])),
+        );
         counts.sort_by(|a, b| a.queue.cmp(&b.queue));
         Ok(counts)
     }
 
     async fn queue_counts(&self, queue: &str) -> Result<QueueCounts, StoreError> {
         let inner = self.inner.lock();
-        Ok(QueueCounts::from_slots(
-            queue,
-            inner.index.queue_counts(queue),
-        ))
+        let mut slots = inner.index.queue_counts(queue);
+        slots[3] += inner.completed.get(queue).copied().unwrap_or(0);
+        Ok(QueueCounts::from_slots(queue, slots))
     }
 
     async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError> {

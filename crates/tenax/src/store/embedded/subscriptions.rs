@@ -2,10 +2,11 @@
 
 use async_trait::async_trait;
 
-use super::writer::{self, Op};
+use super::ops::Op;
+use super::writer;
 use super::{EmbeddedStore, Inner};
 use crate::model::subscription::delivery_queue;
-use crate::model::{JobId, Subscription, SubscriptionId};
+use crate::model::{Subscription, SubscriptionId};
 use crate::store::{ChangeSubscription, StoreError, SubscriptionStore, to_json_bytes};
 
 #[async_trait]
@@ -69,19 +70,17 @@ impl SubscriptionStore for EmbeddedStore {
     }
 
     async fn delete_subscription(&self, id: SubscriptionId) -> Result<usize, StoreError> {
+        let completed = self.completed_of_queue(&delivery_queue(id))?;
         let (deliveries, receiver) = {
             let mut inner = self.inner.lock();
             let Some(subscription) = inner.subscriptions.remove(&id) else {
                 return Err(StoreError::NoSubscription(id));
             };
             uninstall(&mut inner, &subscription);
-            let deliveries = delivery_queue(id);
-            let ids: Vec<JobId> = inner
-                .index
-                .entries()
-                .filter(|(_, e)| *e.queue == *deliveries)
-                .map(|(id, _)| *id)
-                .collect();
+            let mut ids = self.jobs_of_queue(&inner.index, &delivery_queue(id));
+            ids.extend(completed);
+            ids.sort_unstable();
+            ids.dedup();
             let mut ops = Vec::with_capacity(ids.len() + 1);
             for job in &ids {
                 inner.index.remove(*job);

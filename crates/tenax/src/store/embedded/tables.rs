@@ -3,14 +3,23 @@
 //! | table      | key                  | value                                        |
 //! |------------|----------------------|----------------------------------------------|
 //! | `jobs`     | job id (u64)         | [`StoredBody`] as JSON: fixed at enqueue     |
-//! | `states`   | job id (u64)         | [`JobState`](crate::model::JobState) as JSON |
+//! | `states`   | job id (u64)         | [`JobState`](crate::model::JobState) as JSON, of every job not completed |
+//! | `completed` | (queue, job id)     | the [`JobState`](crate::model::JobState) of a completed job, as JSON |
+//! | `completed_at` | (finished at, job id) | the job's queue: completed jobs in the order retention removes them |
+//! | `completed_expiring` | (expires at, job id) | the job's queue: completed jobs that have an expiry |
+//! | `completed_counts` | queue        | u64: how many completed jobs the queue has |
 //! | `policies` | job id (u64)         | the job's own policy, canonical native JSON  |
 //! | `errors`   | (job id, n)          | [`ErrorEntry`](crate::model::ErrorEntry) JSON |
 //! | `queues`   | queue name           | [`QueueConfig`](crate::store::QueueConfig) JSON |
 //! | `subscriptions` | subscription id | [`Subscription`](crate::model::Subscription) JSON |
 //! | `attempts` | (delivery id, n)     | [`Attempt`](crate::model::Attempt) JSON: every POST of a delivery |
 //! | `tokens`   | token id (u64)       | [`TokenRecord`](crate::auth::TokenRecord) JSON: an API token's hash, role and scopes |
-//! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id` |
+//! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`) |
+//!
+//! Memory holds every job that can still change (see `index`); a completed job moves from
+//! `states` to `completed` (and `completed_at`, `completed_expiring`, `completed_counts`) in the
+//! commit that completes it, and is read from there: the history a day of retention keeps
+//! costs disk, not memory.
 //!
 //! An attempt's `n` counts from 1 per delivery and never repeats (attempt numbers restart after
 //! a replay that resets them; `n` does not).
@@ -21,7 +30,7 @@
 //!
 //! `format_version` is [`FORMAT_VERSION`]: a file stamped with a higher one was written by a newer
 //! Tenax, and is refused rather than misread. A file without one predates the stamp and is
-//! format 1.
+//! format 1. Format 1 kept completed jobs in `states`; opening it moves them (`upgrade`).
 //!
 //! Ids are never reused: `next_id` is written in the same commit as the jobs that used it.
 //! In-flight status, leases and claims are never written: after a restart a job is as its last
@@ -43,14 +52,20 @@ pub const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
 pub const SUBSCRIPTIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("subscriptions");
 pub const ATTEMPTS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("attempts");
 pub const TOKENS: TableDefinition<u64, &[u8]> = TableDefinition::new("tokens");
+pub const COMPLETED: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("completed");
+pub const COMPLETED_AT: TableDefinition<(u64, u64), &str> = TableDefinition::new("completed_at");
+pub const COMPLETED_EXPIRING: TableDefinition<(u64, u64), &str> =
+    TableDefinition::new("completed_expiring");
+pub const COMPLETED_COUNTS: TableDefinition<&str, u64> = TableDefinition::new("completed_counts");
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
 pub const FORMAT_VERSION_KEY: &str = "format_version";
 /// The format this version writes and reads.
-pub const FORMAT_VERSION: u64 = 1;
+pub const FORMAT_VERSION: u64 = 2;
 pub const NEXT_ID: &str = "next_id";
 pub const NEXT_SUBSCRIPTION_ID: &str = "next_subscription_id";
 pub const NEXT_TOKEN_ID: &str = "next_token_id";
+pub const WAL_LSN: &str = "wal_lsn";
 
 /// The part of a job that never changes after enqueue.
 /// A dead-letter move rewrites it with the new queue (and expiry).
@@ -72,4 +87,12 @@ pub struct StoredBody {
     pub parent: Option<JobId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+}
+
+/// The fields of a [`StoredBody`] that the writer needs to find a completed job's rows.
+#[derive(Debug, Deserialize)]
+pub struct BodyHead {
+    pub queue: String,
+    #[serde(default)]
+    pub expires_at_ms: Option<UnixMs>,
 }

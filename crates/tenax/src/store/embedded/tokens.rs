@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 
 use super::EmbeddedStore;
-use super::writer::{self, Op};
+use super::ops::Op;
+use super::writer;
 use crate::auth::TokenRecord;
 use crate::store::{StoreError, TokenStore, to_json_bytes};
 

@@ -5,9 +5,10 @@ use async_trait::async_trait;
 
 use super::EmbeddedStore;
 use super::leases::decide_on;
-use super::writer::{self, Op};
+use super::ops::Op;
+use super::writer;
 use crate::clock::UnixMs;
-use crate::model::Status;
+use crate::model::{JobId, Status};
 use crate::store::{Decide, JobUpkeep, StoreError};
 
 #[async_trait]
@@ -17,7 +18,7 @@ impl JobUpkeep for EmbeddedStore {
         let mut inner = self.inner.lock();
         let due = inner.index.due(now_ms, max);
         for id in &due {
-            inner.index.update(*id, |e| e.state.status = Status::Ready);
+            inner.index.update(*id, |e| e.status = Status::Ready);
         }
         drop(inner);
         if !due.is_empty() {
@@ -26,20 +27,27 @@ impl JobUpkeep for EmbeddedStore {
         Ok(due.len())
     }
 
+    /// Jobs in memory, and completed jobs on disk.
     async fn expire_jobs(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
+        let completed = self.completed_expired(now_ms, max)?;
         let (count, receiver) = {
             let mut inner = self.inner.lock();
             let expired = inner.index.expired_jobs(now_ms, max);
-            let mut ops = Vec::with_capacity(expired.len());
+            let mut ops = Vec::with_capacity(expired.len() + completed.len());
             for id in &expired {
                 if inner.index.remove(*id).is_some() {
                     ops.push(Op::DeleteJob { id: *id });
                 }
             }
+            // Deleting a job twice (another request got there first) deletes it once.
+            for id in completed.iter().take(max.saturating_sub(ops.len())) {
+                inner.index.remove(*id);
+                ops.push(Op::DeleteJob { id: *id });
+            }
             if ops.is_empty() {
                 return Ok(0);
             }
-            (expired.len(), self.writer.submit(ops))
+            (ops.len(), self.writer.submit(ops))
         };
         writer::wait(receiver).await?;
         Ok(count)
@@ -84,28 +92,36 @@ impl JobUpkeep for EmbeddedStore {
         dead_before: UnixMs,
         max: usize,
     ) -> Result<usize, StoreError> {
+        // Completed jobs on disk, then those in memory (dead ones, and completions not yet
+        // evicted).
+        let completed = self.completed_before(completed_before, max)?;
         let receiver = {
             let mut inner = self.inner.lock();
             let horizon = completed_before.max(dead_before);
-            let mut ops = Vec::new();
-            for (id, status) in inner.index.finished_before(horizon, usize::MAX) {
-                if ops.len() >= max {
-                    break;
-                }
-                let finished = inner
-                    .index
-                    .get(id)
-                    .and_then(|e| e.state.finished_at_ms)
-                    .unwrap_or(0);
-                let cutoff = if status == Status::Dead {
-                    dead_before
-                } else {
-                    completed_before
-                };
-                if finished <= cutoff {
-                    inner.index.remove(id);
-                    ops.push(Op::DeleteJob { id });
-                }
+            let mut ops: Vec<Op> = completed
+                .iter()
+                .map(|id| {
+                    inner.index.remove(*id);
+                    Op::DeleteJob { id: *id }
+                })
+                .collect();
+            let past: Vec<JobId> = inner
+                .index
+                .finished_before(horizon)
+                .filter(|(_, e)| {
+                    let cutoff = if e.status == Status::Dead {
+                        dead_before
+                    } else {
+                        completed_before
+                    };
+                    e.finished_at_ms().unwrap_or(0) <= cutoff
+                })
+                .map(|(id, _)| id)
+                .take(max.saturating_sub(ops.len()))
+                .collect();
+            for id in past {
+                inner.index.remove(id);
+                ops.push(Op::DeleteJob { id });
             }
             if ops.is_empty() {
                 return Ok(0);
@@ -118,11 +134,13 @@ impl JobUpkeep for EmbeddedStore {
     }
 
     async fn next_wakeup(&self) -> Result<Option<UnixMs>, StoreError> {
+        let completed = self.next_completed_expiry()?;
         let inner = self.inner.lock();
         Ok([
             inner.index.next_due(),
             inner.index.next_expiry(),
             inner.index.next_job_expiry(),
+            completed,
         ]
         .into_iter()
         .flatten()

@@ -1,137 +1,151 @@
-//! Group commit: one thread owns every write to the redb file. Requests queue on a channel; the
-//! thread takes all that are waiting, applies them in one write transaction, commits once (one
-//! fsync), and then answers each. Under load many requests share one sync; alone, a request
-//! waits for exactly one.
+//! Group commit through the write-ahead log: one thread owns every write to the store's files.
+//!
+//! Requests queue on a channel. The thread takes all that are waiting, applies their ops to the
+//! redb file in one transaction, appends them to the log as one record and syncs it (the only
+//! sync a commit waits for), commits the transaction without syncing, brings memory up to date
+//! (each request's `after` step, under the index lock), and then answers each request. Under
+//! load many requests share one sync; alone, a request waits for exactly one. Now and then a
+//! checkpoint makes the redb file durable (`redb`'s own commit and sync) and the log starts over
+//! (see `wal`).
 //!
 //! Order: requests are applied in the order they were submitted. Callers submit while holding
 //! the index lock, so the disk sees changes in the same order as memory.
+//!
+//! Memory after a commit: whatever must happen in memory once a change is written (a new job
+//! becomes takeable, a completed job leaves memory for disk) is the request's `after` step, run
+//! here, before the answer. It happens even if the caller has stopped waiting (its request was
+//! cancelled): a written change is never left half done in memory.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use redb::{Database, Durability, ReadableTable};
+use parking_lot::Mutex;
+use redb::{Database, Durability};
 use tokio::sync::oneshot;
 
-use super::tables::{
-    ATTEMPTS, ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES,
-    STATES, SUBSCRIPTIONS, TOKENS,
-};
-use crate::model::{JobId, SubscriptionId};
-use crate::store::StoreError;
+use super::Inner;
+use super::ops::{CountDeltas, Op, Tables};
+use super::wal::Wal;
+use crate::store::{Signals, StoreError};
 
-/// One change to the file.
-#[derive(Debug)]
-pub enum Op {
-    PutBody {
-        id: JobId,
-        body: Vec<u8>,
-    },
-    PutState {
-        id: JobId,
-        state: Vec<u8>,
-    },
-    PutPolicy {
-        id: JobId,
-        policy: Vec<u8>,
-    },
-    PutError {
-        id: JobId,
-        attempt: u32,
-        entry: Vec<u8>,
-    },
-    /// Removes a job: body, state, policy and errors.
-    DeleteJob {
-        id: JobId,
-    },
-    PutQueue {
-        name: String,
-        config: Vec<u8>,
-    },
-    SetNextId(JobId),
-    DeleteQueue {
-        name: String,
-    },
-    PutSubscription {
-        id: SubscriptionId,
-        subscription: Vec<u8>,
-    },
-    /// Removes a subscription's record (its deliveries are removed by `DeleteJob`s).
-    DeleteSubscription {
-        id: SubscriptionId,
-        next_id: SubscriptionId,
-    },
-    /// Appends to a delivery's attempt log.
-    PutAttempt {
-        id: JobId,
-        entry: Vec<u8>,
-    },
-    PutToken {
-        id: u64,
-        record: Vec<u8>,
-    },
-    DeleteToken {
-        id: u64,
-    },
+/// What a request does in memory once its ops are written (`written`) or have failed: runs
+/// under the index lock, and says whom to wake.
+pub type After = Box<dyn FnOnce(&mut Inner, bool) -> Wake + Send>;
+
+/// Wake-ups a change calls for, fired once the index lock is released.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Wake {
+    pub ready: bool,
+    pub schedule: bool,
+    pub released: bool,
+}
+
+impl Wake {
+    fn add(&mut self, other: Wake) {
+        self.ready |= other.ready;
+        self.schedule |= other.schedule;
+        self.released |= other.released;
+    }
+
+    fn fire(self, signals: &Signals) {
+        if self.ready {
+            signals.ready.notify_waiters();
+        }
+        if self.schedule {
+            signals.schedule.notify_waiters();
+        }
+        if self.released {
+            signals.released.notify_waiters();
+        }
+    }
 }
 
 struct Request {
     ops: Vec<Op>,
+    after: Option<After>,
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
-/// Most operations one transaction takes before it commits, so that a flood of requests still
-/// gets answers at a steady pace.
+/// Most operations one commit takes, so that a flood of requests still gets answers at a steady
+/// pace.
 const MAX_OPS_PER_COMMIT: usize = 64 * 1024;
 
 /// In relaxed mode, the longest a commit stays unsynced.
 const RELAXED_SYNC_INTERVAL: Duration = Duration::from_millis(500);
 
+/// When a checkpoint is due: after this many bytes of log, or commits, or this long, whichever
+/// comes first. Frequent and small, so that none makes a request wait long (a checkpoint writes
+/// what the commits since the last one changed, and syncs the redb file).
+const CHECKPOINT_BYTES: u64 = 4 * 1024 * 1024;
+const CHECKPOINT_COMMITS: u32 = 2_000;
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the writer thread works with.
+pub struct Parts {
+    pub db: Arc<Database>,
+    pub wal: Wal,
+    /// Sync each commit's record before answering; else at most [`RELAXED_SYNC_INTERVAL`] later.
+    pub sync: bool,
+    pub memory: Arc<Mutex<Inner>>,
+    pub signals: Arc<Signals>,
+}
+
 #[derive(Debug)]
 pub struct Writer {
     /// `None` once shut down.
-    requests: parking_lot::Mutex<Option<mpsc::Sender<Request>>>,
+    requests: Mutex<Option<mpsc::Sender<Request>>>,
     /// Set once a commit has failed: nothing is written after that (the state on disk and in
     /// memory may differ), every request is refused, and the operator restarts the server.
     failed: Arc<AtomicBool>,
-    thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Writer {
-    pub fn start(db: Arc<Database>, sync: bool) -> Self {
+    pub fn start(parts: Parts) -> Self {
         let (requests, receiver) = mpsc::channel();
         let failed = Arc::new(AtomicBool::new(false));
         let flag = failed.clone();
         let thread = std::thread::Builder::new()
             .name("tenax-writer".into())
-            .spawn(move || run(&db, &receiver, sync, &flag))
+            .spawn(move || Loop::new(parts, flag).run(&receiver))
             .ok();
         if thread.is_none() {
             failed.store(true, Ordering::SeqCst);
         }
         Self {
-            requests: parking_lot::Mutex::new(Some(requests)),
+            requests: Mutex::new(Some(requests)),
             failed,
-            thread: parking_lot::Mutex::new(thread),
+            thread: Mutex::new(thread),
         }
     }
 
     /// Queues `ops` for the next commit. Call while holding the index lock; await the receiver
     /// after releasing it.
-    pub fn submit(&self, ops: Vec<Op>) -> oneshot::Receiver<Result<(), StoreError>> {
+    pub fn submit(&self, ops: Vec<Op>) -> Receiver {
+        self.send(ops, None)
+    }
+
+    /// Queues `ops`, and `after` to run once they are written (or have failed), before the
+    /// answer. Call while holding the index lock (which `after` will take again, later).
+    pub fn submit_then(&self, ops: Vec<Op>, after: After) -> Receiver {
+        self.send(ops, Some(after))
+    }
+
+    fn send(&self, ops: Vec<Op>, after: Option<After>) -> Receiver {
         let (done, receiver) = oneshot::channel();
+        let request = Request { ops, after, done };
         if self.failed.load(Ordering::SeqCst) {
-            let _ = done.send(Err(StoreError::Failed));
+            refuse(request, None);
             return receiver;
         }
-        let request = Request { ops, done };
         let refused = match &*self.requests.lock() {
             Some(requests) => requests.send(request).err().map(|e| e.0),
             None => Some(request),
         };
         if let Some(request) = refused {
-            let _ = request.done.send(Err(StoreError::Failed));
+            refuse(request, None);
         }
         receiver
     }
@@ -140,8 +154,8 @@ impl Writer {
         self.failed.load(Ordering::SeqCst)
     }
 
-    /// Stops the thread after it has committed (and synced) everything queued before; later
-    /// writes are refused.
+    /// Stops the thread after it has committed everything queued before, and checkpointed;
+    /// later writes are refused.
     pub fn shutdown(&self) {
         drop(self.requests.lock().take());
         let thread = self.thread.lock().take();
@@ -152,178 +166,237 @@ impl Writer {
 }
 
 impl Drop for Writer {
-    /// However the store goes away, the writer commits and syncs what it holds first.
+    /// However the store goes away, the writer commits and checkpoints what it holds first.
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Answers a request that was not written. Its `after` step runs when memory is at hand (the
+/// thread has it; a caller that was refused before queueing has it locked already and cleans
+/// up itself).
+fn refuse(request: Request, memory: Option<&mut Inner>) {
+    if let (Some(after), Some(memory)) = (request.after, memory) {
+        after(memory, false);
+    }
+    let _ = request.done.send(Err(StoreError::Failed));
 }
 
 /// The answer to a submitted write.
 pub type Receiver = oneshot::Receiver<Result<(), StoreError>>;
 
 /// Waits for a submitted write.
-pub async fn wait(receiver: oneshot::Receiver<Result<(), StoreError>>) -> Result<(), StoreError> {
+pub async fn wait(receiver: Receiver) -> Result<(), StoreError> {
     receiver.await.unwrap_or(Err(StoreError::Failed))
 }
 
-fn run(db: &Database, receiver: &mpsc::Receiver<Request>, sync: bool, failed: &AtomicBool) {
-    let mut last_sync = Instant::now();
-    let mut unsynced = false;
-    loop {
-        let first = match receiver.recv_timeout(RELAXED_SYNC_INTERVAL) {
-            Ok(request) => request,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if unsynced && commit(db, Vec::new(), true).is_ok() {
-                    unsynced = false;
-                    last_sync = Instant::now();
+/// The writer thread's state.
+struct Loop {
+    parts: Parts,
+    failed: Arc<AtomicBool>,
+    /// The commit record being built, kept to reuse its allocation.
+    record: Vec<u8>,
+    /// A record written but not yet synced (relaxed mode).
+    unsynced: bool,
+    last_sync: Instant,
+    /// Commits since the last checkpoint, and when it was.
+    commits: u32,
+    checkpointed: Instant,
+}
+
+impl Loop {
+    fn new(parts: Parts, failed: Arc<AtomicBool>) -> Self {
+        Self {
+            parts,
+            failed,
+            record: Vec::new(),
+            unsynced: false,
+            last_sync: Instant::now(),
+            commits: 0,
+            checkpointed: Instant::now(),
+        }
+    }
+
+    fn run(mut self, receiver: &mpsc::Receiver<Request>) {
+        loop {
+            let first = match receiver.recv_timeout(RELAXED_SYNC_INTERVAL) {
+                Ok(request) => request,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.idle();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            let mut batch = vec![first];
+            let mut ops = batch[0].ops.len();
+            while ops < MAX_OPS_PER_COMMIT {
+                match receiver.try_recv() {
+                    Ok(request) => {
+                        ops += request.ops.len();
+                        batch.push(request);
+                    }
+                    Err(_) => break,
+                }
+            }
+            if self.failed.load(Ordering::SeqCst) {
+                let mut memory = self.parts.memory.lock();
+                for request in batch {
+                    refuse(request, Some(&mut memory));
                 }
                 continue;
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        };
-        let mut batch = vec![first];
-        let mut ops = batch[0].ops.len();
-        while ops < MAX_OPS_PER_COMMIT {
-            match receiver.try_recv() {
-                Ok(request) => {
-                    ops += request.ops.len();
-                    batch.push(request);
-                }
-                Err(_) => break,
+            self.commit(batch);
+            if self.checkpoint_due() {
+                self.checkpoint();
             }
         }
-        if failed.load(Ordering::SeqCst) {
-            for request in batch {
-                let _ = request.done.send(Err(StoreError::Failed));
-            }
-            continue;
-        }
-        let durable = sync || last_sync.elapsed() >= RELAXED_SYNC_INTERVAL;
-        let (dones, all_ops): (Vec<_>, Vec<_>) = batch.into_iter().map(|r| (r.done, r.ops)).unzip();
-        let result = commit(db, all_ops, durable);
-        match &result {
-            Ok(()) if durable => {
-                unsynced = false;
-                last_sync = Instant::now();
-            }
-            Ok(()) => unsynced = true,
-            Err(error) => {
-                tracing::error!(%error, "storage commit failed; refusing further writes");
-                failed.store(true, Ordering::SeqCst);
-            }
-        }
-        for done in dones {
-            let _ = done.send(result.clone());
+        if self.commits > 0 && !self.failed.load(Ordering::SeqCst) {
+            self.checkpoint();
         }
     }
-    if unsynced {
-        let _ = commit(db, Vec::new(), true);
-    }
-}
 
-fn commit(db: &Database, batches: Vec<Vec<Op>>, durable: bool) -> Result<(), StoreError> {
-    let storage = |e: redb::Error| StoreError::storage("committing", e);
-    let mut tx = db.begin_write().map_err(|e| storage(e.into()))?;
-    let durability = if durable {
-        Durability::Immediate
-    } else {
-        Durability::None
-    };
-    tx.set_durability(durability)
-        .map_err(|e| storage(e.into()))?;
-    {
-        let mut jobs = tx.open_table(JOBS).map_err(|e| storage(e.into()))?;
-        let mut states = tx.open_table(STATES).map_err(|e| storage(e.into()))?;
-        let mut policies = tx.open_table(POLICIES).map_err(|e| storage(e.into()))?;
-        let mut errors = tx.open_table(ERRORS).map_err(|e| storage(e.into()))?;
-        let mut queues = tx.open_table(QUEUES).map_err(|e| storage(e.into()))?;
-        let mut meta = tx.open_table(META).map_err(|e| storage(e.into()))?;
-        let mut subscriptions = tx
-            .open_table(SUBSCRIPTIONS)
+    /// With nothing to do: sync what relaxed mode left unsynced, and checkpoint what is pending.
+    fn idle(&mut self) {
+        if self.failed.load(Ordering::SeqCst) {
+            return;
+        }
+        if self.unsynced {
+            if let Err(error) = self.parts.wal.sync() {
+                self.fail(&StoreError::storage("syncing the write-ahead log", error));
+                return;
+            }
+            self.unsynced = false;
+            self.last_sync = Instant::now();
+        }
+        if self.commits > 0 {
+            self.checkpoint();
+        }
+    }
+
+    fn checkpoint_due(&self) -> bool {
+        self.parts.wal.used() >= CHECKPOINT_BYTES
+            || self.commits >= CHECKPOINT_COMMITS
+            || (self.commits > 0 && self.checkpointed.elapsed() >= CHECKPOINT_INTERVAL)
+    }
+
+    /// Writes a batch of requests as one commit and answers them.
+    fn commit(&mut self, batch: Vec<Request>) {
+        let mut requests = Vec::with_capacity(batch.len());
+        let mut all_ops = Vec::with_capacity(batch.len());
+        for request in batch {
+            all_ops.push(request.ops);
+            requests.push((request.after, request.done));
+        }
+        let result = self.write(all_ops);
+        let written = result.is_ok();
+        let mut wake = Wake::default();
+        {
+            let mut memory = self.parts.memory.lock();
+            if let Ok(deltas) = &result {
+                add_counts(&mut memory, deltas);
+            }
+            for (after, _) in &mut requests {
+                if let Some(after) = after.take() {
+                    wake.add(after(&mut memory, written));
+                }
+            }
+        }
+        wake.fire(&self.parts.signals);
+        let answer = result.map(drop);
+        for (_, done) in requests {
+            let _ = done.send(answer.clone());
+        }
+    }
+
+    /// Applies the ops to the redb file, logs them as one record and syncs it, and commits.
+    /// Returns how the commit changed the completed counts.
+    fn write(&mut self, batches: Vec<Vec<Op>>) -> Result<CountDeltas, StoreError> {
+        self.record.clear();
+        for op in batches.iter().flatten() {
+            op.encode(&mut self.record);
+        }
+        if !self.parts.wal.fits(self.record.len()) && self.parts.wal.used() > 0 {
+            self.checkpoint();
+        }
+        if self.failed.load(Ordering::SeqCst) {
+            return Err(StoreError::Failed);
+        }
+        let result = self.write_logged(batches);
+        if let Err(error) = &result {
+            self.fail(error);
+        }
+        result
+    }
+
+    fn write_logged(&mut self, batches: Vec<Vec<Op>>) -> Result<CountDeltas, StoreError> {
+        let storage = |e: redb::Error| StoreError::storage("committing", e);
+        let mut deltas = CountDeltas::new();
+        let mut tx = self.parts.db.begin_write().map_err(|e| storage(e.into()))?;
+        // Durable through the log: the redb file is made durable by checkpoints.
+        tx.set_durability(Durability::None)
             .map_err(|e| storage(e.into()))?;
-        let mut attempts = tx.open_table(ATTEMPTS).map_err(|e| storage(e.into()))?;
-        let mut tokens = tx.open_table(TOKENS).map_err(|e| storage(e.into()))?;
-        for op in batches.into_iter().flatten() {
-            // The tables hold ids as plain integers.
-            let result = match op {
-                Op::PutBody { id, body } => jobs.insert(id.0, body.as_slice()).map(drop),
-                Op::PutState { id, state } => states.insert(id.0, state.as_slice()).map(drop),
-                Op::PutPolicy { id, policy } => policies.insert(id.0, policy.as_slice()).map(drop),
-                Op::PutError {
-                    id: JobId(id),
-                    attempt,
-                    entry,
-                } => {
-                    // After the job's last entry, never over it: a replay with reset attempts
-                    // numbers failures from 1 again, and the earlier history is kept.
-                    let last = errors
-                        .range((id, 0)..=(id, u32::MAX))
-                        .and_then(|mut rows| rows.next_back().transpose())
-                        .map(|row| row.map(|(key, _)| key.value().1));
-                    last.and_then(|last| {
-                        let key = last.map_or(attempt, |last| attempt.max(last.saturating_add(1)));
-                        errors.insert((id, key), entry.as_slice()).map(drop)
-                    })
-                }
-                Op::DeleteJob { id: JobId(id) } => jobs
-                    .remove(id)
-                    .and_then(|_| states.remove(id))
-                    .and_then(|_| policies.remove(id))
-                    .and_then(|_| errors.retain_in((id, 0)..=(id, u32::MAX), |_, _| false))
-                    .and_then(|()| attempts.retain_in((id, 0)..=(id, u32::MAX), |_, _| false)),
-                Op::PutQueue { name, config } => {
-                    queues.insert(name.as_str(), config.as_slice()).map(drop)
-                }
-                Op::DeleteQueue { name } => queues.remove(name.as_str()).map(drop),
-                Op::SetNextId(next) => raise(&mut meta, NEXT_ID, next.0),
-                Op::PutSubscription {
-                    id: SubscriptionId(id),
-                    subscription,
-                } => raise(&mut meta, NEXT_SUBSCRIPTION_ID, id.saturating_add(1))
-                    .and_then(|()| subscriptions.insert(id, subscription.as_slice()).map(drop)),
-                Op::DeleteSubscription {
-                    id: SubscriptionId(id),
-                    next_id,
-                } => {
-                    // The counter is kept past the deleted id, so ids are never reused.
-                    raise(&mut meta, NEXT_SUBSCRIPTION_ID, next_id.0)
-                        .and_then(|()| subscriptions.remove(id).map(drop))
-                }
-                Op::PutToken { id, record } => {
-                    raise(&mut meta, NEXT_TOKEN_ID, id.saturating_add(1))
-                        .and_then(|()| tokens.insert(id, record.as_slice()).map(drop))
-                }
-                // The counter stays past the deleted id: ids are never reused.
-                Op::DeleteToken { id } => tokens.remove(id).map(drop),
-                Op::PutAttempt {
-                    id: JobId(id),
-                    entry,
-                } => {
-                    let last = attempts
-                        .range((id, 0)..=(id, u32::MAX))
-                        .and_then(|mut rows| rows.next_back().transpose())
-                        .map(|row| row.map(|(key, _)| key.value().1));
-                    last.and_then(|last| {
-                        let n = last.map_or(1, |last| last.saturating_add(1));
-                        attempts.insert((id, n), entry.as_slice()).map(drop)
-                    })
-                }
-            };
-            result.map_err(|e| storage(e.into()))?;
+        {
+            let mut tables = Tables::open(&tx).map_err(storage)?;
+            for op in batches.into_iter().flatten() {
+                tables.apply(op, &mut deltas).map_err(storage)?;
+            }
+            tables.add_counts(&deltas).map_err(storage)?;
+            tables
+                .set_log_position(self.parts.wal.next_lsn())
+                .map_err(storage)?;
+        }
+        // The record goes to the log, and is synced, before the transaction is committed: the
+        // commit is acknowledged only once it is durable, and a crash in between leaves a log
+        // record that the next open applies again.
+        let log = |e: std::io::Error| StoreError::storage("writing the write-ahead log", e);
+        self.parts.wal.append(&self.record).map_err(log)?;
+        if self.parts.sync || self.last_sync.elapsed() >= RELAXED_SYNC_INTERVAL {
+            self.parts.wal.sync().map_err(log)?;
+            self.unsynced = false;
+            self.last_sync = Instant::now();
+        } else {
+            self.unsynced = true;
+        }
+        tx.commit().map_err(|e| storage(e.into()))?;
+        self.commits += 1;
+        Ok(deltas)
+    }
+
+    /// Makes the redb file durable as it stands (every commit so far), and starts the log over.
+    fn checkpoint(&mut self) {
+        let result = (|| -> Result<(), redb::Error> {
+            let mut tx = self.parts.db.begin_write()?;
+            tx.set_durability(Durability::Immediate)?;
+            tx.commit()?;
+            Ok(())
+        })();
+        match result {
+            Ok(()) => {
+                self.parts.wal.reset();
+                self.commits = 0;
+                self.checkpointed = Instant::now();
+                // The checkpoint made every unsynced record's changes durable too.
+                self.unsynced = false;
+                self.last_sync = Instant::now();
+            }
+            Err(error) => self.fail(&StoreError::storage("checkpointing the store", error)),
         }
     }
-    tx.commit().map_err(|e| storage(e.into()))
+
+    fn fail(&self, error: &StoreError) {
+        if !self.failed.swap(true, Ordering::SeqCst) {
+            tracing::error!(%error, "storage commit failed; refusing further writes");
+        }
+    }
 }
 
-/// Raises a counter in `meta` to `value`; never lowers it.
-fn raise(
-    meta: &mut redb::Table<'_, &'static str, u64>,
-    name: &str,
-    value: u64,
-) -> Result<(), redb::StorageError> {
-    let current = meta.get(name)?.map_or(0, |v| v.value());
-    if current < value {
-        meta.insert(name, value)?;
+/// Applies a commit's changes of the completed counts to memory's copy.
+fn add_counts(memory: &mut Inner, deltas: &CountDeltas) {
+    for (queue, delta) in deltas {
+        let count = memory.completed.entry(queue.to_string()).or_default();
+        *count = count.saturating_add_signed(*delta);
+        if *count == 0 {
+            memory.completed.remove(&**queue);
+        }
     }
-    Ok(())
 }
