@@ -53,7 +53,7 @@ pub async fn page(
         .zip(since)
         .filter_map(|(q, at)| at.map(|at| (q, now.saturating_sub(at))))
         .collect();
-    slowest.sort_by(|a, b| b.1.cmp(&a.1));
+    slowest.sort_by_key(|q| std::cmp::Reverse(q.1));
     slowest.truncate(SLOWEST);
 
     let minutes = engine.activity.minutes(60, now);

@@ -563,6 +563,7 @@ mod tests {
             last_delay_ms: Some(900),
             finished_at_ms: Some(11),
             dead_reason: Some("all 3 retries were used".into()),
+            trigger: Trigger::Replay,
         };
         entry.set_state(&dead);
         assert_eq!(entry.state(), dead);
