@@ -2,7 +2,7 @@
 
 use crate::clock::{UnixMs, rfc3339};
 
-/// A duration as people read it: "250ms", "1m30s", "2d3h".
+/// A duration as people read it: "250ms", "1m 30s", "2d 3h".
 pub fn duration(ms: u64) -> String {
     tenax_policy::format_duration(ms)
 }
@@ -16,7 +16,7 @@ pub fn relative(at_ms: UnixMs, now_ms: UnixMs) -> String {
     }
 }
 
-/// Whole seconds past a minute: "1m30s", not "1m30.127s".
+/// Whole seconds past a minute: "1m 30s", not "1m 30.127s".
 fn round(ms: u64) -> u64 {
     if ms >= 60_000 { ms / 1_000 * 1_000 } else { ms }
 }
@@ -51,7 +51,7 @@ mod tests {
 
     #[test]
     fn times_and_text_read_well() {
-        assert_eq!(relative(1_000, 91_500), "1m30s ago");
+        assert_eq!(relative(1_000, 91_500), "1m 30s ago");
         assert_eq!(relative(5_000, 4_750), "in 250ms");
         assert_eq!(excerpt("abcdef", 3), "abc…");
         assert_eq!(excerpt("abc", 3), "abc");
