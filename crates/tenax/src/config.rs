@@ -24,6 +24,11 @@ pub struct ServeArgs {
     /// string. The schema is created or migrated at start.
     #[arg(long, env = "TENAX_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// A PEM file of CA certificates that the database's TLS certificate must be signed by
+    /// (libpq's `sslrootcert`, which the URL may name instead); `sslmode` in the URL says what
+    /// is checked.
+    #[arg(long, env = "TENAX_DATABASE_CA_FILE", requires = "database_url")]
+    pub database_ca_file: Option<PathBuf>,
     /// Connections this server keeps open to PostgreSQL.
     #[arg(long, env = "TENAX_DATABASE_POOL", default_value_t = 16)]
     pub database_pool: usize,
@@ -159,16 +164,15 @@ impl ServeArgs {
             return Ok(None);
         };
         // The URL may hold a password: the message says why without repeating it.
-        url.parse::<tokio_postgres::Config>().map_err(|e| {
-            format!("--database-url: not a PostgreSQL connection URL or string ({e})")
-        })?;
+        let database =
+            crate::store::postgres::Database::new(url, self.database_ca_file.as_deref())?;
         if self.database_pool < 2 {
             return Err("--database-pool: must be at least 2".into());
         }
         if self.database_poll == Some(0) {
             return Err("--database-poll: must be longer than 0".into());
         }
-        let mut options = crate::store::postgres::PostgresOptions::new(url.clone());
+        let mut options = crate::store::postgres::PostgresOptions::new(database);
         options.pool_size = self.database_pool;
         if let Some(every) = self.database_poll {
             options.listening.listen = false;

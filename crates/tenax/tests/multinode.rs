@@ -3,7 +3,8 @@
 //! another, a long-polling worker on one server is woken by an enqueue on another, the leader
 //! killed with SIGKILL is replaced, a server killed under load loses nothing acknowledged, and
 //! PostgreSQL restarted under load is survived without restarting the servers, cluster limits
-//! hold, and a subscription made on one server applies at once to enqueues on another.
+//! hold, a subscription made on one server applies at once to enqueues on another, and a
+//! primary demoted to a read-only standby is left for a writable one.
 //!
 //! Restarting PostgreSQL breaks every connection to the test server, so the cases of this
 //! binary take turns ([`TURN`]).
@@ -608,4 +609,190 @@ async fn servers_starting_together_migrate_once() {
     assert!(!output.status.success());
     let error = String::from_utf8_lossy(&output.stderr);
     assert!(error.contains("newer than"), "{error}");
+}
+
+/// A session on the test server's `database`, writable whatever the server's default says.
+async fn writable_admin(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("an admin connection");
+    tokio::spawn(connection);
+    client
+        .batch_execute("SET default_transaction_read_only = off")
+        .await
+        .expect("a writable session");
+    client
+}
+
+/// The other sessions on `url`'s database.
+async fn other_sessions(url: &str) -> BTreeSet<i32> {
+    writable_admin(url)
+        .await
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("the sessions")
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
+/// Makes every session of the cluster read-only by default (the configuration file, reloaded),
+/// and undoes it when dropped, whatever happened meanwhile.
+struct ReadOnlyServer {
+    admin_url: String,
+}
+
+impl ReadOnlyServer {
+    async fn start(admin_url: String) -> Self {
+        let admin = writable_admin(&admin_url).await;
+        for statement in [
+            "ALTER SYSTEM SET default_transaction_read_only = on",
+            "SELECT pg_reload_conf()",
+        ] {
+            admin.batch_execute(statement).await.expect(statement);
+        }
+        Self { admin_url }
+    }
+}
+
+impl Drop for ReadOnlyServer {
+    fn drop(&mut self) {
+        let url = self.admin_url.clone();
+        // Its own runtime: a drop cannot await, and the test's runtime may be ending.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async {
+                let admin = writable_admin(&url).await;
+                for statement in [
+                    "ALTER SYSTEM RESET default_transaction_read_only",
+                    "SELECT pg_reload_conf()",
+                ] {
+                    admin.batch_execute(statement).await.expect(statement);
+                }
+            });
+        })
+        .join()
+        .expect("the read-only default undone");
+    }
+}
+
+/// A failover as a server sees it: the sessions it has lead to a primary that became a
+/// read-only standby (SQLSTATE 25006 on every write), then a new primary takes over. While
+/// nothing accepts writes, enqueues are answered 503 `unavailable`, never 500; once new
+/// sessions are writable again the server serves without a restart, and every session it had
+/// before (the pool's, the listener's, the lead's) is gone: none is kept on the old primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_demoted_primary_is_left_for_a_writable_one() {
+    let _turn = TURN.lock().await;
+    if std::env::var_os("TENAX_TEST_DATABASE_URL").is_some() {
+        eprintln!("SKIPPED: making PostgreSQL read-only needs the private test cluster");
+        return;
+    }
+    let Some(url) = database().await else { return };
+    let admin_url = postgres::admin_url().await.expect("the admin URL");
+    let node = Node::start(&url, &[]).await;
+    node.wait_until_leading().await;
+    for n in 0..20 {
+        node.must_enqueue(json!({"queue": "before", "payload": {"n": n}}))
+            .await;
+    }
+    let before = other_sessions(&url).await;
+    assert!(
+        before.len() >= 3,
+        "the pool, the listener, the lead: {before:?}"
+    );
+
+    // The old primary is demoted: every session, old or new, refuses writes (once the reload
+    // has reached it: until the first refusal, an enqueue may still be stored).
+    let read_only = ReadOnlyServer::start(admin_url).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, answer) = node
+            .post("/api/jobs", json!({"queue": "during"}))
+            .await
+            .expect("an answer");
+        if status == 503 {
+            assert_eq!(answer["error"]["code"], "unavailable", "{answer}");
+            break;
+        }
+        assert_eq!(status, 201, "{answer}");
+        assert!(Instant::now() < deadline, "writes are still accepted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for n in 0..10 {
+        let (status, answer) = node
+            .post("/api/jobs", json!({"queue": "during", "payload": {"n": n}}))
+            .await
+            .expect("an answer");
+        assert_eq!(status, 503, "{answer}");
+        assert_eq!(answer["error"]["code"], "unavailable", "{answer}");
+    }
+    assert!(
+        node.log_text().contains("refused a write as read-only"),
+        "{}",
+        node.log_text()
+    );
+
+    // A new primary: new sessions of the database accept writes (a database's own setting
+    // outranks the configuration file), the old ones still do not.
+    let dbname = url.rsplit('/').next().expect("a database name").to_owned();
+    writable_admin(&url)
+        .await
+        .batch_execute(&format!(
+            "ALTER DATABASE {dbname} SET default_transaction_read_only = off"
+        ))
+        .await
+        .expect("new sessions writable");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut served = 0;
+    loop {
+        match node.post("/api/jobs", json!({"queue": "after"})).await {
+            Ok((200 | 201, _)) => served += 1,
+            Ok((503, answer)) => assert_eq!(answer["error"]["code"], "unavailable", "{answer}"),
+            other => panic!("unexpected: {other:?}"),
+        }
+        let now = other_sessions(&url).await;
+        if served >= 20 && now.is_disjoint(&before) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{served} enqueues served; sessions kept from before the demotion: {:?}; log:\n{}",
+            now.intersection(&before).collect::<Vec<_>>(),
+            node.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The lead is held again, by a new session.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let holder: Option<i32> = writable_admin(&url)
+            .await
+            .query_opt(
+                "SELECT l.pid FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
+                 WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()",
+                &[],
+            )
+            .await
+            .expect("the locks")
+            .map(|row| row.get(0));
+        if let Some(pid) = holder {
+            assert!(!before.contains(&pid), "the lead kept its old session");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nobody leads: {}",
+            node.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(read_only);
 }

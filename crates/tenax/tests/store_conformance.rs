@@ -75,7 +75,7 @@ use tenax::model::{
     StoredPolicy, Subscription, SubscriptionId, Trigger,
 };
 use tenax::store::embedded::EmbeddedOptions;
-use tenax::store::postgres::{PostgresOptions, PostgresStore};
+use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
 use tenax::store::{
     Ack, Checked, Claim, ClaimRecord, ClaimedJob, DeadLetter, DecideContext, EmbeddedStore,
     Enqueued, FactsSeen, Finished, Insert, JobFilter, JobPeek, KeyHolder, NotReplayed, OnDuplicate,
@@ -4296,7 +4296,8 @@ impl Postgres {
 
 impl Backend for Postgres {
     async fn try_open(&self, now_ms: u64) -> Result<Arc<dyn Store>, StoreError> {
-        let options = PostgresOptions::new(self.url());
+        let database = Database::new(self.url(), None).expect("the test database's URL");
+        let options = PostgresOptions::new(database);
         Ok(Arc::new(PostgresStore::open(&options, now_ms).await?))
     }
 

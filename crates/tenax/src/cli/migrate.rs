@@ -2,35 +2,34 @@
 //! says what it found. `tenax serve --database-url` does the same at start; this is for
 //! deployments that migrate as a step of their own, before starting the servers.
 
+use super::CliError;
+use crate::store::postgres::{Database, schema};
 use anyhow::Context as _;
 use clap::Args;
-use tokio_postgres::NoTls;
-
-use super::CliError;
-use crate::store::postgres::schema;
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
     /// The database: a `postgres://` URL or a libpq connection string.
     #[arg(long, env = "TENAX_DATABASE_URL")]
     pub database_url: String,
+    /// A PEM file of CA certificates that the database's TLS certificate must be signed by
+    /// (libpq's `sslrootcert`, which the URL may name instead).
+    #[arg(long, env = "TENAX_DATABASE_CA_FILE")]
+    pub database_ca_file: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: MigrateArgs) -> Result<(), CliError> {
-    let config: tokio_postgres::Config = args.database_url.parse().map_err(|e| {
-        CliError::Invalid(format!(
-            "--database-url: not a PostgreSQL connection URL or string ({e})"
-        ))
-    })?;
+    let database = Database::new(&args.database_url, args.database_ca_file.as_deref())
+        .map_err(CliError::Invalid)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     let found = runtime.block_on(async {
-        let (mut client, connection) = config
-            .connect(NoTls)
+        let (mut client, connection) = database
+            .connect()
             .await
-            .context("connecting to PostgreSQL")?;
+            .with_context(|| format!("connecting to PostgreSQL {}", database.said()))?;
         let driver = tokio::spawn(connection);
         let found = schema::migrate(&mut client).await;
         drop(client);

@@ -99,9 +99,10 @@ impl StoreError {
     }
 }
 
-/// A backend failure: what was being done, and the error underneath.
+/// A backend failure: what was being done, and the error underneath with its causes (a
+/// database driver's error often says only its kind, and its cause what happened).
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("storage error while {what}: {source}")]
+#[error("storage error while {what}: {}", crate::http::chain(&**source))]
 pub struct StorageFault {
     pub what: String,
     #[source]

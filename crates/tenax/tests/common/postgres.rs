@@ -162,6 +162,82 @@ pub async fn restart_server() {
         .unwrap_or_else(|e| panic!("restarting the test PostgreSQL server failed: {e}"));
 }
 
+/// Makes the private cluster accept TLS (`ssl = on`, by a configuration reload) with the PEM
+/// certificate chain `cert` and its private key `key`; plain connections are accepted as
+/// before (the `host` lines of `pg_hba.conf` allow both). Returns once a new session sees
+/// `ssl` on. Every test of the binary shares the cluster, so the binary's tests should all
+/// expect TLS to be on from then on.
+///
+/// Only for the private cluster: panics when the server came from `TENAX_TEST_DATABASE_URL`
+/// (whose TLS is its operator's), or when there is none (call [`fresh_database`] first).
+pub async fn serve_tls(cert: &str, key: &str) {
+    let server = server().await.unwrap_or_else(|| {
+        panic!("serve_tls(): there is no test PostgreSQL server (see the message above)")
+    });
+    let cluster = match server {
+        Server::Private(cluster) => cluster,
+        Server::External { .. } => panic!(
+            "serve_tls() configures only the private test cluster, and the server came from \
+             {URL_VAR}: unset it to run this test on a private cluster"
+        ),
+    };
+    let cert_path = cluster.top.join("server.crt");
+    let key_path = cluster.top.join("server.key");
+    for (path, text) in [(&cert_path, cert), (&key_path, key)] {
+        std::fs::write(path, text)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        // PostgreSQL refuses a key that others may read.
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("cannot restrict {}: {e}", path.display()));
+        if cluster.as_postgres {
+            let out = Command::new("chown")
+                .arg("postgres:")
+                .arg(path)
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run chown: {e}"));
+            assert!(out.status.success(), "chown {}: {out:?}", path.display());
+        }
+    }
+    let admin = cluster.admin_url();
+    let client = admin_connect(&admin).await;
+    // One statement at a time: ALTER SYSTEM refuses a transaction block, and a simple query
+    // of several statements is one.
+    for statement in [
+        format!("ALTER SYSTEM SET ssl_cert_file = '{}'", cert_path.display()),
+        format!("ALTER SYSTEM SET ssl_key_file = '{}'", key_path.display()),
+        "ALTER SYSTEM SET ssl = on".to_owned(),
+        "SELECT pg_reload_conf()".to_owned(),
+    ] {
+        client
+            .batch_execute(&statement)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e:?}"));
+    }
+    let started = Instant::now();
+    loop {
+        let client = admin_connect(&admin).await;
+        let on = client
+            .simple_query("SHOW ssl")
+            .await
+            .ok()
+            .into_iter()
+            .flatten()
+            .any(|message| match message {
+                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0) == Some("on"),
+                _ => false,
+            });
+        if on {
+            return;
+        }
+        assert!(
+            started.elapsed() < START_PATIENCE,
+            "the test PostgreSQL server did not turn TLS on; the end of its log:\n{}",
+            tail(&cluster.top.join("server.log"))
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The server, or `None` after the skip line (or a panic when PostgreSQL is required).
 async fn server() -> Option<&'static Server> {
     let found = match SERVER.get() {

@@ -12,7 +12,8 @@ use parking_lot::Mutex;
 
 /// The write-ahead log's file. Offsets are absolute; nothing is buffered above it.
 pub trait LogFile: Send + Sync + Debug {
-    fn len(&self) -> io::Result<u64>;
+    /// The file's size in bytes.
+    fn size(&self) -> io::Result<u64>;
     /// Reads exactly `buf.len()` bytes at `offset`.
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
     fn write_at(&self, offset: u64, data: &[u8]) -> io::Result<()>;
@@ -39,7 +40,7 @@ impl FileLog {
 }
 
 impl LogFile for FileLog {
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
 
@@ -87,6 +88,11 @@ struct SimulatedBytes {
     durable: Vec<u8>,
     /// Pages written (or resized) since the last sync.
     dirty: BTreeSet<u64>,
+}
+
+/// An offset or size of a simulated file as an index: the file is in memory, so it fits.
+fn at(n: u64) -> usize {
+    usize::try_from(n).expect("a simulated file fits in memory")
 }
 
 fn power_off() -> io::Error {
@@ -144,7 +150,7 @@ impl SimulatedDisk {
                     if start >= end {
                         continue;
                     }
-                    let (start, end) = (start as usize, end as usize);
+                    let (start, end) = (at(start), at(end));
                     if image.len() < end {
                         image.resize(end, 0);
                     }
@@ -202,7 +208,7 @@ impl SimulatedFile {
                 .checked_add(out.len() as u64)
                 .filter(|end| *end <= f.live.len() as u64)
                 .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
-            out.copy_from_slice(&f.live[offset as usize..end as usize]);
+            out.copy_from_slice(&f.live[at(offset)..at(end)]);
             Ok(())
         })
     }
@@ -210,11 +216,11 @@ impl SimulatedFile {
     fn write_bytes(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         self.operate()?;
         self.disk.with(&self.name, |f| {
-            let end = offset as usize + data.len();
+            let end = at(offset) + data.len();
             if f.live.len() < end {
                 f.live.resize(end, 0);
             }
-            f.live[offset as usize..end].copy_from_slice(data);
+            f.live[at(offset)..end].copy_from_slice(data);
             if !data.is_empty() {
                 f.dirty.extend(offset / PAGE..=(end as u64 - 1) / PAGE);
             }
@@ -226,7 +232,7 @@ impl SimulatedFile {
         self.operate()?;
         self.disk.with(&self.name, |f| {
             let old = f.live.len() as u64;
-            f.live.resize(len as usize, 0);
+            f.live.resize(at(len), 0);
             let (low, high) = (old.min(len), old.max(len));
             if high > low {
                 f.dirty.extend(low / PAGE..=(high - 1) / PAGE);
@@ -240,8 +246,8 @@ impl SimulatedFile {
         self.disk.with(&self.name, |f| {
             f.durable.resize(f.live.len(), 0);
             for page in std::mem::take(&mut f.dirty) {
-                let start = (page * PAGE) as usize;
-                let end = (start + PAGE as usize).min(f.live.len());
+                let start = at(page * PAGE);
+                let end = (start + at(PAGE)).min(f.live.len());
                 if start < end {
                     f.durable[start..end].copy_from_slice(&f.live[start..end]);
                 }
@@ -252,7 +258,7 @@ impl SimulatedFile {
 }
 
 impl LogFile for SimulatedFile {
-    fn len(&self) -> io::Result<u64> {
+    fn size(&self) -> io::Result<u64> {
         Ok(self.length())
     }
 
@@ -310,7 +316,7 @@ mod tests {
         let mut buf = vec![0; 6];
         strict.read_at(0, &mut buf).unwrap();
         assert_eq!(buf, b"synced");
-        assert_eq!(LogFile::len(&strict).unwrap(), 6);
+        assert_eq!(strict.size().unwrap(), 6);
         let lucky = disk.reboot(|_, _| true).file("f");
         let mut buf = vec![0; 15];
         lucky.read_at(0, &mut buf).unwrap();
@@ -328,10 +334,6 @@ mod tests {
         assert!(disk.is_off());
         assert!(file.sync().is_err());
         let after = disk.reboot(|_, _| true).file("f");
-        assert_eq!(
-            LogFile::len(&after).unwrap(),
-            1,
-            "the failed write never happened"
-        );
+        assert_eq!(after.size().unwrap(), 1, "the failed write never happened");
     }
 }

@@ -27,7 +27,8 @@ use super::disk::LogFile;
 use crate::store::StoreError;
 
 /// Bytes before a record's payload.
-const HEADER: u64 = 16;
+const HEADER_LEN: usize = 16;
+const HEADER: u64 = HEADER_LEN as u64;
 
 /// The size the log is made with by default. A checkpoint is due well before it fills; a commit
 /// larger than what is left makes one at once, and one larger than the whole file grows it.
@@ -74,7 +75,7 @@ impl Wal {
             let what = format!("the write-ahead log: {what}");
             move |e: io::Error| StoreError::storage(what, e)
         };
-        let len = file.len().map_err(io("reading its size"))?;
+        let len = file.size().map_err(io("reading its size"))?;
         if len < capacity {
             zero_fill(&*file, len, capacity).map_err(io("making it"))?;
         }
@@ -82,7 +83,7 @@ impl Wal {
         let mut records: Vec<Record> = Vec::new();
         let mut offset = 0;
         let mut previous: Option<u64> = None;
-        let mut header = [0u8; HEADER as usize];
+        let mut header = [0u8; HEADER_LEN];
         while offset + HEADER <= capacity {
             file.read_at(offset, &mut header)
                 .map_err(io("reading a record"))?;
@@ -97,7 +98,10 @@ impl Wal {
             if previous.is_some_and(|p| lsn != p + 1) {
                 break;
             }
-            let mut payload = vec![0u8; length as usize];
+            let Ok(length_bytes) = usize::try_from(length) else {
+                break;
+            };
+            let mut payload = vec![0u8; length_bytes];
             file.read_at(offset + HEADER, &mut payload)
                 .map_err(io("reading a record"))?;
             if checksum(lsn, &payload) != crc {
@@ -186,13 +190,13 @@ impl Wal {
 /// Writes zeros from `from` to `to` and syncs, so that later writes in that range overwrite
 /// allocated blocks.
 fn zero_fill(file: &dyn LogFile, from: u64, to: u64) -> io::Result<()> {
-    const CHUNK: u64 = 1024 * 1024;
-    let zeros = vec![0u8; CHUNK as usize];
+    const CHUNK: usize = 1024 * 1024;
+    let zeros = vec![0u8; CHUNK];
     let mut at = from;
     while at < to {
-        let n = (to - at).min(CHUNK);
-        file.write_at(at, &zeros[..n as usize])?;
-        at += n;
+        let n = usize::try_from(to - at).map_or(CHUNK, |left| left.min(CHUNK));
+        file.write_at(at, &zeros[..n])?;
+        at += n as u64;
     }
     file.sync()
 }
@@ -281,7 +285,7 @@ mod tests {
     fn a_record_larger_than_the_file_grows_it() {
         let disk = SimulatedDisk::new();
         let (mut wal, _) = open(&disk, 0);
-        let big = vec![9u8; (SMALL + 10) as usize];
+        let big = vec![9u8; usize::try_from(SMALL).unwrap() + 10];
         assert!(!wal.fits(big.len()));
         wal.append(&big).unwrap();
         wal.sync().unwrap();

@@ -12,7 +12,10 @@
 
 mod claims;
 mod combiner;
+mod connect;
 mod curation;
+mod demotion;
+mod dsn;
 mod facts;
 mod filter;
 mod inserts;
@@ -23,6 +26,7 @@ mod rows;
 pub mod schema;
 mod servers;
 mod subscriptions;
+mod tls;
 mod tokens;
 mod transitions;
 mod upkeep;
@@ -35,9 +39,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod};
 use tokio::sync::Mutex;
+use tokio_postgres::Client;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, NoTls};
 
+use self::connect::CONNECT_TIMEOUT;
+pub use self::connect::Database;
 pub use self::wakeups::Listening;
 use self::wakeups::{Wakeup, Wakeups};
 use super::{JobUpkeep, Signals, StoreError, StoreLifecycle, StoreProperties};
@@ -48,17 +54,17 @@ type Pool = deadpool_postgres::Pool;
 /// Options of the PostgreSQL store.
 #[derive(Debug, Clone)]
 pub struct PostgresOptions {
-    /// A libpq-style connection string or `postgres://` URL.
-    pub url: String,
+    /// The database, and how to connect to it.
+    pub database: Database,
     /// Connections in this server's pool.
     pub pool_size: usize,
     pub listening: Listening,
 }
 
 impl PostgresOptions {
-    pub fn new(url: impl Into<String>) -> Self {
+    pub fn new(database: Database) -> Self {
         Self {
-            url: url.into(),
+            database,
             pool_size: 16,
             listening: Listening {
                 listen: true,
@@ -74,7 +80,7 @@ const LEAD_LOCK: i64 = 0x7465_6e61_782d_6c64;
 #[derive(Debug)]
 pub struct PostgresStore {
     pool: Pool,
-    config: tokio_postgres::Config,
+    database: Database,
     wakeups: Arc<Wakeups>,
     /// Group commit of small enqueues.
     combiner: Arc<combiner::Combiner>,
@@ -90,11 +96,15 @@ pub struct PostgresStore {
     beating: tokio::task::JoinHandle<()>,
 }
 
-/// A database failure while doing `what`, with its source kept. A lost connection, or a
-/// server shutting down or starting, is [`StoreError::Unavailable`] (a 503: send it again).
-pub(crate) fn fault(what: &'static str) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
+/// A database failure while doing `what`, with its source kept. A lost connection, a server
+/// shutting down or starting, or one that refuses writes as read-only (a primary demoted by a
+/// failover, [`demotion`]) is [`StoreError::Unavailable`] (a 503: send it again).
+pub(crate) fn fault(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Error) -> StoreError {
     move |error| {
-        if is_unreachable(&error) {
+        if is_read_only(&error) {
+            demotion::seen();
+            StoreError::unavailable(what, error)
+        } else if is_unreachable(&error) {
             StoreError::unavailable(what, error)
         } else {
             StoreError::storage(what, error)
@@ -121,6 +131,13 @@ fn is_unreachable(error: &tokio_postgres::Error) -> bool {
     }
 }
 
+/// Whether the server refused a statement because it accepts no writes (SQLSTATE 25006): it
+/// is a standby now, or read-only for everyone. Tenax makes no read-only transactions, so the
+/// refusal is the server's, never the request's.
+fn is_read_only(error: &tokio_postgres::Error) -> bool {
+    error.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
+}
+
 /// A failure to get a connection from the pool: the database cannot be reached.
 fn pool_fault(error: deadpool_postgres::PoolError) -> StoreError {
     StoreError::unavailable("getting a connection to PostgreSQL", error)
@@ -143,8 +160,6 @@ fn is_conflict(error: &StoreError) -> bool {
         })
 }
 
-/// The longest a new connection may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The longest a request waits for a free connection of the pool.
 const POOL_WAIT: Duration = Duration::from_secs(30);
 
@@ -156,27 +171,21 @@ impl PostgresStore {
     /// wake-up tasks. Scheduled jobs due at `now_ms` are ready from the start, as they are in
     /// the embedded store.
     pub async fn open(options: &PostgresOptions, now_ms: UnixMs) -> Result<Self, StoreError> {
-        let mut config: tokio_postgres::Config = options
-            .url
-            .parse()
-            .map_err(|e| StoreError::storage("reading the database URL", e))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
+        let database = options.database.clone();
+        // Said when connecting fails: a refused certificate is then explained by the check.
+        let connecting = format!("connecting to PostgreSQL {}", database.said());
         {
-            let (mut client, connection) = config
-                .connect(NoTls)
-                .await
-                .map_err(fault("connecting to PostgreSQL"))?;
+            let (mut client, connection) = database.connect().await.map_err(fault(connecting))?;
             let driver = tokio::spawn(connection);
             let migrated = schema::migrate(&mut client).await;
             drop(client);
             let _ = driver.await;
             migrated?;
         }
+        tracing::info!("connected to PostgreSQL {}", database.said());
         let manager = Manager::from_config(
-            config.clone(),
-            NoTls,
+            database.config().clone(),
+            database.tls(),
             ManagerConfig {
                 // A connection that failed is dropped, not handed out again.
                 recycling_method: RecyclingMethod::Fast,
@@ -189,11 +198,22 @@ impl PostgresStore {
             .create_timeout(Some(CONNECT_TIMEOUT))
             .recycle_timeout(Some(CONNECT_TIMEOUT))
             .wait_timeout(Some(POOL_WAIT))
+            // A connection made before a write was refused as read-only goes to a demoted
+            // primary: it is dropped when it comes back, not handed out again.
+            .pre_recycle(deadpool_postgres::Hook::sync_fn(|_, metrics| {
+                if demotion::predates(metrics.created) {
+                    Err(deadpool_postgres::HookError::message(
+                        "made before the server refused a write as read-only",
+                    ))
+                } else {
+                    Ok(())
+                }
+            }))
             .build()
             .map_err(|e| StoreError::storage("making the PostgreSQL pool", e))?;
         let wakeups = Arc::new(Wakeups::start(
             pool.clone(),
-            config.clone(),
+            database.clone(),
             &options.listening,
         ));
         let combiner = combiner::Combiner::new(pool.clone(), wakeups.clone());
@@ -203,7 +223,7 @@ impl PostgresStore {
         let beating = tokio::spawn(servers::beat(pool.clone(), server, servers.clone()));
         let store = Self {
             pool,
-            config,
+            database,
             wakeups,
             combiner,
             facts: facts::FactsCache::default(),
@@ -252,7 +272,8 @@ impl StoreLifecycle for PostgresStore {
     async fn lead(&self) -> Result<bool, StoreError> {
         let mut leader = self.leader.lock().await;
         if let Some((client, holds)) = leader.as_ref() {
-            let alive = !client.is_closed() && client.simple_query("").await.is_ok();
+            // A session on a demoted primary holds a lock nobody else asks for.
+            let alive = connect::writable(client).await;
             if alive && *holds {
                 return Ok(true);
             }
@@ -262,8 +283,8 @@ impl StoreLifecycle for PostgresStore {
         }
         if leader.is_none() {
             let (client, connection) = self
-                .config
-                .connect(NoTls)
+                .database
+                .connect()
                 .await
                 .map_err(fault("connecting to PostgreSQL for the lead"))?;
             tokio::spawn(connection);

@@ -39,7 +39,7 @@ async fn once(pool: &Pool, server: i64) -> Result<usize, String> {
         &[&server],
     )
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| super::fault("writing this server's row")(e).to_string())?;
     let rows = query(
         &client,
         &format!(
@@ -51,7 +51,7 @@ async fn once(pool: &Pool, server: i64) -> Result<usize, String> {
         &[],
     )
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| super::fault("counting the servers")(e).to_string())?;
     Ok(rows
         .first()
         .and_then(|r| usize::try_from(r.get::<_, i64>(0)).ok())

@@ -19,15 +19,20 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use super::Pool;
+use super::connect::{self, Database};
 use crate::store::Signals;
 
 /// The shortest time between two notifications of one channel from one server.
 const COALESCE: Duration = Duration::from_millis(5);
 /// The longest wait between attempts to reconnect the listener.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// How often the listener checks that its session answers and is on a writable server: a
+/// connection that died without a word (no RST), or a primary demoted under it, hears
+/// nothing more, and nothing else would tell.
+const PROBE: Duration = Duration::from_secs(5);
 
 /// What a change may have made happen: one channel each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,8 +107,8 @@ pub struct Wakeups {
 }
 
 impl Wakeups {
-    /// Starts the sender, and the listener (or the poller) on `config`'s database.
-    pub fn start(pool: Pool, config: tokio_postgres::Config, listening: &Listening) -> Self {
+    /// Starts the sender, and the listener (or the poller) on `database`.
+    pub fn start(pool: Pool, database: Database, listening: &Listening) -> Self {
         let signals = Arc::new(Signals::default());
         let marked = Arc::new(AtomicU8::new(0));
         let send = Arc::new(Notify::new());
@@ -111,7 +116,7 @@ impl Wakeups {
         let mut tasks = vec![tokio::spawn(sender(pool, marked.clone(), send.clone()))];
         if listening.listen {
             tasks.push(tokio::spawn(listener(
-                config,
+                database,
                 signals.clone(),
                 listening_now.clone(),
             )));
@@ -176,7 +181,7 @@ async fn send_marked(pool: &Pool, marked: u8) -> Result<(), String> {
             &[&channels],
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| super::fault("sending wake-ups")(e).to_string())?;
     Ok(())
 }
 
@@ -193,14 +198,10 @@ async fn sender(pool: Pool, marked: Arc<AtomicU8>, send: Arc<Notify>) {
     }
 }
 
-async fn listener(
-    config: tokio_postgres::Config,
-    signals: Arc<Signals>,
-    listening: Arc<AtomicBool>,
-) {
+async fn listener(database: Database, signals: Arc<Signals>, listening: Arc<AtomicBool>) {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match config.connect(NoTls).await {
+        match database.connect().await {
             Ok((client, mut connection)) => {
                 let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
                 let heard = signals.clone();
@@ -232,7 +233,21 @@ async fn listener(
                     backoff = Duration::from_millis(100);
                     // What changed while not listening was not heard: look again now.
                     fire_all(&signals);
-                    let _ = done_rx.await;
+                    let mut done = done_rx;
+                    loop {
+                        tokio::select! {
+                            _ = &mut done => break,
+                            () = tokio::time::sleep(PROBE) => {
+                                if !connect::writable(&client).await {
+                                    tracing::warn!(
+                                        "the PostgreSQL listener's session does not answer, or \
+                                         is on a read-only server: connecting again"
+                                    );
+                                    break;
+                                }
+                            }
+                        }
+                    }
                 }
                 listening.store(false, Ordering::Relaxed);
                 driver.abort();
