@@ -18,3 +18,4 @@ pub mod model;
 pub mod serve;
 pub mod server;
 pub mod store;
+pub mod ui;

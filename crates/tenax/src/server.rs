@@ -94,6 +94,7 @@ pub async fn run(
         deliveries,
         auth_required: config.auth,
         log_requests: config.log_requests,
+        ui: Arc::new(crate::ui::UiKeys::new(config.tls.is_some())),
     };
     let address = listener.local_addr().unwrap_or(config.listen);
     let metrics_serving = match config.metrics_listen {

@@ -32,16 +32,20 @@
 //! |                     | `purge_finished`       | `finished_jobs_are_purged_after_retention`                                              |
 //! |                     | `next_wakeup`          | `due_jobs_are_promoted`, `expired_leases_go_to_the_decision`, `expired_jobs_are_deleted_whatever_their_status` |
 //! | `JobCuration`       | `replay_jobs`          | `dead_jobs_are_replayed`, `replay_respects_unique_keys`                                 |
+//! |                     | `run_now`              | `runs_now_and_replays_mark_the_next_run`                                                |
 //! |                     | `delete_jobs`          | `jobs_are_deleted_by_selection`                                                         |
 //! |                     | `delete_checked`       | `peeks_and_checked_deletes_see_the_current_state`                                       |
 //! | `JobReads`          | `get_job`              | (most cases)                                                                            |
-//! |                     | `list_jobs`            | `list_filters_and_pages`, `list_filters_for_messages_and_counts_agree`                  |
+//! |                     | `list_jobs`            | `list_filters_and_pages`, `list_filters_for_messages_and_counts_agree`, `listings_page_both_ways_by_queue_type_and_status` |
 //! |                     | `count_jobs`           | `list_filters_for_messages_and_counts_agree`                                            |
+//! |                     | `count_jobs_upto`      | `listings_page_both_ways_by_queue_type_and_status`                                      |
 //! |                     | `peek_jobs`            | `peeks_and_checked_deletes_see_the_current_state`                                       |
 //! |                     | `counts`               | `counts_per_queue_and_status`, every reopen                                             |
 //! |                     | `queue_counts`         | `list_filters_for_messages_and_counts_agree`, `queues_are_deleted_with_their_jobs`      |
 //! |                     | `attempts`             | `deliveries_are_taken_finished_and_logged`, every reopen                                |
 //! |                     | `backlog`              | `backlog_and_lease_facts_are_reported`                                                  |
+//! |                     | `search_jobs`          | `searches_are_bounded_and_go_on`                                                        |
+//! |                     | `ready_since`          | `heads_of_queues_tell_how_long_they_waited`                                             |
 //! | `QueueStore`        | `queue`, `queues`      | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
 //! |                     | `update_queue`         | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
 //! |                     | `delete_queue`         | `queues_are_deleted_with_their_jobs`                                                    |
@@ -69,15 +73,15 @@ use tenax::auth::{Role, TokenRecord};
 use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax::model::{
     Attempt, AttemptResult, ClaimId, ErrorEntry, Job, JobId, LeaseToken, NewJob, Status,
-    StoredPolicy, Subscription, SubscriptionId,
+    StoredPolicy, Subscription, SubscriptionId, Trigger,
 };
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
 use tenax::store::{
     Ack, Checked, Claim, ClaimRecord, ClaimedJob, DeadLetter, DecideContext, EmbeddedStore,
     Enqueued, FactsSeen, Finished, Insert, JobFilter, JobPeek, KeyHolder, LeaseFacts, NotReplayed,
-    OnDuplicate, Order, Page, QueueConfig, QueueCounts, Replay, Replayed, Selection, Store,
-    StoreError, StoreProperties, TakeRequest, TakenJob, Transition,
+    OnDuplicate, Order, Page, QueueConfig, QueueCounts, Replay, Replayed, Searched, Selection,
+    Store, StoreError, StoreProperties, TakeRequest, TakenJob, TextQuery, Transition,
 };
 use tenax_policy::{RetryPolicy, Shape};
 use tokio::sync::Notify;
@@ -303,6 +307,7 @@ fn zaqar_subscription(queue: &str, endpoint: &str) -> Subscription {
 fn attempt(n: u32, at_ms: u64, result: AttemptResult, status: u16) -> Attempt {
     Attempt {
         attempt: n,
+        trigger: tenax::model::Trigger::Scheduled,
         at_ms,
         latency_ms: 12,
         result,
@@ -1926,6 +1931,311 @@ async fn backlog_and_lease_facts_are_reported(backend: &impl Backend) {
     let backlog = by_queue(&store).await;
     let a = &backlog[0];
     assert_eq!((a.scheduled, a.ready, a.in_flight, a.dead), (1, 1, 1, 1));
+    close(store).await;
+}
+
+/// Newest first, by any mix of queue, type and status, with counts that agree: what the
+/// dashboard's job pages ask.
+async fn listings_page_both_ways_by_queue_type_and_status(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let mut jobs = Vec::new();
+    for n in 0..30 {
+        let queue = if n % 3 == 0 { "a" } else { "b" };
+        let kind = if n % 2 == 0 { "even" } else { "odd" };
+        jobs.push(job(queue).kind(kind));
+    }
+    let ids = enqueue(&store, jobs, T0).await;
+    kill(&store, "a", &[ids[0], ids[3]], T0).await;
+    let filter = |queue: Option<&str>, status: Option<Status>, kind: Option<&str>| JobFilter {
+        queue: queue.map(str::to_owned),
+        status,
+        kind: kind.map(str::to_owned),
+        ..JobFilter::default()
+    };
+    let newest = |filter: JobFilter, after: Option<JobId>, limit: usize| {
+        let store = store.clone();
+        async move {
+            let page = Page {
+                after,
+                limit,
+                order: Order::Descending,
+            };
+            let jobs = store.list_jobs(&filter, page).await.expect("list");
+            jobs.iter().map(|j| j.id).collect::<Vec<_>>()
+        }
+    };
+    let expected = |keep: &dyn Fn(usize) -> bool| -> Vec<JobId> {
+        (0..30).rev().filter(|n| keep(*n)).map(|n| ids[n]).collect()
+    };
+    let b_odd = expected(&|n| n % 3 != 0 && n % 2 == 1);
+    assert_eq!(
+        newest(filter(Some("b"), None, Some("odd")), None, 100).await,
+        b_odd
+    );
+    // Page by page from the cursor, newest first.
+    let first = newest(filter(Some("b"), None, Some("odd")), None, 4).await;
+    assert_eq!(first, b_odd[..4]);
+    let second = newest(
+        filter(Some("b"), None, Some("odd")),
+        first.last().copied(),
+        4,
+    )
+    .await;
+    assert_eq!(second, b_odd[4..8]);
+    let dead = filter(None, Some(Status::Dead), None);
+    assert_eq!(newest(dead.clone(), None, 10).await, [ids[3], ids[0]]);
+    let a_even_ready = filter(Some("a"), Some(Status::Ready), Some("even"));
+    assert_eq!(
+        newest(a_even_ready.clone(), None, 100).await,
+        expected(&|n| n % 3 == 0 && n % 2 == 0 && n != 0)
+    );
+    // Counting up to a bound: the count and whether more match.
+    let b_odd_filter = filter(Some("b"), None, Some("odd"));
+    let n = b_odd.len() as u64;
+    assert_eq!(
+        store
+            .count_jobs_upto(&b_odd_filter, n)
+            .await
+            .expect("count"),
+        (n, false)
+    );
+    assert_eq!(
+        store
+            .count_jobs_upto(&b_odd_filter, 3)
+            .await
+            .expect("count"),
+        (3, true)
+    );
+    assert_eq!(
+        store.count_jobs_upto(&dead, 100).await.expect("count"),
+        (2, false)
+    );
+    assert_eq!(store.count_jobs(&dead).await.expect("count"), 2);
+    assert_eq!(
+        store
+            .count_jobs(&filter(Some("b"), None, Some("odd")))
+            .await
+            .expect("count"),
+        b_odd.len() as u64
+    );
+    assert_eq!(
+        store
+            .count_jobs(&filter(None, None, Some("never")))
+            .await
+            .expect("count"),
+        0
+    );
+    assert!(
+        newest(filter(None, None, Some("never")), None, 10)
+            .await
+            .is_empty()
+    );
+
+    let store = reopen(backend, store, T0).await;
+    assert_eq!(store.count_jobs(&dead).await.expect("count"), 2);
+    assert_eq!(
+        store.count_jobs(&a_even_ready).await.expect("count"),
+        expected(&|n| n % 3 == 0 && n % 2 == 0 && n != 0).len() as u64
+    );
+    close(store).await;
+}
+
+/// A search looks at no more than its budget, says where it stopped, and goes on from there;
+/// it finds text in payloads and in errors, whatever the case.
+async fn searches_are_bounded_and_go_on(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let mut jobs = Vec::new();
+    for n in 0..20 {
+        let payload = if n % 5 == 0 {
+            json!({"customer": format!("ACME-{n}")})
+        } else {
+            json!({"customer": format!("other-{n}")})
+        };
+        jobs.push(job(if n < 10 { "q" } else { "r" }).payload(payload));
+    }
+    let ids = enqueue(&store, jobs, T0).await;
+    // A failure whose message holds the text: found by its error.
+    let taken = take(&store, &["q"], 1, T0).await;
+    assert_eq!(taken_ids(&taken), [ids[0]]);
+    store
+        .fail_job(
+            ack(&taken[0]),
+            T0,
+            &retry(T0, SECOND, "Gateway said \"acme down\""),
+        )
+        .await
+        .expect("failed");
+    let text = TextQuery::new("acme");
+    let newest = |after: Option<JobId>| Page {
+        after,
+        limit: 100,
+        order: Order::Descending,
+    };
+    let found = |s: &Searched| s.jobs.iter().map(|j| j.id).collect::<Vec<_>>();
+
+    // Everything at once.
+    let all = store
+        .search_jobs(&JobFilter::default(), &text, newest(None), 1_000)
+        .await
+        .expect("searched");
+    assert_eq!(found(&all), [ids[15], ids[10], ids[5], ids[0]]);
+    assert!(all.exhausted);
+    assert_eq!(all.looked_at, 20);
+
+    // A budget of 7: looks at ids 19..=13, finds 15, and says where it stopped.
+    let part = store
+        .search_jobs(&JobFilter::default(), &text, newest(None), 7)
+        .await
+        .expect("searched");
+    assert_eq!(found(&part), [ids[15]]);
+    assert_eq!(
+        (part.looked_at, part.looked_to, part.exhausted),
+        (7, Some(ids[13]), false)
+    );
+    let rest = store
+        .search_jobs(&JobFilter::default(), &text, newest(part.looked_to), 7)
+        .await
+        .expect("searched");
+    assert_eq!(found(&rest), [ids[10]]);
+    assert_eq!(rest.looked_to, Some(ids[6]));
+    let last = store
+        .search_jobs(&JobFilter::default(), &text, newest(rest.looked_to), 7)
+        .await
+        .expect("searched");
+    assert_eq!(found(&last), [ids[5], ids[0]]);
+    assert!(last.exhausted);
+
+    // A full page stops the search at its last match.
+    let page = Page {
+        after: None,
+        limit: 2,
+        order: Order::Descending,
+    };
+    let two = store
+        .search_jobs(&JobFilter::default(), &text, page, 1_000)
+        .await
+        .expect("searched");
+    assert_eq!(found(&two), [ids[15], ids[10]]);
+    assert_eq!((two.looked_to, two.exhausted), (Some(ids[10]), false));
+
+    // With a filter; and text only in an error (its message, quotes and all).
+    let in_q = store
+        .search_jobs(&JobFilter::queue("q"), &text, newest(None), 1_000)
+        .await
+        .expect("searched");
+    assert_eq!(found(&in_q), [ids[5], ids[0]]);
+    let quoted = store
+        .search_jobs(
+            &JobFilter::default(),
+            &TextQuery::new("\"ACME DOWN\""),
+            newest(None),
+            1_000,
+        )
+        .await
+        .expect("searched");
+    assert_eq!(found(&quoted), [ids[0]]);
+    let none = store
+        .search_jobs(
+            &JobFilter::default(),
+            &TextQuery::new("customer\"x"),
+            newest(None),
+            1_000,
+        )
+        .await
+        .expect("searched");
+    assert!(none.jobs.is_empty() && none.exhausted);
+    close(store).await;
+}
+
+/// Run-now makes scheduled jobs ready at once, and their next run says an operator asked for
+/// it; a replayed job's next run says it was replayed. Both survive a restart.
+async fn runs_now_and_replays_mark_the_next_run(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let ids = enqueue(
+        &store,
+        vec![
+            job("q").at(T0 + 60 * SECOND),
+            job("q").at(T0 + 60 * SECOND),
+            job("q"),
+        ],
+        T0,
+    )
+    .await;
+    let ran = store
+        .run_now(&[ids[1], ids[2], JobId(999_999)], T0 + 5)
+        .await
+        .expect("ran");
+    assert_eq!(ran, [ids[1]], "only a scheduled job runs now");
+    let shown = get(&store, ids[1]).await;
+    assert_eq!(
+        (
+            shown.state.status,
+            shown.state.run_at_ms,
+            shown.state.trigger
+        ),
+        (Status::Ready, T0 + 5, Trigger::Manual)
+    );
+    assert_eq!(get(&store, ids[0]).await.state.status, Status::Scheduled);
+    assert_eq!(get(&store, ids[2]).await.state.trigger, Trigger::Scheduled);
+
+    let store = reopen(backend, store, T0 + 10).await;
+    assert_eq!(get(&store, ids[1]).await.state.trigger, Trigger::Manual);
+    let taken = take(&store, &["q"], 2, T0 + 10).await;
+    let triggers: Vec<(JobId, Trigger)> = taken.iter().map(|t| (t.id, t.trigger)).collect();
+    assert_eq!(
+        triggers,
+        [(ids[1], Trigger::Manual), (ids[2], Trigger::Scheduled)]
+    );
+    let dead = taken.iter().find(|t| t.id == ids[2]).expect("taken");
+    store
+        .fail_job(ack(dead), T0 + 10, &dead_now(T0 + 10))
+        .await
+        .expect("failed");
+    store
+        .replay_jobs(
+            &Replay {
+                selection: Selection {
+                    ids: Some(vec![ids[2]]),
+                    filter: JobFilter::default(),
+                },
+                policy: None,
+                reset_attempts: false,
+            },
+            T0 + 20,
+        )
+        .await
+        .expect("replayed");
+    assert_eq!(get(&store, ids[2]).await.state.trigger, Trigger::Replay);
+    let store = reopen(backend, store, T0 + 20).await;
+    let taken = take(&store, &["q"], 5, T0 + 20).await;
+    let replayed = taken.iter().find(|t| t.id == ids[2]).expect("taken again");
+    assert_eq!(replayed.trigger, Trigger::Replay);
+    close(store).await;
+}
+
+/// A decision: dead at `now_ms`, its state cleared of any trigger as the engine's are.
+fn dead_now(now_ms: u64) -> impl Fn(&DecideContext<'_>) -> Transition + Send + Sync {
+    let kill = dead(now_ms, "fatal");
+    move |ctx| {
+        let mut transition = kill(ctx);
+        transition.state.trigger = Trigger::Scheduled;
+        transition
+    }
+}
+
+/// The head of each queue (the job a take hands out next) and when it became ready.
+async fn heads_of_queues_tell_how_long_they_waited(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    enqueue(&store, vec![job("q")], T0).await;
+    let later = job("q").priority(5).at(T0 + 100);
+    enqueue(&store, vec![later, job("r").at(T0 + SECOND)], T0 + 100).await;
+    let queues = ["q".to_owned(), "r".to_owned(), "none".to_owned()];
+    // The head is the high-priority job, ready since T0 + 100; r has nothing ready.
+    assert_eq!(
+        store.ready_since(&queues).await.expect("heads"),
+        [Some(T0 + 100), None, None]
+    );
+    assert!(store.ready_since(&[]).await.expect("heads").is_empty());
     close(store).await;
 }
 
@@ -4155,6 +4465,10 @@ macro_rules! conformance_suite {
                 jobs_are_deleted_by_selection,
                 finished_jobs_are_purged_after_retention,
                 list_filters_and_pages,
+                listings_page_both_ways_by_queue_type_and_status,
+                searches_are_bounded_and_go_on,
+                runs_now_and_replays_mark_the_next_run,
+                heads_of_queues_tell_how_long_they_waited,
                 counts_per_queue_and_status,
                 backlog_and_lease_facts_are_reported,
                 queue_configs_are_kept,

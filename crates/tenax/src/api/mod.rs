@@ -13,7 +13,7 @@ pub mod metrics;
 pub mod openapi;
 mod policy;
 pub(crate) mod queues;
-mod subscription_views;
+pub(crate) mod subscription_views;
 pub(crate) mod subscriptions;
 mod tokens;
 mod views;
@@ -54,6 +54,8 @@ pub struct AppState {
     pub auth_required: bool,
     /// Log one line per request at info.
     pub log_requests: bool,
+    /// The dashboard's keys (CSRF, cookies).
+    pub ui: Arc<crate::ui::UiKeys>,
 }
 
 /// `GET /healthz`: `ok` while the server serves.
@@ -131,6 +133,8 @@ pub fn router(state: AppState) -> Router {
             authorizer,
             auth::authorize,
         ))
+        // The dashboard authenticates by its own session cookie (`ui::session`).
+        .merge(crate::ui::router(state.clone()))
         .route_layer(axum::middleware::from_fn(guard::record_route))
         .fallback(|| async { error::ApiError::not_found("no such endpoint; see docs/api.md") })
         .method_not_allowed_fallback(|| async {

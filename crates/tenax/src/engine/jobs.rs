@@ -3,12 +3,14 @@
 use std::sync::Arc;
 
 use super::Engine;
+use super::activity::Event;
+use crate::clock::UnixMs;
 use crate::metrics::jobs::{JobSeries, LastSeries};
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
 use crate::model::{DeliveryPayload, Job, JobId, NewJob, StoredPolicy, SubscriptionId};
 use crate::store::{
     Checked, DeleteCheck, Enqueued, FactsSeen, Insert, JobFilter, JobPeek, OnDuplicate, Page,
-    QueueCounts, QueueFacts, Replay, Replayed, Selection, StoreError,
+    QueueCounts, QueueFacts, Replay, Replayed, Searched, Selection, StoreError, TextQuery,
 };
 
 /// A job to enqueue.
@@ -124,16 +126,20 @@ impl Engine {
             .store
             .insert_jobs(inserts, on_duplicate, seen.unwrap_or_default(), now_ms)
             .await?;
-        let mut created = results.iter().take(count);
+        let mut outcomes = results.iter().take(count);
         for (series, n) in series {
-            let n = created
+            let n = outcomes
                 .by_ref()
                 .take(n)
                 .filter(|r| r.as_ref().is_some_and(|e| e.created))
                 .count();
             series.enqueued.inc_by(n as u64);
         }
-        Ok(results.into_iter().take(count).flatten().collect())
+        let enqueued: Vec<Enqueued> = results.into_iter().take(count).flatten().collect();
+        let created = enqueued.iter().filter(|e| e.created).count();
+        self.activity
+            .record(Event::Enqueued(created as u64), now_ms);
+        Ok(enqueued)
     }
 
     pub async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
@@ -147,6 +153,15 @@ impl Engine {
 
     pub async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError> {
         self.store.count_jobs(filter).await
+    }
+
+    /// How many jobs match `filter`, counting no further than `max`; and whether more match.
+    pub async fn count_jobs_upto(
+        &self,
+        filter: &JobFilter,
+        max: u64,
+    ) -> Result<(u64, bool), StoreError> {
+        self.store.count_jobs_upto(filter, max).await
     }
 
     /// For each id, a quick look at the job (its queue and state), or `None`.
@@ -175,6 +190,29 @@ impl Engine {
         check: &DeleteCheck<'_>,
     ) -> Result<Vec<Checked>, StoreError> {
         self.store.delete_checked(ids, check).await
+    }
+
+    /// Scheduled jobs among `ids` run at once, their next run marked as an operator's. Returns
+    /// those that were scheduled.
+    pub async fn run_now(&self, ids: &[JobId]) -> Result<Vec<JobId>, StoreError> {
+        self.store.run_now(ids, self.now_ms()).await
+    }
+
+    /// Jobs matching `filter` that hold `text`, looking at no more than `budget` of them from
+    /// the page's cursor on (see [`crate::store::JobReads::search_jobs`]).
+    pub async fn search(
+        &self,
+        filter: &JobFilter,
+        text: &TextQuery,
+        page: Page,
+        budget: usize,
+    ) -> Result<Searched, StoreError> {
+        self.store.search_jobs(filter, text, page, budget).await
+    }
+
+    /// For each queue, when the job it hands out next became ready (`None`: none is ready).
+    pub async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError> {
+        self.store.ready_since(queues).await
     }
 
     /// Dead jobs back to ready (optionally with a new policy and a fresh count).

@@ -6,6 +6,7 @@
 //! It validates nothing about HTTP and reads no wall clock: time comes from its [`Clock`], so
 //! tests move it.
 
+pub mod activity;
 mod claims;
 mod decide;
 mod jobs;
@@ -55,6 +56,8 @@ pub struct Engine {
     tokens: tokens::TokenBook,
     /// What the server counts ([`crate::metrics`]); the engine counts its transitions there.
     pub metrics: Arc<Metrics>,
+    /// What this server did in the last day, per minute (the dashboard's overview).
+    pub activity: activity::Activity,
 }
 
 /// A worker's failure report.
@@ -123,6 +126,7 @@ impl Engine {
             stopping,
             tokens: tokens::TokenBook::default(),
             metrics: Arc::new(Metrics::default()),
+            activity: activity::Activity::default(),
         }
     }
 

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
+use super::activity::Event;
 use super::observe::Failed;
 use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
@@ -51,6 +52,8 @@ impl Engine {
         let now_ms = self.now_ms();
         let results = self.store.complete_jobs(acks, retain, now_ms).await?;
         self.observe_completed(acks, &results, now_ms);
+        let done = results.iter().filter(|r| r.is_ok()).count();
+        self.activity.record(Event::Completed(done as u64), now_ms);
         Ok(results.into_iter().map(|r| r.map(drop)).collect())
     }
 
@@ -83,6 +86,8 @@ impl Engine {
         if let Some(failed) = seen.into_inner() {
             self.observe_failure(&failed, &transition, false, now_ms);
         }
+        let dead = transition.state.status == crate::model::Status::Dead;
+        self.activity.record(Event::Failed { dead }, now_ms);
         Ok((transition, now_ms))
     }
 

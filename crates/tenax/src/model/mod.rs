@@ -13,6 +13,6 @@ pub use ids::{ClaimId, JobId, LeaseToken, SubscriptionId};
 pub use job::{ErrorEntry, Held, Job, JobState, NewJob, Status};
 pub use policy::StoredPolicy;
 pub use subscription::{
-    Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, Subscription,
+    Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, Subscription, Trigger,
 };
 pub use trace::{MAX_TRACEPARENT_LEN, check_traceparent};

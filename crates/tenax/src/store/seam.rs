@@ -180,6 +180,11 @@ pub trait JobCuration {
     /// Dead jobs back to ready, unless their unique key is held by an unfinished job.
     async fn replay_jobs(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError>;
 
+    /// Scheduled jobs among `ids` become ready now, their next run marked as an operator's
+    /// ([`Trigger::Manual`](crate::model::Trigger)). Returns those that did, in id order; jobs
+    /// in other states, or gone, are left as they are.
+    async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError>;
+
     /// Deletes jobs matching `selection`, whatever their state; returns their ids.
     async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError>;
 
@@ -203,6 +208,17 @@ pub trait JobReads {
     /// How many jobs match `filter`.
     async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError>;
 
+    /// How many jobs match `filter`, counting no further than `max`: the count and whether
+    /// more match. A backend whose counts cost a scan of the matching jobs stops at `max`.
+    async fn count_jobs_upto(
+        &self,
+        filter: &JobFilter,
+        max: u64,
+    ) -> Result<(u64, bool), StoreError> {
+        let count = self.count_jobs(filter).await?;
+        Ok((count.min(max), count > max))
+    }
+
     /// For each id, a quick look at the job, or `None` if there is no such job.
     async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError>;
 
@@ -220,6 +236,22 @@ pub trait JobReads {
     /// large store, or say how costly it is in the backend's documentation (the metrics then
     /// count again only once the last count is 20 times as old as it took).
     async fn backlog(&self) -> Result<Vec<Backlog>, StoreError>;
+
+    /// Finds jobs matching `filter` that hold `text`, with bounded work: looks at no more than
+    /// `budget` jobs matching `filter`, in the page's order past `page.after`, and stops once
+    /// `page.limit` are found. Says how far it looked, so that the next search goes on from
+    /// there.
+    async fn search_jobs(
+        &self,
+        filter: &JobFilter,
+        text: &TextQuery,
+        page: Page,
+        budget: usize,
+    ) -> Result<Searched, StoreError>;
+
+    /// For each queue, when the job a take would hand out next became ready; `None` when none
+    /// is ready. In the order of `queues`.
+    async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError>;
 }
 
 /// Queue settings.

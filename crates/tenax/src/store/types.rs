@@ -8,8 +8,8 @@ use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
 use crate::model::{
-    ClaimId, ErrorEntry, JobId, JobState, LeaseToken, NewJob, Status, StoredPolicy, Subscription,
-    SubscriptionId,
+    ClaimId, ErrorEntry, Job, JobId, JobState, LeaseToken, NewJob, Status, StoredPolicy,
+    Subscription, SubscriptionId, Trigger,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -232,6 +232,8 @@ pub struct TakenJob {
     pub parent: Option<JobId>,
     /// The trace context it was enqueued with.
     pub traceparent: Option<String>,
+    /// What started this run: its schedule, a replay, or an operator's run-now.
+    pub trigger: Trigger,
     /// When it became ready (was due): the wait before this take started then.
     pub ready_at_ms: UnixMs,
 }
@@ -454,6 +456,54 @@ impl Page {
             limit,
             order: Order::Ascending,
         }
+    }
+}
+
+/// What a bounded search found: the jobs that matched, and how far it looked.
+#[derive(Debug, Clone, Default)]
+pub struct Searched {
+    pub jobs: Vec<Job>,
+    /// The last job looked at, whether it matched or not: the next search continues after it.
+    /// `None` when nothing was looked at.
+    pub looked_to: Option<JobId>,
+    /// How many jobs were looked at.
+    pub looked_at: usize,
+    /// No job matching the filter lies past `looked_to`: the search is complete.
+    pub exhausted: bool,
+}
+
+/// Text to find in jobs: case-insensitive, in a job's payload (its JSON text as stored) or in
+/// one of its errors (the message, or the detail's JSON text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextQuery {
+    /// The text, lower-cased.
+    pub lower: String,
+    /// The text as JSON writes it inside a string, lower-cased: how it appears in the JSON text
+    /// of an error's detail.
+    pub escaped: String,
+}
+
+impl TextQuery {
+    pub fn new(text: &str) -> Self {
+        let lower = text.to_lowercase();
+        let quoted = serde_json::to_string(&lower).unwrap_or_default();
+        let escaped = quoted
+            .strip_prefix('"')
+            .and_then(|s| s.strip_suffix('"'))
+            .unwrap_or(&lower)
+            .to_owned();
+        Self { lower, escaped }
+    }
+
+    /// Whether `job` holds the text.
+    pub fn matches(&self, payload: &str, errors: &[ErrorEntry]) -> bool {
+        payload.to_lowercase().contains(&self.lower)
+            || errors.iter().any(|error| {
+                error.message.to_lowercase().contains(&self.lower)
+                    || error.detail.as_ref().is_some_and(|detail| {
+                        detail.to_string().to_lowercase().contains(&self.escaped)
+                    })
+            })
     }
 }
 

@@ -60,6 +60,7 @@ impl JobLeases for EmbeddedStore {
                         entry.failures + 1,
                         entry.expires_at_ms(),
                         ready_at_ms,
+                        entry.trigger(),
                     ));
                 }
             }
@@ -78,24 +79,27 @@ impl JobLeases for EmbeddedStore {
             .into_iter()
             .zip(bodies)
             // A job deleted since it was leased has no body: nothing to hand out.
-            .filter_map(|((id, lease, attempt, expires_at_ms, ready_at_ms), body)| {
-                let body = body?;
-                Some(TakenJob {
-                    id,
-                    queue: body.queue,
-                    kind: body.kind,
-                    payload: body.payload,
-                    priority: body.priority,
-                    attempt,
-                    lease_token: lease.token,
-                    lease_expires_at_ms: lease.expires_at_ms,
-                    created_at_ms: body.created_at_ms,
-                    expires_at_ms,
-                    parent: body.parent,
-                    traceparent: body.traceparent,
-                    ready_at_ms,
-                })
-            })
+            .filter_map(
+                |((id, lease, attempt, expires_at_ms, ready_at_ms, trigger), body)| {
+                    let body = body?;
+                    Some(TakenJob {
+                        id,
+                        queue: body.queue,
+                        kind: body.kind,
+                        payload: body.payload,
+                        priority: body.priority,
+                        attempt,
+                        lease_token: lease.token,
+                        lease_expires_at_ms: lease.expires_at_ms,
+                        created_at_ms: body.created_at_ms,
+                        expires_at_ms,
+                        parent: body.parent,
+                        traceparent: body.traceparent,
+                        ready_at_ms,
+                        trigger,
+                    })
+                },
+            )
             .collect())
     }
 

@@ -45,7 +45,8 @@ static TAKE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                      THEN j.expires_at ELSE greatest(j.expires_at, $8::bigint) END
              FROM picked WHERE j.id = picked.id
              RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.failures,
-                 j.lease_token, j.created_at, j.expires_at, j.parent, j.traceparent, j.run_at
+                 j.lease_token, j.created_at, j.expires_at, j.parent, j.traceparent, j.run_at,
+                 j.trigger
          ), recorded AS (
              INSERT INTO tenax_claims (id, record, over_at)
              SELECT $7::bigint, $9::text, $10::bigint
@@ -89,6 +90,7 @@ fn taken_of(row: &Row, lease_expires_at_ms: UnixMs) -> Result<TakenJob, StoreErr
         parent: row.get::<_, Option<i64>>(9).map(|p| JobId(unid(p))),
         traceparent: row.get(10),
         ready_at_ms: untime(row.get(11)),
+        trigger: super::rows::trigger_of(row.get(12)),
     })
 }
 

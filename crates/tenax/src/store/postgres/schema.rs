@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_servers.sql"),
     include_str!("migrations/0003_facts.sql"),
     include_str!("migrations/0004_dead.sql"),
+    include_str!("migrations/0005_triggers.sql"),
 ];
 
 /// The schema version this binary writes and reads.

@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 
 use super::rows::{
     JOB_COLUMNS, TABLE_COLUMNS, count, id, json, lease_token_of, policy_of, queue_config_of,
-    state_of, status_code, status_of, subscription_of, time, unid, untime,
+    state_of, status_code, status_of, subscription_of, time, trigger_code, unid, untime,
 };
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
@@ -248,7 +248,8 @@ pub async fn write_transition<C: GenericClient>(
         .map(time);
     let error: Option<String> = transition.error.as_ref().map(json);
     let attempt: Option<String> = attempt.map(json);
-    let params: [&(dyn ToSql + Sync); 13] = [
+    let trigger = trigger_code(state.trigger);
+    let params: [&(dyn ToSql + Sync); 14] = [
         &id(job.0),
         &queue,
         &moved,
@@ -262,6 +263,7 @@ pub async fn write_transition<C: GenericClient>(
         &state.dead_reason,
         &error,
         &attempt,
+        &trigger,
     ];
     let sql = if state.status.is_finished() {
         MOVE_TO_FINISHED.as_str()
@@ -282,7 +284,8 @@ const UPDATE_IN_PLACE: &str = "UPDATE tenax_jobs SET
         dead_reason = $11::text,
         errors = CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
         attempts = CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
-        lease_token = NULL, lease_expires_at = NULL, taken_at = NULL, claim_id = NULL
+        lease_token = NULL, lease_expires_at = NULL, taken_at = NULL, claim_id = NULL,
+        trigger = $14::smallint
     WHERE id = $1::bigint";
 
 static MOVE_TO_FINISHED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -295,7 +298,7 @@ static MOVE_TO_FINISHED: std::sync::LazyLock<String> = std::sync::LazyLock::new(
              $9::bigint, $10::bigint, $11::text,
              CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
              CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
-             NULL, NULL, NULL, NULL
+             NULL, NULL, NULL, NULL, $14::smallint
          FROM moved"
     )
 });
@@ -350,7 +353,7 @@ static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                  origin, parent, traceparent, policy, 3, run_at, failures, first_failure_at,
                  last_delay, $3::bigint, dead_reason, errors,
                  CASE WHEN $5::text IS NULL THEN attempts ELSE array_append(attempts, $5::text) END,
-                 NULL, NULL, NULL, NULL
+                 NULL, NULL, NULL, NULL, NULL
              FROM done WHERE $4::bool
          )
          SELECT id, lease_token, queue, kind, created_at, taken_at FROM done"
