@@ -1907,6 +1907,7 @@ async fn backlog_and_lease_facts_are_reported(backend: &impl Backend) {
                 kind: "mail".into(),
                 created_at_ms: T0,
                 taken_at_ms: T0 + 100,
+                traceparent: None,
             }
         ),
         [Ok(None)] => assert!(!shared, "a shared backend must report what a lease was"),

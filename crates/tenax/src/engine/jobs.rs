@@ -3,9 +3,8 @@
 use std::sync::Arc;
 
 use super::Engine;
-use super::activity::Event;
+use super::observe::Enqueueing;
 use crate::clock::UnixMs;
-use crate::metrics::jobs::{JobSeries, LastSeries};
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
 use crate::model::{DeliveryPayload, Job, JobId, NewJob, StoredPolicy, SubscriptionId};
 use crate::store::{
@@ -74,9 +73,7 @@ impl Engine {
         let mut deliveries: Vec<Insert> = Vec::new();
         // A batch is mostly of one queue: look each queue up once per run of it.
         let mut last: Option<(String, Arc<QueueFacts>)> = None;
-        // Each job's series, by runs of one queue and type.
-        let mut series: Vec<(Arc<JobSeries>, usize)> = Vec::new();
-        let mut last_series = LastSeries::default();
+        let mut seen_jobs = Enqueueing::new(self);
         let mut seen: Option<FactsSeen> = None;
         for (
             index,
@@ -94,11 +91,7 @@ impl Engine {
             let Some((_, facts)) = &last else {
                 continue;
             };
-            let this = last_series.get(&self.metrics.jobs, &job.queue, &job.kind);
-            match series.last_mut() {
-                Some((run, n)) if Arc::ptr_eq(run, this) => *n += 1,
-                _ => series.push((this.clone(), 1)),
-            }
+            seen_jobs.message(self, &job);
             let config = facts.config.as_ref();
             if job.expires_at_ms.is_none() {
                 let ttl = config.and_then(|c| c.message_ttl_ms);
@@ -126,20 +119,9 @@ impl Engine {
             .store
             .insert_jobs(inserts, on_duplicate, seen.unwrap_or_default(), now_ms)
             .await?;
-        let mut outcomes = results.iter().take(count);
-        for (series, n) in series {
-            let n = outcomes
-                .by_ref()
-                .take(n)
-                .filter(|r| r.as_ref().is_some_and(|e| e.created))
-                .count();
-            series.enqueued.inc_by(n as u64);
-        }
-        let enqueued: Vec<Enqueued> = results.into_iter().take(count).flatten().collect();
-        let created = enqueued.iter().filter(|e| e.created).count();
-        self.activity
-            .record(Event::Enqueued(created as u64), now_ms);
-        Ok(enqueued)
+        let messages = &results[..count.min(results.len())];
+        self.observe_enqueued(seen_jobs, messages, now_ms);
+        Ok(results.into_iter().take(count).flatten().collect())
     }
 
     pub async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {

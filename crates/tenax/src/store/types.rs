@@ -239,7 +239,7 @@ pub struct TakenJob {
 }
 
 /// What a backend knows of a leased job at no extra cost, reported when its lease ends, for
-/// the metrics (by queue and type; run and end-to-end times).
+/// the metrics (by queue and type; run and end-to-end times) and the spans (the job's trace).
 ///
 /// A backend shared by several servers must report it ([`StoreProperties::shared`]): the lease
 /// may have been handed out by another server. A backend used by one process may leave it out;
@@ -250,6 +250,8 @@ pub struct LeaseFacts {
     pub kind: String,
     pub created_at_ms: UnixMs,
     pub taken_at_ms: UnixMs,
+    /// The trace context the job was enqueued with.
+    pub traceparent: Option<String>,
 }
 
 /// A job held by a claim (or stream).
