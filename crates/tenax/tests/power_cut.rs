@@ -302,8 +302,8 @@ async fn check(disk: &SimulatedDisk, model: &Model, seed: u64, how: &str) {
             model.maybe.get(id)
         );
         assert_eq!(
-            job.errors.len() as u32,
-            job.state.failures,
+            job.errors.len(),
+            job.state.failures as usize,
             "seed {seed} ({how}): job {id} has {} errors for {} failures",
             job.errors.len(),
             job.state.failures
