@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::Engine;
+use crate::clock::UnixMs;
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
 use crate::model::{DeliveryPayload, Job, JobId, NewJob, StoredPolicy, SubscriptionId};
 use crate::store::{
@@ -29,7 +30,7 @@ impl From<NewJob> for Enqueue {
 }
 
 /// How many times an enqueue is made again when a cache's queue facts turn out old.
-const FACTS_ATTEMPTS: u32 = 8;
+pub(super) const FACTS_ATTEMPTS: u32 = 8;
 
 impl Engine {
     /// Enqueues jobs atomically: all or none. A job without an expiry gets its queue's message
@@ -66,6 +67,22 @@ impl Engine {
         on_duplicate: OnDuplicate,
     ) -> Result<Vec<Enqueued>, StoreError> {
         let now_ms = self.now_ms();
+        let count = jobs.len();
+        let (inserts, seen) = self.inserts_of(jobs, now_ms).await?;
+        let results = self
+            .store
+            .insert_jobs(inserts, on_duplicate, seen, now_ms)
+            .await?;
+        Ok(results.into_iter().take(count).flatten().collect())
+    }
+
+    /// The inserts that enqueue `jobs` at `now_ms` (each job, then every job's deliveries), and
+    /// the oldest version of the queue facts they were made from.
+    pub(super) async fn inserts_of(
+        &self,
+        jobs: Vec<Enqueue>,
+        now_ms: UnixMs,
+    ) -> Result<(Vec<Insert>, FactsSeen), StoreError> {
         let count = jobs.len();
         let mut inserts: Vec<Insert> = Vec::with_capacity(count);
         let mut deliveries: Vec<Insert> = Vec::new();
@@ -111,11 +128,7 @@ impl Engine {
             inserts.push(Insert::new(job));
         }
         inserts.append(&mut deliveries);
-        let results = self
-            .store
-            .insert_jobs(inserts, on_duplicate, seen.unwrap_or_default(), now_ms)
-            .await?;
-        Ok(results.into_iter().take(count).flatten().collect())
+        Ok((inserts, seen.unwrap_or_default()))
     }
 
     pub async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {

@@ -11,6 +11,7 @@ mod decide;
 mod jobs;
 pub mod maintenance;
 mod queues;
+mod schedules;
 mod subscriptions;
 pub mod tokens;
 mod work;
@@ -25,6 +26,7 @@ pub use self::decide::{
     PolicyOwner, decide_failure, decide_lease_expiry, delivery_policy, resolve,
 };
 pub use self::jobs::Enqueue;
+pub use self::schedules::ScheduleSpec;
 use crate::clock::{Clock, UnixMs};
 use crate::model::ClaimId;
 use crate::model::subscription::is_internal_queue;
