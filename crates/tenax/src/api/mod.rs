@@ -12,6 +12,7 @@ pub(crate) mod jobs;
 pub mod openapi;
 mod policy;
 pub(crate) mod queues;
+pub(crate) mod schedules;
 mod subscription_views;
 pub(crate) mod subscriptions;
 mod tokens;
@@ -71,6 +72,7 @@ pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
                 .merge(work::router())
                 .merge(dead::router())
                 .merge(queues::router())
+                .merge(schedules::router())
                 .merge(policy::router())
                 .merge(subscriptions::router())
                 .merge(deliveries::router())
