@@ -84,6 +84,14 @@ fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("POST", "/api/queues/{name}/pause", Admins);
     add("POST", "/api/queues/{name}/resume", Admins);
     add("POST", "/api/policy/preview", AnyToken);
+    add("GET", "/api/schedules", Readers);
+    add("POST", "/api/schedules/preview", AnyToken);
+    add("GET", "/api/schedules/{name}", Readers);
+    add("PUT", "/api/schedules/{name}", Admins);
+    add("DELETE", "/api/schedules/{name}", Admins);
+    add("POST", "/api/schedules/{name}/pause", Admins);
+    add("POST", "/api/schedules/{name}/resume", Admins);
+    add("GET", "/api/schedules/{name}/ticks", Readers);
     add("POST", "/api/queues/{name}/subscriptions", Admins);
     add("GET", "/api/queues/{name}/subscriptions", Readers);
     add("GET", "/api/subscriptions", Readers);
