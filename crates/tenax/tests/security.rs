@@ -322,6 +322,59 @@ async fn every_route_against_every_role() {
     assert_eq!(response.status(), 200);
 }
 
+/// A schedule belongs to the queue of its job: a scoped token makes, reads and changes only
+/// those of its queues, cannot take over another team's by name, and lists only its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_tokens_manage_only_their_schedules() {
+    let server = secured().await;
+    let http = server.api.http().clone();
+    let scoped = make_token(&server, "admin", json!({"queues": ["team-a.*"]})).await;
+    let send = |method: Method, path: &str, token: &str, body: Option<Value>| {
+        let mut request = http
+            .request(method, server.api.url(path))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        async move { request.send().await.expect("an answer").status().as_u16() }
+    };
+    let of = |queue: &str| Some(json!({"cron": "@daily", "job": {"queue": queue}}));
+    assert_eq!(send(Method::PUT, "/api/schedules/a", &scoped, of("team-a.x")).await, 201);
+    assert_eq!(send(Method::PUT, "/api/schedules/b", &scoped, of("team-b.x")).await, 403);
+    assert_eq!(send(Method::PUT, "/api/schedules/theirs", ADMIN, of("team-b.x")).await, 201);
+    // Not by replacing it with a job of its own queue either.
+    assert_eq!(
+        send(Method::PUT, "/api/schedules/theirs", &scoped, of("team-a.y")).await,
+        403
+    );
+    for (method, path) in [
+        (Method::GET, "/api/schedules/theirs"),
+        (Method::GET, "/api/schedules/theirs/ticks"),
+        (Method::DELETE, "/api/schedules/theirs"),
+        (Method::POST, "/api/schedules/theirs/pause"),
+        (Method::POST, "/api/schedules/theirs/resume"),
+    ] {
+        assert_eq!(send(method.clone(), path, &scoped, None).await, 403, "{method} {path}");
+    }
+    assert_eq!(send(Method::GET, "/api/schedules/a", &scoped, None).await, 200);
+    let listed: Value = http
+        .get(server.api.url("/api/schedules"))
+        .bearer_auth(&scoped)
+        .send()
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    let names: Vec<&str> = listed["schedules"]
+        .as_array()
+        .expect("schedules")
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(names, ["a"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scoped_tokens_stay_in_their_queues_and_projects() {
     let server = secured().await;
