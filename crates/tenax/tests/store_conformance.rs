@@ -16,12 +16,12 @@
 //! | family              | operation              | cases                                                                                   |
 //! |---------------------|------------------------|-----------------------------------------------------------------------------------------|
 //! | `JobInserts`        | `insert_jobs`          | `enqueue_is_atomic_and_ids_increase`, `unique_keys_refuse_or_return_the_holder`, `deliveries_are_stored_with_their_message_and_subscription` |
-//! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged` |
+//! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged`; limits: `concurrency_limits_hold_takes_back`, `rate_limits_hold_takes_back_across_restarts` |
 //! |                     | `extend_lease`         | `expired_leases_go_to_the_decision`                                                     |
 //! |                     | `complete_jobs`        | `complete_needs_the_current_lease`                                                      |
 //! |                     | `fail_job`             | `fail_asks_the_decision_and_records_it`                                                 |
 //! |                     | `finish_delivery`      | `deliveries_are_taken_finished_and_logged`                                              |
-//! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`                                                      |
+//! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`, `rate_limits_hold_takes_back_across_restarts`        |
 //! | `ClaimStore`        | `claim`                | `claims_are_renewed_ended_and_forgotten`, `a_closed_stream_releases_its_jobs`           |
 //! |                     | `extend_claim`         | `claims_are_renewed_ended_and_forgotten`                                                |
 //! |                     | `end_claim`            | `claims_are_renewed_ended_and_forgotten`                                                |
@@ -30,7 +30,7 @@
 //! |                     | `expire_leases`        | `expired_leases_go_to_the_decision`, `claims_are_renewed_ended_and_forgotten`           |
 //! |                     | `expire_jobs`          | `expired_jobs_are_deleted_whatever_their_status`                                        |
 //! |                     | `purge_finished`       | `finished_jobs_are_purged_after_retention`                                              |
-//! |                     | `next_wakeup`          | `due_jobs_are_promoted`, `expired_leases_go_to_the_decision`, `expired_jobs_are_deleted_whatever_their_status` |
+//! |                     | `next_wakeup`          | `due_jobs_are_promoted`, `expired_leases_go_to_the_decision`, `expired_jobs_are_deleted_whatever_their_status`, `schedules_are_stored_changed_and_deleted` |
 //! | `JobCuration`       | `replay_jobs`          | `dead_jobs_are_replayed`, `replay_respects_unique_keys`                                 |
 //! |                     | `delete_jobs`          | `jobs_are_deleted_by_selection`                                                         |
 //! |                     | `delete_checked`       | `peeks_and_checked_deletes_see_the_current_state`                                       |
@@ -43,7 +43,10 @@
 //! |                     | `attempts`             | `deliveries_are_taken_finished_and_logged`, every reopen                                |
 //! | `QueueStore`        | `queue`, `queues`      | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
 //! |                     | `update_queue`         | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
-//! |                     | `delete_queue`         | `queues_are_deleted_with_their_jobs`                                                    |
+//! |                     | `delete_queue`         | `queues_are_deleted_with_their_jobs`, `rate_limits_hold_takes_back_across_restarts`      |
+//! |                     | `limit_use`            | `rate_limits_hold_takes_back_across_restarts`                                           |
+//! | `ScheduleStore`     | `schedule`, `schedules`, `update_schedule`, `delete_schedule`, `due_schedules` | `schedules_are_stored_changed_and_deleted`, every reopen |
+//! |                     | `record_tick`          | `a_tick_is_recorded_once_with_its_job`                                                  |
 //! | `SubscriptionStore` | `insert_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `unique_endpoints_are_held_per_queue`   |
 //! |                     | `update_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `unique_endpoints_are_held_per_queue`   |
 //! |                     | `delete_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `deliveries_are_taken_finished_and_logged` |
@@ -4156,6 +4159,11 @@ async fn schedules_are_stored_changed_and_deleted(backend: &impl Backend) {
         .expect("made");
     let names = |list: Vec<Schedule>| list.into_iter().map(|s| s.name).collect::<Vec<_>>();
     assert_eq!(names(store.schedules().await.expect("list")), ["a", "b", "c"]);
+    // The maintenance loop wakes for the earliest tick of an unpaused schedule.
+    assert_eq!(
+        store.next_wakeup().await.expect("next wakeup"),
+        Some(T0 + 10 * SECOND)
+    );
     // Due: unpaused, next tick at or before now, earliest first.
     assert_eq!(
         names(store.due_schedules(T0 + 59 * SECOND, 10).await.expect("due")),

@@ -17,6 +17,9 @@ impl Engine {
         wait: Duration,
     ) -> Result<Vec<TakenJob>, StoreError> {
         let deadline = tokio::time::Instant::now() + wait;
+        // Whether to wake when jobs leave flight: only once a concurrency limit held this take
+        // back (every acknowledgement signals it).
+        let mut watch_released = false;
         loop {
             // Register for the wake-ups before looking, so a job that arrives in between is
             // seen.
@@ -25,13 +28,20 @@ impl Engine {
             let released = signals.released.notified();
             tokio::pin!(ready, released);
             ready.as_mut().enable();
-            released.as_mut().enable();
+            if watch_released {
+                released.as_mut().enable();
+            }
             let now_ms = self.now_ms();
             let taken = self.store.take_jobs(request, now_ms).await?;
             if !taken.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(taken.jobs);
             }
             let held = taken.held;
+            if held.in_flight && !watch_released {
+                // Look again registered for releases: one may have come since the look.
+                watch_released = true;
+                continue;
+            }
             let rate_wait = held.until_ms.map(|at| {
                 // A manual clock moves only when a test moves it: look at it often.
                 let ms = if self.clock.is_manual() {
@@ -44,7 +54,7 @@ impl Engine {
             let until = rate_wait.map_or(deadline, |at| at.min(deadline));
             tokio::select! {
                 () = ready => {}
-                () = released, if held.in_flight => {}
+                () = released, if watch_released => {}
                 () = tokio::time::sleep_until(until) => {
                     if until == deadline {
                         return Ok(Vec::new());

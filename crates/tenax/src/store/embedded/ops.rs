@@ -682,6 +682,72 @@ mod tests {
         assert_eq!(Op::decode_all(&bytes).unwrap(), ops);
     }
 
+    /// Starts add to their bucket and forget the queue's buckets that end before the period;
+    /// deleting the queue forgets them all.
+    #[test]
+    fn starts_add_up_and_old_buckets_go() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let db = redb::Database::create(dir.path().join("t.redb")).expect("a file");
+        let rows = |db: &redb::Database| -> Vec<((String, u64), (u64, u64))> {
+            use redb::{ReadableDatabase, ReadableTable};
+            let tx = db.begin_read().expect("read");
+            let table = tx.open_table(STARTS).expect("table");
+            table
+                .iter()
+                .expect("rows")
+                .map(|row| {
+                    let (k, v) = row.expect("row");
+                    let (queue, bucket) = k.value();
+                    ((queue.to_owned(), bucket), v.value())
+                })
+                .collect()
+        };
+        let apply = |ops: Vec<Op>| {
+            let tx = db.begin_write().expect("write");
+            {
+                let mut tables = Tables::open(&tx).expect("tables");
+                let mut deltas = CountDeltas::new();
+                for op in ops {
+                    tables.apply(op, &mut deltas).expect("applied");
+                }
+            }
+            tx.commit().expect("committed");
+        };
+        let started = |queue: &str, bucket_ms, count, forget_before_ms| Op::Started {
+            queue: queue.into(),
+            bucket_ms,
+            width_ms: 1_000,
+            count,
+            forget_before_ms,
+        };
+        apply(vec![
+            started("q", 10_000, 2, 0),
+            started("q", 10_000, 3, 0),
+            started("q", 11_000, 1, 0),
+            started("other", 10_000, 7, 0),
+        ]);
+        assert_eq!(
+            rows(&db),
+            [
+                (("other".into(), 10_000), (1_000, 7)),
+                (("q".into(), 10_000), (1_000, 5)),
+                (("q".into(), 11_000), (1_000, 1)),
+            ]
+        );
+        // [10 000, 11 000) ends at the horizon: forgotten; [11 000, 12 000) does not.
+        apply(vec![started("q", 70_000, 1, 11_000)]);
+        assert_eq!(
+            rows(&db),
+            [
+                (("other".into(), 10_000), (1_000, 7)),
+                (("q".into(), 11_000), (1_000, 1)),
+                (("q".into(), 70_000), (1_000, 1)),
+            ]
+        );
+        apply(vec![Op::DeleteQueue { name: "q".into() }]);
+        assert_eq!(rows(&db), [(("other".into(), 10_000), (1_000, 7))]);
+    }
+
     #[test]
     fn a_cut_record_is_refused_not_misread() {
         let mut bytes = Vec::new();
