@@ -34,6 +34,8 @@ enum Who {
     Producers,
     /// Admin, worker.
     Workers,
+    /// Admin, reader: the metrics.
+    MetricReaders,
     /// Admin only.
     Admins,
 }
@@ -45,6 +47,7 @@ impl Who {
             Self::Readers => matches!(role, "admin" | "producer" | "reader"),
             Self::Producers => matches!(role, "admin" | "producer"),
             Self::Workers => matches!(role, "admin" | "worker"),
+            Self::MetricReaders => matches!(role, "admin" | "reader"),
             Self::Admins => role == "admin",
         }
     }
@@ -63,6 +66,7 @@ fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("GET", "/healthz", Public);
     add("GET", "/api/openapi.json", Public);
     add("GET", "/", Public);
+    add("GET", "/metrics", MetricReaders);
     add("POST", "/api/jobs", Producers);
     add("POST", "/api/jobs/batch", Producers);
     add("GET", "/api/jobs", Readers);

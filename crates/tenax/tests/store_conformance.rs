@@ -18,7 +18,7 @@
 //! | `JobInserts`        | `insert_jobs`          | `enqueue_is_atomic_and_ids_increase`, `unique_keys_refuse_or_return_the_holder`, `deliveries_are_stored_with_their_message_and_subscription` |
 //! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged`; limits: `concurrency_limits_hold_takes_back`, `rate_limits_hold_takes_back_across_restarts` |
 //! |                     | `extend_lease`         | `expired_leases_go_to_the_decision`                                                     |
-//! |                     | `complete_jobs`        | `complete_needs_the_current_lease`                                                      |
+//! |                     | `complete_jobs`        | `complete_needs_the_current_lease`, `backlog_and_lease_facts_are_reported`              |
 //! |                     | `fail_job`             | `fail_asks_the_decision_and_records_it`                                                 |
 //! |                     | `finish_delivery`      | `deliveries_are_taken_finished_and_logged`                                              |
 //! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`, `rate_limits_hold_takes_back_across_restarts`        |
@@ -32,15 +32,20 @@
 //! |                     | `purge_finished`       | `finished_jobs_are_purged_after_retention`                                              |
 //! |                     | `next_wakeup`          | `due_jobs_are_promoted`, `expired_leases_go_to_the_decision`, `expired_jobs_are_deleted_whatever_their_status`, `schedules_are_stored_changed_and_deleted` |
 //! | `JobCuration`       | `replay_jobs`          | `dead_jobs_are_replayed`, `replay_respects_unique_keys`                                 |
+//! |                     | `run_now`              | `runs_now_and_replays_mark_the_next_run`                                                |
 //! |                     | `delete_jobs`          | `jobs_are_deleted_by_selection`                                                         |
 //! |                     | `delete_checked`       | `peeks_and_checked_deletes_see_the_current_state`                                       |
 //! | `JobReads`          | `get_job`              | (most cases)                                                                            |
-//! |                     | `list_jobs`            | `list_filters_and_pages`, `list_filters_for_messages_and_counts_agree`                  |
+//! |                     | `list_jobs`            | `list_filters_and_pages`, `list_filters_for_messages_and_counts_agree`, `listings_page_both_ways_by_queue_type_and_status` |
 //! |                     | `count_jobs`           | `list_filters_for_messages_and_counts_agree`                                            |
+//! |                     | `count_jobs_upto`      | `listings_page_both_ways_by_queue_type_and_status`                                      |
 //! |                     | `peek_jobs`            | `peeks_and_checked_deletes_see_the_current_state`                                       |
 //! |                     | `counts`               | `counts_per_queue_and_status`, every reopen                                             |
 //! |                     | `queue_counts`         | `list_filters_for_messages_and_counts_agree`, `queues_are_deleted_with_their_jobs`      |
 //! |                     | `attempts`             | `deliveries_are_taken_finished_and_logged`, every reopen                                |
+//! |                     | `backlog`              | `backlog_and_lease_facts_are_reported`                                                  |
+//! |                     | `search_jobs`          | `searches_are_bounded_and_go_on`                                                        |
+//! |                     | `ready_since`          | `heads_of_queues_tell_how_long_they_waited`                                             |
 //! | `QueueStore`        | `queue`, `queues`      | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
 //! |                     | `update_queue`         | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
 //! |                     | `delete_queue`         | `queues_are_deleted_with_their_jobs`, `rate_limits_hold_takes_back_across_restarts`      |
@@ -72,14 +77,16 @@ use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax::model::{
     Attempt, AttemptResult, ClaimId, ErrorEntry, Job, JobId, JobTemplate, LeaseToken, Missed,
     NewJob, Overlap, Schedule, Status, StoredPolicy, Subscription, SubscriptionId, TickCounts,
+    Trigger,
 };
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
 use tenax::store::{
     Ack, Checked, Claim, ClaimRecord, ClaimedJob, DeadLetter, DecideContext, EmbeddedStore,
-    Enqueued, FactsSeen, Finished, Insert, JobFilter, JobPeek, KeyHolder, LimitUse, NotReplayed,
-    OnDuplicate, Order, Page, QueueConfig, QueueCounts, RateLimit, Replay, Replayed, Selection,
-    Store, StoreError, StoreProperties, TakeRequest, Taken, TakenJob, Transition,
+    Enqueued, FactsSeen, Finished, Insert, JobFilter, JobPeek, KeyHolder, LeaseFacts, LimitUse,
+    NotReplayed, OnDuplicate, Order, Page, QueueConfig, QueueCounts, RateLimit, Replay, Replayed,
+    Searched, Selection, Store, StoreError, StoreProperties, TakeRequest, Taken, TakenJob,
+    TextQuery, Transition,
 };
 use tenax_policy::{RetryPolicy, Shape};
 use tokio::sync::Notify;
@@ -305,6 +312,7 @@ fn zaqar_subscription(queue: &str, endpoint: &str) -> Subscription {
 fn attempt(n: u32, at_ms: u64, result: AttemptResult, status: u16) -> Attempt {
     Attempt {
         attempt: n,
+        trigger: tenax::model::Trigger::Scheduled,
         at_ms,
         latency_ms: 12,
         result,
@@ -433,6 +441,29 @@ async fn take(store: &Arc<dyn Store>, queues: &[&str], max: usize, now_ms: u64) 
 
 fn taken_ids(jobs: &[TakenJob]) -> Vec<JobId> {
     jobs.iter().map(|j| j.id).collect()
+}
+
+/// `complete_jobs` without what the backend reports of each lease, which
+/// `backlog_and_lease_facts_are_reported` checks.
+trait CompletePlain {
+    async fn complete_plain(
+        &self,
+        acks: &[Ack],
+        retain: bool,
+        now_ms: u64,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+}
+
+impl CompletePlain for Arc<dyn Store> {
+    async fn complete_plain(
+        &self,
+        acks: &[Ack],
+        retain: bool,
+        now_ms: u64,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let results = self.complete_jobs(acks, retain, now_ms).await?;
+        Ok(results.into_iter().map(|r| r.map(drop)).collect())
+    }
 }
 
 fn ack(job: &TakenJob) -> Ack {
@@ -784,7 +815,7 @@ async fn unique_keys_refuse_or_return_the_holder(backend: &impl Backend) {
         matches!(refused, Err(StoreError::Duplicate { holder: KeyHolder::Job(existing), .. }) if existing == held)
     );
     let done = store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("completed");
     assert_eq!(done, [Ok(())]);
@@ -907,7 +938,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
         lease: LeaseToken(0),
     };
     let results = store
-        .complete_jobs(&[ack(a), wrong, guessed, ack(c), ack(d)], true, T0 + 7)
+        .complete_plain(&[ack(a), wrong, guessed, ack(c), ack(d)], true, T0 + 7)
         .await
         .expect("one commit");
     assert_eq!(
@@ -927,7 +958,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
     );
     assert_eq!(status(&store, b.id).await, Some(Status::InFlight));
     let results = store
-        .complete_jobs(
+        .complete_plain(
             &[
                 ack(a),
                 Ack {
@@ -952,7 +983,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
     );
     // Without retention, a completed job is gone.
     let results = store
-        .complete_jobs(&[ack(b)], false, T0)
+        .complete_plain(&[ack(b)], false, T0)
         .await
         .expect("one commit");
     assert_eq!(results, [Ok(())]);
@@ -1206,7 +1237,7 @@ async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
     assert_eq!(shown.errors.len(), 1);
     // Its old lease is gone.
     let results = store
-        .complete_jobs(&[ack(&short[0])], true, expiry)
+        .complete_plain(&[ack(&short[0])], true, expiry)
         .await
         .expect("commit");
     assert!(matches!(results[0], Err(StoreError::NotInFlight { .. })));
@@ -1342,7 +1373,7 @@ async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     );
     // An acknowledged job no longer counts against its stream.
     store
-        .complete_jobs(&[ack(&nine[0])], true, T0)
+        .complete_plain(&[ack(&nine[0])], true, T0)
         .await
         .expect("completed");
     assert_eq!(store.claim(ClaimId(9)).await.expect("claim").jobs.len(), 0);
@@ -1620,7 +1651,7 @@ async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
     assert_eq!(deleted, [ids[0]]);
     assert!(store.get_job(ids[0]).await.expect("readable").is_none());
     let results = store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[0]))]);
@@ -1674,11 +1705,11 @@ async fn finished_jobs_are_purged_after_retention(backend: &impl Backend) {
     let ids = enqueue(&store, vec![job("q"); 5], T0).await;
     let taken = take(&store, &["q"], 5, T0).await;
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0 + 1_000)
+        .complete_plain(&[ack(&taken[0])], true, T0 + 1_000)
         .await
         .expect("done");
     store
-        .complete_jobs(&[ack(&taken[1])], true, T0 + 5_000)
+        .complete_plain(&[ack(&taken[1])], true, T0 + 5_000)
         .await
         .expect("done");
     store
@@ -1826,6 +1857,395 @@ async fn list_filters_and_pages(backend: &impl Backend) {
     close(store).await;
 }
 
+/// What the metrics read: each queue's backlog (unfinished and dead jobs by status, and when
+/// the ready job first in line became ready), when a taken job became ready, and what a lease
+/// was when it ends, which a shared backend must report (the lease may be another server's).
+async fn backlog_and_lease_facts_are_reported(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    assert!(store.backlog().await.expect("backlog").is_empty());
+    enqueue(
+        &store,
+        vec![
+            job("a").kind("mail").at(T0 - 5 * SECOND),
+            job("a").kind("mail").at(T0 - 2 * SECOND),
+            job("a").priority(5),
+            job("a").at(T0 + SECOND),
+            job("a"),
+            job("b").at(T0 + SECOND),
+        ],
+        T0,
+    )
+    .await;
+    let by_queue = |store: &Arc<dyn Store>| {
+        let store = store.clone();
+        async move {
+            let mut backlog = store.backlog().await.expect("backlog");
+            backlog.sort_by(|x, y| x.queue.cmp(&y.queue));
+            backlog
+        }
+    };
+    let backlog = by_queue(&store).await;
+    let a = &backlog[0];
+    assert_eq!(a.queue, "a");
+    assert_eq!((a.scheduled, a.ready, a.in_flight, a.dead), (1, 4, 0, 0));
+    // First in line is the priority-5 job, ready since its enqueue.
+    assert_eq!(a.first_ready_since_ms, Some(T0));
+    let b = &backlog[1];
+    assert_eq!((b.queue.as_str(), b.scheduled, b.ready), ("b", 1, 0));
+    assert_eq!(b.first_ready_since_ms, None);
+
+    let taken = take(&store, &["a"], 3, T0 + 100).await;
+    let ready_at: Vec<u64> = taken.iter().map(|t| t.ready_at_ms).collect();
+    assert_eq!(ready_at, [T0, T0 - 5 * SECOND, T0 - 2 * SECOND]);
+    let backlog = by_queue(&store).await;
+    assert_eq!((backlog[0].ready, backlog[0].in_flight), (1, 3));
+    assert_eq!(backlog[0].first_ready_since_ms, Some(T0));
+
+    let done = store
+        .complete_jobs(&[ack(&taken[1])], true, T0 + 300)
+        .await
+        .expect("commit");
+    let shared = store.properties().shared;
+    match &done[..] {
+        [Ok(Some(facts))] => assert_eq!(
+            facts,
+            &LeaseFacts {
+                queue: "a".into(),
+                kind: "mail".into(),
+                created_at_ms: T0,
+                taken_at_ms: T0 + 100,
+            }
+        ),
+        [Ok(None)] => assert!(!shared, "a shared backend must report what a lease was"),
+        other => panic!("{other:?}"),
+    }
+    let seen = Mutex::new(None);
+    let dying = dead(T0 + 400, "fatal");
+    store
+        .fail_job(ack(&taken[2]), T0 + 400, &|ctx: &DecideContext<'_>| {
+            *seen.lock().expect("lock") = Some(ctx.lease.clone());
+            dying(ctx)
+        })
+        .await
+        .expect("dead");
+    match seen.into_inner().expect("lock").expect("decided") {
+        Some(facts) => {
+            assert_eq!((facts.queue.as_str(), facts.kind.as_str()), ("a", "mail"));
+            assert_eq!(facts.taken_at_ms, T0 + 100);
+        }
+        None => assert!(!shared, "a shared backend must report what a lease was"),
+    }
+    let backlog = by_queue(&store).await;
+    let a = &backlog[0];
+    assert_eq!((a.scheduled, a.ready, a.in_flight, a.dead), (1, 1, 1, 1));
+    close(store).await;
+}
+
+/// Newest first, by any mix of queue, type and status, with counts that agree: what the
+/// dashboard's job pages ask.
+async fn listings_page_both_ways_by_queue_type_and_status(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let mut jobs = Vec::new();
+    for n in 0..30 {
+        let queue = if n % 3 == 0 { "a" } else { "b" };
+        let kind = if n % 2 == 0 { "even" } else { "odd" };
+        jobs.push(job(queue).kind(kind));
+    }
+    let ids = enqueue(&store, jobs, T0).await;
+    kill(&store, "a", &[ids[0], ids[3]], T0).await;
+    let filter = |queue: Option<&str>, status: Option<Status>, kind: Option<&str>| JobFilter {
+        queue: queue.map(str::to_owned),
+        status,
+        kind: kind.map(str::to_owned),
+        ..JobFilter::default()
+    };
+    let newest = |filter: JobFilter, after: Option<JobId>, limit: usize| {
+        let store = store.clone();
+        async move {
+            let page = Page {
+                after,
+                limit,
+                order: Order::Descending,
+            };
+            let jobs = store.list_jobs(&filter, page).await.expect("list");
+            jobs.iter().map(|j| j.id).collect::<Vec<_>>()
+        }
+    };
+    let expected = |keep: &dyn Fn(usize) -> bool| -> Vec<JobId> {
+        (0..30).rev().filter(|n| keep(*n)).map(|n| ids[n]).collect()
+    };
+    let b_odd = expected(&|n| n % 3 != 0 && n % 2 == 1);
+    assert_eq!(
+        newest(filter(Some("b"), None, Some("odd")), None, 100).await,
+        b_odd
+    );
+    // Page by page from the cursor, newest first.
+    let first = newest(filter(Some("b"), None, Some("odd")), None, 4).await;
+    assert_eq!(first, b_odd[..4]);
+    let second = newest(
+        filter(Some("b"), None, Some("odd")),
+        first.last().copied(),
+        4,
+    )
+    .await;
+    assert_eq!(second, b_odd[4..8]);
+    let dead = filter(None, Some(Status::Dead), None);
+    assert_eq!(newest(dead.clone(), None, 10).await, [ids[3], ids[0]]);
+    let a_even_ready = filter(Some("a"), Some(Status::Ready), Some("even"));
+    assert_eq!(
+        newest(a_even_ready.clone(), None, 100).await,
+        expected(&|n| n % 3 == 0 && n % 2 == 0 && n != 0)
+    );
+    // Counting up to a bound: the count and whether more match.
+    let b_odd_filter = filter(Some("b"), None, Some("odd"));
+    let n = b_odd.len() as u64;
+    assert_eq!(
+        store
+            .count_jobs_upto(&b_odd_filter, n)
+            .await
+            .expect("count"),
+        (n, false)
+    );
+    assert_eq!(
+        store
+            .count_jobs_upto(&b_odd_filter, 3)
+            .await
+            .expect("count"),
+        (3, true)
+    );
+    assert_eq!(
+        store.count_jobs_upto(&dead, 100).await.expect("count"),
+        (2, false)
+    );
+    assert_eq!(store.count_jobs(&dead).await.expect("count"), 2);
+    assert_eq!(
+        store
+            .count_jobs(&filter(Some("b"), None, Some("odd")))
+            .await
+            .expect("count"),
+        b_odd.len() as u64
+    );
+    assert_eq!(
+        store
+            .count_jobs(&filter(None, None, Some("never")))
+            .await
+            .expect("count"),
+        0
+    );
+    assert!(
+        newest(filter(None, None, Some("never")), None, 10)
+            .await
+            .is_empty()
+    );
+
+    let store = reopen(backend, store, T0).await;
+    assert_eq!(store.count_jobs(&dead).await.expect("count"), 2);
+    assert_eq!(
+        store.count_jobs(&a_even_ready).await.expect("count"),
+        expected(&|n| n % 3 == 0 && n % 2 == 0 && n != 0).len() as u64
+    );
+    close(store).await;
+}
+
+/// A search looks at no more than its budget, says where it stopped, and goes on from there;
+/// it finds text in payloads and in errors, whatever the case.
+async fn searches_are_bounded_and_go_on(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let mut jobs = Vec::new();
+    for n in 0..20 {
+        let payload = if n % 5 == 0 {
+            json!({"customer": format!("ACME-{n}")})
+        } else {
+            json!({"customer": format!("other-{n}")})
+        };
+        jobs.push(job(if n < 10 { "q" } else { "r" }).payload(payload));
+    }
+    let ids = enqueue(&store, jobs, T0).await;
+    // A failure whose message holds the text: found by its error.
+    let taken = take(&store, &["q"], 1, T0).await;
+    assert_eq!(taken_ids(&taken), [ids[0]]);
+    store
+        .fail_job(
+            ack(&taken[0]),
+            T0,
+            &retry(T0, SECOND, "Gateway said \"acme down\""),
+        )
+        .await
+        .expect("failed");
+    let text = TextQuery::new("acme");
+    let newest = |after: Option<JobId>| Page {
+        after,
+        limit: 100,
+        order: Order::Descending,
+    };
+    let found = |s: &Searched| s.jobs.iter().map(|j| j.id).collect::<Vec<_>>();
+
+    // Everything at once.
+    let all = store
+        .search_jobs(&JobFilter::default(), &text, newest(None), 1_000)
+        .await
+        .expect("searched");
+    assert_eq!(found(&all), [ids[15], ids[10], ids[5], ids[0]]);
+    assert!(all.exhausted);
+    assert_eq!(all.looked_at, 20);
+
+    // A budget of 7: looks at ids 19..=13, finds 15, and says where it stopped.
+    let part = store
+        .search_jobs(&JobFilter::default(), &text, newest(None), 7)
+        .await
+        .expect("searched");
+    assert_eq!(found(&part), [ids[15]]);
+    assert_eq!(
+        (part.looked_at, part.looked_to, part.exhausted),
+        (7, Some(ids[13]), false)
+    );
+    let rest = store
+        .search_jobs(&JobFilter::default(), &text, newest(part.looked_to), 7)
+        .await
+        .expect("searched");
+    assert_eq!(found(&rest), [ids[10]]);
+    assert_eq!(rest.looked_to, Some(ids[6]));
+    let last = store
+        .search_jobs(&JobFilter::default(), &text, newest(rest.looked_to), 7)
+        .await
+        .expect("searched");
+    assert_eq!(found(&last), [ids[5], ids[0]]);
+    assert!(last.exhausted);
+
+    // A full page stops the search at its last match.
+    let page = Page {
+        after: None,
+        limit: 2,
+        order: Order::Descending,
+    };
+    let two = store
+        .search_jobs(&JobFilter::default(), &text, page, 1_000)
+        .await
+        .expect("searched");
+    assert_eq!(found(&two), [ids[15], ids[10]]);
+    assert_eq!((two.looked_to, two.exhausted), (Some(ids[10]), false));
+
+    // With a filter; and text only in an error (its message, quotes and all).
+    let in_q = store
+        .search_jobs(&JobFilter::queue("q"), &text, newest(None), 1_000)
+        .await
+        .expect("searched");
+    assert_eq!(found(&in_q), [ids[5], ids[0]]);
+    let quoted = store
+        .search_jobs(
+            &JobFilter::default(),
+            &TextQuery::new("\"ACME DOWN\""),
+            newest(None),
+            1_000,
+        )
+        .await
+        .expect("searched");
+    assert_eq!(found(&quoted), [ids[0]]);
+    let none = store
+        .search_jobs(
+            &JobFilter::default(),
+            &TextQuery::new("customer\"x"),
+            newest(None),
+            1_000,
+        )
+        .await
+        .expect("searched");
+    assert!(none.jobs.is_empty() && none.exhausted);
+    close(store).await;
+}
+
+/// Run-now makes scheduled jobs ready at once, and their next run says an operator asked for
+/// it; a replayed job's next run says it was replayed. Both survive a restart.
+async fn runs_now_and_replays_mark_the_next_run(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let ids = enqueue(
+        &store,
+        vec![
+            job("q").at(T0 + 60 * SECOND),
+            job("q").at(T0 + 60 * SECOND),
+            job("q"),
+        ],
+        T0,
+    )
+    .await;
+    let ran = store
+        .run_now(&[ids[1], ids[2], JobId(999_999)], T0 + 5)
+        .await
+        .expect("ran");
+    assert_eq!(ran, [ids[1]], "only a scheduled job runs now");
+    let shown = get(&store, ids[1]).await;
+    assert_eq!(
+        (
+            shown.state.status,
+            shown.state.run_at_ms,
+            shown.state.trigger
+        ),
+        (Status::Ready, T0 + 5, Trigger::Manual)
+    );
+    assert_eq!(get(&store, ids[0]).await.state.status, Status::Scheduled);
+    assert_eq!(get(&store, ids[2]).await.state.trigger, Trigger::Scheduled);
+
+    let store = reopen(backend, store, T0 + 10).await;
+    assert_eq!(get(&store, ids[1]).await.state.trigger, Trigger::Manual);
+    let taken = take(&store, &["q"], 2, T0 + 10).await;
+    let triggers: Vec<(JobId, Trigger)> = taken.iter().map(|t| (t.id, t.trigger)).collect();
+    assert_eq!(
+        triggers,
+        [(ids[1], Trigger::Manual), (ids[2], Trigger::Scheduled)]
+    );
+    let dead = taken.iter().find(|t| t.id == ids[2]).expect("taken");
+    store
+        .fail_job(ack(dead), T0 + 10, &dead_now(T0 + 10))
+        .await
+        .expect("failed");
+    store
+        .replay_jobs(
+            &Replay {
+                selection: Selection {
+                    ids: Some(vec![ids[2]]),
+                    filter: JobFilter::default(),
+                },
+                policy: None,
+                reset_attempts: false,
+            },
+            T0 + 20,
+        )
+        .await
+        .expect("replayed");
+    assert_eq!(get(&store, ids[2]).await.state.trigger, Trigger::Replay);
+    let store = reopen(backend, store, T0 + 20).await;
+    let taken = take(&store, &["q"], 5, T0 + 20).await;
+    let replayed = taken.iter().find(|t| t.id == ids[2]).expect("taken again");
+    assert_eq!(replayed.trigger, Trigger::Replay);
+    close(store).await;
+}
+
+/// A decision: dead at `now_ms`, its state cleared of any trigger as the engine's are.
+fn dead_now(now_ms: u64) -> impl Fn(&DecideContext<'_>) -> Transition + Send + Sync {
+    let kill = dead(now_ms, "fatal");
+    move |ctx| {
+        let mut transition = kill(ctx);
+        transition.state.trigger = Trigger::Scheduled;
+        transition
+    }
+}
+
+/// The head of each queue (the job a take hands out next) and when it became ready.
+async fn heads_of_queues_tell_how_long_they_waited(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    enqueue(&store, vec![job("q")], T0).await;
+    let later = job("q").priority(5).at(T0 + 100);
+    enqueue(&store, vec![later, job("r").at(T0 + SECOND)], T0 + 100).await;
+    let queues = ["q".to_owned(), "r".to_owned(), "none".to_owned()];
+    // The head is the high-priority job, ready since T0 + 100; r has nothing ready.
+    assert_eq!(
+        store.ready_since(&queues).await.expect("heads"),
+        [Some(T0 + 100), None, None]
+    );
+    assert!(store.ready_since(&[]).await.expect("heads").is_empty());
+    close(store).await;
+}
+
 async fn counts_per_queue_and_status(backend: &impl Backend) {
     let store = backend.open(T0).await;
     assert!(store.counts().await.expect("counts").is_empty());
@@ -1844,7 +2264,7 @@ async fn counts_per_queue_and_status(backend: &impl Backend) {
     .await;
     let taken = take(&store, &["a"], 3, T0).await;
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("done");
     store
@@ -2012,7 +2432,10 @@ async fn leases_across_a_restart_follow_the_declared_property(backend: &impl Bac
             .collect();
         assert_eq!(claimed, [ids[1]]);
         assert_eq!(taken_ids(&take(&store, &["q"], 10, now).await), [ids[3]]);
-        let results = store.complete_jobs(&acks, true, now).await.expect("commit");
+        let results = store
+            .complete_plain(&acks, true, now)
+            .await
+            .expect("commit");
         assert_eq!(
             results,
             [Ok(()), Ok(()), Ok(())],
@@ -2043,7 +2466,10 @@ async fn leases_across_a_restart_follow_the_declared_property(backend: &impl Bac
                 .jobs
                 .is_empty()
         );
-        let results = store.complete_jobs(&acks, true, now).await.expect("commit");
+        let results = store
+            .complete_plain(&acks, true, now)
+            .await
+            .expect("commit");
         assert_eq!(
             results,
             ids[..3]
@@ -2187,7 +2613,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
 
     // A job completed under the claim leaves it.
     let done = store
-        .complete_jobs(&[ack(&taken[1])], true, T0 + 6 * SECOND)
+        .complete_plain(&[ack(&taken[1])], true, T0 + 6 * SECOND)
         .await
         .expect("commit");
     assert_eq!(done, [Ok(())]);
@@ -2216,7 +2642,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
     assert_eq!(shown.errors[0].message, "claim deleted");
     assert_eq!(store.claim(claim).await, Ok(Claim::default()));
     let stale = store
-        .complete_jobs(&[ack(&taken[0])], true, now)
+        .complete_plain(&[ack(&taken[0])], true, now)
         .await
         .expect("commit");
     assert_eq!(
@@ -2252,7 +2678,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
     let briefly = store.take_jobs(&short, now).await.expect("taken").jobs;
     assert_eq!(taken_ids(&briefly), [ids[0]]);
     store
-        .complete_jobs(&[ack(&briefly[0])], true, now)
+        .complete_plain(&[ack(&briefly[0])], true, now)
         .await
         .expect("commit");
     let over = now + 2 * SECOND;
@@ -2518,7 +2944,7 @@ async fn peeks_and_checked_deletes_see_the_current_state(backend: &impl Backend)
             .is_empty()
     );
     let results = store
-        .complete_jobs(&[ack(&claimed[0]), ack(&plain[0])], true, T0)
+        .complete_plain(&[ack(&claimed[0]), ack(&plain[0])], true, T0)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[0])), Ok(())]);
@@ -2538,7 +2964,7 @@ async fn list_filters_for_messages_and_counts_agree(backend: &impl Backend) {
     let completed = enqueue(&store, vec![job("q")], T0).await[0];
     let taken = take(&store, &["q"], 1, T0).await;
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0 + SECOND)
+        .complete_plain(&[ack(&taken[0])], true, T0 + SECOND)
         .await
         .expect("completed");
     let died = enqueue(&store, vec![job("q")], T0).await[0];
@@ -2703,7 +3129,7 @@ async fn expired_jobs_are_deleted_whatever_their_status(backend: &impl Backend) 
     let completed = enqueue(&store, vec![job("q").expires(at)], T0).await[0];
     let taken = take(&store, &["q"], 1, T0).await;
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("completed");
     let died = enqueue(&store, vec![job("q").expires(at)], T0).await[0];
@@ -2736,7 +3162,7 @@ async fn expired_jobs_are_deleted_whatever_their_status(backend: &impl Backend) 
         );
     }
     let results = store
-        .complete_jobs(&[ack(&flying[0])], true, at)
+        .complete_plain(&[ack(&flying[0])], true, at)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[2]))]);
@@ -3433,7 +3859,7 @@ async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
     assert_eq!(status(&store, ids[3]).await, Some(Status::Ready));
     assert_eq!(subscribers(&store, "q").await, Ok(vec![sub.id]));
     let results = store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[0]))]);
@@ -3544,7 +3970,7 @@ async fn signals_announce_what_may_have_changed(backend: &impl Backend) {
     let done = fires(
         released,
         "a completion",
-        store.complete_jobs(&[ack(&held[0])], true, at),
+        store.complete_plain(&[ack(&held[0])], true, at),
     )
     .await
     .expect("completed");
@@ -3646,7 +4072,7 @@ async fn close_keeps_everything_acknowledged(backend: &impl Backend) {
     let taken = take(&store, &["q"], 3, T0).await;
     assert_eq!(taken_ids(&taken), ids[..3]);
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("completed");
     store
@@ -3768,7 +4194,10 @@ async fn racing_operations_on_a_job_are_serialised(backend: &impl Backend) {
             let (store, ack) = (store.clone(), ack(contested));
             tokio::spawn(async move {
                 if i % 2 == 0 {
-                    let mut results = store.complete_jobs(&[ack], true, T0).await.expect("commit");
+                    let mut results = store
+                        .complete_plain(&[ack], true, T0)
+                        .await
+                        .expect("commit");
                     (Status::Completed, results.remove(0))
                 } else {
                     let failed = store.fail_job(ack, T0, &dead(T0, "fatal")).await;
@@ -4372,7 +4801,12 @@ macro_rules! conformance_suite {
                 jobs_are_deleted_by_selection,
                 finished_jobs_are_purged_after_retention,
                 list_filters_and_pages,
+                listings_page_both_ways_by_queue_type_and_status,
+                searches_are_bounded_and_go_on,
+                runs_now_and_replays_mark_the_next_run,
+                heads_of_queues_tell_how_long_they_waited,
                 counts_per_queue_and_status,
+                backlog_and_lease_facts_are_reported,
                 queue_configs_are_kept,
                 leases_across_a_restart_follow_the_declared_property,
                 claims_are_renewed_ended_and_forgotten,

@@ -76,7 +76,7 @@ const PUBLIC: Option<Rule> = Some(Rule {
 /// The rule of `method` on the route `route` (a template such as `/api/jobs/{id}`); `None` if
 /// there is none. `HEAD` follows `GET`.
 pub fn rule(method: &Method, route: &str) -> Option<Rule> {
-    use Capability::{Any, Enqueue, Manage, Read, Tokens, Work};
+    use Capability::{Any, Enqueue, Manage, Metrics, Read, Tokens, Work};
     use Target::*;
     let method = if method == Method::HEAD {
         "GET"
@@ -85,6 +85,8 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
     };
     match (method, route) {
         ("GET", "/healthz" | "/api/openapi.json" | "/") => PUBLIC,
+        // Counts of every queue: a token scoped to some queues may not read them.
+        ("GET", "/metrics") => needs(Metrics, Nothing),
 
         ("POST", "/api/jobs") => needs(Enqueue, QueueInBody),
         ("POST", "/api/jobs/batch") => needs(Enqueue, JobQueuesInBody),

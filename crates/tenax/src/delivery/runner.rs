@@ -247,7 +247,7 @@ async fn deliver(
         id: job.id,
         lease: job.lease_token,
     };
-    match engine.finish_delivery(ack, attempt).await {
+    match engine.finish_delivery(subscription.id, ack, attempt).await {
         Ok(_) => {}
         // Deleted, replayed or expired meanwhile: someone else owns it now.
         Err(
@@ -277,7 +277,11 @@ async fn deliver(
                 .await
         }
         Verdict::Disable(marks, reason) => {
-            tracing::warn!(id = subscription.id.0, %reason, "subscription disabled");
+            tracing::warn!(
+                subscription = subscription.id.0,
+                %reason,
+                "subscription disabled"
+            );
             engine
                 .update_subscription(subscription.id, |current| {
                     let mut s = current.clone();

@@ -202,10 +202,15 @@ impl Engine {
         let mut attempt = 1;
         loop {
             let now_ms = self.now_ms();
-            let (inserts, seen) = match &job {
-                Some(job) => self.inserts_of(vec![job.clone()], now_ms).await?,
-                None => (Vec::new(), Default::default()),
+            let made = match &job {
+                Some(job) => Some(self.inserts_of(vec![job.clone()], now_ms).await?),
+                None => None,
             };
+            let (inserts, seen) = made
+                .as_ref()
+                .map_or((Vec::new(), Default::default()), |m| {
+                    (m.inserts.clone(), m.seen)
+                });
             match self
                 .store
                 .record_tick(next, expected, inserts, seen, now_ms)
@@ -216,6 +221,9 @@ impl Engine {
                 Ok(None) => return Ok(None),
                 Ok(Some(results)) => {
                     let id = results.first().and_then(Option::as_ref).map(|e| e.id);
+                    if let Some(made) = made {
+                        self.count_enqueued(made.series, results, 1, now_ms);
+                    }
                     return Ok(Some(id));
                 }
             }

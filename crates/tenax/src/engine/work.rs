@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+use parking_lot::Mutex;
+
+use super::activity::Event;
+use super::observe::Failed;
 use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
 use crate::model::{ClaimId, ErrorEntry};
@@ -33,6 +37,7 @@ impl Engine {
             }
             let now_ms = self.now_ms();
             let taken = self.store.take_jobs(request, now_ms).await?;
+            self.observe_taken(&taken.jobs, now_ms);
             if !taken.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(taken.jobs);
             }
@@ -76,7 +81,12 @@ impl Engine {
 
     pub async fn complete(&self, acks: &[Ack]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let retain = self.settings.completed_retention_ms > 0;
-        self.store.complete_jobs(acks, retain, self.now_ms()).await
+        let now_ms = self.now_ms();
+        let results = self.store.complete_jobs(acks, retain, now_ms).await?;
+        self.observe_completed(acks, &results, now_ms);
+        let done = results.iter().filter(|r| r.is_ok()).count();
+        self.activity.record(Event::Completed(done as u64), now_ms);
+        Ok(results.into_iter().map(|r| r.map(drop)).collect())
     }
 
     /// Records a failure and asks the job's policy what happens next. Returns the transition
@@ -87,7 +97,9 @@ impl Engine {
         report: FailureReport,
     ) -> Result<(Transition, UnixMs), StoreError> {
         let now_ms = self.now_ms();
-        let decide = move |ctx: &DecideContext<'_>| {
+        let seen: Mutex<Option<Failed>> = Mutex::new(None);
+        let decide = |ctx: &DecideContext<'_>| {
+            *seen.lock() = Some(Failed::of(ctx, Some(ack.lease)));
             let error = ErrorEntry {
                 attempt: ctx.state.failures + 1,
                 at_ms: now_ms,
@@ -103,6 +115,11 @@ impl Engine {
             )
         };
         let transition = self.store.fail_job(ack, now_ms, &decide).await?;
+        if let Some(failed) = seen.into_inner() {
+            self.observe_failure(&failed, &transition, false, now_ms);
+        }
+        let dead = transition.state.status == crate::model::Status::Dead;
+        self.activity.record(Event::Failed { dead }, now_ms);
         Ok((transition, now_ms))
     }
 

@@ -16,6 +16,6 @@ pub use job::{ErrorEntry, Held, Job, JobState, NewJob, Status};
 pub use policy::StoredPolicy;
 pub use schedule::{JobTemplate, Missed, Overlap, Schedule, TickCounts};
 pub use subscription::{
-    Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, Subscription,
+    Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, Subscription, Trigger,
 };
 pub use trace::{MAX_TRACEPARENT_LEN, check_traceparent};

@@ -75,14 +75,15 @@ pub trait JobLeases {
         now_ms: UnixMs,
     ) -> Result<UnixMs, StoreError>;
 
-    /// Completes in-flight jobs whose leases are valid: one durable commit, one result per job.
-    /// A completed job is kept (for its retention) when `retain`, else deleted.
+    /// Completes in-flight jobs whose leases are valid: one durable commit, one result per job,
+    /// with what the backend knows of each lease ([`LeaseFacts`]). A completed job is kept (for
+    /// its retention) when `retain`, else deleted.
     async fn complete_jobs(
         &self,
         acks: &[Ack],
         retain: bool,
         now_ms: UnixMs,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+    ) -> Result<Vec<Result<Option<LeaseFacts>, StoreError>>, StoreError>;
 
     /// Records a failure of an in-flight job; `decide` gives its next state.
     async fn fail_job(
@@ -183,6 +184,11 @@ pub trait JobCuration {
     /// Dead jobs back to ready, unless their unique key is held by an unfinished job.
     async fn replay_jobs(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError>;
 
+    /// Scheduled jobs among `ids` become ready now, their next run marked as an operator's
+    /// ([`Trigger::Manual`](crate::model::Trigger)). Returns those that did, in id order; jobs
+    /// in other states, or gone, are left as they are.
+    async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError>;
+
     /// Deletes jobs matching `selection`, whatever their state; returns their ids.
     async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError>;
 
@@ -206,6 +212,17 @@ pub trait JobReads {
     /// How many jobs match `filter`.
     async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError>;
 
+    /// How many jobs match `filter`, counting no further than `max`: the count and whether
+    /// more match. A backend whose counts cost a scan of the matching jobs stops at `max`.
+    async fn count_jobs_upto(
+        &self,
+        filter: &JobFilter,
+        max: u64,
+    ) -> Result<(u64, bool), StoreError> {
+        let count = self.count_jobs(filter).await?;
+        Ok((count.min(max), count > max))
+    }
+
     /// For each id, a quick look at the job, or `None` if there is no such job.
     async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError>;
 
@@ -217,6 +234,28 @@ pub trait JobReads {
 
     /// A delivery's attempts, oldest first.
     async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError>;
+
+    /// Every queue's backlog ([`Backlog`]), in no order; queues without unfinished or dead jobs
+    /// may be left out. Asked by every scrape of the metrics: it must not read every job of a
+    /// large store, or say how costly it is in the backend's documentation (the metrics then
+    /// count again only once the last count is 20 times as old as it took).
+    async fn backlog(&self) -> Result<Vec<Backlog>, StoreError>;
+
+    /// Finds jobs matching `filter` that hold `text`, with bounded work: looks at no more than
+    /// `budget` jobs matching `filter`, in the page's order past `page.after`, and stops once
+    /// `page.limit` are found. Says how far it looked, so that the next search goes on from
+    /// there.
+    async fn search_jobs(
+        &self,
+        filter: &JobFilter,
+        text: &TextQuery,
+        page: Page,
+        budget: usize,
+    ) -> Result<Searched, StoreError>;
+
+    /// For each queue, when the job a take would hand out next became ready; `None` when none
+    /// is ready. In the order of `queues`.
+    async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError>;
 }
 
 /// Queue settings.
@@ -323,6 +362,13 @@ pub trait TokenStore {
 
     /// Every token, by id.
     async fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
+}
+
+/// Where a backend reports its commits, for the metrics: handed to it at open.
+pub trait CommitObserver: Send + Sync + std::fmt::Debug {
+    /// A commit carrying `requests` requests (more than one when they shared it: group
+    /// commit) took `elapsed`, its sync included when it synced.
+    fn committed(&self, requests: usize, elapsed: std::time::Duration);
 }
 
 /// What a backend promises beyond the seam's rules.

@@ -8,8 +8,8 @@ use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
 use crate::model::{
-    ClaimId, ErrorEntry, JobId, JobState, LeaseToken, NewJob, Schedule, Status, StoredPolicy,
-    Subscription, SubscriptionId,
+    ClaimId, ErrorEntry, Job, JobId, JobState, LeaseToken, NewJob, Schedule, Status,
+    StoredPolicy, Subscription, SubscriptionId, Trigger,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -232,6 +232,24 @@ pub struct TakenJob {
     pub parent: Option<JobId>,
     /// The trace context it was enqueued with.
     pub traceparent: Option<String>,
+    /// What started this run: its schedule, a replay, or an operator's run-now.
+    pub trigger: Trigger,
+    /// When it became ready (was due): the wait before this take started then.
+    pub ready_at_ms: UnixMs,
+}
+
+/// What a backend knows of a leased job at no extra cost, reported when its lease ends, for
+/// the metrics (by queue and type; run and end-to-end times).
+///
+/// A backend shared by several servers must report it ([`StoreProperties::shared`]): the lease
+/// may have been handed out by another server. A backend used by one process may leave it out;
+/// the engine then knows it from the take, which happened in this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseFacts {
+    pub queue: String,
+    pub kind: String,
+    pub created_at_ms: UnixMs,
+    pub taken_at_ms: UnixMs,
 }
 
 /// A job held by a claim (or stream).
@@ -291,6 +309,8 @@ pub struct DecideContext<'a> {
     pub queue_config: Option<&'a QueueConfig>,
     /// For a delivery: its subscription, and the settings of the subscription's queue.
     pub owner: Option<(&'a Subscription, Option<&'a QueueConfig>)>,
+    /// What the backend knows of the lease that ends (see [`LeaseFacts`]).
+    pub lease: Option<LeaseFacts>,
 }
 
 /// A job's next state after a failure or lost lease, and the error to record.
@@ -443,6 +463,54 @@ impl Page {
     }
 }
 
+/// What a bounded search found: the jobs that matched, and how far it looked.
+#[derive(Debug, Clone, Default)]
+pub struct Searched {
+    pub jobs: Vec<Job>,
+    /// The last job looked at, whether it matched or not: the next search continues after it.
+    /// `None` when nothing was looked at.
+    pub looked_to: Option<JobId>,
+    /// How many jobs were looked at.
+    pub looked_at: usize,
+    /// No job matching the filter lies past `looked_to`: the search is complete.
+    pub exhausted: bool,
+}
+
+/// Text to find in jobs: case-insensitive, in a job's payload (its JSON text as stored) or in
+/// one of its errors (the message, or the detail's JSON text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextQuery {
+    /// The text, lower-cased.
+    pub lower: String,
+    /// The text as JSON writes it inside a string, lower-cased: how it appears in the JSON text
+    /// of an error's detail.
+    pub escaped: String,
+}
+
+impl TextQuery {
+    pub fn new(text: &str) -> Self {
+        let lower = text.to_lowercase();
+        let quoted = serde_json::to_string(&lower).unwrap_or_default();
+        let escaped = quoted
+            .strip_prefix('"')
+            .and_then(|s| s.strip_suffix('"'))
+            .unwrap_or(&lower)
+            .to_owned();
+        Self { lower, escaped }
+    }
+
+    /// Whether `job` holds the text.
+    pub fn matches(&self, payload: &str, errors: &[ErrorEntry]) -> bool {
+        payload.to_lowercase().contains(&self.lower)
+            || errors.iter().any(|error| {
+                error.message.to_lowercase().contains(&self.lower)
+                    || error.detail.as_ref().is_some_and(|detail| {
+                        detail.to_string().to_lowercase().contains(&self.escaped)
+                    })
+            })
+    }
+}
+
 /// What a replay did: the jobs it made ready, and why it left others as they were.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Replayed {
@@ -512,6 +580,19 @@ impl QueueCounts {
             dead: slots[4],
         }
     }
+}
+
+/// A queue's backlog at one moment, for the metrics: its jobs by status (completed jobs are
+/// left out: counting them would read every job kept for retention), and when the ready job
+/// first in line (the one the next take gets) became ready.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backlog {
+    pub queue: String,
+    pub scheduled: u64,
+    pub ready: u64,
+    pub in_flight: u64,
+    pub dead: u64,
+    pub first_ready_since_ms: Option<UnixMs>,
 }
 
 /// What an enqueue needs of a queue, read at one moment: its settings and its subscribers (every

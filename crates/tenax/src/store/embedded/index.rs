@@ -22,7 +22,7 @@ use std::sync::Arc;
 use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
-use crate::model::{ClaimId, JobId, JobState, LeaseToken, Status};
+use crate::model::{ClaimId, JobId, JobState, LeaseToken, Status, Trigger};
 use crate::store::Order;
 
 /// A queue's name as entries hold it: a number standing for the interned name.
@@ -73,6 +73,8 @@ struct Rare {
     first_failure_at_ms: Option<UnixMs>,
     last_delay_ms: Option<u64>,
     dead_reason: Option<Box<str>>,
+    /// What starts the next run when not its schedule (a replay, an operator's run-now).
+    trigger: Trigger,
 }
 
 impl Entry {
@@ -117,6 +119,7 @@ impl Entry {
             dead_reason: rare
                 .and_then(|r| r.dead_reason.as_deref())
                 .map(str::to_owned),
+            trigger: rare.map_or(Trigger::Scheduled, |r| r.trigger),
         }
     }
 
@@ -130,6 +133,7 @@ impl Entry {
             rare.first_failure_at_ms = state.first_failure_at_ms;
             rare.last_delay_ms = state.last_delay_ms;
             rare.dead_reason = state.dead_reason.as_deref().map(Box::from);
+            rare.trigger = state.trigger;
         });
     }
 
@@ -141,6 +145,13 @@ impl Entry {
     pub fn finish(&mut self, status: Status, at_ms: UnixMs) {
         self.status = status;
         self.finished_at_ms = at_ms;
+    }
+
+    /// What starts the next run, when not its schedule.
+    pub fn trigger(&self) -> Trigger {
+        self.rare
+            .as_deref()
+            .map_or(Trigger::Scheduled, |r| r.trigger)
     }
 
     pub fn lease(&self) -> Option<Lease> {
@@ -439,6 +450,12 @@ impl Index {
         self.counts.get(&queue).map_or(0, |c| c[slot(Status::InFlight)])
     }
 
+    /// The job a take of `queue` would hand out next, if one is ready.
+    pub fn head_ready(&self, queue: &str) -> Option<JobId> {
+        let queue = self.queue_ref(queue)?;
+        self.ready.get(&queue)?.first().map(|key| key.1)
+    }
+
     /// Scheduled jobs due at or before `now_ms`, at most `max`.
     pub fn due(&self, now_ms: UnixMs, max: usize) -> Vec<JobId> {
         self.scheduled
@@ -576,6 +593,7 @@ mod tests {
             last_delay_ms: Some(900),
             finished_at_ms: Some(11),
             dead_reason: Some("all 3 retries were used".into()),
+            trigger: Trigger::Replay,
         };
         entry.set_state(&dead);
         assert_eq!(entry.state(), dead);

@@ -13,7 +13,8 @@ use crate::clock::UnixMs;
 use crate::model::subscription::subscription_of_queue;
 use crate::model::{Attempt, AttemptResult, Job, JobId, LeaseToken, Status};
 use crate::store::{
-    Ack, Decide, DecideContext, Finished, JobLeases, StoreError, TakeRequest, Taken, TakenJob,
+    Ack, Decide, DecideContext, Finished, JobLeases, LeaseFacts, StoreError, TakeRequest, Taken,
+    TakenJob,
     Transition, to_json_bytes,
 };
 
@@ -64,7 +65,15 @@ impl JobLeases for EmbeddedStore {
                     if room.caps.is_some() {
                         started.push(entry.queue);
                     }
-                    leased.push((id, lease, entry.failures + 1, entry.expires_at_ms()));
+                    let ready_at_ms = entry.run_at_ms;
+                    leased.push((
+                        id,
+                        lease,
+                        entry.failures + 1,
+                        entry.expires_at_ms(),
+                        ready_at_ms,
+                        entry.trigger(),
+                    ));
                 }
             }
             if let (Some(claim), Some(record)) = (request.claim, &request.record) {
@@ -87,23 +96,27 @@ impl JobLeases for EmbeddedStore {
             .into_iter()
             .zip(bodies)
             // A job deleted since it was leased has no body: nothing to hand out.
-            .filter_map(|((id, lease, attempt, expires_at_ms), body)| {
-                let body = body?;
-                Some(TakenJob {
-                    id,
-                    queue: body.queue,
-                    kind: body.kind,
-                    payload: body.payload,
-                    priority: body.priority,
-                    attempt,
-                    lease_token: lease.token,
-                    lease_expires_at_ms: lease.expires_at_ms,
-                    created_at_ms: body.created_at_ms,
-                    expires_at_ms,
-                    parent: body.parent,
-                    traceparent: body.traceparent,
-                })
-            })
+            .filter_map(
+                |((id, lease, attempt, expires_at_ms, ready_at_ms, trigger), body)| {
+                    let body = body?;
+                    Some(TakenJob {
+                        id,
+                        queue: body.queue,
+                        kind: body.kind,
+                        payload: body.payload,
+                        priority: body.priority,
+                        attempt,
+                        lease_token: lease.token,
+                        lease_expires_at_ms: lease.expires_at_ms,
+                        created_at_ms: body.created_at_ms,
+                        expires_at_ms,
+                        parent: body.parent,
+                        traceparent: body.traceparent,
+                        ready_at_ms,
+                        trigger,
+                    })
+                },
+            )
             .collect();
         Ok(Taken { jobs, held })
     }
@@ -134,7 +147,7 @@ impl JobLeases for EmbeddedStore {
         acks: &[Ack],
         retain: bool,
         now_ms: UnixMs,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    ) -> Result<Vec<Result<Option<LeaseFacts>, StoreError>>, StoreError> {
         let (results, receiver) = {
             let mut inner = self.inner.lock();
             let mut ops = Vec::with_capacity(acks.len());
@@ -145,7 +158,8 @@ impl JobLeases for EmbeddedStore {
                     continue;
                 }
                 ops.extend(complete_one(&mut inner, ack.id, retain, now_ms));
-                results.push(Ok(()));
+                // One process uses this store: the engine knows the lease from its take.
+                results.push(Ok(None));
             }
             let receiver = (!ops.is_empty()).then(|| {
                 let completed: Vec<JobId> = acks
@@ -412,6 +426,7 @@ pub(super) fn decide_on(inner: &Inner, id: JobId, decide: &Decide<'_>) -> Option
         job_policy: entry.policy().map(|p| &**p),
         queue_config: inner.queues.get(&**queue),
         owner,
+        lease: None,
     }))
 }
 

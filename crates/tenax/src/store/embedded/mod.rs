@@ -60,7 +60,8 @@ use self::tables::{
 use self::wal::Wal;
 use self::writer::Writer;
 use super::{
-    ClaimRecord, QueueConfig, Signals, StartBucket, StoreError, StoreLifecycle, StoreProperties,
+    ClaimRecord, CommitObserver, QueueConfig, Signals, StartBucket, StoreError, StoreLifecycle,
+    StoreProperties,
     from_json_bytes,
 };
 use crate::auth::TokenRecord;
@@ -78,6 +79,8 @@ pub struct EmbeddedOptions {
     pub cache_bytes: usize,
     /// The size the write-ahead log is made with.
     pub log_bytes: u64,
+    /// Where each commit is reported, for the metrics.
+    pub commits: Option<Arc<dyn CommitObserver>>,
 }
 
 impl Default for EmbeddedOptions {
@@ -86,6 +89,7 @@ impl Default for EmbeddedOptions {
             sync: true,
             cache_bytes: 32 * 1024 * 1024,
             log_bytes: wal::CAPACITY,
+            commits: None,
         }
     }
 }
@@ -193,6 +197,7 @@ impl EmbeddedStore {
             sync: options.sync,
             memory: inner.clone(),
             signals: signals.clone(),
+            commits: options.commits.clone(),
         });
         Ok(Self {
             db,

@@ -19,7 +19,7 @@ use super::wakeups::{Wakeup, Wakeups};
 use super::{Pool, fault};
 use crate::clock::UnixMs;
 use crate::model::{JobId, JobState, Status};
-use crate::store::{Enqueued, FactsSeen, Insert, StoreError};
+use crate::store::{CommitObserver, Enqueued, FactsSeen, Insert, StoreError};
 
 /// The most jobs one shared commit takes; more wait for the next.
 const MOST_JOBS: usize = 20_000;
@@ -47,6 +47,7 @@ pub struct Combiner {
     queue: parking_lot::Mutex<Queue>,
     pool: Pool,
     wakeups: Arc<Wakeups>,
+    commits: Option<Arc<dyn CommitObserver>>,
 }
 
 /// The most jobs of a request that shares a commit: larger batches commit on their own, so
@@ -63,11 +64,16 @@ pub fn is_shared(jobs: &[Insert]) -> bool {
 }
 
 impl Combiner {
-    pub fn new(pool: Pool, wakeups: Arc<Wakeups>) -> Arc<Self> {
+    pub fn new(
+        pool: Pool,
+        wakeups: Arc<Wakeups>,
+        commits: Option<Arc<dyn CommitObserver>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             queue: parking_lot::Mutex::new(Queue::default()),
             pool,
             wakeups,
+            commits,
         })
     }
 
@@ -126,7 +132,12 @@ impl Combiner {
     }
 
     async fn commit(&self, batch: Vec<Pending>) {
-        let stored = self.store(&batch).await.and_then(|(version, ids)| {
+        let started = std::time::Instant::now();
+        let stored = self.store(&batch).await;
+        if let (Some(commits), Ok(_)) = (&self.commits, &stored) {
+            commits.committed(batch.len(), started.elapsed());
+        }
+        let stored = stored.and_then(|(version, ids)| {
             let current: usize = batch
                 .iter()
                 .filter(|p| p.seen == version)

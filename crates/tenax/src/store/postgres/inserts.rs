@@ -55,10 +55,16 @@ impl JobInserts for PostgresStore {
             let mut attempt = 0;
             loop {
                 attempt += 1;
+                let started = std::time::Instant::now();
                 match self.try_insert(&jobs, on_duplicate, seen, now_ms).await {
                     // Another transaction took a key between our look and our insert: again.
                     Err(error) if is_conflict(&error) && attempt < RETRIES => continue,
-                    done => break done,
+                    done => {
+                        if let (Some(commits), Ok(_)) = (&self.commits, &done) {
+                            commits.committed(1, started.elapsed());
+                        }
+                        break done;
+                    }
                 }
             }
         };

@@ -1,7 +1,7 @@
 //! Take, heartbeat, complete, fail, finish a delivery, pop: the worker's side of a job. Leases
 //! are rows: any server can act on a lease another one handed out.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use async_trait::async_trait;
 use serde_json::value::RawValue;
@@ -14,8 +14,8 @@ use super::{PostgresStore, fault, limits};
 use crate::clock::UnixMs;
 use crate::model::{Attempt, AttemptResult, Job, JobId, LeaseToken, Status};
 use crate::store::{
-    Ack, Decide, Finished, JobLeases, LimitHold, StoreError, TakeRequest, Taken, TakenJob,
-    Transition,
+    Ack, Decide, Finished, JobLeases, LeaseFacts, LimitHold, StoreError, TakeRequest, Taken,
+    TakenJob, Transition,
 };
 
 /// The limited, unpaused queues of `$1`, when `$4` asks to look for them: a take that finds
@@ -57,7 +57,8 @@ pub(super) static TAKE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|
                      THEN j.expires_at ELSE greatest(j.expires_at, $10::bigint) END
              FROM picked WHERE j.id = picked.id
              RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.failures,
-                 j.lease_token, j.created_at, j.expires_at, j.parent, j.traceparent
+                 j.lease_token, j.created_at, j.expires_at, j.parent, j.traceparent, j.run_at,
+                 j.trigger
          ), recorded AS (
              INSERT INTO tenax_claims (id, record, over_at)
              SELECT $9::bigint, $11::text, $12::bigint
@@ -67,7 +68,8 @@ pub(super) static TAKE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|
          SELECT * FROM taken
          UNION ALL
          SELECT NULL::bigint, name, NULL::text, NULL::text, NULL::integer, NULL::integer,
-             NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text
+             NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::bigint,
+             NULL::smallint
          FROM limited"
     )
 });
@@ -105,6 +107,8 @@ pub(super) fn taken_of(row: &Row, lease_expires_at_ms: UnixMs) -> Result<TakenJo
         expires_at_ms: row.get::<_, Option<i64>>(8).map(untime),
         parent: row.get::<_, Option<i64>>(9).map(|p| JobId(unid(p))),
         traceparent: row.get(10),
+        ready_at_ms: untime(row.get(11)),
+        trigger: super::rows::trigger_of(row.get(12)),
     })
 }
 
@@ -164,14 +168,15 @@ impl JobLeases for PostgresStore {
         acks: &[Ack],
         retain: bool,
         now_ms: UnixMs,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    ) -> Result<Vec<Result<Option<LeaseFacts>, StoreError>>, StoreError> {
         let client = self.client().await?;
         let ids: Vec<i64> = acks.iter().map(|a| id(a.id.0)).collect();
         let tokens: Vec<i64> = acks.iter().map(|a| id(a.lease.0)).collect();
-        let done: HashSet<(i64, i64)> = complete(&client, &ids, &tokens, retain, now_ms, None)
-            .await?
-            .into_iter()
-            .collect();
+        let mut done: HashMap<(i64, i64), LeaseFacts> =
+            complete(&client, &ids, &tokens, retain, now_ms, None)
+                .await?
+                .into_iter()
+                .collect();
         if !done.is_empty() {
             self.announce(Wakeup::Released);
         }
@@ -180,14 +185,14 @@ impl JobLeases for PostgresStore {
         let mut winners: HashMap<i64, usize> = HashMap::new();
         for (at, ack) in acks.iter().enumerate() {
             let pair = (id(ack.id.0), id(ack.lease.0));
-            if done.contains(&pair) {
+            if done.contains_key(&pair) {
                 winners.entry(pair.0).or_insert(at);
             }
         }
         let mut results = Vec::with_capacity(acks.len());
         for (at, ack) in acks.iter().enumerate() {
             results.push(match winners.get(&id(ack.id.0)) {
-                Some(&winner) if winner == at => Ok(()),
+                Some(&winner) if winner == at => Ok(done.remove(&(id(ack.id.0), id(ack.lease.0)))),
                 Some(&winner) if at < winner => Err(StoreError::LeaseLost { id: ack.id }),
                 Some(_) if retain => Err(StoreError::NotInFlight {
                     id: ack.id,

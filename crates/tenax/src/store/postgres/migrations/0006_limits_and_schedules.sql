@@ -1,4 +1,4 @@
--- Tenax schema, version 4: per-queue limits and schedules.
+-- Tenax schema, version 6: per-queue limits and schedules.
 
 -- A queue with a concurrency or rate limit: takes of it count under a lock of its row
 -- (store/postgres/limits.rs); takes of other queues pass by with one look at this column.
