@@ -59,7 +59,7 @@ impl Engine {
             keep_until_ms: Some(keep_until(now_ms, new.lease_ms, new.grace_ms)),
             ..TakeRequest::new(&queues, new.max, new.lease_ms)
         };
-        let jobs = self.store.take_jobs(&request, now_ms).await?;
+        let jobs = self.store.take_jobs(&request, now_ms).await?.jobs;
         self.observe_taken(&jobs, now_ms);
         Ok((id, jobs))
     }

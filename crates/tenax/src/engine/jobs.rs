@@ -32,7 +32,14 @@ impl From<NewJob> for Enqueue {
 }
 
 /// How many times an enqueue is made again when a cache's queue facts turn out old.
-const FACTS_ATTEMPTS: u32 = 8;
+pub(super) const FACTS_ATTEMPTS: u32 = 8;
+
+/// What an enqueue hands the store, and the jobs' metric series in runs of one queue and type.
+pub(super) struct Inserts {
+    pub inserts: Vec<Insert>,
+    pub seen: FactsSeen,
+    pub series: Vec<(Arc<JobSeries>, usize)>,
+}
 
 impl Engine {
     /// Enqueues jobs atomically: all or none. A job without an expiry gets its queue's message
@@ -69,6 +76,47 @@ impl Engine {
         on_duplicate: OnDuplicate,
     ) -> Result<Vec<Enqueued>, StoreError> {
         let now_ms = self.now_ms();
+        let count = jobs.len();
+        let made = self.inserts_of(jobs, now_ms).await?;
+        let results = self
+            .store
+            .insert_jobs(made.inserts, on_duplicate, made.seen, now_ms)
+            .await?;
+        Ok(self.count_enqueued(made.series, results, count, now_ms))
+    }
+
+    /// Counts the jobs an insert created (the first `count` of `results`, in the order of
+    /// `series`) in their metrics and activity; returns them.
+    pub(super) fn count_enqueued(
+        &self,
+        series: Vec<(Arc<JobSeries>, usize)>,
+        results: Vec<Option<Enqueued>>,
+        count: usize,
+        now_ms: UnixMs,
+    ) -> Vec<Enqueued> {
+        let mut outcomes = results.iter().take(count);
+        for (series, n) in series {
+            let n = outcomes
+                .by_ref()
+                .take(n)
+                .filter(|r| r.as_ref().is_some_and(|e| e.created))
+                .count();
+            series.enqueued.inc_by(n as u64);
+        }
+        let enqueued: Vec<Enqueued> = results.into_iter().take(count).flatten().collect();
+        let created = enqueued.iter().filter(|e| e.created).count();
+        self.activity
+            .record(Event::Enqueued(created as u64), now_ms);
+        enqueued
+    }
+
+    /// The inserts that enqueue `jobs` at `now_ms` (each job, then every job's deliveries),
+    /// the oldest version of the queue facts they were made from, and the jobs' series.
+    pub(super) async fn inserts_of(
+        &self,
+        jobs: Vec<Enqueue>,
+        now_ms: UnixMs,
+    ) -> Result<Inserts, StoreError> {
         let count = jobs.len();
         let mut inserts: Vec<Insert> = Vec::with_capacity(count);
         let mut deliveries: Vec<Insert> = Vec::new();
@@ -122,24 +170,11 @@ impl Engine {
             inserts.push(Insert::new(job));
         }
         inserts.append(&mut deliveries);
-        let results = self
-            .store
-            .insert_jobs(inserts, on_duplicate, seen.unwrap_or_default(), now_ms)
-            .await?;
-        let mut outcomes = results.iter().take(count);
-        for (series, n) in series {
-            let n = outcomes
-                .by_ref()
-                .take(n)
-                .filter(|r| r.as_ref().is_some_and(|e| e.created))
-                .count();
-            series.enqueued.inc_by(n as u64);
-        }
-        let enqueued: Vec<Enqueued> = results.into_iter().take(count).flatten().collect();
-        let created = enqueued.iter().filter(|e| e.created).count();
-        self.activity
-            .record(Event::Enqueued(created as u64), now_ms);
-        Ok(enqueued)
+        Ok(Inserts {
+            inserts,
+            seen: seen.unwrap_or_default(),
+            series,
+        })
     }
 
     pub async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
