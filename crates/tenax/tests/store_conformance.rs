@@ -16,12 +16,12 @@
 //! | family              | operation              | cases                                                                                   |
 //! |---------------------|------------------------|-----------------------------------------------------------------------------------------|
 //! | `JobInserts`        | `insert_jobs`          | `enqueue_is_atomic_and_ids_increase`, `unique_keys_refuse_or_return_the_holder`, `deliveries_are_stored_with_their_message_and_subscription` |
-//! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged` |
+//! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged`; limits: `concurrency_limits_hold_takes_back`, `rate_limits_hold_takes_back_across_restarts` |
 //! |                     | `extend_lease`         | `expired_leases_go_to_the_decision`                                                     |
 //! |                     | `complete_jobs`        | `complete_needs_the_current_lease`, `backlog_and_lease_facts_are_reported`              |
 //! |                     | `fail_job`             | `fail_asks_the_decision_and_records_it`                                                 |
 //! |                     | `finish_delivery`      | `deliveries_are_taken_finished_and_logged`                                              |
-//! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`                                                      |
+//! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`, `rate_limits_hold_takes_back_across_restarts`        |
 //! | `ClaimStore`        | `claim`                | `claims_are_renewed_ended_and_forgotten`, `a_closed_stream_releases_its_jobs`           |
 //! |                     | `extend_claim`         | `claims_are_renewed_ended_and_forgotten`                                                |
 //! |                     | `end_claim`            | `claims_are_renewed_ended_and_forgotten`                                                |
@@ -30,7 +30,7 @@
 //! |                     | `expire_leases`        | `expired_leases_go_to_the_decision`, `claims_are_renewed_ended_and_forgotten`           |
 //! |                     | `expire_jobs`          | `expired_jobs_are_deleted_whatever_their_status`                                        |
 //! |                     | `purge_finished`       | `finished_jobs_are_purged_after_retention`                                              |
-//! |                     | `next_wakeup`          | `due_jobs_are_promoted`, `expired_leases_go_to_the_decision`, `expired_jobs_are_deleted_whatever_their_status` |
+//! |                     | `next_wakeup`          | `due_jobs_are_promoted`, `expired_leases_go_to_the_decision`, `expired_jobs_are_deleted_whatever_their_status`, `schedules_are_stored_changed_and_deleted` |
 //! | `JobCuration`       | `replay_jobs`          | `dead_jobs_are_replayed`, `replay_respects_unique_keys`                                 |
 //! |                     | `run_now`              | `runs_now_and_replays_mark_the_next_run`                                                |
 //! |                     | `delete_jobs`          | `jobs_are_deleted_by_selection`                                                         |
@@ -48,7 +48,10 @@
 //! |                     | `ready_since`          | `heads_of_queues_tell_how_long_they_waited`                                             |
 //! | `QueueStore`        | `queue`, `queues`      | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
 //! |                     | `update_queue`         | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
-//! |                     | `delete_queue`         | `queues_are_deleted_with_their_jobs`                                                    |
+//! |                     | `delete_queue`         | `queues_are_deleted_with_their_jobs`, `rate_limits_hold_takes_back_across_restarts`      |
+//! |                     | `limit_use`            | `rate_limits_hold_takes_back_across_restarts`                                           |
+//! | `ScheduleStore`     | `schedule`, `schedules`, `update_schedule`, `delete_schedule`, `due_schedules` | `schedules_are_stored_changed_and_deleted`, every reopen |
+//! |                     | `record_tick`          | `a_tick_is_recorded_once_with_its_job`                                                  |
 //! | `SubscriptionStore` | `insert_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `unique_endpoints_are_held_per_queue`   |
 //! |                     | `update_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `unique_endpoints_are_held_per_queue`   |
 //! |                     | `delete_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `deliveries_are_taken_finished_and_logged` |
@@ -72,16 +75,18 @@ use tempfile::TempDir;
 use tenax::auth::{Role, TokenRecord};
 use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax::model::{
-    Attempt, AttemptResult, ClaimId, ErrorEntry, Job, JobId, LeaseToken, NewJob, Status,
-    StoredPolicy, Subscription, SubscriptionId, Trigger,
+    Attempt, AttemptResult, ClaimId, ErrorEntry, Job, JobId, JobTemplate, LeaseToken, Missed,
+    NewJob, Overlap, Schedule, Status, StoredPolicy, Subscription, SubscriptionId, TickCounts,
+    Trigger,
 };
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
 use tenax::store::{
     Ack, Checked, Claim, ClaimRecord, ClaimedJob, DeadLetter, DecideContext, EmbeddedStore,
-    Enqueued, FactsSeen, Finished, Insert, JobFilter, JobPeek, KeyHolder, LeaseFacts, NotReplayed,
-    OnDuplicate, Order, Page, QueueConfig, QueueCounts, Replay, Replayed, Searched, Selection,
-    Store, StoreError, StoreProperties, TakeRequest, TakenJob, TextQuery, Transition,
+    Enqueued, FactsSeen, Finished, Insert, JobFilter, JobPeek, KeyHolder, LeaseFacts, LimitUse,
+    NotReplayed, OnDuplicate, Order, Page, QueueConfig, QueueCounts, RateLimit, Replay, Replayed,
+    Searched, Selection, Store, StoreError, StoreProperties, TakeRequest, Taken, TakenJob,
+    TextQuery, Transition,
 };
 use tenax_policy::{RetryPolicy, Shape};
 use tokio::sync::Notify;
@@ -426,7 +431,7 @@ async fn take_on(
         claim: stream,
         ..TakeRequest::new(&queues, max, lease_ms)
     };
-    store.take_jobs(&request, now_ms).await.expect("take")
+    store.take_jobs(&request, now_ms).await.expect("take").jobs
 }
 
 /// Takes up to `max` jobs with a 30 s lease.
@@ -607,12 +612,14 @@ async fn snapshot(store: &Arc<dyn Store>, now_ms: u64) -> serde_json::Value {
     let queues = store.queues().await.expect("queues");
     let subscriptions = store.subscriptions(None).await.expect("subscriptions");
     let tokens = store.tokens().await.expect("tokens");
+    let schedules = store.schedules().await.expect("schedules");
     json!({
         "jobs": jobs,
         "attempts": attempts,
         "queues": queues,
         "subscriptions": subscriptions,
         "tokens": tokens,
+        "schedules": schedules,
     })
 }
 
@@ -2521,7 +2528,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         keep_until_ms: Some(T0 + 15 * SECOND),
         ..TakeRequest::new(&queues, 2, 10 * SECOND)
     };
-    let taken = store.take_jobs(&request, T0).await.expect("taken");
+    let taken = store.take_jobs(&request, T0).await.expect("taken").jobs;
     assert_eq!(taken_ids(&taken), ids[..2]);
     // A job with an expiry lives at least as long as the claim keeps it; one without has none.
     assert_eq!(
@@ -2550,7 +2557,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         record: Some(record.clone()),
         ..TakeRequest::new(&nobody, 5, 10 * SECOND)
     };
-    assert!(store.take_jobs(&empty, T0).await.expect("take").is_empty());
+    assert!(store.take_jobs(&empty, T0).await.expect("take").jobs.is_empty());
     assert_eq!(store.claim(ClaimId(42)).await, Ok(Claim::default()));
 
     // Renewed: every lease moves, the jobs live at least until asked, the record is replaced.
@@ -2669,7 +2676,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         record: Some(brief.clone()),
         ..TakeRequest::new(&queues, 1, SECOND)
     };
-    let briefly = store.take_jobs(&short, now).await.expect("taken");
+    let briefly = store.take_jobs(&short, now).await.expect("taken").jobs;
     assert_eq!(taken_ids(&briefly), [ids[0]]);
     store
         .complete_plain(&[ack(&briefly[0])], true, now)
@@ -2708,7 +2715,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         record: Some(lasting.clone()),
         ..TakeRequest::new(&queues, 1, 60 * SECOND)
     };
-    let kept = store.take_jobs(&request, later).await.expect("taken");
+    let kept = store.take_jobs(&request, later).await.expect("taken").jobs;
     assert_eq!(taken_ids(&kept), [ids[2]]);
     // The time a claim kept a job alive to is part of the claim, so it lasts as claims do.
     // (Closed and opened by hand: `reopen` cannot know a job's expiry before its claim.)
@@ -3539,14 +3546,14 @@ async fn deliveries_are_taken_finished_and_logged(backend: &impl Backend) {
         store
             .take_jobs(&for_sub(10), T0)
             .await
-            .expect("take")
+            .expect("take").jobs
             .is_empty()
     );
     store
         .update_subscription(sub.id, &enabled(true))
         .await
         .expect("enabled");
-    let taken = store.take_jobs(&for_sub(10), T0).await.expect("take");
+    let taken = store.take_jobs(&for_sub(10), T0).await.expect("take").jobs;
     assert_eq!(taken_ids(&taken), deliveries);
     assert_eq!(
         (taken[0].parent, taken[0].kind.as_str()),
@@ -3648,7 +3655,7 @@ async fn deliveries_are_taken_finished_and_logged(backend: &impl Backend) {
     // Retried: the next attempt is added after the first.
     let due = T0 + 2 + 5 * SECOND;
     assert_eq!(store.promote_due(due, 10).await, Ok(1));
-    let again = store.take_jobs(&for_sub(10), due).await.expect("take");
+    let again = store.take_jobs(&for_sub(10), due).await.expect("take").jobs;
     assert_eq!(
         (taken_ids(&again), again[0].attempt),
         (vec![deliveries[1]], 2)
@@ -3688,7 +3695,7 @@ async fn deliveries_are_taken_finished_and_logged(backend: &impl Backend) {
         store
             .take_jobs(&for_sub(10), due)
             .await
-            .expect("take")
+            .expect("take").jobs
             .is_empty()
     );
     let orphan = store
@@ -3774,6 +3781,11 @@ async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
             queue: "q-dead".into(),
             max_claims: 3,
             ttl_ms: Some(90 * SECOND),
+        }),
+        concurrency: Some(7),
+        rate: Some(RateLimit {
+            limit: 100,
+            period_ms: 60 * SECOND,
         }),
     };
     // A change that declines stores nothing.
@@ -4077,7 +4089,7 @@ async fn close_keeps_everything_acknowledged(backend: &impl Backend) {
         subscription: Some(sub.id),
         ..TakeRequest::new(&queues, 1, 30 * SECOND)
     };
-    let delivering = store.take_jobs(&request, T0).await.expect("take");
+    let delivering = store.take_jobs(&request, T0).await.expect("take").jobs;
     let logged = attempt(1, T0, AttemptResult::Retryable, 500);
     store
         .finish_delivery(
@@ -4384,6 +4396,330 @@ async fn inserts_are_never_made_on_facts_older_than_a_change(backend: &impl Back
     close(store).await;
 }
 
+// --- per-queue limits ------------------------------------------------------------------------
+
+async fn limit_queue(store: &Arc<dyn Store>, queue: &str, concurrency: Option<u32>, rate: Option<RateLimit>) {
+    store
+        .update_queue(queue, &|current| {
+            let mut config = current.cloned().unwrap_or_default();
+            config.concurrency = concurrency;
+            config.rate = rate;
+            Some(config)
+        })
+        .await
+        .expect("limited");
+}
+
+async fn take_held(
+    store: &Arc<dyn Store>,
+    queues: &[&str],
+    max: usize,
+    now_ms: u64,
+) -> Taken {
+    let queues: Vec<String> = queues.iter().map(|q| (*q).to_owned()).collect();
+    store
+        .take_jobs(&TakeRequest::new(&queues, max, 30 * SECOND), now_ms)
+        .await
+        .expect("take")
+}
+
+/// A concurrency limit counts the queue's jobs in flight: a take hands out no more than the
+/// room left, in the usual order, says it was held back, and room comes back as jobs leave
+/// flight (completed, failed, lease expired). Other queues of the same take are not held.
+async fn concurrency_limits_hold_takes_back(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    limit_queue(&store, "lim", Some(2), None).await;
+    let limited = enqueue(
+        &store,
+        (0..5).map(|i| job("lim").priority(i)).collect(),
+        T0,
+    )
+    .await;
+    let free = enqueue(&store, vec![job("free"), job("free")], T0).await;
+    let first = take(&store, &["lim", "free"], 10, T0).await;
+    assert_eq!(
+        taken_ids(&first),
+        [limited[4], limited[3], free[0], free[1]],
+        "two of the limited queue, the best two, and the rest"
+    );
+    let held = take_held(&store, &["lim"], 10, T0).await;
+    assert!(held.jobs.is_empty());
+    assert!(held.held.in_flight, "{:?}", held.held);
+    assert_eq!(held.held.until_ms, None);
+    // Completing one makes room for one.
+    store
+        .complete_jobs(&[ack(&first[0])], true, T0)
+        .await
+        .expect("completed");
+    let second = take(&store, &["lim"], 10, T0).await;
+    assert_eq!(taken_ids(&second), [limited[2]]);
+    // A failure makes room too.
+    store
+        .fail_job(ack(&first[1]), T0, &retry(T0, 60 * SECOND, "later"))
+        .await
+        .expect("failed");
+    let third = take(&store, &["lim"], 10, T0).await;
+    assert_eq!(taken_ids(&third), [limited[1]]);
+    assert!(take(&store, &["lim"], 10, T0).await.is_empty());
+    // So does a lease that ran out.
+    let expired = T0 + 31 * SECOND;
+    store
+        .expire_leases(expired, 100, &again(expired, "lost"))
+        .await
+        .expect("expired");
+    let fourth = take(&store, &["lim"], 1, expired).await;
+    assert_eq!(fourth.len(), 1);
+    // A limit removed holds nothing.
+    limit_queue(&store, "lim", None, None).await;
+    let rest = take(&store, &["lim"], 10, expired).await;
+    assert!(!rest.is_empty());
+    let store = reopen(backend, store, expired).await;
+    close(store).await;
+}
+
+/// A rate limit counts starts in buckets of a sixtieth of its period: a take hands out no more
+/// than the period leaves, says until when it is held, and the starts survive a restart.
+async fn rate_limits_hold_takes_back_across_restarts(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let rate = RateLimit {
+        limit: 3,
+        period_ms: 60 * SECOND,
+    };
+    limit_queue(&store, "rated", None, Some(rate)).await;
+    let ids = enqueue(&store, (0..10).map(|_| job("rated")).collect(), T0).await;
+    assert_eq!(taken_ids(&take(&store, &["rated"], 10, T0).await), ids[..3]);
+    assert_eq!(store.limit_use("rated", T0).await, Ok(LimitUse { started: 3 }));
+    let held = take_held(&store, &["rated"], 10, T0 + SECOND).await;
+    assert!(held.jobs.is_empty());
+    // The bucket [T0, T0 + 1 s) counts until its end is a period old.
+    assert_eq!(held.held.until_ms, Some(T0 + 61 * SECOND));
+    assert!(!held.held.in_flight);
+    assert!(take(&store, &["rated"], 10, T0 + 61 * SECOND - 1).await.is_empty());
+    // Pops count as starts too.
+    let later = T0 + 61 * SECOND;
+    let popped = store
+        .pop_jobs(&["rated".to_owned()], 1, later)
+        .await
+        .expect("pop");
+    assert_eq!(popped.len(), 1);
+    assert_eq!(take(&store, &["rated"], 10, later).await.len(), 2);
+    assert_eq!(store.limit_use("rated", later).await, Ok(LimitUse { started: 3 }));
+
+    // The starts survive: still none to hand out after a restart.
+    let store = reopen(backend, store, later).await;
+    assert!(take(&store, &["rated"], 10, later + SECOND).await.is_empty());
+    assert_eq!(
+        store.limit_use("rated", later + SECOND).await,
+        Ok(LimitUse { started: 3 })
+    );
+    let next = later + 61 * SECOND;
+    assert_eq!(take(&store, &["rated"], 10, next).await.len(), 3);
+    // Concurrency and rate together: the smaller room holds.
+    limit_queue(&store, "both", Some(1), Some(rate)).await;
+    enqueue(&store, (0..3).map(|_| job("both")).collect(), next).await;
+    assert_eq!(take(&store, &["both"], 10, next).await.len(), 1);
+    let held = take_held(&store, &["both"], 10, next).await;
+    assert!(held.held.in_flight && held.jobs.is_empty());
+    // A deleted queue forgets its starts.
+    store.delete_queue("rated").await.expect("deleted");
+    assert_eq!(store.limit_use("rated", next).await, Ok(LimitUse::default()));
+    close(store).await;
+}
+
+// --- schedules -------------------------------------------------------------------------------
+
+fn schedule(name: &str, queue: &str) -> Schedule {
+    Schedule {
+        name: name.to_owned(),
+        cron: "* * * * *".to_owned(),
+        timezone: "UTC".to_owned(),
+        job: JobTemplate {
+            queue: queue.to_owned(),
+            kind: "tick".to_owned(),
+            payload: RawValue::from_string(r#"{"n": 1}"#.to_owned()).expect("JSON"),
+            priority: 3,
+            policy: Some(StoredPolicy::new(fixed(SECOND))),
+            retry_limit: Some(2),
+        },
+        missed: Missed::RunOnce,
+        overlap: Overlap::Skip,
+        paused: false,
+        revision: 1,
+        through_ms: T0,
+        next_tick_ms: Some(T0 + 60 * SECOND),
+        last_tick_ms: None,
+        last_job: None,
+        counts: TickCounts::default(),
+        created_at_ms: T0,
+        updated_at_ms: T0,
+    }
+}
+
+fn same(a: &Schedule, b: &Schedule) -> bool {
+    serde_json::to_value(a).expect("JSON") == serde_json::to_value(b).expect("JSON")
+}
+
+/// Schedules are made, changed atomically, found when due, and deleted; they survive a
+/// restart.
+async fn schedules_are_stored_changed_and_deleted(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    assert_eq!(store.schedule("a").await.expect("read").map(|s| s.name), None);
+    let a = schedule("a", "q");
+    let stored = store
+        .update_schedule("a", &|current| {
+            assert!(current.is_none());
+            Some(a.clone())
+        })
+        .await
+        .expect("made")
+        .expect("stored");
+    assert!(same(&stored, &a));
+    let mut b = schedule("b", "q");
+    b.next_tick_ms = Some(T0 + 10 * SECOND);
+    store
+        .update_schedule("b", &|_| Some(b.clone()))
+        .await
+        .expect("made");
+    let mut paused = schedule("c", "q");
+    paused.paused = true;
+    paused.next_tick_ms = Some(T0);
+    store
+        .update_schedule("c", &|_| Some(paused.clone()))
+        .await
+        .expect("made");
+    let names = |list: Vec<Schedule>| list.into_iter().map(|s| s.name).collect::<Vec<_>>();
+    assert_eq!(names(store.schedules().await.expect("list")), ["a", "b", "c"]);
+    // The maintenance loop wakes for the earliest tick of an unpaused schedule.
+    assert_eq!(
+        store.next_wakeup().await.expect("next wakeup"),
+        Some(T0 + 10 * SECOND)
+    );
+    // Due: unpaused, next tick at or before now, earliest first.
+    assert_eq!(
+        names(store.due_schedules(T0 + 59 * SECOND, 10).await.expect("due")),
+        ["b"]
+    );
+    assert_eq!(
+        names(store.due_schedules(T0 + 60 * SECOND, 10).await.expect("due")),
+        ["b", "a"]
+    );
+    assert_eq!(
+        names(store.due_schedules(T0 + 60 * SECOND, 1).await.expect("due")),
+        ["b"]
+    );
+    // A change sees the stored schedule; `None` leaves it.
+    let unchanged = store
+        .update_schedule("a", &|current| {
+            assert_eq!(current.map(|s| s.revision), Some(1));
+            None
+        })
+        .await
+        .expect("read");
+    assert!(same(&unchanged.expect("there"), &a));
+    let mut changed = a.clone();
+    changed.cron = "*/5 * * * *".to_owned();
+    changed.revision = 2;
+    store
+        .update_schedule("a", &|_| Some(changed.clone()))
+        .await
+        .expect("changed");
+    let store = reopen(backend, store, T0).await;
+    assert!(same(
+        &store.schedule("a").await.expect("read").expect("there"),
+        &changed
+    ));
+    assert!(store.delete_schedule("a").await.expect("deleted"));
+    assert!(!store.delete_schedule("a").await.expect("deleted"));
+    assert_eq!(names(store.schedules().await.expect("list")), ["b", "c"]);
+    let store = reopen(backend, store, T0).await;
+    close(store).await;
+}
+
+/// A tick's record and its job are stored together, only while the schedule is at the
+/// revision the engine read: a second record of the same tick (another server, a restart)
+/// stores neither, whoever loses a race.
+async fn a_tick_is_recorded_once_with_its_job(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let first = schedule("s", "ticks");
+    store
+        .update_schedule("s", &|_| Some(first.clone()))
+        .await
+        .expect("made");
+    let tick = T0 + 60 * SECOND;
+    let mut next = first.clone();
+    next.revision = 2;
+    next.through_ms = tick;
+    next.next_tick_ms = Some(tick + 60 * SECOND);
+    next.last_tick_ms = Some(tick);
+    next.counts.enqueued = 1;
+    let jobs = || vec![job("ticks").at(tick).kind("tick")];
+    let seen = current(&store).await;
+    let recorded = store
+        .record_tick(&next, 1, jobs(), seen, tick)
+        .await
+        .expect("recorded")
+        .expect("at the revision read");
+    let made = recorded[0].as_ref().expect("a job").id;
+    let stored = store.schedule("s").await.expect("read").expect("there");
+    assert_eq!(stored.revision, 2);
+    assert_eq!(stored.last_job, Some(made));
+    assert_eq!(stored.through_ms, tick);
+    // The same tick again: nothing stored.
+    let again = store
+        .record_tick(&next, 1, jobs(), seen, tick)
+        .await
+        .expect("answered");
+    assert!(again.is_none());
+    let count = |store: Arc<dyn Store>| async move {
+        store
+            .count_jobs(&JobFilter::queue("ticks"))
+            .await
+            .expect("count")
+    };
+    assert_eq!(count(store.clone()).await, 1);
+    // Two servers racing for the next tick: one wins.
+    let mut third = next.clone();
+    third.revision = 3;
+    let (a, b) = tokio::join!(
+        store.record_tick(&third, 2, jobs(), seen, tick),
+        store.record_tick(&third, 2, jobs(), seen, tick),
+    );
+    let won = [a.expect("answered"), b.expect("answered")]
+        .into_iter()
+        .filter(Option::is_some)
+        .count();
+    assert_eq!(won, 1);
+    assert_eq!(count(store.clone()).await, 2);
+    // A record without a job moves the schedule on alone; a deleted schedule records nothing.
+    let mut skipped = third.clone();
+    skipped.revision = 4;
+    skipped.counts.overlapped = 1;
+    assert!(
+        store
+            .record_tick(&skipped, 3, Vec::new(), seen, tick)
+            .await
+            .expect("answered")
+            .is_some()
+    );
+    // Stored as given: with no job made, `last_job` is what the engine carried forward.
+    let kept = store.schedule("s").await.expect("read").expect("there");
+    assert!(same(&kept, &skipped));
+    let store = reopen(backend, store, tick).await;
+    assert_eq!(count(store.clone()).await, 2);
+    assert!(store.delete_schedule("s").await.expect("deleted"));
+    let mut gone = skipped.clone();
+    gone.revision = 5;
+    assert!(
+        store
+            .record_tick(&gone, 4, jobs(), seen, tick)
+            .await
+            .expect("answered")
+            .is_none()
+    );
+    assert_eq!(count(store.clone()).await, 2);
+    close(store).await;
+}
+
 #[path = "common/postgres.rs"]
 mod postgres_server;
 
@@ -4492,6 +4828,10 @@ macro_rules! conformance_suite {
                 racing_operations_on_a_job_are_serialised,
                 concurrent_small_enqueues_keep_their_own_jobs,
                 inserts_are_never_made_on_facts_older_than_a_change,
+                concurrency_limits_hold_takes_back,
+                rate_limits_hold_takes_back_across_restarts,
+                schedules_are_stored_changed_and_deleted,
+                a_tick_is_recorded_once_with_its_job,
             );
         }
     };

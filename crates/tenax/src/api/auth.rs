@@ -366,6 +366,16 @@ impl ScopeCheck<'_> {
                 }
                 self.jobs(&ids).await
             }
+            Target::ScheduleInPath => {
+                let name = self.param("name").unwrap_or_default();
+                if let Some(schedule) = self.engine.schedule(name).await? {
+                    self.queue(&schedule.job.queue)?;
+                }
+                match self.json().pointer("/job/queue").and_then(Value::as_str) {
+                    Some(queue) => self.queue(queue),
+                    None => Ok(()),
+                }
+            }
             Target::SubscriptionInPath => {
                 self.subscription(self.param("id").unwrap_or_default())
                     .await

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod openapi;
 mod policy;
 pub(crate) mod queues;
+pub(crate) mod schedules;
 pub(crate) mod subscription_views;
 pub(crate) mod subscriptions;
 mod tokens;
@@ -77,6 +78,7 @@ pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
                 .merge(work::router())
                 .merge(dead::router())
                 .merge(queues::router())
+                .merge(schedules::router())
                 .merge(policy::router())
                 .merge(subscriptions::router())
                 .merge(deliveries::router())

@@ -45,6 +45,9 @@ pub enum Target {
     DeliveryInPath,
     /// A listing: the handler shows only what the token's scopes admit.
     Listing,
+    /// The schedule the path's `{name}` names: the queue of its job, and for a PUT also the
+    /// body's `job.queue`.
+    ScheduleInPath,
     /// Zaqar: the `X-Project-ID` project, and the path's `{queue_name}` in it.
     ZaqarQueue,
     /// Zaqar: the `X-Project-ID` project only.
@@ -109,7 +112,16 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
             needs(Manage, QueueInPath)
         }
 
-        ("POST", "/api/policy/preview") => needs(Any, Nothing),
+        ("POST", "/api/policy/preview" | "/api/schedules/preview") => needs(Any, Nothing),
+
+        ("GET", "/api/schedules") => needs(Read, Listing),
+        ("GET", "/api/schedules/{name}" | "/api/schedules/{name}/ticks") => {
+            needs(Read, ScheduleInPath)
+        }
+        ("PUT" | "DELETE", "/api/schedules/{name}")
+        | ("POST", "/api/schedules/{name}/pause" | "/api/schedules/{name}/resume") => {
+            needs(Manage, ScheduleInPath)
+        }
 
         ("POST", "/api/queues/{name}/subscriptions") => needs(Manage, QueueInPath),
         ("GET", "/api/queues/{name}/subscriptions") => needs(Read, QueueInPath),

@@ -60,7 +60,7 @@ impl Engine {
             ..TakeRequest::new(&queues, new.max, new.lease_ms)
         };
         let began = began(self);
-        let jobs = self.store.take_jobs(&request, now_ms).await?;
+        let jobs = self.store.take_jobs(&request, now_ms).await?.jobs;
         self.observe_taken(&jobs, now_ms, began);
         Ok((id, jobs))
     }

@@ -31,7 +31,14 @@ impl From<NewJob> for Enqueue {
 }
 
 /// How many times an enqueue is made again when a cache's queue facts turn out old.
-const FACTS_ATTEMPTS: u32 = 8;
+pub(super) const FACTS_ATTEMPTS: u32 = 8;
+
+/// What an enqueue hands the store, and what it reports once done ([`Enqueueing`]).
+pub(super) struct Inserts {
+    pub inserts: Vec<Insert>,
+    pub seen: FactsSeen,
+    pub observed: Enqueueing,
+}
 
 impl Engine {
     /// Enqueues jobs atomically: all or none. A job without an expiry gets its queue's message
@@ -68,6 +75,36 @@ impl Engine {
         on_duplicate: OnDuplicate,
     ) -> Result<Vec<Enqueued>, StoreError> {
         let now_ms = self.now_ms();
+        let count = jobs.len();
+        let made = self.inserts_of(jobs, now_ms).await?;
+        let results = self
+            .store
+            .insert_jobs(made.inserts, on_duplicate, made.seen, now_ms)
+            .await?;
+        Ok(self.count_enqueued(made.observed, results, count, now_ms))
+    }
+
+    /// Reports the jobs an insert created (the first `count` of `results`, as `observed`
+    /// saw them made); returns them.
+    pub(super) fn count_enqueued(
+        &self,
+        observed: Enqueueing,
+        results: Vec<Option<Enqueued>>,
+        count: usize,
+        now_ms: UnixMs,
+    ) -> Vec<Enqueued> {
+        let messages = &results[..count.min(results.len())];
+        self.observe_enqueued(observed, messages, now_ms);
+        results.into_iter().take(count).flatten().collect()
+    }
+
+    /// The inserts that enqueue `jobs` at `now_ms` (each job, then every job's deliveries),
+    /// the oldest version of the queue facts they were made from, and what to report of them.
+    pub(super) async fn inserts_of(
+        &self,
+        jobs: Vec<Enqueue>,
+        now_ms: UnixMs,
+    ) -> Result<Inserts, StoreError> {
         let count = jobs.len();
         let mut inserts: Vec<Insert> = Vec::with_capacity(count);
         let mut deliveries: Vec<Insert> = Vec::new();
@@ -115,13 +152,11 @@ impl Engine {
             inserts.push(Insert::new(job));
         }
         inserts.append(&mut deliveries);
-        let results = self
-            .store
-            .insert_jobs(inserts, on_duplicate, seen.unwrap_or_default(), now_ms)
-            .await?;
-        let messages = &results[..count.min(results.len())];
-        self.observe_enqueued(seen_jobs, messages, now_ms);
-        Ok(results.into_iter().take(count).flatten().collect())
+        Ok(Inserts {
+            inserts,
+            seen: seen.unwrap_or_default(),
+            observed: seen_jobs,
+        })
     }
 
     pub async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {

@@ -1,5 +1,6 @@
-//! The maintenance loop: promotes scheduled jobs when due, expires leases, deletes expired jobs
-//! and subscriptions, and purges finished jobs past their retention. It sleeps until the next
+//! The maintenance loop: promotes scheduled jobs when due, enqueues the jobs of schedules'
+//! ticks, expires leases, deletes expired jobs and subscriptions, and purges finished jobs past
+//! their retention. It sleeps until the next
 //! known due time (at most a second), and wakes early when an earlier time is scheduled.
 //!
 //! It works only while the store grants this server the lead ([`crate::store::StoreLifecycle::lead`]),
@@ -94,6 +95,11 @@ pub async fn pass(engine: &Engine, now: u64, last_purge: &mut u64) -> bool {
             0
         }
     };
+    match engine.fire_due_schedules(now).await {
+        Ok(0) => {}
+        Ok(enqueued) => tracing::debug!(enqueued, "schedules' ticks enqueued their jobs"),
+        Err(error) => tracing::error!(%error, "handling the schedules' ticks failed"),
+    }
     let expired = match engine.expire_leases(now, BATCH).await {
         Ok(n) => n,
         Err(error) => {

@@ -13,6 +13,7 @@ mod jobs;
 pub mod maintenance;
 mod observe;
 mod queues;
+mod schedules;
 mod subscriptions;
 pub mod tokens;
 mod work;
@@ -27,6 +28,7 @@ pub use self::decide::{
     PolicyOwner, decide_failure, decide_lease_expiry, delivery_policy, resolve,
 };
 pub use self::jobs::Enqueue;
+pub use self::schedules::ScheduleSpec;
 use crate::clock::{Clock, UnixMs};
 use crate::metrics::Metrics;
 use crate::model::ClaimId;

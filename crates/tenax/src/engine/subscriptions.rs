@@ -107,7 +107,7 @@ impl Engine {
             subscription: Some(id),
             ..TakeRequest::new(&queues, max, lease_ms)
         };
-        self.store.take_jobs(&request, self.now_ms()).await
+        Ok(self.store.take_jobs(&request, self.now_ms()).await?.jobs)
     }
 
     /// Counts by status of a subscription's deliveries.

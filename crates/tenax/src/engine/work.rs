@@ -12,27 +12,59 @@ use crate::store::{Ack, DecideContext, StoreError, TakeRequest, TakenJob, Transi
 
 impl Engine {
     /// Leases up to `request.max` jobs, waiting up to `wait` for the first one if none is ready.
+    /// A taker that a queue's limits held back looks again when room may have appeared: when a
+    /// job leaves flight (concurrency), or when the rate limit's period moves on.
     pub async fn take(
         &self,
         request: &TakeRequest<'_>,
         wait: Duration,
     ) -> Result<Vec<TakenJob>, StoreError> {
         let deadline = tokio::time::Instant::now() + wait;
+        // Whether to wake when jobs leave flight: only once a concurrency limit held this take
+        // back (every acknowledgement signals it).
+        let mut watch_released = false;
         loop {
-            // Register for the wake-up before looking, so a job that arrives in between is seen.
-            let signal = self.signals().ready.notified();
-            tokio::pin!(signal);
-            signal.as_mut().enable();
+            // Register for the wake-ups before looking, so a job that arrives in between is
+            // seen.
+            let signals = self.signals();
+            let ready = signals.ready.notified();
+            let released = signals.released.notified();
+            tokio::pin!(ready, released);
+            ready.as_mut().enable();
+            if watch_released {
+                released.as_mut().enable();
+            }
             let now_ms = self.now_ms();
             let began = began(self);
             let taken = self.store.take_jobs(request, now_ms).await?;
-            self.observe_taken(&taken, now_ms, began);
-            if !taken.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Ok(taken);
+            self.observe_taken(&taken.jobs, now_ms, began);
+            if !taken.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(taken.jobs);
             }
+            let held = taken.held;
+            if held.in_flight && !watch_released {
+                // Look again registered for releases: one may have come since the look.
+                watch_released = true;
+                continue;
+            }
+            let rate_wait = held.until_ms.map(|at| {
+                // A manual clock moves only when a test moves it: look at it often.
+                let ms = if self.clock.is_manual() {
+                    5
+                } else {
+                    at.saturating_sub(now_ms).max(1)
+                };
+                tokio::time::Instant::now() + Duration::from_millis(ms)
+            });
+            let until = rate_wait.map_or(deadline, |at| at.min(deadline));
             tokio::select! {
-                () = signal => {}
-                () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+                () = ready => {}
+                () = released, if watch_released => {}
+                () = tokio::time::sleep_until(until) => {
+                    if until == deadline {
+                        return Ok(Vec::new());
+                    }
+                }
                 () = self.stopped() => return Ok(Vec::new()),
             }
         }

@@ -6,12 +6,15 @@ mod ids;
 mod job;
 pub mod payload;
 mod policy;
+pub mod schedule;
 pub mod subscription;
+pub mod timetable;
 mod trace;
 
 pub use ids::{ClaimId, JobId, LeaseToken, SubscriptionId};
 pub use job::{ErrorEntry, Held, Job, JobState, NewJob, Status};
 pub use policy::StoredPolicy;
+pub use schedule::{JobTemplate, Missed, Overlap, Schedule, TickCounts};
 pub use subscription::{
     Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, Subscription, Trigger,
 };

@@ -27,7 +27,7 @@ use tokio::sync::Notify;
 use super::types::*;
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
-use crate::model::{Attempt, ClaimId, Job, JobId, Subscription, SubscriptionId};
+use crate::model::{Attempt, ClaimId, Job, JobId, Schedule, Subscription, SubscriptionId};
 
 /// Adding jobs.
 #[async_trait]
@@ -56,12 +56,14 @@ pub trait JobInserts {
 #[async_trait]
 pub trait JobLeases {
     /// Leases up to `request.max` ready jobs of the unpaused queues, highest priority first,
-    /// then oldest.
+    /// then oldest, within each queue's limits ([`QueueConfig::concurrency`], counting the
+    /// queue's jobs in flight across every server; [`QueueConfig::rate`], counting its starts
+    /// as [`RateLimit`] says, and recording these). Says what the limits held back.
     async fn take_jobs(
         &self,
         request: &TakeRequest<'_>,
         now_ms: UnixMs,
-    ) -> Result<Vec<TakenJob>, StoreError>;
+    ) -> Result<Taken, StoreError>;
 
     /// Extends a lease to `now + lease_ms`, but never past `max_attempt_ms` after the take.
     /// Returns the new end of the lease.
@@ -103,7 +105,8 @@ pub trait JobLeases {
     ) -> Result<Finished, StoreError>;
 
     /// Takes up to `max` ready jobs of the unpaused `queues` and deletes them, atomically:
-    /// nobody else can take them in between. Returns them as they were.
+    /// nobody else can take them in between. Returns them as they were. They count as started
+    /// for a queue's rate limit; never in flight, they leave its concurrency alone.
     async fn pop_jobs(
         &self,
         queues: &[String],
@@ -170,7 +173,8 @@ pub trait JobUpkeep {
         max: usize,
     ) -> Result<usize, StoreError>;
 
-    /// The earliest time upkeep has work: a scheduled job due, a lease or a job expiring.
+    /// The earliest time upkeep has work: a scheduled job due, a lease or a job expiring, a
+    /// schedule's next tick.
     async fn next_wakeup(&self) -> Result<Option<UnixMs>, StoreError>;
 }
 
@@ -272,6 +276,47 @@ pub trait QueueStore {
     /// Deletes a queue's settings and every job in it (its subscriptions stay); returns how
     /// many jobs went.
     async fn delete_queue(&self, name: &str) -> Result<usize, StoreError>;
+
+    /// How much of a queue's limits is used at `now_ms`, as takes count it.
+    async fn limit_use(&self, name: &str, now_ms: UnixMs) -> Result<LimitUse, StoreError>;
+}
+
+/// Schedules: named timetables whose ticks enqueue jobs (`crate::model::schedule`).
+#[async_trait]
+pub trait ScheduleStore {
+    async fn schedule(&self, name: &str) -> Result<Option<Schedule>, StoreError>;
+
+    /// Every schedule, by name.
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError>;
+
+    /// Changes (or makes) a schedule atomically by `change`; returns it as stored after.
+    async fn update_schedule(
+        &self,
+        name: &str,
+        change: &ChangeSchedule<'_>,
+    ) -> Result<Option<Schedule>, StoreError>;
+
+    /// Deletes a schedule (the jobs it made stay); false if there was none.
+    async fn delete_schedule(&self, name: &str) -> Result<bool, StoreError>;
+
+    /// Unpaused schedules whose next tick is at or before `now_ms`, earliest first, at most
+    /// `max`.
+    async fn due_schedules(&self, now_ms: UnixMs, max: usize) -> Result<Vec<Schedule>, StoreError>;
+
+    /// Records the handling of ticks: stores `schedule` (its state after them) and adds `jobs`
+    /// (a tick's job and its deliveries), in one commit, if the stored schedule's revision is
+    /// still `expected_revision`; else stores nothing and answers `None` (another server, or a
+    /// change, got there first). The stored schedule's `last_job` is the first created job,
+    /// when one is. The inserts are as [`JobInserts::insert_jobs`]'s, refused alike when
+    /// `seen` is old.
+    async fn record_tick(
+        &self,
+        schedule: &Schedule,
+        expected_revision: u64,
+        jobs: Vec<Insert>,
+        seen: FactsSeen,
+        now_ms: UnixMs,
+    ) -> Result<Option<Vec<Option<Enqueued>>>, StoreError>;
 }
 
 /// Webhook subscriptions.
@@ -389,6 +434,7 @@ pub trait Store:
     + JobCuration
     + JobReads
     + QueueStore
+    + ScheduleStore
     + SubscriptionStore
     + TokenStore
     + StoreLifecycle
@@ -406,6 +452,7 @@ impl<T> Store for T where
         + JobCuration
         + JobReads
         + QueueStore
+        + ScheduleStore
         + SubscriptionStore
         + TokenStore
         + StoreLifecycle

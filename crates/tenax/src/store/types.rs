@@ -8,8 +8,8 @@ use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
 use crate::model::{
-    ClaimId, ErrorEntry, Job, JobId, JobState, LeaseToken, NewJob, Status, StoredPolicy,
-    Subscription, SubscriptionId, Trigger,
+    ClaimId, ErrorEntry, Job, JobId, JobState, LeaseToken, NewJob, Schedule, Status,
+    StoredPolicy, Subscription, SubscriptionId, Trigger,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -339,6 +339,10 @@ pub type Decide<'a> = dyn Fn(&DecideContext<'_>) -> Transition + Send + Sync + '
 /// once, by a backend that retries), so it must only compute.
 pub type ChangeQueue<'a> = dyn Fn(Option<&QueueConfig>) -> Option<QueueConfig> + Send + Sync + 'a;
 
+/// A change to a schedule: from the stored one (`None`: none yet) to the new one, or `None` to
+/// leave things as they are. Called under the store's serialisation, like [`ChangeQueue`].
+pub type ChangeSchedule<'a> = dyn Fn(Option<&Schedule>) -> Option<Schedule> + Send + Sync + 'a;
+
 /// A change to a subscription: from the stored one to the new one, or `None` to leave it.
 /// Called under the store's serialisation, like [`ChangeQueue`].
 pub type ChangeSubscription<'a> = dyn Fn(&Subscription) -> Option<Subscription> + Send + Sync + 'a;
@@ -636,6 +640,109 @@ pub struct QueueConfig {
     /// Where jobs go whose leases expired too often (Zaqar's dead-letter queue).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<DeadLetter>,
+    /// At most this many of the queue's jobs in flight at once, across every worker and
+    /// server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// At most this many of the queue's jobs started in any period (see [`RateLimit`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateLimit>,
+}
+
+impl QueueConfig {
+    /// Whether takes must count before handing out the queue's jobs.
+    pub fn is_limited(&self) -> bool {
+        self.concurrency.is_some() || self.rate.is_some()
+    }
+}
+
+/// At most `limit` jobs of a queue start (are taken or popped) in any `period_ms`.
+///
+/// How it is counted, by every backend alike: starts are kept in buckets a sixtieth of the
+/// period wide (at least 1 ms); a take counts every bucket that overlaps the last period, so
+/// never more than `limit` start in any period, and a start may wait up to a bucket longer than
+/// a count of each start's exact time would make it ([`RateLimit::bucket_ms`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimit {
+    pub limit: u32,
+    pub period_ms: u64,
+}
+
+impl RateLimit {
+    /// The width of the buckets starts are counted in.
+    pub fn bucket_ms(&self) -> u64 {
+        (self.period_ms / 60).max(1)
+    }
+
+    /// The bucket a start at `at_ms` is counted in: its start.
+    pub fn bucket_of(&self, at_ms: UnixMs) -> UnixMs {
+        let width = self.bucket_ms();
+        at_ms / width * width
+    }
+
+    /// Whether a bucket `[start, start + width)` still counts at `now_ms`: it overlaps the last
+    /// period, `(now - period, now]`.
+    pub fn counts(&self, start_ms: UnixMs, width_ms: u64, now_ms: UnixMs) -> bool {
+        start_ms.saturating_add(width_ms) > now_ms.saturating_sub(self.period_ms)
+    }
+
+    /// When a bucket stops counting: room it holds is free again then.
+    pub fn frees_at(&self, start_ms: UnixMs, width_ms: u64) -> UnixMs {
+        start_ms
+            .saturating_add(width_ms)
+            .saturating_add(self.period_ms)
+    }
+}
+
+/// A bucket of starts of a rate-limited queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartBucket {
+    pub start_ms: UnixMs,
+    pub width_ms: u64,
+    pub count: u64,
+}
+
+/// How much of a queue's limits is used: what its stats show.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitUse {
+    /// Jobs started in the current period, as the rate limit counts them (0 without one).
+    pub started: u64,
+}
+
+/// Why a take handed out less than it could have: its queues' limits. A waiting taker looks
+/// again when room may have appeared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitHold {
+    /// A concurrency limit is reached: room appears when one of the queue's jobs leaves
+    /// flight ([`Signals::released`](super::Signals::released)).
+    pub in_flight: bool,
+    /// A rate limit is used up until this time, at the earliest.
+    pub until_ms: Option<UnixMs>,
+}
+
+impl LimitHold {
+    /// Both holds together.
+    pub fn and(self, other: LimitHold) -> LimitHold {
+        LimitHold {
+            in_flight: self.in_flight || other.in_flight,
+            until_ms: match (self.until_ms, other.until_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    pub fn is_held(&self) -> bool {
+        self.in_flight || self.until_ms.is_some()
+    }
+}
+
+/// What a take handed out, and what its queues' limits held back.
+#[derive(Debug, Clone, Default)]
+pub struct Taken {
+    pub jobs: Vec<TakenJob>,
+    /// Set when a limited queue had no room for more.
+    pub held: LimitHold,
 }
 
 /// A dead-letter queue: a job whose lease has expired `max_claims` times moves there, ready,

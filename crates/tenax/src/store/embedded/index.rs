@@ -420,6 +420,36 @@ impl Index {
         out
     }
 
+    /// Up to `max` ready jobs across `queues`, as [`Index::peek_ready`], but at most `caps[i]`
+    /// of `queues[i]`: what a queue's limits leave room for.
+    pub fn peek_ready_capped(&self, queues: &[QueueRef], caps: &[usize], max: usize) -> Vec<JobId> {
+        let mut cursors: Vec<_> = queues
+            .iter()
+            .zip(caps)
+            .filter_map(|(q, cap)| Some((self.ready.get(q)?.iter().peekable(), *cap)))
+            .collect();
+        let mut out = Vec::with_capacity(max.min(1_024));
+        while out.len() < max {
+            let best = cursors
+                .iter_mut()
+                .enumerate()
+                .filter(|(_, (_, cap))| *cap > 0)
+                .filter_map(|(i, (c, _))| c.peek().map(|k| (**k, i)))
+                .min();
+            let Some((key, i)) = best else { break };
+            let (cursor, cap) = &mut cursors[i];
+            cursor.next();
+            *cap -= 1;
+            out.push(key.1);
+        }
+        out
+    }
+
+    /// How many of a queue's jobs are in flight.
+    pub fn in_flight(&self, queue: QueueRef) -> u64 {
+        self.counts.get(&queue).map_or(0, |c| c[slot(Status::InFlight)])
+    }
+
     /// The job a take of `queue` would hand out next, if one is ready.
     pub fn head_ready(&self, queue: &str) -> Option<JobId> {
         let queue = self.queue_ref(queue)?;
@@ -597,6 +627,27 @@ mod tests {
             [JobId(2), JobId(3), JobId(1), JobId(4)]
         );
         assert_eq!(index.peek_ready(&queues, 2), [JobId(2), JobId(3)]);
+    }
+
+    #[test]
+    fn capped_peeks_keep_the_order_and_each_queues_cap() {
+        let mut index = Index::default();
+        for (id, queue, priority) in [(1, "a", 0), (2, "b", 5), (3, "a", 5), (4, "b", 0), (5, "a", 1)] {
+            let e = entry(&mut index, queue, priority, Status::Ready, 0);
+            index.insert(JobId(id), e, 0);
+        }
+        let queues = [index.intern("a"), index.intern("b")];
+        assert_eq!(
+            index.peek_ready_capped(&queues, &[1, 10], 10),
+            [JobId(2), JobId(3), JobId(4)]
+        );
+        assert_eq!(
+            index.peek_ready_capped(&queues, &[10, 0], 2),
+            [JobId(3), JobId(5)]
+        );
+        assert_eq!(index.in_flight(queues[0]), 0);
+        index.update(JobId(1), |e| e.status = Status::InFlight);
+        assert_eq!(index.in_flight(queues[0]), 1);
     }
 
     #[test]

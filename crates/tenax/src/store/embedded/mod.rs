@@ -27,9 +27,11 @@ mod enqueue;
 mod history;
 pub mod index;
 mod leases;
+mod limits;
 mod ops;
 mod queues;
 mod read;
+mod schedules;
 mod subscriptions;
 mod tables;
 mod tokens;
@@ -38,7 +40,7 @@ mod upkeep;
 mod wal;
 mod writer;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -53,17 +55,20 @@ use self::ops::{CountDeltas, Op, Tables};
 use self::tables::{
     ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ERRORS,
     FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID,
-    POLICIES, QUEUES, STATES, SUBSCRIPTIONS, StoredBody, TOKENS, WAL_LSN,
+    POLICIES, QUEUES, SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, StoredBody, TOKENS, WAL_LSN,
 };
 use self::wal::Wal;
 use self::writer::Writer;
 use super::{
-    ClaimRecord, CommitObserver, QueueConfig, Signals, StoreError, StoreLifecycle, StoreProperties,
+    ClaimRecord, CommitObserver, QueueConfig, Signals, StartBucket, StoreError, StoreLifecycle,
+    StoreProperties,
     from_json_bytes,
 };
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
-use crate::model::{ClaimId, JobId, JobState, StoredPolicy, Subscription, SubscriptionId};
+use crate::model::{
+    ClaimId, JobId, JobState, Schedule, StoredPolicy, Subscription, SubscriptionId,
+};
 
 /// Options of the embedded store.
 #[derive(Debug, Clone)]
@@ -123,6 +128,10 @@ struct Inner {
     /// Completed jobs per queue, on disk (the index counts the other states). Changed by the
     /// writer only, with the commit that changes them.
     completed: HashMap<String, u64>,
+    /// Recent starts of rate-limited queues, oldest bucket first (`limits`); written through.
+    starts: HashMap<String, VecDeque<StartBucket>>,
+    /// Schedules by name, written through.
+    schedules: BTreeMap<String, Schedule>,
 }
 
 /// A redb failure while doing `what`, with its source kept.
@@ -258,6 +267,8 @@ fn check_format(db: &Database) -> Result<(), StoreError> {
         tx.open_table(COMPLETED_AT).map_err(fault(what))?;
         tx.open_table(COMPLETED_EXPIRING).map_err(fault(what))?;
         tx.open_table(COMPLETED_COUNTS).map_err(fault(what))?;
+        tx.open_table(SCHEDULES).map_err(fault(what))?;
+        tx.open_table(STARTS).map_err(fault(what))?;
         let meta = tx.open_table(META).map_err(fault(what))?;
         // A file written before formats were stamped is format 1 (so is a new one: it is
         // empty, and upgrading it changes nothing).
@@ -275,6 +286,7 @@ fn check_format(db: &Database) -> Result<(), StoreError> {
     if found < 2 {
         upgrade::completed_out_of_states(db)?;
     }
+    // Format 3 only adds tables, made above: there is nothing to move.
     if found < FORMAT_VERSION {
         let tx = db.begin_write().map_err(fault(what))?;
         tx.open_table(META)
@@ -404,6 +416,27 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
         inner.tokens.insert(id.value(), record);
     }
     inner.next_token_id = counter(NEXT_TOKEN_ID)?.max(max_token + 1).max(1);
+    let schedules = tx.open_table(SCHEDULES).map_err(fault(what))?;
+    for row in schedules.iter().map_err(fault(what))? {
+        let (name, record) = row.map_err(fault(what))?;
+        let schedule: Schedule = from_json_bytes("schedule", record.value())?;
+        inner.schedules.insert(name.value().to_owned(), schedule);
+    }
+    let starts = tx.open_table(STARTS).map_err(fault(what))?;
+    for row in starts.iter().map_err(fault(what))? {
+        let (key, value) = row.map_err(fault(what))?;
+        let ((queue, start_ms), (width_ms, count)) = (key.value(), value.value());
+        // Rows come in key order: each queue's buckets oldest first.
+        inner
+            .starts
+            .entry(queue.to_owned())
+            .or_default()
+            .push_back(StartBucket {
+                start_ms,
+                width_ms,
+                count,
+            });
+    }
     let completed = tx.open_table(COMPLETED_COUNTS).map_err(fault(what))?;
     for row in completed.iter().map_err(fault(what))? {
         let (queue, count) = row.map_err(fault(what))?;

@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_facts.sql"),
     include_str!("migrations/0004_dead.sql"),
     include_str!("migrations/0005_triggers.sql"),
+    include_str!("migrations/0006_limits_and_schedules.sql"),
 ];
 
 /// The schema version this binary writes and reads.
