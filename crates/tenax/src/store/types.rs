@@ -585,8 +585,8 @@ impl QueueCounts {
 }
 
 /// A queue's backlog at one moment, for the metrics: its jobs by status (completed jobs are
-/// left out: counting them would read every job kept for retention), and when the ready job
-/// first in line (the one the next take gets) became ready.
+/// left out: counting them would read every job kept for retention). When its first job in line
+/// became ready is [`crate::store::JobReads::ready_since`]'s.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Backlog {
     pub queue: String,
@@ -594,7 +594,6 @@ pub struct Backlog {
     pub ready: u64,
     pub in_flight: u64,
     pub dead: u64,
-    pub first_ready_since_ms: Option<UnixMs>,
 }
 
 /// What an enqueue needs of a queue, read at one moment: its settings and its subscribers (every

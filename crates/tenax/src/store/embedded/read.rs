@@ -518,28 +518,19 @@ impl JobReads for EmbeddedStore {
         Ok(attempts)
     }
 
-    /// From memory: the counts the index keeps, and the head of each queue's ready set.
+    /// From memory: the counts the index keeps.
     async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {
         let inner = self.inner.lock();
         Ok(inner
             .index
             .counts()
             .filter(|(_, c)| c[0] + c[1] + c[2] + c[4] > 0)
-            .map(|(queue, [scheduled, ready, in_flight, _, dead])| {
-                let first_ready_since_ms = inner
-                    .index
-                    .queue_ref(queue)
-                    .and_then(|queue| inner.index.peek_ready(&[queue], 1).pop())
-                    .and_then(|id| inner.index.get(id))
-                    .map(|entry| entry.run_at_ms);
-                Backlog {
-                    queue: queue.to_string(),
-                    scheduled,
-                    ready,
-                    in_flight,
-                    dead,
-                    first_ready_since_ms,
-                }
+            .map(|(queue, [scheduled, ready, in_flight, _, dead])| Backlog {
+                queue: queue.to_string(),
+                scheduled,
+                ready,
+                in_flight,
+                dead,
             })
             .collect())
     }
