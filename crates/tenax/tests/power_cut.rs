@@ -199,7 +199,7 @@ async fn workload(store: &Arc<dyn Store>, rng: &mut ChaCha8Rng) -> Model {
             let max = rng.random_range(1..=4);
             let request = TakeRequest::new(&queues, max, 600_000);
             match store.take_jobs(&request, now_ms).await {
-                Ok(taken) => held.extend(taken),
+                Ok(taken) => held.extend(taken.jobs),
                 // A take writes nothing: no state to doubt.
                 Err(_) => return model,
             }
@@ -332,7 +332,7 @@ async fn check(disk: &SimulatedDisk, model: &Model, seed: u64, how: &str) {
         .take_jobs(&TakeRequest::new(&queues, 100_000, 60_000), now_ms)
         .await
         .expect("a take");
-    for job in &taken {
+    for job in &taken.jobs {
         assert!(
             !model.completed.contains(&job.id),
             "seed {seed} ({how}): job {} was completed, and is taken again",
