@@ -69,7 +69,9 @@ async fn many_workers_never_hold_more_than_the_concurrency_limit() {
     server
         .put("/api/queues/lim", json!({"concurrency": 3}))
         .await;
-    let jobs: Vec<_> = (0..60).map(|i| json!({"queue": "lim", "payload": i})).collect();
+    let jobs: Vec<_> = (0..60)
+        .map(|i| json!({"queue": "lim", "payload": i}))
+        .collect();
     server.enqueue_batch(jobs).await;
     // The server's own count, sampled while the workers run.
     let sampler = {
@@ -104,7 +106,9 @@ async fn many_workers_never_start_more_than_the_rate_limit_in_any_period() {
             json!({"rate": {"limit": 10, "period": "500ms"}}),
         )
         .await;
-    let jobs: Vec<_> = (0..40).map(|i| json!({"queue": "rated", "payload": i})).collect();
+    let jobs: Vec<_> = (0..40)
+        .map(|i| json!({"queue": "rated", "payload": i}))
+        .collect();
     server.enqueue_batch(jobs).await;
     let began = Instant::now();
     let (_, mut starts) = work(&server, "rated", 8, 4, Duration::from_millis(1), 40).await;
@@ -112,7 +116,10 @@ async fn many_workers_never_start_more_than_the_rate_limit_in_any_period() {
     // In any 500 ms (half-open, ending at a start), at most 10 starts.
     for (i, end) in starts.iter().enumerate() {
         let within = starts[..=i].iter().filter(|s| **s + 500 > *end).count();
-        assert!(within <= 10, "{within} starts in the 500 ms up to {end}: {starts:?}");
+        assert!(
+            within <= 10,
+            "{within} starts in the 500 ms up to {end}: {starts:?}"
+        );
     }
     // Forty at ten per half second take at least one and a half seconds.
     assert!(
@@ -162,7 +169,10 @@ async fn a_waiting_worker_is_woken_when_room_appears() {
         .await;
     assert_eq!(server.take(&["slow"], 10).await.len(), 2);
     let queue = server.get("/api/queues/slow").await;
-    assert_eq!(queue["rate"], json!({"limit": 2, "period_ms": 10_000, "used": 2}));
+    assert_eq!(
+        queue["rate"],
+        json!({"limit": 2, "period_ms": 10_000, "used": 2})
+    );
     let waiter = {
         let api = server.api.clone();
         tokio::spawn(async move {
@@ -189,7 +199,10 @@ async fn limits_are_set_shown_removed_and_refused_naming_the_field() {
         )
         .await;
     assert_eq!(set["concurrency"], 5);
-    assert_eq!(set["rate"], json!({"limit": 100, "period_ms": 60_000, "used": 0}));
+    assert_eq!(
+        set["rate"],
+        json!({"limit": 100, "period_ms": 60_000, "used": 0})
+    );
     let list = server.get("/api/queues").await;
     assert_eq!(list["queues"][0]["concurrency"], 5);
     // Other settings leave the limits; null removes one.
@@ -209,7 +222,10 @@ async fn limits_are_set_shown_removed_and_refused_naming_the_field() {
         (json!({"rate": {"limit": 0, "period": "1s"}}), "rate.limit"),
         (json!({"rate": {"limit": 5, "period": 0}}), "rate.period"),
         (json!({"rate": {"limit": 5}}), "rate.period"),
-        (json!({"rate": {"limit": 5, "period": "1s", "burst": 2}}), "rate.burst"),
+        (
+            json!({"rate": {"limit": 5, "period": "1s", "burst": 2}}),
+            "rate.burst",
+        ),
         (json!({"rate": 5}), "rate"),
     ] {
         let error = server

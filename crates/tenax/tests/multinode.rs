@@ -827,8 +827,13 @@ async fn a_queues_limits_hold_across_the_cluster() {
         )
         .await;
     assert_eq!(status, 200, "{answer}");
-    let jobs: Vec<Value> = (0..40).map(|n| json!({"queue": "shared", "payload": n})).collect();
-    let (status, answer) = b.post("/api/jobs/batch", json!({"jobs": jobs})).await.expect("a batch");
+    let jobs: Vec<Value> = (0..40)
+        .map(|n| json!({"queue": "shared", "payload": n}))
+        .collect();
+    let (status, answer) = b
+        .post("/api/jobs/batch", json!({"jobs": jobs}))
+        .await
+        .expect("a batch");
     assert_eq!(status, 201, "{answer}");
     let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -921,18 +926,27 @@ async fn a_schedule_ticks_once_per_tick_across_the_cluster() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (status, schedule) = b.get("/api/schedules/every-second").await;
     assert_eq!(status, 200);
-    let last_tick = schedule["last_tick"].as_str().expect("a last tick").to_owned();
+    let last_tick = schedule["last_tick"]
+        .as_str()
+        .expect("a last tick")
+        .to_owned();
     let (status, page) = b.get("/api/jobs?queue=ticks&limit=1000").await;
     assert_eq!(status, 200);
     let mut ticks: Vec<u64> = page["jobs"]
         .as_array()
         .expect("jobs")
         .iter()
-        .map(|j| tenax::clock::parse_rfc3339(j["run_at"].as_str().expect("run_at")).expect("a time"))
+        .map(|j| {
+            tenax::clock::parse_rfc3339(j["run_at"].as_str().expect("run_at")).expect("a time")
+        })
         .collect();
     ticks.sort_unstable();
     let unique: BTreeSet<u64> = ticks.iter().copied().collect();
-    assert_eq!(unique.len(), ticks.len(), "a tick enqueued twice: {ticks:?}");
+    assert_eq!(
+        unique.len(),
+        ticks.len(),
+        "a tick enqueued twice: {ticks:?}"
+    );
     assert!(ticks.len() >= 5, "{ticks:?}");
     // No tick lost: one job per second from the first to the last handled.
     for pair in ticks.windows(2) {

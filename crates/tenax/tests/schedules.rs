@@ -33,7 +33,9 @@ fn minutely(queue: &str) -> Value {
 
 /// The jobs of `queue`, oldest first.
 async fn jobs_of(api: &Api, queue: &str) -> Vec<Value> {
-    let page = api.get(&format!("/api/jobs?queue={queue}&limit=1000")).await;
+    let page = api
+        .get(&format!("/api/jobs?queue={queue}&limit=1000"))
+        .await;
     page["jobs"].as_array().expect("jobs").clone()
 }
 
@@ -84,7 +86,10 @@ async fn each_tick_enqueues_one_job() {
     assert_eq!(made["missed"], "skip");
     assert_eq!(made["overlap"], "allow");
     assert!(made["description"].as_str().is_some_and(|d| !d.is_empty()));
-    assert_eq!(made["counts"], json!({"enqueued": 0, "missed": 0, "overlapped": 0}));
+    assert_eq!(
+        made["counts"],
+        json!({"enqueued": 0, "missed": 0, "overlapped": 0})
+    );
     expect_jobs(&server, "ticks", 0).await;
 
     server.advance(Duration::from_millis(MINUTE));
@@ -151,9 +156,7 @@ async fn daylight_saving_changes_neither_repeat_nor_lose_a_tick() {
         "job": {"queue": "spring"}});
     let made = put(&server, "nightly", nightly, 201).await;
     assert_eq!(made["next_tick"], "2027-03-28T01:00:00.000Z");
-    let ticks = server
-        .get("/api/schedules/nightly/ticks?count=3")
-        .await;
+    let ticks = server.get("/api/schedules/nightly/ticks?count=3").await;
     assert_eq!(
         ticks["ticks"],
         json!([
@@ -371,16 +374,32 @@ async fn the_next_ticks_of_any_expression() {
 async fn bad_schedules_are_refused_naming_the_field() {
     let server = TestServer::manual().await;
     let cases = [
-        (json!({"cron": "* * * *", "job": {"queue": "q"}}), "cron", "got 4"),
-        (json!({"cron": "99 * * * *", "job": {"queue": "q"}}), "cron", "not a valid"),
-        (json!({"cron": "0 0 30 2 *", "job": {"queue": "q"}}), "cron", "never matches"),
+        (
+            json!({"cron": "* * * *", "job": {"queue": "q"}}),
+            "cron",
+            "got 4",
+        ),
+        (
+            json!({"cron": "99 * * * *", "job": {"queue": "q"}}),
+            "cron",
+            "not a valid",
+        ),
+        (
+            json!({"cron": "0 0 30 2 *", "job": {"queue": "q"}}),
+            "cron",
+            "never matches",
+        ),
         (
             json!({"cron": "* * * * *", "timezone": "Mars/Base", "job": {"queue": "q"}}),
             "timezone",
             "IANA",
         ),
         (json!({"cron": "* * * * *"}), "job", "missing"),
-        (json!({"cron": "* * * * *", "job": {"queue": "no spaces"}}), "job.queue", "letters"),
+        (
+            json!({"cron": "* * * * *", "job": {"queue": "no spaces"}}),
+            "job.queue",
+            "letters",
+        ),
         (
             json!({"cron": "* * * * *", "job": {"queue": "q", "run_at": "2027-01-01T00:00:00Z"}}),
             "job.run_at",

@@ -343,12 +343,27 @@ async fn scoped_tokens_manage_only_their_schedules() {
         async move { request.send().await.expect("an answer").status().as_u16() }
     };
     let of = |queue: &str| Some(json!({"cron": "@daily", "job": {"queue": queue}}));
-    assert_eq!(send(Method::PUT, "/api/schedules/a", &scoped, of("team-a.x")).await, 201);
-    assert_eq!(send(Method::PUT, "/api/schedules/b", &scoped, of("team-b.x")).await, 403);
-    assert_eq!(send(Method::PUT, "/api/schedules/theirs", ADMIN, of("team-b.x")).await, 201);
+    assert_eq!(
+        send(Method::PUT, "/api/schedules/a", &scoped, of("team-a.x")).await,
+        201
+    );
+    assert_eq!(
+        send(Method::PUT, "/api/schedules/b", &scoped, of("team-b.x")).await,
+        403
+    );
+    assert_eq!(
+        send(Method::PUT, "/api/schedules/theirs", ADMIN, of("team-b.x")).await,
+        201
+    );
     // Not by replacing it with a job of its own queue either.
     assert_eq!(
-        send(Method::PUT, "/api/schedules/theirs", &scoped, of("team-a.y")).await,
+        send(
+            Method::PUT,
+            "/api/schedules/theirs",
+            &scoped,
+            of("team-a.y")
+        )
+        .await,
         403
     );
     for (method, path) in [
@@ -358,9 +373,16 @@ async fn scoped_tokens_manage_only_their_schedules() {
         (Method::POST, "/api/schedules/theirs/pause"),
         (Method::POST, "/api/schedules/theirs/resume"),
     ] {
-        assert_eq!(send(method.clone(), path, &scoped, None).await, 403, "{method} {path}");
+        assert_eq!(
+            send(method.clone(), path, &scoped, None).await,
+            403,
+            "{method} {path}"
+        );
     }
-    assert_eq!(send(Method::GET, "/api/schedules/a", &scoped, None).await, 200);
+    assert_eq!(
+        send(Method::GET, "/api/schedules/a", &scoped, None).await,
+        200
+    );
     let listed: Value = http
         .get(server.api.url("/api/schedules"))
         .bearer_auth(&scoped)

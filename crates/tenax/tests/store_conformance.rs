@@ -2559,7 +2559,14 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         record: Some(record.clone()),
         ..TakeRequest::new(&nobody, 5, 10 * SECOND)
     };
-    assert!(store.take_jobs(&empty, T0).await.expect("take").jobs.is_empty());
+    assert!(
+        store
+            .take_jobs(&empty, T0)
+            .await
+            .expect("take")
+            .jobs
+            .is_empty()
+    );
     assert_eq!(store.claim(ClaimId(42)).await, Ok(Claim::default()));
 
     // Renewed: every lease moves, the jobs live at least until asked, the record is replaced.
@@ -3548,7 +3555,8 @@ async fn deliveries_are_taken_finished_and_logged(backend: &impl Backend) {
         store
             .take_jobs(&for_sub(10), T0)
             .await
-            .expect("take").jobs
+            .expect("take")
+            .jobs
             .is_empty()
     );
     store
@@ -3697,7 +3705,8 @@ async fn deliveries_are_taken_finished_and_logged(backend: &impl Backend) {
         store
             .take_jobs(&for_sub(10), due)
             .await
-            .expect("take").jobs
+            .expect("take")
+            .jobs
             .is_empty()
     );
     let orphan = store
@@ -4400,7 +4409,12 @@ async fn inserts_are_never_made_on_facts_older_than_a_change(backend: &impl Back
 
 // --- per-queue limits ------------------------------------------------------------------------
 
-async fn limit_queue(store: &Arc<dyn Store>, queue: &str, concurrency: Option<u32>, rate: Option<RateLimit>) {
+async fn limit_queue(
+    store: &Arc<dyn Store>,
+    queue: &str,
+    concurrency: Option<u32>,
+    rate: Option<RateLimit>,
+) {
     store
         .update_queue(queue, &|current| {
             let mut config = current.cloned().unwrap_or_default();
@@ -4412,12 +4426,7 @@ async fn limit_queue(store: &Arc<dyn Store>, queue: &str, concurrency: Option<u3
         .expect("limited");
 }
 
-async fn take_held(
-    store: &Arc<dyn Store>,
-    queues: &[&str],
-    max: usize,
-    now_ms: u64,
-) -> Taken {
+async fn take_held(store: &Arc<dyn Store>, queues: &[&str], max: usize, now_ms: u64) -> Taken {
     let queues: Vec<String> = queues.iter().map(|q| (*q).to_owned()).collect();
     store
         .take_jobs(&TakeRequest::new(&queues, max, 30 * SECOND), now_ms)
@@ -4431,12 +4440,7 @@ async fn take_held(
 async fn concurrency_limits_hold_takes_back(backend: &impl Backend) {
     let store = backend.open(T0).await;
     limit_queue(&store, "lim", Some(2), None).await;
-    let limited = enqueue(
-        &store,
-        (0..5).map(|i| job("lim").priority(i)).collect(),
-        T0,
-    )
-    .await;
+    let limited = enqueue(&store, (0..5).map(|i| job("lim").priority(i)).collect(), T0).await;
     let free = enqueue(&store, vec![job("free"), job("free")], T0).await;
     let first = take(&store, &["lim", "free"], 10, T0).await;
     assert_eq!(
@@ -4490,13 +4494,20 @@ async fn rate_limits_hold_takes_back_across_restarts(backend: &impl Backend) {
     limit_queue(&store, "rated", None, Some(rate)).await;
     let ids = enqueue(&store, (0..10).map(|_| job("rated")).collect(), T0).await;
     assert_eq!(taken_ids(&take(&store, &["rated"], 10, T0).await), ids[..3]);
-    assert_eq!(store.limit_use("rated", T0).await, Ok(LimitUse { started: 3 }));
+    assert_eq!(
+        store.limit_use("rated", T0).await,
+        Ok(LimitUse { started: 3 })
+    );
     let held = take_held(&store, &["rated"], 10, T0 + SECOND).await;
     assert!(held.jobs.is_empty());
     // The bucket [T0, T0 + 1 s) counts until its end is a period old.
     assert_eq!(held.held.until_ms, Some(T0 + 61 * SECOND));
     assert!(!held.held.in_flight);
-    assert!(take(&store, &["rated"], 10, T0 + 61 * SECOND - 1).await.is_empty());
+    assert!(
+        take(&store, &["rated"], 10, T0 + 61 * SECOND - 1)
+            .await
+            .is_empty()
+    );
     // Pops count as starts too.
     let later = T0 + 61 * SECOND;
     let popped = store
@@ -4505,11 +4516,18 @@ async fn rate_limits_hold_takes_back_across_restarts(backend: &impl Backend) {
         .expect("pop");
     assert_eq!(popped.len(), 1);
     assert_eq!(take(&store, &["rated"], 10, later).await.len(), 2);
-    assert_eq!(store.limit_use("rated", later).await, Ok(LimitUse { started: 3 }));
+    assert_eq!(
+        store.limit_use("rated", later).await,
+        Ok(LimitUse { started: 3 })
+    );
 
     // The starts survive: still none to hand out after a restart.
     let store = reopen(backend, store, later).await;
-    assert!(take(&store, &["rated"], 10, later + SECOND).await.is_empty());
+    assert!(
+        take(&store, &["rated"], 10, later + SECOND)
+            .await
+            .is_empty()
+    );
     assert_eq!(
         store.limit_use("rated", later + SECOND).await,
         Ok(LimitUse { started: 3 })
@@ -4524,7 +4542,10 @@ async fn rate_limits_hold_takes_back_across_restarts(backend: &impl Backend) {
     assert!(held.held.in_flight && held.jobs.is_empty());
     // A deleted queue forgets its starts.
     store.delete_queue("rated").await.expect("deleted");
-    assert_eq!(store.limit_use("rated", next).await, Ok(LimitUse::default()));
+    assert_eq!(
+        store.limit_use("rated", next).await,
+        Ok(LimitUse::default())
+    );
     close(store).await;
 }
 
@@ -4565,7 +4586,10 @@ fn same(a: &Schedule, b: &Schedule) -> bool {
 /// restart.
 async fn schedules_are_stored_changed_and_deleted(backend: &impl Backend) {
     let store = backend.open(T0).await;
-    assert_eq!(store.schedule("a").await.expect("read").map(|s| s.name), None);
+    assert_eq!(
+        store.schedule("a").await.expect("read").map(|s| s.name),
+        None
+    );
     let a = schedule("a", "q");
     let stored = store
         .update_schedule("a", &|current| {
@@ -4590,7 +4614,10 @@ async fn schedules_are_stored_changed_and_deleted(backend: &impl Backend) {
         .await
         .expect("made");
     let names = |list: Vec<Schedule>| list.into_iter().map(|s| s.name).collect::<Vec<_>>();
-    assert_eq!(names(store.schedules().await.expect("list")), ["a", "b", "c"]);
+    assert_eq!(
+        names(store.schedules().await.expect("list")),
+        ["a", "b", "c"]
+    );
     // The maintenance loop wakes for the earliest tick of an unpaused schedule.
     assert_eq!(
         store.next_wakeup().await.expect("next wakeup"),
@@ -4598,11 +4625,21 @@ async fn schedules_are_stored_changed_and_deleted(backend: &impl Backend) {
     );
     // Due: unpaused, next tick at or before now, earliest first.
     assert_eq!(
-        names(store.due_schedules(T0 + 59 * SECOND, 10).await.expect("due")),
+        names(
+            store
+                .due_schedules(T0 + 59 * SECOND, 10)
+                .await
+                .expect("due")
+        ),
         ["b"]
     );
     assert_eq!(
-        names(store.due_schedules(T0 + 60 * SECOND, 10).await.expect("due")),
+        names(
+            store
+                .due_schedules(T0 + 60 * SECOND, 10)
+                .await
+                .expect("due")
+        ),
         ["b", "a"]
     );
     assert_eq!(

@@ -431,10 +431,22 @@ async fn ticks(
     let schedule = found(&state, &name).await?;
     let timetable = Timetable::new(&schedule.cron, &schedule.timezone).map_err(timetable_error)?;
     let after = schedule.through_ms.max(state.engine.now_ms());
-    Ok(Json(tick_list(&schedule.cron, &schedule.timezone, &timetable, after, count)))
+    Ok(Json(tick_list(
+        &schedule.cron,
+        &schedule.timezone,
+        &timetable,
+        after,
+        count,
+    )))
 }
 
-fn tick_list(cron: &str, timezone: &str, timetable: &Timetable, after: u64, count: usize) -> TickList {
+fn tick_list(
+    cron: &str,
+    timezone: &str,
+    timetable: &Timetable,
+    after: u64,
+    count: usize,
+) -> TickList {
     TickList {
         cron: cron.to_owned(),
         timezone: timezone.to_owned(),
@@ -468,4 +480,3 @@ async fn preview(
         count,
     )))
 }
-

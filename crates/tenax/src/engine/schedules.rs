@@ -63,7 +63,8 @@ impl Engine {
                 Some(replaced(current, &spec, timetable, now_ms))
             })
             .await?;
-        let stored = stored.ok_or_else(|| StoreError::Corrupt("a schedule was not stored".into()))?;
+        let stored =
+            stored.ok_or_else(|| StoreError::Corrupt("a schedule was not stored".into()))?;
         Ok((stored, created.into_inner()))
     }
 
@@ -206,11 +207,9 @@ impl Engine {
                 Some(job) => Some(self.inserts_of(vec![job.clone()], now_ms).await?),
                 None => None,
             };
-            let (inserts, seen) = made
-                .as_ref()
-                .map_or((Vec::new(), Default::default()), |m| {
-                    (m.inserts.clone(), m.seen)
-                });
+            let (inserts, seen) = made.as_ref().map_or((Vec::new(), Default::default()), |m| {
+                (m.inserts.clone(), m.seen)
+            });
             match self
                 .store
                 .record_tick(next, expected, inserts, seen, now_ms)
@@ -247,8 +246,7 @@ fn replaced(
     timetable: &Timetable,
     now_ms: UnixMs,
 ) -> Schedule {
-    let same_times =
-        current.is_some_and(|c| c.cron == spec.cron && c.timezone == spec.timezone);
+    let same_times = current.is_some_and(|c| c.cron == spec.cron && c.timezone == spec.timezone);
     let was_paused = current.is_some_and(|c| c.paused);
     let paused = spec.paused.unwrap_or(was_paused);
     let through_ms = match current {

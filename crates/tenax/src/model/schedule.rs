@@ -78,9 +78,7 @@ pub struct JobTemplate {
 
 /// What happens to ticks that no server handled in time (the servers were down, or the
 /// schedule's lead moved): see [`MISSED_AFTER_MS`].
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Missed {
     /// They are skipped (and counted).
@@ -91,9 +89,7 @@ pub enum Missed {
 }
 
 /// What a tick does while the previous tick's job is unfinished.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Overlap {
     /// Enqueue anyway.

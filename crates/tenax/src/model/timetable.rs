@@ -172,7 +172,11 @@ impl Timetable {
 
     fn zoned(&self, ms: UnixMs) -> Option<jiff::Zoned> {
         let ms = i64::try_from(ms).ok()?;
-        Some(Timestamp::from_millisecond(ms).ok()?.to_zoned(self.zone.clone()))
+        Some(
+            Timestamp::from_millisecond(ms)
+                .ok()?
+                .to_zoned(self.zone.clone()),
+        )
     }
 }
 
@@ -225,7 +229,11 @@ mod tests {
             Some(utc("2027-01-15T09:00:00Z"))
         );
         assert_eq!(
-            hourly.count_between(utc("2027-01-15T08:00:00Z"), utc("2027-01-15T12:00:00Z"), 100),
+            hourly.count_between(
+                utc("2027-01-15T08:00:00Z"),
+                utc("2027-01-15T12:00:00Z"),
+                100
+            ),
             4
         );
         assert_eq!(

@@ -8,8 +8,8 @@ use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
 use crate::model::{
-    ClaimId, ErrorEntry, Job, JobId, JobState, LeaseToken, NewJob, Schedule, Status,
-    StoredPolicy, Subscription, SubscriptionId, Trigger,
+    ClaimId, ErrorEntry, Job, JobId, JobState, LeaseToken, NewJob, Schedule, Status, StoredPolicy,
+    Subscription, SubscriptionId, Trigger,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -48,9 +48,8 @@ impl JobInserts for EmbeddedStore {
             if fresh.is_empty() {
                 return Ok(results);
             }
-            let after = Box::new(move |inner: &mut Inner, written| {
-                show(inner, fresh, written, now_ms)
-            });
+            let after =
+                Box::new(move |inner: &mut Inner, written| show(inner, fresh, written, now_ms));
             (results, self.writer.submit_then(ops, after))
         };
         writer::wait(receiver).await?;

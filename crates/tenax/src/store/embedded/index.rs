@@ -447,7 +447,9 @@ impl Index {
 
     /// How many of a queue's jobs are in flight.
     pub fn in_flight(&self, queue: QueueRef) -> u64 {
-        self.counts.get(&queue).map_or(0, |c| c[slot(Status::InFlight)])
+        self.counts
+            .get(&queue)
+            .map_or(0, |c| c[slot(Status::InFlight)])
     }
 
     /// The job a take of `queue` would hand out next, if one is ready.
@@ -632,7 +634,13 @@ mod tests {
     #[test]
     fn capped_peeks_keep_the_order_and_each_queues_cap() {
         let mut index = Index::default();
-        for (id, queue, priority) in [(1, "a", 0), (2, "b", 5), (3, "a", 5), (4, "b", 0), (5, "a", 1)] {
+        for (id, queue, priority) in [
+            (1, "a", 0),
+            (2, "b", 5),
+            (3, "a", 5),
+            (4, "b", 0),
+            (5, "a", 1),
+        ] {
             let e = entry(&mut index, queue, priority, Status::Ready, 0);
             index.insert(JobId(id), e, 0);
         }

@@ -14,8 +14,7 @@ use crate::model::subscription::subscription_of_queue;
 use crate::model::{Attempt, AttemptResult, Job, JobId, LeaseToken, Status};
 use crate::store::{
     Ack, Decide, DecideContext, Finished, JobLeases, LeaseFacts, StoreError, TakeRequest, Taken,
-    TakenJob,
-    Transition, to_json_bytes,
+    TakenJob, Transition, to_json_bytes,
 };
 
 #[async_trait]

@@ -84,7 +84,11 @@ pub(super) fn room(
 }
 
 /// Starts of `window` that count at `now_ms`.
-pub(super) fn used(window: Option<&VecDeque<StartBucket>>, rate: &RateLimit, now_ms: UnixMs) -> u64 {
+pub(super) fn used(
+    window: Option<&VecDeque<StartBucket>>,
+    rate: &RateLimit,
+    now_ms: UnixMs,
+) -> u64 {
     window
         .into_iter()
         .flatten()

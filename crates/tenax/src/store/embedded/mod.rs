@@ -61,8 +61,7 @@ use self::wal::Wal;
 use self::writer::Writer;
 use super::{
     ClaimRecord, CommitObserver, QueueConfig, Signals, StartBucket, StoreError, StoreLifecycle,
-    StoreProperties,
-    from_json_bytes,
+    StoreProperties, from_json_bytes,
 };
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;

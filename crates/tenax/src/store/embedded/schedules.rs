@@ -97,9 +97,8 @@ impl ScheduleStore for EmbeddedStore {
             }
             ops.push(put(&stored.name, &stored));
             inner.schedules.insert(stored.name.clone(), stored);
-            let after = Box::new(move |inner: &mut Inner, written| {
-                show(inner, fresh, written, now_ms)
-            });
+            let after =
+                Box::new(move |inner: &mut Inner, written| show(inner, fresh, written, now_ms));
             (results, self.writer.submit_then(ops, after))
         };
         writer::wait(receiver).await?;

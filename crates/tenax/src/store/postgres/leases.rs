@@ -123,7 +123,10 @@ impl JobLeases for PostgresStore {
         let caps = vec![limit(request.max); request.queues.len()];
         let rows = take(&client, request, true, &caps, now_ms).await?;
         // A limited queue among them: nothing was taken, and the take is counted instead.
-        if rows.iter().any(|row| row.get::<_, Option<i64>>(0).is_none()) {
+        if rows
+            .iter()
+            .any(|row| row.get::<_, Option<i64>>(0).is_none())
+        {
             drop(client);
             return self.take_limited(request, now_ms).await;
         }

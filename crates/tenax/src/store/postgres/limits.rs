@@ -91,7 +91,13 @@ impl PostgresStore {
         let rows = take(&tx, request, false, &room.caps, now_ms).await?;
         let expires_at_ms = now_ms.saturating_add(request.lease_ms);
         let jobs = taken_jobs(&rows, expires_at_ms)?;
-        record(&tx, &room.rated, jobs.iter().map(|j| j.queue.as_str()), now_ms).await?;
+        record(
+            &tx,
+            &room.rated,
+            jobs.iter().map(|j| j.queue.as_str()),
+            now_ms,
+        )
+        .await?;
         tx.commit().await.map_err(fault(what))?;
         Ok(Taken {
             jobs,
@@ -119,7 +125,13 @@ impl PostgresStore {
         .await
         .map_err(fault(what))?;
         let mut jobs: Vec<Job> = rows.iter().map(job_of).collect::<Result<_, _>>()?;
-        record(&tx, &room.rated, jobs.iter().map(|j| j.spec.queue.as_str()), now_ms).await?;
+        record(
+            &tx,
+            &room.rated,
+            jobs.iter().map(|j| j.spec.queue.as_str()),
+            now_ms,
+        )
+        .await?;
         tx.commit().await.map_err(fault(what))?;
         if !jobs.is_empty() {
             self.announce(Wakeup::Released);
@@ -256,4 +268,3 @@ async fn record<'a, C: GenericClient>(
     .map_err(fault("recording the starts of rate-limited queues"))?;
     Ok(())
 }
-
