@@ -521,7 +521,9 @@ fn otlp_endpoint(text: &str) -> Result<url::Url, String> {
         return Err(format!("--otlp-endpoint: {RULE}"));
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err(format!("--otlp-endpoint: {RULE}, without a query or fragment"));
+        return Err(format!(
+            "--otlp-endpoint: {RULE}, without a query or fragment"
+        ));
     }
     Ok(url)
 }

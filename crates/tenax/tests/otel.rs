@@ -22,8 +22,8 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
@@ -166,7 +166,11 @@ fn request_span<'a>(spans: &'a [Got], name: &str, trace: &str) -> &'a Got {
         .iter()
         .filter(|s| s.span.name == name && s.trace() == trace)
         .collect();
-    assert_eq!(found.len(), 1, "one request span {name} in {trace}: {spans:#?}");
+    assert_eq!(
+        found.len(),
+        1,
+        "one request span {name} in {trace}: {spans:#?}"
+    );
     found[0]
 }
 
@@ -250,9 +254,15 @@ async fn spans_of_a_job_join_its_producers_trace() {
     let request = request_span(spans, "POST /api/jobs", TRACE);
     assert_eq!(request.parent(), PRODUCER);
     assert_eq!(request.kind(), SpanKind::Server);
-    assert_eq!(request.attribute("http.response.status_code").unwrap(), "201");
+    assert_eq!(
+        request.attribute("http.response.status_code").unwrap(),
+        "201"
+    );
     let enqueue = job_span(spans, "enqueue orders", shipped);
-    assert_eq!((enqueue.trace(), enqueue.parent()), (TRACE.into(), request.id()));
+    assert_eq!(
+        (enqueue.trace(), enqueue.parent()),
+        (TRACE.into(), request.id())
+    );
     assert_eq!(enqueue.kind(), SpanKind::Producer);
     assert_eq!(enqueue.attribute("tenax.job.type").unwrap(), "ship");
     assert_eq!(enqueue.attribute("messaging.system").unwrap(), "tenax");
@@ -260,15 +270,24 @@ async fn spans_of_a_job_join_its_producers_trace() {
     // The worker's take and completion are not in the producer's trace as requests, but the
     // job's spans are: their parent is the producer's span, stored with the job.
     let take = job_span(spans, "take orders", shipped);
-    assert_eq!((take.trace(), take.parent()), (TRACE.into(), PRODUCER.into()));
+    assert_eq!(
+        (take.trace(), take.parent()),
+        (TRACE.into(), PRODUCER.into())
+    );
     assert_eq!(take.kind(), SpanKind::Consumer);
     let complete = job_span(spans, "complete orders", shipped);
-    assert_eq!((complete.trace(), complete.parent()), (TRACE.into(), PRODUCER.into()));
+    assert_eq!(
+        (complete.trace(), complete.parent()),
+        (TRACE.into(), PRODUCER.into())
+    );
     assert!(!complete.is_error());
-    let take_request = spans
-        .iter()
-        .find(|s| s.span.name == "POST /api/take" && s.trace() != TRACE && s.trace() != OTHER_TRACE);
-    assert!(take_request.is_some(), "the take's own request span: {spans:#?}");
+    let take_request = spans.iter().find(|s| {
+        s.span.name == "POST /api/take" && s.trace() != TRACE && s.trace() != OTHER_TRACE
+    });
+    assert!(
+        take_request.is_some(),
+        "the take's own request span: {spans:#?}"
+    );
 
     // The delivery attempt is a client span in the producer's trace.
     let delivery: Vec<&Got> = spans
@@ -277,9 +296,15 @@ async fn spans_of_a_job_join_its_producers_trace() {
         .collect();
     assert_eq!(delivery.len(), 1, "{spans:#?}");
     let delivery = delivery[0];
-    assert_eq!((delivery.trace(), delivery.parent()), (TRACE.into(), PRODUCER.into()));
+    assert_eq!(
+        (delivery.trace(), delivery.parent()),
+        (TRACE.into(), PRODUCER.into())
+    );
     assert_eq!(delivery.kind(), SpanKind::Client);
-    assert_eq!(delivery.attribute("http.response.status_code").unwrap(), "204");
+    assert_eq!(
+        delivery.attribute("http.response.status_code").unwrap(),
+        "204"
+    );
     assert_eq!(delivery.attribute("tenax.attempt").unwrap(), "1");
     assert!(!delivery.is_error());
 
@@ -287,7 +312,10 @@ async fn spans_of_a_job_join_its_producers_trace() {
     let enqueue = job_span(spans, "enqueue refunds", refund);
     assert_eq!(enqueue.trace(), OTHER_TRACE);
     let fail = job_span(spans, "fail refunds", refund);
-    assert_eq!((fail.trace(), fail.parent()), (OTHER_TRACE.into(), OTHER_PRODUCER.into()));
+    assert_eq!(
+        (fail.trace(), fail.parent()),
+        (OTHER_TRACE.into(), OTHER_PRODUCER.into())
+    );
     assert!(fail.is_error(), "{fail:#?}");
     assert_eq!(fail.span.status.as_ref().unwrap().message, "card declined");
     assert_eq!(fail.attribute("tenax.job.status").unwrap(), "scheduled");
@@ -298,7 +326,14 @@ async fn spans_of_a_job_join_its_producers_trace() {
         .iter()
         .filter(|s| s.span.name == "POST /api/jobs" && s.id() == enqueue.parent())
         .collect();
-    assert_eq!(request.len(), 1, "the enqueue's parent is its request: {spans:#?}");
+    assert_eq!(
+        request.len(),
+        1,
+        "the enqueue's parent is its request: {spans:#?}"
+    );
     assert_eq!(request[0].trace(), enqueue.trace());
-    assert!(request[0].parent().is_empty(), "a request without traceparent starts a trace");
+    assert!(
+        request[0].parent().is_empty(),
+        "a request without traceparent starts a trace"
+    );
 }

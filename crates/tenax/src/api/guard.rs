@@ -125,7 +125,13 @@ pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next
     let span =
         tracing::info_span!("request", request_id = %id, %method, path = %request.uri().path());
     let request_span = guard.tracing.as_ref().map(|tracing| {
-        RequestSpan::start(tracing, &method, request.uri().path(), request.headers(), &id)
+        RequestSpan::start(
+            tracing,
+            &method,
+            request.uri().path(),
+            request.headers(),
+            &id,
+        )
     });
     let handling = run(&guard.limits, shape, request, next, &id).instrument(span);
     let mut response = match &request_span {

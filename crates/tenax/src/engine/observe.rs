@@ -135,7 +135,8 @@ impl Engine {
             series.enqueued.inc_by(n as u64);
         }
         let created = results.iter().flatten().filter(|e| e.created).count();
-        self.activity.record(Event::Enqueued(created as u64), now_ms);
+        self.activity
+            .record(Event::Enqueued(created as u64), now_ms);
         if let (Some(tracing), Some((began, traced))) = (&self.tracing, seen.traced) {
             let ended = SystemTime::now();
             for (result, (queue, kind, trace)) in results.iter().zip(traced) {
@@ -432,7 +433,8 @@ impl Engine {
             tracing.book.end(failed.id, failed.token);
             return;
         }
-        let Some(traced) = Self::traced_end(tracing, failed.id, failed.token, failed.lease.as_ref())
+        let Some(traced) =
+            Self::traced_end(tracing, failed.id, failed.token, failed.lease.as_ref())
         else {
             return;
         };
@@ -443,7 +445,10 @@ impl Engine {
             KeyValue::new("tenax.failures", i64::from(state.failures)),
         ];
         if !expired {
-            attributes.push(KeyValue::new("tenax.run_ms", run_ms(now_ms, traced.taken_at_ms)));
+            attributes.push(KeyValue::new(
+                "tenax.run_ms",
+                run_ms(now_ms, traced.taken_at_ms),
+            ));
         }
         if let Some(moved) = &transition.moved_to {
             attributes.push(KeyValue::new("tenax.moved_to", moved.queue.clone()));
@@ -531,7 +536,10 @@ fn trace_delivery(
         attributes.push(KeyValue::new("server.address", host));
     }
     if let Some(status) = attempt.status {
-        attributes.push(KeyValue::new("http.response.status_code", i64::from(status)));
+        attributes.push(KeyValue::new(
+            "http.response.status_code",
+            i64::from(status),
+        ));
     }
     let error = match finished {
         Finished::Delivered => None,
@@ -553,7 +561,11 @@ fn trace_delivery(
         error,
     };
     let began = wall(attempt.at_ms);
-    tracing.job_span(span, began, began + Duration::from_millis(attempt.latency_ms));
+    tracing.job_span(
+        span,
+        began,
+        began + Duration::from_millis(attempt.latency_ms),
+    );
 }
 
 /// A run's time so far, for a span's attribute.

@@ -21,10 +21,10 @@ use prometheus_client::registry::{Registry, Unit};
 use super::Metrics;
 use super::jobs::QueueLabel;
 use super::webhooks::SubscriptionLabel;
+use crate::clock::UnixMs;
 use crate::delivery::Deliveries;
 use crate::engine::Engine;
 use crate::model::subscription::{is_internal_queue, subscription_of_queue};
-use crate::clock::UnixMs;
 use crate::store::{Backlog, StoreError};
 
 /// A count is reused until it is this many times as old as it took to make.

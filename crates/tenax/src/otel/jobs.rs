@@ -10,7 +10,9 @@
 
 use std::time::SystemTime;
 
-use opentelemetry::trace::{Span as _, SpanContext, SpanKind, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanKind, Status, TraceContextExt as _, Tracer as _,
+};
 use opentelemetry::{Context, KeyValue};
 
 use super::{Tracing, request};
@@ -92,7 +94,8 @@ impl Tracing {
             (Some(job), _) => Some(job),
             (None, request) => request,
         };
-        let parent = parent.map_or_else(Context::new, |p| Context::new().with_remote_span_context(p));
+        let parent =
+            parent.map_or_else(Context::new, |p| Context::new().with_remote_span_context(p));
         attributes.extend([
             KeyValue::new("messaging.system", "tenax"),
             KeyValue::new("messaging.operation.name", operation.name()),

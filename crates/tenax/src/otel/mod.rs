@@ -15,7 +15,9 @@ pub mod request;
 
 use std::time::Duration;
 
-use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceId, TraceState, TracerProvider as _};
+use opentelemetry::trace::{
+    SpanContext, SpanId, TraceFlags, TraceId, TraceState, TracerProvider as _,
+};
 use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::{SdkTracer, SdkTracerProvider};
@@ -139,15 +141,26 @@ mod tests {
         let context = parse_traceparent(text).expect("a span context");
         assert!(context.is_sampled() && context.is_remote());
         assert_eq!(traceparent_of(&context), text);
-        assert!(parse_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none());
+        assert!(
+            parse_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none()
+        );
         assert!(parse_traceparent("garbage").is_none());
     }
 
     #[test]
     fn the_traces_path_is_added_once() {
         let url = |s: &str| url::Url::parse(s).expect("a URL");
-        assert_eq!(traces_url(&url("http://127.0.0.1:4318")), "http://127.0.0.1:4318/v1/traces");
-        assert_eq!(traces_url(&url("http://h:4318/otlp/")), "http://h:4318/otlp/v1/traces");
-        assert_eq!(traces_url(&url("https://h/v1/traces")), "https://h/v1/traces");
+        assert_eq!(
+            traces_url(&url("http://127.0.0.1:4318")),
+            "http://127.0.0.1:4318/v1/traces"
+        );
+        assert_eq!(
+            traces_url(&url("http://h:4318/otlp/")),
+            "http://h:4318/otlp/v1/traces"
+        );
+        assert_eq!(
+            traces_url(&url("https://h/v1/traces")),
+            "https://h/v1/traces"
+        );
     }
 }

@@ -8,7 +8,9 @@ use std::future::Future;
 use std::time::SystemTime;
 
 use axum::http::{HeaderMap, Method};
-use opentelemetry::trace::{Span as _, SpanContext, SpanKind, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanKind, Status, TraceContextExt as _, Tracer as _,
+};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::Span;
 
@@ -61,7 +63,9 @@ impl RequestSpan {
 
     /// Runs `handle` with this span as the task's request ([`current`]).
     pub async fn within<F: Future>(&self, handle: F) -> F::Output {
-        REQUEST.scope(self.span.span_context().clone(), handle).await
+        REQUEST
+            .scope(self.span.span_context().clone(), handle)
+            .await
     }
 
     /// Ends the span with the route the router matched and the status answered; a 5xx is an
