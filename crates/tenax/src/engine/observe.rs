@@ -72,13 +72,16 @@ impl Drop for Completions {
     }
 }
 
+/// A message's queue, type and trace context, for its span.
+type Message = (String, String, Option<SpanContext>);
+
 /// What an enqueue reports, gathered as its messages are made: their series by runs of one
 /// queue and type and, while tracing, what their spans need.
 pub(super) struct Enqueueing {
     runs: Vec<(Arc<JobSeries>, usize)>,
     last: LastSeries,
-    /// Each message's queue, type and trace context, and when the enqueue began.
-    traced: Option<(SystemTime, Vec<(String, String, Option<SpanContext>)>)>,
+    /// When the enqueue began, and each message's queue, type and trace context.
+    traced: Option<(SystemTime, Vec<Message>)>,
 }
 
 impl Enqueueing {

@@ -251,7 +251,7 @@ fn replaced(
     let paused = spec.paused.unwrap_or(was_paused);
     let through_ms = match current {
         // Resumed by the change: ticks while paused are not enqueued.
-        Some(c) if same_times && !(was_paused && !paused) => c.through_ms,
+        Some(c) if same_times && (paused || !was_paused) => c.through_ms,
         Some(c) if same_times => c.through_ms.max(now_ms),
         _ => now_ms,
     };
