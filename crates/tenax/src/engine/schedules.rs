@@ -221,7 +221,7 @@ impl Engine {
                 Ok(Some(results)) => {
                     let id = results.first().and_then(Option::as_ref).map(|e| e.id);
                     if let Some(made) = made {
-                        self.count_enqueued(made.observed, results, 1, now_ms);
+                        self.count_enqueued(made.series, results, 1, now_ms);
                     }
                     return Ok(Some(id));
                 }
@@ -249,9 +249,10 @@ fn replaced(
     let same_times = current.is_some_and(|c| c.cron == spec.cron && c.timezone == spec.timezone);
     let was_paused = current.is_some_and(|c| c.paused);
     let paused = spec.paused.unwrap_or(was_paused);
+    let resumed = was_paused && !paused;
     let through_ms = match current {
+        Some(c) if same_times && !resumed => c.through_ms,
         // Resumed by the change: ticks while paused are not enqueued.
-        Some(c) if same_times && (paused || !was_paused) => c.through_ms,
         Some(c) if same_times => c.through_ms.max(now_ms),
         _ => now_ms,
     };
