@@ -20,6 +20,7 @@ mod facts;
 mod filter;
 mod inserts;
 mod leases;
+mod linger;
 mod queues;
 mod reads;
 mod rows;
