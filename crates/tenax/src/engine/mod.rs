@@ -8,6 +8,7 @@
 
 mod claims;
 mod decide;
+mod endpoints;
 mod jobs;
 pub mod maintenance;
 mod queues;

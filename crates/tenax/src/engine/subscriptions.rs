@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tenax_policy::{Outcome, RetryPolicy};
 
 use super::{ChangeError, Engine, PolicyOwner, Refusal, decide_failure, delivery_policy};
+use crate::clock::UnixMs;
 use crate::model::subscription::delivery_queue;
 use crate::model::{
     Attempt, AttemptResult, ErrorEntry, JobId, Status, Subscription, SubscriptionId,
@@ -161,6 +162,26 @@ impl Engine {
         self.store
             .finish_delivery(ack, &attempt, retain, now_ms, &decide)
             .await
+    }
+}
+
+impl Engine {
+    /// Puts back a delivery taken but not sent (its endpoint paused, its breaker opened, or
+    /// its subscription's retry budget spent meanwhile): it waits until `until_ms`, and uses no
+    /// attempt. Nothing is recorded.
+    pub async fn hold_delivery(&self, ack: Ack, until_ms: UnixMs) -> Result<(), StoreError> {
+        let now_ms = self.now_ms();
+        let decide = move |ctx: &DecideContext<'_>| {
+            let mut state = ctx.state.clone();
+            state.status = Status::Scheduled;
+            state.run_at_ms = until_ms.max(now_ms);
+            Transition {
+                state,
+                error: None,
+                moved_to: None,
+            }
+        };
+        self.store.fail_job(ack, now_ms, &decide).await.map(|_| ())
     }
 }
 

@@ -2,6 +2,7 @@
 //! errors recorded on it; subscriptions and their deliveries. Stored types live here; request
 //! and response shapes live in `api`.
 
+pub mod endpoint;
 mod ids;
 mod job;
 pub mod payload;
@@ -12,7 +13,9 @@ mod trace;
 pub use ids::{ClaimId, JobId, LeaseToken, SubscriptionId};
 pub use job::{ErrorEntry, Held, Job, JobState, NewJob, Status};
 pub use policy::StoredPolicy;
+pub use endpoint::{Breaker, BreakerState, EndpointState, Pause};
 pub use subscription::{
-    Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, Subscription,
+    Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, RetryBudget,
+    Subscription,
 };
 pub use trace::{MAX_TRACEPARENT_LEN, check_traceparent};

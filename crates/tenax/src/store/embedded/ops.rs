@@ -16,8 +16,8 @@ use std::sync::Arc;
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::tables::{
-    ATTEMPTS, BodyHead, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ERRORS,
-    JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, STATES,
+    ATTEMPTS, BodyHead, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS,
+    ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, STATES,
     SUBSCRIPTIONS, TOKENS, WAL_LSN,
 };
 use crate::clock::UnixMs;
@@ -88,6 +88,11 @@ pub enum Op {
     DeleteToken {
         id: u64,
     },
+    /// An endpoint's delivery state, by origin.
+    PutEndpoint {
+        origin: String,
+        state: Vec<u8>,
+    },
 }
 
 /// How applied ops changed each queue's count of completed jobs.
@@ -104,6 +109,7 @@ pub struct Tables<'t> {
     subscriptions: Table<'t, u64, &'static [u8]>,
     attempts: Table<'t, (u64, u32), &'static [u8]>,
     tokens: Table<'t, u64, &'static [u8]>,
+    endpoints: Table<'t, &'static str, &'static [u8]>,
     completed: Table<'t, (&'static str, u64), &'static [u8]>,
     completed_at: Table<'t, (u64, u64), &'static str>,
     completed_expiring: Table<'t, (u64, u64), &'static str>,
@@ -122,6 +128,7 @@ impl<'t> Tables<'t> {
             subscriptions: tx.open_table(SUBSCRIPTIONS)?,
             attempts: tx.open_table(ATTEMPTS)?,
             tokens: tx.open_table(TOKENS)?,
+            endpoints: tx.open_table(ENDPOINTS)?,
             completed: tx.open_table(COMPLETED)?,
             completed_at: tx.open_table(COMPLETED_AT)?,
             completed_expiring: tx.open_table(COMPLETED_EXPIRING)?,
@@ -218,6 +225,9 @@ impl<'t> Tables<'t> {
                 let n = last_key(&self.attempts, id)?.map_or(1, |last| last.saturating_add(1));
                 self.attempts.insert((id, n), entry.as_slice())?;
             }
+            Op::PutEndpoint { origin, state } => {
+                self.endpoints.insert(origin.as_str(), state.as_slice())?;
+            }
         }
         Ok(())
     }
@@ -307,6 +317,7 @@ const DELETE_SUBSCRIPTION: u8 = 11;
 const PUT_ATTEMPT: u8 = 12;
 const PUT_TOKEN: u8 = 13;
 const DELETE_TOKEN: u8 = 14;
+const PUT_ENDPOINT: u8 = 15;
 
 impl Op {
     /// Appends the op's log encoding to `out`.
@@ -385,6 +396,11 @@ impl Op {
                 out.push(DELETE_TOKEN);
                 int(out, *id);
             }
+            Op::PutEndpoint { origin, state } => {
+                out.push(PUT_ENDPOINT);
+                bytes(out, origin.as_bytes());
+                bytes(out, state);
+            }
         }
     }
 
@@ -457,6 +473,10 @@ impl Op {
                 record: reader.bytes()?,
             },
             DELETE_TOKEN => Op::DeleteToken { id: reader.int()? },
+            PUT_ENDPOINT => Op::PutEndpoint {
+                origin: reader.text()?,
+                state: reader.bytes()?,
+            },
             other => return Err(format!("an unknown op {other}")),
         };
         Ok(op)
@@ -564,6 +584,10 @@ mod tests {
                 record: b"t".to_vec(),
             },
             Op::DeleteToken { id: 13 },
+            Op::PutEndpoint {
+                origin: "https://h\u{e9}.example:8443".into(),
+                state: b"{}".to_vec(),
+            },
         ]
     }
 

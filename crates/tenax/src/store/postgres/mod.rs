@@ -16,6 +16,7 @@ mod connect;
 mod curation;
 mod demotion;
 mod dsn;
+mod endpoints;
 mod facts;
 mod filter;
 mod inserts;

@@ -13,6 +13,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_jobs.sql"),
     include_str!("migrations/0002_servers.sql"),
     include_str!("migrations/0003_facts.sql"),
+    include_str!("migrations/0004_endpoints.sql"),
 ];
 
 /// The schema version this binary writes and reads.
