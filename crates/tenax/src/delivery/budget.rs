@@ -189,8 +189,11 @@ mod tests {
                 retries: 2
             }
         );
-        // Two more first attempts make room for one more retry.
-        window.record(&BUDGET, false, 300);
+        // Four more first attempts make room for one more retry: 3 of 15.
+        for _ in 0..3 {
+            window.record(&BUDGET, false, 300);
+        }
+        assert_eq!(window.allows_retry(&BUDGET, 0, 300), Err(11_000));
         window.record(&BUDGET, false, 300);
         assert_eq!(window.allows_retry(&BUDGET, 0, 300), Ok(()));
     }
