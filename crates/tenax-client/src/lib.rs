@@ -53,7 +53,7 @@ pub use model::{
     AttemptPage, AttemptResult, CompleteError, CompleteResult, Counts, CreatedToken, DeletedJobs,
     DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage, Enqueued, EnvelopeFormat,
     FailResult, JobInfo, JobPage, JobStatus, Lease, LeaseExtended, PolicyPreview, PolicySource,
-    PreviewRow, Queue, QueueCounts, RecordedError, ReplayResult, Role, Skipped, Stats,
+    PreviewRow, Queue, QueueCounts, QueueRate, RecordedError, ReplayResult, Role, Skipped, Stats,
     Subscription, SubscriptionHealth, TakenJob, TokenInfo,
 };
 pub use request::{

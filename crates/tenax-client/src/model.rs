@@ -289,6 +289,22 @@ pub struct Queue {
     pub disable_overrides: bool,
     #[serde(default)]
     pub message_ttl_ms: Option<u64>,
+    /// At most this many of the queue's jobs in flight at once (compare `counts.in_flight`).
+    #[serde(default)]
+    pub concurrency: Option<u32>,
+    /// At most `limit` jobs start in any `period_ms`, and how many the period has used.
+    #[serde(default)]
+    pub rate: Option<QueueRate>,
+}
+
+/// A queue's rate limit and its use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[non_exhaustive]
+pub struct QueueRate {
+    pub limit: u32,
+    pub period_ms: u64,
+    /// Jobs started in the last period, as the limit counts them.
+    pub used: u64,
 }
 
 impl Queue {

@@ -517,6 +517,17 @@ pub struct QueueUpdate {
     disable_overrides: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     message_ttl: Change<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    concurrency: Change<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate: Change<RateLimit>,
+}
+
+/// A rate limit as a queue update sends it.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct RateLimit {
+    limit: u32,
+    period: u64,
 }
 
 impl QueueUpdate {
@@ -555,6 +566,31 @@ impl QueueUpdate {
 
     pub fn remove_message_ttl(mut self) -> Self {
         self.message_ttl = Some(None);
+        self
+    }
+
+    /// At most `limit` of the queue's jobs in flight at once, across every worker and server.
+    pub fn concurrency(mut self, limit: u32) -> Self {
+        self.concurrency = Some(Some(limit));
+        self
+    }
+
+    pub fn remove_concurrency(mut self) -> Self {
+        self.concurrency = Some(None);
+        self
+    }
+
+    /// At most `limit` of the queue's jobs start in any `period`.
+    pub fn rate(mut self, limit: u32, period: Duration) -> Self {
+        self.rate = Some(Some(RateLimit {
+            limit,
+            period: duration_ms(period),
+        }));
+        self
+    }
+
+    pub fn remove_rate(mut self) -> Self {
+        self.rate = Some(None);
         self
     }
 }

@@ -445,6 +445,23 @@ async fn dead_jobs_queues_and_policies() {
         .await
         .expect("updated");
     assert!(queue.policy.is_none() && queue.message_ttl().is_none());
+    let limited = client
+        .update_queue(
+            "d",
+            &QueueUpdate::new()
+                .concurrency(4)
+                .rate(100, Duration::from_secs(60)),
+        )
+        .await
+        .expect("limited");
+    assert_eq!(limited.concurrency, Some(4));
+    let rate = limited.rate.expect("a rate limit");
+    assert_eq!((rate.limit, rate.period_ms, rate.used), (100, 60_000, 0));
+    let unlimited = client
+        .update_queue("d", &QueueUpdate::new().remove_concurrency().remove_rate())
+        .await
+        .expect("unlimited");
+    assert_eq!((unlimited.concurrency, unlimited.rate), (None, None));
     assert_eq!(client.get_queue("d").await.expect("a queue").counts.dead, 1);
     assert!(
         client

@@ -41,4 +41,4 @@ pub use policy::{MAX_RETRY_LIMIT, RetryPolicy};
 pub use preview::{Preview, PreviewRow};
 pub use random::{FixedRandom, RandomSource, SeededRandom, seed_for};
 pub use shape::Shape;
-pub use spelling::{ParsedPolicy, Spelling, parse_policy, parse_policy_str};
+pub use spelling::{ParsedPolicy, Spelling, parse_policy, parse_policy_str, spell};

@@ -13,11 +13,38 @@ use plotters::coord::Shift;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
-/// One curve: delay (milliseconds) for each retry number.
+/// One curve: delay (milliseconds) for each retry number, with the band jitter allows around
+/// it (lowest and highest delay per retry; empty for none).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Series {
     pub label: String,
     pub points: Vec<(u32, u64)>,
+    pub band: Vec<(u32, u64, u64)>,
+    pub style: Style,
+}
+
+impl Series {
+    /// A plain line, without a band.
+    pub fn line(label: impl Into<String>, points: Vec<(u32, u64)>) -> Self {
+        Self {
+            label: label.into(),
+            points,
+            band: Vec::new(),
+            style: Style::Line,
+        }
+    }
+}
+
+/// How a series is drawn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Style {
+    /// A solid line (with markers while they do not smear).
+    #[default]
+    Line,
+    /// A dashed line: what is still to come.
+    Dashed,
+    /// Markers alone: what happened.
+    Points,
 }
 
 /// Appearance of a chart written by [`render_file`].
@@ -77,6 +104,25 @@ pub fn render_file(series: &[Series], path: &Path, options: &ChartOptions) -> an
     }
     // One flat message, so that plain `{}` formatting still shows the cause.
     .map_err(|e| anyhow!("cannot write chart {}: {e:#}", path.display()))
+}
+
+/// The chart as SVG text, for a page to show inline.
+pub fn render_svg(series: &[Series], options: &ChartOptions) -> anyhow::Result<String> {
+    let bounds =
+        Bounds::of(series).ok_or_else(|| anyhow!("nothing to plot: no series has points"))?;
+    let size @ (w, h) = (options.width, options.height);
+    if !SIZE_LIMITS.contains(&w) || !SIZE_LIMITS.contains(&h) {
+        bail!("chart size {w}x{h} is outside {SIZE_LIMITS:?} pixels per side");
+    }
+    register_font()?;
+    let chart = Chart {
+        series,
+        bounds,
+        options,
+    };
+    let mut text = String::new();
+    chart.draw(SVGBackend::with_string(&mut text, size))?;
+    Ok(text)
 }
 
 fn register_font() -> anyhow::Result<()> {
@@ -156,8 +202,11 @@ impl Chart<'_> {
         let (lo, hi) = (self.bounds.x_min, self.bounds.x_max);
         let start = lo.min(u32::MAX - 1);
         let x_range = if lo < hi { lo..hi } else { start..start + 1 };
-        let mut chart = ChartBuilder::on(root)
-            .caption(&self.options.title, (FONT, 22))
+        let mut builder = ChartBuilder::on(root);
+        if !self.options.title.is_empty() {
+            builder.caption(&self.options.title, (FONT, 22));
+        }
+        let mut chart = builder
             .margin(16)
             .x_label_area_size(44)
             .y_label_area_size(72)
@@ -179,20 +228,53 @@ impl Chart<'_> {
         };
         // Markers only help while they do not merge into a smear.
         let marker_limit = usize::try_from(self.options.width / 6).unwrap_or(usize::MAX);
+        // Bands first, so that every line stays on top of them.
         for (index, s) in self.series.iter().enumerate() {
-            let [_, r, g, b] = COLOURS[index % COLOURS.len()].to_be_bytes();
-            let colour = RGBColor(r, g, b);
+            if s.band.is_empty() {
+                continue;
+            }
+            let colour = colour_of(index);
+            let upper = s.band.iter().map(|&(x, _, high)| (x, to_y(high)));
+            let lower = s.band.iter().rev().map(|&(x, low, _)| (x, to_y(low)));
+            let outline: Vec<(u32, f64)> = upper.chain(lower).collect();
+            chart.draw_series(std::iter::once(Polygon::new(
+                outline,
+                colour.mix(0.18).filled(),
+            )))?;
+        }
+        for (index, s) in self.series.iter().enumerate() {
+            let colour = colour_of(index);
             let points = || s.points.iter().map(|&(x, ms)| (x, to_y(ms)));
             // Wide strokes get miter spikes where many points zigzag within a
             // pixel; hairlines do not.
             let stroke = if s.points.len() <= marker_limit { 2 } else { 1 };
-            chart
-                .draw_series(LineSeries::new(points(), colour.stroke_width(stroke)))?
+            let drawn = match s.style {
+                Style::Line => {
+                    chart.draw_series(LineSeries::new(points(), colour.stroke_width(stroke)))?
+                }
+                Style::Dashed => chart.draw_series(DashedLineSeries::new(
+                    points(),
+                    6,
+                    4,
+                    colour.stroke_width(stroke),
+                ))?,
+                Style::Points => {
+                    chart.draw_series(points().map(|p| Circle::new(p, 5, colour.filled())))?
+                }
+            };
+            let style = s.style;
+            drawn
                 .label(&s.label)
-                .legend(move |(x, y)| {
-                    PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(3))
+                .legend(move |(x, y)| -> DynElement<'static, DB, (i32, i32)> {
+                    match style {
+                        Style::Points => Circle::new((x + 10, y), 5, colour.filled()).into_dyn(),
+                        Style::Line | Style::Dashed => {
+                            PathElement::new([(x, y), (x + 20, y)], colour.stroke_width(3))
+                                .into_dyn()
+                        }
+                    }
                 });
-            if s.points.len() <= marker_limit {
+            if s.style == Style::Line && s.points.len() <= marker_limit {
                 chart.draw_series(points().map(|p| Circle::new(p, 3, colour.filled())))?;
             }
         }
@@ -204,6 +286,12 @@ impl Chart<'_> {
             .border_style(BLACK)
             .draw()
     }
+}
+
+/// The colour of the series at `index`.
+fn colour_of(index: usize) -> RGBColor {
+    let [_, r, g, b] = COLOURS[index % COLOURS.len()].to_be_bytes();
+    RGBColor(r, g, b)
 }
 
 /// A chart for the terminal as plain text: `width` x `height` character cells
@@ -315,7 +403,14 @@ struct Bounds {
 impl Bounds {
     /// `None` when there is no point at all to plot.
     fn of(series: &[Series]) -> Option<Self> {
-        let mut points = series.iter().flat_map(|s| s.points.iter().copied());
+        // A band's edges count as points: the chart must hold them too.
+        let mut points = series.iter().flat_map(|s| {
+            let band = s
+                .band
+                .iter()
+                .flat_map(|&(x, low, high)| [(x, low), (x, high)]);
+            s.points.iter().copied().chain(band)
+        });
         let (x, ms) = points.next()?;
         let mut b = Self {
             x_min: x,
@@ -406,11 +501,22 @@ mod tests {
     use super::*;
 
     fn series(label: &str, points: impl IntoIterator<Item = (u32, u64)>) -> Series {
-        let points = points.into_iter().collect();
-        Series {
-            label: label.to_owned(),
-            points,
-        }
+        Series::line(label, points.into_iter().collect())
+    }
+
+    #[test]
+    fn svg_text_has_bands_dashes_and_points() {
+        let mut had = series("had", [(1, 1_000), (2, 2_500)]);
+        had.style = Style::Points;
+        let mut to_come = series("to come", [(3, 4_000), (4, 8_000)]);
+        to_come.style = Style::Dashed;
+        to_come.band = vec![(3, 3_000, 5_000), (4, 6_000, 10_000)];
+        let svg = render_svg(&[had, to_come], &ChartOptions::default()).unwrap();
+        assert!(svg.starts_with("<svg"), "{svg}");
+        assert!(svg.contains("had") && svg.contains("to come"));
+        assert!(svg.contains("<polygon"), "the band is drawn");
+        assert!(svg.contains("<circle"), "the points are drawn");
+        assert!(render_svg(&[], &ChartOptions::default()).is_err());
     }
 
     fn sample() -> Vec<Series> {

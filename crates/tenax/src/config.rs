@@ -149,12 +149,33 @@ pub struct ServeArgs {
     /// Log format.
     #[arg(long, env = "TENAX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Log one line per request at info (method, route, status, latency, request id).
+    #[arg(long, env = "TENAX_LOG_REQUESTS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub log_requests: bool,
+    /// Also serve `GET /metrics` on this address, without tokens, for scrapers on a private
+    /// network. The API's listener serves it either way, to tokens that may read metrics.
+    #[arg(long, env = "TENAX_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// How many distinct queues, job types and subscriptions (each) get series of their own in
+    /// the metrics; the rest are counted under `(other)`.
+    #[arg(long, env = "TENAX_METRICS_LABEL_LIMIT", default_value_t = crate::metrics::DEFAULT_LABEL_LIMIT)]
+    pub metrics_label_limit: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Durability {
     Sync,
     Relaxed,
+}
+
+/// As the flag spells it.
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Sync => "sync",
+            Self::Relaxed => "relaxed",
+        })
+    }
 }
 
 /// `--auth`.
@@ -227,6 +248,11 @@ pub struct Config {
     /// The API's TLS certificate and key files, when it speaks HTTPS.
     pub tls: Option<TlsFiles>,
     pub delivery: DeliveryConfig,
+    /// Log one line per request.
+    pub log_requests: bool,
+    /// A second listener serving only `/metrics`, without tokens.
+    pub metrics_listen: Option<SocketAddr>,
+    pub metrics_label_limit: usize,
 }
 
 /// The certificate chain and key of the API's TLS, as read and checked at start-up.
@@ -404,9 +430,11 @@ impl ServeArgs {
             return Err("--delivery-timeout: must be above 0".into());
         }
         if self.delivery_breaker_failures > 0 && self.delivery_breaker_cooldown == 0 {
-            return Err("--delivery-breaker-cooldown: must be above 0 (or turn the breaker off \
+            return Err(
+                "--delivery-breaker-cooldown: must be above 0 (or turn the breaker off \
                         with --delivery-breaker-failures 0)"
-                .into());
+                    .into(),
+            );
         }
         if self.delivery_breaker_max_cooldown < self.delivery_breaker_cooldown {
             return Err(format!(
@@ -461,6 +489,15 @@ impl ServeArgs {
             .transpose()
             .map_err(|e| format!("--delivery-ca-file: {e}"))?;
         let database = self.database_options()?;
+        if self.metrics_label_limit == 0 {
+            return Err("--metrics-label-limit: must be at least 1".into());
+        }
+        if self.metrics_listen == Some(self.listen) {
+            return Err(format!(
+                "--metrics-listen: must differ from --listen ({})",
+                self.listen
+            ));
+        }
         Ok(Config {
             listen: self.listen,
             data_dir: self.data_dir.clone(),
@@ -497,6 +534,9 @@ impl ServeArgs {
                     probe_ms: self.delivery_timeout.saturating_add(PROBE_MARGIN_MS),
                 },
             },
+            log_requests: self.log_requests,
+            metrics_listen: self.metrics_listen,
+            metrics_label_limit: self.metrics_label_limit,
         })
     }
 }

@@ -26,6 +26,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::decode;
 use crate::api::jobs::{BatchRequest, EnqueueRequest, to_enqueue};
 use crate::api::queues::{UpdateQueue, queue_change};
+use crate::api::schedules::{PutSchedule, schedule_spec};
 use crate::api::subscriptions::{MAX_CONCURRENCY, SubscriptionRequest, subscription_change};
 use crate::api::work::{FailRequest, TakeRequest, failure_report, take_params};
 use crate::api::zaqar::error::ZaqarError;
@@ -72,16 +73,19 @@ pub enum NativeBody {
     /// `POST /api/queues/{name}/subscriptions` and `PATCH /api/subscriptions/{id}`, without
     /// resolving the endpoint.
     Subscription,
+    /// `PUT /api/schedules/{name}`: checked, and its next ticks walked.
+    Schedule,
 }
 
 impl NativeBody {
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Enqueue,
         Self::Batch,
         Self::Fail,
         Self::Take,
         Self::QueueUpdate,
         Self::Subscription,
+        Self::Schedule,
     ];
 }
 
@@ -120,6 +124,7 @@ pub fn native_body(kind: NativeBody, bytes: &[u8]) {
         NativeBody::Take => take(bytes),
         NativeBody::QueueUpdate => queue_update(bytes),
         NativeBody::Subscription => subscription(bytes),
+        NativeBody::Schedule => schedule(bytes),
     };
     if let Err(error) = result {
         client_error(&what, &error);
@@ -215,6 +220,34 @@ fn queue_update(bytes: &[u8]) -> Result<(), ApiError> {
                 .is_none_or(|ttl| ttl > 0 && ttl <= MAX_DELAY_MS),
             "a message ttl of 0 or past 100 years"
         );
+        assert!(
+            config.concurrency.is_none_or(|n| n >= 1),
+            "a concurrency limit of 0"
+        );
+        assert!(
+            config
+                .rate
+                .is_none_or(|r| r.limit >= 1 && r.period_ms >= 1 && r.bucket_ms() >= 1),
+            "a rate limit that allows nothing, or has no period"
+        );
+    }
+    Ok(())
+}
+
+/// The schedule handler's checks; an accepted schedule's ticks come after now, each after the
+/// one before.
+fn schedule(bytes: &[u8]) -> Result<(), ApiError> {
+    let request: PutSchedule = decode(bytes)?;
+    let (spec, timetable) = schedule_spec("fuzzed", request, NOW_MS, &limits())?;
+    if let Some(policy) = &spec.job.policy {
+        check_stored(policy);
+    }
+    let ticks = timetable.ticks_after(NOW_MS, 3);
+    assert!(!ticks.is_empty(), "an accepted expression with no tick");
+    let mut last = NOW_MS;
+    for tick in ticks {
+        assert!(tick.at_ms > last, "ticks out of order");
+        last = tick.at_ms;
     }
     Ok(())
 }

@@ -13,7 +13,9 @@ pub mod engine;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;
+pub mod metrics;
 pub mod model;
 pub mod serve;
 pub mod server;
 pub mod store;
+pub mod ui;

@@ -13,9 +13,12 @@ use crate::clock::Clock;
 use crate::config::{Config, Durability};
 use crate::delivery::{self, Deliveries};
 use crate::engine::{Engine, EngineSettings, maintenance};
+use crate::metrics::Metrics;
 use crate::serve::ConnectionLimits;
 use crate::store::embedded::EmbeddedOptions;
-use crate::store::{self, StoreConfig};
+use crate::store::{self, CommitObserver, StoreConfig};
+use std::net::SocketAddr;
+use tenax_policy::spelling::native;
 
 /// Serves until `shutdown` completes: stops accepting, lets in-flight requests finish, stops
 /// maintenance, and flushes the store.
@@ -25,17 +28,21 @@ pub async fn run(
     clock: Clock,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::new(config.metrics_label_limit));
+    let commits: Arc<dyn CommitObserver> = metrics.commits.clone();
     let (store_config, place) = match &config.database {
-        Some(options) => (
-            StoreConfig::Postgres(options.clone()),
-            "PostgreSQL".to_owned(),
-        ),
+        Some(options) => {
+            let mut options = options.clone();
+            options.commits = Some(commits);
+            (StoreConfig::Postgres(options), "PostgreSQL".to_owned())
+        }
         None => (
             StoreConfig::Embedded {
                 dir: config.data_dir.clone(),
                 options: EmbeddedOptions {
                     sync: config.durability == Durability::Sync,
                     cache_bytes: config.cache_bytes,
+                    commits: Some(commits),
                     ..EmbeddedOptions::default()
                 },
             },
@@ -45,17 +52,20 @@ pub async fn run(
     let store = store::open(&store_config, clock.now_ms())
         .await
         .with_context(|| format!("opening the store in {place}"))?;
-    let engine = Arc::new(Engine::new(
-        store,
-        clock,
-        EngineSettings {
-            default_policy: Arc::new(config.default_policy.clone()),
-            delivery_policy: Arc::new(config.delivery.default_policy.clone()),
-            completed_retention_ms: config.completed_retention_ms,
-            dead_retention_ms: config.dead_retention_ms,
-            max_attempt_ms: config.max_attempt_ms,
-        },
-    ));
+    let engine = Arc::new(
+        Engine::new(
+            store,
+            clock,
+            EngineSettings {
+                default_policy: Arc::new(config.default_policy.clone()),
+                delivery_policy: Arc::new(config.delivery.default_policy.clone()),
+                completed_retention_ms: config.completed_retention_ms,
+                dead_retention_ms: config.dead_retention_ms,
+                max_attempt_ms: config.max_attempt_ms,
+            },
+        )
+        .with_metrics(metrics),
+    );
     engine
         .load_tokens()
         .await
@@ -83,9 +93,39 @@ pub async fn run(
         }),
         deliveries,
         auth_required: config.auth,
+        log_requests: config.log_requests,
+        ui: Arc::new(crate::ui::UiKeys::new(config.tls.is_some())),
     };
-    let address = listener.local_addr().ok();
-    tracing::info!(?address, durability = ?config.durability, auth = config.auth, tls = config.tls.is_some(), "tenax listening");
+    let address = listener.local_addr().unwrap_or(config.listen);
+    let metrics_serving = match config.metrics_listen {
+        Some(at) => {
+            let metrics_listener = TcpListener::bind(at)
+                .await
+                .with_context(|| format!("listening on {at} (--metrics-listen)"))?;
+            let bound = metrics_listener.local_addr().unwrap_or(at);
+            let limits = ConnectionLimits {
+                header_read_timeout: std::time::Duration::from_millis(
+                    config.header_read_timeout_ms,
+                ),
+                max_connections: 64,
+                tls: None,
+            };
+            let router = api::metrics::router(state.clone());
+            let stopper = engine.clone();
+            Some((
+                bound,
+                tokio::spawn(async move {
+                    crate::serve::serve(metrics_listener, router, &limits, stopper.stopped()).await;
+                }),
+            ))
+        }
+        None => None,
+    };
+    log_start(
+        &config,
+        address,
+        metrics_serving.as_ref().map(|(at, _)| *at),
+    );
     if !config.listen.ip().is_loopback() && config.tls.is_none() {
         tracing::warn!(
             listen = %config.listen,
@@ -93,7 +133,7 @@ pub async fn run(
              network in clear text (--tls-cert, --tls-key)"
         );
     }
-    let app = api::router(state).layer(tower_http::trace::TraceLayer::new_for_http());
+    let app = api::router(state);
     let stopper = engine.clone();
     let shutdown = async move {
         shutdown.await;
@@ -112,6 +152,9 @@ pub async fn run(
         tls,
     };
     crate::serve::serve(listener, app, &limits, shutdown).await;
+    if let Some((_, serving)) = metrics_serving {
+        let _ = serving.await;
+    }
 
     let _ = stop.send(true);
     let _ = maintenance.await;
@@ -122,6 +165,29 @@ pub async fn run(
     engine.close().await;
     tracing::info!("store flushed; bye");
     Ok(())
+}
+
+/// The start-up line: where the server listens, and what it runs with, each value as the flags
+/// spell it.
+fn log_start(config: &Config, address: SocketAddr, metrics: Option<SocketAddr>) {
+    let on_off = |on: bool| if on { "on" } else { "off" };
+    let policy = |p: &tenax_policy::RetryPolicy| native::to_json(p).to_string();
+    let embedded = config.database.is_none();
+    tracing::info!(
+        %address,
+        store = %if embedded { "embedded" } else { "postgres" },
+        data_dir = embedded.then(|| tracing::field::display(config.data_dir.display())),
+        // PostgreSQL commits as the database is configured to: --durability is the embedded
+        // store's.
+        durability = embedded.then(|| tracing::field::display(config.durability)),
+        auth = %on_off(config.auth),
+        tls = %on_off(config.tls.is_some()),
+        default_policy = %policy(&config.default_policy),
+        default_delivery_policy = %policy(&config.delivery.default_policy),
+        private_endpoints = %if config.delivery.allow_private_endpoints { "allowed" } else { "refused" },
+        metrics_listen = metrics.map(tracing::field::display),
+        "tenax listening"
+    );
 }
 
 /// The first admin token, with authentication on: `--admin-token` if given; else, when the

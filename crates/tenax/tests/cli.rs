@@ -282,3 +282,102 @@ fn text_from_the_server_is_escaped_for_the_terminal() {
     assert!(stderr.contains("\\u{1b}[2J"), "{stderr:?}");
     assert!(!stderr.chars().any(forbidden), "{stderr:?}");
 }
+
+#[test]
+fn schedules_and_queue_limits_from_the_command_line() {
+    let server = start();
+    let made = stdout(&tenax(
+        &server,
+        &[
+            "schedules",
+            "set",
+            "nightly",
+            "--cron",
+            "30 2 * * *",
+            "--timezone",
+            "Europe/Berlin",
+            "--queue",
+            "reports",
+            "--type",
+            "report",
+            "--payload",
+            r#"{"full": true}"#,
+            "--overlap",
+            "skip",
+            "--format",
+            "json",
+        ],
+    ));
+    let made: serde_json::Value = serde_json::from_str(&made).expect("JSON");
+    assert_eq!(made["job"]["payload"], serde_json::json!({"full": true}));
+    assert_eq!(made["overlap"], "skip");
+    let list = stdout(&tenax(&server, &["schedules", "list"]));
+    assert!(
+        list.contains("nightly") && list.contains("Europe/Berlin"),
+        "{list}"
+    );
+    let shown = stdout(&tenax(&server, &["schedules", "show", "nightly"]));
+    assert!(shown.contains("next tick"), "{shown}");
+    let ticks = stdout(&tenax(
+        &server,
+        &["schedules", "ticks", "nightly", "--count", "2"],
+    ));
+    assert_eq!(ticks.lines().count(), 4, "{ticks}");
+    let paused = stdout(&tenax(&server, &["schedules", "pause", "nightly"]));
+    assert!(paused.contains("paused        true"), "{paused}");
+    tenax(&server, &["schedules", "resume", "nightly"]);
+    // A preview needs no server: the spring-forward day shows its tick moved to 03:00.
+    let preview = Command::new(BIN)
+        .args([
+            "schedules",
+            "preview",
+            "--cron",
+            "30 2 * * *",
+            "--timezone",
+            "Europe/Berlin",
+            "--after",
+            "2027-03-27T12:00:00Z",
+            "--count",
+            "2",
+        ])
+        .output()
+        .expect("run tenax");
+    let preview = stdout(&preview);
+    assert!(
+        preview
+            .lines()
+            .any(|line| line.contains("2027-03-28T03:00:00+02:00")
+                && line.contains("(its wall time does not exist")),
+        "{preview}"
+    );
+    let refused = tenax(
+        &server,
+        &["schedules", "set", "bad", "--cron", "* * *", "--queue", "q"],
+    );
+    assert_eq!(refused.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("cron:"), "{said}");
+    let deleted = stdout(&tenax(&server, &["schedules", "delete", "nightly"]));
+    assert!(deleted.contains("deleted schedule nightly"), "{deleted}");
+
+    let set = stdout(&tenax(
+        &server,
+        &[
+            "queues",
+            "set",
+            "q",
+            "--concurrency",
+            "4",
+            "--rate",
+            "100/1m",
+        ],
+    ));
+    assert!(set.contains("0/4") && set.contains("0/100 per 1m"), "{set}");
+    let removed = stdout(&tenax(&server, &["queues", "set", "q", "--no-concurrency"]));
+    assert!(removed.contains("in flight  0\n"), "{removed}");
+    let refused = tenax(&server, &["queues", "set", "q", "--concurrency", "0"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("concurrency:"));
+    let list = stdout(&tenax(&server, &["queues", "list"]));
+    assert!(list.contains("0/100 per 1m"), "{list}");
+}

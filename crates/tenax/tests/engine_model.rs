@@ -403,6 +403,7 @@ async fn engine(dir: &std::path::Path) -> Engine {
             // Durability is not what this test is about; fsyncs would only slow it down.
             sync: false,
             cache_bytes: 1 << 20,
+            commits: None,
             log_bytes: 1 << 20,
         },
     };

@@ -3,8 +3,10 @@
 //! another, a long-polling worker on one server is woken by an enqueue on another, the leader
 //! killed with SIGKILL is replaced, a server killed under load loses nothing acknowledged, and
 //! PostgreSQL restarted under load is survived without restarting the servers, cluster limits
-//! hold, a subscription made on one server applies at once to enqueues on another, and a
-//! primary demoted to a read-only standby is left for a writable one.
+//! hold (a subscription's concurrency, a queue's concurrency and rate), a subscription made on
+//! one server applies at once to enqueues on another, a schedule ticks once per tick whichever
+//! server leads (the leader killed included), and a primary demoted to a read-only standby is
+//! left for a writable one.
 //!
 //! Restarting PostgreSQL breaks every connection to the test server, so the cases of this
 //! binary take turns ([`TURN`]).
@@ -140,6 +142,18 @@ impl Node {
             .send()
             .await
             .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn put(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .put(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("PUT {path}: {e}"));
         let status = response.status().as_u16();
         (status, response.json().await.unwrap_or(Value::Null))
     }
@@ -795,4 +809,153 @@ async fn a_demoted_primary_is_left_for_a_writable_one() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     drop(read_only);
+}
+
+/// Workers on both servers, long-polling a queue with a concurrency and a rate limit: they
+/// never hold more than the concurrency limit at once (counted by the workers), nor start more
+/// than the rate limit in any period (counted from the servers' own start times).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queues_limits_hold_across_the_cluster() {
+    let _turn = TURN.lock().await;
+    let Some(url) = database().await else { return };
+    let a = Arc::new(Node::start(&url, &[]).await);
+    let b = Arc::new(Node::start(&url, &[]).await);
+    let (status, answer) = a
+        .put(
+            "/api/queues/shared",
+            json!({"concurrency": 3, "rate": {"limit": 8, "period": "500ms"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let jobs: Vec<Value> = (0..40)
+        .map(|n| json!({"queue": "shared", "payload": n}))
+        .collect();
+    let (status, answer) = b
+        .post("/api/jobs/batch", json!({"jobs": jobs}))
+        .await
+        .expect("a batch");
+    assert_eq!(status, 201, "{answer}");
+    let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let workers: Vec<_> = (0..8)
+        .map(|i| {
+            let node = if i % 2 == 0 { a.clone() } else { b.clone() };
+            let (held, most, done, starts) =
+                (held.clone(), most.clone(), done.clone(), starts.clone());
+            tokio::spawn(async move {
+                use std::sync::atomic::Ordering::SeqCst;
+                while done.load(SeqCst) < 40 {
+                    assert!(Instant::now() < deadline, "the jobs were not done in time");
+                    let (status, answer) = node
+                        .post(
+                            "/api/take",
+                            json!({"queues": ["shared"], "max": 2, "wait": "300ms",
+                                   "lease": "30s"}),
+                        )
+                        .await
+                        .expect("a take");
+                    assert_eq!(status, 200, "{answer}");
+                    let jobs = answer["jobs"].as_array().expect("jobs").clone();
+                    let now = held.fetch_add(jobs.len(), SeqCst) + jobs.len();
+                    most.fetch_max(now, SeqCst);
+                    for job in &jobs {
+                        let ends = tenax::clock::parse_rfc3339(
+                            job["lease_expires_at"].as_str().expect("a lease"),
+                        )
+                        .expect("a time");
+                        starts.lock().await.push(ends - 30_000);
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    for job in &jobs {
+                        held.fetch_sub(1, SeqCst);
+                        let lease = (
+                            job["id"].as_u64().expect("an id"),
+                            job["lease_token"].as_u64().expect("a token"),
+                        );
+                        assert_eq!(node.complete(lease).await, 200);
+                        done.fetch_add(1, SeqCst);
+                    }
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.expect("a worker");
+    }
+    let most = most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(most <= 3, "the workers held {most} at once");
+    let mut starts = starts.lock().await.clone();
+    assert_eq!(starts.len(), 40);
+    starts.sort_unstable();
+    for (i, end) in starts.iter().enumerate() {
+        let within = starts[..=i].iter().filter(|s| **s + 500 > *end).count();
+        assert!(within <= 8, "{within} starts in the 500 ms up to {end}");
+    }
+}
+
+/// A schedule of every second, on two servers: each tick enqueues exactly one job, whichever
+/// server leads; when the leader is killed the other takes over, and the ticks it was late for
+/// (by less than a minute) are still enqueued, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_ticks_once_per_tick_across_the_cluster() {
+    let _turn = TURN.lock().await;
+    let Some(url) = database().await else { return };
+    let mut a = Node::start(&url, &[]).await;
+    a.wait_until_leading().await;
+    let b = Node::start(&url, &[]).await;
+    let (status, answer) = b
+        .put(
+            "/api/schedules/every-second",
+            json!({"cron": "* * * * * *", "job": {"queue": "ticks"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    a.kill();
+    // B takes the lead within TAKEOVER, and catches up.
+    tokio::time::sleep(TAKEOVER + Duration::from_secs(2)).await;
+    let (status, schedule) = b
+        .post("/api/schedules/every-second/pause", json!({}))
+        .await
+        .expect("paused");
+    assert_eq!(status, 200, "{schedule}");
+    // A pass under way when the pause was stored may still record one tick.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, schedule) = b.get("/api/schedules/every-second").await;
+    assert_eq!(status, 200);
+    let last_tick = schedule["last_tick"]
+        .as_str()
+        .expect("a last tick")
+        .to_owned();
+    let (status, page) = b.get("/api/jobs?queue=ticks&limit=1000").await;
+    assert_eq!(status, 200);
+    let mut ticks: Vec<u64> = page["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| {
+            tenax::clock::parse_rfc3339(j["run_at"].as_str().expect("run_at")).expect("a time")
+        })
+        .collect();
+    ticks.sort_unstable();
+    let unique: BTreeSet<u64> = ticks.iter().copied().collect();
+    assert_eq!(
+        unique.len(),
+        ticks.len(),
+        "a tick enqueued twice: {ticks:?}"
+    );
+    assert!(ticks.len() >= 5, "{ticks:?}");
+    // No tick lost: one job per second from the first to the last handled.
+    for pair in ticks.windows(2) {
+        assert_eq!(pair[1] - pair[0], 1_000, "a tick missing: {ticks:?}");
+    }
+    assert_eq!(
+        ticks.last().copied(),
+        tenax::clock::parse_rfc3339(&last_tick),
+        "{schedule}"
+    );
+    assert_eq!(schedule["counts"]["missed"], 0, "{schedule}");
 }

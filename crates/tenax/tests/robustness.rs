@@ -385,7 +385,11 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
         .route("/v2/boom", get(boom))
         .route("/api/fine", get(|| async { "fine" }))
         .layer(axum::middleware::from_fn_with_state(
-            limits,
+            Arc::new(tenax::api::guard::Guard {
+                limits,
+                metrics: Arc::new(tenax::metrics::Metrics::default()),
+                log_requests: true,
+            }),
             tenax::api::guard::guard,
         ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -34,6 +34,8 @@ enum Who {
     Producers,
     /// Admin, worker.
     Workers,
+    /// Admin, reader: the metrics.
+    MetricReaders,
     /// Admin only.
     Admins,
 }
@@ -45,6 +47,7 @@ impl Who {
             Self::Readers => matches!(role, "admin" | "producer" | "reader"),
             Self::Producers => matches!(role, "admin" | "producer"),
             Self::Workers => matches!(role, "admin" | "worker"),
+            Self::MetricReaders => matches!(role, "admin" | "reader"),
             Self::Admins => role == "admin",
         }
     }
@@ -63,6 +66,7 @@ fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("GET", "/healthz", Public);
     add("GET", "/api/openapi.json", Public);
     add("GET", "/", Public);
+    add("GET", "/metrics", MetricReaders);
     add("POST", "/api/jobs", Producers);
     add("POST", "/api/jobs/batch", Producers);
     add("GET", "/api/jobs", Readers);
@@ -84,6 +88,14 @@ fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("POST", "/api/queues/{name}/pause", Admins);
     add("POST", "/api/queues/{name}/resume", Admins);
     add("POST", "/api/policy/preview", AnyToken);
+    add("GET", "/api/schedules", Readers);
+    add("POST", "/api/schedules/preview", AnyToken);
+    add("GET", "/api/schedules/{name}", Readers);
+    add("PUT", "/api/schedules/{name}", Admins);
+    add("DELETE", "/api/schedules/{name}", Admins);
+    add("POST", "/api/schedules/{name}/pause", Admins);
+    add("POST", "/api/schedules/{name}/resume", Admins);
+    add("GET", "/api/schedules/{name}/ticks", Readers);
     add("POST", "/api/queues/{name}/subscriptions", Admins);
     add("GET", "/api/queues/{name}/subscriptions", Readers);
     add("GET", "/api/subscriptions", Readers);
@@ -312,6 +324,81 @@ async fn every_route_against_every_role() {
         .await
         .expect("an answer");
     assert_eq!(response.status(), 200);
+}
+
+/// A schedule belongs to the queue of its job: a scoped token makes, reads and changes only
+/// those of its queues, cannot take over another team's by name, and lists only its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_tokens_manage_only_their_schedules() {
+    let server = secured().await;
+    let http = server.api.http().clone();
+    let scoped = make_token(&server, "admin", json!({"queues": ["team-a.*"]})).await;
+    let send = |method: Method, path: &str, token: &str, body: Option<Value>| {
+        let mut request = http
+            .request(method, server.api.url(path))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        async move { request.send().await.expect("an answer").status().as_u16() }
+    };
+    let of = |queue: &str| Some(json!({"cron": "@daily", "job": {"queue": queue}}));
+    assert_eq!(
+        send(Method::PUT, "/api/schedules/a", &scoped, of("team-a.x")).await,
+        201
+    );
+    assert_eq!(
+        send(Method::PUT, "/api/schedules/b", &scoped, of("team-b.x")).await,
+        403
+    );
+    assert_eq!(
+        send(Method::PUT, "/api/schedules/theirs", ADMIN, of("team-b.x")).await,
+        201
+    );
+    // Not by replacing it with a job of its own queue either.
+    assert_eq!(
+        send(
+            Method::PUT,
+            "/api/schedules/theirs",
+            &scoped,
+            of("team-a.y")
+        )
+        .await,
+        403
+    );
+    for (method, path) in [
+        (Method::GET, "/api/schedules/theirs"),
+        (Method::GET, "/api/schedules/theirs/ticks"),
+        (Method::DELETE, "/api/schedules/theirs"),
+        (Method::POST, "/api/schedules/theirs/pause"),
+        (Method::POST, "/api/schedules/theirs/resume"),
+    ] {
+        assert_eq!(
+            send(method.clone(), path, &scoped, None).await,
+            403,
+            "{method} {path}"
+        );
+    }
+    assert_eq!(
+        send(Method::GET, "/api/schedules/a", &scoped, None).await,
+        200
+    );
+    let listed: Value = http
+        .get(server.api.url("/api/schedules"))
+        .bearer_auth(&scoped)
+        .send()
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    let names: Vec<&str> = listed["schedules"]
+        .as_array()
+        .expect("schedules")
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(names, ["a"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,12 +16,12 @@
 //! | family              | operation              | cases                                                                                   |
 //! |---------------------|------------------------|-----------------------------------------------------------------------------------------|
 //! | `JobInserts`        | `insert_jobs`          | `enqueue_is_atomic_and_ids_increase`, `unique_keys_refuse_or_return_the_holder`, `deliveries_are_stored_with_their_message_and_subscription` |
-//! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged` |
+//! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged`; limits: `concurrency_limits_hold_takes_back`, `rate_limits_hold_takes_back_across_restarts` |
 //! |                     | `extend_lease`         | `expired_leases_go_to_the_decision`                                                     |
-//! |                     | `complete_jobs`        | `complete_needs_the_current_lease`                                                      |
+//! |                     | `complete_jobs`        | `complete_needs_the_current_lease`, `backlog_and_lease_facts_are_reported`              |
 //! |                     | `fail_job`             | `fail_asks_the_decision_and_records_it`                                                 |
 //! |                     | `finish_delivery`      | `deliveries_are_taken_finished_and_logged`                                              |
-//! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`                                                      |
+//! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`, `rate_limits_hold_takes_back_across_restarts`        |
 //! | `ClaimStore`        | `claim`                | `claims_are_renewed_ended_and_forgotten`, `a_closed_stream_releases_its_jobs`           |
 //! |                     | `extend_claim`         | `claims_are_renewed_ended_and_forgotten`                                                |
 //! |                     | `end_claim`            | `claims_are_renewed_ended_and_forgotten`                                                |
@@ -30,20 +30,28 @@
 //! |                     | `expire_leases`        | `expired_leases_go_to_the_decision`, `claims_are_renewed_ended_and_forgotten`           |
 //! |                     | `expire_jobs`          | `expired_jobs_are_deleted_whatever_their_status`                                        |
 //! |                     | `purge_finished`       | `finished_jobs_are_purged_after_retention`                                              |
-//! |                     | `next_wakeup`          | `due_jobs_are_promoted`, `expired_leases_go_to_the_decision`, `expired_jobs_are_deleted_whatever_their_status` |
+//! |                     | `next_wakeup`          | `due_jobs_are_promoted`, `expired_leases_go_to_the_decision`, `expired_jobs_are_deleted_whatever_their_status`, `schedules_are_stored_changed_and_deleted` |
 //! | `JobCuration`       | `replay_jobs`          | `dead_jobs_are_replayed`, `replay_respects_unique_keys`                                 |
+//! |                     | `run_now`              | `runs_now_and_replays_mark_the_next_run`                                                |
 //! |                     | `delete_jobs`          | `jobs_are_deleted_by_selection`                                                         |
 //! |                     | `delete_checked`       | `peeks_and_checked_deletes_see_the_current_state`                                       |
 //! | `JobReads`          | `get_job`              | (most cases)                                                                            |
-//! |                     | `list_jobs`            | `list_filters_and_pages`, `list_filters_for_messages_and_counts_agree`                  |
+//! |                     | `list_jobs`            | `list_filters_and_pages`, `list_filters_for_messages_and_counts_agree`, `listings_page_both_ways_by_queue_type_and_status` |
 //! |                     | `count_jobs`           | `list_filters_for_messages_and_counts_agree`                                            |
+//! |                     | `count_jobs_upto`      | `listings_page_both_ways_by_queue_type_and_status`                                      |
 //! |                     | `peek_jobs`            | `peeks_and_checked_deletes_see_the_current_state`                                       |
 //! |                     | `counts`               | `counts_per_queue_and_status`, every reopen                                             |
 //! |                     | `queue_counts`         | `list_filters_for_messages_and_counts_agree`, `queues_are_deleted_with_their_jobs`      |
 //! |                     | `attempts`             | `deliveries_are_taken_finished_and_logged`, every reopen                                |
+//! |                     | `backlog`              | `backlog_and_lease_facts_are_reported`                                                  |
+//! |                     | `search_jobs`          | `searches_are_bounded_and_go_on`                                                        |
+//! |                     | `ready_since`          | `heads_of_queues_tell_how_long_they_waited`                                             |
 //! | `QueueStore`        | `queue`, `queues`      | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
 //! |                     | `update_queue`         | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`                          |
-//! |                     | `delete_queue`         | `queues_are_deleted_with_their_jobs`                                                    |
+//! |                     | `delete_queue`         | `queues_are_deleted_with_their_jobs`, `rate_limits_hold_takes_back_across_restarts`      |
+//! |                     | `limit_use`            | `rate_limits_hold_takes_back_across_restarts`                                           |
+//! | `ScheduleStore`     | `schedule`, `schedules`, `update_schedule`, `delete_schedule`, `due_schedules` | `schedules_are_stored_changed_and_deleted`, every reopen |
+//! |                     | `record_tick`          | `a_tick_is_recorded_once_with_its_job`                                                  |
 //! | `SubscriptionStore` | `insert_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `unique_endpoints_are_held_per_queue`   |
 //! |                     | `update_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `unique_endpoints_are_held_per_queue`   |
 //! |                     | `delete_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `deliveries_are_taken_finished_and_logged` |
@@ -69,15 +77,17 @@ use tenax::auth::{Role, TokenRecord};
 use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax::model::{
     Attempt, AttemptResult, BreakerState, ClaimId, EndpointState, ErrorEntry, Job, JobId,
-    LeaseToken, NewJob, Pause, Status, StoredPolicy, Subscription, SubscriptionId,
+    JobTemplate, LeaseToken, Missed, NewJob, Overlap, Pause, Schedule, Status, StoredPolicy,
+    Subscription, SubscriptionId, TickCounts, Trigger,
 };
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
 use tenax::store::{
     Ack, Checked, Claim, ClaimRecord, ClaimedJob, DeadLetter, DecideContext, EmbeddedStore,
-    Enqueued, FactsSeen, Finished, Insert, JobFilter, JobPeek, KeyHolder, NotReplayed, OnDuplicate,
-    Order, Page, QueueConfig, QueueCounts, Replay, Replayed, Selection, Store, StoreError,
-    StoreProperties, TakeRequest, TakenJob, Transition,
+    Enqueued, FactsSeen, Finished, Insert, JobFilter, JobPeek, KeyHolder, LeaseFacts, LimitUse,
+    NotReplayed, OnDuplicate, Order, Page, QueueConfig, QueueCounts, RateLimit, Replay, Replayed,
+    Searched, Selection, Store, StoreError, StoreProperties, TakeRequest, Taken, TakenJob,
+    TextQuery, Transition,
 };
 use tenax_policy::{RetryPolicy, Shape};
 use tokio::sync::Notify;
@@ -303,6 +313,7 @@ fn zaqar_subscription(queue: &str, endpoint: &str) -> Subscription {
 fn attempt(n: u32, at_ms: u64, result: AttemptResult, status: u16) -> Attempt {
     Attempt {
         attempt: n,
+        trigger: tenax::model::Trigger::Scheduled,
         at_ms,
         latency_ms: 12,
         result,
@@ -421,7 +432,7 @@ async fn take_on(
         claim: stream,
         ..TakeRequest::new(&queues, max, lease_ms)
     };
-    store.take_jobs(&request, now_ms).await.expect("take")
+    store.take_jobs(&request, now_ms).await.expect("take").jobs
 }
 
 /// Takes up to `max` jobs with a 30 s lease.
@@ -431,6 +442,29 @@ async fn take(store: &Arc<dyn Store>, queues: &[&str], max: usize, now_ms: u64) 
 
 fn taken_ids(jobs: &[TakenJob]) -> Vec<JobId> {
     jobs.iter().map(|j| j.id).collect()
+}
+
+/// `complete_jobs` without what the backend reports of each lease, which
+/// `backlog_and_lease_facts_are_reported` checks.
+trait CompletePlain {
+    async fn complete_plain(
+        &self,
+        acks: &[Ack],
+        retain: bool,
+        now_ms: u64,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+}
+
+impl CompletePlain for Arc<dyn Store> {
+    async fn complete_plain(
+        &self,
+        acks: &[Ack],
+        retain: bool,
+        now_ms: u64,
+    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        let results = self.complete_jobs(acks, retain, now_ms).await?;
+        Ok(results.into_iter().map(|r| r.map(drop)).collect())
+    }
 }
 
 fn ack(job: &TakenJob) -> Ack {
@@ -579,12 +613,14 @@ async fn snapshot(store: &Arc<dyn Store>, now_ms: u64) -> serde_json::Value {
     let queues = store.queues().await.expect("queues");
     let subscriptions = store.subscriptions(None).await.expect("subscriptions");
     let tokens = store.tokens().await.expect("tokens");
+    let schedules = store.schedules().await.expect("schedules");
     json!({
         "jobs": jobs,
         "attempts": attempts,
         "queues": queues,
         "subscriptions": subscriptions,
         "tokens": tokens,
+        "schedules": schedules,
     })
 }
 
@@ -780,7 +816,7 @@ async fn unique_keys_refuse_or_return_the_holder(backend: &impl Backend) {
         matches!(refused, Err(StoreError::Duplicate { holder: KeyHolder::Job(existing), .. }) if existing == held)
     );
     let done = store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("completed");
     assert_eq!(done, [Ok(())]);
@@ -903,7 +939,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
         lease: LeaseToken(0),
     };
     let results = store
-        .complete_jobs(&[ack(a), wrong, guessed, ack(c), ack(d)], true, T0 + 7)
+        .complete_plain(&[ack(a), wrong, guessed, ack(c), ack(d)], true, T0 + 7)
         .await
         .expect("one commit");
     assert_eq!(
@@ -923,7 +959,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
     );
     assert_eq!(status(&store, b.id).await, Some(Status::InFlight));
     let results = store
-        .complete_jobs(
+        .complete_plain(
             &[
                 ack(a),
                 Ack {
@@ -948,7 +984,7 @@ async fn complete_needs_the_current_lease(backend: &impl Backend) {
     );
     // Without retention, a completed job is gone.
     let results = store
-        .complete_jobs(&[ack(b)], false, T0)
+        .complete_plain(&[ack(b)], false, T0)
         .await
         .expect("one commit");
     assert_eq!(results, [Ok(())]);
@@ -1202,7 +1238,7 @@ async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
     assert_eq!(shown.errors.len(), 1);
     // Its old lease is gone.
     let results = store
-        .complete_jobs(&[ack(&short[0])], true, expiry)
+        .complete_plain(&[ack(&short[0])], true, expiry)
         .await
         .expect("commit");
     assert!(matches!(results[0], Err(StoreError::NotInFlight { .. })));
@@ -1338,7 +1374,7 @@ async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     );
     // An acknowledged job no longer counts against its stream.
     store
-        .complete_jobs(&[ack(&nine[0])], true, T0)
+        .complete_plain(&[ack(&nine[0])], true, T0)
         .await
         .expect("completed");
     assert_eq!(store.claim(ClaimId(9)).await.expect("claim").jobs.len(), 0);
@@ -1616,7 +1652,7 @@ async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
     assert_eq!(deleted, [ids[0]]);
     assert!(store.get_job(ids[0]).await.expect("readable").is_none());
     let results = store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[0]))]);
@@ -1670,11 +1706,11 @@ async fn finished_jobs_are_purged_after_retention(backend: &impl Backend) {
     let ids = enqueue(&store, vec![job("q"); 5], T0).await;
     let taken = take(&store, &["q"], 5, T0).await;
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0 + 1_000)
+        .complete_plain(&[ack(&taken[0])], true, T0 + 1_000)
         .await
         .expect("done");
     store
-        .complete_jobs(&[ack(&taken[1])], true, T0 + 5_000)
+        .complete_plain(&[ack(&taken[1])], true, T0 + 5_000)
         .await
         .expect("done");
     store
@@ -1822,6 +1858,395 @@ async fn list_filters_and_pages(backend: &impl Backend) {
     close(store).await;
 }
 
+/// What the metrics read: each queue's backlog (unfinished and dead jobs by status, and when
+/// the ready job first in line became ready), when a taken job became ready, and what a lease
+/// was when it ends, which a shared backend must report (the lease may be another server's).
+async fn backlog_and_lease_facts_are_reported(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    assert!(store.backlog().await.expect("backlog").is_empty());
+    enqueue(
+        &store,
+        vec![
+            job("a").kind("mail").at(T0 - 5 * SECOND),
+            job("a").kind("mail").at(T0 - 2 * SECOND),
+            job("a").priority(5),
+            job("a").at(T0 + SECOND),
+            job("a"),
+            job("b").at(T0 + SECOND),
+        ],
+        T0,
+    )
+    .await;
+    let by_queue = |store: &Arc<dyn Store>| {
+        let store = store.clone();
+        async move {
+            let mut backlog = store.backlog().await.expect("backlog");
+            backlog.sort_by(|x, y| x.queue.cmp(&y.queue));
+            backlog
+        }
+    };
+    let backlog = by_queue(&store).await;
+    let a = &backlog[0];
+    assert_eq!(a.queue, "a");
+    assert_eq!((a.scheduled, a.ready, a.in_flight, a.dead), (1, 4, 0, 0));
+    // First in line is the priority-5 job, ready since its enqueue.
+    assert_eq!(a.first_ready_since_ms, Some(T0));
+    let b = &backlog[1];
+    assert_eq!((b.queue.as_str(), b.scheduled, b.ready), ("b", 1, 0));
+    assert_eq!(b.first_ready_since_ms, None);
+
+    let taken = take(&store, &["a"], 3, T0 + 100).await;
+    let ready_at: Vec<u64> = taken.iter().map(|t| t.ready_at_ms).collect();
+    assert_eq!(ready_at, [T0, T0 - 5 * SECOND, T0 - 2 * SECOND]);
+    let backlog = by_queue(&store).await;
+    assert_eq!((backlog[0].ready, backlog[0].in_flight), (1, 3));
+    assert_eq!(backlog[0].first_ready_since_ms, Some(T0));
+
+    let done = store
+        .complete_jobs(&[ack(&taken[1])], true, T0 + 300)
+        .await
+        .expect("commit");
+    let shared = store.properties().shared;
+    match &done[..] {
+        [Ok(Some(facts))] => assert_eq!(
+            facts,
+            &LeaseFacts {
+                queue: "a".into(),
+                kind: "mail".into(),
+                created_at_ms: T0,
+                taken_at_ms: T0 + 100,
+            }
+        ),
+        [Ok(None)] => assert!(!shared, "a shared backend must report what a lease was"),
+        other => panic!("{other:?}"),
+    }
+    let seen = Mutex::new(None);
+    let dying = dead(T0 + 400, "fatal");
+    store
+        .fail_job(ack(&taken[2]), T0 + 400, &|ctx: &DecideContext<'_>| {
+            *seen.lock().expect("lock") = Some(ctx.lease.clone());
+            dying(ctx)
+        })
+        .await
+        .expect("dead");
+    match seen.into_inner().expect("lock").expect("decided") {
+        Some(facts) => {
+            assert_eq!((facts.queue.as_str(), facts.kind.as_str()), ("a", "mail"));
+            assert_eq!(facts.taken_at_ms, T0 + 100);
+        }
+        None => assert!(!shared, "a shared backend must report what a lease was"),
+    }
+    let backlog = by_queue(&store).await;
+    let a = &backlog[0];
+    assert_eq!((a.scheduled, a.ready, a.in_flight, a.dead), (1, 1, 1, 1));
+    close(store).await;
+}
+
+/// Newest first, by any mix of queue, type and status, with counts that agree: what the
+/// dashboard's job pages ask.
+async fn listings_page_both_ways_by_queue_type_and_status(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let mut jobs = Vec::new();
+    for n in 0..30 {
+        let queue = if n % 3 == 0 { "a" } else { "b" };
+        let kind = if n % 2 == 0 { "even" } else { "odd" };
+        jobs.push(job(queue).kind(kind));
+    }
+    let ids = enqueue(&store, jobs, T0).await;
+    kill(&store, "a", &[ids[0], ids[3]], T0).await;
+    let filter = |queue: Option<&str>, status: Option<Status>, kind: Option<&str>| JobFilter {
+        queue: queue.map(str::to_owned),
+        status,
+        kind: kind.map(str::to_owned),
+        ..JobFilter::default()
+    };
+    let newest = |filter: JobFilter, after: Option<JobId>, limit: usize| {
+        let store = store.clone();
+        async move {
+            let page = Page {
+                after,
+                limit,
+                order: Order::Descending,
+            };
+            let jobs = store.list_jobs(&filter, page).await.expect("list");
+            jobs.iter().map(|j| j.id).collect::<Vec<_>>()
+        }
+    };
+    let expected = |keep: &dyn Fn(usize) -> bool| -> Vec<JobId> {
+        (0..30).rev().filter(|n| keep(*n)).map(|n| ids[n]).collect()
+    };
+    let b_odd = expected(&|n| n % 3 != 0 && n % 2 == 1);
+    assert_eq!(
+        newest(filter(Some("b"), None, Some("odd")), None, 100).await,
+        b_odd
+    );
+    // Page by page from the cursor, newest first.
+    let first = newest(filter(Some("b"), None, Some("odd")), None, 4).await;
+    assert_eq!(first, b_odd[..4]);
+    let second = newest(
+        filter(Some("b"), None, Some("odd")),
+        first.last().copied(),
+        4,
+    )
+    .await;
+    assert_eq!(second, b_odd[4..8]);
+    let dead = filter(None, Some(Status::Dead), None);
+    assert_eq!(newest(dead.clone(), None, 10).await, [ids[3], ids[0]]);
+    let a_even_ready = filter(Some("a"), Some(Status::Ready), Some("even"));
+    assert_eq!(
+        newest(a_even_ready.clone(), None, 100).await,
+        expected(&|n| n % 3 == 0 && n % 2 == 0 && n != 0)
+    );
+    // Counting up to a bound: the count and whether more match.
+    let b_odd_filter = filter(Some("b"), None, Some("odd"));
+    let n = b_odd.len() as u64;
+    assert_eq!(
+        store
+            .count_jobs_upto(&b_odd_filter, n)
+            .await
+            .expect("count"),
+        (n, false)
+    );
+    assert_eq!(
+        store
+            .count_jobs_upto(&b_odd_filter, 3)
+            .await
+            .expect("count"),
+        (3, true)
+    );
+    assert_eq!(
+        store.count_jobs_upto(&dead, 100).await.expect("count"),
+        (2, false)
+    );
+    assert_eq!(store.count_jobs(&dead).await.expect("count"), 2);
+    assert_eq!(
+        store
+            .count_jobs(&filter(Some("b"), None, Some("odd")))
+            .await
+            .expect("count"),
+        b_odd.len() as u64
+    );
+    assert_eq!(
+        store
+            .count_jobs(&filter(None, None, Some("never")))
+            .await
+            .expect("count"),
+        0
+    );
+    assert!(
+        newest(filter(None, None, Some("never")), None, 10)
+            .await
+            .is_empty()
+    );
+
+    let store = reopen(backend, store, T0).await;
+    assert_eq!(store.count_jobs(&dead).await.expect("count"), 2);
+    assert_eq!(
+        store.count_jobs(&a_even_ready).await.expect("count"),
+        expected(&|n| n % 3 == 0 && n % 2 == 0 && n != 0).len() as u64
+    );
+    close(store).await;
+}
+
+/// A search looks at no more than its budget, says where it stopped, and goes on from there;
+/// it finds text in payloads and in errors, whatever the case.
+async fn searches_are_bounded_and_go_on(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let mut jobs = Vec::new();
+    for n in 0..20 {
+        let payload = if n % 5 == 0 {
+            json!({"customer": format!("ACME-{n}")})
+        } else {
+            json!({"customer": format!("other-{n}")})
+        };
+        jobs.push(job(if n < 10 { "q" } else { "r" }).payload(payload));
+    }
+    let ids = enqueue(&store, jobs, T0).await;
+    // A failure whose message holds the text: found by its error.
+    let taken = take(&store, &["q"], 1, T0).await;
+    assert_eq!(taken_ids(&taken), [ids[0]]);
+    store
+        .fail_job(
+            ack(&taken[0]),
+            T0,
+            &retry(T0, SECOND, "Gateway said \"acme down\""),
+        )
+        .await
+        .expect("failed");
+    let text = TextQuery::new("acme");
+    let newest = |after: Option<JobId>| Page {
+        after,
+        limit: 100,
+        order: Order::Descending,
+    };
+    let found = |s: &Searched| s.jobs.iter().map(|j| j.id).collect::<Vec<_>>();
+
+    // Everything at once.
+    let all = store
+        .search_jobs(&JobFilter::default(), &text, newest(None), 1_000)
+        .await
+        .expect("searched");
+    assert_eq!(found(&all), [ids[15], ids[10], ids[5], ids[0]]);
+    assert!(all.exhausted);
+    assert_eq!(all.looked_at, 20);
+
+    // A budget of 7: looks at ids 19..=13, finds 15, and says where it stopped.
+    let part = store
+        .search_jobs(&JobFilter::default(), &text, newest(None), 7)
+        .await
+        .expect("searched");
+    assert_eq!(found(&part), [ids[15]]);
+    assert_eq!(
+        (part.looked_at, part.looked_to, part.exhausted),
+        (7, Some(ids[13]), false)
+    );
+    let rest = store
+        .search_jobs(&JobFilter::default(), &text, newest(part.looked_to), 7)
+        .await
+        .expect("searched");
+    assert_eq!(found(&rest), [ids[10]]);
+    assert_eq!(rest.looked_to, Some(ids[6]));
+    let last = store
+        .search_jobs(&JobFilter::default(), &text, newest(rest.looked_to), 7)
+        .await
+        .expect("searched");
+    assert_eq!(found(&last), [ids[5], ids[0]]);
+    assert!(last.exhausted);
+
+    // A full page stops the search at its last match.
+    let page = Page {
+        after: None,
+        limit: 2,
+        order: Order::Descending,
+    };
+    let two = store
+        .search_jobs(&JobFilter::default(), &text, page, 1_000)
+        .await
+        .expect("searched");
+    assert_eq!(found(&two), [ids[15], ids[10]]);
+    assert_eq!((two.looked_to, two.exhausted), (Some(ids[10]), false));
+
+    // With a filter; and text only in an error (its message, quotes and all).
+    let in_q = store
+        .search_jobs(&JobFilter::queue("q"), &text, newest(None), 1_000)
+        .await
+        .expect("searched");
+    assert_eq!(found(&in_q), [ids[5], ids[0]]);
+    let quoted = store
+        .search_jobs(
+            &JobFilter::default(),
+            &TextQuery::new("\"ACME DOWN\""),
+            newest(None),
+            1_000,
+        )
+        .await
+        .expect("searched");
+    assert_eq!(found(&quoted), [ids[0]]);
+    let none = store
+        .search_jobs(
+            &JobFilter::default(),
+            &TextQuery::new("customer\"x"),
+            newest(None),
+            1_000,
+        )
+        .await
+        .expect("searched");
+    assert!(none.jobs.is_empty() && none.exhausted);
+    close(store).await;
+}
+
+/// Run-now makes scheduled jobs ready at once, and their next run says an operator asked for
+/// it; a replayed job's next run says it was replayed. Both survive a restart.
+async fn runs_now_and_replays_mark_the_next_run(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let ids = enqueue(
+        &store,
+        vec![
+            job("q").at(T0 + 60 * SECOND),
+            job("q").at(T0 + 60 * SECOND),
+            job("q"),
+        ],
+        T0,
+    )
+    .await;
+    let ran = store
+        .run_now(&[ids[1], ids[2], JobId(999_999)], T0 + 5)
+        .await
+        .expect("ran");
+    assert_eq!(ran, [ids[1]], "only a scheduled job runs now");
+    let shown = get(&store, ids[1]).await;
+    assert_eq!(
+        (
+            shown.state.status,
+            shown.state.run_at_ms,
+            shown.state.trigger
+        ),
+        (Status::Ready, T0 + 5, Trigger::Manual)
+    );
+    assert_eq!(get(&store, ids[0]).await.state.status, Status::Scheduled);
+    assert_eq!(get(&store, ids[2]).await.state.trigger, Trigger::Scheduled);
+
+    let store = reopen(backend, store, T0 + 10).await;
+    assert_eq!(get(&store, ids[1]).await.state.trigger, Trigger::Manual);
+    let taken = take(&store, &["q"], 2, T0 + 10).await;
+    let triggers: Vec<(JobId, Trigger)> = taken.iter().map(|t| (t.id, t.trigger)).collect();
+    assert_eq!(
+        triggers,
+        [(ids[1], Trigger::Manual), (ids[2], Trigger::Scheduled)]
+    );
+    let dead = taken.iter().find(|t| t.id == ids[2]).expect("taken");
+    store
+        .fail_job(ack(dead), T0 + 10, &dead_now(T0 + 10))
+        .await
+        .expect("failed");
+    store
+        .replay_jobs(
+            &Replay {
+                selection: Selection {
+                    ids: Some(vec![ids[2]]),
+                    filter: JobFilter::default(),
+                },
+                policy: None,
+                reset_attempts: false,
+            },
+            T0 + 20,
+        )
+        .await
+        .expect("replayed");
+    assert_eq!(get(&store, ids[2]).await.state.trigger, Trigger::Replay);
+    let store = reopen(backend, store, T0 + 20).await;
+    let taken = take(&store, &["q"], 5, T0 + 20).await;
+    let replayed = taken.iter().find(|t| t.id == ids[2]).expect("taken again");
+    assert_eq!(replayed.trigger, Trigger::Replay);
+    close(store).await;
+}
+
+/// A decision: dead at `now_ms`, its state cleared of any trigger as the engine's are.
+fn dead_now(now_ms: u64) -> impl Fn(&DecideContext<'_>) -> Transition + Send + Sync {
+    let kill = dead(now_ms, "fatal");
+    move |ctx| {
+        let mut transition = kill(ctx);
+        transition.state.trigger = Trigger::Scheduled;
+        transition
+    }
+}
+
+/// The head of each queue (the job a take hands out next) and when it became ready.
+async fn heads_of_queues_tell_how_long_they_waited(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    enqueue(&store, vec![job("q")], T0).await;
+    let later = job("q").priority(5).at(T0 + 100);
+    enqueue(&store, vec![later, job("r").at(T0 + SECOND)], T0 + 100).await;
+    let queues = ["q".to_owned(), "r".to_owned(), "none".to_owned()];
+    // The head is the high-priority job, ready since T0 + 100; r has nothing ready.
+    assert_eq!(
+        store.ready_since(&queues).await.expect("heads"),
+        [Some(T0 + 100), None, None]
+    );
+    assert!(store.ready_since(&[]).await.expect("heads").is_empty());
+    close(store).await;
+}
+
 async fn counts_per_queue_and_status(backend: &impl Backend) {
     let store = backend.open(T0).await;
     assert!(store.counts().await.expect("counts").is_empty());
@@ -1840,7 +2265,7 @@ async fn counts_per_queue_and_status(backend: &impl Backend) {
     .await;
     let taken = take(&store, &["a"], 3, T0).await;
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("done");
     store
@@ -2008,7 +2433,10 @@ async fn leases_across_a_restart_follow_the_declared_property(backend: &impl Bac
             .collect();
         assert_eq!(claimed, [ids[1]]);
         assert_eq!(taken_ids(&take(&store, &["q"], 10, now).await), [ids[3]]);
-        let results = store.complete_jobs(&acks, true, now).await.expect("commit");
+        let results = store
+            .complete_plain(&acks, true, now)
+            .await
+            .expect("commit");
         assert_eq!(
             results,
             [Ok(()), Ok(()), Ok(())],
@@ -2039,7 +2467,10 @@ async fn leases_across_a_restart_follow_the_declared_property(backend: &impl Bac
                 .jobs
                 .is_empty()
         );
-        let results = store.complete_jobs(&acks, true, now).await.expect("commit");
+        let results = store
+            .complete_plain(&acks, true, now)
+            .await
+            .expect("commit");
         assert_eq!(
             results,
             ids[..3]
@@ -2097,7 +2528,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         keep_until_ms: Some(T0 + 15 * SECOND),
         ..TakeRequest::new(&queues, 2, 10 * SECOND)
     };
-    let taken = store.take_jobs(&request, T0).await.expect("taken");
+    let taken = store.take_jobs(&request, T0).await.expect("taken").jobs;
     assert_eq!(taken_ids(&taken), ids[..2]);
     // A job with an expiry lives at least as long as the claim keeps it; one without has none.
     assert_eq!(
@@ -2126,7 +2557,14 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         record: Some(record.clone()),
         ..TakeRequest::new(&nobody, 5, 10 * SECOND)
     };
-    assert!(store.take_jobs(&empty, T0).await.expect("take").is_empty());
+    assert!(
+        store
+            .take_jobs(&empty, T0)
+            .await
+            .expect("take")
+            .jobs
+            .is_empty()
+    );
     assert_eq!(store.claim(ClaimId(42)).await, Ok(Claim::default()));
 
     // Renewed: every lease moves, the jobs live at least until asked, the record is replaced.
@@ -2183,7 +2621,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
 
     // A job completed under the claim leaves it.
     let done = store
-        .complete_jobs(&[ack(&taken[1])], true, T0 + 6 * SECOND)
+        .complete_plain(&[ack(&taken[1])], true, T0 + 6 * SECOND)
         .await
         .expect("commit");
     assert_eq!(done, [Ok(())]);
@@ -2212,7 +2650,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
     assert_eq!(shown.errors[0].message, "claim deleted");
     assert_eq!(store.claim(claim).await, Ok(Claim::default()));
     let stale = store
-        .complete_jobs(&[ack(&taken[0])], true, now)
+        .complete_plain(&[ack(&taken[0])], true, now)
         .await
         .expect("commit");
     assert_eq!(
@@ -2245,10 +2683,10 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         record: Some(brief.clone()),
         ..TakeRequest::new(&queues, 1, SECOND)
     };
-    let briefly = store.take_jobs(&short, now).await.expect("taken");
+    let briefly = store.take_jobs(&short, now).await.expect("taken").jobs;
     assert_eq!(taken_ids(&briefly), [ids[0]]);
     store
-        .complete_jobs(&[ack(&briefly[0])], true, now)
+        .complete_plain(&[ack(&briefly[0])], true, now)
         .await
         .expect("commit");
     let over = now + 2 * SECOND;
@@ -2284,7 +2722,7 @@ async fn claims_are_renewed_ended_and_forgotten(backend: &impl Backend) {
         record: Some(lasting.clone()),
         ..TakeRequest::new(&queues, 1, 60 * SECOND)
     };
-    let kept = store.take_jobs(&request, later).await.expect("taken");
+    let kept = store.take_jobs(&request, later).await.expect("taken").jobs;
     assert_eq!(taken_ids(&kept), [ids[2]]);
     // The time a claim kept a job alive to is part of the claim, so it lasts as claims do.
     // (Closed and opened by hand: `reopen` cannot know a job's expiry before its claim.)
@@ -2514,7 +2952,7 @@ async fn peeks_and_checked_deletes_see_the_current_state(backend: &impl Backend)
             .is_empty()
     );
     let results = store
-        .complete_jobs(&[ack(&claimed[0]), ack(&plain[0])], true, T0)
+        .complete_plain(&[ack(&claimed[0]), ack(&plain[0])], true, T0)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[0])), Ok(())]);
@@ -2534,7 +2972,7 @@ async fn list_filters_for_messages_and_counts_agree(backend: &impl Backend) {
     let completed = enqueue(&store, vec![job("q")], T0).await[0];
     let taken = take(&store, &["q"], 1, T0).await;
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0 + SECOND)
+        .complete_plain(&[ack(&taken[0])], true, T0 + SECOND)
         .await
         .expect("completed");
     let died = enqueue(&store, vec![job("q")], T0).await[0];
@@ -2699,7 +3137,7 @@ async fn expired_jobs_are_deleted_whatever_their_status(backend: &impl Backend) 
     let completed = enqueue(&store, vec![job("q").expires(at)], T0).await[0];
     let taken = take(&store, &["q"], 1, T0).await;
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("completed");
     let died = enqueue(&store, vec![job("q").expires(at)], T0).await[0];
@@ -2732,7 +3170,7 @@ async fn expired_jobs_are_deleted_whatever_their_status(backend: &impl Backend) 
         );
     }
     let results = store
-        .complete_jobs(&[ack(&flying[0])], true, at)
+        .complete_plain(&[ack(&flying[0])], true, at)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[2]))]);
@@ -3116,13 +3554,14 @@ async fn deliveries_are_taken_finished_and_logged(backend: &impl Backend) {
             .take_jobs(&for_sub(10), T0)
             .await
             .expect("take")
+            .jobs
             .is_empty()
     );
     store
         .update_subscription(sub.id, &enabled(true))
         .await
         .expect("enabled");
-    let taken = store.take_jobs(&for_sub(10), T0).await.expect("take");
+    let taken = store.take_jobs(&for_sub(10), T0).await.expect("take").jobs;
     assert_eq!(taken_ids(&taken), deliveries);
     assert_eq!(
         (taken[0].parent, taken[0].kind.as_str()),
@@ -3224,7 +3663,7 @@ async fn deliveries_are_taken_finished_and_logged(backend: &impl Backend) {
     // Retried: the next attempt is added after the first.
     let due = T0 + 2 + 5 * SECOND;
     assert_eq!(store.promote_due(due, 10).await, Ok(1));
-    let again = store.take_jobs(&for_sub(10), due).await.expect("take");
+    let again = store.take_jobs(&for_sub(10), due).await.expect("take").jobs;
     assert_eq!(
         (taken_ids(&again), again[0].attempt),
         (vec![deliveries[1]], 2)
@@ -3265,6 +3704,7 @@ async fn deliveries_are_taken_finished_and_logged(backend: &impl Backend) {
             .take_jobs(&for_sub(10), due)
             .await
             .expect("take")
+            .jobs
             .is_empty()
     );
     let orphan = store
@@ -3342,7 +3782,11 @@ async fn endpoint_states_change_atomically_and_are_kept(backend: &impl Backend) 
     let (a, b) = ("https://a.example", "http://b.example:8080");
     assert_eq!(store.endpoints().await, Ok(vec![]));
     assert_eq!(store.endpoint(a).await, Ok(None));
-    assert_eq!(store.update_endpoint(a, &|_| None).await, Ok(None), "no change");
+    assert_eq!(
+        store.update_endpoint(a, &|_| None).await,
+        Ok(None),
+        "no change"
+    );
     // Many servers' first changes at once: each sees what the one before stored.
     let racers: Vec<_> = (0..8)
         .map(|_| {
@@ -3396,11 +3840,12 @@ async fn endpoint_states_change_atomically_and_are_kept(backend: &impl Backend) 
     .await;
     assert_eq!(changed, Ok(Some(paused.clone())));
     assert_eq!(
-        store.update_endpoint(b, &|current| {
-            assert_eq!(current, Some(&paused), "the change sees the stored state");
-            None
-        })
-        .await,
+        store
+            .update_endpoint(b, &|current| {
+                assert_eq!(current, Some(&paused), "the change sees the stored state");
+                None
+            })
+            .await,
         Ok(Some(paused.clone())),
         "left as it is"
     );
@@ -3433,6 +3878,11 @@ async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
             queue: "q-dead".into(),
             max_claims: 3,
             ttl_ms: Some(90 * SECOND),
+        }),
+        concurrency: Some(7),
+        rate: Some(RateLimit {
+            limit: 100,
+            period_ms: 60 * SECOND,
         }),
     };
     // A change that declines stores nothing.
@@ -3507,7 +3957,7 @@ async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
     assert_eq!(status(&store, ids[3]).await, Some(Status::Ready));
     assert_eq!(subscribers(&store, "q").await, Ok(vec![sub.id]));
     let results = store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[0]))]);
@@ -3618,7 +4068,7 @@ async fn signals_announce_what_may_have_changed(backend: &impl Backend) {
     let done = fires(
         released,
         "a completion",
-        store.complete_jobs(&[ack(&held[0])], true, at),
+        store.complete_plain(&[ack(&held[0])], true, at),
     )
     .await
     .expect("completed");
@@ -3720,7 +4170,7 @@ async fn close_keeps_everything_acknowledged(backend: &impl Backend) {
     let taken = take(&store, &["q"], 3, T0).await;
     assert_eq!(taken_ids(&taken), ids[..3]);
     store
-        .complete_jobs(&[ack(&taken[0])], true, T0)
+        .complete_plain(&[ack(&taken[0])], true, T0)
         .await
         .expect("completed");
     store
@@ -3736,7 +4186,7 @@ async fn close_keeps_everything_acknowledged(backend: &impl Backend) {
         subscription: Some(sub.id),
         ..TakeRequest::new(&queues, 1, 30 * SECOND)
     };
-    let delivering = store.take_jobs(&request, T0).await.expect("take");
+    let delivering = store.take_jobs(&request, T0).await.expect("take").jobs;
     let logged = attempt(1, T0, AttemptResult::Retryable, 500);
     store
         .finish_delivery(
@@ -3842,7 +4292,10 @@ async fn racing_operations_on_a_job_are_serialised(backend: &impl Backend) {
             let (store, ack) = (store.clone(), ack(contested));
             tokio::spawn(async move {
                 if i % 2 == 0 {
-                    let mut results = store.complete_jobs(&[ack], true, T0).await.expect("commit");
+                    let mut results = store
+                        .complete_plain(&[ack], true, T0)
+                        .await
+                        .expect("commit");
                     (Status::Completed, results.remove(0))
                 } else {
                     let failed = store.fail_job(ack, T0, &dead(T0, "fatal")).await;
@@ -4040,6 +4493,358 @@ async fn inserts_are_never_made_on_facts_older_than_a_change(backend: &impl Back
     close(store).await;
 }
 
+// --- per-queue limits ------------------------------------------------------------------------
+
+async fn limit_queue(
+    store: &Arc<dyn Store>,
+    queue: &str,
+    concurrency: Option<u32>,
+    rate: Option<RateLimit>,
+) {
+    store
+        .update_queue(queue, &|current| {
+            let mut config = current.cloned().unwrap_or_default();
+            config.concurrency = concurrency;
+            config.rate = rate;
+            Some(config)
+        })
+        .await
+        .expect("limited");
+}
+
+async fn take_held(store: &Arc<dyn Store>, queues: &[&str], max: usize, now_ms: u64) -> Taken {
+    let queues: Vec<String> = queues.iter().map(|q| (*q).to_owned()).collect();
+    store
+        .take_jobs(&TakeRequest::new(&queues, max, 30 * SECOND), now_ms)
+        .await
+        .expect("take")
+}
+
+/// A concurrency limit counts the queue's jobs in flight: a take hands out no more than the
+/// room left, in the usual order, says it was held back, and room comes back as jobs leave
+/// flight (completed, failed, lease expired). Other queues of the same take are not held.
+async fn concurrency_limits_hold_takes_back(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    limit_queue(&store, "lim", Some(2), None).await;
+    let limited = enqueue(&store, (0..5).map(|i| job("lim").priority(i)).collect(), T0).await;
+    let free = enqueue(&store, vec![job("free"), job("free")], T0).await;
+    let first = take(&store, &["lim", "free"], 10, T0).await;
+    assert_eq!(
+        taken_ids(&first),
+        [limited[4], limited[3], free[0], free[1]],
+        "two of the limited queue, the best two, and the rest"
+    );
+    let held = take_held(&store, &["lim"], 10, T0).await;
+    assert!(held.jobs.is_empty());
+    assert!(held.held.in_flight, "{:?}", held.held);
+    assert_eq!(held.held.until_ms, None);
+    // Completing one makes room for one.
+    store
+        .complete_jobs(&[ack(&first[0])], true, T0)
+        .await
+        .expect("completed");
+    let second = take(&store, &["lim"], 10, T0).await;
+    assert_eq!(taken_ids(&second), [limited[2]]);
+    // A failure makes room too.
+    store
+        .fail_job(ack(&first[1]), T0, &retry(T0, 60 * SECOND, "later"))
+        .await
+        .expect("failed");
+    let third = take(&store, &["lim"], 10, T0).await;
+    assert_eq!(taken_ids(&third), [limited[1]]);
+    assert!(take(&store, &["lim"], 10, T0).await.is_empty());
+    // So does a lease that ran out.
+    let expired = T0 + 31 * SECOND;
+    store
+        .expire_leases(expired, 100, &again(expired, "lost"))
+        .await
+        .expect("expired");
+    let fourth = take(&store, &["lim"], 1, expired).await;
+    assert_eq!(fourth.len(), 1);
+    // A limit removed holds nothing.
+    limit_queue(&store, "lim", None, None).await;
+    let rest = take(&store, &["lim"], 10, expired).await;
+    assert!(!rest.is_empty());
+    let store = reopen(backend, store, expired).await;
+    close(store).await;
+}
+
+/// A rate limit counts starts in buckets of a sixtieth of its period: a take hands out no more
+/// than the period leaves, says until when it is held, and the starts survive a restart.
+async fn rate_limits_hold_takes_back_across_restarts(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let rate = RateLimit {
+        limit: 3,
+        period_ms: 60 * SECOND,
+    };
+    limit_queue(&store, "rated", None, Some(rate)).await;
+    let ids = enqueue(&store, (0..10).map(|_| job("rated")).collect(), T0).await;
+    assert_eq!(taken_ids(&take(&store, &["rated"], 10, T0).await), ids[..3]);
+    assert_eq!(
+        store.limit_use("rated", T0).await,
+        Ok(LimitUse { started: 3 })
+    );
+    let held = take_held(&store, &["rated"], 10, T0 + SECOND).await;
+    assert!(held.jobs.is_empty());
+    // The bucket [T0, T0 + 1 s) counts until its end is a period old.
+    assert_eq!(held.held.until_ms, Some(T0 + 61 * SECOND));
+    assert!(!held.held.in_flight);
+    assert!(
+        take(&store, &["rated"], 10, T0 + 61 * SECOND - 1)
+            .await
+            .is_empty()
+    );
+    // Pops count as starts too.
+    let later = T0 + 61 * SECOND;
+    let popped = store
+        .pop_jobs(&["rated".to_owned()], 1, later)
+        .await
+        .expect("pop");
+    assert_eq!(popped.len(), 1);
+    assert_eq!(take(&store, &["rated"], 10, later).await.len(), 2);
+    assert_eq!(
+        store.limit_use("rated", later).await,
+        Ok(LimitUse { started: 3 })
+    );
+
+    // The starts survive: still none to hand out after a restart.
+    let store = reopen(backend, store, later).await;
+    assert!(
+        take(&store, &["rated"], 10, later + SECOND)
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        store.limit_use("rated", later + SECOND).await,
+        Ok(LimitUse { started: 3 })
+    );
+    let next = later + 61 * SECOND;
+    assert_eq!(take(&store, &["rated"], 10, next).await.len(), 3);
+    // Concurrency and rate together: the smaller room holds.
+    limit_queue(&store, "both", Some(1), Some(rate)).await;
+    enqueue(&store, (0..3).map(|_| job("both")).collect(), next).await;
+    assert_eq!(take(&store, &["both"], 10, next).await.len(), 1);
+    let held = take_held(&store, &["both"], 10, next).await;
+    assert!(held.held.in_flight && held.jobs.is_empty());
+    // A deleted queue forgets its starts.
+    store.delete_queue("rated").await.expect("deleted");
+    assert_eq!(
+        store.limit_use("rated", next).await,
+        Ok(LimitUse::default())
+    );
+    close(store).await;
+}
+
+// --- schedules -------------------------------------------------------------------------------
+
+fn schedule(name: &str, queue: &str) -> Schedule {
+    Schedule {
+        name: name.to_owned(),
+        cron: "* * * * *".to_owned(),
+        timezone: "UTC".to_owned(),
+        job: JobTemplate {
+            queue: queue.to_owned(),
+            kind: "tick".to_owned(),
+            payload: RawValue::from_string(r#"{"n": 1}"#.to_owned()).expect("JSON"),
+            priority: 3,
+            policy: Some(StoredPolicy::new(fixed(SECOND))),
+            retry_limit: Some(2),
+        },
+        missed: Missed::RunOnce,
+        overlap: Overlap::Skip,
+        paused: false,
+        revision: 1,
+        through_ms: T0,
+        next_tick_ms: Some(T0 + 60 * SECOND),
+        last_tick_ms: None,
+        last_job: None,
+        counts: TickCounts::default(),
+        created_at_ms: T0,
+        updated_at_ms: T0,
+    }
+}
+
+fn same(a: &Schedule, b: &Schedule) -> bool {
+    serde_json::to_value(a).expect("JSON") == serde_json::to_value(b).expect("JSON")
+}
+
+/// Schedules are made, changed atomically, found when due, and deleted; they survive a
+/// restart.
+async fn schedules_are_stored_changed_and_deleted(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    assert_eq!(
+        store.schedule("a").await.expect("read").map(|s| s.name),
+        None
+    );
+    let a = schedule("a", "q");
+    let stored = store
+        .update_schedule("a", &|current| {
+            assert!(current.is_none());
+            Some(a.clone())
+        })
+        .await
+        .expect("made")
+        .expect("stored");
+    assert!(same(&stored, &a));
+    let mut b = schedule("b", "q");
+    b.next_tick_ms = Some(T0 + 10 * SECOND);
+    store
+        .update_schedule("b", &|_| Some(b.clone()))
+        .await
+        .expect("made");
+    let mut paused = schedule("c", "q");
+    paused.paused = true;
+    paused.next_tick_ms = Some(T0);
+    store
+        .update_schedule("c", &|_| Some(paused.clone()))
+        .await
+        .expect("made");
+    let names = |list: Vec<Schedule>| list.into_iter().map(|s| s.name).collect::<Vec<_>>();
+    assert_eq!(
+        names(store.schedules().await.expect("list")),
+        ["a", "b", "c"]
+    );
+    // The maintenance loop wakes for the earliest tick of an unpaused schedule.
+    assert_eq!(
+        store.next_wakeup().await.expect("next wakeup"),
+        Some(T0 + 10 * SECOND)
+    );
+    // Due: unpaused, next tick at or before now, earliest first.
+    assert_eq!(
+        names(
+            store
+                .due_schedules(T0 + 59 * SECOND, 10)
+                .await
+                .expect("due")
+        ),
+        ["b"]
+    );
+    assert_eq!(
+        names(
+            store
+                .due_schedules(T0 + 60 * SECOND, 10)
+                .await
+                .expect("due")
+        ),
+        ["b", "a"]
+    );
+    assert_eq!(
+        names(store.due_schedules(T0 + 60 * SECOND, 1).await.expect("due")),
+        ["b"]
+    );
+    // A change sees the stored schedule; `None` leaves it.
+    let unchanged = store
+        .update_schedule("a", &|current| {
+            assert_eq!(current.map(|s| s.revision), Some(1));
+            None
+        })
+        .await
+        .expect("read");
+    assert!(same(&unchanged.expect("there"), &a));
+    let mut changed = a.clone();
+    changed.cron = "*/5 * * * *".to_owned();
+    changed.revision = 2;
+    store
+        .update_schedule("a", &|_| Some(changed.clone()))
+        .await
+        .expect("changed");
+    let store = reopen(backend, store, T0).await;
+    assert!(same(
+        &store.schedule("a").await.expect("read").expect("there"),
+        &changed
+    ));
+    assert!(store.delete_schedule("a").await.expect("deleted"));
+    assert!(!store.delete_schedule("a").await.expect("deleted"));
+    assert_eq!(names(store.schedules().await.expect("list")), ["b", "c"]);
+    let store = reopen(backend, store, T0).await;
+    close(store).await;
+}
+
+/// A tick's record and its job are stored together, only while the schedule is at the
+/// revision the engine read: a second record of the same tick (another server, a restart)
+/// stores neither, whoever loses a race.
+async fn a_tick_is_recorded_once_with_its_job(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let first = schedule("s", "ticks");
+    store
+        .update_schedule("s", &|_| Some(first.clone()))
+        .await
+        .expect("made");
+    let tick = T0 + 60 * SECOND;
+    let mut next = first.clone();
+    next.revision = 2;
+    next.through_ms = tick;
+    next.next_tick_ms = Some(tick + 60 * SECOND);
+    next.last_tick_ms = Some(tick);
+    next.counts.enqueued = 1;
+    let jobs = || vec![job("ticks").at(tick).kind("tick")];
+    let seen = current(&store).await;
+    let recorded = store
+        .record_tick(&next, 1, jobs(), seen, tick)
+        .await
+        .expect("recorded")
+        .expect("at the revision read");
+    let made = recorded[0].as_ref().expect("a job").id;
+    let stored = store.schedule("s").await.expect("read").expect("there");
+    assert_eq!(stored.revision, 2);
+    assert_eq!(stored.last_job, Some(made));
+    assert_eq!(stored.through_ms, tick);
+    // The same tick again: nothing stored.
+    let again = store
+        .record_tick(&next, 1, jobs(), seen, tick)
+        .await
+        .expect("answered");
+    assert!(again.is_none());
+    let count = |store: Arc<dyn Store>| async move {
+        store
+            .count_jobs(&JobFilter::queue("ticks"))
+            .await
+            .expect("count")
+    };
+    assert_eq!(count(store.clone()).await, 1);
+    // Two servers racing for the next tick: one wins.
+    let mut third = next.clone();
+    third.revision = 3;
+    let (a, b) = tokio::join!(
+        store.record_tick(&third, 2, jobs(), seen, tick),
+        store.record_tick(&third, 2, jobs(), seen, tick),
+    );
+    let won = [a.expect("answered"), b.expect("answered")]
+        .into_iter()
+        .filter(Option::is_some)
+        .count();
+    assert_eq!(won, 1);
+    assert_eq!(count(store.clone()).await, 2);
+    // A record without a job moves the schedule on alone; a deleted schedule records nothing.
+    let mut skipped = third.clone();
+    skipped.revision = 4;
+    skipped.counts.overlapped = 1;
+    assert!(
+        store
+            .record_tick(&skipped, 3, Vec::new(), seen, tick)
+            .await
+            .expect("answered")
+            .is_some()
+    );
+    // Stored as given: with no job made, `last_job` is what the engine carried forward.
+    let kept = store.schedule("s").await.expect("read").expect("there");
+    assert!(same(&kept, &skipped));
+    let store = reopen(backend, store, tick).await;
+    assert_eq!(count(store.clone()).await, 2);
+    assert!(store.delete_schedule("s").await.expect("deleted"));
+    let mut gone = skipped.clone();
+    gone.revision = 5;
+    assert!(
+        store
+            .record_tick(&gone, 4, jobs(), seen, tick)
+            .await
+            .expect("answered")
+            .is_none()
+    );
+    assert_eq!(count(store.clone()).await, 2);
+    close(store).await;
+}
+
 #[path = "common/postgres.rs"]
 mod postgres_server;
 
@@ -4122,7 +4927,12 @@ macro_rules! conformance_suite {
                 jobs_are_deleted_by_selection,
                 finished_jobs_are_purged_after_retention,
                 list_filters_and_pages,
+                listings_page_both_ways_by_queue_type_and_status,
+                searches_are_bounded_and_go_on,
+                runs_now_and_replays_mark_the_next_run,
+                heads_of_queues_tell_how_long_they_waited,
                 counts_per_queue_and_status,
+                backlog_and_lease_facts_are_reported,
                 queue_configs_are_kept,
                 leases_across_a_restart_follow_the_declared_property,
                 claims_are_renewed_ended_and_forgotten,
@@ -4144,6 +4954,10 @@ macro_rules! conformance_suite {
                 racing_operations_on_a_job_are_serialised,
                 concurrent_small_enqueues_keep_their_own_jobs,
                 inserts_are_never_made_on_facts_older_than_a_change,
+                concurrency_limits_hold_takes_back,
+                rate_limits_hold_takes_back_across_restarts,
+                schedules_are_stored_changed_and_deleted,
+                a_tick_is_recorded_once_with_its_job,
             );
         }
     };

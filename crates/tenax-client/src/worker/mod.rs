@@ -357,8 +357,8 @@ impl Worker {
         let Worker { inner, handle } = self;
         let settings = &inner.settings;
         tracing::info!(
-            queues = ?settings.queues,
-            types = ?inner.registry.kinds(),
+            queues = %settings.queues.join(","),
+            types = %inner.registry.kinds().join(","),
             any_type = inner.registry.has_fallback(),
             concurrency = settings.concurrency,
             "worker started"
@@ -388,7 +388,7 @@ impl Worker {
                 Err(error) => {
                     add(&inner.counters.stream_errors, 1);
                     let delay = backoff.next();
-                    tracing::warn!(%error, ?delay, "cannot open the job stream; trying again");
+                    tracing::warn!(%error, delay = %shown(delay), "cannot open the job stream; trying again");
                     tokio::select! {
                         () = tokio::time::sleep(delay) => continue,
                         () = stopping.wait() => break,
@@ -497,7 +497,7 @@ async fn drain(inner: &Inner, handle: &WorkerHandle, supervisors: &mut JoinSet<(
     let running = inner.settings.concurrency - inner.slots.available_permits();
     tracing::info!(
         running,
-        timeout = ?inner.settings.shutdown_timeout,
+        timeout = %shown(inner.settings.shutdown_timeout),
         "stopping: no new jobs; waiting for running handlers"
     );
     let deadline = tokio::time::sleep(inner.settings.shutdown_timeout);
@@ -511,7 +511,7 @@ async fn drain(inner: &Inner, handle: &WorkerHandle, supervisors: &mut JoinSet<(
             },
             () = &mut deadline, if !hurrying.is_set() => {
                 tracing::warn!(
-                    timeout = ?inner.settings.shutdown_timeout,
+                    timeout = %shown(inner.settings.shutdown_timeout),
                     "handlers still running at the shutdown deadline: stopping them; their jobs go back to the queue"
                 );
                 handle.shutdown_now();
@@ -667,7 +667,12 @@ async fn report_failure(inner: &Inner, lease: Lease, kind: &str, error: &JobErro
             Ok(result) => {
                 add(&inner.counters.failed, 1);
                 if matches!(error.outcome(), crate::request::Outcome::Snooze(_)) {
-                    tracing::info!(job = lease.id, kind, delay = ?result.delay(), "the job was snoozed");
+                    tracing::info!(
+                        job = lease.id,
+                        kind,
+                        delay = result.delay().map(|d| tracing::field::display(shown(d))),
+                        "the job was snoozed"
+                    );
                 } else if result.is_dead() {
                     tracing::warn!(
                         job = lease.id,
@@ -681,7 +686,7 @@ async fn report_failure(inner: &Inner, lease: Lease, kind: &str, error: &JobErro
                         job = lease.id,
                         kind,
                         error = %error.message(),
-                        delay = ?result.delay(),
+                        delay = result.delay().map(|d| tracing::field::display(shown(d))),
                         "the job failed; it runs again later"
                     );
                 }
@@ -735,4 +740,10 @@ impl Backoff {
     fn reset(&mut self) {
         self.current = None;
     }
+}
+
+/// A duration in a log line as one would write it (`1m 30s`, `250ms`), to the millisecond.
+fn shown(duration: Duration) -> String {
+    let ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+    humantime::format_duration(Duration::from_millis(ms)).to_string()
 }

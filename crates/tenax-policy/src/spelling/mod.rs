@@ -67,6 +67,63 @@ pub fn parse_policy(value: &Value) -> Result<ParsedPolicy, PolicyError> {
     }
 }
 
+/// A policy written in `spelling`, or why that spelling cannot say it (SNS and Zaqar have only
+/// the phased shape, in whole seconds, without jitter, cap or window). Parsing the answer gives
+/// back the same retry policy.
+pub fn spell(policy: &RetryPolicy, spelling: Spelling) -> Result<Value, String> {
+    match spelling {
+        Spelling::Native => Ok(native::to_json(policy)),
+        Spelling::Sns => sns::to_json(policy),
+        Spelling::Zaqar => zaqar::to_json(policy),
+    }
+}
+
+/// The phased shape of a policy that SNS or Zaqar can say: nothing but the curve.
+fn plain_phased<'a>(policy: &'a RetryPolicy, name: &str) -> Result<&'a crate::Phased, String> {
+    let crate::Shape::Phased(phased) = &policy.shape else {
+        return Err(format!(
+            "{name} has only the phased policy; this one is {}",
+            policy.shape.kind()
+        ));
+    };
+    if policy.jitter != crate::Jitter::None {
+        return Err(format!("{name} has no jitter"));
+    }
+    if policy.cap_ms.is_some_and(|cap| cap < phased.max_delay_ms) {
+        return Err(format!("{name} has no cap below the maximum delay"));
+    }
+    if policy.max_window_ms.is_some() {
+        return Err(format!("{name} has no retry window"));
+    }
+    if policy.retry_limit != phased.num_retries {
+        return Err(format!(
+            "{name} retries exactly the phases' {} times; this policy's limit is {}",
+            phased.num_retries, policy.retry_limit
+        ));
+    }
+    for (what, ms) in [
+        ("minimum", phased.min_delay_ms),
+        ("maximum", phased.max_delay_ms),
+    ] {
+        if ms % 1_000 != 0 {
+            return Err(format!(
+                "{name} counts delays in whole seconds; the {what} delay is {ms} ms"
+            ));
+        }
+    }
+    Ok(phased)
+}
+
+/// `value` if it parses back to `policy`'s curve, else why not.
+fn checked(value: Value, policy: &RetryPolicy) -> Result<Value, String> {
+    let parsed = parse_policy(&value).map_err(|e| e.to_string())?;
+    if parsed.retry.shape == policy.shape && parsed.retry.retry_limit == policy.retry_limit {
+        Ok(value)
+    } else {
+        Err("the spelling would give another policy".into())
+    }
+}
+
 /// Parses policy JSON text in any of the three spellings.
 pub fn parse_policy_str(text: &str) -> Result<ParsedPolicy, PolicyError> {
     let value: Value = serde_json::from_str(text)

@@ -63,6 +63,21 @@ pub fn parse(value: &Value) -> Result<ParsedPolicy, PolicyError> {
     Ok(parsed)
 }
 
+/// The policy as an SNS subscription `DeliveryPolicy`, or why SNS cannot say it.
+pub fn to_json(policy: &RetryPolicy) -> Result<Value, String> {
+    let p = super::plain_phased(policy, "SNS")?;
+    let value = serde_json::json!({"healthyRetryPolicy": {
+        "minDelayTarget": p.min_delay_ms / 1_000,
+        "maxDelayTarget": p.max_delay_ms / 1_000,
+        "numRetries": p.num_retries,
+        "numNoDelayRetries": p.num_no_delay_retries,
+        "numMinDelayRetries": p.num_min_delay_retries,
+        "numMaxDelayRetries": p.num_max_delay_retries,
+        "backoffFunction": p.function.name(),
+    }});
+    super::checked(value, policy)
+}
+
 fn parse_parts(
     fields: &mut Fields<'_>,
     healthy: &'static str,
@@ -210,6 +225,27 @@ mod tests {
         .unwrap();
         assert!(topic.disable_overrides);
         assert_eq!(topic.retry.retry_limit, 5);
+    }
+
+    #[test]
+    fn sns_spelling_round_trips_or_says_why_not() {
+        let parsed = parse(&json!({"healthyRetryPolicy": {"minDelayTarget": 5,
+            "maxDelayTarget": 260, "numRetries": 10, "backoffFunction": "geometric"}}))
+        .unwrap();
+        let written = to_json(&parsed.retry).unwrap();
+        assert_eq!(parse(&written).unwrap().retry, parsed.retry);
+        let half = crate::spelling::native::parse(&json!({"type": "phased", "min_delay": 1500,
+            "max_delay": "10s", "num_retries": 3}))
+        .unwrap();
+        assert!(to_json(&half).unwrap_err().contains("whole seconds"));
+        let long = crate::spelling::native::parse(&json!({"type": "phased", "min_delay": "20s",
+            "max_delay": "3600s", "num_retries": 100}))
+        .unwrap();
+        assert!(to_json(&long).unwrap_err().ends_with(SNS_TOTAL_MESSAGE));
+        let jittered = crate::spelling::native::parse(&json!({"type": "phased", "min_delay": "5s",
+            "max_delay": "10s", "num_retries": 3, "jitter": "full"}))
+        .unwrap();
+        assert!(to_json(&jittered).unwrap_err().contains("no jitter"));
     }
 
     #[test]

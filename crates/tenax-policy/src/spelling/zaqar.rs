@@ -45,6 +45,29 @@ pub fn recognises(value: &Value) -> bool {
             .is_some_and(|map| KEYS.iter().any(|key| map.contains_key(*key)))
 }
 
+/// The policy as a Zaqar `_retry_policy`, or why Zaqar cannot say it (its backoff phase has
+/// (maximum_delay − minimum_delay) / 5 s retries, whatever one wants).
+pub fn to_json(policy: &RetryPolicy) -> Result<Value, String> {
+    let p = super::plain_phased(policy, "Zaqar")?;
+    let backoff = (p.max_delay_ms - p.min_delay_ms.min(p.max_delay_ms)) / ZAQAR_STEP_MS;
+    if u64::from(p.backoff_retries()) != backoff {
+        return Err(format!(
+            "Zaqar's backoff phase has (maximum_delay − minimum_delay) / 5 s = {backoff} retries; \
+             this policy's has {}",
+            p.backoff_retries()
+        ));
+    }
+    let value = serde_json::json!({"_retry_policy": {
+        "retries_with_no_delay": p.num_no_delay_retries,
+        "minimum_delay_retries": p.num_min_delay_retries,
+        "minimum_delay": p.min_delay_ms / 1_000,
+        "maximum_delay": p.max_delay_ms / 1_000,
+        "maximum_delay_retries": p.num_max_delay_retries,
+        "retry_backoff_function": p.function.name(),
+    }});
+    super::checked(value, policy)
+}
+
 pub fn parse(value: &Value) -> Result<ParsedPolicy, PolicyError> {
     if let Some(inner) = value.get("_retry_policy") {
         let mut wrapper = Fields::new(value, "")?;
@@ -130,6 +153,25 @@ mod tests {
                 30_000, 30_000
             ]
         );
+    }
+
+    #[test]
+    fn zaqar_spelling_round_trips_or_says_why_not() {
+        let parsed = parse(
+            &json!({"_retry_policy": {"minimum_delay": 5, "maximum_delay": 55,
+            "retry_backoff_function": "geometric"}}),
+        )
+        .unwrap();
+        let written = to_json(&parsed.retry).unwrap();
+        assert_eq!(parse(&written).unwrap().retry, parsed.retry);
+        let native = crate::spelling::native::parse(&json!({"type": "phased", "min_delay": "5s",
+            "max_delay": "60s", "num_retries": 3}))
+        .unwrap();
+        let why = to_json(&native).unwrap_err();
+        assert!(why.contains("= 11 retries"), "{why}");
+        let fixed =
+            crate::spelling::native::parse(&json!({"type": "fixed", "delay": "1s"})).unwrap();
+        assert!(to_json(&fixed).unwrap_err().contains("only the phased"));
     }
 
     #[test]

@@ -187,6 +187,7 @@ fn describe(capability: Capability) -> &'static str {
         Capability::Work => "take, heartbeat, complete or fail jobs",
         Capability::Manage => "change queues, jobs or subscriptions",
         Capability::Tokens => "manage API tokens (an admin token that is not scoped may)",
+        Capability::Metrics => "read the metrics (an admin or reader token that is not scoped may)",
         Capability::Any => "use this server",
     }
 }
@@ -364,6 +365,16 @@ impl ScopeCheck<'_> {
                     None => {}
                 }
                 self.jobs(&ids).await
+            }
+            Target::ScheduleInPath => {
+                let name = self.param("name").unwrap_or_default();
+                if let Some(schedule) = self.engine.schedule(name).await? {
+                    self.queue(&schedule.job.queue)?;
+                }
+                match self.json().pointer("/job/queue").and_then(Value::as_str) {
+                    Some(queue) => self.queue(queue),
+                    None => Ok(()),
+                }
             }
             Target::SubscriptionInPath => {
                 self.subscription(self.param("id").unwrap_or_default())

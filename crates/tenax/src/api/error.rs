@@ -112,7 +112,11 @@ impl From<StoreError> for ApiError {
 impl ApiError {
     /// A bare 500: the details go to the log, under the request's id, never to the client.
     pub fn internal(error: &dyn std::error::Error) -> Self {
-        tracing::error!(error = %error, source = ?error.source(), "internal error");
+        tracing::error!(
+            error = %error,
+            source = error.source().map(tracing::field::display),
+            "internal error"
+        );
         Self {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             code: "internal",

@@ -10,7 +10,12 @@
 //! - a panic in a handler becomes a 500 with the request id and a logged error event, never a
 //!   dropped connection;
 //! - an answer that is not in the API's error shape (a rejection of one of axum's own
-//!   extractors, which answer plain text) is put into it.
+//!   extractors, which answer plain text) is put into it;
+//! - every request is counted in the HTTP metrics by its route template and status, and
+//!   logged at info in one line (unless `--log-requests false`): method, route, status,
+//!   latency and request id. The route is the template the router matched (recorded by
+//!   [`record_route`]); a request refused before routing, or matching no route, has
+//!   [`UNMATCHED`].
 //!
 //! Invariant: every error answer is JSON in the shape of the API it belongs to: Zaqar's
 //! `{"title", "description"}` under `/v2`, the native `{"error": {...}}` everywhere else.
@@ -20,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::middleware::Next;
@@ -32,6 +37,8 @@ use tracing::Instrument as _;
 use super::Limits;
 use super::error::ApiError;
 use super::zaqar::error::ZaqarError;
+use crate::metrics::Metrics;
+use crate::metrics::http::UNMATCHED;
 
 /// The header that carries a request's id, both ways.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -96,18 +103,49 @@ impl Shape {
     }
 }
 
+/// What the middleware needs.
+#[derive(Debug)]
+pub struct Guard {
+    pub limits: Arc<Limits>,
+    pub metrics: Arc<Metrics>,
+    /// Log one line per request at info.
+    pub log_requests: bool,
+}
+
 /// The middleware: see the module documentation.
-pub async fn guard(State(limits): State<Arc<Limits>>, request: Request, next: Next) -> Response {
+pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
     let id = request_id(request.headers().get(&REQUEST_ID));
     let shape = Shape::of(request.uri().path());
     let method = request.method().clone();
     let span =
         tracing::info_span!("request", request_id = %id, %method, path = %request.uri().path());
-    let mut response = run(&limits, shape, request, next, &id)
+    let mut response = run(&guard.limits, shape, request, next, &id)
         .instrument(span)
         .await;
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(REQUEST_ID, value);
+    }
+    let elapsed = started.elapsed();
+    let route = response.extensions().get::<MatchedPath>();
+    let route = route.map_or(UNMATCHED, MatchedPath::as_str);
+    let status = response.status().as_u16();
+    guard.metrics.http.answered(&method, route, status, elapsed);
+    if guard.log_requests {
+        // Microseconds as a number of milliseconds with three decimals, in both formats.
+        let latency_ms = (elapsed.as_secs_f64() * 1_000_000.0).round() / 1_000.0;
+        tracing::info!(%method, %route, status, latency_ms, request_id = %id, "request");
+    }
+    response
+}
+
+/// Records the route template the router matched on the response, for [`guard`], which runs
+/// before routing. A route layer: it runs only for requests that matched a route.
+pub async fn record_route(request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let mut response = next.run(request).await;
+    if let Some(route) = route {
+        response.extensions_mut().insert(route);
     }
     response
 }
@@ -167,7 +205,14 @@ async fn run(
         .catch_unwind()
         .await;
     match handled {
-        Ok(response) => in_shape(shape, response).await,
+        Ok(response) => {
+            let route = response.extensions().get::<MatchedPath>().cloned();
+            let mut response = in_shape(shape, response).await;
+            if let Some(route) = route {
+                response.extensions_mut().insert(route);
+            }
+            response
+        }
         Err(panic) => {
             let message = panic
                 .downcast_ref::<&str>()

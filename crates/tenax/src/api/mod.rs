@@ -9,10 +9,12 @@ pub(crate) mod extract;
 pub(crate) mod fields;
 pub mod guard;
 pub(crate) mod jobs;
+pub mod metrics;
 pub mod openapi;
 mod policy;
 pub(crate) mod queues;
-mod subscription_views;
+pub(crate) mod schedules;
+pub(crate) mod subscription_views;
 pub(crate) mod subscriptions;
 mod tokens;
 mod views;
@@ -51,6 +53,10 @@ pub struct AppState {
     pub deliveries: Arc<Deliveries>,
     /// Whether requests need an API token.
     pub auth_required: bool,
+    /// Log one line per request at info.
+    pub log_requests: bool,
+    /// The dashboard's keys (CSRF, cookies).
+    pub ui: Arc<crate::ui::UiKeys>,
 }
 
 /// `GET /healthz`: `ok` while the server serves.
@@ -64,6 +70,7 @@ async fn healthz() -> &'static str {
 pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(healthz))
+        .routes(routes!(metrics::metrics))
         .nest(
             "/api",
             OpenApiRouter::new()
@@ -71,6 +78,7 @@ pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
                 .merge(work::router())
                 .merge(dead::router())
                 .merge(queues::router())
+                .merge(schedules::router())
                 .merge(policy::router())
                 .merge(subscriptions::router())
                 .merge(deliveries::router())
@@ -127,6 +135,9 @@ pub fn router(state: AppState) -> Router {
             authorizer,
             auth::authorize,
         ))
+        // The dashboard authenticates by its own session cookie (`ui::session`).
+        .merge(crate::ui::router(state.clone()))
+        .route_layer(axum::middleware::from_fn(guard::record_route))
         .fallback(|| async { error::ApiError::not_found("no such endpoint; see docs/api.md") })
         .method_not_allowed_fallback(|| async {
             error::ApiError {
@@ -138,7 +149,11 @@ pub fn router(state: AppState) -> Router {
         })
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
-            state.limits.clone(),
+            Arc::new(guard::Guard {
+                limits: state.limits.clone(),
+                metrics: state.engine.metrics.clone(),
+                log_requests: state.log_requests,
+            }),
             guard::guard,
         ))
         .with_state(state)

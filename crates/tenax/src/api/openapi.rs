@@ -79,8 +79,8 @@ pub enum Conflict {
 #[openapi(
     info(
         title = "Tenax",
-        description = "The native HTTP API of Tenax: jobs, workers, dead jobs, queues, retry \
-                       policies, webhook subscriptions and deliveries. Conventions (durations, \
+        description = "The native HTTP API of Tenax: jobs, workers, dead jobs, queues, schedules, \
+                       retry policies, webhook subscriptions and deliveries. Conventions (durations, \
                        times, errors): docs/api.md.",
         license(name = "Apache-2.0"),
     ),
@@ -91,7 +91,8 @@ pub enum Conflict {
         (name = "jobs", description = "Enqueue, inspect, list and delete jobs"),
         (name = "work", description = "The worker's side: take, heartbeat, complete, fail"),
         (name = "dead", description = "Dead jobs: list, replay, delete"),
-        (name = "queues", description = "Queue settings, pause and resume"),
+        (name = "queues", description = "Queue settings and limits, pause and resume"),
+        (name = "schedules", description = "Periodic jobs: cron timetables whose ticks enqueue jobs"),
         (name = "policies", description = "Previews of retry policies"),
         (name = "subscriptions", description = "Webhook subscriptions"),
         (name = "deliveries", description = "Webhook deliveries and their attempts"),

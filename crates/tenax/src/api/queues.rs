@@ -1,4 +1,5 @@
-//! Queues: settings (default policy, whether subscriptions may override it), pause and resume.
+//! Queues: settings (default policy, whether subscriptions may override it, limits), pause and
+//! resume.
 //!
 //! Internal queues (a subscription's deliveries) are never listed: their names cannot be asked
 //! for (see `check_queue_name`) and their counts are shown on the subscription.
@@ -20,7 +21,7 @@ use super::openapi::Refusals;
 use crate::auth::Principal;
 use crate::model::StoredPolicy;
 use crate::model::subscription::is_internal_queue;
-use crate::store::{QueueConfig, QueueCounts};
+use crate::store::{LimitUse, QueueConfig, QueueCounts, RateLimit};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -45,6 +46,23 @@ struct QueueView {
     /// Shown only when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     message_ttl_ms: Option<u64>,
+    /// At most this many of the queue's jobs in flight at once (across every worker and
+    /// server); compare `counts.in_flight`. Shown only when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    concurrency: Option<u32>,
+    /// At most `limit` jobs start in any `period_ms`. Shown only when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate: Option<RateView>,
+}
+
+/// A rate limit, and how much of it the current period has used.
+#[derive(Debug, Serialize, ToSchema)]
+struct RateView {
+    limit: u32,
+    period_ms: u64,
+    /// Jobs started in the last `period_ms`, as takes count them (in buckets of a sixtieth of
+    /// the period; docs/api.md).
+    used: u64,
 }
 
 /// Jobs by status.
@@ -63,7 +81,12 @@ struct QueueList {
     queues: Vec<QueueView>,
 }
 
-fn view(name: &str, config: &QueueConfig, counts: Option<&QueueCounts>) -> QueueView {
+fn view(
+    name: &str,
+    config: &QueueConfig,
+    counts: Option<&QueueCounts>,
+    used: &LimitUse,
+) -> QueueView {
     let counts = counts.map_or_else(Counts::default, |c| Counts {
         scheduled: c.scheduled,
         ready: c.ready,
@@ -78,6 +101,12 @@ fn view(name: &str, config: &QueueConfig, counts: Option<&QueueCounts>) -> Queue
         counts,
         disable_overrides: config.disable_overrides,
         message_ttl_ms: config.message_ttl_ms,
+        concurrency: config.concurrency,
+        rate: config.rate.map(|rate| RateView {
+            limit: rate.limit,
+            period_ms: rate.period_ms,
+            used: used.started,
+        }),
     }
 }
 
@@ -89,14 +118,19 @@ async fn list(
     Extension(principal): Extension<Principal>,
 ) -> Result<Json<QueueList>, ApiError> {
     let counts = state.engine.counts().await?;
-    let queues: Vec<QueueView> = state
-        .engine
-        .queues()
-        .await?
-        .iter()
-        .filter(|(name, _)| !is_internal_queue(name) && principal.queues.admits(name))
-        .map(|(name, config)| view(name, config, counts.iter().find(|c| &c.queue == name)))
-        .collect();
+    let mut queues = Vec::new();
+    for (name, config) in state.engine.queues().await? {
+        if is_internal_queue(&name) || !principal.queues.admits(&name) {
+            continue;
+        }
+        let used = if config.rate.is_some() {
+            state.engine.limit_use(&name).await?
+        } else {
+            LimitUse::default()
+        };
+        let counts = counts.iter().find(|c| c.queue == name);
+        queues.push(view(&name, &config, counts, &used));
+    }
     Ok(Json(QueueList { queues }))
 }
 
@@ -120,7 +154,12 @@ async fn shown(
     config: &QueueConfig,
 ) -> Result<Json<QueueView>, ApiError> {
     let counts = state.engine.queue_counts(name).await?;
-    Ok(Json(view(name, config, Some(&counts))))
+    let used = if config.rate.is_some() {
+        state.engine.limit_use(name).await?
+    } else {
+        LimitUse::default()
+    };
+    Ok(Json(view(name, config, Some(&counts), &used)))
 }
 
 /// New settings; omitted fields keep their value, `"policy": null` removes the policy.
@@ -140,7 +179,40 @@ pub(crate) struct UpdateQueue {
     #[serde(default, deserialize_with = "present_millis")]
     #[schema(value_type = Option<super::fields::Millis>)]
     pub(crate) message_ttl: Option<Option<super::fields::Millis>>,
+    /// At most this many of the queue's jobs in flight at once, across every worker and
+    /// server (1 to 1 000 000); `null` removes the limit.
+    #[serde(default, deserialize_with = "present_any")]
+    #[schema(value_type = Option<u32>, minimum = 1, maximum = 1_000_000)]
+    pub(crate) concurrency: Option<Option<u32>>,
+    /// At most `limit` of the queue's jobs start in any `period`; `null` removes the limit.
+    #[serde(default, deserialize_with = "present_any")]
+    #[schema(value_type = Option<RateRequest>)]
+    pub(crate) rate: Option<Option<RateRequest>>,
 }
+
+/// A rate limit: at most `limit` jobs start in any `period`.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RateRequest {
+    /// 1 to 1 000 000 000.
+    #[schema(minimum = 1, maximum = 1_000_000_000)]
+    pub(crate) limit: u32,
+    /// At least 1 ms (`"1s"`, `"1m"`, `"1h"`, `"1d"`).
+    #[schema(value_type = super::fields::Millis)]
+    pub(crate) period: super::fields::Millis,
+}
+
+/// Tells `"field": null` (remove) from an absent field (keep).
+fn present_any<'de, D: serde::Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Ok(Some(Option::<T>::deserialize(deserializer)?))
+}
+
+/// The most jobs of a queue in flight a concurrency limit may name.
+const MAX_CONCURRENCY: u32 = 1_000_000;
+/// The most starts per period a rate limit may name.
+const MAX_RATE: u32 = 1_000_000_000;
 
 /// Tells `"message_ttl": null` (remove) from an absent field (keep).
 fn present_millis<'de, D: serde::Deserializer<'de>>(
@@ -165,6 +237,8 @@ pub(crate) struct QueueChange {
     paused: Option<bool>,
     disable_overrides: Option<bool>,
     message_ttl_ms: Option<Option<u64>>,
+    concurrency: Option<Option<u32>>,
+    rate: Option<Option<RateLimit>>,
 }
 
 impl QueueChange {
@@ -182,6 +256,12 @@ impl QueueChange {
         }
         if let Some(ttl) = self.message_ttl_ms {
             config.message_ttl_ms = ttl;
+        }
+        if let Some(concurrency) = self.concurrency {
+            config.concurrency = concurrency;
+        }
+        if let Some(rate) = self.rate {
+            config.rate = rate;
         }
         config
     }
@@ -221,11 +301,53 @@ pub(crate) fn queue_change(request: UpdateQueue) -> Result<QueueChange, ApiError
         (None, true) => Some(true),
         (None, false) => None,
     };
+    let concurrency = match request.concurrency {
+        Some(Some(n)) if !(1..=MAX_CONCURRENCY).contains(&n) => {
+            return Err(ApiError::invalid(
+                "concurrency",
+                format!(
+                    "must be 1 to {MAX_CONCURRENCY} jobs in flight, got {n} (null removes the \
+                     limit; pause stops the queue)"
+                ),
+            ));
+        }
+        concurrency => concurrency,
+    };
+    let rate = match request.rate {
+        Some(Some(rate)) => Some(Some(check_rate(rate)?)),
+        Some(None) => Some(None),
+        None => None,
+    };
     Ok(QueueChange {
         policy,
         paused: request.paused,
         disable_overrides,
         message_ttl_ms,
+        concurrency,
+        rate,
+    })
+}
+
+fn check_rate(rate: RateRequest) -> Result<RateLimit, ApiError> {
+    if !(1..=MAX_RATE).contains(&rate.limit) {
+        return Err(ApiError::invalid(
+            "rate.limit",
+            format!(
+                "must be 1 to {MAX_RATE} jobs per period, got {} (null for rate removes the \
+                 limit)",
+                rate.limit
+            ),
+        ));
+    }
+    if rate.period.0 == 0 {
+        return Err(ApiError::invalid(
+            "rate.period",
+            "must be at least 1 ms (\"1s\", \"1m\", \"1h\")",
+        ));
+    }
+    Ok(RateLimit {
+        limit: rate.limit,
+        period_ms: rate.period.0,
     })
 }
 

@@ -23,7 +23,7 @@ use crate::engine::PolicyOwner;
 use crate::model::subscription::{REDACTED, subscription_of_queue};
 use crate::model::{
     Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, Job, JobId, RetryBudget, Status,
-    Subscription, SubscriptionId,
+    Subscription, SubscriptionId, Trigger,
 };
 use crate::store::QueueCounts;
 
@@ -254,6 +254,9 @@ pub struct AttemptView {
     pub delivery: JobId,
     /// The delivery's run number, from 1.
     pub attempt: u32,
+    /// What started the attempt: its schedule (the first try, or a retry by the policy), a
+    /// replay of the dead delivery, or an operator (run now, a test event).
+    pub trigger: Trigger,
     pub at: String,
     pub latency_ms: u64,
     pub result: AttemptResult,
@@ -271,6 +274,7 @@ pub fn attempt_view(delivery: JobId, attempt: Attempt) -> AttemptView {
     AttemptView {
         delivery,
         attempt: attempt.attempt,
+        trigger: attempt.trigger,
         at: rfc3339(attempt.at_ms),
         latency_ms: attempt.latency_ms,
         result: attempt.result,

@@ -15,6 +15,8 @@ pub enum Capability {
     Manage,
     /// Create, list and revoke API tokens.
     Tokens,
+    /// Read the metrics (`GET /metrics`): counts of every queue, whatever the token's scopes.
+    Metrics,
     /// Anything a token is good for, with no data behind it (policy previews, Zaqar's home).
     Any,
 }
@@ -47,12 +49,12 @@ impl Role {
 
     /// Whether the role grants `capability`.
     pub fn grants(self, capability: Capability) -> bool {
-        use Capability::{Any, Enqueue, Read, Work};
+        use Capability::{Any, Enqueue, Metrics, Read, Work};
         match self {
             Self::Admin => true,
             Self::Producer => matches!(capability, Enqueue | Read | Any),
             Self::Worker => matches!(capability, Work | Any),
-            Self::Reader => matches!(capability, Read | Any),
+            Self::Reader => matches!(capability, Read | Metrics | Any),
         }
     }
 }
@@ -65,13 +67,19 @@ mod tests {
     fn what_each_role_grants() {
         use Capability::*;
         let table = [
-            (Role::Admin, [true, true, true, true, true, true]),
-            (Role::Producer, [true, true, false, false, false, true]),
-            (Role::Worker, [false, false, true, false, false, true]),
-            (Role::Reader, [true, false, false, false, false, true]),
+            (Role::Admin, [true, true, true, true, true, true, true]),
+            (
+                Role::Producer,
+                [true, true, false, false, false, false, true],
+            ),
+            (
+                Role::Worker,
+                [false, false, true, false, false, false, true],
+            ),
+            (Role::Reader, [true, false, false, false, false, true, true]),
         ];
         for (role, grants) in table {
-            for (capability, want) in [Read, Enqueue, Work, Manage, Tokens, Any]
+            for (capability, want) in [Read, Enqueue, Work, Manage, Tokens, Metrics, Any]
                 .into_iter()
                 .zip(grants)
             {

@@ -45,6 +45,9 @@ pub enum Target {
     DeliveryInPath,
     /// A listing: the handler shows only what the token's scopes admit.
     Listing,
+    /// The schedule the path's `{name}` names: the queue of its job, and for a PUT also the
+    /// body's `job.queue`.
+    ScheduleInPath,
     /// Zaqar: the `X-Project-ID` project, and the path's `{queue_name}` in it.
     ZaqarQueue,
     /// Zaqar: the `X-Project-ID` project only.
@@ -73,7 +76,7 @@ const PUBLIC: Option<Rule> = Some(Rule {
 /// The rule of `method` on the route `route` (a template such as `/api/jobs/{id}`); `None` if
 /// there is none. `HEAD` follows `GET`.
 pub fn rule(method: &Method, route: &str) -> Option<Rule> {
-    use Capability::{Any, Enqueue, Manage, Read, Tokens, Work};
+    use Capability::{Any, Enqueue, Manage, Metrics, Read, Tokens, Work};
     use Target::*;
     let method = if method == Method::HEAD {
         "GET"
@@ -82,6 +85,8 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
     };
     match (method, route) {
         ("GET", "/healthz" | "/api/openapi.json" | "/") => PUBLIC,
+        // Counts of every queue: a token scoped to some queues may not read them.
+        ("GET", "/metrics") => needs(Metrics, Nothing),
 
         ("POST", "/api/jobs") => needs(Enqueue, QueueInBody),
         ("POST", "/api/jobs/batch") => needs(Enqueue, JobQueuesInBody),
@@ -107,7 +112,16 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
             needs(Manage, QueueInPath)
         }
 
-        ("POST", "/api/policy/preview") => needs(Any, Nothing),
+        ("POST", "/api/policy/preview" | "/api/schedules/preview") => needs(Any, Nothing),
+
+        ("GET", "/api/schedules") => needs(Read, Listing),
+        ("GET", "/api/schedules/{name}" | "/api/schedules/{name}/ticks") => {
+            needs(Read, ScheduleInPath)
+        }
+        ("PUT" | "DELETE", "/api/schedules/{name}")
+        | ("POST", "/api/schedules/{name}/pause" | "/api/schedules/{name}/resume") => {
+            needs(Manage, ScheduleInPath)
+        }
 
         ("POST", "/api/queues/{name}/subscriptions") => needs(Manage, QueueInPath),
         ("GET", "/api/queues/{name}/subscriptions") => needs(Read, QueueInPath),

@@ -84,8 +84,9 @@ impl Principal {
     }
 
     pub fn may(&self, capability: Capability) -> bool {
+        // Tokens and metrics are about every queue: only a token that is not scoped may.
         self.role.grants(capability)
-            && (capability != Capability::Tokens
+            && (!matches!(capability, Capability::Tokens | Capability::Metrics)
                 || (self.queues.is_all() && self.projects.is_all()))
     }
 

@@ -8,6 +8,8 @@ mod error;
 mod jobs;
 mod migrate;
 pub mod policy;
+mod queues;
+mod schedules;
 pub mod serve;
 mod subscriptions;
 pub mod terminal;
@@ -47,6 +49,12 @@ pub enum Command {
     Dead(jobs::DeadCommand),
     /// Job counts per queue and status.
     Stats(client::ServerArgs),
+    /// Queues: list, show, set limits, pause, resume.
+    #[command(subcommand)]
+    Queues(queues::QueuesCommand),
+    /// Periodic jobs: set, list, show, ticks, preview, pause, resume, delete.
+    #[command(subcommand)]
+    Schedules(schedules::SchedulesCommand),
     /// Webhook subscriptions: create, list, show, update, delete.
     #[command(subcommand)]
     Subscriptions(subscriptions::SubscriptionsCommand),
@@ -71,6 +79,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Jobs(command) => jobs::run_jobs(command),
         Command::Dead(command) => jobs::run_dead(command),
         Command::Stats(server) => jobs::run_stats(server),
+        Command::Queues(command) => queues::run(command),
+        Command::Schedules(command) => schedules::run(command),
         Command::Subscriptions(command) => subscriptions::run(command),
         Command::Deliveries(command) => deliveries::run(command),
         Command::Tokens(command) => tokens::run(command),

@@ -155,7 +155,7 @@ fn plot(args: PlotArgs) -> Result<(), CliError> {
             .iter()
             .map(|r| (r.retry, r.delay_ms))
             .collect();
-        series.push(Series { label, points });
+        series.push(Series::line(label, points));
     }
     match &args.output {
         Some(path) => {

@@ -1,5 +1,7 @@
 //! `tenax serve`: validate the configuration, set up logging, run the server.
 
+use std::io::IsTerminal as _;
+
 use anyhow::Context as _;
 
 use super::CliError;
@@ -10,8 +12,10 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let config = args.validate().map_err(CliError::Invalid)?;
     let filter = tracing_subscriber::EnvFilter::try_from_env("TENAX_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
+    // Colour codes only for a person at a terminal: never into a file or a pipe.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match args.log_format {
         LogFormat::Text => builder.init(),

@@ -160,7 +160,11 @@ fn parse_retry_budget(text: &str) -> Result<Value, String> {
     let (percent, window, min) = match parts.as_slice() {
         [percent, window] => (percent, window, None),
         [percent, window, min] => (percent, window, Some(min)),
-        _ => return Err(format!("must be PERCENT,WINDOW[,MIN_RETRIES], got {text:?}")),
+        _ => {
+            return Err(format!(
+                "must be PERCENT,WINDOW[,MIN_RETRIES], got {text:?}"
+            ));
+        }
     };
     let percent: u32 = percent
         .trim_end_matches('%')
@@ -426,7 +430,10 @@ fn subscription_table(s: &Value) -> String {
             Some(ms) => format!("after {} failing", format_duration(ms)),
         },
     ));
-    rows.push(("retry budget", retry_budget(&s["retry_budget"], &s["health"])));
+    rows.push((
+        "retry budget",
+        retry_budget(&s["retry_budget"], &s["health"]),
+    ));
     rows.push(("format", or(&s["format"], "")));
     rows.push(("health", health(&s["health"])));
     rows.push(("endpoint", endpoint(&s["health"]["endpoint"])));
@@ -451,14 +458,15 @@ fn retry_budget(budget: &Value, health: &Value) -> String {
     let Some(percent) = budget["percent"].as_u64() else {
         return "none".to_owned();
     };
-    let window = budget["window_ms"].as_u64().map_or_else(String::new, format_duration);
+    let window = budget["window_ms"]
+        .as_u64()
+        .map_or_else(String::new, format_duration);
     let mut words = format!(
         "retries at most {percent}% of the attempts in any {window} (or {})",
         budget["min_retries"]
     );
     let used = &health["retry_budget"];
-    if let (Some(attempts), Some(retries)) = (used["attempts"].as_u64(), used["retries"].as_u64())
-    {
+    if let (Some(attempts), Some(retries)) = (used["attempts"].as_u64(), used["retries"].as_u64()) {
         let _ = write!(words, "; now {retries} of {attempts} on this server");
     }
     words

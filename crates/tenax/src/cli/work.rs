@@ -283,9 +283,11 @@ async fn run_command(command: Arc<Command>, job: Job<Box<RawValue>>) -> Result<(
     let elapsed = started.elapsed();
     let outcome = decide(&status, timed_out, command.timeout, &stdout, &stderr);
     match &outcome {
-        Ok(()) => tracing::info!(job = id, kind = %job.kind, ?elapsed, "the command succeeded"),
+        Ok(()) => {
+            tracing::info!(job = id, kind = %job.kind, elapsed = %shown(elapsed), "the command succeeded");
+        }
         Err(error) => {
-            tracing::info!(job = id, kind = %job.kind, ?elapsed, %error, "the command ended")
+            tracing::info!(job = id, kind = %job.kind, elapsed = %shown(elapsed), %error, "the command ended");
         }
     }
     outcome
@@ -542,6 +544,16 @@ fn describe_exit(status: &ExitStatus) -> String {
         (Some(code), _) => format!("the command exited with status {code}"),
         (None, Some(signal)) => format!("the command was killed by signal {signal}"),
         (None, None) => "the command ended without a status".to_owned(),
+    }
+}
+
+/// How long a command took, as one would write it: `2.2ms` below a second, else `1.53s`, `2m5s`.
+fn shown(elapsed: Duration) -> String {
+    let ms = elapsed.as_secs_f64() * 1_000.0;
+    if ms < 1_000.0 {
+        format!("{ms:.1}ms")
+    } else {
+        tenax_policy::format_duration(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
     }
 }
 

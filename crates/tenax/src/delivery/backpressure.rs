@@ -43,7 +43,10 @@ pub struct BreakerSettings {
 pub enum Gate {
     Send,
     /// None before `until_ms`, unless the state changes meanwhile.
-    Wait { until_ms: UnixMs, why: Hold },
+    Wait {
+        until_ms: UnixMs,
+        why: Hold,
+    },
     /// The breaker's cool-down is over: one probe may go, sent by whoever claims it first.
     Probe,
 }
@@ -136,7 +139,11 @@ fn fresh(origin: &str, now_ms: UnixMs) -> EndpointState {
 
 /// The endpoint asked for `pause`: held until its end, unless a pause already holds about as
 /// long ([`PAUSE_SLACK_MS`]) or it is over already.
-pub fn paused(current: Option<&EndpointState>, origin: &str, pause: Pause) -> Option<EndpointState> {
+pub fn paused(
+    current: Option<&EndpointState>,
+    origin: &str,
+    pause: Pause,
+) -> Option<EndpointState> {
     if pause.until_ms <= pause.at_ms {
         return None;
     }
@@ -272,6 +279,7 @@ mod tests {
     fn attempt(status: Option<u16>, retry_after_ms: Option<u64>) -> Attempt {
         Attempt {
             attempt: 1,
+            trigger: Default::default(),
             at_ms: 0,
             latency_ms: 1,
             result: match status {
@@ -279,7 +287,9 @@ mod tests {
                 _ => AttemptResult::Retryable,
             },
             status,
-            error: status.is_none().then(|| "could not connect: refused".to_owned()),
+            error: status
+                .is_none()
+                .then(|| "could not connect: refused".to_owned()),
             response: None,
             retry_after_ms,
         }
@@ -313,7 +323,9 @@ mod tests {
             verdict(&attempt(Some(503), Some(0))),
             Verdict::Asked { pause_ms: 0 }
         );
-        assert!(matches!(verdict(&attempt(None, None)), Verdict::Failed(r) if r.contains("refused")));
+        assert!(
+            matches!(verdict(&attempt(None, None)), Verdict::Failed(r) if r.contains("refused"))
+        );
         let mut refused = attempt(None, None);
         refused.result = AttemptResult::Permanent;
         assert_eq!(verdict(&refused), Verdict::Unsent);
@@ -342,7 +354,11 @@ mod tests {
         assert_eq!(paused(Some(&state), ORIGIN, pause(1_200, 10_000)), None);
         let longer = paused(Some(&state), ORIGIN, pause(2_000, 62_000)).unwrap();
         assert_eq!(longer.pause.unwrap().until_ms, 62_000);
-        assert_eq!(paused(None, ORIGIN, pause(5_000, 5_000)), None, "Retry-After: 0");
+        assert_eq!(
+            paused(None, ORIGIN, pause(5_000, 5_000)),
+            None,
+            "Retry-After: 0"
+        );
         // Once it is over, a short one holds again.
         let again = paused(Some(&longer), ORIGIN, pause(62_000, 63_000)).unwrap();
         assert_eq!(again.pause.unwrap().until_ms, 63_000);
@@ -390,10 +406,9 @@ mod tests {
     #[test]
     fn a_failed_probe_opens_it_again_for_twice_as_long_up_to_the_most() {
         let mut state = tripped(None, ORIGIN, 0, "HTTP 500", 0, &SETTINGS).unwrap();
-        let mut now = 0;
         let mut cooldowns = Vec::new();
         for probe in 1..=4 {
-            now = state.breaker.until_ms.unwrap();
+            let mut now = state.breaker.until_ms.unwrap();
             let probing = probe_claimed(Some(&state), probe, now, &SETTINGS).unwrap();
             now += 100;
             state = probe_ended(
@@ -444,9 +459,17 @@ mod tests {
             "already open"
         );
         let probing = probe_claimed(Some(&open), 1, 30_000, &SETTINGS).unwrap();
-        let closed = probe_ended(Some(&probing), 1, &ProbeEnd::Answered, 30_001, &SETTINGS).unwrap();
+        let closed =
+            probe_ended(Some(&probing), 1, &ProbeEnd::Answered, 30_001, &SETTINGS).unwrap();
         assert_eq!(
-            tripped(Some(&closed), ORIGIN, open.breaker.epoch, "HTTP 500", 30_002, &SETTINGS),
+            tripped(
+                Some(&closed),
+                ORIGIN,
+                open.breaker.epoch,
+                "HTTP 500",
+                30_002,
+                &SETTINGS
+            ),
             None,
             "a run from before the opening"
         );
@@ -459,7 +482,10 @@ mod tests {
             &SETTINGS,
         )
         .unwrap();
-        assert_eq!(again.breaker.trips, 1, "closed by a probe: the cool-down starts over");
+        assert_eq!(
+            again.breaker.trips, 1,
+            "closed by a probe: the cool-down starts over"
+        );
     }
 
     #[test]

@@ -147,11 +147,13 @@ impl BudgetBook {
     pub fn used(&self, subscription: &Subscription, now_ms: UnixMs) -> Option<Used> {
         let budget = subscription.retry_budget.as_ref()?;
         let mut windows = self.windows.lock();
-        Some(
-            windows
-                .get_mut(&subscription.id)
-                .map_or(Used { attempts: 0, retries: 0 }, |w| w.used(budget, now_ms)),
-        )
+        Some(windows.get_mut(&subscription.id).map_or(
+            Used {
+                attempts: 0,
+                retries: 0,
+            },
+            |w| w.used(budget, now_ms),
+        ))
     }
 
     pub fn forget(&self, id: SubscriptionId) {
@@ -201,7 +203,11 @@ mod tests {
     #[test]
     fn the_floor_lets_a_quiet_subscription_retry() {
         let mut window = Window::default();
-        assert_eq!(window.allows_retry(&BUDGET, 0, 0), Err(1), "no floor, no attempts");
+        assert_eq!(
+            window.allows_retry(&BUDGET, 0, 0),
+            Err(1),
+            "no floor, no attempts"
+        );
         assert_eq!(window.allows_retry(&BUDGET, 2, 0), Ok(()));
         window.record(&BUDGET, true, 0);
         assert_eq!(window.allows_retry(&BUDGET, 2, 0), Ok(()));
@@ -246,6 +252,9 @@ mod tests {
         // Then, with nothing else sent, the floor: 5 per window (counted in tenths, so a
         // window may reach a tenth further back).
         let later = sent_at.iter().filter(|at| **at > 0).count();
-        assert!((5 * 8..=5 * 10).contains(&later), "{later} retries after the burst");
+        assert!(
+            (5 * 8..=5 * 10).contains(&later),
+            "{later} retries after the burst"
+        );
     }
 }

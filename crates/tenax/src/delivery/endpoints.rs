@@ -86,9 +86,8 @@ impl EndpointBook {
     }
 
     async fn refresh(&self, engine: &Engine) -> Result<(), StoreError> {
-        let fresh = |book: &Self| {
-            book.cache.lock().read_at == Some(book.generation.load(Ordering::SeqCst))
-        };
+        let fresh =
+            |book: &Self| book.cache.lock().read_at == Some(book.generation.load(Ordering::SeqCst));
         if fresh(self) {
             return Ok(());
         }
@@ -159,7 +158,10 @@ impl EndpointBook {
         if let Some(state) = ended {
             match state.breaker.state {
                 BreakerState::Closed => {
-                    tracing::info!(origin, "the endpoint answered the probe: its circuit breaker is closed");
+                    tracing::info!(
+                        origin,
+                        "the endpoint answered the probe: its circuit breaker is closed"
+                    );
                 }
                 BreakerState::Open if matches!(end, ProbeEnd::Failed(_)) => tracing::warn!(
                     origin,
@@ -221,9 +223,9 @@ impl EndpointBook {
         if self.settings.failures == 0 {
             return;
         }
-        let (state, epoch) = self
-            .known(origin)
-            .map_or((BreakerState::Closed, 0), |s| (s.breaker.state, s.breaker.epoch));
+        let (state, epoch) = self.known(origin).map_or((BreakerState::Closed, 0), |s| {
+            (s.breaker.state, s.breaker.epoch)
+        });
         // Only a closed breaker counts: requests sent before it opened end meanwhile.
         if state != BreakerState::Closed {
             return;
@@ -252,7 +254,8 @@ impl EndpointBook {
         let tripped_here = AtomicBool::new(false);
         let opened = self
             .change(engine, origin, |current| {
-                let next = backpressure::tripped(current, origin, epoch, &reason, now_ms, &settings);
+                let next =
+                    backpressure::tripped(current, origin, epoch, &reason, now_ms, &settings);
                 tripped_here.store(next.is_some(), Ordering::SeqCst);
                 next
             })

@@ -98,6 +98,12 @@ impl Deliveries {
         Ok(view)
     }
 
+    /// This server's counts of the subscription's attempts alone, without its endpoint's
+    /// stored state (left empty): what the metrics show per subscription.
+    pub fn local_health(&self, subscription: &Subscription) -> HealthView {
+        self.health.view(subscription)
+    }
+
     /// This server's concurrency bound of the endpoint `url` points at, with `servers`
     /// sharing the endpoint's concurrency. When their number changes the bound is made anew:
     /// requests under the old one finish under it.

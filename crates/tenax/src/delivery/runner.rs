@@ -15,13 +15,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinSet;
 
-use super::backpressure::{self, Gate, ProbeEnd};
 use super::Deliveries;
+use super::backpressure::{self, Gate, Hold, ProbeEnd};
 use super::health::Verdict;
 use super::send::Sender;
 use super::throttle::Throttle;
-use crate::engine::{ChangeError, Engine};
 use crate::clock::UnixMs;
+use crate::engine::{ChangeError, Engine};
+use crate::metrics::webhooks::HeldReason;
 use crate::model::{AttemptResult, Subscription, SubscriptionId};
 use crate::store::{Ack, StoreError, TakenJob};
 
@@ -195,7 +196,11 @@ async fn run_subscription(
                 }
                 continue;
             }
-            Gate::Probe => match deliveries.endpoints.claim_probe(&engine, &origin, now).await {
+            Gate::Probe => match deliveries
+                .endpoints
+                .claim_probe(&engine, &origin, now)
+                .await
+            {
                 Some(probe) => Some(probe),
                 // Another runner (or server) sends it: look again.
                 None => continue,
@@ -301,7 +306,7 @@ async fn run_subscription(
             }
         }
         for (job, until_ms) in over_budget {
-            hold(&engine, &job, until_ms, "over its subscription's retry budget").await;
+            hold(&engine, id, &job, until_ms, HeldReason::RetryBudget).await;
         }
     }
     // Lets requests in flight finish briefly; abandoned ones keep their leases, which expire
@@ -325,18 +330,32 @@ async fn unsent(engine: &Engine, deliveries: &Deliveries, origin: &str, probe: O
 }
 
 /// Puts a taken delivery back, unsent: it waits until `until_ms` and uses no attempt.
-async fn hold(engine: &Engine, job: &TakenJob, until_ms: UnixMs, why: &str) {
+async fn hold(
+    engine: &Engine,
+    subscription: SubscriptionId,
+    job: &TakenJob,
+    until_ms: UnixMs,
+    reason: HeldReason,
+) {
     let ack = Ack {
         id: job.id,
         lease: job.lease_token,
     };
+    let why = reason.name();
     tracing::debug!(delivery = job.id.0, until_ms, why, "delivery held back");
-    match engine.hold_delivery(ack, until_ms).await {
+    match engine
+        .hold_delivery(subscription, ack, until_ms, reason)
+        .await
+    {
         // Deleted, replayed or expired meanwhile: someone else owns it now.
         Ok(())
-        | Err(StoreError::NotFound(_) | StoreError::LeaseLost { .. } | StoreError::NotInFlight { .. }) => {}
+        | Err(
+            StoreError::NotFound(_) | StoreError::LeaseLost { .. } | StoreError::NotInFlight { .. },
+        ) => {}
         // Its lease runs out and it is taken again (an expired lease counts as an attempt).
-        Err(error) => tracing::error!(%error, delivery = job.id.0, "holding back a delivery failed"),
+        Err(error) => {
+            tracing::error!(%error, delivery = job.id.0, "holding back a delivery failed")
+        }
     }
 }
 
@@ -365,9 +384,13 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
     // A pause or an opened breaker that came since the take holds this one back too.
     if probe.is_none() {
         let known = deliveries.endpoints.known(&origin);
-        if let Gate::Wait { until_ms, .. } = backpressure::gate(known.as_ref(), now) {
+        if let Gate::Wait { until_ms, why } = backpressure::gate(known.as_ref(), now) {
             drop(permit);
-            hold(&engine, &job, until_ms, "its endpoint's pause or breaker").await;
+            let reason = match why {
+                Hold::Paused => HeldReason::Paused,
+                Hold::Open | Hold::Probing => HeldReason::Breaker,
+            };
+            hold(&engine, subscription.id, &job, until_ms, reason).await;
             return;
         }
     }
@@ -376,14 +399,21 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
     let answered_at = engine.now_ms();
     deliveries
         .endpoints
-        .record(&engine, &origin, subscription.id, &attempt, probe, answered_at)
+        .record(
+            &engine,
+            &origin,
+            subscription.id,
+            &attempt,
+            probe,
+            answered_at,
+        )
         .await;
     let failed = attempt.result != AttemptResult::Delivered;
     let ack = Ack {
         id: job.id,
         lease: job.lease_token,
     };
-    match engine.finish_delivery(ack, attempt).await {
+    match engine.finish_delivery(subscription.id, ack, attempt).await {
         Ok(_) => {}
         // Deleted, replayed or expired meanwhile: someone else owns it now.
         Err(
@@ -413,7 +443,11 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
                 .await
         }
         Verdict::Disable(marks, reason) => {
-            tracing::warn!(id = subscription.id.0, %reason, "subscription disabled");
+            tracing::warn!(
+                subscription = subscription.id.0,
+                %reason,
+                "subscription disabled"
+            );
             engine
                 .update_subscription(subscription.id, |current| {
                     let mut s = current.clone();

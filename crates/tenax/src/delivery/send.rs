@@ -10,7 +10,7 @@ use super::outcome::{SNIPPET_BYTES, Verdict, classify_status, retry_after_ms, sn
 use super::signing;
 use crate::config::DeliveryConfig;
 use crate::http::{self, PlatformRoots};
-use crate::model::{Attempt, AttemptResult, DeliveryPayload, Subscription};
+use crate::model::{Attempt, AttemptResult, DeliveryPayload, Subscription, Trigger};
 use crate::store::TakenJob;
 
 const USER_AGENT: &str = concat!("Tenax-Webhooks/", env!("CARGO_PKG_VERSION"));
@@ -92,6 +92,7 @@ impl Sender {
         let started = Instant::now();
         let mut attempt = Attempt {
             attempt: job.attempt,
+            trigger: trigger_of(job),
             at_ms: now_ms,
             latency_ms: 0,
             result: AttemptResult::Retryable,
@@ -271,6 +272,17 @@ fn tls_error(error: &reqwest::Error) -> Option<&rustls::Error> {
     None
 }
 
+/// What started an attempt: the job's own trigger; the first attempt of a test event is an
+/// operator's.
+fn trigger_of(job: &TakenJob) -> Trigger {
+    let test = job.kind == crate::model::subscription::TEST_DELIVERY_KIND;
+    if test && job.attempt == 1 && job.trigger == Trigger::Scheduled {
+        Trigger::Manual
+    } else {
+        job.trigger
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,6 +332,8 @@ mod tests {
             expires_at_ms: None,
             parent: Some(JobId(7)),
             traceparent: None,
+            ready_at_ms: 0,
+            trigger: crate::model::Trigger::Scheduled,
         }
     }
 

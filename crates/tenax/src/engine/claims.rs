@@ -3,7 +3,9 @@
 //! each still completes or expires on its own. Also the operations on messages that a claim
 //! guards: deleting a message under its claim, and pop.
 
-use super::{Engine, decide_lease_expiry, random_id};
+use super::observe::Expiries;
+use super::{Engine, random_id};
+use crate::clock::UnixMs;
 use crate::model::{ClaimId, Job, JobId};
 use crate::store::{ClaimRecord, DecideContext, StoreError, TakeRequest, TakenJob};
 
@@ -57,7 +59,8 @@ impl Engine {
             keep_until_ms: Some(keep_until(now_ms, new.lease_ms, new.grace_ms)),
             ..TakeRequest::new(&queues, new.max, new.lease_ms)
         };
-        let jobs = self.store.take_jobs(&request, now_ms).await?;
+        let jobs = self.store.take_jobs(&request, now_ms).await?.jobs;
+        self.observe_taken(&jobs, now_ms);
         Ok((id, jobs))
     }
 
@@ -123,21 +126,28 @@ impl Engine {
     /// times goes to the dead-letter queue. Returns how many jobs the claim held.
     pub async fn end_claim(&self, id: ClaimId) -> Result<usize, StoreError> {
         let now_ms = self.now_ms();
-        let decide = move |ctx: &DecideContext<'_>| {
-            decide_lease_expiry(ctx, self.default_policy_for(ctx.queue), now_ms)
-        };
-        self.store.end_claim(id, now_ms, &decide).await
+        let expiries = Expiries::default();
+        let decide = |ctx: &DecideContext<'_>| expiries.decide(self, ctx, now_ms);
+        let ended = self.store.end_claim(id, now_ms, &decide).await?;
+        expiries.count(self, now_ms);
+        Ok(ended)
     }
 
     /// Handles every lease that has ended by now, as the maintenance loop's next pass would, so
     /// that a claim made right after sees those jobs ready (or moved to a dead-letter queue).
     /// Cheap when no lease has ended.
     pub async fn expire_due_leases(&self) -> Result<usize, StoreError> {
-        let now_ms = self.now_ms();
-        let decide = move |ctx: &DecideContext<'_>| {
-            decide_lease_expiry(ctx, self.default_policy_for(ctx.queue), now_ms)
-        };
-        self.store.expire_leases(now_ms, usize::MAX, &decide).await
+        self.expire_leases(self.now_ms(), usize::MAX).await
+    }
+
+    /// Handles up to `max` leases that have ended by `now_ms`: each counts as a failed
+    /// attempt. Returns how many.
+    pub async fn expire_leases(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
+        let expiries = Expiries::default();
+        let decide = |ctx: &DecideContext<'_>| expiries.decide(self, ctx, now_ms);
+        let expired = self.store.expire_leases(now_ms, max, &decide).await?;
+        expiries.count(self, now_ms);
+        Ok(expired)
     }
 
     /// Deletes live message `id` of `queue` if the claim holding it is `claim` (`None`: if no

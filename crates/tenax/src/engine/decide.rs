@@ -5,7 +5,7 @@
 use tenax_policy::{Decision, Failure, Outcome, RetryPolicy, SeededRandom};
 
 use crate::clock::UnixMs;
-use crate::model::{ErrorEntry, JobState, Status, StoredPolicy, Subscription};
+use crate::model::{ErrorEntry, JobState, Status, StoredPolicy, Subscription, Trigger};
 use crate::store::{DecideContext, MoveTo, QueueConfig, Transition};
 
 /// The policy a job goes by: its own; else, for a delivery, the one its subscription's
@@ -73,6 +73,8 @@ pub fn decide_failure(
         &mut random,
     );
     let mut state = ctx.state.clone();
+    // The run that failed was what a replay or run-now asked for; the next is by schedule.
+    state.trigger = Trigger::Scheduled;
     match decision {
         Decision::Retry {
             at_ms, delay_ms, ..
@@ -132,6 +134,7 @@ pub fn decide_lease_expiry(
         detail: None,
     };
     let mut state: JobState = ctx.state.clone();
+    state.trigger = Trigger::Scheduled;
     state.failures = failure;
     state.first_failure_at_ms = Some(ctx.state.first_failure_at_ms.unwrap_or(now_ms));
     if failure > policy.retry_limit {
@@ -183,6 +186,7 @@ mod tests {
             job_policy,
             queue_config: None,
             owner: None,
+            lease: None,
         }
     }
 

@@ -3,11 +3,14 @@
 use std::sync::Arc;
 
 use super::Engine;
+use super::activity::Event;
+use crate::clock::UnixMs;
+use crate::metrics::jobs::{JobSeries, LastSeries};
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
 use crate::model::{DeliveryPayload, Job, JobId, NewJob, StoredPolicy, SubscriptionId};
 use crate::store::{
     Checked, DeleteCheck, Enqueued, FactsSeen, Insert, JobFilter, JobPeek, OnDuplicate, Page,
-    QueueCounts, QueueFacts, Replay, Replayed, Selection, StoreError,
+    QueueCounts, QueueFacts, Replay, Replayed, Searched, Selection, StoreError, TextQuery,
 };
 
 /// A job to enqueue.
@@ -29,7 +32,14 @@ impl From<NewJob> for Enqueue {
 }
 
 /// How many times an enqueue is made again when a cache's queue facts turn out old.
-const FACTS_ATTEMPTS: u32 = 8;
+pub(super) const FACTS_ATTEMPTS: u32 = 8;
+
+/// What an enqueue hands the store, and the jobs' metric series in runs of one queue and type.
+pub(super) struct Inserts {
+    pub inserts: Vec<Insert>,
+    pub seen: FactsSeen,
+    pub series: Vec<(Arc<JobSeries>, usize)>,
+}
 
 impl Engine {
     /// Enqueues jobs atomically: all or none. A job without an expiry gets its queue's message
@@ -67,10 +77,54 @@ impl Engine {
     ) -> Result<Vec<Enqueued>, StoreError> {
         let now_ms = self.now_ms();
         let count = jobs.len();
+        let made = self.inserts_of(jobs, now_ms).await?;
+        let results = self
+            .store
+            .insert_jobs(made.inserts, on_duplicate, made.seen, now_ms)
+            .await?;
+        Ok(self.count_enqueued(made.series, results, count, now_ms))
+    }
+
+    /// Counts the jobs an insert created (the first `count` of `results`, in the order of
+    /// `series`) in their metrics and activity; returns them.
+    pub(super) fn count_enqueued(
+        &self,
+        series: Vec<(Arc<JobSeries>, usize)>,
+        results: Vec<Option<Enqueued>>,
+        count: usize,
+        now_ms: UnixMs,
+    ) -> Vec<Enqueued> {
+        let mut outcomes = results.iter().take(count);
+        for (series, n) in series {
+            let n = outcomes
+                .by_ref()
+                .take(n)
+                .filter(|r| r.as_ref().is_some_and(|e| e.created))
+                .count();
+            series.enqueued.inc_by(n as u64);
+        }
+        let enqueued: Vec<Enqueued> = results.into_iter().take(count).flatten().collect();
+        let created = enqueued.iter().filter(|e| e.created).count();
+        self.activity
+            .record(Event::Enqueued(created as u64), now_ms);
+        enqueued
+    }
+
+    /// The inserts that enqueue `jobs` at `now_ms` (each job, then every job's deliveries),
+    /// the oldest version of the queue facts they were made from, and the jobs' series.
+    pub(super) async fn inserts_of(
+        &self,
+        jobs: Vec<Enqueue>,
+        now_ms: UnixMs,
+    ) -> Result<Inserts, StoreError> {
+        let count = jobs.len();
         let mut inserts: Vec<Insert> = Vec::with_capacity(count);
         let mut deliveries: Vec<Insert> = Vec::new();
         // A batch is mostly of one queue: look each queue up once per run of it.
         let mut last: Option<(String, Arc<QueueFacts>)> = None;
+        // Each job's series, by runs of one queue and type.
+        let mut series: Vec<(Arc<JobSeries>, usize)> = Vec::new();
+        let mut last_series = LastSeries::default();
         let mut seen: Option<FactsSeen> = None;
         for (
             index,
@@ -88,6 +142,11 @@ impl Engine {
             let Some((_, facts)) = &last else {
                 continue;
             };
+            let this = last_series.get(&self.metrics.jobs, &job.queue, &job.kind);
+            match series.last_mut() {
+                Some((run, n)) if Arc::ptr_eq(run, this) => *n += 1,
+                _ => series.push((this.clone(), 1)),
+            }
             let config = facts.config.as_ref();
             if job.expires_at_ms.is_none() {
                 let ttl = config.and_then(|c| c.message_ttl_ms);
@@ -111,11 +170,11 @@ impl Engine {
             inserts.push(Insert::new(job));
         }
         inserts.append(&mut deliveries);
-        let results = self
-            .store
-            .insert_jobs(inserts, on_duplicate, seen.unwrap_or_default(), now_ms)
-            .await?;
-        Ok(results.into_iter().take(count).flatten().collect())
+        Ok(Inserts {
+            inserts,
+            seen: seen.unwrap_or_default(),
+            series,
+        })
     }
 
     pub async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
@@ -129,6 +188,15 @@ impl Engine {
 
     pub async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError> {
         self.store.count_jobs(filter).await
+    }
+
+    /// How many jobs match `filter`, counting no further than `max`; and whether more match.
+    pub async fn count_jobs_upto(
+        &self,
+        filter: &JobFilter,
+        max: u64,
+    ) -> Result<(u64, bool), StoreError> {
+        self.store.count_jobs_upto(filter, max).await
     }
 
     /// For each id, a quick look at the job (its queue and state), or `None`.
@@ -157,6 +225,29 @@ impl Engine {
         check: &DeleteCheck<'_>,
     ) -> Result<Vec<Checked>, StoreError> {
         self.store.delete_checked(ids, check).await
+    }
+
+    /// Scheduled jobs among `ids` run at once, their next run marked as an operator's. Returns
+    /// those that were scheduled.
+    pub async fn run_now(&self, ids: &[JobId]) -> Result<Vec<JobId>, StoreError> {
+        self.store.run_now(ids, self.now_ms()).await
+    }
+
+    /// Jobs matching `filter` that hold `text`, looking at no more than `budget` of them from
+    /// the page's cursor on (see [`crate::store::JobReads::search_jobs`]).
+    pub async fn search(
+        &self,
+        filter: &JobFilter,
+        text: &TextQuery,
+        page: Page,
+        budget: usize,
+    ) -> Result<Searched, StoreError> {
+        self.store.search_jobs(filter, text, page, budget).await
+    }
+
+    /// For each queue, when the job it hands out next became ready (`None`: none is ready).
+    pub async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError> {
+        self.store.ready_since(queues).await
     }
 
     /// Dead jobs back to ready (optionally with a new policy and a fresh count).

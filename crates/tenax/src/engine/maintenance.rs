@@ -1,5 +1,6 @@
-//! The maintenance loop: promotes scheduled jobs when due, expires leases, deletes expired jobs
-//! and subscriptions, and purges finished jobs past their retention. It sleeps until the next
+//! The maintenance loop: promotes scheduled jobs when due, enqueues the jobs of schedules'
+//! ticks, expires leases, deletes expired jobs and subscriptions, and purges finished jobs past
+//! their retention. It sleeps until the next
 //! known due time (at most a second), and wakes early when an earlier time is scheduled.
 //!
 //! It works only while the store grants this server the lead ([`crate::store::StoreLifecycle::lead`]),
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{Engine, decide_lease_expiry};
+use super::Engine;
 
 /// The most work one pass does per kind, so one pass never holds the store for long.
 const BATCH: usize = 50_000;
@@ -94,10 +95,12 @@ pub async fn pass(engine: &Engine, now: u64, last_purge: &mut u64) -> bool {
             0
         }
     };
-    let decide = move |ctx: &crate::store::DecideContext<'_>| {
-        decide_lease_expiry(ctx, engine.default_policy_for(ctx.queue), now)
-    };
-    let expired = match engine.store.expire_leases(now, BATCH, &decide).await {
+    match engine.fire_due_schedules(now).await {
+        Ok(0) => {}
+        Ok(enqueued) => tracing::debug!(enqueued, "schedules' ticks enqueued their jobs"),
+        Err(error) => tracing::error!(%error, "handling the schedules' ticks failed"),
+    }
+    let expired = match engine.expire_leases(now, BATCH).await {
         Ok(n) => n,
         Err(error) => {
             tracing::error!(%error, "expiring leases failed");
@@ -119,11 +122,19 @@ pub async fn pass(engine: &Engine, now: u64, last_purge: &mut u64) -> bool {
         *last_purge = now;
         match engine.expire_subscriptions().await {
             Ok(expired) if !expired.is_empty() => {
-                tracing::info!(?expired, "subscriptions expired and were deleted");
+                let ids: Vec<String> = expired.iter().map(ToString::to_string).collect();
+                tracing::info!(
+                    subscriptions = %ids.join(","),
+                    "subscriptions expired and were deleted"
+                );
             }
             Ok(_) => {}
             Err(error) => tracing::error!(%error, "deleting expired subscriptions failed"),
         }
+        // Leases the book still holds past the longest an attempt can be held ended without
+        // the engine (their jobs were deleted in flight, or a stream closed).
+        let held_since = now.saturating_sub(engine.settings.max_attempt_ms.saturating_mul(2));
+        engine.metrics.leases.forget_taken_before(held_since);
         let completed_before = now.saturating_sub(engine.settings.completed_retention_ms);
         let dead_before = now.saturating_sub(engine.settings.dead_retention_ms);
         match engine

@@ -6,12 +6,15 @@
 //! It validates nothing about HTTP and reads no wall clock: time comes from its [`Clock`], so
 //! tests move it.
 
+pub mod activity;
 mod claims;
 mod decide;
 mod endpoints;
 mod jobs;
 pub mod maintenance;
+mod observe;
 mod queues;
+mod schedules;
 mod subscriptions;
 pub mod tokens;
 mod work;
@@ -26,7 +29,9 @@ pub use self::decide::{
     PolicyOwner, decide_failure, decide_lease_expiry, delivery_policy, resolve,
 };
 pub use self::jobs::Enqueue;
+pub use self::schedules::ScheduleSpec;
 use crate::clock::{Clock, UnixMs};
+use crate::metrics::Metrics;
 use crate::model::ClaimId;
 use crate::model::subscription::is_internal_queue;
 use crate::store::{Signals, Store, StoreError, StoreProperties};
@@ -52,6 +57,10 @@ pub struct Engine {
     stopping: tokio::sync::watch::Sender<bool>,
     /// The API tokens, by hash.
     tokens: tokens::TokenBook,
+    /// What the server counts ([`crate::metrics`]); the engine counts its transitions there.
+    pub metrics: Arc<Metrics>,
+    /// What this server did in the last day, per minute (the dashboard's overview).
+    pub activity: activity::Activity,
 }
 
 /// A worker's failure report.
@@ -119,7 +128,16 @@ impl Engine {
             settings,
             stopping,
             tokens: tokens::TokenBook::default(),
+            metrics: Arc::new(Metrics::default()),
+            activity: activity::Activity::default(),
         }
+    }
+
+    /// Counts into `metrics` (the server's, which `/metrics` shows).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Starts the shutdown of waiting requests: long polls return empty, streams end.
@@ -150,6 +168,11 @@ impl Engine {
 
     pub fn store_properties(&self) -> StoreProperties {
         self.store.properties()
+    }
+
+    /// Every queue's backlog, for the metrics.
+    pub async fn backlog(&self) -> Result<Vec<crate::store::Backlog>, StoreError> {
+        self.store.backlog().await
     }
 
     /// Flushes the store and stops its background work. Called once, at shutdown.

@@ -1,7 +1,7 @@
 //! Queue settings: read, changed atomically, deleted.
 
 use super::{ChangeError, Engine, Refusal};
-use crate::store::{QueueConfig, StoreError};
+use crate::store::{LimitUse, QueueConfig, StoreError};
 
 impl Engine {
     /// A queue's stored settings, if it has any.
@@ -35,5 +35,10 @@ impl Engine {
     /// jobs went.
     pub async fn delete_queue(&self, name: &str) -> Result<usize, StoreError> {
         self.store.delete_queue(name).await
+    }
+
+    /// How much of a queue's limits is used now.
+    pub async fn limit_use(&self, name: &str) -> Result<LimitUse, StoreError> {
+        self.store.limit_use(name, self.now_ms()).await
     }
 }

@@ -7,14 +7,18 @@ use std::sync::Arc;
 
 use tenax_policy::{Outcome, RetryPolicy};
 
+use super::activity::Event;
 use super::{ChangeError, Engine, PolicyOwner, Refusal, decide_failure, delivery_policy};
 use crate::clock::UnixMs;
-use crate::model::subscription::delivery_queue;
+use crate::metrics::webhooks::HeldReason;
+use crate::model::subscription::{TEST_DELIVERY_KIND, TEST_EVENT_KIND, delivery_queue};
 use crate::model::{
-    Attempt, AttemptResult, ErrorEntry, JobId, Status, Subscription, SubscriptionId,
+    Attempt, AttemptResult, DeliveryPayload, ErrorEntry, JobId, NewJob, Status, Subscription,
+    SubscriptionId,
 };
 use crate::store::{
-    Ack, DecideContext, Finished, QueueCounts, StoreError, TakeRequest, TakenJob, Transition,
+    Ack, DecideContext, Finished, Insert, OnDuplicate, QueueCounts, StoreError, TakeRequest,
+    TakenJob, Transition,
 };
 
 impl Engine {
@@ -106,7 +110,7 @@ impl Engine {
             subscription: Some(id),
             ..TakeRequest::new(&queues, max, lease_ms)
         };
-        self.store.take_jobs(&request, self.now_ms()).await
+        Ok(self.store.take_jobs(&request, self.now_ms()).await?.jobs)
     }
 
     /// Counts by status of a subscription's deliveries.
@@ -124,9 +128,12 @@ impl Engine {
     /// the policy's limit or window (those are decided first).
     pub async fn finish_delivery(
         &self,
+        subscription: SubscriptionId,
         ack: Ack,
         attempt: Attempt,
     ) -> Result<Finished, StoreError> {
+        let series = self.metrics.webhooks.series(subscription);
+        series.attempted(&attempt);
         let now_ms = self.now_ms();
         let retain = self.settings.completed_retention_ms > 0;
         let default = self.settings.delivery_policy.clone();
@@ -159,17 +166,101 @@ impl Engine {
             let transition = explain_death(transition, outcome, &message);
             respect_retry_after(transition, now_ms, retry_after_ms)
         };
-        self.store
+        let finished = self
+            .store
             .finish_delivery(ack, &attempt, retain, now_ms, &decide)
-            .await
+            .await?;
+        if let Finished::Failed(transition) = &finished {
+            if transition.state.status == Status::Dead {
+                series.dead.inc();
+                tracing::warn!(
+                    delivery = ack.id.0,
+                    subscription = subscription.0,
+                    attempts = attempt.attempt,
+                    reason = transition.state.dead_reason.as_deref().unwrap_or(""),
+                    "delivery dead"
+                );
+            } else {
+                series.retried.inc();
+            }
+        }
+        let event = match &finished {
+            Finished::Delivered => Event::Delivered,
+            Finished::Failed(transition) => Event::DeliveryFailed {
+                dead: transition.state.status == Status::Dead,
+            },
+        };
+        self.activity.record(event, now_ms);
+        Ok(finished)
+    }
+
+    /// Sends a test event to subscription `id` alone: a delivery of no message, whose body
+    /// says it is a test, retried by the subscription's policy like any other; its first
+    /// attempt is an operator's ([`Trigger::Manual`]). Returns the delivery's id.
+    pub async fn send_test_event(&self, id: SubscriptionId) -> Result<JobId, StoreError> {
+        let subscription = self
+            .store
+            .subscription(id)
+            .await?
+            .ok_or(StoreError::NoSubscription(id))?;
+        let now_ms = self.now_ms();
+        let body = serde_json::json!({
+            "test": true,
+            "subscription": id,
+            "sent_at": crate::clock::rfc3339(now_ms),
+        });
+        let carried = DeliveryPayload {
+            message_id: None,
+            queue: subscription.queue.clone(),
+            kind: TEST_EVENT_KIND.to_owned(),
+            body: serde_json::value::to_raw_value(&body)
+                .map_err(|e| StoreError::Corrupt(format!("a test event: {e}")))?,
+            ttl_s: None,
+        };
+        let payload = serde_json::value::to_raw_value(&carried)
+            .map_err(|e| StoreError::Corrupt(format!("a test event: {e}")))?;
+        let job = NewJob {
+            queue: delivery_queue(id),
+            kind: TEST_DELIVERY_KIND.to_owned(),
+            payload,
+            priority: 0,
+            run_at_ms: now_ms,
+            policy: None,
+            unique_key: None,
+            created_at_ms: now_ms,
+            expires_at_ms: None,
+            origin: None,
+            parent: None,
+            traceparent: None,
+        };
+        let insert = Insert {
+            job,
+            parent: None,
+            owner: Some(id),
+        };
+        let facts = self.store.queue_facts(&subscription.queue).await?;
+        let stored = self
+            .store
+            .insert_jobs(vec![insert], OnDuplicate::Refuse, facts.seen, now_ms)
+            .await?;
+        match stored.into_iter().next().flatten() {
+            Some(enqueued) => Ok(enqueued.id),
+            None => Err(StoreError::NoSubscription(id)),
+        }
     }
 }
 
 impl Engine {
     /// Puts back a delivery taken but not sent (its endpoint paused, its breaker opened, or
     /// its subscription's retry budget spent meanwhile): it waits until `until_ms`, and uses no
-    /// attempt. Nothing is recorded.
-    pub async fn hold_delivery(&self, ack: Ack, until_ms: UnixMs) -> Result<(), StoreError> {
+    /// attempt. No attempt is recorded; the metrics count it as held for `reason`.
+    pub async fn hold_delivery(
+        &self,
+        subscription: SubscriptionId,
+        ack: Ack,
+        until_ms: UnixMs,
+        reason: HeldReason,
+    ) -> Result<(), StoreError> {
         let now_ms = self.now_ms();
         let decide = move |ctx: &DecideContext<'_>| {
             let mut state = ctx.state.clone();
@@ -181,7 +272,9 @@ impl Engine {
                 moved_to: None,
             }
         };
-        self.store.fail_job(ack, now_ms, &decide).await.map(|_| ())
+        self.store.fail_job(ack, now_ms, &decide).await?;
+        self.metrics.webhooks.series(subscription).held(reason);
+        Ok(())
     }
 }
 

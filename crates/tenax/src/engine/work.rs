@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+use parking_lot::Mutex;
+
+use super::activity::Event;
+use super::observe::Failed;
 use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
 use crate::model::{ClaimId, ErrorEntry};
@@ -9,24 +13,58 @@ use crate::store::{Ack, DecideContext, StoreError, TakeRequest, TakenJob, Transi
 
 impl Engine {
     /// Leases up to `request.max` jobs, waiting up to `wait` for the first one if none is ready.
+    /// A taker that a queue's limits held back looks again when room may have appeared: when a
+    /// job leaves flight (concurrency), or when the rate limit's period moves on.
     pub async fn take(
         &self,
         request: &TakeRequest<'_>,
         wait: Duration,
     ) -> Result<Vec<TakenJob>, StoreError> {
         let deadline = tokio::time::Instant::now() + wait;
+        // Whether to wake when jobs leave flight: only once a concurrency limit held this take
+        // back (every acknowledgement signals it).
+        let mut watch_released = false;
         loop {
-            // Register for the wake-up before looking, so a job that arrives in between is seen.
-            let signal = self.signals().ready.notified();
-            tokio::pin!(signal);
-            signal.as_mut().enable();
-            let taken = self.store.take_jobs(request, self.now_ms()).await?;
-            if !taken.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Ok(taken);
+            // Register for the wake-ups before looking, so a job that arrives in between is
+            // seen.
+            let signals = self.signals();
+            let ready = signals.ready.notified();
+            let released = signals.released.notified();
+            tokio::pin!(ready, released);
+            ready.as_mut().enable();
+            if watch_released {
+                released.as_mut().enable();
             }
+            let now_ms = self.now_ms();
+            let taken = self.store.take_jobs(request, now_ms).await?;
+            self.observe_taken(&taken.jobs, now_ms);
+            if !taken.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
+                return Ok(taken.jobs);
+            }
+            let held = taken.held;
+            if held.in_flight && !watch_released {
+                // Look again registered for releases: one may have come since the look.
+                watch_released = true;
+                continue;
+            }
+            let rate_wait = held.until_ms.map(|at| {
+                // A manual clock moves only when a test moves it: look at it often.
+                let ms = if self.clock.is_manual() {
+                    5
+                } else {
+                    at.saturating_sub(now_ms).max(1)
+                };
+                tokio::time::Instant::now() + Duration::from_millis(ms)
+            });
+            let until = rate_wait.map_or(deadline, |at| at.min(deadline));
             tokio::select! {
-                () = signal => {}
-                () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+                () = ready => {}
+                () = released, if watch_released => {}
+                () = tokio::time::sleep_until(until) => {
+                    if until == deadline {
+                        return Ok(Vec::new());
+                    }
+                }
                 () = self.stopped() => return Ok(Vec::new()),
             }
         }
@@ -43,7 +81,12 @@ impl Engine {
 
     pub async fn complete(&self, acks: &[Ack]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let retain = self.settings.completed_retention_ms > 0;
-        self.store.complete_jobs(acks, retain, self.now_ms()).await
+        let now_ms = self.now_ms();
+        let results = self.store.complete_jobs(acks, retain, now_ms).await?;
+        self.observe_completed(acks, &results, now_ms);
+        let done = results.iter().filter(|r| r.is_ok()).count();
+        self.activity.record(Event::Completed(done as u64), now_ms);
+        Ok(results.into_iter().map(|r| r.map(drop)).collect())
     }
 
     /// Records a failure and asks the job's policy what happens next. Returns the transition
@@ -54,7 +97,9 @@ impl Engine {
         report: FailureReport,
     ) -> Result<(Transition, UnixMs), StoreError> {
         let now_ms = self.now_ms();
-        let decide = move |ctx: &DecideContext<'_>| {
+        let seen: Mutex<Option<Failed>> = Mutex::new(None);
+        let decide = |ctx: &DecideContext<'_>| {
+            *seen.lock() = Some(Failed::of(ctx, Some(ack.lease)));
             let error = ErrorEntry {
                 attempt: ctx.state.failures + 1,
                 at_ms: now_ms,
@@ -70,6 +115,11 @@ impl Engine {
             )
         };
         let transition = self.store.fail_job(ack, now_ms, &decide).await?;
+        if let Some(failed) = seen.into_inner() {
+            self.observe_failure(&failed, &transition, false, now_ms);
+        }
+        let dead = transition.state.status == crate::model::Status::Dead;
+        self.activity.record(Event::Failed { dead }, now_ms);
         Ok((transition, now_ms))
     }
 

@@ -34,9 +34,7 @@ pub struct Pause {
 }
 
 /// Where a circuit breaker is.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum BreakerState {
     /// Deliveries go.
@@ -46,6 +44,17 @@ pub enum BreakerState {
     Open,
     /// One probe delivery is on its way; its outcome closes or opens the breaker again.
     HalfOpen,
+}
+
+impl BreakerState {
+    /// Its name in the API and the metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Closed => "closed",
+            Self::Open => "open",
+            Self::HalfOpen => "half_open",
+        }
+    }
 }
 
 /// An endpoint's circuit breaker.

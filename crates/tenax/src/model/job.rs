@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::{ClaimId, JobId, StoredPolicy};
+use super::{ClaimId, JobId, StoredPolicy, Trigger};
 use crate::clock::UnixMs;
 
 /// The lifecycle of `brief.md`: `scheduled → ready → in_flight → completed`, with retries
@@ -126,6 +126,11 @@ pub struct JobState {
     /// Why it died, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_reason: Option<String>,
+    /// What makes its next run happen, when not its schedule: set by a replay or a run-now,
+    /// carried to the worker that takes it (a delivery's attempt records it), and back to
+    /// scheduled at the next transition out of flight.
+    #[serde(default, skip_serializing_if = "Trigger::is_scheduled")]
+    pub trigger: Trigger,
 }
 
 impl JobState {
@@ -143,6 +148,7 @@ impl JobState {
             last_delay_ms: None,
             finished_at_ms: None,
             dead_reason: None,
+            trigger: Trigger::Scheduled,
         }
     }
 }

@@ -7,15 +7,18 @@ mod ids;
 mod job;
 pub mod payload;
 mod policy;
+pub mod schedule;
 pub mod subscription;
+pub mod timetable;
 mod trace;
 
+pub use endpoint::{Breaker, BreakerState, EndpointState, Pause};
 pub use ids::{ClaimId, JobId, LeaseToken, SubscriptionId};
 pub use job::{ErrorEntry, Held, Job, JobState, NewJob, Status};
 pub use policy::StoredPolicy;
-pub use endpoint::{Breaker, BreakerState, EndpointState, Pause};
+pub use schedule::{JobTemplate, Missed, Overlap, Schedule, TickCounts};
 pub use subscription::{
     Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, RetryBudget,
-    Subscription,
+    Subscription, Trigger,
 };
 pub use trace::{MAX_TRACEPARENT_LEN, check_traceparent};

@@ -19,8 +19,15 @@ pub const INTERNAL_QUEUE_PREFIX: char = '~';
 
 const DELIVERY_QUEUE_PREFIX: &str = "~deliveries/";
 
-/// The job kind of every delivery.
+/// The job kind of every delivery of a message.
 pub const DELIVERY_KIND: &str = "tenax.delivery";
+
+/// The job kind of a test event's delivery (sent to one subscription from the dashboard or
+/// the API, of no message).
+pub const TEST_DELIVERY_KIND: &str = "tenax.delivery.test";
+
+/// The message type a test event's body carries.
+pub const TEST_EVENT_KIND: &str = "tenax.test";
 
 /// The internal queue holding subscription `id`'s deliveries.
 pub fn delivery_queue(id: SubscriptionId) -> String {
@@ -254,11 +261,46 @@ pub enum AttemptResult {
     Permanent,
 }
 
+/// What started a run of a job (for a delivery, an attempt): its schedule, an operator's replay
+/// of it dead, or an operator's request to run it now (or a test event).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// Due by its schedule: the first run, or a retry by its policy.
+    #[default]
+    Scheduled,
+    /// The first run after an operator replayed it dead.
+    Replay,
+    /// The first run after an operator asked for it at once (run now, a test event).
+    Manual,
+}
+
+impl Trigger {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Scheduled => "scheduled",
+            Self::Replay => "replay",
+            Self::Manual => "manual",
+        }
+    }
+
+    /// A scheduled run is the default, stored as nothing.
+    pub fn is_scheduled(&self) -> bool {
+        *self == Self::Scheduled
+    }
+}
+
 /// One POST of a delivery, as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Attempt {
     /// The delivery's run number, from 1.
     pub attempt: u32,
+    /// What started this attempt. Attempts logged before triggers were recorded read as
+    /// scheduled.
+    #[serde(default, skip_serializing_if = "Trigger::is_scheduled")]
+    pub trigger: Trigger,
     pub at_ms: UnixMs,
     pub latency_ms: u64,
     pub result: AttemptResult,

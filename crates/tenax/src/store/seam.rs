@@ -28,7 +28,7 @@ use super::types::*;
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
 use crate::model::{
-    Attempt, ClaimId, EndpointState, Job, JobId, Subscription, SubscriptionId,
+    Attempt, ClaimId, EndpointState, Job, JobId, Schedule, Subscription, SubscriptionId,
 };
 
 /// Adding jobs.
@@ -58,12 +58,14 @@ pub trait JobInserts {
 #[async_trait]
 pub trait JobLeases {
     /// Leases up to `request.max` ready jobs of the unpaused queues, highest priority first,
-    /// then oldest.
+    /// then oldest, within each queue's limits ([`QueueConfig::concurrency`], counting the
+    /// queue's jobs in flight across every server; [`QueueConfig::rate`], counting its starts
+    /// as [`RateLimit`] says, and recording these). Says what the limits held back.
     async fn take_jobs(
         &self,
         request: &TakeRequest<'_>,
         now_ms: UnixMs,
-    ) -> Result<Vec<TakenJob>, StoreError>;
+    ) -> Result<Taken, StoreError>;
 
     /// Extends a lease to `now + lease_ms`, but never past `max_attempt_ms` after the take.
     /// Returns the new end of the lease.
@@ -75,14 +77,15 @@ pub trait JobLeases {
         now_ms: UnixMs,
     ) -> Result<UnixMs, StoreError>;
 
-    /// Completes in-flight jobs whose leases are valid: one durable commit, one result per job.
-    /// A completed job is kept (for its retention) when `retain`, else deleted.
+    /// Completes in-flight jobs whose leases are valid: one durable commit, one result per job,
+    /// with what the backend knows of each lease ([`LeaseFacts`]). A completed job is kept (for
+    /// its retention) when `retain`, else deleted.
     async fn complete_jobs(
         &self,
         acks: &[Ack],
         retain: bool,
         now_ms: UnixMs,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError>;
+    ) -> Result<Vec<Result<Option<LeaseFacts>, StoreError>>, StoreError>;
 
     /// Records a failure of an in-flight job; `decide` gives its next state.
     async fn fail_job(
@@ -104,7 +107,8 @@ pub trait JobLeases {
     ) -> Result<Finished, StoreError>;
 
     /// Takes up to `max` ready jobs of the unpaused `queues` and deletes them, atomically:
-    /// nobody else can take them in between. Returns them as they were.
+    /// nobody else can take them in between. Returns them as they were. They count as started
+    /// for a queue's rate limit; never in flight, they leave its concurrency alone.
     async fn pop_jobs(
         &self,
         queues: &[String],
@@ -171,7 +175,8 @@ pub trait JobUpkeep {
         max: usize,
     ) -> Result<usize, StoreError>;
 
-    /// The earliest time upkeep has work: a scheduled job due, a lease or a job expiring.
+    /// The earliest time upkeep has work: a scheduled job due, a lease or a job expiring, a
+    /// schedule's next tick.
     async fn next_wakeup(&self) -> Result<Option<UnixMs>, StoreError>;
 }
 
@@ -180,6 +185,11 @@ pub trait JobUpkeep {
 pub trait JobCuration {
     /// Dead jobs back to ready, unless their unique key is held by an unfinished job.
     async fn replay_jobs(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError>;
+
+    /// Scheduled jobs among `ids` become ready now, their next run marked as an operator's
+    /// ([`Trigger::Manual`](crate::model::Trigger)). Returns those that did, in id order; jobs
+    /// in other states, or gone, are left as they are.
+    async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError>;
 
     /// Deletes jobs matching `selection`, whatever their state; returns their ids.
     async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError>;
@@ -204,6 +214,17 @@ pub trait JobReads {
     /// How many jobs match `filter`.
     async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError>;
 
+    /// How many jobs match `filter`, counting no further than `max`: the count and whether
+    /// more match. A backend whose counts cost a scan of the matching jobs stops at `max`.
+    async fn count_jobs_upto(
+        &self,
+        filter: &JobFilter,
+        max: u64,
+    ) -> Result<(u64, bool), StoreError> {
+        let count = self.count_jobs(filter).await?;
+        Ok((count.min(max), count > max))
+    }
+
     /// For each id, a quick look at the job, or `None` if there is no such job.
     async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError>;
 
@@ -215,6 +236,28 @@ pub trait JobReads {
 
     /// A delivery's attempts, oldest first.
     async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError>;
+
+    /// Every queue's backlog ([`Backlog`]), in no order; queues without unfinished or dead jobs
+    /// may be left out. Asked by every scrape of the metrics: it must not read every job of a
+    /// large store, or say how costly it is in the backend's documentation (the metrics then
+    /// count again only once the last count is 20 times as old as it took).
+    async fn backlog(&self) -> Result<Vec<Backlog>, StoreError>;
+
+    /// Finds jobs matching `filter` that hold `text`, with bounded work: looks at no more than
+    /// `budget` jobs matching `filter`, in the page's order past `page.after`, and stops once
+    /// `page.limit` are found. Says how far it looked, so that the next search goes on from
+    /// there.
+    async fn search_jobs(
+        &self,
+        filter: &JobFilter,
+        text: &TextQuery,
+        page: Page,
+        budget: usize,
+    ) -> Result<Searched, StoreError>;
+
+    /// For each queue, when the job a take would hand out next became ready; `None` when none
+    /// is ready. In the order of `queues`.
+    async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError>;
 }
 
 /// Queue settings.
@@ -235,6 +278,47 @@ pub trait QueueStore {
     /// Deletes a queue's settings and every job in it (its subscriptions stay); returns how
     /// many jobs went.
     async fn delete_queue(&self, name: &str) -> Result<usize, StoreError>;
+
+    /// How much of a queue's limits is used at `now_ms`, as takes count it.
+    async fn limit_use(&self, name: &str, now_ms: UnixMs) -> Result<LimitUse, StoreError>;
+}
+
+/// Schedules: named timetables whose ticks enqueue jobs (`crate::model::schedule`).
+#[async_trait]
+pub trait ScheduleStore {
+    async fn schedule(&self, name: &str) -> Result<Option<Schedule>, StoreError>;
+
+    /// Every schedule, by name.
+    async fn schedules(&self) -> Result<Vec<Schedule>, StoreError>;
+
+    /// Changes (or makes) a schedule atomically by `change`; returns it as stored after.
+    async fn update_schedule(
+        &self,
+        name: &str,
+        change: &ChangeSchedule<'_>,
+    ) -> Result<Option<Schedule>, StoreError>;
+
+    /// Deletes a schedule (the jobs it made stay); false if there was none.
+    async fn delete_schedule(&self, name: &str) -> Result<bool, StoreError>;
+
+    /// Unpaused schedules whose next tick is at or before `now_ms`, earliest first, at most
+    /// `max`.
+    async fn due_schedules(&self, now_ms: UnixMs, max: usize) -> Result<Vec<Schedule>, StoreError>;
+
+    /// Records the handling of ticks: stores `schedule` (its state after them) and adds `jobs`
+    /// (a tick's job and its deliveries), in one commit, if the stored schedule's revision is
+    /// still `expected_revision`; else stores nothing and answers `None` (another server, or a
+    /// change, got there first). The stored schedule's `last_job` is the first created job,
+    /// when one is. The inserts are as [`JobInserts::insert_jobs`]'s, refused alike when
+    /// `seen` is old.
+    async fn record_tick(
+        &self,
+        schedule: &Schedule,
+        expected_revision: u64,
+        jobs: Vec<Insert>,
+        seen: FactsSeen,
+        now_ms: UnixMs,
+    ) -> Result<Option<Vec<Option<Enqueued>>>, StoreError>;
 }
 
 /// Webhook subscriptions.
@@ -299,6 +383,13 @@ pub trait TokenStore {
 
     /// Every token, by id.
     async fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
+}
+
+/// Where a backend reports its commits, for the metrics: handed to it at open.
+pub trait CommitObserver: Send + Sync + std::fmt::Debug {
+    /// A commit carrying `requests` requests (more than one when they shared it: group
+    /// commit) took `elapsed`, its sync included when it synced.
+    fn committed(&self, requests: usize, elapsed: std::time::Duration);
 }
 
 /// What a backend promises beyond the seam's rules.
@@ -366,6 +457,7 @@ pub trait Store:
     + JobCuration
     + JobReads
     + QueueStore
+    + ScheduleStore
     + SubscriptionStore
     + EndpointStore
     + TokenStore
@@ -384,6 +476,7 @@ impl<T> Store for T where
         + JobCuration
         + JobReads
         + QueueStore
+        + ScheduleStore
         + SubscriptionStore
         + EndpointStore
         + TokenStore

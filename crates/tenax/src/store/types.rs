@@ -7,9 +7,9 @@ use serde_json::value::RawValue;
 use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
-use crate::model::{EndpointState, 
-    ClaimId, ErrorEntry, JobId, JobState, LeaseToken, NewJob, Status, StoredPolicy, Subscription,
-    SubscriptionId,
+use crate::model::{
+    ClaimId, EndpointState, ErrorEntry, Job, JobId, JobState, LeaseToken, NewJob, Schedule, Status,
+    StoredPolicy, Subscription, SubscriptionId, Trigger,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -232,6 +232,24 @@ pub struct TakenJob {
     pub parent: Option<JobId>,
     /// The trace context it was enqueued with.
     pub traceparent: Option<String>,
+    /// What started this run: its schedule, a replay, or an operator's run-now.
+    pub trigger: Trigger,
+    /// When it became ready (was due): the wait before this take started then.
+    pub ready_at_ms: UnixMs,
+}
+
+/// What a backend knows of a leased job at no extra cost, reported when its lease ends, for
+/// the metrics (by queue and type; run and end-to-end times).
+///
+/// A backend shared by several servers must report it ([`StoreProperties::shared`]): the lease
+/// may have been handed out by another server. A backend used by one process may leave it out;
+/// the engine then knows it from the take, which happened in this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseFacts {
+    pub queue: String,
+    pub kind: String,
+    pub created_at_ms: UnixMs,
+    pub taken_at_ms: UnixMs,
 }
 
 /// A job held by a claim (or stream).
@@ -291,6 +309,8 @@ pub struct DecideContext<'a> {
     pub queue_config: Option<&'a QueueConfig>,
     /// For a delivery: its subscription, and the settings of the subscription's queue.
     pub owner: Option<(&'a Subscription, Option<&'a QueueConfig>)>,
+    /// What the backend knows of the lease that ends (see [`LeaseFacts`]).
+    pub lease: Option<LeaseFacts>,
 }
 
 /// A job's next state after a failure or lost lease, and the error to record.
@@ -316,6 +336,10 @@ pub type Decide<'a> = dyn Fn(&DecideContext<'_>) -> Transition + Send + Sync + '
 /// `None` to leave them as they are. Called under the store's serialisation (perhaps more than
 /// once, by a backend that retries), so it must only compute.
 pub type ChangeQueue<'a> = dyn Fn(Option<&QueueConfig>) -> Option<QueueConfig> + Send + Sync + 'a;
+
+/// A change to a schedule: from the stored one (`None`: none yet) to the new one, or `None` to
+/// leave things as they are. Called under the store's serialisation, like [`ChangeQueue`].
+pub type ChangeSchedule<'a> = dyn Fn(Option<&Schedule>) -> Option<Schedule> + Send + Sync + 'a;
 
 /// A change to a subscription: from the stored one to the new one, or `None` to leave it.
 /// Called under the store's serialisation, like [`ChangeQueue`].
@@ -444,6 +468,54 @@ impl Page {
     }
 }
 
+/// What a bounded search found: the jobs that matched, and how far it looked.
+#[derive(Debug, Clone, Default)]
+pub struct Searched {
+    pub jobs: Vec<Job>,
+    /// The last job looked at, whether it matched or not: the next search continues after it.
+    /// `None` when nothing was looked at.
+    pub looked_to: Option<JobId>,
+    /// How many jobs were looked at.
+    pub looked_at: usize,
+    /// No job matching the filter lies past `looked_to`: the search is complete.
+    pub exhausted: bool,
+}
+
+/// Text to find in jobs: case-insensitive, in a job's payload (its JSON text as stored) or in
+/// one of its errors (the message, or the detail's JSON text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextQuery {
+    /// The text, lower-cased.
+    pub lower: String,
+    /// The text as JSON writes it inside a string, lower-cased: how it appears in the JSON text
+    /// of an error's detail.
+    pub escaped: String,
+}
+
+impl TextQuery {
+    pub fn new(text: &str) -> Self {
+        let lower = text.to_lowercase();
+        let quoted = serde_json::to_string(&lower).unwrap_or_default();
+        let escaped = quoted
+            .strip_prefix('"')
+            .and_then(|s| s.strip_suffix('"'))
+            .unwrap_or(&lower)
+            .to_owned();
+        Self { lower, escaped }
+    }
+
+    /// Whether `job` holds the text.
+    pub fn matches(&self, payload: &str, errors: &[ErrorEntry]) -> bool {
+        payload.to_lowercase().contains(&self.lower)
+            || errors.iter().any(|error| {
+                error.message.to_lowercase().contains(&self.lower)
+                    || error.detail.as_ref().is_some_and(|detail| {
+                        detail.to_string().to_lowercase().contains(&self.escaped)
+                    })
+            })
+    }
+}
+
 /// What a replay did: the jobs it made ready, and why it left others as they were.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Replayed {
@@ -515,6 +587,19 @@ impl QueueCounts {
     }
 }
 
+/// A queue's backlog at one moment, for the metrics: its jobs by status (completed jobs are
+/// left out: counting them would read every job kept for retention), and when the ready job
+/// first in line (the one the next take gets) became ready.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backlog {
+    pub queue: String,
+    pub scheduled: u64,
+    pub ready: u64,
+    pub in_flight: u64,
+    pub dead: u64,
+    pub first_ready_since_ms: Option<UnixMs>,
+}
+
 /// What an enqueue needs of a queue, read at one moment: its settings and its subscribers (every
 /// job gets a delivery per subscriber), with the version they were read at.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -558,6 +643,109 @@ pub struct QueueConfig {
     /// Where jobs go whose leases expired too often (Zaqar's dead-letter queue).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<DeadLetter>,
+    /// At most this many of the queue's jobs in flight at once, across every worker and
+    /// server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// At most this many of the queue's jobs started in any period (see [`RateLimit`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<RateLimit>,
+}
+
+impl QueueConfig {
+    /// Whether takes must count before handing out the queue's jobs.
+    pub fn is_limited(&self) -> bool {
+        self.concurrency.is_some() || self.rate.is_some()
+    }
+}
+
+/// At most `limit` jobs of a queue start (are taken or popped) in any `period_ms`.
+///
+/// How it is counted, by every backend alike: starts are kept in buckets a sixtieth of the
+/// period wide (at least 1 ms); a take counts every bucket that overlaps the last period, so
+/// never more than `limit` start in any period, and a start may wait up to a bucket longer than
+/// a count of each start's exact time would make it ([`RateLimit::bucket_ms`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RateLimit {
+    pub limit: u32,
+    pub period_ms: u64,
+}
+
+impl RateLimit {
+    /// The width of the buckets starts are counted in.
+    pub fn bucket_ms(&self) -> u64 {
+        (self.period_ms / 60).max(1)
+    }
+
+    /// The bucket a start at `at_ms` is counted in: its start.
+    pub fn bucket_of(&self, at_ms: UnixMs) -> UnixMs {
+        let width = self.bucket_ms();
+        at_ms / width * width
+    }
+
+    /// Whether a bucket `[start, start + width)` still counts at `now_ms`: it overlaps the last
+    /// period, `(now - period, now]`.
+    pub fn counts(&self, start_ms: UnixMs, width_ms: u64, now_ms: UnixMs) -> bool {
+        start_ms.saturating_add(width_ms) > now_ms.saturating_sub(self.period_ms)
+    }
+
+    /// When a bucket stops counting: room it holds is free again then.
+    pub fn frees_at(&self, start_ms: UnixMs, width_ms: u64) -> UnixMs {
+        start_ms
+            .saturating_add(width_ms)
+            .saturating_add(self.period_ms)
+    }
+}
+
+/// A bucket of starts of a rate-limited queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartBucket {
+    pub start_ms: UnixMs,
+    pub width_ms: u64,
+    pub count: u64,
+}
+
+/// How much of a queue's limits is used: what its stats show.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitUse {
+    /// Jobs started in the current period, as the rate limit counts them (0 without one).
+    pub started: u64,
+}
+
+/// Why a take handed out less than it could have: its queues' limits. A waiting taker looks
+/// again when room may have appeared.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitHold {
+    /// A concurrency limit is reached: room appears when one of the queue's jobs leaves
+    /// flight ([`Signals::released`](super::Signals::released)).
+    pub in_flight: bool,
+    /// A rate limit is used up until this time, at the earliest.
+    pub until_ms: Option<UnixMs>,
+}
+
+impl LimitHold {
+    /// Both holds together.
+    pub fn and(self, other: LimitHold) -> LimitHold {
+        LimitHold {
+            in_flight: self.in_flight || other.in_flight,
+            until_ms: match (self.until_ms, other.until_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
+
+    pub fn is_held(&self) -> bool {
+        self.in_flight || self.until_ms.is_some()
+    }
+}
+
+/// What a take handed out, and what its queues' limits held back.
+#[derive(Debug, Clone, Default)]
+pub struct Taken {
+    pub jobs: Vec<TakenJob>,
+    /// Set when a limited queue had no room for more.
+    pub held: LimitHold,
 }
 
 /// A dead-letter queue: a job whose lease has expired `max_claims` times moves there, ready,

@@ -135,7 +135,11 @@ impl From<StoreError> for ZaqarError {
             ),
             StoreError::Storage(_) | StoreError::Corrupt(_) | StoreError::NewerFormat { .. } => {
                 // Bare: the details go to the log, under the request's id.
-                tracing::error!(%error, source = ?std::error::Error::source(&error), "internal error in the Zaqar API");
+                tracing::error!(
+                    %error,
+                    source = std::error::Error::source(&error).map(tracing::field::display),
+                    "internal error in the Zaqar API"
+                );
                 Self::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "Internal server error",

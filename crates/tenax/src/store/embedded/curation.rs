@@ -9,7 +9,7 @@ use super::ops::Op;
 use super::read::peek_of;
 use super::writer;
 use crate::clock::UnixMs;
-use crate::model::{JobId, Status};
+use crate::model::{JobId, Status, Trigger};
 use crate::store::{
     Checked, DeleteCheck, JobCuration, NotReplayed, Replay, Replayed, Selection, StoreError,
     to_json_bytes,
@@ -81,6 +81,7 @@ impl JobCuration for EmbeddedStore {
                     state.run_at_ms = now_ms;
                     state.finished_at_ms = None;
                     state.dead_reason = None;
+                    state.trigger = Trigger::Replay;
                     if replay.reset_attempts {
                         state.failures = 0;
                         state.first_failure_at_ms = None;
@@ -114,6 +115,46 @@ impl JobCuration for EmbeddedStore {
             self.signals.ready.notify_waiters();
         }
         Ok(replayed)
+    }
+
+    async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError> {
+        let (ran, receiver) = {
+            let mut inner = self.inner.lock();
+            let mut ran = Vec::new();
+            let mut ops = Vec::new();
+            for id in ids {
+                let scheduled = inner
+                    .index
+                    .get(*id)
+                    .is_some_and(|e| e.status == Status::Scheduled);
+                if !scheduled {
+                    continue;
+                }
+                let updated = inner.index.update(*id, |e| {
+                    let mut state = e.state();
+                    state.status = Status::Ready;
+                    state.run_at_ms = now_ms;
+                    state.trigger = Trigger::Manual;
+                    e.set_state(&state);
+                });
+                if let Some(entry) = updated {
+                    ops.push(Op::PutState {
+                        id: *id,
+                        state: to_json_bytes(&entry.state()),
+                    });
+                    ran.push(*id);
+                }
+            }
+            ran.sort_unstable();
+            ran.dedup();
+            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            (ran, receiver)
+        };
+        if let Some(receiver) = receiver {
+            writer::wait(receiver).await?;
+            self.signals.ready.notify_waiters();
+        }
+        Ok(ran)
     }
 
     async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError> {

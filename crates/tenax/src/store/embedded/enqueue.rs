@@ -37,134 +37,167 @@ impl JobInserts for EmbeddedStore {
         _seen: FactsSeen,
         now_ms: UnixMs,
     ) -> Result<Vec<Option<Enqueued>>, StoreError> {
-        let mut results: Vec<Option<Enqueued>> = Vec::with_capacity(jobs.len());
-        let mut fresh: Vec<(JobId, Insert, JobState)> = Vec::with_capacity(jobs.len());
-        // Encoded before taking the lock: neither a job's body nor its first state depends on
-        // the id it will get, and encoding is most of the work of an enqueue. A child's body
-        // names its parent's id, so it is encoded once that is known.
-        let encoded: Vec<Encoded> = jobs
-            .into_iter()
-            .map(|insert| match insert.parent {
-                None => Encoded::new(insert, now_ms),
-                Some(_) => Encoded::later(insert, now_ms),
-            })
-            .collect();
-        let receiver = {
+        let encoded = encode_all(jobs, now_ms);
+        let (results, receiver) = {
             let mut inner = self.inner.lock();
-            // Keys claimed by earlier jobs of this same request: their id and index.
-            let mut claimed: HashMap<(String, String), (JobId, usize)> = HashMap::new();
-            let mut next_id = inner.next_id;
-            let mut ops = Vec::with_capacity(encoded.len() * 2 + 1);
-            // Invariant: `results` has one entry per insert looked at so far.
-            for (index, mut encoded) in encoded.into_iter().enumerate() {
-                if let Some(parent) = encoded.insert.parent {
-                    // Stored only with its parent, whose id it carries.
-                    let created = results
-                        .get(parent)
-                        .and_then(Option::as_ref)
-                        .filter(|e| e.created && parent < index);
-                    let Some(parent) = created.map(|e| e.id) else {
-                        results.push(None);
-                        continue;
-                    };
-                    encoded.insert.job.parent = Some(parent);
-                    encoded.encode();
-                }
-                if let Some(owner) = encoded.insert.owner {
-                    if !inner.subscriptions.contains_key(&owner) {
-                        results.push(None);
-                        continue;
-                    }
-                }
-                let Encoded {
-                    insert,
-                    state,
-                    body,
-                    state_bytes,
-                    policy,
-                } = encoded;
-                if let Some(key) = &insert.job.unique_key {
-                    let k = (insert.job.queue.clone(), key.clone());
-                    let held = inner
-                        .index
-                        .unique(&insert.job.queue, key)
-                        .or_else(|| inner.pending_unique.get(&k).copied())
-                        .map(|id| (id, KeyHolder::Job(id)))
-                        .or_else(|| {
-                            claimed
-                                .get(&k)
-                                .map(|(id, at)| (*id, KeyHolder::Earlier(*at)))
-                        });
-                    if let Some((existing, holder)) = held {
-                        match on_duplicate {
-                            OnDuplicate::Refuse => {
-                                return Err(StoreError::Duplicate {
-                                    index,
-                                    queue: k.0,
-                                    key: k.1,
-                                    holder,
-                                });
-                            }
-                            OnDuplicate::Existing => {
-                                let (status, run_at_ms) = inner
-                                    .index
-                                    .get(existing)
-                                    .map_or((Status::Scheduled, insert.job.run_at_ms), |e| {
-                                        (e.status, e.run_at_ms)
-                                    });
-                                results.push(Some(Enqueued {
-                                    id: existing,
-                                    created: false,
-                                    status,
-                                    run_at_ms,
-                                }));
-                                continue;
-                            }
-                        }
-                    }
-                    claimed.insert(k, (next_id, index));
-                }
-                results.push(Some(Enqueued {
-                    id: next_id,
-                    created: true,
-                    status: state.status,
-                    run_at_ms: state.run_at_ms,
-                }));
-                ops.push(Op::PutBody { id: next_id, body });
-                ops.push(Op::PutState {
-                    id: next_id,
-                    state: state_bytes,
-                });
-                if let Some(policy) = policy {
-                    ops.push(Op::PutPolicy {
-                        id: next_id,
-                        policy,
-                    });
-                }
-                fresh.push((next_id, insert, state));
-                next_id = JobId(next_id.0 + 1);
-            }
+            let Staged {
+                results,
+                ops,
+                fresh,
+            } = stage(&mut inner, encoded, on_duplicate)?;
             if fresh.is_empty() {
                 return Ok(results);
             }
-            ops.push(Op::SetNextId(next_id));
-            inner.next_id = next_id;
-            inner
-                .pending_unique
-                .extend(claimed.into_iter().map(|(k, (id, _))| (k, id)));
-            self.writer.submit_then(
-                ops,
-                Box::new(move |inner, written| show(inner, fresh, written, now_ms)),
-            )
+            let after =
+                Box::new(move |inner: &mut Inner, written| show(inner, fresh, written, now_ms));
+            (results, self.writer.submit_then(ops, after))
         };
         writer::wait(receiver).await?;
         Ok(results)
     }
 }
 
+/// Encodes jobs before the store's lock is taken: neither a job's body nor its first state
+/// depends on the id it will get, and encoding is most of the work of an enqueue. A child's
+/// body names its parent's id, so it is encoded once that is known ([`stage`]).
+pub(super) fn encode_all(jobs: Vec<Insert>, now_ms: UnixMs) -> Vec<Encoded> {
+    jobs.into_iter()
+        .map(|insert| match insert.parent {
+            None => Encoded::new(insert, now_ms),
+            Some(_) => Encoded::later(insert, now_ms),
+        })
+        .collect()
+}
+
+/// An enqueue planned under the lock: one result per insert, the ops that write it, and the
+/// new jobs, which [`show`] puts in memory once the ops are written.
+pub(super) struct Staged {
+    pub results: Vec<Option<Enqueued>>,
+    pub ops: Vec<Op>,
+    pub fresh: Vec<(JobId, Insert, JobState)>,
+}
+
+/// Plans an enqueue under the lock: ids, parents, subscriptions, unique keys. When it stores
+/// anything, the ids and keys are taken in memory (`next_id`, `pending_unique`), and the caller
+/// submits `ops`, with [`show`] after them, before it releases the lock. A refused duplicate
+/// changes nothing.
+pub(super) fn stage(
+    inner: &mut Inner,
+    encoded: Vec<Encoded>,
+    on_duplicate: OnDuplicate,
+) -> Result<Staged, StoreError> {
+    let mut results: Vec<Option<Enqueued>> = Vec::with_capacity(encoded.len());
+    let mut fresh: Vec<(JobId, Insert, JobState)> = Vec::with_capacity(encoded.len());
+    // Keys claimed by earlier jobs of this same request: their id and index.
+    let mut claimed: HashMap<(String, String), (JobId, usize)> = HashMap::new();
+    let mut next_id = inner.next_id;
+    let mut ops = Vec::with_capacity(encoded.len() * 2 + 1);
+    // Invariant: `results` has one entry per insert looked at so far.
+    for (index, mut encoded) in encoded.into_iter().enumerate() {
+        if let Some(parent) = encoded.insert.parent {
+            // Stored only with its parent, whose id it carries.
+            let created = results
+                .get(parent)
+                .and_then(Option::as_ref)
+                .filter(|e| e.created && parent < index);
+            let Some(parent) = created.map(|e| e.id) else {
+                results.push(None);
+                continue;
+            };
+            encoded.insert.job.parent = Some(parent);
+            encoded.encode();
+        }
+        if let Some(owner) = encoded.insert.owner {
+            if !inner.subscriptions.contains_key(&owner) {
+                results.push(None);
+                continue;
+            }
+        }
+        let Encoded {
+            insert,
+            state,
+            body,
+            state_bytes,
+            policy,
+        } = encoded;
+        if let Some(key) = &insert.job.unique_key {
+            let k = (insert.job.queue.clone(), key.clone());
+            let held = inner
+                .index
+                .unique(&insert.job.queue, key)
+                .or_else(|| inner.pending_unique.get(&k).copied())
+                .map(|id| (id, KeyHolder::Job(id)))
+                .or_else(|| {
+                    claimed
+                        .get(&k)
+                        .map(|(id, at)| (*id, KeyHolder::Earlier(*at)))
+                });
+            if let Some((existing, holder)) = held {
+                match on_duplicate {
+                    OnDuplicate::Refuse => {
+                        return Err(StoreError::Duplicate {
+                            index,
+                            queue: k.0,
+                            key: k.1,
+                            holder,
+                        });
+                    }
+                    OnDuplicate::Existing => {
+                        let (status, run_at_ms) = inner
+                            .index
+                            .get(existing)
+                            .map_or((Status::Scheduled, insert.job.run_at_ms), |e| {
+                                (e.status, e.run_at_ms)
+                            });
+                        results.push(Some(Enqueued {
+                            id: existing,
+                            created: false,
+                            status,
+                            run_at_ms,
+                        }));
+                        continue;
+                    }
+                }
+            }
+            claimed.insert(k, (next_id, index));
+        }
+        results.push(Some(Enqueued {
+            id: next_id,
+            created: true,
+            status: state.status,
+            run_at_ms: state.run_at_ms,
+        }));
+        ops.push(Op::PutBody { id: next_id, body });
+        ops.push(Op::PutState {
+            id: next_id,
+            state: state_bytes,
+        });
+        if let Some(policy) = policy {
+            ops.push(Op::PutPolicy {
+                id: next_id,
+                policy,
+            });
+        }
+        fresh.push((next_id, insert, state));
+        next_id = JobId(next_id.0 + 1);
+    }
+    if !fresh.is_empty() {
+        ops.push(Op::SetNextId(next_id));
+        inner.next_id = next_id;
+        inner
+            .pending_unique
+            .extend(claimed.into_iter().map(|(k, (id, _))| (k, id)));
+    }
+    Ok(Staged {
+        results,
+        ops,
+        fresh,
+    })
+}
+
 /// Once the enqueue is written: the new jobs go into memory, where workers find them (and their
 /// unique keys leave the pending ones). Runs in the writer, under the lock.
-fn show(
+pub(super) fn show(
     inner: &mut Inner,
     fresh: Vec<(JobId, Insert, JobState)>,
     written: bool,
@@ -198,7 +231,7 @@ fn show(
 }
 
 /// A job's rows, encoded before the store's lock is taken.
-struct Encoded {
+pub(super) struct Encoded {
     insert: Insert,
     state: JobState,
     body: Vec<u8>,

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
-use crate::model::{ClaimId, JobId, JobState, LeaseToken, Status};
+use crate::model::{ClaimId, JobId, JobState, LeaseToken, Status, Trigger};
 use crate::store::Order;
 
 /// A queue's name as entries hold it: a number standing for the interned name.
@@ -73,6 +73,8 @@ struct Rare {
     first_failure_at_ms: Option<UnixMs>,
     last_delay_ms: Option<u64>,
     dead_reason: Option<Box<str>>,
+    /// What starts the next run when not its schedule (a replay, an operator's run-now).
+    trigger: Trigger,
 }
 
 impl Entry {
@@ -117,6 +119,7 @@ impl Entry {
             dead_reason: rare
                 .and_then(|r| r.dead_reason.as_deref())
                 .map(str::to_owned),
+            trigger: rare.map_or(Trigger::Scheduled, |r| r.trigger),
         }
     }
 
@@ -130,6 +133,7 @@ impl Entry {
             rare.first_failure_at_ms = state.first_failure_at_ms;
             rare.last_delay_ms = state.last_delay_ms;
             rare.dead_reason = state.dead_reason.as_deref().map(Box::from);
+            rare.trigger = state.trigger;
         });
     }
 
@@ -141,6 +145,13 @@ impl Entry {
     pub fn finish(&mut self, status: Status, at_ms: UnixMs) {
         self.status = status;
         self.finished_at_ms = at_ms;
+    }
+
+    /// What starts the next run, when not its schedule.
+    pub fn trigger(&self) -> Trigger {
+        self.rare
+            .as_deref()
+            .map_or(Trigger::Scheduled, |r| r.trigger)
     }
 
     pub fn lease(&self) -> Option<Lease> {
@@ -409,6 +420,44 @@ impl Index {
         out
     }
 
+    /// Up to `max` ready jobs across `queues`, as [`Index::peek_ready`], but at most `caps[i]`
+    /// of `queues[i]`: what a queue's limits leave room for.
+    pub fn peek_ready_capped(&self, queues: &[QueueRef], caps: &[usize], max: usize) -> Vec<JobId> {
+        let mut cursors: Vec<_> = queues
+            .iter()
+            .zip(caps)
+            .filter_map(|(q, cap)| Some((self.ready.get(q)?.iter().peekable(), *cap)))
+            .collect();
+        let mut out = Vec::with_capacity(max.min(1_024));
+        while out.len() < max {
+            let best = cursors
+                .iter_mut()
+                .enumerate()
+                .filter(|(_, (_, cap))| *cap > 0)
+                .filter_map(|(i, (c, _))| c.peek().map(|k| (**k, i)))
+                .min();
+            let Some((key, i)) = best else { break };
+            let (cursor, cap) = &mut cursors[i];
+            cursor.next();
+            *cap -= 1;
+            out.push(key.1);
+        }
+        out
+    }
+
+    /// How many of a queue's jobs are in flight.
+    pub fn in_flight(&self, queue: QueueRef) -> u64 {
+        self.counts
+            .get(&queue)
+            .map_or(0, |c| c[slot(Status::InFlight)])
+    }
+
+    /// The job a take of `queue` would hand out next, if one is ready.
+    pub fn head_ready(&self, queue: &str) -> Option<JobId> {
+        let queue = self.queue_ref(queue)?;
+        self.ready.get(&queue)?.first().map(|key| key.1)
+    }
+
     /// Scheduled jobs due at or before `now_ms`, at most `max`.
     pub fn due(&self, now_ms: UnixMs, max: usize) -> Vec<JobId> {
         self.scheduled
@@ -546,6 +595,7 @@ mod tests {
             last_delay_ms: Some(900),
             finished_at_ms: Some(11),
             dead_reason: Some("all 3 retries were used".into()),
+            trigger: Trigger::Replay,
         };
         entry.set_state(&dead);
         assert_eq!(entry.state(), dead);
@@ -579,6 +629,33 @@ mod tests {
             [JobId(2), JobId(3), JobId(1), JobId(4)]
         );
         assert_eq!(index.peek_ready(&queues, 2), [JobId(2), JobId(3)]);
+    }
+
+    #[test]
+    fn capped_peeks_keep_the_order_and_each_queues_cap() {
+        let mut index = Index::default();
+        for (id, queue, priority) in [
+            (1, "a", 0),
+            (2, "b", 5),
+            (3, "a", 5),
+            (4, "b", 0),
+            (5, "a", 1),
+        ] {
+            let e = entry(&mut index, queue, priority, Status::Ready, 0);
+            index.insert(JobId(id), e, 0);
+        }
+        let queues = [index.intern("a"), index.intern("b")];
+        assert_eq!(
+            index.peek_ready_capped(&queues, &[1, 10], 10),
+            [JobId(2), JobId(3), JobId(4)]
+        );
+        assert_eq!(
+            index.peek_ready_capped(&queues, &[10, 0], 2),
+            [JobId(3), JobId(5)]
+        );
+        assert_eq!(index.in_flight(queues[0]), 0);
+        index.update(JobId(1), |e| e.status = Status::InFlight);
+        assert_eq!(index.in_flight(queues[0]), 1);
     }
 
     #[test]

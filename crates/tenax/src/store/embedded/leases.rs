@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use async_trait::async_trait;
 
 use super::index::{Index, Lease, QueueRef};
+use super::limits;
 use super::ops::Op;
 use super::writer::{self, Receiver, Wake};
 use super::{EmbeddedStore, Inner};
@@ -12,8 +13,8 @@ use crate::clock::UnixMs;
 use crate::model::subscription::subscription_of_queue;
 use crate::model::{Attempt, AttemptResult, Job, JobId, LeaseToken, Status};
 use crate::store::{
-    Ack, Decide, DecideContext, Finished, JobLeases, StoreError, TakeRequest, TakenJob, Transition,
-    to_json_bytes,
+    Ack, Decide, DecideContext, Finished, JobLeases, LeaseFacts, StoreError, TakeRequest, Taken,
+    TakenJob, Transition, to_json_bytes,
 };
 
 #[async_trait]
@@ -23,21 +24,28 @@ impl JobLeases for EmbeddedStore {
         &self,
         request: &TakeRequest<'_>,
         now_ms: UnixMs,
-    ) -> Result<Vec<TakenJob>, StoreError> {
+    ) -> Result<Taken, StoreError> {
         if self.writer.has_failed() {
             return Err(StoreError::Failed);
         }
         let mut leased = Vec::new();
-        {
+        let held = {
             let mut inner = self.inner.lock();
             if let Some(id) = request.subscription {
                 if !inner.subscriptions.get(&id).is_some_and(|s| s.enabled) {
-                    return Ok(Vec::new());
+                    return Ok(Taken::default());
                 }
             }
-            let queues = unpaused(&inner, request.queues);
+            let room = limits::room(&inner, request.queues, request.max, now_ms, true);
+            let ids = match &room.caps {
+                Some(caps) => inner
+                    .index
+                    .peek_ready_capped(&room.queues, caps, request.max),
+                None => inner.index.peek_ready(&room.queues, request.max),
+            };
             let expires_at_ms = now_ms.saturating_add(request.lease_ms);
-            for id in inner.index.peek_ready(&queues, request.max) {
+            let mut started: Vec<QueueRef> = Vec::new();
+            for id in ids {
                 let token = LeaseToken(self.lease_tokens.fetch_add(1, Ordering::Relaxed));
                 let lease = Lease {
                     token,
@@ -53,7 +61,18 @@ impl JobLeases for EmbeddedStore {
                         e.set_expires_at_ms(Some(at.max(keep)));
                     }
                 }) {
-                    leased.push((id, lease, entry.failures + 1, entry.expires_at_ms()));
+                    if room.caps.is_some() {
+                        started.push(entry.queue);
+                    }
+                    let ready_at_ms = entry.run_at_ms;
+                    leased.push((
+                        id,
+                        lease,
+                        entry.failures + 1,
+                        entry.expires_at_ms(),
+                        ready_at_ms,
+                        entry.trigger(),
+                    ));
                 }
             }
             if let (Some(claim), Some(record)) = (request.claim, &request.record) {
@@ -61,34 +80,44 @@ impl JobLeases for EmbeddedStore {
                     inner.claims.insert(claim, record.clone());
                 }
             }
-        }
+            self.record_starts(&mut inner, started, now_ms);
+            room.held
+        };
         if leased.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Taken {
+                jobs: Vec::new(),
+                held,
+            });
         }
         let ids: Vec<JobId> = leased.iter().map(|(id, ..)| *id).collect();
         let bodies = self.read_body(&ids)?;
-        Ok(leased
+        let jobs = leased
             .into_iter()
             .zip(bodies)
             // A job deleted since it was leased has no body: nothing to hand out.
-            .filter_map(|((id, lease, attempt, expires_at_ms), body)| {
-                let body = body?;
-                Some(TakenJob {
-                    id,
-                    queue: body.queue,
-                    kind: body.kind,
-                    payload: body.payload,
-                    priority: body.priority,
-                    attempt,
-                    lease_token: lease.token,
-                    lease_expires_at_ms: lease.expires_at_ms,
-                    created_at_ms: body.created_at_ms,
-                    expires_at_ms,
-                    parent: body.parent,
-                    traceparent: body.traceparent,
-                })
-            })
-            .collect())
+            .filter_map(
+                |((id, lease, attempt, expires_at_ms, ready_at_ms, trigger), body)| {
+                    let body = body?;
+                    Some(TakenJob {
+                        id,
+                        queue: body.queue,
+                        kind: body.kind,
+                        payload: body.payload,
+                        priority: body.priority,
+                        attempt,
+                        lease_token: lease.token,
+                        lease_expires_at_ms: lease.expires_at_ms,
+                        created_at_ms: body.created_at_ms,
+                        expires_at_ms,
+                        parent: body.parent,
+                        traceparent: body.traceparent,
+                        ready_at_ms,
+                        trigger,
+                    })
+                },
+            )
+            .collect();
+        Ok(Taken { jobs, held })
     }
 
     async fn extend_lease(
@@ -117,7 +146,7 @@ impl JobLeases for EmbeddedStore {
         acks: &[Ack],
         retain: bool,
         now_ms: UnixMs,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    ) -> Result<Vec<Result<Option<LeaseFacts>, StoreError>>, StoreError> {
         let (results, receiver) = {
             let mut inner = self.inner.lock();
             let mut ops = Vec::with_capacity(acks.len());
@@ -128,7 +157,8 @@ impl JobLeases for EmbeddedStore {
                     continue;
                 }
                 ops.extend(complete_one(&mut inner, ack.id, retain, now_ms));
-                results.push(Ok(()));
+                // One process uses this store: the engine knows the lease from its take.
+                results.push(Ok(None));
             }
             let receiver = (!ops.is_empty()).then(|| {
                 let completed: Vec<JobId> = acks
@@ -212,25 +242,34 @@ impl JobLeases for EmbeddedStore {
         &self,
         queues: &[String],
         max: usize,
-        _now_ms: UnixMs,
+        now_ms: UnixMs,
     ) -> Result<Vec<Job>, StoreError> {
         if self.writer.has_failed() {
             return Err(StoreError::Failed);
         }
         let (jobs, receiver) = {
             let mut inner = self.inner.lock();
-            let queues = unpaused(&inner, queues);
-            let ids = inner.index.peek_ready(&queues, max);
+            let room = limits::room(&inner, queues, max, now_ms, false);
+            let ids = match &room.caps {
+                Some(caps) => inner.index.peek_ready_capped(&room.queues, caps, max),
+                None => inner.index.peek_ready(&room.queues, max),
+            };
             let mut jobs = Vec::with_capacity(ids.len());
             let mut ops = Vec::with_capacity(ids.len());
+            let mut started: Vec<QueueRef> = Vec::new();
             for id in ids {
                 // Read before it goes, under the lock: nobody can take it in between.
                 if let Some(job) = self.load_job(&inner.index, id)? {
                     jobs.push(job);
                 }
-                inner.index.remove(id);
+                if let Some(entry) = inner.index.remove(id) {
+                    if room.caps.is_some() {
+                        started.push(entry.queue);
+                    }
+                }
                 ops.push(Op::DeleteJob { id });
             }
+            self.record_starts(&mut inner, started, now_ms);
             let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
             (jobs, receiver)
         };
@@ -318,13 +357,25 @@ fn evict(inner: &mut Inner, ids: Vec<JobId>, written: bool) -> Wake {
     }
 }
 
-/// Those of `queues` that have jobs and are not paused.
-fn unpaused(inner: &Inner, queues: &[String]) -> Vec<QueueRef> {
-    queues
-        .iter()
-        .filter(|q| !inner.queues.get(q.as_str()).is_some_and(|c| c.paused))
-        .filter_map(|q| inner.index.queue_ref(q))
-        .collect()
+impl EmbeddedStore {
+    /// Records the starts of rate-limited queues (`started`: the queue of each job handed out
+    /// of a limited take), and writes them without waiting. Called under the lock.
+    fn record_starts(&self, inner: &mut Inner, mut started: Vec<QueueRef>, now_ms: UnixMs) {
+        if started.is_empty() {
+            return;
+        }
+        started.sort_unstable();
+        let mut ops = Vec::new();
+        for run in started.chunk_by(|a, b| a == b) {
+            let queue = inner.index.name(run[0]).clone();
+            let count = u64::try_from(run.len()).unwrap_or(u64::MAX);
+            ops.extend(limits::started(inner, &queue, count, now_ms));
+        }
+        if !ops.is_empty() {
+            // Not waited for: see `limits`.
+            drop(self.writer.submit(ops));
+        }
+    }
 }
 
 /// Completes in-flight job `id` in memory and returns the writes: its state kept as completed
@@ -374,6 +425,7 @@ pub(super) fn decide_on(inner: &Inner, id: JobId, decide: &Decide<'_>) -> Option
         job_policy: entry.policy().map(|p| &**p),
         queue_config: inner.queues.get(&**queue),
         owner,
+        lease: None,
     }))
 }
 

@@ -28,9 +28,11 @@ mod enqueue;
 mod history;
 pub mod index;
 mod leases;
+mod limits;
 mod ops;
 mod queues;
 mod read;
+mod schedules;
 mod subscriptions;
 mod tables;
 mod tokens;
@@ -39,7 +41,7 @@ mod upkeep;
 mod wal;
 mod writer;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -54,17 +56,18 @@ use self::ops::{CountDeltas, Op, Tables};
 use self::tables::{
     ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
     FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID,
-    POLICIES, QUEUES, STATES, SUBSCRIPTIONS, StoredBody, TOKENS, WAL_LSN,
+    POLICIES, QUEUES, SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, StoredBody, TOKENS, WAL_LSN,
 };
 use self::wal::Wal;
 use self::writer::Writer;
 use super::{
-    ClaimRecord, QueueConfig, Signals, StoreError, StoreLifecycle, StoreProperties, from_json_bytes,
+    ClaimRecord, CommitObserver, QueueConfig, Signals, StartBucket, StoreError, StoreLifecycle,
+    StoreProperties, from_json_bytes,
 };
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
 use crate::model::{
-    ClaimId, EndpointState, JobId, JobState, StoredPolicy, Subscription, SubscriptionId,
+    ClaimId, EndpointState, JobId, JobState, Schedule, StoredPolicy, Subscription, SubscriptionId,
 };
 
 /// Options of the embedded store.
@@ -76,6 +79,8 @@ pub struct EmbeddedOptions {
     pub cache_bytes: usize,
     /// The size the write-ahead log is made with.
     pub log_bytes: u64,
+    /// Where each commit is reported, for the metrics.
+    pub commits: Option<Arc<dyn CommitObserver>>,
 }
 
 impl Default for EmbeddedOptions {
@@ -84,6 +89,7 @@ impl Default for EmbeddedOptions {
             sync: true,
             cache_bytes: 32 * 1024 * 1024,
             log_bytes: wal::CAPACITY,
+            commits: None,
         }
     }
 }
@@ -124,6 +130,10 @@ struct Inner {
     /// Completed jobs per queue, on disk (the index counts the other states). Changed by the
     /// writer only, with the commit that changes them.
     completed: HashMap<String, u64>,
+    /// Recent starts of rate-limited queues, oldest bucket first (`limits`); written through.
+    starts: HashMap<String, VecDeque<StartBucket>>,
+    /// Schedules by name, written through.
+    schedules: BTreeMap<String, Schedule>,
 }
 
 /// A redb failure while doing `what`, with its source kept.
@@ -189,6 +199,7 @@ impl EmbeddedStore {
             sync: options.sync,
             memory: inner.clone(),
             signals: signals.clone(),
+            commits: options.commits.clone(),
         });
         Ok(Self {
             db,
@@ -259,6 +270,8 @@ fn check_format(db: &Database) -> Result<(), StoreError> {
         tx.open_table(COMPLETED_AT).map_err(fault(what))?;
         tx.open_table(COMPLETED_EXPIRING).map_err(fault(what))?;
         tx.open_table(COMPLETED_COUNTS).map_err(fault(what))?;
+        tx.open_table(SCHEDULES).map_err(fault(what))?;
+        tx.open_table(STARTS).map_err(fault(what))?;
         let meta = tx.open_table(META).map_err(fault(what))?;
         // A file written before formats were stamped is format 1 (so is a new one: it is
         // empty, and upgrading it changes nothing).
@@ -276,6 +289,7 @@ fn check_format(db: &Database) -> Result<(), StoreError> {
     if found < 2 {
         upgrade::completed_out_of_states(db)?;
     }
+    // Format 3 only adds tables, made above: there is nothing to move.
     if found < FORMAT_VERSION {
         let tx = db.begin_write().map_err(fault(what))?;
         tx.open_table(META)
@@ -412,6 +426,27 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
         inner
             .endpoint_states
             .insert(origin.value().to_owned(), state);
+    }
+    let schedules = tx.open_table(SCHEDULES).map_err(fault(what))?;
+    for row in schedules.iter().map_err(fault(what))? {
+        let (name, record) = row.map_err(fault(what))?;
+        let schedule: Schedule = from_json_bytes("schedule", record.value())?;
+        inner.schedules.insert(name.value().to_owned(), schedule);
+    }
+    let starts = tx.open_table(STARTS).map_err(fault(what))?;
+    for row in starts.iter().map_err(fault(what))? {
+        let (key, value) = row.map_err(fault(what))?;
+        let ((queue, start_ms), (width_ms, count)) = (key.value(), value.value());
+        // Rows come in key order: each queue's buckets oldest first.
+        inner
+            .starts
+            .entry(queue.to_owned())
+            .or_default()
+            .push_back(StartBucket {
+                start_ms,
+                width_ms,
+                count,
+            });
     }
     let completed = tx.open_table(COMPLETED_COUNTS).map_err(fault(what))?;
     for row in completed.iter().map_err(fault(what))? {

@@ -17,8 +17,8 @@ use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::tables::{
     ATTEMPTS, BodyHead, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS,
-    ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, STATES,
-    SUBSCRIPTIONS, TOKENS, WAL_LSN,
+    ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES,
+    STARTS, STATES, SUBSCRIPTIONS, TOKENS, WAL_LSN,
 };
 use crate::clock::UnixMs;
 use crate::model::{JobId, JobState, SubscriptionId};
@@ -88,6 +88,22 @@ pub enum Op {
     DeleteToken {
         id: u64,
     },
+    PutSchedule {
+        name: String,
+        schedule: Vec<u8>,
+    },
+    DeleteSchedule {
+        name: String,
+    },
+    /// Adds `count` starts of a rate-limited queue to its bucket `[bucket_ms, bucket_ms +
+    /// width_ms)`, and forgets the queue's buckets that end at or before `forget_before_ms`.
+    Started {
+        queue: String,
+        bucket_ms: UnixMs,
+        width_ms: u64,
+        count: u64,
+        forget_before_ms: UnixMs,
+    },
     /// An endpoint's delivery state, by origin.
     PutEndpoint {
         origin: String,
@@ -114,6 +130,8 @@ pub struct Tables<'t> {
     completed_at: Table<'t, (u64, u64), &'static str>,
     completed_expiring: Table<'t, (u64, u64), &'static str>,
     completed_counts: Table<'t, &'static str, u64>,
+    schedules: Table<'t, &'static str, &'static [u8]>,
+    starts: Table<'t, (&'static str, u64), (u64, u64)>,
 }
 
 impl<'t> Tables<'t> {
@@ -133,6 +151,8 @@ impl<'t> Tables<'t> {
             completed_at: tx.open_table(COMPLETED_AT)?,
             completed_expiring: tx.open_table(COMPLETED_EXPIRING)?,
             completed_counts: tx.open_table(COMPLETED_COUNTS)?,
+            schedules: tx.open_table(SCHEDULES)?,
+            starts: tx.open_table(STARTS)?,
         })
     }
 
@@ -193,6 +213,37 @@ impl<'t> Tables<'t> {
             }
             Op::DeleteQueue { name } => {
                 self.queues.remove(name.as_str())?;
+                let name = name.as_str();
+                self.starts
+                    .retain_in((name, 0)..=(name, u64::MAX), |_, _| false)?;
+            }
+            Op::PutSchedule { name, schedule } => {
+                self.schedules.insert(name.as_str(), schedule.as_slice())?;
+            }
+            Op::DeleteSchedule { name } => {
+                self.schedules.remove(name.as_str())?;
+            }
+            Op::Started {
+                queue,
+                bucket_ms,
+                width_ms,
+                count,
+                forget_before_ms,
+            } => {
+                let queue = queue.as_str();
+                let (width, held) = self
+                    .starts
+                    .get((queue, bucket_ms))?
+                    .map_or((width_ms, 0), |v| v.value());
+                // A bucket made under another period keeps the wider width: it counts longer.
+                self.starts.insert(
+                    (queue, bucket_ms),
+                    (width.max(width_ms), held.saturating_add(count)),
+                )?;
+                self.starts
+                    .retain_in((queue, 0)..(queue, forget_before_ms), |key, value| {
+                        key.1.saturating_add(value.0) > forget_before_ms
+                    })?;
             }
             Op::SetNextId(next) => raise(&mut self.meta, NEXT_ID, next.0)?,
             Op::PutSubscription {
@@ -317,7 +368,10 @@ const DELETE_SUBSCRIPTION: u8 = 11;
 const PUT_ATTEMPT: u8 = 12;
 const PUT_TOKEN: u8 = 13;
 const DELETE_TOKEN: u8 = 14;
-const PUT_ENDPOINT: u8 = 15;
+const PUT_SCHEDULE: u8 = 15;
+const DELETE_SCHEDULE: u8 = 16;
+const STARTED: u8 = 17;
+const PUT_ENDPOINT: u8 = 18;
 
 impl Op {
     /// Appends the op's log encoding to `out`.
@@ -396,6 +450,29 @@ impl Op {
                 out.push(DELETE_TOKEN);
                 int(out, *id);
             }
+            Op::PutSchedule { name, schedule } => {
+                out.push(PUT_SCHEDULE);
+                bytes(out, name.as_bytes());
+                bytes(out, schedule);
+            }
+            Op::DeleteSchedule { name } => {
+                out.push(DELETE_SCHEDULE);
+                bytes(out, name.as_bytes());
+            }
+            Op::Started {
+                queue,
+                bucket_ms,
+                width_ms,
+                count,
+                forget_before_ms,
+            } => {
+                out.push(STARTED);
+                bytes(out, queue.as_bytes());
+                int(out, *bucket_ms);
+                int(out, *width_ms);
+                int(out, *count);
+                int(out, *forget_before_ms);
+            }
             Op::PutEndpoint { origin, state } => {
                 out.push(PUT_ENDPOINT);
                 bytes(out, origin.as_bytes());
@@ -473,6 +550,20 @@ impl Op {
                 record: reader.bytes()?,
             },
             DELETE_TOKEN => Op::DeleteToken { id: reader.int()? },
+            PUT_SCHEDULE => Op::PutSchedule {
+                name: reader.text()?,
+                schedule: reader.bytes()?,
+            },
+            DELETE_SCHEDULE => Op::DeleteSchedule {
+                name: reader.text()?,
+            },
+            STARTED => Op::Started {
+                queue: reader.text()?,
+                bucket_ms: reader.int()?,
+                width_ms: reader.int()?,
+                count: reader.int()?,
+                forget_before_ms: reader.int()?,
+            },
             PUT_ENDPOINT => Op::PutEndpoint {
                 origin: reader.text()?,
                 state: reader.bytes()?,
@@ -584,6 +675,20 @@ mod tests {
                 record: b"t".to_vec(),
             },
             Op::DeleteToken { id: 13 },
+            Op::PutSchedule {
+                name: "nightly".into(),
+                schedule: b"{}".to_vec(),
+            },
+            Op::DeleteSchedule {
+                name: "nightly".into(),
+            },
+            Op::Started {
+                queue: "limited".into(),
+                bucket_ms: 1_800_000_000_000,
+                width_ms: 1_000,
+                count: 7,
+                forget_before_ms: u64::MAX,
+            },
             Op::PutEndpoint {
                 origin: "https://h\u{e9}.example:8443".into(),
                 state: b"{}".to_vec(),
@@ -599,6 +704,72 @@ mod tests {
             op.encode(&mut bytes);
         }
         assert_eq!(Op::decode_all(&bytes).unwrap(), ops);
+    }
+
+    /// Starts add to their bucket and forget the queue's buckets that end before the period;
+    /// deleting the queue forgets them all.
+    #[test]
+    fn starts_add_up_and_old_buckets_go() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let db = redb::Database::create(dir.path().join("t.redb")).expect("a file");
+        let rows = |db: &redb::Database| -> Vec<((String, u64), (u64, u64))> {
+            use redb::{ReadableDatabase, ReadableTable};
+            let tx = db.begin_read().expect("read");
+            let table = tx.open_table(STARTS).expect("table");
+            table
+                .iter()
+                .expect("rows")
+                .map(|row| {
+                    let (k, v) = row.expect("row");
+                    let (queue, bucket) = k.value();
+                    ((queue.to_owned(), bucket), v.value())
+                })
+                .collect()
+        };
+        let apply = |ops: Vec<Op>| {
+            let tx = db.begin_write().expect("write");
+            {
+                let mut tables = Tables::open(&tx).expect("tables");
+                let mut deltas = CountDeltas::new();
+                for op in ops {
+                    tables.apply(op, &mut deltas).expect("applied");
+                }
+            }
+            tx.commit().expect("committed");
+        };
+        let started = |queue: &str, bucket_ms, count, forget_before_ms| Op::Started {
+            queue: queue.into(),
+            bucket_ms,
+            width_ms: 1_000,
+            count,
+            forget_before_ms,
+        };
+        apply(vec![
+            started("q", 10_000, 2, 0),
+            started("q", 10_000, 3, 0),
+            started("q", 11_000, 1, 0),
+            started("other", 10_000, 7, 0),
+        ]);
+        assert_eq!(
+            rows(&db),
+            [
+                (("other".into(), 10_000), (1_000, 7)),
+                (("q".into(), 10_000), (1_000, 5)),
+                (("q".into(), 11_000), (1_000, 1)),
+            ]
+        );
+        // [10 000, 11 000) ends at the horizon: forgotten; [11 000, 12 000) does not.
+        apply(vec![started("q", 70_000, 1, 11_000)]);
+        assert_eq!(
+            rows(&db),
+            [
+                (("other".into(), 10_000), (1_000, 7)),
+                (("q".into(), 11_000), (1_000, 1)),
+                (("q".into(), 70_000), (1_000, 1)),
+            ]
+        );
+        apply(vec![Op::DeleteQueue { name: "q".into() }]);
+        assert_eq!(rows(&db), [(("other".into(), 10_000), (1_000, 7))]);
     }
 
     #[test]

@@ -2,10 +2,10 @@
 
 use async_trait::async_trait;
 
-use super::EmbeddedStore;
 use super::ops::Op;
-use super::writer;
-use crate::store::{ChangeQueue, QueueConfig, QueueStore, StoreError, to_json_bytes};
+use super::{EmbeddedStore, limits, writer};
+use crate::clock::UnixMs;
+use crate::store::{ChangeQueue, LimitUse, QueueConfig, QueueStore, StoreError, to_json_bytes};
 
 #[async_trait]
 impl QueueStore for EmbeddedStore {
@@ -81,6 +81,7 @@ impl QueueStore for EmbeddedStore {
                 ops.push(Op::DeleteJob { id: *id });
             }
             inner.queues.remove(name);
+            inner.starts.remove(name);
             ops.push(Op::DeleteQueue {
                 name: name.to_owned(),
             });
@@ -88,5 +89,14 @@ impl QueueStore for EmbeddedStore {
         };
         writer::wait(receiver).await?;
         Ok(count)
+    }
+
+    async fn limit_use(&self, name: &str, now_ms: UnixMs) -> Result<LimitUse, StoreError> {
+        let inner = self.inner.lock();
+        let started = match inner.queues.get(name).and_then(|c| c.rate.as_ref()) {
+            Some(rate) => limits::used(inner.starts.get(name), rate, now_ms),
+            None => 0,
+        };
+        Ok(LimitUse { started })
     }
 }

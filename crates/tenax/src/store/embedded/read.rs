@@ -12,7 +12,8 @@ use super::{EmbeddedStore, Inner, fault};
 use crate::clock::UnixMs;
 use crate::model::{Attempt, ErrorEntry, Held, Job, JobId, JobState, NewJob, Status};
 use crate::store::{
-    JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, Selection, StoreError, from_json_bytes,
+    Backlog, JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, Searched, Selection,
+    StoreError, TextQuery, from_json_bytes,
 };
 
 /// What memory (or, for a completed job, disk) knows of a job at one moment.
@@ -279,6 +280,17 @@ impl EmbeddedStore {
         Ok(ids)
     }
 
+    /// A candidate, read whole (`None`: it went meanwhile).
+    fn load_candidate(&self, candidate: Candidate) -> Result<Option<Job>, StoreError> {
+        match candidate {
+            Candidate::Memory(id, snapshot) => self.read_job(id, snapshot, None),
+            Candidate::Completed(id, state) => match self.read_body(&[id])?.pop() {
+                Some(Some(body)) => self.read_completed(CompletedJob { id, body, state }),
+                _ => Ok(None),
+            },
+        }
+    }
+
     /// The next `n` jobs past `after` in `order` that pass `filter`'s memory and state
     /// conditions, from memory and from the completed jobs on disk, merged; and whether there
     /// may be more.
@@ -344,16 +356,7 @@ impl JobReads for EmbeddedStore {
             let (candidates, more) = self.candidates(filter, after, page.order, chunk)?;
             for candidate in candidates {
                 after = Some(candidate.id());
-                let job = match candidate {
-                    Candidate::Memory(id, snapshot) => self.read_job(id, snapshot, None)?,
-                    Candidate::Completed(id, state) => match self.read_body(&[id])?.pop() {
-                        Some(Some(body)) => {
-                            self.read_completed(CompletedJob { id, body, state })?
-                        }
-                        _ => None,
-                    },
-                };
-                if let Some(job) = job {
+                if let Some(job) = self.load_candidate(candidate)? {
                     if body_passes(filter, &job.spec.kind, job.spec.origin.as_deref()) {
                         jobs.push(job);
                         if jobs.len() >= page.limit {
@@ -390,6 +393,63 @@ impl JobReads for EmbeddedStore {
             in_memory.len() as u64
         };
         Ok(in_memory + self.count_completed(filter)?)
+    }
+
+    /// Looks at candidates a chunk at a time (the lock is never held for the whole budget);
+    /// bodies and errors are read from disk for each one looked at.
+    async fn search_jobs(
+        &self,
+        filter: &JobFilter,
+        text: &TextQuery,
+        page: Page,
+        budget: usize,
+    ) -> Result<Searched, StoreError> {
+        const CHUNK: usize = 256;
+        let mut searched = Searched::default();
+        let mut after = page.after;
+        while searched.looked_at < budget && searched.jobs.len() < page.limit {
+            let n = (budget - searched.looked_at).min(CHUNK);
+            let (candidates, more) = self.candidates(filter, after, page.order, n)?;
+            let count = candidates.len();
+            if count == 0 {
+                searched.exhausted = true;
+                break;
+            }
+            for (at, candidate) in candidates.into_iter().enumerate() {
+                let id = candidate.id();
+                after = Some(id);
+                searched.looked_to = Some(id);
+                searched.looked_at += 1;
+                let Some(job) = self.load_candidate(candidate)? else {
+                    continue;
+                };
+                if body_passes(filter, &job.spec.kind, job.spec.origin.as_deref())
+                    && text.matches(job.spec.payload.get(), &job.errors)
+                {
+                    searched.jobs.push(job);
+                    if searched.jobs.len() >= page.limit {
+                        searched.exhausted = !more && at + 1 == count;
+                        return Ok(searched);
+                    }
+                }
+            }
+            if !more {
+                searched.exhausted = true;
+                break;
+            }
+        }
+        Ok(searched)
+    }
+
+    async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError> {
+        let inner = self.inner.lock();
+        Ok(queues
+            .iter()
+            .map(|queue| {
+                let head = inner.index.head_ready(queue)?;
+                inner.index.get(head).map(|e| e.run_at_ms)
+            })
+            .collect())
     }
 
     async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError> {
@@ -456,5 +516,31 @@ impl JobReads for EmbeddedStore {
             attempts.push(from_json_bytes("delivery attempt", bytes.value())?);
         }
         Ok(attempts)
+    }
+
+    /// From memory: the counts the index keeps, and the head of each queue's ready set.
+    async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {
+        let inner = self.inner.lock();
+        Ok(inner
+            .index
+            .counts()
+            .filter(|(_, c)| c[0] + c[1] + c[2] + c[4] > 0)
+            .map(|(queue, [scheduled, ready, in_flight, _, dead])| {
+                let first_ready_since_ms = inner
+                    .index
+                    .queue_ref(queue)
+                    .and_then(|queue| inner.index.peek_ready(&[queue], 1).pop())
+                    .and_then(|id| inner.index.get(id))
+                    .map(|entry| entry.run_at_ms);
+                Backlog {
+                    queue: queue.to_string(),
+                    scheduled,
+                    ready,
+                    in_flight,
+                    dead,
+                    first_ready_since_ms,
+                }
+            })
+            .collect())
     }
 }

@@ -14,6 +14,8 @@
 //! | `subscriptions` | subscription id | [`Subscription`](crate::model::Subscription) JSON |
 //! | `attempts` | (delivery id, n)     | [`Attempt`](crate::model::Attempt) JSON: every POST of a delivery |
 //! | `tokens`   | token id (u64)       | [`TokenRecord`](crate::auth::TokenRecord) JSON: an API token's hash, role and scopes |
+//! | `schedules` | schedule name       | [`Schedule`](crate::model::Schedule) JSON: its definition and what it has done |
+//! | `starts`   | (queue, bucket start) | (bucket width, jobs started): a rate-limited queue's recent starts (see [`RateLimit`](crate::store::RateLimit)) |
 //! | `endpoints` | endpoint origin     | [`EndpointState`](crate::model::EndpointState) JSON: a webhook endpoint's pause and circuit breaker |
 //! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`) |
 //!
@@ -32,6 +34,8 @@
 //! `format_version` is [`FORMAT_VERSION`]: a file stamped with a higher one was written by a newer
 //! Tenax, and is refused rather than misread. A file without one predates the stamp and is
 //! format 1. Format 1 kept completed jobs in `states`; opening it moves them (`upgrade`).
+//! Format 3 adds `schedules` and `starts` (and the log's ops that write them), which an older
+//! Tenax could not read: it refuses the file rather than ignore them.
 //!
 //! Ids are never reused: `next_id` is written in the same commit as the jobs that used it.
 //! In-flight status, leases and claims are never written: after a restart a job is as its last
@@ -60,10 +64,12 @@ pub const COMPLETED_EXPIRING: TableDefinition<(u64, u64), &str> =
     TableDefinition::new("completed_expiring");
 pub const COMPLETED_COUNTS: TableDefinition<&str, u64> = TableDefinition::new("completed_counts");
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");
+pub const STARTS: TableDefinition<(&str, u64), (u64, u64)> = TableDefinition::new("starts");
 
 pub const FORMAT_VERSION_KEY: &str = "format_version";
 /// The format this version writes and reads.
-pub const FORMAT_VERSION: u64 = 2;
+pub const FORMAT_VERSION: u64 = 3;
 pub const NEXT_ID: &str = "next_id";
 pub const NEXT_SUBSCRIPTION_ID: &str = "next_subscription_id";
 pub const NEXT_TOKEN_ID: &str = "next_token_id";

@@ -93,3 +93,98 @@ pub(super) fn completed_out_of_states(db: &Database) -> Result<(), StoreError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use redb::ReadableDatabase;
+
+    use super::*;
+    use crate::model::JobId;
+    use crate::store::embedded::disk::SimulatedDisk;
+    use crate::store::embedded::tables::{FORMAT_VERSION_KEY, META, NEXT_ID};
+    use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
+    use crate::store::{JobReads as _, QueueStore as _};
+
+    fn body(queue: &str) -> Vec<u8> {
+        format!(
+            r#"{{"queue":"{queue}","type":"t","payload":{{"n":1}},"priority":0,"created_at_ms":10}}"#
+        )
+        .into_bytes()
+    }
+
+    fn state(status: Status, finished: Option<u64>) -> Vec<u8> {
+        let mut state = JobState::new(10, 10);
+        state.status = status;
+        state.finished_at_ms = finished;
+        crate::store::to_json_bytes(&state)
+    }
+
+    /// A file as format 1 left it: completed jobs among the others in `states`.
+    fn format_1(disk: &SimulatedDisk) {
+        let db = Database::builder()
+            .create_with_backend(disk.file("tenax.redb"))
+            .expect("a new file");
+        let tx = db.begin_write().expect("a write");
+        {
+            let mut jobs = tx.open_table(JOBS).expect("jobs");
+            let mut states = tx.open_table(STATES).expect("states");
+            let mut meta = tx.open_table(META).expect("meta");
+            for (id, queue, status, finished) in [
+                (1, "a", Status::Ready, None),
+                (2, "a", Status::Completed, Some(50)),
+                (3, "b", Status::Completed, Some(60)),
+                (4, "a", Status::Dead, Some(70)),
+            ] {
+                jobs.insert(id, body(queue).as_slice()).expect("a body");
+                states
+                    .insert(id, state(status, finished).as_slice())
+                    .expect("a state");
+            }
+            meta.insert(FORMAT_VERSION_KEY, 1).expect("stamped");
+            meta.insert(NEXT_ID, 5).expect("the next id");
+        }
+        tx.commit().expect("committed");
+    }
+
+    #[tokio::test]
+    async fn a_format_1_file_keeps_its_completed_jobs_on_disk_only() {
+        let disk = SimulatedDisk::new();
+        format_1(&disk);
+        let options = EmbeddedOptions {
+            log_bytes: 64 * 1024,
+            ..EmbeddedOptions::default()
+        };
+        let store = EmbeddedStore::open_simulated(&disk, &options, 100).expect("it opens");
+        let completed = store.get_job(JobId(2)).await.expect("read").expect("there");
+        assert_eq!(completed.state.status, Status::Completed);
+        assert_eq!(completed.state.finished_at_ms, Some(50));
+        assert_eq!(completed.spec.queue, "a");
+        let a = store.queue_counts("a").await.expect("counts");
+        assert_eq!((a.ready, a.completed, a.dead), (1, 1, 1));
+        assert_eq!(store.queue_counts("b").await.expect("counts").completed, 1);
+        let queues: Vec<String> = store
+            .queues()
+            .await
+            .expect("queues")
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(queues, ["a", "b"]);
+        store.writer.shutdown();
+        // On disk: `states` holds only what is not completed, and the format says 2.
+        let tx = store.db.begin_read().expect("a read");
+        let states = tx.open_table(STATES).expect("states");
+        let ids: Vec<u64> = states
+            .iter()
+            .expect("rows")
+            .map(|row| row.expect("a row").0.value())
+            .collect();
+        assert_eq!(ids, [1, 4]);
+        let meta = tx.open_table(META).expect("meta");
+        let format = meta
+            .get(FORMAT_VERSION_KEY)
+            .expect("read")
+            .expect("stamped");
+        assert_eq!(format.value(), 2);
+    }
+}

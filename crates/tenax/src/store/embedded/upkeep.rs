@@ -136,11 +136,18 @@ impl JobUpkeep for EmbeddedStore {
     async fn next_wakeup(&self) -> Result<Option<UnixMs>, StoreError> {
         let completed = self.next_completed_expiry()?;
         let inner = self.inner.lock();
+        let next_tick = inner
+            .schedules
+            .values()
+            .filter(|s| !s.paused)
+            .filter_map(|s| s.next_tick_ms)
+            .min();
         Ok([
             inner.index.next_due(),
             inner.index.next_expiry(),
             inner.index.next_job_expiry(),
             completed,
+            next_tick,
         ]
         .into_iter()
         .flatten()

@@ -1,34 +1,42 @@
-//! Group commit through the write-ahead log: one thread owns every write to the store's files.
+//! Group commit through the write-ahead log: one committer at a time owns every write to the
+//! store's files.
 //!
-//! Requests queue on a channel. The thread takes all that are waiting, applies their ops to the
-//! redb file in one transaction, appends them to the log as one record and syncs it (the only
-//! sync a commit waits for), commits the transaction without syncing, brings memory up to date
-//! (each request's `after` step, under the index lock), and then answers each request. Under
-//! load many requests share one sync; alone, a request waits for exactly one. Now and then a
-//! checkpoint makes the redb file durable (`redb`'s own commit and sync) and the log starts over
-//! (see `wal`).
+//! Requests queue up. The committer takes all that are waiting, applies their ops to the redb
+//! file in one transaction, appends them to the log as one record and syncs it (the only sync a
+//! commit waits for), commits the transaction without syncing, brings memory up to date (each
+//! request's `after` step, under the index lock), and then answers each. Under load many
+//! requests share one sync; alone, a request waits for exactly one. Now and then a checkpoint
+//! makes the redb file durable (`redb`'s own commit and sync) and the log starts over (see
+//! `wal`).
+//!
+//! Who commits: a request that finds no commit under way commits itself, on its own thread,
+//! once its caller has released the index lock ([`wait`]): alone, a request costs no hand-over
+//! to another thread and back, which on a small machine is much of its time. When requests are
+//! waiting after that commit, or a checkpoint is due, the writer thread takes over, and keeps
+//! committing while requests keep coming. Exactly one committer runs at a time (the queue's
+//! `leader`), so commits keep their order.
 //!
 //! Order: requests are applied in the order they were submitted. Callers submit while holding
 //! the index lock, so the disk sees changes in the same order as memory.
 //!
 //! Memory after a commit: whatever must happen in memory once a change is written (a new job
 //! becomes takeable, a completed job leaves memory for disk) is the request's `after` step, run
-//! here, before the answer. It happens even if the caller has stopped waiting (its request was
-//! cancelled): a written change is never left half done in memory.
+//! by the committer before the answer. It happens even if the caller has stopped waiting (its
+//! request was cancelled): a written change is never left half done in memory. A request that
+//! was to commit itself and is cancelled first commits as it is dropped.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use redb::{Database, Durability};
 use tokio::sync::oneshot;
 
 use super::Inner;
 use super::ops::{CountDeltas, Op, Tables};
 use super::wal::Wal;
-use crate::store::{Signals, StoreError};
+use crate::store::{CommitObserver, Signals, StoreError};
 
 /// What a request does in memory once its ops are written (`written`) or have failed: runs
 /// under the index lock, and says whom to wake.
@@ -82,7 +90,7 @@ const CHECKPOINT_BYTES: u64 = 4 * 1024 * 1024;
 const CHECKPOINT_COMMITS: u32 = 2_000;
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 
-/// What the writer thread works with.
+/// What the committer works with.
 pub struct Parts {
     pub db: Arc<Database>,
     pub wal: Wal,
@@ -90,39 +98,85 @@ pub struct Parts {
     pub sync: bool,
     pub memory: Arc<Mutex<Inner>>,
     pub signals: Arc<Signals>,
+    /// Where each commit is reported, for the metrics.
+    pub commits: Option<Arc<dyn CommitObserver>>,
 }
 
-#[derive(Debug)]
-pub struct Writer {
-    /// `None` once shut down.
-    requests: Mutex<Option<mpsc::Sender<Request>>>,
+/// Who commits now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leader {
+    /// Nobody: the next request commits itself.
+    None,
+    /// A request, on its own thread.
+    Request,
+    /// The writer thread.
+    Thread,
+}
+
+/// Requests waiting to be committed.
+struct Queue {
+    requests: Vec<Request>,
+    ops: usize,
+    leader: Leader,
+    /// No more requests: the writer thread finishes what is queued and stops.
+    closed: bool,
+}
+
+/// What every committer and submitter shares.
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Tells the writer thread to take over (or to stop).
+    wake: Condvar,
+    /// The committer's state: held by whoever leads.
+    work: Mutex<Loop>,
     /// Set once a commit has failed: nothing is written after that (the state on disk and in
     /// memory may differ), every request is refused, and the operator restarts the server.
     failed: Arc<AtomicBool>,
+}
+
+pub struct Writer {
+    shared: Arc<Shared>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("failed", &self.has_failed())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Writer {
     pub fn start(parts: Parts) -> Self {
-        let (requests, receiver) = mpsc::channel();
         let failed = Arc::new(AtomicBool::new(false));
-        let flag = failed.clone();
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                requests: Vec::new(),
+                ops: 0,
+                leader: Leader::None,
+                closed: false,
+            }),
+            wake: Condvar::new(),
+            work: Mutex::new(Loop::new(parts, failed.clone())),
+            failed,
+        });
+        let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("tenax-writer".into())
-            .spawn(move || Loop::new(parts, flag).run(&receiver))
+            .spawn(move || run_thread(&thread_shared))
             .ok();
         if thread.is_none() {
-            failed.store(true, Ordering::SeqCst);
+            shared.failed.store(true, Ordering::SeqCst);
         }
         Self {
-            requests: Mutex::new(Some(requests)),
-            failed,
+            shared,
             thread: Mutex::new(thread),
         }
     }
 
-    /// Queues `ops` for the next commit. Call while holding the index lock; await the receiver
-    /// after releasing it.
+    /// Queues `ops` for the next commit. Call while holding the index lock; [`wait`] for the
+    /// answer after releasing it.
     pub fn submit(&self, ops: Vec<Op>) -> Receiver {
         self.send(ops, None)
     }
@@ -134,30 +188,34 @@ impl Writer {
     }
 
     fn send(&self, ops: Vec<Op>, after: Option<After>) -> Receiver {
-        let (done, receiver) = oneshot::channel();
+        let (done, answer) = oneshot::channel();
         let request = Request { ops, after, done };
-        if self.failed.load(Ordering::SeqCst) {
-            refuse(request, None);
-            return receiver;
+        let mut queue = self.shared.queue.lock();
+        if queue.closed || self.shared.failed.load(Ordering::SeqCst) {
+            drop(queue);
+            // The caller holds the index lock: its after step cleans up nothing here (the store
+            // refuses every write from now on).
+            let _ = request.done.send(Err(StoreError::Failed));
+            return Receiver { answer, lead: None };
         }
-        let refused = match &*self.requests.lock() {
-            Some(requests) => requests.send(request).err().map(|e| e.0),
-            None => Some(request),
-        };
-        if let Some(request) = refused {
-            refuse(request, None);
-        }
-        receiver
+        queue.ops += request.ops.len();
+        queue.requests.push(request);
+        let lead = (queue.leader == Leader::None).then(|| {
+            queue.leader = Leader::Request;
+            Lead(Some(self.shared.clone()))
+        });
+        Receiver { answer, lead }
     }
 
     pub fn has_failed(&self) -> bool {
-        self.failed.load(Ordering::SeqCst)
+        self.shared.failed.load(Ordering::SeqCst)
     }
 
-    /// Stops the thread after it has committed everything queued before, and checkpointed;
-    /// later writes are refused.
+    /// Stops the writer thread after it has committed everything queued before, and
+    /// checkpointed; later writes are refused.
     pub fn shutdown(&self) {
-        drop(self.requests.lock().take());
+        self.shared.queue.lock().closed = true;
+        self.shared.wake.notify_all();
         let thread = self.thread.lock().take();
         if let Some(thread) = thread {
             let _ = thread.join();
@@ -172,22 +230,137 @@ impl Drop for Writer {
     }
 }
 
-/// Answers a request that was not written. Its `after` step runs when memory is at hand (the
-/// thread has it; a caller that was refused before queueing has it locked already and cleans
-/// up itself).
-fn refuse(request: Request, memory: Option<&mut Inner>) {
-    if let (Some(after), Some(memory)) = (request.after, memory) {
-        after(memory, false);
-    }
-    let _ = request.done.send(Err(StoreError::Failed));
+/// The answer to a submitted write, and the duty to commit it when no commit was under way.
+#[derive(Debug)]
+pub struct Receiver {
+    answer: oneshot::Receiver<Result<(), StoreError>>,
+    lead: Option<Lead>,
 }
 
-/// The answer to a submitted write.
-pub type Receiver = oneshot::Receiver<Result<(), StoreError>>;
+/// A request's duty to commit: done by [`wait`], or, if the request is dropped first, on drop.
+struct Lead(Option<Arc<Shared>>);
 
-/// Waits for a submitted write.
-pub async fn wait(receiver: Receiver) -> Result<(), StoreError> {
-    receiver.await.unwrap_or(Err(StoreError::Failed))
+impl std::fmt::Debug for Lead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Lead")
+    }
+}
+
+impl Lead {
+    fn run(&mut self) {
+        if let Some(shared) = self.0.take() {
+            lead(&shared);
+        }
+    }
+}
+
+impl Drop for Lead {
+    fn drop(&mut self) {
+        self.run();
+    }
+}
+
+/// Waits for a submitted write: commits it first if it is this request's turn to (call after
+/// releasing the index lock).
+pub async fn wait(mut receiver: Receiver) -> Result<(), StoreError> {
+    if let Some(mut lead) = receiver.lead.take() {
+        lead.run();
+    }
+    receiver.answer.await.unwrap_or(Err(StoreError::Failed))
+}
+
+/// Takes what is queued, up to a commit's worth.
+fn take_batch(queue: &mut Queue) -> Vec<Request> {
+    if queue.ops <= MAX_OPS_PER_COMMIT {
+        queue.ops = 0;
+        return std::mem::take(&mut queue.requests);
+    }
+    let mut ops = 0;
+    let mut n = 0;
+    for request in &queue.requests {
+        if n > 0 && ops + request.ops.len() > MAX_OPS_PER_COMMIT {
+            break;
+        }
+        ops += request.ops.len();
+        n += 1;
+    }
+    queue.ops -= ops;
+    queue.requests.drain(..n).collect()
+}
+
+/// A request's commit: what is queued, once; then the writer thread takes over if more came, or
+/// a checkpoint is due (it may take long, and a request's thread serves other requests).
+fn lead(shared: &Shared) {
+    let mut work = shared.work.lock();
+    let batch = take_batch(&mut shared.queue.lock());
+    if !batch.is_empty() {
+        work.commit(batch);
+    }
+    let due = work.checkpoint_due();
+    drop(work);
+    let mut queue = shared.queue.lock();
+    if queue.requests.is_empty() && !due {
+        queue.leader = Leader::None;
+    } else {
+        queue.leader = Leader::Thread;
+        shared.wake.notify_one();
+    }
+}
+
+/// The writer thread: commits while it leads, syncs and checkpoints when idle, and at the end.
+fn run_thread(shared: &Shared) {
+    loop {
+        let mut idle = false;
+        {
+            let mut queue = shared.queue.lock();
+            loop {
+                if queue.leader == Leader::Thread {
+                    break;
+                }
+                if queue.closed && queue.leader == Leader::None {
+                    queue.leader = Leader::Thread;
+                    drop(queue);
+                    let mut work = shared.work.lock();
+                    loop {
+                        let batch = take_batch(&mut shared.queue.lock());
+                        if batch.is_empty() {
+                            break;
+                        }
+                        work.commit(batch);
+                    }
+                    work.finish();
+                    return;
+                }
+                let timed_out = shared
+                    .wake
+                    .wait_for(&mut queue, RELAXED_SYNC_INTERVAL)
+                    .timed_out();
+                if timed_out && queue.leader == Leader::None {
+                    queue.leader = Leader::Thread;
+                    idle = true;
+                    break;
+                }
+            }
+        }
+        let mut work = shared.work.lock();
+        if idle {
+            work.idle();
+        }
+        loop {
+            let batch = take_batch(&mut shared.queue.lock());
+            if !batch.is_empty() {
+                work.commit(batch);
+            }
+            if work.checkpoint_due() {
+                work.checkpoint();
+            }
+            let mut queue = shared.queue.lock();
+            if queue.requests.is_empty() {
+                queue.leader = Leader::None;
+                break;
+            }
+        }
+    }
 }
 
 /// The writer thread's state.
@@ -217,39 +390,8 @@ impl Loop {
         }
     }
 
-    fn run(mut self, receiver: &mpsc::Receiver<Request>) {
-        loop {
-            let first = match receiver.recv_timeout(RELAXED_SYNC_INTERVAL) {
-                Ok(request) => request,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    self.idle();
-                    continue;
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            };
-            let mut batch = vec![first];
-            let mut ops = batch[0].ops.len();
-            while ops < MAX_OPS_PER_COMMIT {
-                match receiver.try_recv() {
-                    Ok(request) => {
-                        ops += request.ops.len();
-                        batch.push(request);
-                    }
-                    Err(_) => break,
-                }
-            }
-            if self.failed.load(Ordering::SeqCst) {
-                let mut memory = self.parts.memory.lock();
-                for request in batch {
-                    refuse(request, Some(&mut memory));
-                }
-                continue;
-            }
-            self.commit(batch);
-            if self.checkpoint_due() {
-                self.checkpoint();
-            }
-        }
+    /// At the end: checkpoint what is pending, so the next open has no log to apply.
+    fn finish(&mut self) {
         if self.commits > 0 && !self.failed.load(Ordering::SeqCst) {
             self.checkpoint();
         }
@@ -281,13 +423,27 @@ impl Loop {
 
     /// Writes a batch of requests as one commit and answers them.
     fn commit(&mut self, batch: Vec<Request>) {
+        if self.failed.load(Ordering::SeqCst) {
+            let mut memory = self.parts.memory.lock();
+            for request in batch {
+                if let Some(after) = request.after {
+                    after(&mut memory, false);
+                }
+                let _ = request.done.send(Err(StoreError::Failed));
+            }
+            return;
+        }
         let mut requests = Vec::with_capacity(batch.len());
         let mut all_ops = Vec::with_capacity(batch.len());
         for request in batch {
             all_ops.push(request.ops);
             requests.push((request.after, request.done));
         }
+        let started = Instant::now();
         let result = self.write(all_ops);
+        if let (Some(commits), Ok(_)) = (&self.parts.commits, &result) {
+            commits.committed(requests.len(), started.elapsed());
+        }
         let written = result.is_ok();
         let mut wake = Wake::default();
         {

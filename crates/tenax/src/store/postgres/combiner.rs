@@ -23,7 +23,7 @@ use super::wakeups::{Wakeup, Wakeups};
 use super::{Pool, fault};
 use crate::clock::UnixMs;
 use crate::model::{JobId, JobState, Status};
-use crate::store::{Enqueued, FactsSeen, Insert, StoreError};
+use crate::store::{CommitObserver, Enqueued, FactsSeen, Insert, StoreError};
 
 /// The most jobs one shared commit takes; more wait for the next.
 const MOST_JOBS: usize = 20_000;
@@ -57,6 +57,7 @@ pub struct Combiner {
     arrived: Notify,
     pool: Pool,
     wakeups: Arc<Wakeups>,
+    commits: Option<Arc<dyn CommitObserver>>,
 }
 
 /// The most jobs of a request that shares a commit: larger batches commit on their own, so
@@ -73,12 +74,17 @@ pub fn is_shared(jobs: &[Insert]) -> bool {
 }
 
 impl Combiner {
-    pub fn new(pool: Pool, wakeups: Arc<Wakeups>) -> Arc<Self> {
+    pub fn new(
+        pool: Pool,
+        wakeups: Arc<Wakeups>,
+        commits: Option<Arc<dyn CommitObserver>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             queue: parking_lot::Mutex::new(Queue::default()),
             arrived: Notify::new(),
             pool,
             wakeups,
+            commits,
         })
     }
 
@@ -98,7 +104,10 @@ impl Combiner {
                 now_ms,
                 reply,
             });
-            (!std::mem::replace(&mut queue.running, true), queue.lingering)
+            (
+                !std::mem::replace(&mut queue.running, true),
+                queue.lingering,
+            )
         };
         if lingering {
             self.arrived.notify_waiters();
@@ -179,6 +188,9 @@ impl Combiner {
     async fn commit(&self, batch: Vec<Pending>) {
         let started = Instant::now();
         let stored = self.store(&batch).await;
+        if let (Some(commits), Ok(_)) = (&self.commits, &stored) {
+            commits.committed(batch.len(), started.elapsed());
+        }
         {
             // What this round had in play, for the next commit to wait for.
             let mut queue = self.queue.lock();

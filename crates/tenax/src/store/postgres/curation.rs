@@ -33,6 +33,24 @@ impl JobCuration for PostgresStore {
         }
     }
 
+    async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "UPDATE tenax_jobs SET status = 1, run_at = $2::bigint, trigger = 2
+             WHERE id = ANY($1::bigint[]) AND status = 0 RETURNING id",
+            &[&ids_param(ids), &time(now_ms)],
+        )
+        .await
+        .map_err(fault("running jobs now"))?;
+        let mut ran: Vec<JobId> = rows.iter().map(|r| JobId(unid(r.get(0)))).collect();
+        ran.sort_unstable();
+        if !ran.is_empty() {
+            self.announce(Wakeup::Ready);
+        }
+        Ok(ran)
+    }
+
     async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError> {
         let what = "deleting jobs";
         let mut client = self.client().await?;
@@ -228,7 +246,7 @@ static REVIVE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
              CASE WHEN $3::bool THEN 0 ELSE failures END,
              CASE WHEN $3::bool THEN NULL ELSE first_failure_at END,
              CASE WHEN $3::bool THEN NULL ELSE last_delay END,
-             NULL, NULL, errors, attempts, NULL, NULL, NULL, NULL
+             NULL, NULL, errors, attempts, NULL, NULL, NULL, NULL, 1
          FROM revived"
     )
 });

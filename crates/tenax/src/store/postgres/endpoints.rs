@@ -19,9 +19,13 @@ fn state_of(text: &str) -> Result<EndpointState, StoreError> {
 impl EndpointStore for PostgresStore {
     async fn endpoints(&self) -> Result<Vec<EndpointState>, StoreError> {
         let client = self.client().await?;
-        let rows = query(&client, "SELECT body FROM tenax_endpoints ORDER BY origin COLLATE \"C\"", &[])
-            .await
-            .map_err(fault("reading endpoint states"))?;
+        let rows = query(
+            &client,
+            "SELECT body FROM tenax_endpoints ORDER BY origin COLLATE \"C\"",
+            &[],
+        )
+        .await
+        .map_err(fault("reading endpoint states"))?;
         rows.iter().map(|r| state_of(r.get(0))).collect()
     }
 

@@ -55,10 +55,16 @@ impl JobInserts for PostgresStore {
             let mut attempt = 0;
             loop {
                 attempt += 1;
+                let started = std::time::Instant::now();
                 match self.try_insert(&jobs, on_duplicate, seen, now_ms).await {
                     // Another transaction took a key between our look and our insert: again.
                     Err(error) if is_conflict(&error) && attempt < RETRIES => continue,
-                    done => break done,
+                    done => {
+                        if let (Some(commits), Ok(_)) = (&self.commits, &done) {
+                            commits.committed(1, started.elapsed());
+                        }
+                        break done;
+                    }
                 }
             }
         };
@@ -80,6 +86,41 @@ impl PostgresStore {
         let what = "enqueueing jobs";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
+        let (results, made) = insert_in(&tx, jobs, on_duplicate, seen, now_ms).await?;
+        tx.commit().await.map_err(fault(what))?;
+        self.announce_made(made);
+        Ok(results)
+    }
+
+    /// Wakes whoever waits for the jobs an insert made.
+    pub(super) fn announce_made(&self, made: Made) {
+        if made.ready {
+            self.announce(Wakeup::Ready);
+        }
+        if made.scheduled {
+            self.announce(Wakeup::Schedule);
+        }
+    }
+}
+
+/// What new jobs an insert made: ready ones, scheduled ones.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Made {
+    pub ready: bool,
+    pub scheduled: bool,
+}
+
+/// Adds jobs as [`JobInserts::insert_jobs`] says, in the transaction `tx` (which the caller
+/// commits, and then announces what was [`Made`]).
+pub async fn insert_in(
+    tx: &deadpool_postgres::Transaction<'_>,
+    jobs: &[Insert],
+    on_duplicate: OnDuplicate,
+    seen: FactsSeen,
+    now_ms: UnixMs,
+) -> Result<(Vec<Option<Enqueued>>, Made), StoreError> {
+    {
+        let what = "enqueueing jobs";
 
         // Subscriptions the deliveries are for, locked against deletion until the commit.
         let owners: Vec<i64> = jobs
@@ -92,7 +133,7 @@ impl PostgresStore {
             HashSet::new()
         } else {
             query(
-                &tx,
+                tx,
                 "SELECT id FROM tenax_subscriptions WHERE id = ANY($1) FOR SHARE",
                 &[&owners],
             )
@@ -108,7 +149,7 @@ impl PostgresStore {
             .iter()
             .filter_map(|j| Some((j.job.queue.as_str(), j.job.unique_key.as_deref()?)))
             .unzip();
-        let holders = key_holders(&tx, &key_queues, &keys).await?;
+        let holders = key_holders(tx, &key_queues, &keys).await?;
 
         // Which inserts are stored, in order; a child only after its created parent.
         let mut plans: Vec<Plan> = Vec::with_capacity(jobs.len());
@@ -158,17 +199,18 @@ impl PostgresStore {
             fresh += 1;
         }
         if fresh == 0 {
-            return Ok(plans
+            let results = plans
                 .into_iter()
                 .map(|plan| match plan {
                     Plan::Existing(held) => Some(held),
                     _ => None,
                 })
-                .collect());
+                .collect();
+            return Ok((results, Made::default()));
         }
 
         let ids: Vec<i64> = query(
-            &tx,
+            tx,
             "SELECT nextval('tenax_job_ids') FROM generate_series(1, $1::bigint)",
             &[&limit(fresh)],
         )
@@ -215,21 +257,18 @@ impl PostgresStore {
         }
         let version = id(seen.0);
         let params = rows.params([&ids, &version]);
-        let stored = execute(&tx, INSERT_ROWS, &params)
+        let stored = execute(tx, INSERT_ROWS, &params)
             .await
             .map_err(fault(what))?;
         if stored == 0 {
             // The version moved on since `seen`: rolled back as `tx` goes.
             return Err(StoreError::FactsChanged);
         }
-        tx.commit().await.map_err(fault(what))?;
-        if any_ready {
-            self.announce(Wakeup::Ready);
-        }
-        if any_scheduled {
-            self.announce(Wakeup::Schedule);
-        }
-        Ok(results)
+        let made = Made {
+            ready: any_ready,
+            scheduled: any_scheduled,
+        };
+        Ok((results, made))
     }
 }
 

@@ -1,7 +1,7 @@
 //! Take, heartbeat, complete, fail, finish a delivery, pop: the worker's side of a job. Leases
 //! are rows: any server can act on a lease another one handed out.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use async_trait::async_trait;
 use serde_json::value::RawValue;
@@ -10,55 +10,74 @@ use tokio_postgres::Row;
 use super::rows::{JOB_COLUMNS, id, job_of, json, limit, time, unid, untime};
 use super::transitions::{Context, check_ack, complete, decide_and_apply, query, status_of_job};
 use super::wakeups::Wakeup;
-use super::{PostgresStore, fault};
+use super::{PostgresStore, fault, limits};
 use crate::clock::UnixMs;
 use crate::model::{Attempt, AttemptResult, Job, JobId, LeaseToken, Status};
 use crate::store::{
-    Ack, Decide, Finished, JobLeases, StoreError, TakeRequest, TakenJob, Transition,
+    Ack, Decide, Finished, JobLeases, LeaseFacts, LimitHold, StoreError, TakeRequest, Taken,
+    TakenJob, Transition,
 };
 
-/// The ready jobs of the unpaused queues in `$1`, best first, at most `$2` per queue and in
-/// all, locked for this statement (rows another taker holds are skipped). One index range
-/// per queue (`tenax_jobs_ready`). `$3`: a subscription that must exist and be enabled.
-const PICK: &str = "picked AS (
-        SELECT r.id FROM unnest($1::text[]) AS q(name)
+/// The limited, unpaused queues of `$1`, when `$4` asks to look for them: a take that finds
+/// any leaves them to the counted path ([`super::limits`]), and takes nothing.
+pub(super) const LIMITED: &str = "limited AS (
+        SELECT name FROM tenax_queues
+        WHERE $4::bool AND name = ANY($1::text[]) AND limited AND NOT paused
+    )";
+
+/// The ready jobs of the unpaused queues in `$1`, best first, at most `$5[i]` of queue
+/// `$1[i]` and `$2` in all, locked for this statement (rows another taker holds are skipped).
+/// One index range per queue (`tenax_jobs_ready`). `$3`: a subscription that must exist and be
+/// enabled. Nothing when [`LIMITED`] found a limited queue.
+pub(super) const PICK: &str = "picked AS (
+        SELECT r.id FROM unnest($1::text[], $5::bigint[]) AS q(name, cap)
         CROSS JOIN LATERAL (
             SELECT id, priority FROM tenax_jobs
             WHERE status = 1 AND queue = q.name
             ORDER BY priority DESC, id
-            LIMIT $2::bigint
+            LIMIT least($2::bigint, q.cap)
             FOR UPDATE SKIP LOCKED
         ) AS r
         WHERE NOT EXISTS (SELECT 1 FROM tenax_queues c WHERE c.name = q.name AND c.paused)
           AND ($3::bigint IS NULL OR EXISTS (
               SELECT 1 FROM tenax_subscriptions s WHERE s.id = $3::bigint AND s.enabled))
+          AND NOT EXISTS (SELECT 1 FROM limited)
         ORDER BY r.priority DESC, r.id
         LIMIT $2::bigint
     )";
 
-static TAKE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+/// Leases what [`PICK`] picks; then one row per limited queue [`LIMITED`] found, with only its
+/// name (`id` null).
+pub(super) static TAKE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "WITH {PICK}, taken AS (
-             UPDATE tenax_jobs j SET status = 2, lease_token = $4::bigint + j.id,
-                 lease_expires_at = $5::bigint, taken_at = $6::bigint, claim_id = $7::bigint,
-                 expires_at = CASE WHEN j.expires_at IS NULL OR $8::bigint IS NULL
-                     THEN j.expires_at ELSE greatest(j.expires_at, $8::bigint) END
+        "WITH {LIMITED}, {PICK}, taken AS (
+             UPDATE tenax_jobs j SET status = 2, lease_token = $6::bigint + j.id,
+                 lease_expires_at = $7::bigint, taken_at = $8::bigint, claim_id = $9::bigint,
+                 expires_at = CASE WHEN j.expires_at IS NULL OR $10::bigint IS NULL
+                     THEN j.expires_at ELSE greatest(j.expires_at, $10::bigint) END
              FROM picked WHERE j.id = picked.id
              RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.failures,
-                 j.lease_token, j.created_at, j.expires_at, j.parent, j.traceparent
+                 j.lease_token, j.created_at, j.expires_at, j.parent, j.traceparent, j.run_at,
+                 j.trigger
          ), recorded AS (
              INSERT INTO tenax_claims (id, record, over_at)
-             SELECT $7::bigint, $9::text, $10::bigint
-             WHERE $9::text IS NOT NULL AND EXISTS (SELECT 1 FROM taken)
+             SELECT $9::bigint, $11::text, $12::bigint
+             WHERE $11::text IS NOT NULL AND EXISTS (SELECT 1 FROM taken)
              ON CONFLICT (id) DO UPDATE SET record = excluded.record, over_at = excluded.over_at
          )
-         SELECT * FROM taken"
+         SELECT * FROM taken
+         UNION ALL
+         SELECT NULL::bigint, name, NULL::text, NULL::text, NULL::integer, NULL::integer,
+             NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::bigint,
+             NULL::smallint
+         FROM limited"
     )
 });
 
-static POP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+/// Deletes what [`PICK`] picks, and returns it.
+pub(super) static POP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "WITH {PICK}
+        "WITH {LIMITED}, {PICK}
          DELETE FROM tenax_jobs j USING picked WHERE j.id = picked.id
          RETURNING j.{JOB_COLUMNS}"
     )
@@ -66,13 +85,13 @@ static POP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 
 /// A base for the lease tokens of one take: random, so that tokens differ across servers and
 /// restarts; each job's token is the base plus its id.
-fn token_base() -> i64 {
+pub(super) fn token_base() -> i64 {
     i64::try_from(rand::random::<u64>() >> 2)
         .unwrap_or(1)
         .max(1)
 }
 
-fn taken_of(row: &Row, lease_expires_at_ms: UnixMs) -> Result<TakenJob, StoreError> {
+pub(super) fn taken_of(row: &Row, lease_expires_at_ms: UnixMs) -> Result<TakenJob, StoreError> {
     let payload = RawValue::from_string(row.get(3))
         .map_err(|e| StoreError::Corrupt(format!("job payload: {e}")))?;
     Ok(TakenJob {
@@ -88,6 +107,8 @@ fn taken_of(row: &Row, lease_expires_at_ms: UnixMs) -> Result<TakenJob, StoreErr
         expires_at_ms: row.get::<_, Option<i64>>(8).map(untime),
         parent: row.get::<_, Option<i64>>(9).map(|p| JobId(unid(p))),
         traceparent: row.get(10),
+        ready_at_ms: untime(row.get(11)),
+        trigger: super::rows::trigger_of(row.get(12)),
     })
 }
 
@@ -97,34 +118,23 @@ impl JobLeases for PostgresStore {
         &self,
         request: &TakeRequest<'_>,
         now_ms: UnixMs,
-    ) -> Result<Vec<TakenJob>, StoreError> {
+    ) -> Result<Taken, StoreError> {
         let client = self.client().await?;
-        let expires_at_ms = now_ms.saturating_add(request.lease_ms);
-        let record = request.record.as_ref().filter(|_| request.claim.is_some());
-        let rows = query(
-            &client,
-            &TAKE,
-            &[
-                &request.queues,
-                &limit(request.max),
-                &request.subscription.map(|s| id(s.0)),
-                &token_base(),
-                &time(expires_at_ms),
-                &time(now_ms),
-                &request.claim.map(|c| id(c.0)),
-                &request.keep_until_ms.map(time),
-                &record.map(json),
-                &record.map(|r| time(r.over_at_ms())),
-            ],
-        )
-        .await
-        .map_err(fault("taking jobs"))?;
-        let mut taken: Vec<TakenJob> = rows
+        let caps = vec![limit(request.max); request.queues.len()];
+        let rows = take(&client, request, true, &caps, now_ms).await?;
+        // A limited queue among them: nothing was taken, and the take is counted instead.
+        if rows
             .iter()
-            .map(|row| taken_of(row, expires_at_ms))
-            .collect::<Result<_, _>>()?;
-        taken.sort_by_key(|job| (std::cmp::Reverse(job.priority), job.id));
-        Ok(taken)
+            .any(|row| row.get::<_, Option<i64>>(0).is_none())
+        {
+            drop(client);
+            return self.take_limited(request, now_ms).await;
+        }
+        let expires_at_ms = now_ms.saturating_add(request.lease_ms);
+        Ok(Taken {
+            jobs: taken_jobs(&rows, expires_at_ms)?,
+            held: LimitHold::default(),
+        })
     }
 
     async fn extend_lease(
@@ -161,14 +171,15 @@ impl JobLeases for PostgresStore {
         acks: &[Ack],
         retain: bool,
         now_ms: UnixMs,
-    ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    ) -> Result<Vec<Result<Option<LeaseFacts>, StoreError>>, StoreError> {
         let client = self.client().await?;
         let ids: Vec<i64> = acks.iter().map(|a| id(a.id.0)).collect();
         let tokens: Vec<i64> = acks.iter().map(|a| id(a.lease.0)).collect();
-        let done: HashSet<(i64, i64)> = complete(&client, &ids, &tokens, retain, now_ms, None)
-            .await?
-            .into_iter()
-            .collect();
+        let mut done: HashMap<(i64, i64), LeaseFacts> =
+            complete(&client, &ids, &tokens, retain, now_ms, None)
+                .await?
+                .into_iter()
+                .collect();
         if !done.is_empty() {
             self.announce(Wakeup::Released);
         }
@@ -177,14 +188,14 @@ impl JobLeases for PostgresStore {
         let mut winners: HashMap<i64, usize> = HashMap::new();
         for (at, ack) in acks.iter().enumerate() {
             let pair = (id(ack.id.0), id(ack.lease.0));
-            if done.contains(&pair) {
+            if done.contains_key(&pair) {
                 winners.entry(pair.0).or_insert(at);
             }
         }
         let mut results = Vec::with_capacity(acks.len());
         for (at, ack) in acks.iter().enumerate() {
             results.push(match winners.get(&id(ack.id.0)) {
-                Some(&winner) if winner == at => Ok(()),
+                Some(&winner) if winner == at => Ok(done.remove(&(id(ack.id.0), id(ack.lease.0)))),
                 Some(&winner) if at < winner => Err(StoreError::LeaseLost { id: ack.id }),
                 Some(_) if retain => Err(StoreError::NotInFlight {
                     id: ack.id,
@@ -256,17 +267,70 @@ impl JobLeases for PostgresStore {
         &self,
         queues: &[String],
         max: usize,
-        _now_ms: UnixMs,
+        now_ms: UnixMs,
     ) -> Result<Vec<Job>, StoreError> {
         let client = self.client().await?;
         let no_subscription: Option<i64> = None;
-        let rows = query(&client, &POP, &[&queues, &limit(max), &no_subscription])
-            .await
-            .map_err(fault("popping jobs"))?;
+        let caps = vec![limit(max); queues.len()];
+        let rows = query(
+            &client,
+            &POP,
+            &[&queues, &limit(max), &no_subscription, &true, &caps],
+        )
+        .await
+        .map_err(fault("popping jobs"))?;
+        if rows.is_empty() && limits::any_limited(&client, queues).await? {
+            drop(client);
+            return self.pop_limited(queues, max, now_ms).await;
+        }
         let mut jobs: Vec<Job> = rows.iter().map(job_of).collect::<Result<_, _>>()?;
         jobs.sort_by_key(|job| (std::cmp::Reverse(job.spec.priority), job.id));
         Ok(jobs)
     }
+}
+
+/// Runs [`TAKE`] for `request` with a cap per queue; `check_limits` makes it take nothing when
+/// a queue is limited (and say which).
+pub(super) async fn take<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    request: &TakeRequest<'_>,
+    check_limits: bool,
+    caps: &[i64],
+    now_ms: UnixMs,
+) -> Result<Vec<Row>, StoreError> {
+    let expires_at_ms = now_ms.saturating_add(request.lease_ms);
+    let record = request.record.as_ref().filter(|_| request.claim.is_some());
+    query(
+        client,
+        &TAKE,
+        &[
+            &request.queues,
+            &limit(request.max),
+            &request.subscription.map(|s| id(s.0)),
+            &check_limits,
+            &caps,
+            &token_base(),
+            &time(expires_at_ms),
+            &time(now_ms),
+            &request.claim.map(|c| id(c.0)),
+            &request.keep_until_ms.map(time),
+            &record.map(json),
+            &record.map(|r| time(r.over_at_ms())),
+        ],
+    )
+    .await
+    .map_err(fault("taking jobs"))
+}
+
+/// The jobs of [`TAKE`]'s rows, best first.
+pub(super) fn taken_jobs(rows: &[Row], expires_at_ms: UnixMs) -> Result<Vec<TakenJob>, StoreError> {
+    let mut taken: Vec<TakenJob> = rows
+        .iter()
+        .filter(|row| row.get::<_, Option<i64>>(0).is_some())
+        .map(|row| taken_of(row, expires_at_ms))
+        .collect::<Result<_, _>>()?;
+    taken.sort_by_key(|job| (std::cmp::Reverse(job.priority), job.id));
+    Ok(taken)
 }
 
 impl PostgresStore {

@@ -21,10 +21,12 @@ mod facts;
 mod filter;
 mod inserts;
 mod leases;
+mod limits;
 mod linger;
 mod queues;
 mod reads;
 mod rows;
+mod schedules;
 pub mod schema;
 mod servers;
 mod subscriptions;
@@ -48,7 +50,7 @@ use self::connect::CONNECT_TIMEOUT;
 pub use self::connect::Database;
 pub use self::wakeups::Listening;
 use self::wakeups::{Wakeup, Wakeups};
-use super::{JobUpkeep, Signals, StoreError, StoreLifecycle, StoreProperties};
+use super::{CommitObserver, JobUpkeep, Signals, StoreError, StoreLifecycle, StoreProperties};
 use crate::clock::UnixMs;
 
 type Pool = deadpool_postgres::Pool;
@@ -61,6 +63,8 @@ pub struct PostgresOptions {
     /// Connections in this server's pool.
     pub pool_size: usize,
     pub listening: Listening,
+    /// Where enqueue commits are reported, for the metrics.
+    pub commits: Option<Arc<dyn CommitObserver>>,
 }
 
 impl PostgresOptions {
@@ -72,6 +76,7 @@ impl PostgresOptions {
                 listen: true,
                 poll_interval: Duration::from_secs(1),
             },
+            commits: None,
         }
     }
 }
@@ -86,6 +91,8 @@ pub struct PostgresStore {
     wakeups: Arc<Wakeups>,
     /// Group commit of small enqueues.
     combiner: Arc<combiner::Combiner>,
+    /// Where enqueue commits are reported.
+    commits: Option<Arc<dyn CommitObserver>>,
     /// What enqueues need of queues, as last read.
     facts: facts::FactsCache,
     /// A shortcut to the signals inside `wakeups`, which never move.
@@ -218,7 +225,8 @@ impl PostgresStore {
             database.clone(),
             &options.listening,
         ));
-        let combiner = combiner::Combiner::new(pool.clone(), wakeups.clone());
+        let combiner =
+            combiner::Combiner::new(pool.clone(), wakeups.clone(), options.commits.clone());
         let signals = wakeups.shared_signals();
         let server = rows::id(rand::random::<u64>());
         let servers = Arc::new(AtomicUsize::new(1));
@@ -228,6 +236,7 @@ impl PostgresStore {
             database,
             wakeups,
             combiner,
+            commits: options.commits.clone(),
             facts: facts::FactsCache::default(),
             signals,
             leader: Mutex::new(None),

@@ -6,8 +6,9 @@ use async_trait::async_trait;
 use super::rows::{count_of, json, queue_config_of};
 use super::transitions::{execute, query, queue_config};
 use super::wakeups::Wakeup;
-use super::{PostgresStore, facts, fault};
-use crate::store::{ChangeQueue, QueueConfig, QueueStore, StoreError};
+use super::{PostgresStore, facts, fault, limits};
+use crate::clock::UnixMs;
+use crate::store::{ChangeQueue, LimitUse, QueueConfig, QueueStore, StoreError};
 
 #[async_trait]
 impl QueueStore for PostgresStore {
@@ -60,9 +61,10 @@ impl QueueStore for PostgresStore {
         };
         execute(
             &tx,
-            "INSERT INTO tenax_queues (name, paused, config) VALUES ($1, $2, $3)
-             ON CONFLICT (name) DO UPDATE SET paused = excluded.paused, config = excluded.config",
-            &[&name, &config.paused, &json(&config)],
+            "INSERT INTO tenax_queues (name, paused, config, limited) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (name) DO UPDATE
+             SET paused = excluded.paused, config = excluded.config, limited = excluded.limited",
+            &[&name, &config.paused, &json(&config), &config.is_limited()],
         )
         .await
         .map_err(fault(what))?;
@@ -85,6 +87,7 @@ impl QueueStore for PostgresStore {
             "WITH live AS (DELETE FROM tenax_jobs WHERE queue = $1 RETURNING 1),
                   finished AS (DELETE FROM tenax_finished WHERE queue = $1 RETURNING 1),
                   settings AS (DELETE FROM tenax_queues WHERE name = $1 RETURNING 1),
+                  starts AS (DELETE FROM tenax_queue_starts WHERE queue = $1),
                   advanced AS (UPDATE tenax_facts SET version = version + 1
                                WHERE EXISTS (SELECT 1 FROM settings))
              SELECT (SELECT count(*) FROM live) + (SELECT count(*) FROM finished)",
@@ -98,5 +101,14 @@ impl QueueStore for PostgresStore {
             self.announce(Wakeup::Released);
         }
         Ok(count)
+    }
+
+    async fn limit_use(&self, name: &str, now_ms: UnixMs) -> Result<LimitUse, StoreError> {
+        let client = self.client().await?;
+        let Some(rate) = queue_config(&client, name, "").await?.and_then(|c| c.rate) else {
+            return Ok(LimitUse::default());
+        };
+        let started = limits::started(&client, name, &rate, now_ms).await?;
+        Ok(LimitUse { started })
     }
 }

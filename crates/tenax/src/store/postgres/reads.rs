@@ -6,12 +6,14 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 
 use super::filter::{Query, ids_param};
-use super::rows::{JOB_COLUMNS, PEEK_COLUMNS, id, job_of, limit, peek_of, status_of};
+use super::rows::{JOB_COLUMNS, PEEK_COLUMNS, id, job_of, limit, peek_of, status_of, unid, untime};
 use super::transitions::query;
 use super::{PostgresStore, fault};
+use crate::clock::UnixMs;
 use crate::model::{Attempt, Job, JobId, Status};
 use crate::store::{
-    JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, StoreError, from_json_bytes,
+    Backlog, JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, Searched, StoreError,
+    TextQuery, from_json_bytes,
 };
 
 #[async_trait]
@@ -65,6 +67,26 @@ impl JobReads for PostgresStore {
             .map_or(0, |r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0)))
     }
 
+    async fn count_jobs_upto(
+        &self,
+        filter: &JobFilter,
+        max: u64,
+    ) -> Result<(u64, bool), StoreError> {
+        let client = self.client().await?;
+        let mut statement =
+            Query::new("SELECT count(*) FROM (SELECT 1 FROM tenax_all_jobs WHERE true");
+        statement.filter(filter);
+        let p = statement.param(i64::try_from(max.saturating_add(1)).unwrap_or(i64::MAX));
+        statement.push(&format!(" LIMIT {p}) AS matching"));
+        let rows = query(&client, &statement.sql, &statement.params())
+            .await
+            .map_err(fault("counting jobs"))?;
+        let count = rows
+            .first()
+            .map_or(0, |r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0));
+        Ok((count.min(max), count > max))
+    }
+
     async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError> {
         let client = self.client().await?;
         let rows = query(
@@ -114,6 +136,175 @@ impl JobReads for PostgresStore {
             add(&mut slots, status_of(row.get(0))?, row.get(1));
         }
         Ok(QueueCounts::from_slots(queue, slots))
+    }
+
+    /// Three statements: unfinished jobs by queue and status (a scan of `tenax_jobs`, which
+    /// holds only the unfinished ones), dead jobs by queue (`tenax_finished_dead`, an index of
+    /// the dead ones only), and each queue's first ready job (one step down
+    /// `tenax_jobs_ready` per queue). The first grows with the backlog; the metrics count
+    /// again only once the last count is 20 times as old as it took.
+    async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {
+        let what = "counting jobs by queue";
+        let client = self.client().await?;
+        let mut by_queue: HashMap<String, Backlog> = HashMap::new();
+        let unfinished = query(
+            &client,
+            "SELECT queue, status, count(*) FROM tenax_jobs GROUP BY queue, status",
+            &[],
+        )
+        .await
+        .map_err(fault(what))?;
+        for row in &unfinished {
+            let queue: String = row.get(0);
+            let n = u64::try_from(row.get::<_, i64>(2)).unwrap_or(0);
+            let backlog = by_queue.entry(queue.clone()).or_insert_with(|| Backlog {
+                queue,
+                ..Backlog::default()
+            });
+            match status_of(row.get(1))? {
+                Status::Scheduled => backlog.scheduled += n,
+                Status::Ready => backlog.ready += n,
+                Status::InFlight => backlog.in_flight += n,
+                Status::Completed | Status::Dead => {}
+            }
+        }
+        let dead = query(
+            &client,
+            "SELECT queue, count(*) FROM tenax_finished WHERE status = 4 GROUP BY queue",
+            &[],
+        )
+        .await
+        .map_err(fault(what))?;
+        for row in &dead {
+            let queue: String = row.get(0);
+            let n = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
+            by_queue
+                .entry(queue.clone())
+                .or_insert_with(|| Backlog {
+                    queue,
+                    ..Backlog::default()
+                })
+                .dead += n;
+        }
+        let heads = query(
+            &client,
+            "WITH RECURSIVE heads AS (
+                 (SELECT queue, run_at FROM tenax_jobs WHERE status = 1
+                  ORDER BY queue, priority DESC, id LIMIT 1)
+                 UNION ALL
+                 SELECT next.queue, next.run_at FROM heads CROSS JOIN LATERAL (
+                     SELECT queue, run_at FROM tenax_jobs WHERE status = 1 AND queue > heads.queue
+                     ORDER BY queue, priority DESC, id LIMIT 1
+                 ) AS next
+             )
+             SELECT queue, run_at FROM heads",
+            &[],
+        )
+        .await
+        .map_err(fault(what))?;
+        for row in &heads {
+            if let Some(backlog) = by_queue.get_mut(row.get::<_, &str>(0)) {
+                backlog.first_ready_since_ms = Some(untime(row.get(1)));
+            }
+        }
+        Ok(by_queue.into_values().collect())
+    }
+
+    /// PostgreSQL looks at the candidates and tells which may hold the text (a test on the
+    /// stored JSON text, so an error's field names may match too); the jobs it names are read
+    /// and judged exactly here.
+    async fn search_jobs(
+        &self,
+        filter: &JobFilter,
+        text: &TextQuery,
+        page: Page,
+        budget: usize,
+    ) -> Result<Searched, StoreError> {
+        let client = self.client().await?;
+        let mut statement = Query::new("SELECT id, ");
+        let lower = statement.param(text.lower.clone());
+        let escaped = statement.param(text.escaped.clone());
+        statement.push(&format!(
+            "(strpos(lower(payload), {lower}) > 0
+              OR strpos(lower(array_to_string(errors, ' ')), {escaped}) > 0)
+             FROM tenax_all_jobs WHERE true"
+        ));
+        statement.filter(filter);
+        let (after, order) = match page.order {
+            Order::Ascending => (">", "ASC"),
+            Order::Descending => ("<", "DESC"),
+        };
+        if let Some(from) = page.after {
+            let p = statement.param(id(from.0));
+            statement.push(&format!(" AND id {after} {p}"));
+        }
+        // One more than the budget: whether anything lies past it.
+        let p = statement.param(limit(budget.saturating_add(1)));
+        statement.push(&format!(" ORDER BY id {order} LIMIT {p}"));
+        let rows = query(&client, &statement.sql, &statement.params())
+            .await
+            .map_err(fault("searching jobs"))?;
+        let mut searched = Searched {
+            exhausted: rows.len() <= budget,
+            ..Searched::default()
+        };
+        let mut hits = Vec::new();
+        for row in rows.iter().take(budget) {
+            let job = JobId(unid(row.get(0)));
+            searched.looked_at += 1;
+            searched.looked_to = Some(job);
+            if row.get::<_, bool>(1) {
+                hits.push(job);
+                if hits.len() >= page.limit {
+                    searched.exhausted &= searched.looked_at == rows.len();
+                    break;
+                }
+            }
+        }
+        if hits.is_empty() {
+            return Ok(searched);
+        }
+        let rows = query(
+            &client,
+            &format!("SELECT {JOB_COLUMNS} FROM tenax_all_jobs WHERE id = ANY($1)"),
+            &[&ids_param(&hits)],
+        )
+        .await
+        .map_err(fault("reading jobs found"))?;
+        let mut found: HashMap<JobId, Job> = HashMap::new();
+        for row in &rows {
+            let job = job_of(row)?;
+            found.insert(job.id, job);
+        }
+        searched.jobs = hits
+            .iter()
+            .filter_map(|job| found.remove(job))
+            .filter(|job| text.matches(job.spec.payload.get(), &job.errors))
+            .collect();
+        Ok(searched)
+    }
+
+    async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(
+            &client,
+            "SELECT q.at, h.run_at FROM unnest($1::text[]) WITH ORDINALITY AS q(name, at)
+             CROSS JOIN LATERAL (
+                 SELECT run_at FROM tenax_jobs WHERE status = 1 AND queue = q.name
+                 ORDER BY priority DESC, id LIMIT 1
+             ) AS h",
+            &[&queues],
+        )
+        .await
+        .map_err(fault("reading the heads of queues"))?;
+        let mut heads = vec![None; queues.len()];
+        for row in &rows {
+            let at = usize::try_from(row.get::<_, i64>(0)).unwrap_or(0);
+            if let Some(slot) = at.checked_sub(1).and_then(|i| heads.get_mut(i)) {
+                *slot = Some(untime(row.get(1)));
+            }
+        }
+        Ok(heads)
     }
 
     async fn attempts(&self, job: JobId) -> Result<Vec<Attempt>, StoreError> {

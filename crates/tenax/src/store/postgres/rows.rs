@@ -10,7 +10,7 @@ use tokio_postgres::Row;
 use crate::clock::UnixMs;
 use crate::model::{
     ClaimId, ErrorEntry, Held, Job, JobId, JobState, LeaseToken, NewJob, Status, StoredPolicy,
-    Subscription,
+    Subscription, Trigger,
 };
 use crate::store::{JobPeek, QueueConfig, StoreError, from_json_bytes};
 
@@ -18,7 +18,7 @@ use crate::store::{JobPeek, QueueConfig, StoreError, from_json_bytes};
 pub const JOB_COLUMNS: &str = "id, queue, kind, payload, priority, unique_key, created_at, \
      expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
      first_failure_at, last_delay, finished_at, dead_reason, errors, lease_token, \
-     lease_expires_at, taken_at, claim_id";
+     lease_expires_at, taken_at, claim_id, trigger";
 
 /// What a peek reads, in the order [`peek_of`] reads it.
 pub const PEEK_COLUMNS: &str =
@@ -28,7 +28,7 @@ pub const PEEK_COLUMNS: &str =
 pub const TABLE_COLUMNS: &str = "id, queue, kind, payload, priority, unique_key, created_at, \
      expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
      first_failure_at, last_delay, finished_at, dead_reason, errors, attempts, lease_token, \
-     lease_expires_at, taken_at, claim_id";
+     lease_expires_at, taken_at, claim_id, trigger";
 
 /// A 64-bit id as stored: the same bits.
 pub fn id(value: u64) -> i64 {
@@ -89,6 +89,24 @@ pub fn status_of(code: i16) -> Result<Status, StoreError> {
     })
 }
 
+/// A trigger as stored: NULL for a scheduled run.
+pub fn trigger_code(trigger: Trigger) -> Option<i16> {
+    match trigger {
+        Trigger::Scheduled => None,
+        Trigger::Replay => Some(1),
+        Trigger::Manual => Some(2),
+    }
+}
+
+/// A trigger as read; an unknown code reads as scheduled (the run happens either way).
+pub fn trigger_of(code: Option<i16>) -> Trigger {
+    match code {
+        Some(1) => Trigger::Replay,
+        Some(2) => Trigger::Manual,
+        _ => Trigger::Scheduled,
+    }
+}
+
 fn opt_time(row: &Row, at: usize) -> Option<UnixMs> {
     row.get::<_, Option<i64>>(at).map(untime)
 }
@@ -103,6 +121,7 @@ pub fn state_of(row: &Row) -> Result<JobState, StoreError> {
         last_delay_ms: opt_time(row, 16),
         finished_at_ms: opt_time(row, 17),
         dead_reason: row.get(18),
+        trigger: trigger_of(row.get(24)),
     })
 }
 

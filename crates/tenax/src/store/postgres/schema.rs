@@ -13,7 +13,10 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_jobs.sql"),
     include_str!("migrations/0002_servers.sql"),
     include_str!("migrations/0003_facts.sql"),
-    include_str!("migrations/0004_endpoints.sql"),
+    include_str!("migrations/0004_dead.sql"),
+    include_str!("migrations/0005_triggers.sql"),
+    include_str!("migrations/0006_limits_and_schedules.sql"),
+    include_str!("migrations/0007_endpoints.sql"),
 ];
 
 /// The schema version this binary writes and reads.

@@ -10,14 +10,14 @@ use tokio_postgres::types::ToSql;
 
 use super::rows::{
     JOB_COLUMNS, TABLE_COLUMNS, count, id, json, lease_token_of, policy_of, queue_config_of,
-    state_of, status_code, status_of, subscription_of, time, unid,
+    state_of, status_code, status_of, subscription_of, time, trigger_code, unid, untime,
 };
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
 use crate::model::subscription::subscription_of_queue;
 use crate::model::{Attempt, JobId, Status, Subscription, SubscriptionId};
-use crate::store::{Ack, Decide, DecideContext, QueueConfig, StoreError, Transition};
+use crate::store::{Ack, Decide, DecideContext, LeaseFacts, QueueConfig, StoreError, Transition};
 
 /// Runs `sql` as a cached prepared statement.
 pub async fn query<C: GenericClient>(
@@ -181,6 +181,14 @@ pub async fn decide_and_apply<C: GenericClient>(
         },
         None => None,
     };
+    let lease = LeaseFacts {
+        queue: queue.to_owned(),
+        kind: row.get(2),
+        created_at_ms: super::rows::untime(row.get(6)),
+        taken_at_ms: row
+            .get::<_, Option<i64>>(22)
+            .map_or(now_ms, super::rows::untime),
+    };
     let mut transition = decide(&DecideContext {
         id: job,
         queue,
@@ -189,6 +197,7 @@ pub async fn decide_and_apply<C: GenericClient>(
         job_policy: policy.as_ref().map(|p| p.policy().as_ref()),
         queue_config: queue_config.as_ref(),
         owner: owner.as_ref().map(|(s, c)| (s, c.as_ref())),
+        lease: Some(lease),
     });
     if transition.state.status == Status::Scheduled && transition.state.run_at_ms <= now_ms {
         transition.state.status = Status::Ready;
@@ -239,7 +248,8 @@ pub async fn write_transition<C: GenericClient>(
         .map(time);
     let error: Option<String> = transition.error.as_ref().map(json);
     let attempt: Option<String> = attempt.map(json);
-    let params: [&(dyn ToSql + Sync); 13] = [
+    let trigger = trigger_code(state.trigger);
+    let params: [&(dyn ToSql + Sync); 14] = [
         &id(job.0),
         &queue,
         &moved,
@@ -253,6 +263,7 @@ pub async fn write_transition<C: GenericClient>(
         &state.dead_reason,
         &error,
         &attempt,
+        &trigger,
     ];
     let sql = if state.status.is_finished() {
         MOVE_TO_FINISHED.as_str()
@@ -273,7 +284,8 @@ const UPDATE_IN_PLACE: &str = "UPDATE tenax_jobs SET
         dead_reason = $11::text,
         errors = CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
         attempts = CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
-        lease_token = NULL, lease_expires_at = NULL, taken_at = NULL, claim_id = NULL
+        lease_token = NULL, lease_expires_at = NULL, taken_at = NULL, claim_id = NULL,
+        trigger = $14::smallint
     WHERE id = $1::bigint";
 
 static MOVE_TO_FINISHED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
@@ -286,14 +298,14 @@ static MOVE_TO_FINISHED: std::sync::LazyLock<String> = std::sync::LazyLock::new(
              $9::bigint, $10::bigint, $11::text,
              CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
              CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
-             NULL, NULL, NULL, NULL
+             NULL, NULL, NULL, NULL, $14::smallint
          FROM moved"
     )
 });
 
 /// Completes the in-flight jobs whose leases are the given tokens: kept as completed (moved to
 /// `tenax_finished`, with `attempt` logged) when `retain`, else deleted. Returns the (id,
-/// lease token) pairs completed.
+/// lease token) pairs completed, with what their rows said of their leases.
 pub async fn complete<C: GenericClient>(
     client: &C,
     ids: &[i64],
@@ -301,7 +313,7 @@ pub async fn complete<C: GenericClient>(
     retain: bool,
     now_ms: UnixMs,
     attempt: Option<&Attempt>,
-) -> Result<Vec<(i64, i64)>, StoreError> {
+) -> Result<Vec<((i64, i64), LeaseFacts)>, StoreError> {
     let attempt: Option<String> = attempt.map(json);
     let rows = query(
         client,
@@ -310,7 +322,18 @@ pub async fn complete<C: GenericClient>(
     )
     .await
     .map_err(fault("completing jobs"))?;
-    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let facts = LeaseFacts {
+                queue: r.get(2),
+                kind: r.get(3),
+                created_at_ms: untime(r.get(4)),
+                taken_at_ms: r.get::<_, Option<i64>>(5).map_or(now_ms, untime),
+            };
+            ((r.get(0), r.get(1)), facts)
+        })
+        .collect())
 }
 
 /// A job holds a lease token only while in flight (every transition out of flight clears it),
@@ -330,9 +353,9 @@ static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                  origin, parent, traceparent, policy, 3, run_at, failures, first_failure_at,
                  last_delay, $3::bigint, dead_reason, errors,
                  CASE WHEN $5::text IS NULL THEN attempts ELSE array_append(attempts, $5::text) END,
-                 NULL, NULL, NULL, NULL
+                 NULL, NULL, NULL, NULL, NULL
              FROM done WHERE $4::bool
          )
-         SELECT id, lease_token FROM done"
+         SELECT id, lease_token, queue, kind, created_at, taken_at FROM done"
     )
 });

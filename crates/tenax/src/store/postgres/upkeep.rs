@@ -119,7 +119,8 @@ impl JobUpkeep for PostgresStore {
                  (SELECT min(run_at) FROM tenax_jobs WHERE status = 0),
                  (SELECT min(lease_expires_at) FROM tenax_jobs WHERE status = 2),
                  (SELECT min(expires_at) FROM tenax_jobs WHERE expires_at IS NOT NULL),
-                 (SELECT min(expires_at) FROM tenax_finished WHERE expires_at IS NOT NULL))",
+                 (SELECT min(expires_at) FROM tenax_finished WHERE expires_at IS NOT NULL),
+                 (SELECT min(next_tick) FROM tenax_schedules WHERE NOT paused))",
             &[],
         )
         .await

@@ -1,0 +1,26 @@
+//! `GET /metrics`: every metric in the Prometheus text format ([`crate::metrics`]).
+
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+
+use super::AppState;
+use super::openapi::Refusals;
+
+/// `GET /metrics`: the Prometheus text format (version 0.0.4). Needs a token that may read
+/// metrics (admin or reader, not scoped) unless authentication is off; `--metrics-listen`
+/// serves it without tokens on an address of its own.
+#[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "health",
+    responses((status = 200, description = "Every metric, in the Prometheus text format (docs/operations.md)", body = String, content_type = "text/plain"), Refusals))]
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    let text = crate::metrics::scrape::render(&state.engine, &state.deliveries).await;
+    ([(CONTENT_TYPE, crate::metrics::scrape::CONTENT_TYPE)], text)
+}
+
+/// The router of `--metrics-listen`: `/metrics` and `/healthz`, without tokens.
+pub fn router(state: AppState) -> axum::Router {
+    axum::Router::new()
+        .route("/metrics", axum::routing::get(metrics))
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .with_state(state)
+}

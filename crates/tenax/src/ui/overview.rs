@@ -1,0 +1,148 @@
+//! The overview: jobs and deliveries by status, what this server did over the last hour and
+//! day, and the queues whose next job has waited longest.
+
+use axum::Extension;
+use axum::extract::State;
+use axum::response::Response;
+use maud::html;
+
+use super::bars::{self, Bar};
+use super::layout::{self, Nav};
+use super::{Session, UiError, format};
+use crate::api::AppState;
+use crate::engine::activity::{Counts, MINUTES};
+use crate::model::Status;
+use crate::model::subscription::is_internal_queue;
+use crate::store::QueueCounts;
+
+/// How many queues the "slowest" table shows.
+const SLOWEST: usize = 8;
+
+pub async fn page(
+    State(state): State<AppState>,
+    Extension(session): Extension<Session>,
+) -> Result<Response, UiError> {
+    let engine = &state.engine;
+    let now = engine.now_ms();
+    let counts = engine.counts().await?;
+    let (mut jobs, mut deliveries) = ([0u64; 5], [0u64; 5]);
+    let mut user_queues: Vec<&QueueCounts> = Vec::new();
+    for queue in &counts {
+        let internal = is_internal_queue(&queue.queue);
+        if !internal && !session.principal.queues.admits(&queue.queue) {
+            continue;
+        }
+        let slots = if internal { &mut deliveries } else { &mut jobs };
+        for (slot, n) in slots.iter_mut().zip(slots_of(queue)) {
+            *slot += n;
+        }
+        if !internal {
+            user_queues.push(queue);
+        }
+    }
+    // The slowest queues: those whose next job has been ready longest.
+    let waiting: Vec<&QueueCounts> = user_queues
+        .iter()
+        .copied()
+        .filter(|q| q.ready > 0)
+        .collect();
+    let names: Vec<String> = waiting.iter().map(|q| q.queue.clone()).collect();
+    let since = engine.ready_since(&names).await?;
+    let mut slowest: Vec<(&QueueCounts, u64)> = waiting
+        .into_iter()
+        .zip(since)
+        .filter_map(|(q, at)| at.map(|at| (q, now.saturating_sub(at))))
+        .collect();
+    slowest.sort_by_key(|q| std::cmp::Reverse(q.1));
+    slowest.truncate(SLOWEST);
+
+    let minutes = engine.activity.minutes(60, now);
+    let hour: Vec<Bar> = minutes
+        .iter()
+        .map(|(at, counts)| Bar {
+            label: format::time(*at),
+            counts: *counts,
+        })
+        .collect();
+    let day: Vec<Bar> = engine
+        .activity
+        .minutes(MINUTES, now)
+        .chunks(60)
+        .map(|hour| Bar {
+            label: format!("the hour from {}", format::time(hour[0].0)),
+            counts: hour.iter().fold(Counts::default(), |mut sum, (_, c)| {
+                sum.enqueued += c.enqueued;
+                sum.completed += c.completed;
+                sum.failed += c.failed;
+                sum.dead += c.dead;
+                sum.delivered += c.delivered;
+                sum.delivery_failed += c.delivery_failed;
+                sum
+            }),
+        })
+        .collect();
+    let last_hour = engine.activity.total(60, now);
+    let last_day = engine.activity.total(MINUTES, now);
+
+    let content = html! {
+        section.cards {
+            @for (status, n) in Status::ALL.iter().zip(jobs) {
+                a.card href={"/ui/jobs?status=" (status.name())} {
+                    span.count { (n) }
+                    span.label { "jobs " (status.name().replace('_', " ")) }
+                }
+            }
+        }
+        section.cards.small {
+            @for (status, n) in Status::ALL.iter().zip(deliveries) {
+                a.card href={"/ui/jobs?type=tenax.delivery&status=" (status.name())} {
+                    span.count { (n) }
+                    span.label { "deliveries " (status.name().replace('_', " ")) }
+                }
+            }
+        }
+        section {
+            h2 { "Throughput and failures" }
+            table.summary {
+                thead { tr { th {} th { "enqueued" } th { "completed" } th { "failed runs" } th { "dead" } th { "delivered" } th { "delivery failures" } } }
+                tbody {
+                    @for (label, c) in [("last hour", last_hour), ("last day", last_day)] {
+                        tr {
+                            th { (label) }
+                            td { (c.enqueued) } td { (c.completed) } td { (c.failed) } td { (c.dead) }
+                            td { (c.delivered) } td { (c.delivery_failed) }
+                        }
+                    }
+                }
+            }
+            (bars::chart("The last hour, per minute", &hour))
+            (bars::chart("The last day, per hour", &day))
+            p.hint { "Counted by this server since it started (each server of a shared store counts its own)." }
+        }
+        section {
+            h2 { "Slowest queues" }
+            @if slowest.is_empty() {
+                p { "No queue has a job waiting." }
+            } @else {
+                table {
+                    thead { tr { th { "queue" } th { "next job ready for" } th { "ready" } th { "in flight" } th { "scheduled" } } }
+                    tbody {
+                        @for (q, waited) in &slowest {
+                            tr {
+                                td { a href={"/ui/jobs?status=ready&queue=" (q.queue)} { (q.queue) } }
+                                td { (format::duration(*waited)) }
+                                td { (q.ready) } td { (q.in_flight) } td { (q.scheduled) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(layout::page(&session, Nav::Overview, "Overview", content))
+}
+
+/// Counts in the order of [`Status::ALL`].
+pub fn slots_of(q: &QueueCounts) -> [u64; 5] {
+    [q.scheduled, q.ready, q.in_flight, q.completed, q.dead]
+}

@@ -1,0 +1,666 @@
+//! The dashboard at `/ui`, over real HTTP against the real server: every page renders what the
+//! store holds; every action goes through the engine and is refused without the session's CSRF
+//! token; with authentication on, a token signs in to an HttpOnly, SameSite=Strict cookie.
+//! (The browser tests in `tests/ui/` click through the same pages in Chromium.)
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+#[allow(dead_code)]
+#[path = "common/receiver.rs"]
+mod receiver;
+
+use std::time::Duration;
+
+use common::{Options, PATIENCE, TestServer};
+use receiver::{Receiver, Reply};
+use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+
+const ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
+
+const FORM: &str = "application/x-www-form-urlencoded";
+
+/// A form's fields as its body.
+fn encode(fields: &[(&str, &str)]) -> String {
+    url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(fields)
+        .finish()
+}
+
+/// A browser-like client that does not follow redirects (the tests look at them).
+fn browser() -> reqwest::Client {
+    tenax::http::client_builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("a client")
+}
+
+/// A page's status and text.
+async fn page(
+    client: &reqwest::Client,
+    server: &TestServer,
+    path: &str,
+    cookie: Option<&str>,
+) -> (StatusCode, String) {
+    let mut request = client.get(server.url(path));
+    if let Some(cookie) = cookie {
+        request = request.header(COOKIE, cookie);
+    }
+    let response = request.send().await.expect("the page answers");
+    let status = response.status();
+    (status, response.text().await.expect("text"))
+}
+
+/// A page that must render (200), with its text.
+async fn html(server: &TestServer, path: &str) -> String {
+    let (status, text) = page(&browser(), server, path, None).await;
+    assert_eq!(status, StatusCode::OK, "GET {path}: {text}");
+    assert!(text.starts_with("<!DOCTYPE html>"), "GET {path}: {text}");
+    text
+}
+
+/// The CSRF token a page carries for its session.
+fn csrf_of(page: &str) -> String {
+    let start = page
+        .find(r#"name="csrf-token" content=""#)
+        .expect("the page has a CSRF token")
+        + r#"name="csrf-token" content=""#.len();
+    page[start..]
+        .split('"')
+        .next()
+        .expect("the token ends")
+        .to_owned()
+}
+
+/// POSTs a form; returns the status and where it redirects (if it does).
+async fn submit(
+    server: &TestServer,
+    path: &str,
+    fields: &[(&str, &str)],
+    cookie: Option<&str>,
+) -> (StatusCode, String) {
+    let mut request = browser()
+        .post(server.url(path))
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(fields));
+    if let Some(cookie) = cookie {
+        request = request.header(COOKIE, cookie);
+    }
+    let response = request.send().await.expect("the action answers");
+    let status = response.status();
+    let location = response
+        .headers()
+        .get(LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (status, location)
+}
+
+async fn enqueue(server: &TestServer, job: Value) -> u64 {
+    let answer = server
+        .expect(Method::POST, "/api/jobs", Some(job), 201)
+        .await;
+    answer["id"].as_u64().expect("an id")
+}
+
+/// Takes the job of `queue` and fails it with `message`.
+async fn fail_next(server: &TestServer, queue: &str, message: &str) -> u64 {
+    let taken = server
+        .post("/api/take", json!({"queues": [queue], "wait": "5s"}))
+        .await;
+    let job = &taken["jobs"][0];
+    let id = job["id"].as_u64().expect("a job was taken");
+    server
+        .post(
+            &format!("/api/jobs/{id}/fail"),
+            json!({"lease_token": job["lease_token"], "error": message}),
+        )
+        .await;
+    id
+}
+
+#[tokio::test]
+async fn pages_show_the_store_and_actions_go_through_the_engine() {
+    let server = TestServer::manual().await;
+    let no_retry = json!({"type": "fixed", "delay": "1s", "retry_limit": 0});
+    let doomed = enqueue(
+        &server,
+        json!({"queue": "emails", "type": "welcome", "payload": {"to": "ada@example.com"}, "policy": no_retry}),
+    )
+    .await;
+    let other = enqueue(
+        &server,
+        json!({"queue": "emails", "type": "digest", "payload": {"to": "bob"}}),
+    )
+    .await;
+    let later = enqueue(
+        &server,
+        json!({"queue": "reports", "type": "daily", "delay": "1h"}),
+    )
+    .await;
+    assert_eq!(fail_next(&server, "emails", "SMTP said <no>").await, doomed);
+
+    // Every page renders, and shows what the store holds (escaped).
+    let overview = html(&server, "/ui").await;
+    assert!(overview.contains("Throughput and failures") && overview.contains("Slowest queues"));
+    let queues = html(&server, "/ui/queues").await;
+    assert!(
+        queues.contains(r#"data-queue="emails""#) && queues.contains(r#"data-queue="reports""#)
+    );
+    let dead = html(&server, "/ui/dead").await;
+    assert!(dead.contains(&format!(r#"data-id="{doomed}""#)), "{dead}");
+    assert!(
+        dead.contains("SMTP said &lt;no&gt;"),
+        "errors are escaped: {dead}"
+    );
+    assert!(!dead.contains(&format!(r#"data-id="{other}""#)));
+    let detail = html(&server, &format!("/ui/jobs/{doomed}")).await;
+    assert!(
+        detail.contains("ada@example.com") && detail.contains("SMTP said &lt;no&gt;"),
+        "{detail}"
+    );
+    assert!(detail.contains("the first failure is final"), "{detail}");
+    let waiting = html(&server, &format!("/ui/jobs/{later}")).await;
+    assert!(
+        waiting.contains("Attempt timeline") && waiting.contains("<svg"),
+        "{waiting}"
+    );
+    assert!(waiting.contains("the delays to come"), "{waiting}");
+    html(&server, "/ui/subscriptions").await;
+    let designer = html(&server, "/ui/policy").await;
+    assert!(
+        designer.contains("<svg") && designer.contains("healthyRetryPolicy"),
+        "the designer draws and spells"
+    );
+    let (status, _) = page(&browser(), &server, "/ui/jobs/999999", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, text) = page(&browser(), &server, "/ui/jobs?status=sleeping", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(text.contains("status must be one of"), "{text}");
+
+    // Filters: by queue and type; by text in a payload; by id.
+    let filtered = html(&server, "/ui/jobs?queue=emails&type=digest").await;
+    assert!(filtered.contains(&format!(r#"data-id="{other}""#)));
+    assert!(!filtered.contains(&format!(r#"data-id="{doomed}""#)));
+    assert!(filtered.contains("1 matching"), "{filtered}");
+    let found = html(&server, "/ui/jobs?q=ADA%40EXAMPLE").await;
+    assert!(found.contains(&format!(r#"data-id="{doomed}""#)), "{found}");
+    assert!(found.contains("Found 1 while looking at 3 jobs"), "{found}");
+    let (status, location) = page(&browser(), &server, &format!("/ui/jobs?id={later}"), None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{location}");
+
+    // An action without the page's CSRF token changes nothing.
+    let csrf = csrf_of(&queues);
+    let (status, _) = submit(&server, "/ui/queues/emails/pause", &[], None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = submit(
+        &server,
+        "/ui/queues/emails/pause",
+        &[("csrf", "forged")],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        server.get("/api/queues/emails").await["paused"],
+        json!(false)
+    );
+    // With it: pause, and resume.
+    let (status, location) =
+        submit(&server, "/ui/queues/emails/pause", &[("csrf", &csrf)], None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(location.starts_with("/ui/queues?note="), "{location}");
+    assert_eq!(
+        server.get("/api/queues/emails").await["paused"],
+        json!(true)
+    );
+    submit(
+        &server,
+        "/ui/queues/emails/resume",
+        &[("csrf", &csrf)],
+        None,
+    )
+    .await;
+    assert_eq!(
+        server.get("/api/queues/emails").await["paused"],
+        json!(false)
+    );
+
+    // Replay the dead job with another policy; run the scheduled one now.
+    let policy = r#"{"type": "fixed", "delay": "1m", "retry_limit": 3}"#;
+    let doomed_id = doomed.to_string();
+    let (status, location) = submit(
+        &server,
+        "/ui/jobs/act",
+        &[
+            ("csrf", &csrf),
+            ("action", "replay"),
+            ("scope", "selected"),
+            ("id", &doomed_id),
+            ("policy", policy),
+            ("reset_attempts", "true"),
+            ("back", "/ui/dead"),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(location.contains("1+replayed"), "{location}");
+    let replayed = server.get(&format!("/api/jobs/{doomed}")).await;
+    assert_eq!(replayed["status"], json!("ready"));
+    assert_eq!(replayed["policy"]["type"], json!("fixed"), "{replayed}");
+    assert_eq!(replayed["failures"], json!(0));
+    // A bad policy is refused, naming the field and the rule.
+    let (status, _) = submit(
+        &server,
+        "/ui/jobs/act",
+        &[
+            ("csrf", &csrf),
+            ("action", "replay"),
+            ("id", &doomed_id),
+            ("policy", r#"{"type": "fixed", "delay": "-1s"}"#),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, location) = submit(
+        &server,
+        "/ui/jobs/act",
+        &[
+            ("csrf", &csrf),
+            ("action", "run_now"),
+            ("scope", "matching"),
+            ("queue", "reports"),
+            ("back", "/ui/jobs"),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(location.contains("1+of+1+jobs+run+now"), "{location}");
+    assert_eq!(
+        server.get(&format!("/api/jobs/{later}")).await["status"],
+        json!("ready")
+    );
+    let page_of_later = html(&server, &format!("/ui/jobs/{later}")).await;
+    assert!(
+        page_of_later.contains("an operator's request (manual)"),
+        "{page_of_later}"
+    );
+
+    // Delete everything the filter matches.
+    let (status, location) = submit(
+        &server,
+        "/ui/jobs/act",
+        &[
+            ("csrf", &csrf),
+            ("action", "delete"),
+            ("scope", "matching"),
+            ("queue", "emails"),
+            ("back", "/ui/jobs"),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(location.contains("2+deleted"), "{location}");
+    let (status, _) = server
+        .send_raw(Method::GET, &format!("/api/jobs/{other}"), None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // The overview counted what this server did.
+    let overview = html(&server, "/ui").await;
+    assert!(
+        overview.contains("<th>last hour</th><td>3</td>"),
+        "3 enqueued: {overview}"
+    );
+}
+
+#[tokio::test]
+async fn signing_in_keeps_the_token_in_a_strict_http_only_cookie() {
+    let server =
+        TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", ADMIN])).await;
+    let client = browser();
+    // Without a session: to the login page, remembering where one was going.
+    let (status, _) = page(&client, &server, "/ui/queues", None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let response = client
+        .get(server.url("/ui/queues"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(
+        response
+            .headers()
+            .get(LOCATION)
+            .and_then(|v| v.to_str().ok()),
+        Some("/ui/login?next=%2Fui%2Fqueues")
+    );
+    let (status, login) = page(&client, &server, "/ui/login", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(login.contains(r#"type="password""#), "{login}");
+    // The assets need no session.
+    let (status, _) = page(&client, &server, "/ui/assets/app.js", None).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // A wrong token: back to the login page, told so.
+    let response = client
+        .post(server.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[("token", "not-a-token"), ("next", "/ui/queues")]))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert!(response.headers().get(SET_COOKIE).is_none());
+    // The right one: a cookie only this server's pages get, then where one was going.
+    let response = client
+        .post(server.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[("token", ADMIN), ("next", "/ui/queues")]))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    assert_eq!(
+        response
+            .headers()
+            .get(LOCATION)
+            .and_then(|v| v.to_str().ok()),
+        Some("/ui/queues")
+    );
+    let set = response
+        .headers()
+        .get(SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .expect("a cookie")
+        .to_owned();
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        assert!(set.contains(part), "{set}");
+    }
+    let cookie = set.split(';').next().expect("name=value").to_owned();
+    // A login never sends one to another site.
+    let response = client
+        .post(server.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[
+            ("token", ADMIN),
+            ("next", "https://evil.example/"),
+        ]))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(
+        response
+            .headers()
+            .get(LOCATION)
+            .and_then(|v| v.to_str().ok()),
+        Some("/ui")
+    );
+
+    let (status, queues) = page(&client, &server, "/ui/queues", Some(&cookie)).await;
+    assert_eq!(status, StatusCode::OK, "{queues}");
+    let csrf = csrf_of(&queues);
+    // The API does not take the cookie: it still wants its bearer token.
+    let (status, _) = page(&client, &server, "/api/stats", Some(&cookie)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // A read-only token may look but not act.
+    let made = server
+        .http()
+        .post(server.url("/api/tokens"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"name": "viewer", "role": "reader"}))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(made.status(), StatusCode::CREATED);
+    let made: Value = made.json().await.expect("json");
+    let viewer = made["token"].as_str().expect("a secret").to_owned();
+    let response = client
+        .post(server.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[("token", viewer.as_str())]))
+        .send()
+        .await
+        .expect("answer");
+    let viewer_cookie = response
+        .headers()
+        .get(SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .expect("a cookie")
+        .to_owned();
+    let (status, viewer_page) = page(&client, &server, "/ui/queues", Some(&viewer_cookie)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = submit(
+        &server,
+        "/ui/queues/emails/pause",
+        &[("csrf", &csrf_of(&viewer_page))],
+        Some(&viewer_cookie),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // One session's CSRF token is no good in another's.
+    let (status, _) = submit(
+        &server,
+        "/ui/queues/emails/pause",
+        &[("csrf", &csrf)],
+        Some(&viewer_cookie),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = submit(
+        &server,
+        "/ui/queues/emails/pause",
+        &[("csrf", &csrf)],
+        Some(&cookie),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+
+    // Revoking the token ends its sessions at once.
+    let id = made["id"].as_u64().expect("an id");
+    let revoked = server
+        .http()
+        .delete(server.url(&format!("/api/tokens/{id}")))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("answer");
+    assert!(revoked.status().is_success());
+    let (status, _) = page(&client, &server, "/ui/queues", Some(&viewer_cookie)).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    // Signing out clears the cookie.
+    let response = client
+        .post(server.url("/ui/logout"))
+        .header(COOKIE, &cookie)
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[("csrf", csrf.as_str())]))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let cleared = response
+        .headers()
+        .get(SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    assert!(cleared.contains("Max-Age=0"), "{cleared}");
+}
+
+#[tokio::test]
+async fn a_test_event_is_delivered_and_attempts_say_what_started_them() {
+    let receiver = Receiver::start(vec![Reply::status(404)], Reply::ok()).await;
+    let server = TestServer::start(Options::system().flags(&["--allow-private-endpoints"])).await;
+    let created = server
+        .expect(
+            Method::POST,
+            "/api/queues/orders/subscriptions",
+            Some(json!({"endpoint": receiver.url("/hook"), "policy": {"type": "fixed", "delay": "100ms", "retry_limit": 2}})),
+            201,
+        )
+        .await;
+    let sub = created["id"].as_u64().expect("an id");
+    // A message whose delivery dies at once (404 is not retried).
+    enqueue(
+        &server,
+        json!({"queue": "orders", "type": "order.paid", "payload": {"n": 1}}),
+    )
+    .await;
+    receiver.wait_for(1, PATIENCE).await;
+    let dead = wait_for_attempts(&server, sub, 1).await;
+    assert_eq!(dead[0]["trigger"], json!("scheduled"), "{dead:?}");
+    let delivery = dead[0]["delivery"].as_u64().expect("a delivery");
+
+    let list = html(&server, "/ui/subscriptions").await;
+    let csrf = csrf_of(&list);
+    // A test event, sent from the page: its first attempt is an operator's.
+    let (status, location) = submit(
+        &server,
+        &format!("/ui/subscriptions/{sub}/test"),
+        &[("csrf", &csrf)],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{location}");
+    let arrived = receiver.wait_for(2, PATIENCE).await;
+    let body = arrived[1].json();
+    assert_eq!(body["message"]["type"], json!("tenax.test"), "{body}");
+    // Replaying the dead delivery: its next attempt says so.
+    let delivery_id = delivery.to_string();
+    submit(
+        &server,
+        "/ui/jobs/act",
+        &[("csrf", &csrf), ("action", "replay"), ("id", &delivery_id)],
+        None,
+    )
+    .await;
+    receiver.wait_for(3, PATIENCE).await;
+    let attempts = wait_for_attempts(&server, sub, 3).await;
+    let mut triggers: Vec<(u64, String)> = attempts
+        .iter()
+        .map(|a| {
+            (
+                a["delivery"].as_u64().unwrap_or(0),
+                a["trigger"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    triggers.sort();
+    let test_delivery = triggers
+        .iter()
+        .find(|(d, _)| *d != delivery)
+        .map(|(d, _)| *d)
+        .expect("the test's delivery");
+    assert_eq!(
+        triggers,
+        [
+            (delivery, "replay".to_owned()),
+            (delivery, "scheduled".to_owned()),
+            (test_delivery, "manual".to_owned()),
+        ]
+    );
+    // The subscription's page shows each attempt with its trigger.
+    let detail = html(&server, &format!("/ui/subscriptions/{sub}")).await;
+    for trigger in ["trigger manual", "trigger replay", "trigger scheduled"] {
+        assert!(detail.contains(trigger), "{trigger}: {detail}");
+    }
+    // Disable and enable.
+    submit(
+        &server,
+        &format!("/ui/subscriptions/{sub}/disable"),
+        &[("csrf", &csrf)],
+        None,
+    )
+    .await;
+    assert_eq!(
+        server.get(&format!("/api/subscriptions/{sub}")).await["enabled"],
+        json!(false)
+    );
+    submit(
+        &server,
+        &format!("/ui/subscriptions/{sub}/enable"),
+        &[("csrf", &csrf)],
+        None,
+    )
+    .await;
+    assert_eq!(
+        server.get(&format!("/api/subscriptions/{sub}")).await["enabled"],
+        json!(true)
+    );
+}
+
+/// A subscription's attempts, once there are at least `n`.
+async fn wait_for_attempts(server: &TestServer, sub: u64, n: usize) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let answer = server
+            .get(&format!("/api/subscriptions/{sub}/attempts"))
+            .await;
+        let attempts = answer["attempts"].as_array().cloned().unwrap_or_default();
+        if attempts.len() >= n {
+            return attempts;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{n} attempts did not come: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_designer_draws_each_policy_and_spells_it_three_ways() {
+    let server = TestServer::manual().await;
+    let designer = html(&server, "/ui/policy").await;
+    let csrf = csrf_of(&designer);
+    let sns = r#"{"healthyRetryPolicy": {"minDelayTarget": 5, "maxDelayTarget": 260, "numRetries": 10, "backoffFunction": "geometric"}}"#;
+    let response = browser()
+        .post(server.url("/ui/policy/chart"))
+        .header("X-CSRF-Token", &csrf)
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[
+            ("on0", "1"),
+            ("policy0", sns),
+            ("on1", "1"),
+            ("policy1", r#"{"type": "fixed", "delay": "abc"}"#),
+        ]))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::OK);
+    let fragment = response.text().await.expect("text");
+    assert!(fragment.contains("<svg"), "{fragment}");
+    assert!(
+        fragment.contains("Policy 2: delay"),
+        "the broken one names its field: {fragment}"
+    );
+    let spelled = &fragment[fragment.find("spelled").expect("a spelled policy")..];
+    assert!(spelled.contains("10 retries"), "{spelled}");
+    assert!(spelled.contains("12m 2s"), "the window: {spelled}");
+    assert!(
+        fragment.contains("&quot;type&quot;: &quot;phased&quot;")
+            || fragment.contains(r#""type": "phased""#),
+        "native: {fragment}"
+    );
+    assert!(
+        fragment.contains("_retry_policy") || fragment.contains("Cannot be written this way"),
+        "{fragment}"
+    );
+    // Without the token: refused.
+    let response = browser()
+        .post(server.url("/ui/policy/chart"))
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[("on0", "1"), ("policy0", sns)]))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+}
