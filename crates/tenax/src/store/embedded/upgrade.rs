@@ -101,7 +101,7 @@ mod tests {
     use super::*;
     use crate::model::JobId;
     use crate::store::embedded::disk::SimulatedDisk;
-    use crate::store::embedded::tables::{FORMAT_VERSION_KEY, META, NEXT_ID};
+    use crate::store::embedded::tables::{FORMAT_VERSION, FORMAT_VERSION_KEY, META, NEXT_ID};
     use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
     use crate::store::{JobReads as _, QueueStore as _};
 
@@ -171,7 +171,7 @@ mod tests {
             .collect();
         assert_eq!(queues, ["a", "b"]);
         store.writer.shutdown();
-        // On disk: `states` holds only what is not completed, and the format says 2.
+        // On disk: `states` holds only what is not completed, and the format is the current one.
         let tx = store.db.begin_read().expect("a read");
         let states = tx.open_table(STATES).expect("states");
         let ids: Vec<u64> = states
@@ -185,6 +185,6 @@ mod tests {
             .get(FORMAT_VERSION_KEY)
             .expect("read")
             .expect("stamped");
-        assert_eq!(format.value(), 2);
+        assert_eq!(format.value(), FORMAT_VERSION);
     }
 }

@@ -23,7 +23,8 @@
 //! becomes takeable, a completed job leaves memory for disk) is the request's `after` step, run
 //! by the committer before the answer. It happens even if the caller has stopped waiting (its
 //! request was cancelled): a written change is never left half done in memory. A request that
-//! was to commit itself and is cancelled first commits as it is dropped.
+//! was to commit itself and is dropped without [`wait`] (cancelled, or submitted not to be
+//! waited for) hands its commit to the writer thread: a drop may happen under the index lock.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -255,8 +256,14 @@ impl Lead {
 }
 
 impl Drop for Lead {
+    /// A duty not done by [`wait`] (the request was cancelled, or dropped unanswered) goes to
+    /// the writer thread. It is never done here: the receiver may be dropped under the index
+    /// lock, which a commit takes.
     fn drop(&mut self) {
-        self.run();
+        if let Some(shared) = self.0.take() {
+            shared.queue.lock().leader = Leader::Thread;
+            shared.wake.notify_one();
+        }
     }
 }
 
@@ -554,5 +561,52 @@ fn add_counts(memory: &mut Inner, deltas: &CountDeltas) {
         if *count == 0 {
             memory.completed.remove(&**queue);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::QueueStore as _;
+    use crate::store::embedded::disk::SimulatedDisk;
+    use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
+
+    fn put_queue(name: &str) -> Op {
+        Op::PutQueue {
+            name: name.to_owned(),
+            config: crate::store::to_json_bytes(&crate::store::QueueConfig::default()),
+        }
+    }
+
+    /// A write submitted under the index lock and never waited for is committed by the writer
+    /// thread, and dropping its receiver there does not take the lock again (it did once: a
+    /// store deadlocked on its own lock).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_not_waited_for_is_committed_without_the_callers_lock() {
+        let disk = SimulatedDisk::new();
+        let store = EmbeddedStore::open_simulated(&disk, &EmbeddedOptions::default(), 100)
+            .expect("it opens");
+        {
+            let _inner = store.inner.lock();
+            drop(store.writer.submit(vec![put_queue("detached")]));
+        }
+        // A waited write after it is committed after it, in order.
+        let receiver = {
+            let _inner = store.inner.lock();
+            store.writer.submit(vec![put_queue("waited")])
+        };
+        wait(receiver).await.expect("committed");
+        store.writer.shutdown();
+        drop(store);
+        let reopened = EmbeddedStore::open_simulated(&disk, &EmbeddedOptions::default(), 200)
+            .expect("it opens again");
+        let names: Vec<String> = reopened
+            .queues()
+            .await
+            .expect("queues")
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(names, ["detached", "waited"]);
     }
 }
