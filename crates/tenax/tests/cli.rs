@@ -391,7 +391,7 @@ fn subscriptions_show_the_retry_budget_and_the_endpoint_breaker() {
         &[
             ("TENAX_ALLOW_PRIVATE_ENDPOINTS", "true"),
             ("TENAX_DELIVERY_BREAKER_FAILURES", "1"),
-            ("TENAX_DELIVERY_BREAKER_COOLDOWN", "1h"),
+            ("TENAX_DELIVERY_BREAKER_COOLDOWN", "10m"),
         ],
         Stdio::inherit(),
     );
