@@ -9,10 +9,12 @@
 //! makes the redb file durable (`redb`'s own commit and sync) and the log starts over (see
 //! `wal`).
 //!
-//! Who commits: a request that finds no commit under way commits itself, on its own thread,
-//! once its caller has released the index lock ([`wait`]): alone, a request costs no hand-over
-//! to another thread and back, which on a small machine is much of its time. When requests are
-//! waiting after that commit, or a checkpoint is due, the writer thread takes over, and keeps
+//! Who commits: a request that finds no commit under way, when the last commit carried a single
+//! request, commits itself, on its own thread, once its caller has released the index lock
+//! ([`wait`]): alone, a request costs no hand-over to another thread and back, which on a small
+//! machine is much of its time. When requests are waiting after that commit, or a checkpoint is
+//! due, or the last commit carried several requests (they come concurrently: a request's thread
+//! blocked in a sync would hold up the others it serves), the writer thread commits, and keeps
 //! committing while requests keep coming. Exactly one committer runs at a time (the queue's
 //! `leader`), so commits keep their order.
 //!
@@ -119,6 +121,10 @@ struct Queue {
     requests: Vec<Request>,
     ops: usize,
     leader: Leader,
+    /// Requests in the last commit taken: more than one means requests come concurrently, and
+    /// the writer thread commits the next round, so that no request's thread (a runtime
+    /// thread that serves other connections) blocks in a sync while others are waiting.
+    last_batch: usize,
     /// No more requests: the writer thread finishes what is queued and stops.
     closed: bool,
 }
@@ -156,6 +162,7 @@ impl Writer {
                 requests: Vec::new(),
                 ops: 0,
                 leader: Leader::None,
+                last_batch: 0,
                 closed: false,
             }),
             wake: Condvar::new(),
@@ -201,10 +208,18 @@ impl Writer {
         }
         queue.ops += request.ops.len();
         queue.requests.push(request);
-        let lead = (queue.leader == Leader::None).then(|| {
-            queue.leader = Leader::Request;
-            Lead(Some(self.shared.clone()))
-        });
+        let lead = match queue.leader {
+            Leader::None if queue.last_batch <= 1 => {
+                queue.leader = Leader::Request;
+                Some(Lead(Some(self.shared.clone())))
+            }
+            Leader::None => {
+                queue.leader = Leader::Thread;
+                self.shared.wake.notify_one();
+                None
+            }
+            Leader::Request | Leader::Thread => None,
+        };
         Receiver { answer, lead }
     }
 
@@ -280,6 +295,9 @@ pub async fn wait(mut receiver: Receiver) -> Result<(), StoreError> {
 fn take_batch(queue: &mut Queue) -> Vec<Request> {
     if queue.ops <= MAX_OPS_PER_COMMIT {
         queue.ops = 0;
+        if !queue.requests.is_empty() {
+            queue.last_batch = queue.requests.len();
+        }
         return std::mem::take(&mut queue.requests);
     }
     let mut ops = 0;
@@ -292,6 +310,7 @@ fn take_batch(queue: &mut Queue) -> Vec<Request> {
         n += 1;
     }
     queue.ops -= ops;
+    queue.last_batch = n;
     queue.requests.drain(..n).collect()
 }
 
