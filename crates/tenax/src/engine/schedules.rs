@@ -249,10 +249,10 @@ fn replaced(
     let same_times = current.is_some_and(|c| c.cron == spec.cron && c.timezone == spec.timezone);
     let was_paused = current.is_some_and(|c| c.paused);
     let paused = spec.paused.unwrap_or(was_paused);
-    // Resumed by the change: ticks while paused are not enqueued.
     let resumed = was_paused && !paused;
     let through_ms = match current {
         Some(c) if same_times && !resumed => c.through_ms,
+        // Resumed by the change: ticks while paused are not enqueued.
         Some(c) if same_times => c.through_ms.max(now_ms),
         _ => now_ms,
     };
