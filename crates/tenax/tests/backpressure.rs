@@ -105,16 +105,24 @@ async fn deliveries(server: &TestServer, sub: u64) -> Vec<Value> {
     answer["deliveries"].as_array().unwrap().clone()
 }
 
-/// The logged attempts of every delivery of `sub`, summed.
-async fn logged_attempts(server: &TestServer, sub: u64) -> usize {
-    let mut total = 0;
-    for d in deliveries(server, sub).await {
-        let attempts = server
-            .get(&format!("/api/deliveries/{}/attempts", d["id"]))
-            .await;
-        total += attempts["attempts"].as_array().unwrap().len();
+/// The logged attempts of every delivery of `sub`, summed, once there are at least `n` (an
+/// attempt's log entry is written in the commit that ends it, which the delivery's status may
+/// show a moment earlier).
+async fn logged_attempts(server: &TestServer, sub: u64, n: usize) -> usize {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let mut total = 0;
+        for d in deliveries(server, sub).await {
+            let attempts = server
+                .get(&format!("/api/deliveries/{}/attempts", d["id"]))
+                .await;
+            total += attempts["attempts"].as_array().unwrap().len();
+        }
+        if total >= n || Instant::now() >= deadline {
+            return total;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    total
 }
 
 /// Waits until `sub` has `n` completed deliveries.
@@ -230,13 +238,13 @@ async fn retry_after_pauses_every_subscription_of_the_origin_without_using_attem
     assert_eq!(sent, [1, 1, 2], "the 429, its retry and the held one");
     wait_completed(&server, asked, 1).await;
     wait_completed(&server, sharing, 1).await;
-    assert_eq!(logged_attempts(&server, asked).await, 2);
+    assert_eq!(logged_attempts(&server, asked, 2).await, 2);
     assert_eq!(
-        logged_attempts(&server, sharing).await,
+        logged_attempts(&server, sharing, 1).await,
         1,
         "its first attempt"
     );
-    assert_eq!(logged_attempts(&server, elsewhere).await, 1);
+    assert_eq!(logged_attempts(&server, elsewhere, 1).await, 1);
     let endpoint = endpoint_health(&server, sharing, "the pause is over", |e| {
         e["paused_until"].is_null()
     })
@@ -332,7 +340,7 @@ async fn the_breaker_opens_probes_once_reopens_for_longer_and_closes() {
     assert_eq!(endpoint["breaker_until"], Value::Null, "{endpoint}");
     stays_at(&receiver, 7, "a delivery was sent twice").await;
     assert_eq!(
-        logged_attempts(&server, sub).await,
+        logged_attempts(&server, sub, 7).await,
         7,
         "no attempt lost nor made up"
     );
