@@ -4,7 +4,7 @@
 Run under a throwaway cluster, with a release build, under the CPU lock:
 
     flock /tmp/tenax-cpu.lock tests/postgres/with-cluster.sh \
-        python3 tests/postgres/one-vs-two.py target/release/tenax [ROUNDS]
+        python3 tests/postgres/one-vs-two.py target/release/tenax [ROUNDS] [SCENARIO,...]
 
 For each round and scenario, in alternating order, on a fresh database and fresh servers:
 one `tenax serve` driven by one `tenax bench` with the scenario's default connections (or
@@ -35,6 +35,8 @@ SCENARIOS = {
     "mixed": ("--workers", 4),
     "enqueue-8": ("--connections", 8),
 }
+if len(sys.argv) > 3:
+    SCENARIOS = {name: SCENARIOS[name] for name in sys.argv[3].split(",")}
 DEFAULT_JOBS = {"bulk-1000": 400_000, "take-complete": 200_000, "mixed": 200_000, "enqueue-8": 20_000}
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -41,6 +41,19 @@ impl Clock {
     pub fn is_manual(&self) -> bool {
         matches!(self, Self::Manual(_))
     }
+
+    /// Sleeps toward the time `at_ms` on this clock, for at most `at_most`: the caller looks
+    /// again when it wakes. A manual clock moves only when told, so it is looked at every few
+    /// milliseconds.
+    pub async fn sleep_toward(&self, at_ms: UnixMs, at_most: std::time::Duration) {
+        let left = std::time::Duration::from_millis(at_ms.saturating_sub(self.now_ms()));
+        let step = if self.is_manual() {
+            std::time::Duration::from_millis(5)
+        } else {
+            at_most
+        };
+        tokio::time::sleep(left.min(step).min(at_most)).await;
+    }
 }
 
 /// The latest time RFC 3339 can print: 9999-12-31T23:59:59.999Z.

@@ -10,6 +10,8 @@ use rustls::pki_types::pem::PemObject;
 use tenax_policy::spelling::native;
 use tenax_policy::{Jitter, RetryPolicy, Shape, parse_duration, polynomial::Polynomial};
 
+use crate::delivery::backpressure::BreakerSettings;
+
 /// Flags of `tenax serve`. Durations are milliseconds or a number with a unit (`12.5s`, `5m`).
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
@@ -101,6 +103,18 @@ pub struct ServeArgs {
     /// (0: never). A subscription may set its own.
     #[arg(long, env = "TENAX_DELIVERY_AUTO_DISABLE_AFTER", value_parser = duration_flag, default_value = "5d")]
     pub delivery_auto_disable_after: u64,
+    /// Failed webhook requests in a row (no answer, 5xx, 408, 429 without Retry-After) that
+    /// open an endpoint's circuit breaker: no delivery is sent to it for a cool-down, then one
+    /// probe. 0: no breaker.
+    #[arg(long, env = "TENAX_DELIVERY_BREAKER_FAILURES", default_value_t = 10)]
+    pub delivery_breaker_failures: u32,
+    /// How long an endpoint's circuit breaker stays open before a probe; each failed probe
+    /// doubles it, up to --delivery-breaker-max-cooldown.
+    #[arg(long, env = "TENAX_DELIVERY_BREAKER_COOLDOWN", value_parser = duration_flag, default_value = "30s")]
+    pub delivery_breaker_cooldown: u64,
+    /// The longest an endpoint's circuit breaker stays open before a probe.
+    #[arg(long, env = "TENAX_DELIVERY_BREAKER_MAX_COOLDOWN", value_parser = duration_flag, default_value = "10m")]
+    pub delivery_breaker_max_cooldown: u64,
     /// How long a client may take to send a request's line and headers; also how long an
     /// idle keep-alive connection stays open.
     #[arg(long, env = "TENAX_HEADER_READ_TIMEOUT", value_parser = duration_flag, default_value = "30s")]
@@ -276,6 +290,8 @@ pub struct DeliveryConfig {
     pub auto_disable_after_ms: u64,
     /// CA certificates trusted in addition to the platform's roots (`--delivery-ca-file`).
     pub ca_file: Option<CaFile>,
+    /// Endpoints' circuit breakers.
+    pub breaker: BreakerSettings,
 }
 
 /// The CA certificates of `--delivery-ca-file`, read and checked at start-up.
@@ -324,6 +340,9 @@ impl CaFile {
         })
     }
 }
+
+/// How long after the delivery timeout a half-open breaker's probe counts as lost.
+const PROBE_MARGIN_MS: u64 = 5_000;
 
 /// The default delivery policy: the schedule Standard Webhooks senders commonly use.
 pub fn default_delivery_policy() -> RetryPolicy {
@@ -417,6 +436,20 @@ impl ServeArgs {
         if self.delivery_timeout == 0 {
             return Err("--delivery-timeout: must be above 0".into());
         }
+        if self.delivery_breaker_failures > 0 && self.delivery_breaker_cooldown == 0 {
+            return Err(
+                "--delivery-breaker-cooldown: must be above 0 (or turn the breaker off \
+                        with --delivery-breaker-failures 0)"
+                    .into(),
+            );
+        }
+        if self.delivery_breaker_max_cooldown < self.delivery_breaker_cooldown {
+            return Err(format!(
+                "--delivery-breaker-max-cooldown: must be at least --delivery-breaker-cooldown \
+                 ({} ms), got {} ms",
+                self.delivery_breaker_cooldown, self.delivery_breaker_max_cooldown
+            ));
+        }
         if self.delivery_concurrency == 0 {
             return Err("--delivery-concurrency: must be at least 1".into());
         }
@@ -504,6 +537,14 @@ impl ServeArgs {
                 concurrency_per_endpoint: self.delivery_concurrency,
                 auto_disable_after_ms: self.delivery_auto_disable_after,
                 ca_file,
+                breaker: BreakerSettings {
+                    failures: self.delivery_breaker_failures,
+                    cooldown_ms: self.delivery_breaker_cooldown,
+                    max_cooldown_ms: self.delivery_breaker_max_cooldown,
+                    // A probe answers within the delivery timeout; past it and a margin, its
+                    // server is gone and another may probe.
+                    probe_ms: self.delivery_timeout.saturating_add(PROBE_MARGIN_MS),
+                },
             },
             log_requests: self.log_requests,
             metrics_listen: self.metrics_listen,

@@ -269,6 +269,11 @@ fn subscription(bytes: &[u8]) -> Result<(), ApiError> {
         assert!((1..=MAX_CONCURRENCY).contains(&max));
     }
     assert_ne!(subscription.throttle_per_second, Some(0));
+    if let Some(budget) = subscription.retry_budget {
+        assert!((1..=100).contains(&budget.percent));
+        assert!((1_000..=86_400_000).contains(&budget.window_ms));
+        assert!(budget.min_retries >= 1);
+    }
     Ok(())
 }
 

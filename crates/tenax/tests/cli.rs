@@ -381,3 +381,85 @@ fn schedules_and_queue_limits_from_the_command_line() {
     let list = stdout(&tenax(&server, &["queues", "list"]));
     assert!(list.contains("0/100 per 1m"), "{list}");
 }
+
+/// `tenax subscriptions show` says in words what holds the deliveries back: the retry budget
+/// set by `--retry-budget`, and the endpoint's circuit breaker, opened here by one refused
+/// connection (a closed port on loopback).
+#[test]
+fn subscriptions_show_the_retry_budget_and_the_endpoint_breaker() {
+    let server = start_with(
+        &[
+            ("TENAX_ALLOW_PRIVATE_ENDPOINTS", "true"),
+            ("TENAX_DELIVERY_BREAKER_FAILURES", "1"),
+            ("TENAX_DELIVERY_BREAKER_COOLDOWN", "10m"),
+        ],
+        Stdio::inherit(),
+    );
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let endpoint = format!("http://127.0.0.1:{closed}/hook");
+    let made = stdout(&tenax(
+        &server,
+        &[
+            "subscriptions",
+            "create",
+            "orders",
+            &endpoint,
+            "--retry-budget",
+            "20,1m,5",
+            "--format",
+            "json",
+        ],
+    ));
+    let made: serde_json::Value = serde_json::from_str(&made).expect("JSON");
+    assert_eq!(
+        made["retry_budget"],
+        serde_json::json!({"percent": 20, "window_ms": 60_000, "min_retries": 5})
+    );
+    let id = made["id"].to_string();
+    stdout(&tenax(
+        &server,
+        &["enqueue", "-q", "orders", "-t", "order.paid", "-p", "{}"],
+    ));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let shown = loop {
+        let shown = stdout(&tenax(&server, &["subscriptions", "show", &id]));
+        if shown.contains("circuit breaker open") {
+            break shown;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the breaker never opened: {shown}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        shown.contains("retries at most 20% of the attempts in any 1m (or 5)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("http://127.0.0.1:{closed}")),
+        "{shown}"
+    );
+    assert!(shown.contains("could not connect"), "{shown}");
+    assert!(shown.contains("opened 1 times in a row"), "{shown}");
+
+    let changed = stdout(&tenax(
+        &server,
+        &[
+            "subscriptions",
+            "update",
+            &id,
+            "--no-retry-budget",
+            "--format",
+            "json",
+        ],
+    ));
+    let changed: serde_json::Value = serde_json::from_str(&changed).expect("JSON");
+    assert_eq!(changed["retry_budget"], serde_json::Value::Null);
+    let shown = stdout(&tenax(&server, &["subscriptions", "show", &id]));
+    assert!(shown.contains("retry budget"), "{shown}");
+    assert!(shown.contains("none"), "{shown}");
+}

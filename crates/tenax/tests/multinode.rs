@@ -4,9 +4,9 @@
 //! killed with SIGKILL is replaced, a server killed under load loses nothing acknowledged, and
 //! PostgreSQL restarted under load is survived without restarting the servers, cluster limits
 //! hold (a subscription's concurrency, a queue's concurrency and rate), a subscription made on
-//! one server applies at once to enqueues on another, a schedule ticks once per tick whichever
-//! server leads (the leader killed included), and a primary demoted to a read-only standby is
-//! left for a writable one.
+//! one server applies at once to enqueues on another, an endpoint's pause holds on every
+//! server, a schedule ticks once per tick whichever server leads (the leader killed included),
+//! and a primary demoted to a read-only standby is left for a writable one.
 //!
 //! Restarting PostgreSQL breaks every connection to the test server, so the cases of this
 //! binary take turns ([`TURN`]).
@@ -575,6 +575,80 @@ async fn a_subscription_made_on_one_node_gets_the_next_message_of_another() {
         .collect();
     assert_eq!(messages, [&json!(after)], "not {before}: {deliveries}");
     assert_eq!(hook.count(), 1);
+}
+
+/// A 429 with `Retry-After` that one server got pauses the endpoint for every server: the
+/// pause is stored. Another subscription to the same origin, its deliveries spread over both
+/// servers (a `max_concurrency` of 2: one each), sends nothing before the pause is over, and
+/// then everything, with no attempt used by the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoints_pause_holds_on_every_server() {
+    let _turn = TURN.lock().await;
+    let Some(url) = database().await else { return };
+    let hook = Receiver::start(vec![Reply::status(429).retry_after("3")], Reply::ok()).await;
+    let flags = ["--allow-private-endpoints"];
+    let a = Node::start(&url, &flags).await;
+    let b = Node::start(&url, &flags).await;
+    // Both servers have counted each other (they write their rows every second).
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let mut subscriptions = Vec::new();
+    for (queue, path) in [("asks", "/a"), ("waits", "/b")] {
+        let (status, answer) = a
+            .post(
+                &format!("/api/queues/{queue}/subscriptions"),
+                json!({"endpoint": hook.url(path), "max_concurrency": 2}),
+            )
+            .await
+            .expect("a subscription");
+        assert_eq!(status, 201, "{answer}");
+        subscriptions.push(answer["id"].clone());
+    }
+    a.must_enqueue(json!({"queue": "asks", "payload": {"n": 0}}))
+        .await;
+    let first = hook.wait_for(1, Duration::from_secs(30)).await[0].at;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, view) = b
+            .get(&format!("/api/subscriptions/{}", subscriptions[1]))
+            .await;
+        if view["health"]["endpoint"]["paused_until"].is_string() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no pause stored: {view}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Another server hears of the change within moments (its notification).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let jobs: Vec<Value> = (1..=6)
+        .map(|n| json!({"queue": "waits", "payload": {"n": n}}))
+        .collect();
+    let (status, answer) = b
+        .post("/api/jobs/batch", json!({"jobs": jobs}))
+        .await
+        .expect("a batch");
+    assert_eq!(status, 201, "{answer}");
+    let received = hook.wait_for(8, Duration::from_secs(30)).await;
+    for request in &received[1..] {
+        let after = request.at.duration_since(first);
+        // The pause began when the 429 was answered, after it arrived; 50 ms for rounding.
+        assert!(
+            after >= Duration::from_millis(2_950),
+            "a request {after:?} after the 429, within its 3 s pause"
+        );
+    }
+    let (_, deliveries) = a
+        .get(&format!(
+            "/api/subscriptions/{}/deliveries",
+            subscriptions[1]
+        ))
+        .await;
+    let failures: Vec<&Value> = deliveries["deliveries"]
+        .as_array()
+        .expect("a page of deliveries")
+        .iter()
+        .map(|d| &d["failures"])
+        .collect();
+    assert_eq!(failures, [&json!(0); 6], "the pause used no attempt");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,6 +57,7 @@
 //! |                     | `delete_subscription`  | `subscriptions_are_stored_changed_and_deleted`, `deliveries_are_taken_finished_and_logged` |
 //! |                     | `subscription`, `subscriptions`, `subscribers` | `subscriptions_are_stored_changed_and_deleted`, every reopen    |
 //! | `TokenStore`        | `put_token`, `delete_token`, `tokens` | `tokens_are_stored_by_id`, every reopen                                  |
+//! | `EndpointStore`     | `endpoints`, `endpoint`, `update_endpoint` | `endpoint_states_change_atomically_and_are_kept`                    |
 //! | `StoreLifecycle`    | `properties`           | `leases_across_a_restart_follow_the_declared_property`, every reopen; `embedded_properties` |
 //! |                     | `signals`              | `signals_announce_what_may_have_changed` (ready, schedule, subscriptions, released)     |
 //! |                     | `lead`                 | `a_lone_server_leads`                                                                   |
@@ -75,9 +76,9 @@ use tempfile::TempDir;
 use tenax::auth::{Role, TokenRecord};
 use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax::model::{
-    Attempt, AttemptResult, ClaimId, ErrorEntry, Job, JobId, JobTemplate, LeaseToken, Missed,
-    NewJob, Overlap, Schedule, Status, StoredPolicy, Subscription, SubscriptionId, TickCounts,
-    Trigger,
+    Attempt, AttemptResult, BreakerState, ClaimId, EndpointState, ErrorEntry, Job, JobId,
+    JobTemplate, LeaseToken, Missed, NewJob, Overlap, Pause, Schedule, Status, StoredPolicy,
+    Subscription, SubscriptionId, TickCounts, Trigger,
 };
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
@@ -3776,6 +3777,94 @@ async fn tokens_are_stored_by_id(backend: &impl Backend) {
     close(store).await;
 }
 
+/// Endpoint states are made by their first change, changed through a closure that sees the
+/// stored state (concurrent changes all hold, the first ones included), listed by origin,
+/// announced, and kept across a restart.
+async fn endpoint_states_change_atomically_and_are_kept(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let (a, b) = ("https://a.example", "http://b.example:8080");
+    assert_eq!(store.endpoints().await, Ok(vec![]));
+    assert_eq!(store.endpoint(a).await, Ok(None));
+    assert_eq!(
+        store.update_endpoint(a, &|_| None).await,
+        Ok(None),
+        "no change"
+    );
+    // Many servers' first changes at once: each sees what the one before stored.
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .update_endpoint(a, &|current| {
+                        let mut state = current.cloned().unwrap_or_else(|| EndpointState {
+                            origin: String::new(),
+                            pause: None,
+                            breaker: Default::default(),
+                            updated_at_ms: T0,
+                        });
+                        state.breaker.trips += 1;
+                        Some(state)
+                    })
+                    .await
+            })
+        })
+        .collect();
+    for racer in racers {
+        racer.await.expect("a racer").expect("stored");
+    }
+    let stored = store.endpoint(a).await.expect("read").expect("made");
+    assert_eq!(stored.breaker.trips, 8, "every change counted once");
+    assert_eq!(stored.origin, a, "the store keeps it under its origin");
+    let paused = EndpointState {
+        origin: b.to_owned(),
+        pause: Some(Pause {
+            until_ms: T0 + 30 * SECOND,
+            status: 429,
+            subscription: SubscriptionId(3),
+            at_ms: T0,
+        }),
+        breaker: tenax::model::Breaker {
+            state: BreakerState::Open,
+            until_ms: Some(T0 + 60 * SECOND),
+            opened_at_ms: Some(T0),
+            trips: 2,
+            probe: None,
+            reason: Some("the endpoint answered HTTP 502".into()),
+            epoch: 4,
+        },
+        updated_at_ms: T0,
+    };
+    let changed = fires(
+        &store.signals().endpoints,
+        "an endpoint's change",
+        store.update_endpoint(b, &|_| Some(paused.clone())),
+    )
+    .await;
+    assert_eq!(changed, Ok(Some(paused.clone())));
+    assert_eq!(
+        store
+            .update_endpoint(b, &|current| {
+                assert_eq!(current, Some(&paused), "the change sees the stored state");
+                None
+            })
+            .await,
+        Ok(Some(paused.clone())),
+        "left as it is"
+    );
+    let listed = store.endpoints().await.expect("listed");
+    assert_eq!(
+        listed.iter().map(|s| s.origin.as_str()).collect::<Vec<_>>(),
+        [b, a],
+        "by origin, byte by byte"
+    );
+
+    let store = reopen(backend, store, T0).await;
+    assert_eq!(store.endpoint(b).await, Ok(Some(paused)));
+    assert_eq!(store.endpoints().await, Ok(listed));
+    close(store).await;
+}
+
 /// Queue settings are changed through a closure that sees the stored ones; a queue is deleted
 /// with its settings and every job in it, and keeps its subscriptions.
 async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
@@ -4859,6 +4948,7 @@ macro_rules! conformance_suite {
                 deliveries_are_stored_with_their_message_and_subscription,
                 deliveries_are_taken_finished_and_logged,
                 tokens_are_stored_by_id,
+                endpoint_states_change_atomically_and_are_kept,
                 queues_are_deleted_with_their_jobs,
                 signals_announce_what_may_have_changed,
                 a_lone_server_leads,

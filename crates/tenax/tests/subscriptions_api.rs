@@ -75,8 +75,8 @@ async fn create_show_list_update_and_delete() {
         "content_type": "application/json", "secret": secret, "headers": {},
         "previous_secret_until": null,
         "retryable_statuses": null, "max_concurrency": null,
-        "auto_disable_after_ms": 5 * 24 * 3_600_000_u64, "format": "tenax",
-        "created_at": rfc3339(T0), "updated_at": rfc3339(T0), "health": created["health"],
+        "auto_disable_after_ms": 5 * 24 * 3_600_000_u64, "retry_budget": null,
+        "format": "tenax", "created_at": rfc3339(T0), "updated_at": rfc3339(T0), "health": created["health"],
         "deliveries": {"scheduled": 0, "ready": 0, "in_flight": 0, "completed": 0, "dead": 0},
     });
     assert_eq!(created, expected);
@@ -96,7 +96,8 @@ async fn create_show_list_update_and_delete() {
                "throttle_per_second": 50, "content_type": "application/cloudevents+json",
                "secret": secret, "headers": {"Authorization": "Bearer t", "X-Team": "billing"},
                "enabled": false, "retryable_statuses": [503, 409, 503],
-               "max_concurrency": 4, "auto_disable_after": "3d", "format": "zaqar"}),
+               "max_concurrency": 4, "auto_disable_after": "3d", "format": "zaqar",
+               "retry_budget": {"percent": 25, "window": "2m"}}),
     )
     .await;
     let other = id(&full);
@@ -124,6 +125,10 @@ async fn create_show_list_update_and_delete() {
         ("max_concurrency", json!(4)),
         ("auto_disable_after_ms", json!(3 * 24 * 3_600_000_u64)),
         ("format", json!("zaqar")),
+        (
+            "retry_budget",
+            json!({"percent": 25, "window_ms": 120_000, "min_retries": 10}),
+        ),
     ] {
         assert_eq!(full[field], value, "{field} in {full}");
     }
@@ -166,7 +171,7 @@ async fn create_show_list_update_and_delete() {
         &server,
         other,
         json!({"policy": null, "throttle_per_second": null, "retryable_statuses": null,
-               "max_concurrency": null, "auto_disable_after": null}),
+               "max_concurrency": null, "auto_disable_after": null, "retry_budget": null}),
     )
     .await;
     for field in [
@@ -174,6 +179,7 @@ async fn create_show_list_update_and_delete() {
         "throttle_per_second",
         "retryable_statuses",
         "max_concurrency",
+        "retry_budget",
     ] {
         assert_eq!(reset[field], Value::Null, "{field} in {reset}");
     }
@@ -550,6 +556,42 @@ async fn every_refused_field_is_named() {
         (with("auto_disable_after", json!(-1)), "auto_disable_after"),
         (with("content_type", json!("json")), "content_type"),
         (with("content_type", json!("")), "content_type"),
+        // Retry budgets.
+        (
+            with("retry_budget", json!({"percent": 0, "window": "1m"})),
+            "retry_budget.percent",
+        ),
+        (
+            with("retry_budget", json!({"percent": 101, "window": "1m"})),
+            "retry_budget.percent",
+        ),
+        (
+            with("retry_budget", json!({"percent": 20, "window": "500ms"})),
+            "retry_budget.window",
+        ),
+        (
+            with("retry_budget", json!({"percent": 20, "window": "2d"})),
+            "retry_budget.window",
+        ),
+        (
+            with(
+                "retry_budget",
+                json!({"percent": 20, "window": "1m", "min_retries": 0}),
+            ),
+            "retry_budget.min_retries",
+        ),
+        (
+            with(
+                "retry_budget",
+                json!({"percent": 20, "window": "1m", "burst": 3}),
+            ),
+            "retry_budget.burst",
+        ),
+        (
+            with("retry_budget", json!({"window": "1m"})),
+            "retry_budget.percent",
+        ),
+        (with("retry_budget", json!(20)), "retry_budget"),
     ] {
         server.invalid(path, body, field).await;
     }

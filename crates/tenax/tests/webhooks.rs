@@ -1073,7 +1073,8 @@ async fn a_disabled_subscription_holds_its_deliveries_until_enabled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_endpoint_is_unhealthy_and_disabled_automatically() {
-    let server = server(&[]).await;
+    // No circuit breaker: its cool-down would stop the attempts that disabling counts on.
+    let server = server(&["--delivery-breaker-failures", "0"]).await;
     let failing = Receiver::start(Vec::new(), Reply::status(500).body("down")).await;
     let sub = id(&subscribe(
         &server,
@@ -1163,7 +1164,8 @@ async fn a_failing_endpoint_is_unhealthy_and_disabled_automatically() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_marks_and_disabling_survive_concurrent_changes() {
     const SUBSCRIPTIONS: u64 = 24;
-    let server = server(&[]).await;
+    // No circuit breaker: the bound below counts attempts 200 ms apart.
+    let server = server(&["--delivery-breaker-failures", "0"]).await;
     let failing = Receiver::start(Vec::new(), Reply::status(500)).await;
     let mut subs = Vec::new();
     for n in 0..SUBSCRIPTIONS {

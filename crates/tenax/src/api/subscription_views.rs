@@ -22,8 +22,8 @@ use crate::delivery::HealthView;
 use crate::engine::PolicyOwner;
 use crate::model::subscription::{REDACTED, subscription_of_queue};
 use crate::model::{
-    Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, Job, JobId, Status, Subscription,
-    SubscriptionId, Trigger,
+    Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, Job, JobId, RetryBudget, Status,
+    Subscription, SubscriptionId, Trigger,
 };
 use crate::store::QueueCounts;
 
@@ -98,11 +98,31 @@ pub struct SubscriptionView {
     pub max_concurrency: Option<u32>,
     /// The subscription's own, else the server's; 0 is never.
     pub auto_disable_after_ms: u64,
+    /// `null`: retries are not capped.
+    pub retry_budget: Option<RetryBudgetView>,
     pub format: EnvelopeFormat,
     pub created_at: String,
     pub updated_at: String,
     pub health: HealthView,
     pub deliveries: DeliveryCounts,
+}
+
+/// A retry budget as stored.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RetryBudgetView {
+    pub percent: u32,
+    pub window_ms: u64,
+    pub min_retries: u32,
+}
+
+impl From<RetryBudget> for RetryBudgetView {
+    fn from(budget: RetryBudget) -> Self {
+        Self {
+            percent: budget.percent,
+            window_ms: budget.window_ms,
+            min_retries: budget.min_retries,
+        }
+    }
 }
 
 /// Whether a view may show the subscription's secret and header values.
@@ -122,7 +142,7 @@ pub async fn subscription_view(
     let engine = &state.engine;
     let (effective, owner) = engine.effective_delivery_policy(&subscription).await?;
     let counts = engine.delivery_counts(subscription.id).await?;
-    let health = state.deliveries.health(&subscription);
+    let health = state.deliveries.health(engine, &subscription).await?;
     let previous_secret_until = subscription
         .previous_secret_at(engine.now_ms())
         .and(subscription.previous_secret_until_ms)
@@ -160,6 +180,7 @@ pub async fn subscription_view(
         },
         retryable_statuses: subscription.retryable_statuses,
         max_concurrency: subscription.max_concurrency,
+        retry_budget: subscription.retry_budget.map(RetryBudgetView::from),
         format: subscription.format,
     })
 }

@@ -31,7 +31,7 @@ use crate::clock::UnixMs;
 use crate::delivery::address::{parse_endpoint, vet_endpoint};
 use crate::delivery::headers;
 use crate::delivery::signing::{generate_secret, secret_key};
-use crate::model::{EnvelopeFormat, StoredPolicy, Subscription, SubscriptionId};
+use crate::model::{EnvelopeFormat, RetryBudget, StoredPolicy, Subscription, SubscriptionId};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -49,12 +49,18 @@ const MAX_THROTTLE: u32 = 100_000;
 pub(crate) const MAX_CONCURRENCY: u32 = 1_000;
 /// The most extra headers.
 const MAX_HEADERS: usize = 32;
+/// A retry budget's window: from a second to a day.
+const BUDGET_WINDOW_MS: (u64, u64) = (1_000, 86_400_000);
+/// The most retries a retry budget allows in any window whatever the share.
+const MAX_MIN_RETRIES: u32 = 1_000_000;
+/// Retries a retry budget allows in any window whatever the share, unless it says.
+pub(crate) const DEFAULT_MIN_RETRIES: u32 = 10;
 /// The longest header value, in bytes.
 const MAX_HEADER_VALUE: usize = 4_096;
 
 /// The fields of a create or an update. On an update every field is optional and `null` resets
 /// a nullable one (`policy`, `throttle_per_second`, `retryable_statuses`, `max_concurrency`,
-/// `auto_disable_after`) to its default.
+/// `auto_disable_after`, `retry_budget`) to its default.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"endpoint": "https://hooks.example.com/orders",
@@ -93,6 +99,29 @@ pub(crate) struct SubscriptionRequest {
     #[schema(value_type = Option<Millis>)]
     pub(crate) auto_disable_after: Option<Option<Millis>>,
     pub(crate) format: Option<EnvelopeFormat>,
+    /// A cap on retries, so that a failing endpoint cannot turn a burst into a storm of
+    /// them; `null` removes it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<RetryBudgetRequest>)]
+    pub(crate) retry_budget: Option<Option<RetryBudgetRequest>>,
+}
+
+/// A retry budget: within any `window`, the subscription's retries may be at most `percent` %
+/// of its attempts (the retries among them), or `min_retries`, whichever allows more. Retries
+/// over it wait; they use no attempt.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"percent": 20, "window": "1m", "min_retries": 10}))]
+pub(crate) struct RetryBudgetRequest {
+    /// 1 to 100.
+    #[schema(minimum = 1, maximum = 100)]
+    pub(crate) percent: u32,
+    /// The sliding window, from 1 s to 1 day.
+    #[schema(value_type = Millis)]
+    pub(crate) window: Millis,
+    /// Retries allowed in any window whatever the share (1 to 1 000 000; default 10).
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    pub(crate) min_retries: Option<u32>,
 }
 
 /// Tells `"field": null` (reset) from an absent field (keep).
@@ -119,6 +148,7 @@ pub(crate) struct SubscriptionChange {
     pub(crate) max_concurrency: Option<Option<u32>>,
     pub(crate) auto_disable_after_ms: Option<Option<u64>>,
     pub(crate) format: Option<EnvelopeFormat>,
+    pub(crate) retry_budget: Option<Option<RetryBudget>>,
 }
 
 /// Checks a create (`creating`) or an update: every rule but where the endpoint leads. Pure, so
@@ -177,6 +207,10 @@ pub(crate) fn subscription_change(
                 .transpose()
         })
         .transpose()?;
+    let retry_budget = request
+        .retry_budget
+        .map(|budget| budget.map(check_retry_budget).transpose())
+        .transpose()?;
     Ok(SubscriptionChange {
         endpoint,
         policy,
@@ -191,6 +225,7 @@ pub(crate) fn subscription_change(
             .auto_disable_after
             .map(|after| after.map(|Millis(ms)| ms)),
         format: request.format,
+        retry_budget,
     })
 }
 
@@ -236,6 +271,9 @@ impl SubscriptionChange {
         }
         if let Some(format) = self.format {
             subscription.format = format;
+        }
+        if let Some(budget) = self.retry_budget {
+            subscription.retry_budget = budget;
         }
         subscription.updated_at_ms = now_ms;
     }
@@ -369,6 +407,30 @@ pub(crate) fn check_headers(headers: &BTreeMap<String, String>) -> Result<(), Ap
         }
     }
     Ok(())
+}
+
+/// A retry budget within its bounds.
+pub(crate) fn check_retry_budget(request: RetryBudgetRequest) -> Result<RetryBudget, ApiError> {
+    let percent = in_range("retry_budget.percent", request.percent, 1, 100)?;
+    let (shortest, longest) = BUDGET_WINDOW_MS;
+    let Millis(window_ms) = request.window;
+    if !(shortest..=longest).contains(&window_ms) {
+        return Err(ApiError::invalid(
+            "retry_budget.window",
+            format!("must be from 1s to 1d, got {window_ms} ms"),
+        ));
+    }
+    let min_retries = in_range(
+        "retry_budget.min_retries",
+        request.min_retries.unwrap_or(DEFAULT_MIN_RETRIES),
+        1,
+        MAX_MIN_RETRIES,
+    )?;
+    Ok(RetryBudget {
+        percent,
+        window_ms,
+        min_retries,
+    })
 }
 
 /// The retryable statuses, sorted and without repeats.

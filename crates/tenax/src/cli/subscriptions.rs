@@ -109,6 +109,10 @@ pub struct Settings {
     /// ("3d"; 0: never).
     #[arg(long)]
     pub auto_disable_after: Option<String>,
+    /// Cap retries: PERCENT,WINDOW[,MIN_RETRIES] ("20,1m": within any minute, retries are at
+    /// most 20 % of the attempts, or 10 whatever the share). Retries over it wait.
+    #[arg(long, value_parser = parse_retry_budget)]
+    pub retry_budget: Option<Value>,
 }
 
 #[derive(Debug, Args)]
@@ -137,6 +141,9 @@ pub struct UpdateArgs {
     /// Remove the subscription's own policy (its queue's, or the server's, then applies).
     #[arg(long, conflicts_with = "policy")]
     pub no_policy: bool,
+    /// Remove the retry budget: retries are not capped.
+    #[arg(long, conflicts_with = "retry_budget")]
+    pub no_retry_budget: bool,
     /// Enable it: pending deliveries resume.
     #[arg(long, conflicts_with = "disable")]
     pub enable: bool,
@@ -145,6 +152,32 @@ pub struct UpdateArgs {
     pub disable: bool,
     #[command(flatten)]
     pub output: Output,
+}
+
+/// `PERCENT,WINDOW[,MIN_RETRIES]` as the API's `retry_budget` object (the server checks it).
+fn parse_retry_budget(text: &str) -> Result<Value, String> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    let (percent, window, min) = match parts.as_slice() {
+        [percent, window] => (percent, window, None),
+        [percent, window, min] => (percent, window, Some(min)),
+        _ => {
+            return Err(format!(
+                "must be PERCENT,WINDOW[,MIN_RETRIES], got {text:?}"
+            ));
+        }
+    };
+    let percent: u32 = percent
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("the percent must be a whole number, got {percent:?}"))?;
+    let mut budget = json!({"percent": percent, "window": window});
+    if let Some(min) = min {
+        let min: u32 = min
+            .parse()
+            .map_err(|_| format!("MIN_RETRIES must be a whole number, got {min:?}"))?;
+        budget["min_retries"] = json!(min);
+    }
+    Ok(budget)
 }
 
 fn parse_header(text: &str) -> Result<(String, String), String> {
@@ -193,6 +226,9 @@ fn settings_body(settings: &Settings) -> Result<Value, CliError> {
     }
     if let Some(after) = &settings.auto_disable_after {
         body["auto_disable_after"] = json!(after);
+    }
+    if let Some(budget) = &settings.retry_budget {
+        body["retry_budget"] = budget.clone();
     }
     Ok(body)
 }
@@ -267,6 +303,9 @@ async fn update(args: &UpdateArgs) -> Result<(), CliError> {
     }
     if args.no_policy {
         body["policy"] = Value::Null;
+    }
+    if args.no_retry_budget {
+        body["retry_budget"] = Value::Null;
     }
     if args.enable || args.disable {
         body["enabled"] = json!(args.enable);
@@ -391,8 +430,13 @@ fn subscription_table(s: &Value) -> String {
             Some(ms) => format!("after {} failing", format_duration(ms)),
         },
     ));
+    rows.push((
+        "retry budget",
+        retry_budget(&s["retry_budget"], &s["health"]),
+    ));
     rows.push(("format", or(&s["format"], "")));
     rows.push(("health", health(&s["health"])));
+    rows.push(("endpoint", endpoint(&s["health"]["endpoint"])));
     let d = &s["deliveries"];
     rows.push((
         "deliveries",
@@ -408,6 +452,58 @@ fn subscription_table(s: &Value) -> String {
         let _ = writeln!(out, "{key:<13} {value}");
     }
     out
+}
+
+fn retry_budget(budget: &Value, health: &Value) -> String {
+    let Some(percent) = budget["percent"].as_u64() else {
+        return "none".to_owned();
+    };
+    let window = budget["window_ms"]
+        .as_u64()
+        .map_or_else(String::new, format_duration);
+    let mut words = format!(
+        "retries at most {percent}% of the attempts in any {window} (or {})",
+        budget["min_retries"]
+    );
+    let used = &health["retry_budget"];
+    if let (Some(attempts), Some(retries)) = (used["attempts"].as_u64(), used["retries"].as_u64()) {
+        let _ = write!(words, "; now {retries} of {attempts} on this server");
+    }
+    words
+}
+
+/// The endpoint's pause and circuit breaker in words.
+fn endpoint(e: &Value) -> String {
+    let mut words = or(&e["origin"], "");
+    if let Some(until) = e["paused_until"].as_str() {
+        let _ = write!(
+            words,
+            "; paused until {} (it answered {})",
+            super::terminal::safe(until),
+            e["paused_by_status"]
+        );
+    }
+    match e["breaker"].as_str() {
+        Some("open") => {
+            let _ = write!(
+                words,
+                "; circuit breaker open until {} ({}; opened {} times in a row)",
+                or(&e["breaker_until"], "?"),
+                or(&e["breaker_reason"], "failures"),
+                e["breaker_trips"]
+            );
+        }
+        Some("half_open") => {
+            let _ = write!(words, "; circuit breaker half-open: one probe on its way");
+        }
+        _ => {
+            let _ = write!(words, "; circuit breaker closed");
+            if let Some(n) = e["breaker_failures"].as_u64().filter(|n| *n > 0) {
+                let _ = write!(words, " ({n} failures in a row here)");
+            }
+        }
+    }
+    words
 }
 
 fn health(h: &Value) -> String {

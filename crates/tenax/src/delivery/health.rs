@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use crate::clock::{UnixMs, rfc3339};
-use crate::model::{HealthMarks, Subscription, SubscriptionId};
+use crate::model::{BreakerState, EndpointState, HealthMarks, Subscription, SubscriptionId};
 
 /// How many recent attempts the failure rate is computed over.
 const RECENT: usize = 100;
@@ -26,6 +26,68 @@ pub struct HealthView {
     pub last_failure_at: Option<String>,
     /// When the current run of failures began.
     pub failing_since: Option<String>,
+    /// The endpoint's pause and circuit breaker, shared by every subscription pointing there.
+    pub endpoint: EndpointView,
+    /// The retry budget's use in its window on this server; `null` without a budget.
+    pub retry_budget: Option<BudgetView>,
+}
+
+/// An endpoint's backpressure as the API shows it: the pause and the circuit breaker are
+/// stored, so every server shows (and obeys) the same; `breaker_failures` is this server's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct EndpointView {
+    /// The origin (scheme, host and port) the state is kept by.
+    pub origin: String,
+    /// While the endpoint's pause holds: until when.
+    pub paused_until: Option<String>,
+    /// The status of the answer that asked for the pause (429 or 503).
+    pub paused_by_status: Option<u16>,
+    pub breaker: BreakerState,
+    /// Open: when a probe may go. Half-open: when the probe on its way counts as lost.
+    pub breaker_until: Option<String>,
+    /// When the breaker last opened.
+    pub breaker_opened_at: Option<String>,
+    /// Openings since a probe last closed it: each cool-down is twice the one before.
+    pub breaker_trips: u32,
+    /// The failure that opened it last.
+    pub breaker_reason: Option<String>,
+    /// Failed requests to the endpoint in a row, as this server counts them toward opening.
+    pub breaker_failures: u32,
+}
+
+impl EndpointView {
+    /// The view of `origin`'s stored state at `now_ms` (a pause that is over is not shown).
+    pub fn of(origin: String, state: Option<&EndpointState>, now_ms: UnixMs) -> Self {
+        let Some(state) = state else {
+            return Self {
+                origin,
+                ..Self::default()
+            };
+        };
+        let pause = state.pause.filter(|p| p.until_ms > now_ms);
+        let breaker = &state.breaker;
+        Self {
+            origin,
+            paused_until: pause.map(|p| rfc3339(p.until_ms)),
+            paused_by_status: pause.map(|p| p.status),
+            breaker: breaker.state,
+            breaker_until: match breaker.state {
+                BreakerState::Closed => None,
+                BreakerState::Open | BreakerState::HalfOpen => breaker.until_ms.map(rfc3339),
+            },
+            breaker_opened_at: breaker.opened_at_ms.map(rfc3339),
+            breaker_trips: breaker.trips,
+            breaker_reason: breaker.reason.clone(),
+            breaker_failures: 0,
+        }
+    }
+}
+
+/// A retry budget's use: attempts and retries sent in its window by this server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct BudgetView {
+    pub attempts: u64,
+    pub retries: u64,
 }
 
 #[derive(Debug)]
@@ -137,6 +199,8 @@ impl HealthBook {
             last_success_at: marks.last_success_at_ms.map(rfc3339),
             last_failure_at: health.and_then(|h| h.last_failure_at_ms).map(rfc3339),
             failing_since: marks.failing_since_ms.map(rfc3339),
+            endpoint: EndpointView::default(),
+            retry_budget: None,
         }
     }
 

@@ -9,6 +9,9 @@
 //! are sent again after a restart (at least once).
 
 pub mod address;
+pub mod backpressure;
+pub mod budget;
+pub mod endpoints;
 pub mod envelope;
 pub mod headers;
 pub mod health;
@@ -24,25 +27,34 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
 
-pub use self::health::HealthView;
+pub use self::health::{BudgetView, EndpointView, HealthView};
 pub use self::runner::run;
 use crate::config::DeliveryConfig;
+use crate::engine::Engine;
 use crate::model::Subscription;
+use crate::store::StoreError;
 
-/// What the API and the runners share: settings, health, and the endpoints' bounds.
+/// What the API and the runners share: settings, health, backpressure, and the endpoints'
+/// bounds.
 ///
-/// Per process: the health book and the endpoints' concurrency bounds (like each runner's
-/// throttle) live in this server's memory. On a store shared by several servers each server
-/// applies its [`share`] of each limit to the deliveries it sends, so the cluster keeps the
-/// limit within the tolerance `docs/postgres.md` states. Subscription changes reach the
-/// runners through the store's signal, whichever server made them.
+/// Per process: the health book, the retry budgets' windows, the runs of failures toward a
+/// circuit breaker and the endpoints' concurrency bounds (like each runner's throttle) live
+/// in this server's memory. On a store shared by several servers each server applies its
+/// [`share`] of each limit to the deliveries it sends, so the cluster keeps the limit within
+/// the tolerance `docs/postgres.md` states. Endpoints' pauses and breakers are stored, so every
+/// server obeys them ([`endpoints`]). Subscription and endpoint changes reach the runners
+/// through the store's signals, whichever server made them.
 #[derive(Debug)]
 pub struct Deliveries {
     pub config: DeliveryConfig,
     health: health::HealthBook,
+    /// Endpoints' pauses and circuit breakers, as this server knows them.
+    pub endpoints: endpoints::EndpointBook,
+    /// Subscriptions' retry budgets, as this server counts them.
+    pub budgets: budget::BudgetBook,
     /// One bound per endpoint origin (scheme, host, port), shared by its subscriptions, with
     /// the permits it was made with.
-    endpoints: Mutex<HashMap<String, (usize, Arc<Semaphore>)>>,
+    bounds: Mutex<HashMap<String, (usize, Arc<Semaphore>)>>,
 }
 
 /// This server's share of a limit set for the whole cluster of `servers`: the limit divided
@@ -55,14 +67,40 @@ pub fn share(limit: u32, servers: usize) -> u32 {
 impl Deliveries {
     pub fn new(config: DeliveryConfig) -> Self {
         Self {
+            endpoints: endpoints::EndpointBook::new(config.breaker),
+            budgets: budget::BudgetBook::default(),
             config,
             health: health::HealthBook::default(),
-            endpoints: Mutex::new(HashMap::new()),
+            bounds: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The endpoint's health as the API shows it.
-    pub fn health(&self, subscription: &Subscription) -> HealthView {
+    /// The endpoint's health as the API shows it: this server's counts, the stored pause
+    /// and circuit breaker of its endpoint, and its retry budget's use on this server.
+    pub async fn health(
+        &self,
+        engine: &Engine,
+        subscription: &Subscription,
+    ) -> Result<HealthView, StoreError> {
+        let mut view = self.health.view(subscription);
+        let origin = origin_of(&subscription.endpoint);
+        let stored = engine.endpoint_state(&origin).await?;
+        let epoch = stored.as_ref().map_or(0, |s| s.breaker.epoch);
+        view.endpoint = EndpointView::of(origin.clone(), stored.as_ref(), engine.now_ms());
+        view.endpoint.breaker_failures = self.endpoints.run(&origin, epoch);
+        view.retry_budget = self
+            .budgets
+            .used(subscription, engine.now_ms())
+            .map(|used| BudgetView {
+                attempts: used.attempts,
+                retries: used.retries,
+            });
+        Ok(view)
+    }
+
+    /// This server's counts of the subscription's attempts alone, without its endpoint's
+    /// stored state (left empty): what the metrics show per subscription.
+    pub fn local_health(&self, subscription: &Subscription) -> HealthView {
         self.health.view(subscription)
     }
 
@@ -73,8 +111,8 @@ impl Deliveries {
         let origin = url.origin().ascii_serialization();
         let permits = share(self.config.concurrency_per_endpoint, servers);
         let permits = usize::try_from(permits).unwrap_or(usize::MAX);
-        let mut endpoints = self.endpoints.lock();
-        let bound = endpoints
+        let mut bounds = self.bounds.lock();
+        let bound = bounds
             .entry(origin)
             .or_insert_with(|| (permits, Arc::new(Semaphore::new(permits))));
         if bound.0 != permits {
@@ -82,6 +120,15 @@ impl Deliveries {
         }
         bound.1.clone()
     }
+}
+
+/// The origin (scheme, host and port) of an endpoint URL: what its concurrency bound, pause
+/// and circuit breaker are kept by. An endpoint that is not a URL is its own origin.
+pub fn origin_of(endpoint: &str) -> String {
+    url::Url::parse(endpoint).map_or_else(
+        |_| endpoint.to_owned(),
+        |url| url.origin().ascii_serialization(),
+    )
 }
 
 #[cfg(test)]

@@ -4,6 +4,9 @@
 //! subscription's and the endpoint's concurrency bounds allow, nor faster than its throttle,
 //! and sends each in its own task. Deliveries wait in the store while the bounds are full:
 //! nothing is dropped. Disabled subscriptions' queues are paused, so their deliveries wait too.
+//! So do the deliveries of an endpoint that asked for a pause or whose circuit breaker is open
+//! (but for the breaker's one probe), and retries over their subscription's retry budget:
+//! none of them uses an attempt ([`super::backpressure`], [`super::budget`]).
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -13,10 +16,13 @@ use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::task::JoinSet;
 
 use super::Deliveries;
+use super::backpressure::{self, Gate, Hold, ProbeEnd};
 use super::health::Verdict;
 use super::send::Sender;
 use super::throttle::Throttle;
+use crate::clock::UnixMs;
 use crate::engine::{ChangeError, Engine};
+use crate::metrics::webhooks::HeldReason;
 use crate::model::{AttemptResult, Subscription, SubscriptionId};
 use crate::store::{Ack, StoreError, TakenJob};
 
@@ -43,6 +49,7 @@ pub async fn run(
     };
     let mut runners: std::collections::HashMap<SubscriptionId, tokio::task::JoinHandle<()>> =
         std::collections::HashMap::new();
+    let watcher = tokio::spawn(watch_endpoints(engine.clone(), deliveries.clone()));
     loop {
         let changed = engine.signals().subscriptions.notified();
         tokio::pin!(changed);
@@ -52,6 +59,7 @@ pub async fn run(
             let running = !runner.is_finished();
             if !running {
                 deliveries.health.forget(*id);
+                deliveries.budgets.forget(*id);
             }
             running
         });
@@ -79,6 +87,19 @@ pub async fn run(
     }
     for (_, runner) in runners {
         let _ = runner.await;
+    }
+    watcher.abort();
+}
+
+/// Marks this server's endpoint states for reading again whenever the store says one changed.
+async fn watch_endpoints(engine: Arc<Engine>, deliveries: Arc<Deliveries>) {
+    loop {
+        // Registered before marking, so a change in between is heard.
+        let changed = engine.signals().endpoints.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        deliveries.endpoints.invalidate();
+        changed.await;
     }
 }
 
@@ -109,6 +130,9 @@ async fn run_subscription(
         let ready = engine.signals().ready.notified();
         tokio::pin!(ready);
         ready.as_mut().enable();
+        let endpoint_changed = engine.signals().endpoints.notified();
+        tokio::pin!(endpoint_changed);
+        endpoint_changed.as_mut().enable();
         let subscription = match engine.subscription(id).await {
             Ok(Some(subscription)) => subscription,
             Ok(None) => break,
@@ -146,11 +170,51 @@ async fn run_subscription(
             }
             continue;
         }
+        // The endpoint's pause and circuit breaker, stored for every server: while they hold,
+        // nothing is taken; once the breaker's cool-down is over, one probe is.
+        let origin: Arc<str> = Arc::from(url.origin().ascii_serialization());
+        let now = engine.now_ms();
+        let gate = match deliveries.endpoints.gate(&engine, &origin, now).await {
+            Ok(gate) => gate,
+            Err(error) => {
+                tracing::error!(%error, id = id.0, "reading the endpoint's state failed; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(IDLE_POLL) => {}
+                    _ = stop.changed() => {}
+                }
+                continue;
+            }
+        };
+        let probe = match gate {
+            Gate::Send => None,
+            Gate::Wait { until_ms, .. } => {
+                tokio::select! {
+                    () = engine.clock.sleep_toward(until_ms, IDLE_POLL) => {}
+                    () = &mut endpoint_changed => {}
+                    () = &mut changed => {}
+                    _ = stop.changed() => {}
+                }
+                continue;
+            }
+            Gate::Probe => match deliveries
+                .endpoints
+                .claim_probe(&engine, &origin, now)
+                .await
+            {
+                Some(probe) => Some(probe),
+                // Another runner (or server) sends it: look again.
+                None => continue,
+            },
+        };
+        let room = if probe.is_some() { 1 } else { room };
         // Room under the endpoint's bound: wait for one permit, then take what is free.
         let endpoint = deliveries.endpoint_bound(&url, servers);
         let first = tokio::select! {
             permit = endpoint.clone().acquire_owned() => permit,
-            _ = stop.changed() => continue,
+            _ = stop.changed() => {
+                unsent(&engine, &deliveries, &origin, probe).await;
+                continue;
+            }
         };
         let Ok(first) = first else { break };
         let mut permits: Vec<OwnedSemaphorePermit> = vec![first];
@@ -174,6 +238,7 @@ async fn run_subscription(
             if granted == 0 {
                 let wait = bucket.next_token_at(now).saturating_sub(now).max(1);
                 drop(permits);
+                unsent(&engine, &deliveries, &origin, probe).await;
                 tokio::select! {
                     () = tokio::time::sleep(Duration::from_millis(wait)) => {}
                     _ = stop.changed() => {}
@@ -192,6 +257,7 @@ async fn run_subscription(
             Ok(jobs) => jobs,
             Err(error) => {
                 tracing::error!(%error, id = id.0, "taking deliveries failed");
+                unsent(&engine, &deliveries, &origin, probe).await;
                 tokio::time::sleep(IDLE_POLL).await;
                 continue;
             }
@@ -201,6 +267,7 @@ async fn run_subscription(
         }
         if jobs.is_empty() {
             drop(permits);
+            unsent(&engine, &deliveries, &origin, probe).await;
             tokio::select! {
                 () = &mut ready => {}
                 () = &mut changed => {}
@@ -210,15 +277,36 @@ async fn run_subscription(
             continue;
         }
         let subscription = Arc::new(subscription);
+        let now = engine.now_ms();
+        let mut over_budget = Vec::new();
         for (job, permit) in jobs.into_iter().zip(permits) {
-            in_flight.spawn(deliver(
-                engine.clone(),
-                deliveries.clone(),
-                sender.clone(),
-                subscription.clone(),
-                job,
-                permit,
-            ));
+            // A retry over the retry budget waits; the probe goes whatever the budget.
+            let admitted = deliveries
+                .budgets
+                .admit(&subscription, job.attempt > 1, servers, now);
+            match admitted {
+                Err(until_ms) if probe.is_none() => {
+                    drop(permit);
+                    over_budget.push((job, until_ms));
+                }
+                _ => {
+                    in_flight.spawn(deliver(
+                        Sending {
+                            engine: engine.clone(),
+                            deliveries: deliveries.clone(),
+                            sender: sender.clone(),
+                            subscription: subscription.clone(),
+                            origin: origin.clone(),
+                            probe,
+                        },
+                        job,
+                        permit,
+                    ));
+                }
+            }
+        }
+        for (job, until_ms) in over_budget {
+            hold(&engine, id, &job, until_ms, HeldReason::RetryBudget).await;
         }
     }
     // Lets requests in flight finish briefly; abandoned ones keep their leases, which expire
@@ -230,18 +318,96 @@ async fn run_subscription(
     in_flight.abort_all();
 }
 
-/// Sends one delivery and records how it went.
-async fn deliver(
+/// A probe claimed and then not sent: another may go at once.
+async fn unsent(engine: &Engine, deliveries: &Deliveries, origin: &str, probe: Option<u64>) {
+    if let Some(probe) = probe {
+        let now = engine.now_ms();
+        deliveries
+            .endpoints
+            .end_probe(engine, origin, probe, &ProbeEnd::Unsent, now)
+            .await;
+    }
+}
+
+/// Puts a taken delivery back, unsent: it waits until `until_ms` and uses no attempt.
+async fn hold(
+    engine: &Engine,
+    subscription: SubscriptionId,
+    job: &TakenJob,
+    until_ms: UnixMs,
+    reason: HeldReason,
+) {
+    let ack = Ack {
+        id: job.id,
+        lease: job.lease_token,
+    };
+    let why = reason.name();
+    tracing::debug!(delivery = job.id.0, until_ms, why, "delivery held back");
+    match engine
+        .hold_delivery(subscription, ack, until_ms, reason)
+        .await
+    {
+        // Deleted, replayed or expired meanwhile: someone else owns it now.
+        Ok(())
+        | Err(
+            StoreError::NotFound(_) | StoreError::LeaseLost { .. } | StoreError::NotInFlight { .. },
+        ) => {}
+        // Its lease runs out and it is taken again (an expired lease counts as an attempt).
+        Err(error) => {
+            tracing::error!(%error, delivery = job.id.0, "holding back a delivery failed")
+        }
+    }
+}
+
+/// What a delivery's task needs besides the delivery.
+struct Sending {
     engine: Arc<Engine>,
     deliveries: Arc<Deliveries>,
     sender: Arc<Sender>,
     subscription: Arc<Subscription>,
-    job: TakenJob,
-    permit: OwnedSemaphorePermit,
-) {
+    origin: Arc<str>,
+    /// The endpoint's breaker probe, when this delivery is it.
+    probe: Option<u64>,
+}
+
+/// Sends one delivery and records how it went.
+async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
+    let Sending {
+        engine,
+        deliveries,
+        sender,
+        subscription,
+        origin,
+        probe,
+    } = send;
     let now = engine.now_ms();
+    // A pause or an opened breaker that came since the take holds this one back too.
+    if probe.is_none() {
+        let known = deliveries.endpoints.known(&origin);
+        if let Gate::Wait { until_ms, why } = backpressure::gate(known.as_ref(), now) {
+            drop(permit);
+            let reason = match why {
+                Hold::Paused => HeldReason::Paused,
+                Hold::Open | Hold::Probing => HeldReason::Breaker,
+            };
+            hold(&engine, subscription.id, &job, until_ms, reason).await;
+            return;
+        }
+    }
     let attempt = sender.attempt(&subscription, &job, now).await;
     drop(permit);
+    let answered_at = engine.now_ms();
+    deliveries
+        .endpoints
+        .record(
+            &engine,
+            &origin,
+            subscription.id,
+            &attempt,
+            probe,
+            answered_at,
+        )
+        .await;
     let failed = attempt.result != AttemptResult::Delivered;
     let ack = Ack {
         id: job.id,

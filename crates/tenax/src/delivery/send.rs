@@ -297,6 +297,12 @@ mod tests {
             concurrency_per_endpoint: 4,
             auto_disable_after_ms: 0,
             ca_file: None,
+            breaker: crate::delivery::backpressure::BreakerSettings {
+                failures: 10,
+                cooldown_ms: 30_000,
+                max_cooldown_ms: 600_000,
+                probe_ms: 10_000,
+            },
         })
         .expect("a sender")
     }

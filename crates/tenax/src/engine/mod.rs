@@ -9,6 +9,7 @@
 pub mod activity;
 mod claims;
 mod decide;
+mod endpoints;
 mod jobs;
 pub mod maintenance;
 mod observe;

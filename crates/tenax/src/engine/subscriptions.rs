@@ -8,6 +8,8 @@ use std::sync::Arc;
 use tenax_policy::{Outcome, RetryPolicy};
 
 use super::{ChangeError, Engine, PolicyOwner, Refusal, decide_failure, delivery_policy};
+use crate::clock::UnixMs;
+use crate::metrics::webhooks::HeldReason;
 use crate::model::subscription::{TEST_DELIVERY_KIND, TEST_EVENT_KIND, delivery_queue};
 use crate::model::{
     Attempt, AttemptResult, DeliveryPayload, ErrorEntry, JobId, NewJob, Status, Subscription,
@@ -224,6 +226,34 @@ impl Engine {
             Some(enqueued) => Ok(enqueued.id),
             None => Err(StoreError::NoSubscription(id)),
         }
+    }
+}
+
+impl Engine {
+    /// Puts back a delivery taken but not sent (its endpoint paused, its breaker opened, or
+    /// its subscription's retry budget spent meanwhile): it waits until `until_ms`, and uses no
+    /// attempt. No attempt is recorded; the metrics count it as held for `reason`.
+    pub async fn hold_delivery(
+        &self,
+        subscription: SubscriptionId,
+        ack: Ack,
+        until_ms: UnixMs,
+        reason: HeldReason,
+    ) -> Result<(), StoreError> {
+        let now_ms = self.now_ms();
+        let decide = move |ctx: &DecideContext<'_>| {
+            let mut state = ctx.state.clone();
+            state.status = Status::Scheduled;
+            state.run_at_ms = until_ms.max(now_ms);
+            Transition {
+                state,
+                error: None,
+                moved_to: None,
+            }
+        };
+        self.store.fail_job(ack, now_ms, &decide).await?;
+        self.metrics.webhooks.series(subscription).held(reason);
+        Ok(())
     }
 }
 

@@ -1,6 +1,7 @@
 //! A scrape: the counters and histograms as they are, and gauges read now: jobs by state per
 //! queue and the age of the ready job first in line (from the store), deliveries by state and
-//! endpoint health per subscription.
+//! endpoint health per subscription, and webhook endpoints by circuit breaker state and pause
+//! (stored, so every server shows the same).
 //!
 //! The store's count may be costly on a large shared database: it is made again only once the
 //! last one is older than [`RECOUNT_FACTOR`] times the time it took, so counting takes at most
@@ -24,6 +25,7 @@ use super::webhooks::SubscriptionLabel;
 use crate::clock::UnixMs;
 use crate::delivery::Deliveries;
 use crate::engine::Engine;
+use crate::model::BreakerState;
 use crate::model::subscription::{is_internal_queue, subscription_of_queue};
 use crate::store::{Backlog, StoreError};
 
@@ -93,6 +95,11 @@ async fn count(engine: &Engine) -> Result<Vec<(Backlog, Option<UnixMs>)>, StoreE
             (b, head)
         })
         .collect())
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerLabel {
+    state: String,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -222,7 +229,7 @@ pub async fn render(engine: &Engine, deliveries: &Deliveries) -> String {
                 let label = SubscriptionLabel {
                     subscription: metrics.webhooks.label(subscription.id).to_string(),
                 };
-                let view = deliveries.health(subscription);
+                let view = deliveries.local_health(subscription);
                 healthy
                     .get_or_create(&label)
                     .inc_by(i64::from(view.healthy));
@@ -252,6 +259,49 @@ pub async fn render(engine: &Engine, deliveries: &Deliveries) -> String {
             );
         }
         Err(error) => tracing::warn!(%error, "listing subscriptions for the metrics failed"),
+    }
+
+    match engine.endpoint_states().await {
+        Ok(states) => {
+            let now = engine.now_ms();
+            let breakers = Family::<BreakerLabel, Gauge>::default();
+            for state in [
+                BreakerState::Closed,
+                BreakerState::Open,
+                BreakerState::HalfOpen,
+            ] {
+                // Every state has its series, at 0 while no endpoint is in it.
+                breakers
+                    .get_or_create(&BreakerLabel {
+                        state: state.name().to_owned(),
+                    })
+                    .set(0);
+            }
+            let paused: Gauge = Gauge::default();
+            for state in &states {
+                breakers
+                    .get_or_create(&BreakerLabel {
+                        state: state.breaker.state.name().to_owned(),
+                    })
+                    .inc();
+                if state.pause.is_some_and(|p| p.until_ms > now) {
+                    paused.inc();
+                }
+            }
+            gauges.register(
+                "tenax_webhook_endpoints",
+                "Webhook endpoints (origins) that ever paused or tripped, by the state of their \
+                 circuit breaker (closed, open, half_open), as stored for every server",
+                breakers,
+            );
+            gauges.register(
+                "tenax_webhook_endpoints_paused",
+                "Webhook endpoints whose pause (asked for by a 429 or 503 with Retry-After) \
+                 holds now",
+                paused,
+            );
+        }
+        Err(error) => tracing::warn!(%error, "reading endpoint states for the metrics failed"),
     }
 
     let mut text = String::new();

@@ -1,5 +1,6 @@
-//! Webhook metrics: delivery attempts by subscription and outcome class, their latency, and
-//! deliveries that died. Subscriptions are bounded like queues ([`super::labels`]).
+//! Webhook metrics: delivery attempts by subscription and outcome class, their latency,
+//! deliveries that died, and deliveries held back unsent by their endpoint's backpressure or
+//! their retry budget. Subscriptions are bounded like queues ([`super::labels`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,6 +37,35 @@ pub struct AttemptLabels {
     pub outcome: String,
 }
 
+/// Why a delivery taken to be sent was put back unsent (it used no attempt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldReason {
+    /// Its endpoint asked for a pause (a 429 or 503 with `Retry-After`).
+    Paused,
+    /// Its endpoint's circuit breaker is open, or another delivery is its probe.
+    Breaker,
+    /// It is a retry, and its subscription's retry budget is spent.
+    RetryBudget,
+}
+
+impl HeldReason {
+    pub const ALL: [Self; 3] = [Self::Paused, Self::Breaker, Self::RetryBudget];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Paused => "paused",
+            Self::Breaker => "breaker",
+            Self::RetryBudget => "retry_budget",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HeldLabels {
+    pub subscription: String,
+    pub reason: String,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SubscriptionLabel {
     pub subscription: String,
@@ -48,9 +78,15 @@ pub struct WebhookSeries {
     latency: Histogram,
     pub retried: Counter,
     pub dead: Counter,
+    /// By [`HeldReason`], in the order of [`HeldReason::ALL`].
+    held: [Counter; 3],
 }
 
 impl WebhookSeries {
+    pub fn held(&self, reason: HeldReason) {
+        self.held[reason as usize].inc();
+    }
+
     pub fn attempted(&self, attempt: &Attempt) {
         self.attempts[outcome_of(attempt)].inc();
         self.latency.observe_ms(attempt.latency_ms);
@@ -64,6 +100,7 @@ pub struct WebhookMetrics {
     latency: Family<SubscriptionLabel, Histogram, fn() -> Histogram>,
     retried: Family<SubscriptionLabel, Counter>,
     dead: Family<SubscriptionLabel, Counter>,
+    held: Family<HeldLabels, Counter>,
     /// Every subscription id seen, to its (perhaps folded) series.
     series: RwLock<HashMap<SubscriptionId, Arc<WebhookSeries>>>,
 }
@@ -80,6 +117,7 @@ impl WebhookMetrics {
             latency: Family::new_with_constructor(webhook_seconds as fn() -> Histogram),
             retried: Family::default(),
             dead: Family::default(),
+            held: Family::default(),
             series: RwLock::new(HashMap::new()),
         };
         registry.register(
@@ -103,6 +141,13 @@ impl WebhookMetrics {
             "tenax_webhook_deliveries_dead",
             "Deliveries that died: no retry left, or an answer that is not retried",
             metrics.dead.clone(),
+        );
+        registry.register(
+            "tenax_webhook_deliveries_held",
+            "Deliveries taken to be sent and put back unsent, using no attempt, by reason: \
+             paused (the endpoint asked for a pause), breaker (its circuit breaker is open or \
+             probing), retry_budget (a retry over the subscription's retry budget)",
+            metrics.held.clone(),
         );
         metrics
     }
@@ -131,6 +176,12 @@ impl WebhookMetrics {
             latency: self.latency.get_or_create_owned(&subscription),
             retried: self.retried.get_or_create_owned(&subscription),
             dead: self.dead.get_or_create_owned(&subscription),
+            held: HeldReason::ALL.map(|reason| {
+                self.held.get_or_create_owned(&HeldLabels {
+                    subscription: label.to_string(),
+                    reason: reason.name().to_owned(),
+                })
+            }),
         });
         self.series.write().entry(id).or_insert(made).clone()
     }

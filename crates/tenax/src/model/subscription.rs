@@ -97,6 +97,9 @@ pub struct Subscription {
     /// Disable the subscription after its endpoint has failed for this long without a success.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_disable_after_ms: Option<u64>,
+    /// A cap on retries: a failing endpoint cannot turn a burst into a storm of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_budget: Option<RetryBudget>,
     #[serde(default)]
     pub format: EnvelopeFormat,
     /// Free-form options kept for the API that created it (Zaqar's `options`).
@@ -132,6 +135,7 @@ impl Subscription {
             retryable_statuses: None,
             max_concurrency: None,
             auto_disable_after_ms: None,
+            retry_budget: None,
             format: EnvelopeFormat::default(),
             options: None,
             expires_at_ms: None,
@@ -185,6 +189,7 @@ impl std::fmt::Debug for Subscription {
             .field("retryable_statuses", &self.retryable_statuses)
             .field("max_concurrency", &self.max_concurrency)
             .field("auto_disable_after_ms", &self.auto_disable_after_ms)
+            .field("retry_budget", &self.retry_budget)
             .field("format", &self.format)
             .field("expires_at_ms", &self.expires_at_ms)
             .field("created_at_ms", &self.created_at_ms)
@@ -192,6 +197,20 @@ impl std::fmt::Debug for Subscription {
             .field("health", &self.health)
             .finish_non_exhaustive()
     }
+}
+
+/// A cap on a subscription's retries: within any `window_ms`, the retries it sends may be at
+/// most `percent` % of all its attempts (the retries among them), or `min_retries`, whichever
+/// allows more. Retries over it wait; they use no attempt (`crate::delivery::budget`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryBudget {
+    /// 1 to 100.
+    pub percent: u32,
+    pub window_ms: u64,
+    /// Retries allowed in any window whatever the share, so that a quiet subscription can
+    /// retry at all.
+    #[serde(default)]
+    pub min_retries: u32,
 }
 
 /// What is shown in place of a secret or a header value.

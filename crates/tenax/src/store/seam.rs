@@ -27,7 +27,9 @@ use tokio::sync::Notify;
 use super::types::*;
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
-use crate::model::{Attempt, ClaimId, Job, JobId, Schedule, Subscription, SubscriptionId};
+use crate::model::{
+    Attempt, ClaimId, EndpointState, Job, JobId, Schedule, Subscription, SubscriptionId,
+};
 
 /// Adding jobs.
 #[async_trait]
@@ -350,6 +352,25 @@ pub trait SubscriptionStore {
     async fn subscriptions(&self, queue: Option<&str>) -> Result<Vec<Subscription>, StoreError>;
 }
 
+/// Webhook endpoints' delivery state (a pause, a circuit breaker), shared by every
+/// subscription pointing at the endpoint and by every server.
+#[async_trait]
+pub trait EndpointStore {
+    /// Every endpoint that has a state, by origin.
+    async fn endpoints(&self) -> Result<Vec<EndpointState>, StoreError>;
+
+    async fn endpoint(&self, origin: &str) -> Result<Option<EndpointState>, StoreError>;
+
+    /// Changes an endpoint's state atomically by `change` (made if it had none); returns it as
+    /// stored after. A change wakes every server's delivery runners
+    /// ([`Signals::endpoints`]).
+    async fn update_endpoint(
+        &self,
+        origin: &str,
+        change: &ChangeEndpoint<'_>,
+    ) -> Result<Option<EndpointState>, StoreError>;
+}
+
 /// API tokens (stored hashed).
 #[async_trait]
 pub trait TokenStore {
@@ -404,6 +425,8 @@ pub struct Signals {
     pub released: Notify,
     /// API tokens were made, changed or revoked: token books load them again.
     pub tokens: Notify,
+    /// An endpoint's delivery state (pause, circuit breaker) changed.
+    pub endpoints: Notify,
 }
 
 /// The backend as a whole.
@@ -437,6 +460,7 @@ pub trait Store:
     + QueueStore
     + ScheduleStore
     + SubscriptionStore
+    + EndpointStore
     + TokenStore
     + StoreLifecycle
     + Send
@@ -455,6 +479,7 @@ impl<T> Store for T where
         + QueueStore
         + ScheduleStore
         + SubscriptionStore
+        + EndpointStore
         + TokenStore
         + StoreLifecycle
         + Send

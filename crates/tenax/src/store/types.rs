@@ -8,8 +8,8 @@ use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
 use crate::model::{
-    ClaimId, ErrorEntry, Job, JobId, JobState, LeaseToken, NewJob, Schedule, Status, StoredPolicy,
-    Subscription, SubscriptionId, Trigger,
+    ClaimId, EndpointState, ErrorEntry, Job, JobId, JobState, LeaseToken, NewJob, Schedule, Status,
+    StoredPolicy, Subscription, SubscriptionId, Trigger,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -346,6 +346,11 @@ pub type ChangeSchedule<'a> = dyn Fn(Option<&Schedule>) -> Option<Schedule> + Se
 /// A change to a subscription: from the stored one to the new one, or `None` to leave it.
 /// Called under the store's serialisation, like [`ChangeQueue`].
 pub type ChangeSubscription<'a> = dyn Fn(&Subscription) -> Option<Subscription> + Send + Sync + 'a;
+
+/// Called under the store's serialisation with an endpoint's stored state (`None`: it has
+/// none); returns the new one, or `None` to leave it as it is.
+pub type ChangeEndpoint<'a> =
+    dyn Fn(Option<&EndpointState>) -> Option<EndpointState> + Send + Sync + 'a;
 
 /// Whether to delete a job, seeing it as it is under the store's serialisation.
 pub type DeleteCheck<'a> = dyn Fn(&JobPeek) -> bool + Send + Sync + 'a;

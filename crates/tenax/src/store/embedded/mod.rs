@@ -6,8 +6,8 @@
 //! and waits for the commit. Only new jobs wait to become visible until their commit is durable:
 //! a worker can never run a job whose enqueue was not acknowledged.
 //!
-//! Durability contract: jobs, their states, errors and attempts, queue settings, subscriptions
-//! and tokens are durable once acknowledged: the commit's record is synced in the write-ahead
+//! Durability contract: jobs, their states, errors and attempts, queue settings, subscriptions,
+//! endpoint states and tokens are durable once acknowledged: the commit's record is synced in the write-ahead
 //! log (`wal`), and the redb file follows (`writer`). Leases and claims live in memory only: a
 //! restart returns every in-flight job to ready (at least once), which is what
 //! [`StoreProperties::durable_leases`] `false` declares. One process uses the store
@@ -23,6 +23,7 @@
 mod claims;
 mod curation;
 pub mod disk;
+mod endpoints;
 mod enqueue;
 mod history;
 pub mod index;
@@ -53,7 +54,7 @@ use self::disk::{FileLog, LogFile, SimulatedDisk};
 use self::index::{Entry, Index};
 use self::ops::{CountDeltas, Op, Tables};
 use self::tables::{
-    ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ERRORS,
+    ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
     FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID,
     POLICIES, QUEUES, SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, StoredBody, TOKENS, WAL_LSN,
 };
@@ -66,7 +67,7 @@ use super::{
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
 use crate::model::{
-    ClaimId, JobId, JobState, Schedule, StoredPolicy, Subscription, SubscriptionId,
+    ClaimId, EndpointState, JobId, JobState, Schedule, StoredPolicy, Subscription, SubscriptionId,
 };
 
 /// Options of the embedded store.
@@ -119,6 +120,8 @@ struct Inner {
     /// unique in their queue ([`Subscription::unique_endpoint`]).
     endpoints: HashMap<(String, String), SubscriptionId>,
     next_subscription_id: SubscriptionId,
+    /// Webhook endpoints' delivery states, by origin.
+    endpoint_states: HashMap<String, EndpointState>,
     /// API tokens by id (hashed: see `crate::auth::token`).
     tokens: BTreeMap<u64, TokenRecord>,
     next_token_id: u64,
@@ -262,6 +265,7 @@ fn check_format(db: &Database) -> Result<(), StoreError> {
         tx.open_table(SUBSCRIPTIONS).map_err(fault(what))?;
         tx.open_table(ATTEMPTS).map_err(fault(what))?;
         tx.open_table(TOKENS).map_err(fault(what))?;
+        tx.open_table(ENDPOINTS).map_err(fault(what))?;
         tx.open_table(COMPLETED).map_err(fault(what))?;
         tx.open_table(COMPLETED_AT).map_err(fault(what))?;
         tx.open_table(COMPLETED_EXPIRING).map_err(fault(what))?;
@@ -417,6 +421,14 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
         inner.tokens.insert(id.value(), record);
     }
     inner.next_token_id = counter(NEXT_TOKEN_ID)?.max(max_token + 1).max(1);
+    let endpoints = tx.open_table(ENDPOINTS).map_err(fault(what))?;
+    for row in endpoints.iter().map_err(fault(what))? {
+        let (origin, state) = row.map_err(fault(what))?;
+        let state: EndpointState = from_json_bytes("endpoint state", state.value())?;
+        inner
+            .endpoint_states
+            .insert(origin.value().to_owned(), state);
+    }
     let schedules = tx.open_table(SCHEDULES).map_err(fault(what))?;
     for row in schedules.iter().map_err(fault(what))? {
         let (name, record) = row.map_err(fault(what))?;

@@ -16,9 +16,9 @@ use std::sync::Arc;
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::tables::{
-    ATTEMPTS, BodyHead, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ERRORS,
-    JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES, STARTS,
-    STATES, SUBSCRIPTIONS, TOKENS, WAL_LSN,
+    ATTEMPTS, BodyHead, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS,
+    ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES,
+    STARTS, STATES, SUBSCRIPTIONS, TOKENS, WAL_LSN,
 };
 use crate::clock::UnixMs;
 use crate::model::{JobId, JobState, SubscriptionId};
@@ -104,6 +104,11 @@ pub enum Op {
         count: u64,
         forget_before_ms: UnixMs,
     },
+    /// An endpoint's delivery state, by origin.
+    PutEndpoint {
+        origin: String,
+        state: Vec<u8>,
+    },
 }
 
 /// How applied ops changed each queue's count of completed jobs.
@@ -120,6 +125,7 @@ pub struct Tables<'t> {
     subscriptions: Table<'t, u64, &'static [u8]>,
     attempts: Table<'t, (u64, u32), &'static [u8]>,
     tokens: Table<'t, u64, &'static [u8]>,
+    endpoints: Table<'t, &'static str, &'static [u8]>,
     completed: Table<'t, (&'static str, u64), &'static [u8]>,
     completed_at: Table<'t, (u64, u64), &'static str>,
     completed_expiring: Table<'t, (u64, u64), &'static str>,
@@ -140,6 +146,7 @@ impl<'t> Tables<'t> {
             subscriptions: tx.open_table(SUBSCRIPTIONS)?,
             attempts: tx.open_table(ATTEMPTS)?,
             tokens: tx.open_table(TOKENS)?,
+            endpoints: tx.open_table(ENDPOINTS)?,
             completed: tx.open_table(COMPLETED)?,
             completed_at: tx.open_table(COMPLETED_AT)?,
             completed_expiring: tx.open_table(COMPLETED_EXPIRING)?,
@@ -269,6 +276,9 @@ impl<'t> Tables<'t> {
                 let n = last_key(&self.attempts, id)?.map_or(1, |last| last.saturating_add(1));
                 self.attempts.insert((id, n), entry.as_slice())?;
             }
+            Op::PutEndpoint { origin, state } => {
+                self.endpoints.insert(origin.as_str(), state.as_slice())?;
+            }
         }
         Ok(())
     }
@@ -361,6 +371,7 @@ const DELETE_TOKEN: u8 = 14;
 const PUT_SCHEDULE: u8 = 15;
 const DELETE_SCHEDULE: u8 = 16;
 const STARTED: u8 = 17;
+const PUT_ENDPOINT: u8 = 18;
 
 impl Op {
     /// Appends the op's log encoding to `out`.
@@ -462,6 +473,11 @@ impl Op {
                 int(out, *count);
                 int(out, *forget_before_ms);
             }
+            Op::PutEndpoint { origin, state } => {
+                out.push(PUT_ENDPOINT);
+                bytes(out, origin.as_bytes());
+                bytes(out, state);
+            }
         }
     }
 
@@ -547,6 +563,10 @@ impl Op {
                 width_ms: reader.int()?,
                 count: reader.int()?,
                 forget_before_ms: reader.int()?,
+            },
+            PUT_ENDPOINT => Op::PutEndpoint {
+                origin: reader.text()?,
+                state: reader.bytes()?,
             },
             other => return Err(format!("an unknown op {other}")),
         };
@@ -668,6 +688,10 @@ mod tests {
                 width_ms: 1_000,
                 count: 7,
                 forget_before_ms: u64::MAX,
+            },
+            Op::PutEndpoint {
+                origin: "https://h\u{e9}.example:8443".into(),
+                state: b"{}".to_vec(),
             },
         ]
     }

@@ -16,6 +16,7 @@
 //! | `tokens`   | token id (u64)       | [`TokenRecord`](crate::auth::TokenRecord) JSON: an API token's hash, role and scopes |
 //! | `schedules` | schedule name       | [`Schedule`](crate::model::Schedule) JSON: its definition and what it has done |
 //! | `starts`   | (queue, bucket start) | (bucket width, jobs started): a rate-limited queue's recent starts (see [`RateLimit`](crate::store::RateLimit)) |
+//! | `endpoints` | endpoint origin     | [`EndpointState`](crate::model::EndpointState) JSON: a webhook endpoint's pause and circuit breaker |
 //! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`) |
 //!
 //! Memory holds every job that can still change (see `index`); a completed job moves from
@@ -56,6 +57,7 @@ pub const QUEUES: TableDefinition<&str, &[u8]> = TableDefinition::new("queues");
 pub const SUBSCRIPTIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("subscriptions");
 pub const ATTEMPTS: TableDefinition<(u64, u32), &[u8]> = TableDefinition::new("attempts");
 pub const TOKENS: TableDefinition<u64, &[u8]> = TableDefinition::new("tokens");
+pub const ENDPOINTS: TableDefinition<&str, &[u8]> = TableDefinition::new("endpoints");
 pub const COMPLETED: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("completed");
 pub const COMPLETED_AT: TableDefinition<(u64, u64), &str> = TableDefinition::new("completed_at");
 pub const COMPLETED_EXPIRING: TableDefinition<(u64, u64), &str> =

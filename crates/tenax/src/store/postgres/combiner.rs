@@ -2,17 +2,21 @@
 //! that can refuse one request and not another, but an old facts version, which the statement
 //! checks row by row). Such enqueues that arrive while one is being committed wait for it, and
 //! then share the next commit: one statement and one WAL flush for many requests, where each
-//! would otherwise wait for its own flush. With one request at a time nothing waits, so this
-//! adds no latency; under load it is what lets single-job enqueues keep up with the disk.
+//! would otherwise wait for its own flush. A commit about to leave with fewer requests than
+//! the last round had in play waits a bounded moment for the rest ([`super::linger`]). With
+//! one request at a time nothing waits, so this adds no latency; under load it is what lets
+//! single-job enqueues keep up with the disk.
 //!
 //! Invariants: a request's jobs get increasing ids in its order; a request is answered only
 //! after the commit that stored its jobs (or with that commit's error, which stored none).
 
 use std::sync::Arc;
+use std::time::Instant;
 
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use super::inserts::{Columns, INSERT_SHARED};
+use super::linger::Linger;
 use super::rows::{id, unid};
 use super::transitions::query;
 use super::wakeups::{Wakeup, Wakeups};
@@ -40,11 +44,17 @@ struct Queue {
     /// A task is committing (and will take what is queued next).
     running: bool,
     queued: Vec<Pending>,
+    /// The committing task waits for more requests: tell it of each.
+    lingering: bool,
+    /// What the last commit saw.
+    linger: Linger,
 }
 
 #[derive(Debug)]
 pub struct Combiner {
     queue: parking_lot::Mutex<Queue>,
+    /// Fired for each request queued while the committing task lingers.
+    arrived: Notify,
     pool: Pool,
     wakeups: Arc<Wakeups>,
     commits: Option<Arc<dyn CommitObserver>>,
@@ -71,6 +81,7 @@ impl Combiner {
     ) -> Arc<Self> {
         Arc::new(Self {
             queue: parking_lot::Mutex::new(Queue::default()),
+            arrived: Notify::new(),
             pool,
             wakeups,
             commits,
@@ -85,7 +96,7 @@ impl Combiner {
         now_ms: UnixMs,
     ) -> Result<Vec<Option<Enqueued>>, StoreError> {
         let (reply, answer) = oneshot::channel();
-        let start = {
+        let (start, lingering) = {
             let mut queue = self.queue.lock();
             queue.queued.push(Pending {
                 jobs,
@@ -93,8 +104,14 @@ impl Combiner {
                 now_ms,
                 reply,
             });
-            !std::mem::replace(&mut queue.running, true)
+            (
+                !std::mem::replace(&mut queue.running, true),
+                queue.lingering,
+            )
         };
+        if lingering {
+            self.arrived.notify_waiters();
+        }
         if start {
             // A task of its own: a request that goes away must not stop the others' commit.
             tokio::spawn(self.clone().drain());
@@ -106,6 +123,7 @@ impl Combiner {
     async fn drain(self: Arc<Self>) {
         let guard = Running(&self);
         loop {
+            self.linger().await;
             let batch = {
                 let mut queue = self.queue.lock();
                 if queue.queued.is_empty() {
@@ -131,11 +149,55 @@ impl Combiner {
         }
     }
 
+    /// Waits, if the last round says more requests are on their way, until they are queued
+    /// or the wait is over.
+    async fn linger(&self) {
+        let plan = {
+            let queue = self.queue.lock();
+            if queue.queued.is_empty() {
+                // Nothing to wait with: the task ends, and the next request starts another.
+                return;
+            }
+            let jobs: usize = queue.queued.iter().map(|p| p.jobs.len()).sum();
+            queue
+                .linger
+                .plan(queue.queued.len(), jobs >= MOST_JOBS, Instant::now())
+        };
+        let Some(wait) = plan else { return };
+        let deadline = tokio::time::Instant::now() + wait.at_most;
+        loop {
+            // Registered before looking, so a request queued in between is heard.
+            let arrived = self.arrived.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            {
+                let mut queue = self.queue.lock();
+                let enough = queue.queued.len() >= wait.requests;
+                queue.lingering = !enough;
+                if enough {
+                    return;
+                }
+            }
+            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
+                self.queue.lock().lingering = false;
+                return;
+            }
+        }
+    }
+
     async fn commit(&self, batch: Vec<Pending>) {
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let stored = self.store(&batch).await;
         if let (Some(commits), Ok(_)) = (&self.commits, &stored) {
             commits.committed(batch.len(), started.elapsed());
+        }
+        {
+            // What this round had in play, for the next commit to wait for.
+            let mut queue = self.queue.lock();
+            let arrived = queue.queued.len();
+            queue
+                .linger
+                .committed(batch.len(), arrived, started.elapsed(), Instant::now());
         }
         let stored = stored.and_then(|(version, ids)| {
             let current: usize = batch

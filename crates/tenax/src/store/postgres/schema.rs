@@ -16,6 +16,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_dead.sql"),
     include_str!("migrations/0005_triggers.sql"),
     include_str!("migrations/0006_limits_and_schedules.sql"),
+    include_str!("migrations/0007_endpoints.sql"),
 ];
 
 /// The schema version this binary writes and reads.

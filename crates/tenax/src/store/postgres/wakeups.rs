@@ -42,15 +42,17 @@ pub enum Wakeup {
     Subscriptions,
     Released,
     Tokens,
+    Endpoints,
 }
 
 impl Wakeup {
-    const ALL: [Wakeup; 5] = [
+    const ALL: [Wakeup; 6] = [
         Self::Ready,
         Self::Schedule,
         Self::Subscriptions,
         Self::Released,
         Self::Tokens,
+        Self::Endpoints,
     ];
 
     fn channel(self) -> &'static str {
@@ -60,6 +62,7 @@ impl Wakeup {
             Self::Subscriptions => "tenax_subscriptions",
             Self::Released => "tenax_released",
             Self::Tokens => "tenax_tokens",
+            Self::Endpoints => "tenax_endpoints",
         }
     }
 
@@ -78,6 +81,7 @@ impl Wakeup {
             Self::Subscriptions => signals.subscriptions.notify_waiters(),
             Self::Released => signals.released.notify_waiters(),
             Self::Tokens => signals.tokens.notify_waiters(),
+            Self::Endpoints => signals.endpoints.notify_waiters(),
         }
     }
 }
