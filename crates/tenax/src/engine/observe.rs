@@ -3,7 +3,7 @@
 //!
 //! - the metrics: jobs enqueued, taken (their wait), completed, failed, retried, snoozed, dead,
 //!   and leases expired, by queue and type ([`crate::metrics::jobs`]); webhook attempts by
-//!   subscription ([`crate::metrics::webhooks`]);
+//!   subscription, and deliveries held back without an attempt ([`crate::metrics::webhooks`]);
 //! - the dashboard's activity per minute ([`super::activity`]);
 //! - the spans, when tracing is on ([`crate::otel`]);
 //! - the log: a job or a delivery that dies, at warn.
@@ -28,8 +28,9 @@ use crate::clock::UnixMs;
 use crate::metrics::histogram::Tally;
 use crate::metrics::jobs::{JobSeries, LastSeries};
 use crate::metrics::leases::Held;
+use crate::metrics::webhooks::HeldReason;
 use crate::model::subscription::{is_internal_queue, subscription_of_queue};
-use crate::model::{Attempt, JobId, LeaseToken, NewJob, Status, Subscription};
+use crate::model::{Attempt, JobId, LeaseToken, NewJob, Status, Subscription, SubscriptionId};
 use crate::otel::book::Traced;
 use crate::otel::jobs::{JobSpan, Operation};
 use crate::otel::{Tracing, parse_traceparent};
@@ -515,6 +516,14 @@ impl Engine {
         if let Some(tracing) = &self.tracing {
             trace_delivery(tracing, subscription, ack, attempt, traceparent, finished);
         }
+    }
+}
+
+impl Engine {
+    /// A delivery was held back without an attempt (its endpoint asked to wait, or its circuit
+    /// is open): counted by the webhook metrics only, as it is no attempt and no failure.
+    pub(super) fn observe_held(&self, subscription: SubscriptionId, reason: HeldReason) {
+        self.metrics.webhooks.series(subscription).held(reason);
     }
 }
 

@@ -252,7 +252,7 @@ impl Engine {
             }
         };
         self.store.fail_job(ack, now_ms, &decide).await?;
-        self.metrics.webhooks.series(subscription).held(reason);
+        self.observe_held(subscription, reason);
         Ok(())
     }
 }
