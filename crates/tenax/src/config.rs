@@ -160,6 +160,11 @@ pub struct ServeArgs {
     /// the metrics; the rest are counted under `(other)`.
     #[arg(long, env = "TENAX_METRICS_LABEL_LIMIT", default_value_t = crate::metrics::DEFAULT_LABEL_LIMIT)]
     pub metrics_label_limit: usize,
+    /// Export spans (requests, and enqueue, take, complete, fail and delivery attempts of each
+    /// job, in the job's trace) by OTLP over HTTP to this receiver's base URL
+    /// (`http://collector:4318`; spans go to its `/v1/traces`). Off when not given.
+    #[arg(long, env = "TENAX_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -253,6 +258,8 @@ pub struct Config {
     /// A second listener serving only `/metrics`, without tokens.
     pub metrics_listen: Option<SocketAddr>,
     pub metrics_label_limit: usize,
+    /// The OTLP/HTTP receiver spans are exported to, if any.
+    pub otlp_endpoint: Option<url::Url>,
 }
 
 /// The certificate chain and key of the API's TLS, as read and checked at start-up.
@@ -498,6 +505,11 @@ impl ServeArgs {
                 self.listen
             ));
         }
+        let otlp_endpoint = self
+            .otlp_endpoint
+            .as_deref()
+            .map(otlp_endpoint)
+            .transpose()?;
         Ok(Config {
             listen: self.listen,
             data_dir: self.data_dir.clone(),
@@ -537,8 +549,24 @@ impl ServeArgs {
             log_requests: self.log_requests,
             metrics_listen: self.metrics_listen,
             metrics_label_limit: self.metrics_label_limit,
+            otlp_endpoint,
         })
     }
+}
+
+/// Checks `--otlp-endpoint`: an http or https URL without a query or fragment.
+fn otlp_endpoint(text: &str) -> Result<url::Url, String> {
+    const RULE: &str = "must be the http:// or https:// base URL of an OTLP/HTTP receiver, such as http://127.0.0.1:4318";
+    let url = url::Url::parse(text).map_err(|e| format!("--otlp-endpoint: {RULE} ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(format!("--otlp-endpoint: {RULE}"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(format!(
+            "--otlp-endpoint: {RULE}, without a query or fragment"
+        ));
+    }
+    Ok(url)
 }
 
 /// Reads and checks the API's certificate chain and key, naming the flag at fault.

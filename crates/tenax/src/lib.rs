@@ -15,6 +15,7 @@ pub mod fuzzing;
 pub mod http;
 pub mod metrics;
 pub mod model;
+pub mod otel;
 pub mod serve;
 pub mod server;
 pub mod store;

@@ -29,6 +29,12 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(config.metrics_label_limit));
+    let spans = match &config.otlp_endpoint {
+        Some(endpoint) => Some(Arc::new(
+            crate::otel::Tracing::start(endpoint).context("starting the OTLP span exporter")?,
+        )),
+        None => None,
+    };
     let commits: Arc<dyn CommitObserver> = metrics.commits.clone();
     let (store_config, place) = match &config.database {
         Some(options) => {
@@ -64,7 +70,8 @@ pub async fn run(
                 max_attempt_ms: config.max_attempt_ms,
             },
         )
-        .with_metrics(metrics),
+        .with_metrics(metrics)
+        .with_tracing(spans.clone()),
     );
     engine
         .load_tokens()
@@ -163,6 +170,10 @@ pub async fn run(
     // Every request has finished (a stream still noticing the shutdown gets refusals from
     // here on): flush what is pending, and stop.
     engine.close().await;
+    if let Some(spans) = spans {
+        // Exports the spans still waiting; blocking, so off the runtime's threads.
+        let _ = tokio::task::spawn_blocking(move || spans.shutdown()).await;
+    }
     tracing::info!("store flushed; bye");
     Ok(())
 }
@@ -186,6 +197,7 @@ fn log_start(config: &Config, address: SocketAddr, metrics: Option<SocketAddr>) 
         default_delivery_policy = %policy(&config.delivery.default_policy),
         private_endpoints = %if config.delivery.allow_private_endpoints { "allowed" } else { "refused" },
         metrics_listen = metrics.map(tracing::field::display),
+        otlp_endpoint = config.otlp_endpoint.as_ref().map(|url| tracing::field::display(crate::otel::traces_url(url))),
         "tenax listening"
     );
 }

@@ -389,6 +389,7 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
                 limits,
                 metrics: Arc::new(tenax::metrics::Metrics::default()),
                 log_requests: true,
+                tracing: None,
             }),
             tenax::api::guard::guard,
         ));

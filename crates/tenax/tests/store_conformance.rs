@@ -1858,9 +1858,10 @@ async fn list_filters_and_pages(backend: &impl Backend) {
     close(store).await;
 }
 
-/// What the metrics read: each queue's backlog (unfinished and dead jobs by status, and when
-/// the ready job first in line became ready), when a taken job became ready, and what a lease
-/// was when it ends, which a shared backend must report (the lease may be another server's).
+/// What the metrics read: each queue's backlog (unfinished and dead jobs by status) and when the
+/// ready job first in line became ready (the heads the dashboard reads too), when a taken job
+/// became ready, and what a lease was when it ends, which a shared backend must report (the
+/// lease may be another server's).
 async fn backlog_and_lease_facts_are_reported(backend: &impl Backend) {
     let store = backend.open(T0).await;
     assert!(store.backlog().await.expect("backlog").is_empty());
@@ -1889,18 +1890,19 @@ async fn backlog_and_lease_facts_are_reported(backend: &impl Backend) {
     let a = &backlog[0];
     assert_eq!(a.queue, "a");
     assert_eq!((a.scheduled, a.ready, a.in_flight, a.dead), (1, 4, 0, 0));
-    // First in line is the priority-5 job, ready since its enqueue.
-    assert_eq!(a.first_ready_since_ms, Some(T0));
     let b = &backlog[1];
     assert_eq!((b.queue.as_str(), b.scheduled, b.ready), ("b", 1, 0));
-    assert_eq!(b.first_ready_since_ms, None);
+    // First in line is the priority-5 job, ready since its enqueue; b has none ready.
+    let queues = ["a".to_owned(), "b".to_owned()];
+    let heads = || store.ready_since(&queues);
+    assert_eq!(heads().await.expect("heads"), [Some(T0), None]);
 
     let taken = take(&store, &["a"], 3, T0 + 100).await;
     let ready_at: Vec<u64> = taken.iter().map(|t| t.ready_at_ms).collect();
     assert_eq!(ready_at, [T0, T0 - 5 * SECOND, T0 - 2 * SECOND]);
     let backlog = by_queue(&store).await;
     assert_eq!((backlog[0].ready, backlog[0].in_flight), (1, 3));
-    assert_eq!(backlog[0].first_ready_since_ms, Some(T0));
+    assert_eq!(heads().await.expect("heads"), [Some(T0), None]);
 
     let done = store
         .complete_jobs(&[ack(&taken[1])], true, T0 + 300)
@@ -1915,6 +1917,7 @@ async fn backlog_and_lease_facts_are_reported(backend: &impl Backend) {
                 kind: "mail".into(),
                 created_at_ms: T0,
                 taken_at_ms: T0 + 100,
+                traceparent: None,
             }
         ),
         [Ok(None)] => assert!(!shared, "a shared backend must report what a lease was"),

@@ -15,7 +15,8 @@
 //!   logged at info in one line (unless `--log-requests false`): method, route, status,
 //!   latency and request id. The route is the template the router matched (recorded by
 //!   [`record_route`]); a request refused before routing, or matching no route, has
-//!   [`UNMATCHED`].
+//!   [`UNMATCHED`];
+//! - with tracing on, a span per request ([`crate::otel::request`]).
 //!
 //! Invariant: every error answer is JSON in the shape of the API it belongs to: Zaqar's
 //! `{"title", "description"}` under `/v2`, the native `{"error": {...}}` everywhere else.
@@ -39,6 +40,7 @@ use super::error::ApiError;
 use super::zaqar::error::ZaqarError;
 use crate::metrics::Metrics;
 use crate::metrics::http::UNMATCHED;
+use crate::otel::request::RequestSpan;
 
 /// The header that carries a request's id, both ways.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -110,6 +112,8 @@ pub struct Guard {
     pub metrics: Arc<Metrics>,
     /// Log one line per request at info.
     pub log_requests: bool,
+    /// The spans, when tracing is on.
+    pub tracing: Option<Arc<crate::otel::Tracing>>,
 }
 
 /// The middleware: see the module documentation.
@@ -120,9 +124,20 @@ pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next
     let method = request.method().clone();
     let span =
         tracing::info_span!("request", request_id = %id, %method, path = %request.uri().path());
-    let mut response = run(&guard.limits, shape, request, next, &id)
-        .instrument(span)
-        .await;
+    let request_span = guard.tracing.as_ref().map(|tracing| {
+        RequestSpan::start(
+            tracing,
+            &method,
+            request.uri().path(),
+            request.headers(),
+            &id,
+        )
+    });
+    let handling = run(&guard.limits, shape, request, next, &id).instrument(span);
+    let mut response = match &request_span {
+        Some(request_span) => request_span.within(handling).await,
+        None => handling.await,
+    };
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(REQUEST_ID, value);
     }
@@ -131,6 +146,9 @@ pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next
     let route = route.map_or(UNMATCHED, MatchedPath::as_str);
     let status = response.status().as_u16();
     guard.metrics.http.answered(&method, route, status, elapsed);
+    if let Some(request_span) = request_span {
+        request_span.end(&method, route, status);
+    }
     if guard.log_requests {
         // Microseconds as a number of milliseconds with three decimals, in both formats.
         let latency_ms = (elapsed.as_secs_f64() * 1_000_000.0).round() / 1_000.0;

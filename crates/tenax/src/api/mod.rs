@@ -153,6 +153,7 @@ pub fn router(state: AppState) -> Router {
                 limits: state.limits.clone(),
                 metrics: state.engine.metrics.clone(),
                 log_requests: state.log_requests,
+                tracing: state.engine.tracing.clone(),
             }),
             guard::guard,
         ))

@@ -413,7 +413,10 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
         id: job.id,
         lease: job.lease_token,
     };
-    match engine.finish_delivery(subscription.id, ack, attempt).await {
+    match engine
+        .finish_delivery(&subscription, ack, attempt, job.traceparent.as_deref())
+        .await
+    {
         Ok(_) => {}
         // Deleted, replayed or expired meanwhile: someone else owns it now.
         Err(

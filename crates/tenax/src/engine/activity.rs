@@ -1,5 +1,8 @@
 //! What this server did lately: jobs enqueued, completed, failed (retried or not) and dead, and
-//! webhook attempts delivered and failed, per minute over the last day, for the dashboard.
+//! webhook attempts delivered and failed, per minute over the last day, for the dashboard. The
+//! engine's observation point feeds it (`super::observe`), from the same transitions as the
+//! metrics: a failed run is what `tenax_jobs_failed_total` counts (a worker's failure or a lease
+//! that expired; a snooze is not one).
 //!
 //! Memory is bounded: one slot per minute of a day in a ring, reused as time goes on; a slot
 //! remembers which minute it holds, so a slot left over from an earlier day reads as empty.
@@ -51,6 +54,8 @@ pub enum Event {
     DeliveryFailed {
         dead: bool,
     },
+    /// A delivery died without an attempt of its own (its lease ran out past its limit).
+    Died,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -104,6 +109,7 @@ impl Activity {
                 c.delivery_failed += 1;
                 c.dead += u64::from(dead);
             }
+            Event::Died => c.dead += 1,
         }
     }
 

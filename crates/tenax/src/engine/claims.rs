@@ -3,7 +3,7 @@
 //! each still completes or expires on its own. Also the operations on messages that a claim
 //! guards: deleting a message under its claim, and pop.
 
-use super::observe::Expiries;
+use super::observe::{Expiries, began};
 use super::{Engine, random_id};
 use crate::clock::UnixMs;
 use crate::model::{ClaimId, Job, JobId};
@@ -59,8 +59,9 @@ impl Engine {
             keep_until_ms: Some(keep_until(now_ms, new.lease_ms, new.grace_ms)),
             ..TakeRequest::new(&queues, new.max, new.lease_ms)
         };
+        let began = began(self);
         let jobs = self.store.take_jobs(&request, now_ms).await?.jobs;
-        self.observe_taken(&jobs, now_ms);
+        self.observe_taken(&jobs, now_ms, began);
         Ok((id, jobs))
     }
 
@@ -126,10 +127,10 @@ impl Engine {
     /// times goes to the dead-letter queue. Returns how many jobs the claim held.
     pub async fn end_claim(&self, id: ClaimId) -> Result<usize, StoreError> {
         let now_ms = self.now_ms();
-        let expiries = Expiries::default();
+        let expiries = Expiries::new(self);
         let decide = |ctx: &DecideContext<'_>| expiries.decide(self, ctx, now_ms);
         let ended = self.store.end_claim(id, now_ms, &decide).await?;
-        expiries.count(self, now_ms);
+        expiries.report(self, now_ms);
         Ok(ended)
     }
 
@@ -143,10 +144,10 @@ impl Engine {
     /// Handles up to `max` leases that have ended by `now_ms`: each counts as a failed
     /// attempt. Returns how many.
     pub async fn expire_leases(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
-        let expiries = Expiries::default();
+        let expiries = Expiries::new(self);
         let decide = |ctx: &DecideContext<'_>| expiries.decide(self, ctx, now_ms);
         let expired = self.store.expire_leases(now_ms, max, &decide).await?;
-        expiries.count(self, now_ms);
+        expiries.report(self, now_ms);
         Ok(expired)
     }
 

@@ -3,9 +3,8 @@
 use std::sync::Arc;
 
 use super::Engine;
-use super::activity::Event;
+use super::observe::Enqueueing;
 use crate::clock::UnixMs;
-use crate::metrics::jobs::{JobSeries, LastSeries};
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
 use crate::model::{DeliveryPayload, Job, JobId, NewJob, StoredPolicy, SubscriptionId};
 use crate::store::{
@@ -34,11 +33,11 @@ impl From<NewJob> for Enqueue {
 /// How many times an enqueue is made again when a cache's queue facts turn out old.
 pub(super) const FACTS_ATTEMPTS: u32 = 8;
 
-/// What an enqueue hands the store, and the jobs' metric series in runs of one queue and type.
+/// What an enqueue hands the store, and what it reports once done ([`Enqueueing`]).
 pub(super) struct Inserts {
     pub inserts: Vec<Insert>,
     pub seen: FactsSeen,
-    pub series: Vec<(Arc<JobSeries>, usize)>,
+    pub observed: Enqueueing,
 }
 
 impl Engine {
@@ -82,36 +81,25 @@ impl Engine {
             .store
             .insert_jobs(made.inserts, on_duplicate, made.seen, now_ms)
             .await?;
-        Ok(self.count_enqueued(made.series, results, count, now_ms))
+        Ok(self.count_enqueued(made.observed, results, count, now_ms))
     }
 
-    /// Counts the jobs an insert created (the first `count` of `results`, in the order of
-    /// `series`) in their metrics and activity; returns them.
+    /// Reports the jobs an insert created (the first `count` of `results`, as `observed`
+    /// saw them made); returns them.
     pub(super) fn count_enqueued(
         &self,
-        series: Vec<(Arc<JobSeries>, usize)>,
+        observed: Enqueueing,
         results: Vec<Option<Enqueued>>,
         count: usize,
         now_ms: UnixMs,
     ) -> Vec<Enqueued> {
-        let mut outcomes = results.iter().take(count);
-        for (series, n) in series {
-            let n = outcomes
-                .by_ref()
-                .take(n)
-                .filter(|r| r.as_ref().is_some_and(|e| e.created))
-                .count();
-            series.enqueued.inc_by(n as u64);
-        }
-        let enqueued: Vec<Enqueued> = results.into_iter().take(count).flatten().collect();
-        let created = enqueued.iter().filter(|e| e.created).count();
-        self.activity
-            .record(Event::Enqueued(created as u64), now_ms);
-        enqueued
+        let messages = &results[..count.min(results.len())];
+        self.observe_enqueued(observed, messages, now_ms);
+        results.into_iter().take(count).flatten().collect()
     }
 
     /// The inserts that enqueue `jobs` at `now_ms` (each job, then every job's deliveries),
-    /// the oldest version of the queue facts they were made from, and the jobs' series.
+    /// the oldest version of the queue facts they were made from, and what to report of them.
     pub(super) async fn inserts_of(
         &self,
         jobs: Vec<Enqueue>,
@@ -122,9 +110,7 @@ impl Engine {
         let mut deliveries: Vec<Insert> = Vec::new();
         // A batch is mostly of one queue: look each queue up once per run of it.
         let mut last: Option<(String, Arc<QueueFacts>)> = None;
-        // Each job's series, by runs of one queue and type.
-        let mut series: Vec<(Arc<JobSeries>, usize)> = Vec::new();
-        let mut last_series = LastSeries::default();
+        let mut seen_jobs = Enqueueing::new(self);
         let mut seen: Option<FactsSeen> = None;
         for (
             index,
@@ -142,11 +128,7 @@ impl Engine {
             let Some((_, facts)) = &last else {
                 continue;
             };
-            let this = last_series.get(&self.metrics.jobs, &job.queue, &job.kind);
-            match series.last_mut() {
-                Some((run, n)) if Arc::ptr_eq(run, this) => *n += 1,
-                _ => series.push((this.clone(), 1)),
-            }
+            seen_jobs.message(self, &job);
             let config = facts.config.as_ref();
             if job.expires_at_ms.is_none() {
                 let ttl = config.and_then(|c| c.message_ttl_ms);
@@ -173,7 +155,7 @@ impl Engine {
         Ok(Inserts {
             inserts,
             seen: seen.unwrap_or_default(),
-            series,
+            observed: seen_jobs,
         })
     }
 

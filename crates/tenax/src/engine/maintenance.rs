@@ -135,6 +135,9 @@ pub async fn pass(engine: &Engine, now: u64, last_purge: &mut u64) -> bool {
         // the engine (their jobs were deleted in flight, or a stream closed).
         let held_since = now.saturating_sub(engine.settings.max_attempt_ms.saturating_mul(2));
         engine.metrics.leases.forget_taken_before(held_since);
+        if let Some(tracing) = &engine.tracing {
+            tracing.book.forget_taken_before(held_since);
+        }
         let completed_before = now.saturating_sub(engine.settings.completed_retention_ms);
         let dead_before = now.saturating_sub(engine.settings.dead_retention_ms);
         match engine

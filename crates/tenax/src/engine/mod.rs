@@ -61,6 +61,8 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
     /// What this server did in the last day, per minute (the dashboard's overview).
     pub activity: activity::Activity,
+    /// The spans, when tracing is on (`--otlp-endpoint`).
+    pub tracing: Option<Arc<crate::otel::Tracing>>,
 }
 
 /// A worker's failure report.
@@ -130,7 +132,15 @@ impl Engine {
             tokens: tokens::TokenBook::default(),
             metrics: Arc::new(Metrics::default()),
             activity: activity::Activity::default(),
+            tracing: None,
         }
+    }
+
+    /// Records spans with `tracing` ([`crate::otel`]).
+    #[must_use]
+    pub fn with_tracing(mut self, tracing: Option<Arc<crate::otel::Tracing>>) -> Self {
+        self.tracing = tracing;
+        self
     }
 
     /// Counts into `metrics` (the server's, which `/metrics` shows).

@@ -221,7 +221,7 @@ impl Engine {
                 Ok(Some(results)) => {
                     let id = results.first().and_then(Option::as_ref).map(|e| e.id);
                     if let Some(made) = made {
-                        self.count_enqueued(made.series, results, 1, now_ms);
+                        self.count_enqueued(made.observed, results, 1, now_ms);
                     }
                     return Ok(Some(id));
                 }

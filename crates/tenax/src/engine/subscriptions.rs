@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use tenax_policy::{Outcome, RetryPolicy};
 
-use super::activity::Event;
 use super::{ChangeError, Engine, PolicyOwner, Refusal, decide_failure, delivery_policy};
 use crate::clock::UnixMs;
 use crate::metrics::webhooks::HeldReason;
@@ -123,17 +122,17 @@ impl Engine {
         self.store.attempts(delivery).await
     }
 
-    /// Ends an attempt of delivery `ack.id`: delivered, or failed and decided by the policy.
-    /// A `Retry-After` the endpoint sent pushes the retry later, never earlier, and never past
-    /// the policy's limit or window (those are decided first).
+    /// Ends an attempt of delivery `ack.id` of `subscription`: delivered, or failed and decided
+    /// by the policy. A `Retry-After` the endpoint sent pushes the retry later, never earlier,
+    /// and never past the policy's limit or window (those are decided first). `traceparent` is
+    /// the delivery's (its message's trace).
     pub async fn finish_delivery(
         &self,
-        subscription: SubscriptionId,
+        subscription: &Subscription,
         ack: Ack,
         attempt: Attempt,
+        traceparent: Option<&str>,
     ) -> Result<Finished, StoreError> {
-        let series = self.metrics.webhooks.series(subscription);
-        series.attempted(&attempt);
         let now_ms = self.now_ms();
         let retain = self.settings.completed_retention_ms > 0;
         let default = self.settings.delivery_policy.clone();
@@ -170,27 +169,7 @@ impl Engine {
             .store
             .finish_delivery(ack, &attempt, retain, now_ms, &decide)
             .await?;
-        if let Finished::Failed(transition) = &finished {
-            if transition.state.status == Status::Dead {
-                series.dead.inc();
-                tracing::warn!(
-                    delivery = ack.id.0,
-                    subscription = subscription.0,
-                    attempts = attempt.attempt,
-                    reason = transition.state.dead_reason.as_deref().unwrap_or(""),
-                    "delivery dead"
-                );
-            } else {
-                series.retried.inc();
-            }
-        }
-        let event = match &finished {
-            Finished::Delivered => Event::Delivered,
-            Finished::Failed(transition) => Event::DeliveryFailed {
-                dead: transition.state.status == Status::Dead,
-            },
-        };
-        self.activity.record(event, now_ms);
+        self.observe_delivery(subscription, ack, &attempt, traceparent, &finished, now_ms);
         Ok(finished)
     }
 
@@ -273,7 +252,7 @@ impl Engine {
             }
         };
         self.store.fail_job(ack, now_ms, &decide).await?;
-        self.metrics.webhooks.series(subscription).held(reason);
+        self.observe_held(subscription, reason);
         Ok(())
     }
 }

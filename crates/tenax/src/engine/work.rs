@@ -4,8 +4,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use super::activity::Event;
-use super::observe::Failed;
+use super::observe::{Failed, began};
 use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
 use crate::model::{ClaimId, ErrorEntry};
@@ -36,8 +35,9 @@ impl Engine {
                 released.as_mut().enable();
             }
             let now_ms = self.now_ms();
+            let began = began(self);
             let taken = self.store.take_jobs(request, now_ms).await?;
-            self.observe_taken(&taken.jobs, now_ms);
+            self.observe_taken(&taken.jobs, now_ms, began);
             if !taken.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(taken.jobs);
             }
@@ -82,10 +82,9 @@ impl Engine {
     pub async fn complete(&self, acks: &[Ack]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let retain = self.settings.completed_retention_ms > 0;
         let now_ms = self.now_ms();
+        let began = began(self);
         let results = self.store.complete_jobs(acks, retain, now_ms).await?;
-        self.observe_completed(acks, &results, now_ms);
-        let done = results.iter().filter(|r| r.is_ok()).count();
-        self.activity.record(Event::Completed(done as u64), now_ms);
+        self.observe_completed(acks, &results, now_ms, began);
         Ok(results.into_iter().map(|r| r.map(drop)).collect())
     }
 
@@ -97,6 +96,7 @@ impl Engine {
         report: FailureReport,
     ) -> Result<(Transition, UnixMs), StoreError> {
         let now_ms = self.now_ms();
+        let began = began(self);
         let seen: Mutex<Option<Failed>> = Mutex::new(None);
         let decide = |ctx: &DecideContext<'_>| {
             *seen.lock() = Some(Failed::of(ctx, Some(ack.lease)));
@@ -116,10 +116,8 @@ impl Engine {
         };
         let transition = self.store.fail_job(ack, now_ms, &decide).await?;
         if let Some(failed) = seen.into_inner() {
-            self.observe_failure(&failed, &transition, false, now_ms);
+            self.observe_failure(&failed, &transition, false, now_ms, began);
         }
-        let dead = transition.state.status == crate::model::Status::Dead;
-        self.activity.record(Event::Failed { dead }, now_ms);
         Ok((transition, now_ms))
     }
 

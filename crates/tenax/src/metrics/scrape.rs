@@ -22,11 +22,12 @@ use prometheus_client::registry::{Registry, Unit};
 use super::Metrics;
 use super::jobs::QueueLabel;
 use super::webhooks::SubscriptionLabel;
+use crate::clock::UnixMs;
 use crate::delivery::Deliveries;
 use crate::engine::Engine;
 use crate::model::BreakerState;
 use crate::model::subscription::{is_internal_queue, subscription_of_queue};
-use crate::store::Backlog;
+use crate::store::{Backlog, StoreError};
 
 /// A count is reused until it is this many times as old as it took to make.
 pub const RECOUNT_FACTOR: u32 = 20;
@@ -43,7 +44,8 @@ pub struct BacklogCache {
 struct Counted {
     at: Instant,
     took: Duration,
-    backlog: Arc<Vec<Backlog>>,
+    /// Each queue's backlog, and when its first job in line became ready.
+    backlog: Arc<Vec<(Backlog, Option<UnixMs>)>>,
 }
 
 impl BacklogCache {
@@ -56,7 +58,7 @@ impl BacklogCache {
             .is_some_and(|c| c.at.elapsed() < c.took * RECOUNT_FACTOR);
         if !fresh {
             let started = Instant::now();
-            match engine.backlog().await {
+            match count(engine).await {
                 Ok(backlog) => {
                     *last = Some(Counted {
                         at: Instant::now(),
@@ -71,6 +73,28 @@ impl BacklogCache {
         }
         last.clone()
     }
+}
+
+/// Each queue's backlog and, for the user queues with jobs ready, when the first became ready.
+async fn count(engine: &Engine) -> Result<Vec<(Backlog, Option<UnixMs>)>, StoreError> {
+    let backlog = engine.backlog().await?;
+    let waiting: Vec<String> = backlog
+        .iter()
+        .filter(|b| b.ready > 0 && !is_internal_queue(&b.queue))
+        .map(|b| b.queue.clone())
+        .collect();
+    let mut heads = engine.ready_since(&waiting).await?.into_iter();
+    Ok(backlog
+        .into_iter()
+        .map(|b| {
+            let head = if b.ready > 0 && !is_internal_queue(&b.queue) {
+                heads.next().flatten()
+            } else {
+                None
+            };
+            (b, head)
+        })
+        .collect())
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -118,7 +142,7 @@ pub async fn render(engine: &Engine, deliveries: &Deliveries) -> String {
         // Folded queues (past the label limit) add up under one label; their age is the oldest.
         let mut queues: BTreeMap<Arc<str>, ([u64; 4], Option<u64>)> = BTreeMap::new();
         let mut subscriptions: BTreeMap<Arc<str>, [u64; 4]> = BTreeMap::new();
-        for backlog in counted.backlog.iter() {
+        for (backlog, head) in counted.backlog.iter() {
             if is_internal_queue(&backlog.queue) {
                 if let Some(id) = subscription_of_queue(&backlog.queue) {
                     let slot = subscriptions.entry(metrics.webhooks.label(id)).or_default();
@@ -133,9 +157,7 @@ pub async fn render(engine: &Engine, deliveries: &Deliveries) -> String {
             for (sum, n) in slot.0.iter_mut().zip(by_state(backlog)) {
                 *sum += n;
             }
-            let age = backlog
-                .first_ready_since_ms
-                .map(|since| now_ms.saturating_sub(since));
+            let age = head.map(|since| now_ms.saturating_sub(since));
             slot.1 = slot.1.max(age);
         }
         for (queue, (counts, age)) in &queues {

@@ -256,7 +256,8 @@ pub trait JobReads {
     ) -> Result<Searched, StoreError>;
 
     /// For each queue, when the job a take would hand out next became ready; `None` when none
-    /// is ready. In the order of `queues`.
+    /// is ready. In the order of `queues`. Read by the metrics (each queue's oldest ready job's
+    /// age) and the dashboard: one step per queue, whatever the backlog.
     async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError>;
 }
 

@@ -239,7 +239,7 @@ pub struct TakenJob {
 }
 
 /// What a backend knows of a leased job at no extra cost, reported when its lease ends, for
-/// the metrics (by queue and type; run and end-to-end times).
+/// the metrics (by queue and type; run and end-to-end times) and the spans (the job's trace).
 ///
 /// A backend shared by several servers must report it ([`StoreProperties::shared`]): the lease
 /// may have been handed out by another server. A backend used by one process may leave it out;
@@ -250,6 +250,8 @@ pub struct LeaseFacts {
     pub kind: String,
     pub created_at_ms: UnixMs,
     pub taken_at_ms: UnixMs,
+    /// The trace context the job was enqueued with.
+    pub traceparent: Option<String>,
 }
 
 /// A job held by a claim (or stream).
@@ -588,8 +590,8 @@ impl QueueCounts {
 }
 
 /// A queue's backlog at one moment, for the metrics: its jobs by status (completed jobs are
-/// left out: counting them would read every job kept for retention), and when the ready job
-/// first in line (the one the next take gets) became ready.
+/// left out: counting them would read every job kept for retention). When its first job in line
+/// became ready is [`crate::store::JobReads::ready_since`]'s.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Backlog {
     pub queue: String,
@@ -597,7 +599,6 @@ pub struct Backlog {
     pub ready: u64,
     pub in_flight: u64,
     pub dead: u64,
-    pub first_ready_since_ms: Option<UnixMs>,
 }
 
 /// What an enqueue needs of a queue, read at one moment: its settings and its subscribers (every

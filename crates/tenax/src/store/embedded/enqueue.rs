@@ -217,8 +217,10 @@ pub(super) fn show(
         wake.ready |= state.status == Status::Ready;
         wake.schedule |= state.status == Status::Scheduled;
         let queue = inner.index.intern(&job.queue);
+        let kind = inner.index.intern_kind(&job.kind);
         let entry = Entry::new(
             queue,
+            kind,
             job.priority,
             job.unique_key.map(String::into_boxed_str),
             &state,

@@ -11,7 +11,7 @@
 //! jobs on disk are counted apart, and a completed entry leaves memory in the same step as its
 //! job is counted there); a unique key maps to the one unfinished job that holds it.
 //!
-//! Size: an entry is 48 bytes and every map is ordered (B-trees), so the index grows a node at a
+//! Size: an entry is 48 bytes (its type an interned number) and every map is ordered (B-trees), so the index grows a node at a
 //! time: no request ever waits while a hash table of a million entries is rehashed.
 
 use std::cmp::Reverse;
@@ -28,6 +28,18 @@ use crate::store::Order;
 /// A queue's name as entries hold it: a number standing for the interned name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct QueueRef(u32);
+
+/// A job's type as entries hold it: a number standing for the interned name, so that a filter by
+/// type is decided in memory. The table is bounded ([`KindRef::UNNAMED`]): a server whose jobs use
+/// more distinct types than that keeps the later ones unnamed, and a filter by one of those reads
+/// the jobs' bodies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KindRef(u16);
+
+impl KindRef {
+    /// A type past the table's size: not known in memory.
+    pub const UNNAMED: Self = Self(u16::MAX);
+}
 
 /// A lease on an in-flight job: who may complete it, and until when. Leases live only in memory:
 /// after a crash every in-flight job is ready again, which is what at-least-once requires.
@@ -53,6 +65,7 @@ pub struct Entry {
     /// When it completed or died; 0 while it has not.
     finished_at_ms: UnixMs,
     pub queue: QueueRef,
+    pub kind: KindRef,
     pub priority: i32,
     /// Runs that ended in a failure or a lost lease.
     pub failures: u32,
@@ -81,6 +94,7 @@ impl Entry {
     /// A job's entry. `state` is its whole state as stored.
     pub fn new(
         queue: QueueRef,
+        kind: KindRef,
         priority: i32,
         unique_key: Option<Box<str>>,
         state: &JobState,
@@ -91,6 +105,7 @@ impl Entry {
             run_at_ms: 0,
             finished_at_ms: 0,
             queue,
+            kind,
             priority,
             failures: 0,
             status: state.status,
@@ -225,6 +240,8 @@ pub struct Index {
     /// Interned queue names: `names[r]` is the name of `QueueRef(r)`.
     names: Vec<Arc<str>>,
     refs: HashMap<Arc<str>, QueueRef>,
+    /// Interned job types, as many as [`KindRef::UNNAMED`] at most.
+    kinds: HashMap<Arc<str>, KindRef>,
 }
 
 fn slot(status: Status) -> usize {
@@ -249,6 +266,38 @@ impl Index {
         self.names.push(name.clone());
         self.refs.insert(name, QueueRef(number));
         QueueRef(number)
+    }
+
+    /// The number standing for the job type `kind`, made on first sight while the table has
+    /// room; [`KindRef::UNNAMED`] once it is full.
+    pub fn intern_kind(&mut self, kind: &str) -> KindRef {
+        if let Some(kind) = self.kinds.get(kind) {
+            return *kind;
+        }
+        match u16::try_from(self.kinds.len()) {
+            Ok(number) if number < KindRef::UNNAMED.0 => {
+                self.kinds.insert(Arc::from(kind), KindRef(number));
+                KindRef(number)
+            }
+            _ => KindRef::UNNAMED,
+        }
+    }
+
+    /// Whether an entry of type `kind` may be `entry`'s: `Some(answer)` when memory knows,
+    /// `None` when only the job's body can tell (an unnamed type).
+    pub fn is_kind(&self, entry: &Entry, kind: &str) -> Option<bool> {
+        match self.kinds.get(kind) {
+            Some(known) => Some(entry.kind == *known),
+            // Never interned: no entry has it, unless the table filled up before it came.
+            None if entry.kind == KindRef::UNNAMED => None,
+            None => Some(false),
+        }
+    }
+
+    /// Whether every entry of type `kind` is known as such in memory: the type has its number,
+    /// or the table never filled up (so no entry has it).
+    pub fn knows_kind(&self, kind: &str) -> bool {
+        self.kinds.contains_key(kind) || self.kinds.len() < usize::from(KindRef::UNNAMED.0)
     }
 
     /// The number of a queue that has (or had) jobs.
@@ -567,7 +616,34 @@ mod tests {
         let mut state = JobState::new(at_ms, 0);
         state.status = status;
         let queue = index.intern(queue);
-        Entry::new(queue, priority, None, &state, None, None)
+        let kind = index.intern_kind("k");
+        Entry::new(queue, kind, priority, None, &state, None, None)
+    }
+
+    #[test]
+    fn job_types_are_known_in_memory_until_the_table_is_full() {
+        let mut index = Index::default();
+        let queue = index.intern("q");
+        let mail = index.intern_kind("mail");
+        assert_eq!(index.intern_kind("mail"), mail);
+        let entry = Entry::new(queue, mail, 0, None, &JobState::new(0, 0), None, None);
+        assert_eq!(index.is_kind(&entry, "mail"), Some(true));
+        assert_eq!(index.is_kind(&entry, "sms"), Some(false));
+        assert!(
+            index.knows_kind("sms"),
+            "no entry can have a type never seen"
+        );
+        for n in 1..KindRef::UNNAMED.0 {
+            assert_ne!(index.intern_kind(&format!("type-{n}")), KindRef::UNNAMED);
+        }
+        // Full: a new type is unnamed, and only the body can tell an unnamed entry's type.
+        let late = index.intern_kind("late");
+        assert_eq!(late, KindRef::UNNAMED);
+        let entry = Entry::new(queue, late, 0, None, &JobState::new(0, 0), None, None);
+        assert!(!index.knows_kind("late"));
+        assert_eq!(index.is_kind(&entry, "late"), None);
+        assert_eq!(index.is_kind(&entry, "mail"), Some(false));
+        assert!(index.knows_kind("mail"));
     }
 
     #[test]
@@ -584,7 +660,7 @@ mod tests {
         let mut index = Index::default();
         let queue = index.intern("q");
         let plain = JobState::new(5, 0);
-        let mut entry = Entry::new(queue, 3, None, &plain, None, None);
+        let mut entry = Entry::new(queue, KindRef(0), 3, None, &plain, None, None);
         assert_eq!(entry.state(), plain);
         assert!(entry.rare.is_none(), "a plain job boxes nothing");
         let dead = JobState {
@@ -679,7 +755,16 @@ mod tests {
     fn leases_unique_keys_and_removal_keep_sets_consistent() {
         let mut index = Index::default();
         let queue = index.intern("q");
-        let e = Entry::new(queue, 0, Some("k".into()), &JobState::new(0, 0), None, None);
+        let kind = index.intern_kind("k");
+        let e = Entry::new(
+            queue,
+            kind,
+            0,
+            Some("k".into()),
+            &JobState::new(0, 0),
+            None,
+            None,
+        );
         index.insert(JobId(7), e, 0);
         assert_eq!(index.unique("q", "k"), Some(JobId(7)));
         let lease = Lease {

@@ -380,8 +380,10 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
             None => None,
         };
         let queue = inner.index.intern(&body.queue);
+        let kind = inner.index.intern_kind(&body.kind);
         let entry = Entry::new(
             queue,
+            kind,
             body.priority,
             body.unique_key.map(String::into_boxed_str),
             &state,

@@ -72,6 +72,11 @@ fn passes(index: &Index, filter: &JobFilter, entry: &Entry) -> bool {
         .as_deref()
         .is_none_or(|q| **index.name(entry.queue) == *q)
         && filter.status.is_none_or(|s| entry.status == s)
+        // A type memory cannot tell (an unnamed one) passes here, for the body to decide.
+        && filter
+            .kind
+            .as_deref()
+            .is_none_or(|k| index.is_kind(entry, k) != Some(false))
         && filter.finished_since_ms.is_none_or(|since| {
             entry
                 .finished_at_ms()
@@ -99,6 +104,12 @@ pub(super) fn body_passes(filter: &JobFilter, kind: &str, origin: Option<&str>) 
 
 fn needs_body(filter: &JobFilter) -> bool {
     filter.kind.is_some() || filter.not_origin.is_some()
+}
+
+/// Whether the jobs in memory that [`passes`] lets through must still have their bodies read:
+/// for the origin, or a type memory does not know by name.
+fn memory_needs_body(index: &Index, filter: &JobFilter) -> bool {
+    filter.not_origin.is_some() || filter.kind.as_deref().is_some_and(|k| !index.knows_kind(k))
 }
 
 /// A job a page may show: from memory, or completed on disk.
@@ -373,7 +384,7 @@ impl JobReads for EmbeddedStore {
     }
 
     async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError> {
-        let in_memory = {
+        let (in_memory, needs_body) = {
             let inner = self.inner.lock();
             let index = &inner.index;
             let ids: Vec<JobId> = index
@@ -381,9 +392,9 @@ impl JobReads for EmbeddedStore {
                 .filter(|(_, e)| passes(index, filter, e))
                 .map(|(id, _)| id)
                 .collect();
-            ids
+            (ids, memory_needs_body(index, filter))
         };
-        let in_memory = if needs_body(filter) {
+        let in_memory = if needs_body {
             self.read_body(&in_memory)?
                 .iter()
                 .flatten()
@@ -518,28 +529,19 @@ impl JobReads for EmbeddedStore {
         Ok(attempts)
     }
 
-    /// From memory: the counts the index keeps, and the head of each queue's ready set.
+    /// From memory: the counts the index keeps.
     async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {
         let inner = self.inner.lock();
         Ok(inner
             .index
             .counts()
             .filter(|(_, c)| c[0] + c[1] + c[2] + c[4] > 0)
-            .map(|(queue, [scheduled, ready, in_flight, _, dead])| {
-                let first_ready_since_ms = inner
-                    .index
-                    .queue_ref(queue)
-                    .and_then(|queue| inner.index.peek_ready(&[queue], 1).pop())
-                    .and_then(|id| inner.index.get(id))
-                    .map(|entry| entry.run_at_ms);
-                Backlog {
-                    queue: queue.to_string(),
-                    scheduled,
-                    ready,
-                    in_flight,
-                    dead,
-                    first_ready_since_ms,
-                }
+            .map(|(queue, [scheduled, ready, in_flight, _, dead])| Backlog {
+                queue: queue.to_string(),
+                scheduled,
+                ready,
+                in_flight,
+                dead,
             })
             .collect())
     }

@@ -138,11 +138,10 @@ impl JobReads for PostgresStore {
         Ok(QueueCounts::from_slots(queue, slots))
     }
 
-    /// Three statements: unfinished jobs by queue and status (a scan of `tenax_jobs`, which
-    /// holds only the unfinished ones), dead jobs by queue (`tenax_finished_dead`, an index of
-    /// the dead ones only), and each queue's first ready job (one step down
-    /// `tenax_jobs_ready` per queue). The first grows with the backlog; the metrics count
-    /// again only once the last count is 20 times as old as it took.
+    /// Two statements: unfinished jobs by queue and status (a scan of `tenax_jobs`, which
+    /// holds only the unfinished ones), and dead jobs by queue (`tenax_finished_dead`, an index
+    /// of the dead ones only). The first grows with the backlog; the metrics count again only
+    /// once the last count is 20 times as old as it took.
     async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {
         let what = "counting jobs by queue";
         let client = self.client().await?;
@@ -185,27 +184,6 @@ impl JobReads for PostgresStore {
                     ..Backlog::default()
                 })
                 .dead += n;
-        }
-        let heads = query(
-            &client,
-            "WITH RECURSIVE heads AS (
-                 (SELECT queue, run_at FROM tenax_jobs WHERE status = 1
-                  ORDER BY queue, priority DESC, id LIMIT 1)
-                 UNION ALL
-                 SELECT next.queue, next.run_at FROM heads CROSS JOIN LATERAL (
-                     SELECT queue, run_at FROM tenax_jobs WHERE status = 1 AND queue > heads.queue
-                     ORDER BY queue, priority DESC, id LIMIT 1
-                 ) AS next
-             )
-             SELECT queue, run_at FROM heads",
-            &[],
-        )
-        .await
-        .map_err(fault(what))?;
-        for row in &heads {
-            if let Some(backlog) = by_queue.get_mut(row.get::<_, &str>(0)) {
-                backlog.first_ready_since_ms = Some(untime(row.get(1)));
-            }
         }
         Ok(by_queue.into_values().collect())
     }

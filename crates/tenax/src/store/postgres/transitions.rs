@@ -188,6 +188,7 @@ pub async fn decide_and_apply<C: GenericClient>(
         taken_at_ms: row
             .get::<_, Option<i64>>(22)
             .map_or(now_ms, super::rows::untime),
+        traceparent: row.get(10),
     };
     let mut transition = decide(&DecideContext {
         id: job,
@@ -330,6 +331,7 @@ pub async fn complete<C: GenericClient>(
                 kind: r.get(3),
                 created_at_ms: untime(r.get(4)),
                 taken_at_ms: r.get::<_, Option<i64>>(5).map_or(now_ms, untime),
+                traceparent: r.get(6),
             };
             ((r.get(0), r.get(1)), facts)
         })
@@ -356,6 +358,6 @@ static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                  NULL, NULL, NULL, NULL, NULL
              FROM done WHERE $4::bool
          )
-         SELECT id, lease_token, queue, kind, created_at, taken_at FROM done"
+         SELECT id, lease_token, queue, kind, created_at, taken_at, traceparent FROM done"
     )
 });
