@@ -116,7 +116,7 @@ struct TemplateView {
     queue: String,
     #[serde(rename = "type")]
     kind: String,
-    #[schema(value_type = Object)]
+    #[schema(value_type = serde_json::Value)]
     payload: Box<RawValue>,
     priority: i32,
     /// Canonical native JSON; absent when the job has none.
