@@ -15,7 +15,7 @@ use std::collections::{HashMap, VecDeque};
 use parking_lot::Mutex;
 
 use crate::clock::UnixMs;
-use crate::model::{RetryBudget, Subscription, SubscriptionId};
+use crate::model::{RetryBudget, Subscription, SubscriptionId, Trigger};
 
 /// Buckets per window.
 pub const BUCKETS: u64 = 10;
@@ -121,9 +121,17 @@ pub struct BudgetBook {
     windows: Mutex<HashMap<SubscriptionId, Window>>,
 }
 
+/// Whether a run of a delivery is a retry the budget counts: a later attempt that its policy
+/// scheduled. An operator's replay of a dead delivery or run-now is not: it is a decision
+/// about that one delivery, made by a person, and is never held back by the budget.
+pub fn is_retry(attempt: u32, trigger: Trigger) -> bool {
+    attempt > 1 && trigger == Trigger::Scheduled
+}
+
 impl BudgetBook {
-    /// Whether a delivery of `subscription` may be sent at `now_ms` (`retry`: not its first
-    /// attempt), with `servers` sharing the floor; counts it if so. If not, when to ask again.
+    /// Whether a delivery of `subscription` may be sent at `now_ms` (`retry`: see
+    /// [`is_retry`]), with `servers` sharing the floor; counts it if so. If not, when to ask
+    /// again.
     pub fn admit(
         &self,
         subscription: &Subscription,
@@ -164,6 +172,17 @@ impl BudgetBook {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_later_attempts_the_policy_scheduled_are_retries() {
+        assert!(!is_retry(1, Trigger::Scheduled), "a first attempt");
+        assert!(is_retry(2, Trigger::Scheduled), "a retry by the policy");
+        assert!(
+            !is_retry(4, Trigger::Replay),
+            "an operator's replay of a dead delivery"
+        );
+        assert!(!is_retry(3, Trigger::Manual), "an operator's run-now");
+    }
 
     const BUDGET: RetryBudget = RetryBudget {
         percent: 20,

@@ -17,6 +17,7 @@ use tokio::task::JoinSet;
 
 use super::Deliveries;
 use super::backpressure::{self, Gate, Hold, ProbeEnd};
+use super::budget::is_retry;
 use super::health::Verdict;
 use super::send::Sender;
 use super::throttle::Throttle;
@@ -281,9 +282,12 @@ async fn run_subscription(
         let mut over_budget = Vec::new();
         for (job, permit) in jobs.into_iter().zip(permits) {
             // A retry over the retry budget waits; the probe goes whatever the budget.
-            let admitted = deliveries
-                .budgets
-                .admit(&subscription, job.attempt > 1, servers, now);
+            let admitted = deliveries.budgets.admit(
+                &subscription,
+                is_retry(job.attempt, job.trigger),
+                servers,
+                now,
+            );
             match admitted {
                 Err(until_ms) if probe.is_none() => {
                     drop(permit);
