@@ -318,7 +318,7 @@ fn recover(db: &Database, log: Box<dyn LogFile>, log_bytes: u64) -> Result<Wal, 
         let count = records.len();
         let tx = db.begin_write().map_err(fault(what))?;
         {
-            let mut tables = Tables::open(&tx).map_err(fault(what))?;
+            let mut tables = Tables::open(&tx);
             let mut deltas = CountDeltas::new();
             for (lsn, payload) in records {
                 let ops = Op::decode_all(&payload).map_err(|e| {

@@ -114,60 +114,70 @@ pub enum Op {
 /// How applied ops changed each queue's count of completed jobs.
 pub type CountDeltas = HashMap<Arc<str>, i64>;
 
-/// Every table, open in one write transaction.
-pub struct Tables<'t> {
-    jobs: Table<'t, u64, &'static [u8]>,
-    states: Table<'t, u64, &'static [u8]>,
-    policies: Table<'t, u64, &'static [u8]>,
-    errors: Table<'t, (u64, u32), &'static [u8]>,
-    queues: Table<'t, &'static str, &'static [u8]>,
-    meta: Table<'t, &'static str, u64>,
-    subscriptions: Table<'t, u64, &'static [u8]>,
-    attempts: Table<'t, (u64, u32), &'static [u8]>,
-    tokens: Table<'t, u64, &'static [u8]>,
-    endpoints: Table<'t, &'static str, &'static [u8]>,
-    completed: Table<'t, (&'static str, u64), &'static [u8]>,
-    completed_at: Table<'t, (u64, u64), &'static str>,
-    completed_expiring: Table<'t, (u64, u64), &'static str>,
-    completed_counts: Table<'t, &'static str, u64>,
-    schedules: Table<'t, &'static str, &'static [u8]>,
-    starts: Table<'t, (&'static str, u64), (u64, u64)>,
+/// Declares [`Tables`]: each table opened on its first use in the transaction, not before
+/// (opening costs a lookup and an allocation, and a commit of one job touches two or three of
+/// the tables).
+macro_rules! tables {
+    ($($name:ident: $definition:ident => ($key:ty, $value:ty),)*) => {
+        /// The tables of one write transaction, each opened when first used.
+        pub struct Tables<'t> {
+            tx: &'t WriteTransaction,
+            $($name: Option<Table<'t, $key, $value>>,)*
+        }
+
+        impl<'t> Tables<'t> {
+            pub fn open(tx: &'t WriteTransaction) -> Self {
+                Self {
+                    tx,
+                    $($name: None,)*
+                }
+            }
+
+            $(
+                fn $name(&mut self) -> Result<&mut Table<'t, $key, $value>, redb::Error> {
+                    let table = match self.$name.take() {
+                        Some(table) => table,
+                        None => self.tx.open_table($definition)?,
+                    };
+                    Ok(self.$name.insert(table))
+                }
+            )*
+        }
+    };
 }
 
-impl<'t> Tables<'t> {
-    pub fn open(tx: &'t WriteTransaction) -> Result<Self, redb::Error> {
-        Ok(Self {
-            jobs: tx.open_table(JOBS)?,
-            states: tx.open_table(STATES)?,
-            policies: tx.open_table(POLICIES)?,
-            errors: tx.open_table(ERRORS)?,
-            queues: tx.open_table(QUEUES)?,
-            meta: tx.open_table(META)?,
-            subscriptions: tx.open_table(SUBSCRIPTIONS)?,
-            attempts: tx.open_table(ATTEMPTS)?,
-            tokens: tx.open_table(TOKENS)?,
-            endpoints: tx.open_table(ENDPOINTS)?,
-            completed: tx.open_table(COMPLETED)?,
-            completed_at: tx.open_table(COMPLETED_AT)?,
-            completed_expiring: tx.open_table(COMPLETED_EXPIRING)?,
-            completed_counts: tx.open_table(COMPLETED_COUNTS)?,
-            schedules: tx.open_table(SCHEDULES)?,
-            starts: tx.open_table(STARTS)?,
-        })
-    }
+tables! {
+    jobs: JOBS => (u64, &'static [u8]),
+    states: STATES => (u64, &'static [u8]),
+    policies: POLICIES => (u64, &'static [u8]),
+    errors: ERRORS => ((u64, u32), &'static [u8]),
+    queues: QUEUES => (&'static str, &'static [u8]),
+    meta: META => (&'static str, u64),
+    subscriptions: SUBSCRIPTIONS => (u64, &'static [u8]),
+    attempts: ATTEMPTS => ((u64, u32), &'static [u8]),
+    tokens: TOKENS => (u64, &'static [u8]),
+    endpoints: ENDPOINTS => (&'static str, &'static [u8]),
+    completed: COMPLETED => ((&'static str, u64), &'static [u8]),
+    completed_at: COMPLETED_AT => ((u64, u64), &'static str),
+    completed_expiring: COMPLETED_EXPIRING => ((u64, u64), &'static str),
+    completed_counts: COMPLETED_COUNTS => (&'static str, u64),
+    schedules: SCHEDULES => (&'static str, &'static [u8]),
+    starts: STARTS => ((&'static str, u64), (u64, u64)),
+}
 
+impl Tables<'_> {
     /// Applies one op, adding its change of the completed counts to `deltas` (the counts table
     /// itself is changed by [`Tables::add_counts`]).
     pub fn apply(&mut self, op: Op, deltas: &mut CountDeltas) -> Result<(), redb::Error> {
         match op {
             Op::PutBody { id, body } => {
-                self.jobs.insert(id.0, body.as_slice())?;
+                self.jobs()?.insert(id.0, body.as_slice())?;
             }
             Op::PutState { id, state } => {
-                self.states.insert(id.0, state.as_slice())?;
+                self.states()?.insert(id.0, state.as_slice())?;
             }
             Op::PutPolicy { id, policy } => {
-                self.policies.insert(id.0, policy.as_slice())?;
+                self.policies()?.insert(id.0, policy.as_slice())?;
             }
             Op::PutError {
                 id: JobId(id),
@@ -176,9 +186,9 @@ impl<'t> Tables<'t> {
             } => {
                 // After the job's last entry, never over it: a replay with reset attempts
                 // numbers failures from 1 again, and the earlier history is kept.
-                let last = last_key(&self.errors, id)?;
+                let last = last_key(self.errors()?, id)?;
                 let key = last.map_or(attempt, |last| attempt.max(last.saturating_add(1)));
-                self.errors.insert((id, key), entry.as_slice())?;
+                self.errors()?.insert((id, key), entry.as_slice())?;
             }
             Op::Complete {
                 id: JobId(id),
@@ -187,41 +197,42 @@ impl<'t> Tables<'t> {
                 expires_at_ms,
                 state,
             } => {
-                self.states.remove(id)?;
-                self.completed.insert((&*queue, id), state.as_slice())?;
-                self.completed_at.insert((finished_at_ms, id), &*queue)?;
+                self.states()?.remove(id)?;
+                self.completed()?.insert((&*queue, id), state.as_slice())?;
+                self.completed_at()?.insert((finished_at_ms, id), &*queue)?;
                 if let Some(at) = expires_at_ms {
-                    self.completed_expiring.insert((at, id), &*queue)?;
+                    self.completed_expiring()?.insert((at, id), &*queue)?;
                 }
                 *deltas.entry(queue).or_default() += 1;
             }
             Op::DeleteJob { id: JobId(id) } => {
-                if self.states.remove(id)?.is_none() {
+                if self.states()?.remove(id)?.is_none() {
                     if let Some(queue) = self.remove_completed(id)? {
                         *deltas.entry(Arc::from(queue)).or_default() -= 1;
                     }
                 }
-                self.jobs.remove(id)?;
-                self.policies.remove(id)?;
-                self.errors
+                self.jobs()?.remove(id)?;
+                self.policies()?.remove(id)?;
+                self.errors()?
                     .retain_in((id, 0)..=(id, u32::MAX), |_, _| false)?;
-                self.attempts
+                self.attempts()?
                     .retain_in((id, 0)..=(id, u32::MAX), |_, _| false)?;
             }
             Op::PutQueue { name, config } => {
-                self.queues.insert(name.as_str(), config.as_slice())?;
+                self.queues()?.insert(name.as_str(), config.as_slice())?;
             }
             Op::DeleteQueue { name } => {
-                self.queues.remove(name.as_str())?;
+                self.queues()?.remove(name.as_str())?;
                 let name = name.as_str();
-                self.starts
+                self.starts()?
                     .retain_in((name, 0)..=(name, u64::MAX), |_, _| false)?;
             }
             Op::PutSchedule { name, schedule } => {
-                self.schedules.insert(name.as_str(), schedule.as_slice())?;
+                self.schedules()?
+                    .insert(name.as_str(), schedule.as_slice())?;
             }
             Op::DeleteSchedule { name } => {
-                self.schedules.remove(name.as_str())?;
+                self.schedules()?.remove(name.as_str())?;
             }
             Op::Started {
                 queue,
@@ -232,52 +243,53 @@ impl<'t> Tables<'t> {
             } => {
                 let queue = queue.as_str();
                 let (width, held) = self
-                    .starts
+                    .starts()?
                     .get((queue, bucket_ms))?
                     .map_or((width_ms, 0), |v| v.value());
                 // A bucket made under another period keeps the wider width: it counts longer.
-                self.starts.insert(
+                self.starts()?.insert(
                     (queue, bucket_ms),
                     (width.max(width_ms), held.saturating_add(count)),
                 )?;
-                self.starts
+                self.starts()?
                     .retain_in((queue, 0)..(queue, forget_before_ms), |key, value| {
                         key.1.saturating_add(value.0) > forget_before_ms
                     })?;
             }
-            Op::SetNextId(next) => raise(&mut self.meta, NEXT_ID, next.0)?,
+            Op::SetNextId(next) => raise(self.meta()?, NEXT_ID, next.0)?,
             Op::PutSubscription {
                 id: SubscriptionId(id),
                 subscription,
             } => {
-                raise(&mut self.meta, NEXT_SUBSCRIPTION_ID, id.saturating_add(1))?;
-                self.subscriptions.insert(id, subscription.as_slice())?;
+                raise(self.meta()?, NEXT_SUBSCRIPTION_ID, id.saturating_add(1))?;
+                self.subscriptions()?.insert(id, subscription.as_slice())?;
             }
             Op::DeleteSubscription {
                 id: SubscriptionId(id),
                 next_id,
             } => {
                 // The counter is kept past the deleted id, so ids are never reused.
-                raise(&mut self.meta, NEXT_SUBSCRIPTION_ID, next_id.0)?;
-                self.subscriptions.remove(id)?;
+                raise(self.meta()?, NEXT_SUBSCRIPTION_ID, next_id.0)?;
+                self.subscriptions()?.remove(id)?;
             }
             Op::PutToken { id, record } => {
-                raise(&mut self.meta, NEXT_TOKEN_ID, id.saturating_add(1))?;
-                self.tokens.insert(id, record.as_slice())?;
+                raise(self.meta()?, NEXT_TOKEN_ID, id.saturating_add(1))?;
+                self.tokens()?.insert(id, record.as_slice())?;
             }
             // The counter stays past the deleted id: ids are never reused.
             Op::DeleteToken { id } => {
-                self.tokens.remove(id)?;
+                self.tokens()?.remove(id)?;
             }
             Op::PutAttempt {
                 id: JobId(id),
                 entry,
             } => {
-                let n = last_key(&self.attempts, id)?.map_or(1, |last| last.saturating_add(1));
-                self.attempts.insert((id, n), entry.as_slice())?;
+                let n = last_key(self.attempts()?, id)?.map_or(1, |last| last.saturating_add(1));
+                self.attempts()?.insert((id, n), entry.as_slice())?;
             }
             Op::PutEndpoint { origin, state } => {
-                self.endpoints.insert(origin.as_str(), state.as_slice())?;
+                self.endpoints()?
+                    .insert(origin.as_str(), state.as_slice())?;
             }
         }
         Ok(())
@@ -286,21 +298,22 @@ impl<'t> Tables<'t> {
     /// Forgets job `id` if it is completed; returns its queue if it was. Its body (still in
     /// `jobs`) says which queue to look in.
     fn remove_completed(&mut self, id: u64) -> Result<Option<String>, redb::Error> {
-        let Some(body) = self.jobs.get(id)? else {
+        let Some(body) = self.jobs()?.get(id)? else {
             return Ok(None);
         };
         let head: BodyHead = from_json_bytes("job body", body.value())
             .map_err(|e| redb::Error::Corrupted(e.to_string()))?;
         drop(body);
-        let Some(state) = self.completed.remove((head.queue.as_str(), id))? else {
+        let Some(row) = self.completed()?.remove((head.queue.as_str(), id))? else {
             return Ok(None);
         };
-        let state: JobState = from_json_bytes("job state", state.value())
+        let state: JobState = from_json_bytes("job state", row.value())
             .map_err(|e| redb::Error::Corrupted(e.to_string()))?;
-        self.completed_at
+        drop(row);
+        self.completed_at()?
             .remove((state.finished_at_ms.unwrap_or(0), id))?;
         if let Some(at) = head.expires_at_ms {
-            self.completed_expiring.remove((at, id))?;
+            self.completed_expiring()?.remove((at, id))?;
         }
         Ok(Some(head.queue))
     }
@@ -309,12 +322,12 @@ impl<'t> Tables<'t> {
     pub fn add_counts(&mut self, deltas: &CountDeltas) -> Result<(), redb::Error> {
         for (queue, delta) in deltas {
             let current = self
-                .completed_counts
+                .completed_counts()?
                 .get(&**queue)?
                 .map_or(0, |v| v.value());
             match current.saturating_add_signed(*delta) {
-                0 => self.completed_counts.remove(&**queue).map(drop)?,
-                count => self.completed_counts.insert(&**queue, count).map(drop)?,
+                0 => self.completed_counts()?.remove(&**queue).map(drop)?,
+                count => self.completed_counts()?.insert(&**queue, count).map(drop)?,
             }
         }
         Ok(())
@@ -322,7 +335,7 @@ impl<'t> Tables<'t> {
 
     /// Records that the log's records up to `lsn` are applied.
     pub fn set_log_position(&mut self, lsn: u64) -> Result<(), redb::Error> {
-        self.meta.insert(WAL_LSN, lsn)?;
+        self.meta()?.insert(WAL_LSN, lsn)?;
         Ok(())
     }
 }
@@ -729,7 +742,7 @@ mod tests {
         let apply = |ops: Vec<Op>| {
             let tx = db.begin_write().expect("write");
             {
-                let mut tables = Tables::open(&tx).expect("tables");
+                let mut tables = Tables::open(&tx);
                 let mut deltas = CountDeltas::new();
                 for op in ops {
                     tables.apply(op, &mut deltas).expect("applied");

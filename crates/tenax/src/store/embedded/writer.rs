@@ -518,7 +518,7 @@ impl Loop {
         tx.set_durability(Durability::None)
             .map_err(|e| storage(e.into()))?;
         {
-            let mut tables = Tables::open(&tx).map_err(storage)?;
+            let mut tables = Tables::open(&tx);
             for op in batches.into_iter().flatten() {
                 tables.apply(op, &mut deltas).map_err(storage)?;
             }
