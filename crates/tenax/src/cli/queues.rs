@@ -13,8 +13,7 @@ use serde_json::{Value, json};
 
 use super::CliError;
 use super::client::{Client, block_on};
-use super::subscriptions::{Output, print};
-use super::terminal::safe;
+use super::subscriptions::{Output, or, print};
 
 #[derive(Debug, Subcommand)]
 pub enum QueuesCommand {
@@ -127,12 +126,9 @@ pub fn run(command: QueuesCommand) -> Result<(), CliError> {
     })
 }
 
+/// A table cell: the value's text, safe for a terminal, or `-`.
 fn text(value: &Value) -> String {
-    match value {
-        Value::String(s) => safe(s).into_owned(),
-        Value::Null => "-".to_owned(),
-        other => safe(&other.to_string()).into_owned(),
-    }
+    or(value, "-")
 }
 
 /// "in flight / limit", or the count alone without a limit.

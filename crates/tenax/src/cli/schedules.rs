@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::CliError;
 use super::client::{Client, ServerArgs, block_on};
 use super::policy::{Format, policy_json};
-use super::subscriptions::{Output, print};
+use super::subscriptions::{Output, or, print};
 use super::terminal::safe;
 use crate::clock::{parse_rfc3339, rfc3339};
 use crate::model::timetable::Timetable;
@@ -274,12 +274,9 @@ fn preview(args: &PreviewArgs) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A table cell: the value's text, safe for a terminal, or `-`.
 fn text(value: &Value) -> String {
-    match value {
-        Value::String(s) => safe(s).into_owned(),
-        Value::Null => "-".to_owned(),
-        other => safe(&other.to_string()).into_owned(),
-    }
+    or(value, "-")
 }
 
 fn list_table(list: &Value) -> String {
