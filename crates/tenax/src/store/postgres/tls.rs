@@ -169,12 +169,15 @@ impl Check {
         let mut config = match self {
             Check::Nothing => builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Unchecked { provider }))
+                .with_custom_certificate_verifier(Arc::new(Lenient {
+                    roots: None,
+                    provider,
+                }))
                 .with_no_client_auth(),
             Check::Signed(file) => builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(SignedBy {
-                    roots: Arc::new(roots(file)?),
+                .with_custom_certificate_verifier(Arc::new(Lenient {
+                    roots: Some(Arc::new(roots(file)?)),
                     provider,
                 }))
                 .with_no_client_auth(),
@@ -205,69 +208,17 @@ fn roots(file: &CaFile) -> Result<RootCertStore, String> {
     Ok(roots)
 }
 
-/// `prefer` and `require` without CAs: any certificate, as libpq. The handshake's signatures
-/// are still checked, so the session is with the holder of the certificate's key.
+/// The checks libpq makes short of a host name. Without `roots` (`prefer` and `require`
+/// without CAs): any certificate, as libpq; the handshake's signatures are still checked, so the
+/// session is with the holder of the certificate's key. With `roots` (`verify-ca`): the chain
+/// must lead to one of the CAs, and be valid now; the name on the certificate is not looked at.
 #[derive(Debug)]
-struct Unchecked {
+struct Lenient {
+    roots: Option<Arc<RootCertStore>>,
     provider: Arc<CryptoProvider>,
 }
 
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain must lead to one of the CAs, and be valid now; the name on the
-/// certificate is not looked at.
-#[derive(Debug)]
-struct SignedBy {
-    roots: Arc<RootCertStore>,
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for SignedBy {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -276,14 +227,16 @@ impl ServerCertVerifier for SignedBy {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let certificate = ParsedCertificate::try_from(end_entity)?;
-        rustls::client::verify_server_cert_signed_by_trust_anchor(
-            &certificate,
-            &self.roots,
-            intermediates,
-            now,
-            self.provider.signature_verification_algorithms.all,
-        )?;
+        if let Some(roots) = &self.roots {
+            let certificate = ParsedCertificate::try_from(end_entity)?;
+            rustls::client::verify_server_cert_signed_by_trust_anchor(
+                &certificate,
+                roots,
+                intermediates,
+                now,
+                self.provider.signature_verification_algorithms.all,
+            )?;
+        }
         Ok(ServerCertVerified::assertion())
     }
 
