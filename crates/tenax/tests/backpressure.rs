@@ -23,7 +23,6 @@ mod receiver;
 use std::time::{Duration, Instant};
 
 use prom_text_format_parser::{Scrape, ValueType};
-use reqwest::Method;
 use serde_json::{Value, json};
 
 use common::{Options, PATIENCE, T0, TestServer, ms};
@@ -44,23 +43,11 @@ async fn server(extra: &[&str]) -> TestServer {
 /// Subscribes `queue` to `endpoint` with a fixed 1 s retry and the extra `fields`; returns its
 /// id.
 async fn subscribe(server: &TestServer, queue: &str, endpoint: &str, fields: Value) -> u64 {
-    let mut body = json!({
+    let body = json!({
         "endpoint": endpoint,
         "policy": { "type": "fixed", "delay": SECOND, "retry_limit": 100 },
     });
-    if let Value::Object(fields) = fields {
-        for (k, v) in fields {
-            body[k] = v;
-        }
-    }
-    let view = server
-        .expect(
-            Method::POST,
-            &format!("/api/queues/{queue}/subscriptions"),
-            Some(body),
-            201,
-        )
-        .await;
+    let view = server.subscribe(queue, body, fields).await;
     view["id"].as_u64().unwrap()
 }
 

@@ -50,19 +50,8 @@ async fn server(extra: &[&str]) -> TestServer {
 /// Creates a subscription of `queue` delivering to `endpoint` with the extra `fields`; returns
 /// its view.
 async fn subscribe_to(server: &TestServer, queue: &str, endpoint: &str, fields: Value) -> Value {
-    let mut body = json!({ "endpoint": endpoint });
-    if let Value::Object(fields) = fields {
-        for (k, v) in fields {
-            body[k] = v;
-        }
-    }
     let view = server
-        .expect(
-            Method::POST,
-            &format!("/api/queues/{queue}/subscriptions"),
-            Some(body),
-            201,
-        )
+        .subscribe(queue, json!({ "endpoint": endpoint }), fields)
         .await;
     assert_eq!(view["queue"], json!(queue), "{view}");
     assert_eq!(view["endpoint"], json!(endpoint), "{view}");

@@ -433,6 +433,25 @@ impl Api {
         error.message
     }
 
+    // --- subscriptions --------------------------------------------------------------------
+
+    /// Creates a subscription of `queue` from `body` with the `fields` (an object) laid over
+    /// it, expecting 201; returns its view.
+    pub async fn subscribe(&self, queue: &str, mut body: Value, fields: Value) -> Value {
+        if let Value::Object(fields) = fields {
+            for (k, v) in fields {
+                body[k] = v;
+            }
+        }
+        self.expect(
+            Method::POST,
+            &format!("/api/queues/{queue}/subscriptions"),
+            Some(body),
+            201,
+        )
+        .await
+    }
+
     // --- jobs -----------------------------------------------------------------------------
 
     /// Enqueues one job, expecting it to be created; returns its id.
