@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
+use super::sorted::{Writes, put_sorted, remove_sorted};
 use super::tables::{
     ATTEMPTS, BodyHead, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS,
     ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES,
@@ -119,10 +120,12 @@ pub type CountDeltas = HashMap<Arc<str>, i64>;
 /// the tables).
 macro_rules! tables {
     ($($name:ident: $definition:ident => ($key:ty, $value:ty),)*) => {
-        /// The tables of one write transaction, each opened when first used.
+        /// The tables of one write transaction, each opened when first used, and the blind
+        /// writes to the job tables not yet written (see `sorted`).
         pub struct Tables<'t> {
             tx: &'t WriteTransaction,
             $($name: Option<Table<'t, $key, $value>>,)*
+            gathered: Gathered,
         }
 
         impl<'t> Tables<'t> {
@@ -130,6 +133,7 @@ macro_rules! tables {
                 Self {
                     tx,
                     $($name: None,)*
+                    gathered: Gathered::default(),
                 }
             }
 
@@ -166,19 +170,26 @@ tables! {
 }
 
 impl Tables<'_> {
-    /// Applies one op, adding its change of the completed counts to `deltas` (the counts table
-    /// itself is changed by [`Tables::add_counts`]).
-    pub fn apply(&mut self, op: Op, deltas: &mut CountDeltas) -> Result<(), redb::Error> {
+    /// Applies `ops` in order, adding their change of the completed counts to `deltas` (the
+    /// counts table itself is changed by [`Tables::add_counts`]). The job tables' blind writes
+    /// are gathered and written sorted at the end (`sorted`).
+    pub fn apply_all(
+        &mut self,
+        ops: impl IntoIterator<Item = Op>,
+        deltas: &mut CountDeltas,
+    ) -> Result<(), redb::Error> {
+        for op in ops {
+            self.apply(op, deltas)?;
+        }
+        self.flush()
+    }
+
+    /// Applies one op; a blind write to a job table is only gathered.
+    fn apply(&mut self, op: Op, deltas: &mut CountDeltas) -> Result<(), redb::Error> {
         match op {
-            Op::PutBody { id, body } => {
-                self.jobs()?.insert(id.0, body.as_slice())?;
-            }
-            Op::PutState { id, state } => {
-                self.states()?.insert(id.0, state.as_slice())?;
-            }
-            Op::PutPolicy { id, policy } => {
-                self.policies()?.insert(id.0, policy.as_slice())?;
-            }
+            Op::PutBody { id, body } => self.gathered.jobs.put(id.0, body),
+            Op::PutState { id, state } => self.gathered.states.put(id.0, state),
+            Op::PutPolicy { id, policy } => self.gathered.policies.put(id.0, policy),
             Op::PutError {
                 id: JobId(id),
                 attempt,
@@ -197,15 +208,20 @@ impl Tables<'_> {
                 expires_at_ms,
                 state,
             } => {
-                self.states()?.remove(id)?;
-                self.completed()?.insert((&*queue, id), state.as_slice())?;
-                self.completed_at()?.insert((finished_at_ms, id), &*queue)?;
+                let gathered = &mut self.gathered;
+                gathered.states.remove(id);
+                gathered.completed.put((queue.clone(), id), state);
+                gathered
+                    .completed_at
+                    .put((finished_at_ms, id), queue.clone());
                 if let Some(at) = expires_at_ms {
-                    self.completed_expiring()?.insert((at, id), &*queue)?;
+                    gathered.completed_expiring.put((at, id), queue.clone());
                 }
                 *deltas.entry(queue).or_default() += 1;
             }
             Op::DeleteJob { id: JobId(id) } => {
+                // It reads the job tables: they must hold every earlier write first.
+                self.flush()?;
                 if self.states()?.remove(id)?.is_none() {
                     if let Some(queue) = self.remove_completed(id)? {
                         *deltas.entry(Arc::from(queue)).or_default() -= 1;
@@ -295,6 +311,36 @@ impl Tables<'_> {
         Ok(())
     }
 
+    /// Writes the gathered blind writes, each table's in key order.
+    fn flush(&mut self) -> Result<(), redb::Error> {
+        let gathered = &mut self.gathered;
+        if gathered.is_empty() {
+            return Ok(());
+        }
+        let jobs = gathered.jobs.take_sorted();
+        let states = gathered.states.take_sorted();
+        let policies = gathered.policies.take_sorted();
+        let completed = gathered.completed.take_sorted();
+        let completed_at = gathered.completed_at.take_sorted();
+        let completed_expiring = gathered.completed_expiring.take_sorted();
+        write_ids(self.jobs()?, jobs)?;
+        write_ids(self.states()?, states)?;
+        write_ids(self.policies()?, policies)?;
+        let (puts, removals) = completed;
+        let table = self.completed()?;
+        for (queue, id) in &removals {
+            table.remove((&**queue, *id))?;
+        }
+        put_sorted(
+            table,
+            puts.iter()
+                .map(|((queue, id), state)| ((&**queue, *id), state.as_slice())),
+        )?;
+        write_queue_index(self.completed_at()?, completed_at)?;
+        write_queue_index(self.completed_expiring()?, completed_expiring)?;
+        Ok(())
+    }
+
     /// Forgets job `id` if it is completed; returns its queue if it was. Its body (still in
     /// `jobs`) says which queue to look in.
     fn remove_completed(&mut self, id: u64) -> Result<Option<String>, redb::Error> {
@@ -338,6 +384,53 @@ impl Tables<'_> {
         self.meta()?.insert(WAL_LSN, lsn)?;
         Ok(())
     }
+}
+
+/// The job tables' blind writes not yet written (see `sorted`): only `apply` adds to them, and
+/// `flush` writes them before anything reads these tables.
+#[derive(Default)]
+struct Gathered {
+    jobs: Writes<u64, Vec<u8>>,
+    states: Writes<u64, Vec<u8>>,
+    policies: Writes<u64, Vec<u8>>,
+    completed: Writes<(Arc<str>, u64), Vec<u8>>,
+    completed_at: Writes<(u64, u64), Arc<str>>,
+    completed_expiring: Writes<(u64, u64), Arc<str>>,
+}
+
+impl Gathered {
+    fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+            && self.states.is_empty()
+            && self.policies.is_empty()
+            && self.completed.is_empty()
+            && self.completed_at.is_empty()
+            && self.completed_expiring.is_empty()
+    }
+}
+
+/// Writes a table keyed by job id: sorted removals, then sorted puts (each key has one or the
+/// other).
+fn write_ids(
+    table: &mut Table<'_, u64, &'static [u8]>,
+    (puts, removals): (Vec<(u64, Vec<u8>)>, Vec<u64>),
+) -> Result<(), redb::Error> {
+    remove_sorted(table, &removals)?;
+    put_sorted(
+        table,
+        puts.iter().map(|(id, value)| (*id, value.as_slice())),
+    )
+}
+
+/// Writes a `(time, job id) -> queue` table.
+fn write_queue_index(
+    table: &mut Table<'_, (u64, u64), &'static str>,
+    (puts, removals): (Vec<((u64, u64), Arc<str>)>, Vec<(u64, u64)>),
+) -> Result<(), redb::Error> {
+    for key in removals {
+        table.remove(key)?;
+    }
+    put_sorted(table, puts.iter().map(|(key, queue)| (*key, &**queue)))
 }
 
 /// The last `n` of a job's `(id, n)` rows.
@@ -744,9 +837,7 @@ mod tests {
             {
                 let mut tables = Tables::open(&tx);
                 let mut deltas = CountDeltas::new();
-                for op in ops {
-                    tables.apply(op, &mut deltas).expect("applied");
-                }
+                tables.apply_all(ops, &mut deltas).expect("applied");
             }
             tx.commit().expect("committed");
         };

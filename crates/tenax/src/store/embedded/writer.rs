@@ -519,9 +519,9 @@ impl Loop {
             .map_err(|e| storage(e.into()))?;
         {
             let mut tables = Tables::open(&tx);
-            for op in batches.into_iter().flatten() {
-                tables.apply(op, &mut deltas).map_err(storage)?;
-            }
+            tables
+                .apply_all(batches.into_iter().flatten(), &mut deltas)
+                .map_err(storage)?;
             tables.add_counts(&deltas).map_err(storage)?;
             tables
                 .set_log_position(self.parts.wal.next_lsn())
