@@ -6,7 +6,7 @@
 //! sees every commit made before it began. A completed job whose completion is not yet written
 //! is still in memory (`index`), and memory is asked first.
 
-use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 
 use super::tables::{COMPLETED, COMPLETED_AT, COMPLETED_EXPIRING, StoredBody};
 use super::{EmbeddedStore, Inner, fault};
@@ -46,10 +46,6 @@ fn counted(filter: &JobFilter) -> bool {
 }
 
 impl EmbeddedStore {
-    fn read_tx(&self, what: &'static str) -> Result<ReadTransaction, StoreError> {
-        self.db.begin_read().map_err(fault(what))
-    }
-
     /// Job `id` if it is completed on disk.
     pub(super) fn completed_job(&self, id: JobId) -> Result<Option<CompletedJob>, StoreError> {
         let Some(Some(body)) = self.read_body(&[id])?.pop() else {

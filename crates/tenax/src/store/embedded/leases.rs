@@ -90,7 +90,7 @@ impl JobLeases for EmbeddedStore {
             });
         }
         let ids: Vec<JobId> = leased.iter().map(|(id, ..)| *id).collect();
-        let bodies = self.read_body(&ids)?;
+        let bodies = self.read_body_alone(&ids)?;
         let jobs = leased
             .into_iter()
             .zip(bodies)

@@ -7,8 +7,9 @@
 //! a worker can never run a job whose enqueue was not acknowledged.
 //!
 //! Durability contract: jobs, their states, errors and attempts, queue settings, subscriptions,
-//! endpoint states and tokens are durable once acknowledged: the commit's record is synced in the write-ahead
-//! log (`wal`), and the redb file follows (`writer`). Leases and claims live in memory only: a
+//! endpoint states and tokens are durable once acknowledged: the commit's record is synced in
+//! the write-ahead log (`wal`), and the redb file follows, many commits at a time
+//! (`unapplied`), settled before any read of it. Leases and claims live in memory only: a
 //! restart returns every in-flight job to ready (at least once), which is what
 //! [`StoreProperties::durable_leases`] `false` declares. One process uses the store
 //! ([`StoreProperties::shared`] `false`), so leadership is always granted and the signals wake
@@ -37,6 +38,7 @@ mod sorted;
 mod subscriptions;
 mod tables;
 mod tokens;
+mod unapplied;
 mod upgrade;
 mod upkeep;
 mod wal;
@@ -49,7 +51,7 @@ use std::sync::atomic::AtomicU64;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use redb::{Database, ReadableDatabase, ReadableTable};
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable};
 
 use self::disk::{FileLog, LogFile, SimulatedDisk};
 use self::index::{Entry, Index};
@@ -211,10 +213,33 @@ impl EmbeddedStore {
         })
     }
 
+    /// A read transaction on the file, once every acknowledged commit is applied to it
+    /// (`unapplied`). Every read of the file after open goes through here.
+    fn read_tx(&self, what: &'static str) -> Result<ReadTransaction, StoreError> {
+        self.writer.settle()?;
+        self.db.begin_read().map_err(fault(what))
+    }
+
     /// The bodies of `ids`, in their order (`None` where a job is gone).
     fn read_body(&self, ids: &[JobId]) -> Result<Vec<Option<StoredBody>>, StoreError> {
+        self.read_body_in(&self.read_tx("reading job bodies")?, ids)
+    }
+
+    /// [`EmbeddedStore::read_body`] for a read that wants nothing from the file but bodies (a
+    /// take's: the rest of a taken job is in memory), which waits only for a commit that
+    /// writes bodies.
+    fn read_body_alone(&self, ids: &[JobId]) -> Result<Vec<Option<StoredBody>>, StoreError> {
         let what = "reading job bodies";
-        let tx = self.db.begin_read().map_err(fault(what))?;
+        self.writer.settle_bodies()?;
+        self.read_body_in(&self.db.begin_read().map_err(fault(what))?, ids)
+    }
+
+    fn read_body_in(
+        &self,
+        tx: &ReadTransaction,
+        ids: &[JobId],
+    ) -> Result<Vec<Option<StoredBody>>, StoreError> {
+        let what = "reading job bodies";
         let jobs = tx.open_table(JOBS).map_err(fault(what))?;
         let parse = |bytes: &[u8]| from_json_bytes("job body", bytes);
         let Some(span) = dense_span(ids) else {

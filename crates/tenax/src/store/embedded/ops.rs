@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
-use super::sorted::{Writes, put_sorted, remove_sorted};
+use super::sorted::{Sorted, Writes, put_sorted, remove_sorted};
 use super::tables::{
     ATTEMPTS, BodyHead, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS,
     ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES,
@@ -413,7 +413,7 @@ impl Gathered {
 /// other).
 fn write_ids(
     table: &mut Table<'_, u64, &'static [u8]>,
-    (puts, removals): (Vec<(u64, Vec<u8>)>, Vec<u64>),
+    (puts, removals): Sorted<u64, Vec<u8>>,
 ) -> Result<(), redb::Error> {
     remove_sorted(table, &removals)?;
     put_sorted(
@@ -425,7 +425,7 @@ fn write_ids(
 /// Writes a `(time, job id) -> queue` table.
 fn write_queue_index(
     table: &mut Table<'_, (u64, u64), &'static str>,
-    (puts, removals): (Vec<((u64, u64), Arc<str>)>, Vec<(u64, u64)>),
+    (puts, removals): Sorted<(u64, u64), Arc<str>>,
 ) -> Result<(), redb::Error> {
     for key in removals {
         table.remove(key)?;
@@ -480,6 +480,21 @@ const STARTED: u8 = 17;
 const PUT_ENDPOINT: u8 = 18;
 
 impl Op {
+    /// Whether the op may wait to be applied to the file (`unapplied`): how it changes the
+    /// completed counts is known without the tables. A deletion's is not (it depends on whether
+    /// the job was completed).
+    pub fn can_wait(&self) -> bool {
+        !matches!(self, Op::DeleteJob { .. })
+    }
+
+    /// Adds how the op changes the completed counts to `deltas`, for an op that [can
+    /// wait](Op::can_wait): the change [`Tables::apply_all`] makes.
+    pub fn add_known_delta(&self, deltas: &mut CountDeltas) {
+        if let Op::Complete { queue, .. } = self {
+            *deltas.entry(queue.clone()).or_default() += 1;
+        }
+    }
+
     /// Appends the op's log encoding to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         fn int(out: &mut Vec<u8>, n: u64) {

@@ -3,7 +3,6 @@
 //! (`history`).
 
 use async_trait::async_trait;
-use redb::ReadableDatabase;
 
 use super::history::{CompletedJob, may_hold_completed};
 use super::index::{Entry, Index};
@@ -159,7 +158,7 @@ impl EmbeddedStore {
             },
         };
         let what = "reading a job";
-        let tx = self.db.begin_read().map_err(fault(what))?;
+        let tx = self.read_tx(what)?;
         let policies = tx.open_table(POLICIES).map_err(fault(what))?;
         let policy = match policies.get(id.0).map_err(fault(what))? {
             Some(bytes) => Some(from_json_bytes("job policy", bytes.value())?),
@@ -516,7 +515,7 @@ impl JobReads for EmbeddedStore {
 
     async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError> {
         let what = "reading a delivery's attempts";
-        let tx = self.db.begin_read().map_err(fault(what))?;
+        let tx = self.read_tx(what)?;
         let table = tx.open_table(ATTEMPTS).map_err(fault(what))?;
         let mut attempts = Vec::new();
         for row in table

@@ -27,6 +27,9 @@ const MAX_WALK: usize = 8;
 /// in between).
 const MAX_REMOVAL_GAP: u64 = 8;
 
+/// A table's writes in key order, each key once: the rows to set, and the keys to remove.
+pub type Sorted<K, V> = (Vec<(K, V)>, Vec<K>);
+
 /// Blind writes to one table, in the order they were made: a value sets the key, `None`
 /// removes it.
 #[derive(Debug)]
@@ -54,7 +57,7 @@ impl<K: Ord, V> Writes<K, V> {
     }
 
     /// The writes in key order, each key's last only; leaves this empty.
-    pub fn take_sorted(&mut self) -> (Vec<(K, V)>, Vec<K>) {
+    pub fn take_sorted(&mut self) -> Sorted<K, V> {
         let mut rows = std::mem::take(&mut self.rows);
         // Stable: a key's writes stay in the order they were made, the last last.
         rows.sort_by(|a, b| a.0.cmp(&b.0));
@@ -196,7 +199,11 @@ mod tests {
                 {
                     let mut table = tx.open_table(T).expect("table");
                     let mut writes = Writes::default();
-                    let span = [16, 300, 100_000][rng.below(3) as usize];
+                    let span = match rng.below(3) {
+                        0 => 16,
+                        1 => 300,
+                        _ => 100_000,
+                    };
                     for _ in 0..rng.below(400) {
                         let key = rng.below(span);
                         if rng.below(3) == 0 {

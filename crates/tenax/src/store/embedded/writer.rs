@@ -1,13 +1,13 @@
 //! Group commit through the write-ahead log: one committer at a time owns every write to the
 //! store's files.
 //!
-//! Requests queue up. The committer takes all that are waiting, applies their ops to the redb
-//! file in one transaction, appends them to the log as one record and syncs it (the only sync a
-//! commit waits for), commits the transaction without syncing, brings memory up to date (each
-//! request's `after` step, under the index lock), and then answers each. Under load many
-//! requests share one sync; alone, a request waits for exactly one. Now and then a checkpoint
-//! makes the redb file durable (`redb`'s own commit and sync) and the log starts over (see
-//! `wal`).
+//! Requests queue up. The committer takes all that are waiting, appends their ops to the log
+//! as one record and syncs it (the only sync a commit waits for), hands the ops to the redb
+//! file's side (`unapplied`: they wait there and are applied many commits at a time, unsynced),
+//! brings memory up to date (each request's `after` step, under the index lock), and then
+//! answers each. Under load many requests share one sync; alone, a request waits for exactly
+//! one. Now and then a checkpoint applies what waits, makes the redb file durable (`redb`'s own
+//! commit and sync) and the log starts over (see `wal`).
 //!
 //! Who commits: a request that finds no commit under way, when the last commit carried a single
 //! request, commits itself, on its own thread, once its caller has released the index lock
@@ -33,11 +33,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use redb::{Database, Durability};
+use redb::Database;
 use tokio::sync::oneshot;
 
 use super::Inner;
-use super::ops::{CountDeltas, Op, Tables};
+use super::ops::{CountDeltas, Op};
+use super::unapplied::{APPLY_AFTER_OPS, Unapplied};
 use super::wal::Wal;
 use crate::store::{CommitObserver, Signals, StoreError};
 
@@ -143,6 +144,8 @@ struct Shared {
 
 pub struct Writer {
     shared: Arc<Shared>,
+    /// Commits logged but not yet in the redb file; reads settle them first.
+    unapplied: Arc<Unapplied>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -157,6 +160,7 @@ impl std::fmt::Debug for Writer {
 impl Writer {
     pub fn start(parts: Parts) -> Self {
         let failed = Arc::new(AtomicBool::new(false));
+        let unapplied = Arc::new(Unapplied::new(parts.db.clone(), failed.clone()));
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
                 requests: Vec::new(),
@@ -166,7 +170,7 @@ impl Writer {
                 closed: false,
             }),
             wake: Condvar::new(),
-            work: Mutex::new(Loop::new(parts, failed.clone())),
+            work: Mutex::new(Loop::new(parts, unapplied.clone(), failed.clone())),
             failed,
         });
         let thread_shared = shared.clone();
@@ -179,8 +183,20 @@ impl Writer {
         }
         Self {
             shared,
+            unapplied,
             thread: Mutex::new(thread),
         }
+    }
+
+    /// Before a read of the redb file: applies the commits that wait to be, so that the read
+    /// sees every acknowledged write. Never takes the index lock (a caller may hold it).
+    pub fn settle(&self) -> Result<(), StoreError> {
+        self.unapplied.settle()
+    }
+
+    /// [`Writer::settle`] for a read of job bodies alone.
+    pub fn settle_bodies(&self) -> Result<(), StoreError> {
+        self.unapplied.settle_bodies()
     }
 
     /// Queues `ops` for the next commit. Call while holding the index lock; [`wait`] for the
@@ -322,7 +338,7 @@ fn lead(shared: &Shared) {
     if !batch.is_empty() {
         work.commit(batch);
     }
-    let due = work.checkpoint_due();
+    let due = work.checkpoint_due() || work.apply_due();
     drop(work);
     let mut queue = shared.queue.lock();
     if queue.requests.is_empty() && !due {
@@ -379,6 +395,8 @@ fn run_thread(shared: &Shared) {
             }
             if work.checkpoint_due() {
                 work.checkpoint();
+            } else if work.apply_due() {
+                work.apply();
             }
             let mut queue = shared.queue.lock();
             if queue.requests.is_empty() {
@@ -392,6 +410,7 @@ fn run_thread(shared: &Shared) {
 /// The writer thread's state.
 struct Loop {
     parts: Parts,
+    unapplied: Arc<Unapplied>,
     failed: Arc<AtomicBool>,
     /// The commit record being built, kept to reuse its allocation.
     record: Vec<u8>,
@@ -404,9 +423,10 @@ struct Loop {
 }
 
 impl Loop {
-    fn new(parts: Parts, failed: Arc<AtomicBool>) -> Self {
+    fn new(parts: Parts, unapplied: Arc<Unapplied>, failed: Arc<AtomicBool>) -> Self {
         Self {
             parts,
+            unapplied,
             failed,
             record: Vec::new(),
             unsynced: false,
@@ -438,6 +458,23 @@ impl Loop {
         }
         if self.commits > 0 {
             self.checkpoint();
+        }
+    }
+
+    fn apply_due(&self) -> bool {
+        self.unapplied.len() >= APPLY_AFTER_OPS
+    }
+
+    /// Applies the commits that wait to the redb file.
+    fn apply(&mut self) {
+        if self.failed.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Err(error) = self.unapplied.apply() {
+            self.fail(&StoreError::storage(
+                "applying commits to the store file",
+                error,
+            ));
         }
     }
 
@@ -510,26 +547,31 @@ impl Loop {
         result
     }
 
+    /// Logs the batches' ops as one record, synced (unless relaxed), and hands them to the
+    /// redb file's side: they wait there if they can, else they are applied now, with what
+    /// waits before them. Returns how the commit changed the completed counts.
     fn write_logged(&mut self, batches: Vec<Vec<Op>>) -> Result<CountDeltas, StoreError> {
-        let storage = |e: redb::Error| StoreError::storage("committing", e);
-        let mut deltas = CountDeltas::new();
-        let mut tx = self.parts.db.begin_write().map_err(|e| storage(e.into()))?;
-        // Durable through the log: the redb file is made durable by checkpoints.
-        tx.set_durability(Durability::None)
-            .map_err(|e| storage(e.into()))?;
-        {
-            let mut tables = Tables::open(&tx);
-            tables
-                .apply_all(batches.into_iter().flatten(), &mut deltas)
-                .map_err(storage)?;
-            tables.add_counts(&deltas).map_err(storage)?;
-            tables
-                .set_log_position(self.parts.wal.next_lsn())
-                .map_err(storage)?;
-        }
-        // The record goes to the log, and is synced, before the transaction is committed: the
-        // commit is acknowledged only once it is durable, and a crash in between leaves a log
-        // record that the next open applies again.
+        let ops: Vec<Op> = batches.into_iter().flatten().collect();
+        let lsn = self.parts.wal.next_lsn();
+        let result = if ops.iter().all(Op::can_wait) {
+            self.log()?;
+            let mut deltas = CountDeltas::new();
+            for op in &ops {
+                op.add_known_delta(&mut deltas);
+            }
+            self.unapplied.defer(ops, lsn);
+            Ok(deltas)
+        } else {
+            let unapplied = self.unapplied.clone();
+            unapplied.apply_with(ops, lsn, || self.log())
+        };
+        self.commits += 1;
+        result
+    }
+
+    /// Appends the commit's record to the log and syncs it (in relaxed mode, at most
+    /// [`RELAXED_SYNC_INTERVAL`] after the last sync).
+    fn log(&mut self) -> Result<(), StoreError> {
         let log = |e: std::io::Error| StoreError::storage("writing the write-ahead log", e);
         self.parts.wal.append(&self.record).map_err(log)?;
         if self.parts.sync || self.last_sync.elapsed() >= RELAXED_SYNC_INTERVAL {
@@ -539,20 +581,12 @@ impl Loop {
         } else {
             self.unsynced = true;
         }
-        tx.commit().map_err(|e| storage(e.into()))?;
-        self.commits += 1;
-        Ok(deltas)
+        Ok(())
     }
 
     /// Makes the redb file durable as it stands (every commit so far), and starts the log over.
     fn checkpoint(&mut self) {
-        let result = (|| -> Result<(), redb::Error> {
-            let mut tx = self.parts.db.begin_write()?;
-            tx.set_durability(Durability::Immediate)?;
-            tx.commit()?;
-            Ok(())
-        })();
-        match result {
+        match self.unapplied.checkpoint() {
             Ok(()) => {
                 self.parts.wal.reset();
                 self.commits = 0;
