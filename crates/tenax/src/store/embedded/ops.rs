@@ -186,6 +186,7 @@ impl Tables<'_> {
 
     /// Applies one op; a blind write to a job table is only gathered.
     fn apply(&mut self, op: Op, deltas: &mut CountDeltas) -> Result<(), redb::Error> {
+        op.add_known_delta(deltas);
         match op {
             Op::PutBody { id, body } => self.gathered.jobs.put(id.0, body),
             Op::PutState { id, state } => self.gathered.states.put(id.0, state),
@@ -215,9 +216,8 @@ impl Tables<'_> {
                     .completed_at
                     .put((finished_at_ms, id), queue.clone());
                 if let Some(at) = expires_at_ms {
-                    gathered.completed_expiring.put((at, id), queue.clone());
+                    gathered.completed_expiring.put((at, id), queue);
                 }
-                *deltas.entry(queue).or_default() += 1;
             }
             Op::DeleteJob { id: JobId(id) } => {
                 // It reads the job tables: they must hold every earlier write first.
@@ -488,7 +488,7 @@ impl Op {
     }
 
     /// Adds how the op changes the completed counts to `deltas`, for an op that [can
-    /// wait](Op::can_wait): the change [`Tables::apply_all`] makes.
+    /// wait](Op::can_wait) (a deletion's change is found as it is applied).
     pub fn add_known_delta(&self, deltas: &mut CountDeltas) {
         if let Op::Complete { queue, .. } = self {
             *deltas.entry(queue.clone()).or_default() += 1;
