@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
-use redb::{Database, Durability};
+use redb::{Database, Durability, WriteTransaction};
 
 use super::ops::{CountDeltas, Op, Tables};
 use crate::store::StoreError;
@@ -90,16 +90,7 @@ impl Unapplied {
         let mut waiting = self.waiting.lock();
         self.apply_waiting(&mut waiting, Durability::None)
             .map_err(storage)?;
-        let mut tx = waiting.db.begin_write().map_err(|e| storage(e.into()))?;
-        tx.set_durability(Durability::None)
-            .map_err(|e| storage(e.into()))?;
-        let mut deltas = CountDeltas::new();
-        {
-            let mut tables = Tables::open(&tx);
-            tables.apply_all(ops, &mut deltas).map_err(storage)?;
-            tables.add_counts(&deltas).map_err(storage)?;
-            tables.set_log_position(lsn).map_err(storage)?;
-        }
+        let (tx, deltas) = write(&waiting.db, ops, lsn, Durability::None).map_err(storage)?;
         // The record is in the log, synced, before the transaction is committed: a crash in
         // between leaves a record that the next open applies again.
         log()?;
@@ -169,18 +160,36 @@ impl Unapplied {
         if waiting.ops.is_empty() {
             return Ok(());
         }
-        let mut tx = waiting.db.begin_write()?;
-        tx.set_durability(durability)?;
-        {
-            let mut tables = Tables::open(&tx);
-            let mut deltas = CountDeltas::new();
-            tables.apply_all(waiting.ops.drain(..), &mut deltas)?;
-            tables.add_counts(&deltas)?;
-            tables.set_log_position(waiting.last_lsn)?;
-        }
+        let (tx, _) = write(
+            &waiting.db,
+            waiting.ops.drain(..),
+            waiting.last_lsn,
+            durability,
+        )?;
         tx.commit()?;
         self.any.store(false, Ordering::SeqCst);
         self.bodies.store(false, Ordering::SeqCst);
         Ok(())
     }
+}
+
+/// A write transaction with `ops` of the log's records up to `lsn` applied to the file, the
+/// completed counts and the log position with them, not yet committed; and how `ops` changed
+/// the counts.
+fn write(
+    db: &Database,
+    ops: impl IntoIterator<Item = Op>,
+    lsn: u64,
+    durability: Durability,
+) -> Result<(WriteTransaction, CountDeltas), redb::Error> {
+    let mut tx = db.begin_write()?;
+    tx.set_durability(durability)?;
+    let mut deltas = CountDeltas::new();
+    {
+        let mut tables = Tables::open(&tx);
+        tables.apply_all(ops, &mut deltas)?;
+        tables.add_counts(&deltas)?;
+        tables.set_log_position(lsn)?;
+    }
+    Ok((tx, deltas))
 }
