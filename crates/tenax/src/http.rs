@@ -97,6 +97,11 @@ impl std::fmt::Debug for Prepared {
 }
 
 impl Prepared {
+    /// The `Authorization` header of the token, if there is one.
+    pub fn authorization(&self) -> Option<&reqwest::header::HeaderValue> {
+        self.authorization.as_ref()
+    }
+
     /// A client builder (the crypto provider installed) with the token as a default header and
     /// the CA file's certificates trusted; `headers` are added to the defaults.
     pub fn builder(&self, mut headers: reqwest::header::HeaderMap) -> reqwest::ClientBuilder {

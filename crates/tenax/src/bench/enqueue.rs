@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use indicatif::ProgressBar;
 
+use super::lane::Lane;
 use super::{Ctx, Latency, ScenarioReport, Stop, batch_body, job, join_all, rate};
 
 /// Connections of the bulk scenarios and of every fill.
@@ -52,12 +53,19 @@ pub(super) async fn send(ctx: &Ctx, load: Load) -> anyhow::Result<Loaded> {
             tokio::spawn(async move {
                 let mut latency = Latency::new();
                 let mut jobs = 0;
+                let mut lane = match Lane::open(&api).await {
+                    Ok(lane) => lane,
+                    Err(error) => {
+                        stop.set();
+                        return Err(error);
+                    }
+                };
                 while !stop.is_set() && Instant::now() < load.deadline {
                     if next.fetch_add(1, Ordering::Relaxed) >= load.requests {
                         break;
                     }
                     let sent = Instant::now();
-                    if let Err(error) = api.post(&load.url, load.body.clone()).await {
+                    if let Err(error) = lane.post(&load.url, load.body.clone()).await {
                         stop.set();
                         return Err(error);
                     }

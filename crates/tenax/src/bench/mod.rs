@@ -4,11 +4,13 @@
 //!
 //! Every scenario uses a queue of its own (`bench-<scenario>-<random>`), so runs against the
 //! same server do not see each other's jobs. Every loop is bounded by a job count and by
-//! `max_seconds`. Request bodies are serialised once and reused; one `reqwest::Client` (HTTP/1.1
-//! keep-alive) serves every connection.
+//! `max_seconds`. Request bodies are serialised once and reused. The loads that send one request
+//! after another do it on connections of their own (`lane`); everything else shares one
+//! `reqwest::Client` (HTTP/1.1 keep-alive, or one HTTP/2 connection with `--http2`).
 
 mod deliveries;
 mod enqueue;
+mod lane;
 mod memory;
 mod one_by_one;
 mod promotion;
@@ -429,6 +431,8 @@ pub fn now_ms() -> u64 {
 pub struct Api {
     client: reqwest::Client,
     base: Arc<str>,
+    /// Where load tasks open connections of their own ([`lane`]), when the base URL allows.
+    lane: Option<Arc<lane::Target>>,
 }
 
 impl Api {
@@ -455,14 +459,27 @@ impl Api {
             }
         };
         let (client, _) = crate::http::build(make).context("building the HTTP client")?;
+        let base = base.trim_end_matches('/');
+        let lane = lane::Target::of(base, http2, prepared.authorization().cloned());
         Ok(Self {
             client,
-            base: Arc::from(base.trim_end_matches('/')),
+            base: Arc::from(base),
+            lane: lane.map(Arc::new),
         })
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// The base URL, without a trailing slash.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Where a load task's own connection goes; `None` when the tasks share this client.
+    pub fn lane_target(&self) -> Option<&lane::Target> {
+        self.lane.as_deref()
     }
 
     /// POSTs a JSON body; any status but 2xx is an error carrying the server's answer.

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::lane::Lane;
 use super::work::{LEASE_MS, drained_notes, drained_report, fill_for_drain};
 use super::{Api, Ctx, Latency, ScenarioReport, Stop, join_all};
 
@@ -62,12 +63,13 @@ async fn work(
 ) -> anyhow::Result<Worked> {
     let mut out = Worked::default();
     let take_url = api.url("/api/take");
+    let mut lane = Lane::open(&api).await?;
     while !plan.stop.is_set()
         && Instant::now() < plan.deadline
         && plan.taken.load(Ordering::Relaxed) < plan.target
     {
         let sent = Instant::now();
-        let bytes = api.post(&take_url, plan.take_body.clone()).await?;
+        let bytes = lane.post(&take_url, plan.take_body.clone()).await?;
         out.take.record(sent.elapsed());
         let answer: TakeAnswer = serde_json::from_slice(&bytes).context("reading a take answer")?;
         let Some(job) = answer.jobs.first() else {
@@ -76,7 +78,7 @@ async fn work(
         plan.taken.fetch_add(1, Ordering::Relaxed);
         let body = Bytes::from(format!("{{\"lease_token\":{}}}", job.lease_token));
         let sent = Instant::now();
-        let bytes = api
+        let bytes = lane
             .post(&api.url(&format!("/api/jobs/{}/complete", job.id)), body)
             .await?;
         let done = Instant::now();

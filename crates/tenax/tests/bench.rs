@@ -1,0 +1,103 @@
+//! `tenax bench` against the real server: the scenarios that send one request at a time, each
+//! load task on a connection of its own (`bench::lane`), with the API token on every request.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Options, TestServer};
+use tenax::bench::{BenchConfig, BenchReport, Scenario};
+use tenax::http::ClientOptions;
+
+const ADMIN: &str = "bench-admin-token-0123456789abcdefghijklmnop";
+
+fn config(server: &TestServer, scenarios: Vec<Scenario>, token: Option<&str>) -> BenchConfig {
+    BenchConfig {
+        url: server.api.url(""),
+        scenarios,
+        jobs: Some(200),
+        max_seconds: 30,
+        server_pid: None,
+        connections: None,
+        workers: 4,
+        take_max: 1_000,
+        promotion_lead: Duration::from_secs(5),
+        progress: false,
+        http2: false,
+        client: ClientOptions {
+            token: token.map(str::to_owned),
+            ca_file: None,
+        },
+    }
+}
+
+async fn secured() -> TestServer {
+    TestServer::start(Options::system().flags(&["--auth", "on", "--admin-token", ADMIN])).await
+}
+
+fn scenario<'a>(report: &'a BenchReport, name: &str) -> &'a tenax::bench::ScenarioReport {
+    report
+        .scenarios
+        .iter()
+        .find(|s| s.scenario == name)
+        .unwrap_or_else(|| panic!("{name} ran"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_request_scenarios_store_and_finish_every_job_with_the_token() {
+    let server = secured().await;
+    let report = tenax::bench::run(&config(
+        &server,
+        vec![Scenario::Enqueue8, Scenario::TakeOne8],
+        Some(ADMIN),
+    ))
+    .await
+    .expect("the bench runs");
+
+    let enqueue = scenario(&report, "enqueue-8");
+    assert_eq!(enqueue.error, None);
+    assert_eq!(enqueue.jobs, 200, "every job acknowledged");
+    assert_eq!(enqueue.requests[0].count, 200, "one request per job");
+    let take_one = scenario(&report, "take-one-8");
+    assert_eq!(take_one.error, None);
+    assert_eq!(take_one.jobs, 200, "every job taken and completed");
+
+    // The server holds what the bench says: the enqueued jobs wait, the taken ones are done.
+    let stats = server
+        .api
+        .http()
+        .get(server.api.url("/api/stats"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("stats")
+        .json::<serde_json::Value>()
+        .await
+        .expect("stats JSON");
+    let counts = |queue: &str| {
+        stats["queues"]
+            .as_array()
+            .expect("queues")
+            .iter()
+            .find(|q| q["queue"] == queue)
+            .cloned()
+            .unwrap_or_else(|| panic!("{queue} in {stats}"))
+    };
+    assert_eq!(counts(&enqueue.queue)["ready"], 200);
+    assert_eq!(counts(&take_one.queue)["completed"], 200);
+    assert_eq!(counts(&take_one.queue)["ready"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_stops_the_scenario_with_the_servers_answer() {
+    let server = secured().await;
+    // A token the server does not know: the load's first request is refused.
+    let wrong = "not-a-token-of-this-server-0123456789abcdef";
+    let config = config(&server, vec![Scenario::Enqueue1], Some(wrong));
+    let report = tenax::bench::run(&config).await.expect("the bench runs");
+    let error = scenario(&report, "enqueue-1")
+        .error
+        .clone()
+        .expect("the scenario stopped");
+    assert!(error.contains("401"), "{error}");
+}
