@@ -90,7 +90,7 @@ impl Default for EmbeddedOptions {
     fn default() -> Self {
         Self {
             sync: true,
-            cache_bytes: 32 * 1024 * 1024,
+            cache_bytes: 24 * 1024 * 1024,
             log_bytes: wal::CAPACITY,
             commits: None,
         }
