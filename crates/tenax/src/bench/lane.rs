@@ -13,14 +13,14 @@
 //! Over `https://`, or with `--http2` (every request on one shared connection), a lane is the
 //! shared client: the same requests, at reqwest's cost.
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HOST, HeaderValue};
 use hyper_util::rt::TokioIo;
 
-use super::Api;
+use super::{Api, success};
 
 /// Where a lane connects, and what every request of it carries: made once per run.
 #[derive(Debug, Clone)]
@@ -126,11 +126,7 @@ impl Own {
             .await
             .with_context(|| format!("reading the answer of {url}"))?
             .to_bytes();
-        if !status.is_success() {
-            let text = String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned();
-            bail!("{url} answered {status}: {text}");
-        }
-        Ok(bytes)
+        success(url, status, bytes)
     }
 }
 

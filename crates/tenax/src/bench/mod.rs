@@ -537,6 +537,12 @@ async fn answer(url: &str, response: reqwest::Response) -> anyhow::Result<Bytes>
         .bytes()
         .await
         .with_context(|| format!("reading the answer of {url}"))?;
+    success(url, status, bytes)
+}
+
+/// The body of a 2xx answer; any other status is an error carrying the start of the server's
+/// answer.
+fn success(url: &str, status: reqwest::StatusCode, bytes: Bytes) -> anyhow::Result<Bytes> {
     if !status.is_success() {
         let text = String::from_utf8_lossy(&bytes[..bytes.len().min(500)]).into_owned();
         bail!("{url} answered {status}: {text}");
