@@ -25,6 +25,8 @@ use super::{Api, success};
 /// Where a lane connects, and what every request of it carries: made once per run.
 #[derive(Debug, Clone)]
 pub struct Target {
+    /// The base URL, which the URLs of requests start with.
+    base: String,
     /// `host:port`, to connect to.
     address: String,
     /// The `Host` header.
@@ -49,6 +51,7 @@ impl Target {
             None => host.to_owned(),
         };
         Some(Self {
+            base: base.to_owned(),
             address,
             host: HeaderValue::from_str(&host_header).ok()?,
             authorization,
@@ -68,7 +71,6 @@ pub enum Lane {
 pub struct Own {
     sender: SendRequest<Full<Bytes>>,
     target: Target,
-    api: Api,
 }
 
 impl Lane {
@@ -78,7 +80,6 @@ impl Lane {
             Some(target) => Ok(Self::Own(Own {
                 sender: connect(target).await?,
                 target: target.clone(),
-                api: api.clone(),
             })),
             None => Ok(Self::Shared(api.clone())),
         }
@@ -96,7 +97,7 @@ impl Lane {
 
 impl Own {
     async fn post(&mut self, url: &str, body: Bytes) -> anyhow::Result<Bytes> {
-        let path = url.strip_prefix(self.api.base()).unwrap_or(url);
+        let path = url.strip_prefix(&self.target.base).unwrap_or(url);
         if self.sender.is_closed() {
             // The server closed the connection (a restart, an idle timeout): open another.
             self.sender = connect(&self.target).await?;

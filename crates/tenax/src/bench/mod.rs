@@ -472,11 +472,6 @@ impl Api {
         format!("{}{path}", self.base)
     }
 
-    /// The base URL, without a trailing slash.
-    pub fn base(&self) -> &str {
-        &self.base
-    }
-
     /// Where a load task's own connection goes; `None` when the tasks share this client.
     pub fn lane_target(&self) -> Option<&lane::Target> {
         self.lane.as_deref()
