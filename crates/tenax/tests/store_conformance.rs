@@ -16,7 +16,7 @@
 //! | family              | operation              | cases                                                                                   |
 //! |---------------------|------------------------|-----------------------------------------------------------------------------------------|
 //! | `JobInserts`        | `insert_jobs`          | `enqueue_is_atomic_and_ids_increase`, `unique_keys_refuse_or_return_the_holder`, `deliveries_are_stored_with_their_message_and_subscription` |
-//! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged`; limits: `concurrency_limits_hold_takes_back`, `rate_limits_hold_takes_back_across_restarts` |
+//! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged`; limits: `concurrency_limits_hold_takes_back`, `rate_limits_hold_takes_back_across_restarts`, `a_take_with_an_older_clock_counts_the_starts_of_its_period` |
 //! |                     | `extend_lease`         | `expired_leases_go_to_the_decision`                                                     |
 //! |                     | `complete_jobs`        | `complete_needs_the_current_lease`, `backlog_and_lease_facts_are_reported`              |
 //! |                     | `fail_job`             | `fail_asks_the_decision_and_records_it`                                                 |
@@ -4572,6 +4572,27 @@ async fn concurrency_limits_hold_takes_back(backend: &impl Backend) {
     close(store).await;
 }
 
+/// Takes of a rate-limited queue are serialised (by the index lock, or on PostgreSQL by a lock
+/// of the queue's row), but each read its clock before it waited: a take whose clock is older
+/// than the last one's still counts every start of its own period, so the take before it must
+/// not have forgotten them.
+async fn a_take_with_an_older_clock_counts_the_starts_of_its_period(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let rate = RateLimit {
+        limit: 3,
+        period_ms: SECOND,
+    };
+    limit_queue(&store, "rated", None, Some(rate)).await;
+    enqueue(&store, (0..10).map(|_| job("rated")).collect(), T0).await;
+    assert_eq!(take(&store, &["rated"], 2, T0).await.len(), 2);
+    // At 1.5 s the two starts at 0 are more than a period old: room for 2 more, 1 taken.
+    assert_eq!(take(&store, &["rated"], 1, T0 + 1_500).await.len(), 1);
+    // A take whose clock read 0.9 s: its period, (-0.1 s, 0.9 s], holds the two starts at 0,
+    // and it counts the one at 1.5 s as well: no room.
+    assert!(take(&store, &["rated"], 10, T0 + 900).await.is_empty());
+    close(store).await;
+}
+
 /// A rate limit counts starts in buckets of a sixtieth of its period: a take hands out no more
 /// than the period leaves, says until when it is held, and the starts survive a restart.
 async fn rate_limits_hold_takes_back_across_restarts(backend: &impl Backend) {
@@ -4959,6 +4980,7 @@ macro_rules! conformance_suite {
                 inserts_are_never_made_on_facts_older_than_a_change,
                 concurrency_limits_hold_takes_back,
                 rate_limits_hold_takes_back_across_restarts,
+                a_take_with_an_older_clock_counts_the_starts_of_its_period,
                 schedules_are_stored_changed_and_deleted,
                 a_tick_is_recorded_once_with_its_job,
             );

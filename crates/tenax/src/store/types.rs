@@ -690,6 +690,22 @@ impl RateLimit {
         start_ms.saturating_add(width_ms) > now_ms.saturating_sub(self.period_ms)
     }
 
+    /// Buckets that end at or before this are forgotten at `now_ms`: two periods back, not
+    /// one. Takes of a queue are serialised, but each reads its clock before it waits for its
+    /// turn, so a take may count from a period older than the last take's: the last take must
+    /// leave every bucket of that period in place. Exact while no take waits longer than a
+    /// period for its turn (and, on PostgreSQL, the servers' clocks agree within one); past
+    /// that, a take may count fewer starts than were made in its period, never stall.
+    pub fn forget_before(&self, now_ms: UnixMs) -> UnixMs {
+        now_ms.saturating_sub(self.period_ms.saturating_mul(2))
+    }
+
+    /// Whether a bucket `[start, start + width)` is still kept at `now_ms`
+    /// ([`RateLimit::forget_before`]).
+    pub fn kept(&self, start_ms: UnixMs, width_ms: u64, now_ms: UnixMs) -> bool {
+        start_ms.saturating_add(width_ms) > self.forget_before(now_ms)
+    }
+
     /// When a bucket stops counting: room it holds is free again then.
     pub fn frees_at(&self, start_ms: UnixMs, width_ms: u64) -> UnixMs {
         start_ms

@@ -129,10 +129,10 @@ pub(super) fn started(inner: &mut Inner, queue: &str, count: u64, now_ms: UnixMs
             count,
         }),
     }
-    let forget_before_ms = now_ms.saturating_sub(rate.period_ms);
+    let forget_before_ms = rate.forget_before(now_ms);
     while window
         .front()
-        .is_some_and(|b| !rate.counts(b.start_ms, b.width_ms, now_ms))
+        .is_some_and(|b| !rate.kept(b.start_ms, b.width_ms, now_ms))
     {
         window.pop_front();
     }

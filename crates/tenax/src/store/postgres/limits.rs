@@ -6,7 +6,7 @@
 //! count, in a new statement (so its snapshot sees every take that held the lock before), each
 //! queue's jobs in flight (`tenax_jobs_in_flight_queue`) and its starts in the rate limit's
 //! period (`tenax_queue_starts`); (3) take at most what that leaves room for; (4) add the
-//! starts to the queue's bucket, forgetting buckets past the period; commit. Takes of one
+//! starts to the queue's bucket, forgetting buckets two periods old; commit. Takes of one
 //! limited queue wait for each other; nothing else does.
 //!
 //! Why counting rather than a counter row per queue: jobs leave flight in many ways (complete,
@@ -226,7 +226,8 @@ async fn count<C: GenericClient>(
 }
 
 /// Adds the starts of the rate-limited queues among `taken` (a queue per job handed out) to
-/// their buckets, and forgets their buckets past the period.
+/// their buckets, and forgets their buckets that no take can count any more
+/// ([`RateLimit::forget_before`]).
 async fn record<'a, C: GenericClient>(
     client: &C,
     rated: &HashMap<String, RateLimit>,
@@ -248,7 +249,7 @@ async fn record<'a, C: GenericClient>(
         buckets.push(time(rate.bucket_of(now_ms)));
         widths.push(time(rate.bucket_ms()));
         adds.push(count);
-        before.push(since(rate, now_ms));
+        before.push(time(rate.forget_before(now_ms)));
     }
     execute(
         client,
