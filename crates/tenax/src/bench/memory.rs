@@ -38,6 +38,28 @@ fn read(pid: u32) -> anyhow::Result<ProcMemory> {
     parse_proc_status(&text).with_context(|| format!("{path} has no VmRSS/VmHWM"))
 }
 
+/// Most reads, a second apart, of the resident size after a load.
+const SETTLE_READS: u32 = 6;
+
+/// The server's memory once it is steady after a load: read each second until two reads agree
+/// within 1 %, at most [`SETTLE_READS`] times. The allocator (mimalloc) gives freed memory back
+/// only once it has been free for a second and some thread allocates again, so a single read
+/// right after a load catches it at a moment of its own, and runs differed by 10–20 MiB.
+async fn read_settled(pid: u32) -> anyhow::Result<ProcMemory> {
+    let mut last = None;
+    for _ in 0..SETTLE_READS {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = read(pid)?;
+        if let Some(previous) = last.replace(now) {
+            let (a, b) = (previous.rss_kb, now.rss_kb);
+            if a.abs_diff(b) * 100 <= a.max(b) {
+                break;
+            }
+        }
+    }
+    last.ok_or_else(|| anyhow::anyhow!("no read of /proc/{pid}/status"))
+}
+
 pub(super) async fn run(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
     let Some(pid) = ctx.config.server_pid else {
         return Ok(ScenarioReport {
@@ -60,23 +82,21 @@ pub(super) async fn run(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
     let before = read(pid)?;
     ctx.progress.set_message("enqueueing");
     let filled = enqueue::fill(ctx, None).await?;
-    // Let the last commit and the allocator settle.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let after = read(pid)?;
+    let after = read_settled(pid).await?;
     let stats = ctx.api.stats().await?;
     ctx.progress.set_message("draining");
     let drained =
         super::work::drain_queue(ctx, super::enqueue::BULK_CONNECTIONS, filled.jobs).await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let after_drain = read(pid)?;
+    let after_drain = read_settled(pid).await?;
     notes.push(format!(
         "{} jobs enqueued in {} requests of {}; resident read from /proc/{pid}/status \
-         (VmRSS, VmHWM) 1 s after the last request",
-        filled.jobs, filled.requests, filled.jobs_per_request
+         (VmRSS, VmHWM) once steady: each second after the last request, until two reads \
+         agree within 1 % (at most {} s)",
+        filled.jobs, filled.requests, filled.jobs_per_request, SETTLE_READS
     ));
     notes.push(format!(
-        "then {drained} taken and completed ({} workers, take max {}); resident again 1 s \
-         later (completed jobs are kept for the server's retention)",
+        "then {drained} taken and completed ({} workers, take max {}); resident again once \
+         steady (completed jobs are kept for the server's retention)",
         super::enqueue::BULK_CONNECTIONS,
         ctx.config.take_max
     ));
