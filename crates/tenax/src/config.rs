@@ -82,7 +82,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TENAX_MAX_PAYLOAD_BYTES", default_value_t = 1024 * 1024)]
     pub max_payload_bytes: usize,
     /// Page cache of the embedded store, in MiB.
-    #[arg(long, env = "TENAX_CACHE_MB", default_value_t = 24)]
+    #[arg(long, env = "TENAX_CACHE_MB", default_value_t = crate::store::embedded::DEFAULT_CACHE_MB)]
     pub cache_mb: usize,
     /// The policy of deliveries whose subscription and queue name none, in any spelling
     /// (native, SNS `DeliveryPolicy`, Zaqar `_retry_policy`). Default: retries after 5 s, 5 m,

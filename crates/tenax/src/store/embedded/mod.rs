@@ -86,11 +86,15 @@ pub struct EmbeddedOptions {
     pub commits: Option<Arc<dyn CommitObserver>>,
 }
 
+/// The page cache's size unless `--cache-mb` says otherwise, in MiB (docs/benchmarks.md, "Memory:
+/// the page cache and what the allocator keeps": at 16 a take misses the cache for bodies).
+pub const DEFAULT_CACHE_MB: usize = 24;
+
 impl Default for EmbeddedOptions {
     fn default() -> Self {
         Self {
             sync: true,
-            cache_bytes: 24 * 1024 * 1024,
+            cache_bytes: DEFAULT_CACHE_MB * 1024 * 1024,
             log_bytes: wal::CAPACITY,
             commits: None,
         }
