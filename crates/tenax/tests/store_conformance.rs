@@ -28,6 +28,7 @@
 //! |                     | `release_claim`        | `a_closed_stream_releases_its_jobs`                                                     |
 //! | `JobUpkeep`         | `promote_due`          | `due_jobs_are_promoted`                                                                 |
 //! |                     | `expire_leases`        | `expired_leases_go_to_the_decision`, `claims_are_renewed_ended_and_forgotten`           |
+//! |                     | `expire_leases_of`     | `a_queues_expiry_waits_for_a_lease_being_ended`                                         |
 //! |                     | `expire_jobs`          | `expired_jobs_are_deleted_whatever_their_status`                                        |
 //! |                     | `purge_finished`       | `finished_jobs_are_purged_after_retention`                                              |
 //! |                     | `next_wakeup`          | `due_jobs_are_promoted`, `expired_leases_go_to_the_decision`, `expired_jobs_are_deleted_whatever_their_status`, `schedules_are_stored_changed_and_deleted` |
@@ -1283,6 +1284,58 @@ async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
         (Status::Dead, 1),
         "the dead job and its error survived"
     );
+    close(store).await;
+}
+
+/// A queue's own expiry (a Zaqar claim's or pop's, which must see a message free as soon as
+/// its claim's time is up) ends only that queue's leases; and a lease another task is ending
+/// at that moment is waited for, not skipped and not ended twice, so the take right after
+/// finds the job ready.
+async fn a_queues_expiry_waits_for_a_lease_being_ended(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    enqueue(&store, vec![job("q"), job("r")], T0).await;
+    let q = take_on(&store, &["q"], 1, 10 * SECOND, None, T0).await;
+    let r = take_on(&store, &["r"], 1, 10 * SECOND, None, T0).await;
+    let at = T0 + 10 * SECOND;
+    let lost = again(at, "lost");
+    assert_eq!(store.expire_leases_of("q", at - 1, &lost).await, Ok(0));
+    assert_eq!(store.expire_leases_of("none", at, &lost).await, Ok(0));
+    assert_eq!(store.expire_leases_of("q", at, &lost).await, Ok(1));
+    assert_eq!(status(&store, q[0].id).await, Some(Status::Ready));
+    assert_eq!(status(&store, r[0].id).await, Some(Status::InFlight));
+
+    // The maintenance loop ends r's lease, slowly: its decision takes 300 ms, during which it
+    // holds the job (a row lock; the index lock).
+    // (A notification, not a poll of a flag with a timer: the timer's driver may be the
+    // runtime thread the decision blocks.)
+    let deciding = Arc::new(Notify::new());
+    let slow = tokio::spawn({
+        let (store, deciding) = (store.clone(), deciding.clone());
+        async move {
+            let lost = again(at, "lost");
+            let slow = move |ctx: &DecideContext<'_>| {
+                deciding.notify_one();
+                std::thread::sleep(Duration::from_millis(300));
+                lost(ctx)
+            };
+            store.expire_leases(at, 100, &slow).await
+        }
+    });
+    deciding.notified().await;
+    assert_eq!(
+        store.expire_leases_of("r", at, &lost).await,
+        Ok(0),
+        "the lease being ended is ended once, by the one ending it"
+    );
+    let shown = get(&store, r[0].id).await;
+    assert_eq!(
+        (shown.state.status, shown.state.failures),
+        (Status::Ready, 1),
+        "once the queue's expiry returns, the job is ready, the attempt counted once"
+    );
+    assert_eq!(slow.await.expect("the slow expiry"), Ok(1));
+    let again_taken = take_on(&store, &["r"], 1, 10 * SECOND, None, at).await;
+    assert_eq!(again_taken[0].id, r[0].id);
     close(store).await;
 }
 
@@ -4944,6 +4997,7 @@ macro_rules! conformance_suite {
                 complete_needs_the_current_lease,
                 fail_asks_the_decision_and_records_it,
                 expired_leases_go_to_the_decision,
+                a_queues_expiry_waits_for_a_lease_being_ended,
                 due_jobs_are_promoted,
                 a_closed_stream_releases_its_jobs,
                 dead_jobs_are_replayed,

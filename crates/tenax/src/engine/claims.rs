@@ -41,10 +41,11 @@ pub enum MessageDelete {
 
 impl Engine {
     /// Leases up to `new.max` ready jobs under a new claim, with a record of its terms; jobs
-    /// whose leases have ended are handled first, so they can be claimed again at once. Does
+    /// of the queue whose leases have ended are handled first, so they can be claimed again at
+    /// once. Does
     /// not wait. Returns the claim's id and its jobs (none: no claim was made).
     pub async fn claim(&self, new: NewClaim<'_>) -> Result<(ClaimId, Vec<TakenJob>), StoreError> {
-        self.expire_due_leases().await?;
+        self.expire_due_leases_of(new.queue).await?;
         let id = random_id();
         let now_ms = self.now_ms();
         let queues = [new.queue.to_owned()];
@@ -134,11 +135,18 @@ impl Engine {
         Ok(ended)
     }
 
-    /// Handles every lease that has ended by now, as the maintenance loop's next pass would, so
-    /// that a claim made right after sees those jobs ready (or moved to a dead-letter queue).
-    /// Cheap when no lease has ended.
-    pub async fn expire_due_leases(&self) -> Result<usize, StoreError> {
-        self.expire_leases(self.now_ms(), usize::MAX).await
+    /// Handles every lease of `queue` that has ended by now, as the maintenance loop's next
+    /// pass would, so that a claim or pop made right after sees those jobs ready (or moved to
+    /// a dead-letter queue), as the queue's stats and listings, which go by time, already
+    /// show them. A lease the maintenance loop is ending at this moment is waited for. Cheap
+    /// when no lease has ended.
+    pub async fn expire_due_leases_of(&self, queue: &str) -> Result<usize, StoreError> {
+        let now_ms = self.now_ms();
+        let expiries = Expiries::new(self);
+        let decide = |ctx: &DecideContext<'_>| expiries.decide(self, ctx, now_ms);
+        let expired = self.store.expire_leases_of(queue, now_ms, &decide).await?;
+        expiries.report(self, now_ms);
+        Ok(expired)
     }
 
     /// Handles up to `max` leases that have ended by `now_ms`: each counts as a failed
@@ -185,7 +193,7 @@ impl Engine {
 
     /// Takes up to `max` ready jobs of `queue` and deletes them, atomically; returns them.
     pub async fn pop(&self, queue: &str, max: usize) -> Result<Vec<Job>, StoreError> {
-        self.expire_due_leases().await?;
+        self.expire_due_leases_of(queue).await?;
         let queues = [queue.to_owned()];
         self.store.pop_jobs(&queues, max, self.now_ms()).await
     }

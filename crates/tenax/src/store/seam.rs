@@ -163,6 +163,18 @@ pub trait JobUpkeep {
         decide: &Decide<'_>,
     ) -> Result<usize, StoreError>;
 
+    /// The ended leases of `queue` alone go by `decide`, as [`JobUpkeep::expire_leases`] does,
+    /// for an operation that must see the queue as its time shows it (a Zaqar claim or pop:
+    /// a message whose claim expired is free at once). Leases of the queue that another server
+    /// or task is ending right now are waited for, not skipped: once this returns, no job of
+    /// the queue is held on a lease that ended by `now_ms`. Returns how many this call ended.
+    async fn expire_leases_of(
+        &self,
+        queue: &str,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<usize, StoreError>;
+
     /// Deletes jobs past their expiry, whatever their status; returns how many.
     async fn expire_jobs(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError>;
 

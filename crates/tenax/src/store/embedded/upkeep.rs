@@ -3,10 +3,10 @@
 
 use async_trait::async_trait;
 
-use super::EmbeddedStore;
 use super::leases::decide_on;
 use super::ops::Op;
 use super::writer;
+use super::{EmbeddedStore, Inner};
 use crate::clock::UnixMs;
 use crate::model::{JobId, Status};
 use crate::store::{Decide, JobUpkeep, StoreError};
@@ -59,31 +59,39 @@ impl JobUpkeep for EmbeddedStore {
         max: usize,
         decide: &Decide<'_>,
     ) -> Result<usize, StoreError> {
-        let receivers = {
+        let expired = {
             let mut inner = self.inner.lock();
             inner
                 .claims
                 .retain(|_, record| record.over_at_ms() > now_ms);
             let expired = inner.index.expired(now_ms, max);
-            let mut receivers = Vec::with_capacity(expired.len());
-            for id in expired {
-                let inner = &mut *inner;
-                let Some(mut transition) = decide_on(inner, id, decide) else {
-                    continue;
-                };
-                receivers.push(self.apply(inner, id, &mut transition, now_ms, Vec::new())?);
-            }
-            receivers
+            self.end_leases(&mut inner, expired, now_ms, decide)?
         };
-        let count = receivers.len();
-        for receiver in receivers {
-            writer::wait(receiver).await?;
-        }
-        if count > 0 {
-            self.signals.ready.notify_waiters();
-            self.signals.released.notify_waiters();
-        }
-        Ok(count)
+        self.wait_for_ended(expired).await
+    }
+
+    /// Under the index lock, which every other lease transition takes too: nothing of the
+    /// queue can be half-ended by someone else when this looks.
+    async fn expire_leases_of(
+        &self,
+        queue: &str,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<usize, StoreError> {
+        let expired = {
+            let mut inner = self.inner.lock();
+            let Some(queue) = inner.index.queue_ref(queue) else {
+                return Ok(0);
+            };
+            let expired: Vec<JobId> = inner
+                .index
+                .expired(now_ms, usize::MAX)
+                .into_iter()
+                .filter(|id| inner.index.get(*id).is_some_and(|e| e.queue == queue))
+                .collect();
+            self.end_leases(&mut inner, expired, now_ms, decide)?
+        };
+        self.wait_for_ended(expired).await
     }
 
     async fn purge_finished(
@@ -152,5 +160,39 @@ impl JobUpkeep for EmbeddedStore {
         .into_iter()
         .flatten()
         .min())
+    }
+}
+
+impl EmbeddedStore {
+    /// Applies `decide` to each of `expired` (jobs whose leases ended) in memory and submits
+    /// the writes; returns what to wait for.
+    fn end_leases(
+        &self,
+        inner: &mut Inner,
+        expired: Vec<JobId>,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<Vec<writer::Receiver>, StoreError> {
+        let mut receivers = Vec::with_capacity(expired.len());
+        for id in expired {
+            let Some(mut transition) = decide_on(inner, id, decide) else {
+                continue;
+            };
+            receivers.push(self.apply(inner, id, &mut transition, now_ms, Vec::new())?);
+        }
+        Ok(receivers)
+    }
+
+    /// Waits for the writes of ended leases, then wakes takers; returns how many ended.
+    async fn wait_for_ended(&self, receivers: Vec<writer::Receiver>) -> Result<usize, StoreError> {
+        let count = receivers.len();
+        for receiver in receivers {
+            writer::wait(receiver).await?;
+        }
+        if count > 0 {
+            self.signals.ready.notify_waiters();
+            self.signals.released.notify_waiters();
+        }
+        Ok(count)
     }
 }

@@ -59,6 +59,33 @@ impl JobUpkeep for PostgresStore {
         self.decide_each(tx, &rows, decide, now_ms, what).await
     }
 
+    /// `FOR UPDATE` without `SKIP LOCKED`: a row another transaction holds (the leader's
+    /// maintenance ending the same lease) is waited for, then looked at again as that one
+    /// left it, so a lease already ended there is not ended twice, and none is missed. Rows
+    /// are locked in id order, so two of these never wait for each other in a circle.
+    async fn expire_leases_of(
+        &self,
+        queue: &str,
+        now_ms: UnixMs,
+        decide: &Decide<'_>,
+    ) -> Result<usize, StoreError> {
+        let what = "expiring the leases of a queue";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        let rows = query(
+            &tx,
+            &format!(
+                "SELECT {JOB_COLUMNS} FROM tenax_jobs
+                 WHERE queue = $1 AND status = 2 AND lease_expires_at <= $2
+                 ORDER BY id FOR UPDATE"
+            ),
+            &[&queue, &time(now_ms)],
+        )
+        .await
+        .map_err(fault(what))?;
+        self.decide_each(tx, &rows, decide, now_ms, what).await
+    }
+
     async fn expire_jobs(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
         let client = self.client().await?;
         let rows = query(
