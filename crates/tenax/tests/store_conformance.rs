@@ -21,7 +21,7 @@
 //! |                     | `complete_jobs`        | `complete_needs_the_current_lease`, `backlog_and_lease_facts_are_reported`              |
 //! |                     | `fail_job`             | `fail_asks_the_decision_and_records_it`                                                 |
 //! |                     | `finish_delivery`      | `deliveries_are_taken_finished_and_logged`                                              |
-//! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`, `rate_limits_hold_takes_back_across_restarts`        |
+//! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`, `rate_limits_hold_takes_back_across_restarts`, `takes_and_pops_skip_jobs_past_their_expiry` |
 //! | `ClaimStore`        | `claim`                | `claims_are_renewed_ended_and_forgotten`, `a_closed_stream_releases_its_jobs`           |
 //! |                     | `extend_claim`         | `claims_are_renewed_ended_and_forgotten`                                                |
 //! |                     | `end_claim`            | `claims_are_renewed_ended_and_forgotten`                                                |
@@ -1336,6 +1336,45 @@ async fn a_queues_expiry_waits_for_a_lease_being_ended(backend: &impl Backend) {
     assert_eq!(slow.await.expect("the slow expiry"), Ok(1));
     let again_taken = take_on(&store, &["r"], 1, 10 * SECOND, None, at).await;
     assert_eq!(again_taken[0].id, r[0].id);
+    close(store).await;
+}
+
+/// A job past its expiry is gone, for a take or a pop as for a read, even before the
+/// maintenance loop has deleted it.
+async fn takes_and_pops_skip_jobs_past_their_expiry(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let at = T0 + 5 * SECOND;
+    let ids = enqueue(
+        &store,
+        vec![
+            job("q").expires(at).priority(9),
+            job("q"),
+            job("q").expires(at + SECOND).priority(5),
+            job("r").expires(at).priority(9),
+            job("r"),
+        ],
+        T0,
+    )
+    .await;
+    let taken = take(&store, &["q"], 10, at).await;
+    assert_eq!(taken_ids(&taken), [ids[2], ids[1]]);
+    let queues = ["r".to_owned()];
+    let popped = store.pop_jobs(&queues, 10, at).await.expect("pop");
+    assert_eq!(popped.iter().map(|j| j.id).collect::<Vec<_>>(), [ids[4]]);
+    // Limited queues take their own (counted) path: it skips them too.
+    store
+        .update_queue("q", &|_| {
+            Some(QueueConfig {
+                concurrency: Some(10),
+                ..QueueConfig::default()
+            })
+        })
+        .await
+        .expect("limited");
+    let late = enqueue(&store, vec![job("q").expires(at + SECOND)], T0).await[0];
+    assert!(take(&store, &["q"], 10, at + SECOND).await.is_empty());
+    assert_eq!(store.expire_jobs(at + SECOND, 100).await, Ok(4));
+    assert_eq!(status(&store, late).await, None);
     close(store).await;
 }
 
@@ -4998,6 +5037,7 @@ macro_rules! conformance_suite {
                 fail_asks_the_decision_and_records_it,
                 expired_leases_go_to_the_decision,
                 a_queues_expiry_waits_for_a_lease_being_ended,
+                takes_and_pops_skip_jobs_past_their_expiry,
                 due_jobs_are_promoted,
                 a_closed_stream_releases_its_jobs,
                 dead_jobs_are_replayed,

@@ -447,12 +447,42 @@ impl Index {
         }
     }
 
-    /// Up to `max` ready jobs across `queues`, highest priority first, then oldest.
-    pub fn peek_ready(&self, queues: &[QueueRef], max: usize) -> Vec<JobId> {
+    /// Up to `max` ready jobs across `queues`, highest priority first, then oldest; none past
+    /// its expiry at `now_ms` (such a job is gone, though the maintenance loop has not deleted
+    /// it yet).
+    pub fn peek_ready(&self, queues: &[QueueRef], max: usize, now_ms: UnixMs) -> Vec<JobId> {
+        self.merge_ready(queues, None, max, now_ms)
+    }
+
+    /// Up to `max` ready jobs across `queues`, as [`Index::peek_ready`], but at most `caps[i]`
+    /// of `queues[i]`: what a queue's limits leave room for.
+    pub fn peek_ready_capped(
+        &self,
+        queues: &[QueueRef],
+        caps: &[usize],
+        max: usize,
+        now_ms: UnixMs,
+    ) -> Vec<JobId> {
+        self.merge_ready(queues, Some(caps), max, now_ms)
+    }
+
+    fn merge_ready(
+        &self,
+        queues: &[QueueRef],
+        caps: Option<&[usize]>,
+        max: usize,
+        now_ms: UnixMs,
+    ) -> Vec<JobId> {
+        // Rarely true (the maintenance loop deletes expired jobs when they are due): only then
+        // is each job looked up for its expiry.
+        let any_expired = self.expiring.first().is_some_and(|(at, _)| *at <= now_ms);
         let mut cursors: Vec<_> = queues
             .iter()
-            .filter_map(|q| self.ready.get(q))
-            .map(|set| set.iter().peekable())
+            .enumerate()
+            .filter_map(|(i, q)| {
+                let cap = caps.map_or(max, |caps| caps.get(i).copied().unwrap_or(0));
+                Some((self.ready.get(q)?.iter().peekable(), cap))
+            })
             .collect();
         let mut out = Vec::with_capacity(max.min(1_024));
         while out.len() < max {
@@ -460,36 +490,22 @@ impl Index {
             let best = cursors
                 .iter_mut()
                 .enumerate()
-                .filter_map(|(i, c)| c.peek().map(|k| (**k, i)))
-                .min();
-            let Some((key, i)) = best else { break };
-            cursors[i].next();
-            out.push(key.1);
-        }
-        out
-    }
-
-    /// Up to `max` ready jobs across `queues`, as [`Index::peek_ready`], but at most `caps[i]`
-    /// of `queues[i]`: what a queue's limits leave room for.
-    pub fn peek_ready_capped(&self, queues: &[QueueRef], caps: &[usize], max: usize) -> Vec<JobId> {
-        let mut cursors: Vec<_> = queues
-            .iter()
-            .zip(caps)
-            .filter_map(|(q, cap)| Some((self.ready.get(q)?.iter().peekable(), *cap)))
-            .collect();
-        let mut out = Vec::with_capacity(max.min(1_024));
-        while out.len() < max {
-            let best = cursors
-                .iter_mut()
-                .enumerate()
                 .filter(|(_, (_, cap))| *cap > 0)
                 .filter_map(|(i, (c, _))| c.peek().map(|k| (**k, i)))
                 .min();
-            let Some((key, i)) = best else { break };
+            let Some(((_, id), i)) = best else { break };
             let (cursor, cap) = &mut cursors[i];
             cursor.next();
-            *cap -= 1;
-            out.push(key.1);
+            let expired = any_expired
+                && self
+                    .entries
+                    .get(&id)
+                    .and_then(Entry::expires_at_ms)
+                    .is_some_and(|at| at <= now_ms);
+            if !expired {
+                *cap -= 1;
+                out.push(id);
+            }
         }
         out
     }
@@ -701,10 +717,10 @@ mod tests {
         }
         let queues = [index.intern("a"), index.intern("b")];
         assert_eq!(
-            index.peek_ready(&queues, 10),
+            index.peek_ready(&queues, 10, 0),
             [JobId(2), JobId(3), JobId(1), JobId(4)]
         );
-        assert_eq!(index.peek_ready(&queues, 2), [JobId(2), JobId(3)]);
+        assert_eq!(index.peek_ready(&queues, 2, 0), [JobId(2), JobId(3)]);
     }
 
     #[test]
@@ -722,11 +738,11 @@ mod tests {
         }
         let queues = [index.intern("a"), index.intern("b")];
         assert_eq!(
-            index.peek_ready_capped(&queues, &[1, 10], 10),
+            index.peek_ready_capped(&queues, &[1, 10], 10, 0),
             [JobId(2), JobId(3), JobId(4)]
         );
         assert_eq!(
-            index.peek_ready_capped(&queues, &[10, 0], 2),
+            index.peek_ready_capped(&queues, &[10, 0], 2, 0),
             [JobId(3), JobId(5)]
         );
         assert_eq!(index.in_flight(queues[0]), 0);
@@ -746,7 +762,7 @@ mod tests {
         assert_eq!(index.due(500, 10), [JobId(2)]);
         index.update(JobId(2), |e| e.status = Status::Ready);
         let q = [index.intern("q")];
-        assert_eq!(index.peek_ready(&q, 10), [JobId(1), JobId(2)]);
+        assert_eq!(index.peek_ready(&q, 10, 0), [JobId(1), JobId(2)]);
         let counts: Vec<_> = index.counts().map(|(q, c)| (q.to_string(), c)).collect();
         assert_eq!(counts, [("q".to_owned(), [0, 2, 0, 0, 0])]);
     }

@@ -38,10 +38,12 @@ impl JobLeases for EmbeddedStore {
             }
             let room = limits::room(&inner, request.queues, request.max, now_ms, true);
             let ids = match &room.caps {
-                Some(caps) => inner
-                    .index
-                    .peek_ready_capped(&room.queues, caps, request.max),
-                None => inner.index.peek_ready(&room.queues, request.max),
+                Some(caps) => {
+                    inner
+                        .index
+                        .peek_ready_capped(&room.queues, caps, request.max, now_ms)
+                }
+                None => inner.index.peek_ready(&room.queues, request.max, now_ms),
             };
             let expires_at_ms = now_ms.saturating_add(request.lease_ms);
             let mut started: Vec<QueueRef> = Vec::new();
@@ -251,8 +253,10 @@ impl JobLeases for EmbeddedStore {
             let mut inner = self.inner.lock();
             let room = limits::room(&inner, queues, max, now_ms, false);
             let ids = match &room.caps {
-                Some(caps) => inner.index.peek_ready_capped(&room.queues, caps, max),
-                None => inner.index.peek_ready(&room.queues, max),
+                Some(caps) => inner
+                    .index
+                    .peek_ready_capped(&room.queues, caps, max, now_ms),
+                None => inner.index.peek_ready(&room.queues, max, now_ms),
             };
             let mut jobs = Vec::with_capacity(ids.len());
             let mut ops = Vec::with_capacity(ids.len());

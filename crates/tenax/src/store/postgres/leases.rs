@@ -28,12 +28,17 @@ pub(super) const LIMITED: &str = "limited AS (
 /// The ready jobs of the unpaused queues in `$1`, best first, at most `$5[i]` of queue
 /// `$1[i]` and `$2` in all, locked for this statement (rows another taker holds are skipped).
 /// One index range per queue (`tenax_jobs_ready`). `$3`: a subscription that must exist and be
-/// enabled. Nothing when [`LIMITED`] found a limited queue.
-pub(super) const PICK: &str = "picked AS (
+/// enabled. Nothing when [`LIMITED`] found a limited queue. `now`: the parameter with the time
+/// of the take; a job past its expiry then is gone, though the maintenance loop has not
+/// deleted it yet, and is not picked.
+fn pick(now: &str) -> String {
+    format!(
+        "picked AS (
         SELECT r.id FROM unnest($1::text[], $5::bigint[]) AS q(name, cap)
         CROSS JOIN LATERAL (
             SELECT id, priority FROM tenax_jobs
             WHERE status = 1 AND queue = q.name
+              AND (expires_at IS NULL OR expires_at > {now}::bigint)
             ORDER BY priority DESC, id
             LIMIT least($2::bigint, q.cap)
             FOR UPDATE SKIP LOCKED
@@ -44,13 +49,15 @@ pub(super) const PICK: &str = "picked AS (
           AND NOT EXISTS (SELECT 1 FROM limited)
         ORDER BY r.priority DESC, r.id
         LIMIT $2::bigint
-    )";
+    )"
+    )
+}
 
-/// Leases what [`PICK`] picks; then one row per limited queue [`LIMITED`] found, with only its
-/// name (`id` null).
+/// Leases what [`pick`] picks (`$8`: now); then one row per limited queue [`LIMITED`] found,
+/// with only its name (`id` null).
 pub(super) static TAKE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "WITH {LIMITED}, {PICK}, taken AS (
+        "WITH {LIMITED}, {pick}, taken AS (
              UPDATE tenax_jobs j SET status = 2, lease_token = $6::bigint + j.id,
                  lease_expires_at = $7::bigint, taken_at = $8::bigint, claim_id = $9::bigint,
                  expires_at = CASE WHEN j.expires_at IS NULL OR $10::bigint IS NULL
@@ -70,16 +77,18 @@ pub(super) static TAKE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|
          SELECT NULL::bigint, name, NULL::text, NULL::text, NULL::integer, NULL::integer,
              NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::bigint,
              NULL::smallint
-         FROM limited"
+         FROM limited",
+        pick = pick("$8")
     )
 });
 
-/// Deletes what [`PICK`] picks, and returns it.
+/// Deletes what [`pick`] picks (`$6`: now), and returns it.
 pub(super) static POP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "WITH {LIMITED}, {PICK}
+        "WITH {LIMITED}, {pick}
          DELETE FROM tenax_jobs j USING picked WHERE j.id = picked.id
-         RETURNING j.{JOB_COLUMNS}"
+         RETURNING j.{JOB_COLUMNS}",
+        pick = pick("$6")
     )
 });
 
@@ -275,7 +284,14 @@ impl JobLeases for PostgresStore {
         let rows = query(
             &client,
             &POP,
-            &[&queues, &limit(max), &no_subscription, &true, &caps],
+            &[
+                &queues,
+                &limit(max),
+                &no_subscription,
+                &true,
+                &caps,
+                &time(now_ms),
+            ],
         )
         .await
         .map_err(fault("popping jobs"))?;

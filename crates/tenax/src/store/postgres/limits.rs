@@ -120,7 +120,14 @@ impl PostgresStore {
         let rows = query(
             &tx,
             &POP,
-            &[&queues, &limit(max), &no_subscription, &false, &room.caps],
+            &[
+                &queues,
+                &limit(max),
+                &no_subscription,
+                &false,
+                &room.caps,
+                &time(now_ms),
+            ],
         )
         .await
         .map_err(fault(what))?;
