@@ -89,7 +89,10 @@ pub async fn run(
     for (_, runner) in runners {
         let _ = runner.await;
     }
+    // Awaited once aborted: an aborted task is dropped only when the runtime gets to it, and
+    // until then it holds the engine, and with it the store (whose file stays locked).
     watcher.abort();
+    let _ = watcher.await;
 }
 
 /// Marks this server's endpoint states for reading again whenever the store says one changed.
@@ -319,7 +322,8 @@ async fn run_subscription(
         while in_flight.join_next().await.is_some() {}
     })
     .await;
-    in_flight.abort_all();
+    // Aborted and waited for, so that none still holds the engine once the runner has ended.
+    in_flight.shutdown().await;
 }
 
 /// A probe claimed and then not sent: another may go at once.

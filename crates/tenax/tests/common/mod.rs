@@ -222,14 +222,18 @@ async fn launch(data_dir: &Path, options: &Options, database: Option<&str>) -> (
         // A dropped sender (the test ended) stops the server too.
         let _ = stopped.await;
     };
-    let task = tokio::spawn(tenax::server::run(
+    let mut task = tokio::spawn(tenax::server::run(
         listener,
         config,
         options.clock.clone(),
         shutdown,
     ));
     let api = Api::new(address);
-    api.wait_until_up().await;
+    // A server that ends before it answers says why, instead of the wait running out.
+    tokio::select! {
+        () = api.wait_until_up() => {}
+        ended = &mut task => panic!("the server ended before it came up: {ended:?}"),
+    }
     (api, Running { stop, task })
 }
 
