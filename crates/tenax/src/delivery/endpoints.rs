@@ -2,7 +2,8 @@
 //! stored states as last read, the runs of failures it counts, and the changes it makes.
 //!
 //! The stored states are what every server obeys; this server reads them all again whenever
-//! the store says one changed (`Signals::endpoints`, from any server), so another server's
+//! it changed one itself or the store says one changed (`Signals::endpoints`, from any
+//! server), and a delivery looks again just before it is sent, so another server's
 //! pause or opened breaker holds here within moments: the time its notification takes, or
 //! the poll interval in poll-only mode. Requests already sent are not recalled.
 //!
@@ -113,6 +114,12 @@ impl EndpointBook {
     ) -> Option<EndpointState> {
         match engine.update_endpoint(origin, change).await {
             Ok(Some(state)) => {
+                // A read of the states that began before this change would put the old state
+                // back in the cache as fresh when it ends, until the store's notification of
+                // the change came round (which, on a loaded machine, let a retry through a
+                // breaker this server had just opened): the change makes such a read stale
+                // itself, without waiting for the notification.
+                self.invalidate();
                 self.cache
                     .lock()
                     .states

@@ -389,10 +389,16 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
         probe,
     } = send;
     let now = engine.now_ms();
-    // A pause or an opened breaker that came since the take holds this one back too.
+    // A pause or an opened breaker that came since the runner's gate holds this one back too
+    // (the runner may have waited for a permit in between, while the breaker opened): the
+    // states are read again if they may have changed, as the gate reads them.
     if probe.is_none() {
-        let known = deliveries.endpoints.known(&origin);
-        if let Gate::Wait { until_ms, why } = backpressure::gate(known.as_ref(), now) {
+        let gate = match deliveries.endpoints.gate(&engine, &origin, now).await {
+            Ok(gate) => gate,
+            // The store did not answer: go by what was last read.
+            Err(_) => backpressure::gate(deliveries.endpoints.known(&origin).as_ref(), now),
+        };
+        if let Gate::Wait { until_ms, why } = gate {
             drop(permit);
             let reason = match why {
                 Hold::Paused => HeldReason::Paused,
