@@ -30,9 +30,30 @@ pub struct EndpointBook {
     /// Advanced whenever the stored states may have changed.
     generation: AtomicU64,
     cache: Mutex<Cache>,
-    /// One read of the states at a time.
+    /// One read of the states, or one change of a state, at a time.
     loading: tokio::sync::Mutex<()>,
+    /// Changes of a state this server is storing: while any is, the cache is not fresh, and a
+    /// gate waits for the change to be stored (the store shows a change before it is stored,
+    /// and this server must obey its own opening of a breaker from that moment on).
+    changing: AtomicU64,
     runs: Mutex<HashMap<String, Run>>,
+}
+
+/// One change in [`EndpointBook::changing`] while it lives: a change dropped half-way (its
+/// task aborted) counts no longer.
+struct Changing<'a>(&'a AtomicU64);
+
+impl<'a> Changing<'a> {
+    fn new(count: &'a AtomicU64) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count)
+    }
+}
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[derive(Debug, Default)]
@@ -56,6 +77,7 @@ impl EndpointBook {
             generation: AtomicU64::new(0),
             cache: Mutex::new(Cache::default()),
             loading: tokio::sync::Mutex::new(()),
+            changing: AtomicU64::new(0),
             runs: Mutex::new(HashMap::new()),
         }
     }
@@ -87,8 +109,10 @@ impl EndpointBook {
     }
 
     async fn refresh(&self, engine: &Engine) -> Result<(), StoreError> {
-        let fresh =
-            |book: &Self| book.cache.lock().read_at == Some(book.generation.load(Ordering::SeqCst));
+        let fresh = |book: &Self| {
+            book.changing.load(Ordering::SeqCst) == 0
+                && book.cache.lock().read_at == Some(book.generation.load(Ordering::SeqCst))
+        };
         if fresh(self) {
             return Ok(());
         }
@@ -105,28 +129,30 @@ impl EndpointBook {
         Ok(())
     }
 
-    /// Stores a change of `origin`'s state; what the store answers is known at once.
+    /// Stores a change of `origin`'s state; what the store answers is known at once. Gates
+    /// wait until it is stored (see `changing`); and it makes the cache stale, so that a read
+    /// of the states begun before it is never kept as fresh.
     async fn change(
         &self,
         engine: &Engine,
         origin: &str,
         change: impl Fn(Option<&EndpointState>) -> Option<EndpointState> + Send + Sync,
     ) -> Option<EndpointState> {
-        match engine.update_endpoint(origin, change).await {
-            Ok(Some(state)) => {
-                // A read of the states that began before this change would put the old state
-                // back in the cache as fresh when it ends, until the store's notification of
-                // the change came round (which, on a loaded machine, let a retry through a
-                // breaker this server had just opened): the change makes such a read stale
-                // itself, without waiting for the notification.
+        let stored = {
+            let _changing = Changing::new(&self.changing);
+            let _one = self.loading.lock().await;
+            let stored = engine.update_endpoint(origin, change).await;
+            if let Ok(Some(state)) = &stored {
                 self.invalidate();
                 self.cache
                     .lock()
                     .states
                     .insert(origin.to_owned(), state.clone());
-                Some(state)
             }
-            Ok(None) => None,
+            stored
+        };
+        match stored {
+            Ok(state) => state,
             Err(error) => {
                 tracing::warn!(%error, origin, "storing an endpoint's delivery state failed");
                 None
