@@ -59,7 +59,7 @@ impl JobUpkeep for EmbeddedStore {
         max: usize,
         decide: &Decide<'_>,
     ) -> Result<usize, StoreError> {
-        let expired = {
+        let ended = {
             let mut inner = self.inner.lock();
             inner
                 .claims
@@ -67,7 +67,7 @@ impl JobUpkeep for EmbeddedStore {
             let expired = inner.index.expired(now_ms, max);
             self.end_leases(&mut inner, expired, now_ms, decide)?
         };
-        self.wait_for_ended(expired).await
+        self.wait_for_ended(ended).await
     }
 
     /// Under the index lock, which every other lease transition takes too: nothing of the
@@ -78,7 +78,7 @@ impl JobUpkeep for EmbeddedStore {
         now_ms: UnixMs,
         decide: &Decide<'_>,
     ) -> Result<usize, StoreError> {
-        let expired = {
+        let ended = {
             let mut inner = self.inner.lock();
             let Some(queue) = inner.index.queue_ref(queue) else {
                 return Ok(0);
@@ -91,7 +91,7 @@ impl JobUpkeep for EmbeddedStore {
                 .collect();
             self.end_leases(&mut inner, expired, now_ms, decide)?
         };
-        self.wait_for_ended(expired).await
+        self.wait_for_ended(ended).await
     }
 
     async fn purge_finished(
