@@ -1,11 +1,18 @@
 """Webhook notifications: Zaqar's notification body, and retries on the `_retry_policy` schedule.
 
 A receiver on 127.0.0.1 records when each attempt arrives. A retry must never come early, and
-may come at most LATE seconds late (ZAQAR_WEBHOOK_LATE_TOLERANCE, default 0.5).
+may come at most LATE seconds late (ZAQAR_WEBHOOK_LATE_TOLERANCE, default 0.9).
 
 Zaqar's `_retry_policy` is in whole seconds, and Zaqar refuses a policy whose maximum_delay is
 less than minimum_delay + 10, so the quick schedules here stop before the backoff phase's long
 delays: the receiver succeeds once the immediate and minimum-delay retries are used.
+
+Why LATE is 0.9 s: these tests check that retries follow the policy's schedule, whose steps are
+whole seconds, so any wrong step moves a retry by a second or more (and an early one fails
+EARLY). How punctual a retry is, is tested by the server's own suite (crates/tenax/tests/
+webhooks.rs, 250 ms). A CI machine once delivered a retry 0.56 s late here, while its immediate
+retries took 39 ms (3-5 ms on a quiet machine); a tolerance just under a step keeps such a stall
+from failing a schedule test.
 """
 
 import os
@@ -16,7 +23,7 @@ import pytest
 from zaqar_helpers import RESET, Receiver
 
 EARLY = 0.05  # seconds; only clock granularity
-LATE = float(os.environ.get("ZAQAR_WEBHOOK_LATE_TOLERANCE", "0.5"))
+LATE = float(os.environ.get("ZAQAR_WEBHOOK_LATE_TOLERANCE", "0.9"))
 FIRST_DELIVERY_TIMEOUT = 10.0
 
 
