@@ -675,6 +675,47 @@ async fn retry_after_on_429_and_503_is_honoured() {
     }
 }
 
+/// A retry's delay counts from the endpoint's answer, not from the end of the bookkeeping the
+/// answer sets off: here a pause asked for (stored for every server), the subscription's first
+/// failure mark, and the attempt's own commit. The retry's due time, as stored, is compared
+/// with the answer's time, as the attempt log has it. On a fast disk the bookkeeping takes a
+/// millisecond; tests/slow-disk/run.sh makes every sync 60 ms slow, and a delay counted after
+/// the bookkeeping is then due 60 ms or more late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_counts_from_the_answer_not_from_the_bookkeeping_after_it() {
+    const DELAY_MS: u64 = 2_000;
+    let server = server(&[]).await;
+    let asked = Receiver::start(vec![Reply::status(503).retry_after("2")], Reply::ok()).await;
+    let failed = Receiver::failing(1, 500).await;
+    let asked_sub = subscribe(&server, "orders", &asked, json!({ "policy": fixed(50, 3) })).await;
+    let policy = fixed(DELAY_MS, 3);
+    let failed_sub = subscribe(&server, "orders", &failed, json!({ "policy": policy })).await;
+    publish(&server, "orders", json!({"n": 1})).await;
+    let both = [
+        ("503 + Retry-After: 2", &asked, &asked_sub),
+        ("500, policy 2 s", &failed, &failed_sub),
+    ];
+    for (name, receiver, sub) in both {
+        receiver.wait_for(1, ARRIVAL).await;
+        let d = only_delivery(&server, id(sub)).await;
+        let tries = wait_attempts(&server, d, 1).await;
+        let view = delivery(&server, d).await;
+        assert_eq!(view["status"], json!("scheduled"), "{name}: {view}");
+        let answered = ms(&tries[0]["at"]) + tries[0]["latency_ms"].as_u64().unwrap();
+        let due = ms(&view["run_at"]);
+        // The attempt's start and its latency are whole milliseconds each.
+        assert!(
+            due.abs_diff(answered + DELAY_MS) <= 20,
+            "{name}: the retry is due {} ms after the answer, expected {DELAY_MS}",
+            due.saturating_sub(answered)
+        );
+    }
+    for (name, receiver, _) in both {
+        let received = receiver.wait_for(2, ARRIVAL).await;
+        assert_schedule(name, &received, &[DELAY_MS]);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_and_refused_connections_are_failed_attempts_that_are_retried() {
     let server = server(&["--delivery-timeout", "300ms"]).await;

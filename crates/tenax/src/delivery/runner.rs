@@ -408,6 +408,9 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
             return;
         }
     }
+    // Stamped as it leaves (the gate may have waited for a change of the endpoint's state):
+    // the attempt's time, its signature's timestamp, and the health it tells of.
+    let now = engine.now_ms();
     let attempt = sender.attempt(&subscription, &job, now).await;
     drop(permit);
     let answered_at = engine.now_ms();
@@ -422,13 +425,23 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
             answered_at,
         )
         .await;
+    // The subscription's health first: a disable (or a failure mark) is stored before the
+    // retry is scheduled, so the retry finds the subscription disabled however slow the
+    // store's commits are (stored after it, a retry due sooner than the commit went out).
     let failed = attempt.result != AttemptResult::Delivered;
+    record_health(&engine, &deliveries, &subscription, failed, now).await;
     let ack = Ack {
         id: job.id,
         lease: job.lease_token,
     };
     match engine
-        .finish_delivery(&subscription, ack, attempt, job.traceparent.as_deref())
+        .finish_delivery(
+            &subscription,
+            ack,
+            attempt,
+            answered_at,
+            job.traceparent.as_deref(),
+        )
         .await
     {
         Ok(_) => {}
@@ -440,12 +453,23 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
         ) => tracing::debug!(%error, "delivery changed while it was sent"),
         Err(error) => tracing::error!(%error, delivery = job.id.0, "recording a delivery failed"),
     }
+}
+
+/// Takes in whether an attempt of `subscription` at `now_ms` failed, and stores what that
+/// changes of its health: failure marks, or its automatic disabling.
+async fn record_health(
+    engine: &Engine,
+    deliveries: &Deliveries,
+    subscription: &Subscription,
+    failed: bool,
+    now_ms: UnixMs,
+) {
     let disable_after = subscription
         .auto_disable_after_ms
         .unwrap_or(deliveries.config.auto_disable_after_ms);
     let verdict = deliveries
         .health
-        .record(&subscription, failed, now, disable_after);
+        .record(subscription, failed, now_ms, disable_after);
     // Atomic changes of the health fields alone: a concurrent update of the subscription's
     // other fields (through the API) is kept, and so are these.
     let patched = match verdict {

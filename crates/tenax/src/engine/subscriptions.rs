@@ -122,18 +122,21 @@ impl Engine {
         self.store.attempts(delivery).await
     }
 
-    /// Ends an attempt of delivery `ack.id` of `subscription`: delivered, or failed and decided
-    /// by the policy. A `Retry-After` the endpoint sent pushes the retry later, never earlier,
-    /// and never past the policy's limit or window (those are decided first). `traceparent` is
-    /// the delivery's (its message's trace).
+    /// Ends an attempt of delivery `ack.id` of `subscription`, answered (or failed) at
+    /// `answered_at_ms`: delivered, or failed and decided by the policy, whose delay counts
+    /// from then, however long the bookkeeping after the answer takes. A `Retry-After` the
+    /// endpoint sent pushes the retry later, never earlier, and never past the policy's limit
+    /// or window (those are decided first). `traceparent` is the delivery's (its message's
+    /// trace).
     pub async fn finish_delivery(
         &self,
         subscription: &Subscription,
         ack: Ack,
         attempt: Attempt,
+        answered_at_ms: UnixMs,
         traceparent: Option<&str>,
     ) -> Result<Finished, StoreError> {
-        let now_ms = self.now_ms();
+        let now_ms = answered_at_ms;
         let retain = self.settings.completed_retention_ms > 0;
         let default = self.settings.delivery_policy.clone();
         let outcome = match attempt.result {
