@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The webhook tests whose guarantees rest on the order of commits, on a slow disk: every fsync
-# and fdatasync of the test process takes SLOW_DISK_MS longer (default 60), by strace's fault
-# injection. On a fast disk a commit takes well under a millisecond, and a defect of order (a
-# disable stored after the retry it should have stopped, a retry's delay counted from the end of
-# the bookkeeping after an answer) hides in that millisecond.
+# The tests whose guarantees rest on the order of commits, on a slow disk: every fsync and
+# fdatasync of the test process takes SLOW_DISK_MS longer (default 60), by strace's fault
+# injection. On a fast disk a commit takes well under a millisecond, and a defect of order hides
+# in that millisecond: a disable stored after the retry it should have stopped, a retry's delay
+# counted from the end of the bookkeeping after an answer, a read that shows a change in memory
+# before the file holds the rest of it.
 #
 #   tests/slow-disk/run.sh            # each test RUNS times (default 3)
 #
@@ -15,9 +16,12 @@ cd "$root"
 
 delay_us=$(( ${SLOW_DISK_MS:-60} * 1000 ))
 runs=${RUNS:-3}
+# suite:test
 tests=(
-    health_marks_and_disabling_survive_concurrent_changes
-    a_retry_counts_from_the_answer_not_from_the_bookkeeping_after_it
+    webhooks:health_marks_and_disabling_survive_concurrent_changes
+    webhooks:a_retry_counts_from_the_answer_not_from_the_bookkeeping_after_it
+    webhooks:a_delivery_shows_every_attempt_its_status_tells_of
+    api:a_job_shows_every_error_its_state_counts
 )
 
 if ! command -v strace >/dev/null; then
@@ -25,20 +29,28 @@ if ! command -v strace >/dev/null; then
     exit 2
 fi
 
-executable=$(cargo test -p tenax --test webhooks --no-run 2>&1 |
-    sed -n 's/.*Executable tests\/webhooks\.rs (\(.*\))$/\1/p' | tail -1)
-if [ ! -x "$executable" ]; then
-    echo "error: could not find the webhooks test executable" >&2
-    exit 2
-fi
+# The test executable of integration suite $1, built if need be.
+executable() {
+    local built
+    built=$(cargo test -p tenax --test "$1" --no-run 2>&1 |
+        sed -n "s/.*Executable tests\/$1\.rs (\(.*\))\$/\1/p" | tail -1)
+    if [ ! -x "$built" ]; then
+        echo "error: could not find the test executable of tests/$1.rs" >&2
+        exit 2
+    fi
+    echo "$built"
+}
 
-echo "== webhook ordering tests with every sync ${SLOW_DISK_MS:-60} ms slow ($runs runs each)"
-for test in "${tests[@]}"; do
+echo "== tests of commit order with every sync ${SLOW_DISK_MS:-60} ms slow ($runs runs each)"
+for entry in "${tests[@]}"; do
+    suite=${entry%%:*}
+    test=${entry#*:}
+    binary=$(executable "$suite")
     for run in $(seq 1 "$runs"); do
-        echo "-- $test ($run/$runs)"
+        echo "-- $suite::$test ($run/$runs)"
         # --seccomp-bpf: only the syncs stop in strace; every other call runs at full speed.
         strace -f -qq --seccomp-bpf -o /dev/null -e trace=fsync,fdatasync \
             -e inject=fsync,fdatasync:delay_exit="$delay_us" \
-            "$executable" --exact "$test" --quiet
+            "$binary" --exact "$test" --quiet
     done
 done

@@ -2098,3 +2098,47 @@ async fn nul_characters_are_kept_in_json_and_refused_in_names() {
     assert_eq!(shown["errors"][0]["message"], json!("broke at \u{0} here"));
     assert_eq!(shown["errors"][0]["detail"], json!({"raw": "\u{0}"}));
 }
+
+/// A job's errors show every failure its state counts, in the same answer, even while the
+/// failure's commit is being written (the embedded store shows a change in memory as it is
+/// submitted, and reads errors from its file). On a fast disk that window is a fraction of a
+/// millisecond; tests/slow-disk/run.sh makes every sync 60 ms slow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_shows_every_error_its_state_counts() {
+    const FAILURES: u64 = 8;
+    let server = TestServer::manual().await;
+    let policy = json!({ "type": "fixed", "delay": 0, "retry_limit": FAILURES + 1 });
+    let id = server
+        .enqueue(json!({ "queue": "q", "type": "t", "payload": {}, "policy": policy }))
+        .await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let api = server.api.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut reads = 0_u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let job = api
+                    .expect(Method::GET, &format!("/api/jobs/{id}"), None, 200)
+                    .await;
+                let failures = job["failures"].as_u64().unwrap();
+                let errors = job["errors"].as_array().unwrap().len() as u64;
+                assert!(
+                    errors >= failures,
+                    "{failures} failures, {errors} errors: {job}"
+                );
+                reads += 1;
+            }
+            reads
+        })
+    };
+    for _ in 0..FAILURES {
+        let job = server.take_one("q").await;
+        server.fail(&job, "boom", json!({})).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.await.expect("the reader") > 0);
+    let job = server.job(id).await;
+    assert_eq!(job["failures"], json!(FAILURES), "{job}");
+    assert_eq!(job["errors"].as_array().unwrap().len() as u64, FAILURES);
+}

@@ -716,6 +716,57 @@ async fn a_retry_counts_from_the_answer_not_from_the_bookkeeping_after_it() {
     }
 }
 
+/// A delivery's attempts show every attempt its status tells of, in the same answer: one
+/// seen completed shows its delivered attempt, and it never counts more failures than it
+/// shows failed attempts, even while the attempt's commit is being written (the embedded
+/// store shows a change in memory as it is submitted, and reads the attempt log from its
+/// file). On a fast disk that window is a fraction of a millisecond; tests/slow-disk/run.sh
+/// makes every sync 60 ms slow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_shows_every_attempt_its_status_tells_of() {
+    let server = server(&[]).await;
+    let receiver = Receiver::failing(2, 500).await;
+    let sub = id(&subscribe(
+        &server,
+        "orders",
+        &receiver,
+        json!({ "policy": fixed(100, 3) }),
+    )
+    .await);
+    publish(&server, "orders", json!({"n": 1})).await;
+    let deadline = Instant::now() + PATIENCE;
+    let d = loop {
+        if let Some(first) = deliveries(&server, sub, "").await.first() {
+            break id(first);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no delivery for subscription {sub}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    loop {
+        let view = delivery(&server, d).await;
+        let attempts = view["attempts"].as_array().expect("attempts").clone();
+        let failed = attempts
+            .iter()
+            .filter(|a| a["result"] != json!("delivered"))
+            .count() as u64;
+        let failures = view["failures"].as_u64().unwrap();
+        assert!(
+            failed >= failures,
+            "{failures} failures, {failed} failed attempts: {view}"
+        );
+        if view["status"] == json!("completed") {
+            assert_eq!(attempts.len(), 3, "{view}");
+            assert_eq!(attempts[2]["result"], json!("delivered"), "{view}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never completed: {view}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn timeouts_and_refused_connections_are_failed_attempts_that_are_retried() {
     let server = server(&["--delivery-timeout", "300ms"]).await;

@@ -304,24 +304,28 @@ impl EmbeddedStore {
     /// The next `n` jobs past `after` in `order` that pass `filter`'s memory and state
     /// conditions, from memory and from the completed jobs on disk, merged; and whether there
     /// may be more.
-    fn candidates(
+    async fn candidates(
         &self,
         filter: &JobFilter,
         after: Option<JobId>,
         order: Order,
         n: usize,
     ) -> Result<(Vec<Candidate>, bool), StoreError> {
-        let (memory, queues): (Vec<Candidate>, Vec<String>) = {
+        let (memory, queues, submitted) = {
             let inner = self.inner.lock();
             let index = &inner.index;
-            let memory = index
+            let memory: Vec<Candidate> = index
                 .entries_after(after, order)
                 .filter(|(_, e)| passes(index, filter, e))
                 .take(n)
                 .map(|(id, e)| Candidate::Memory(id, snapshot(e)))
                 .collect();
-            (memory, Self::completed_queues(&inner, filter))
+            let queues = Self::completed_queues(&inner, filter);
+            (memory, queues, self.writer.submitted())
         };
+        // The candidates' bodies and errors are read from the file once it holds what memory
+        // showed of them.
+        self.writer.caught_up(submitted).await;
         let disk = self.completed_page(&queues, filter, after, order, n)?;
         let more = memory.len() == n || disk.len() == n;
         let mut merged: Vec<Candidate> = memory;
@@ -346,7 +350,12 @@ impl EmbeddedStore {
 #[async_trait]
 impl JobReads for EmbeddedStore {
     async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
-        let snapshot = self.inner.lock().index.get(id).map(snapshot);
+        let (snapshot, submitted) = {
+            let inner = self.inner.lock();
+            (inner.index.get(id).map(snapshot), self.writer.submitted())
+        };
+        // The state is memory's; its errors are read from the file once it holds them too.
+        self.writer.caught_up(submitted).await;
         match snapshot {
             Some(snapshot) => self.read_job(id, snapshot, None),
             None => match self.completed_job(id)? {
@@ -363,7 +372,7 @@ impl JobReads for EmbeddedStore {
         let mut after = page.after;
         let chunk = page.limit.clamp(16, 1_000);
         while jobs.len() < page.limit {
-            let (candidates, more) = self.candidates(filter, after, page.order, chunk)?;
+            let (candidates, more) = self.candidates(filter, after, page.order, chunk).await?;
             for candidate in candidates {
                 after = Some(candidate.id());
                 if let Some(job) = self.load_candidate(candidate)? {
@@ -419,7 +428,7 @@ impl JobReads for EmbeddedStore {
         let mut after = page.after;
         while searched.looked_at < budget && searched.jobs.len() < page.limit {
             let n = (budget - searched.looked_at).min(CHUNK);
-            let (candidates, more) = self.candidates(filter, after, page.order, n)?;
+            let (candidates, more) = self.candidates(filter, after, page.order, n).await?;
             let count = candidates.len();
             if count == 0 {
                 searched.exhausted = true;
@@ -513,7 +522,11 @@ impl JobReads for EmbeddedStore {
         Ok(QueueCounts::from_slots(queue, slots))
     }
 
+    /// Every attempt whose end memory has shown (an attempt is logged in the commit that ends
+    /// it, which memory shows when it is submitted).
     async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError> {
+        let submitted = self.writer.submitted();
+        self.writer.caught_up(submitted).await;
         let what = "reading a delivery's attempts";
         let tx = self.read_tx(what)?;
         let table = tx.open_table(ATTEMPTS).map_err(fault(what))?;

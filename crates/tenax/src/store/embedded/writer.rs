@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use redb::Database;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use super::Inner;
 use super::ops::{CountDeltas, Op};
@@ -75,6 +75,8 @@ impl Wake {
 }
 
 struct Request {
+    /// Its place in the order of submission, from 1.
+    seq: u64,
     ops: Vec<Op>,
     after: Option<After>,
     done: oneshot::Sender<Result<(), StoreError>>,
@@ -128,6 +130,8 @@ struct Queue {
     last_batch: usize,
     /// No more requests: the writer thread finishes what is queued and stops.
     closed: bool,
+    /// Requests queued so far; the last one's `seq`.
+    submitted: u64,
 }
 
 /// What every committer and submitter shares.
@@ -140,6 +144,9 @@ struct Shared {
     /// Set once a commit has failed: nothing is written after that (the state on disk and in
     /// memory may differ), every request is refused, and the operator restarts the server.
     failed: Arc<AtomicBool>,
+    /// The `seq` of the last request answered (written, or refused by a failed store).
+    /// Requests are answered in the order they were submitted.
+    answered: Arc<watch::Sender<u64>>,
 }
 
 pub struct Writer {
@@ -161,6 +168,7 @@ impl Writer {
     pub fn start(parts: Parts) -> Self {
         let failed = Arc::new(AtomicBool::new(false));
         let unapplied = Arc::new(Unapplied::new(parts.db.clone(), failed.clone()));
+        let answered = Arc::new(watch::Sender::new(0));
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
                 requests: Vec::new(),
@@ -168,10 +176,17 @@ impl Writer {
                 leader: Leader::None,
                 last_batch: 0,
                 closed: false,
+                submitted: 0,
             }),
             wake: Condvar::new(),
-            work: Mutex::new(Loop::new(parts, unapplied.clone(), failed.clone())),
+            work: Mutex::new(Loop::new(
+                parts,
+                unapplied.clone(),
+                failed.clone(),
+                answered.clone(),
+            )),
             failed,
+            answered,
         });
         let thread_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -213,8 +228,13 @@ impl Writer {
 
     fn send(&self, ops: Vec<Op>, after: Option<After>) -> Receiver {
         let (done, answer) = oneshot::channel();
-        let request = Request { ops, after, done };
         let mut queue = self.shared.queue.lock();
+        let request = Request {
+            seq: queue.submitted + 1,
+            ops,
+            after,
+            done,
+        };
         if queue.closed || self.shared.failed.load(Ordering::SeqCst) {
             drop(queue);
             // The caller holds the index lock: its after step cleans up nothing here (the store
@@ -222,6 +242,7 @@ impl Writer {
             let _ = request.done.send(Err(StoreError::Failed));
             return Receiver { answer, lead: None };
         }
+        queue.submitted = request.seq;
         queue.ops += request.ops.len();
         queue.requests.push(request);
         let lead = match queue.leader {
@@ -241,6 +262,21 @@ impl Writer {
 
     pub fn has_failed(&self) -> bool {
         self.shared.failed.load(Ordering::SeqCst)
+    }
+
+    /// Where the order of submission stands: pass it to [`Writer::caught_up`]. Taken under the
+    /// index lock with a read of memory, it stands for every change that memory shows.
+    pub fn submitted(&self) -> u64 {
+        self.shared.queue.lock().submitted
+    }
+
+    /// Waits until every request submitted up to `submitted` has been answered, so that a read
+    /// of the file then sees what memory showed when `submitted` was taken (memory changes as
+    /// a request is submitted; the file, once it is written). Call without the index lock.
+    pub async fn caught_up(&self, submitted: u64) {
+        let mut answered = self.shared.answered.subscribe();
+        // The sender lives as long as `shared`, which `self` holds.
+        let _ = answered.wait_for(|&seq| seq >= submitted).await;
     }
 
     /// Stops the writer thread after it has committed everything queued before, and
@@ -420,10 +456,17 @@ struct Loop {
     /// Commits since the last checkpoint, and when it was.
     commits: u32,
     checkpointed: Instant,
+    /// See [`Shared::answered`].
+    answered: Arc<watch::Sender<u64>>,
 }
 
 impl Loop {
-    fn new(parts: Parts, unapplied: Arc<Unapplied>, failed: Arc<AtomicBool>) -> Self {
+    fn new(
+        parts: Parts,
+        unapplied: Arc<Unapplied>,
+        failed: Arc<AtomicBool>,
+        answered: Arc<watch::Sender<u64>>,
+    ) -> Self {
         Self {
             parts,
             unapplied,
@@ -433,6 +476,7 @@ impl Loop {
             last_sync: Instant::now(),
             commits: 0,
             checkpointed: Instant::now(),
+            answered,
         }
     }
 
@@ -486,14 +530,20 @@ impl Loop {
 
     /// Writes a batch of requests as one commit and answers them.
     fn commit(&mut self, batch: Vec<Request>) {
+        let Some(last) = batch.last().map(|request| request.seq) else {
+            return;
+        };
         if self.failed.load(Ordering::SeqCst) {
-            let mut memory = self.parts.memory.lock();
-            for request in batch {
-                if let Some(after) = request.after {
-                    after(&mut memory, false);
+            {
+                let mut memory = self.parts.memory.lock();
+                for request in batch {
+                    if let Some(after) = request.after {
+                        after(&mut memory, false);
+                    }
+                    let _ = request.done.send(Err(StoreError::Failed));
                 }
-                let _ = request.done.send(Err(StoreError::Failed));
             }
+            self.answered_up_to(last);
             return;
         }
         let mut requests = Vec::with_capacity(batch.len());
@@ -525,6 +575,16 @@ impl Loop {
         for (_, done) in requests {
             let _ = done.send(answer.clone());
         }
+        self.answered_up_to(last);
+    }
+
+    /// Requests up to `seq` are answered (they are taken in the order they were submitted).
+    fn answered_up_to(&self, seq: u64) {
+        self.answered.send_if_modified(|answered| {
+            let later = seq > *answered;
+            *answered = (*answered).max(seq);
+            later
+        });
     }
 
     /// Applies the ops to the redb file, logs them as one record and syncs it, and commits.
