@@ -703,9 +703,11 @@ async fn a_retry_counts_from_the_answer_not_from_the_bookkeeping_after_it() {
         assert_eq!(view["status"], json!("scheduled"), "{name}: {view}");
         let answered = ms(&tries[0]["at"]) + tries[0]["latency_ms"].as_u64().unwrap();
         let due = ms(&view["run_at"]);
-        // The attempt's start and its latency are whole milliseconds each.
+        // The attempt's start and its latency are whole milliseconds each, and the server may
+        // be descheduled between measuring the latency and reading the clock; a delay counted
+        // after the bookkeeping is a sync or more late (60 ms under tests/slow-disk).
         assert!(
-            due.abs_diff(answered + DELAY_MS) <= 20,
+            due.abs_diff(answered + DELAY_MS) <= 40,
             "{name}: the retry is due {} ms after the answer, expected {DELAY_MS}",
             due.saturating_sub(answered)
         );
