@@ -7,8 +7,10 @@ mod common;
 #[path = "common/receiver.rs"]
 #[allow(dead_code)]
 mod receiver;
+#[path = "common/routes.rs"]
+mod routes;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,169 +18,11 @@ use std::time::{Duration, Instant};
 use common::{Options, TestServer};
 use receiver::TestCa;
 use reqwest::Method;
+use routes::{Who, table};
 use serde_json::{Value, json};
 
 const ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
 const CLIENT_ID: &str = "3e5c6b3a-1f0e-4a51-9d3b-2b9c0a9f7e11";
-
-/// Who may call a route, by role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Who {
-    /// No token needed.
-    Public,
-    /// Any valid token.
-    AnyToken,
-    /// Admin, producer, reader.
-    Readers,
-    /// Admin, producer.
-    Producers,
-    /// Admin, worker.
-    Workers,
-    /// Admin, reader: the metrics.
-    MetricReaders,
-    /// Admin only.
-    Admins,
-}
-
-impl Who {
-    fn admits(self, role: &str) -> bool {
-        match self {
-            Self::Public | Self::AnyToken => true,
-            Self::Readers => matches!(role, "admin" | "producer" | "reader"),
-            Self::Producers => matches!(role, "admin" | "producer"),
-            Self::Workers => matches!(role, "admin" | "worker"),
-            Self::MetricReaders => matches!(role, "admin" | "reader"),
-            Self::Admins => role == "admin",
-        }
-    }
-}
-
-/// The specification: every route of both APIs and who may call it.
-fn table() -> BTreeMap<(&'static str, &'static str), Who> {
-    use Who::*;
-    let mut table = BTreeMap::new();
-    let mut add = |method: &'static str, route: &'static str, who: Who| {
-        assert!(
-            table.insert((method, route), who).is_none(),
-            "{method} {route} twice"
-        );
-    };
-    add("GET", "/healthz", Public);
-    add("GET", "/api/openapi.json", Public);
-    add("GET", "/", Public);
-    add("GET", "/metrics", MetricReaders);
-    add("POST", "/api/jobs", Producers);
-    add("POST", "/api/jobs/batch", Producers);
-    add("GET", "/api/jobs", Readers);
-    add("GET", "/api/jobs/{id}", Readers);
-    add("DELETE", "/api/jobs/{id}", Admins);
-    add("GET", "/api/stats", Readers);
-    add("POST", "/api/take", Workers);
-    add("POST", "/api/take/stream", Workers);
-    add("POST", "/api/jobs/complete", Workers);
-    add("POST", "/api/jobs/{id}/complete", Workers);
-    add("POST", "/api/jobs/{id}/fail", Workers);
-    add("POST", "/api/jobs/{id}/heartbeat", Workers);
-    add("GET", "/api/dead", Readers);
-    add("POST", "/api/dead/replay", Admins);
-    add("POST", "/api/dead/delete", Admins);
-    add("GET", "/api/queues", Readers);
-    add("GET", "/api/queues/{name}", Readers);
-    add("PUT", "/api/queues/{name}", Admins);
-    add("POST", "/api/queues/{name}/pause", Admins);
-    add("POST", "/api/queues/{name}/resume", Admins);
-    add("POST", "/api/policy/preview", AnyToken);
-    add("GET", "/api/schedules", Readers);
-    add("POST", "/api/schedules/preview", AnyToken);
-    add("GET", "/api/schedules/{name}", Readers);
-    add("PUT", "/api/schedules/{name}", Admins);
-    add("DELETE", "/api/schedules/{name}", Admins);
-    add("POST", "/api/schedules/{name}/pause", Admins);
-    add("POST", "/api/schedules/{name}/resume", Admins);
-    add("GET", "/api/schedules/{name}/ticks", Readers);
-    add("POST", "/api/queues/{name}/subscriptions", Admins);
-    add("GET", "/api/queues/{name}/subscriptions", Readers);
-    add("GET", "/api/subscriptions", Readers);
-    add("GET", "/api/subscriptions/{id}", Readers);
-    add("PATCH", "/api/subscriptions/{id}", Admins);
-    add("DELETE", "/api/subscriptions/{id}", Admins);
-    add("POST", "/api/subscriptions/{id}/enable", Admins);
-    add("POST", "/api/subscriptions/{id}/disable", Admins);
-    add("POST", "/api/subscriptions/{id}/rotate-secret", Admins);
-    add("GET", "/api/subscriptions/{id}/deliveries", Readers);
-    add("GET", "/api/subscriptions/{id}/attempts", Readers);
-    add("POST", "/api/subscriptions/{id}/replay", Admins);
-    add("GET", "/api/deliveries/{id}", Readers);
-    add("GET", "/api/deliveries/{id}/attempts", Readers);
-    add("POST", "/api/deliveries/{id}/replay", Admins);
-    add("POST", "/api/tokens", Admins);
-    add("GET", "/api/tokens", Admins);
-    add("DELETE", "/api/tokens/{id}", Admins);
-    add("GET", "/v2/", AnyToken);
-    add("GET", "/v2/ping", AnyToken);
-    add("HEAD", "/v2/ping", AnyToken);
-    add("GET", "/v2/health", AnyToken);
-    add("GET", "/v2/queues", Readers);
-    add("GET", "/v2/queues/{queue_name}", Readers);
-    add("HEAD", "/v2/queues/{queue_name}", Readers);
-    add("PUT", "/v2/queues/{queue_name}", Admins);
-    add("PATCH", "/v2/queues/{queue_name}", Admins);
-    add("DELETE", "/v2/queues/{queue_name}", Admins);
-    add("GET", "/v2/queues/{queue_name}/stats", Readers);
-    add("POST", "/v2/queues/{queue_name}/purge", Admins);
-    add("POST", "/v2/queues/{queue_name}/messages", Producers);
-    add("GET", "/v2/queues/{queue_name}/messages", Readers);
-    add("DELETE", "/v2/queues/{queue_name}/messages", Workers);
-    add(
-        "GET",
-        "/v2/queues/{queue_name}/messages/{message_id}",
-        Readers,
-    );
-    add(
-        "DELETE",
-        "/v2/queues/{queue_name}/messages/{message_id}",
-        Workers,
-    );
-    add("POST", "/v2/queues/{queue_name}/claims", Workers);
-    add("GET", "/v2/queues/{queue_name}/claims/{claim_id}", Workers);
-    add(
-        "PATCH",
-        "/v2/queues/{queue_name}/claims/{claim_id}",
-        Workers,
-    );
-    add(
-        "DELETE",
-        "/v2/queues/{queue_name}/claims/{claim_id}",
-        Workers,
-    );
-    add("POST", "/v2/queues/{queue_name}/subscriptions", Admins);
-    add("GET", "/v2/queues/{queue_name}/subscriptions", Readers);
-    add(
-        "GET",
-        "/v2/queues/{queue_name}/subscriptions/{subscription_id}",
-        Readers,
-    );
-    add(
-        "PATCH",
-        "/v2/queues/{queue_name}/subscriptions/{subscription_id}",
-        Admins,
-    );
-    add(
-        "DELETE",
-        "/v2/queues/{queue_name}/subscriptions/{subscription_id}",
-        Admins,
-    );
-    add(
-        "PUT",
-        "/v2/queues/{queue_name}/subscriptions/{subscription_id}/confirm",
-        Admins,
-    );
-    for method in ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
-        add(method, "/v2", AnyToken);
-        add(method, "/v2/{*rest}", AnyToken);
-    }
-    table
-}
 
 /// A request to `route` with its parameters filled in, a body for the methods that take one,
 /// and Zaqar's headers under `/v2`.
@@ -581,7 +425,7 @@ async fn tokens_are_shown_once_listed_without_secret_and_revoked() {
     let response = http
         .post(server.api.url("/api/tokens"))
         .bearer_auth(ADMIN)
-        .json(&json!({"name": "ci", "role": "reader", "queues": ["a.*"], "projects": ["p1"]}))
+        .json(&json!({"name": "ci", "role": "reader", "queues": ["p1:a.*"], "projects": ["p1"]}))
         .send()
         .await
         .expect("an answer");
@@ -593,7 +437,7 @@ async fn tokens_are_shown_once_listed_without_secret_and_revoked() {
     assert_eq!(made["role"], "reader");
     // Used, then listed: no secret, a last use.
     let used = http
-        .get(server.api.url("/api/jobs?queue=a.x"))
+        .get(server.api.url("/api/jobs?queue=p1:a.x"))
         .bearer_auth(&token)
         .send()
         .await
@@ -623,7 +467,7 @@ async fn tokens_are_shown_once_listed_without_secret_and_revoked() {
         entry.get("token").is_none() && entry.get("hash").is_none(),
         "{entry}"
     );
-    assert_eq!(entry["queues"], json!(["a.*"]));
+    assert_eq!(entry["queues"], json!(["p1:a.*"]));
     assert!(entry["last_used_at"].is_string(), "{entry}");
     // Bad requests name the field.
     for (body, field) in [
@@ -649,7 +493,7 @@ async fn tokens_are_shown_once_listed_without_secret_and_revoked() {
     server.restart().await;
     let http = server.api.http().clone();
     let get = |token: String| {
-        http.get(server.api.url("/api/jobs?queue=a.x"))
+        http.get(server.api.url("/api/jobs?queue=p1:a.x"))
             .bearer_auth(token)
             .send()
     };

@@ -23,15 +23,13 @@ use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use serde_json::Value;
 
 use super::error::ApiError;
+use super::scope::{Denied, ScopeCheck};
 use super::zaqar::error::ZaqarError;
-use crate::auth::rules::{self, Access, Rule, Target};
+use crate::auth::rules::{self, Access};
 use crate::auth::{Capability, Principal};
 use crate::engine::Engine;
-use crate::model::subscription::subscription_of_queue;
-use crate::model::{JobId, SubscriptionId};
 
 /// What the middleware needs: the engine (tokens, and the queues of jobs and subscriptions),
 /// whether authentication is on, and the methods each route answers.
@@ -149,6 +147,12 @@ pub async fn authorize(
         match scope.check().await {
             Ok(()) => {}
             Err(Denied::Forbidden(why)) => return refuse(zaqar, StatusCode::FORBIDDEN, &why),
+            Err(Denied::Invalid(error)) if zaqar => {
+                let field = error.field.map(|f| format!("{f}: ")).unwrap_or_default();
+                let message = format!("{field}{}", error.message);
+                return refuse(zaqar, StatusCode::BAD_REQUEST, &message);
+            }
+            Err(Denied::Invalid(error)) => return error.into_response(),
             Err(Denied::Failed(error)) if zaqar => return ZaqarError::from(error).into_response(),
             Err(Denied::Failed(error)) => return ApiError::from(error).into_response(),
         }
@@ -223,193 +227,5 @@ fn refuse(zaqar: bool, status: StatusCode, message: &str) -> Response {
             message: message.to_owned(),
         }
         .into_response()
-    }
-}
-
-/// Why a scope check did not let a request through.
-enum Denied {
-    /// The token may not touch what the request names (403).
-    Forbidden(String),
-    /// Finding what the request names failed.
-    Failed(crate::store::StoreError),
-}
-
-impl From<crate::store::StoreError> for Denied {
-    fn from(error: crate::store::StoreError) -> Self {
-        Self::Failed(error)
-    }
-}
-
-/// A scoped token against the queue (or Zaqar project) a request touches.
-struct ScopeCheck<'a> {
-    engine: &'a Engine,
-    principal: &'a Principal,
-    rule: Rule,
-    params: &'a [(String, String)],
-    headers: &'a HeaderMap,
-    query: Option<&'a str>,
-    body: &'a [u8],
-}
-
-impl ScopeCheck<'_> {
-    fn param(&self, name: &str) -> Option<&str> {
-        self.params
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(self.body).unwrap_or(Value::Null)
-    }
-
-    fn queue(&self, queue: &str) -> Result<(), Denied> {
-        if self.principal.queues.admits(queue) {
-            Ok(())
-        } else {
-            Err(Denied::Forbidden(format!(
-                "this token ({}) may not touch queue {queue:?}",
-                self.principal.name
-            )))
-        }
-    }
-
-    /// The queue of each job id (unknown ids are left to the handler, which answers 404).
-    async fn jobs(&self, ids: &[JobId]) -> Result<(), Denied> {
-        for peek in self.engine.peek(ids).await?.into_iter().flatten() {
-            self.queue(&peek.queue)?;
-        }
-        Ok(())
-    }
-
-    async fn subscription(&self, id: &str) -> Result<(), Denied> {
-        let Ok(id) = id.parse::<SubscriptionId>() else {
-            return Ok(());
-        };
-        match self.engine.subscription(id).await? {
-            Some(subscription) => self.queue(&subscription.queue),
-            None => Ok(()),
-        }
-    }
-
-    async fn check(&self) -> Result<(), Denied> {
-        match self.rule.target {
-            Target::Nothing | Target::Listing => Ok(()),
-            Target::QueueInPath => self.queue(self.param("name").unwrap_or_default()),
-            Target::QueueInBody => match self.json().get("queue").and_then(Value::as_str) {
-                Some(queue) => self.queue(queue),
-                None => Ok(()),
-            },
-            Target::QueuesInBody | Target::JobQueuesInBody => {
-                let json = self.json();
-                let queues: Vec<&str> = if self.rule.target == Target::QueuesInBody {
-                    json["queues"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(Value::as_str)
-                        .collect()
-                } else {
-                    json["jobs"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|job| job["queue"].as_str())
-                        .collect()
-                };
-                queues.into_iter().try_for_each(|q| self.queue(q))
-            }
-            Target::JobInPath => match self.param("id").and_then(|id| id.parse().ok()) {
-                Some(id) => self.jobs(&[id]).await,
-                None => Ok(()),
-            },
-            Target::JobsInBody => {
-                let json = self.json();
-                let ids: Vec<JobId> = json["jobs"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|job| job["id"].as_u64().map(JobId))
-                    .collect();
-                self.jobs(&ids).await
-            }
-            Target::QueueInQuery => {
-                let queue = url::form_urlencoded::parse(self.query.unwrap_or_default().as_bytes())
-                    .find(|(name, _)| name == "queue")
-                    .map(|(_, value)| value.into_owned());
-                match queue {
-                    Some(queue) => self.queue(&queue),
-                    None => Err(Denied::Forbidden(format!(
-                        "this token ({}) may touch only some queues: name one with ?queue=",
-                        self.principal.name
-                    ))),
-                }
-            }
-            Target::DeadSelection => {
-                let json = self.json();
-                let ids: Vec<JobId> = json["ids"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|id| id.as_u64().map(JobId))
-                    .collect();
-                match json.get("queue").and_then(Value::as_str) {
-                    Some(queue) => self.queue(queue)?,
-                    None if ids.is_empty() => {
-                        return Err(Denied::Forbidden(format!(
-                            "this token ({}) may touch only some queues: name the jobs (ids) or \
-                             a queue, not all",
-                            self.principal.name
-                        )));
-                    }
-                    None => {}
-                }
-                self.jobs(&ids).await
-            }
-            Target::ScheduleInPath => {
-                let name = self.param("name").unwrap_or_default();
-                if let Some(schedule) = self.engine.schedule(name).await? {
-                    self.queue(&schedule.job.queue)?;
-                }
-                match self.json().pointer("/job/queue").and_then(Value::as_str) {
-                    Some(queue) => self.queue(queue),
-                    None => Ok(()),
-                }
-            }
-            Target::SubscriptionInPath => {
-                self.subscription(self.param("id").unwrap_or_default())
-                    .await
-            }
-            Target::DeliveryInPath => {
-                let Some(id) = self.param("id").and_then(|id| id.parse::<JobId>().ok()) else {
-                    return Ok(());
-                };
-                let queue = self.engine.peek(&[id]).await?.pop().flatten();
-                match queue.and_then(|peek| subscription_of_queue(&peek.queue)) {
-                    Some(subscription) => self.subscription(&subscription.to_string()).await,
-                    None => Ok(()),
-                }
-            }
-            Target::ZaqarProject | Target::ZaqarQueue => {
-                let project = self
-                    .headers
-                    .get("x-project-id")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or_default();
-                // A missing or bad header is Zaqar's own 400, answered by the handler.
-                if !project.is_empty() && !self.principal.projects.admits(project) {
-                    return Err(Denied::Forbidden(format!(
-                        "this token ({}) may not act for project {project:?}",
-                        self.principal.name
-                    )));
-                }
-                match (self.rule.target, self.param("queue_name")) {
-                    (Target::ZaqarQueue, Some(name)) if !project.is_empty() => {
-                        self.queue(&super::zaqar::names::tenax_queue(project, name))
-                    }
-                    _ => Ok(()),
-                }
-            }
-        }
     }
 }

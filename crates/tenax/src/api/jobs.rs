@@ -493,7 +493,7 @@ async fn stats(
     Extension(principal): Extension<Principal>,
 ) -> Result<Json<StatsView>, ApiError> {
     let mut queues = state.engine.counts().await?;
-    queues.retain(|q| !is_internal_queue(&q.queue) && principal.queues.admits(&q.queue));
+    queues.retain(|q| !is_internal_queue(&q.queue) && principal.admits_queue(&q.queue));
     let mut totals = Totals::default();
     for q in &queues {
         totals.scheduled += q.scheduled;

@@ -14,6 +14,7 @@ pub mod openapi;
 mod policy;
 pub(crate) mod queues;
 pub(crate) mod schedules;
+mod scope;
 pub(crate) mod subscription_views;
 pub(crate) mod subscriptions;
 mod tokens;

@@ -120,7 +120,7 @@ async fn list(
     let counts = state.engine.counts().await?;
     let mut queues = Vec::new();
     for (name, config) in state.engine.queues().await? {
-        if is_internal_queue(&name) || !principal.queues.admits(&name) {
+        if is_internal_queue(&name) || !principal.admits_queue(&name) {
             continue;
         }
         let used = if config.rate.is_some() {

@@ -318,7 +318,7 @@ async fn list(
         .schedules()
         .await?
         .iter()
-        .filter(|s| principal.queues.admits(&s.job.queue))
+        .filter(|s| principal.admits_queue(&s.job.queue))
         .map(view)
         .collect();
     Ok(Json(ScheduleList { schedules }))

@@ -546,7 +546,7 @@ async fn views(
 ) -> Result<Json<SubscriptionList>, ApiError> {
     let mut subscriptions = Vec::new();
     for subscription in state.engine.subscriptions(queue).await? {
-        if !principal.queues.admits(&subscription.queue) {
+        if !principal.admits_queue(&subscription.queue) {
             continue;
         }
         subscriptions.push(subscription_view(state, subscription, Secrets::Redact).await?);

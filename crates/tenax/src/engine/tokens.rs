@@ -33,13 +33,13 @@ struct Known {
 }
 
 fn principal_of(record: &TokenRecord) -> Principal {
-    Principal {
-        token: Some(record.id),
-        name: Arc::from(record.name.as_str()),
-        role: record.role,
-        queues: Scope::of(&record.queues),
-        projects: Scope::of(&record.projects),
-    }
+    Principal::new(
+        Some(record.id),
+        Arc::from(record.name.as_str()),
+        record.role,
+        Scope::of(&record.queues),
+        Scope::of(&record.projects),
+    )
 }
 
 impl TokenBook {
@@ -98,13 +98,13 @@ impl Engine {
 
     /// Accepts `secret` as an admin token without storing it (`--admin-token`).
     pub fn accept_admin_token(&self, secret: &str) {
-        let principal = Principal {
-            token: None,
-            name: Arc::from("--admin-token"),
-            role: Role::Admin,
-            queues: Scope::all(),
-            projects: Scope::all(),
-        };
+        let principal = Principal::new(
+            None,
+            Arc::from("--admin-token"),
+            Role::Admin,
+            Scope::all(),
+            Scope::all(),
+        );
         self.tokens.insert(token::hash(secret), principal, 0);
     }
 

@@ -7,6 +7,7 @@ mod ids;
 mod job;
 pub mod payload;
 mod policy;
+pub mod project;
 pub mod schedule;
 pub mod subscription;
 pub mod timetable;

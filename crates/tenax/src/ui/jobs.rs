@@ -151,7 +151,7 @@ async fn list(
         ),
         None => None,
     };
-    let scoped = !session.principal.queues.is_all();
+    let scoped = session.principal.is_scoped();
     if let Some(queue) = &filter.queue {
         session.must_admit(queue)?;
     }
@@ -422,7 +422,7 @@ async fn matching(
 ) -> Result<Vec<JobId>, UiError> {
     match &filter.queue {
         Some(queue) => session.must_admit(queue)?,
-        None if !session.principal.queues.is_all() => {
+        None if session.principal.is_scoped() => {
             return Err(UiError::forbidden(
                 "this token may touch only some queues: choose one with the queue filter",
             ));

@@ -1,6 +1,8 @@
 //! The overview: jobs and deliveries by status, what this server did over the last hour and
 //! day, and the queues whose next job has waited longest.
 
+use std::collections::HashSet;
+
 use axum::Extension;
 use axum::extract::State;
 use axum::response::Response;
@@ -12,7 +14,8 @@ use super::{Session, UiError, format};
 use crate::api::AppState;
 use crate::engine::activity::{Counts, MINUTES};
 use crate::model::Status;
-use crate::model::subscription::is_internal_queue;
+use crate::model::SubscriptionId;
+use crate::model::subscription::{is_internal_queue, subscription_of_queue};
 use crate::store::QueueCounts;
 
 /// How many queues the "slowest" table shows.
@@ -27,9 +30,30 @@ pub async fn page(
     let counts = engine.counts().await?;
     let (mut jobs, mut deliveries) = ([0u64; 5], [0u64; 5]);
     let mut user_queues: Vec<&QueueCounts> = Vec::new();
+    // A scoped token counts the deliveries of the subscriptions of its queues only.
+    let subscriptions: Option<HashSet<SubscriptionId>> = if session.principal.is_scoped() {
+        let all = engine.subscriptions(None).await?;
+        Some(
+            all.into_iter()
+                .filter(|s| session.principal.admits_queue(&s.queue))
+                .map(|s| s.id)
+                .collect(),
+        )
+    } else {
+        None
+    };
     for queue in &counts {
         let internal = is_internal_queue(&queue.queue);
-        if !internal && !session.principal.queues.admits(&queue.queue) {
+        let admitted = if internal {
+            subscription_of_queue(&queue.queue).is_some_and(|id| {
+                subscriptions
+                    .as_ref()
+                    .is_none_or(|admitted| admitted.contains(&id))
+            })
+        } else {
+            session.principal.admits_queue(&queue.queue)
+        };
+        if !admitted {
             continue;
         }
         let slots = if internal { &mut deliveries } else { &mut jobs };

@@ -43,7 +43,7 @@ pub async fn page(
             .or_insert_with(|| (QueueCounts::default(), QueueConfig::default()))
             .0 = counts;
     }
-    queues.retain(|name, _| !is_internal_queue(name) && session.principal.queues.admits(name));
+    queues.retain(|name, _| !is_internal_queue(name) && session.principal.admits_queue(name));
     let names: Vec<String> = queues.keys().cloned().collect();
     let since = engine.ready_since(&names).await?;
     let manage = session.must_manage().is_ok();

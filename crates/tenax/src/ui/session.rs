@@ -54,13 +54,10 @@ impl Session {
 
     /// Refuses unless the session's token may touch `queue`.
     pub fn must_admit(&self, queue: &str) -> Result<(), UiError> {
-        if self.principal.queues.admits(queue) {
+        if self.principal.admits_queue(queue) {
             Ok(())
         } else {
-            Err(UiError::forbidden(format!(
-                "this token ({}) may not touch queue {queue:?}",
-                self.principal.name
-            )))
+            Err(UiError::forbidden(self.principal.refusal(queue)))
         }
     }
 }

@@ -53,7 +53,7 @@ pub async fn page(
 ) -> Result<Response, UiError> {
     let mut views = Vec::new();
     for subscription in state.engine.subscriptions(None).await? {
-        if session.principal.queues.admits(&subscription.queue) {
+        if session.principal.admits_queue(&subscription.queue) {
             let view = subscription_view(&state, subscription, Secrets::Redact)
                 .await
                 .map_err(|e| UiError::invalid(e.message))?;

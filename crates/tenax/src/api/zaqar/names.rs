@@ -23,8 +23,7 @@ pub const MAX_PROJECT_ID: usize = 191;
 /// Zaqar's own longest project id.
 const ZAQAR_MAX_PROJECT_ID: usize = 256;
 
-/// The separator of project and queue in a Tenax queue name.
-pub const SEPARATOR: char = ':';
+pub use crate::model::project::SEPARATOR;
 
 /// Zaqar's answer to a queue name or project id it cannot accept.
 pub fn bad_identification() -> ZaqarError {

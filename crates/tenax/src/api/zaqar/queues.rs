@@ -255,7 +255,7 @@ pub async fn list(
         .queues()
         .await?
         .into_iter()
-        .filter(|(tenax, _)| !is_internal_queue(tenax) && principal.queues.admits(tenax))
+        .filter(|(tenax, _)| !is_internal_queue(tenax) && principal.admits_queue(tenax))
         .filter_map(|(tenax, config)| {
             zaqar_queue(&ctx.project, &tenax).map(|name| (name.to_owned(), config))
         })
