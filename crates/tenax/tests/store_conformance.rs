@@ -18,7 +18,7 @@
 //! | `JobInserts`        | `insert_jobs`          | `enqueue_is_atomic_and_ids_increase`, `unique_keys_refuse_or_return_the_holder`, `deliveries_are_stored_with_their_message_and_subscription` |
 //! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged`; limits: `concurrency_limits_hold_takes_back`, `rate_limits_hold_takes_back_across_restarts`, `a_take_with_an_older_clock_counts_the_starts_of_its_period` |
 //! |                     | `extend_lease`         | `expired_leases_go_to_the_decision`                                                     |
-//! |                     | `complete_jobs`        | `complete_needs_the_current_lease`, `backlog_and_lease_facts_are_reported`              |
+//! |                     | `complete_jobs`        | `complete_needs_the_current_lease`, `backlog_and_lease_facts_are_reported`, `lease_tokens_are_unpredictable_and_exact` |
 //! |                     | `fail_job`             | `fail_asks_the_decision_and_records_it`                                                 |
 //! |                     | `finish_delivery`      | `deliveries_are_taken_finished_and_logged`                                              |
 //! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`, `rate_limits_hold_takes_back_across_restarts`, `takes_and_pops_skip_jobs_past_their_expiry` |
@@ -78,8 +78,8 @@ use tenax::auth::{Role, TokenRecord};
 use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax::model::{
     Attempt, AttemptResult, BreakerState, ClaimId, EndpointState, ErrorEntry, Job, JobId,
-    JobTemplate, LeaseToken, Missed, NewJob, Overlap, Pause, Schedule, Status, StoredPolicy,
-    Subscription, SubscriptionId, TickCounts, Trigger,
+    JobTemplate, LeaseToken, MAX_EXACT_INTEGER, Missed, NewJob, Overlap, Pause, Schedule, Status,
+    StoredPolicy, Subscription, SubscriptionId, TickCounts, Trigger,
 };
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
@@ -1336,6 +1336,55 @@ async fn a_queues_expiry_waits_for_a_lease_being_ended(backend: &impl Backend) {
     assert_eq!(slow.await.expect("the slow expiry"), Ok(1));
     let again_taken = take_on(&store, &["r"], 1, 10 * SECOND, None, at).await;
     assert_eq!(again_taken[0].id, r[0].id);
+    close(store).await;
+}
+
+/// Lease tokens are drawn, not counted: a worker cannot tell another's from its own, whether
+/// the jobs were taken one by one or together, and every token is exact in a JavaScript
+/// client (at most 2^53 - 1).
+async fn lease_tokens_are_unpredictable_and_exact(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    enqueue(&store, vec![job("q"); 60], T0).await;
+    let mut tokens: Vec<u64> = Vec::new();
+    for _ in 0..20 {
+        tokens.extend(
+            take(&store, &["q"], 1, T0)
+                .await
+                .iter()
+                .map(|j| j.lease_token.0),
+        );
+    }
+    let batch = take(&store, &["q"], 40, T0).await;
+    tokens.extend(batch.iter().map(|j| j.lease_token.0));
+    assert_eq!(tokens.len(), 60);
+    assert!(
+        tokens.iter().all(|&t| (1..=MAX_EXACT_INTEGER).contains(&t)),
+        "{tokens:?}"
+    );
+    let distinct: std::collections::HashSet<u64> = tokens.iter().copied().collect();
+    assert_eq!(distinct.len(), tokens.len(), "{tokens:?}");
+    // No token is a small step from another: neither consecutive takes nor jobs of one take
+    // (ids in a row) have tokens in a row.
+    let mut sorted = tokens.clone();
+    sorted.sort_unstable();
+    assert!(
+        sorted.windows(2).all(|w| w[1] - w[0] > 1_000),
+        "tokens close together: {sorted:?}"
+    );
+    // A neighbour's token is refused.
+    let (a, b) = (&batch[0], &batch[1]);
+    let guessed = Ack {
+        id: b.id,
+        lease: LeaseToken(a.lease_token.0 + 1),
+    };
+    let results = store
+        .complete_plain(&[guessed], true, T0)
+        .await
+        .expect("complete");
+    assert!(
+        matches!(results[0], Err(StoreError::LeaseLost { .. })),
+        "{results:?}"
+    );
     close(store).await;
 }
 
@@ -5038,6 +5087,7 @@ macro_rules! conformance_suite {
                 expired_leases_go_to_the_decision,
                 a_queues_expiry_waits_for_a_lease_being_ended,
                 takes_and_pops_skip_jobs_past_their_expiry,
+                lease_tokens_are_unpredictable_and_exact,
                 due_jobs_are_promoted,
                 a_closed_stream_releases_its_jobs,
                 dead_jobs_are_replayed,

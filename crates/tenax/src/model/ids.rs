@@ -49,7 +49,39 @@ id_type!(
     ClaimId
 );
 id_type!(
-    /// The token of one lease: it changes on every take, so only the current holder of a job
+    /// The token of one lease: drawn anew on every take, so only the current holder of a job
     /// may heartbeat, complete or fail it.
     LeaseToken
 );
+
+/// The largest integer that every JSON client reads exactly: JavaScript's
+/// `Number.MAX_SAFE_INTEGER`, 2^53 − 1. Larger ones are rounded by `JSON.parse` and `jq`, so no
+/// integer Tenax sends may exceed it (ids, lease tokens, counts).
+pub const MAX_EXACT_INTEGER: u64 = (1 << 53) - 1;
+
+impl LeaseToken {
+    /// A new lease token: 53 bits from the thread's CSPRNG (ChaCha, seeded by the operating
+    /// system), from 1 to [`MAX_EXACT_INTEGER`]. Unpredictable, so a worker cannot act on
+    /// another's lease by guessing its token from its own; and exact in every JSON client.
+    pub fn random() -> Self {
+        use rand::Rng as _;
+        Self(rand::rng().random_range(1..=MAX_EXACT_INTEGER))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_tokens_are_random_and_exact_in_javascript() {
+        let tokens: Vec<u64> = (0..1_000).map(|_| LeaseToken::random().0).collect();
+        assert!(tokens.iter().all(|&t| (1..=MAX_EXACT_INTEGER).contains(&t)));
+        let distinct: std::collections::HashSet<_> = tokens.iter().collect();
+        assert_eq!(distinct.len(), tokens.len());
+        // Not a counter: no token follows the one before.
+        assert!(tokens.windows(2).all(|w| w[1] != w[0] + 1));
+        // The high bits are used: some of 1 000 tokens are above 2^52.
+        assert!(tokens.iter().any(|&t| t > 1 << 52));
+    }
+}

@@ -14,7 +14,7 @@ pub mod timetable;
 mod trace;
 
 pub use endpoint::{Breaker, BreakerState, EndpointState, Pause};
-pub use ids::{ClaimId, JobId, LeaseToken, SubscriptionId};
+pub use ids::{ClaimId, JobId, LeaseToken, MAX_EXACT_INTEGER, SubscriptionId};
 pub use job::{ErrorEntry, Held, Job, JobState, NewJob, Status};
 pub use policy::StoredPolicy;
 pub use schedule::{JobTemplate, Missed, Overlap, Schedule, TickCounts};

@@ -237,6 +237,34 @@ async fn launch(data_dir: &Path, options: &Options, database: Option<&str>) -> (
     (api, Running { stop, task })
 }
 
+/// Panics if `json` holds an integer that JavaScript's `JSON.parse` (and `jq`) would round:
+/// beyond ±(2^53 − 1). Every answer the typed client reads passes through it, so every test
+/// checks that the server's answers are exact in a JavaScript client.
+pub fn assert_exact_in_javascript(json: &Value, what: &str) {
+    const MAX: u64 = (1 << 53) - 1;
+    match json {
+        Value::Number(n) => {
+            let exact = match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => u <= MAX,
+                (None, Some(i)) => i.unsigned_abs() <= MAX,
+                // A float: JavaScript reads it as it is written.
+                (None, None) => true,
+            };
+            assert!(
+                exact,
+                "{what}: {n} is not exact in JavaScript (beyond 2^53 - 1)"
+            );
+        }
+        Value::Array(items) => items
+            .iter()
+            .for_each(|v| assert_exact_in_javascript(v, what)),
+        Value::Object(fields) => fields
+            .values()
+            .for_each(|v| assert_exact_in_javascript(v, what)),
+        _ => {}
+    }
+}
+
 /// A JSON error answer: `{"error": {"status", "code", "field", "message"}}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -260,6 +288,7 @@ pub struct Taken {
 
 impl Taken {
     pub fn from_json(json: Value) -> Self {
+        assert_exact_in_javascript(&json, "a taken job");
         Self {
             id: json["id"].as_u64().expect("a taken job has an id"),
             lease_token: json["lease_token"].as_u64().expect("a lease token"),
@@ -361,6 +390,7 @@ impl Api {
                 )
             })
         };
+        assert_exact_in_javascript(&json, &format!("{method} {path}"));
         (status, json)
     }
 

@@ -1,7 +1,5 @@
 //! Take, heartbeat, complete, fail, finish a delivery, pop: the worker's side of a job.
 
-use std::sync::atomic::Ordering;
-
 use async_trait::async_trait;
 
 use super::index::{Index, Lease, QueueRef};
@@ -48,7 +46,7 @@ impl JobLeases for EmbeddedStore {
             let expires_at_ms = now_ms.saturating_add(request.lease_ms);
             let mut started: Vec<QueueRef> = Vec::new();
             for id in ids {
-                let token = LeaseToken(self.lease_tokens.fetch_add(1, Ordering::Relaxed));
+                let token = LeaseToken::random();
                 let lease = Lease {
                     token,
                     expires_at_ms,

@@ -47,7 +47,6 @@ mod writer;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -108,8 +107,6 @@ pub struct EmbeddedStore {
     inner: Arc<Mutex<Inner>>,
     writer: Writer,
     signals: Arc<Signals>,
-    /// Source of lease tokens; starts from the clock at open so tokens differ across restarts.
-    lease_tokens: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -213,7 +210,6 @@ impl EmbeddedStore {
             inner,
             writer,
             signals,
-            lease_tokens: AtomicU64::new(now_ms.wrapping_mul(1_000)),
         })
     }
 

@@ -34,7 +34,8 @@ pub(super) const LIMITED: &str = "limited AS (
 fn pick(now: &str) -> String {
     format!(
         "picked AS (
-        SELECT r.id FROM unnest($1::text[], $5::bigint[]) AS q(name, cap)
+        SELECT r.id, row_number() OVER (ORDER BY r.priority DESC, r.id) AS n
+        FROM unnest($1::text[], $5::bigint[]) AS q(name, cap)
         CROSS JOIN LATERAL (
             SELECT id, priority FROM tenax_jobs
             WHERE status = 1 AND queue = q.name
@@ -53,12 +54,13 @@ fn pick(now: &str) -> String {
     )
 }
 
-/// Leases what [`pick`] picks (`$8`: now); then one row per limited queue [`LIMITED`] found,
+/// Leases what [`pick`] picks (`$8`: now; `$6`: the tokens, [`lease_tokens`], by the order
+/// [`pick`] numbers its jobs in); then one row per limited queue [`LIMITED`] found,
 /// with only its name (`id` null).
 pub(super) static TAKE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "WITH {LIMITED}, {pick}, taken AS (
-             UPDATE tenax_jobs j SET status = 2, lease_token = $6::bigint + j.id,
+             UPDATE tenax_jobs j SET status = 2, lease_token = ($6::bigint[])[picked.n],
                  lease_expires_at = $7::bigint, taken_at = $8::bigint, claim_id = $9::bigint,
                  expires_at = CASE WHEN j.expires_at IS NULL OR $10::bigint IS NULL
                      THEN j.expires_at ELSE greatest(j.expires_at, $10::bigint) END
@@ -92,12 +94,12 @@ pub(super) static POP: std::sync::LazyLock<String> = std::sync::LazyLock::new(||
     )
 });
 
-/// A base for the lease tokens of one take: random, so that tokens differ across servers and
-/// restarts; each job's token is the base plus its id.
-pub(super) fn token_base() -> i64 {
-    i64::try_from(rand::random::<u64>() >> 2)
-        .unwrap_or(1)
-        .max(1)
+/// The lease tokens of a take of at most `max` jobs, the `n`th picked job gets the `n`th:
+/// each drawn on its own ([`LeaseToken::random`]), so that no token tells another.
+pub(super) fn lease_tokens(max: usize) -> Vec<i64> {
+    (0..max.max(1))
+        .map(|_| id(LeaseToken::random().0))
+        .collect()
 }
 
 pub(super) fn taken_of(row: &Row, lease_expires_at_ms: UnixMs) -> Result<TakenJob, StoreError> {
@@ -325,7 +327,7 @@ pub(super) async fn take<C: deadpool_postgres::GenericClient>(
             &request.subscription.map(|s| id(s.0)),
             &check_limits,
             &caps,
-            &token_base(),
+            &lease_tokens(request.max),
             &time(expires_at_ms),
             &time(now_ms),
             &request.claim.map(|c| id(c.0)),
