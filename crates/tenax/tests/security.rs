@@ -16,6 +16,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Options, TestServer};
+use futures_util::StreamExt as _;
 use receiver::TestCa;
 use reqwest::Method;
 use routes::{Who, table};
@@ -416,6 +417,158 @@ async fn scoped_tokens_stay_in_their_queues_and_projects() {
         ),
         403
     );
+}
+
+/// Revoking a token ends what it holds open at once: its stream closes and gives its leased
+/// job back, its long poll is answered 401, and neither gets the jobs enqueued after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_a_token_ends_its_streams_and_long_polls() {
+    let server = secured().await;
+    let http = server.api.http().clone();
+    let url = |path: &str| server.api.url(path);
+    let made: Value = http
+        .post(url("/api/tokens"))
+        .bearer_auth(ADMIN)
+        .json(&json!({"name": "worker", "role": "worker"}))
+        .send()
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    let (worker, id) = (
+        made["token"].as_str().expect("a token").to_owned(),
+        made["id"].as_u64().expect("an id"),
+    );
+    let enqueue = |queue: &'static str| {
+        http.post(url("/api/jobs"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"queue": queue}))
+            .send()
+    };
+    let waiting = || async {
+        let text = http
+            .get(url("/metrics"))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("an answer")
+            .text()
+            .await
+            .expect("text");
+        text.lines()
+            .find_map(|l| l.strip_prefix("tenax_http_takes_waiting "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+
+    // A stream that holds one job, and a long poll on an empty queue.
+    let response = http
+        .post(url("/api/take/stream"))
+        .bearer_auth(&worker)
+        .json(&json!({"queues": ["rq"]}))
+        .send()
+        .await
+        .expect("a stream");
+    assert_eq!(response.status(), 200);
+    let mut stream = Box::pin(response.bytes_stream());
+    let first: Value = enqueue("rq")
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    let mut lines = String::new();
+    let held = loop {
+        let chunk = tokio::time::timeout(common::PATIENCE, stream.next())
+            .await
+            .expect("the stream sends the job")
+            .expect("the stream is open")
+            .expect("bytes");
+        lines.push_str(&String::from_utf8_lossy(&chunk));
+        if let Some(line) = lines.lines().find(|l| !l.trim().is_empty()) {
+            break serde_json::from_str::<Value>(line).expect("a job");
+        }
+    };
+    assert_eq!(held["id"], first["id"]);
+    let long_poll = tokio::spawn({
+        let (http, url, worker) = (http.clone(), url("/api/take"), worker.clone());
+        async move {
+            http.post(url)
+                .bearer_auth(&worker)
+                .json(&json!({"queues": ["lp"], "wait": "60s"}))
+                .send()
+                .await
+                .expect("an answer")
+                .status()
+        }
+    });
+    // Both wait for a job (the gauge counts them): then the token goes.
+    let deadline = Instant::now() + common::PATIENCE;
+    while waiting().await < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the stream and the long poll never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let revoked = http
+        .delete(url(&format!("/api/tokens/{id}")))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(revoked.status(), 204);
+
+    // Well before its 60 s wait is over, the long poll is refused; the stream ends.
+    let status = tokio::time::timeout(common::PATIENCE, long_poll)
+        .await
+        .expect("the long poll ends at once")
+        .expect("the task");
+    assert_eq!(status, 401);
+    loop {
+        match tokio::time::timeout(common::PATIENCE, stream.next())
+            .await
+            .expect("the stream ends at once")
+        {
+            None | Some(Err(_)) => break,
+            Some(Ok(chunk)) => assert!(
+                chunk.iter().all(|b| *b == b'\n'),
+                "a revoked stream sent {chunk:?}"
+            ),
+        }
+    }
+    // Jobs enqueued now go to nobody; the stream's job is ready again.
+    for queue in ["rq", "rq", "lp"] {
+        assert_eq!(enqueue(queue).await.expect("an answer").status(), 201);
+    }
+    let take = |queue: &'static str| {
+        http.post(url("/api/take"))
+            .bearer_auth(ADMIN)
+            .json(&json!({"queues": [queue], "max": 10, "wait": "5s"}))
+            .send()
+    };
+    let mut ids = Vec::new();
+    while ids.len() < 3 {
+        let taken: Value = take("rq")
+            .await
+            .expect("an answer")
+            .json()
+            .await
+            .expect("JSON");
+        ids.extend(common::ids(&taken["jobs"]));
+    }
+    assert!(
+        ids.contains(&held["id"].as_u64().expect("an id")),
+        "{ids:?}"
+    );
+    let taken: Value = take("lp")
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(common::ids(&taken["jobs"]).len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

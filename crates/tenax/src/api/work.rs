@@ -3,11 +3,11 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -23,6 +23,7 @@ use super::jobs::parse_id;
 use super::openapi::{Conflict, Missing, Refusals};
 use super::views::TakenView;
 use super::{AppState, Limits};
+use crate::auth::Principal;
 use crate::clock::{check_time, rfc3339};
 use crate::engine::FailureReport;
 use crate::model::{ClaimId, JobId, LeaseToken, Status};
@@ -126,18 +127,33 @@ fn lease_ms(limits: &Limits, asked: Option<Millis>) -> Result<u64, ApiError> {
     responses((status = 200, description = "The jobs (none if none was ready in time)", body = TakeView), Refusals))]
 async fn take(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     JsonBody(request): JsonBody<TakeRequest>,
 ) -> Result<Json<TakeView>, ApiError> {
     let p = take_params(&state.limits, request, 1)?;
-    let jobs = state
-        .engine
+    let engine = &state.engine;
+    let jobs = engine
         .take(
             &StoreTake::new(&p.queues, p.max, p.lease_ms),
             Duration::from_millis(p.wait_ms),
+            engine.revoked(principal.token),
         )
         .await?;
+    if jobs.is_empty() && principal.token.is_some_and(|id| !engine.knows_token(id)) {
+        return Err(revoked());
+    }
     let jobs: Vec<TakenView> = jobs.into_iter().map(TakenView::from).collect();
     Ok(Json(TakeView { jobs }))
+}
+
+/// The answer to a long poll whose token was revoked while it waited.
+fn revoked() -> ApiError {
+    ApiError {
+        status: axum::http::StatusCode::UNAUTHORIZED,
+        code: "unauthorized",
+        field: None,
+        message: "the API token was revoked while the take waited".into(),
+    }
 }
 
 /// The answer of a take, serialised straight from the views (as the stream does) rather than
@@ -187,6 +203,7 @@ impl Drop for StreamGuard {
         jobs to ready", content_type = "application/x-ndjson", body = TakenView), Refusals))]
 async fn take_stream(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     JsonBody(request): JsonBody<TakeRequest>,
 ) -> Result<Response, ApiError> {
     if request.wait.is_some() {
@@ -205,6 +222,9 @@ async fn take_stream(
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(16);
     tokio::spawn(async move {
         let _guard = guard;
+        // A revoked token's stream ends, and the guard gives its jobs back.
+        let revoked = engine.revoked(principal.token);
+        tokio::pin!(revoked);
         let mut last_line = tokio::time::Instant::now();
         loop {
             // Registered before looking, so an acknowledgement in between is not missed.
@@ -229,6 +249,7 @@ async fn take_stream(
                     () = tokio::time::sleep_until(last_line + KEEP_ALIVE) => continue,
                     () = tx.closed() => return,
                     () = engine.stopped() => return,
+                    () = &mut revoked => return,
                 }
             }
             let request = StoreTake {
@@ -236,10 +257,14 @@ async fn take_stream(
                 ..StoreTake::new(&p.queues, room, p.lease_ms)
             };
             let taken = tokio::select! {
-                taken = engine.take(&request, KEEP_ALIVE) => taken,
+                taken = engine.take(&request, KEEP_ALIVE, &mut revoked) => taken,
                 () = tx.closed() => return,
                 () = engine.stopped() => return,
             };
+            if principal.token.is_some_and(|id| !engine.knows_token(id)) {
+                // Taken as the token went: the guard gives these back with the rest.
+                return;
+            }
             let jobs = match taken {
                 Ok(jobs) => jobs,
                 Err(error) => {

@@ -18,9 +18,21 @@ use crate::auth::{Principal, Role, Scope};
 use crate::store::StoreError;
 
 /// The tokens the server knows, by hash.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TokenBook {
     by_hash: RwLock<HashMap<String, Arc<Known>>>,
+    /// Changed (its count goes up) whenever a token leaves the book, after it left: what
+    /// [`Engine::revoked`] waits for.
+    removals: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for TokenBook {
+    fn default() -> Self {
+        Self {
+            by_hash: RwLock::default(),
+            removals: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -43,6 +55,18 @@ fn principal_of(record: &TokenRecord) -> Principal {
 }
 
 impl TokenBook {
+    /// Whether the stored token `id` is still in the book.
+    fn knows(&self, id: u64) -> bool {
+        self.by_hash
+            .read()
+            .values()
+            .any(|known| known.principal.token == Some(id))
+    }
+
+    fn removed(&self) {
+        self.removals.send_modify(|count| *count += 1);
+    }
+
     fn insert(&self, hash: String, principal: Principal, last_used_ms: u64) {
         let known = Known {
             principal,
@@ -92,7 +116,12 @@ impl Engine {
             };
             next.insert(record.hash.clone(), known);
         }
+        let removed = book.keys().any(|hash| !next.contains_key(hash));
         *book = next;
+        drop(book);
+        if removed {
+            self.tokens.removed();
+        }
         Ok(())
     }
 
@@ -159,7 +188,30 @@ impl Engine {
             .by_hash
             .write()
             .retain(|_, known| known.principal.token != Some(id));
+        self.tokens.removed();
         Ok(revoked)
+    }
+
+    /// Whether the stored token `id` is known (not revoked).
+    pub fn knows_token(&self, id: u64) -> bool {
+        self.tokens.knows(id)
+    }
+
+    /// Completes once the stored token `token` is revoked (here, or on another server of the
+    /// cluster, once this one has loaded the change); never for `None` (`--admin-token`, or
+    /// authentication off). Long polls and streams end on it, so that a revoked worker holds
+    /// no connection and no job.
+    pub async fn revoked(&self, token: Option<u64>) {
+        let Some(id) = token else {
+            return std::future::pending().await;
+        };
+        // Subscribed before looking, so a removal in between is seen.
+        let mut removals = self.tokens.removals.subscribe();
+        while self.tokens.knows(id) {
+            if removals.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
     }
 
     /// Every stored token (without secrets), with its last use as memory knows it.

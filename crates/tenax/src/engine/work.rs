@@ -1,5 +1,6 @@
 //! The worker's side: take (waiting for work), heartbeat, complete, fail, and streaming takes.
 
+use std::future::Future;
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -14,11 +15,17 @@ impl Engine {
     /// Leases up to `request.max` jobs, waiting up to `wait` for the first one if none is ready.
     /// A taker that a queue's limits held back looks again when room may have appeared: when a
     /// job leaves flight (concurrency), or when the rate limit's period moves on.
+    ///
+    /// The wait ends early, with nothing, when the server stops or `give_up` completes (the
+    /// caller's token was revoked: [`Engine::revoked`]). Only the wait is cut short, never a
+    /// look at the store in progress, so no job is leased to a caller that is not answered.
     pub async fn take(
         &self,
         request: &TakeRequest<'_>,
         wait: Duration,
+        give_up: impl Future<Output = ()>,
     ) -> Result<Vec<TakenJob>, StoreError> {
+        tokio::pin!(give_up);
         let deadline = tokio::time::Instant::now() + wait;
         // Whether to wake when jobs leave flight: only once a concurrency limit held this take
         // back (every acknowledgement signals it).
@@ -57,6 +64,7 @@ impl Engine {
                 tokio::time::Instant::now() + Duration::from_millis(ms)
             });
             let until = rate_wait.map_or(deadline, |at| at.min(deadline));
+            let _waiting = self.metrics.http.take_waiting();
             tokio::select! {
                 () = ready => {}
                 () = released, if watch_released => {}
@@ -66,6 +74,7 @@ impl Engine {
                     }
                 }
                 () = self.stopped() => return Ok(Vec::new()),
+                () = &mut give_up => return Ok(Vec::new()),
             }
         }
     }

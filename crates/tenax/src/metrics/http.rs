@@ -11,9 +11,20 @@ use parking_lot::RwLock;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::histogram::{Histogram, REQUEST_SECONDS};
+
+/// A take counted in `tenax_http_takes_waiting` while it is alive.
+#[derive(Debug)]
+pub struct WaitingTake(Gauge);
+
+impl Drop for WaitingTake {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
 
 /// The route of a request no route matched (a 404).
 pub const UNMATCHED: &str = "(unmatched)";
@@ -58,6 +69,8 @@ type ByMethod = Vec<(&'static str, Arc<RouteSeries>)>;
 
 #[derive(Debug)]
 pub struct HttpMetrics {
+    /// Takes waiting for a job now: long polls in their wait, streams between jobs.
+    takes_waiting: Gauge,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram, fn() -> Histogram>,
     /// By route, then method: bounded by the server's routes.
@@ -69,12 +82,25 @@ fn request_seconds() -> Histogram {
 }
 
 impl HttpMetrics {
+    /// Counts a take as waiting until the guard is dropped.
+    pub fn take_waiting(&self) -> WaitingTake {
+        self.takes_waiting.inc();
+        WaitingTake(self.takes_waiting.clone())
+    }
+
     pub fn new(registry: &mut Registry) -> Self {
         let metrics = Self {
+            takes_waiting: Gauge::default(),
             requests: Family::default(),
             latency: Family::new_with_constructor(request_seconds as fn() -> Histogram),
             routes: RwLock::new(HashMap::new()),
         };
+        registry.register(
+            "tenax_http_takes_waiting",
+            "Takes waiting for a job now on this server: long polls in their wait, streams \
+             between jobs",
+            metrics.takes_waiting.clone(),
+        );
         registry.register(
             "tenax_http_requests",
             "HTTP requests answered, by method, route template and status",
