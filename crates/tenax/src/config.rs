@@ -146,6 +146,15 @@ pub struct ServeArgs {
     /// The TLS private key (PEM) matching `--tls-cert`.
     #[arg(long, env = "TENAX_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Host names the server answers to besides IP addresses and `localhost`, comma-separated
+    /// (queue.example.com). A server that needs no token checks `Host` always (against DNS
+    /// rebinding); one that needs tokens, only when this is given.
+    #[arg(long, env = "TENAX_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub allowed_hosts: Vec<String>,
+    /// Origins of web pages (other than the server's own) that may send requests from a
+    /// browser, comma-separated (https://app.example.com); they get CORS answers.
+    #[arg(long, env = "TENAX_CORS_ORIGINS", value_delimiter = ',')]
+    pub cors_origins: Vec<String>,
     /// Log format.
     #[arg(long, env = "TENAX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -260,6 +269,10 @@ pub struct Config {
     pub metrics_label_limit: usize,
     /// The OTLP/HTTP receiver spans are exported to, if any.
     pub otlp_endpoint: Option<url::Url>,
+    /// Host names accepted besides IP addresses and `localhost` (`--allowed-hosts`).
+    pub allowed_hosts: Vec<String>,
+    /// Foreign origins that browsers may send requests from (`--cors-origins`).
+    pub cors_origins: Vec<String>,
 }
 
 /// The certificate chain and key of the API's TLS, as read and checked at start-up.
@@ -510,6 +523,18 @@ impl ServeArgs {
             .as_deref()
             .map(otlp_endpoint)
             .transpose()?;
+        let allowed_hosts = self
+            .allowed_hosts
+            .iter()
+            .filter(|h| !h.trim().is_empty())
+            .map(|h| crate::api::browser::allowed_host(h))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cors_origins = self
+            .cors_origins
+            .iter()
+            .filter(|o| !o.trim().is_empty())
+            .map(|o| crate::api::browser::cors_origin(o))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Config {
             listen: self.listen,
             data_dir: self.data_dir.clone(),
@@ -550,6 +575,8 @@ impl ServeArgs {
             metrics_listen: self.metrics_listen,
             metrics_label_limit: self.metrics_label_limit,
             otlp_endpoint,
+            allowed_hosts,
+            cors_origins,
         })
     }
 }

@@ -102,6 +102,13 @@ pub async fn run(
         auth_required: config.auth,
         log_requests: config.log_requests,
         ui: Arc::new(crate::ui::UiKeys::new(config.tls.is_some())),
+        browser: Arc::new(crate::api::browser::BrowserPolicy {
+            // A server that needs no token is what DNS rebinding reaches for.
+            check_host: !config.auth || !config.allowed_hosts.is_empty(),
+            allowed_hosts: config.allowed_hosts.clone(),
+            cors_origins: config.cors_origins.clone(),
+            tls: config.tls.is_some(),
+        }),
     };
     let address = listener.local_addr().unwrap_or(config.listen);
     let metrics_serving = match config.metrics_listen {

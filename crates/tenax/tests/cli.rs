@@ -131,6 +131,7 @@ fn client_commands_round_trip() {
     let client = reqwest::blocking::Client::new();
     let taken: serde_json::Value = client
         .post(format!("{}/api/take", server.url))
+        .header("content-type", "application/json")
         .body(r#"{"queues": ["mail"]}"#)
         .send()
         .and_then(|r| r.json())
@@ -141,6 +142,7 @@ fn client_commands_round_trip() {
         .expect("a lease token");
     let failed = client
         .post(format!("{}/api/jobs/{id}/fail", server.url))
+        .header("content-type", "application/json")
         .body(format!(
             r#"{{"lease_token": {token}, "error": "smtp said no"}}"#
         ))

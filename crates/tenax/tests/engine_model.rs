@@ -543,7 +543,7 @@ async fn apply(
             let names: Vec<String> = queues.iter().map(|q| (*q).to_owned()).collect();
             let request = TakeRequest::new(&names, *max, *lease_ms);
             let taken = engine
-                .take(&request, Duration::ZERO)
+                .take(&request, Duration::ZERO, std::future::pending())
                 .await
                 .map_err(|e| format!("take failed: {e}"))?;
             let want = model.takeable(queues, *max);

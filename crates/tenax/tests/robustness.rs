@@ -300,7 +300,7 @@ async fn slow_clients_are_cut_off_and_connections_are_limited() {
     let mut slow = tokio::net::TcpStream::connect(&address)
         .await
         .expect("connect");
-    slow.write_all(b"POST /api/jobs HTTP/1.1\r\nHost: tenax\r\nX-Slow: 1\r\n")
+    slow.write_all(b"POST /api/jobs HTTP/1.1\r\nHost: localhost\r\nX-Slow: 1\r\n")
         .await
         .expect("write");
     let (_, closed) = read_until_closed(&mut slow, std::time::Duration::from_secs(5)).await;
@@ -314,7 +314,7 @@ async fn slow_clients_are_cut_off_and_connections_are_limited() {
         .expect("connect");
     trickle
         .write_all(
-            b"POST /api/jobs HTTP/1.1\r\nHost: tenax\r\nContent-Type: application/json\r\n\
+            b"POST /api/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
               Content-Length: 100\r\n\r\n{\"queue\":",
         )
         .await
@@ -352,7 +352,7 @@ async fn connections_past_the_limit_wait_until_one_closes() {
         .await
         .expect("the kernel queues it");
     third
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: tenax\r\nConnection: close\r\n\r\n")
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .await
         .expect("write");
     let (answer, _) = read_until_closed(&mut third, std::time::Duration::from_millis(500)).await;
@@ -390,6 +390,7 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
                 metrics: Arc::new(tenax::metrics::Metrics::default()),
                 log_requests: true,
                 tracing: None,
+                browser: Arc::default(),
             }),
             tenax::api::guard::guard,
         ));

@@ -36,6 +36,7 @@ use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use tracing::Instrument as _;
 
 use super::Limits;
+use super::browser::{BrowserPolicy, Verdict};
 use super::error::ApiError;
 use super::zaqar::error::ZaqarError;
 use crate::metrics::Metrics;
@@ -93,6 +94,8 @@ impl Shape {
                     StatusCode::REQUEST_TIMEOUT => "Request Timeout",
                     StatusCode::INTERNAL_SERVER_ERROR => "Internal server error",
                     StatusCode::NOT_FOUND => "Not found",
+                    StatusCode::FORBIDDEN => "Forbidden",
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE => "Unsupported media type",
                     _ => "Invalid request",
                 };
                 let description = match field {
@@ -114,6 +117,8 @@ pub struct Guard {
     pub log_requests: bool,
     /// The spans, when tracing is on.
     pub tracing: Option<Arc<crate::otel::Tracing>>,
+    /// What a browser may send ([`super::browser`]).
+    pub browser: Arc<BrowserPolicy>,
 }
 
 /// The middleware: see the module documentation.
@@ -133,7 +138,7 @@ pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next
             &id,
         )
     });
-    let handling = run(&guard.limits, shape, request, next, &id).instrument(span);
+    let handling = run(&guard.limits, &guard.browser, shape, request, next, &id).instrument(span);
     let mut response = match &request_span {
         Some(request_span) => request_span.within(handling).await,
         None => handling.await,
@@ -170,6 +175,7 @@ pub async fn record_route(request: Request, next: Next) -> Response {
 
 async fn run(
     limits: &Limits,
+    browser: &BrowserPolicy,
     shape: Shape,
     request: Request,
     next: Next,
@@ -184,6 +190,34 @@ async fn run(
         );
     }
     let (parts, body) = request.into_parts();
+    let foreign = match browser.judge(&parts) {
+        Ok(Verdict::Handle(foreign)) => foreign,
+        Ok(Verdict::Preflight(origin)) => return super::browser::preflight(origin),
+        Err(refusal) => {
+            return shape.error(
+                refusal.status,
+                refusal.code,
+                Some(refusal.field),
+                refusal.message,
+            );
+        }
+    };
+    let mut response = read_and_handle(limits, shape, parts, body, next, id).await;
+    if let Some(origin) = foreign {
+        super::browser::allow(response.headers_mut(), origin);
+    }
+    response
+}
+
+/// Reads the body whole (within the limits), then hands the request to the router.
+async fn read_and_handle(
+    limits: &Limits,
+    shape: Shape,
+    parts: axum::http::request::Parts,
+    body: Body,
+    next: Next,
+    id: &Arc<str>,
+) -> Response {
     let read = Limited::new(body, limits.max_request_bytes).collect();
     let bytes = match tokio::time::timeout(limits.request_timeout, read).await {
         Ok(Ok(collected)) => collected.to_bytes(),

@@ -1,5 +1,7 @@
 //! `GET /metrics`: every metric in the Prometheus text format ([`crate::metrics`]).
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
@@ -19,8 +21,19 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
 
 /// The router of `--metrics-listen`: `/metrics` and `/healthz`, without tokens.
 pub fn router(state: AppState) -> axum::Router {
+    // No token is asked here: the browser checks hold against DNS rebinding (Host) and pages
+    // of other sites (Origin), whatever --auth says.
+    let browser = Arc::new(super::browser::BrowserPolicy {
+        check_host: true,
+        tls: false,
+        ..(*state.browser).clone()
+    });
     axum::Router::new()
         .route("/metrics", axum::routing::get(metrics))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .layer(axum::middleware::from_fn_with_state(
+            browser,
+            super::browser::refuse_foreign,
+        ))
         .with_state(state)
 }

@@ -2,6 +2,7 @@
 //! file per resource, each with its own `router()`. Paths and shapes: `docs/api.md`.
 
 pub mod auth;
+pub mod browser;
 mod dead;
 mod deliveries;
 pub mod error;
@@ -58,6 +59,8 @@ pub struct AppState {
     pub log_requests: bool,
     /// The dashboard's keys (CSRF, cookies).
     pub ui: Arc<crate::ui::UiKeys>,
+    /// What a browser may send ([`browser`]).
+    pub browser: Arc<browser::BrowserPolicy>,
 }
 
 /// `GET /healthz`: `ok` while the server serves.
@@ -155,6 +158,7 @@ pub fn router(state: AppState) -> Router {
                 metrics: state.engine.metrics.clone(),
                 log_requests: state.log_requests,
                 tracing: state.engine.tracing.clone(),
+                browser: state.browser.clone(),
             }),
             guard::guard,
         ))

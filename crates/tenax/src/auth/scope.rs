@@ -136,11 +136,14 @@ impl Principal {
         if self.queues.admits(queue) {
             match project_of(queue) {
                 Some(project) => format!(
-                    "this token ({}) may not touch queue {queue:?}: it is in project                      {project:?}, and the token is scoped to other projects",
+                    "this token ({}) may not touch queue {queue:?}: it is in project \
+                     {project:?}, and the token is scoped to other projects",
                     self.name
                 ),
                 None => format!(
-                    "this token ({}) may not touch queue {queue:?}: the token is scoped to                      projects, and the queue is in none (a project's queues are named                      `project:queue`)",
+                    "this token ({}) may not touch queue {queue:?}: the token is scoped to \
+                     projects, and the queue is in none (a project's queues are named \
+                     `project:queue`)",
                     self.name
                 ),
             }
