@@ -15,8 +15,8 @@
 //! - An address is refused if [`is_global`] is false for it, unless `allow_private` is set (the
 //!   `--allow-private-endpoints` flag, for development and trusted networks).
 //! - A name is refused if ANY of its addresses is refused: the connector may pick any of them.
-//! - IPv6 addresses that embed an IPv4 address (IPv4-mapped, IPv4-compatible, NAT64, 6to4) are
-//!   judged by the IPv4 address they lead to.
+//! - IPv6 addresses that embed an IPv4 address (IPv4-mapped, -compatible and -translated,
+//!   NAT64, 6to4, Teredo, ISATAP) are judged by the IPv4 address they lead to.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -57,14 +57,23 @@ const NON_GLOBAL_V6: [(Ipv6Addr, u32); 9] = [
 ];
 
 /// IPv6 ranges whose last 32 bits are an IPv4 address the traffic ends up at.
-const EMBEDS_V4_AT_END: [(Ipv6Addr, u32); 3] = [
+const EMBEDS_V4_AT_END: [(Ipv6Addr, u32); 4] = [
     (Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0), 96), // IPv4-compatible, including :: and ::1
     (Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96), // IPv4-mapped
+    (Ipv6Addr::new(0, 0, 0, 0, 0xffff, 0, 0, 0), 96), // IPv4-translated (SIIT)
     (Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96), // NAT64 well-known prefix
 ];
 
 /// 6to4: `2002:AABB:CCDD::/48` leads to the IPv4 address `AA.BB.CC.DD`.
 const SIX_TO_FOUR: (Ipv6Addr, u32) = (Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0), 16);
+
+/// Teredo: `2001:0:SSSS:SSSS:flags:port:CCCC:CCCC`, the server's IPv4 address in clear and the
+/// client's (where the traffic ends up) with every bit inverted.
+const TEREDO: (Ipv6Addr, u32) = (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 32);
+
+/// ISATAP interface identifiers (`::0:5efe:a.b.c.d`, `::200:5efe:a.b.c.d`) carry the IPv4
+/// address of the host behind the site's router, in any prefix.
+const ISATAP_IDS: [u32; 2] = [0x0000_5efe, 0x0200_5efe];
 
 /// Why an endpoint URL is refused. Each message is a rule for the `endpoint` field of a 400.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -120,6 +129,16 @@ fn is_global_v6(ip: Ipv6Addr) -> bool {
     }
     if in_prefix_v6(bits, u128::from(SIX_TO_FOUR.0), SIX_TO_FOUR.1) {
         return is_global_v4(Ipv4Addr::new(octets[2], octets[3], octets[4], octets[5]));
+    }
+    let last = Ipv4Addr::new(octets[12], octets[13], octets[14], octets[15]);
+    if in_prefix_v6(bits, u128::from(TEREDO.0), TEREDO.1) {
+        let server = Ipv4Addr::new(octets[4], octets[5], octets[6], octets[7]);
+        let client = Ipv4Addr::from(!u32::from(last));
+        return is_global_v4(server) && is_global_v4(client);
+    }
+    let interface = u32::from_be_bytes([octets[8], octets[9], octets[10], octets[11]]);
+    if ISATAP_IDS.contains(&interface) && !is_global_v4(last) {
+        return false;
     }
     !NON_GLOBAL_V6
         .iter()
@@ -350,6 +369,18 @@ mod tests {
             ("::ffff:127.0.0.1", false),
             ("::ffff:10.0.0.1", false),
             ("::ffff:8.8.8.8", true),
+            // IPv4-translated: ::ffff:0:a.b.c.d.
+            ("::ffff:0:7f00:1", false),
+            ("::ffff:0:a9fe:a9fe", false),
+            ("::ffff:0:808:808", true),
+            // Teredo: the server in clear, the client inverted (127.0.0.1 is 80ff:fffe).
+            ("2001:0:808:808::80ff:fffe", false),
+            ("2001:0:a00:1::f7f7:f7f7", false),
+            ("2001:0:808:808::f7f7:f7f7", true),
+            // ISATAP: a global prefix with a private host behind it.
+            ("2a00:1450::5efe:a00:1", false),
+            ("2a00:1450::200:5efe:7f00:1", false),
+            ("2a00:1450::5efe:808:808", true),
             ("::127.0.0.1", false),
             ("::8.8.8.8", true),
             ("64:ff9b::169.254.169.254", false),
@@ -467,6 +498,8 @@ mod tests {
             "http://127.1:8080/",
             "http://0x7f000001/",
             "http://[::1]/",
+            "http://[::ffff:0:7f00:1]:8080/",
+            "http://[2001:0:808:808::80ff:fffe]/",
             "http://[::ffff:127.0.0.1]/",
             "https://10.1.2.3/",
             "http://169.254.169.254/latest/meta-data/",
