@@ -130,6 +130,11 @@ pub struct ServeArgs {
     /// to the platform's root certificates (for endpoints with a private CA).
     #[arg(long, env = "TENAX_DELIVERY_CA_FILE")]
     pub delivery_ca_file: Option<PathBuf>,
+    /// An HTTP proxy that webhook deliveries go through (http:// or https://). The address
+    /// checks still judge every endpoint first. Proxies named by HTTP_PROXY and the like in
+    /// the environment are never used for deliveries.
+    #[arg(long, env = "TENAX_DELIVERY_PROXY")]
+    pub delivery_proxy: Option<String>,
     /// Whether requests need an API token. `auto`: yes unless the server listens on a loopback
     /// address only. `off` is refused on any other address.
     #[arg(long, env = "TENAX_AUTH", value_enum, default_value_t = AuthFlag::Auto)]
@@ -305,6 +310,8 @@ pub struct DeliveryConfig {
     pub ca_file: Option<CaFile>,
     /// Endpoints' circuit breakers.
     pub breaker: BreakerSettings,
+    /// The proxy deliveries go through (`--delivery-proxy`), if any.
+    pub proxy: Option<url::Url>,
 }
 
 /// The CA certificates of `--delivery-ca-file`, read and checked at start-up.
@@ -508,6 +515,11 @@ impl ServeArgs {
             .map(CaFile::read)
             .transpose()
             .map_err(|e| format!("--delivery-ca-file: {e}"))?;
+        let proxy = self
+            .delivery_proxy
+            .as_deref()
+            .map(delivery_proxy)
+            .transpose()?;
         let database = self.database_options()?;
         if self.metrics_label_limit == 0 {
             return Err("--metrics-label-limit: must be at least 1".into());
@@ -570,6 +582,7 @@ impl ServeArgs {
                     // server is gone and another may probe.
                     probe_ms: self.delivery_timeout.saturating_add(PROBE_MARGIN_MS),
                 },
+                proxy,
             },
             log_requests: self.log_requests,
             metrics_listen: self.metrics_listen,
@@ -579,6 +592,21 @@ impl ServeArgs {
             cors_origins,
         })
     }
+}
+
+/// Checks `--delivery-proxy`: an http or https URL of a host, without a path.
+fn delivery_proxy(text: &str) -> Result<url::Url, String> {
+    const RULE: &str =
+        "must be the http:// or https:// URL of an HTTP proxy, such as http://proxy.internal:3128";
+    let url = url::Url::parse(text).map_err(|e| format!("--delivery-proxy: {RULE} ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https")
+        || url.host().is_none()
+        || !matches!(url.path(), "" | "/")
+        || url.query().is_some()
+    {
+        return Err(format!("--delivery-proxy: {RULE}, got {text:?}"));
+    }
+    Ok(url)
 }
 
 /// Checks `--otlp-endpoint`: an http or https URL without a query or fragment.

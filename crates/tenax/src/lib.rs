@@ -19,4 +19,5 @@ pub mod otel;
 pub mod serve;
 pub mod server;
 pub mod store;
+pub mod trust;
 pub mod ui;

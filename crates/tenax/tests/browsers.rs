@@ -7,9 +7,7 @@
 mod common;
 
 use common::{Options, TestServer};
-use reqwest::header::{
-    ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN, CONTENT_TYPE, HOST, ORIGIN,
-};
+use reqwest::header::{ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN, HOST, ORIGIN};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 

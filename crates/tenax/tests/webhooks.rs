@@ -1633,7 +1633,7 @@ async fn a_certificate_the_server_does_not_trust_is_a_retried_connection_failure
     let d = wait_deliveries(&server, sub, "dead", 1).await;
     for error in tls_failures(&server, id(&d[0]), 3).await {
         assert!(
-            error.contains("invalid peer certificate: UnknownIssuer"),
+            error.contains("the certificate is not signed by a CA this server trusts"),
             "{error}"
         );
         assert!(error.contains("--delivery-ca-file"), "{error}");
@@ -1653,17 +1653,17 @@ async fn another_ca_another_name_and_an_expired_certificate_are_named_in_the_att
         (
             "another CA",
             other.leaf(&["localhost", "127.0.0.1"]),
-            "invalid peer certificate: UnknownIssuer",
+            "the certificate is not signed by a CA this server trusts",
         ),
         (
             "another name",
             trusted.leaf(&["hooks.example.com"]),
-            "invalid peer certificate: certificate not valid for name \"127.0.0.1\"",
+            "the certificate is made out to",
         ),
         (
             "expired",
             trusted.expired_leaf(&["localhost", "127.0.0.1"]),
-            "invalid peer certificate: certificate expired",
+            "the certificate expired on 2001-01-01T00:00:00.000Z",
         ),
     ];
     let mut subs = Vec::new();
@@ -1687,4 +1687,50 @@ async fn another_ca_another_name_and_an_expired_certificate_are_named_in_the_att
         receiver.wait_for_failed_handshakes(3, ARRIVAL).await;
         assert_eq!(receiver.count(), 0, "{what}");
     }
+}
+
+/// A receiver whose certificate is its own CA (as `openssl req -x509` makes one), listed in
+/// `--delivery-ca-file`: trusted as it is, by its alternative names or, without any, by its
+/// common name; an unlisted one is refused with what to do about it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_signed_certificate_listed_in_the_ca_file_is_trusted_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let named = receiver::self_signed(&["localhost", "127.0.0.1"], "test receiver", false);
+    let common = receiver::self_signed(&[], "localhost", false);
+    let unlisted = receiver::self_signed(&["localhost", "127.0.0.1"], "unlisted", false);
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, format!("{}{}", named.pem(), common.pem())).unwrap();
+    let server = server(&["--delivery-ca-file", ca_file.to_str().unwrap()]).await;
+    let named_receiver = Receiver::start_tls(Vec::new(), Reply::ok(), &named).await;
+    let common_receiver = Receiver::start_tls(Vec::new(), Reply::ok(), &common).await;
+    let unlisted_receiver = Receiver::start_tls(Vec::new(), Reply::ok(), &unlisted).await;
+    let by_ip = id(&subscribe(&server, "orders", &named_receiver, json!({})).await);
+    let by_name = id(&subscribe_to(
+        &server,
+        "orders",
+        &common_receiver.localhost_url("/hook"),
+        json!({}),
+    )
+    .await);
+    let refused = id(&subscribe(
+        &server,
+        "orders",
+        &unlisted_receiver,
+        json!({ "policy": fixed(20, 2) }),
+    )
+    .await);
+    publish(&server, "orders", json!({"n": 1})).await;
+    named_receiver.wait_for(1, ARRIVAL).await;
+    common_receiver.wait_for(1, ARRIVAL).await;
+    for sub in [by_ip, by_name] {
+        wait_delivery(&server, only_delivery(&server, sub).await, "completed").await;
+    }
+    let d = wait_deliveries(&server, refused, "dead", 1).await;
+    for error in tls_failures(&server, id(&d[0]), 3).await {
+        assert!(
+            error.contains("is a CA's, not a server's: list this very certificate"),
+            "{error}"
+        );
+    }
+    assert_eq!(unlisted_receiver.count(), 0);
 }

@@ -111,7 +111,7 @@ impl BrowserPolicy {
         if is_ip_literal(&host)
             || host == "localhost"
             || host.ends_with(".localhost")
-            || self.allowed_hosts.iter().any(|allowed| *allowed == host)
+            || self.allowed_hosts.contains(&host)
         {
             return Ok(());
         }

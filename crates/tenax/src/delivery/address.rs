@@ -244,7 +244,7 @@ fn judge_literal(ip: IpAddr, allow_private: bool) -> Result<(), EndpointError> {
 
 /// Refuses `host` if it has no address, or if any address is not global and private addresses
 /// are not allowed.
-fn judge_resolved(
+pub(crate) fn judge_resolved(
     host: &str,
     addrs: impl IntoIterator<Item = IpAddr>,
     allow_private: bool,
@@ -264,7 +264,7 @@ fn judge_resolved(
     }
 }
 
-async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, EndpointError> {
+pub(crate) async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, EndpointError> {
     tokio::net::lookup_host((host, port))
         .await
         .map(Iterator::collect)
@@ -281,12 +281,16 @@ async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, EndpointError
 pub struct GlobalOnlyResolver {
     /// Accept non-global addresses too (`--allow-private-endpoints`).
     pub allow_private: bool,
+    /// A name resolved without judging: the host of `--delivery-proxy`, which the operator
+    /// chose (through a proxy, endpoint names are judged before the request: `send`).
+    pub exempt: Option<String>,
 }
 
 impl reqwest::dns::Resolve for GlobalOnlyResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let host = name.as_str().to_owned();
-        let allow_private = self.allow_private;
+        let allow_private =
+            self.allow_private || self.exempt.as_deref().is_some_and(|exempt| exempt == host);
         Box::pin(async move {
             // Port 0: reqwest replaces it with the URL's port or the scheme's default.
             let addrs = resolve(&host, 0).await.map_err(refusal)?;
@@ -618,6 +622,7 @@ mod tests {
     async fn the_resolver_allows_private_names_when_asked() {
         let resolver = GlobalOnlyResolver {
             allow_private: true,
+            exempt: None,
         };
         let addrs: Vec<SocketAddr> = resolver
             .resolve("localhost".parse().unwrap())

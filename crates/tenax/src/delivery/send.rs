@@ -12,6 +12,7 @@ use crate::config::DeliveryConfig;
 use crate::http::{self, PlatformRoots};
 use crate::model::{Attempt, AttemptResult, DeliveryPayload, Subscription, Trigger};
 use crate::store::TakenJob;
+use crate::trust;
 
 const USER_AGENT: &str = concat!("Tenax-Webhooks/", env!("CARGO_PKG_VERSION"));
 
@@ -25,23 +26,24 @@ const USER_AGENT: &str = concat!("Tenax-Webhooks/", env!("CARGO_PKG_VERSION"));
 pub struct Sender {
     client: reqwest::Client,
     allow_private: bool,
+    /// Whether deliveries go through `--delivery-proxy`, which resolves endpoint names itself:
+    /// they are then resolved and judged here first.
+    proxied: bool,
     /// Whether the platform's root certificates are missing, which explains every unknown
     /// issuer.
     no_platform_roots: bool,
 }
 
 impl Sender {
-    pub fn new(config: &DeliveryConfig) -> Result<Self, reqwest::Error> {
-        let extra_roots = match &config.ca_file {
-            Some(ca_file) => ca_file
-                .certificates
-                .iter()
-                .map(|der| reqwest::Certificate::from_der(der))
-                .collect::<Result<Vec<_>, _>>()?,
-            None => Vec::new(),
-        };
+    pub fn new(config: &DeliveryConfig) -> Result<Self, String> {
+        let extra_roots = config
+            .ca_file
+            .as_ref()
+            .map(|ca_file| ca_file.certificates.clone())
+            .unwrap_or_default();
+        let (tls, roots) = tls_config(&extra_roots)?;
         let make = || {
-            http::client_builder()
+            let builder = http::client_builder()
                 .user_agent(USER_AGENT)
                 .timeout(Duration::from_millis(config.timeout_ms))
                 .connect_timeout(Duration::from_millis(config.timeout_ms.min(10_000)))
@@ -53,15 +55,29 @@ impl Sender {
                 .tcp_nodelay(true)
                 .dns_resolver(GlobalOnlyResolver {
                     allow_private: config.allow_private_endpoints,
+                    // The proxy is the operator's: its name may resolve anywhere.
+                    exempt: config
+                        .proxy
+                        .as_ref()
+                        .and_then(|p| p.host_str().map(str::to_owned)),
                 })
-                .tls_certs_merge(extra_roots.clone())
+                .tls_backend_preconfigured(tls.clone());
+            // Never a proxy from the environment (HTTP_PROXY and the like): it would carry
+            // deliveries past the address checks. Only --delivery-proxy, after them.
+            match &config.proxy {
+                Some(proxy) => reqwest::Proxy::all(proxy.as_str()).map(|p| builder.proxy(p)),
+                None => Ok(builder.no_proxy()),
+            }
         };
-        let (client, roots) = http::build(make)?;
+        let client = make()
+            .and_then(reqwest::ClientBuilder::build)
+            .map_err(|e| format!("building the delivery client: {}", http::chain(&e)))?;
         if let Some(ca_file) = &config.ca_file {
             tracing::info!(
                 path = %ca_file.path.display(),
                 certificates = ca_file.certificates.len(),
-                "https endpoints may also be signed by the CAs of --delivery-ca-file"
+                "https endpoints may also be signed by the CAs of --delivery-ca-file, or be one \
+                 of its certificates"
             );
         }
         let no_platform_roots = match roots {
@@ -75,9 +91,13 @@ impl Sender {
                 true
             }
         };
+        if let Some(proxy) = &config.proxy {
+            tracing::info!(%proxy, "deliveries go through --delivery-proxy");
+        }
         Ok(Self {
             client,
             allow_private: config.allow_private_endpoints,
+            proxied: config.proxy.is_some(),
             no_platform_roots,
         })
     }
@@ -109,6 +129,14 @@ impl Sender {
                 return attempt;
             }
         };
+        if self.proxied {
+            if let Err(refusal) = self.judge_for_proxy(&subscription.endpoint).await {
+                attempt.error = Some(refusal);
+                attempt.latency_ms =
+                    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                return attempt;
+            }
+        }
         match request.send().await {
             Ok(mut response) => {
                 let status = response.status().as_u16();
@@ -141,6 +169,30 @@ impl Sender {
         }
         attempt.latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         attempt
+    }
+
+    /// Through a proxy, the endpoint's name is resolved by the proxy, not by this server's
+    /// resolver: it is resolved and judged here first (a refusal is retried, as a name that
+    /// resolves to a private address at connect time is without a proxy).
+    async fn judge_for_proxy(&self, endpoint: &str) -> Result<(), String> {
+        let url =
+            url::Url::parse(endpoint).map_err(|e| format!("the endpoint is not a URL: {e}"))?;
+        match url.host() {
+            Some(url::Host::Domain(name)) => {
+                let port = url.port_or_known_default().unwrap_or(443);
+                let addresses = super::address::resolve(name, port)
+                    .await
+                    .map_err(|e| format!("could not connect: {e}"))?;
+                super::address::judge_resolved(
+                    name,
+                    addresses.iter().map(std::net::SocketAddr::ip),
+                    self.allow_private,
+                )
+                .map_err(|e| format!("could not connect: {e}"))
+            }
+            // Literals were judged with the request.
+            _ => Ok(()),
+        }
     }
 
     fn request(
@@ -239,17 +291,76 @@ fn describe(error: &reqwest::Error, no_platform_roots: bool) -> String {
     let Some(tls) = tls_error(error) else {
         return format!("{what}: {}", http::chain(error));
     };
-    let mut text = format!("{what}: TLS handshake failed: {tls}");
+    let mut text = format!("{what}: TLS handshake failed: {}", trust::explain(tls));
     if let rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) = tls {
         text.push_str(if no_platform_roots {
             " (this server has no platform root certificates to verify with: install them, \
              or trust the endpoint's CA with --delivery-ca-file)"
         } else {
-            " (the certificate is not signed by a CA this server trusts: the platform's root \
-             certificates, or those of --delivery-ca-file)"
+            " (trusted are the platform's root certificates and those of --delivery-ca-file; \
+             a certificate listed there is trusted as it is)"
         });
     }
     text
+}
+
+/// The TLS configuration of deliveries: the platform's root certificates and those of
+/// `--delivery-ca-file` as CAs, and each certificate of the file also trusted as it is
+/// ([`trust::ListedOrElse`]). ALPN offers HTTP/2 and HTTP/1.1, as reqwest's own would.
+fn tls_config(
+    extra_roots: &[rustls::pki_types::CertificateDer<'static>],
+) -> Result<(rustls::ClientConfig, PlatformRoots), String> {
+    use rustls::client::danger::ServerCertVerifier;
+    http::install_crypto_provider();
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .ok_or("no rustls crypto provider is installed")?;
+    let (inner, roots): (std::sync::Arc<dyn ServerCertVerifier>, PlatformRoots) =
+        match rustls_platform_verifier::Verifier::new(provider.clone()) {
+            Ok(_) => (
+                std::sync::Arc::new(
+                    rustls_platform_verifier::Verifier::new_with_extra_roots(
+                        extra_roots.iter().cloned(),
+                        provider.clone(),
+                    )
+                    .map_err(|e| format!("--delivery-ca-file: {e}"))?,
+                ),
+                PlatformRoots::Loaded,
+            ),
+            Err(missing) if extra_roots.is_empty() => (
+                std::sync::Arc::new(trust::NoRoots {
+                    provider: provider.clone(),
+                }),
+                PlatformRoots::Missing(missing.to_string()),
+            ),
+            Err(missing) => {
+                let mut store = rustls::RootCertStore::empty();
+                for root in extra_roots {
+                    store
+                        .add(root.clone())
+                        .map_err(|e| format!("--delivery-ca-file: {e}"))?;
+                }
+                let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                    std::sync::Arc::new(store),
+                    provider.clone(),
+                )
+                .build()
+                .map_err(|e| format!("--delivery-ca-file: {e}"))?;
+                (verifier, PlatformRoots::Missing(missing.to_string()))
+            }
+        };
+    let verifier = trust::ListedOrElse {
+        listed: extra_roots.to_vec(),
+        check_name: true,
+        inner,
+        provider,
+    };
+    let mut config = rustls::ClientConfig::builder()
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(verifier))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok((config, roots))
 }
 
 /// The rustls error somewhere in `error`'s causes: rustls's own, or inside the `io::Error`s
@@ -303,6 +414,7 @@ mod tests {
                 max_cooldown_ms: 600_000,
                 probe_ms: 10_000,
             },
+            proxy: None,
         })
         .expect("a sender")
     }

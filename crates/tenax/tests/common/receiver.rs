@@ -360,6 +360,30 @@ impl TestCa {
     }
 }
 
+/// A certificate that is its own CA (`CA:TRUE`), as `openssl req -x509` makes one with its
+/// defaults: made out to `names` (as subject alternative names), or, with no names, only to
+/// the common name `common_name` (no alternative names at all). Valid now, or expired in 2001.
+pub fn self_signed(names: &[&str], common_name: &str, expired: bool) -> ServerCert {
+    let key = KeyPair::generate().expect("a key");
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let mut params = CertificateParams::new(names).expect("certificate parameters");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    if expired {
+        params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+    }
+    let certificate = params.self_signed(&key).expect("a self-signed certificate");
+    ServerCert {
+        chain: vec![certificate.der().clone()],
+        key: PrivatePkcs8KeyDer::from(key.serialize_der()),
+        chain_pem: certificate.pem(),
+        key_pem: key.serialize_pem(),
+    }
+}
+
 /// A server certificate and its private key, for [`Receiver::start_tls`].
 #[derive(Debug)]
 pub struct ServerCert {
@@ -370,6 +394,11 @@ pub struct ServerCert {
 }
 
 impl ServerCert {
+    /// The certificate (the first of the chain), PEM.
+    pub fn pem(&self) -> &str {
+        &self.chain_pem
+    }
+
     /// Writes the certificate chain and the key as PEM files in `dir` (for `--tls-cert` and
     /// `--tls-key`); returns their paths.
     pub fn write_pem(&self, dir: &Path) -> (PathBuf, PathBuf) {

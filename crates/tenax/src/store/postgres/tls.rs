@@ -23,6 +23,7 @@ use rustls::server::ParsedCertificate;
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use crate::config::CaFile;
+use crate::trust::ListedOrElse;
 
 /// libpq's `sslmode`, less `allow` (which tries a plain connection first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -174,15 +175,34 @@ impl Check {
                     provider,
                 }))
                 .with_no_client_auth(),
+            // A certificate listed in the CA file is trusted as it is, as libpq (OpenSSL)
+            // does: PostgreSQL's documentation makes a self-signed server certificate and
+            // hands that very file to clients as `root.crt`.
             Check::Signed(file) => builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Lenient {
-                    roots: Some(Arc::new(roots(file)?)),
+                .with_custom_certificate_verifier(Arc::new(ListedOrElse {
+                    listed: file.certificates.clone(),
+                    check_name: false,
+                    inner: Arc::new(Lenient {
+                        roots: Some(Arc::new(roots(file)?)),
+                        provider: provider.clone(),
+                    }),
                     provider,
                 }))
                 .with_no_client_auth(),
             Check::SignedForHost(file) => builder
-                .with_root_certificates(roots(file)?)
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(ListedOrElse {
+                    listed: file.certificates.clone(),
+                    check_name: true,
+                    inner: rustls::client::WebPkiServerVerifier::builder_with_provider(
+                        Arc::new(roots(file)?),
+                        provider.clone(),
+                    )
+                    .build()
+                    .map_err(|e| format!("{}: {e}", file.path.display()))?,
+                    provider,
+                }))
                 .with_no_client_auth(),
             Check::Platform => builder
                 .dangerous()
