@@ -97,9 +97,19 @@ fn describe_ms(ms: UnixMs) -> String {
     }
 }
 
-/// Parses an RFC 3339 time (`2026-11-21T11:25:37Z`, fractions and offsets-free `Z` form) into
-/// Unix milliseconds.
+/// Parses an RFC 3339 time into Unix milliseconds: with `Z` or any offset
+/// (`2030-01-01T00:00:00+01:00` is 23:00 UTC the day before), with or without fractions; a time
+/// without an offset (`2026-11-21 11:25:37`) is read as UTC. Times before 1970 are `None`.
 pub fn parse_rfc3339(text: &str) -> Option<UnixMs> {
+    if let Ok(at) = text.parse::<jiff::Timestamp>() {
+        return u64::try_from(at.as_millisecond()).ok();
+    }
+    // What is left is a time without an offset, or a bad one: an offset that jiff refused
+    // (`+25:00`) must not be read as UTC.
+    let clock = text.get(10..).unwrap_or_default();
+    if clock.contains(['+', '-', 'Z', 'z']) {
+        return None;
+    }
     let time = humantime::parse_rfc3339_weak(text).ok()?;
     let since = time.duration_since(UNIX_EPOCH).ok()?;
     u64::try_from(since.as_millis()).ok()
@@ -119,6 +129,19 @@ mod tests {
             Some(1_795_260_337_123)
         );
         assert_eq!(parse_rfc3339("yesterday"), None);
+        // Any offset, read to UTC.
+        let utc = parse_rfc3339("2029-12-31T23:00:00Z");
+        assert!(utc.is_some());
+        for text in [
+            "2030-01-01T00:00:00+01:00",
+            "2029-12-31T18:30:00-04:30",
+            "2030-01-01T00:00:00.000+01:00",
+            "2029-12-31T23:00:00+00:00",
+            "2029-12-31 23:00:00",
+        ] {
+            assert_eq!(parse_rfc3339(text), utc, "{text}");
+        }
+        assert_eq!(parse_rfc3339("1969-12-31T23:59:59Z"), None);
     }
 
     #[test]

@@ -81,6 +81,18 @@ async fn enqueue_one_and_read_it_back() {
         .await;
     assert_eq!(rfc3339(T0), "2027-01-15T08:00:00.000Z");
     assert_eq!(ms(&at["run_at"]), T0 + HOUR);
+    // Any offset is read, and the answer is in UTC.
+    for offset in ["2027-01-15T10:00:00+01:00", "2027-01-15T04:30:00.000-04:30"] {
+        let at = server
+            .expect(
+                Method::POST,
+                "/api/jobs",
+                Some(json!({"queue": "mail", "run_at": offset})),
+                201,
+            )
+            .await;
+        assert_eq!(at["run_at"], "2027-01-15T09:00:00.000Z", "{offset}");
+    }
     let at_ms = server
         .expect(
             Method::POST,
@@ -101,7 +113,7 @@ async fn enqueue_one_and_read_it_back() {
         .await;
     assert_eq!(past["status"], "ready");
 
-    assert_eq!(server.totals().await, (3, 2, 0, 0, 0));
+    assert_eq!(server.totals().await, (5, 2, 0, 0, 0));
     // The payload defaults to null and the type to "".
     let bare = server.enqueue(job("mail")).await;
     let bare = server.job(bare).await;
