@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use common::TestServer;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -369,10 +371,40 @@ async fn boom() -> &'static str {
     items[items.len()]
 }
 
-#[tokio::test]
+/// A failure answered as axum answers its own: a plain-text 500.
+async fn plain_failure() -> (axum::http::StatusCode, &'static str) {
+    (
+        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        "failed to parse header value",
+    )
+}
+
+/// A log writer into memory, for a test that reads what the server logged.
+#[derive(Clone)]
+struct Captured(Arc<parking_lot::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// One thread: the server's tasks log through the test's subscriber.
+#[tokio::test(flavor = "current_thread")]
 async fn a_panicking_handler_answers_500_with_a_request_id() {
     use axum::routing::get;
-    use std::sync::Arc;
+    let captured = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let writer = Captured(captured.clone());
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
     let limits = Arc::new(tenax::api::Limits {
         max_request_bytes: 1024,
         request_timeout: std::time::Duration::from_secs(5),
@@ -384,6 +416,9 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
         .route("/api/boom", get(boom))
         .route("/v2/boom", get(boom))
         .route("/api/fine", get(|| async { "fine" }))
+        // A 500 built below the handlers, as axum's own are: plain text, logged nowhere.
+        .route("/api/plain", get(plain_failure))
+        .route("/ui/plain", get(plain_failure))
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(tenax::api::guard::Guard {
                 limits,
@@ -445,6 +480,34 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
             "{body}"
         );
     }
+    // Every 500 carries its request id and logs its cause, whoever built it.
+    for path in ["/api/plain", "/ui/plain"] {
+        let response = client
+            .get(format!("{base}{path}"))
+            .header("x-request-id", "plain-500")
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), 500);
+        let body: Value = response.json().await.expect("JSON");
+        assert_eq!(body["error"]["request_id"], "plain-500", "{path}: {body}");
+        assert!(
+            !body.to_string().contains("failed to parse"),
+            "the cause is for the log, not the client: {body}"
+        );
+    }
+    let logged = String::from_utf8_lossy(&captured.lock()).into_owned();
+    let causes: Vec<&str> = logged
+        .lines()
+        .filter(|l| l.contains("failed to parse header value") && l.contains("plain-500"))
+        .collect();
+    assert_eq!(causes.len(), 2, "{logged}");
+    assert!(
+        logged
+            .lines()
+            .any(|l| l.contains("panicked") && l.contains("trace-me-1")),
+        "{logged}"
+    );
     let fine = client
         .get(format!("{base}/api/fine"))
         .send()

@@ -495,6 +495,53 @@ async fn signing_in_keeps_the_token_in_a_strict_http_only_cookie() {
     assert!(cleared.contains("Max-Age=0"), "{cleared}");
 }
 
+/// Any token the API accepts signs in: an `--admin-token` made as the docs say
+/// (`openssl rand -base64 32`: `+`, `/`, `=`) is kept whole in the cookie. A `next` with a
+/// control character is a 400 that names it, not a 500.
+#[tokio::test]
+async fn any_token_signs_in_and_a_bad_next_is_named() {
+    const BASE64: &str = "q83vEjRWeJq8/+3vAQIDBAUGBwgJCgsMDQ4PEBESE3s=";
+    let server =
+        TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", BASE64]))
+            .await;
+    let client = browser();
+    let response = client
+        .post(server.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[("token", BASE64), ("next", "/ui/queues")]))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    let cookie = response
+        .headers()
+        .get(SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .expect("a cookie")
+        .to_owned();
+    let (status, queues) = page(&client, &server, "/ui/queues", Some(&cookie)).await;
+    assert_eq!(status, StatusCode::OK, "{queues}");
+
+    for next in ["/ui\r\nSet-Cookie: x=1", "/ui\u{1}"] {
+        let response = client
+            .post(server.url("/ui/login"))
+            .header(CONTENT_TYPE, FORM)
+            .body(encode(&[("token", BASE64), ("next", next)]))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{next:?}");
+        assert!(response.headers().get(SET_COOKIE).is_none());
+        let text = response.text().await.expect("text");
+        assert!(text.contains("next: must be a dashboard path"), "{text}");
+        let encoded: String = url::form_urlencoded::byte_serialize(next.as_bytes()).collect();
+        let (status, text) =
+            page(&client, &server, &format!("/ui/login?next={encoded}"), None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{next:?}: {text}");
+    }
+}
+
 #[tokio::test]
 async fn a_test_event_is_delivered_and_attempts_say_what_started_them() {
     let receiver = Receiver::start(vec![Reply::status(404)], Reply::ok()).await;

@@ -253,18 +253,21 @@ async fn read_and_handle(
         }
     };
     let request = Request::from_parts(parts, Body::from(bytes));
-    let handled = AssertUnwindSafe(CURRENT.scope(id.clone(), next.run(request)))
+    // Shaped within the request's scope, so that a 500 built here carries its id.
+    let handling = async {
+        let response = next.run(request).await;
+        let route = response.extensions().get::<MatchedPath>().cloned();
+        let mut response = in_shape(shape, response).await;
+        if let Some(route) = route {
+            response.extensions_mut().insert(route);
+        }
+        response
+    };
+    let handled = AssertUnwindSafe(CURRENT.scope(id.clone(), handling))
         .catch_unwind()
         .await;
     match handled {
-        Ok(response) => {
-            let route = response.extensions().get::<MatchedPath>().cloned();
-            let mut response = in_shape(shape, response).await;
-            if let Some(route) = route {
-                response.extensions_mut().insert(route);
-            }
-            response
-        }
+        Ok(response) => response,
         Err(panic) => {
             let message = panic
                 .downcast_ref::<&str>()
@@ -299,12 +302,20 @@ async fn in_shape(shape: Shape, response: Response) -> Response {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         Err(_) => status.canonical_reason().unwrap_or("error").to_owned(),
     };
-    let code = if status.is_server_error() {
-        "internal"
-    } else {
-        "invalid"
-    };
-    shape.error(status, code, None, text)
+    if status.is_server_error() {
+        // Built by a layer below the handlers (axum's own), never logged there: its cause goes
+        // to the log, under the request's id, and the answer says only that.
+        tracing::error!(status = status.as_u16(), cause = %text, "answered a server error");
+        return shape.error(
+            status,
+            "internal",
+            None,
+            "the server failed to handle this request; the log has the details under this \
+             request's id"
+                .into(),
+        );
+    }
+    shape.error(status, "invalid", None, text)
 }
 
 /// Whether a path's percent-escapes decode to UTF-8.

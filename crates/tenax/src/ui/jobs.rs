@@ -332,7 +332,7 @@ pub async fn act(
     };
     let action = field("action").unwrap_or_default();
     let back = field("back")
-        .filter(|b| b.starts_with("/ui/"))
+        .filter(|b| b.starts_with("/ui/") && super::session::is_dashboard_path(b))
         .unwrap_or_else(|| "/ui/jobs".into());
     let filter = Filter::parse(&field("queue"), &field("status"), &field("type"), &None)?;
     let ids: Vec<JobId> = match field("scope").as_deref() {

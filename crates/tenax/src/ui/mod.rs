@@ -150,6 +150,12 @@ impl From<StoreError> for UiError {
 
 impl IntoResponse for UiError {
     fn into_response(self) -> Response {
+        // A server error's details are in the log, under the request's id.
+        let request_id = self
+            .status
+            .is_server_error()
+            .then(crate::api::guard::current_request_id)
+            .flatten();
         let body = html! {
             (maud::DOCTYPE)
             html lang="en" {
@@ -163,6 +169,9 @@ impl IntoResponse for UiError {
                     main {
                         h1 { (self.status.as_u16()) " " (self.status.canonical_reason().unwrap_or("")) }
                         p.error { (self.message) }
+                        @if let Some(id) = &request_id {
+                            p { "Request id: " code { (id) } }
+                        }
                         p { a href="/ui" { "Back to the overview" } }
                     }
                 }

@@ -25,6 +25,12 @@ use crate::api::AppState;
 use crate::auth::{Capability, Principal};
 
 const COOKIE_NAME: &str = "tenax_session";
+/// What is escaped in the cookie's value: everything but letters, digits and `-_.~`.
+const COOKIE_ESCAPES: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 /// What identifies the session of everyone when authentication is off.
 const ANONYMOUS: &str = "anonymous";
 
@@ -71,7 +77,11 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(name, _)| *name == COOKIE_NAME)
-        .map(|(_, value)| value.to_owned())
+        .map(|(_, value)| {
+            percent_encoding::percent_decode_str(value)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
         .filter(|value| !value.is_empty())
 }
 
@@ -179,10 +189,23 @@ pub struct LoginQuery {
 }
 
 /// Where a login may send the browser: a dashboard page, never another site.
-fn safe_next(next: Option<&str>) -> String {
+/// Whether `path` is a dashboard path that may go into a `Location` header: under `/ui`, and
+/// of visible ASCII only (no control character, space or backslash).
+pub(crate) fn is_dashboard_path(path: &str) -> bool {
+    path.starts_with("/ui")
+        && !path.starts_with("//")
+        && path.bytes().all(|b| b.is_ascii_graphic() && b != b'\\')
+}
+
+/// Where to go after signing in: a dashboard path, else the overview. A `next` with a control
+/// character is no link anyone followed: refused (400), naming the field.
+fn safe_next(next: Option<&str>) -> Result<String, UiError> {
     match next {
-        Some(path) if path.starts_with("/ui") && !path.starts_with("//") => path.to_owned(),
-        _ => "/ui".to_owned(),
+        Some(path) if path.chars().any(char::is_control) => Err(UiError::invalid(
+            "next: must be a dashboard path without control characters",
+        )),
+        Some(path) if is_dashboard_path(path) => Ok(path.to_owned()),
+        _ => Ok("/ui".to_owned()),
     }
 }
 
@@ -193,7 +216,10 @@ pub async fn login_page(
     if !state.auth_required {
         return Redirect::to("/ui").into_response();
     }
-    let next = safe_next(query.next.as_deref());
+    let next = match safe_next(query.next.as_deref()) {
+        Ok(next) => next,
+        Err(error) => return error.into_response(),
+    };
     let body = html! {
         (maud::DOCTYPE)
         html lang="en" {
@@ -231,7 +257,10 @@ pub async fn login(State(state): State<AppState>, RawForm(form): RawForm) -> Res
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.into_owned())
     };
-    let next = safe_next(field("next").as_deref());
+    let next = match safe_next(field("next").as_deref()) {
+        Ok(next) => next,
+        Err(error) => return error.into_response(),
+    };
     let token = field("token").unwrap_or_default();
     let token = token.trim();
     if state.engine.authenticate(token).is_none() {
@@ -241,15 +270,11 @@ pub async fn login(State(state): State<AppState>, RawForm(form): RawForm) -> Res
         );
         return Redirect::to(&target).into_response();
     }
-    // A token is made of URL-safe characters; anything else would not survive as a cookie.
-    if !token
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-_.~".contains(&b))
-    {
-        return UiError::invalid("this token cannot be kept in a cookie").into_response();
-    }
+    // Percent-encoded: any token the API accepts (`openssl rand -base64 32` gives `+`, `/`,
+    // `=`) is kept whole in the cookie, and read back by `cookie_token`.
+    let kept = percent_encoding::utf8_percent_encode(token, COOKIE_ESCAPES);
     let secure = if state.ui.secure { "; Secure" } else { "" };
-    let cookie = format!("{COOKIE_NAME}={token}; Path=/ui; HttpOnly; SameSite=Strict{secure}");
+    let cookie = format!("{COOKIE_NAME}={kept}; Path=/ui; HttpOnly; SameSite=Strict{secure}");
     let mut response = Redirect::to(&next).into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(SET_COOKIE, value);
@@ -283,9 +308,25 @@ mod tests {
         );
         assert_eq!(cookie_token(&headers).as_deref(), Some("tnx_abc"));
         assert_eq!(cookie_token(&HeaderMap::new()), None);
-        assert_eq!(safe_next(Some("/ui/jobs?queue=a")), "/ui/jobs?queue=a");
-        assert_eq!(safe_next(Some("https://evil.example/")), "/ui");
-        assert_eq!(safe_next(Some("//evil.example/ui")), "/ui");
-        assert_eq!(safe_next(None), "/ui");
+        let next = |path: Option<&str>| safe_next(path).expect("a place");
+        assert_eq!(next(Some("/ui/jobs?queue=a")), "/ui/jobs?queue=a");
+        assert_eq!(next(Some("https://evil.example/")), "/ui");
+        assert_eq!(next(Some("//evil.example/ui")), "/ui");
+        assert_eq!(next(None), "/ui");
+        for elsewhere in ["/ui x", "/ui\\evil", "/uié"] {
+            assert_eq!(next(Some(elsewhere)), "/ui", "{elsewhere:?}");
+        }
+        for bad in ["/ui\r\nSet-Cookie: x=1", "/ui\u{1}", "/ui\u{7f}"] {
+            assert!(safe_next(Some(bad)).is_err(), "{bad:?}");
+        }
+        // Tokens with any characters survive the cookie.
+        let token = "Zm9v+YmFy/YmF6==";
+        let kept = percent_encoding::utf8_percent_encode(token, COOKIE_ESCAPES).to_string();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            COOKIE,
+            HeaderValue::from_str(&format!("tenax_session={kept}")).expect("a header"),
+        );
+        assert_eq!(cookie_token(&headers).as_deref(), Some(token));
     }
 }
