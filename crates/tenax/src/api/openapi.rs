@@ -41,7 +41,8 @@ pub enum Refusals {
     /// No valid API token (`Authorization: Bearer <token>`).
     #[response(status = 401)]
     Unauthorized(ErrorBody),
-    /// The token's role or scopes do not allow this.
+    /// The token's role or scopes do not allow this; or a browser sent it from another site's
+    /// page (`Origin`), or by a name this server does not answer to (`Host`).
     #[response(status = 403)]
     Forbidden(ErrorBody),
     /// The body did not arrive within `--request-timeout`.
@@ -50,6 +51,9 @@ pub enum Refusals {
     /// The body is larger than `--max-request-bytes`.
     #[response(status = 413)]
     TooLarge(ErrorBody),
+    /// The request has a body that is not declared JSON (`Content-Type`).
+    #[response(status = 415)]
+    UnsupportedMediaType(ErrorBody),
     /// A bug; the log has the details under `request_id`.
     #[response(status = 500)]
     Internal(ErrorBody),
