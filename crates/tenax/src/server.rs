@@ -49,6 +49,7 @@ pub async fn run(
                     sync: config.durability == Durability::Sync,
                     cache_bytes: config.cache_bytes,
                     commits: Some(commits),
+                    secrets: config.secrets.clone(),
                     ..EmbeddedOptions::default()
                 },
             },
@@ -225,43 +226,13 @@ async fn first_admin_token(engine: &Engine, config: &Config) -> anyhow::Result<(
         .await
         .context("making the first admin token")?;
     let path = config.data_dir.join("admin-token");
-    write_private(&path, &format!("{}\n", made.secret))
+    crate::secrets::files::write_private(&path, &format!("{}\n", made.secret))
         .with_context(|| format!("writing the first admin token to {}", path.display()))?;
     tracing::warn!(
         path = %path.display(),
         "authentication is on and there was no admin token: made one, in this file (mode 0600); \
          make scoped tokens with `tenax tokens create`, then delete the file"
     );
-    Ok(())
-}
-
-/// Writes `text` to a file only its owner can read, whole or not at all: the text goes to a
-/// hidden sibling first, is synced, and is then renamed into place, so a reader that sees the
-/// file (an operator, a script waiting for it) never reads it half-written.
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let partial = path.with_file_name(format!(".{name}.partial"));
-    // A leftover from a crash is removed, never reused: its mode could be wider than 0600.
-    match std::fs::remove_file(&partial) {
-        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
-        _ => {}
-    }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        options.mode(0o600);
-    }
-    let mut file = options.open(&partial)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&partial, path)?;
-    // The rename is durable once the directory is.
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
     Ok(())
 }
 
