@@ -275,6 +275,8 @@ pub struct Config {
     pub admin_token: Option<String>,
     /// The keys of `--secrets-key-file`; `None`: the embedded store's own key file.
     pub secrets: Option<std::sync::Arc<crate::secrets::Keyring>>,
+    /// Where `secrets` were read from.
+    pub secrets_key_file: Option<PathBuf>,
     /// The API's TLS certificate and key files, when it speaks HTTPS.
     pub tls: Option<TlsFiles>,
     pub delivery: DeliveryConfig,
@@ -556,6 +558,7 @@ impl ServeArgs {
             auth,
             admin_token: self.admin_token.clone(),
             secrets,
+            secrets_key_file: self.secrets_key_file.clone(),
             tls,
             delivery: DeliveryConfig {
                 default_policy: delivery_policy,

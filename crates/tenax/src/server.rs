@@ -56,6 +56,9 @@ pub async fn run(
             config.data_dir.display().to_string(),
         ),
     };
+    if let Some(path) = &config.secrets_key_file {
+        crate::secrets::files::warn_if_loose(path, "the secrets key file");
+    }
     let store = store::open(&store_config, clock.now_ms())
         .await
         .with_context(|| format!("opening the store in {place}"))?;
@@ -226,6 +229,9 @@ async fn first_admin_token(engine: &Engine, config: &Config) -> anyhow::Result<(
         .await
         .context("making the first admin token")?;
     let path = config.data_dir.join("admin-token");
+    // On PostgreSQL nothing else makes the data directory.
+    crate::secrets::files::private_dir(&config.data_dir)
+        .with_context(|| format!("making the data directory {}", config.data_dir.display()))?;
     crate::secrets::files::write_private(&path, &format!("{}\n", made.secret))
         .with_context(|| format!("writing the first admin token to {}", path.display()))?;
     tracing::warn!(

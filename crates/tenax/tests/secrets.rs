@@ -303,6 +303,18 @@ async fn the_data_directory_and_its_files_are_private_and_looser_ones_are_named(
         assert!(line.contains("may be read by other users"), "{line}");
     }
     assert_eq!((mode(&data), mode(&redb)), (0o755, 0o644));
+
+    // A key file others may read is named too (this one is not the store's key: refused).
+    let loose = top.path().join("loose.key");
+    Keyring::generate("t").unwrap().write_file(&loose).unwrap();
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let text = refused_start(&data, &["--secrets-key-file", loose.to_str().unwrap()]).await;
+    assert!(
+        text.lines().any(|l| l.contains("WARN")
+            && l.contains("the secrets key file may be read by other users")
+            && l.contains(&format!("path={} mode=0644", loose.display()))),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5588,6 +5588,27 @@ async fn postgres_properties() {
     close(store).await;
 }
 
+/// Servers given different keys that open an empty database at the same moment cannot both
+/// record theirs: they take turns, and the second is refused before it seals anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_servers_opening_together_with_different_keys_are_refused_but_one() {
+    let backend = Postgres::new().await;
+    if backend.missing() {
+        return;
+    }
+    let other = Arc::new(Keyring::generate("other.key").expect("a key"));
+    let (one, two) = tokio::join!(
+        backend.try_open_with(backend.keys(), T0),
+        backend.try_open_with(other, T0)
+    );
+    let (opened, refused) = match (one, two) {
+        (Ok(store), Err(error)) | (Err(error), Ok(store)) => (store, error),
+        (one, two) => panic!("one opens, one is refused: {one:?} {two:?}"),
+    };
+    assert!(matches!(refused, StoreError::Secrets(_)), "{refused:?}");
+    close(opened).await;
+}
+
 /// Without a sync per commit, `close` still writes out everything acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_unsynced_close_keeps_everything_acknowledged() {

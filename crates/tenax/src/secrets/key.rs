@@ -191,12 +191,12 @@ impl Keyring {
         Ok(Self { keys, source })
     }
 
-    /// Reads a key file, warning if others than its owner may read it.
+    /// Reads a key file. (Whether others may read it is for the caller to say, once logging
+    /// is set up: [`super::files::warn_if_loose`].)
     pub fn read_file(path: &Path) -> Result<Self, String> {
         let shown = path.display().to_string();
         let text =
             std::fs::read_to_string(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-        super::files::warn_if_loose(path, "the secrets key file");
         Self::parse(&text, shown)
     }
 

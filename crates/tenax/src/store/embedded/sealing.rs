@@ -81,6 +81,7 @@ pub(super) fn keys(db: &Database, source: KeySource) -> Result<Arc<Keyring>, Sto
 /// The data directory's key file: read, or made if the store has never sealed anything.
 fn key_file(path: &Path, recorded: Option<KeyId>) -> Result<Keyring, StoreError> {
     if path.exists() {
+        files::warn_if_loose(path, "the secrets key file");
         return Keyring::read_file(path).map_err(StoreError::Secrets);
     }
     if let Some(recorded) = recorded {

@@ -11,9 +11,11 @@
 //! - After sealing subscriptions that were in clear, the table is rewritten (`VACUUM FULL`),
 //!   so that the old row versions holding them are not left in its files.
 //!
-//! Other servers may be running, or opening at the same moment: a subscription is rewritten
-//! only if its body is still the one read (a change made meanwhile is kept, sealed by the
-//! server that made it).
+//! Servers opening at the same moment take turns (an advisory lock), so that two servers given
+//! different keys cannot both record theirs: the second finds the first's and is refused before
+//! it seals anything. Servers already running may change subscriptions meanwhile: one is
+//! rewritten only if its body is still the one read (a change made meanwhile is kept, sealed by
+//! the server that made it).
 
 use tokio_postgres::Client;
 
@@ -46,9 +48,29 @@ pub async fn recorded_key(client: &Client) -> Result<Option<KeyId>, StoreError> 
     .transpose()
 }
 
+/// The advisory lock held while a server checks and seals at open ("tenax-sk").
+const SEALING_LOCK: i64 = 0x7465_6e61_782d_736b;
+
 /// Checks that `keys` open the store, seals what is not sealed with the sealing key, and
-/// records that key as the store's.
+/// records that key as the store's, under [`SEALING_LOCK`].
 pub async fn seal_at_rest(client: &mut Client, keys: &Keyring) -> Result<Sealing, StoreError> {
+    let what = "sealing the subscriptions' secrets";
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&SEALING_LOCK])
+        .await
+        .map_err(fault(what))?;
+    let sealed = seal_locked(client, keys).await;
+    // The lock goes with the session too, should this fail.
+    let unlocked = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&SEALING_LOCK])
+        .await
+        .map_err(fault(what));
+    let sealed = sealed?;
+    unlocked?;
+    Ok(sealed)
+}
+
+async fn seal_locked(client: &mut Client, keys: &Keyring) -> Result<Sealing, StoreError> {
     let what = "sealing the subscriptions' secrets";
     if let Some(recorded) = recorded_key(client).await?.filter(|r| !keys.holds(*r)) {
         return Err(StoreError::Secrets(format!(
