@@ -774,6 +774,42 @@ mod tests {
     }
 
     #[test]
+    fn the_secrets_key_file_is_read_at_start_and_required_on_postgres() {
+        let url = "postgres://tenax@127.0.0.1/tenax";
+        let missing = config(&["--database-url", url]).unwrap_err();
+        assert!(
+            missing.starts_with("--secrets-key-file: required with --database-url"),
+            "{missing}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent.key");
+        let absent = absent.to_str().unwrap();
+        let unreadable = config(&["--secrets-key-file", absent]).unwrap_err();
+        assert!(
+            unreadable.starts_with(&format!("--secrets-key-file: cannot read {absent}")),
+            "{unreadable}"
+        );
+        let bad = dir.path().join("bad.key");
+        std::fs::write(&bad, "not a key\n").unwrap();
+        let bad = config(&["--secrets-key-file", bad.to_str().unwrap()]).unwrap_err();
+        assert!(bad.contains("line 1 is not a key"), "{bad}");
+        let good = dir.path().join("good.key");
+        let keys = crate::secrets::Keyring::generate("t").unwrap();
+        keys.write_file(&good).unwrap();
+        let good = good.to_str().unwrap();
+        let on_postgres = config(&["--database-url", url, "--secrets-key-file", good]).unwrap();
+        let held = on_postgres.database.unwrap().secrets;
+        assert_eq!(held.current().id(), keys.current().id());
+        assert!(
+            config(&["--secrets-key-file", good])
+                .unwrap()
+                .secrets
+                .is_some()
+        );
+        assert!(config(&[]).unwrap().secrets.is_none());
+    }
+
+    #[test]
     fn tls_files_are_checked_at_start() {
         let missing =
             config(&["--tls-cert", "/no/such.crt", "--tls-key", "/no/such.key"]).unwrap_err();
