@@ -84,7 +84,19 @@ def commits():
     return int(psql("postgres", "SELECT xact_commit FROM pg_stat_database WHERE datname = 'tenax_bench'") or 0)
 
 
+def secrets_key_file():
+    """The key file every server shares (required on PostgreSQL): $TENAX_SECRETS_KEY_FILE, or one
+    made for this run."""
+    path = os.environ.get("TENAX_SECRETS_KEY_FILE")
+    if not path:
+        path = f"/tmp/one-vs-two-{os.getpid()}.key"
+        subprocess.run([TENAX, "secrets", "generate-key", path], check=True, stdout=subprocess.DEVNULL)
+        os.environ["TENAX_SECRETS_KEY_FILE"] = path
+    return path
+
+
 def start_server(port, log):
+    secrets_key_file()
     proc = subprocess.Popen(
         [TENAX, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", f"/tmp/one-vs-two-{port}",
          "--database-url", f"{PG}/tenax_bench"],

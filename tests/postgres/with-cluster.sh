@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs a command with a throwaway PostgreSQL cluster: initdb in a temporary directory (as the
 # postgres user when run as root), a free loopback port, trust authentication; the cluster's
-# URL is in $TENAX_PG_URL for the command; the cluster is stopped and removed afterwards.
+# URL is in $TENAX_PG_URL for the command, and a secrets key file for its servers in
+# $TENAX_SECRETS_KEY_FILE (which `tenax serve` reads); the cluster is stopped and removed afterwards.
 # Usage: tests/postgres/with-cluster.sh COMMAND [ARGS...]
 set -euo pipefail
 
@@ -37,5 +38,9 @@ trap stop EXIT
     -o "-p $port -k $base -c listen_addresses=127.0.0.1 -c max_connections=200" start >/dev/null
 
 export TENAX_PG_URL="postgres://postgres@127.0.0.1:$port/postgres"
+# Servers on PostgreSQL need a secrets key file, the same for all (docs/security.md): a key is 32
+# random bytes in base64, one per line.
+(umask 077 && head -c 32 /dev/urandom | base64 >"$base/secrets.key")
+export TENAX_SECRETS_KEY_FILE="$base/secrets.key"
 echo "== PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') at $TENAX_PG_URL"
 "$@"

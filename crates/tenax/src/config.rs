@@ -144,6 +144,12 @@ pub struct ServeArgs {
     /// data directory (mode 0600).
     #[arg(long, env = "TENAX_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// The key file that seals webhook secrets and header values in the store (docs/security.md):
+    /// one key per line, the first sealing (`tenax secrets generate-key` makes one). Required
+    /// with --database-url, the same file on every server. Without it, the embedded store uses
+    /// `secrets.key` in the data directory, made at the first start.
+    #[arg(long, env = "TENAX_SECRETS_KEY_FILE")]
+    pub secrets_key_file: Option<PathBuf>,
     /// The TLS certificate chain (PEM) of the API: with `--tls-key`, the server speaks HTTPS
     /// (HTTP/1.1 and HTTP/2 by ALPN).
     #[arg(long, env = "TENAX_TLS_CERT", requires = "tls_key")]
@@ -212,11 +218,28 @@ pub enum LogFormat {
 }
 
 impl ServeArgs {
+    /// The secrets key file's keys, if `--secrets-key-file` names one.
+    fn secrets(&self) -> Result<Option<std::sync::Arc<crate::secrets::Keyring>>, String> {
+        let Some(path) = &self.secrets_key_file else {
+            return Ok(None);
+        };
+        let keys = crate::secrets::Keyring::read_file(path)
+            .map_err(|e| format!("--secrets-key-file: {e}"))?;
+        Ok(Some(std::sync::Arc::new(keys)))
+    }
+
     /// The PostgreSQL store's options, if `--database-url` asks for it.
-    fn database_options(&self) -> Result<Option<crate::store::postgres::PostgresOptions>, String> {
+    fn database_options(
+        &self,
+        secrets: Option<&std::sync::Arc<crate::secrets::Keyring>>,
+    ) -> Result<Option<crate::store::postgres::PostgresOptions>, String> {
         let Some(url) = &self.database_url else {
             return Ok(None);
         };
+        // Servers sharing a database must share the key; a data directory is each server's own.
+        let secrets = secrets.cloned().ok_or(
+            "--secrets-key-file: required with --database-url, the same file on every server              sharing the database (`tenax secrets generate-key PATH` makes one;              docs/security.md)",
+        )?;
         // The URL may hold a password: the message says why without repeating it.
         let database =
             crate::store::postgres::Database::new(url, self.database_ca_file.as_deref())?;
@@ -226,7 +249,7 @@ impl ServeArgs {
         if self.database_poll == Some(0) {
             return Err("--database-poll: must be longer than 0".into());
         }
-        let mut options = crate::store::postgres::PostgresOptions::new(database);
+        let mut options = crate::store::postgres::PostgresOptions::new(database, secrets);
         options.pool_size = self.database_pool;
         if let Some(every) = self.database_poll {
             options.listening.listen = false;
@@ -264,6 +287,10 @@ pub struct Config {
     pub auth: bool,
     /// An admin token accepted besides the stored ones.
     pub admin_token: Option<String>,
+    /// The keys of `--secrets-key-file`; `None`: the embedded store's own key file.
+    pub secrets: Option<std::sync::Arc<crate::secrets::Keyring>>,
+    /// Where `secrets` were read from.
+    pub secrets_key_file: Option<PathBuf>,
     /// The API's TLS certificate and key files, when it speaks HTTPS.
     pub tls: Option<TlsFiles>,
     pub delivery: DeliveryConfig,
@@ -520,7 +547,8 @@ impl ServeArgs {
             .as_deref()
             .map(delivery_proxy)
             .transpose()?;
-        let database = self.database_options()?;
+        let secrets = self.secrets()?;
+        let database = self.database_options(secrets.as_ref())?;
         if self.metrics_label_limit == 0 {
             return Err("--metrics-label-limit: must be at least 1".into());
         }
@@ -566,6 +594,8 @@ impl ServeArgs {
             max_connections: self.max_connections,
             auth,
             admin_token: self.admin_token.clone(),
+            secrets,
+            secrets_key_file: self.secrets_key_file.clone(),
             tls,
             delivery: DeliveryConfig {
                 default_policy: delivery_policy,
@@ -796,6 +826,42 @@ mod tests {
             weak.starts_with("--admin-token: must be at least 32"),
             "{weak}"
         );
+    }
+
+    #[test]
+    fn the_secrets_key_file_is_read_at_start_and_required_on_postgres() {
+        let url = "postgres://tenax@127.0.0.1/tenax";
+        let missing = config(&["--database-url", url]).unwrap_err();
+        assert!(
+            missing.starts_with("--secrets-key-file: required with --database-url"),
+            "{missing}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let absent = dir.path().join("absent.key");
+        let absent = absent.to_str().unwrap();
+        let unreadable = config(&["--secrets-key-file", absent]).unwrap_err();
+        assert!(
+            unreadable.starts_with(&format!("--secrets-key-file: cannot read {absent}")),
+            "{unreadable}"
+        );
+        let bad = dir.path().join("bad.key");
+        std::fs::write(&bad, "not a key\n").unwrap();
+        let bad = config(&["--secrets-key-file", bad.to_str().unwrap()]).unwrap_err();
+        assert!(bad.contains("line 1 is not a key"), "{bad}");
+        let good = dir.path().join("good.key");
+        let keys = crate::secrets::Keyring::generate("t").unwrap();
+        keys.write_file(&good).unwrap();
+        let good = good.to_str().unwrap();
+        let on_postgres = config(&["--database-url", url, "--secrets-key-file", good]).unwrap();
+        let held = on_postgres.database.unwrap().secrets;
+        assert_eq!(held.current().id(), keys.current().id());
+        assert!(
+            config(&["--secrets-key-file", good])
+                .unwrap()
+                .secrets
+                .is_some()
+        );
+        assert!(config(&[]).unwrap().secrets.is_none());
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod otel;
+pub mod secrets;
 pub mod serve;
 pub mod server;
 pub mod store;

@@ -49,12 +49,16 @@ pub async fn run(
                     sync: config.durability == Durability::Sync,
                     cache_bytes: config.cache_bytes,
                     commits: Some(commits),
+                    secrets: config.secrets.clone(),
                     ..EmbeddedOptions::default()
                 },
             },
             config.data_dir.display().to_string(),
         ),
     };
+    if let Some(path) = &config.secrets_key_file {
+        crate::secrets::files::warn_if_loose(path, "the secrets key file");
+    }
     let store = store::open(&store_config, clock.now_ms())
         .await
         .with_context(|| format!("opening the store in {place}"))?;
@@ -232,7 +236,10 @@ async fn first_admin_token(engine: &Engine, config: &Config) -> anyhow::Result<(
         .await
         .context("making the first admin token")?;
     let path = config.data_dir.join("admin-token");
-    write_private(&path, &format!("{}\n", made.secret))
+    // On PostgreSQL nothing else makes the data directory.
+    crate::secrets::files::private_dir(&config.data_dir)
+        .with_context(|| format!("making the data directory {}", config.data_dir.display()))?;
+    crate::secrets::files::write_private(&path, &format!("{}\n", made.secret))
         .with_context(|| format!("writing the first admin token to {}", path.display()))?;
     tracing::warn!(
         path = %path.display(),
@@ -242,57 +249,33 @@ async fn first_admin_token(engine: &Engine, config: &Config) -> anyhow::Result<(
     Ok(())
 }
 
-/// Writes `text` to a file only its owner can read, whole or not at all: the text goes to a
-/// hidden sibling first, is synced, and is then renamed into place, so a reader that sees the
-/// file (an operator, a script waiting for it) never reads it half-written.
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let partial = path.with_file_name(format!(".{name}.partial"));
-    // A leftover from a crash is removed, never reused: its mode could be wider than 0600.
-    match std::fs::remove_file(&partial) {
-        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
-        _ => {}
-    }
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
+/// Completes on SIGINT or SIGTERM. The handlers are installed by this call, not when the
+/// future is first polled (which the accept loop may do only after serving requests): a signal
+/// that comes while the server starts is heard, instead of taking its default action, which
+/// ends the process at once, without flushing the store.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        options.mode(0o600);
-    }
-    let mut file = options.open(&partial)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()?;
-    std::fs::rename(&partial, path)?;
-    // The rename is durable once the directory is.
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)?.sync_all()?;
-    }
-    Ok(())
-}
-
-/// Completes on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = interrupt.await;
-                    return;
+    let handlers = {
+        use tokio::signal::unix::{SignalKind, signal};
+        signal(SignalKind::interrupt()).and_then(|i| Ok((i, signal(SignalKind::terminate())?)))
+    };
+    async move {
+        #[cfg(unix)]
+        match handlers {
+            Ok((mut interrupt, mut terminate)) => {
+                tokio::select! {
+                    _ = interrupt.recv() => {}
+                    _ = terminate.recv() => {}
                 }
-            };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = term.recv() => {}
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        tracing::info!("shutdown requested: finishing requests in progress");
     }
-    #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
-    tracing::info!("shutdown requested: finishing requests in progress");
 }

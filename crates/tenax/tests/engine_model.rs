@@ -405,6 +405,7 @@ async fn engine(dir: &std::path::Path) -> Engine {
             cache_bytes: 1 << 20,
             commits: None,
             log_bytes: 1 << 20,
+            secrets: None,
         },
     };
     let store = store::open(&config, T0).await.expect("the store opens");

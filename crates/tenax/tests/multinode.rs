@@ -67,6 +67,8 @@ impl Node {
             .arg("--data-dir")
             .arg(dir.path().join("data"))
             .args(["--database-url", database])
+            .arg("--secrets-key-file")
+            .arg(postgres::secrets_key_file())
             .args(flags)
             .env("TENAX_LOG", "info")
             .stdout(Stdio::null())

@@ -102,6 +102,8 @@ impl Server {
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
             .arg("--data-dir")
             .arg(dir.path().join("data"))
+            .arg("--secrets-key-file")
+            .arg(postgres::secrets_key_file())
             .args(args)
             .env("TENAX_LOG", "info")
             .stdout(Stdio::null())

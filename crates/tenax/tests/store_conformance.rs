@@ -64,6 +64,7 @@
 //! |                     | `lead`                 | `a_lone_server_leads`                                                                   |
 //! |                     | `close`                | `close_keeps_everything_acknowledged`, every reopen                                     |
 //! | (opening)           | format refusal         | `newer_formats_are_refused`                                                             |
+//! | (secrets at rest)   | sealing, keys, rotation, upgrade | `secrets_are_sealed_at_rest`, `a_wrong_secrets_key_is_refused_and_changes_nothing`, `a_key_rotation_loses_nothing_wherever_it_stops`, `secrets_kept_in_clear_before_are_sealed_at_open` |
 //! | (every family)      | atomicity: operations on one job are serialised | `racing_operations_on_a_job_are_serialised`                    |
 
 use std::future::Future;
@@ -81,6 +82,8 @@ use tenax::model::{
     JobTemplate, LeaseToken, MAX_EXACT_INTEGER, Missed, NewJob, Overlap, Pause, Schedule, Status,
     StoredPolicy, Subscription, SubscriptionId, TickCounts, Trigger,
 };
+use tenax::secrets::key::Key;
+use tenax::secrets::{Keyring, SECRETS_KEY_FILE};
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
 use tenax::store::{
@@ -116,6 +119,33 @@ trait Backend {
     /// written it (the store is closed).
     async fn stamp_format(&self, version: u64);
 
+    /// Opens the store with `keys` as its secrets keys, instead of those [`Backend::open`]
+    /// uses.
+    async fn try_open_with(
+        &self,
+        keys: Arc<Keyring>,
+        now_ms: u64,
+    ) -> Result<Arc<dyn Store>, StoreError>;
+
+    /// The secrets keys [`Backend::open`] uses (once it has opened the store).
+    fn keys(&self) -> Arc<Keyring>;
+
+    /// Everything the backend keeps, as a copy of its files or a dump of its database shows it
+    /// (the store is closed).
+    async fn dump(&self) -> Vec<u8>;
+
+    /// Subscription `id` as stored (the store is closed).
+    async fn raw_subscription(&self, id: SubscriptionId) -> String;
+
+    /// Stores `raw` as subscription `id`, as another version of Tenax, or a crash in the
+    /// middle of something, would have left it (the store is closed).
+    async fn set_raw_subscription(&self, id: SubscriptionId, raw: &str);
+
+    /// Makes the data look as a release before secrets were sealed left it: no key recorded
+    /// (nor made, where the backend makes its own), the format before sealing, and `stale` in
+    /// the places where old copies of records linger (the store is closed).
+    async fn as_before_sealing(&self, stale: &[u8]);
+
     /// There is no such backend here (no PostgreSQL server); the case is skipped, as the
     /// harness has said.
     fn missing(&self) -> bool {
@@ -149,6 +179,20 @@ impl Embedded {
             },
             ..Self::new()
         }
+    }
+
+    /// Opens the store's file directly, to read or change it as another version would.
+    async fn with_file<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&redb::Database) -> T + Send + 'static,
+    ) -> T {
+        let path = self.dir.path().join("tenax.redb");
+        tokio::task::spawn_blocking(move || {
+            let db = redb::Database::open(&path).expect("the file opens");
+            work(&db)
+        })
+        .await
+        .expect("the task")
     }
 
     /// The embedded store's file and its `meta` table (see `src/store/embedded/tables.rs`).
@@ -205,7 +249,86 @@ impl Backend for Embedded {
         .await
         .expect("the task");
     }
+
+    async fn try_open_with(
+        &self,
+        keys: Arc<Keyring>,
+        now_ms: u64,
+    ) -> Result<Arc<dyn Store>, StoreError> {
+        let options = EmbeddedOptions {
+            secrets: Some(keys),
+            ..self.options.clone()
+        };
+        let dir = self.dir.path().to_owned();
+        let store =
+            tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, &options, now_ms))
+                .await
+                .expect("the open task")?;
+        Ok(Arc::new(store))
+    }
+
+    /// The data directory's key file, made at the first open.
+    fn keys(&self) -> Arc<Keyring> {
+        let path = self.dir.path().join(SECRETS_KEY_FILE);
+        Arc::new(Keyring::read_file(&path).expect("the data directory's key file"))
+    }
+
+    /// The store's files, as a copy of the data directory holds them (but the key file).
+    async fn dump(&self) -> Vec<u8> {
+        let mut all = Vec::new();
+        for name in ["tenax.redb", "tenax.wal"] {
+            all.extend(std::fs::read(self.dir.path().join(name)).expect("a store file"));
+        }
+        all
+    }
+
+    async fn raw_subscription(&self, id: SubscriptionId) -> String {
+        self.with_file(move |db| {
+            let tx = db.begin_read().expect("a read");
+            let table = tx.open_table(SUBSCRIPTIONS).expect("the table");
+            let row = table.get(id.0).expect("read").expect("the subscription");
+            String::from_utf8(row.value().to_vec()).expect("JSON")
+        })
+        .await
+    }
+
+    async fn set_raw_subscription(&self, id: SubscriptionId, raw: &str) {
+        let raw = raw.to_owned();
+        self.with_file(move |db| {
+            let tx = db.begin_write().expect("a write");
+            tx.open_table(SUBSCRIPTIONS)
+                .expect("the table")
+                .insert(id.0, raw.as_bytes())
+                .expect("stored");
+            tx.commit().expect("committed");
+        })
+        .await;
+    }
+
+    /// Format 3, no key recorded nor key file, and `stale` in the log's unused tail, where an
+    /// earlier release's records of the same subscriptions would linger.
+    async fn as_before_sealing(&self, stale: &[u8]) {
+        self.stamp_format(3).await;
+        self.with_file(|db| {
+            let tx = db.begin_write().expect("a write");
+            tx.open_table(TableDefinition::<&str, u64>::new("meta"))
+                .expect("the meta table")
+                .remove("secrets_key")
+                .expect("removed");
+            tx.commit().expect("committed");
+        })
+        .await;
+        std::fs::remove_file(self.dir.path().join(SECRETS_KEY_FILE)).expect("no key file");
+        let log = std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.dir.path().join("tenax.wal"))
+            .expect("the log");
+        std::os::unix::fs::FileExt::write_all_at(&log, stale, 8 * 1024 * 1024).expect("written");
+    }
 }
+
+/// The embedded store's subscriptions (see `src/store/embedded/tables.rs`).
+const SUBSCRIPTIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("subscriptions");
 
 // --- helpers ---------------------------------------------------------------------------------
 
@@ -5010,17 +5133,270 @@ async fn a_tick_is_recorded_once_with_its_job(backend: &impl Backend) {
     close(store).await;
 }
 
+// --- secrets at rest -------------------------------------------------------------------------
+
+/// What a subscription must never show at rest: its secrets, header values and options.
+const AT_REST: [&str; 6] = [
+    "whsec_c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0",
+    "whsec_b2xkc2VjcmV0b2xkc2VjcmV0b2xkc2VjcmV0",
+    "Bearer hunter2",
+    "billing",
+    "zaqar-option-key",
+    "second-header-value",
+];
+
+/// A subscription holding every kind of secret.
+fn secret_subscription(endpoint: &str) -> Subscription {
+    let mut s = subscription("q", endpoint);
+    s.previous_secret = Some("whsec_b2xkc2VjcmV0b2xkc2VjcmV0b2xkc2VjcmV0".into());
+    s.previous_secret_until_ms = Some(T0 + 60 * SECOND);
+    s.headers
+        .insert("Authorization".into(), "Bearer hunter2".into());
+    s.options = Some(json!({"post_headers": {"X-Api-Key": "zaqar-option-key"}}));
+    s
+}
+
+/// Which of [`AT_REST`] `dump` holds.
+fn revealed(dump: &[u8]) -> Vec<&'static str> {
+    AT_REST
+        .into_iter()
+        .filter(|secret| {
+            dump.windows(secret.len())
+                .any(|window| window == secret.as_bytes())
+        })
+        .collect()
+}
+
+/// The key a stored subscription names as the one that sealed it.
+fn sealed_with(raw: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(raw).expect("stored JSON");
+    value["sealed"]["key"].as_str().map(str::to_owned)
+}
+
+/// Secrets, previous secrets, header values and Zaqar options are sealed on their way to
+/// storage: a copy of the files or a dump of the database holds none of them in clear, while
+/// what the backend indexes (queue, endpoint) stays readable. They come back whole.
+async fn secrets_are_sealed_at_rest(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let (a, _) = store
+        .insert_subscription(secret_subscription("https://a.example/"))
+        .await
+        .expect("stored");
+    let changed = store
+        .update_subscription(a.id, &|current| {
+            let mut changed = current.clone();
+            changed
+                .headers
+                .insert("X-Second".into(), "second-header-value".into());
+            Some(changed)
+        })
+        .await
+        .expect("changed");
+    assert_eq!(changed.headers["X-Second"], "second-header-value");
+    let (zaqar, _) = store
+        .insert_subscription({
+            let mut s = secret_subscription("https://z.example/");
+            s.format = tenax::model::EnvelopeFormat::Zaqar;
+            s
+        })
+        .await
+        .expect("stored");
+    close(store).await;
+    let dump = backend.dump().await;
+    assert_eq!(revealed(&dump), Vec::<&str>::new());
+    let shows = |text: &str| dump.windows(text.len()).any(|w| w == text.as_bytes());
+    assert!(shows("https://a.example/") && shows("https://z.example/"));
+    let current = backend.keys().current().id().to_string();
+    assert_eq!(
+        sealed_with(&backend.raw_subscription(a.id).await),
+        Some(current)
+    );
+
+    let store = backend.open(T0).await;
+    assert_eq!(store.subscription(a.id).await, Ok(Some(changed)));
+    let read = store
+        .subscription(zaqar.id)
+        .await
+        .expect("read")
+        .expect("there");
+    assert_eq!(read.secret, zaqar.secret);
+    assert_eq!(read.options, zaqar.options);
+    // The one the unique endpoint is held by.
+    let (holder, created) = store
+        .insert_subscription({
+            let mut s = subscription("q", "https://z.example/");
+            s.format = tenax::model::EnvelopeFormat::Zaqar;
+            s
+        })
+        .await
+        .expect("answered");
+    assert!(!created);
+    assert_eq!(holder, read);
+    close(store).await;
+}
+
+/// A store is opened only with the key it is sealed with, even while it holds no
+/// subscription: another key is refused by name, before anything is read with it, and the
+/// refusal changes nothing.
+async fn a_wrong_secrets_key_is_refused_and_changes_nothing(backend: &impl Backend) {
+    close(backend.open(T0).await).await;
+    let right = backend.keys();
+    let wrong = Arc::new(Keyring::generate("/etc/tenax/wrong.key").expect("a key"));
+    let refused = |error: StoreError| {
+        let StoreError::Secrets(message) = &error else {
+            panic!("refused for its key: {error:?}");
+        };
+        assert!(
+            message.contains(&right.current().id().to_string())
+                && message.contains("/etc/tenax/wrong.key")
+                && message.contains(&wrong.current().id().to_string()),
+            "{message}"
+        );
+        assert!(error.is_internal());
+    };
+    refused(
+        backend
+            .try_open_with(wrong.clone(), T0)
+            .await
+            .expect_err("an empty store sealed with another key"),
+    );
+
+    let store = backend.open(T0).await;
+    let (a, _) = store
+        .insert_subscription(secret_subscription("https://a.example/"))
+        .await
+        .expect("stored");
+    close(store).await;
+    let raw = backend.raw_subscription(a.id).await;
+    refused(
+        backend
+            .try_open_with(wrong.clone(), T0)
+            .await
+            .expect_err("a store sealed with another key"),
+    );
+    assert_eq!(backend.raw_subscription(a.id).await, raw, "left as it was");
+    let store = backend.open(T0).await;
+    assert_eq!(store.subscription(a.id).await, Ok(Some(a)));
+    close(store).await;
+}
+
+/// A rotation holds both keys while it seals everything again with the new one: wherever it
+/// stops (some subscriptions sealed with each key), both keys open everything and finish it;
+/// the new key alone opens the store only once nothing is sealed with the old one, and the old
+/// key alone never again.
+async fn a_key_rotation_loses_nothing_wherever_it_stops(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let (a, _) = store
+        .insert_subscription(secret_subscription("https://a.example/"))
+        .await
+        .expect("stored");
+    let (b, _) = store
+        .insert_subscription(subscription("q", "https://b.example/"))
+        .await
+        .expect("stored");
+    close(store).await;
+    let old = backend.keys();
+    let b_sealed_with_old = backend.raw_subscription(b.id).await;
+
+    let new = Key::generate().expect("a key");
+    let new_id = new.id().to_string();
+    let both = Arc::new(old.sealing_with(new));
+    let new_alone = Arc::new(both.current_only().named("/etc/tenax/new.key"));
+    let store = backend
+        .try_open_with(both.clone(), T0)
+        .await
+        .expect("opens");
+    assert_eq!(store.subscription(a.id).await, Ok(Some(a.clone())));
+    close(store).await;
+    for id in [a.id, b.id] {
+        assert_eq!(
+            sealed_with(&backend.raw_subscription(id).await).as_deref(),
+            Some(new_id.as_str())
+        );
+    }
+
+    // Stopped half-way: b still sealed with the old key.
+    backend.set_raw_subscription(b.id, &b_sealed_with_old).await;
+    let error = backend
+        .try_open_with(new_alone.clone(), T0)
+        .await
+        .expect_err("b does not open with the new key alone");
+    assert!(
+        matches!(&error, StoreError::Secrets(m)
+            if m.contains(&format!("subscription {}", b.id))
+                && m.contains(&old.current().id().to_string())),
+        "{error:?}"
+    );
+    let store = backend.try_open_with(both, T0).await.expect("opens");
+    assert_eq!(store.subscription(b.id).await, Ok(Some(b.clone())));
+    close(store).await;
+
+    let store = backend
+        .try_open_with(new_alone, T0)
+        .await
+        .expect("the new key alone opens it now");
+    assert_eq!(store.subscription(a.id).await, Ok(Some(a)));
+    assert_eq!(store.subscription(b.id).await, Ok(Some(b)));
+    close(store).await;
+    let error = backend
+        .try_open_with(old.clone(), T0)
+        .await
+        .expect_err("the old key alone");
+    assert!(matches!(error, StoreError::Secrets(_)), "{error:?}");
+}
+
+/// Subscriptions an earlier release kept in clear (with no key recorded) read as they were,
+/// and are sealed at the first open; afterwards neither the files nor a dump show them, not
+/// even where old copies of records linger.
+async fn secrets_kept_in_clear_before_are_sealed_at_open(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let (a, _) = store
+        .insert_subscription(secret_subscription("https://a.example/"))
+        .await
+        .expect("stored");
+    let (b, _) = store
+        .insert_subscription(subscription("r", "https://b.example/"))
+        .await
+        .expect("stored");
+    close(store).await;
+    let clear = |s: &Subscription| serde_json::to_string(s).expect("JSON");
+    backend.set_raw_subscription(a.id, &clear(&a)).await;
+    backend.set_raw_subscription(b.id, &clear(&b)).await;
+    backend.as_before_sealing(clear(&a).as_bytes()).await;
+    assert_eq!(revealed(&backend.dump().await), AT_REST[..5].to_vec());
+
+    let store = backend.open(T0).await;
+    assert_eq!(store.subscription(a.id).await, Ok(Some(a.clone())));
+    assert_eq!(store.subscriptions(Some("r")).await, Ok(vec![b.clone()]));
+    close(store).await;
+    assert_eq!(revealed(&backend.dump().await), Vec::<&str>::new());
+    let key = backend.keys().current().id().to_string();
+    for id in [a.id, b.id] {
+        assert_eq!(
+            sealed_with(&backend.raw_subscription(id).await).as_deref(),
+            Some(key.as_str())
+        );
+    }
+    // The files are as this version writes them: it opens them again as they are.
+    let store = backend.open(T0).await;
+    assert_eq!(store.subscription(a.id).await, Ok(Some(a)));
+    close(store).await;
+}
+
 #[path = "common/postgres.rs"]
 mod postgres_server;
 
 /// PostgreSQL: a fresh database on the test server.
 struct Postgres {
     url: Option<String>,
+    /// What every server of the database would hold: the key file given to each.
+    keys: Arc<Keyring>,
 }
 
 impl Postgres {
     async fn new() -> Self {
         Self {
+            keys: Arc::new(Keyring::generate("cluster.key").expect("a key")),
             url: postgres_server::fresh_database().await,
         }
     }
@@ -5040,9 +5416,81 @@ impl Postgres {
 
 impl Backend for Postgres {
     async fn try_open(&self, now_ms: u64) -> Result<Arc<dyn Store>, StoreError> {
+        self.try_open_with(self.keys.clone(), now_ms).await
+    }
+
+    async fn try_open_with(
+        &self,
+        keys: Arc<Keyring>,
+        now_ms: u64,
+    ) -> Result<Arc<dyn Store>, StoreError> {
         let database = Database::new(self.url(), None).expect("the test database's URL");
-        let options = PostgresOptions::new(database);
+        let options = PostgresOptions::new(database, keys);
         Ok(Arc::new(PostgresStore::open(&options, now_ms).await?))
+    }
+
+    fn keys(&self) -> Arc<Keyring> {
+        self.keys.clone()
+    }
+
+    /// Every row of every table of Tenax's, as text: what `pg_dump` would write of the data.
+    async fn dump(&self) -> Vec<u8> {
+        let client = self.connect().await;
+        let tables = client
+            .query(
+                "SELECT tablename FROM pg_tables WHERE tablename LIKE 'tenax%' ORDER BY 1",
+                &[],
+            )
+            .await
+            .expect("the tables");
+        assert!(tables.len() > 5, "the dump sees the tables");
+        let mut all = String::new();
+        for table in tables {
+            let name: String = table.get(0);
+            for row in client
+                .query(&format!("SELECT t::text FROM {name} t"), &[])
+                .await
+                .expect("the rows")
+            {
+                all.push_str(row.get::<_, &str>(0));
+                all.push('\n');
+            }
+        }
+        all.into_bytes()
+    }
+
+    async fn raw_subscription(&self, id: SubscriptionId) -> String {
+        let id = i64::try_from(id.0).expect("an id");
+        self.connect()
+            .await
+            .query_one("SELECT body FROM tenax_subscriptions WHERE id = $1", &[&id])
+            .await
+            .expect("the subscription")
+            .get(0)
+    }
+
+    async fn set_raw_subscription(&self, id: SubscriptionId, raw: &str) {
+        let id = i64::try_from(id.0).expect("an id");
+        let changed = self
+            .connect()
+            .await
+            .execute(
+                "UPDATE tenax_subscriptions SET body = $2 WHERE id = $1",
+                &[&id, &raw],
+            )
+            .await
+            .expect("stored");
+        assert_eq!(changed, 1);
+    }
+
+    /// Schema 7, before `tenax_secrets_key`. (Old row versions are PostgreSQL's to keep: the
+    /// table is rewritten after sealing what was in clear, which a dump cannot show.)
+    async fn as_before_sealing(&self, _stale: &[u8]) {
+        self.connect()
+            .await
+            .batch_execute("DROP TABLE tenax_secrets_key; UPDATE tenax_schema SET version = 7")
+            .await
+            .expect("as schema 7 left it");
     }
 
     async fn format(&self) -> u64 {
@@ -5127,6 +5575,10 @@ macro_rules! conformance_suite {
                 a_take_with_an_older_clock_counts_the_starts_of_its_period,
                 schedules_are_stored_changed_and_deleted,
                 a_tick_is_recorded_once_with_its_job,
+                secrets_are_sealed_at_rest,
+                a_wrong_secrets_key_is_refused_and_changes_nothing,
+                a_key_rotation_loses_nothing_wherever_it_stops,
+                secrets_kept_in_clear_before_are_sealed_at_open,
             );
         }
     };
@@ -5184,6 +5636,27 @@ async fn postgres_properties() {
         }
     );
     close(store).await;
+}
+
+/// Servers given different keys that open an empty database at the same moment cannot both
+/// record theirs: they take turns, and the second is refused before it seals anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_servers_opening_together_with_different_keys_are_refused_but_one() {
+    let backend = Postgres::new().await;
+    if backend.missing() {
+        return;
+    }
+    let other = Arc::new(Keyring::generate("other.key").expect("a key"));
+    let (one, two) = tokio::join!(
+        backend.try_open_with(backend.keys(), T0),
+        backend.try_open_with(other, T0)
+    );
+    let (opened, refused) = match (one, two) {
+        (Ok(store), Err(error)) | (Err(error), Ok(store)) => (store, error),
+        (one, two) => panic!("one opens, one is refused: {one:?} {two:?}"),
+    };
+    assert!(matches!(refused, StoreError::Secrets(_)), "{refused:?}");
+    close(opened).await;
 }
 
 /// Without a sync per commit, `close` still writes out everything acknowledged.

@@ -102,9 +102,10 @@ impl From<StoreError> for ApiError {
                           enqueued, and none was stored; send the request again"
                     .into(),
             },
-            StoreError::Storage(_) | StoreError::Corrupt(_) | StoreError::NewerFormat { .. } => {
-                Self::internal(&error)
-            }
+            StoreError::Storage(_)
+            | StoreError::Corrupt(_)
+            | StoreError::Secrets(_)
+            | StoreError::NewerFormat { .. } => Self::internal(&error),
         }
     }
 }

@@ -10,6 +10,7 @@ mod migrate;
 pub mod policy;
 mod queues;
 mod schedules;
+mod secrets;
 pub mod serve;
 mod subscriptions;
 pub mod terminal;
@@ -64,6 +65,9 @@ pub enum Command {
     /// API tokens: create, list, revoke.
     #[command(subcommand)]
     Tokens(tokens::TokensCommand),
+    /// The key that seals webhook secrets at rest: generate one, rotate it.
+    #[command(subcommand)]
+    Secrets(secrets::SecretsCommand),
     /// Run a program for each job of some queues: payload on stdin, exit status as outcome.
     Work(Box<work::WorkArgs>),
 }
@@ -84,6 +88,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Subscriptions(command) => subscriptions::run(command),
         Command::Deliveries(command) => deliveries::run(command),
         Command::Tokens(command) => tokens::run(command),
+        Command::Secrets(command) => secrets::run(command),
         Command::Work(args) => work::run(*args),
     }
 }

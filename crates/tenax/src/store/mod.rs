@@ -7,6 +7,7 @@
 
 pub mod embedded;
 pub mod postgres;
+pub mod sealed;
 mod seam;
 mod types;
 

@@ -53,6 +53,10 @@ pub enum StoreError {
     Unavailable(StorageFault),
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
+    /// Stored secrets do not open with the keys this server holds (a wrong or missing key
+    /// file), or a key is needed and none was given (`crate::secrets`, docs/security.md).
+    #[error("{0}")]
+    Secrets(String),
     #[error("storage has failed and refuses writes; restart the server")]
     Failed,
     /// The data was written by a newer Tenax, in a format this one does not know.
@@ -93,6 +97,7 @@ impl StoreError {
             Self::Storage(_)
                 | Self::Unavailable(_)
                 | Self::Corrupt(_)
+                | Self::Secrets(_)
                 | Self::Failed
                 | Self::NewerFormat { .. }
         )

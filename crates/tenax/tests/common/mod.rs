@@ -211,6 +211,10 @@ async fn launch(data_dir: &Path, options: &Options, database: Option<&str>) -> (
     let mut flags = options.flags.clone();
     if let Some(url) = database {
         flags.extend(["--database-url".to_owned(), url.to_owned()]);
+        if !flags.iter().any(|f| f == "--secrets-key-file") {
+            flags.push("--secrets-key-file".to_owned());
+            flags.push(postgres::secrets_key_file().display().to_string());
+        }
     }
     let config = config(data_dir, &flags);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -115,6 +115,24 @@ struct Cluster {
 /// process.
 static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
 
+/// The secrets key file the servers of these tests share (`--secrets-key-file`, required with
+/// `--database-url`): every server of one database must hold the same key. One file for the
+/// test binary, made on first use in the target's temporary directory.
+pub fn secrets_key_file() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("secrets-{}.key", env!("CARGO_CRATE_NAME")));
+        if tenax::secrets::Keyring::read_file(&path).is_err() {
+            tenax::secrets::Keyring::generate("test")
+                .and_then(|keys| keys.write_file(&path))
+                .expect("a test key file");
+        }
+        path
+    })
+    .clone()
+}
+
 /// A fresh, empty database on the test PostgreSQL server: its connection URL (`postgres://…`).
 ///
 /// `None` (after one line on stderr saying the test is skipped and how to run it) when no server

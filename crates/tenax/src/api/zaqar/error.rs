@@ -133,7 +133,10 @@ impl From<StoreError> for ZaqarError {
                 "The queue's settings or subscriptions kept changing while the messages were \
                  posted, and none was stored; retry the request.",
             ),
-            StoreError::Storage(_) | StoreError::Corrupt(_) | StoreError::NewerFormat { .. } => {
+            StoreError::Storage(_)
+            | StoreError::Corrupt(_)
+            | StoreError::Secrets(_)
+            | StoreError::NewerFormat { .. } => {
                 // Bare: the details go to the log, under the request's id.
                 tracing::error!(
                     %error,

@@ -28,14 +28,9 @@ pub trait LogFile: Send + Sync + Debug {
 pub struct FileLog(std::fs::File);
 
 impl FileLog {
+    /// Opens the log, making it (mode 0600) if it does not exist.
     pub fn open(path: &std::path::Path) -> io::Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
-        Ok(Self(file))
+        crate::secrets::files::open_private(path, "the store's write-ahead log").map(Self)
     }
 }
 

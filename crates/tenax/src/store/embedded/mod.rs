@@ -34,6 +34,7 @@ mod ops;
 mod queues;
 mod read;
 mod schedules;
+mod sealing;
 mod sorted;
 mod subscriptions;
 mod tables;
@@ -55,6 +56,7 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable};
 use self::disk::{FileLog, LogFile, SimulatedDisk};
 use self::index::{Entry, Index};
 use self::ops::{CountDeltas, Op, Tables};
+use self::sealing::KeySource;
 use self::tables::{
     ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
     FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID,
@@ -71,6 +73,8 @@ use crate::clock::UnixMs;
 use crate::model::{
     ClaimId, EndpointState, JobId, JobState, Schedule, StoredPolicy, Subscription, SubscriptionId,
 };
+use crate::secrets::{KeyId, Keyring, SECRETS_KEY_FILE, files};
+use crate::store::sealed::from_stored;
 
 /// Options of the embedded store.
 #[derive(Debug, Clone)]
@@ -83,6 +87,9 @@ pub struct EmbeddedOptions {
     pub log_bytes: u64,
     /// Where each commit is reported, for the metrics.
     pub commits: Option<Arc<dyn CommitObserver>>,
+    /// The keys that seal the subscriptions' secrets (`--secrets-key-file`). `None`: the data
+    /// directory's `secrets.key`, made at the first open (`sealing`).
+    pub secrets: Option<Arc<Keyring>>,
 }
 
 /// The page cache's size unless `--cache-mb` says otherwise, in MiB (docs/benchmarks.md, "Memory:
@@ -96,6 +103,7 @@ impl Default for EmbeddedOptions {
             cache_bytes: DEFAULT_CACHE_MB * 1024 * 1024,
             log_bytes: wal::CAPACITY,
             commits: None,
+            secrets: None,
         }
     }
 }
@@ -107,6 +115,8 @@ pub struct EmbeddedStore {
     inner: Arc<Mutex<Inner>>,
     writer: Writer,
     signals: Arc<Signals>,
+    /// Seal the subscriptions' secrets on their way to disk (memory holds them opened).
+    keys: Arc<Keyring>,
 }
 
 #[derive(Debug, Default)]
@@ -149,20 +159,21 @@ fn fault<E: std::error::Error + Send + Sync + 'static>(
 
 impl EmbeddedStore {
     /// Opens (or creates) the store in `dir` and rebuilds the indexes. Refuses data in a newer
-    /// format than this version writes.
+    /// format than this version writes, and keys that do not open its secrets. The directory is
+    /// made 0700 and the files 0600 (`crate::secrets::files`).
     pub fn open(dir: &Path, options: &EmbeddedOptions, now_ms: UnixMs) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|e| {
+        files::private_dir(dir).map_err(|e| {
             StoreError::storage(format!("creating the data directory {}", dir.display()), e)
         })?;
-        let path = dir.join("tenax.redb");
-        let db = Database::builder()
-            .set_cache_size(options.cache_bytes)
-            .create(&path)
-            .map_err(|e| StoreError::storage(format!("opening {}", path.display()), e))?;
+        let db = open_file(&dir.join("tenax.redb"), options)?;
         let log_path = dir.join("tenax.wal");
         let log = FileLog::open(&log_path)
             .map_err(|e| StoreError::storage(format!("opening {}", log_path.display()), e))?;
-        let store = Self::start(db, Box::new(log), options, now_ms)?;
+        let keys = match &options.secrets {
+            Some(keys) => KeySource::Given(keys.clone()),
+            None => KeySource::File(dir.join(SECRETS_KEY_FILE)),
+        };
+        let store = Self::start(db, Box::new(log), options, keys, Some(dir), now_ms)?;
         // The log file, if it was just made, is in the directory for good.
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
@@ -181,20 +192,41 @@ impl EmbeddedStore {
             .set_cache_size(options.cache_bytes)
             .create_with_backend(disk.file("tenax.redb"))
             .map_err(|e| StoreError::storage("opening the simulated store", e))?;
-        Self::start(db, Box::new(disk.file("tenax.wal")), options, now_ms)
+        let keys = match &options.secrets {
+            Some(keys) => KeySource::Given(keys.clone()),
+            None => KeySource::Simulated(Box::new(disk.file(SECRETS_KEY_FILE))),
+        };
+        Self::start(
+            db,
+            Box::new(disk.file("tenax.wal")),
+            options,
+            keys,
+            None,
+            now_ms,
+        )
     }
 
     /// Brings the file up to date (format, then the log's records past its last checkpoint),
-    /// rebuilds memory, and starts the writer.
+    /// rebuilds memory, seals what is not sealed with the sealing key, and starts the writer.
+    /// `dir` is the data directory of real files, which a scrub can write anew (`sealing`).
     fn start(
         db: Database,
         log: Box<dyn LogFile>,
         options: &EmbeddedOptions,
+        keys: KeySource,
+        dir: Option<&Path>,
         now_ms: UnixMs,
     ) -> Result<Self, StoreError> {
         check_format(&db)?;
         let wal = recover(&db, log, options.log_bytes)?;
-        let inner = Arc::new(Mutex::new(rebuild(&db, now_ms)?));
+        let keys = sealing::keys(&db, keys)?;
+        let (inner, stale) = rebuild(&db, &keys, now_ms)?;
+        sealing::seal_at_rest(&db, &inner, &stale, &keys, dir.is_some())?;
+        let (db, wal) = match dir {
+            Some(dir) if sealing::scrub_pending(&db)? => sealing::scrub(db, wal, dir, options)?,
+            _ => (db, wal),
+        };
+        let inner = Arc::new(Mutex::new(inner));
         let db = Arc::new(db);
         let signals = Arc::new(Signals::default());
         let writer = Writer::start(writer::Parts {
@@ -210,6 +242,7 @@ impl EmbeddedStore {
             inner,
             writer,
             signals,
+            keys,
         })
     }
 
@@ -311,6 +344,19 @@ impl StoreLifecycle for EmbeddedStore {
     }
 }
 
+/// Opens (or creates, mode 0600) the store's redb file.
+fn open_file(path: &Path, options: &EmbeddedOptions) -> Result<Database, StoreError> {
+    let opening = || format!("opening {}", path.display());
+    let file = files::open_private(path, "the store's file")
+        .map_err(|e| StoreError::storage(opening(), e))?;
+    let backend =
+        redb::backends::FileBackend::new(file).map_err(|e| StoreError::storage(opening(), e))?;
+    Database::builder()
+        .set_cache_size(options.cache_bytes)
+        .create_with_backend(backend)
+        .map_err(|e| StoreError::storage(opening(), e))
+}
+
 /// Creates the tables of a new file, brings an older format up to this one and stamps it;
 /// refuses a newer format.
 fn check_format(db: &Database) -> Result<(), StoreError> {
@@ -349,7 +395,8 @@ fn check_format(db: &Database) -> Result<(), StoreError> {
     if found < 2 {
         upgrade::completed_out_of_states(db)?;
     }
-    // Format 3 only adds tables, made above: there is nothing to move.
+    // Format 3 only adds tables, made above: there is nothing to move. Format 4 seals the
+    // subscriptions' secrets, which every open does (`sealing`).
     if found < FORMAT_VERSION {
         let tx = db.begin_write().map_err(fault(what))?;
         tx.open_table(META)
@@ -400,9 +447,18 @@ fn recover(db: &Database, log: Box<dyn LogFile>, log_bytes: u64) -> Result<Wal, 
     Ok(wal)
 }
 
-/// Rebuilds memory from disk: every job's entry, queue settings, subscriptions, tokens and the
-/// id counters.
-fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
+/// A subscription whose secrets are not sealed with the sealing key, and the key they are
+/// sealed with (`None`: kept in clear).
+type Stale = (SubscriptionId, Option<KeyId>);
+
+/// Rebuilds memory from disk: every job's entry, queue settings, subscriptions (opened with
+/// `keys`), tokens and the id counters. Also returns the subscriptions not sealed with the
+/// sealing key.
+fn rebuild(
+    db: &Database,
+    keys: &Keyring,
+    now_ms: UnixMs,
+) -> Result<(Inner, Vec<Stale>), StoreError> {
     let what = "loading the store";
     let tx = db.begin_read().map_err(fault(what))?;
     let jobs = tx.open_table(JOBS).map_err(fault(what))?;
@@ -460,11 +516,15 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
     }
     inner.next_id = JobId(counter(NEXT_ID)?.max(max_id.0 + 1).max(1));
     let mut max_subscription = 0;
+    let mut stale = Vec::new();
     for row in subscriptions.iter().map_err(fault(what))? {
         let (id, record) = row.map_err(fault(what))?;
-        let subscription: Subscription = from_json_bytes("subscription", record.value())?;
+        let opened = from_stored(record.value(), keys)?;
+        if opened.sealed_with != Some(keys.current().id()) {
+            stale.push((opened.subscription.id, opened.sealed_with));
+        }
         max_subscription = max_subscription.max(id.value());
-        subscriptions::install(&mut inner, subscription);
+        subscriptions::install(&mut inner, opened.subscription);
     }
     inner.next_subscription_id = SubscriptionId(
         counter(NEXT_SUBSCRIPTION_ID)?
@@ -520,9 +580,10 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
         jobs = loaded,
         queues = inner.queues.len(),
         subscriptions = inner.subscriptions.len(),
+        secrets_key = %keys.current().id(),
         "embedded store opened"
     );
-    Ok(inner)
+    Ok((inner, stale))
 }
 
 #[cfg(test)]

@@ -7,7 +7,8 @@ use super::writer;
 use super::{EmbeddedStore, Inner};
 use crate::model::subscription::delivery_queue;
 use crate::model::{Subscription, SubscriptionId};
-use crate::store::{ChangeSubscription, StoreError, SubscriptionStore, to_json_bytes};
+use crate::store::sealed::to_stored;
+use crate::store::{ChangeSubscription, StoreError, SubscriptionStore};
 
 #[async_trait]
 impl SubscriptionStore for EmbeddedStore {
@@ -23,10 +24,11 @@ impl SubscriptionStore for EmbeddedStore {
                 }
             }
             subscription.id = inner.next_subscription_id;
+            let stored = to_stored(&subscription, &self.keys)?;
             inner.next_subscription_id = SubscriptionId(subscription.id.0 + 1);
             let receiver = self.writer.submit(vec![Op::PutSubscription {
                 id: subscription.id,
-                subscription: to_json_bytes(&subscription),
+                subscription: stored,
             }]);
             install(&mut inner, subscription.clone());
             receiver
@@ -59,7 +61,7 @@ impl SubscriptionStore for EmbeddedStore {
             }
             let receiver = self.writer.submit(vec![Op::PutSubscription {
                 id,
-                subscription: to_json_bytes(&subscription),
+                subscription: to_stored(&subscription, &self.keys)?,
             }]);
             install(&mut inner, subscription.clone());
             (subscription, receiver)

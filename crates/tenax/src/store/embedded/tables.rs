@@ -11,13 +11,13 @@
 //! | `policies` | job id (u64)         | the job's own policy, canonical native JSON  |
 //! | `errors`   | (job id, n)          | [`ErrorEntry`](crate::model::ErrorEntry) JSON |
 //! | `queues`   | queue name           | [`QueueConfig`](crate::store::QueueConfig) JSON |
-//! | `subscriptions` | subscription id | [`Subscription`](crate::model::Subscription) JSON |
+//! | `subscriptions` | subscription id | [`Subscription`](crate::model::Subscription) JSON, its secrets sealed ([`crate::store::sealed`]) |
 //! | `attempts` | (delivery id, n)     | [`Attempt`](crate::model::Attempt) JSON: every POST of a delivery |
 //! | `tokens`   | token id (u64)       | [`TokenRecord`](crate::auth::TokenRecord) JSON: an API token's hash, role and scopes |
 //! | `schedules` | schedule name       | [`Schedule`](crate::model::Schedule) JSON: its definition and what it has done |
 //! | `starts`   | (queue, bucket start) | (bucket width, jobs started): a rate-limited queue's recent starts (see [`RateLimit`](crate::store::RateLimit)) |
 //! | `endpoints` | endpoint origin     | [`EndpointState`](crate::model::EndpointState) JSON: a webhook endpoint's pause and circuit breaker |
-//! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`) |
+//! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`), `secrets_key` (the id of the key that seals the subscriptions' secrets), `scrub_pending` (present while the files still owe a scrub of secrets an earlier release kept in clear: see `sealing`) |
 //!
 //! Memory holds every job that can still change (see `index`); a completed job moves from
 //! `states` to `completed` (and `completed_at`, `completed_expiring`, `completed_counts`) in the
@@ -36,6 +36,8 @@
 //! format 1. Format 1 kept completed jobs in `states`; opening it moves them (`upgrade`).
 //! Format 3 adds `schedules` and `starts` (and the log's ops that write them), which an older
 //! Tenax could not read: it refuses the file rather than ignore them.
+//! Format 4 seals the subscriptions' secrets (`sealing`), which an older Tenax would read as
+//! empty and sign deliveries with: it refuses the file instead.
 //!
 //! Ids are never reused: `next_id` is written in the same commit as the jobs that used it.
 //! In-flight status, leases and claims are never written: after a restart a job is as its last
@@ -69,11 +71,13 @@ pub const STARTS: TableDefinition<(&str, u64), (u64, u64)> = TableDefinition::ne
 
 pub const FORMAT_VERSION_KEY: &str = "format_version";
 /// The format this version writes and reads.
-pub const FORMAT_VERSION: u64 = 3;
+pub const FORMAT_VERSION: u64 = 4;
 pub const NEXT_ID: &str = "next_id";
 pub const NEXT_SUBSCRIPTION_ID: &str = "next_subscription_id";
 pub const NEXT_TOKEN_ID: &str = "next_token_id";
 pub const WAL_LSN: &str = "wal_lsn";
+pub const SECRETS_KEY: &str = "secrets_key";
+pub const SCRUB_PENDING: &str = "scrub_pending";
 
 /// The part of a job that never changes after enqueue.
 /// A dead-letter move rewrites it with the new queue (and expiry).

@@ -229,7 +229,7 @@ impl JobLeases for PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
         let row = check_ack(&tx, ack).await?;
-        let mut context = Context::default();
+        let mut context = Context::new(self.keys.clone());
         let transition = decide_and_apply(&tx, &mut context, &row, decide, now_ms, None).await?;
         tx.commit().await.map_err(fault(what))?;
         self.announce_transition(&transition);
@@ -261,7 +261,7 @@ impl JobLeases for PostgresStore {
             .await?;
             Finished::Delivered
         } else {
-            let mut context = Context::default();
+            let mut context = Context::new(self.keys.clone());
             Finished::Failed(
                 decide_and_apply(&tx, &mut context, &row, decide, now_ms, Some(attempt)).await?,
             )

@@ -28,6 +28,7 @@ mod reads;
 mod rows;
 mod schedules;
 pub mod schema;
+pub mod sealing;
 mod servers;
 mod subscriptions;
 mod tls;
@@ -52,6 +53,7 @@ pub use self::wakeups::Listening;
 use self::wakeups::{Wakeup, Wakeups};
 use super::{CommitObserver, JobUpkeep, Signals, StoreError, StoreLifecycle, StoreProperties};
 use crate::clock::UnixMs;
+use crate::secrets::Keyring;
 
 type Pool = deadpool_postgres::Pool;
 
@@ -65,11 +67,15 @@ pub struct PostgresOptions {
     pub listening: Listening,
     /// Where enqueue commits are reported, for the metrics.
     pub commits: Option<Arc<dyn CommitObserver>>,
+    /// The keys that seal the subscriptions' secrets: every server sharing the database holds
+    /// the same ones (`--secrets-key-file`).
+    pub secrets: Arc<Keyring>,
 }
 
 impl PostgresOptions {
-    pub fn new(database: Database) -> Self {
+    pub fn new(database: Database, secrets: Arc<Keyring>) -> Self {
         Self {
+            secrets,
             database,
             pool_size: 16,
             listening: Listening {
@@ -103,6 +109,9 @@ pub struct PostgresStore {
     server: i64,
     servers: Arc<AtomicUsize>,
     beating: tokio::task::JoinHandle<()>,
+    /// Seal the subscriptions' secrets on their way to the database, and open them on theirs
+    /// back.
+    keys: Arc<Keyring>,
 }
 
 /// A database failure while doing `what`, with its source kept. A lost connection, a server
@@ -176,9 +185,10 @@ const POOL_WAIT: Duration = Duration::from_secs(30);
 const RETRIES: usize = 8;
 
 impl PostgresStore {
-    /// Connects, applies the schema migrations (refusing a newer schema), and starts the
-    /// wake-up tasks. Scheduled jobs due at `now_ms` are ready from the start, as they are in
-    /// the embedded store.
+    /// Connects, applies the schema migrations (refusing a newer schema), seals what is not
+    /// sealed with the sealing key (refusing keys that do not open the store: [`sealing`]), and
+    /// starts the wake-up tasks. Scheduled jobs due at `now_ms` are ready from the start, as
+    /// they are in the embedded store.
     pub async fn open(options: &PostgresOptions, now_ms: UnixMs) -> Result<Self, StoreError> {
         let database = options.database.clone();
         // Said when connecting fails: a refused certificate is then explained by the check.
@@ -187,11 +197,21 @@ impl PostgresStore {
             let (mut client, connection) = database.connect().await.map_err(fault(connecting))?;
             let driver = tokio::spawn(connection);
             let migrated = schema::migrate(&mut client).await;
+            let sealed = match migrated {
+                Ok(_) => sealing::seal_at_rest(&mut client, &options.secrets)
+                    .await
+                    .map(|_| ()),
+                Err(error) => Err(error),
+            };
             drop(client);
             let _ = driver.await;
-            migrated?;
+            sealed?;
         }
-        tracing::info!("connected to PostgreSQL {}", database.said());
+        tracing::info!(
+            secrets_key = %options.secrets.current().id(),
+            "connected to PostgreSQL {}",
+            database.said()
+        );
         let manager = Manager::from_config(
             database.config().clone(),
             database.tls(),
@@ -243,6 +263,7 @@ impl PostgresStore {
             server,
             servers,
             beating,
+            keys: options.secrets.clone(),
         };
         store.promote_due(now_ms, usize::MAX).await?;
         Ok(store)

@@ -12,7 +12,8 @@ use crate::model::{
     ClaimId, ErrorEntry, Held, Job, JobId, JobState, LeaseToken, NewJob, Status, StoredPolicy,
     Subscription, Trigger,
 };
-use crate::store::{JobPeek, QueueConfig, StoreError, from_json_bytes};
+use crate::secrets::Keyring;
+use crate::store::{JobPeek, QueueConfig, StoreError, from_json_bytes, sealed};
 
 /// A job's columns, in the order [`job_of`] reads them. Both job tables have them all.
 pub const JOB_COLUMNS: &str = "id, queue, kind, payload, priority, unique_key, created_at, \
@@ -208,7 +209,17 @@ pub fn queue_config_of(text: &str) -> Result<QueueConfig, StoreError> {
     from_json_bytes("queue settings", text.as_bytes())
 }
 
-/// A stored subscription (`tenax_subscriptions.body`).
-pub fn subscription_of(text: &str) -> Result<Subscription, StoreError> {
-    from_json_bytes("subscription", text.as_bytes())
+/// A stored subscription (`tenax_subscriptions.body`), its secrets opened with `keys`.
+pub fn subscription_of(text: &str, keys: &Keyring) -> Result<Subscription, StoreError> {
+    Ok(sealed::from_stored(text.as_bytes(), keys)?.subscription)
+}
+
+/// A subscription as stored (`tenax_subscriptions.body`), its secrets sealed with `keys`.
+pub fn stored_subscription(
+    subscription: &Subscription,
+    keys: &Keyring,
+) -> Result<String, StoreError> {
+    let bytes = sealed::to_stored(subscription, keys)?;
+    // JSON is UTF-8: nothing is replaced.
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }

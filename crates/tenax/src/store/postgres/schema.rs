@@ -17,6 +17,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_triggers.sql"),
     include_str!("migrations/0006_limits_and_schedules.sql"),
     include_str!("migrations/0007_endpoints.sql"),
+    include_str!("migrations/0008_secrets.sql"),
 ];
 
 /// The schema version this binary writes and reads.

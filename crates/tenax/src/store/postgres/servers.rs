@@ -69,3 +69,17 @@ pub async fn leave(pool: &Pool, server: i64) {
         .await;
     }
 }
+
+/// How many servers wrote their row within [`ALIVE`]: the servers using the database now.
+pub async fn live(client: &tokio_postgres::Client) -> Result<usize, crate::store::StoreError> {
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM tenax_servers WHERE seen_at > now() - interval '{ALIVE}'"
+            ),
+            &[],
+        )
+        .await
+        .map_err(super::fault("counting the servers"))?;
+    Ok(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}

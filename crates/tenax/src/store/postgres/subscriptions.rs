@@ -3,18 +3,20 @@
 
 use async_trait::async_trait;
 
-use super::rows::{count_of, id, json, subscription_of, unid};
+use super::rows::{count_of, id, stored_subscription, subscription_of, unid};
 use super::transitions::{execute, query, subscription_row};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, RETRIES, facts, fault, is_conflict};
 use crate::model::subscription::delivery_queue;
 use crate::model::{Subscription, SubscriptionId};
+use crate::secrets::Keyring;
 use crate::store::{ChangeSubscription, StoreError, SubscriptionStore};
 
 /// The subscription of `subscription`'s queue holding its unique endpoint, other than itself.
 async fn endpoint_holder<C: deadpool_postgres::GenericClient>(
     client: &C,
     subscription: &Subscription,
+    keys: &Keyring,
 ) -> Result<Option<Subscription>, StoreError> {
     let Some(endpoint) = subscription.unique_endpoint() else {
         return Ok(None);
@@ -27,7 +29,9 @@ async fn endpoint_holder<C: deadpool_postgres::GenericClient>(
     )
     .await
     .map_err(fault("looking for a subscription's endpoint"))?;
-    rows.first().map(|r| subscription_of(r.get(0))).transpose()
+    rows.first()
+        .map(|r| subscription_of(r.get(0), keys))
+        .transpose()
 }
 
 #[async_trait]
@@ -40,13 +44,14 @@ impl SubscriptionStore for PostgresStore {
         let client = self.client().await?;
         for _ in 0..RETRIES {
             subscription.id = SubscriptionId(0);
-            if let Some(holder) = endpoint_holder(&client, &subscription).await? {
+            if let Some(holder) = endpoint_holder(&client, &subscription, &self.keys).await? {
                 return Ok((holder, false));
             }
             let next = query(&client, "SELECT nextval('tenax_subscription_ids')", &[])
                 .await
                 .map_err(fault(what))?;
             subscription.id = SubscriptionId(unid(next.first().map_or(0, |r| r.get(0))));
+            let stored = stored_subscription(&subscription, &self.keys)?;
             let inserted = query(
                 &client,
                 "WITH stored AS (
@@ -60,7 +65,7 @@ impl SubscriptionStore for PostgresStore {
                     &subscription.queue,
                     &subscription.enabled,
                     &subscription.unique_endpoint(),
-                    &json(&subscription),
+                    &stored,
                 ],
             )
             .await
@@ -126,7 +131,7 @@ impl SubscriptionStore for PostgresStore {
         &self,
         subscription: SubscriptionId,
     ) -> Result<Option<Subscription>, StoreError> {
-        subscription_row(&self.client().await?, subscription, "").await
+        subscription_row(&self.client().await?, subscription, "", &self.keys).await
     }
 
     async fn subscriptions(&self, queue: Option<&str>) -> Result<Vec<Subscription>, StoreError> {
@@ -139,7 +144,9 @@ impl SubscriptionStore for PostgresStore {
         )
         .await
         .map_err(fault("listing subscriptions"))?;
-        rows.iter().map(|r| subscription_of(r.get(0))).collect()
+        rows.iter()
+            .map(|r| subscription_of(r.get(0), &self.keys))
+            .collect()
     }
 }
 
@@ -152,14 +159,15 @@ impl PostgresStore {
         let what = "changing a subscription";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
-        let Some(current) = subscription_row(&tx, subscription, "FOR UPDATE").await? else {
+        let Some(current) = subscription_row(&tx, subscription, "FOR UPDATE", &self.keys).await?
+        else {
             return Err(StoreError::NoSubscription(subscription));
         };
         let Some(mut changed) = change(&current) else {
             return Ok(current);
         };
         changed.id = subscription;
-        if let Some(holder) = endpoint_holder(&tx, &changed).await? {
+        if let Some(holder) = endpoint_holder(&tx, &changed, &self.keys).await? {
             return Err(StoreError::EndpointTaken {
                 queue: changed.queue,
                 endpoint: changed.endpoint,
@@ -175,7 +183,7 @@ impl PostgresStore {
                 &changed.queue,
                 &changed.enabled,
                 &changed.unique_endpoint(),
-                &json(&changed),
+                &stored_subscription(&changed, &self.keys)?,
             ],
         )
         .await

@@ -3,6 +3,7 @@
 //! completed or dead).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use deadpool_postgres::GenericClient;
 use tokio_postgres::Row;
@@ -17,6 +18,7 @@ use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
 use crate::model::subscription::subscription_of_queue;
 use crate::model::{Attempt, JobId, Status, Subscription, SubscriptionId};
+use crate::secrets::Keyring;
 use crate::store::{Ack, Decide, DecideContext, LeaseFacts, QueueConfig, StoreError, Transition};
 
 /// Runs `sql` as a cached prepared statement.
@@ -40,13 +42,23 @@ pub async fn execute<C: GenericClient>(
 }
 
 /// Queue settings and subscriptions read for decisions, once per transaction.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Context {
     queues: HashMap<String, Option<QueueConfig>>,
     subscriptions: HashMap<SubscriptionId, Option<Subscription>>,
+    /// Open the subscriptions' secrets.
+    keys: Arc<Keyring>,
 }
 
 impl Context {
+    pub fn new(keys: Arc<Keyring>) -> Self {
+        Self {
+            queues: HashMap::new(),
+            subscriptions: HashMap::new(),
+            keys,
+        }
+    }
+
     pub async fn queue<C: GenericClient>(
         &mut self,
         client: &C,
@@ -68,7 +80,7 @@ impl Context {
         if let Some(known) = self.subscriptions.get(&subscription) {
             return Ok(known.clone());
         }
-        let found = subscription_row(client, subscription, "").await?;
+        let found = subscription_row(client, subscription, "", &self.keys).await?;
         self.subscriptions.insert(subscription, found.clone());
         Ok(found)
     }
@@ -92,11 +104,13 @@ pub async fn queue_config<C: GenericClient>(
         .transpose()
 }
 
-/// A stored subscription; `lock` is appended to the query (`FOR UPDATE`, or nothing).
+/// A stored subscription, opened with `keys`; `lock` is appended to the query (`FOR UPDATE`,
+/// or nothing).
 pub async fn subscription_row<C: GenericClient>(
     client: &C,
     subscription: SubscriptionId,
     lock: &str,
+    keys: &Keyring,
 ) -> Result<Option<Subscription>, StoreError> {
     let rows = query(
         client,
@@ -106,7 +120,7 @@ pub async fn subscription_row<C: GenericClient>(
     .await
     .map_err(fault("reading a subscription"))?;
     rows.first()
-        .map(|row| subscription_of(row.get(0)))
+        .map(|row| subscription_of(row.get(0), keys))
         .transpose()
 }
 
@@ -218,7 +232,7 @@ impl PostgresStore {
         now_ms: UnixMs,
         what: &'static str,
     ) -> Result<usize, StoreError> {
-        let mut context = Context::default();
+        let mut context = Context::new(self.keys.clone());
         for row in rows {
             decide_and_apply(&tx, &mut context, row, decide, now_ms, None).await?;
         }
