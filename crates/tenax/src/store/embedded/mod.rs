@@ -33,6 +33,7 @@ mod limits;
 mod ops;
 mod queues;
 mod read;
+mod recover;
 mod schedules;
 mod sorted;
 mod subscriptions;
@@ -55,13 +56,11 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable};
 
 use self::disk::{FileLog, LogFile, SimulatedDisk};
 use self::index::{Entry, Index};
-use self::ops::{CountDeltas, Op, Tables};
 use self::tables::{
     ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
     FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID,
-    POLICIES, QUEUES, SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, StoredBody, TOKENS, WAL_LSN,
+    POLICIES, QUEUES, SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, StoredBody, TOKENS,
 };
-use self::wal::Wal;
 use self::writer::Writer;
 use super::{
     ClaimRecord, CommitObserver, QueueConfig, Signals, StartBucket, StoreError, StoreLifecycle,
@@ -163,14 +162,31 @@ impl EmbeddedStore {
             .create(&path)
             .map_err(|e| StoreError::storage(format!("opening {}", path.display()), e))?;
         let log_path = dir.join("tenax.wal");
+        let place = recover::Place {
+            log: log_path.display().to_string(),
+            dir: Some(dir),
+        };
+        // A missing log is not made anew when the redb file has logged commits in one: they
+        // would be lost without a word (`wal`).
+        let exists = std::fs::symlink_metadata(&log_path).is_ok();
+        if !exists && recover::expects_log(&db)? {
+            return Err(StoreError::Corrupt(format!(
+                "{} is missing: the store file (tenax.redb) has logged its commits in it, and \
+                 whatever it logged after its last checkpoint is gone. The store refuses to \
+                 start rather than go on without it. `tenax repair --data-dir {}` makes a new \
+                 log and says what is lost",
+                place.log,
+                dir.display()
+            )));
+        }
         let log = FileLog::open(&log_path)
             .map_err(|e| StoreError::storage(format!("opening {}", log_path.display()), e))?;
-        let store = Self::start(db, Box::new(log), options, now_ms)?;
-        // The log file, if it was just made, is in the directory for good.
+        // The log file, if it was just made, is in the directory for good before the redb
+        // file names it.
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| StoreError::storage(format!("syncing {}", dir.display()), e))?;
-        Ok(store)
+        Self::start(db, Box::new(log), &place, options, now_ms)
     }
 
     /// Opens (or creates) the store on a simulated disk (its files `tenax.redb` and
@@ -184,7 +200,17 @@ impl EmbeddedStore {
             .set_cache_size(options.cache_bytes)
             .create_with_backend(disk.file("tenax.redb"))
             .map_err(|e| StoreError::storage("opening the simulated store", e))?;
-        Self::start(db, Box::new(disk.file("tenax.wal")), options, now_ms)
+        let place = recover::Place {
+            log: "tenax.wal (simulated)".to_owned(),
+            dir: None,
+        };
+        Self::start(
+            db,
+            Box::new(disk.file("tenax.wal")),
+            &place,
+            options,
+            now_ms,
+        )
     }
 
     /// Brings the file up to date (format, then the log's records past its last checkpoint),
@@ -192,11 +218,12 @@ impl EmbeddedStore {
     fn start(
         db: Database,
         log: Box<dyn LogFile>,
+        place: &recover::Place<'_>,
         options: &EmbeddedOptions,
         now_ms: UnixMs,
     ) -> Result<Self, StoreError> {
         check_format(&db)?;
-        let wal = recover(&db, log, options.log_bytes)?;
+        let wal = recover::recover(&db, log, place, options.log_bytes)?;
         let inner = Arc::new(Mutex::new(rebuild(&db, now_ms)?));
         let db = Arc::new(db);
         let signals = Arc::new(Signals::default());
@@ -317,7 +344,7 @@ impl StoreLifecycle for EmbeddedStore {
 
 /// Creates the tables of a new file, brings an older format up to this one and stamps it;
 /// refuses a newer format.
-fn check_format(db: &Database) -> Result<(), StoreError> {
+pub(super) fn check_format(db: &Database) -> Result<(), StoreError> {
     let what = "preparing the tables";
     let tx = db.begin_write().map_err(fault(what))?;
     let found = {
@@ -353,7 +380,8 @@ fn check_format(db: &Database) -> Result<(), StoreError> {
     if found < 2 {
         upgrade::completed_out_of_states(db)?;
     }
-    // Format 3 only adds tables, made above: there is nothing to move.
+    // Format 3 only adds tables, made above: there is nothing to move. Format 4 changes the
+    // log (`wal`), which `recover` reads in the old format and makes again.
     if found < FORMAT_VERSION {
         let tx = db.begin_write().map_err(fault(what))?;
         tx.open_table(META)
@@ -363,45 +391,6 @@ fn check_format(db: &Database) -> Result<(), StoreError> {
         tx.commit().map_err(fault(what))?;
     }
     Ok(())
-}
-
-/// Opens the write-ahead log and applies its records past the file's last checkpoint, in one
-/// durable commit; the log then starts over.
-fn recover(db: &Database, log: Box<dyn LogFile>, log_bytes: u64) -> Result<Wal, StoreError> {
-    let what = "applying the write-ahead log";
-    let applied = {
-        let tx = db.begin_read().map_err(fault(what))?;
-        let meta = tx.open_table(META).map_err(fault(what))?;
-        meta.get(WAL_LSN)
-            .map_err(fault(what))?
-            .map_or(0, |v| v.value())
-    };
-    let (mut wal, records) = Wal::open(log, applied, log_bytes)?;
-    if let Some((last, _)) = records.last() {
-        let last = *last;
-        let count = records.len();
-        let tx = db.begin_write().map_err(fault(what))?;
-        {
-            let mut tables = Tables::open(&tx);
-            let mut deltas = CountDeltas::new();
-            let mut ops = Vec::new();
-            for (lsn, payload) in records {
-                ops.extend(Op::decode_all(&payload).map_err(|e| {
-                    StoreError::Corrupt(format!("the write-ahead log's record {lsn}: {e}"))
-                })?);
-            }
-            tables.apply_all(ops, &mut deltas).map_err(fault(what))?;
-            tables.add_counts(&deltas).map_err(fault(what))?;
-            tables.set_log_position(last).map_err(fault(what))?;
-        }
-        tx.commit().map_err(fault(what))?;
-        tracing::info!(
-            records = count,
-            "applied the write-ahead log's commits that the store file had not checkpointed"
-        );
-    }
-    wal.reset();
-    Ok(wal)
 }
 
 /// Rebuilds memory from disk: every job's entry, queue settings, subscriptions, tokens and the
@@ -531,6 +520,7 @@ fn rebuild(db: &Database, now_ms: UnixMs) -> Result<Inner, StoreError> {
 
 #[cfg(test)]
 mod tests {
+    use super::ops::Op;
     use super::*;
 
     /// Bodies read by one walk (many neighbouring ids) are the bodies read one by one: in the

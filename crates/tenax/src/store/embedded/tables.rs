@@ -17,7 +17,7 @@
 //! | `schedules` | schedule name       | [`Schedule`](crate::model::Schedule) JSON: its definition and what it has done |
 //! | `starts`   | (queue, bucket start) | (bucket width, jobs started): a rate-limited queue's recent starts (see [`RateLimit`](crate::store::RateLimit)) |
 //! | `endpoints` | endpoint origin     | [`EndpointState`](crate::model::EndpointState) JSON: a webhook endpoint's pause and circuit breaker |
-//! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`) |
+//! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`), `wal_id` (the identity of the log that goes with this file; absent before format 4) |
 //!
 //! Memory holds every job that can still change (see `index`); a completed job moves from
 //! `states` to `completed` (and `completed_at`, `completed_expiring`, `completed_counts`) in the
@@ -36,6 +36,9 @@
 //! format 1. Format 1 kept completed jobs in `states`; opening it moves them (`upgrade`).
 //! Format 3 adds `schedules` and `starts` (and the log's ops that write them), which an older
 //! Tenax could not read: it refuses the file rather than ignore them.
+//! Format 4 writes the log in its format 2 (a header, page stamps: see `wal`) and names it in
+//! `wal_id`; an older Tenax would read that log as empty, so it refuses the file instead. A
+//! format 3 file's log (format 1) is applied at open and made again in format 2.
 //!
 //! Ids are never reused: `next_id` is written in the same commit as the jobs that used it.
 //! In-flight status, leases and claims are never written: after a restart a job is as its last
@@ -69,11 +72,12 @@ pub const STARTS: TableDefinition<(&str, u64), (u64, u64)> = TableDefinition::ne
 
 pub const FORMAT_VERSION_KEY: &str = "format_version";
 /// The format this version writes and reads.
-pub const FORMAT_VERSION: u64 = 3;
+pub const FORMAT_VERSION: u64 = 4;
 pub const NEXT_ID: &str = "next_id";
 pub const NEXT_SUBSCRIPTION_ID: &str = "next_subscription_id";
 pub const NEXT_TOKEN_ID: &str = "next_token_id";
 pub const WAL_LSN: &str = "wal_lsn";
+pub const WAL_ID: &str = "wal_id";
 
 /// The part of a job that never changes after enqueue.
 /// A dead-letter move rewrites it with the new queue (and expiry).
