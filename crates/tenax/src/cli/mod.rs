@@ -9,6 +9,7 @@ mod jobs;
 mod migrate;
 pub mod policy;
 mod queues;
+mod repair;
 mod schedules;
 pub mod serve;
 mod subscriptions;
@@ -66,6 +67,9 @@ pub enum Command {
     Tokens(tokens::TokensCommand),
     /// Run a program for each job of some queues: payload on stdin, exit status as outcome.
     Work(Box<work::WorkArgs>),
+    /// Recover from a damaged write-ahead log: keep a copy, apply what can be read, say what is
+    /// lost (the server refuses to start on a damaged log, and never repairs on its own).
+    Repair(repair::RepairArgs),
 }
 
 /// Runs one parsed command line.
@@ -85,5 +89,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Deliveries(command) => deliveries::run(command),
         Command::Tokens(command) => tokens::run(command),
         Command::Work(args) => work::run(*args),
+        Command::Repair(args) => repair::run(args),
     }
 }

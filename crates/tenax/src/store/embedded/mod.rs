@@ -34,6 +34,7 @@ mod ops;
 mod queues;
 mod read;
 mod recover;
+pub mod repair;
 mod schedules;
 mod sorted;
 mod subscriptions;
@@ -170,11 +171,13 @@ impl EmbeddedStore {
         // would be lost without a word (`wal`).
         let exists = std::fs::symlink_metadata(&log_path).is_ok();
         if !exists && recover::expects_log(&db)? {
+            let (applied, _) = recover::log_position(&db)?;
             return Err(StoreError::Corrupt(format!(
                 "{} is missing: the store file (tenax.redb) has logged its commits in it, and \
-                 whatever it logged after its last checkpoint is gone. The store refuses to \
-                 start rather than go on without it. `tenax repair --data-dir {}` makes a new \
-                 log and says what is lost",
+                 everything logged after its last checkpoint (record {applied}) is gone, from \
+                 byte 0 on; how many records that was cannot be known. The store refuses to \
+                 start rather than go on without them. `tenax repair --data-dir {}` makes a \
+                 new log and says what is lost",
                 place.log,
                 dir.display()
             )));

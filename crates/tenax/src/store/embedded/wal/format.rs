@@ -14,7 +14,7 @@ pub const PAGE: u64 = PAGE_LEN as u64;
 const PAGE_U32: u32 = 4096;
 
 /// Bytes before a page's data.
-const PAGE_HEADER_LEN: usize = 24;
+pub const PAGE_HEADER_LEN: usize = 24;
 pub const PAGE_HEADER: u64 = PAGE_HEADER_LEN as u64;
 
 /// Bytes of records one page holds.
@@ -226,9 +226,14 @@ pub fn position(page: u64, offset_in_page: u64) -> u64 {
     (page - 1) * PAGE_DATA + (offset_in_page - PAGE_HEADER)
 }
 
-/// How many bytes of stream a file of `size` bytes holds (its whole pages after page 0).
+/// How many bytes of stream a file of `size` bytes holds: its pages after page 0, the last one
+/// perhaps cut short.
 pub fn stream_len(size: u64) -> u64 {
-    (size / PAGE).saturating_sub(1) * PAGE_DATA
+    let (pages, rest) = (size / PAGE, size % PAGE);
+    if pages == 0 {
+        return 0;
+    }
+    (pages - 1) * PAGE_DATA + rest.saturating_sub(PAGE_HEADER)
 }
 
 /// The size of a file whose stream holds at least `len` bytes.
@@ -279,7 +284,8 @@ mod tests {
         assert_eq!(offset_of(PAGE_DATA - 1), 2 * PAGE - 1);
         assert_eq!(offset_of(PAGE_DATA), 2 * PAGE + PAGE_HEADER);
         assert_eq!(position(2, PAGE_HEADER), PAGE_DATA);
-        assert_eq!(stream_len(3 * PAGE + 100), 2 * PAGE_DATA);
+        assert_eq!(stream_len(3 * PAGE), 2 * PAGE_DATA);
+        assert_eq!(stream_len(3 * PAGE + 100), 2 * PAGE_DATA + 76);
         assert_eq!(stream_len(100), 0);
         assert_eq!(size_for(1), 2 * PAGE);
         assert_eq!(size_for(PAGE_DATA + 1), 3 * PAGE);

@@ -137,6 +137,7 @@ pub fn read_bytes(bytes: &[u8], id: Option<u64>, applied: u64) -> Reading {
                 written: applied,
                 file: None,
                 after: Vec::new(),
+                unreadable_pages: 0,
             },
             current: false,
         },
@@ -338,7 +339,7 @@ impl Wal {
 fn push_paged(buffer: &mut Vec<u8>, mut bytes: &[u8]) {
     while !bytes.is_empty() {
         if buffer.len() % PAGE_LEN == 0 {
-            buffer.resize(buffer.len() + format::PAGE_HEADER as usize, 0);
+            buffer.resize(buffer.len() + format::PAGE_HEADER_LEN, 0);
         }
         let room = PAGE_LEN - buffer.len() % PAGE_LEN;
         let (now, rest) = bytes.split_at(room.min(bytes.len()));

@@ -81,6 +81,9 @@ pub struct Scan {
     /// Records that can be read after the end (only looked for when the end is not clean, or
     /// the file is damaged): they follow a record that is lost.
     pub after: Vec<Found>,
+    /// How many pages after page 0 have a header that does not check: any of them may have
+    /// held records numbered past `written`.
+    pub unreadable_pages: usize,
 }
 
 impl Scan {
@@ -103,7 +106,7 @@ struct Image<'a> {
 impl<'a> Image<'a> {
     fn new(bytes: &'a [u8], id: u64) -> Self {
         let pages = bytes
-            .chunks_exact(PAGE_LEN)
+            .chunks(PAGE_LEN)
             .enumerate()
             .skip(1)
             .map(|(n, page)| PageHeader::decode(id, n as u64, page))
@@ -233,8 +236,13 @@ pub fn scan(bytes: &[u8], id: u64, applied: u64) -> Scan {
             lsn: next,
         }
     } else {
-        // A file cut short may have held the next record past its end.
-        let made = header.filter(|h| h.id == id).map_or(0, |h| h.made);
+        // A file cut short may have held the next record past its end; one whose header does
+        // not check may have been.
+        let made = match header {
+            Some(header) if header.id == id => header.made,
+            Some(_) => 0,
+            None => u64::MAX,
+        };
         classify(&image, pos, next, written, stream_len(made))
     };
     written = written.max(previous.unwrap_or(0));
@@ -250,6 +258,7 @@ pub fn scan(bytes: &[u8], id: u64, applied: u64) -> Scan {
         written,
         file,
         after,
+        unreadable_pages: image.pages.iter().filter(|p| p.is_none()).count(),
     }
 }
 

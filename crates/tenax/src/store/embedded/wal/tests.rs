@@ -26,7 +26,9 @@ fn numbers(scan: &Scan) -> Vec<u64> {
 
 /// A payload of `len` bytes that says which record it is.
 fn payload(lsn: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (lsn as usize * 31 + i) as u8).collect()
+    (0..len)
+        .map(|i| (lsn * 31 + i as u64).to_le_bytes()[0])
+        .collect()
 }
 
 /// Records `1..=count` of the given sizes, each synced, as the writer in sync mode leaves them.
