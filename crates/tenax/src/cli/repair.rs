@@ -27,12 +27,8 @@ pub fn run(args: RepairArgs) -> Result<(), CliError> {
             dir.display()
         )));
     }
-    let report = repair::repair(dir).with_context(|| {
-        format!(
-            "repairing the store in {} (a server still running on it holds it open)",
-            dir.display()
-        )
-    })?;
+    let report =
+        repair::repair(dir).with_context(|| format!("repairing the store in {}", dir.display()))?;
     print!("{}", render(&report));
     Ok(())
 }

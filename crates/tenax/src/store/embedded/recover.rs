@@ -78,10 +78,16 @@ pub fn recover(
         tracing::info!(
             record = lsn,
             offset,
-            dropped_after = scan.after.len(),
             "the write-ahead log's last record was cut by a crash before it was synced \
              (never acknowledged): dropped"
         );
+        if !scan.after.is_empty() {
+            tracing::warn!(
+                records = scan.after.len(),
+                "records written after it, acknowledged in relaxed durability but never \
+                 synced, are dropped with it"
+            );
+        }
     }
     let settled = applied.max(scan.written);
     apply(db, &scan.records, settled, &place.log)?;

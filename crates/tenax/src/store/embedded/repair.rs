@@ -104,9 +104,16 @@ pub struct LostOps {
 pub fn repair(dir: &Path) -> Result<Report, StoreError> {
     let redb_path = dir.join("tenax.redb");
     let log_path = dir.join("tenax.wal");
-    let db = Database::builder()
-        .open(&redb_path)
-        .map_err(|e| StoreError::storage(format!("opening {}", redb_path.display()), e))?;
+    let db = Database::builder().open(&redb_path).map_err(|e| {
+        let what = match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => format!(
+                "opening {} (another process, a running server, has it open: stop it first)",
+                redb_path.display()
+            ),
+            _ => format!("opening {}", redb_path.display()),
+        };
+        StoreError::storage(what, e)
+    })?;
     check_format(&db)?;
     let (applied, id) = log_position(&db)?;
     let io = |what: &str| {

@@ -630,7 +630,9 @@ impl Loop {
     }
 
     /// Appends the commit's record to the log and syncs it (in relaxed mode, at most
-    /// [`RELAXED_SYNC_INTERVAL`] after the last sync).
+    /// [`RELAXED_SYNC_INTERVAL`] after the last sync). In sync mode a record is synced before
+    /// the next one is appended: the log relies on it to tell a crash's torn tail (only the
+    /// last record) from damage (`wal`, invariant 1).
     fn log(&mut self) -> Result<(), StoreError> {
         let log = |e: std::io::Error| StoreError::storage("writing the write-ahead log", e);
         self.parts.wal.append(&self.record).map_err(log)?;
