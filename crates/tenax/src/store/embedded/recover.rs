@@ -99,7 +99,9 @@ pub fn recover(
     }
     let io = |e: std::io::Error| StoreError::storage(format!("making {}", place.log), e);
     match id {
-        Some(id) if reading.current => Wal::resume(log, id, settled, log_bytes).map_err(io),
+        Some(id) if reading.current => {
+            Wal::resume(log, id, settled, log_bytes, &scan.unreadable_pages).map_err(io)
+        }
         _ => {
             let wal = Wal::make(log, log_bytes, settled).map_err(io)?;
             name_log(db, wal.id())?;

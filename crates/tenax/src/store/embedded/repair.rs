@@ -239,7 +239,7 @@ fn lost(db: &Database, scan: &Scan, applied: u64, settled: u64) -> Result<Lost, 
         {
             Some("the log was cut short")
         }
-        _ if scan.unreadable_pages > 0 && !clean => {
+        _ if !scan.unreadable_pages.is_empty() && !clean => {
             Some("a page whose header does not check may have held more")
         }
         _ => None,

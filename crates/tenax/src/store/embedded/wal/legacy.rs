@@ -93,7 +93,7 @@ fn finish(bytes: &[u8], records: Vec<Found>, end: End, applied: u64, after: Vec<
         written,
         file: (bytes.is_empty() && applied > 0).then_some(FileDamage::Missing),
         after,
-        unreadable_pages: 0,
+        unreadable_pages: Vec::new(),
     }
 }
 

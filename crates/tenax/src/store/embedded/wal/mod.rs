@@ -137,7 +137,7 @@ pub fn read_bytes(bytes: &[u8], id: Option<u64>, applied: u64) -> Reading {
                 written: applied,
                 file: None,
                 after: Vec::new(),
-                unreadable_pages: 0,
+                unreadable_pages: Vec::new(),
             },
             current: false,
         },
@@ -197,17 +197,34 @@ impl Wal {
     }
 
     /// Goes on writing the store's log `id` (read by [`read`], intact), whose records up to
-    /// `settled` are all in the redb file, durably. Grows it to `capacity` if it is smaller.
+    /// `settled` are all in the redb file, durably. Gives the pages in `unreadable` (whose
+    /// header does not check) an empty header, and grows the file to `capacity` if it is
+    /// smaller.
+    ///
+    /// Why the empty headers: the next record to reach such a page, cut by a crash, would leave
+    /// it unreadable, which reads as damage (a page the log was made with has a header). Such
+    /// a page holds nothing needed: the log was read whole. It comes from a growth of the file
+    /// cut by a crash (pages not yet written), or from damage to older records.
     pub fn resume(
         file: Box<dyn LogFile>,
         id: u64,
         settled: u64,
         capacity: u64,
+        unreadable: &[u64],
     ) -> io::Result<Self> {
         let size = file.size()? / PAGE * PAGE;
         let mut wal = Self::at(file, id, size, settled);
+        let mut header = [0u8; format::PAGE_HEADER_LEN];
+        let mut rewritten = false;
+        for &page in unreadable.iter().filter(|page| **page < size / PAGE) {
+            PageHeader::default().encode(id, page, &mut header);
+            wal.file.write_at(page * PAGE, &header)?;
+            rewritten = true;
+        }
         if size < capacity {
             wal.fill_pages(capacity.next_multiple_of(PAGE))?;
+        } else if rewritten {
+            wal.file.sync()?;
         }
         Ok(wal)
     }

@@ -81,9 +81,9 @@ pub struct Scan {
     /// Records that can be read after the end (only looked for when the end is not clean, or
     /// the file is damaged): they follow a record that is lost.
     pub after: Vec<Found>,
-    /// How many pages after page 0 have a header that does not check: any of them may have
-    /// held records numbered past `written`.
-    pub unreadable_pages: usize,
+    /// The pages after page 0 whose header does not check: any of them may have held records
+    /// numbered past `written`.
+    pub unreadable_pages: Vec<u64>,
 }
 
 impl Scan {
@@ -258,7 +258,9 @@ pub fn scan(bytes: &[u8], id: u64, applied: u64) -> Scan {
         written,
         file,
         after,
-        unreadable_pages: image.pages.iter().filter(|p| p.is_none()).count(),
+        unreadable_pages: (1..=image.pages.len() as u64)
+            .filter(|page| image.page(*page).is_err())
+            .collect(),
     }
 }
 

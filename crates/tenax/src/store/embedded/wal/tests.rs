@@ -275,3 +275,30 @@ fn any_changed_bit_cut_or_zeroed_page_reads_whole_or_is_damage() {
     );
     assert_eq!(PAGE_HEADER, 24);
 }
+
+#[test]
+fn a_page_left_without_a_header_gets_one_before_a_record_reaches_it() {
+    let disk = SimulatedDisk::new();
+    let wal = synced_log(&disk, &[100]);
+    let id = wal.id();
+    // As a growth of the file cut by a crash leaves it: a page of zeros.
+    let file = disk.file(NAME);
+    file.write_at(2 * PAGE, &[0u8; 4096]).unwrap();
+    file.sync().unwrap();
+    let scan = scan::scan(&image(&disk), id, 1);
+    assert!(scan.is_intact(), "{scan:?}");
+    assert_eq!(scan.unreadable_pages, [2]);
+    let mut wal = Wal::resume(
+        Box::new(disk.file(NAME)),
+        id,
+        1,
+        SMALL,
+        &scan.unreadable_pages,
+    )
+    .unwrap();
+    // A record from page 1 into page 2; the power goes before page 2 reaches the disk.
+    wal.append(&payload(2, 5000)).unwrap();
+    let scan = scan::scan(&image(&disk.reboot(|_, page| page != 2)), id, 1);
+    assert!(scan.is_intact(), "a torn tail, not damage: {:?}", scan.end);
+    assert!(matches!(scan.end, End::Torn { lsn: 2, .. }));
+}
