@@ -18,8 +18,10 @@
 //! Memory holds what can change; completed jobs are on disk only (`history`), so memory follows
 //! the backlog, not the retention.
 //!
-//! Files: the layout is in [`tables`] and `wal`; one file per family of the seam. The storage
-//! itself can be a [`disk::SimulatedDisk`], for tests of the disk contract.
+//! Files: the layout is in [`tables`] and `wal`; one file per family of the seam. `recover`
+//! brings the redb file up to date with the log at open, and refuses a damaged log; [`repair`]
+//! is `tenax repair`. The storage itself can be a [`disk::SimulatedDisk`], for tests of the
+//! disk contract.
 
 mod claims;
 mod curation;
