@@ -36,8 +36,9 @@ const RETRY_DELAY_MS: u64 = 3_600_000;
 fn options() -> EmbeddedOptions {
     EmbeddedOptions {
         cache_bytes: 1 << 20,
-        // Small, so that the log fills and starts over (after a checkpoint) within a run.
-        log_bytes: 8 * 1024,
+        // Small (a header page and three pages of records), so that records span pages and the
+        // log fills and starts over (after a checkpoint) within a run.
+        log_bytes: 16 * 1024,
         ..EmbeddedOptions::default()
     }
 }

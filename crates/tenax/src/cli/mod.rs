@@ -9,6 +9,7 @@ mod jobs;
 mod migrate;
 pub mod policy;
 mod queues;
+mod repair;
 mod schedules;
 mod secrets;
 pub mod serve;
@@ -70,6 +71,9 @@ pub enum Command {
     Secrets(secrets::SecretsCommand),
     /// Run a program for each job of some queues: payload on stdin, exit status as outcome.
     Work(Box<work::WorkArgs>),
+    /// Recover from a damaged write-ahead log: keep a copy, apply what can be read, say what is
+    /// lost (the server refuses to start on a damaged log, and never repairs on its own).
+    Repair(repair::RepairArgs),
 }
 
 /// Runs one parsed command line.
@@ -90,5 +94,6 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Tokens(command) => tokens::run(command),
         Command::Secrets(command) => secrets::run(command),
         Command::Work(args) => work::run(*args),
+        Command::Repair(args) => repair::run(args),
     }
 }

@@ -166,6 +166,12 @@ impl SimulatedDisk {
         })))
     }
 
+    /// The bytes of file `name` as a reader sees them now (`None`: no such file). After
+    /// [`SimulatedDisk::reboot`], what survived: a test writes them out as real files.
+    pub fn contents(&self, name: &str) -> Option<Vec<u8>> {
+        self.0.lock().files.get(name).map(|f| f.live.clone())
+    }
+
     /// A file of this disk.
     pub fn file(&self, name: &str) -> SimulatedFile {
         self.0.lock().files.entry(name.to_owned()).or_default();

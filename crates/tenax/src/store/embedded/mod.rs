@@ -18,8 +18,10 @@
 //! Memory holds what can change; completed jobs are on disk only (`history`), so memory follows
 //! the backlog, not the retention.
 //!
-//! Files: the layout is in [`tables`] and `wal`; one file per family of the seam. The storage
-//! itself can be a [`disk::SimulatedDisk`], for tests of the disk contract.
+//! Files: the layout is in [`tables`] and `wal`; one file per family of the seam. `recover`
+//! brings the redb file up to date with the log at open, and refuses a damaged log; [`repair`]
+//! is `tenax repair`. The storage itself can be a [`disk::SimulatedDisk`], for tests of the
+//! disk contract.
 
 mod claims;
 mod curation;
@@ -33,6 +35,8 @@ mod limits;
 mod ops;
 mod queues;
 mod read;
+mod recover;
+pub mod repair;
 mod schedules;
 mod sealing;
 mod sorted;
@@ -55,14 +59,12 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable};
 
 use self::disk::{FileLog, LogFile, SimulatedDisk};
 use self::index::{Entry, Index};
-use self::ops::{CountDeltas, Op, Tables};
 use self::sealing::KeySource;
 use self::tables::{
     ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
     FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID,
-    POLICIES, QUEUES, SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, StoredBody, TOKENS, WAL_LSN,
+    POLICIES, QUEUES, SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, StoredBody, TOKENS,
 };
-use self::wal::Wal;
 use self::writer::Writer;
 use super::{
     ClaimRecord, CommitObserver, QueueConfig, Signals, StartBucket, StoreError, StoreLifecycle,
@@ -167,18 +169,37 @@ impl EmbeddedStore {
         })?;
         let db = open_file(&dir.join("tenax.redb"), options)?;
         let log_path = dir.join("tenax.wal");
+        let place = recover::Place {
+            log: log_path.display().to_string(),
+            dir: Some(dir),
+        };
+        // A missing log is not made anew when the redb file has logged commits in one: they
+        // would be lost without a word (`wal`).
+        let exists = std::fs::symlink_metadata(&log_path).is_ok();
+        if !exists && recover::expects_log(&db)? {
+            let (applied, _) = recover::log_position(&db)?;
+            return Err(StoreError::Corrupt(format!(
+                "{} is missing: the store file (tenax.redb) has logged its commits in it, and \
+                 everything logged after its last checkpoint (record {applied}) is gone, from \
+                 byte 0 on; how many records that was cannot be known. The store refuses to \
+                 start rather than go on without them. `tenax repair --data-dir {}` makes a \
+                 new log and says what is lost",
+                place.log,
+                dir.display()
+            )));
+        }
         let log = FileLog::open(&log_path)
             .map_err(|e| StoreError::storage(format!("opening {}", log_path.display()), e))?;
         let keys = match &options.secrets {
             Some(keys) => KeySource::Given(keys.clone()),
             None => KeySource::File(dir.join(SECRETS_KEY_FILE)),
         };
-        let store = Self::start(db, Box::new(log), options, keys, Some(dir), now_ms)?;
-        // The log file, if it was just made, is in the directory for good.
+        // The log file, if it was just made, is in the directory for good before the redb
+        // file names it.
         std::fs::File::open(dir)
             .and_then(|d| d.sync_all())
             .map_err(|e| StoreError::storage(format!("syncing {}", dir.display()), e))?;
-        Ok(store)
+        Self::start(db, Box::new(log), &place, options, keys, now_ms)
     }
 
     /// Opens (or creates) the store on a simulated disk (its files `tenax.redb` and
@@ -196,12 +217,16 @@ impl EmbeddedStore {
             Some(keys) => KeySource::Given(keys.clone()),
             None => KeySource::Simulated(Box::new(disk.file(SECRETS_KEY_FILE))),
         };
+        let place = recover::Place {
+            log: "tenax.wal (simulated)".to_owned(),
+            dir: None,
+        };
         Self::start(
             db,
             Box::new(disk.file("tenax.wal")),
+            &place,
             options,
             keys,
-            None,
             now_ms,
         )
     }
@@ -212,17 +237,17 @@ impl EmbeddedStore {
     fn start(
         db: Database,
         log: Box<dyn LogFile>,
+        place: &recover::Place<'_>,
         options: &EmbeddedOptions,
         keys: KeySource,
-        dir: Option<&Path>,
         now_ms: UnixMs,
     ) -> Result<Self, StoreError> {
         check_format(&db)?;
-        let wal = recover(&db, log, options.log_bytes)?;
+        let wal = recover::recover(&db, log, place, options.log_bytes)?;
         let keys = sealing::keys(&db, keys)?;
         let (inner, stale) = rebuild(&db, &keys, now_ms)?;
-        sealing::seal_at_rest(&db, &inner, &stale, &keys, dir.is_some())?;
-        let (db, wal) = match dir {
+        sealing::seal_at_rest(&db, &inner, &stale, &keys, place.dir.is_some())?;
+        let (db, wal) = match place.dir {
             Some(dir) if sealing::scrub_pending(&db)? => sealing::scrub(db, wal, dir, options)?,
             _ => (db, wal),
         };
@@ -359,7 +384,7 @@ fn open_file(path: &Path, options: &EmbeddedOptions) -> Result<Database, StoreEr
 
 /// Creates the tables of a new file, brings an older format up to this one and stamps it;
 /// refuses a newer format.
-fn check_format(db: &Database) -> Result<(), StoreError> {
+pub(super) fn check_format(db: &Database) -> Result<(), StoreError> {
     let what = "preparing the tables";
     let tx = db.begin_write().map_err(fault(what))?;
     let found = {
@@ -395,7 +420,8 @@ fn check_format(db: &Database) -> Result<(), StoreError> {
     if found < 2 {
         upgrade::completed_out_of_states(db)?;
     }
-    // Format 3 only adds tables, made above: there is nothing to move. Format 4 seals the
+    // Format 3 only adds tables, made above: there is nothing to move. Format 4 changes the
+    // log (`wal`), which `recover` reads in the old format and makes again, and seals the
     // subscriptions' secrets, which every open does (`sealing`).
     if found < FORMAT_VERSION {
         let tx = db.begin_write().map_err(fault(what))?;
@@ -406,45 +432,6 @@ fn check_format(db: &Database) -> Result<(), StoreError> {
         tx.commit().map_err(fault(what))?;
     }
     Ok(())
-}
-
-/// Opens the write-ahead log and applies its records past the file's last checkpoint, in one
-/// durable commit; the log then starts over.
-fn recover(db: &Database, log: Box<dyn LogFile>, log_bytes: u64) -> Result<Wal, StoreError> {
-    let what = "applying the write-ahead log";
-    let applied = {
-        let tx = db.begin_read().map_err(fault(what))?;
-        let meta = tx.open_table(META).map_err(fault(what))?;
-        meta.get(WAL_LSN)
-            .map_err(fault(what))?
-            .map_or(0, |v| v.value())
-    };
-    let (mut wal, records) = Wal::open(log, applied, log_bytes)?;
-    if let Some((last, _)) = records.last() {
-        let last = *last;
-        let count = records.len();
-        let tx = db.begin_write().map_err(fault(what))?;
-        {
-            let mut tables = Tables::open(&tx);
-            let mut deltas = CountDeltas::new();
-            let mut ops = Vec::new();
-            for (lsn, payload) in records {
-                ops.extend(Op::decode_all(&payload).map_err(|e| {
-                    StoreError::Corrupt(format!("the write-ahead log's record {lsn}: {e}"))
-                })?);
-            }
-            tables.apply_all(ops, &mut deltas).map_err(fault(what))?;
-            tables.add_counts(&deltas).map_err(fault(what))?;
-            tables.set_log_position(last).map_err(fault(what))?;
-        }
-        tx.commit().map_err(fault(what))?;
-        tracing::info!(
-            records = count,
-            "applied the write-ahead log's commits that the store file had not checkpointed"
-        );
-    }
-    wal.reset();
-    Ok(wal)
 }
 
 /// A subscription whose secrets are not sealed with the sealing key, and the key they are
@@ -588,6 +575,7 @@ fn rebuild(
 
 #[cfg(test)]
 mod tests {
+    use super::ops::Op;
     use super::*;
 
     /// Bodies read by one walk (many neighbouring ids) are the bodies read one by one: in the

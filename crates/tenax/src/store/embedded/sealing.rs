@@ -27,7 +27,7 @@ use super::disk::{FileLog, LogFile};
 use super::tables::{
     ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
     JOBS, META, POLICIES, QUEUES, SCHEDULES, SCRUB_PENDING, SECRETS_KEY, STARTS, STATES,
-    SUBSCRIPTIONS, TOKENS, WAL_LSN,
+    SUBSCRIPTIONS, TOKENS,
 };
 use super::wal::Wal;
 use super::{EmbeddedOptions, Inner, fault};
@@ -184,11 +184,13 @@ pub(super) fn scrub_pending(db: &Database) -> Result<bool, StoreError> {
 }
 
 /// Writes the store in `dir` anew, without what its free pages and its log's old records
-/// hold: the log is removed (a new, empty one is made), then every table is copied into a new
-/// file, which replaces `tenax.redb`. Every commit is in `db` already (the log's records are
-/// applied at open), so the log has nothing to lose; a crash before the new file is in place
-/// leaves the old one, still owing the scrub. Both files are new, so both are made 0600.
-/// Returns the store and its log, reopened.
+/// hold. First the log is made again in place (`Wal::make` writes every page over, zeros and
+/// empty page headers) and the old file names it; then every table is copied into a new file,
+/// which replaces `tenax.redb`. Every commit is in `db` already (the log's records are applied
+/// at open), so the log has nothing to lose. A crash at any point leaves a store that opens:
+/// before the log is named, the old one is still named (its records all applied); after, the
+/// old file still owes the scrub, and does it again at the next open. The new file is made
+/// 0600. Returns the store and its log, reopened.
 pub(super) fn scrub(
     db: Database,
     wal: Wal,
@@ -198,15 +200,13 @@ pub(super) fn scrub(
     let what = "writing the store anew without what was kept in clear";
     let path = dir.join("tenax.redb");
     let log_path = dir.join("tenax.wal");
-    // The log goes whole: the one made in its place starts empty (and private).
     drop(wal);
-    match std::fs::remove_file(&log_path) {
-        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
-            return Err(StoreError::storage(what, error));
-        }
-        _ => {}
-    }
-    files::sync_parent(&log_path).map_err(|e| StoreError::storage(what, e))?;
+    let (applied, _) = super::recover::log_position(&db)?;
+    let log = FileLog::open(&log_path)
+        .map_err(|e| StoreError::storage(format!("opening {}", log_path.display()), e))?;
+    let wal = Wal::make(Box::new(log), options.log_bytes, applied)
+        .map_err(|e| StoreError::storage(format!("making {} again", log_path.display()), e))?;
+    super::recover::name_log(&db, wal.id())?;
 
     let partial = dir.join(".tenax.redb.partial");
     match std::fs::remove_file(&partial) {
@@ -221,18 +221,7 @@ pub(super) fn scrub(
     drop(db);
     std::fs::rename(&partial, &path).map_err(|e| StoreError::storage(what, e))?;
     files::sync_parent(&path).map_err(|e| StoreError::storage(what, e))?;
-
     let db = super::open_file(&path, options)?;
-    let applied = {
-        let tx = db.begin_read().map_err(fault(what))?;
-        let meta = tx.open_table(META).map_err(fault(what))?;
-        meta.get(WAL_LSN)
-            .map_err(fault(what))?
-            .map_or(0, |v| v.value())
-    };
-    let log = FileLog::open(&log_path)
-        .map_err(|e| StoreError::storage(format!("opening {}", log_path.display()), e))?;
-    let (wal, _) = Wal::open(Box::new(log), applied, options.log_bytes)?;
     tracing::info!(
         path = %path.display(),
         "wrote the store anew: no copy of the secrets an earlier release kept in clear is left \

@@ -17,7 +17,7 @@
 //! | `schedules` | schedule name       | [`Schedule`](crate::model::Schedule) JSON: its definition and what it has done |
 //! | `starts`   | (queue, bucket start) | (bucket width, jobs started): a rate-limited queue's recent starts (see [`RateLimit`](crate::store::RateLimit)) |
 //! | `endpoints` | endpoint origin     | [`EndpointState`](crate::model::EndpointState) JSON: a webhook endpoint's pause and circuit breaker |
-//! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`), `secrets_key` (the id of the key that seals the subscriptions' secrets), `scrub_pending` (present while the files still owe a scrub of secrets an earlier release kept in clear: see `sealing`) |
+//! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`), `wal_id` (the identity of the log that goes with this file; absent before format 4), `secrets_key` (the id of the key that seals the subscriptions' secrets), `scrub_pending` (present while the files still owe a scrub of secrets an earlier release kept in clear: see `sealing`) |
 //!
 //! Memory holds every job that can still change (see `index`); a completed job moves from
 //! `states` to `completed` (and `completed_at`, `completed_expiring`, `completed_counts`) in the
@@ -37,7 +37,10 @@
 //! Format 3 adds `schedules` and `starts` (and the log's ops that write them), which an older
 //! Tenax could not read: it refuses the file rather than ignore them.
 //! Format 4 seals the subscriptions' secrets (`sealing`), which an older Tenax would read as
-//! empty and sign deliveries with: it refuses the file instead.
+//! empty and sign deliveries with, and writes the log in its format 2 (a header, page stamps:
+//! see `wal`) and names it in `wal_id`, which an older Tenax would read as empty: it refuses
+//! the file instead. A format 3 file's log (format 1) is applied at open and made again in
+//! format 2, and its secrets are sealed.
 //!
 //! Ids are never reused: `next_id` is written in the same commit as the jobs that used it.
 //! In-flight status, leases and claims are never written: after a restart a job is as its last
@@ -76,6 +79,7 @@ pub const NEXT_ID: &str = "next_id";
 pub const NEXT_SUBSCRIPTION_ID: &str = "next_subscription_id";
 pub const NEXT_TOKEN_ID: &str = "next_token_id";
 pub const WAL_LSN: &str = "wal_lsn";
+pub const WAL_ID: &str = "wal_id";
 pub const SECRETS_KEY: &str = "secrets_key";
 pub const SCRUB_PENDING: &str = "scrub_pending";
 
