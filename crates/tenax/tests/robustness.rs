@@ -329,39 +329,6 @@ async fn slow_clients_are_cut_off_and_connections_are_limited() {
     still_healthy(&server).await;
 }
 
-#[tokio::test]
-async fn connections_past_the_limit_wait_until_one_closes() {
-    use tokio::io::AsyncWriteExt as _;
-    let server =
-        TestServer::start(common::Options::manual().flags(&["--max-connections", "2"])).await;
-    let address = server.api.base.trim_start_matches("http://").to_owned();
-    // The harness's pooled connection holds one permit and the first raw connection the other;
-    // the second raw connection and the third wait in the kernel's backlog.
-    let idle: Vec<tokio::net::TcpStream> = {
-        let mut held = Vec::new();
-        for _ in 0..2 {
-            held.push(
-                tokio::net::TcpStream::connect(&address)
-                    .await
-                    .expect("connect"),
-            );
-        }
-        held
-    };
-    let mut third = tokio::net::TcpStream::connect(&address)
-        .await
-        .expect("the kernel queues it");
-    third
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: tenax\r\nConnection: close\r\n\r\n")
-        .await
-        .expect("write");
-    let (answer, _) = read_until_closed(&mut third, std::time::Duration::from_millis(500)).await;
-    assert!(answer.is_empty(), "served past the limit: {answer}");
-    drop(idle);
-    let (answer, _) = read_until_closed(&mut third, std::time::Duration::from_secs(5)).await;
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-}
-
 /// A handler with a bug.
 async fn boom() -> &'static str {
     let items: Vec<&'static str> = Vec::new();
@@ -402,7 +369,8 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
         let limits = tenax::serve::ConnectionLimits {
             header_read_timeout: std::time::Duration::from_secs(5),
             max_connections: 16,
-            tls: None,
+            max_connections_per_address: 16,
+            ..tenax::serve::ConnectionLimits::default()
         };
         tenax::serve::serve(listener, router, &limits, async move {
             let _ = stopped.await;

@@ -1,0 +1,79 @@
+//! The router as hyper's service for one connection, recording each request in the
+//! connection's [`Activity`]: in flight from the call (its head is complete) until its
+//! response body has been sent or dropped, so that a long poll or a streaming take counts as
+//! work, never as idleness.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::Router;
+use axum::body::Body;
+use hyper::body::{Frame, Incoming, SizeHint};
+use tower::ServiceExt as _;
+
+use super::activity::{Activity, InFlight};
+
+/// One connection's service.
+#[derive(Debug, Clone)]
+pub(super) struct Service {
+    router: Router,
+    activity: Arc<Activity>,
+}
+
+impl Service {
+    pub(super) fn new(router: Router, activity: Arc<Activity>) -> Self {
+        Self { router, activity }
+    }
+}
+
+type Answer = Pin<Box<dyn Future<Output = Result<hyper::Response<Counted>, Infallible>> + Send>>;
+
+impl hyper::service::Service<hyper::Request<Incoming>> for Service {
+    type Response = hyper::Response<Counted>;
+    type Error = Infallible;
+    type Future = Answer;
+
+    fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
+        // Taken here, moved into the future (a request abandoned before its answer ends with
+        // it) and then into the body (an answer ends with its body).
+        let in_flight = self.activity.begin();
+        let answer = self.router.clone().oneshot(request.map(Body::new));
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(response.map(|body| Counted {
+                body,
+                _in_flight: in_flight,
+            }))
+        })
+    }
+}
+
+/// A response body that keeps its request in flight until it is dropped.
+#[derive(Debug)]
+pub(super) struct Counted {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for Counted {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
