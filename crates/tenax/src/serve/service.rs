@@ -7,12 +7,12 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use axum::Router;
 use axum::body::Body;
+use axum::routing::future::RouteFuture;
 use hyper::body::{Frame, Incoming, SizeHint};
-use tower::ServiceExt as _;
 
 use super::activity::{Activity, InFlight};
 
@@ -29,25 +29,40 @@ impl Service {
     }
 }
 
-type Answer = Pin<Box<dyn Future<Output = Result<hyper::Response<Counted>, Infallible>> + Send>>;
-
 impl hyper::service::Service<hyper::Request<Incoming>> for Service {
     type Response = hyper::Response<Counted>;
     type Error = Infallible;
     type Future = Answer;
 
     fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
-        // Taken here, moved into the future (a request abandoned before its answer ends with
-        // it) and then into the body (an answer ends with its body).
-        let in_flight = self.activity.begin();
-        let answer = self.router.clone().oneshot(request.map(Body::new));
-        Box::pin(async move {
-            let response = answer.await?;
-            Ok(response.map(|body| Counted {
-                body,
-                _in_flight: in_flight,
-            }))
-        })
+        // The router is always ready (axum's `Router::poll_ready` is), so it is called without
+        // asking first.
+        let mut router = self.router.clone();
+        Answer {
+            call: tower::Service::call(&mut router, request.map(Body::new)),
+            in_flight: Some(self.activity.begin()),
+        }
+    }
+}
+
+/// The router's answer to one request, which holds the request in flight until it becomes the
+/// response body's (a request abandoned before its answer ends with this future).
+pub(super) struct Answer {
+    call: RouteFuture<Infallible>,
+    in_flight: Option<InFlight>,
+}
+
+impl Future for Answer {
+    type Output = Result<hyper::Response<Counted>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let response = ready!(Pin::new(&mut this.call).poll(cx))?;
+        let in_flight = this.in_flight.take();
+        Poll::Ready(Ok(response.map(|body| Counted {
+            body,
+            _in_flight: in_flight,
+        })))
     }
 }
 
@@ -55,7 +70,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Service {
 #[derive(Debug)]
 pub(super) struct Counted {
     body: Body,
-    _in_flight: InFlight,
+    _in_flight: Option<InFlight>,
 }
 
 impl hyper::body::Body for Counted {
