@@ -48,6 +48,22 @@ impl Room {
     }
 }
 
+/// The accept loop waits for room while this lives.
+struct Waiting<'a>(&'a Room);
+
+impl<'a> Waiting<'a> {
+    fn start(room: &'a Room) -> Self {
+        room.waiting.store(true, Ordering::SeqCst);
+        Self(room)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.store(false, Ordering::SeqCst);
+    }
+}
+
 /// Whom a connection counts against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Client {
@@ -194,15 +210,15 @@ impl Slots {
     pub(super) async fn room(&self) {
         while !self.has_room() {
             // Told of every change after `waiting` is set, so none between the look and the
-            // wait is missed.
+            // wait is missed; `waiting` is cleared however the wait ends (this future may be
+            // dropped by the accept loop's other branches).
             let notified = self.room.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            self.room.waiting.store(true, Ordering::SeqCst);
+            let _waiting = Waiting::start(&self.room);
             if !self.has_room() {
                 notified.await;
             }
-            self.room.waiting.store(false, Ordering::SeqCst);
         }
     }
 
