@@ -32,6 +32,7 @@ use tokio_rustls::server::TlsStream;
 use super::activity::{Activity, Bounds, Due, Expiry};
 use super::detect::{Protocol, detect, first_byte};
 use super::io::{Prefixed, Watched};
+use super::lazy::Lazy;
 use super::service::Service;
 use super::slots::Slot;
 
@@ -176,6 +177,14 @@ enum Closed {
     Evicted,
 }
 
+/// What a connection's watch saw.
+enum Watch {
+    /// A bound may have passed: look again.
+    Look,
+    Evicted,
+    Shutdown,
+}
+
 /// Serves HTTP on a set-up connection within its bounds. `Ok(Some(why))` when the server closed
 /// it before the client did.
 async fn serve<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
@@ -206,17 +215,35 @@ async fn serve<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
             // Nothing is in flight, or what is cannot reach the client.
             Due::Now(expiry) => return Ok(Some(Closed::Expired(expiry))),
         };
-        tokio::select! {
-            ended = &mut connection => return ended.map(|()| None),
-            () = sleep_until(due) => {}
-            () = activity.evicted(), if closing.is_none() => {
+        let open = closing.is_none();
+        let stop = &mut *shutdown;
+        let watch = std::pin::pin!(async move {
+            tokio::select! {
+                () = sleep_until(due) => Watch::Look,
+                () = activity.evicted(), if open => Watch::Evicted,
+                _ = stop.changed(), if open => Watch::Shutdown,
+            }
+        });
+        // Polled only on its own wake-ups: see `lazy`.
+        let mut watch = Lazy::new(watch);
+        let event = std::future::poll_fn(|cx| {
+            if let Poll::Ready(ended) = Pin::new(&mut connection).poll(cx) {
+                return Poll::Ready(Err(ended));
+            }
+            watch.poll_woken(cx).map(Ok)
+        })
+        .await;
+        match event {
+            Err(ended) => return ended.map(|()| None),
+            Ok(Watch::Look) => {}
+            Ok(Watch::Evicted) => {
                 if !activity.served() {
                     return Ok(Some(Closed::Evicted));
                 }
                 connection.graceful_shutdown();
                 closing = Some(Instant::now());
             }
-            _ = shutdown.changed(), if closing.is_none() => {
+            Ok(Watch::Shutdown) => {
                 connection.graceful_shutdown();
                 closing = Some(Instant::now());
             }

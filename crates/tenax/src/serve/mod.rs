@@ -6,13 +6,13 @@
 //! - accepting never stops while a connection could be closed to make room: at
 //!   `--max-connections`, or past a client address's `--max-connections-per-address`, a new
 //!   connection takes the place of the oldest one that has not begun a request, else of the
-//!   one idle the longest ([`slots`]). Only when every connection in its way has a request in
+//!   one idle the longest (`slots`). Only when every connection in its way has a request in
 //!   flight does a new one wait (in the kernel's backlog) or, past its client's share, get
 //!   closed;
 //! - a new connection must send its first byte within [`FIRST_BYTE_TIMEOUT`] (or the header
 //!   timeout, if shorter), and complete its TLS handshake and its first request's head within
 //!   `--header-read-timeout` of being accepted; HTTP/1.1 or HTTP/2 is told from its first
-//!   bytes here ([`detect`]), under the same bound, because hyper-util's automatic detection
+//!   bytes here (`detect`), under the same bound, because hyper-util's automatic detection
 //!   waits for them without one;
 //! - a connection with no request in flight (HTTP/1.1 between requests, HTTP/2 without an open
 //!   stream) is closed after `--idle-timeout`; on HTTP/1.1, a next request's head, once begun,
@@ -25,14 +25,16 @@
 //! - (the request timeout, for a body that trickles in, and the size limit, are in
 //!   `api::guard`, which answers them in the API's error shape).
 //!
-//! Invariants: a connection holds one place in the table from accept until it ends or is
-//! closed to make room; every connection's time from accept to its first request's head is
-//! bounded, and so is every stretch with nothing in flight.
+//! Invariants: a connection holds one place in the table from its admission (at accept, or
+//! when a place frees) until it ends or is closed to make room; every connection's time from
+//! admission to its first request's head is bounded, and so is every stretch with nothing in
+//! flight.
 
 mod activity;
 mod connection;
 mod detect;
 mod io;
+mod lazy;
 mod service;
 mod slots;
 
