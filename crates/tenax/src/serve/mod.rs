@@ -19,9 +19,9 @@
 //!   must complete within `--header-read-timeout`. A request is in flight from its complete
 //!   head to the end of its response, so long polls and streaming takes are never idle;
 //! - a response the client accepts no byte of for `--idle-timeout` closes its connection;
-//! - HTTP/2 connections are pinged after [`H2_PING_INTERVAL`] without a frame from the client,
-//!   and closed if the ping is not answered within [`H2_PING_TIMEOUT`]; at most
-//!   [`H2_MAX_STREAMS`] streams are open at once on one;
+//! - a peer that has vanished is found by the kernel (TCP keep-alive, and a timeout on data
+//!   never acknowledged: `socket`) within about 40 s, on either protocol;
+//! - at most [`H2_MAX_STREAMS`] streams are open at once on one HTTP/2 connection;
 //! - (the request timeout, for a body that trickles in, and the size limit, are in
 //!   `api::guard`, which answers them in the API's error shape).
 //!
@@ -37,6 +37,7 @@ mod io;
 mod lazy;
 mod service;
 mod slots;
+pub mod socket;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -44,7 +45,7 @@ use std::time::Duration;
 
 use axum::Router;
 use hyper::server::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -58,12 +59,6 @@ use slots::{Admission, Slots};
 /// timeout): a client connects to send a request, and sends its first byte (a request line,
 /// an HTTP/2 preface or a TLS ClientHello) at once.
 pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// An HTTP/2 connection that has sent no frame for this long is pinged.
-pub const H2_PING_INTERVAL: Duration = Duration::from_secs(20);
-
-/// An HTTP/2 ping not answered within this is a dead peer: its connection is closed.
-pub const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The most streams open at once on one HTTP/2 connection (hyper's default, stated here so
 /// that an upgrade cannot change it).
@@ -134,11 +129,8 @@ pub async fn serve(
     // idle keep-alive connection at the header timeout, not the idle one).
     http1.header_read_timeout(None);
     let mut http2 = http2::Builder::new(TokioExecutor::new());
-    http2
-        .timer(TokioTimer::new())
-        .keep_alive_interval(H2_PING_INTERVAL)
-        .keep_alive_timeout(H2_PING_TIMEOUT)
-        .max_concurrent_streams(H2_MAX_STREAMS);
+    // No keep-alive pings: dead peers are found by the kernel (`socket`).
+    http2.max_concurrent_streams(H2_MAX_STREAMS);
     let shared = Arc::new(Shared {
         router,
         bounds: Bounds {
@@ -171,7 +163,7 @@ pub async fn serve(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
+        socket::tune(&stream);
         let slot = loop {
             // Its bounds count from when it has a place.
             match slots.admit(peer.ip(), Instant::now()) {
