@@ -115,17 +115,30 @@ pub struct ServeArgs {
     /// The longest an endpoint's circuit breaker stays open before a probe.
     #[arg(long, env = "TENAX_DELIVERY_BREAKER_MAX_COOLDOWN", value_parser = duration_flag, default_value = "10m")]
     pub delivery_breaker_max_cooldown: u64,
-    /// How long a client may take to send a request's line and headers; also how long an
-    /// idle keep-alive connection stays open.
+    /// How long a new connection may take to send its first request's line and headers (TLS
+    /// handshake included), counted from accept; on HTTP/1.1, also how long a later request's
+    /// head may take once it has begun.
     #[arg(long, env = "TENAX_HEADER_READ_TIMEOUT", value_parser = duration_flag, default_value = "30s")]
     pub header_read_timeout: u64,
+    /// How long a connection with no request in flight stays open (HTTP/1.1 keep-alive
+    /// between requests, HTTP/2 without an open stream); also how long a response may wait for
+    /// the client to read any of it. Long polls and streams are in flight, never idle.
+    #[arg(long, env = "TENAX_IDLE_TIMEOUT", value_parser = duration_flag, default_value = "60s")]
+    pub idle_timeout: u64,
     /// How long a client may take to send a request's body once its headers are in; a slower
     /// one is answered 408.
     #[arg(long, env = "TENAX_REQUEST_TIMEOUT", value_parser = duration_flag, default_value = "30s")]
     pub request_timeout: u64,
-    /// Most connections open at once; more wait to be accepted. Each takes a file descriptor.
+    /// Most connections open at once. Past it, a new connection takes the place of a silent or
+    /// idle one; when every one has a request in flight, new ones wait to be accepted. Each
+    /// takes a file descriptor.
     #[arg(long, env = "TENAX_MAX_CONNECTIONS", default_value_t = 4096)]
     pub max_connections: usize,
+    /// Most connections open at once from one client address (an IPv4 address, or an IPv6
+    /// /64). Default: half of --max-connections. Behind a reverse proxy every connection comes
+    /// from the proxy: raise it to --max-connections there.
+    #[arg(long, env = "TENAX_MAX_CONNECTIONS_PER_ADDRESS")]
+    pub max_connections_per_address: Option<usize>,
     /// A PEM file of CA certificates that https endpoints may be signed by, trusted in addition
     /// to the platform's root certificates (for endpoints with a private CA).
     #[arg(long, env = "TENAX_DELIVERY_CA_FILE")]
@@ -281,8 +294,10 @@ pub struct Config {
     pub max_payload_bytes: usize,
     pub cache_bytes: usize,
     pub header_read_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
     pub request_timeout_ms: u64,
     pub max_connections: usize,
+    pub max_connections_per_address: usize,
     /// Whether requests need an API token.
     pub auth: bool,
     /// An admin token accepted besides the stored ones.
@@ -502,6 +517,7 @@ impl ServeArgs {
         }
         for (flag, ms) in [
             ("--header-read-timeout", self.header_read_timeout),
+            ("--idle-timeout", self.idle_timeout),
             ("--request-timeout", self.request_timeout),
         ] {
             if ms == 0 {
@@ -533,6 +549,18 @@ impl ServeArgs {
         if self.max_connections == 0 {
             return Err("--max-connections: must be at least 1".into());
         }
+        let max_connections_per_address = match self.max_connections_per_address {
+            None => (self.max_connections / 2).max(1),
+            Some(0) => return Err("--max-connections-per-address: must be at least 1".into()),
+            Some(n) if n > self.max_connections => {
+                return Err(format!(
+                    "--max-connections-per-address: must be at most --max-connections ({}), \
+                     got {n}",
+                    self.max_connections
+                ));
+            }
+            Some(n) => n,
+        };
         if self.max_request_bytes < 1024 {
             return Err("--max-request-bytes: must be at least 1024".into());
         }
@@ -590,8 +618,10 @@ impl ServeArgs {
             max_payload_bytes: self.max_payload_bytes.min(self.max_request_bytes),
             cache_bytes: self.cache_mb.saturating_mul(1024 * 1024),
             header_read_timeout_ms: self.header_read_timeout,
+            idle_timeout_ms: self.idle_timeout,
             request_timeout_ms: self.request_timeout,
             max_connections: self.max_connections,
+            max_connections_per_address,
             auth,
             admin_token: self.admin_token.clone(),
             secrets,
@@ -871,6 +901,45 @@ mod tests {
         assert!(missing.starts_with("--tls-cert: cannot read"), "{missing}");
         let half = config(&["--tls-cert", "/no/such.crt"]).unwrap_err();
         assert!(half.contains("--tls-key"), "{half}");
+    }
+
+    #[test]
+    fn connection_flags() {
+        let defaults = config(&[]).unwrap();
+        assert_eq!(defaults.idle_timeout_ms, 60_000);
+        assert_eq!(defaults.max_connections_per_address, 2048);
+        let small = config(&["--max-connections", "1"]).unwrap();
+        assert_eq!(small.max_connections_per_address, 1);
+        let set = config(&[
+            "--max-connections",
+            "20",
+            "--max-connections-per-address",
+            "20",
+            "--idle-timeout",
+            "2m",
+        ])
+        .unwrap();
+        assert_eq!(set.max_connections_per_address, 20);
+        assert_eq!(set.idle_timeout_ms, 120_000);
+        for (flags, rule) in [
+            (
+                &["--max-connections-per-address", "0"][..],
+                "--max-connections-per-address: must be at least 1",
+            ),
+            (
+                &[
+                    "--max-connections",
+                    "20",
+                    "--max-connections-per-address",
+                    "21",
+                ],
+                "--max-connections-per-address: must be at most --max-connections (20), got 21",
+            ),
+            (&["--idle-timeout", "0"], "--idle-timeout: must be above 0"),
+        ] {
+            let err = config(flags).unwrap_err();
+            assert_eq!(err, rule, "{flags:?}");
+        }
     }
 
     #[test]

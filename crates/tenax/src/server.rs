@@ -121,11 +121,14 @@ pub async fn run(
                 .await
                 .with_context(|| format!("listening on {at} (--metrics-listen)"))?;
             let bound = metrics_listener.local_addr().unwrap_or(at);
+            // Scrapers are few: a small table, half of it for any one address.
             let limits = ConnectionLimits {
                 header_read_timeout: std::time::Duration::from_millis(
                     config.header_read_timeout_ms,
                 ),
+                idle_timeout: std::time::Duration::from_millis(config.idle_timeout_ms),
                 max_connections: 64,
+                max_connections_per_address: 32,
                 tls: None,
             };
             let router = api::metrics::router(state.clone());
@@ -166,7 +169,9 @@ pub async fn run(
     };
     let limits = ConnectionLimits {
         header_read_timeout: std::time::Duration::from_millis(config.header_read_timeout_ms),
+        idle_timeout: std::time::Duration::from_millis(config.idle_timeout_ms),
         max_connections: config.max_connections,
+        max_connections_per_address: config.max_connections_per_address,
         tls,
     };
     crate::serve::serve(listener, app, &limits, shutdown).await;

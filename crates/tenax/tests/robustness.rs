@@ -331,39 +331,6 @@ async fn slow_clients_are_cut_off_and_connections_are_limited() {
     still_healthy(&server).await;
 }
 
-#[tokio::test]
-async fn connections_past_the_limit_wait_until_one_closes() {
-    use tokio::io::AsyncWriteExt as _;
-    let server =
-        TestServer::start(common::Options::manual().flags(&["--max-connections", "2"])).await;
-    let address = server.api.base.trim_start_matches("http://").to_owned();
-    // The harness's pooled connection holds one permit and the first raw connection the other;
-    // the second raw connection and the third wait in the kernel's backlog.
-    let idle: Vec<tokio::net::TcpStream> = {
-        let mut held = Vec::new();
-        for _ in 0..2 {
-            held.push(
-                tokio::net::TcpStream::connect(&address)
-                    .await
-                    .expect("connect"),
-            );
-        }
-        held
-    };
-    let mut third = tokio::net::TcpStream::connect(&address)
-        .await
-        .expect("the kernel queues it");
-    third
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .expect("write");
-    let (answer, _) = read_until_closed(&mut third, std::time::Duration::from_millis(500)).await;
-    assert!(answer.is_empty(), "served past the limit: {answer}");
-    drop(idle);
-    let (answer, _) = read_until_closed(&mut third, std::time::Duration::from_secs(5)).await;
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-}
-
 /// A handler with a bug.
 async fn boom() -> &'static str {
     let items: Vec<&'static str> = Vec::new();
@@ -438,7 +405,8 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
         let limits = tenax::serve::ConnectionLimits {
             header_read_timeout: std::time::Duration::from_secs(5),
             max_connections: 16,
-            tls: None,
+            max_connections_per_address: 16,
+            ..tenax::serve::ConnectionLimits::default()
         };
         tenax::serve::serve(listener, router, &limits, async move {
             let _ = stopped.await;
@@ -574,6 +542,92 @@ async fn transport_errors_are_in_each_apis_shape() {
         .await
         .expect("an answer");
     assert!(response.headers().contains_key("x-request-id"));
+    still_healthy(&server).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_announced_over_the_limit_is_refused_before_it_is_sent() {
+    use http_body_util::BodyExt as _;
+    use tokio::io::AsyncWriteExt as _;
+    let server = TestServer::start(common::Options::manual().flags(&[
+        "--max-request-bytes",
+        "2048",
+        // Were the server to wait for the body, it would answer 408 only after this.
+        "--request-timeout",
+        "1h",
+    ]))
+    .await;
+    let address = server.api.base.trim_start_matches("http://").to_owned();
+    let patience = common::PATIENCE;
+    // Headers only, over HTTP/1.1: native and Zaqar shapes; with `Expect: 100-continue`, no
+    // `100 Continue` first.
+    for (path, extra, shape) in [
+        ("/api/jobs", "", r#""field":"body""#),
+        ("/api/jobs", "Expect: 100-continue\r\n", r#""field":"body""#),
+        (
+            "/v2/queues/q/messages",
+            "Client-ID: 3381af92-2b9e-11e3-b191-71861300734c\r\n",
+            "Request Entity Too Large",
+        ),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(&address)
+            .await
+            .expect("connect");
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+             Content-Length: 1000000\r\nConnection: close\r\n{extra}\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.expect("write");
+        let (answer, closed) = read_until_closed(&mut stream, patience).await;
+        assert!(closed, "{path}: no answer in time: {answer}");
+        assert!(answer.starts_with("HTTP/1.1 413"), "{path}: {answer}");
+        assert!(answer.contains(shape), "{path}: {answer}");
+    }
+    // Chunked: refused once what arrived passes the limit, without waiting for the end.
+    let mut stream = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connect");
+    let mut chunked =
+        "POST /api/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+                       Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n1000\r\n"
+            .to_owned();
+    chunked.push_str(&"x".repeat(0x1000));
+    chunked.push_str("\r\n");
+    stream.write_all(chunked.as_bytes()).await.expect("write");
+    let (answer, closed) = read_until_closed(&mut stream, patience).await;
+    assert!(closed && answer.starts_with("HTTP/1.1 413"), "{answer}");
+    // HTTP/2 (h2c): the headers announce it; the body never comes.
+    let tcp = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connect");
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("an HTTP/2 handshake");
+    tokio::spawn(connection);
+    let never = http_body_util::StreamBody::new(futures_util::stream::pending::<
+        Result<hyper::body::Frame<bytes::Bytes>, std::convert::Infallible>,
+    >());
+    let request = hyper::Request::post(format!("http://{address}/api/jobs"))
+        .header("content-type", "application/json")
+        .header("content-length", "1000000")
+        .body(never)
+        .expect("a request");
+    let response = tokio::time::timeout(patience, sender.send_request(request))
+        .await
+        .expect("an answer in time")
+        .expect("an answer");
+    assert_eq!(response.status(), 413);
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("the body")
+        .to_bytes();
+    let body: Value = serde_json::from_slice(&body).expect("JSON");
+    assert_eq!(body["error"]["field"], "body", "{body}");
     still_healthy(&server).await;
 }
 

@@ -5,7 +5,9 @@
 //!   request (a tracing span);
 //! - the body, read whole within the size limit (`--max-request-bytes`, else 413) and the
 //!   request timeout (`--request-timeout`, else 408), so a body that trickles in cannot hold a
-//!   connection and a handler never sees a partial body;
+//!   connection and a handler never sees a partial body. A body whose announced length
+//!   (`Content-Length`, on HTTP/1.1 or HTTP/2) is over the limit is answered 413 at once,
+//!   without reading it; one without (chunked) as soon as what arrived passes the limit;
 //! - a path that is not valid UTF-8 once percent-decoded is refused before routing;
 //! - a panic in a handler becomes a 500 with the request id and a logged error event, never a
 //!   dropped connection;
@@ -25,7 +27,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::body::Body;
+use axum::body::{Body, HttpBody as _};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
@@ -218,19 +220,26 @@ async fn read_and_handle(
     next: Next,
     id: &Arc<str>,
 ) -> Response {
+    let too_large = || {
+        shape.error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            Some("body"),
+            format!(
+                "must be at most {} bytes (--max-request-bytes)",
+                limits.max_request_bytes
+            ),
+        )
+    };
+    // The lower bound of the size hint is the announced length, if any.
+    if body.size_hint().lower() > u64::try_from(limits.max_request_bytes).unwrap_or(u64::MAX) {
+        return too_large();
+    }
     let read = Limited::new(body, limits.max_request_bytes).collect();
     let bytes = match tokio::time::timeout(limits.request_timeout, read).await {
         Ok(Ok(collected)) => collected.to_bytes(),
         Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => {
-            return shape.error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                Some("body"),
-                format!(
-                    "must be at most {} bytes (--max-request-bytes)",
-                    limits.max_request_bytes
-                ),
-            );
+            return too_large();
         }
         Ok(Err(error)) => {
             return shape.error(
