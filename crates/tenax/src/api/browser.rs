@@ -199,12 +199,19 @@ fn check_body_type(parts: &Parts, zaqar: bool) -> Result<(), Refusal> {
     if !refused {
         return Ok(());
     }
+    // curl's -d sends a form: say what it needs instead.
+    let hint = if declared.is_some_and(is_form) {
+        " (curl -d sends a form: use curl --json)"
+    } else {
+        ""
+    };
     Err(Refusal {
         status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
         code: "unsupported_media_type",
         field: "Content-Type",
         message: format!(
-            "must be application/json (a JSON media type) for a request with a body, got {}",
+            "must be application/json (a JSON media type) for a request with a body, got \
+             {}{hint}",
             declared.map_or_else(|| "none".to_owned(), |m| format!("{m:?}"))
         ),
     })
