@@ -32,7 +32,9 @@ pub struct ListedOrElse {
     /// Whether a listed certificate must also be made out to the host (libpq's `verify-ca`
     /// does not check names).
     pub check_name: bool,
-    pub inner: Arc<dyn ServerCertVerifier>,
+    /// What judges every other certificate; `None` when no root certificate could be loaded:
+    /// every other certificate then has an unknown issuer.
+    pub inner: Option<Arc<dyn ServerCertVerifier>>,
     pub provider: Arc<CryptoProvider>,
 }
 
@@ -50,13 +52,18 @@ impl ServerCertVerifier for ListedOrElse {
             .iter()
             .any(|listed| listed.as_ref() == end_entity.as_ref())
         {
-            return self.inner.verify_server_cert(
-                end_entity,
-                intermediates,
-                server_name,
-                ocsp_response,
-                now,
-            );
+            return match &self.inner {
+                Some(inner) => inner.verify_server_cert(
+                    end_entity,
+                    intermediates,
+                    server_name,
+                    ocsp_response,
+                    now,
+                ),
+                None => Err(rustls::Error::InvalidCertificate(
+                    CertificateError::UnknownIssuer,
+                )),
+            };
         }
         let certificate = x509_cert::Certificate::from_der(end_entity.as_ref())
             .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
@@ -165,62 +172,6 @@ fn common_name(certificate: &x509_cert::Certificate) -> Option<String> {
                 })
                 .ok()
         })
-}
-
-/// A verifier for when no root certificate could be loaded: every certificate has an unknown
-/// issuer (a listed one is still trusted by [`ListedOrElse`] around it).
-#[derive(Debug)]
-pub struct NoRoots {
-    pub provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for NoRoots {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Err(rustls::Error::InvalidCertificate(
-            CertificateError::UnknownIssuer,
-        ))
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
 }
 
 /// A TLS failure as a sentence a user understands, for attempt logs and errors.
@@ -357,12 +308,14 @@ mod tests {
         ListedOrElse {
             listed: listed.to_vec(),
             check_name,
-            inner: rustls::client::WebPkiServerVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider.clone(),
-            )
-            .build()
-            .expect("a verifier"),
+            inner: Some(
+                rustls::client::WebPkiServerVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider.clone(),
+                )
+                .build()
+                .expect("a verifier"),
+            ),
             provider,
         }
     }
@@ -424,13 +377,17 @@ mod tests {
             explain(&error)
         );
         // Without the listing, WebPKI alone refuses the listed one (what this module is for).
-        let alone = checked.inner.verify_server_cert(
-            &with_names,
-            &[],
-            &ServerName::try_from("localhost").expect("a name"),
-            &[],
-            UnixTime::now(),
-        );
+        let alone = checked
+            .inner
+            .as_ref()
+            .expect("a verifier")
+            .verify_server_cert(
+                &with_names,
+                &[],
+                &ServerName::try_from("localhost").expect("a name"),
+                &[],
+                UnixTime::now(),
+            );
         let error = alone.expect_err("WebPKI refuses a CA as a server");
         assert!(
             explain(&error).contains("is a CA's, not a server's"),

@@ -315,40 +315,39 @@ fn tls_config(
     let provider = rustls::crypto::CryptoProvider::get_default()
         .cloned()
         .ok_or("no rustls crypto provider is installed")?;
-    let (inner, roots): (std::sync::Arc<dyn ServerCertVerifier>, PlatformRoots) =
-        match rustls_platform_verifier::Verifier::new(provider.clone()) {
-            Ok(_) => (
-                std::sync::Arc::new(
-                    rustls_platform_verifier::Verifier::new_with_extra_roots(
-                        extra_roots.iter().cloned(),
-                        provider.clone(),
-                    )
-                    .map_err(|e| format!("--delivery-ca-file: {e}"))?,
-                ),
-                PlatformRoots::Loaded,
-            ),
-            Err(missing) if extra_roots.is_empty() => (
-                std::sync::Arc::new(trust::NoRoots {
-                    provider: provider.clone(),
-                }),
-                PlatformRoots::Missing(missing.to_string()),
-            ),
-            Err(missing) => {
-                let mut store = rustls::RootCertStore::empty();
-                for root in extra_roots {
-                    store
-                        .add(root.clone())
-                        .map_err(|e| format!("--delivery-ca-file: {e}"))?;
-                }
-                let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
-                    std::sync::Arc::new(store),
+    let (inner, roots): (
+        Option<std::sync::Arc<dyn ServerCertVerifier>>,
+        PlatformRoots,
+    ) = match rustls_platform_verifier::Verifier::new(provider.clone()) {
+        Ok(_) => (
+            Some(std::sync::Arc::new(
+                rustls_platform_verifier::Verifier::new_with_extra_roots(
+                    extra_roots.iter().cloned(),
                     provider.clone(),
                 )
-                .build()
-                .map_err(|e| format!("--delivery-ca-file: {e}"))?;
-                (verifier, PlatformRoots::Missing(missing.to_string()))
+                .map_err(|e| format!("--delivery-ca-file: {e}"))?,
+            )),
+            PlatformRoots::Loaded,
+        ),
+        Err(missing) if extra_roots.is_empty() => {
+            (None, PlatformRoots::Missing(missing.to_string()))
+        }
+        Err(missing) => {
+            let mut store = rustls::RootCertStore::empty();
+            for root in extra_roots {
+                store
+                    .add(root.clone())
+                    .map_err(|e| format!("--delivery-ca-file: {e}"))?;
             }
-        };
+            let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                std::sync::Arc::new(store),
+                provider.clone(),
+            )
+            .build()
+            .map_err(|e| format!("--delivery-ca-file: {e}"))?;
+            (Some(verifier), PlatformRoots::Missing(missing.to_string()))
+        }
+    };
     let verifier = trust::ListedOrElse {
         listed: extra_roots.to_vec(),
         check_name: true,

@@ -183,10 +183,10 @@ impl Check {
                 .with_custom_certificate_verifier(Arc::new(ListedOrElse {
                     listed: file.certificates.clone(),
                     check_name: false,
-                    inner: Arc::new(Lenient {
+                    inner: Some(Arc::new(Lenient {
                         roots: Some(Arc::new(roots(file)?)),
                         provider: provider.clone(),
-                    }),
+                    })),
                     provider,
                 }))
                 .with_no_client_auth(),
@@ -195,12 +195,14 @@ impl Check {
                 .with_custom_certificate_verifier(Arc::new(ListedOrElse {
                     listed: file.certificates.clone(),
                     check_name: true,
-                    inner: rustls::client::WebPkiServerVerifier::builder_with_provider(
-                        Arc::new(roots(file)?),
-                        provider.clone(),
-                    )
-                    .build()
-                    .map_err(|e| format!("{}: {e}", file.path.display()))?,
+                    inner: Some(
+                        rustls::client::WebPkiServerVerifier::builder_with_provider(
+                            Arc::new(roots(file)?),
+                            provider.clone(),
+                        )
+                        .build()
+                        .map_err(|e| format!("{}: {e}", file.path.display()))?,
+                    ),
                     provider,
                 }))
                 .with_no_client_auth(),
