@@ -1,0 +1,161 @@
+"""One run of the fault harness: the network, PostgreSQL (a primary and a synchronous standby),
+the Tenax nodes, the receiver; the workload and the nemesis for the run's time; then every fault
+healed, the jobs drained, the final state read, everything stopped and removed. The checker
+(`checker.py`, separate from all of this) then reads what the run wrote.
+
+    python3 -m harness.main --minutes 3 --seed 1 --out DIR [--bin target/debug/tenax]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+from .client import Client
+from .final import read, wait_drained
+from .history import History
+from .nemesis import KINDS, Nemesis
+from .net import BRIDGE_IP, Network
+from .nodes import Node, faketime_lib
+from .pg import Cluster
+from .receiver import Receiver
+from .workload import Setup, Workload, prepare, retry_forever
+
+HOSTS = [("pg1", "10.77.0.21"), ("pg2", "10.77.0.22"),
+         ("n1", "10.77.0.11"), ("n2", "10.77.0.12"), ("n3", "10.77.0.13")]
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--bin", default="target/debug/tenax")
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--producers", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--claimers", type=int, default=2)
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**9)
+    os.makedirs(args.out, exist_ok=True)
+    binary = os.path.abspath(args.bin)
+    log(f"seed {seed}: replay with --seed {seed}")
+    if os.geteuid() != 0:
+        log("the harness makes network namespaces: run it as root")
+        return 2
+    if faketime_lib() is None:
+        log("libfaketime is missing (apt-get install faketime): clock skew faults are off")
+
+    net = Network()
+    nodes: dict[str, Node] = {}
+    cluster = None
+    receiver = None
+    history = History(f"{args.out}/history.jsonl")
+    try:
+        log("making the network")
+        net.create(HOSTS)
+        log(f"netem: {'yes' if net.netem else 'no (a token bucket slows links instead)'}")
+        log("making PostgreSQL: a primary and a synchronous standby")
+        cluster = Cluster(net, ["pg1", "pg2"], f"{args.out}/pg")
+        cluster.create()
+        key = f"{args.out}/secrets.key"
+        if os.path.exists(key):
+            os.remove(key)
+        subprocess.run([binary, "secrets", "generate-key", key], check=True,
+                       stdout=subprocess.DEVNULL)
+        for name in ("n1", "n2", "n3"):
+            nodes[name] = Node(name, net, binary, cluster.url(), key, f"{args.out}/nodes", [])
+            nodes[name].start()
+        for node in nodes.values():
+            if not node.wait_up():
+                raise RuntimeError(f"node {node.name} did not come up: {node.dir}/server.log")
+        receiver = Receiver(BRIDGE_IP, history, seed, fail_share=0.2)
+        receiver.start()
+        bases = [n.base for n in nodes.values()]
+        setup = Setup()
+        admin = Client(bases, random.Random(seed))
+        prepare(admin, setup, receiver.url, history)
+
+        kinds = [k for k in args.kinds.split(",") if k]
+        if faketime_lib() is None and "skew" in kinds:
+            kinds.remove("skew")
+        workload = Workload(bases, history, setup, seed)
+        nemesis = Nemesis(net, cluster, nodes, history, seed, kinds)
+        log(f"running the workload and the nemesis for {args.minutes} min ({', '.join(kinds)})")
+        workload.start(args.producers, args.workers, args.claimers)
+        nemesis.start()
+        deadline = time.monotonic() + args.minutes * 60
+        while time.monotonic() < deadline and nemesis.error is None:
+            time.sleep(min(10.0, max(0.0, deadline - time.monotonic())))
+            log(f"{history.ops} operations, {history.faults} fault records")
+
+        log("healing every fault")
+        nemesis.stop()
+        if nemesis.error is not None:
+            raise RuntimeError(f"the nemesis failed: {nemesis.error}")
+        net.heal_all()
+        cluster.heal()
+        for node in nodes.values():
+            node.heal()
+        for node in nodes.values():
+            if not node.wait_up():
+                raise RuntimeError(f"node {node.name} did not come back: {node.dir}/server.log")
+        history.write({"kind": "healed", "t0": time.time(), "value": {}})
+        workload.stop_producing()
+        retry_forever(admin, "POST", "/api/schedules/tick/pause", {})
+        history.write({"kind": "schedule-paused", "t0": time.time(), "value": {}})
+        workload.drain()
+        drained_in = wait_drained(admin, setup, within=180)
+        history.write({"kind": "drained", "t0": time.time(), "value": {"seconds": drained_in}})
+        log("drained" if drained_in >= 0 else "NOT drained within 180 s")
+        workload.stop()
+        log("reading the final state")
+        state = read(admin, setup)
+        state["nemesis"] = nemesis.counts
+        state["seed"] = seed
+        state["minutes"] = args.minutes
+        state["failovers"] = cluster.failovers
+        state["leadership"] = leadership(nodes)
+        with open(f"{args.out}/final.json", "w") as f:
+            json.dump(state, f)
+        return 0
+    finally:
+        log("stopping and removing everything")
+        for node in nodes.values():
+            try:
+                node.stop()
+            except Exception as error:  # noqa: BLE001 (tearing down whatever is left)
+                log(f"stopping {node.name}: {error}")
+        if receiver is not None:
+            receiver.stop()
+        if cluster is not None:
+            cluster.stop()
+        net.remove()
+        history.close()
+
+
+def leadership(nodes: dict[str, Node]) -> list[dict]:
+    """When each node took the lead, from its log (JSON lines are not used: the text's time)."""
+    taken = []
+    for node in nodes.values():
+        try:
+            with open(f"{node.dir}/server.log") as f:
+                for line in f:
+                    if "leads the maintenance" in line:
+                        taken.append({"node": node.name, "at": line.split(" ")[0]})
+        except OSError:
+            pass
+    return taken
+
+
+if __name__ == "__main__":
+    sys.exit(main())
