@@ -286,7 +286,8 @@ impl Model {
         }
     }
 
-    /// The lease `ack` may act on, or the error the engine must answer.
+    /// The lease `ack` may act on now, or the error the engine must answer: a lease ends at
+    /// its expiry, whether or not the maintenance loop has ended it yet.
     fn check(&self, ack: Ack) -> Result<Lease, StoreError> {
         let job = &self.jobs[&ack.id];
         if job.status != Status::InFlight {
@@ -296,7 +297,7 @@ impl Model {
             });
         }
         match job.lease {
-            Some(lease) if lease.token == ack.lease => Ok(lease),
+            Some(lease) if lease.token == ack.lease && lease.expires_at_ms > self.now => Ok(lease),
             _ => Err(StoreError::LeaseLost { id: ack.id }),
         }
     }

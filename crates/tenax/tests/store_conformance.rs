@@ -19,7 +19,7 @@
 //! | `JobLeases`         | `take_jobs`            | `take_is_by_priority_then_age_and_leases`, `claims_are_renewed_ended_and_forgotten`, `deliveries_are_taken_finished_and_logged`; limits: `concurrency_limits_hold_takes_back`, `rate_limits_hold_takes_back_across_restarts`, `a_take_with_an_older_clock_counts_the_starts_of_its_period` |
 //! |                     | `extend_lease`         | `expired_leases_go_to_the_decision`                                                     |
 //! |                     | `complete_jobs`        | `complete_needs_the_current_lease`, `backlog_and_lease_facts_are_reported`, `lease_tokens_are_unpredictable_and_exact` |
-//! |                     | `fail_job`             | `fail_asks_the_decision_and_records_it`                                                 |
+//! |                     | `fail_job`             | `fail_asks_the_decision_and_records_it`, `acknowledgements_after_a_leases_end_are_refused` |
 //! |                     | `finish_delivery`      | `deliveries_are_taken_finished_and_logged`                                              |
 //! |                     | `pop_jobs`             | `pop_takes_and_deletes_ready_jobs`, `rate_limits_hold_takes_back_across_restarts`, `takes_and_pops_skip_jobs_past_their_expiry` |
 //! | `ClaimStore`        | `claim`                | `claims_are_renewed_ended_and_forgotten`, `a_closed_stream_releases_its_jobs`           |
@@ -1508,6 +1508,48 @@ async fn lease_tokens_are_unpredictable_and_exact(backend: &impl Backend) {
         matches!(results[0], Err(StoreError::LeaseLost { .. })),
         "{results:?}"
     );
+    close(store).await;
+}
+
+/// A lease ends at its expiry by the server's time, whether or not the maintenance loop has
+/// ended it yet: from then on its worker's heartbeat, completion and failure are refused as
+/// those of a lease taken over, and the job stays in flight for the expiry to decide.
+async fn acknowledgements_after_a_leases_end_are_refused(backend: &impl Backend) {
+    const DAY: u64 = 86_400 * SECOND;
+    let store = backend.open(T0).await;
+    enqueue(&store, vec![job("q"); 4], T0).await;
+    let taken = take(&store, &["q"], 4, T0).await;
+    let end = taken[0].lease_expires_at_ms;
+    assert_eq!(end, T0 + 30 * SECOND);
+    // Just before the end: a heartbeat holds the first a while longer.
+    let extended = store
+        .extend_lease(ack(&taken[0]), 30 * SECOND, DAY, end - 1)
+        .await
+        .expect("in time");
+    assert_eq!(extended, end - 1 + 30 * SECOND);
+    // At the end and after it, each of the others is refused.
+    let lost = |job: &TakenJob| StoreError::LeaseLost { id: job.id };
+    assert_eq!(
+        store
+            .extend_lease(ack(&taken[1]), 30 * SECOND, DAY, end)
+            .await,
+        Err(lost(&taken[1]))
+    );
+    let results = store
+        .complete_plain(&[ack(&taken[2]), ack(&taken[0])], true, end + 1)
+        .await
+        .expect("one commit");
+    assert_eq!(results, [Err(lost(&taken[2])), Ok(())]);
+    assert_eq!(
+        store
+            .fail_job(ack(&taken[3]), end, &retry(end, SECOND, "late"))
+            .await
+            .map(drop),
+        Err(lost(&taken[3]))
+    );
+    for job in &taken[1..] {
+        assert_eq!(status(&store, job.id).await, Some(Status::InFlight));
+    }
     close(store).await;
 }
 
@@ -5536,6 +5578,7 @@ macro_rules! conformance_suite {
                 a_queues_expiry_waits_for_a_lease_being_ended,
                 takes_and_pops_skip_jobs_past_their_expiry,
                 lease_tokens_are_unpredictable_and_exact,
+                acknowledgements_after_a_leases_end_are_refused,
                 due_jobs_are_promoted,
                 a_closed_stream_releases_its_jobs,
                 dead_jobs_are_replayed,

@@ -128,7 +128,7 @@ impl JobLeases for EmbeddedStore {
         now_ms: UnixMs,
     ) -> Result<UnixMs, StoreError> {
         let mut inner = self.inner.lock();
-        let lease = self.check_lease(&inner.index, ack)?;
+        let lease = self.check_lease(&inner.index, ack, Some(now_ms))?;
         let expires_at_ms = now_ms
             .saturating_add(lease_ms)
             .min(lease.taken_at_ms.saturating_add(max_attempt_ms));
@@ -152,7 +152,7 @@ impl JobLeases for EmbeddedStore {
             let mut ops = Vec::with_capacity(acks.len());
             let mut results = Vec::with_capacity(acks.len());
             for ack in acks {
-                if let Err(error) = self.check_lease(&inner.index, *ack) {
+                if let Err(error) = self.check_lease(&inner.index, *ack, Some(now_ms)) {
                     results.push(Err(error));
                     continue;
                 }
@@ -188,7 +188,7 @@ impl JobLeases for EmbeddedStore {
     ) -> Result<Transition, StoreError> {
         let (transition, receiver) = {
             let mut inner = self.inner.lock();
-            self.check_lease(&inner.index, ack)?;
+            self.check_lease(&inner.index, ack, Some(now_ms))?;
             let inner = &mut *inner;
             let mut transition =
                 decide_on(inner, ack.id, decide).ok_or(StoreError::NotFound(ack.id))?;
@@ -211,7 +211,9 @@ impl JobLeases for EmbeddedStore {
     ) -> Result<Finished, StoreError> {
         let (finished, receiver) = {
             let mut inner = self.inner.lock();
-            self.check_lease(&inner.index, ack)?;
+            // The runner's own lease: its attempt's outcome is kept even when the answer came
+            // after the lease's end (the lease then has not been taken over: same token).
+            self.check_lease(&inner.index, ack, None)?;
             let log = Op::PutAttempt {
                 id: ack.id,
                 entry: to_json_bytes(attempt),
@@ -432,10 +434,16 @@ pub(super) fn decide_on(inner: &Inner, id: JobId, decide: &Decide<'_>) -> Option
 }
 
 impl EmbeddedStore {
-    /// The lease of an in-flight job, if `ack` may act on it. A job not in memory may be
-    /// completed (on disk), which is said as such.
-    fn check_lease(&self, index: &Index, ack: Ack) -> Result<Lease, StoreError> {
-        match lease_of(index, ack) {
+    /// The lease of an in-flight job, if `ack` may act on it (and, with `live_at`, if it has
+    /// not ended by then). A job not in memory may be completed (on disk), which is said as
+    /// such.
+    fn check_lease(
+        &self,
+        index: &Index,
+        ack: Ack,
+        live_at: Option<UnixMs>,
+    ) -> Result<Lease, StoreError> {
+        match lease_of(index, ack, live_at) {
             Err(StoreError::NotFound(id)) if self.completed_job(id)?.is_some() => {
                 Err(StoreError::NotInFlight {
                     id,
@@ -447,8 +455,11 @@ impl EmbeddedStore {
     }
 }
 
-/// The lease of an in-flight job in memory, if `ack` may act on it.
-fn lease_of(index: &Index, ack: Ack) -> Result<Lease, StoreError> {
+/// The lease of an in-flight job in memory, if `ack` may act on it: its token is the current
+/// lease's and, with `live_at`, the lease has not ended by then. A lease ends at its expiry by
+/// the server's time, whether or not the maintenance loop has ended it yet, so a worker's
+/// acknowledgement after that is refused as one of a lease taken over is.
+fn lease_of(index: &Index, ack: Ack, live_at: Option<UnixMs>) -> Result<Lease, StoreError> {
     let entry = index.get(ack.id).ok_or(StoreError::NotFound(ack.id))?;
     if entry.status != Status::InFlight {
         return Err(StoreError::NotInFlight {
@@ -457,7 +468,7 @@ fn lease_of(index: &Index, ack: Ack) -> Result<Lease, StoreError> {
         });
     }
     let lease = entry.lease().ok_or(StoreError::LeaseLost { id: ack.id })?;
-    if ack.lease != lease.token {
+    if ack.lease != lease.token || live_at.is_some_and(|now| lease.expires_at_ms <= now) {
         return Err(StoreError::LeaseLost { id: ack.id });
     }
     Ok(lease)

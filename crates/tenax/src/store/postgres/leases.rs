@@ -160,13 +160,14 @@ impl JobLeases for PostgresStore {
         let rows = query(
             &client,
             "UPDATE tenax_jobs SET lease_expires_at = least($3::bigint, taken_at + $4::bigint)
-             WHERE id = $1 AND status = 2 AND lease_token = $2
+             WHERE id = $1 AND status = 2 AND lease_token = $2 AND lease_expires_at > $5::bigint
              RETURNING lease_expires_at",
             &[
                 &id(ack.id.0),
                 &id(ack.lease.0),
                 &time(now_ms.saturating_add(lease_ms)),
                 &time(max_attempt_ms),
+                &time(now_ms),
             ],
         )
         .await
@@ -228,7 +229,7 @@ impl JobLeases for PostgresStore {
         let what = "failing a job";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
-        let row = check_ack(&tx, ack).await?;
+        let row = check_ack(&tx, ack, Some(now_ms)).await?;
         let mut context = Context::new(self.keys.clone());
         let transition = decide_and_apply(&tx, &mut context, &row, decide, now_ms, None).await?;
         tx.commit().await.map_err(fault(what))?;
@@ -248,7 +249,7 @@ impl JobLeases for PostgresStore {
         let what = "finishing a delivery";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
-        let row = check_ack(&tx, ack).await?;
+        let row = check_ack(&tx, ack, None).await?;
         let finished = if attempt.result == AttemptResult::Delivered {
             complete(
                 &tx,

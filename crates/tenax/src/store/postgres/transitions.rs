@@ -152,7 +152,15 @@ pub async fn status_of_job<C: GenericClient>(
 }
 
 /// Locks the job `ack` names and checks that `ack` holds its current lease.
-pub async fn check_ack<C: GenericClient>(client: &C, ack: Ack) -> Result<Row, StoreError> {
+/// Locks the job `ack` names and checks that `ack` may act on it: in flight under `ack`'s
+/// lease and, with `live_at`, a lease that has not ended by then (a worker's acknowledgement
+/// after its lease's end is refused whether or not the lease has been ended yet; the runner's
+/// own deliveries pass `None`).
+pub async fn check_ack<C: GenericClient>(
+    client: &C,
+    ack: Ack,
+    live_at: Option<UnixMs>,
+) -> Result<Row, StoreError> {
     let Some(row) = lock_job(client, ack.id).await? else {
         return Err(match status_of_job(client, ack.id).await? {
             Some(status) => StoreError::NotInFlight { id: ack.id, status },
@@ -163,7 +171,11 @@ pub async fn check_ack<C: GenericClient>(client: &C, ack: Ack) -> Result<Row, St
     if status != Status::InFlight {
         return Err(StoreError::NotInFlight { id: ack.id, status });
     }
-    if lease_token_of(&row) != Some(ack.lease) {
+    let ended = live_at.is_some_and(|now| {
+        row.get::<_, Option<i64>>(21)
+            .is_none_or(|end| untime(end) <= now)
+    });
+    if lease_token_of(&row) != Some(ack.lease) || ended {
         return Err(StoreError::LeaseLost { id: ack.id });
     }
     Ok(row)
@@ -329,11 +341,14 @@ pub async fn complete<C: GenericClient>(
     now_ms: UnixMs,
     attempt: Option<&Attempt>,
 ) -> Result<Vec<((i64, i64), LeaseFacts)>, StoreError> {
+    // A worker's completion needs a lease that has not ended; a delivery's (with its attempt)
+    // is the runner's own, kept whenever the lease is still its.
+    let live_at: Option<i64> = attempt.is_none().then(|| time(now_ms));
     let attempt: Option<String> = attempt.map(json);
     let rows = query(
         client,
         &COMPLETE,
-        &[&ids, &tokens, &time(now_ms), &retain, &attempt],
+        &[&ids, &tokens, &time(now_ms), &retain, &attempt, &live_at],
     )
     .await
     .map_err(fault("completing jobs"))?;
@@ -362,6 +377,7 @@ static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
              DELETE FROM tenax_jobs j
              USING unnest($1::bigint[], $2::bigint[]) AS a(id, token)
              WHERE j.id = a.id AND j.lease_token = a.token
+               AND ($6::bigint IS NULL OR j.lease_expires_at > $6::bigint)
              RETURNING j.*
          ), kept AS (
              INSERT INTO tenax_finished ({TABLE_COLUMNS})
