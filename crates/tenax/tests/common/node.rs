@@ -4,6 +4,9 @@
 //!
 //! Used as `#[path = "common/node.rs"] mod node;` beside `mod common;`.
 
+// Each test binary uses a different subset of the helpers.
+#![allow(dead_code)]
+
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -75,6 +75,7 @@ impl Database {
             .rest
             .parse()
             .map_err(|e| invalid(&crate::http::chain(&e)))?;
+        check_hosts(&config)?;
         let mode = split
             .sslmode
             .as_deref()
@@ -148,6 +149,26 @@ impl Database {
     ) -> Result<(tokio_postgres::Client, Connection), tokio_postgres::Error> {
         self.config.connect(self.tls.clone()).await
     }
+}
+
+/// Refuses at start what tokio-postgres would refuse at every connect: with several hosts
+/// (`postgres://h1:p1,h2:p2/db`, `host=h1,h2 port=p1,p2`), one port for all or one per host,
+/// and as many `hostaddr`s as hosts.
+fn check_hosts(config: &tokio_postgres::Config) -> Result<(), String> {
+    let (hosts, addresses) = (config.get_hosts().len(), config.get_hostaddrs().len());
+    if hosts > 0 && addresses > 0 && hosts != addresses {
+        return Err(format!(
+            "--database-url: {hosts} hosts and {addresses} hostaddrs: give one address per host"
+        ));
+    }
+    let (hosts, ports) = (hosts.max(addresses), config.get_ports().len());
+    if ports > 1 && ports != hosts {
+        return Err(format!(
+            "--database-url: {hosts} hosts and {ports} ports: give one port for all the hosts, \
+             or one per host"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether the session of `client` still answers, within [`CONNECT_TIMEOUT`], and is on a
@@ -301,6 +322,48 @@ mod tests {
             assert!(error.contains(rule), "{rule}: {error}");
             assert!(!error.contains("secret"), "{error}");
         }
+    }
+
+    #[test]
+    fn several_hosts_are_read_in_both_spellings() {
+        use tokio_postgres::config::Host;
+        let tcp = |name: &str| Host::Tcp(name.to_owned());
+        for text in [
+            "postgres://tenax:pw@db1:5432,db2:5433/tenax?sslmode=disable",
+            "host=db1,db2 port=5432,5433 user=tenax password=pw dbname=tenax sslmode=disable",
+        ] {
+            let database = Database::new(text, None).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let config = database.config();
+            assert_eq!(config.get_hosts(), [tcp("db1"), tcp("db2")], "{text}");
+            assert_eq!(config.get_ports(), [5432, 5433], "{text}");
+            assert_eq!(config.get_dbname(), Some("tenax"), "{text}");
+            // The primary is chosen among them.
+            assert_eq!(
+                config.get_target_session_attrs(),
+                TargetSessionAttrs::ReadWrite,
+                "{text}"
+            );
+        }
+        let one_port = Database::new("host=db1,db2,db3 port=6432 dbname=t", None).unwrap();
+        assert_eq!(one_port.config().get_hosts().len(), 3);
+        assert_eq!(one_port.config().get_ports(), [6432]);
+        // A URL names each host's port, 5432 when it does not.
+        let v6 = Database::new(
+            "postgresql://[::1]:5433,db2/t?target_session_attrs=read-write",
+            None,
+        )
+        .unwrap();
+        assert_eq!(v6.config().get_hosts(), [tcp("::1"), tcp("db2")]);
+        assert_eq!(v6.config().get_ports(), [5433, 5432]);
+        assert_eq!(
+            said("host=a,b,c port=1,2 dbname=t", None),
+            "error: --database-url: 3 hosts and 2 ports: give one port for all the hosts, or \
+             one per host"
+        );
+        assert_eq!(
+            said("host=a,b hostaddr=10.0.0.1 dbname=t", None),
+            "error: --database-url: 2 hosts and 1 hostaddrs: give one address per host"
+        );
     }
 
     #[test]
