@@ -6,7 +6,9 @@
 //!   unless the URL names its own): after a failover, a host name that still leads to the old
 //!   primary, now a standby, is refused at connect, and with several hosts
 //!   (`host=a,b`) the writable one is chosen.
-//! - A connection may take at most [`CONNECT_TIMEOUT`] unless the URL says otherwise.
+//! - A connection may take at most [`CONNECT_TIMEOUT`], and a silent host is given up within
+//!   [`TCP_USER_TIMEOUT`] ([`KEEPALIVES_IDLE`] for an idle connection), unless the URL says
+//!   otherwise.
 
 use std::path::Path;
 use std::time::Duration;
@@ -22,6 +24,19 @@ use crate::config::CaFile;
 
 /// The longest a new connection may take, unless the URL names a `connect_timeout`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long data sent on a connection may go unacknowledged by the database's host before the
+/// connection is given up (`TCP_USER_TIMEOUT`), unless the URL names a `tcp_user_timeout`. A
+/// host that went silent without closing its connections (a machine lost, a network
+/// partition) otherwise holds the statements sent to it for as long as TCP retransmits, about
+/// 15 minutes on Linux; with this they fail (503) within it. Only an unreachable host leaves
+/// data unacknowledged that long: a slow statement does not.
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection may sit idle before TCP probes its host, unless the URL names
+/// `keepalives_idle`: with [`TCP_USER_TIMEOUT`], an idle connection to a silent host is given
+/// up within both, rather than handed to a request by the pool.
+pub const KEEPALIVES_IDLE: Duration = Duration::from_secs(5);
 
 /// A connection's driver: it must be polled (spawned) for its client to work.
 pub type Connection =
@@ -112,6 +127,12 @@ impl Database {
         }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(TCP_USER_TIMEOUT);
+        }
+        if !split.keywords.iter().any(|k| k == "keepalives_idle") {
+            config.keepalives_idle(KEEPALIVES_IDLE);
         }
         let said = match mode {
             SslMode::Disable => "without TLS (sslmode=disable)".to_owned(),
@@ -381,7 +402,18 @@ mod tests {
             database.config().get_ssl_mode(),
             tokio_postgres::config::SslMode::Prefer
         );
-        let own = Database::new("host=db target_session_attrs=any connect_timeout=9 sslmode=verify-full sslrootcert=system", None).unwrap();
+        assert_eq!(
+            database.config().get_tcp_user_timeout(),
+            Some(&TCP_USER_TIMEOUT)
+        );
+        assert!(database.config().get_keepalives());
+        assert_eq!(database.config().get_keepalives_idle(), KEEPALIVES_IDLE);
+        let own = Database::new("host=db target_session_attrs=any connect_timeout=9 tcp_user_timeout=30 keepalives_idle=60 sslmode=verify-full sslrootcert=system", None).unwrap();
+        assert_eq!(
+            own.config().get_tcp_user_timeout(),
+            Some(&Duration::from_secs(30))
+        );
+        assert_eq!(own.config().get_keepalives_idle(), Duration::from_secs(60));
         assert_eq!(
             own.config().get_target_session_attrs(),
             TargetSessionAttrs::Any
