@@ -62,8 +62,9 @@ pub enum Offered {
     First,
     /// Its bound is tighter than the kept sample's now: the estimate moves to it.
     Better,
-    /// It disagrees with the estimate by more than both bounds: the database's clock was
-    /// stepped, by this many microseconds (the estimate follows).
+    /// It disagrees with the estimate by more than both bounds, by this many microseconds:
+    /// the database's clock was stepped, or this server's monotonic clock stood still (a
+    /// suspended machine). The estimate follows it.
     Stepped(i64),
     /// The kept sample is still the better one.
     Kept,
@@ -205,9 +206,12 @@ impl DatabaseTime {
             .saturating_sub(wall_at_received_us);
         let error = state.best.map_or(0, |best| best.error_at(sample.received));
         if let Offered::Stepped(by) = offered {
+            // Either clock may have moved: the database's stepped, or this machine was
+            // suspended (its monotonic clock stops meanwhile). Either way the database's wins.
             tracing::warn!(
                 by = %seconds(by),
-                "PostgreSQL's clock was stepped; this server follows it"
+                "PostgreSQL's clock moved against this server's monotonic clock (stepped, or \
+                 this machine was suspended); this server follows it"
             );
         }
         match state.logged_us {
