@@ -1,8 +1,9 @@
 //! Whose clock decides on PostgreSQL: the database's. Two `tenax serve` processes share one
-//! database, one of them under libfaketime with its wall clock two minutes ahead, and that one
-//! leads the maintenance. It neither expires a lease the other server handed out early, nor
-//! promotes a scheduled job early, and the times both servers answer agree with the
-//! database's clock within the stated bound (docs/postgres.md, "Whose clock decides what").
+//! database, one of them under libfaketime with its wall clock two minutes off. When it is
+//! ahead, it leads the maintenance and judges the other's times; when it is behind, the other
+//! leads and judges its times. Either way no lease is expired early and no scheduled job is
+//! promoted early, and the times both servers answer agree with the database's clock within
+//! the stated bound (docs/postgres.md, "Whose clock decides what").
 //!
 //! Needs PostgreSQL's server programs (as every PostgreSQL test) and Debian's `faketime`
 //! package (`/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1`); skipped with a note
@@ -23,7 +24,7 @@ use serde_json::{Value, json};
 /// Where Debian's `faketime` package puts the library.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
-/// How far ahead the skewed server's wall clock is.
+/// How far off the skewed server's wall clock is, ahead or behind.
 const SKEW_MS: u64 = 120_000;
 
 /// How far a time a server answers may be from the database's clock (the test's own: one
@@ -98,7 +99,25 @@ async fn take_one(node: &Node, queue: &str, lease: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_skewed_leader_decides_by_the_databases_clock() {
+async fn a_leader_whose_clock_is_ahead_decides_by_the_databases_clock() {
+    skewed_cluster(Skew::Ahead).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_written_by_a_server_whose_clock_is_behind_are_the_databases() {
+    skewed_cluster(Skew::Behind).await;
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Skew {
+    /// The skewed server is ahead, and leads: it judges the times the other writes.
+    Ahead,
+    /// The skewed server is behind, and the other leads: it judges the times the skewed one
+    /// writes.
+    Behind,
+}
+
+async fn skewed_cluster(skew: Skew) {
     if !Path::new(LIBFAKETIME).is_file() {
         let required = std::env::var("TENAX_REQUIRE_POSTGRES").is_ok_and(|v| v == "1");
         assert!(
@@ -111,81 +130,93 @@ async fn a_skewed_leader_decides_by_the_databases_clock() {
     let Some(url) = postgres::fresh_database().await else {
         return;
     };
-    // The skewed server starts first and leads; its monotonic clock is left alone, so its
-    // timers run at the real rate.
-    let skew = format!("+{}s", SKEW_MS / 1_000);
-    let skewed = Node::start(
-        &url,
-        &[],
-        &[
-            ("LD_PRELOAD", LIBFAKETIME),
-            ("FAKETIME", &skew),
-            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-        ],
-    )
-    .await;
-    skewed.wait_until_leading().await;
-    let normal = Node::start(&url, &[], &[]).await;
+    let seconds = SKEW_MS / 1_000;
+    let faketime = match skew {
+        Skew::Ahead => format!("+{seconds}s"),
+        Skew::Behind => format!("-{seconds}s"),
+    };
+    // The skewed server's monotonic clock is left alone, so its timers run at the real rate.
+    let env = [
+        ("LD_PRELOAD", LIBFAKETIME),
+        ("FAKETIME", faketime.as_str()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    // The first server to start leads.
+    let (skewed, normal) = match skew {
+        Skew::Ahead => {
+            let skewed = Node::start(&url, &[], &env).await;
+            skewed.wait_until_leading().await;
+            (skewed, Node::start(&url, &[], &[]).await)
+        }
+        Skew::Behind => {
+            let normal = Node::start(&url, &[], &[]).await;
+            normal.wait_until_leading().await;
+            (Node::start(&url, &[], &env).await, normal)
+        }
+    };
+    let (leader, writer) = match skew {
+        Skew::Ahead => (&skewed, &normal),
+        Skew::Behind => (&normal, &skewed),
+    };
 
     // libfaketime is in effect: the skewed server's HTTP Date header is its own wall clock.
     let date = skewed.get("/healthz").await.date.expect("a Date header");
     let date = httpdate::parse_http_date(&date).expect("an HTTP date");
-    let date_ms = u64::try_from(date.duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap();
+    let date_ms = u64::try_from(
+        date.duration_since(UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis(),
+    )
+    .expect("a time in range");
+    let skewed_now = match skew {
+        Skew::Ahead => now_ms() + SKEW_MS,
+        Skew::Behind => now_ms() - SKEW_MS,
+    };
     assert!(
-        date_ms.abs_diff(now_ms() + SKEW_MS) < 5_000,
-        "the skewed server's wall clock is not {SKEW_MS} ms ahead: Date {date_ms}, now {}",
+        date_ms.abs_diff(skewed_now) < 5_000,
+        "the skewed server's wall clock is not {SKEW_MS} ms off: Date {date_ms}, now {}",
         now_ms()
     );
 
-    // A 30 s lease handed out by the normal server outlives a 1 s one the skewed leader
-    // expires: it is not expired two minutes early.
-    let long = normal
+    // A 30 s lease handed out by the writer outlives a 1 s one the leader expires: it is not
+    // expired two minutes early.
+    let long = writer
         .must_post("/api/jobs", json!({"queue": "long"}), 201)
         .await["id"]
         .as_u64()
         .expect("an id");
-    let short = normal
+    let short = writer
         .must_post("/api/jobs", json!({"queue": "short"}), 201)
         .await["id"]
         .as_u64()
         .expect("an id");
-    let before = now_ms();
-    let leased = take_one(&normal, "long", "30s").await;
-    let after = now_ms();
-    assert_eq!(leased["id"], long);
-    assert_agrees(
-        "a 30 s lease's end",
-        &leased["lease_expires_at"],
-        before,
-        after,
-        30_000,
-    );
-    assert_eq!(take_one(&normal, "short", "1s").await["id"], short);
-    wait_for(&normal, short, "ready").await;
+    assert_eq!(take_one(writer, "long", "30s").await["id"], long);
+    assert_eq!(take_one(writer, "short", "1s").await["id"], short);
+    wait_for(leader, short, "ready").await;
     assert_eq!(
-        normal.status(long).await.as_deref(),
+        leader.status(long).await.as_deref(),
         Some("in_flight"),
-        "the skewed leader expired a lease 29 s before its end"
+        "a lease was expired 29 s before its end"
     );
 
     // A job due in 20 s is still scheduled when one due in 1 s has been promoted.
-    let later = normal
+    let later = writer
         .must_post("/api/jobs", json!({"queue": "later", "delay": "20s"}), 201)
         .await["id"]
         .as_u64()
         .expect("an id");
-    let soon = normal
+    let soon = writer
         .must_post("/api/jobs", json!({"queue": "soon", "delay": "1s"}), 201)
         .await["id"]
         .as_u64()
         .expect("an id");
-    wait_for(&normal, soon, "ready").await;
+    wait_for(leader, soon, "ready").await;
     assert_eq!(
-        normal.status(later).await.as_deref(),
+        leader.status(later).await.as_deref(),
         Some("scheduled"),
-        "the skewed leader promoted a job 19 s early"
+        "a job was promoted 19 s early"
     );
-    assert_eq!(normal.status(long).await.as_deref(), Some("in_flight"));
+    assert_eq!(leader.status(long).await.as_deref(), Some("in_flight"));
 
     // The times both servers answer agree with the database's clock.
     for (node, name) in [(&skewed, "skewed"), (&normal, "normal")] {
@@ -224,11 +255,12 @@ async fn a_skewed_leader_decides_by_the_databases_clock() {
     }
 
     // Each server says how far the database's clock is from its own, and how well it knows it.
-    let skewed_metrics = skewed.metrics().await;
-    let offset = gauge(&skewed_metrics, "tenax_clock_offset_seconds");
     #[allow(clippy::cast_precision_loss)]
     let skew_s = SKEW_MS as f64 / 1_000.0;
-    assert!((offset + skew_s).abs() < 1.0, "skewed offset {offset}");
+    let skewed_metrics = skewed.metrics().await;
+    let offset = gauge(&skewed_metrics, "tenax_clock_offset_seconds");
+    let expected = if skew == Skew::Ahead { -skew_s } else { skew_s };
+    assert!((offset - expected).abs() < 1.0, "skewed offset {offset}");
     let normal_metrics = normal.metrics().await;
     let offset = gauge(&normal_metrics, "tenax_clock_offset_seconds");
     assert!(offset.abs() < 0.1, "normal offset {offset}");
@@ -249,6 +281,11 @@ async fn a_skewed_leader_decides_by_the_databases_clock() {
     let (seconds, rest) = said.split_once("s ").expect("seconds");
     let seconds: f64 = seconds.parse().expect("a number of seconds");
     assert!((seconds - skew_s).abs() < 1.0, "{said}");
-    assert!(rest.starts_with("behind its own"), "{said}");
-    assert!(!normal.leads(), "the normal server took the lead");
+    let side = if skew == Skew::Ahead {
+        "behind its own"
+    } else {
+        "ahead of its own"
+    };
+    assert!(rest.starts_with(side), "{said}");
+    assert!(!writer.leads(), "the writer took the lead");
 }
