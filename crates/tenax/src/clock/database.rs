@@ -140,7 +140,8 @@ impl DatabaseTime {
         let estimate = u64::try_from(self.estimate_us(instant) / 1_000).unwrap_or(0);
         let mut last = self.last_ms.load(Ordering::Acquire);
         loop {
-            if estimate < last && last - estimate <= HOLD_MS {
+            // Equal (the common case, many answers per millisecond): nothing to write.
+            if estimate <= last && last - estimate <= HOLD_MS {
                 return last;
             }
             match self.last_ms.compare_exchange_weak(
