@@ -59,7 +59,13 @@ pub async fn run(
     if let Some(path) = &config.secrets_key_file {
         crate::secrets::files::warn_if_loose(path, "the secrets key file");
     }
-    let store = store::open(&store_config, clock.now_ms())
+    // Servers sharing a database decide by its clock, not each by its own (docs/postgres.md,
+    // "Whose clock decides what"); a manual clock (tests) stays as it is.
+    let clock = match (&store_config, clock) {
+        (StoreConfig::Postgres(_), Clock::System) => Clock::database(),
+        (_, clock) => clock,
+    };
+    let store = store::open(&store_config, &clock)
         .await
         .with_context(|| format!("opening the store in {place}"))?;
     let engine = Arc::new(

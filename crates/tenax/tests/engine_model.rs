@@ -409,7 +409,9 @@ async fn engine(dir: &std::path::Path) -> Engine {
             secrets: None,
         },
     };
-    let store = store::open(&config, T0).await.expect("the store opens");
+    let store = store::open(&config, &Clock::manual(T0))
+        .await
+        .expect("the store opens");
     Engine::new(
         store,
         Clock::manual(T0),

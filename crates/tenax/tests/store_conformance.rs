@@ -5468,7 +5468,9 @@ impl Backend for Postgres {
     ) -> Result<Arc<dyn Store>, StoreError> {
         let database = Database::new(self.url(), None).expect("the test database's URL");
         let options = PostgresOptions::new(database, keys);
-        Ok(Arc::new(PostgresStore::open(&options, now_ms).await?))
+        Ok(Arc::new(
+            PostgresStore::open(&options, &tenax::clock::Clock::manual(now_ms)).await?,
+        ))
     }
 
     fn keys(&self) -> Arc<Keyring> {

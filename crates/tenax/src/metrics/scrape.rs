@@ -1,7 +1,8 @@
 //! A scrape: the counters and histograms as they are, and gauges read now: jobs by state per
 //! queue and the age of the ready job first in line (from the store), deliveries by state and
 //! endpoint health per subscription, and webhook endpoints by circuit breaker state and pause
-//! (stored, so every server shows the same).
+//! (stored, so every server shows the same), and on PostgreSQL the offset of the database's
+//! clock to this server's.
 //!
 //! The store's count may be costly on a large shared database: it is made again only once the
 //! last one is older than [`RECOUNT_FACTOR`] times the time it took, so counting takes at most
@@ -302,6 +303,28 @@ pub async fn render(engine: &Engine, deliveries: &Deliveries) -> String {
             );
         }
         Err(error) => tracing::warn!(%error, "reading endpoint states for the metrics failed"),
+    }
+
+    if let Some((offset_us, error_us)) = engine.clock.database_time().and_then(|t| t.offset()) {
+        #[allow(clippy::cast_precision_loss)]
+        let (offset_s, error_s) = (offset_us as f64 / 1e6, error_us as f64 / 1e6);
+        let offset = FloatGauge::default();
+        offset.set(offset_s);
+        gauges.register_with_unit(
+            "tenax_clock_offset",
+            "PostgreSQL's clock minus this server's wall clock: the servers sharing a database \
+             decide by PostgreSQL's clock, as each estimates it",
+            Unit::Seconds,
+            offset,
+        );
+        let error = FloatGauge::default();
+        error.set(error_s);
+        gauges.register_with_unit(
+            "tenax_clock_error",
+            "How far this server's estimate of PostgreSQL's clock may be off now",
+            Unit::Seconds,
+            error,
+        );
     }
 
     let mut text = String::new();

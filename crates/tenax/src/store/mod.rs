@@ -19,7 +19,7 @@ pub use postgres::PostgresStore;
 pub use seam::*;
 pub use types::*;
 
-use crate::clock::UnixMs;
+use crate::clock::Clock;
 
 /// Where the data lives and how to open it.
 #[derive(Debug, Clone)]
@@ -33,18 +33,19 @@ pub enum StoreConfig {
     Postgres(postgres::PostgresOptions),
 }
 
-/// Opens the backend `config` names.
-pub async fn open(config: &StoreConfig, now_ms: UnixMs) -> Result<Arc<dyn Store>, StoreError> {
+/// Opens the backend `config` names, at the time `clock` says (on PostgreSQL, a
+/// [`Clock::Database`] is sampled by the store, which keeps it up to date).
+pub async fn open(config: &StoreConfig, clock: &Clock) -> Result<Arc<dyn Store>, StoreError> {
     match config {
         StoreConfig::Embedded { dir, options } => {
-            let (dir, options) = (dir.clone(), options.clone());
+            let (dir, options, now_ms) = (dir.clone(), options.clone(), clock.now_ms());
             let opened =
                 tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, &options, now_ms))
                     .await
                     .map_err(|e| StoreError::storage("opening the embedded store", e))??;
             Ok(Arc::new(opened))
         }
-        StoreConfig::Postgres(options) => Ok(Arc::new(PostgresStore::open(options, now_ms).await?)),
+        StoreConfig::Postgres(options) => Ok(Arc::new(PostgresStore::open(options, clock).await?)),
     }
 }
 

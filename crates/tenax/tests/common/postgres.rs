@@ -24,6 +24,9 @@
 //! of other tests of the same binary running at that moment: a test that restarts the server
 //! belongs in a binary of its own, or must hold a lock that the binary's other tests hold too.
 
+// The helpers that run PostgreSQL's programs (`find_bindir`, `program`, `spawn_watchdog`, …)
+// are public for `replicated.rs`, which starts clusters of its own.
+
 // Each test binary uses a different subset of the helpers.
 #![allow(dead_code)]
 
@@ -317,7 +320,7 @@ fn find_server() -> Result<Server, String> {
 }
 
 /// The directory with PostgreSQL's server programs, if there is one.
-fn find_bindir() -> Option<PathBuf> {
+pub fn find_bindir() -> Option<PathBuf> {
     let complete = |dir: &Path| {
         ["initdb", "pg_ctl", "postgres"]
             .iter()
@@ -353,7 +356,7 @@ fn find_bindir() -> Option<PathBuf> {
 }
 
 /// Whether this process runs as root (PostgreSQL refuses to).
-fn running_as_root() -> bool {
+pub fn running_as_root() -> bool {
     // /proc/self belongs to the process's effective user.
     match std::fs::metadata("/proc/self") {
         Ok(meta) => meta.uid() == 0,
@@ -612,7 +615,7 @@ async fn admin_connect(admin: &url::Url) -> tokio_postgres::Client {
 }
 
 /// One of the server programs, run as the `postgres` user when `as_postgres`.
-fn program(bindir: &Path, name: &str, as_postgres: bool) -> Command {
+pub fn program(bindir: &Path, name: &str, as_postgres: bool) -> Command {
     let path = bindir.join(name);
     if as_postgres {
         let mut command = Command::new("runuser");
@@ -626,7 +629,7 @@ fn program(bindir: &Path, name: &str, as_postgres: bool) -> Command {
 /// Starts the [`WATCHDOG`] (and through it the postmaster) in a process group of its own, so
 /// that a Ctrl-C on the tests reaches neither it nor the server, with no inherited output: the
 /// server writes `server.log`.
-fn spawn_watchdog(
+pub fn spawn_watchdog(
     bindir: &Path,
     top: &Path,
     port: u16,
@@ -658,7 +661,7 @@ fn spawn_watchdog(
 }
 
 /// A loopback port nothing listens on (the moment it is asked).
-fn free_port() -> Result<u16, String> {
+pub fn free_port() -> Result<u16, String> {
     TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
         .and_then(|listener| listener.local_addr())
         .map(|address| address.port())
@@ -666,7 +669,7 @@ fn free_port() -> Result<u16, String> {
 }
 
 /// Appends `text` to the file at `path`.
-fn append(path: &Path, text: &str) -> Result<(), String> {
+pub fn append(path: &Path, text: &str) -> Result<(), String> {
     std::fs::OpenOptions::new()
         .append(true)
         .open(path)
@@ -675,7 +678,7 @@ fn append(path: &Path, text: &str) -> Result<(), String> {
 }
 
 /// The last few kilobytes of a log file, for an error message.
-fn tail(path: &Path) -> String {
+pub fn tail(path: &Path) -> String {
     const KEEP: u64 = 4096;
     match std::fs::File::open(path) {
         Ok(mut file) => {

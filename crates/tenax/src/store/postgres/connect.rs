@@ -6,7 +6,9 @@
 //!   unless the URL names its own): after a failover, a host name that still leads to the old
 //!   primary, now a standby, is refused at connect, and with several hosts
 //!   (`host=a,b`) the writable one is chosen.
-//! - A connection may take at most [`CONNECT_TIMEOUT`] unless the URL says otherwise.
+//! - A connection may take at most [`CONNECT_TIMEOUT`], and a silent host is given up within
+//!   [`TCP_USER_TIMEOUT`] ([`KEEPALIVES_IDLE`] for an idle connection), unless the URL says
+//!   otherwise.
 
 use std::path::Path;
 use std::time::Duration;
@@ -22,6 +24,19 @@ use crate::config::CaFile;
 
 /// The longest a new connection may take, unless the URL names a `connect_timeout`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long data sent on a connection may go unacknowledged by the database's host before the
+/// connection is given up (`TCP_USER_TIMEOUT`), unless the URL names a `tcp_user_timeout`. A
+/// host that went silent without closing its connections (a machine lost, a network
+/// partition) otherwise holds the statements sent to it for as long as TCP retransmits, about
+/// 15 minutes on Linux; with this they fail (503) within it. Only an unreachable host leaves
+/// data unacknowledged that long: a slow statement does not.
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection may sit idle before TCP probes its host, unless the URL names
+/// `keepalives_idle`: with [`TCP_USER_TIMEOUT`], an idle connection to a silent host is given
+/// up within both, rather than handed to a request by the pool.
+pub const KEEPALIVES_IDLE: Duration = Duration::from_secs(5);
 
 /// A connection's driver: it must be polled (spawned) for its client to work.
 pub type Connection =
@@ -75,6 +90,7 @@ impl Database {
             .rest
             .parse()
             .map_err(|e| invalid(&crate::http::chain(&e)))?;
+        check_hosts(&config)?;
         let mode = split
             .sslmode
             .as_deref()
@@ -112,6 +128,12 @@ impl Database {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(TCP_USER_TIMEOUT);
+        }
+        if !split.keywords.iter().any(|k| k == "keepalives_idle") {
+            config.keepalives_idle(KEEPALIVES_IDLE);
+        }
         let said = match mode {
             SslMode::Disable => "without TLS (sslmode=disable)".to_owned(),
             SslMode::Prefer => format!(
@@ -148,6 +170,26 @@ impl Database {
     ) -> Result<(tokio_postgres::Client, Connection), tokio_postgres::Error> {
         self.config.connect(self.tls.clone()).await
     }
+}
+
+/// Refuses at start what tokio-postgres would refuse at every connect: with several hosts
+/// (`postgres://h1:p1,h2:p2/db`, `host=h1,h2 port=p1,p2`), one port for all or one per host,
+/// and as many `hostaddr`s as hosts.
+fn check_hosts(config: &tokio_postgres::Config) -> Result<(), String> {
+    let (hosts, addresses) = (config.get_hosts().len(), config.get_hostaddrs().len());
+    if hosts > 0 && addresses > 0 && hosts != addresses {
+        return Err(format!(
+            "--database-url: {hosts} hosts and {addresses} hostaddrs: give one address per host"
+        ));
+    }
+    let (hosts, ports) = (hosts.max(addresses), config.get_ports().len());
+    if ports > 1 && ports != hosts {
+        return Err(format!(
+            "--database-url: {hosts} hosts and {ports} ports: give one port for all the hosts, \
+             or one per host"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether the session of `client` still answers, within [`CONNECT_TIMEOUT`], and is on a
@@ -304,6 +346,48 @@ mod tests {
     }
 
     #[test]
+    fn several_hosts_are_read_in_both_spellings() {
+        use tokio_postgres::config::Host;
+        let tcp = |name: &str| Host::Tcp(name.to_owned());
+        for text in [
+            "postgres://tenax:pw@db1:5432,db2:5433/tenax?sslmode=disable",
+            "host=db1,db2 port=5432,5433 user=tenax password=pw dbname=tenax sslmode=disable",
+        ] {
+            let database = Database::new(text, None).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let config = database.config();
+            assert_eq!(config.get_hosts(), [tcp("db1"), tcp("db2")], "{text}");
+            assert_eq!(config.get_ports(), [5432, 5433], "{text}");
+            assert_eq!(config.get_dbname(), Some("tenax"), "{text}");
+            // The primary is chosen among them.
+            assert_eq!(
+                config.get_target_session_attrs(),
+                TargetSessionAttrs::ReadWrite,
+                "{text}"
+            );
+        }
+        let one_port = Database::new("host=db1,db2,db3 port=6432 dbname=t", None).unwrap();
+        assert_eq!(one_port.config().get_hosts().len(), 3);
+        assert_eq!(one_port.config().get_ports(), [6432]);
+        // A URL names each host's port, 5432 when it does not.
+        let v6 = Database::new(
+            "postgresql://[::1]:5433,db2/t?target_session_attrs=read-write",
+            None,
+        )
+        .unwrap();
+        assert_eq!(v6.config().get_hosts(), [tcp("::1"), tcp("db2")]);
+        assert_eq!(v6.config().get_ports(), [5433, 5432]);
+        assert_eq!(
+            said("host=a,b,c port=1,2 dbname=t", None),
+            "error: --database-url: 3 hosts and 2 ports: give one port for all the hosts, or \
+             one per host"
+        );
+        assert_eq!(
+            said("host=a,b hostaddr=10.0.0.1 dbname=t", None),
+            "error: --database-url: 2 hosts and 1 hostaddrs: give one address per host"
+        );
+    }
+
+    #[test]
     fn connections_want_a_writable_server_and_a_timeout() {
         let database = Database::new("postgres://db/t", None).unwrap();
         assert_eq!(
@@ -318,7 +402,18 @@ mod tests {
             database.config().get_ssl_mode(),
             tokio_postgres::config::SslMode::Prefer
         );
-        let own = Database::new("host=db target_session_attrs=any connect_timeout=9 sslmode=verify-full sslrootcert=system", None).unwrap();
+        assert_eq!(
+            database.config().get_tcp_user_timeout(),
+            Some(&TCP_USER_TIMEOUT)
+        );
+        assert!(database.config().get_keepalives());
+        assert_eq!(database.config().get_keepalives_idle(), KEEPALIVES_IDLE);
+        let own = Database::new("host=db target_session_attrs=any connect_timeout=9 tcp_user_timeout=30 keepalives_idle=60 sslmode=verify-full sslrootcert=system", None).unwrap();
+        assert_eq!(
+            own.config().get_tcp_user_timeout(),
+            Some(&Duration::from_secs(30))
+        );
+        assert_eq!(own.config().get_keepalives_idle(), Duration::from_secs(60));
         assert_eq!(
             own.config().get_target_session_attrs(),
             TargetSessionAttrs::Any

@@ -185,6 +185,17 @@ mod tests {
         assert_eq!(only.sslmode.as_deref(), Some("require"));
         rest_parses(&only);
 
+        // Several hosts: the host list is passed on as it is.
+        let hosts = split(
+            "postgres://u@db1:5432,db2:5433/tenax?sslmode=require&target_session_attrs=read-write",
+        )
+        .unwrap();
+        assert_eq!(
+            hosts.rest,
+            "postgres://u@db1:5432,db2:5433/tenax?target_session_attrs=read-write"
+        );
+        assert_eq!(rest_parses(&hosts).get_ports(), [5432, 5433]);
+
         let none = split("postgres://db/tenax").unwrap();
         assert_eq!(none.rest, "postgres://db/tenax");
         assert_eq!(none.sslmode, None);

@@ -11,6 +11,7 @@
 //! family of the seam, as in the embedded store.
 
 mod claims;
+mod clock;
 mod combiner;
 mod connect;
 mod curation;
@@ -52,7 +53,7 @@ pub use self::connect::Database;
 pub use self::wakeups::Listening;
 use self::wakeups::{Wakeup, Wakeups};
 use super::{CommitObserver, JobUpkeep, Signals, StoreError, StoreLifecycle, StoreProperties};
-use crate::clock::UnixMs;
+use crate::clock::Clock;
 use crate::secrets::Keyring;
 
 type Pool = deadpool_postgres::Pool;
@@ -109,6 +110,8 @@ pub struct PostgresStore {
     server: i64,
     servers: Arc<AtomicUsize>,
     beating: tokio::task::JoinHandle<()>,
+    /// Samples the database's clock, when this server decides by it.
+    sampling: Option<tokio::task::JoinHandle<()>>,
     /// Seal the subscriptions' secrets on their way to the database, and open them on theirs
     /// back.
     keys: Arc<Keyring>,
@@ -187,16 +190,26 @@ const RETRIES: usize = 8;
 impl PostgresStore {
     /// Connects, applies the schema migrations (refusing a newer schema), seals what is not
     /// sealed with the sealing key (refusing keys that do not open the store: [`sealing`]), and
-    /// starts the wake-up tasks. Scheduled jobs due at `now_ms` are ready from the start, as
-    /// they are in the embedded store.
-    pub async fn open(options: &PostgresOptions, now_ms: UnixMs) -> Result<Self, StoreError> {
+    /// starts the wake-up tasks. Scheduled jobs due now by `clock` are ready from the start, as
+    /// they are in the embedded store. When `clock` is the database's ([`Clock::Database`]),
+    /// the store samples it before anything else, and from then on ([`clock`]).
+    pub async fn open(options: &PostgresOptions, clock: &Clock) -> Result<Self, StoreError> {
         let database = options.database.clone();
         // Said when connecting fails: a refused certificate is then explained by the check.
         let connecting = format!("connecting to PostgreSQL {}", database.said());
         {
             let (mut client, connection) = database.connect().await.map_err(fault(connecting))?;
             let driver = tokio::spawn(connection);
-            let migrated = schema::migrate(&mut client).await;
+            let sampled = match clock.database_time() {
+                Some(time) => clock::round(&client, time)
+                    .await
+                    .map_err(fault("sampling PostgreSQL's clock")),
+                None => Ok(()),
+            };
+            let migrated = match sampled {
+                Ok(()) => schema::migrate(&mut client).await,
+                Err(error) => Err(error),
+            };
             let sealed = match migrated {
                 Ok(_) => sealing::seal_at_rest(&mut client, &options.secrets)
                     .await
@@ -251,6 +264,9 @@ impl PostgresStore {
         let server = rows::id(rand::random::<u64>());
         let servers = Arc::new(AtomicUsize::new(1));
         let beating = tokio::spawn(servers::beat(pool.clone(), server, servers.clone()));
+        let sampling = clock
+            .database_time()
+            .map(|time| tokio::spawn(clock::follow(pool.clone(), time.clone())));
         let store = Self {
             pool,
             database,
@@ -263,9 +279,10 @@ impl PostgresStore {
             server,
             servers,
             beating,
+            sampling,
             keys: options.secrets.clone(),
         };
-        store.promote_due(now_ms, usize::MAX).await?;
+        store.promote_due(clock.now_ms(), usize::MAX).await?;
         Ok(store)
     }
 
@@ -338,6 +355,9 @@ impl StoreLifecycle for PostgresStore {
 
     async fn close(&self) {
         self.beating.abort();
+        if let Some(sampling) = &self.sampling {
+            sampling.abort();
+        }
         servers::leave(&self.pool, self.server).await;
         self.wakeups.stop(&self.pool).await;
         // The lead goes with its session.

@@ -204,6 +204,9 @@ async fn sender(pool: Pool, marked: Arc<AtomicU8>, send: Arc<Notify>) {
 
 async fn listener(database: Database, signals: Arc<Signals>, listening: Arc<AtomicBool>) {
     let mut backoff = Duration::from_millis(100);
+    // Whether a connection was lost or refused before this one: its return is logged, as its
+    // loss was.
+    let mut lost = false;
     loop {
         match database.connect().await {
             Ok((client, mut connection)) => {
@@ -235,6 +238,9 @@ async fn listener(database: Database, signals: Arc<Signals>, listening: Arc<Atom
                 if client.batch_execute(&channels).await.is_ok() {
                     listening.store(true, Ordering::Relaxed);
                     backoff = Duration::from_millis(100);
+                    if lost {
+                        tracing::info!("the PostgreSQL listener listens again");
+                    }
                     // What changed while not listening was not heard: look again now.
                     fire_all(&signals);
                     let mut done = done_rx;
@@ -256,9 +262,11 @@ async fn listener(database: Database, signals: Arc<Signals>, listening: Arc<Atom
                 listening.store(false, Ordering::Relaxed);
                 driver.abort();
                 fire_all(&signals);
+                lost = true;
             }
             Err(error) => {
                 tracing::warn!(%error, "the PostgreSQL listener cannot connect; polling meanwhile");
+                lost = true;
             }
         }
         tokio::time::sleep(backoff).await;

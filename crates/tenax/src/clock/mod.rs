@@ -1,9 +1,17 @@
 //! Time as a parameter: the engine and every background loop read "now" from a [`Clock`], so
 //! tests move time instead of sleeping.
+//!
+//! Whose clock: a server on the embedded store decides by its own wall clock; servers sharing
+//! a PostgreSQL database all decide by the database's ([`database`]), so that one server whose
+//! clock is off cannot expire another's leases or run a job early.
+
+pub mod database;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use self::database::DatabaseTime;
 
 /// Milliseconds since the Unix epoch.
 pub type UnixMs = u64;
@@ -14,11 +22,26 @@ pub enum Clock {
     System,
     /// A clock that only moves when told to (tests).
     Manual(Arc<AtomicU64>),
+    /// The database's clock, as this server estimates it from samples the store takes.
+    Database(Arc<DatabaseTime>),
 }
 
 impl Clock {
     pub fn manual(start_ms: UnixMs) -> Self {
         Self::Manual(Arc::new(AtomicU64::new(start_ms)))
+    }
+
+    /// The database's clock, unsampled (this server's wall clock) until the store samples it.
+    pub fn database() -> Self {
+        Self::Database(Arc::new(DatabaseTime::new()))
+    }
+
+    /// The estimate of the database's clock, when this is one.
+    pub fn database_time(&self) -> Option<&Arc<DatabaseTime>> {
+        match self {
+            Self::Database(time) => Some(time),
+            _ => None,
+        }
     }
 
     pub fn now_ms(&self) -> UnixMs {
@@ -28,10 +51,11 @@ impl Clock {
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
                 .unwrap_or(0),
             Self::Manual(now) => now.load(Ordering::SeqCst),
+            Self::Database(time) => time.now_ms(),
         }
     }
 
-    /// Moves a manual clock forward; does nothing to the system clock.
+    /// Moves a manual clock forward; does nothing to the others.
     pub fn advance_ms(&self, ms: u64) {
         if let Self::Manual(now) = self {
             now.fetch_add(ms, Ordering::SeqCst);
