@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -47,6 +48,13 @@ def main() -> int:
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**9)
     os.makedirs(args.out, exist_ok=True)
+    # A run starts from nothing: an earlier run's logs and data would mix with its own.
+    for leftover in ("nodes", "pg", "history.jsonl", "final.json"):
+        path = os.path.join(args.out, leftover)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        elif os.path.exists(path):
+            os.remove(path)
     binary = os.path.abspath(args.bin)
     log(f"seed {seed}: replay with --seed {seed}")
     if os.geteuid() != 0:
