@@ -1,7 +1,7 @@
 //! Several Tenax servers on one PostgreSQL database, as separate processes of the real binary:
 //! a job is taken once whichever server is asked, a lease taken on one server is completed on
 //! another, a long-polling worker on one server is woken by an enqueue on another, the leader
-//! killed with SIGKILL is replaced, a server killed under load loses nothing acknowledged, and
+//! killed with SIGKILL is replaced, so is a leader paused with SIGSTOP, a server killed under load loses nothing acknowledged, and
 //! PostgreSQL restarted under load is survived without restarting the servers, cluster limits
 //! hold (a subscription's concurrency, a queue's concurrency and rate), a subscription made on
 //! one server applies at once to enqueues on another, an endpoint's pause holds on every
@@ -340,6 +340,78 @@ async fn another_node_takes_the_lead_when_the_leader_is_killed() {
         killed.elapsed()
     );
     assert!(b.log_text().contains("leads the maintenance"));
+}
+
+/// A leader that stops without dying (SIGSTOP: a long pause, or a partition that leaves its
+/// session open on PostgreSQL) keeps its advisory lock, but not the lead: the other server
+/// ends the silent leader's session and leads, so leases still expire and due jobs are still
+/// promoted. The paused server, resumed, finds it no longer leads and follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_is_replaced_and_follows_when_resumed() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let _turn = TURN.lock().await;
+    let Some(url) = database().await else { return };
+    let a = Node::start(&url, &[]).await;
+    a.wait_until_leading().await;
+    let b = Node::start(&url, &[]).await;
+    // A job leased on B for two seconds and abandoned: only a leader expires its lease.
+    let abandoned = b.must_enqueue(json!({"queue": "held"})).await;
+    let taken = b
+        .take(json!({"queues": ["held"], "max": 1, "lease": "2s"}))
+        .await;
+    assert_eq!(
+        taken.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        [abandoned]
+    );
+
+    let a_pid = Pid::from_raw(i32::try_from(a.child.id()).expect("a pid"));
+    kill(a_pid, Signal::SIGSTOP).expect("SIGSTOP");
+    let paused = Instant::now();
+    // Silent for five seconds, then unseated; the lock is B's on its next ask.
+    let again = b
+        .take(json!({"queues": ["held"], "max": 1, "wait": "30s"}))
+        .await;
+    let took_over = paused.elapsed();
+    kill(a_pid, Signal::SIGCONT).expect("SIGCONT");
+    assert_eq!(
+        again.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        [abandoned],
+        "the abandoned job's lease expired under the new leader"
+    );
+    assert!(
+        took_over < TAKEOVER + Duration::from_secs(5),
+        "the lease expired {took_over:?} after the leader was paused"
+    );
+    let log = b.log_text();
+    assert!(log.contains("has not been seen for 5 s"), "B's log:\n{log}");
+    assert!(log.contains("leads the maintenance"), "B's log:\n{log}");
+
+    // A, resumed, learns it lost the lead, and B still leads: a due job is promoted.
+    let started = Instant::now();
+    while !a.log_text().contains("no longer leads") {
+        assert!(
+            started.elapsed() < START_TIMEOUT,
+            "A never noticed it lost the lead; its log:\n{}",
+            a.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let due = a
+        .must_enqueue(json!({"queue": "later", "delay": "1s"}))
+        .await;
+    let taken = a
+        .take(json!({"queues": ["later"], "max": 1, "wait": "20s"}))
+        .await;
+    assert_eq!(taken.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [due]);
+    assert_eq!(
+        a.log_text()
+            .matches("this server leads the maintenance")
+            .count(),
+        1,
+        "A took the lead only at its start"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -317,7 +317,9 @@ impl StoreLifecycle for PostgresStore {
 
     /// The lead is a session-level advisory lock on a connection of its own: it goes when
     /// the leading server's connection does (the process died, or the network failed), and
-    /// the next server to ask gets it. Each call checks the session still lives.
+    /// the next server to ask gets it. Each call checks the session still lives. A leader
+    /// that stops writing its row in `tenax_servers` (paused, or cut off while PostgreSQL
+    /// keeps its session) has its session ended by the next server to ask.
     async fn lead(&self) -> Result<bool, StoreError> {
         let mut leader = self.leader.lock().await;
         if let Some((client, holds)) = leader.as_ref() {
@@ -327,6 +329,12 @@ impl StoreLifecycle for PostgresStore {
                 return Ok(true);
             }
             if !alive {
+                if *holds {
+                    tracing::warn!(
+                        "this server no longer leads the maintenance of the PostgreSQL store: \
+                         its session for the lead was lost"
+                    );
+                }
                 *leader = None;
             }
         }
@@ -337,6 +345,7 @@ impl StoreLifecycle for PostgresStore {
                 .await
                 .map_err(fault("connecting to PostgreSQL for the lead"))?;
             tokio::spawn(connection);
+            servers::name_lead_session(&client, self.server).await?;
             *leader = Some((client, false));
         }
         let Some((client, holds)) = leader.as_mut() else {
@@ -349,6 +358,13 @@ impl StoreLifecycle for PostgresStore {
         *holds = row.get(0);
         if *holds {
             tracing::info!("this server leads the maintenance of the PostgreSQL store");
+        } else if let Some(silent) = servers::unseat_silent_leader(client, LEAD_LOCK).await? {
+            // The lock goes when the ended session's backend exits; the next call takes it.
+            tracing::warn!(
+                server = %silent,
+                "the leading server has not been seen for 5 s: its session for the lead was \
+                 ended so that another server can lead"
+            );
         }
         Ok(*holds)
     }

@@ -12,8 +12,13 @@ use super::transitions::{execute, query};
 
 /// How often a server writes its row.
 pub const BEAT: Duration = Duration::from_secs(1);
-/// A server not seen for this long is not counted. Keep in step with docs/postgres.md.
+/// A server not seen for this long is not counted, and if it leads, its lead is ended.
+/// Keep in step with docs/postgres.md.
 const ALIVE: &str = "5 seconds";
+
+/// What the lead's session calls itself, followed by the server's id, so that the others can
+/// tell whose session holds the lead.
+const LEAD_SESSION: &str = "tenax-lead ";
 
 /// Writes this server's row and counts the live servers into `count`, every [`BEAT`].
 pub async fn beat(pool: Pool, server: i64, count: Arc<AtomicUsize>) {
@@ -82,4 +87,59 @@ pub async fn live(client: &tokio_postgres::Client) -> Result<usize, crate::store
         .await
         .map_err(super::fault("counting the servers"))?;
     Ok(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}
+
+/// Names the lead's session after `server` (see [`unseat_silent_leader`]).
+pub async fn name_lead_session(
+    client: &tokio_postgres::Client,
+    server: i64,
+) -> Result<(), crate::store::StoreError> {
+    client
+        .simple_query(&format!("SET application_name = '{LEAD_SESSION}{server}'"))
+        .await
+        .map_err(super::fault("naming the lead's session"))?;
+    Ok(())
+}
+
+/// Ends the session holding the advisory lock `lock` when it is a lead's session whose server
+/// has not written its row within [`ALIVE`]: the server was paused, or lost PostgreSQL while
+/// PostgreSQL kept its session (a partition leaves a session open until TCP gives up on it,
+/// which takes hours with the default keepalives). Answers the id of the server whose lead
+/// was ended.
+///
+/// Safe if the silent server comes back: its session is gone, so its next check finds it has
+/// lost the lead; a maintenance pass it was in the middle of is safe beside the new leader's,
+/// as every maintenance step claims its rows (`FOR UPDATE SKIP LOCKED`, schedule revisions).
+pub async fn unseat_silent_leader(
+    client: &tokio_postgres::Client,
+    lock: i64,
+) -> Result<Option<String>, crate::store::StoreError> {
+    let rows = client
+        .query(
+            &format!(
+                "WITH holder AS (
+                     SELECT l.pid,
+                            CASE WHEN a.application_name ~ '^{LEAD_SESSION}-?[0-9]+$'
+                                 THEN substr(a.application_name, {start})
+                            END AS server
+                     FROM pg_locks l
+                     JOIN pg_stat_activity a ON a.pid = l.pid
+                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                       AND l.classid::bigint = ($1::bigint >> 32)
+                       AND l.objid::bigint = ($1::bigint & 4294967295)
+                 )
+                 SELECT h.server, pg_terminate_backend(h.pid)
+                 FROM holder h
+                 WHERE h.server IS NOT NULL
+                   AND NOT EXISTS (
+                       SELECT 1 FROM tenax_servers t
+                       WHERE t.id::text = h.server AND t.seen_at > now() - interval '{ALIVE}'
+                   )",
+                start = LEAD_SESSION.len() + 1
+            ),
+            &[&lock],
+        )
+        .await
+        .map_err(super::fault("looking for a silent leader"))?;
+    Ok(rows.first().map(|row| row.get(0)))
 }
