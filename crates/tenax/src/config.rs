@@ -39,6 +39,11 @@ pub struct ServeArgs {
     /// woken by notifications, and poll every second only while their listener is down.
     #[arg(long, env = "TENAX_DATABASE_POLL", value_parser = duration_flag)]
     pub database_poll: Option<u64>,
+    /// How long to keep trying to reach PostgreSQL at start (it may be starting, failing over,
+    /// or cut off for a moment) before giving up; `0s` gives up at once. A refusal that trying
+    /// again cannot mend (a password, a certificate, a newer schema) ends the start at once.
+    #[arg(long, env = "TENAX_DATABASE_WAIT", value_parser = duration_flag, default_value = "60s")]
+    pub database_wait: u64,
     /// `sync`: acknowledge a change only once it is on disk (group commit shares each fsync).
     /// `relaxed`: acknowledge at once and sync at most 500 ms later; any crash (even of the
     /// process alone) may lose the changes of those last 500 ms.
@@ -251,7 +256,9 @@ impl ServeArgs {
         };
         // Servers sharing a database must share the key; a data directory is each server's own.
         let secrets = secrets.cloned().ok_or(
-            "--secrets-key-file: required with --database-url, the same file on every server              sharing the database (`tenax secrets generate-key PATH` makes one;              docs/security.md)",
+            "--secrets-key-file: required with --database-url, the same file on every server \
+             sharing the database (`tenax secrets generate-key PATH` makes one; \
+             docs/security.md)",
         )?;
         // The URL may hold a password: the message says why without repeating it.
         let database =
@@ -264,6 +271,7 @@ impl ServeArgs {
         }
         let mut options = crate::store::postgres::PostgresOptions::new(database, secrets);
         options.pool_size = self.database_pool;
+        options.start_wait = std::time::Duration::from_millis(self.database_wait);
         if let Some(every) = self.database_poll {
             options.listening.listen = false;
             options.listening.poll_interval = std::time::Duration::from_millis(every);

@@ -71,6 +71,8 @@ pub struct PostgresOptions {
     /// The keys that seal the subscriptions' secrets: every server sharing the database holds
     /// the same ones (`--secrets-key-file`).
     pub secrets: Arc<Keyring>,
+    /// How long [`PostgresStore::open`] keeps trying while PostgreSQL cannot be used.
+    pub start_wait: Duration,
 }
 
 impl PostgresOptions {
@@ -78,6 +80,7 @@ impl PostgresOptions {
         Self {
             secrets,
             database,
+            start_wait: Duration::ZERO,
             pool_size: 16,
             listening: Listening {
                 listen: true,
@@ -181,6 +184,38 @@ fn is_conflict(error: &StoreError) -> bool {
         })
 }
 
+/// Connects once and readies the database for this server: samples its clock (when it is the
+/// clock that decides), migrates the schema, and seals what is not sealed.
+async fn prepare(database: &Database, clock: &Clock, secrets: &Keyring) -> Result<(), StoreError> {
+    // Said when connecting fails: a refused certificate is then explained by the check.
+    let connecting = format!("connecting to PostgreSQL {}", database.said());
+    let (mut client, connection) = database.connect().await.map_err(fault(connecting))?;
+    let driver = tokio::spawn(connection);
+    let sampled = match clock.database_time() {
+        Some(time) => clock::round(&client, time)
+            .await
+            .map_err(fault("sampling PostgreSQL's clock")),
+        None => Ok(()),
+    };
+    let migrated = match sampled {
+        Ok(()) => schema::migrate(&mut client).await,
+        Err(error) => Err(error),
+    };
+    let sealed = match migrated {
+        Ok(_) => sealing::seal_at_rest(&mut client, secrets)
+            .await
+            .map(|_| ()),
+        Err(error) => Err(error),
+    };
+    drop(client);
+    let _ = driver.await;
+    sealed
+}
+
+/// The first pause between tries to reach PostgreSQL at start; it doubles up to
+/// [`CONNECT_TIMEOUT`].
+const START_PAUSE: Duration = Duration::from_millis(250);
+
 /// The longest a request waits for a free connection of the pool.
 const POOL_WAIT: Duration = Duration::from_secs(30);
 
@@ -188,37 +223,32 @@ const POOL_WAIT: Duration = Duration::from_secs(30);
 const RETRIES: usize = 8;
 
 impl PostgresStore {
-    /// Connects, applies the schema migrations (refusing a newer schema), seals what is not
+    /// Connects (trying again for [`PostgresOptions::start_wait`] while PostgreSQL cannot be
+    /// used), applies the schema migrations (refusing a newer schema), seals what is not
     /// sealed with the sealing key (refusing keys that do not open the store: [`sealing`]), and
     /// starts the wake-up tasks. Scheduled jobs due now by `clock` are ready from the start, as
     /// they are in the embedded store. When `clock` is the database's ([`Clock::Database`]),
     /// the store samples it before anything else, and from then on ([`clock`]).
     pub async fn open(options: &PostgresOptions, clock: &Clock) -> Result<Self, StoreError> {
         let database = options.database.clone();
-        // Said when connecting fails: a refused certificate is then explained by the check.
-        let connecting = format!("connecting to PostgreSQL {}", database.said());
-        {
-            let (mut client, connection) = database.connect().await.map_err(fault(connecting))?;
-            let driver = tokio::spawn(connection);
-            let sampled = match clock.database_time() {
-                Some(time) => clock::round(&client, time)
-                    .await
-                    .map_err(fault("sampling PostgreSQL's clock")),
-                None => Ok(()),
-            };
-            let migrated = match sampled {
-                Ok(()) => schema::migrate(&mut client).await,
-                Err(error) => Err(error),
-            };
-            let sealed = match migrated {
-                Ok(_) => sealing::seal_at_rest(&mut client, &options.secrets)
-                    .await
-                    .map(|_| ()),
-                Err(error) => Err(error),
-            };
-            drop(client);
-            let _ = driver.await;
-            sealed?;
+        let mut pause = START_PAUSE;
+        let started = tokio::time::Instant::now();
+        loop {
+            match prepare(&database, clock, &options.secrets).await {
+                Ok(()) => break,
+                // Unreachable or read-only (starting, failing over, cut off): worth waiting for.
+                Err(error @ StoreError::Unavailable(_))
+                    if started.elapsed() + pause <= options.start_wait =>
+                {
+                    tracing::warn!(
+                        %error,
+                        "PostgreSQL cannot be used yet; trying again in {pause:?} (--database-wait)"
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(CONNECT_TIMEOUT);
+                }
+                Err(error) => return Err(error),
+            }
         }
         tracing::info!(
             secrets_key = %options.secrets.current().id(),
