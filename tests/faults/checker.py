@@ -399,7 +399,11 @@ def healing(history: list[dict], final: dict, by_job: dict[int, list[dict]]) -> 
         lines.append(f"{kind:<22} writes again {statistics.median(waits):6.2f} s after healing "
                      f"(median of {len(waits)}, at most {max(waits):.2f} s)")
     taken = sorted((ts(t["at"]), t["node"]) for t in final.get("leadership", []))
-    takeovers: dict[str, list[float]] = defaultdict(list)
+    # A fault on the leader: another node leads after some seconds, or the fault heals first
+    # (a silent leader is replaced once it has not been seen for 5 s).
+    healed_at = {(f["f"], f["value"].get("node"), f["t0"]): f["t1"] for f in history
+                 if f["kind"] == "fault" and f["value"].get("healed")}
+    takeovers: dict[str, list[str]] = defaultdict(list)
     for f in history:
         if f["kind"] != "fault" or f["value"].get("healed") or f["f"] not in (
                 "pause", "partition-pg", "partition-pg-oneway", "kill"):
@@ -407,11 +411,14 @@ def healing(history: list[dict], final: dict, by_job: dict[int, list[dict]]) -> 
         node = f["value"].get("node")
         if leader_at(taken, f["t0"]) != node:
             continue
+        healed = healed_at.get((f["f"], node, f["t0"]), float("inf"))
         after = next((at for at, n in taken if at > f["t0"] and n != node), None)
-        takeovers[f["f"]].append(after - f["t0"] if after is not None else float("inf"))
-    for kind, waits in sorted(takeovers.items()):
-        shown = ", ".join("never" if w == float("inf") else f"{w:.2f} s" for w in waits)
-        lines.append(f"{kind:<22} of the leader: another node led after {shown}")
+        if after is not None and after <= healed:
+            takeovers[f["f"]].append(f"{after - f['t0']:.2f} s")
+        else:
+            takeovers[f["f"]].append(f"kept ({healed - f['t0']:.1f} s fault)")
+    for kind, shown in sorted(takeovers.items()):
+        lines.append(f"{kind:<22} of the leader: another node led after {', '.join(shown)}")
     returned = []
     for held in by_job.values():
         for a, b in zip(held, held[1:]):

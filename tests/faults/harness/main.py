@@ -158,7 +158,7 @@ def leadership(nodes: dict[str, Node]) -> list[dict]:
         try:
             with open(f"{node.dir}/server.log") as f:
                 for line in f:
-                    if "leads the maintenance" in line:
+                    if "this server leads the maintenance" in line:
                         taken.append({"node": node.name, "at": line.split(" ")[0]})
         except OSError:
             pass
