@@ -49,6 +49,8 @@ class Nemesis:
         self.kinds = kinds or KINDS
         self.max_active = max_active
         self.active: list[Active] = []
+        # When a fault last began on each node: a recovery probe overtaken by one is dropped.
+        self.last_begun: dict[str, float] = {}
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
         self.counts: dict[str, int] = {}
@@ -99,6 +101,9 @@ class Nemesis:
         while time.monotonic() < deadline and not self.stopped.is_set():
             try:
                 status, _ = client.request("POST", "/api/jobs", {"queue": "probe"})
+                if status == 201 and self.last_begun.get(name, 0) > healed:
+                    # Another fault began on the node first: this wait is not this fault's.
+                    break
                 if status == 201:
                     self.history.write({"kind": "recovery", "t0": healed, "t1": time.time(),
                                         "fault": kind, "node": name})
@@ -123,6 +128,8 @@ class Nemesis:
             return
         duration = self.rng.uniform(3.0, 10.0)
         t0 = time.time()
+        for name in [node] if node else list(self.nodes):
+            self.last_begun[name] = t0
         value: dict = {"node": node, "seconds": round(duration, 2)}
         pgs = list(self.cluster.servers)
         heal: Callable[[], None]
