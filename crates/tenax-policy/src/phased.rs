@@ -140,7 +140,8 @@ impl Phased {
         }
     }
 
-    /// Checks the rules of `policies.md` §1.1. `limit` is the largest R this spelling allows.
+    /// Checks the rules of docs/policies.md, "The phased policy". `limit` is the largest R this
+    /// spelling allows.
     pub fn validate(&self, names: &PhasedNames, limit: u32) -> Result<(), PolicyError> {
         if self.max_delay_ms < self.min_delay_ms {
             return Err(PolicyError::new(
@@ -209,7 +210,8 @@ mod tests {
     use super::*;
     use crate::duration::clamp_ms;
 
-    /// The golden table of `policies.md` §1: MIN 5 s, MAX 260 s, N 10, in milliseconds.
+    /// The golden table of docs/policies.md, "The phased policy": MIN 5 s, MAX 260 s, N 10, in
+    /// milliseconds.
     const GOLDEN: [[u64; 4]; 10] = [
         [5_000, 5_000, 5_000, 5_000],
         [33_333, 10_667, 7_756, 5_499],

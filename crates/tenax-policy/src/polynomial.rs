@@ -5,7 +5,8 @@
 
 use crate::phased::to_f64;
 
-/// Defaults from `policies.md` §2: retry limit 25, base 15 s, exponent 4, jitter 30 s.
+/// Defaults (docs/policies.md, "The polynomial policy"): retry limit 25, base 15 s, exponent 4,
+/// jitter 30 s.
 pub const DEFAULT_RETRY_LIMIT: u32 = 25;
 pub const DEFAULT_BASE_MS: u64 = 15_000;
 pub const DEFAULT_EXPONENT: f64 = 4.0;

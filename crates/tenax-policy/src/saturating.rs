@@ -91,7 +91,7 @@ mod tests {
 
     #[test]
     fn arctan_golden_hours() {
-        // policies.md §3: hours for n = 0..11.
+        // docs/policies.md, "Saturating policies": hours for n = 0..11.
         let golden = [
             0.0, 1.017, 7.486, 16.252, 20.483, 22.175, 22.941, 23.332, 23.553, 23.686, 23.771,
             23.828,

@@ -1,4 +1,4 @@
-//! The three ways to write a policy (`policies.md` §1.1), all normalised to [`ParsedPolicy`].
+//! The three ways to write a policy (docs/policies.md, "The three spellings"), all normalised to [`ParsedPolicy`].
 
 mod fields;
 pub mod native;

@@ -1,7 +1,7 @@
 //! OpenStack Zaqar's `_retry_policy` (a subscription's `options`, or queue metadata). Seconds.
 //!
 //! Zaqar has no retry count: its backoff phase has floor((maximum_delay − minimum_delay) / 5)
-//! retries. Tenax keeps that count, and computes the delays with the table of `policies.md`, so
+//! retries. Tenax keeps that count, and computes the delays with the phased table (docs/policies.md), so
 //! that the phase really ends at `maximum_delay`.
 
 use serde_json::Value;

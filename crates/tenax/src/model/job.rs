@@ -6,7 +6,7 @@ use serde_json::value::RawValue;
 use super::{ClaimId, JobId, StoredPolicy, Trigger};
 use crate::clock::UnixMs;
 
-/// The lifecycle of `brief.md`: `scheduled → ready → in_flight → completed`, with retries
+/// A job's lifecycle (docs/api.md): `scheduled → ready → in_flight → completed`, with retries
 /// (`in_flight → scheduled`), death, replay (`dead → ready`) and lease expiry
 /// (`in_flight → ready`).
 #[derive(
