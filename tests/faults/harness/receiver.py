@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from .history import History
 
@@ -35,7 +37,14 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802 (the standard library's name)
                 receiver.handle(self)
 
-        self.server = ThreadingHTTPServer((ip, 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # A sender cut off by a partition or killed mid-request resets its connection:
+                # an expected event here, not a traceback for the run's output.
+                if not isinstance(sys.exc_info()[1], ConnectionError):
+                    super().handle_error(request, client_address)
+
+        self.server = Server((ip, 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"http://{ip}:{self.port}/hook"

@@ -98,6 +98,23 @@ class Workload:
         self.threads: list[threading.Thread] = []
         self.counter = 0
         self.counter_lock = threading.Lock()
+        # The rate-limited queue is fed at half its limit on average, in bursts of up to the
+        # limit: faster, its backlog would grow for the whole run and never drain at the end.
+        self.rated_tokens = float(setup.rate_limit)
+        self.rated_at = time.monotonic()
+        self.rated_lock = threading.Lock()
+
+    def rated_allowed(self) -> bool:
+        with self.rated_lock:
+            now = time.monotonic()
+            per_second = self.setup.rate_limit / self.setup.rate_period_s / 2
+            self.rated_tokens = min(float(self.setup.rate_limit),
+                                    self.rated_tokens + (now - self.rated_at) * per_second)
+            self.rated_at = now
+            if self.rated_tokens < 1:
+                return False
+            self.rated_tokens -= 1
+            return True
 
     def next_n(self) -> int:
         with self.counter_lock:
@@ -141,6 +158,8 @@ class Workload:
             choice = rng.choices(
                 ["one", "unique", "batch", "limited", "rated", "hooks", "zaqar"],
                 weights=[4, 2, 1, 1, 1, 1, 2])[0]
+            if choice == "rated" and not self.rated_allowed():
+                choice = "one"
             try:
                 if choice == "zaqar":
                     self._zaqar_post(name, client)
