@@ -16,6 +16,7 @@ mod policy;
 pub(crate) mod queues;
 pub(crate) mod schedules;
 mod scope;
+mod scrape;
 pub(crate) mod subscription_views;
 pub(crate) mod subscriptions;
 mod tokens;
