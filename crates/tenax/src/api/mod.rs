@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod openapi;
 mod policy;
 pub(crate) mod queues;
+pub mod request_id;
 pub(crate) mod schedules;
 mod scope;
 mod scrape;

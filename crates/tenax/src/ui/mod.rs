@@ -154,7 +154,7 @@ impl IntoResponse for UiError {
         let request_id = self
             .status
             .is_server_error()
-            .then(crate::api::guard::current_request_id)
+            .then(crate::api::request_id::current)
             .flatten();
         let body = html! {
             (maud::DOCTYPE)
