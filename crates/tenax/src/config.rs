@@ -2,15 +2,16 @@
 //! environment twins, validated before anything starts.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use tenax_policy::spelling::native;
 use tenax_policy::{Jitter, RetryPolicy, Shape, parse_duration, polynomial::Polynomial};
 
 use crate::delivery::backpressure::BreakerSettings;
+use crate::delivery::{DeliveryConfig, default_delivery_policy};
+use crate::serve::TlsFiles;
+use crate::trust::CaFile;
 
 /// Flags of `tenax serve`. Durations are milliseconds or a number with a unit (`12.5s`, `5m`).
 #[derive(Debug, Clone, Args)]
@@ -330,102 +331,8 @@ pub struct Config {
     pub cors_origins: Vec<String>,
 }
 
-/// The certificate chain and key of the API's TLS, as read and checked at start-up.
-#[derive(Clone)]
-pub struct TlsFiles {
-    pub cert_path: PathBuf,
-    pub certs: Vec<rustls::pki_types::CertificateDer<'static>>,
-    pub key: std::sync::Arc<rustls::pki_types::PrivateKeyDer<'static>>,
-}
-
-impl std::fmt::Debug for TlsFiles {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsFiles")
-            .field("cert_path", &self.cert_path)
-            .field("certs", &self.certs.len())
-            .finish_non_exhaustive()
-    }
-}
-
-/// How webhooks are delivered.
-#[derive(Debug, Clone)]
-pub struct DeliveryConfig {
-    pub default_policy: RetryPolicy,
-    pub allow_private_endpoints: bool,
-    pub timeout_ms: u64,
-    pub concurrency_per_endpoint: u32,
-    /// 0: never.
-    pub auto_disable_after_ms: u64,
-    /// CA certificates trusted in addition to the platform's roots (`--delivery-ca-file`).
-    pub ca_file: Option<CaFile>,
-    /// Endpoints' circuit breakers.
-    pub breaker: BreakerSettings,
-    /// The proxy deliveries go through (`--delivery-proxy`), if any.
-    pub proxy: Option<url::Url>,
-}
-
-/// The CA certificates of `--delivery-ca-file`, read and checked at start-up.
-#[derive(Clone)]
-pub struct CaFile {
-    pub path: PathBuf,
-    /// DER, each one usable as a trust anchor.
-    pub certificates: Vec<CertificateDer<'static>>,
-}
-
-impl std::fmt::Debug for CaFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CaFile")
-            .field("path", &self.path)
-            .field("certificates", &self.certificates.len())
-            .finish()
-    }
-}
-
-impl CaFile {
-    /// Reads the PEM file at `path`: one or more `CERTIFICATE` blocks, each a certificate that
-    /// can serve as a trust anchor. The message says what is wrong, not which flag gave it.
-    pub fn read(path: &Path) -> Result<Self, String> {
-        let shown = path.display();
-        let bytes = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
-        let mut certificates = Vec::new();
-        for (n, certificate) in CertificateDer::pem_slice_iter(&bytes).enumerate() {
-            let n = n + 1;
-            let certificate = certificate
-                .map_err(|e| format!("{shown}: certificate {n} is not valid PEM: {e}"))?;
-            rustls::RootCertStore::empty()
-                .add(certificate.clone())
-                .map_err(|e| {
-                    format!("{shown}: certificate {n} is not a usable CA certificate: {e}")
-                })?;
-            certificates.push(certificate);
-        }
-        if certificates.is_empty() {
-            return Err(format!(
-                "{shown} holds no PEM certificate (a -----BEGIN CERTIFICATE----- block)"
-            ));
-        }
-        Ok(Self {
-            path: path.to_owned(),
-            certificates,
-        })
-    }
-}
-
 /// How long after the delivery timeout a half-open breaker's probe counts as lost.
 const PROBE_MARGIN_MS: u64 = 5_000;
-
-/// The default delivery policy: the schedule Standard Webhooks senders commonly use.
-pub fn default_delivery_policy() -> RetryPolicy {
-    let delays_ms = [
-        5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000,
-    ];
-    RetryPolicy::new(Shape::List(tenax_policy::simple::DelayList {
-        delays_ms: delays_ms.to_vec(),
-        repeat_last: false,
-    }))
-    .with_jitter(Jitter::Proportional { percent: 10.0 })
-    .with_retry_limit(7)
-}
 
 impl ServeArgs {
     /// Checks every rule that spans flags; the message names the flags.

@@ -2,6 +2,7 @@
 //! configurable backoff policies. `main.rs` only parses and dispatches; the program lives here.
 
 pub mod api;
+pub mod app;
 pub mod auth;
 pub mod bench;
 pub mod chart;

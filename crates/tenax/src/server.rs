@@ -17,6 +17,7 @@ use crate::metrics::Metrics;
 use crate::serve::ConnectionLimits;
 use crate::store::embedded::EmbeddedOptions;
 use crate::store::{self, CommitObserver, StoreConfig};
+use crate::ui::UiKeys;
 use std::net::SocketAddr;
 use tenax_policy::spelling::native;
 
@@ -111,7 +112,6 @@ pub async fn run(
         deliveries,
         auth_required: config.auth,
         log_requests: config.log_requests,
-        ui: Arc::new(crate::ui::UiKeys::new(config.tls.is_some())),
         browser: Arc::new(crate::api::browser::BrowserPolicy {
             // A server that needs no token is what DNS rebinding reaches for.
             check_host: !config.auth || !config.allowed_hosts.is_empty(),
@@ -160,7 +160,7 @@ pub async fn run(
              network in clear text (--tls-cert, --tls-key)"
         );
     }
-    let app = api::router(state);
+    let app = crate::app::router(state, Arc::new(UiKeys::new(config.tls.is_some())));
     let stopper = engine.clone();
     let shutdown = async move {
         shutdown.await;

@@ -14,15 +14,65 @@
 //! - The handshake's signatures are always checked with the certificate's key, so the session is
 //!   with whoever holds the listed certificate's private key.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
+use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
 use rustls::{CertificateError, DigitallySignedStruct, SignatureScheme};
 use x509_cert::der::Decode as _;
 use x509_cert::der::asn1::{ObjectIdentifier, PrintableStringRef, Utf8StringRef};
+
+/// A file of CA certificates an operator trusts (`--delivery-ca-file`, `--database-ca-file`,
+/// libpq's `sslrootcert`), read and checked at start-up.
+#[derive(Clone)]
+pub struct CaFile {
+    pub path: PathBuf,
+    /// DER, each one usable as a trust anchor.
+    pub certificates: Vec<CertificateDer<'static>>,
+}
+
+impl std::fmt::Debug for CaFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaFile")
+            .field("path", &self.path)
+            .field("certificates", &self.certificates.len())
+            .finish()
+    }
+}
+
+impl CaFile {
+    /// Reads the PEM file at `path`: one or more `CERTIFICATE` blocks, each a certificate that
+    /// can serve as a trust anchor. The message says what is wrong, not which flag gave it.
+    pub fn read(path: &Path) -> Result<Self, String> {
+        let shown = path.display();
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+        let mut certificates = Vec::new();
+        for (n, certificate) in CertificateDer::pem_slice_iter(&bytes).enumerate() {
+            let n = n + 1;
+            let certificate = certificate
+                .map_err(|e| format!("{shown}: certificate {n} is not valid PEM: {e}"))?;
+            rustls::RootCertStore::empty()
+                .add(certificate.clone())
+                .map_err(|e| {
+                    format!("{shown}: certificate {n} is not a usable CA certificate: {e}")
+                })?;
+            certificates.push(certificate);
+        }
+        if certificates.is_empty() {
+            return Err(format!(
+                "{shown} holds no PEM certificate (a -----BEGIN CERTIFICATE----- block)"
+            ));
+        }
+        Ok(Self {
+            path: path.to_owned(),
+            certificates,
+        })
+    }
+}
 
 /// A verifier that trusts a listed certificate as itself and asks `inner` about the rest.
 #[derive(Debug)]

@@ -546,7 +546,7 @@ fn tls() -> Tls {
     let dir = tempfile::tempdir().expect("a directory");
     let ca = receiver::TestCa::new("tenax connections test ca");
     let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]).write_pem(dir.path());
-    let files = tenax::config::TlsFiles {
+    let files = tenax::serve::TlsFiles {
         cert_path: cert.clone(),
         certs: {
             use rustls::pki_types::pem::PemObject as _;

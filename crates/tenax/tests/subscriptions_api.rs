@@ -13,7 +13,7 @@ use common::{Options, T0, TestServer};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tenax::clock::rfc3339;
-use tenax::config::default_delivery_policy;
+use tenax::delivery::default_delivery_policy;
 use tenax_policy::parse_policy;
 use tenax_policy::spelling::native;
 

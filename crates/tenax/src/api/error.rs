@@ -149,7 +149,7 @@ impl IntoResponse for ApiError {
         }
         // A server error's details are in the log, under the request's id.
         if self.status.is_server_error() {
-            if let Some(id) = super::guard::current_request_id() {
+            if let Some(id) = super::request_id::current() {
                 error["request_id"] = json!(*id);
             }
         }

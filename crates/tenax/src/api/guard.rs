@@ -1,8 +1,8 @@
 //! What every request passes through before its handler, on both APIs:
 //!
-//! - a request id: the client's `X-Request-Id` when it is a sane one, else a new one; it is on
-//!   every response (`X-Request-Id`), in the body of every 5xx, and on every log event of the
-//!   request (a tracing span);
+//! - a request id ([`super::request_id`]): the client's `X-Request-Id` when it is a sane one,
+//!   else a new one; it is on every response (`X-Request-Id`), in the body of every 5xx, and on
+//!   every log event of the request (a tracing span);
 //! - the body, read whole within the size limit (`--max-request-bytes`, else 413) and the
 //!   request timeout (`--request-timeout`, else 408), so a body that trickles in cannot hold a
 //!   connection and a handler never sees a partial body. A body whose announced length
@@ -25,12 +25,11 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::body::{Body, HttpBody as _};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt as _;
@@ -40,23 +39,11 @@ use tracing::Instrument as _;
 use super::Limits;
 use super::browser::{BrowserPolicy, Verdict};
 use super::error::ApiError;
+use super::request_id::{self, REQUEST_ID};
 use super::zaqar::error::ZaqarError;
 use crate::metrics::Metrics;
 use crate::metrics::http::UNMATCHED;
 use crate::otel::request::RequestSpan;
-
-/// The header that carries a request's id, both ways.
-pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-tokio::task_local! {
-    /// The id of the request being handled, for error answers built deep in a handler.
-    static CURRENT: Arc<str>;
-}
-
-/// The id of the request this task is handling, if any.
-pub fn current_request_id() -> Option<Arc<str>> {
-    CURRENT.try_with(Arc::clone).ok()
-}
 
 /// Which error shape a path's answers use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +113,7 @@ pub struct Guard {
 /// The middleware: see the module documentation.
 pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
-    let id = request_id(request.headers().get(&REQUEST_ID));
+    let id = request_id::given_or_new(request.headers().get(&REQUEST_ID));
     let shape = Shape::of(request.uri().path());
     let method = request.method().clone();
     let span =
@@ -272,7 +259,7 @@ async fn read_and_handle(
         }
         response
     };
-    let handled = AssertUnwindSafe(CURRENT.scope(id.clone(), handling))
+    let handled = AssertUnwindSafe(request_id::scope(id.clone(), handling))
         .catch_unwind()
         .await;
     match handled {
@@ -284,7 +271,7 @@ async fn read_and_handle(
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".into());
             tracing::error!(panic = %message, "a request handler panicked; answered 500");
-            CURRENT.sync_scope(id.clone(), || {
+            request_id::sync_scope(id.clone(), || {
                 shape.error(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "internal",
@@ -334,57 +321,9 @@ fn percent_decoded_is_utf8(path: &str) -> Result<(), std::str::Utf8Error> {
         .map(drop)
 }
 
-/// The client's request id if it is 1 to 64 characters of letters, digits, `-`, `_`, `.` or
-/// `:`; else a new one.
-fn request_id(given: Option<&HeaderValue>) -> Arc<str> {
-    let sane = given.and_then(|v| v.to_str().ok()).filter(|v| {
-        !v.is_empty()
-            && v.len() <= 64
-            && v.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
-    });
-    match sane {
-        Some(id) => Arc::from(id),
-        None => Arc::from(new_request_id()),
-    }
-}
-
-/// 16 hex digits: a per-process random start, then counting up, so ids are unique within a
-/// run and unlikely to repeat across runs.
-fn new_request_id() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    static START: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    let start = *START.get_or_init(|| {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        // Truncation is fine: only the low bits vary between runs.
-        #[allow(clippy::cast_possible_truncation)]
-        let nanos = nanos as u64;
-        nanos ^ u64::from(std::process::id()).rotate_left(32)
-    });
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "{:016x}",
-        start.wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn request_ids_are_kept_when_sane_and_made_otherwise() {
-        let given = HeaderValue::from_static("req-42.a:b_c");
-        assert_eq!(&*request_id(Some(&given)), "req-42.a:b_c");
-        for bad in ["", "has space", &"x".repeat(65), "semi;colon"] {
-            let value = HeaderValue::from_str(bad).unwrap();
-            let made = request_id(Some(&value));
-            assert_eq!(made.len(), 16, "{bad:?} gave {made}");
-        }
-        assert_ne!(request_id(None), request_id(None));
-    }
 
     #[test]
     fn paths_must_decode_to_utf8() {

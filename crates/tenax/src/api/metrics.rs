@@ -1,4 +1,5 @@
-//! `GET /metrics`: every metric in the Prometheus text format ([`crate::metrics`]).
+//! `GET /metrics`: every metric in the Prometheus text format ([`crate::metrics`], and the gauges
+//! of [`super::scrape`]).
 
 use std::sync::Arc;
 
@@ -15,8 +16,8 @@ use super::openapi::Refusals;
 #[utoipa::path(get, path = "/metrics", operation_id = "metrics", tag = "health",
     responses((status = 200, description = "Every metric, in the Prometheus text format (docs/operations.md)", body = String, content_type = "text/plain"), Refusals))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    let text = crate::metrics::scrape::render(&state.engine, &state.deliveries).await;
-    ([(CONTENT_TYPE, crate::metrics::scrape::CONTENT_TYPE)], text)
+    let text = super::scrape::render(&state.engine, &state.deliveries).await;
+    ([(CONTENT_TYPE, super::scrape::CONTENT_TYPE)], text)
 }
 
 /// The router of `--metrics-listen`: `/metrics` and `/healthz`, without tokens.

@@ -14,8 +14,10 @@ pub mod metrics;
 pub mod openapi;
 mod policy;
 pub(crate) mod queues;
+pub mod request_id;
 pub(crate) mod schedules;
 mod scope;
+mod scrape;
 pub(crate) mod subscription_views;
 pub(crate) mod subscriptions;
 mod tokens;
@@ -27,7 +29,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::http::Method;
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
@@ -57,8 +58,6 @@ pub struct AppState {
     pub auth_required: bool,
     /// Log one line per request at info.
     pub log_requests: bool,
-    /// The dashboard's keys (CSRF, cookies).
-    pub ui: Arc<crate::ui::UiKeys>,
     /// What a browser may send ([`browser`]).
     pub browser: Arc<browser::BrowserPolicy>,
 }
@@ -123,8 +122,9 @@ pub fn all_routes() -> HashSet<(Method, String)> {
     routes(&spec, &zaqar)
 }
 
-pub fn router(state: AppState) -> Router {
-    let limit = state.limits.max_request_bytes;
+/// The routes of both APIs and the OpenAPI description, behind the authorizer; the server's
+/// application (`app.rs`) adds the dashboard and puts the guard around them all.
+pub fn router(state: &AppState) -> Router<AppState> {
     let (native, spec) = native();
     let (zaqar, zaqar_routes) = zaqar::router();
     let authorizer = Arc::new(auth::Authorizer::new(
@@ -139,28 +139,4 @@ pub fn router(state: AppState) -> Router {
             authorizer,
             auth::authorize,
         ))
-        // The dashboard authenticates by its own session cookie (`ui::session`).
-        .merge(crate::ui::router(state.clone()))
-        .route_layer(axum::middleware::from_fn(guard::record_route))
-        .fallback(|| async { error::ApiError::not_found("no such endpoint; see docs/api.md") })
-        .method_not_allowed_fallback(|| async {
-            error::ApiError {
-                status: axum::http::StatusCode::METHOD_NOT_ALLOWED,
-                code: "method_not_allowed",
-                field: None,
-                message: "this endpoint does not take that method; see docs/api.md".into(),
-            }
-        })
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::new(guard::Guard {
-                limits: state.limits.clone(),
-                metrics: state.engine.metrics.clone(),
-                log_requests: state.log_requests,
-                tracing: state.engine.tracing.clone(),
-                browser: state.browser.clone(),
-            }),
-            guard::guard,
-        ))
-        .with_state(state)
 }

@@ -312,7 +312,7 @@ pub(crate) fn subscription_policy(value: &Value) -> Result<(StoredPolicy, Implie
 /// Whether the endpoint leads where deliveries may go (or to a name that does not resolve
 /// yet: the connect-time guard judges it when it does). Resolves its host.
 pub(crate) async fn check_reach(
-    config: &crate::config::DeliveryConfig,
+    config: &crate::delivery::DeliveryConfig,
     url: &url::Url,
 ) -> Result<(), ApiError> {
     vet_endpoint(url, config.allow_private_endpoints)

@@ -25,14 +25,46 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use tenax_policy::{Jitter, RetryPolicy, Shape};
 use tokio::sync::Semaphore;
 
+use self::backpressure::BreakerSettings;
 pub use self::health::{BudgetView, EndpointView, HealthView};
 pub use self::runner::run;
-use crate::config::DeliveryConfig;
 use crate::engine::Engine;
 use crate::model::Subscription;
 use crate::store::StoreError;
+use crate::trust::CaFile;
+
+/// How webhooks are delivered.
+#[derive(Debug, Clone)]
+pub struct DeliveryConfig {
+    pub default_policy: RetryPolicy,
+    pub allow_private_endpoints: bool,
+    pub timeout_ms: u64,
+    pub concurrency_per_endpoint: u32,
+    /// 0: never.
+    pub auto_disable_after_ms: u64,
+    /// CA certificates trusted in addition to the platform's roots (`--delivery-ca-file`).
+    pub ca_file: Option<CaFile>,
+    /// Endpoints' circuit breakers.
+    pub breaker: BreakerSettings,
+    /// The proxy deliveries go through (`--delivery-proxy`), if any.
+    pub proxy: Option<url::Url>,
+}
+
+/// The default delivery policy: the schedule Standard Webhooks senders commonly use.
+pub fn default_delivery_policy() -> RetryPolicy {
+    let delays_ms = [
+        5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000,
+    ];
+    RetryPolicy::new(Shape::List(tenax_policy::simple::DelayList {
+        delays_ms: delays_ms.to_vec(),
+        repeat_last: false,
+    }))
+    .with_jitter(Jitter::Proportional { percent: 10.0 })
+    .with_retry_limit(7)
+}
 
 /// What the API and the runners share: settings, health, backpressure, and the endpoints'
 /// bounds.

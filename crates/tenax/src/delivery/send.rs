@@ -8,7 +8,7 @@ use super::address::{GlobalOnlyResolver, ip_literal_allowed};
 use super::envelope::{self, AttemptInfo};
 use super::outcome::{SNIPPET_BYTES, Verdict, classify_status, retry_after_ms, snippet};
 use super::signing;
-use crate::config::DeliveryConfig;
+use crate::delivery::DeliveryConfig;
 use crate::http::{self, PlatformRoots};
 use crate::model::{Attempt, AttemptResult, DeliveryPayload, Subscription, Trigger};
 use crate::store::TakenJob;
@@ -396,7 +396,7 @@ fn trigger_of(job: &TakenJob) -> Trigger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::default_delivery_policy;
+    use crate::delivery::default_delivery_policy;
     use crate::model::{JobId, LeaseToken};
 
     fn sender(allow_private: bool) -> Sender {

@@ -1,29 +1,34 @@
-//! Prometheus metrics: what the server counts, and `/metrics` in the Prometheus text format.
+//! Prometheus metrics: what the server counts, shown in the Prometheus text format by `GET
+//! /metrics` (`api/metrics.rs`).
 //!
 //! - [`jobs`]: transitions by queue and type, counted by the engine where it decides them, and
 //!   waiting, run and end-to-end time by queue;
 //! - [`webhooks`]: delivery attempts by subscription and outcome class, and their latency;
 //! - [`http`]: requests by route template and status, and their latency;
 //! - [`commits`]: the store's commits, reported by the store ([`crate::store::CommitObserver`]);
-//! - [`scrape`]: gauges read at scrape time (jobs by state per queue, the ready job first in
-//!   line, endpoint health).
+//! - [`backlog`]: the last count of jobs by queue and state, kept between scrapes.
+//!
+//! The gauges read at scrape time (jobs by state per queue, the ready job first in line,
+//! endpoint health) are the API's (`api/scrape.rs`): they are read through the engine, which
+//! sits above these metrics and counts into them.
 //!
 //! Every name and label is in `docs/operations.md`. Label values chosen by users (queues, types,
 //! subscriptions) are bounded ([`labels`]).
 
+pub mod backlog;
 pub mod commits;
 pub mod histogram;
 pub mod http;
 pub mod jobs;
 pub mod labels;
 pub mod leases;
-pub mod scrape;
 pub mod webhooks;
 
 use std::sync::Arc;
 
 use prometheus_client::registry::Registry;
 
+use self::backlog::BacklogCache;
 use self::commits::CommitMetrics;
 use self::http::HttpMetrics;
 use self::jobs::JobMetrics;
@@ -38,7 +43,7 @@ pub const DEFAULT_LABEL_LIMIT: usize = 100;
 #[derive(Debug)]
 pub struct Metrics {
     /// The metrics counted as things happen; the gauges are made at each scrape.
-    registry: Registry,
+    pub registry: Registry,
     pub jobs: JobMetrics,
     pub webhooks: WebhookMetrics,
     pub http: HttpMetrics,
@@ -46,7 +51,7 @@ pub struct Metrics {
     /// The leases this server handed out, for a store used by this process alone.
     pub leases: LeaseBook,
     /// What the last count of the backlog gave, and when.
-    backlog: scrape::BacklogCache,
+    pub backlog: BacklogCache,
 }
 
 impl Metrics {
@@ -65,7 +70,7 @@ impl Metrics {
             http,
             commits,
             leases: LeaseBook::default(),
-            backlog: scrape::BacklogCache::default(),
+            backlog: BacklogCache::default(),
         }
     }
 }

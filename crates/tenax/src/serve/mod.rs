@@ -40,6 +40,7 @@ mod slots;
 pub mod socket;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,9 +97,26 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// The certificate chain and key of the API's TLS, as read and checked at start-up.
+#[derive(Clone)]
+pub struct TlsFiles {
+    pub cert_path: PathBuf,
+    pub certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+    pub key: std::sync::Arc<rustls::pki_types::PrivateKeyDer<'static>>,
+}
+
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsFiles")
+            .field("cert_path", &self.cert_path)
+            .field("certs", &self.certs.len())
+            .finish_non_exhaustive()
+    }
+}
+
 /// The TLS configuration of the API: the certificate chain and key, and ALPN offering HTTP/2
 /// then HTTP/1.1.
-pub fn tls_config(files: &crate::config::TlsFiles) -> Result<rustls::ServerConfig, rustls::Error> {
+pub fn tls_config(files: &TlsFiles) -> Result<rustls::ServerConfig, rustls::Error> {
     crate::http::install_crypto_provider();
     let mut config = rustls::ServerConfig::builder()
         .with_no_client_auth()

@@ -20,7 +20,10 @@ mod queues;
 mod session;
 mod subscriptions;
 
+use std::sync::Arc;
+
 use axum::Router;
+use axum::extract::FromRef;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use hmac::{Hmac, Mac as _};
@@ -63,9 +66,29 @@ impl UiKeys {
     }
 }
 
-/// The dashboard's routes. Pages and actions need a session ([`session::require`]); the login
-/// page and the assets do not.
-pub fn router(state: AppState) -> Router<AppState> {
+/// What the dashboard's handlers get: the API's state, and the dashboard's keys besides.
+/// A handler takes either part as its `State`.
+#[derive(Debug, Clone)]
+pub struct UiState {
+    pub app: AppState,
+    pub keys: Arc<UiKeys>,
+}
+
+impl FromRef<UiState> for AppState {
+    fn from_ref(state: &UiState) -> Self {
+        state.app.clone()
+    }
+}
+
+impl FromRef<UiState> for Arc<UiKeys> {
+    fn from_ref(state: &UiState) -> Self {
+        state.keys.clone()
+    }
+}
+
+/// The dashboard's routes, ready to merge into the API's. Pages and actions need a session
+/// ([`session::require`]); the login page and the assets do not.
+pub fn router(state: UiState) -> Router<AppState> {
     Router::new()
         .route("/ui", get(overview::page))
         .route("/ui/queues", get(queues::page))
@@ -90,12 +113,13 @@ pub fn router(state: AppState) -> Router<AppState> {
         .route("/ui/policy/chart", post(designer::chart))
         .route("/ui/logout", post(session::logout))
         .route_layer(axum::middleware::from_fn_with_state(
-            state,
+            state.clone(),
             session::require,
         ))
         .route("/ui/login", get(session::login_page).post(session::login))
         .route("/ui/assets/{name}", get(assets::serve))
         .route("/ui/{*rest}", get(not_found))
+        .with_state(state)
 }
 
 async fn not_found(session: Option<axum::Extension<Session>>) -> UiError {
@@ -154,7 +178,7 @@ impl IntoResponse for UiError {
         let request_id = self
             .status
             .is_server_error()
-            .then(crate::api::guard::current_request_id)
+            .then(crate::api::request_id::current)
             .flatten();
         let body = html! {
             (maud::DOCTYPE)

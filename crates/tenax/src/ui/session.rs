@@ -20,7 +20,9 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
 
-use super::{UiError, layout};
+use std::sync::Arc;
+
+use super::{UiError, UiKeys, layout};
 use crate::api::AppState;
 use crate::auth::{Capability, Principal};
 
@@ -86,7 +88,12 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
 }
 
 /// The middleware: see the module documentation.
-pub async fn require(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn require(
+    State(state): State<AppState>,
+    State(keys): State<Arc<UiKeys>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let (mut parts, body) = request.into_parts();
     let (principal, identity) = if state.auth_required {
         let known = cookie_token(&parts.headers)
@@ -127,7 +134,7 @@ pub async fn require(State(state): State<AppState>, request: Request, next: Next
     }
     let session = Session {
         principal,
-        csrf: state.ui.csrf(&identity),
+        csrf: keys.csrf(&identity),
         signed_in: state.auth_required,
     };
     let body = if parts.method == Method::POST {
@@ -251,7 +258,11 @@ pub async fn login_page(
     (layout::headers(), Html(body.into_string())).into_response()
 }
 
-pub async fn login(State(state): State<AppState>, RawForm(form): RawForm) -> Response {
+pub async fn login(
+    State(state): State<AppState>,
+    State(keys): State<Arc<UiKeys>>,
+    RawForm(form): RawForm,
+) -> Response {
     let field = |name: &str| {
         url::form_urlencoded::parse(&form)
             .find(|(n, _)| n == name)
@@ -273,7 +284,7 @@ pub async fn login(State(state): State<AppState>, RawForm(form): RawForm) -> Res
     // Percent-encoded: any token the API accepts (`openssl rand -base64 32` gives `+`, `/`,
     // `=`) is kept whole in the cookie, and read back by `cookie_token`.
     let kept = percent_encoding::utf8_percent_encode(token, COOKIE_ESCAPES);
-    let secure = if state.ui.secure { "; Secure" } else { "" };
+    let secure = if keys.secure { "; Secure" } else { "" };
     let cookie = format!("{COOKIE_NAME}={kept}; Path=/ui; HttpOnly; SameSite=Strict{secure}");
     let mut response = Redirect::to(&next).into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
@@ -283,10 +294,10 @@ pub async fn login(State(state): State<AppState>, RawForm(form): RawForm) -> Res
 }
 
 pub async fn logout(
-    State(state): State<AppState>,
+    State(keys): State<Arc<UiKeys>>,
     Extension(_session): Extension<Session>,
 ) -> Response {
-    let secure = if state.ui.secure { "; Secure" } else { "" };
+    let secure = if keys.secure { "; Secure" } else { "" };
     let cookie = format!("{COOKIE_NAME}=; Path=/ui; HttpOnly; SameSite=Strict; Max-Age=0{secure}");
     let mut response = (StatusCode::SEE_OTHER, [(LOCATION, "/ui/login")]).into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {

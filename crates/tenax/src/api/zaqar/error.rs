@@ -167,10 +167,9 @@ impl IntoResponse for ZaqarError {
     fn into_response(mut self) -> Response {
         // A server error's details are in the log, under the request's id.
         if self.status.is_server_error() {
-            if let (Some(id), Some(description)) = (
-                crate::api::guard::current_request_id(),
-                self.description.as_mut(),
-            ) {
+            if let (Some(id), Some(description)) =
+                (crate::api::request_id::current(), self.description.as_mut())
+            {
                 if !description.contains(&*id) {
                     description.push_str(&format!(" (request id {id})"));
                 }

@@ -20,7 +20,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::dsn;
 use super::tls::{Check, Roots, SslMode};
-use crate::config::CaFile;
+use crate::trust::CaFile;
 
 /// The longest a new connection may take, unless the URL names a `connect_timeout`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);

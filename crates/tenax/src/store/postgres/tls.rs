@@ -22,8 +22,7 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
 use rustls::{DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use crate::config::CaFile;
-use crate::trust::ListedOrElse;
+use crate::trust::{CaFile, ListedOrElse};
 
 /// libpq's `sslmode`, less `allow` (which tries a plain connection first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

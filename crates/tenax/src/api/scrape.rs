@@ -4,80 +4,34 @@
 //! (stored, so every server shows the same), and on PostgreSQL the offset of the database's
 //! clock to this server's.
 //!
-//! The store's count may be costly on a large shared database: it is made again only once the
-//! last one is older than [`RECOUNT_FACTOR`] times the time it took, so counting takes at most
-//! about 1/20 of the time whatever the scrape interval and the table sizes (the embedded store
-//! counts from memory in microseconds, so every scrape counts anew). Concurrent scrapes share
-//! one count.
+//! The job counts are read through the engine and kept between scrapes by
+//! [`BacklogCache`](crate::metrics::backlog::BacklogCache), which says when they are counted
+//! anew.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
-use super::Metrics;
-use super::jobs::QueueLabel;
-use super::webhooks::SubscriptionLabel;
-use crate::clock::UnixMs;
 use crate::delivery::Deliveries;
 use crate::engine::Engine;
+use crate::metrics::Metrics;
+use crate::metrics::backlog::Counts;
+use crate::metrics::jobs::QueueLabel;
+use crate::metrics::webhooks::SubscriptionLabel;
 use crate::model::BreakerState;
 use crate::model::subscription::{is_internal_queue, subscription_of_queue};
 use crate::store::{Backlog, StoreError};
 
-/// A count is reused until it is this many times as old as it took to make.
-pub const RECOUNT_FACTOR: u32 = 20;
-
 /// The content type of the answer: the Prometheus text format, version 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
-#[derive(Debug, Default)]
-pub struct BacklogCache {
-    last: tokio::sync::Mutex<Option<Counted>>,
-}
-
-#[derive(Debug, Clone)]
-struct Counted {
-    at: Instant,
-    took: Duration,
-    /// Each queue's backlog, and when its first job in line became ready.
-    backlog: Arc<Vec<(Backlog, Option<UnixMs>)>>,
-}
-
-impl BacklogCache {
-    /// The backlog, counted now unless the last count is still young enough; `None` if the
-    /// store could not count and there is no earlier count.
-    async fn get(&self, engine: &Engine) -> Option<Counted> {
-        let mut last = self.last.lock().await;
-        let fresh = last
-            .as_ref()
-            .is_some_and(|c| c.at.elapsed() < c.took * RECOUNT_FACTOR);
-        if !fresh {
-            let started = Instant::now();
-            match count(engine).await {
-                Ok(backlog) => {
-                    *last = Some(Counted {
-                        at: Instant::now(),
-                        took: started.elapsed(),
-                        backlog: Arc::new(backlog),
-                    });
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "counting jobs for the metrics failed");
-                }
-            }
-        }
-        last.clone()
-    }
-}
-
 /// Each queue's backlog and, for the user queues with jobs ready, when the first became ready.
-async fn count(engine: &Engine) -> Result<Vec<(Backlog, Option<UnixMs>)>, StoreError> {
+async fn count(engine: &Engine) -> Result<Counts, StoreError> {
     let backlog = engine.backlog().await?;
     let waiting: Vec<String> = backlog
         .iter()
@@ -136,7 +90,7 @@ pub async fn render(engine: &Engine, deliveries: &Deliveries) -> String {
     let mut gauges = Registry::default();
     let now_ms = engine.now_ms();
 
-    if let Some(counted) = metrics.backlog.get(engine).await {
+    if let Some(counted) = metrics.backlog.get(count(engine)).await {
         let jobs = Family::<StateLabels, Gauge>::default();
         let ready_age = Family::<QueueLabel, FloatGauge>::default();
         let deliveries_by_state = Family::<DeliveryStateLabels, Gauge>::default();
