@@ -9,6 +9,7 @@
 //! are sent again after a restart (at least once).
 
 pub mod address;
+pub mod admission;
 pub mod backpressure;
 pub mod budget;
 pub mod endpoints;
