@@ -19,6 +19,7 @@ pub mod health;
 pub mod outcome;
 mod runner;
 mod send;
+pub mod signals;
 pub mod signing;
 pub mod throttle;
 
@@ -56,6 +57,8 @@ pub struct Deliveries {
     /// One bound per endpoint origin (scheme, host, port), shared by its subscriptions, with
     /// the permits it was made with.
     bounds: Mutex<HashMap<String, (usize, Arc<Semaphore>)>>,
+    /// Where the runners tell what they decide (tests listen; nobody else does).
+    signals: signals::Signals,
 }
 
 /// This server's share of a limit set for the whole cluster of `servers`: the limit divided
@@ -73,7 +76,13 @@ impl Deliveries {
             config,
             health: health::HealthBook::default(),
             bounds: Mutex::new(HashMap::new()),
+            signals: signals::Signals::default(),
         }
+    }
+
+    /// The same, with the runners telling `signals` what they decide.
+    pub fn with_signals(self, signals: signals::Signals) -> Self {
+        Self { signals, ..self }
     }
 
     /// The endpoint's health as the API shows it: this server's counts, the stored pause

@@ -26,6 +26,7 @@ use super::backpressure::{self, Gate, Hold, ProbeEnd};
 use super::budget::is_retry;
 use super::health::Verdict;
 use super::send::Sender;
+use super::signals::Event;
 use crate::clock::UnixMs;
 use crate::engine::{ChangeError, Engine};
 use crate::metrics::webhooks::HeldReason;
@@ -152,6 +153,7 @@ async fn run_subscription(
         match next {
             Next::Look => {}
             Next::Wait(wait) => {
+                runner.deliveries.signals.send(id, Event::Waits(wait));
                 if runner.wait(wait, &bound, &mut wakes).await.is_err() {
                     break;
                 }
