@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use crate::api::{self, AppState, Limits};
 use crate::clock::Clock;
 use crate::config::{Config, Durability};
+use crate::delivery::signals::Signals;
 use crate::delivery::{self, Deliveries};
 use crate::engine::{Engine, EngineSettings, maintenance};
 use crate::metrics::Metrics;
@@ -28,6 +29,18 @@ pub async fn run(
     config: Config,
     clock: Clock,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    run_with_signals(listener, config, clock, shutdown, Signals::default()).await
+}
+
+/// [`run`], with the delivery runners telling `signals` what they decide: tests wait for
+/// those events ([`delivery::signals`]).
+pub async fn run_with_signals(
+    listener: TcpListener,
+    config: Config,
+    clock: Clock,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    signals: Signals,
 ) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(config.metrics_label_limit));
     let spans = match &config.otlp_endpoint {
@@ -97,7 +110,7 @@ pub async fn run(
         engine.clone(),
         stopped.clone(),
     ));
-    let deliveries = Arc::new(Deliveries::new(config.delivery.clone()));
+    let deliveries = Arc::new(Deliveries::new(config.delivery.clone()).with_signals(signals));
     let delivering = tokio::spawn(delivery::run(engine.clone(), deliveries.clone(), stopped));
 
     let state = AppState {

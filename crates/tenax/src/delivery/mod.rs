@@ -9,6 +9,7 @@
 //! are sent again after a restart (at least once).
 
 pub mod address;
+pub mod admission;
 pub mod backpressure;
 pub mod budget;
 pub mod endpoints;
@@ -18,6 +19,7 @@ pub mod health;
 pub mod outcome;
 mod runner;
 mod send;
+pub mod signals;
 pub mod signing;
 pub mod throttle;
 
@@ -87,6 +89,8 @@ pub struct Deliveries {
     /// One bound per endpoint origin (scheme, host, port), shared by its subscriptions, with
     /// the permits it was made with.
     bounds: Mutex<HashMap<String, (usize, Arc<Semaphore>)>>,
+    /// Where the runners tell what they decide (tests listen; nobody else does).
+    signals: signals::Signals,
 }
 
 /// This server's share of a limit set for the whole cluster of `servers`: the limit divided
@@ -104,7 +108,13 @@ impl Deliveries {
             config,
             health: health::HealthBook::default(),
             bounds: Mutex::new(HashMap::new()),
+            signals: signals::Signals::default(),
         }
+    }
+
+    /// The same, with the runners telling `signals` what they decide.
+    pub fn with_signals(self, signals: signals::Signals) -> Self {
+        Self { signals, ..self }
     }
 
     /// The endpoint's health as the API shows it: this server's counts, the stored pause

@@ -7,28 +7,32 @@
 //! So do the deliveries of an endpoint that asked for a pause or whose circuit breaker is open
 //! (but for the breaker's one probe), and retries over their subscription's retry budget:
 //! none of them uses an attempt ([`super::backpressure`], [`super::budget`]).
+//!
+//! What a runner does at each turn is decided by its [`Admission`], from what it saw; the
+//! runner only carries the decision out: it reads, claims, acquires, takes, sends, holds and
+//! waits.
 
-use std::num::NonZeroU32;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::sync::futures::Notified;
+use tokio::sync::{AcquireError, Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::Deliveries;
+use super::admission::{Admission, Budgeted, Decision, Limits, Seen, Wait, admit_taken};
 use super::backpressure::{self, Gate, Hold, ProbeEnd};
 use super::budget::is_retry;
 use super::health::Verdict;
 use super::send::Sender;
-use super::throttle::Throttle;
+use super::signals::Event;
 use crate::clock::UnixMs;
 use crate::engine::{ChangeError, Engine};
 use crate::metrics::webhooks::HeldReason;
 use crate::model::{AttemptResult, Subscription, SubscriptionId};
 use crate::store::{Ack, StoreError, TakenJob};
 
-/// Most deliveries one runner takes in one go.
-const BATCH: usize = 64;
 /// Longest a runner waits for work before it looks at its subscription again.
 const IDLE_POLL: Duration = Duration::from_secs(1);
 /// How long in-flight requests may finish when the server stops; the rest are abandoned and
@@ -108,232 +112,403 @@ async fn watch_endpoints(engine: Arc<Engine>, deliveries: Arc<Deliveries>) {
 }
 
 /// One subscription's runner: ends when the subscription is deleted or the server stops.
+///
+/// Each turn it looks at its subscription and endpoint, asks its [`Admission`] what to do,
+/// and either waits for what that names or takes deliveries and sends each in its own task.
 async fn run_subscription(
     engine: Arc<Engine>,
     deliveries: Arc<Deliveries>,
     sender: Arc<Sender>,
     id: SubscriptionId,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let started = Instant::now();
-    // The throttle counts in time since the runner started: rates are about real time.
-    let elapsed_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    let lease_ms = deliveries.config.timeout_ms.saturating_add(60_000);
-    let mut throttle: Option<Throttle> = None;
-    let mut in_flight = JoinSet::new();
+    let mut runner = Runner::new(engine.clone(), deliveries, sender, id, stop);
     loop {
-        while in_flight.try_join_next().is_some() {}
-        if *stop.borrow() {
+        while runner.in_flight.try_join_next().is_some() {}
+        if *runner.stop.borrow() {
             break;
         }
-        let changed = engine.signals().subscriptions.notified();
-        tokio::pin!(changed);
-        changed.as_mut().enable();
-        // Registered before looking for work, so a delivery that becomes ready meanwhile wakes
-        // the runner.
-        let ready = engine.signals().ready.notified();
-        tokio::pin!(ready);
-        ready.as_mut().enable();
-        let endpoint_changed = engine.signals().endpoints.notified();
-        tokio::pin!(endpoint_changed);
-        endpoint_changed.as_mut().enable();
-        let subscription = match engine.subscription(id).await {
-            Ok(Some(subscription)) => subscription,
-            Ok(None) => break,
-            Err(error) => {
-                tracing::error!(%error, id = id.0, "reading the subscription failed; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(IDLE_POLL) => {}
-                    _ = stop.changed() => {}
-                }
+        // Registered before the runner looks, so that a change of its subscription or of an
+        // endpoint, or a delivery that becomes ready, while it looks wakes it.
+        let mut wakes = Wakes::register(&engine);
+        let sight = match runner.look().await {
+            Ok(sight) => sight,
+            Err(Unseen::Gone) => break,
+            Err(Unseen::Failed) => {
+                runner.pause().await;
                 continue;
+            }
+        };
+        let bound = sight.bound.clone();
+        let throttle_ms = runner.throttle_ms();
+        let next = match runner.admission.admit(&sight.seen, throttle_ms) {
+            Decision::Take { up_to, probe } => runner.take_and_send(sight, up_to, probe).await,
+            // Dropped before the wait: a permit kept through it would hold back the endpoint's
+            // other subscriptions.
+            Decision::Wait(wait) => {
+                drop(sight);
+                Next::Wait(wait)
+            }
+        };
+        match next {
+            Next::Look => {}
+            Next::Wait(wait) => {
+                runner.deliveries.signals.send(id, Event::Waits(wait));
+                if runner.wait(wait, &bound, &mut wakes).await.is_err() {
+                    break;
+                }
+            }
+            Next::Pause => runner.pause().await,
+        }
+    }
+    runner.finish().await;
+}
+
+/// A runner's state between its turns, and its effects: what it reads, takes, sends and holds.
+struct Runner {
+    engine: Arc<Engine>,
+    deliveries: Arc<Deliveries>,
+    sender: Arc<Sender>,
+    id: SubscriptionId,
+    stop: watch::Receiver<bool>,
+    /// The throttle counts in time since the runner started: rates are about real time.
+    started: Instant,
+    lease_ms: u64,
+    admission: Admission,
+    in_flight: JoinSet<()>,
+    /// A permit of the endpoint's bound the runner waited for ([`Wait::Permit`]), kept for its
+    /// next look: let go, it could go to a runner that did not wait.
+    waited: Option<OwnedSemaphorePermit>,
+}
+
+/// Why a runner's look saw nothing to decide on.
+enum Unseen {
+    /// The subscription is deleted, or its endpoint is not a URL: the runner ends.
+    Gone,
+    /// The store did not answer: look again after a while.
+    Failed,
+}
+
+/// The subscription and its endpoint as a runner saw them.
+struct Sight {
+    subscription: Subscription,
+    origin: Arc<str>,
+    /// The endpoint's concurrency bound on this server.
+    bound: Arc<Semaphore>,
+    /// A permit of `bound` the runner waited for (counted in `seen.free_permits`).
+    held: Option<OwnedSemaphorePermit>,
+    seen: Seen,
+}
+
+/// How a turn ends.
+enum Next {
+    /// Look again at once.
+    Look,
+    Wait(Wait),
+    /// The store did not answer: look again after a while.
+    Pause,
+}
+
+/// The store's wake-ups a runner may wait for, registered when created.
+struct Wakes<'a> {
+    subscription: Pin<Box<Notified<'a>>>,
+    ready: Pin<Box<Notified<'a>>>,
+    endpoint: Pin<Box<Notified<'a>>>,
+}
+
+impl<'a> Wakes<'a> {
+    fn register(engine: &'a Engine) -> Self {
+        let registered = |notify: &'a Notify| {
+            let mut notified = Box::pin(notify.notified());
+            notified.as_mut().enable();
+            notified
+        };
+        let signals = engine.signals();
+        Self {
+            subscription: registered(&signals.subscriptions),
+            ready: registered(&signals.ready),
+            endpoint: registered(&signals.endpoints),
+        }
+    }
+}
+
+impl Runner {
+    fn new(
+        engine: Arc<Engine>,
+        deliveries: Arc<Deliveries>,
+        sender: Arc<Sender>,
+        id: SubscriptionId,
+        stop: watch::Receiver<bool>,
+    ) -> Self {
+        let lease_ms = deliveries.config.timeout_ms.saturating_add(60_000);
+        Self {
+            engine,
+            deliveries,
+            sender,
+            id,
+            stop,
+            started: Instant::now(),
+            lease_ms,
+            admission: Admission::default(),
+            in_flight: JoinSet::new(),
+            waited: None,
+        }
+    }
+
+    fn throttle_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Reads the subscription and its endpoint's state, and counts the endpoint's permits.
+    async fn look(&mut self) -> Result<Sight, Unseen> {
+        let waited = self.waited.take();
+        let subscription = match self.engine.subscription(self.id).await {
+            Ok(Some(subscription)) => subscription,
+            Ok(None) => return Err(Unseen::Gone),
+            Err(error) => {
+                tracing::error!(%error, id = self.id.0, "reading the subscription failed; retrying");
+                return Err(Unseen::Failed);
             }
         };
         let Ok(url) = url::Url::parse(&subscription.endpoint) else {
-            tracing::error!(id = id.0, endpoint = %subscription.endpoint, "subscription endpoint is not a URL");
-            break;
+            tracing::error!(id = self.id.0, endpoint = %subscription.endpoint, "subscription endpoint is not a URL");
+            return Err(Unseen::Gone);
         };
-        if !subscription.enabled {
-            tokio::select! {
-                () = &mut changed => {}
-                _ = stop.changed() => {}
-            }
-            continue;
-        }
         // Limits are for the whole cluster: this server keeps its share.
-        let servers = engine.servers();
-        // Room under the subscription's own bound; when full, wait for a request to end.
-        let own_bound = subscription.max_concurrency.map_or(usize::MAX, |n| {
-            usize::try_from(super::share(n, servers)).unwrap_or(usize::MAX)
-        });
-        let room = own_bound.saturating_sub(in_flight.len()).min(BATCH);
-        if room == 0 {
-            tokio::select! {
-                _ = in_flight.join_next() => {}
-                _ = stop.changed() => {}
-            }
-            continue;
-        }
-        // The endpoint's pause and circuit breaker, stored for every server: while they hold,
-        // nothing is taken; once the breaker's cool-down is over, one probe is.
+        let servers = self.engine.servers();
+        // The endpoint's pause and circuit breaker, stored for every server.
         let origin: Arc<str> = Arc::from(url.origin().ascii_serialization());
-        let now = engine.now_ms();
-        let gate = match deliveries.endpoints.gate(&engine, &origin, now).await {
+        let now = self.engine.now_ms();
+        let gate = match self
+            .deliveries
+            .endpoints
+            .gate(&self.engine, &origin, now)
+            .await
+        {
             Ok(gate) => gate,
             Err(error) => {
-                tracing::error!(%error, id = id.0, "reading the endpoint's state failed; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(IDLE_POLL) => {}
-                    _ = stop.changed() => {}
-                }
-                continue;
+                tracing::error!(%error, id = self.id.0, "reading the endpoint's state failed; retrying");
+                return Err(Unseen::Failed);
             }
         };
-        let probe = match gate {
-            Gate::Send => None,
-            Gate::Wait { until_ms, .. } => {
-                tokio::select! {
-                    () = engine.clock.sleep_toward(until_ms, IDLE_POLL) => {}
-                    () = &mut endpoint_changed => {}
-                    () = &mut changed => {}
-                    _ = stop.changed() => {}
-                }
-                continue;
-            }
-            Gate::Probe => match deliveries
+        let bound = self.deliveries.endpoint_bound(&url, servers);
+        // A permit waited for counts if it is of the bound as it is now (made anew when the
+        // number of servers changed).
+        let held = waited.filter(|permit| Arc::ptr_eq(permit.semaphore(), &bound));
+        let seen = Seen {
+            limits: Limits::of(&subscription),
+            servers,
+            in_flight: self.in_flight.len(),
+            gate,
+            free_permits: usize::from(held.is_some()) + bound.available_permits(),
+        };
+        Ok(Sight {
+            subscription,
+            origin,
+            bound,
+            held,
+            seen,
+        })
+    }
+
+    /// Takes up to `up_to` deliveries as the admission allowed (`probe`: the breaker's probe,
+    /// claimed before it is taken) and sends each, or holds it back over the retry budget.
+    async fn take_and_send(&mut self, sight: Sight, up_to: usize, probe: bool) -> Next {
+        let Sight {
+            subscription,
+            origin,
+            bound,
+            held,
+            seen,
+        } = sight;
+        let permits = self.permits(&bound, held, up_to);
+        if permits.is_empty() {
+            return Next::Look;
+        }
+        let probe = if probe {
+            let now = self.engine.now_ms();
+            match self
+                .deliveries
                 .endpoints
-                .claim_probe(&engine, &origin, now)
+                .claim_probe(&self.engine, &origin, now)
                 .await
             {
                 Some(probe) => Some(probe),
                 // Another runner (or server) sends it: look again.
-                None => continue,
-            },
+                None => {
+                    self.admission.give_back(permits.len());
+                    return Next::Look;
+                }
+            }
+        } else {
+            None
         };
-        let room = if probe.is_some() { 1 } else { room };
-        // Room under the endpoint's bound: wait for one permit, then take what is free.
-        let endpoint = deliveries.endpoint_bound(&url, servers);
-        let first = tokio::select! {
-            permit = endpoint.clone().acquire_owned() => permit,
-            _ = stop.changed() => {
-                unsent(&engine, &deliveries, &origin, probe).await;
-                continue;
+        // Takes what is ready now, without waiting: an idle runner must not sit on the
+        // endpoint's permits (its other subscriptions would wait for them) nor on throttle
+        // tokens, and must see changes to its subscription at once.
+        let taken = self
+            .engine
+            .take_deliveries(self.id, permits.len(), self.lease_ms)
+            .await;
+        let jobs = match taken {
+            Ok(jobs) => jobs,
+            Err(error) => {
+                tracing::error!(%error, id = self.id.0, "taking deliveries failed");
+                drop(permits);
+                self.unsent(&origin, probe).await;
+                return Next::Pause;
             }
         };
-        let Ok(first) = first else { break };
-        let mut permits: Vec<OwnedSemaphorePermit> = vec![first];
-        while permits.len() < room {
-            match endpoint.clone().try_acquire_owned() {
+        if let Some(wait) = self.admission.took(permits.len(), jobs.len()) {
+            drop(permits);
+            self.unsent(&origin, probe).await;
+            return Next::Wait(wait);
+        }
+        let sending = Sending {
+            engine: self.engine.clone(),
+            deliveries: self.deliveries.clone(),
+            sender: self.sender.clone(),
+            subscription: Arc::new(subscription),
+            origin,
+            probe,
+        };
+        self.send_or_hold(&sending, seen.servers, jobs, permits)
+            .await;
+        Next::Look
+    }
+
+    /// The permits of `bound` for up to `up_to` deliveries: `held`, and what is free. Tokens
+    /// the throttle granted for permits counted as free but gone to another runner meanwhile
+    /// go back.
+    fn permits(
+        &mut self,
+        bound: &Arc<Semaphore>,
+        held: Option<OwnedSemaphorePermit>,
+        up_to: usize,
+    ) -> Vec<OwnedSemaphorePermit> {
+        let mut permits: Vec<OwnedSemaphorePermit> = held.into_iter().collect();
+        while permits.len() < up_to {
+            match bound.clone().try_acquire_owned() {
                 Ok(permit) => permits.push(permit),
                 Err(_) => break,
             }
         }
-        // The throttle: as many as its tokens allow; with none, wait for the next one.
-        let rate = subscription
-            .throttle_per_second
-            .map(|r| super::share(r, servers));
-        if let Some(rate) = rate.and_then(NonZeroU32::new) {
-            let now = elapsed_ms();
-            let bucket = throttle.get_or_insert_with(|| Throttle::new(rate, now));
-            if bucket.rate() != rate {
-                bucket.set_rate(rate, now);
-            }
-            let granted = bucket.take(permits.len(), now);
-            if granted == 0 {
-                let wait = bucket.next_token_at(now).saturating_sub(now).max(1);
-                drop(permits);
-                unsent(&engine, &deliveries, &origin, probe).await;
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_millis(wait)) => {}
-                    _ = stop.changed() => {}
-                }
-                continue;
-            }
-            permits.truncate(granted);
-        } else {
-            throttle = None;
-        }
-        // Takes what is ready now, without waiting: an idle runner must not sit on the
-        // endpoint's permits (its other subscriptions would wait for them) nor on throttle
-        // tokens, and must see changes to its subscription at once.
-        let taken = engine.take_deliveries(id, permits.len(), lease_ms).await;
-        let jobs = match taken {
-            Ok(jobs) => jobs,
-            Err(error) => {
-                tracing::error!(%error, id = id.0, "taking deliveries failed");
-                unsent(&engine, &deliveries, &origin, probe).await;
-                tokio::time::sleep(IDLE_POLL).await;
-                continue;
-            }
-        };
-        if let Some(bucket) = throttle.as_mut() {
-            bucket.give_back(permits.len().saturating_sub(jobs.len()));
-        }
-        if jobs.is_empty() {
-            drop(permits);
-            unsent(&engine, &deliveries, &origin, probe).await;
-            tokio::select! {
-                () = &mut ready => {}
-                () = &mut changed => {}
-                () = tokio::time::sleep(IDLE_POLL) => {}
-                _ = stop.changed() => {}
-            }
-            continue;
-        }
-        let subscription = Arc::new(subscription);
-        let now = engine.now_ms();
+        self.admission
+            .give_back(up_to.saturating_sub(permits.len()));
+        permits
+    }
+
+    /// Sends each delivery taken in its own task, with a permit, but a retry over the retry
+    /// budget, which is put back unsent.
+    async fn send_or_hold(
+        &mut self,
+        sending: &Sending,
+        servers: usize,
+        jobs: Vec<TakenJob>,
+        permits: Vec<OwnedSemaphorePermit>,
+    ) {
+        let retries = jobs.iter().map(|job| is_retry(job.attempt, job.trigger));
+        let budgeted = admit_taken(
+            &self.deliveries.budgets,
+            &sending.subscription,
+            servers,
+            sending.probe.is_some(),
+            retries,
+            self.engine.now_ms(),
+        );
         let mut over_budget = Vec::new();
-        for (job, permit) in jobs.into_iter().zip(permits) {
-            // A retry over the retry budget waits; the probe goes whatever the budget.
-            let admitted = deliveries.budgets.admit(
-                &subscription,
-                is_retry(job.attempt, job.trigger),
-                servers,
-                now,
-            );
-            match admitted {
-                Err(until_ms) if probe.is_none() => {
+        for ((job, permit), budgeted) in jobs.into_iter().zip(permits).zip(budgeted) {
+            match budgeted {
+                Budgeted::Hold { until_ms } => {
                     drop(permit);
                     over_budget.push((job, until_ms));
                 }
-                _ => {
-                    in_flight.spawn(deliver(
-                        Sending {
-                            engine: engine.clone(),
-                            deliveries: deliveries.clone(),
-                            sender: sender.clone(),
-                            subscription: subscription.clone(),
-                            origin: origin.clone(),
-                            probe,
-                        },
-                        job,
-                        permit,
-                    ));
+                Budgeted::Send => {
+                    self.in_flight.spawn(deliver(sending.clone(), job, permit));
                 }
             }
         }
         for (job, until_ms) in over_budget {
-            hold(&engine, id, &job, until_ms, HeldReason::RetryBudget).await;
+            hold(
+                &self.engine,
+                self.id,
+                &job,
+                until_ms,
+                HeldReason::RetryBudget,
+            )
+            .await;
         }
     }
-    // Lets requests in flight finish briefly; abandoned ones keep their leases, which expire
-    // (or vanish with the process), and are sent again.
-    let _ = tokio::time::timeout(STOP_GRACE, async {
-        while in_flight.join_next().await.is_some() {}
-    })
-    .await;
-    // Aborted and waited for, so that none still holds the engine once the runner has ended.
-    in_flight.shutdown().await;
-}
 
-/// A probe claimed and then not sent: another may go at once.
-async fn unsent(engine: &Engine, deliveries: &Deliveries, origin: &str, probe: Option<u64>) {
-    if let Some(probe) = probe {
-        let now = engine.now_ms();
-        deliveries
-            .endpoints
-            .end_probe(engine, origin, probe, &ProbeEnd::Unsent, now)
-            .await;
+    /// Waits for what the admission named, or for the server to stop; a permit of the
+    /// endpoint's `bound` waited for is kept for the next look. An error: the bound is closed.
+    async fn wait(
+        &mut self,
+        wait: Wait,
+        bound: &Arc<Semaphore>,
+        wakes: &mut Wakes<'_>,
+    ) -> Result<(), AcquireError> {
+        match wait {
+            Wait::Change => tokio::select! {
+                () = &mut wakes.subscription => {}
+                _ = self.stop.changed() => {}
+            },
+            Wait::RequestEnd => tokio::select! {
+                _ = self.in_flight.join_next() => {}
+                _ = self.stop.changed() => {}
+            },
+            Wait::Endpoint { until_ms } => tokio::select! {
+                () = self.engine.clock.sleep_toward(until_ms, IDLE_POLL) => {}
+                () = &mut wakes.endpoint => {}
+                () = &mut wakes.subscription => {}
+                _ = self.stop.changed() => {}
+            },
+            Wait::Permit => tokio::select! {
+                permit = bound.clone().acquire_owned() => self.waited = Some(permit?),
+                _ = self.stop.changed() => {}
+            },
+            Wait::Token { for_ms } => tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(for_ms)) => {}
+                _ = self.stop.changed() => {}
+            },
+            Wait::Ready => tokio::select! {
+                () = &mut wakes.ready => {}
+                () = &mut wakes.subscription => {}
+                () = tokio::time::sleep(IDLE_POLL) => {}
+                _ = self.stop.changed() => {}
+            },
+        }
+        Ok(())
+    }
+
+    /// After the store failed to answer: waits a while, or for the server to stop.
+    async fn pause(&mut self) {
+        tokio::select! {
+            () = tokio::time::sleep(IDLE_POLL) => {}
+            _ = self.stop.changed() => {}
+        }
+    }
+
+    /// A probe claimed and then not sent: another may go at once.
+    async fn unsent(&self, origin: &str, probe: Option<u64>) {
+        if let Some(probe) = probe {
+            let now = self.engine.now_ms();
+            self.deliveries
+                .endpoints
+                .end_probe(&self.engine, origin, probe, &ProbeEnd::Unsent, now)
+                .await;
+        }
+    }
+
+    /// Lets requests in flight finish briefly; abandoned ones keep their leases, which expire
+    /// (or vanish with the process), and are sent again.
+    async fn finish(mut self) {
+        let _ = tokio::time::timeout(STOP_GRACE, async {
+            while self.in_flight.join_next().await.is_some() {}
+        })
+        .await;
+        // Aborted and waited for, so that none still holds the engine once the runner has ended.
+        self.in_flight.shutdown().await;
     }
 }
 
@@ -368,6 +543,7 @@ async fn hold(
 }
 
 /// What a delivery's task needs besides the delivery.
+#[derive(Clone)]
 struct Sending {
     engine: Arc<Engine>,
     deliveries: Arc<Deliveries>,

@@ -27,7 +27,8 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 use tenax::clock::{Clock, parse_rfc3339};
 use tenax::config::{Config, ServeArgs};
-use tokio::sync::oneshot;
+use tenax::delivery::signals::{Signal, Signals};
+use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
 /// The start of every manual clock: 2027-01-15T08:00:00Z, a round number far from the epoch.
@@ -100,6 +101,8 @@ pub struct TestServer {
     flags: Vec<String>,
     /// The server's database, when the suite runs on PostgreSQL.
     database: Option<String>,
+    /// What its delivery runners decide, on every start ([`TestServer::listen`]).
+    signals: Signals,
     /// Dropped last: the directory outlives every server started on it.
     data_dir: TempDir,
     running: Option<Running>,
@@ -123,12 +126,14 @@ impl TestServer {
             .tempdir()
             .expect("a temporary data directory");
         let database = test_database().await;
-        let (api, running) = launch(data_dir.path(), &options, database.as_deref()).await;
+        let signals = Signals::listened();
+        let (api, running) = launch(data_dir.path(), &options, database.as_deref(), &signals).await;
         Self {
             api,
             clock: options.clock,
             flags: options.flags,
             database,
+            signals,
             data_dir,
             running: Some(running),
         }
@@ -152,7 +157,13 @@ impl TestServer {
             clock: self.clock.clone(),
             flags: self.flags.clone(),
         };
-        let (api, running) = launch(self.data_dir.path(), &options, self.database.as_deref()).await;
+        let (api, running) = launch(
+            self.data_dir.path(),
+            &options,
+            self.database.as_deref(),
+            &self.signals,
+        )
+        .await;
         self.api = api;
         self.running = Some(running);
     }
@@ -165,6 +176,14 @@ impl TestServer {
 
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()
+    }
+
+    /// Hears what the server's delivery runners decide from now on: listen before the act
+    /// whose effect a test waits for.
+    pub fn listen(&self) -> broadcast::Receiver<Signal> {
+        self.signals
+            .listen()
+            .expect("a test server's signals are listened")
     }
 
     /// Moves the manual clock. The maintenance loop looks at a manual clock every few
@@ -207,7 +226,12 @@ async fn test_database() -> Option<String> {
     url
 }
 
-async fn launch(data_dir: &Path, options: &Options, database: Option<&str>) -> (Api, Running) {
+async fn launch(
+    data_dir: &Path,
+    options: &Options,
+    database: Option<&str>,
+    signals: &Signals,
+) -> (Api, Running) {
     let mut flags = options.flags.clone();
     if let Some(url) = database {
         flags.extend(["--database-url".to_owned(), url.to_owned()]);
@@ -226,11 +250,12 @@ async fn launch(data_dir: &Path, options: &Options, database: Option<&str>) -> (
         // A dropped sender (the test ended) stops the server too.
         let _ = stopped.await;
     };
-    let mut task = tokio::spawn(tenax::server::run(
+    let mut task = tokio::spawn(tenax::server::run_with_signals(
         listener,
         config,
         options.clock.clone(),
         shutdown,
+        signals.clone(),
     ));
     let api = Api::new(address);
     // A server that ends before it answers says why, instead of the wait running out.
