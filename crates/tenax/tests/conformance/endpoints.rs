@@ -1,7 +1,7 @@
 //! `EndpointStore`: endpoints' delivery state (pause, circuit breaker).
 //!
-//! | operation                               | cases |
-//! |-----------------------------------------|-------|
+//! | operation                                  | cases |
+//! |--------------------------------------------|-------|
 //! | `endpoints`, `endpoint`, `update_endpoint` | `endpoint_states_change_atomically_and_are_kept` |
 
 use tenax::model::{BreakerState, EndpointState, Pause, SubscriptionId};
