@@ -7,7 +7,7 @@
 //!
 //! What each backend keeps sealed, and how sealing survives a rotation stopped half-way or an
 //! upgrade from a release that kept secrets in clear, is in the conformance suite
-//! (`store_conformance.rs`, "secrets at rest").
+//! (`conformance/secrets.rs`).
 
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]

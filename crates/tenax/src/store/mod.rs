@@ -1,6 +1,6 @@
 //! Storage: the seam every backend implements ([`seam`]), the types that cross it, and the
 //! backends (the embedded store, and PostgreSQL for several servers). One conformance suite
-//! (`tests/store_conformance.rs`) runs against every backend.
+//! (`tests/conformance/`, one file per family of the seam) runs against every backend.
 //!
 //! The store decides nothing: transitions that need a decision take a closure from the engine
 //! (see [`seam`]). Only the engine calls the store.
