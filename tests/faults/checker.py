@@ -222,7 +222,7 @@ def check_finished(final: dict, setup: dict, drained: bool, report: Report) -> N
             if job["status"] not in ("completed", "dead"):
                 stuck.append(f"job {job['id']} ({queue}) is {job['status']}")
     if not drained:
-        stuck.insert(0, "the jobs were not drained in time")
+        stuck.insert(0, "the jobs stopped draining: nothing was done for 60 s")
     report.add("every job ends completed or dead", checked, stuck)
 
 

@@ -27,26 +27,35 @@ def all_jobs(client: Client, queue: str) -> list[dict[str, Any]]:
             return jobs
 
 
-def drained(client: Client, setup: Setup) -> bool:
-    """Whether no job of the workload's queues, and no delivery, is still to do."""
+def to_do(client: Client, setup: Setup) -> int:
+    """How many jobs of the workload's queues, and deliveries, are still to do."""
+    left = 0
     stats = retry_forever(client, "GET", "/api/stats", None)
     for queue in stats["queues"]:
-        if queue["queue"] in setup.work_queues and (
-                queue["scheduled"] or queue["ready"] or queue["in_flight"]):
-            return False
+        if queue["queue"] in setup.work_queues:
+            left += queue["scheduled"] + queue["ready"] + queue["in_flight"]
     sub = retry_forever(client, "GET", f"/api/subscriptions/{setup.subscription}", None)
     counts = sub.get("deliveries") or {}
-    return not (counts.get("scheduled") or counts.get("ready") or counts.get("in_flight"))
+    left += sum(counts.get(k) or 0 for k in ("scheduled", "ready", "in_flight"))
+    return left
 
 
-def wait_drained(client: Client, setup: Setup, within: float) -> float:
+def wait_drained(client: Client, setup: Setup, stalled_after: float) -> float:
+    """Waits until nothing is left to do, for as long as the work left keeps going down: a
+    rate-limited backlog drains slowly but surely; a stall (nothing done for `stalled_after`
+    seconds) is what the check must catch. Answers how long it took, or -1 on a stall."""
     began = time.monotonic()
-    deadline = began + within
-    while time.monotonic() < deadline:
-        if drained(client, setup):
+    fewest, progressed = None, began
+    while True:
+        left = to_do(client, setup)
+        if left == 0:
             return time.monotonic() - began
+        now = time.monotonic()
+        if fewest is None or left < fewest:
+            fewest, progressed = left, now
+        elif now - progressed > stalled_after:
+            return -1.0
         time.sleep(0.5)
-    return -1.0
 
 
 def read(client: Client, setup: Setup) -> dict[str, Any]:
