@@ -414,6 +414,51 @@ async fn a_paused_leader_is_replaced_and_follows_when_resumed() {
     );
 }
 
+/// Advisory locks belong to a database: a server unseating a silent leader ends only its own
+/// database's holder, never the leader of another cluster on the same PostgreSQL server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unseating_a_silent_leader_leaves_other_databases_leaders_alone() {
+    /// The lead's advisory lock (src/store/postgres/mod.rs, `LEAD_LOCK`).
+    const LEAD_LOCK: i64 = 0x7465_6e61_782d_6c64;
+    let _turn = TURN.lock().await;
+    let Some(ours) = database().await else { return };
+    let Some(theirs) = database().await else {
+        return;
+    };
+    // A silent leader here: a lead session whose server has no row, so not seen for 5 s.
+    let silent = writable_admin(&ours).await;
+    silent
+        .batch_execute(&format!(
+            "SET application_name = 'tenax-lead 1'; SELECT pg_advisory_lock({LEAD_LOCK})"
+        ))
+        .await
+        .expect("the silent leader's lock");
+    // Another cluster's leader, in the other database, just as silent from here.
+    let other = writable_admin(&theirs).await;
+    other
+        .batch_execute(&format!(
+            "SET application_name = 'tenax-lead 2'; SELECT pg_advisory_lock({LEAD_LOCK})"
+        ))
+        .await
+        .expect("the other cluster's leader's lock");
+
+    let node = Node::start(&ours, &[]).await;
+    node.wait_until_leading().await;
+    assert!(
+        node.log_text().contains("has not been seen for 5 s"),
+        "{}",
+        node.log_text()
+    );
+    assert!(
+        silent.simple_query("SELECT 1").await.is_err(),
+        "the silent leader's session was ended"
+    );
+    other
+        .simple_query("SELECT 1")
+        .await
+        .expect("the other database's leader keeps its session");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_killed_under_load_loses_nothing_acknowledged() {
     let _turn = TURN.lock().await;

@@ -287,5 +287,10 @@ async fn skewed_cluster(skew: Skew) {
         "ahead of its own"
     };
     assert!(rest.starts_with(side), "{said}");
-    assert!(!writer.leads(), "the writer took the lead");
+    assert!(
+        !writer.leads(),
+        "the writer took the lead; its log:\n{}\nthe leader's:\n{}",
+        writer.log_text(),
+        leader.log_text()
+    );
 }

@@ -101,7 +101,9 @@ pub async fn name_lead_session(
     Ok(())
 }
 
-/// Ends the session holding the advisory lock `lock` when it is a lead's session whose server
+/// Ends the session holding the advisory lock `lock` in this database (advisory locks are per
+/// database: another database's holder leads another cluster) when it is a lead's session
+/// whose server
 /// has not written its row within [`ALIVE`]: the server was paused, or lost PostgreSQL while
 /// PostgreSQL kept its session (a partition leaves a session open until TCP gives up on it,
 /// which takes hours with the default keepalives). Answers the id of the server whose lead
@@ -125,6 +127,9 @@ pub async fn unseat_silent_leader(
                      FROM pg_locks l
                      JOIN pg_stat_activity a ON a.pid = l.pid
                      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                       AND l.database = (
+                           SELECT oid FROM pg_database WHERE datname = current_database()
+                       )
                        AND l.classid::bigint = ($1::bigint >> 32)
                        AND l.objid::bigint = ($1::bigint & 4294967295)
                  )
