@@ -149,10 +149,33 @@ fn is_unreachable(error: &tokio_postgres::Error) -> bool {
                 || *code == SqlState::CRASH_SHUTDOWN
                 || *code == SqlState::CANNOT_CONNECT_NOW
         }
-        // No answer from the server at all: the connection failed underneath.
-        None => std::error::Error::source(error)
-            .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some()),
+        // No answer from the server at all: the connection failed underneath. A TLS handshake
+        // whose certificate check failed failed underneath too, but it is a refusal that
+        // trying again cannot mend, not an unreachable server.
+        None => {
+            std::error::Error::source(error)
+                .is_some_and(|source| source.downcast_ref::<std::io::Error>().is_some())
+                && !is_tls_refusal(error)
+        }
     }
+}
+
+/// Whether rustls refused the connection (a certificate that failed its check, a protocol
+/// neither side speaks), anywhere in the error's chain of sources.
+fn is_tls_refusal(error: &tokio_postgres::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(error) = source {
+        let refused = error.downcast_ref::<rustls::Error>().is_some()
+            || error
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
+        if refused {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// Whether the server refused a statement because it accepts no writes (SQLSTATE 25006): it
