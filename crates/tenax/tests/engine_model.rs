@@ -30,12 +30,12 @@ use proptest::test_runner::TestCaseError;
 use serde_json::value::RawValue;
 use tenax::clock::Clock;
 use tenax::engine::{Engine, EngineSettings, Enqueue, FailureReport, maintenance};
-use tenax::model::{JobId, LeaseToken, NewJob, Status, StoredPolicy};
-use tenax::store::embedded::EmbeddedOptions;
-use tenax::store::{
-    self, Ack, JobFilter, NotReplayed, OnDuplicate, QueueCounts, Replay, Replayed, Selection,
-    StoreConfig, StoreError, TakeRequest,
+use tenax::model::{
+    Ack, JobFilter, JobId, LeaseToken, NewJob, NotReplayed, OnDuplicate, QueueCounts, Replay,
+    Replayed, Selection, Status, StoredPolicy,
 };
+use tenax::store::embedded::EmbeddedOptions;
+use tenax::store::{self, StoreConfig, StoreError, TakeRequest};
 use tenax_policy::{Outcome, RetryPolicy, Shape};
 
 /// Every run starts at this time (ms since the epoch).

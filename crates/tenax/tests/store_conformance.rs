@@ -78,20 +78,20 @@ use tempfile::TempDir;
 use tenax::auth::{Role, TokenRecord};
 use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax::model::{
-    Attempt, AttemptResult, BreakerState, ClaimId, EndpointState, ErrorEntry, Job, JobId,
-    JobTemplate, LeaseToken, MAX_EXACT_INTEGER, Missed, NewJob, Overlap, Pause, Schedule, Status,
-    StoredPolicy, Subscription, SubscriptionId, TickCounts, Trigger,
+    Ack, Attempt, AttemptResult, BreakerState, ClaimId, DeadLetter, EndpointState, Enqueued,
+    ErrorEntry, Job, JobFilter, JobId, JobTemplate, LeaseToken, LimitUse, MAX_EXACT_INTEGER,
+    Missed, NewJob, NotReplayed, OnDuplicate, Order, Overlap, Page, Pause, QueueConfig,
+    QueueCounts, RateLimit, Replay, Replayed, Schedule, Searched, Selection, Status, StoredPolicy,
+    Subscription, SubscriptionId, TakenJob, TextQuery, TickCounts, Trigger,
 };
 use tenax::secrets::key::Key;
 use tenax::secrets::{Keyring, SECRETS_KEY_FILE};
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
 use tenax::store::{
-    Ack, Checked, Claim, ClaimRecord, ClaimedJob, DeadLetter, DecideContext, EmbeddedStore,
-    Enqueued, FactsSeen, Finished, Insert, JobFilter, JobPeek, KeyHolder, LeaseFacts, LimitUse,
-    NotReplayed, OnDuplicate, Order, Page, QueueConfig, QueueCounts, RateLimit, Replay, Replayed,
-    Searched, Selection, Store, StoreError, StoreProperties, TakeRequest, Taken, TakenJob,
-    TextQuery, Transition,
+    Checked, Claim, ClaimRecord, ClaimedJob, DecideContext, EmbeddedStore, FactsSeen, Finished,
+    Insert, JobPeek, KeyHolder, LeaseFacts, Store, StoreError, StoreProperties, TakeRequest, Taken,
+    Transition,
 };
 use tenax_policy::{RetryPolicy, Shape};
 use tokio::sync::Notify;

@@ -20,9 +20,11 @@ use super::{AppState, Limits};
 use crate::auth::Principal;
 use crate::clock::{UnixMs, check_time, rfc3339};
 use crate::engine::Enqueue;
-use crate::model::subscription::is_internal_queue;
-use crate::model::{JobId, NewJob, Status, StoredPolicy, check_traceparent};
-use crate::store::{Enqueued, JobFilter, OnDuplicate, Page, QueueCounts, Selection, StoreError};
+use crate::model::{
+    Enqueued, JobFilter, JobId, NewJob, OnDuplicate, Page, QueueCounts, Selection, Status,
+    StoredPolicy, check_traceparent, subscription::is_internal_queue,
+};
+use crate::store::StoreError;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

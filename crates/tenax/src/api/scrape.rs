@@ -23,9 +23,9 @@ use crate::metrics::Metrics;
 use crate::metrics::backlog::Counts;
 use crate::metrics::jobs::QueueLabel;
 use crate::metrics::webhooks::SubscriptionLabel;
-use crate::model::BreakerState;
 use crate::model::subscription::{is_internal_queue, subscription_of_queue};
-use crate::store::{Backlog, StoreError};
+use crate::model::{Backlog, BreakerState};
+use crate::store::StoreError;
 
 /// The content type of the answer: the Prometheus text format, version 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;

@@ -26,8 +26,8 @@ use super::{AppState, Limits};
 use crate::auth::Principal;
 use crate::clock::{check_time, rfc3339};
 use crate::engine::FailureReport;
-use crate::model::{ClaimId, JobId, LeaseToken, Status};
-use crate::store::{Ack, TakeRequest as StoreTake};
+use crate::model::{Ack, ClaimId, JobId, LeaseToken, Status};
+use crate::store::TakeRequest as StoreTake;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

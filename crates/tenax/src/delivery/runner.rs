@@ -30,8 +30,8 @@ use super::signals::Event;
 use crate::clock::UnixMs;
 use crate::engine::{ChangeError, Engine};
 use crate::metrics::webhooks::HeldReason;
-use crate::model::{AttemptResult, Subscription, SubscriptionId};
-use crate::store::{Ack, StoreError, TakenJob};
+use crate::model::{Ack, AttemptResult, Subscription, SubscriptionId, TakenJob};
+use crate::store::StoreError;
 
 /// Longest a runner waits for work before it looks at its subscription again.
 const IDLE_POLL: Duration = Duration::from_secs(1);

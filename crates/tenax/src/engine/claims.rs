@@ -6,8 +6,8 @@
 use super::observe::{Expiries, began};
 use super::{Engine, random_id};
 use crate::clock::UnixMs;
-use crate::model::{ClaimId, Job, JobId};
-use crate::store::{ClaimRecord, DecideContext, StoreError, TakeRequest, TakenJob};
+use crate::model::{ClaimId, Job, JobId, TakenJob};
+use crate::store::{ClaimRecord, DecideContext, StoreError, TakeRequest};
 
 /// A claim to make: up to `max` ready jobs of `queue`, leased for `lease_ms` and kept alive at
 /// least `lease_ms + grace_ms`.

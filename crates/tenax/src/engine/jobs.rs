@@ -6,11 +6,11 @@ use super::Engine;
 use super::observe::Enqueueing;
 use crate::clock::UnixMs;
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
-use crate::model::{DeliveryPayload, Job, JobId, NewJob, StoredPolicy, SubscriptionId};
-use crate::store::{
-    Checked, DeleteCheck, Enqueued, FactsSeen, Insert, JobFilter, JobPeek, OnDuplicate, Page,
-    QueueCounts, QueueFacts, Replay, Replayed, Searched, Selection, StoreError, TextQuery,
+use crate::model::{
+    DeliveryPayload, Enqueued, Job, JobFilter, JobId, NewJob, OnDuplicate, Page, QueueCounts,
+    Replay, Replayed, Searched, Selection, StoredPolicy, SubscriptionId, TextQuery,
 };
+use crate::store::{Checked, DeleteCheck, FactsSeen, Insert, JobPeek, QueueFacts, StoreError};
 
 /// A job to enqueue.
 #[derive(Debug, Clone)]

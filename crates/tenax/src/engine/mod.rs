@@ -32,8 +32,7 @@ pub use self::jobs::Enqueue;
 pub use self::schedules::ScheduleSpec;
 use crate::clock::{Clock, UnixMs};
 use crate::metrics::Metrics;
-use crate::model::ClaimId;
-use crate::model::subscription::is_internal_queue;
+use crate::model::{ClaimId, subscription::is_internal_queue};
 use crate::store::{Signals, Store, StoreError, StoreProperties};
 
 /// Settings the engine needs (a subset of the server configuration).
@@ -181,7 +180,7 @@ impl Engine {
     }
 
     /// Every queue's backlog, for the metrics.
-    pub async fn backlog(&self) -> Result<Vec<crate::store::Backlog>, StoreError> {
+    pub async fn backlog(&self) -> Result<Vec<crate::model::Backlog>, StoreError> {
         self.store.backlog().await
     }
 

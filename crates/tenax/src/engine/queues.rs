@@ -1,7 +1,8 @@
 //! Queue settings: read, changed atomically, deleted.
 
 use super::{ChangeError, Engine, Refusal};
-use crate::store::{LimitUse, QueueConfig, StoreError};
+use crate::model::{LimitUse, QueueConfig};
+use crate::store::StoreError;
 
 impl Engine {
     /// A queue's stored settings, if it has any.

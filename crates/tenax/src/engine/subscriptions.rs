@@ -12,13 +12,10 @@ use crate::clock::UnixMs;
 use crate::metrics::webhooks::HeldReason;
 use crate::model::subscription::{TEST_DELIVERY_KIND, TEST_EVENT_KIND, delivery_queue};
 use crate::model::{
-    Attempt, AttemptResult, DeliveryPayload, ErrorEntry, JobId, NewJob, Status, Subscription,
-    SubscriptionId,
+    Ack, Attempt, AttemptResult, DeliveryPayload, ErrorEntry, JobId, NewJob, OnDuplicate,
+    QueueCounts, Status, Subscription, SubscriptionId, TakenJob,
 };
-use crate::store::{
-    Ack, DecideContext, Finished, Insert, OnDuplicate, QueueCounts, StoreError, TakeRequest,
-    TakenJob, Transition,
-};
+use crate::store::{DecideContext, Finished, Insert, StoreError, TakeRequest, Transition};
 
 impl Engine {
     pub async fn subscription(

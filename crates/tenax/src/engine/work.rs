@@ -8,8 +8,8 @@ use parking_lot::Mutex;
 use super::observe::{Failed, began};
 use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
-use crate::model::{ClaimId, ErrorEntry};
-use crate::store::{Ack, DecideContext, StoreError, TakeRequest, TakenJob, Transition};
+use crate::model::{Ack, ClaimId, ErrorEntry, TakenJob};
+use crate::store::{DecideContext, StoreError, TakeRequest, Transition};
 
 impl Engine {
     /// Leases up to `request.max` jobs, waiting up to `wait` for the first one if none is ready.

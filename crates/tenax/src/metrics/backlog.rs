@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::clock::UnixMs;
-use crate::store::{Backlog, StoreError};
+use crate::model::Backlog;
+use crate::store::StoreError;
 
 /// A count is reused until it is this many times as old as it took to make.
 pub const RECOUNT_FACTOR: u32 = 20;

@@ -28,7 +28,9 @@ use super::types::*;
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
 use crate::model::{
-    Attempt, ClaimId, EndpointState, Job, JobId, Schedule, Subscription, SubscriptionId,
+    Ack, Attempt, Backlog, ClaimId, EndpointState, Enqueued, Job, JobFilter, JobId, LimitUse,
+    OnDuplicate, Page, QueueConfig, QueueCounts, Replay, Replayed, Schedule, Searched, Selection,
+    Subscription, SubscriptionId, TextQuery,
 };
 
 /// Adding jobs.

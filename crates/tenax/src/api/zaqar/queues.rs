@@ -31,8 +31,9 @@ use super::views::{self, Link, seconds};
 use crate::api::AppState;
 use crate::auth::Principal;
 use crate::engine::ChangeError;
-use crate::model::subscription::is_internal_queue;
-use crate::store::{JobFilter, Order, Page, QueueConfig, Selection};
+use crate::model::{
+    JobFilter, Order, Page, QueueConfig, Selection, subscription::is_internal_queue,
+};
 
 /// Zaqar's page size limits for queue listings.
 const MAX_QUEUES_PER_PAGE: i64 = 20;

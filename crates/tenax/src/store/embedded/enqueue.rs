@@ -12,10 +12,9 @@ use super::ops::Op;
 use super::writer::{self, Wake};
 use super::{EmbeddedStore, Inner};
 use crate::clock::UnixMs;
-use crate::model::{JobId, JobState, Status};
+use crate::model::{Enqueued, JobId, JobState, OnDuplicate, Status};
 use crate::store::{
-    Enqueued, FactsSeen, Insert, JobInserts, KeyHolder, OnDuplicate, QueueFacts, StoreError,
-    to_json_bytes,
+    FactsSeen, Insert, JobInserts, KeyHolder, QueueFacts, StoreError, to_json_bytes,
 };
 
 #[async_trait]
