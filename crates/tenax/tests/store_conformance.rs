@@ -79,10 +79,10 @@ use tenax::auth::{Role, TokenRecord};
 use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax::model::{
     Ack, Attempt, AttemptResult, BreakerState, ClaimId, DeadLetter, EndpointState, Enqueued,
-    ErrorEntry, Job, JobFilter, JobId, JobTemplate, LeaseToken, LimitUse, MAX_EXACT_INTEGER,
-    Missed, NewJob, NotReplayed, OnDuplicate, Order, Overlap, Page, Pause, QueueConfig,
-    QueueCounts, RateLimit, Replay, Replayed, Schedule, Searched, Selection, Status, StoredPolicy,
-    Subscription, SubscriptionId, TakenJob, TextQuery, TickCounts, Trigger,
+    ErrorEntry, Job, JobFilter, JobId, JobTemplate, KeyHolder, LeaseToken, LimitUse,
+    MAX_EXACT_INTEGER, Missed, NewJob, NotReplayed, OnDuplicate, Order, Overlap, Page, Pause,
+    QueueConfig, QueueCounts, RateLimit, Replay, Replayed, Schedule, Searched, Selection, Status,
+    StoredPolicy, Subscription, SubscriptionId, TakenJob, TextQuery, TickCounts, Trigger,
 };
 use tenax::secrets::key::Key;
 use tenax::secrets::{Keyring, SECRETS_KEY_FILE};
@@ -90,7 +90,7 @@ use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
 use tenax::store::{
     Checked, Claim, ClaimRecord, ClaimedJob, DecideContext, EmbeddedStore, FactsSeen, Finished,
-    Insert, JobPeek, KeyHolder, LeaseFacts, Store, StoreError, StoreProperties, TakeRequest, Taken,
+    Insert, JobPeek, LeaseFacts, Store, StoreError, StoreProperties, TakeRequest, Taken,
     Transition,
 };
 use tenax_policy::{RetryPolicy, Shape};

@@ -1,4 +1,5 @@
-//! What an enqueue asks about a held unique key, and what it answers for each job.
+//! What an enqueue asks about a held unique key, who holds one it was refused, and what it
+//! answers for each job.
 
 use serde::{Deserialize, Serialize};
 
@@ -24,4 +25,28 @@ pub struct Enqueued {
     pub created: bool,
     pub status: Status,
     pub run_at_ms: UnixMs,
+}
+
+/// Who holds a unique key that an enqueue asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyHolder {
+    /// A stored, unfinished job.
+    Job(JobId),
+    /// An earlier job of the same request (at this index), which was therefore not stored.
+    Earlier(usize),
+}
+
+impl KeyHolder {
+    /// Why an enqueue of `key` in `queue` was refused, in words.
+    pub fn refusal(&self, queue: &str, key: &str) -> String {
+        match self {
+            KeyHolder::Job(id) => format!(
+                "queue {queue:?} already has an unfinished job with unique key {key:?} (job {id})"
+            ),
+            KeyHolder::Earlier(index) => format!(
+                "repeats unique key {key:?} of jobs[{index}] in queue {queue:?}; a queue holds one \
+             unfinished job per key"
+            ),
+        }
+    }
 }

@@ -20,7 +20,7 @@ pub mod timetable;
 mod trace;
 
 pub use endpoint::{Breaker, BreakerState, EndpointState, Pause};
-pub use enqueue::{Enqueued, OnDuplicate};
+pub use enqueue::{Enqueued, KeyHolder, OnDuplicate};
 pub use ids::{ClaimId, JobId, LeaseToken, MAX_EXACT_INTEGER, SubscriptionId};
 pub use job::{ErrorEntry, Held, Job, JobState, NewJob, Status};
 pub use lease::{Ack, TakenJob};

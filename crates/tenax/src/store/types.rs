@@ -9,8 +9,8 @@ use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
 use crate::model::{
-    ClaimId, EndpointState, ErrorEntry, JobId, JobState, NewJob, QueueConfig, Schedule, Status,
-    Subscription, SubscriptionId, TakenJob,
+    ClaimId, EndpointState, ErrorEntry, JobId, JobState, KeyHolder, NewJob, QueueConfig, Schedule,
+    Status, Subscription, SubscriptionId, TakenJob,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -22,7 +22,7 @@ pub enum StoreError {
     #[error("job {id}: this lease is no longer valid (it expired, or the job was taken again)")]
     LeaseLost { id: JobId },
     /// The job at `index` of an enqueue request names a unique key that is already held.
-    #[error("{}", duplicate_message(queue, key, holder))]
+    #[error("{}", holder.refusal(queue, key))]
     Duplicate {
         index: usize,
         queue: String,
@@ -119,27 +119,6 @@ pub struct StorageFault {
 impl PartialEq for StorageFault {
     fn eq(&self, other: &Self) -> bool {
         self.to_string() == other.to_string()
-    }
-}
-
-/// Who holds a unique key that an enqueue asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyHolder {
-    /// A stored, unfinished job.
-    Job(JobId),
-    /// An earlier job of the same request (at this index), which was therefore not stored.
-    Earlier(usize),
-}
-
-fn duplicate_message(queue: &str, key: &str, holder: &KeyHolder) -> String {
-    match holder {
-        KeyHolder::Job(id) => format!(
-            "queue {queue:?} already has an unfinished job with unique key {key:?} (job {id})"
-        ),
-        KeyHolder::Earlier(index) => format!(
-            "repeats unique key {key:?} of jobs[{index}] in queue {queue:?}; a queue holds one \
-             unfinished job per key"
-        ),
     }
 }
 
