@@ -29,13 +29,15 @@ use proptest::sample::Index;
 use proptest::test_runner::TestCaseError;
 use serde_json::value::RawValue;
 use tenax::clock::Clock;
-use tenax::engine::{Engine, EngineSettings, Enqueue, FailureReport, maintenance};
+use tenax::engine::{
+    Conflict, Engine, EngineError, EngineSettings, Enqueue, FailureReport, maintenance,
+};
 use tenax::model::{
     Ack, JobFilter, JobId, LeaseToken, NewJob, NotReplayed, OnDuplicate, QueueCounts, Replay,
     Replayed, Selection, Status, StoredPolicy,
 };
 use tenax::store::embedded::EmbeddedOptions;
-use tenax::store::{self, StoreConfig, StoreError, TakeRequest};
+use tenax::store::{self, StoreConfig, TakeRequest};
 use tenax_policy::{Outcome, RetryPolicy, Shape};
 
 /// Every run starts at this time (ms since the epoch).
@@ -288,17 +290,17 @@ impl Model {
 
     /// The lease `ack` may act on now, or the error the engine must answer: a lease ends at
     /// its expiry, whether or not the maintenance loop has ended it yet.
-    fn check(&self, ack: Ack) -> Result<Lease, StoreError> {
+    fn check(&self, ack: Ack) -> Result<Lease, EngineError> {
         let job = &self.jobs[&ack.id];
         if job.status != Status::InFlight {
-            return Err(StoreError::NotInFlight {
+            return Err(EngineError::Conflict(Conflict::NotInFlight {
                 id: ack.id,
                 status: job.status,
-            });
+            }));
         }
         match job.lease {
             Some(lease) if lease.token == ack.lease && lease.expires_at_ms > self.now => Ok(lease),
-            _ => Err(StoreError::LeaseLost { id: ack.id }),
+            _ => Err(EngineError::Conflict(Conflict::LeaseLost { id: ack.id })),
         }
     }
 

@@ -19,12 +19,11 @@ use super::views::JobView;
 use super::{AppState, Limits};
 use crate::auth::Principal;
 use crate::clock::{UnixMs, check_time, rfc3339};
-use crate::engine::Enqueue;
+use crate::engine::{self, EngineError, Enqueue};
 use crate::model::{
     Enqueued, JobFilter, JobId, NewJob, OnDuplicate, Page, QueueCounts, Selection, Status,
     StoredPolicy, check_traceparent, subscription::is_internal_queue,
 };
-use crate::store::StoreError;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -323,9 +322,9 @@ fn traceparent_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// A refused duplicate names the job's `unique_key` field; other errors as usual.
-fn duplicate_field(error: StoreError, field: impl Fn(usize) -> String) -> ApiError {
+fn duplicate_field(error: EngineError, field: impl Fn(usize) -> String) -> ApiError {
     match &error {
-        StoreError::Duplicate { index, .. } => ApiError {
+        EngineError::Conflict(engine::Conflict::Duplicate { index, .. }) => ApiError {
             field: Some(field(*index)),
             ..ApiError::from(error.clone())
         },

@@ -10,6 +10,7 @@ pub mod activity;
 mod claims;
 mod decide;
 mod endpoints;
+mod error;
 mod jobs;
 pub mod maintenance;
 mod observe;
@@ -28,6 +29,7 @@ pub use self::claims::{ClaimView, MessageDelete, NewClaim};
 pub use self::decide::{
     PolicyOwner, decide_failure, decide_lease_expiry, delivery_policy, resolve,
 };
+pub use self::error::{Conflict, EngineError, Missing, StorageFailure, Unavailable};
 pub use self::jobs::Enqueue;
 pub use self::schedules::ScheduleSpec;
 use crate::clock::{Clock, UnixMs};
@@ -73,16 +75,22 @@ pub struct FailureReport {
 }
 
 /// Why an atomic change did not happen: the caller's change refused (with the caller's own
-/// error), or the store failed.
+/// error), or the engine failed to make it.
 #[derive(Debug)]
 pub enum ChangeError<E> {
     Refused(E),
-    Store(StoreError),
+    Failed(EngineError),
 }
 
 impl<E> From<StoreError> for ChangeError<E> {
     fn from(error: StoreError) -> Self {
-        Self::Store(error)
+        Self::Failed(error.into())
+    }
+}
+
+impl<E> From<EngineError> for ChangeError<E> {
+    fn from(error: EngineError) -> Self {
+        Self::Failed(error)
     }
 }
 
@@ -115,7 +123,7 @@ impl<E> Refusal<E> {
     fn result<T>(self, result: Result<T, StoreError>) -> Result<T, ChangeError<E>> {
         match self.0.into_inner() {
             Some(error) => Err(ChangeError::Refused(error)),
-            None => result.map_err(ChangeError::Store),
+            None => result.map_err(ChangeError::from),
         }
     }
 }
@@ -180,8 +188,8 @@ impl Engine {
     }
 
     /// Every queue's backlog, for the metrics.
-    pub async fn backlog(&self) -> Result<Vec<crate::model::Backlog>, StoreError> {
-        self.store.backlog().await
+    pub async fn backlog(&self) -> Result<Vec<crate::model::Backlog>, EngineError> {
+        Ok(self.store.backlog().await?)
     }
 
     /// Flushes the store and stops its background work. Called once, at shutdown.

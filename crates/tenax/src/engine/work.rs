@@ -8,8 +8,9 @@ use parking_lot::Mutex;
 use super::observe::{Failed, began};
 use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
+use crate::engine::EngineError;
 use crate::model::{Ack, ClaimId, ErrorEntry, TakenJob};
-use crate::store::{DecideContext, StoreError, TakeRequest, Transition};
+use crate::store::{DecideContext, TakeRequest, Transition};
 
 impl Engine {
     /// Leases up to `request.max` jobs, waiting up to `wait` for the first one if none is ready.
@@ -24,7 +25,7 @@ impl Engine {
         request: &TakeRequest<'_>,
         wait: Duration,
         give_up: impl Future<Output = ()>,
-    ) -> Result<Vec<TakenJob>, StoreError> {
+    ) -> Result<Vec<TakenJob>, EngineError> {
         tokio::pin!(give_up);
         let deadline = tokio::time::Instant::now() + wait;
         // Whether to wake when jobs leave flight: only once a concurrency limit held this take
@@ -81,20 +82,27 @@ impl Engine {
 
     /// Extends a lease to `lease_ms` from now; heartbeats never hold one attempt longer than
     /// `max_attempt_ms` after its take (the lease then ends, and expires as any other).
-    pub async fn heartbeat(&self, ack: Ack, lease_ms: u64) -> Result<UnixMs, StoreError> {
+    pub async fn heartbeat(&self, ack: Ack, lease_ms: u64) -> Result<UnixMs, EngineError> {
         let max = self.settings.max_attempt_ms;
-        self.store
+        Ok(self
+            .store
             .extend_lease(ack, lease_ms, max, self.now_ms())
-            .await
+            .await?)
     }
 
-    pub async fn complete(&self, acks: &[Ack]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    pub async fn complete(
+        &self,
+        acks: &[Ack],
+    ) -> Result<Vec<Result<(), EngineError>>, EngineError> {
         let retain = self.settings.completed_retention_ms > 0;
         let now_ms = self.now_ms();
         let began = began(self);
         let results = self.store.complete_jobs(acks, retain, now_ms).await?;
         self.observe_completed(acks, &results, now_ms, began);
-        Ok(results.into_iter().map(|r| r.map(drop)).collect())
+        Ok(results
+            .into_iter()
+            .map(|r| r.map(drop).map_err(EngineError::from))
+            .collect())
     }
 
     /// Records a failure and asks the job's policy what happens next. Returns the transition
@@ -103,7 +111,7 @@ impl Engine {
         &self,
         ack: Ack,
         report: FailureReport,
-    ) -> Result<(Transition, UnixMs), StoreError> {
+    ) -> Result<(Transition, UnixMs), EngineError> {
         let now_ms = self.now_ms();
         let began = began(self);
         let seen: Mutex<Option<Failed>> = Mutex::new(None);
@@ -137,12 +145,12 @@ impl Engine {
     }
 
     /// Returns a closed stream's jobs to ready, without counting an attempt.
-    pub async fn close_stream(&self, stream: ClaimId) -> Result<usize, StoreError> {
-        self.store.release_claim(stream).await
+    pub async fn close_stream(&self, stream: ClaimId) -> Result<usize, EngineError> {
+        Ok(self.store.release_claim(stream).await?)
     }
 
     /// How many jobs a stream holds leased.
-    pub async fn stream_leases(&self, stream: ClaimId) -> Result<usize, StoreError> {
+    pub async fn stream_leases(&self, stream: ClaimId) -> Result<usize, EngineError> {
         Ok(self.store.claim(stream).await?.jobs.len())
     }
 }

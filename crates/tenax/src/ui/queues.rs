@@ -125,7 +125,7 @@ async fn set_paused(
         })
         .await
         .map_err(|error| match error {
-            crate::engine::ChangeError::Store(error) => UiError::from(error),
+            crate::engine::ChangeError::Failed(error) => UiError::from(error),
             crate::engine::ChangeError::Refused(never) => match never {},
         })?;
     let note = format!(

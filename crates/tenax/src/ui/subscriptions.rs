@@ -212,7 +212,7 @@ async fn set_enabled(
         })
         .await
         .map_err(|error| match error {
-            ChangeError::Store(error) => UiError::from(error),
+            ChangeError::Failed(error) => UiError::from(error),
             ChangeError::Refused(never) => match never {},
         })?;
     let note = format!(

@@ -71,7 +71,7 @@ async fn create_with(
         Ok(_) => Ok(true),
         Err(ChangeError::Refused(Ok(Existed))) => Ok(false),
         Err(ChangeError::Refused(Err(rule))) => Err(ZaqarError::api(rule)),
-        Err(ChangeError::Store(error)) => Err(error.into()),
+        Err(ChangeError::Failed(error)) => Err(error.into()),
     }
 }
 
