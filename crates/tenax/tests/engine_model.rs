@@ -30,14 +30,14 @@ use proptest::test_runner::TestCaseError;
 use serde_json::value::RawValue;
 use tenax::clock::Clock;
 use tenax::engine::{
-    Conflict, Engine, EngineError, EngineSettings, Enqueue, FailureReport, maintenance,
+    Conflict, Engine, EngineError, EngineSettings, Enqueue, FailureReport, Take, maintenance,
 };
 use tenax::model::{
     Ack, JobFilter, JobId, LeaseToken, NewJob, NotReplayed, OnDuplicate, QueueCounts, Replay,
     Replayed, Selection, Status, StoredPolicy,
 };
+use tenax::store::StoreConfig;
 use tenax::store::embedded::EmbeddedOptions;
-use tenax::store::{self, StoreConfig, TakeRequest};
 use tenax_policy::{Outcome, RetryPolicy, Shape};
 
 /// Every run starts at this time (ms since the epoch).
@@ -411,7 +411,8 @@ async fn engine(dir: &std::path::Path) -> Engine {
             secrets: None,
         },
     };
-    let store = store::open(&config, &Clock::manual(T0))
+    let store = config
+        .open(&Clock::manual(T0))
         .await
         .expect("the store opens");
     Engine::new(
@@ -547,7 +548,7 @@ async fn apply(
             lease_ms,
         } => {
             let names: Vec<String> = queues.iter().map(|q| (*q).to_owned()).collect();
-            let request = TakeRequest::new(&names, *max, *lease_ms);
+            let request = Take::new(&names, *max, *lease_ms);
             let taken = engine
                 .take(&request, Duration::ZERO, std::future::pending())
                 .await

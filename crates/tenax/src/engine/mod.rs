@@ -32,6 +32,7 @@ pub use self::decide::{
 pub use self::error::{Conflict, EngineError, Missing, StorageFailure, Unavailable};
 pub use self::jobs::Enqueue;
 pub use self::schedules::ScheduleSpec;
+pub use self::work::Take;
 use crate::clock::{Clock, UnixMs};
 use crate::metrics::Metrics;
 use crate::model::{ClaimId, subscription::is_internal_queue};

@@ -12,8 +12,48 @@ use crate::engine::EngineError;
 use crate::model::{Ack, ClaimId, ErrorEntry, TakenJob};
 use crate::store::{DecideContext, TakeRequest, Transition};
 
+/// A worker's request for leases: up to `max` jobs of `queues`, leased for `lease_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct Take<'a> {
+    pub queues: &'a [String],
+    pub max: usize,
+    pub lease_ms: u64,
+    /// The streaming take the leases are held under: they can be found and released together
+    /// when the stream ends ([`Engine::close_stream`]).
+    pub stream: Option<ClaimId>,
+}
+
+impl<'a> Take<'a> {
+    /// Up to `max` jobs of `queues`, leased for `lease_ms`, outside any stream.
+    pub fn new(queues: &'a [String], max: usize, lease_ms: u64) -> Self {
+        Self {
+            queues,
+            max,
+            lease_ms,
+            stream: None,
+        }
+    }
+
+    /// The same take, held under `stream`.
+    #[must_use]
+    pub fn in_stream(self, stream: ClaimId) -> Self {
+        Self {
+            stream: Some(stream),
+            ..self
+        }
+    }
+
+    /// What the store is asked for: the stream is the claim the leases are held under.
+    fn request(&self) -> TakeRequest<'a> {
+        TakeRequest {
+            claim: self.stream,
+            ..TakeRequest::new(self.queues, self.max, self.lease_ms)
+        }
+    }
+}
+
 impl Engine {
-    /// Leases up to `request.max` jobs, waiting up to `wait` for the first one if none is ready.
+    /// Leases up to `take.max` jobs, waiting up to `wait` for the first one if none is ready.
     /// A taker that a queue's limits held back looks again when room may have appeared: when a
     /// job leaves flight (concurrency), or when the rate limit's period moves on.
     ///
@@ -22,11 +62,12 @@ impl Engine {
     /// look at the store in progress, so no job is leased to a caller that is not answered.
     pub async fn take(
         &self,
-        request: &TakeRequest<'_>,
+        take: &Take<'_>,
         wait: Duration,
         give_up: impl Future<Output = ()>,
     ) -> Result<Vec<TakenJob>, EngineError> {
         tokio::pin!(give_up);
+        let request = take.request();
         let deadline = tokio::time::Instant::now() + wait;
         // Whether to wake when jobs leave flight: only once a concurrency limit held this take
         // back (every acknowledgement signals it).
@@ -44,7 +85,7 @@ impl Engine {
             }
             let now_ms = self.now_ms();
             let began = began(self);
-            let taken = self.store.take_jobs(request, now_ms).await?;
+            let taken = self.store.take_jobs(&request, now_ms).await?;
             self.observe_taken(&taken.jobs, now_ms, began);
             if !taken.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(taken.jobs);
