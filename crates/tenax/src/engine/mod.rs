@@ -14,6 +14,7 @@ mod error;
 mod jobs;
 pub mod maintenance;
 mod observe;
+pub mod offline;
 mod queues;
 mod schedules;
 mod subscriptions;
