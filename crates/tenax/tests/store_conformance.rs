@@ -78,20 +78,19 @@ use tempfile::TempDir;
 use tenax::auth::{Role, TokenRecord};
 use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax::model::{
-    Ack, Attempt, AttemptResult, BreakerState, ClaimId, DeadLetter, EndpointState, Enqueued,
-    ErrorEntry, Job, JobFilter, JobId, JobTemplate, KeyHolder, LeaseToken, LimitUse,
-    MAX_EXACT_INTEGER, Missed, NewJob, NotReplayed, OnDuplicate, Order, Overlap, Page, Pause,
-    QueueConfig, QueueCounts, RateLimit, Replay, Replayed, Schedule, Searched, Selection, Status,
-    StoredPolicy, Subscription, SubscriptionId, TakenJob, TextQuery, TickCounts, Trigger,
+    Ack, Attempt, AttemptResult, BreakerState, Checked, ClaimId, DeadLetter, EndpointState,
+    Enqueued, ErrorEntry, Job, JobFilter, JobId, JobPeek, JobTemplate, KeyHolder, LeaseToken,
+    LimitUse, MAX_EXACT_INTEGER, Missed, NewJob, NotReplayed, OnDuplicate, Order, Overlap, Page,
+    Pause, QueueConfig, QueueCounts, RateLimit, Replay, Replayed, Schedule, Searched, Selection,
+    Status, StoredPolicy, Subscription, SubscriptionId, TakenJob, TextQuery, TickCounts, Trigger,
 };
 use tenax::secrets::key::Key;
 use tenax::secrets::{Keyring, SECRETS_KEY_FILE};
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
 use tenax::store::{
-    Checked, Claim, ClaimRecord, ClaimedJob, DecideContext, EmbeddedStore, FactsSeen, Finished,
-    Insert, JobPeek, LeaseFacts, Store, StoreError, StoreProperties, TakeRequest, Taken,
-    Transition,
+    Claim, ClaimRecord, ClaimedJob, DecideContext, EmbeddedStore, FactsSeen, Finished, Insert,
+    LeaseFacts, Store, StoreError, StoreProperties, TakeRequest, Taken, Transition,
 };
 use tenax_policy::{RetryPolicy, Shape};
 use tokio::sync::Notify;

@@ -171,7 +171,7 @@ impl Engine {
         claim: Option<ClaimId>,
     ) -> Result<MessageDelete, EngineError> {
         let now_ms = self.now_ms();
-        let check = |peek: &crate::store::JobPeek| {
+        let check = |peek: &crate::model::JobPeek| {
             *peek.queue == *queue && peek.is_live(now_ms) && peek.claim_at(now_ms) == claim
         };
         let checked = self.store.delete_checked(&[id], &check).await?;

@@ -8,10 +8,10 @@ use crate::clock::UnixMs;
 use crate::engine::EngineError;
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
 use crate::model::{
-    DeliveryPayload, Enqueued, Job, JobFilter, JobId, NewJob, OnDuplicate, Page, QueueCounts,
-    Replay, Replayed, Searched, Selection, StoredPolicy, SubscriptionId, TextQuery,
+    Checked, DeliveryPayload, Enqueued, Job, JobFilter, JobId, JobPeek, NewJob, OnDuplicate, Page,
+    QueueCounts, Replay, Replayed, Searched, Selection, StoredPolicy, SubscriptionId, TextQuery,
 };
-use crate::store::{Checked, DeleteCheck, FactsSeen, Insert, JobPeek, QueueFacts, StoreError};
+use crate::store::{DeleteCheck, FactsSeen, Insert, QueueFacts, StoreError};
 
 /// A job to enqueue.
 #[derive(Debug, Clone)]

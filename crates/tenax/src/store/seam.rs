@@ -28,9 +28,9 @@ use super::types::*;
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
 use crate::model::{
-    Ack, Attempt, Backlog, ClaimId, EndpointState, Enqueued, Job, JobFilter, JobId, LimitUse,
-    OnDuplicate, Page, QueueConfig, QueueCounts, Replay, Replayed, Schedule, Searched, Selection,
-    Subscription, SubscriptionId, TextQuery,
+    Ack, Attempt, Backlog, Checked, ClaimId, EndpointState, Enqueued, Job, JobFilter, JobId,
+    JobPeek, LimitUse, OnDuplicate, Page, QueueConfig, QueueCounts, Replay, Replayed, Schedule,
+    Searched, Selection, Subscription, SubscriptionId, TextQuery,
 };
 
 /// Adding jobs.

@@ -9,8 +9,8 @@ use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
 use crate::model::{
-    ClaimId, EndpointState, ErrorEntry, JobId, JobState, KeyHolder, NewJob, QueueConfig, Schedule,
-    Status, Subscription, SubscriptionId, TakenJob,
+    ClaimId, EndpointState, ErrorEntry, JobId, JobPeek, JobState, KeyHolder, NewJob, QueueConfig,
+    Schedule, Status, Subscription, SubscriptionId, TakenJob,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -286,53 +286,11 @@ pub type ChangeEndpoint<'a> =
 /// Whether to delete a job, seeing it as it is under the store's serialisation.
 pub type DeleteCheck<'a> = dyn Fn(&JobPeek) -> bool + Send + Sync + 'a;
 
-/// A job looked at for a conditional delete: what it was, and whether it was deleted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Checked {
-    pub id: JobId,
-    /// `None`: there is no such job.
-    pub peek: Option<JobPeek>,
-    pub deleted: bool,
-}
-
 /// What a finished delivery attempt did to its delivery.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Finished {
     Delivered,
     Failed(Transition),
-}
-
-/// A quick look at a job: its queue and state, without its body.
-///
-/// Invariant: a peek is a snapshot under the store's serialisation; the job may change right
-/// after.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobPeek {
-    pub queue: Arc<str>,
-    pub status: Status,
-    /// Earlier runs that failed or whose lease expired.
-    pub failures: u32,
-    /// When the job is deleted whatever its status, if ever (a claim may have moved it later).
-    pub expires_at_ms: Option<UnixMs>,
-    /// While in flight: the claim (or stream) holding the lease, if any.
-    pub claim: Option<ClaimId>,
-    /// While in flight: when the lease ends.
-    pub lease_expires_at_ms: Option<UnixMs>,
-}
-
-impl JobPeek {
-    /// Whether the job is live at `now_ms`: unfinished, and its expiry has not come. Only live
-    /// jobs are messages to Zaqar's API.
-    pub fn is_live(&self, now_ms: UnixMs) -> bool {
-        !self.status.is_finished() && self.expires_at_ms.is_none_or(|at| at > now_ms)
-    }
-
-    /// The claim holding the job at `now_ms`: its lease has not ended.
-    pub fn claim_at(&self, now_ms: UnixMs) -> Option<ClaimId> {
-        let leased = self.status == Status::InFlight
-            && self.lease_expires_at_ms.is_some_and(|at| at > now_ms);
-        self.claim.filter(|_| leased)
-    }
 }
 
 /// What an enqueue needs of a queue, read at one moment: its settings and its subscribers (every
@@ -394,31 +352,4 @@ pub struct Taken {
     pub jobs: Vec<TakenJob>,
     /// Set when a limited queue had no room for more.
     pub held: LimitHold,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn peek(status: Status, expires: Option<u64>, lease: Option<u64>) -> JobPeek {
-        JobPeek {
-            queue: Arc::from("p:q"),
-            status,
-            failures: 0,
-            expires_at_ms: expires,
-            claim: lease.map(|_| ClaimId(7)),
-            lease_expires_at_ms: lease,
-        }
-    }
-
-    #[test]
-    fn liveness_and_claims_follow_time() {
-        assert!(peek(Status::Ready, Some(2_000), None).is_live(1_000));
-        assert!(!peek(Status::Ready, Some(1_000), None).is_live(1_000));
-        assert!(!peek(Status::Dead, None, None).is_live(1_000));
-        assert!(!peek(Status::Completed, None, None).is_live(1_000));
-        let claimed = peek(Status::InFlight, None, Some(5_000));
-        assert_eq!(claimed.claim_at(4_999), Some(ClaimId(7)));
-        assert_eq!(claimed.claim_at(5_000), None);
-    }
 }

@@ -14,7 +14,7 @@
 //!   one step by the engine; a message that is not in the caller's queue is never touched (204,
 //!   as for a missing one).
 //!
-//! [`JobPeek::is_live`]: crate::store::JobPeek::is_live
+//! [`JobPeek::is_live`]: crate::model::JobPeek::is_live
 
 use std::collections::HashMap;
 

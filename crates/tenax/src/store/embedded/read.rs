@@ -10,10 +10,10 @@ use super::tables::{ATTEMPTS, ERRORS, POLICIES, StoredBody};
 use super::{EmbeddedStore, Inner, fault};
 use crate::clock::UnixMs;
 use crate::model::{
-    Attempt, Backlog, ErrorEntry, Held, Job, JobFilter, JobId, JobState, NewJob, Order, Page,
-    QueueCounts, Searched, Selection, Status, TextQuery,
+    Attempt, Backlog, ErrorEntry, Held, Job, JobFilter, JobId, JobPeek, JobState, NewJob, Order,
+    Page, QueueCounts, Searched, Selection, Status, TextQuery,
 };
-use crate::store::{JobPeek, JobReads, StoreError, from_json_bytes};
+use crate::store::{JobReads, StoreError, from_json_bytes};
 
 /// What memory (or, for a completed job, disk) knows of a job at one moment.
 pub(super) struct Snapshot {

@@ -11,9 +11,10 @@ use super::transitions::query;
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
 use crate::model::{
-    Attempt, Backlog, Job, JobFilter, JobId, Order, Page, QueueCounts, Searched, Status, TextQuery,
+    Attempt, Backlog, Job, JobFilter, JobId, JobPeek, Order, Page, QueueCounts, Searched, Status,
+    TextQuery,
 };
-use crate::store::{JobPeek, JobReads, StoreError, from_json_bytes};
+use crate::store::{JobReads, StoreError, from_json_bytes};
 
 #[async_trait]
 impl JobReads for PostgresStore {
