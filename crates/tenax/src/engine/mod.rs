@@ -4,7 +4,9 @@
 //! the store to apply them atomically (`crate::store::seam`).
 //!
 //! It validates nothing about HTTP and reads no wall clock: time comes from its [`Clock`], so
-//! tests move it.
+//! tests move it. Its operations speak the model's types and its own requests ([`Enqueue`],
+//! [`Take`], [`NewClaim`]), and fail with [`EngineError`]: the layers above never see the
+//! store's.
 
 pub mod activity;
 mod claims;

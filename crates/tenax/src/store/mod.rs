@@ -1,6 +1,7 @@
-//! Storage: the seam every backend implements ([`seam`]), the types that cross it, and the
-//! backends (the embedded store, and PostgreSQL for several servers). One conformance suite
-//! (`tests/store_conformance.rs`) runs against every backend.
+//! Storage: the seam every backend implements ([`seam`]), its own mechanics (its error, the
+//! records backends keep, the engine's decision closures; the domain's types are
+//! [`crate::model`]'s), and the backends (the embedded store, and PostgreSQL for several
+//! servers). One conformance suite (`tests/store_conformance.rs`) runs against every backend.
 //!
 //! The store decides nothing: transitions that need a decision take a closure from the engine
 //! (see [`seam`]). Only the engine calls the store.
