@@ -62,7 +62,7 @@ pub trait JobLeases {
     /// Leases up to `request.max` ready jobs of the unpaused queues, highest priority first,
     /// then oldest, within each queue's limits ([`QueueConfig::concurrency`], counting the
     /// queue's jobs in flight across every server; [`QueueConfig::rate`], counting its starts
-    /// as [`RateLimit`] says, and recording these). Says what the limits held back.
+    /// as [`RateLimit`](crate::model::RateLimit) says, and recording these). Says what the limits held back.
     async fn take_jobs(
         &self,
         request: &TakeRequest<'_>,

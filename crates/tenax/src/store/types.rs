@@ -180,9 +180,10 @@ impl<'a> TakeRequest<'a> {
 /// What a backend knows of a leased job at no extra cost, reported when its lease ends, for
 /// the metrics (by queue and type; run and end-to-end times) and the spans (the job's trace).
 ///
-/// A backend shared by several servers must report it ([`StoreProperties::shared`]): the lease
-/// may have been handed out by another server. A backend used by one process may leave it out;
-/// the engine then knows it from the take, which happened in this process.
+/// A backend shared by several servers must report it
+/// ([`StoreProperties::shared`](super::StoreProperties::shared)): the lease may have been
+/// handed out by another server. A backend used by one process may leave it out; the engine
+/// then knows it from the take, which happened in this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseFacts {
     pub queue: String,
