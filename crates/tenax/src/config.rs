@@ -3,6 +3,8 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use tenax_policy::spelling::native;
@@ -10,7 +12,10 @@ use tenax_policy::{Jitter, RetryPolicy, Shape, parse_duration, polynomial::Polyn
 
 use crate::delivery::backpressure::BreakerSettings;
 use crate::delivery::{DeliveryConfig, default_delivery_policy};
+use crate::metrics::commits::CommitMetrics;
 use crate::serve::TlsFiles;
+use crate::store::embedded::EmbeddedOptions;
+use crate::store::{CommitObserver, StoreConfig};
 use crate::trust::CaFile;
 
 /// Flags of `tenax serve`. Durations are milliseconds or a number with a unit (`12.5s`, `5m`).
@@ -863,5 +868,44 @@ mod tests {
         assert_eq!(ok.default_policy.delay_ms(3), 5_000);
         let err = config(&["--default-policy", r#"{"type": "fixed"}"#]).unwrap_err();
         assert!(err.starts_with("--default-policy: delay"), "{err}");
+    }
+}
+
+impl Config {
+    /// The store this configuration names, reporting its commits to `commits`, and where it is
+    /// (for messages).
+    pub fn store(&self, commits: Arc<CommitMetrics>) -> (StoreConfig, String) {
+        let commits: Arc<dyn CommitObserver> = Arc::new(ReportCommits(commits));
+        match &self.database {
+            Some(options) => {
+                let mut options = options.clone();
+                options.commits = Some(commits);
+                (StoreConfig::Postgres(options), "PostgreSQL".to_owned())
+            }
+            None => (
+                StoreConfig::Embedded {
+                    dir: self.data_dir.clone(),
+                    options: EmbeddedOptions {
+                        sync: self.durability == Durability::Sync,
+                        cache_bytes: self.cache_bytes,
+                        commits: Some(commits),
+                        secrets: self.secrets.clone(),
+                        ..EmbeddedOptions::default()
+                    },
+                },
+                self.data_dir.display().to_string(),
+            ),
+        }
+    }
+}
+
+/// The store's commits, counted in the server's metrics: the wire between the two layers, which
+/// know nothing of each other.
+#[derive(Debug)]
+struct ReportCommits(Arc<CommitMetrics>);
+
+impl CommitObserver for ReportCommits {
+    fn committed(&self, requests: usize, elapsed: Duration) {
+        self.0.committed(requests, elapsed);
     }
 }

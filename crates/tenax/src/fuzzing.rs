@@ -38,8 +38,7 @@ use crate::api::zaqar::metadata::{
 use crate::api::zaqar::patch;
 use crate::api::zaqar::request::json_body;
 use crate::engine::Enqueue;
-use crate::model::StoredPolicy;
-use crate::store::QueueConfig;
+use crate::model::{QueueConfig, StoredPolicy};
 
 /// "Now" for every target: a fixed time, so that a corpus file always takes the same path.
 const NOW_MS: u64 = 1_795_260_337_123;

@@ -10,14 +10,12 @@ use tokio::sync::watch;
 
 use crate::api::{self, AppState, Limits};
 use crate::clock::Clock;
-use crate::config::{Config, Durability};
+use crate::config::Config;
 use crate::delivery::signals::Signals;
 use crate::delivery::{self, Deliveries};
 use crate::engine::{Engine, EngineSettings, maintenance};
 use crate::metrics::Metrics;
 use crate::serve::ConnectionLimits;
-use crate::store::embedded::EmbeddedOptions;
-use crate::store::{self, CommitObserver, StoreConfig};
 use crate::ui::UiKeys;
 use std::net::SocketAddr;
 use tenax_policy::spelling::native;
@@ -49,37 +47,13 @@ pub async fn run_with_signals(
         )),
         None => None,
     };
-    let commits: Arc<dyn CommitObserver> = metrics.commits.clone();
-    let (store_config, place) = match &config.database {
-        Some(options) => {
-            let mut options = options.clone();
-            options.commits = Some(commits);
-            (StoreConfig::Postgres(options), "PostgreSQL".to_owned())
-        }
-        None => (
-            StoreConfig::Embedded {
-                dir: config.data_dir.clone(),
-                options: EmbeddedOptions {
-                    sync: config.durability == Durability::Sync,
-                    cache_bytes: config.cache_bytes,
-                    commits: Some(commits),
-                    secrets: config.secrets.clone(),
-                    ..EmbeddedOptions::default()
-                },
-            },
-            config.data_dir.display().to_string(),
-        ),
-    };
+    let (store_config, place) = config.store(metrics.commits.clone());
     if let Some(path) = &config.secrets_key_file {
         crate::secrets::files::warn_if_loose(path, "the secrets key file");
     }
-    // Servers sharing a database decide by its clock, not each by its own (docs/postgres.md,
-    // "Whose clock decides what"); a manual clock (tests) stays as it is.
-    let clock = match (&store_config, clock) {
-        (StoreConfig::Postgres(_), Clock::System) => Clock::database(),
-        (_, clock) => clock,
-    };
-    let store = store::open(&store_config, &clock)
+    let clock = store_config.deciding_clock(clock);
+    let store = store_config
+        .open(&clock)
         .await
         .with_context(|| format!("opening the store in {place}"))?;
     let engine = Arc::new(

@@ -30,15 +30,17 @@ use proptest::sample::Index;
 use proptest::test_runner::{TestCaseError, TestRunner};
 use serde_json::value::RawValue;
 use tenax::clock::Clock;
-use tenax::engine::{Engine, EngineSettings, Enqueue, FailureReport, maintenance};
-use tenax::model::{JobId, LeaseToken, NewJob, Status, StoredPolicy};
+use tenax::engine::{
+    Conflict, Engine, EngineError, EngineSettings, Enqueue, FailureReport, Take, maintenance,
+};
+use tenax::model::{
+    Ack, JobFilter, JobId, LeaseToken, NewJob, NotReplayed, OnDuplicate, QueueCounts, Replay,
+    Replayed, Selection, Status, StoredPolicy,
+};
 use tenax::secrets::Keyring;
+use tenax::store::StoreConfig;
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions};
-use tenax::store::{
-    self, Ack, JobFilter, NotReplayed, OnDuplicate, QueueCounts, Replay, Replayed, Selection,
-    StoreConfig, StoreError, TakeRequest,
-};
 use tenax_policy::{Outcome, RetryPolicy, Shape};
 
 /// Every run starts at this time (ms since the epoch).
@@ -301,17 +303,17 @@ impl Model {
 
     /// The lease `ack` may act on now, or the error the engine must answer: a lease ends at
     /// its expiry, whether or not the maintenance loop has ended it yet.
-    fn check(&self, ack: Ack) -> Result<Lease, StoreError> {
+    fn check(&self, ack: Ack) -> Result<Lease, EngineError> {
         let job = &self.jobs[&ack.id];
         if job.status != Status::InFlight {
-            return Err(StoreError::NotInFlight {
+            return Err(EngineError::Conflict(Conflict::NotInFlight {
                 id: ack.id,
                 status: job.status,
-            });
+            }));
         }
         match job.lease {
             Some(lease) if lease.token == ack.lease && lease.expires_at_ms > self.now => Ok(lease),
-            _ => Err(StoreError::LeaseLost { id: ack.id }),
+            _ => Err(EngineError::Conflict(Conflict::LeaseLost { id: ack.id })),
         }
     }
 
@@ -476,7 +478,9 @@ impl Place {
 }
 
 async fn engine(place: &Place) -> Engine {
-    let store = store::open(&place.config(), &Clock::manual(T0))
+    let store = place
+        .config()
+        .open(&Clock::manual(T0))
         .await
         .expect("the store opens");
     Engine::new(
@@ -609,7 +613,7 @@ async fn apply(
             lease_ms,
         } => {
             let names: Vec<String> = queues.iter().map(|q| (*q).to_owned()).collect();
-            let request = TakeRequest::new(&names, *max, *lease_ms);
+            let request = Take::new(&names, *max, *lease_ms);
             let taken = engine
                 .take(&request, Duration::ZERO, std::future::pending())
                 .await

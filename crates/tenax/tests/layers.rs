@@ -108,6 +108,44 @@ fn no_module_imports_from_its_own_layer_or_above() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The modules above the engine that speak its language: they may name the engine and the
+/// model, never the storage seam or a store (docs/architecture.md, "Which type belongs to which
+/// layer"). `metrics` lies below the engine, but it counts what the engine and the server tell
+/// it and needs no store type either.
+const ABOVE_THE_SEAM: &[&str] = &[
+    "api", "ui", "delivery", "cli", "metrics", "bench", "app", "server",
+];
+
+#[test]
+fn no_module_above_the_seam_names_the_store() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut naming = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).expect("under src");
+        let module = module_path(relative);
+        if !module
+            .first()
+            .is_some_and(|m| ABOVE_THE_SEAM.contains(&m.as_str()))
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).expect("readable source");
+        for import in root_imports(&module, &code_only(&text)) {
+            if import.module == "store" {
+                naming.push(format!("src/{}:{}", relative.display(), import.line));
+            }
+        }
+    }
+    assert!(
+        naming.is_empty(),
+        "{} places above the engine name the store; ask the engine (or the model) instead:\n  {}",
+        naming.len(),
+        naming.join("\n  ")
+    );
+}
+
 #[test]
 fn the_layers_name_each_module_once() {
     let mut seen = BTreeSet::new();

@@ -20,12 +20,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::value::RawValue;
 
-use tenax::model::{ErrorEntry, JobId, NewJob, Status};
+use tenax::model::{Ack, ErrorEntry, JobId, NewJob, OnDuplicate, Status, TakenJob};
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::embedded::disk::SimulatedDisk;
 use tenax::store::{
-    Ack, DecideContext, EmbeddedStore, Insert, JobReads as _, OnDuplicate, Store, StoreError,
-    TakeRequest, TakenJob, Transition,
+    DecideContext, EmbeddedStore, Insert, JobReads as _, Store, StoreError, TakeRequest, Transition,
 };
 
 const T0: u64 = 1_700_000_000_000;
@@ -313,8 +312,8 @@ async fn check(disk: &SimulatedDisk, model: &Model, seed: u64, how: &str) {
     // Nothing else is there but enqueues that were in flight.
     let all = store
         .list_jobs(
-            &tenax::store::JobFilter::default(),
-            tenax::store::Page::after(None, 100_000),
+            &tenax::model::JobFilter::default(),
+            tenax::model::Page::after(None, 100_000),
         )
         .await
         .expect("a listing");
@@ -418,7 +417,7 @@ async fn after_the_power_goes_nothing_more_is_acknowledged() {
         .expect("it opens again");
     assert_eq!(
         reopened
-            .count_jobs(&tenax::store::JobFilter::default())
+            .count_jobs(&tenax::model::JobFilter::default())
             .await
             .expect("a count"),
         0

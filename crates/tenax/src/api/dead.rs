@@ -14,8 +14,7 @@ use super::extract::JsonBody;
 use super::fields::stored_policy;
 use super::jobs::{JobPage, ListQuery, list_page};
 use super::openapi::Refusals;
-use crate::model::{JobId, Status};
-use crate::store::{JobFilter, Replay, Replayed, Selection};
+use crate::model::{JobFilter, JobId, Replay, Replayed, Selection, Status};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

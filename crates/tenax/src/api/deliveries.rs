@@ -28,8 +28,7 @@ use super::subscription_views::{
 };
 use super::subscriptions::{existing, parse_subscription_id};
 use crate::model::subscription::{delivery_queue, subscription_of_queue};
-use crate::model::{Job, JobId, Status, SubscriptionId};
-use crate::store::{JobFilter, Page, Replay, Selection};
+use crate::model::{Job, JobFilter, JobId, Page, Replay, Selection, Status, SubscriptionId};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

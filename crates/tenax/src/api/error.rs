@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::store::StoreError;
+use crate::engine::{Conflict, EngineError, Unavailable};
 
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -60,18 +60,21 @@ impl ApiError {
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(error: StoreError) -> Self {
+impl From<EngineError> for ApiError {
+    fn from(error: EngineError) -> Self {
         match &error {
-            StoreError::NotFound(_) | StoreError::NoSubscription(_) => {
-                Self::not_found(error.to_string())
+            EngineError::NotFound(_) => Self::not_found(error.to_string()),
+            EngineError::Conflict(conflict) => {
+                let code = match conflict {
+                    Conflict::NotInFlight { .. } => "not_in_flight",
+                    Conflict::LeaseLost { .. } => "lease_lost",
+                    // The handler names the field (`unique_key`, `jobs[i].unique_key`).
+                    Conflict::Duplicate { .. } => "duplicate",
+                    Conflict::EndpointTaken { .. } => "endpoint_taken",
+                };
+                Self::conflict(code, error.to_string())
             }
-            StoreError::NotInFlight { .. } => Self::conflict("not_in_flight", error.to_string()),
-            StoreError::LeaseLost { .. } => Self::conflict("lease_lost", error.to_string()),
-            // The handler names the field (`unique_key`, `jobs[i].unique_key`).
-            StoreError::Duplicate { .. } => Self::conflict("duplicate", error.to_string()),
-            StoreError::EndpointTaken { .. } => Self::conflict("endpoint_taken", error.to_string()),
-            StoreError::Failed => {
+            EngineError::Unavailable(Unavailable::Failed) => {
                 tracing::error!(%error, "storage has failed");
                 Self {
                     status: StatusCode::SERVICE_UNAVAILABLE,
@@ -82,7 +85,7 @@ impl From<StoreError> for ApiError {
                         .into(),
                 }
             }
-            StoreError::Unavailable(_) => {
+            EngineError::Unavailable(Unavailable::Unreachable(_)) => {
                 tracing::warn!(%error, "the store is unavailable");
                 Self {
                     status: StatusCode::SERVICE_UNAVAILABLE,
@@ -94,7 +97,7 @@ impl From<StoreError> for ApiError {
                         .into(),
                 }
             }
-            StoreError::FactsChanged => Self {
+            EngineError::Unavailable(Unavailable::FactsChanged) => Self {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 code: "unavailable",
                 field: None,
@@ -102,10 +105,7 @@ impl From<StoreError> for ApiError {
                           enqueued, and none was stored; send the request again"
                     .into(),
             },
-            StoreError::Storage(_)
-            | StoreError::Corrupt(_)
-            | StoreError::Secrets(_)
-            | StoreError::NewerFormat { .. } => Self::internal(&error),
+            EngineError::Storage(_) => Self::internal(&error),
         }
     }
 }
@@ -127,12 +127,12 @@ impl ApiError {
     }
 }
 
-/// A refused change carries the handler's own error; a failed store, the store's.
+/// A refused change carries the handler's own error; a failed one, the engine's.
 impl From<crate::engine::ChangeError<ApiError>> for ApiError {
     fn from(error: crate::engine::ChangeError<ApiError>) -> Self {
         match error {
             crate::engine::ChangeError::Refused(error) => error,
-            crate::engine::ChangeError::Store(error) => error.into(),
+            crate::engine::ChangeError::Failed(error) => error.into(),
         }
     }
 }

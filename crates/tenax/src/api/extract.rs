@@ -242,7 +242,7 @@ mod tests {
         #[serde(default)]
         priority: i32,
         limit: Option<u32>,
-        on_duplicate: Option<crate::store::OnDuplicate>,
+        on_duplicate: Option<crate::model::OnDuplicate>,
         jobs: Option<Vec<Inner>>,
     }
 

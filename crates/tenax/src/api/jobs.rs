@@ -19,10 +19,11 @@ use super::views::JobView;
 use super::{AppState, Limits};
 use crate::auth::Principal;
 use crate::clock::{UnixMs, check_time, rfc3339};
-use crate::engine::Enqueue;
-use crate::model::subscription::is_internal_queue;
-use crate::model::{JobId, NewJob, Status, StoredPolicy, check_traceparent};
-use crate::store::{Enqueued, JobFilter, OnDuplicate, Page, QueueCounts, Selection, StoreError};
+use crate::engine::{self, EngineError, Enqueue};
+use crate::model::{
+    Enqueued, JobFilter, JobId, NewJob, OnDuplicate, Page, QueueCounts, Selection, Status,
+    StoredPolicy, check_traceparent, subscription::is_internal_queue,
+};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -321,9 +322,9 @@ fn traceparent_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// A refused duplicate names the job's `unique_key` field; other errors as usual.
-fn duplicate_field(error: StoreError, field: impl Fn(usize) -> String) -> ApiError {
+fn duplicate_field(error: EngineError, field: impl Fn(usize) -> String) -> ApiError {
     match &error {
-        StoreError::Duplicate { index, .. } => ApiError {
+        EngineError::Conflict(engine::Conflict::Duplicate { index, .. }) => ApiError {
             field: Some(field(*index)),
             ..ApiError::from(error.clone())
         },

@@ -19,9 +19,9 @@ use super::extract::JsonBody;
 use super::fields::check_queue_name;
 use super::openapi::Refusals;
 use crate::auth::Principal;
-use crate::model::StoredPolicy;
-use crate::model::subscription::is_internal_queue;
-use crate::store::{LimitUse, QueueConfig, QueueCounts, RateLimit};
+use crate::model::{
+    LimitUse, QueueConfig, QueueCounts, RateLimit, StoredPolicy, subscription::is_internal_queue,
+};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -20,9 +20,9 @@ use super::error::ApiError;
 use crate::auth::Principal;
 use crate::auth::rules::{Rule, Target};
 use crate::engine::Engine;
+use crate::engine::EngineError;
 use crate::model::subscription::subscription_of_queue;
 use crate::model::{JobId, SubscriptionId};
-use crate::store::StoreError;
 
 /// Why a scope check did not let a request through.
 #[derive(Debug)]
@@ -32,11 +32,11 @@ pub enum Denied {
     /// What the request names could not be read (400).
     Invalid(ApiError),
     /// Finding what the request names failed.
-    Failed(StoreError),
+    Failed(EngineError),
 }
 
-impl From<StoreError> for Denied {
-    fn from(error: StoreError) -> Self {
+impl From<EngineError> for Denied {
+    fn from(error: EngineError) -> Self {
         Self::Failed(error)
     }
 }

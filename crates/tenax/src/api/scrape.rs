@@ -19,19 +19,19 @@ use prometheus_client::registry::{Registry, Unit};
 
 use crate::delivery::Deliveries;
 use crate::engine::Engine;
+use crate::engine::EngineError;
 use crate::metrics::Metrics;
 use crate::metrics::backlog::Counts;
 use crate::metrics::jobs::QueueLabel;
 use crate::metrics::webhooks::SubscriptionLabel;
-use crate::model::BreakerState;
 use crate::model::subscription::{is_internal_queue, subscription_of_queue};
-use crate::store::{Backlog, StoreError};
+use crate::model::{Backlog, BreakerState};
 
 /// The content type of the answer: the Prometheus text format, version 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// Each queue's backlog and, for the user queues with jobs ready, when the first became ready.
-async fn count(engine: &Engine) -> Result<Counts, StoreError> {
+async fn count(engine: &Engine) -> Result<Counts, EngineError> {
     let backlog = engine.backlog().await?;
     let waiting: Vec<String> = backlog
         .iter()

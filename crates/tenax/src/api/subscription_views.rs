@@ -20,12 +20,12 @@ use super::error::ApiError;
 use crate::clock::rfc3339;
 use crate::delivery::HealthView;
 use crate::engine::PolicyOwner;
+use crate::model::QueueCounts;
 use crate::model::subscription::{REDACTED, subscription_of_queue};
 use crate::model::{
     Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, Job, JobId, RetryBudget, Status,
     Subscription, SubscriptionId, Trigger,
 };
-use crate::store::QueueCounts;
 
 /// Where a subscription's effective delivery policy comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]

@@ -5,8 +5,7 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use crate::clock::rfc3339;
-use crate::model::{Job, JobId, LeaseToken, Status};
-use crate::store::TakenJob;
+use crate::model::{Job, JobId, LeaseToken, Status, TakenJob};
 
 /// A job as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]

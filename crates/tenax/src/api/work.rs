@@ -25,9 +25,8 @@ use super::views::TakenView;
 use super::{AppState, Limits};
 use crate::auth::Principal;
 use crate::clock::{check_time, rfc3339};
-use crate::engine::FailureReport;
-use crate::model::{ClaimId, JobId, LeaseToken, Status};
-use crate::store::{Ack, TakeRequest as StoreTake};
+use crate::engine::{FailureReport, Take};
+use crate::model::{Ack, ClaimId, JobId, LeaseToken, Status};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -134,7 +133,7 @@ async fn take(
     let engine = &state.engine;
     let jobs = engine
         .take(
-            &StoreTake::new(&p.queues, p.max, p.lease_ms),
+            &Take::new(&p.queues, p.max, p.lease_ms),
             Duration::from_millis(p.wait_ms),
             engine.revoked(principal.token),
         )
@@ -252,10 +251,7 @@ async fn take_stream(
                     () = &mut revoked => return,
                 }
             }
-            let request = StoreTake {
-                claim: Some(stream),
-                ..StoreTake::new(&p.queues, room, p.lease_ms)
-            };
+            let request = Take::new(&p.queues, room, p.lease_ms).in_stream(stream);
             let taken = tokio::select! {
                 taken = engine.take(&request, KEEP_ALIVE, &mut revoked) => taken,
                 () = tx.closed() => return,

@@ -41,3 +41,12 @@ impl From<anyhow::Error> for CliError {
         Self::Failed(error)
     }
 }
+
+impl From<crate::engine::offline::OfflineError> for CliError {
+    fn from(error: crate::engine::offline::OfflineError) -> Self {
+        match error {
+            crate::engine::offline::OfflineError::Invalid(message) => Self::Invalid(message),
+            crate::engine::offline::OfflineError::Failed(error) => Self::Failed(error),
+        }
+    }
+}

@@ -3,7 +3,7 @@
 //! deployments that migrate as a step of their own, before starting the servers.
 
 use super::CliError;
-use crate::store::postgres::{Database, schema};
+use crate::engine::offline;
 use anyhow::Context as _;
 use clap::Args;
 
@@ -19,29 +19,23 @@ pub struct MigrateArgs {
 }
 
 pub fn run(args: MigrateArgs) -> Result<(), CliError> {
-    let database = Database::new(&args.database_url, args.database_ca_file.as_deref())
-        .map_err(CliError::Invalid)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let found = runtime.block_on(async {
-        let (mut client, connection) = database
-            .connect()
-            .await
-            .with_context(|| format!("connecting to PostgreSQL {}", database.said()))?;
-        let driver = tokio::spawn(connection);
-        let found = schema::migrate(&mut client).await;
-        drop(client);
-        let _ = driver.await;
-        found.context("migrating the schema")
-    })?;
-    if found == schema::VERSION {
-        println!("the schema is at version {found}, the current one: nothing to do");
+    let migrated = runtime.block_on(offline::migrate(
+        &args.database_url,
+        args.database_ca_file.as_deref(),
+    ))?;
+    if migrated.found == migrated.current {
+        println!(
+            "the schema is at version {}, the current one: nothing to do",
+            migrated.found
+        );
     } else {
         println!(
-            "migrated the schema from version {found} to {}",
-            schema::VERSION
+            "migrated the schema from version {} to {}",
+            migrated.found, migrated.current
         );
     }
     Ok(())

@@ -8,11 +8,9 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 use super::CliError;
+use crate::engine::offline::Data;
 use crate::secrets::key::Key;
 use crate::secrets::{Keyring, SECRETS_KEY_FILE};
-use crate::store::embedded::{EmbeddedOptions, EmbeddedStore};
-use crate::store::postgres::{Database, sealing};
-use crate::store::{StoreLifecycle as _, SubscriptionStore as _};
 
 #[derive(Debug, Subcommand)]
 pub enum SecretsCommand {
@@ -77,32 +75,26 @@ fn generate(path: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Where the data is.
-enum Data<'a> {
-    Embedded(&'a Path),
-    Postgres(Database),
-}
-
 /// Rotation, in an order a crash at any point survives: the key file first holds both keys
 /// (so whatever is sealed, with either, opens), then every secret is sealed with the new key
 /// (each subscription one commit), then the key file holds the new key alone. Run again after
 /// a crash, it finishes the job.
 fn rotate(args: &RotateArgs) -> Result<(), CliError> {
     let data = match &args.database_url {
-        Some(url) => Data::Postgres(
-            Database::new(url, args.database_ca_file.as_deref()).map_err(CliError::Invalid)?,
-        ),
-        None => Data::Embedded(&args.data_dir),
+        Some(url) => {
+            Data::database(url, args.database_ca_file.as_deref()).map_err(CliError::Invalid)?
+        }
+        None => Data::embedded(&args.data_dir),
     };
-    let key_path = match (&args.secrets_key_file, &data) {
-        (Some(path), _) => path.clone(),
-        (None, Data::Embedded(dir)) => dir.join(SECRETS_KEY_FILE),
-        (None, Data::Postgres(_)) => {
+    let key_path = match &args.secrets_key_file {
+        Some(path) => path.clone(),
+        None if data.is_database() => {
             return Err(CliError::Invalid(
                 "--secrets-key-file: required with --database-url: the key file the servers use"
                     .into(),
             ));
         }
+        None => args.data_dir.join(SECRETS_KEY_FILE),
     };
     let old = Keyring::read_file(&key_path).map_err(CliError::Invalid)?;
     let new = match &args.new_key_file {
@@ -118,89 +110,29 @@ fn rotate(args: &RotateArgs) -> Result<(), CliError> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         // Nothing is written while a server holds the data.
-        match &data {
-            Data::Embedded(dir) => embedded_is_free(dir)?,
-            Data::Postgres(database) => {
-                let using = sealing::servers_using(database)
-                    .await
-                    .context("looking for servers using the database")?;
-                if using > 0 {
-                    return Err(CliError::Invalid(format!(
-                        "{using} server(s) are using the database: stop them first, or rotate \
-                         the key across the running cluster as docs/security.md says"
-                    )));
-                }
-            }
-        }
+        data.ensure_unused().await?;
         let both = old.sealing_with(new.clone());
         both.write_file(&key_path)
             .with_context(|| format!("writing {}", key_path.display()))?;
         let both = Arc::new(both);
-        let sealed = match &data {
-            Data::Embedded(dir) => reseal_embedded(dir, both.clone()).await?,
-            Data::Postgres(database) => {
-                sealing::reseal(database, &both)
-                    .await
-                    .context("sealing the secrets with the new key")?;
-                0
-            }
-        };
+        let sealed = data.reseal(both.clone()).await?;
         both.current_only()
             .write_file(&key_path)
             .with_context(|| format!("writing {}", key_path.display()))?;
-        let what = match &data {
-            Data::Embedded(_) => format!("{sealed} subscription(s)' secrets"),
-            Data::Postgres(_) => "every subscription's secrets".into(),
+        let what = match sealed {
+            Some(sealed) => format!("{sealed} subscription(s)' secrets"),
+            None => "every subscription's secrets".into(),
         };
         println!(
             "sealed {what} with key {}; {} holds it alone{}",
             new.id(),
             key_path.display(),
-            match &data {
-                Data::Embedded(_) => "",
-                Data::Postgres(_) => ": copy it to every server before starting them",
+            if data.is_database() {
+                ": copy it to every server before starting them"
+            } else {
+                ""
             }
         );
         Ok(())
     })
-}
-
-/// Refuses a data directory whose store a server has open (redb locks its file).
-fn embedded_is_free(dir: &Path) -> Result<(), CliError> {
-    let path = dir.join("tenax.redb");
-    if !path.exists() {
-        return Err(CliError::Invalid(format!(
-            "{} holds no store (no tenax.redb): give --data-dir, or --database-url",
-            dir.display()
-        )));
-    }
-    match redb::Database::open(&path) {
-        Ok(_) => Ok(()),
-        Err(redb::DatabaseError::DatabaseAlreadyOpen) => Err(CliError::Invalid(format!(
-            "a server has the store in {} open: stop it first",
-            dir.display()
-        ))),
-        Err(error) => Err(CliError::Failed(
-            anyhow::Error::new(error).context(format!("opening {}", path.display())),
-        )),
-    }
-}
-
-/// Opens the embedded store with `keys`, which seals everything with the sealing key, and
-/// closes it. Returns how many subscriptions it holds.
-async fn reseal_embedded(dir: &Path, keys: Arc<Keyring>) -> Result<usize, CliError> {
-    let options = EmbeddedOptions {
-        secrets: Some(keys),
-        ..EmbeddedOptions::default()
-    };
-    let now_ms = crate::clock::Clock::System.now_ms();
-    let dir = dir.to_owned();
-    let shown = dir.display().to_string();
-    let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, &options, now_ms))
-        .await
-        .context("opening the store")?
-        .with_context(|| format!("opening the store in {shown}"))?;
-    let count = store.subscriptions(None).await.map(|all| all.len());
-    store.close().await;
-    Ok(count.context("counting the subscriptions")?)
 }

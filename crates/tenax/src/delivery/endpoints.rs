@@ -21,8 +21,8 @@ use parking_lot::Mutex;
 use super::backpressure::{self, BreakerSettings, Gate, ProbeEnd, Verdict};
 use crate::clock::UnixMs;
 use crate::engine::Engine;
+use crate::engine::EngineError;
 use crate::model::{Attempt, BreakerState, EndpointState, Pause, SubscriptionId};
-use crate::store::StoreError;
 
 #[derive(Debug)]
 pub struct EndpointBook {
@@ -103,12 +103,12 @@ impl EndpointBook {
         engine: &Engine,
         origin: &str,
         now_ms: UnixMs,
-    ) -> Result<Gate, StoreError> {
+    ) -> Result<Gate, EngineError> {
         self.refresh(engine).await?;
         Ok(backpressure::gate(self.known(origin).as_ref(), now_ms))
     }
 
-    async fn refresh(&self, engine: &Engine) -> Result<(), StoreError> {
+    async fn refresh(&self, engine: &Engine) -> Result<(), EngineError> {
         let fresh = |book: &Self| {
             book.changing.load(Ordering::SeqCst) == 0
                 && book.cache.lock().read_at == Some(book.generation.load(Ordering::SeqCst))

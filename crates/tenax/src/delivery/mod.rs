@@ -34,8 +34,8 @@ use self::backpressure::BreakerSettings;
 pub use self::health::{BudgetView, EndpointView, HealthView};
 pub use self::runner::run;
 use crate::engine::Engine;
+use crate::engine::EngineError;
 use crate::model::Subscription;
-use crate::store::StoreError;
 use crate::trust::CaFile;
 
 /// How webhooks are delivered.
@@ -123,7 +123,7 @@ impl Deliveries {
         &self,
         engine: &Engine,
         subscription: &Subscription,
-    ) -> Result<HealthView, StoreError> {
+    ) -> Result<HealthView, EngineError> {
         let mut view = self.health.view(subscription);
         let origin = origin_of(&subscription.endpoint);
         let stored = engine.endpoint_state(&origin).await?;

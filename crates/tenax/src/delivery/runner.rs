@@ -29,9 +29,9 @@ use super::send::Sender;
 use super::signals::Event;
 use crate::clock::UnixMs;
 use crate::engine::{ChangeError, Engine};
+use crate::engine::{Conflict, EngineError, Missing};
 use crate::metrics::webhooks::HeldReason;
-use crate::model::{AttemptResult, Subscription, SubscriptionId};
-use crate::store::{Ack, StoreError, TakenJob};
+use crate::model::{Ack, AttemptResult, Subscription, SubscriptionId, TakenJob};
 
 /// Longest a runner waits for work before it looks at its subscription again.
 const IDLE_POLL: Duration = Duration::from_secs(1);
@@ -533,7 +533,8 @@ async fn hold(
         // Deleted, replayed or expired meanwhile: someone else owns it now.
         Ok(())
         | Err(
-            StoreError::NotFound(_) | StoreError::LeaseLost { .. } | StoreError::NotInFlight { .. },
+            EngineError::NotFound(Missing::Job(_))
+            | EngineError::Conflict(Conflict::LeaseLost { .. } | Conflict::NotInFlight { .. }),
         ) => {}
         // Its lease runs out and it is taken again (an expired lease counts as an attempt).
         Err(error) => {
@@ -623,9 +624,10 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
         Ok(_) => {}
         // Deleted, replayed or expired meanwhile: someone else owns it now.
         Err(
-            error @ (StoreError::NotFound(_)
-            | StoreError::LeaseLost { .. }
-            | StoreError::NotInFlight { .. }),
+            error @ (EngineError::NotFound(Missing::Job(_))
+            | EngineError::Conflict(
+                Conflict::LeaseLost { .. } | Conflict::NotInFlight { .. },
+            )),
         ) => tracing::debug!(%error, "delivery changed while it was sent"),
         Err(error) => tracing::error!(%error, delivery = job.id.0, "recording a delivery failed"),
     }
@@ -655,7 +657,7 @@ async fn record_health(
                 .update_subscription(subscription.id, |current| {
                     let mut s = current.clone();
                     s.health = marks;
-                    Ok::<_, StoreError>(Some(s))
+                    Ok::<_, EngineError>(Some(s))
                 })
                 .await
         }
@@ -671,14 +673,14 @@ async fn record_health(
                     s.health = marks;
                     s.enabled = false;
                     s.disabled_reason = Some(reason.clone());
-                    Ok::<_, StoreError>(Some(s))
+                    Ok::<_, EngineError>(Some(s))
                 })
                 .await
         }
     };
     match patched {
-        Ok(_) | Err(ChangeError::Store(StoreError::NoSubscription(_))) => {}
-        Err(ChangeError::Store(error) | ChangeError::Refused(error)) => {
+        Ok(_) | Err(ChangeError::Failed(EngineError::NotFound(Missing::Subscription(_)))) => {}
+        Err(ChangeError::Failed(error) | ChangeError::Refused(error)) => {
             tracing::warn!(%error, id = subscription.id.0, "storing subscription health failed");
         }
     }

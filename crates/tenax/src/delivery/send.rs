@@ -10,8 +10,7 @@ use super::outcome::{SNIPPET_BYTES, Verdict, classify_status, retry_after_ms, sn
 use super::signing;
 use crate::delivery::DeliveryConfig;
 use crate::http::{self, PlatformRoots};
-use crate::model::{Attempt, AttemptResult, DeliveryPayload, Subscription, Trigger};
-use crate::store::TakenJob;
+use crate::model::{Attempt, AttemptResult, DeliveryPayload, Subscription, TakenJob, Trigger};
 use crate::trust;
 
 const USER_AGENT: &str = concat!("Tenax-Webhooks/", env!("CARGO_PKG_VERSION"));

@@ -6,8 +6,9 @@
 use super::observe::{Expiries, began};
 use super::{Engine, random_id};
 use crate::clock::UnixMs;
-use crate::model::{ClaimId, Job, JobId};
-use crate::store::{ClaimRecord, DecideContext, StoreError, TakeRequest, TakenJob};
+use crate::engine::EngineError;
+use crate::model::{ClaimId, Job, JobId, TakenJob};
+use crate::store::{ClaimRecord, DecideContext, TakeRequest};
 
 /// A claim to make: up to `max` ready jobs of `queue`, leased for `lease_ms` and kept alive at
 /// least `lease_ms + grace_ms`.
@@ -44,7 +45,7 @@ impl Engine {
     /// of the queue whose leases have ended are handled first, so they can be claimed again at
     /// once. Does
     /// not wait. Returns the claim's id and its jobs (none: no claim was made).
-    pub async fn claim(&self, new: NewClaim<'_>) -> Result<(ClaimId, Vec<TakenJob>), StoreError> {
+    pub async fn claim(&self, new: NewClaim<'_>) -> Result<(ClaimId, Vec<TakenJob>), EngineError> {
         self.expire_due_leases_of(new.queue).await?;
         let id = random_id();
         let now_ms = self.now_ms();
@@ -72,7 +73,7 @@ impl Engine {
         &self,
         queue: &str,
         id: ClaimId,
-    ) -> Result<Option<ClaimView>, StoreError> {
+    ) -> Result<Option<ClaimView>, EngineError> {
         let claim = self.store.claim(id).await?;
         let Some(record) = claim.record.filter(|r| r.queue == queue) else {
             return Ok(None);
@@ -103,7 +104,7 @@ impl Engine {
         claim: &ClaimView,
         lease_ms: u64,
         grace_ms: u64,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<usize, EngineError> {
         let now_ms = self.now_ms();
         let record = ClaimRecord {
             lease_ms,
@@ -111,7 +112,8 @@ impl Engine {
             renewed_at_ms: now_ms,
             ..claim.record.clone()
         };
-        self.store
+        Ok(self
+            .store
             .extend_claim(
                 claim.id,
                 lease_ms,
@@ -119,14 +121,14 @@ impl Engine {
                 Some(record),
                 now_ms,
             )
-            .await
+            .await?)
     }
 
     /// Ends a claim now as if its leases had expired: each job counts the claim as an attempt
     /// (its policy decides whether it is ready again or dead, and its queue's dead-letter rule
     /// may move it). Zaqar's claim deletion: a message claimed and released `_max_claim_count`
     /// times goes to the dead-letter queue. Returns how many jobs the claim held.
-    pub async fn end_claim(&self, id: ClaimId) -> Result<usize, StoreError> {
+    pub async fn end_claim(&self, id: ClaimId) -> Result<usize, EngineError> {
         let now_ms = self.now_ms();
         let expiries = Expiries::new(self);
         let decide = |ctx: &DecideContext<'_>| expiries.decide(self, ctx, now_ms);
@@ -140,7 +142,7 @@ impl Engine {
     /// a dead-letter queue), as the queue's stats and listings, which go by time, already
     /// show them. A lease the maintenance loop is ending at this moment is waited for. Cheap
     /// when no lease has ended.
-    pub async fn expire_due_leases_of(&self, queue: &str) -> Result<usize, StoreError> {
+    pub async fn expire_due_leases_of(&self, queue: &str) -> Result<usize, EngineError> {
         let now_ms = self.now_ms();
         let expiries = Expiries::new(self);
         let decide = |ctx: &DecideContext<'_>| expiries.decide(self, ctx, now_ms);
@@ -151,7 +153,7 @@ impl Engine {
 
     /// Handles up to `max` leases that have ended by `now_ms`: each counts as a failed
     /// attempt. Returns how many.
-    pub async fn expire_leases(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
+    pub async fn expire_leases(&self, now_ms: UnixMs, max: usize) -> Result<usize, EngineError> {
         let expiries = Expiries::new(self);
         let decide = |ctx: &DecideContext<'_>| expiries.decide(self, ctx, now_ms);
         let expired = self.store.expire_leases(now_ms, max, &decide).await?;
@@ -167,9 +169,9 @@ impl Engine {
         queue: &str,
         id: JobId,
         claim: Option<ClaimId>,
-    ) -> Result<MessageDelete, StoreError> {
+    ) -> Result<MessageDelete, EngineError> {
         let now_ms = self.now_ms();
-        let check = |peek: &crate::store::JobPeek| {
+        let check = |peek: &crate::model::JobPeek| {
             *peek.queue == *queue && peek.is_live(now_ms) && peek.claim_at(now_ms) == claim
         };
         let checked = self.store.delete_checked(&[id], &check).await?;
@@ -192,10 +194,10 @@ impl Engine {
     }
 
     /// Takes up to `max` ready jobs of `queue` and deletes them, atomically; returns them.
-    pub async fn pop(&self, queue: &str, max: usize) -> Result<Vec<Job>, StoreError> {
+    pub async fn pop(&self, queue: &str, max: usize) -> Result<Vec<Job>, EngineError> {
         self.expire_due_leases_of(queue).await?;
         let queues = [queue.to_owned()];
-        self.store.pop_jobs(&queues, max, self.now_ms()).await
+        Ok(self.store.pop_jobs(&queues, max, self.now_ms()).await?)
     }
 }
 

@@ -5,8 +5,10 @@
 use tenax_policy::{Decision, Failure, Outcome, RetryPolicy, SeededRandom};
 
 use crate::clock::UnixMs;
-use crate::model::{ErrorEntry, JobState, Status, StoredPolicy, Subscription, Trigger};
-use crate::store::{DecideContext, MoveTo, QueueConfig, Transition};
+use crate::model::{
+    ErrorEntry, JobState, QueueConfig, Status, StoredPolicy, Subscription, Trigger,
+};
+use crate::store::{DecideContext, MoveTo, Transition};
 
 /// The policy a job goes by: its own; else, for a delivery, the one its subscription's
 /// deliveries follow ([`delivery_policy`]); else its queue's; else the server default.
@@ -174,8 +176,7 @@ mod tests {
     use super::*;
     use tenax_policy::{Jitter, Shape};
 
-    use crate::model::JobId;
-    use crate::store::DeadLetter;
+    use crate::model::{DeadLetter, JobId};
 
     fn ctx<'a>(state: &'a JobState, job_policy: Option<&'a RetryPolicy>) -> DecideContext<'a> {
         DecideContext {

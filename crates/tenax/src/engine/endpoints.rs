@@ -2,17 +2,17 @@
 //! by the delivery runtime's rules (`crate::delivery::backpressure`).
 
 use super::Engine;
+use crate::engine::EngineError;
 use crate::model::EndpointState;
-use crate::store::StoreError;
 
 impl Engine {
     /// Every endpoint that has a delivery state, by origin.
-    pub async fn endpoint_states(&self) -> Result<Vec<EndpointState>, StoreError> {
-        self.store.endpoints().await
+    pub async fn endpoint_states(&self) -> Result<Vec<EndpointState>, EngineError> {
+        Ok(self.store.endpoints().await?)
     }
 
-    pub async fn endpoint_state(&self, origin: &str) -> Result<Option<EndpointState>, StoreError> {
-        self.store.endpoint(origin).await
+    pub async fn endpoint_state(&self, origin: &str) -> Result<Option<EndpointState>, EngineError> {
+        Ok(self.store.endpoint(origin).await?)
     }
 
     /// Changes an endpoint's state atomically: `change` gets it as stored (`None`: none yet)
@@ -21,7 +21,7 @@ impl Engine {
         &self,
         origin: &str,
         change: impl Fn(Option<&EndpointState>) -> Option<EndpointState> + Send + Sync,
-    ) -> Result<Option<EndpointState>, StoreError> {
-        self.store.update_endpoint(origin, &change).await
+    ) -> Result<Option<EndpointState>, EngineError> {
+        Ok(self.store.update_endpoint(origin, &change).await?)
     }
 }

@@ -5,12 +5,13 @@ use std::sync::Arc;
 use super::Engine;
 use super::observe::Enqueueing;
 use crate::clock::UnixMs;
+use crate::engine::EngineError;
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
-use crate::model::{DeliveryPayload, Job, JobId, NewJob, StoredPolicy, SubscriptionId};
-use crate::store::{
-    Checked, DeleteCheck, Enqueued, FactsSeen, Insert, JobFilter, JobPeek, OnDuplicate, Page,
-    QueueCounts, QueueFacts, Replay, Replayed, Searched, Selection, StoreError, TextQuery,
+use crate::model::{
+    Checked, DeliveryPayload, Enqueued, Job, JobFilter, JobId, JobPeek, NewJob, OnDuplicate, Page,
+    QueueCounts, Replay, Replayed, Searched, Selection, StoredPolicy, SubscriptionId, TextQuery,
 };
+use crate::store::{DeleteCheck, FactsSeen, Insert, QueueFacts, StoreError};
 
 /// A job to enqueue.
 #[derive(Debug, Clone)]
@@ -49,9 +50,9 @@ impl Engine {
         &self,
         mut jobs: Vec<Enqueue>,
         on_duplicate: OnDuplicate,
-    ) -> Result<Vec<Enqueued>, StoreError> {
+    ) -> Result<Vec<Enqueued>, EngineError> {
         if !self.store.properties().cached_facts {
-            return self.enqueue_once(jobs, on_duplicate).await;
+            return Ok(self.enqueue_once(jobs, on_duplicate).await?);
         }
         // Facts from a cache may turn out old: the jobs are then made again from fresh ones,
         // so each attempt but the last works on a copy.
@@ -64,7 +65,7 @@ impl Engine {
             };
             match self.enqueue_once(these, on_duplicate).await {
                 Err(StoreError::FactsChanged) if attempt < FACTS_ATTEMPTS => attempt += 1,
-                done => return done,
+                done => return Ok(done?),
             }
         }
     }
@@ -159,17 +160,17 @@ impl Engine {
         })
     }
 
-    pub async fn job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
-        self.store.get_job(id).await
+    pub async fn job(&self, id: JobId) -> Result<Option<Job>, EngineError> {
+        Ok(self.store.get_job(id).await?)
     }
 
     /// A page of the jobs matching `filter`.
-    pub async fn jobs(&self, filter: &JobFilter, page: Page) -> Result<Vec<Job>, StoreError> {
-        self.store.list_jobs(filter, page).await
+    pub async fn jobs(&self, filter: &JobFilter, page: Page) -> Result<Vec<Job>, EngineError> {
+        Ok(self.store.list_jobs(filter, page).await?)
     }
 
-    pub async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError> {
-        self.store.count_jobs(filter).await
+    pub async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, EngineError> {
+        Ok(self.store.count_jobs(filter).await?)
     }
 
     /// How many jobs match `filter`, counting no further than `max`; and whether more match.
@@ -177,27 +178,27 @@ impl Engine {
         &self,
         filter: &JobFilter,
         max: u64,
-    ) -> Result<(u64, bool), StoreError> {
-        self.store.count_jobs_upto(filter, max).await
+    ) -> Result<(u64, bool), EngineError> {
+        Ok(self.store.count_jobs_upto(filter, max).await?)
     }
 
     /// For each id, a quick look at the job (its queue and state), or `None`.
-    pub async fn peek(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError> {
-        self.store.peek_jobs(ids).await
+    pub async fn peek(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, EngineError> {
+        Ok(self.store.peek_jobs(ids).await?)
     }
 
     /// Counts by status of every queue that has jobs.
-    pub async fn counts(&self) -> Result<Vec<QueueCounts>, StoreError> {
-        self.store.counts().await
+    pub async fn counts(&self) -> Result<Vec<QueueCounts>, EngineError> {
+        Ok(self.store.counts().await?)
     }
 
-    pub async fn queue_counts(&self, queue: &str) -> Result<QueueCounts, StoreError> {
-        self.store.queue_counts(queue).await
+    pub async fn queue_counts(&self, queue: &str) -> Result<QueueCounts, EngineError> {
+        Ok(self.store.queue_counts(queue).await?)
     }
 
     /// Deletes the jobs matching `selection`, whatever their state; returns their ids.
-    pub async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError> {
-        self.store.delete_jobs(selection).await
+    pub async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, EngineError> {
+        Ok(self.store.delete_jobs(selection).await?)
     }
 
     /// Deletes those of `ids` that `check` accepts, each judged and deleted atomically.
@@ -205,14 +206,14 @@ impl Engine {
         &self,
         ids: &[JobId],
         check: &DeleteCheck<'_>,
-    ) -> Result<Vec<Checked>, StoreError> {
-        self.store.delete_checked(ids, check).await
+    ) -> Result<Vec<Checked>, EngineError> {
+        Ok(self.store.delete_checked(ids, check).await?)
     }
 
     /// Scheduled jobs among `ids` run at once, their next run marked as an operator's. Returns
     /// those that were scheduled.
-    pub async fn run_now(&self, ids: &[JobId]) -> Result<Vec<JobId>, StoreError> {
-        self.store.run_now(ids, self.now_ms()).await
+    pub async fn run_now(&self, ids: &[JobId]) -> Result<Vec<JobId>, EngineError> {
+        Ok(self.store.run_now(ids, self.now_ms()).await?)
     }
 
     /// Jobs matching `filter` that hold `text`, looking at no more than `budget` of them from
@@ -223,18 +224,18 @@ impl Engine {
         text: &TextQuery,
         page: Page,
         budget: usize,
-    ) -> Result<Searched, StoreError> {
-        self.store.search_jobs(filter, text, page, budget).await
+    ) -> Result<Searched, EngineError> {
+        Ok(self.store.search_jobs(filter, text, page, budget).await?)
     }
 
     /// For each queue, when the job it hands out next became ready (`None`: none is ready).
-    pub async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError> {
-        self.store.ready_since(queues).await
+    pub async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, EngineError> {
+        Ok(self.store.ready_since(queues).await?)
     }
 
     /// Dead jobs back to ready (optionally with a new policy and a fresh count).
-    pub async fn replay(&self, replay: &Replay) -> Result<Replayed, StoreError> {
-        self.store.replay_jobs(replay, self.now_ms()).await
+    pub async fn replay(&self, replay: &Replay) -> Result<Replayed, EngineError> {
+        Ok(self.store.replay_jobs(replay, self.now_ms()).await?)
     }
 }
 

@@ -4,15 +4,19 @@
 //! the store to apply them atomically (`crate::store::seam`).
 //!
 //! It validates nothing about HTTP and reads no wall clock: time comes from its [`Clock`], so
-//! tests move it.
+//! tests move it. Its operations speak the model's types and its own requests ([`Enqueue`],
+//! [`Take`], [`NewClaim`]), and fail with [`EngineError`]: the layers above never see the
+//! store's.
 
 pub mod activity;
 mod claims;
 mod decide;
 mod endpoints;
+mod error;
 mod jobs;
 pub mod maintenance;
 mod observe;
+pub mod offline;
 mod queues;
 mod schedules;
 mod subscriptions;
@@ -28,12 +32,13 @@ pub use self::claims::{ClaimView, MessageDelete, NewClaim};
 pub use self::decide::{
     PolicyOwner, decide_failure, decide_lease_expiry, delivery_policy, resolve,
 };
+pub use self::error::{Conflict, EngineError, Missing, StorageFailure, Unavailable};
 pub use self::jobs::Enqueue;
 pub use self::schedules::ScheduleSpec;
+pub use self::work::Take;
 use crate::clock::{Clock, UnixMs};
 use crate::metrics::Metrics;
-use crate::model::ClaimId;
-use crate::model::subscription::is_internal_queue;
+use crate::model::{ClaimId, subscription::is_internal_queue};
 use crate::store::{Signals, Store, StoreError, StoreProperties};
 
 /// Settings the engine needs (a subset of the server configuration).
@@ -74,16 +79,22 @@ pub struct FailureReport {
 }
 
 /// Why an atomic change did not happen: the caller's change refused (with the caller's own
-/// error), or the store failed.
+/// error), or the engine failed to make it.
 #[derive(Debug)]
 pub enum ChangeError<E> {
     Refused(E),
-    Store(StoreError),
+    Failed(EngineError),
 }
 
 impl<E> From<StoreError> for ChangeError<E> {
     fn from(error: StoreError) -> Self {
-        Self::Store(error)
+        Self::Failed(error.into())
+    }
+}
+
+impl<E> From<EngineError> for ChangeError<E> {
+    fn from(error: EngineError) -> Self {
+        Self::Failed(error)
     }
 }
 
@@ -116,7 +127,7 @@ impl<E> Refusal<E> {
     fn result<T>(self, result: Result<T, StoreError>) -> Result<T, ChangeError<E>> {
         match self.0.into_inner() {
             Some(error) => Err(ChangeError::Refused(error)),
-            None => result.map_err(ChangeError::Store),
+            None => result.map_err(ChangeError::from),
         }
     }
 }
@@ -181,8 +192,8 @@ impl Engine {
     }
 
     /// Every queue's backlog, for the metrics.
-    pub async fn backlog(&self) -> Result<Vec<crate::store::Backlog>, StoreError> {
-        self.store.backlog().await
+    pub async fn backlog(&self) -> Result<Vec<crate::model::Backlog>, EngineError> {
+        Ok(self.store.backlog().await?)
     }
 
     /// Flushes the store and stops its background work. Called once, at shutdown.

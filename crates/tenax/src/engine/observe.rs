@@ -30,13 +30,14 @@ use crate::metrics::jobs::{JobSeries, LastSeries};
 use crate::metrics::leases::Held;
 use crate::metrics::webhooks::HeldReason;
 use crate::model::subscription::{is_internal_queue, subscription_of_queue};
-use crate::model::{Attempt, JobId, LeaseToken, NewJob, Status, Subscription, SubscriptionId};
+use crate::model::{
+    Ack, Attempt, Enqueued, JobId, LeaseToken, NewJob, Status, Subscription, SubscriptionId,
+    TakenJob,
+};
 use crate::otel::book::Traced;
 use crate::otel::jobs::{JobSpan, Operation};
 use crate::otel::{Tracing, parse_traceparent};
-use crate::store::{
-    Ack, DecideContext, Enqueued, Finished, LeaseFacts, StoreError, TakenJob, Transition,
-};
+use crate::store::{DecideContext, Finished, LeaseFacts, StoreError, Transition};
 
 /// What the metrics need of a lease that ended.
 struct Ended {

@@ -1,17 +1,18 @@
 //! Queue settings: read, changed atomically, deleted.
 
 use super::{ChangeError, Engine, Refusal};
-use crate::store::{LimitUse, QueueConfig, StoreError};
+use crate::engine::EngineError;
+use crate::model::{LimitUse, QueueConfig};
 
 impl Engine {
     /// A queue's stored settings, if it has any.
-    pub async fn queue(&self, name: &str) -> Result<Option<QueueConfig>, StoreError> {
-        self.store.queue(name).await
+    pub async fn queue(&self, name: &str) -> Result<Option<QueueConfig>, EngineError> {
+        Ok(self.store.queue(name).await?)
     }
 
     /// Every queue with settings or jobs, by name.
-    pub async fn queues(&self) -> Result<Vec<(String, QueueConfig)>, StoreError> {
-        self.store.queues().await
+    pub async fn queues(&self) -> Result<Vec<(String, QueueConfig)>, EngineError> {
+        Ok(self.store.queues().await?)
     }
 
     /// Changes a queue's settings atomically, so that concurrent changes (a pause and a new
@@ -33,12 +34,12 @@ impl Engine {
 
     /// Deletes a queue's settings and every job in it; its subscriptions stay. Returns how many
     /// jobs went.
-    pub async fn delete_queue(&self, name: &str) -> Result<usize, StoreError> {
-        self.store.delete_queue(name).await
+    pub async fn delete_queue(&self, name: &str) -> Result<usize, EngineError> {
+        Ok(self.store.delete_queue(name).await?)
     }
 
     /// How much of a queue's limits is used now.
-    pub async fn limit_use(&self, name: &str) -> Result<LimitUse, StoreError> {
-        self.store.limit_use(name, self.now_ms()).await
+    pub async fn limit_use(&self, name: &str) -> Result<LimitUse, EngineError> {
+        Ok(self.store.limit_use(name, self.now_ms()).await?)
     }
 }

@@ -16,6 +16,7 @@
 use super::jobs::FACTS_ATTEMPTS;
 use super::{Engine, Enqueue};
 use crate::clock::UnixMs;
+use crate::engine::EngineError;
 use crate::model::schedule::{MISSED_AFTER_MS, MOST_MISSED_COUNTED};
 use crate::model::timetable::Timetable;
 use crate::model::{JobId, JobTemplate, Missed, NewJob, Overlap, Schedule, TickCounts};
@@ -38,13 +39,13 @@ pub struct ScheduleSpec {
 const BATCH: usize = 1_000;
 
 impl Engine {
-    pub async fn schedule(&self, name: &str) -> Result<Option<Schedule>, StoreError> {
-        self.store.schedule(name).await
+    pub async fn schedule(&self, name: &str) -> Result<Option<Schedule>, EngineError> {
+        Ok(self.store.schedule(name).await?)
     }
 
     /// Every schedule, by name.
-    pub async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
-        self.store.schedules().await
+    pub async fn schedules(&self) -> Result<Vec<Schedule>, EngineError> {
+        Ok(self.store.schedules().await?)
     }
 
     /// Makes or replaces a schedule, atomically. `timetable` is `spec`'s, already read. Returns
@@ -53,7 +54,7 @@ impl Engine {
         &self,
         spec: ScheduleSpec,
         timetable: &Timetable,
-    ) -> Result<(Schedule, bool), StoreError> {
+    ) -> Result<(Schedule, bool), EngineError> {
         let now_ms = self.now_ms();
         let created = std::sync::atomic::AtomicBool::new(false);
         let stored = self
@@ -73,9 +74,10 @@ impl Engine {
         &self,
         name: &str,
         paused: bool,
-    ) -> Result<Option<Schedule>, StoreError> {
+    ) -> Result<Option<Schedule>, EngineError> {
         let now_ms = self.now_ms();
-        self.store
+        Ok(self
+            .store
             .update_schedule(name, &|current| {
                 let current = current?;
                 if current.paused == paused {
@@ -94,17 +96,17 @@ impl Engine {
                 }
                 Some(changed)
             })
-            .await
+            .await?)
     }
 
     /// Deletes a schedule; the jobs it made stay. False if there was none.
-    pub async fn delete_schedule(&self, name: &str) -> Result<bool, StoreError> {
-        self.store.delete_schedule(name).await
+    pub async fn delete_schedule(&self, name: &str) -> Result<bool, EngineError> {
+        Ok(self.store.delete_schedule(name).await?)
     }
 
     /// Handles the ticks due at `now_ms` of every schedule; returns how many jobs were
     /// enqueued. Run by the maintenance loop of the server that leads; safe anywhere.
-    pub async fn fire_due_schedules(&self, now_ms: UnixMs) -> Result<usize, StoreError> {
+    pub async fn fire_due_schedules(&self, now_ms: UnixMs) -> Result<usize, EngineError> {
         let mut enqueued = 0;
         for schedule in self.store.due_schedules(now_ms, BATCH).await? {
             let name = schedule.name.clone();

@@ -9,31 +9,29 @@ use tenax_policy::{Outcome, RetryPolicy};
 
 use super::{ChangeError, Engine, PolicyOwner, Refusal, decide_failure, delivery_policy};
 use crate::clock::UnixMs;
+use crate::engine::EngineError;
 use crate::metrics::webhooks::HeldReason;
 use crate::model::subscription::{TEST_DELIVERY_KIND, TEST_EVENT_KIND, delivery_queue};
 use crate::model::{
-    Attempt, AttemptResult, DeliveryPayload, ErrorEntry, JobId, NewJob, Status, Subscription,
-    SubscriptionId,
+    Ack, Attempt, AttemptResult, DeliveryPayload, ErrorEntry, JobId, NewJob, OnDuplicate,
+    QueueCounts, Status, Subscription, SubscriptionId, TakenJob,
 };
-use crate::store::{
-    Ack, DecideContext, Finished, Insert, OnDuplicate, QueueCounts, StoreError, TakeRequest,
-    TakenJob, Transition,
-};
+use crate::store::{DecideContext, Finished, Insert, StoreError, TakeRequest, Transition};
 
 impl Engine {
     pub async fn subscription(
         &self,
         id: SubscriptionId,
-    ) -> Result<Option<Subscription>, StoreError> {
-        self.store.subscription(id).await
+    ) -> Result<Option<Subscription>, EngineError> {
+        Ok(self.store.subscription(id).await?)
     }
 
     /// Subscriptions of `queue` (all when `None`), in id order.
     pub async fn subscriptions(
         &self,
         queue: Option<&str>,
-    ) -> Result<Vec<Subscription>, StoreError> {
-        self.store.subscriptions(queue).await
+    ) -> Result<Vec<Subscription>, EngineError> {
+        Ok(self.store.subscriptions(queue).await?)
     }
 
     /// Creates a subscription (its id is assigned) and returns it with `true`; or, if its
@@ -42,8 +40,8 @@ impl Engine {
     pub async fn create_subscription(
         &self,
         subscription: Subscription,
-    ) -> Result<(Subscription, bool), StoreError> {
-        self.store.insert_subscription(subscription).await
+    ) -> Result<(Subscription, bool), EngineError> {
+        Ok(self.store.insert_subscription(subscription).await?)
     }
 
     /// Changes a subscription atomically: `change` gets it as stored and returns the new one,
@@ -63,19 +61,19 @@ impl Engine {
     }
 
     /// Deletes a subscription and its deliveries; returns how many deliveries went.
-    pub async fn delete_subscription(&self, id: SubscriptionId) -> Result<usize, StoreError> {
-        self.store.delete_subscription(id).await
+    pub async fn delete_subscription(&self, id: SubscriptionId) -> Result<usize, EngineError> {
+        Ok(self.store.delete_subscription(id).await?)
     }
 
     /// Deletes the subscriptions whose time to live has passed; returns their ids.
-    pub async fn expire_subscriptions(&self) -> Result<Vec<SubscriptionId>, StoreError> {
+    pub async fn expire_subscriptions(&self) -> Result<Vec<SubscriptionId>, EngineError> {
         let now_ms = self.now_ms();
         let mut expired = Vec::new();
         for subscription in self.store.subscriptions(None).await? {
             if subscription.expires_at_ms.is_some_and(|at| at <= now_ms) {
                 match self.store.delete_subscription(subscription.id).await {
                     Ok(_) | Err(StoreError::NoSubscription(_)) => expired.push(subscription.id),
-                    Err(error) => return Err(error),
+                    Err(error) => return Err(error.into()),
                 }
             }
         }
@@ -88,7 +86,7 @@ impl Engine {
     pub async fn effective_delivery_policy(
         &self,
         subscription: &Subscription,
-    ) -> Result<(Arc<RetryPolicy>, Option<PolicyOwner>), StoreError> {
+    ) -> Result<(Arc<RetryPolicy>, Option<PolicyOwner>), EngineError> {
         let queue = self.store.queue(&subscription.queue).await?;
         Ok(match delivery_policy(subscription, queue.as_ref()) {
             Some((policy, owner)) => (policy.policy().clone(), Some(owner)),
@@ -103,7 +101,7 @@ impl Engine {
         id: SubscriptionId,
         max: usize,
         lease_ms: u64,
-    ) -> Result<Vec<TakenJob>, StoreError> {
+    ) -> Result<Vec<TakenJob>, EngineError> {
         let queues = [delivery_queue(id)];
         let request = TakeRequest {
             subscription: Some(id),
@@ -113,13 +111,13 @@ impl Engine {
     }
 
     /// Counts by status of a subscription's deliveries.
-    pub async fn delivery_counts(&self, id: SubscriptionId) -> Result<QueueCounts, StoreError> {
-        self.store.queue_counts(&delivery_queue(id)).await
+    pub async fn delivery_counts(&self, id: SubscriptionId) -> Result<QueueCounts, EngineError> {
+        Ok(self.store.queue_counts(&delivery_queue(id)).await?)
     }
 
     /// A delivery's attempts, oldest first.
-    pub async fn attempts(&self, delivery: JobId) -> Result<Vec<Attempt>, StoreError> {
-        self.store.attempts(delivery).await
+    pub async fn attempts(&self, delivery: JobId) -> Result<Vec<Attempt>, EngineError> {
+        Ok(self.store.attempts(delivery).await?)
     }
 
     /// Ends an attempt of delivery `ack.id` of `subscription`, answered (or failed) at
@@ -135,7 +133,7 @@ impl Engine {
         attempt: Attempt,
         answered_at_ms: UnixMs,
         traceparent: Option<&str>,
-    ) -> Result<Finished, StoreError> {
+    ) -> Result<Finished, EngineError> {
         let now_ms = answered_at_ms;
         let retain = self.settings.completed_retention_ms > 0;
         let default = self.settings.delivery_policy.clone();
@@ -179,12 +177,12 @@ impl Engine {
     /// Sends a test event to subscription `id` alone: a delivery of no message, whose body
     /// says it is a test, retried by the subscription's policy like any other; its first
     /// attempt is an operator's ([`Trigger::Manual`]). Returns the delivery's id.
-    pub async fn send_test_event(&self, id: SubscriptionId) -> Result<JobId, StoreError> {
+    pub async fn send_test_event(&self, id: SubscriptionId) -> Result<JobId, EngineError> {
         let subscription = self
             .store
             .subscription(id)
             .await?
-            .ok_or(StoreError::NoSubscription(id))?;
+            .ok_or(EngineError::no_subscription(id))?;
         let now_ms = self.now_ms();
         let body = serde_json::json!({
             "test": true,
@@ -227,7 +225,7 @@ impl Engine {
             .await?;
         match stored.into_iter().next().flatten() {
             Some(enqueued) => Ok(enqueued.id),
-            None => Err(StoreError::NoSubscription(id)),
+            None => Err(EngineError::no_subscription(id)),
         }
     }
 }
@@ -242,7 +240,7 @@ impl Engine {
         ack: Ack,
         until_ms: UnixMs,
         reason: HeldReason,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), EngineError> {
         let now_ms = self.now_ms();
         let decide = move |ctx: &DecideContext<'_>| {
             let mut state = ctx.state.clone();

@@ -15,6 +15,7 @@ use parking_lot::RwLock;
 use super::Engine;
 use crate::auth::token::{self, NewToken, TokenRecord};
 use crate::auth::{Principal, Role, Scope};
+use crate::engine::EngineError;
 use crate::store::StoreError;
 
 /// The tokens the server knows, by hash.
@@ -79,7 +80,7 @@ impl TokenBook {
 
 impl Engine {
     /// Loads the stored tokens (at start-up).
-    pub async fn load_tokens(&self) -> Result<(), StoreError> {
+    pub async fn load_tokens(&self) -> Result<(), EngineError> {
         for record in self.store.tokens().await? {
             let principal = principal_of(&record);
             let used = record.last_used_at_ms.unwrap_or(0);
@@ -90,7 +91,7 @@ impl Engine {
 
     /// Loads the stored tokens again: another server may have made or revoked one. Tokens
     /// still stored keep their last use as this server knows it; `--admin-token` stays.
-    pub async fn reload_tokens(&self) -> Result<(), StoreError> {
+    pub async fn reload_tokens(&self) -> Result<(), EngineError> {
         let records = self.store.tokens().await?;
         let mut book = self.tokens.by_hash.write();
         let mut next: HashMap<String, Arc<Known>> = book
@@ -147,7 +148,7 @@ impl Engine {
     }
 
     /// Whether a stored, unscoped admin token exists (then no first-start token is made).
-    pub async fn has_admin_token(&self) -> Result<bool, StoreError> {
+    pub async fn has_admin_token(&self) -> Result<bool, EngineError> {
         Ok(self
             .store
             .tokens()
@@ -163,7 +164,7 @@ impl Engine {
         role: Role,
         queues: Vec<String>,
         projects: Vec<String>,
-    ) -> Result<NewToken, StoreError> {
+    ) -> Result<NewToken, EngineError> {
         let secret = token::generate().map_err(|e| StoreError::storage("generating a token", e))?;
         let record = TokenRecord {
             id: 0,
@@ -182,7 +183,7 @@ impl Engine {
     }
 
     /// Revokes token `id`: it is refused from now on. False if there is none.
-    pub async fn revoke_token(&self, id: u64) -> Result<bool, StoreError> {
+    pub async fn revoke_token(&self, id: u64) -> Result<bool, EngineError> {
         let revoked = self.store.delete_token(id).await?;
         self.tokens
             .by_hash
@@ -215,7 +216,7 @@ impl Engine {
     }
 
     /// Every stored token (without secrets), with its last use as memory knows it.
-    pub async fn list_tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+    pub async fn list_tokens(&self) -> Result<Vec<TokenRecord>, EngineError> {
         let used: HashMap<u64, u64> = {
             let book = self.tokens.by_hash.read();
             book.values()
@@ -232,7 +233,7 @@ impl Engine {
     }
 
     /// Writes the last use of every token used since it was last written.
-    pub async fn flush_token_use(&self) -> Result<(), StoreError> {
+    pub async fn flush_token_use(&self) -> Result<(), EngineError> {
         let changed: Vec<(u64, u64, Arc<Known>)> = {
             let book = self.tokens.by_hash.read();
             book.values()

@@ -8,11 +8,52 @@ use parking_lot::Mutex;
 use super::observe::{Failed, began};
 use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
-use crate::model::{ClaimId, ErrorEntry};
-use crate::store::{Ack, DecideContext, StoreError, TakeRequest, TakenJob, Transition};
+use crate::engine::EngineError;
+use crate::model::{Ack, ClaimId, ErrorEntry, TakenJob};
+use crate::store::{DecideContext, TakeRequest, Transition};
+
+/// A worker's request for leases: up to `max` jobs of `queues`, leased for `lease_ms`.
+#[derive(Debug, Clone, Copy)]
+pub struct Take<'a> {
+    pub queues: &'a [String],
+    pub max: usize,
+    pub lease_ms: u64,
+    /// The streaming take the leases are held under: they can be found and released together
+    /// when the stream ends ([`Engine::close_stream`]).
+    pub stream: Option<ClaimId>,
+}
+
+impl<'a> Take<'a> {
+    /// Up to `max` jobs of `queues`, leased for `lease_ms`, outside any stream.
+    pub fn new(queues: &'a [String], max: usize, lease_ms: u64) -> Self {
+        Self {
+            queues,
+            max,
+            lease_ms,
+            stream: None,
+        }
+    }
+
+    /// The same take, held under `stream`.
+    #[must_use]
+    pub fn in_stream(self, stream: ClaimId) -> Self {
+        Self {
+            stream: Some(stream),
+            ..self
+        }
+    }
+
+    /// What the store is asked for: the stream is the claim the leases are held under.
+    fn request(&self) -> TakeRequest<'a> {
+        TakeRequest {
+            claim: self.stream,
+            ..TakeRequest::new(self.queues, self.max, self.lease_ms)
+        }
+    }
+}
 
 impl Engine {
-    /// Leases up to `request.max` jobs, waiting up to `wait` for the first one if none is ready.
+    /// Leases up to `take.max` jobs, waiting up to `wait` for the first one if none is ready.
     /// A taker that a queue's limits held back looks again when room may have appeared: when a
     /// job leaves flight (concurrency), or when the rate limit's period moves on.
     ///
@@ -21,11 +62,12 @@ impl Engine {
     /// look at the store in progress, so no job is leased to a caller that is not answered.
     pub async fn take(
         &self,
-        request: &TakeRequest<'_>,
+        take: &Take<'_>,
         wait: Duration,
         give_up: impl Future<Output = ()>,
-    ) -> Result<Vec<TakenJob>, StoreError> {
+    ) -> Result<Vec<TakenJob>, EngineError> {
         tokio::pin!(give_up);
+        let request = take.request();
         let deadline = tokio::time::Instant::now() + wait;
         // Whether to wake when jobs leave flight: only once a concurrency limit held this take
         // back (every acknowledgement signals it).
@@ -43,7 +85,7 @@ impl Engine {
             }
             let now_ms = self.now_ms();
             let began = began(self);
-            let taken = self.store.take_jobs(request, now_ms).await?;
+            let taken = self.store.take_jobs(&request, now_ms).await?;
             self.observe_taken(&taken.jobs, now_ms, began);
             if !taken.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(taken.jobs);
@@ -81,20 +123,27 @@ impl Engine {
 
     /// Extends a lease to `lease_ms` from now; heartbeats never hold one attempt longer than
     /// `max_attempt_ms` after its take (the lease then ends, and expires as any other).
-    pub async fn heartbeat(&self, ack: Ack, lease_ms: u64) -> Result<UnixMs, StoreError> {
+    pub async fn heartbeat(&self, ack: Ack, lease_ms: u64) -> Result<UnixMs, EngineError> {
         let max = self.settings.max_attempt_ms;
-        self.store
+        Ok(self
+            .store
             .extend_lease(ack, lease_ms, max, self.now_ms())
-            .await
+            .await?)
     }
 
-    pub async fn complete(&self, acks: &[Ack]) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+    pub async fn complete(
+        &self,
+        acks: &[Ack],
+    ) -> Result<Vec<Result<(), EngineError>>, EngineError> {
         let retain = self.settings.completed_retention_ms > 0;
         let now_ms = self.now_ms();
         let began = began(self);
         let results = self.store.complete_jobs(acks, retain, now_ms).await?;
         self.observe_completed(acks, &results, now_ms, began);
-        Ok(results.into_iter().map(|r| r.map(drop)).collect())
+        Ok(results
+            .into_iter()
+            .map(|r| r.map(drop).map_err(EngineError::from))
+            .collect())
     }
 
     /// Records a failure and asks the job's policy what happens next. Returns the transition
@@ -103,7 +152,7 @@ impl Engine {
         &self,
         ack: Ack,
         report: FailureReport,
-    ) -> Result<(Transition, UnixMs), StoreError> {
+    ) -> Result<(Transition, UnixMs), EngineError> {
         let now_ms = self.now_ms();
         let began = began(self);
         let seen: Mutex<Option<Failed>> = Mutex::new(None);
@@ -137,12 +186,12 @@ impl Engine {
     }
 
     /// Returns a closed stream's jobs to ready, without counting an attempt.
-    pub async fn close_stream(&self, stream: ClaimId) -> Result<usize, StoreError> {
-        self.store.release_claim(stream).await
+    pub async fn close_stream(&self, stream: ClaimId) -> Result<usize, EngineError> {
+        Ok(self.store.release_claim(stream).await?)
     }
 
     /// How many jobs a stream holds leased.
-    pub async fn stream_leases(&self, stream: ClaimId) -> Result<usize, StoreError> {
+    pub async fn stream_leases(&self, stream: ClaimId) -> Result<usize, EngineError> {
         Ok(self.store.claim(stream).await?.jobs.len())
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::clock::UnixMs;
-use crate::store::{Backlog, StoreError};
+use crate::model::Backlog;
 
 /// A count is reused until it is this many times as old as it took to make.
 pub const RECOUNT_FACTOR: u32 = 20;
@@ -39,7 +39,7 @@ impl BacklogCache {
     /// a count is due, under the lock, so concurrent scrapes wait for one count.
     pub async fn get(
         &self,
-        count: impl Future<Output = Result<Counts, StoreError>>,
+        count: impl Future<Output = Result<Counts, impl std::fmt::Display>>,
     ) -> Option<Counted> {
         let mut last = self.last.lock().await;
         let fresh = last

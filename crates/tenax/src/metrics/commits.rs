@@ -1,5 +1,6 @@
 //! Store commits: how many, how many requests each carried, and how long each took (with its
-//! sync, when it synced). The stores report to [`crate::store::CommitObserver`].
+//! sync, when it synced). The stores report each commit, through the observer the server's
+//! configuration wires to [`CommitMetrics::committed`].
 
 use std::time::Duration;
 
@@ -42,8 +43,9 @@ impl CommitMetrics {
     }
 }
 
-impl crate::store::CommitObserver for CommitMetrics {
-    fn committed(&self, requests: usize, elapsed: Duration) {
+impl CommitMetrics {
+    /// Counts one commit that carried `requests` requests and took `elapsed`.
+    pub fn committed(&self, requests: usize, elapsed: Duration) {
         self.commits.inc();
         self.requests
             .observe_units(u64::try_from(requests).unwrap_or(u64::MAX));

@@ -1,8 +1,8 @@
 //! The leases this server handed out, with what the metrics need when each ends (its series,
-//! when the job was made and taken). Kept only for a store used by this process alone
-//! ([`crate::store::StoreProperties::shared`] false): such a store's leases live in this process,
-//! so every lease that ends was handed out here, and the book knows it. A shared store reports
-//! these facts itself ([`crate::store::LeaseFacts`]), since a lease may end on another server.
+//! when the job was made and taken). Kept only for a store used by this process alone (not
+//! shared with other servers): such a store's leases live in this process, so every lease that
+//! ends was handed out here, and the book knows it. A shared store reports these facts itself
+//! with each lease that ends, since a lease may end on another server.
 //!
 //! Invariants: an entry is replaced by the next take of its job and removed when the lease
 //! ends through the engine; entries whose leases ended otherwise (the job deleted in flight,

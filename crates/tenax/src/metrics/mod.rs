@@ -5,7 +5,7 @@
 //!   waiting, run and end-to-end time by queue;
 //! - [`webhooks`]: delivery attempts by subscription and outcome class, and their latency;
 //! - [`http`]: requests by route template and status, and their latency;
-//! - [`commits`]: the store's commits, reported by the store ([`crate::store::CommitObserver`]);
+//! - [`commits`]: the store's commits, reported by the store (the configuration wires the two);
 //! - [`backlog`]: the last count of jobs by queue and state, kept between scrapes.
 //!
 //! The gauges read at scrape time (jobs by state per queue, the ready job first in line,

@@ -1,23 +1,36 @@
 //! The model shared by the engine, the stores and the API: what a job is, its states, and the
-//! errors recorded on it; subscriptions and their deliveries. Stored types live here; request
-//! and response shapes live in `api`.
+//! errors recorded on it; subscriptions and their deliveries. Stored types live here, and the
+//! vocabulary of the engine's operations (queue settings, selections and pages, replays, leased
+//! jobs); request and response shapes live in `api`, the seam's own mechanics in `store`.
 
 pub mod endpoint;
+mod enqueue;
 mod ids;
 mod job;
+mod lease;
 pub mod payload;
+mod peek;
 mod policy;
 pub mod project;
+mod queue;
+mod replay;
 pub mod schedule;
+mod selection;
 pub mod subscription;
 pub mod timetable;
 mod trace;
 
 pub use endpoint::{Breaker, BreakerState, EndpointState, Pause};
+pub use enqueue::{Enqueued, KeyHolder, OnDuplicate};
 pub use ids::{ClaimId, JobId, LeaseToken, MAX_EXACT_INTEGER, SubscriptionId};
 pub use job::{ErrorEntry, Held, Job, JobState, NewJob, Status};
+pub use lease::{Ack, TakenJob};
+pub use peek::{Checked, JobPeek};
 pub use policy::StoredPolicy;
+pub use queue::{Backlog, DeadLetter, LimitUse, QueueConfig, QueueCounts, RateLimit};
+pub use replay::{NotReplayed, Replay, Replayed};
 pub use schedule::{JobTemplate, Missed, Overlap, Schedule, TickCounts};
+pub use selection::{JobFilter, Order, Page, Searched, Selection, TextQuery};
 pub use subscription::{
     Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, HealthMarks, RetryBudget,
     Subscription, Trigger,

@@ -1,6 +1,8 @@
-//! Storage: the seam every backend implements ([`seam`]), the types that cross it, and the
-//! backends (the embedded store, and PostgreSQL for several servers). One conformance suite
-//! (`tests/conformance/`, one file per family of the seam) runs against every backend.
+//! Storage: the seam every backend implements ([`seam`]), its own mechanics (its error, the
+//! records backends keep, the engine's decision closures; the domain's types are
+//! [`crate::model`]'s), and the backends (the embedded store, and PostgreSQL for several
+//! servers). One conformance suite (`tests/conformance/`, one file per family of the seam) runs
+//! against every backend.
 //!
 //! The store decides nothing: transitions that need a decision take a closure from the engine
 //! (see [`seam`]). Only the engine calls the store.
@@ -33,19 +35,32 @@ pub enum StoreConfig {
     Postgres(postgres::PostgresOptions),
 }
 
-/// Opens the backend `config` names, at the time `clock` says (on PostgreSQL, a
-/// [`Clock::Database`] is sampled by the store, which keeps it up to date).
-pub async fn open(config: &StoreConfig, clock: &Clock) -> Result<Arc<dyn Store>, StoreError> {
-    match config {
-        StoreConfig::Embedded { dir, options } => {
-            let (dir, options, now_ms) = (dir.clone(), options.clone(), clock.now_ms());
-            let opened =
-                tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, &options, now_ms))
-                    .await
-                    .map_err(|e| StoreError::storage("opening the embedded store", e))??;
-            Ok(Arc::new(opened))
+impl StoreConfig {
+    /// The clock that decides with this store: servers sharing a database decide by its clock,
+    /// not each by its own (docs/postgres.md, "Whose clock decides what"); any other clock,
+    /// and a manual one (tests), stays as it is.
+    pub fn deciding_clock(&self, clock: Clock) -> Clock {
+        match (self, clock) {
+            (Self::Postgres(_), Clock::System) => Clock::database(),
+            (_, clock) => clock,
         }
-        StoreConfig::Postgres(options) => Ok(Arc::new(PostgresStore::open(options, clock).await?)),
+    }
+
+    /// Opens the backend this names, at the time `clock` says (on PostgreSQL, a
+    /// [`Clock::Database`] is sampled by the store, which keeps it up to date).
+    pub async fn open(&self, clock: &Clock) -> Result<Arc<dyn Store>, StoreError> {
+        match self {
+            Self::Embedded { dir, options } => {
+                let (dir, options, now_ms) = (dir.clone(), options.clone(), clock.now_ms());
+                let opened = tokio::task::spawn_blocking(move || {
+                    EmbeddedStore::open(&dir, &options, now_ms)
+                })
+                .await
+                .map_err(|e| StoreError::storage("opening the embedded store", e))??;
+                Ok(Arc::new(opened))
+            }
+            Self::Postgres(options) => Ok(Arc::new(PostgresStore::open(options, clock).await?)),
+        }
     }
 }
 

@@ -28,7 +28,9 @@ use super::types::*;
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
 use crate::model::{
-    Attempt, ClaimId, EndpointState, Job, JobId, Schedule, Subscription, SubscriptionId,
+    Ack, Attempt, Backlog, Checked, ClaimId, EndpointState, Enqueued, Job, JobFilter, JobId,
+    JobPeek, LimitUse, OnDuplicate, Page, QueueConfig, QueueCounts, Replay, Replayed, Schedule,
+    Searched, Selection, Subscription, SubscriptionId, TextQuery,
 };
 
 /// Adding jobs.
@@ -60,7 +62,7 @@ pub trait JobLeases {
     /// Leases up to `request.max` ready jobs of the unpaused queues, highest priority first,
     /// then oldest, within each queue's limits ([`QueueConfig::concurrency`], counting the
     /// queue's jobs in flight across every server; [`QueueConfig::rate`], counting its starts
-    /// as [`RateLimit`] says, and recording these). Says what the limits held back.
+    /// as [`RateLimit`](crate::model::RateLimit) says, and recording these). Says what the limits held back.
     async fn take_jobs(
         &self,
         request: &TakeRequest<'_>,

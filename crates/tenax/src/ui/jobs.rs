@@ -18,9 +18,10 @@ use super::layout::{self, Nav};
 use super::queues::urlencode;
 use super::{Session, UiError, format};
 use crate::api::AppState;
-use crate::model::subscription::subscription_of_queue;
-use crate::model::{Job, JobId, Status, StoredPolicy};
-use crate::store::{JobFilter, Order, Page, Replay, Selection, TextQuery};
+use crate::model::{
+    Job, JobFilter, JobId, Order, Page, Replay, Selection, Status, StoredPolicy, TextQuery,
+    subscription::subscription_of_queue,
+};
 
 /// Jobs per page.
 const PAGE: usize = 50;

@@ -31,7 +31,7 @@ use maud::html;
 use sha2::Sha256;
 
 use crate::api::AppState;
-use crate::store::StoreError;
+use crate::engine::EngineError;
 
 pub use session::Session;
 
@@ -157,8 +157,8 @@ impl UiError {
     }
 }
 
-impl From<StoreError> for UiError {
-    fn from(error: StoreError) -> Self {
+impl From<EngineError> for UiError {
+    fn from(error: EngineError) -> Self {
         if error.is_internal() {
             tracing::error!(%error, "a dashboard page failed");
             Self {

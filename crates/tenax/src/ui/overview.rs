@@ -13,10 +13,8 @@ use super::layout::{self, Nav};
 use super::{Session, UiError, format};
 use crate::api::AppState;
 use crate::engine::activity::{Counts, MINUTES};
-use crate::model::Status;
-use crate::model::SubscriptionId;
 use crate::model::subscription::{is_internal_queue, subscription_of_queue};
-use crate::store::QueueCounts;
+use crate::model::{QueueCounts, Status, SubscriptionId};
 
 /// How many queues the "slowest" table shows.
 const SLOWEST: usize = 8;

@@ -14,8 +14,7 @@ use tenax_policy::{Preview, format_duration};
 use super::layout::{self, Nav};
 use super::{Session, UiError, format};
 use crate::api::AppState;
-use crate::model::subscription::is_internal_queue;
-use crate::store::{QueueConfig, QueueCounts};
+use crate::model::{QueueConfig, QueueCounts, subscription::is_internal_queue};
 
 #[derive(Debug, Deserialize)]
 pub struct NoteQuery {
@@ -126,7 +125,7 @@ async fn set_paused(
         })
         .await
         .map_err(|error| match error {
-            crate::engine::ChangeError::Store(error) => UiError::from(error),
+            crate::engine::ChangeError::Failed(error) => UiError::from(error),
             crate::engine::ChangeError::Refused(never) => match never {},
         })?;
     let note = format!(

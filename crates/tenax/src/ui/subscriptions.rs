@@ -15,9 +15,9 @@ use super::{Session, UiError};
 use crate::api::AppState;
 use crate::api::subscription_views::{Secrets, subscription_view};
 use crate::engine::ChangeError;
-use crate::model::subscription::delivery_queue;
-use crate::model::{Subscription, SubscriptionId};
-use crate::store::{JobFilter, Order, Page};
+use crate::model::{
+    JobFilter, Order, Page, Subscription, SubscriptionId, subscription::delivery_queue,
+};
 
 /// Deliveries whose attempts a subscription's page shows.
 const DELIVERIES: usize = 25;
@@ -212,7 +212,7 @@ async fn set_enabled(
         })
         .await
         .map_err(|error| match error {
-            ChangeError::Store(error) => UiError::from(error),
+            ChangeError::Failed(error) => UiError::from(error),
             ChangeError::Refused(never) => match never {},
         })?;
     let note = format!(

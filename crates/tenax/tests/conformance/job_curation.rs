@@ -9,11 +9,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use tenax::model::{ClaimId, JobId, Status, StoredPolicy, Trigger};
-use tenax::store::{
-    Checked, DecideContext, JobFilter, JobPeek, KeyHolder, NotReplayed, OnDuplicate, Replay,
-    Replayed, Selection, StoreError, Transition,
+use tenax::model::{
+    Checked, ClaimId, JobFilter, JobId, JobPeek, KeyHolder, NotReplayed, OnDuplicate, Replay,
+    Replayed, Selection, Status, StoredPolicy, Trigger,
 };
+use tenax::store::{DecideContext, StoreError, Transition};
 
 use crate::support::*;
 

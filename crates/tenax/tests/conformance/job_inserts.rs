@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
-use tenax::model::{JobId, Status, Subscription};
-use tenax::store::{
-    Enqueued, FactsSeen, Insert, JobFilter, KeyHolder, OnDuplicate, QueueConfig, Store, StoreError,
+use tenax::model::{
+    Enqueued, JobFilter, JobId, KeyHolder, OnDuplicate, QueueConfig, Status, Subscription,
 };
+use tenax::store::{FactsSeen, Insert, Store, StoreError};
 
 use crate::support::*;
 

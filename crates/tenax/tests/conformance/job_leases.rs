@@ -17,12 +17,10 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax::model::{
-    AttemptResult, JobId, LeaseToken, MAX_EXACT_INTEGER, Status, StoredPolicy, Subscription,
+    Ack, AttemptResult, JobFilter, JobId, LeaseToken, LimitUse, MAX_EXACT_INTEGER, OnDuplicate,
+    QueueConfig, RateLimit, Status, StoredPolicy, Subscription, TakenJob,
 };
-use tenax::store::{
-    Ack, DecideContext, Finished, JobFilter, LimitUse, OnDuplicate, QueueConfig, RateLimit, Store,
-    StoreError, TakeRequest, Taken, TakenJob, Transition,
-};
+use tenax::store::{DecideContext, Finished, Store, StoreError, TakeRequest, Taken, Transition};
 use tenax_policy::RetryPolicy;
 
 use crate::support::*;

@@ -20,11 +20,10 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use tenax::model::{ClaimId, JobId, Status};
-use tenax::store::{
-    DecideContext, JobFilter, LeaseFacts, Order, Page, QueueCounts, Searched, Selection, Store,
-    TextQuery,
+use tenax::model::{
+    ClaimId, JobFilter, JobId, Order, Page, QueueCounts, Searched, Selection, Status, TextQuery,
 };
+use tenax::store::{DecideContext, LeaseFacts, Store};
 
 use crate::support::*;
 

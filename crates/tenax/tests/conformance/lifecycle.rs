@@ -12,11 +12,11 @@
 use serde_json::json;
 use tenax::auth::Role;
 use tenax::model::subscription::delivery_queue;
-use tenax::model::{AttemptResult, ClaimId, JobId, Status, StoredPolicy, Subscription};
-use tenax::store::{
-    Ack, JobFilter, OnDuplicate, QueueConfig, Replay, Selection, StoreError, StoreProperties,
-    TakeRequest,
+use tenax::model::{
+    Ack, AttemptResult, ClaimId, JobFilter, JobId, OnDuplicate, QueueConfig, Replay, Selection,
+    Status, StoredPolicy, Subscription,
 };
+use tenax::store::{StoreError, StoreProperties, TakeRequest};
 
 use crate::support::*;
 

@@ -10,10 +10,10 @@
 use std::sync::Mutex;
 
 use serde_json::json;
-use tenax::model::{Status, StoredPolicy};
-use tenax::store::{
-    DeadLetter, DecideContext, JobFilter, QueueConfig, QueueCounts, RateLimit, StoreError,
+use tenax::model::{
+    DeadLetter, JobFilter, QueueConfig, QueueCounts, RateLimit, Status, StoredPolicy,
 };
+use tenax::store::{DecideContext, StoreError};
 
 use crate::support::*;
 

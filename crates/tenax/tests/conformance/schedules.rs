@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use tenax::model::Schedule;
-use tenax::store::{JobFilter, Store};
+use tenax::model::{JobFilter, Schedule};
+use tenax::store::Store;
 
 use crate::support::*;
 

@@ -13,15 +13,16 @@ use tempfile::TempDir;
 use tenax::auth::{Role, TokenRecord};
 use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax::model::{
-    Attempt, AttemptResult, ClaimId, ErrorEntry, Job, JobId, JobTemplate, Missed, NewJob, Overlap,
-    Schedule, Status, StoredPolicy, Subscription, SubscriptionId, TickCounts,
+    Ack, Attempt, AttemptResult, ClaimId, Enqueued, ErrorEntry, Job, JobFilter, JobId, JobTemplate,
+    Missed, NewJob, OnDuplicate, Overlap, Page, QueueCounts, Schedule, Status, StoredPolicy,
+    Subscription, SubscriptionId, TakenJob, TickCounts,
 };
 use tenax::secrets::{Keyring, SECRETS_KEY_FILE};
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
 use tenax::store::{
-    Ack, DecideContext, EmbeddedStore, Enqueued, FactsSeen, Insert, JobFilter, OnDuplicate, Page,
-    QueueCounts, Store, StoreError, StoreProperties, TakeRequest, TakenJob, Transition,
+    DecideContext, EmbeddedStore, FactsSeen, Insert, Store, StoreError, StoreProperties,
+    TakeRequest, Transition,
 };
 use tenax_policy::{RetryPolicy, Shape};
 use tokio::sync::Notify;

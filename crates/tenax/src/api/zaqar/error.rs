@@ -11,7 +11,7 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::store::StoreError;
+use crate::engine::{EngineError, Unavailable};
 
 /// Zaqar's "the request is well-formed JSON but breaks a rule" title.
 pub const BAD_API: &str = "Invalid API request";
@@ -111,32 +111,24 @@ impl ZaqarError {
     }
 }
 
-impl From<StoreError> for ZaqarError {
-    fn from(error: StoreError) -> Self {
+impl From<EngineError> for ZaqarError {
+    fn from(error: EngineError) -> Self {
         match &error {
-            StoreError::NotFound(_) | StoreError::NoSubscription(_) => {
-                Self::not_found(error.to_string())
-            }
-            StoreError::NotInFlight { .. }
-            | StoreError::LeaseLost { .. }
-            | StoreError::Duplicate { .. }
-            | StoreError::EndpointTaken { .. } => Self::conflict(error.to_string()),
-            StoreError::Failed => {
+            EngineError::NotFound(_) => Self::not_found(error.to_string()),
+            EngineError::Conflict(_) => Self::conflict(error.to_string()),
+            EngineError::Unavailable(Unavailable::Failed) => {
                 tracing::error!(%error, "storage has failed");
                 Self::unavailable("The storage refuses writes until the server is restarted.")
             }
-            StoreError::Unavailable(_) => {
+            EngineError::Unavailable(Unavailable::Unreachable(_)) => {
                 tracing::warn!(%error, "the store is unavailable");
                 Self::unavailable("The database cannot be reached just now; retry the request.")
             }
-            StoreError::FactsChanged => Self::unavailable(
+            EngineError::Unavailable(Unavailable::FactsChanged) => Self::unavailable(
                 "The queue's settings or subscriptions kept changing while the messages were \
                  posted, and none was stored; retry the request.",
             ),
-            StoreError::Storage(_)
-            | StoreError::Corrupt(_)
-            | StoreError::Secrets(_)
-            | StoreError::NewerFormat { .. } => {
+            EngineError::Storage(_) => {
                 // Bare: the details go to the log, under the request's id.
                 tracing::error!(
                     %error,
@@ -153,12 +145,12 @@ impl From<StoreError> for ZaqarError {
     }
 }
 
-/// A refused change carries the handler's own error; a failed store, the store's.
+/// A refused change carries the handler's own error; a failed one, the engine's.
 impl From<crate::engine::ChangeError<ZaqarError>> for ZaqarError {
     fn from(error: crate::engine::ChangeError<ZaqarError>) -> Self {
         match error {
             crate::engine::ChangeError::Refused(error) => error,
-            crate::engine::ChangeError::Store(error) => error.into(),
+            crate::engine::ChangeError::Failed(error) => error.into(),
         }
     }
 }

@@ -14,7 +14,7 @@
 //!   one step by the engine; a message that is not in the caller's queue is never touched (204,
 //!   as for a missing one).
 //!
-//! [`JobPeek::is_live`]: crate::store::JobPeek::is_live
+//! [`JobPeek::is_live`]: crate::model::JobPeek::is_live
 
 use std::collections::HashMap;
 
@@ -35,8 +35,7 @@ use super::request::{Ctx, Params, Query};
 use super::views::{self, Facts, Link, MessageView, Messages, PoppedView, seconds, ttl};
 use crate::api::AppState;
 use crate::engine::{Enqueue, MessageDelete};
-use crate::model::{ClaimId, Job, JobId, NewJob};
-use crate::store::{JobFilter, OnDuplicate, Page, Selection};
+use crate::model::{ClaimId, Job, JobFilter, JobId, NewJob, OnDuplicate, Page, Selection};
 
 /// The job kind of every Zaqar message.
 pub const MESSAGE_KIND: &str = "zaqar.message";

@@ -17,8 +17,7 @@ use tenax_policy::spelling::{ParsedPolicy, zaqar};
 
 use super::names::{is_queue_name, tenax_queue};
 use super::request::json_int;
-use crate::model::StoredPolicy;
-use crate::store::{DeadLetter, QueueConfig};
+use crate::model::{DeadLetter, QueueConfig, StoredPolicy};
 
 /// Zaqar's limits and defaults (`zaqar/conf/transport.py`, `zaqar/transport/validation.py`).
 pub const MAX_MESSAGES_POST_SIZE: u64 = 262_144;

@@ -31,8 +31,9 @@ use super::views::{self, Link, seconds};
 use crate::api::AppState;
 use crate::auth::Principal;
 use crate::engine::ChangeError;
-use crate::model::subscription::is_internal_queue;
-use crate::store::{JobFilter, Order, Page, QueueConfig, Selection};
+use crate::model::{
+    JobFilter, Order, Page, QueueConfig, Selection, subscription::is_internal_queue,
+};
 
 /// Zaqar's page size limits for queue listings.
 const MAX_QUEUES_PER_PAGE: i64 = 20;
@@ -70,7 +71,7 @@ async fn create_with(
         Ok(_) => Ok(true),
         Err(ChangeError::Refused(Ok(Existed))) => Ok(false),
         Err(ChangeError::Refused(Err(rule))) => Err(ZaqarError::api(rule)),
-        Err(ChangeError::Store(error)) => Err(error.into()),
+        Err(ChangeError::Failed(error)) => Err(error.into()),
     }
 }
 

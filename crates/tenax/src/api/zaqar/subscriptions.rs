@@ -36,10 +36,9 @@ use crate::api::AppState;
 use crate::delivery::address::{parse_endpoint, vet_endpoint};
 use crate::delivery::headers;
 use crate::delivery::signing::generate_secret;
-use crate::engine::ChangeError;
+use crate::engine::{ChangeError, Conflict, EngineError, Missing};
 use crate::model::subscription::REDACTED;
 use crate::model::{EnvelopeFormat, StoredPolicy, Subscription, SubscriptionId};
-use crate::store::StoreError;
 
 /// Zaqar's subscription limits and defaults.
 const MIN_SUBSCRIPTION_TTL: i64 = 60;
@@ -528,8 +527,12 @@ pub async fn update(
         .await;
     match result {
         Ok(_) => {}
-        Err(ChangeError::Store(StoreError::EndpointTaken { .. })) => return Err(taken()),
-        Err(ChangeError::Store(StoreError::NoSubscription(_))) => return Err(missing(&id)),
+        Err(ChangeError::Failed(EngineError::Conflict(Conflict::EndpointTaken { .. }))) => {
+            return Err(taken());
+        }
+        Err(ChangeError::Failed(EngineError::NotFound(Missing::Subscription(_)))) => {
+            return Err(missing(&id));
+        }
         Err(error) => return Err(error.into()),
     }
     let location = format!("{}/subscriptions/{id}", queue.href());
@@ -551,7 +554,7 @@ pub async fn delete(
 
 async fn remove(state: &AppState, id: SubscriptionId) -> Result<(), ZaqarError> {
     match state.engine.delete_subscription(id).await {
-        Ok(_) | Err(StoreError::NoSubscription(_)) => Ok(()),
+        Ok(_) | Err(EngineError::NotFound(Missing::Subscription(_))) => Ok(()),
         Err(error) => Err(error.into()),
     }
 }

@@ -9,11 +9,8 @@ use super::ops::Op;
 use super::read::peek_of;
 use super::writer;
 use crate::clock::UnixMs;
-use crate::model::{JobId, Status, Trigger};
-use crate::store::{
-    Checked, DeleteCheck, JobCuration, NotReplayed, Replay, Replayed, Selection, StoreError,
-    to_json_bytes,
-};
+use crate::model::{Checked, JobId, NotReplayed, Replay, Replayed, Selection, Status, Trigger};
+use crate::store::{DeleteCheck, JobCuration, StoreError, to_json_bytes};
 
 #[async_trait]
 impl JobCuration for EmbeddedStore {

@@ -12,11 +12,8 @@ use super::ops::Op;
 use super::writer::{self, Wake};
 use super::{EmbeddedStore, Inner};
 use crate::clock::UnixMs;
-use crate::model::{JobId, JobState, Status};
-use crate::store::{
-    Enqueued, FactsSeen, Insert, JobInserts, KeyHolder, OnDuplicate, QueueFacts, StoreError,
-    to_json_bytes,
-};
+use crate::model::{Enqueued, JobId, JobState, KeyHolder, OnDuplicate, Status};
+use crate::store::{FactsSeen, Insert, JobInserts, QueueFacts, StoreError, to_json_bytes};
 
 #[async_trait]
 impl JobInserts for EmbeddedStore {

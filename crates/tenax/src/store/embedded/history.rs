@@ -11,8 +11,8 @@ use redb::ReadableTable;
 use super::tables::{COMPLETED, COMPLETED_AT, COMPLETED_EXPIRING, StoredBody};
 use super::{EmbeddedStore, Inner, fault};
 use crate::clock::UnixMs;
-use crate::model::{JobId, JobState, Status};
-use crate::store::{JobFilter, Order, StoreError, from_json_bytes};
+use crate::model::{JobFilter, JobId, JobState, Order, Status};
+use crate::store::{StoreError, from_json_bytes};
 
 /// A completed job as the disk holds it.
 #[derive(Debug)]

@@ -22,8 +22,7 @@ use std::sync::Arc;
 use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
-use crate::model::{ClaimId, JobId, JobState, LeaseToken, Status, Trigger};
-use crate::store::Order;
+use crate::model::{ClaimId, JobId, JobState, LeaseToken, Order, Status, Trigger};
 
 /// A queue's name as entries hold it: a number standing for the interned name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -8,11 +8,13 @@ use super::ops::Op;
 use super::writer::{self, Receiver, Wake};
 use super::{EmbeddedStore, Inner};
 use crate::clock::UnixMs;
-use crate::model::subscription::subscription_of_queue;
-use crate::model::{Attempt, AttemptResult, Job, JobId, LeaseToken, Status};
+use crate::model::{
+    Ack, Attempt, AttemptResult, Job, JobId, LeaseToken, Status, TakenJob,
+    subscription::subscription_of_queue,
+};
 use crate::store::{
-    Ack, Decide, DecideContext, Finished, JobLeases, LeaseFacts, StoreError, TakeRequest, Taken,
-    TakenJob, Transition, to_json_bytes,
+    Decide, DecideContext, Finished, JobLeases, LeaseFacts, StoreError, TakeRequest, Taken,
+    Transition, to_json_bytes,
 };
 
 #[async_trait]

@@ -14,7 +14,8 @@ use super::Inner;
 use super::index::QueueRef;
 use super::ops::Op;
 use crate::clock::UnixMs;
-use crate::store::{LimitHold, RateLimit, StartBucket};
+use crate::model::RateLimit;
+use crate::store::{LimitHold, StartBucket};
 
 /// The queues a take looks in, and what their limits leave room for.
 pub(super) struct Room {

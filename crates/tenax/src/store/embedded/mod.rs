@@ -67,13 +67,14 @@ use self::tables::{
 };
 use self::writer::Writer;
 use super::{
-    ClaimRecord, CommitObserver, QueueConfig, Signals, StartBucket, StoreError, StoreLifecycle,
-    StoreProperties, from_json_bytes,
+    ClaimRecord, CommitObserver, Signals, StartBucket, StoreError, StoreLifecycle, StoreProperties,
+    from_json_bytes,
 };
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
 use crate::model::{
-    ClaimId, EndpointState, JobId, JobState, Schedule, StoredPolicy, Subscription, SubscriptionId,
+    ClaimId, EndpointState, JobId, JobState, QueueConfig, Schedule, StoredPolicy, Subscription,
+    SubscriptionId,
 };
 use crate::secrets::{KeyId, Keyring, SECRETS_KEY_FILE, files};
 use crate::store::sealed::from_stored;

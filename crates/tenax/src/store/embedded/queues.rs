@@ -5,7 +5,8 @@ use async_trait::async_trait;
 use super::ops::Op;
 use super::{EmbeddedStore, limits, writer};
 use crate::clock::UnixMs;
-use crate::store::{ChangeQueue, LimitUse, QueueConfig, QueueStore, StoreError, to_json_bytes};
+use crate::model::{LimitUse, QueueConfig};
+use crate::store::{ChangeQueue, QueueStore, StoreError, to_json_bytes};
 
 #[async_trait]
 impl QueueStore for EmbeddedStore {

@@ -9,11 +9,11 @@ use super::index::{Entry, Index};
 use super::tables::{ATTEMPTS, ERRORS, POLICIES, StoredBody};
 use super::{EmbeddedStore, Inner, fault};
 use crate::clock::UnixMs;
-use crate::model::{Attempt, ErrorEntry, Held, Job, JobId, JobState, NewJob, Status};
-use crate::store::{
-    Backlog, JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, Searched, Selection,
-    StoreError, TextQuery, from_json_bytes,
+use crate::model::{
+    Attempt, Backlog, ErrorEntry, Held, Job, JobFilter, JobId, JobPeek, JobState, NewJob, Order,
+    Page, QueueCounts, Searched, Selection, Status, TextQuery,
 };
+use crate::store::{JobReads, StoreError, from_json_bytes};
 
 /// What memory (or, for a completed job, disk) knows of a job at one moment.
 pub(super) struct Snapshot {

@@ -7,11 +7,8 @@ use super::enqueue::{Staged, encode_all, show, stage};
 use super::ops::Op;
 use super::{EmbeddedStore, Inner, writer};
 use crate::clock::UnixMs;
-use crate::model::Schedule;
-use crate::store::{
-    ChangeSchedule, Enqueued, FactsSeen, Insert, OnDuplicate, ScheduleStore, StoreError,
-    to_json_bytes,
-};
+use crate::model::{Enqueued, OnDuplicate, Schedule};
+use crate::store::{ChangeSchedule, FactsSeen, Insert, ScheduleStore, StoreError, to_json_bytes};
 
 #[async_trait]
 impl ScheduleStore for EmbeddedStore {

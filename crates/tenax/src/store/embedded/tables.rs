@@ -10,12 +10,12 @@
 //! | `completed_counts` | queue        | u64: how many completed jobs the queue has |
 //! | `policies` | job id (u64)         | the job's own policy, canonical native JSON  |
 //! | `errors`   | (job id, n)          | [`ErrorEntry`](crate::model::ErrorEntry) JSON |
-//! | `queues`   | queue name           | [`QueueConfig`](crate::store::QueueConfig) JSON |
+//! | `queues`   | queue name           | [`QueueConfig`](crate::model::QueueConfig) JSON |
 //! | `subscriptions` | subscription id | [`Subscription`](crate::model::Subscription) JSON, its secrets sealed ([`crate::store::sealed`]) |
 //! | `attempts` | (delivery id, n)     | [`Attempt`](crate::model::Attempt) JSON: every POST of a delivery |
 //! | `tokens`   | token id (u64)       | [`TokenRecord`](crate::auth::TokenRecord) JSON: an API token's hash, role and scopes |
 //! | `schedules` | schedule name       | [`Schedule`](crate::model::Schedule) JSON: its definition and what it has done |
-//! | `starts`   | (queue, bucket start) | (bucket width, jobs started): a rate-limited queue's recent starts (see [`RateLimit`](crate::store::RateLimit)) |
+//! | `starts`   | (queue, bucket start) | (bucket width, jobs started): a rate-limited queue's recent starts (see [`RateLimit`](crate::model::RateLimit)) |
 //! | `endpoints` | endpoint origin     | [`EndpointState`](crate::model::EndpointState) JSON: a webhook endpoint's pause and circuit breaker |
 //! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`), `wal_id` (the identity of the log that goes with this file; absent before format 4), `secrets_key` (the id of the key that seals the subscriptions' secrets), `scrub_pending` (present while the files still owe a scrub of secrets an earlier release kept in clear: see `sealing`) |
 //!

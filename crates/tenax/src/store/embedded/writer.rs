@@ -693,7 +693,7 @@ mod tests {
     fn put_queue(name: &str) -> Op {
         Op::PutQueue {
             name: name.to_owned(),
-            config: crate::store::to_json_bytes(&crate::store::QueueConfig::default()),
+            config: crate::store::to_json_bytes(&crate::model::QueueConfig::default()),
         }
     }
 

@@ -22,8 +22,8 @@ use super::transitions::query;
 use super::wakeups::{Wakeup, Wakeups};
 use super::{Pool, fault};
 use crate::clock::UnixMs;
-use crate::model::{JobId, JobState, Status};
-use crate::store::{CommitObserver, Enqueued, FactsSeen, Insert, StoreError};
+use crate::model::{Enqueued, JobId, JobState, Status};
+use crate::store::{CommitObserver, FactsSeen, Insert, StoreError};
 
 /// The most jobs one shared commit takes; more wait for the next.
 const MOST_JOBS: usize = 20_000;

@@ -11,11 +11,8 @@ use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, RETRIES, fault, is_conflict};
 use crate::clock::UnixMs;
-use crate::model::{JobId, Status};
-use crate::store::{
-    Checked, DeleteCheck, JobCuration, JobPeek, NotReplayed, Replay, Replayed, Selection,
-    StoreError,
-};
+use crate::model::{Checked, JobId, JobPeek, NotReplayed, Replay, Replayed, Selection, Status};
+use crate::store::{DeleteCheck, JobCuration, StoreError};
 
 #[async_trait]
 impl JobCuration for PostgresStore {

@@ -3,8 +3,7 @@
 use tokio_postgres::types::ToSql;
 
 use super::rows::{id, status_code, time};
-use crate::model::{JobId, Status};
-use crate::store::{JobFilter, Selection};
+use crate::model::{JobFilter, JobId, Selection, Status};
 
 /// A statement being built, and its parameters in order.
 #[derive(Debug, Default)]

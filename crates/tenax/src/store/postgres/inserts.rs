@@ -13,10 +13,8 @@ use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, RETRIES, combiner, facts, fault, is_conflict};
 use crate::clock::UnixMs;
-use crate::model::{JobId, JobState, Status};
-use crate::store::{
-    Enqueued, FactsSeen, Insert, JobInserts, KeyHolder, OnDuplicate, QueueFacts, StoreError,
-};
+use crate::model::{Enqueued, JobId, JobState, KeyHolder, OnDuplicate, Status};
+use crate::store::{FactsSeen, Insert, JobInserts, QueueFacts, StoreError};
 
 /// What becomes of one insert.
 enum Plan {

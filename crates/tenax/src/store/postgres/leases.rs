@@ -12,10 +12,9 @@ use super::transitions::{Context, check_ack, complete, decide_and_apply, query, 
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault, limits};
 use crate::clock::UnixMs;
-use crate::model::{Attempt, AttemptResult, Job, JobId, LeaseToken, Status};
+use crate::model::{Ack, Attempt, AttemptResult, Job, JobId, LeaseToken, Status, TakenJob};
 use crate::store::{
-    Ack, Decide, Finished, JobLeases, LeaseFacts, LimitHold, StoreError, TakeRequest, Taken,
-    TakenJob, Transition,
+    Decide, Finished, JobLeases, LeaseFacts, LimitHold, StoreError, TakeRequest, Taken, Transition,
 };
 
 /// The limited, unpaused queues of `$1`, when `$4` asks to look for them: a take that finds

@@ -27,8 +27,8 @@ use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
-use crate::model::Job;
-use crate::store::{LimitHold, QueueConfig, RateLimit, StoreError, TakeRequest, Taken};
+use crate::model::{Job, QueueConfig, RateLimit};
+use crate::store::{LimitHold, StoreError, TakeRequest, Taken};
 
 /// Whether any of `queues` is limited (and not paused).
 pub async fn any_limited<C: GenericClient>(

@@ -8,7 +8,8 @@ use super::transitions::{execute, query, queue_config};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, facts, fault, limits};
 use crate::clock::UnixMs;
-use crate::store::{ChangeQueue, LimitUse, QueueConfig, QueueStore, StoreError};
+use crate::model::{LimitUse, QueueConfig};
+use crate::store::{ChangeQueue, QueueStore, StoreError};
 
 #[async_trait]
 impl QueueStore for PostgresStore {

@@ -10,11 +10,11 @@ use super::rows::{JOB_COLUMNS, PEEK_COLUMNS, id, job_of, limit, peek_of, status_
 use super::transitions::query;
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
-use crate::model::{Attempt, Job, JobId, Status};
-use crate::store::{
-    Backlog, JobFilter, JobPeek, JobReads, Order, Page, QueueCounts, Searched, StoreError,
-    TextQuery, from_json_bytes,
+use crate::model::{
+    Attempt, Backlog, Job, JobFilter, JobId, JobPeek, Order, Page, QueueCounts, Searched, Status,
+    TextQuery,
 };
+use crate::store::{JobReads, StoreError, from_json_bytes};
 
 #[async_trait]
 impl JobReads for PostgresStore {

@@ -9,11 +9,11 @@ use tokio_postgres::Row;
 
 use crate::clock::UnixMs;
 use crate::model::{
-    ClaimId, ErrorEntry, Held, Job, JobId, JobState, LeaseToken, NewJob, Status, StoredPolicy,
-    Subscription, Trigger,
+    ClaimId, ErrorEntry, Held, Job, JobId, JobPeek, JobState, LeaseToken, NewJob, QueueConfig,
+    Status, StoredPolicy, Subscription, Trigger,
 };
 use crate::secrets::Keyring;
-use crate::store::{JobPeek, QueueConfig, StoreError, from_json_bytes, sealed};
+use crate::store::{StoreError, from_json_bytes, sealed};
 
 /// A job's columns, in the order [`job_of`] reads them. Both job tables have them all.
 pub const JOB_COLUMNS: &str = "id, queue, kind, payload, priority, unique_key, created_at, \

@@ -10,11 +10,8 @@ use super::rows::{json, limit, time};
 use super::transitions::{execute, query};
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
-use crate::model::Schedule;
-use crate::store::{
-    ChangeSchedule, Enqueued, FactsSeen, Insert, OnDuplicate, ScheduleStore, StoreError,
-    from_json_bytes,
-};
+use crate::model::{Enqueued, OnDuplicate, Schedule};
+use crate::store::{ChangeSchedule, FactsSeen, Insert, ScheduleStore, StoreError, from_json_bytes};
 
 fn schedule_of(text: &str) -> Result<Schedule, StoreError> {
     from_json_bytes("schedule", text.as_bytes())

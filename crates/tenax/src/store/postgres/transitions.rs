@@ -16,10 +16,12 @@ use super::rows::{
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
-use crate::model::subscription::subscription_of_queue;
-use crate::model::{Attempt, JobId, Status, Subscription, SubscriptionId};
+use crate::model::{
+    Ack, Attempt, JobId, QueueConfig, Status, Subscription, SubscriptionId,
+    subscription::subscription_of_queue,
+};
 use crate::secrets::Keyring;
-use crate::store::{Ack, Decide, DecideContext, LeaseFacts, QueueConfig, StoreError, Transition};
+use crate::store::{Decide, DecideContext, LeaseFacts, StoreError, Transition};
 
 /// Runs `sql` as a cached prepared statement.
 pub async fn query<C: GenericClient>(
