@@ -32,7 +32,7 @@ pub struct Sql {
 }
 
 impl Sql {
-    /// For [`statements!`] only: a constant declared any other way would not be listed.
+    /// For [`declare!`] only: a constant declared any other way would not be listed.
     #[doc(hidden)]
     pub const fn declared(name: &'static str, text: &'static str) -> Self {
         Self { name, text }
@@ -47,27 +47,24 @@ impl Sql {
     }
 }
 
-/// The start of statements a module builds ([`super::filter::Query::new`]). Made only by
-/// [`prefixes!`], which lists what it makes.
+/// The start of statements a module builds ([`super::filter::Query::new`]): not a statement,
+/// so never sent or prepared alone. Made only by [`prefixes!`], which lists what it makes.
 #[derive(Debug, Clone, Copy)]
-pub struct Prefix {
-    name: &'static str,
-    text: &'static str,
-}
+pub struct Prefix(Sql);
 
 impl Prefix {
-    /// For [`prefixes!`] only: a prefix declared any other way would not be listed.
+    /// For [`declare!`] only: a prefix declared any other way would not be listed.
     #[doc(hidden)]
     pub const fn declared(name: &'static str, text: &'static str) -> Self {
-        Self { name, text }
+        Self(Sql::declared(name, text))
     }
 
     pub const fn text(&self) -> &'static str {
-        self.text
+        self.0.text
     }
 
     pub const fn name(&self) -> &'static str {
-        self.name
+        self.0.name
     }
 }
 
@@ -83,47 +80,44 @@ impl Text for Sql {
     }
 }
 
-/// Declares statement constants of type [`Sql`] (`NAME = text;`, with their doc comments and
-/// visibility) and the module's `statements()`, which lists them all. Once per module.
-macro_rules! statements {
-    ($($(#[$doc:meta])* $vis:vis $name:ident = $text:expr;)*) => {
+/// Declares constants of type `$type` (`NAME = text;`, with their doc comments and
+/// visibility), named after their module, and the module's function `$list`, which lists them
+/// all. Its list denies `dead_code`: a module missing from [`all`] does not compile.
+macro_rules! declare {
+    ($type:ident, $list:ident, $($(#[$doc:meta])* $vis:vis $name:ident = $text:expr;)*) => {
         $(
             $(#[$doc])*
-            $vis const $name: $crate::store::postgres::statements::Sql =
-                $crate::store::postgres::statements::Sql::declared(
+            $vis const $name: $crate::store::postgres::statements::$type =
+                $crate::store::postgres::statements::$type::declared(
                     concat!(module_path!(), "::", stringify!($name)),
                     $text,
                 );
         )*
 
-        /// The statements this module declares, for [`super::statements::all`].
+        /// What this module declares, for [`super::statements`]'s registry.
         #[deny(dead_code)]
-        pub(super) fn statements() -> Vec<$crate::store::postgres::statements::Sql> {
+        pub(super) fn $list() -> Vec<$crate::store::postgres::statements::$type> {
             vec![$($name),*]
         }
     };
 }
+pub(super) use declare;
+
+/// Declares statement constants of type [`Sql`] and the module's `statements()`, which lists
+/// them ([`declare!`]). Once per module.
+macro_rules! statements {
+    ($($items:tt)*) => {
+        $crate::store::postgres::statements::declare!(Sql, statements, $($items)*);
+    };
+}
 pub(super) use statements;
 
-/// Declares prefix constants of type [`Prefix`] (`NAME = text;`) and the module's
-/// `prefixes()`, which lists them all. Once per module; the module's `shapes()` builds the
-/// statements that start with them.
+/// Declares prefix constants of type [`Prefix`] and the module's `prefixes()`, which lists
+/// them ([`declare!`]). Once per module; the module's `shapes()` builds every statement that
+/// starts with them.
 macro_rules! prefixes {
-    ($($(#[$doc:meta])* $vis:vis $name:ident = $text:expr;)*) => {
-        $(
-            $(#[$doc])*
-            $vis const $name: $crate::store::postgres::statements::Prefix =
-                $crate::store::postgres::statements::Prefix::declared(
-                    concat!(module_path!(), "::", stringify!($name)),
-                    $text,
-                );
-        )*
-
-        /// The prefixes this module declares, for [`super::statements::all_prefixes`].
-        #[deny(dead_code)]
-        pub(super) fn prefixes() -> Vec<$crate::store::postgres::statements::Prefix> {
-            vec![$($name),*]
-        }
+    ($($items:tt)*) => {
+        $crate::store::postgres::statements::declare!(Prefix, prefixes, $($items)*);
     };
 }
 pub(super) use prefixes;
