@@ -1,5 +1,5 @@
 //! The servers sharing the database: each writes its row every [`BEAT`]; those seen within
-//! [`ALIVE`] are counted, so that a limit set for the whole cluster can be shared among them
+//! [`alive!`] are counted, so that a limit set for the whole cluster can be shared among them
 //! (see [`crate::store::StoreLifecycle::servers`]). Rows of servers gone a minute are removed
 //! by whichever server sees them.
 
