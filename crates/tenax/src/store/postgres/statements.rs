@@ -9,8 +9,8 @@
 //! - A statement whose text varies (a filter's conditions, a page's direction) is built by a
 //!   function of its module from a [`Prefix`] declared by [`prefixes!`]; the module's
 //!   `shapes()` builds every text those functions can produce from a sample of inputs (every
-//!   shape, or a documented bounded sample). A prefix that no registered text starts with
-//!   fails the test: a builder cannot be added without its shapes.
+//!   shape, or a documented bounded sample). A declared prefix from which no listed shape is
+//!   built fails the test: a builder cannot be added without its shapes.
 //! - The helpers that send statements ([`super::transitions::query`] and
 //!   [`super::transitions::execute`]) take a [`Text`]: an [`Sql`] or a built
 //!   [`super::filter::Query`], never a bare string. The few statements sent on a
