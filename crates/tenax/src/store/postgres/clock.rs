@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Pool;
+use super::statements::statements;
 use crate::clock::database::{DatabaseTime, Sample};
 
 /// How often the clock is sampled. Between samples the estimate's bound grows by
@@ -18,9 +19,11 @@ pub const SAMPLE_EVERY: Duration = Duration::from_secs(2);
 /// Questions per round.
 const ROUND: usize = 3;
 
-/// The database's time, in microseconds since the Unix epoch, read when the statement runs
-/// (not when its transaction began, as `now()` would be).
-const ASK: &str = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8";
+statements! {
+    /// The database's time, in microseconds since the Unix epoch, read when the statement
+    /// runs (not when its transaction began, as `now()` would be).
+    ASK = "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8";
+}
 
 /// One round of samples on `client`, offered to `time`.
 pub async fn round(
@@ -28,7 +31,7 @@ pub async fn round(
     time: &DatabaseTime,
 ) -> Result<(), tokio_postgres::Error> {
     // Prepared first, so that each round trip measured is one statement's.
-    let statement = client.prepare(ASK).await?;
+    let statement = client.prepare(ASK.text()).await?;
     for _ in 0..ROUND {
         let sent = Instant::now();
         let row = client.query_one(&statement, &[]).await?;

@@ -270,7 +270,7 @@ impl Combiner {
             }
         }
         let client = self.pool.get().await.map_err(super::pool_fault)?;
-        let stored = query(&client, INSERT_SHARED, &rows.params([&seen]))
+        let stored = query(&client, &INSERT_SHARED, &rows.params([&seen]))
             .await
             .map_err(fault("enqueueing jobs"))?;
         let row = stored

@@ -19,6 +19,7 @@ use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::dsn;
+use super::statements::statements;
 use super::tls::{Check, Roots, SslMode};
 use crate::trust::CaFile;
 
@@ -199,11 +200,7 @@ pub async fn writable(client: &tokio_postgres::Client) -> bool {
     if client.is_closed() {
         return false;
     }
-    let asked = tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        client.simple_query("SHOW transaction_read_only"),
-    )
-    .await;
+    let asked = tokio::time::timeout(CONNECT_TIMEOUT, client.simple_query(READ_ONLY.text())).await;
     let Ok(Ok(messages)) = asked else {
         return false;
     };
@@ -230,6 +227,11 @@ fn unsupported_tls(keyword: &str) -> bool {
             | "ssl_max_protocol_version"
             | "requiressl"
     )
+}
+
+statements! {
+    /// Whether the session's server refuses writes (`on` for a standby).
+    READ_ONLY = "SHOW transaction_read_only";
 }
 
 #[cfg(test)]

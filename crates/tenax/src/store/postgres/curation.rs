@@ -4,9 +4,10 @@ use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 
-use super::filter::{Query, ids_param};
+use super::filter::{Query, ids_param, selection_shapes};
 use super::inserts::key_holders;
-use super::rows::{PEEK_COLUMNS, TABLE_COLUMNS, id, json, peek_of, status_of, time, unid};
+use super::rows::{id, json, peek_columns, peek_of, status_of, table_columns, time, unid};
+use super::statements::{Prefix, prefixes, statements};
 use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, RETRIES, fault, is_conflict};
@@ -32,14 +33,9 @@ impl JobCuration for PostgresStore {
 
     async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "UPDATE tenax_jobs SET status = 1, run_at = $2::bigint, trigger = 2
-             WHERE id = ANY($1::bigint[]) AND status = 0 RETURNING id",
-            &[&ids_param(ids), &time(now_ms)],
-        )
-        .await
-        .map_err(fault("running jobs now"))?;
+        let rows = query(&client, &RUN_NOW, &[&ids_param(ids), &time(now_ms)])
+            .await
+            .map_err(fault("running jobs now"))?;
         let mut ran: Vec<JobId> = rows.iter().map(|r| JobId(unid(r.get(0)))).collect();
         ran.sort_unstable();
         if !ran.is_empty() {
@@ -54,14 +50,12 @@ impl JobCuration for PostgresStore {
         let tx = client.transaction().await.map_err(fault(what))?;
         let mut ids: Vec<JobId> = Vec::new();
         let mut live = 0;
-        for table in ["tenax_jobs", "tenax_finished"] {
-            let mut statement = Query::new(format!("DELETE FROM {table} WHERE true"));
-            statement.selection(selection);
-            statement.push(" RETURNING id");
-            let rows = query(&tx, &statement.sql, &statement.params())
+        for (prefix, unfinished) in [(DELETE_LIVE_WHERE, true), (DELETE_FINISHED_WHERE, false)] {
+            let statement = delete_selected(prefix, selection);
+            let rows = query(&tx, &statement, &statement.params())
                 .await
                 .map_err(fault(what))?;
-            if table == "tenax_jobs" {
+            if unfinished {
                 live = rows.len();
             }
             ids.extend(rows.iter().map(|r| JobId(unid(r.get(0)))));
@@ -85,14 +79,8 @@ impl JobCuration for PostgresStore {
         let tx = client.transaction().await.map_err(fault(what))?;
         let wanted = ids_param(ids);
         let mut peeks: HashMap<JobId, JobPeek> = HashMap::new();
-        for table in ["tenax_jobs", "tenax_finished"] {
-            let rows = query(
-                &tx,
-                &format!("SELECT {PEEK_COLUMNS} FROM {table} WHERE id = ANY($1) FOR UPDATE"),
-                &[&wanted],
-            )
-            .await
-            .map_err(fault(what))?;
+        for sql in [PEEK_LIVE, PEEK_FINISHED] {
+            let rows = query(&tx, &sql, &[&wanted]).await.map_err(fault(what))?;
             for row in &rows {
                 let (job, peek) = peek_of(row)?;
                 peeks.insert(job, peek);
@@ -115,14 +103,8 @@ impl JobCuration for PostgresStore {
             });
         }
         if !doomed.is_empty() {
-            for table in ["tenax_jobs", "tenax_finished"] {
-                execute(
-                    &tx,
-                    &format!("DELETE FROM {table} WHERE id = ANY($1)"),
-                    &[&doomed],
-                )
-                .await
-                .map_err(fault(what))?;
+            for sql in [DELETE_LIVE, DELETE_FINISHED] {
+                execute(&tx, &sql, &[&doomed]).await.map_err(fault(what))?;
             }
         }
         tx.commit().await.map_err(fault(what))?;
@@ -138,11 +120,8 @@ impl PostgresStore {
         let what = "replaying dead jobs";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
-        let mut statement =
-            Query::new("SELECT id, status, queue, unique_key FROM tenax_all_jobs WHERE true");
-        statement.selection(&replay.selection);
-        statement.push(" ORDER BY id");
-        let selected = query(&tx, &statement.sql, &statement.params())
+        let statement = replay_selected(&replay.selection);
+        let selected = query(&tx, &statement, &statement.params())
             .await
             .map_err(fault(what))?;
         let mut replayed = Replayed::default();
@@ -153,16 +132,12 @@ impl PostgresStore {
                 .map(|j| id(j.0))
                 .filter(|j| !selected.contains(j))
                 .collect();
-            let statuses: HashMap<i64, i16> = query(
-                &tx,
-                "SELECT id, status FROM tenax_all_jobs WHERE id = ANY($1)",
-                &[&missing],
-            )
-            .await
-            .map_err(fault(what))?
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect();
+            let statuses: HashMap<i64, i16> = query(&tx, &STATUSES, &[&missing])
+                .await
+                .map_err(fault(what))?
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect();
             for job in missing {
                 let reason = match statuses.get(&job) {
                     None => NotReplayed::NotFound,
@@ -231,13 +206,66 @@ impl PostgresStore {
     }
 }
 
-/// Dead jobs back to the table of unfinished jobs, ready now; their errors are kept.
-static REVIVE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
+/// The jobs of `selection` in one job table (`prefix`), deleted.
+fn delete_selected(prefix: Prefix, selection: &Selection) -> Query {
+    let mut statement = Query::new(prefix);
+    statement.selection(selection);
+    statement.push(" RETURNING id");
+    statement
+}
+
+/// The jobs of `selection`, for a replay to look at.
+fn replay_selected(selection: &Selection) -> Query {
+    let mut statement = Query::new(REPLAY_SELECTED);
+    statement.selection(selection);
+    statement.push(" ORDER BY id");
+    statement
+}
+
+/// Every statement [`delete_selected`] and [`replay_selected`] build: each with every shape of
+/// selection ([`selection_shapes`]).
+pub(super) fn shapes() -> Vec<(String, Query)> {
+    let mut shapes = Vec::new();
+    for (label, selection) in selection_shapes() {
+        for prefix in [DELETE_LIVE_WHERE, DELETE_FINISHED_WHERE] {
+            shapes.push((label.clone(), delete_selected(prefix, &selection)));
+        }
+        shapes.push((label, replay_selected(&selection)));
+    }
+    shapes
+}
+
+prefixes! {
+    DELETE_LIVE_WHERE = "DELETE FROM tenax_jobs WHERE true";
+    DELETE_FINISHED_WHERE = "DELETE FROM tenax_finished WHERE true";
+    REPLAY_SELECTED = "SELECT id, status, queue, unique_key FROM tenax_all_jobs WHERE true";
+}
+
+statements! {
+    RUN_NOW = "UPDATE tenax_jobs SET status = 1, run_at = $2::bigint, trigger = 2
+             WHERE id = ANY($1::bigint[]) AND status = 0 RETURNING id";
+    PEEK_LIVE = concat!(
+        "SELECT ",
+        peek_columns!(),
+        " FROM tenax_jobs WHERE id = ANY($1) FOR UPDATE"
+    );
+    PEEK_FINISHED = concat!(
+        "SELECT ",
+        peek_columns!(),
+        " FROM tenax_finished WHERE id = ANY($1) FOR UPDATE"
+    );
+    DELETE_LIVE = "DELETE FROM tenax_jobs WHERE id = ANY($1)";
+    DELETE_FINISHED = "DELETE FROM tenax_finished WHERE id = ANY($1)";
+    STATUSES = "SELECT id, status FROM tenax_all_jobs WHERE id = ANY($1)";
+
+    /// Dead jobs back to the table of unfinished jobs, ready now; their errors are kept.
+    REVIVE = concat!(
         "WITH revived AS (
              DELETE FROM tenax_finished WHERE id = ANY($1::bigint[]) AND status = 4 RETURNING *
          )
-         INSERT INTO tenax_jobs ({TABLE_COLUMNS})
+         INSERT INTO tenax_jobs (",
+        table_columns!(),
+        ")
          SELECT id, queue, kind, payload, priority, unique_key, created_at, expires_at, origin,
              parent, traceparent, coalesce($4::text, policy), 1, $2::bigint,
              CASE WHEN $3::bool THEN 0 ELSE failures END,
@@ -245,5 +273,5 @@ static REVIVE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
              CASE WHEN $3::bool THEN NULL ELSE last_delay END,
              NULL, NULL, errors, attempts, NULL, NULL, NULL, NULL, 1
          FROM revived"
-    )
-});
+    );
+}

@@ -5,6 +5,7 @@
 use async_trait::async_trait;
 
 use super::rows::json;
+use super::statements::statements;
 use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, RETRIES, fault, is_conflict};
@@ -19,25 +20,17 @@ fn state_of(text: &str) -> Result<EndpointState, StoreError> {
 impl EndpointStore for PostgresStore {
     async fn endpoints(&self) -> Result<Vec<EndpointState>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT body FROM tenax_endpoints ORDER BY origin COLLATE \"C\"",
-            &[],
-        )
-        .await
-        .map_err(fault("reading endpoint states"))?;
+        let rows = query(&client, &LIST, &[])
+            .await
+            .map_err(fault("reading endpoint states"))?;
         rows.iter().map(|r| state_of(r.get(0))).collect()
     }
 
     async fn endpoint(&self, origin: &str) -> Result<Option<EndpointState>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT body FROM tenax_endpoints WHERE origin = $1",
-            &[&origin],
-        )
-        .await
-        .map_err(fault("reading an endpoint state"))?;
+        let rows = query(&client, &ENDPOINT, &[&origin])
+            .await
+            .map_err(fault("reading an endpoint state"))?;
         rows.first().map(|r| state_of(r.get(0))).transpose()
     }
 
@@ -67,23 +60,15 @@ impl PostgresStore {
         let what = "changing an endpoint state";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
-        let rows = query(
-            &tx,
-            "SELECT body FROM tenax_endpoints WHERE origin = $1 FOR UPDATE",
-            &[&origin],
-        )
-        .await
-        .map_err(fault(what))?;
+        let rows = query(&tx, &ENDPOINT_FOR_UPDATE, &[&origin])
+            .await
+            .map_err(fault(what))?;
         let current = rows.first().map(|r| state_of(r.get(0))).transpose()?;
         let Some(mut state) = change(current.as_ref()) else {
             return Ok(current);
         };
         origin.clone_into(&mut state.origin);
-        let sql = if current.is_some() {
-            "UPDATE tenax_endpoints SET body = $2 WHERE origin = $1"
-        } else {
-            "INSERT INTO tenax_endpoints (origin, body) VALUES ($1, $2)"
-        };
+        let sql = if current.is_some() { &UPDATE } else { &INSERT };
         execute(&tx, sql, &[&origin, &json(&state)])
             .await
             .map_err(fault(what))?;
@@ -91,4 +76,12 @@ impl PostgresStore {
         self.announce(Wakeup::Endpoints);
         Ok(Some(state))
     }
+}
+
+statements! {
+    LIST = "SELECT body FROM tenax_endpoints ORDER BY origin COLLATE \"C\"";
+    ENDPOINT = "SELECT body FROM tenax_endpoints WHERE origin = $1";
+    ENDPOINT_FOR_UPDATE = "SELECT body FROM tenax_endpoints WHERE origin = $1 FOR UPDATE";
+    UPDATE = "UPDATE tenax_endpoints SET body = $2 WHERE origin = $1";
+    INSERT = "INSERT INTO tenax_endpoints (origin, body) VALUES ($1, $2)";
 }

@@ -16,14 +16,22 @@ use deadpool_postgres::GenericClient;
 
 use super::fault;
 use super::rows::{queue_config_of, unid};
+use super::statements::statements;
 use super::transitions::query;
 use crate::model::SubscriptionId;
 use crate::store::{FactsSeen, QueueFacts, StoreError};
 
-/// Advances the version: run in the transaction of every change of a queue's settings or of
-/// which subscriptions a queue has. Where such a change is one statement (deleting a queue,
-/// storing or deleting a subscription), the same update is a part of it (`WITH advanced AS`).
-pub const ADVANCE: &str = "UPDATE tenax_facts SET version = version + 1";
+statements! {
+    /// Advances the version: run in the transaction of every change of a queue's settings or
+    /// of which subscriptions a queue has. Where such a change is one statement (deleting a
+    /// queue, storing or deleting a subscription), the same update is a part of it (`WITH
+    /// advanced AS`).
+    pub ADVANCE = "UPDATE tenax_facts SET version = version + 1";
+    /// A queue's facts and their version: one statement, so one snapshot.
+    READ = "SELECT (SELECT version FROM tenax_facts),
+                (SELECT config FROM tenax_queues WHERE name = $1),
+                ARRAY(SELECT id FROM tenax_subscriptions WHERE queue = $1 ORDER BY id)";
+}
 
 /// The most queues whose facts a server keeps; past it, the cache starts again empty.
 const MOST_QUEUES: usize = 4096;
@@ -54,15 +62,9 @@ impl FactsCache {
 
 /// `queue`'s facts as stored now, with their version: one statement, so one snapshot.
 pub async fn read<C: GenericClient>(client: &C, queue: &str) -> Result<QueueFacts, StoreError> {
-    let rows = query(
-        client,
-        "SELECT (SELECT version FROM tenax_facts),
-                (SELECT config FROM tenax_queues WHERE name = $1),
-                ARRAY(SELECT id FROM tenax_subscriptions WHERE queue = $1 ORDER BY id)",
-        &[&queue],
-    )
-    .await
-    .map_err(fault("reading a queue's settings and subscribers"))?;
+    let rows = query(client, &READ, &[&queue])
+        .await
+        .map_err(fault("reading a queue's settings and subscribers"))?;
     let missing = || StoreError::Corrupt("tenax_facts has no row".into());
     let row = rows.first().ok_or_else(missing)?;
     let version: i64 = row.get::<_, Option<i64>>(0).ok_or_else(missing)?;

@@ -3,21 +3,36 @@
 use tokio_postgres::types::ToSql;
 
 use super::rows::{id, status_code, time};
+use super::statements::{Prefix, Text};
 use crate::model::{JobFilter, JobId, Selection, Status};
 
-/// A statement being built, and its parameters in order.
-#[derive(Debug, Default)]
+/// A statement being built from a declared [`Prefix`], and its parameters in order. The
+/// functions that build one are listed with their shapes ([`super::statements`]).
+#[derive(Debug)]
 pub struct Query {
-    pub sql: String,
+    prefix: Prefix,
+    sql: String,
     params: Vec<Box<dyn ToSql + Sync + Send>>,
 }
 
+impl Text for Query {
+    fn text(&self) -> &str {
+        &self.sql
+    }
+}
+
 impl Query {
-    pub fn new(sql: impl Into<String>) -> Self {
+    pub fn new(prefix: Prefix) -> Self {
         Self {
-            sql: sql.into(),
+            prefix,
+            sql: prefix.text().to_owned(),
             params: Vec::new(),
         }
+    }
+
+    /// The prefix this statement was built from.
+    pub fn prefix(&self) -> Prefix {
+        self.prefix
     }
 
     /// Adds a parameter; returns its placeholder (`$n`).
@@ -98,4 +113,72 @@ impl Query {
 /// Job ids as a `bigint[]` parameter.
 pub fn ids_param(ids: &[JobId]) -> Vec<i64> {
     ids.iter().map(|i| id(i.0)).collect()
+}
+
+/// Every shape of filter [`Query::filter`] writes, with a label naming its conditions: each
+/// condition present or not, and a claim condition either way (2^7 × 3 = 384). The values do
+/// not change the text. Every field is named, so a new condition does not compile until it is
+/// enumerated here.
+pub fn filter_shapes() -> Vec<(String, JobFilter)> {
+    const CONDITIONS: [&str; 7] = [
+        "queue",
+        "status",
+        "kind",
+        "finished_since",
+        "live_at",
+        "not_scheduled",
+        "not_origin",
+    ];
+    let mut shapes = Vec::new();
+    for present in 0..1_u32 << CONDITIONS.len() {
+        let has = |bit: usize| present & (1 << bit) != 0;
+        for claimed in [None, Some(true), Some(false)] {
+            let filter = JobFilter {
+                queue: has(0).then(|| "q".to_owned()),
+                status: has(1).then_some(Status::Ready),
+                kind: has(2).then(|| "k".to_owned()),
+                finished_since_ms: has(3).then_some(1),
+                live_at_ms: has(4).then_some(1),
+                not_scheduled: has(5),
+                not_origin: has(6).then(|| "o".to_owned()),
+                claimed_at: claimed.map(|claimed| (claimed, 1)),
+            };
+            let mut label: Vec<&str> = CONDITIONS
+                .iter()
+                .enumerate()
+                .filter(|(bit, _)| has(*bit))
+                .map(|(_, name)| *name)
+                .collect();
+            match claimed {
+                Some(true) => label.push("claimed"),
+                Some(false) => label.push("not_claimed"),
+                None => {}
+            }
+            shapes.push((label.join("+"), filter));
+        }
+    }
+    shapes
+}
+
+/// Every shape of selection [`Query::selection`] writes: with ids or without, each with every
+/// filter shape ([`filter_shapes`]).
+pub fn selection_shapes() -> Vec<(String, Selection)> {
+    filter_shapes()
+        .into_iter()
+        .flat_map(|(label, filter)| {
+            [
+                (format!("ids+{label}"), Some(vec![JobId(1)])),
+                (label, None),
+            ]
+            .map(|(label, ids)| {
+                (
+                    label,
+                    Selection {
+                        ids,
+                        filter: filter.clone(),
+                    },
+                )
+            })
+        })
+        .collect()
 }

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use tokio_postgres::Row;
 
 use super::rows::{id, json, limit, status_code, status_of, time, unid, untime};
+use super::statements::statements;
 use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, RETRIES, combiner, facts, fault, is_conflict};
@@ -130,16 +131,12 @@ pub async fn insert_in(
         let live_owners: HashSet<i64> = if owners.is_empty() {
             HashSet::new()
         } else {
-            query(
-                tx,
-                "SELECT id FROM tenax_subscriptions WHERE id = ANY($1) FOR SHARE",
-                &[&owners],
-            )
-            .await
-            .map_err(fault(what))?
-            .iter()
-            .map(|r| r.get(0))
-            .collect()
+            query(tx, &LOCK_OWNERS, &[&owners])
+                .await
+                .map_err(fault(what))?
+                .iter()
+                .map(|r| r.get(0))
+                .collect()
         };
 
         // Stored jobs holding the keys asked for.
@@ -207,16 +204,12 @@ pub async fn insert_in(
             return Ok((results, Made::default()));
         }
 
-        let ids: Vec<i64> = query(
-            tx,
-            "SELECT nextval('tenax_job_ids') FROM generate_series(1, $1::bigint)",
-            &[&limit(fresh)],
-        )
-        .await
-        .map_err(fault(what))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+        let ids: Vec<i64> = query(tx, &NEXT_IDS, &[&limit(fresh)])
+            .await
+            .map_err(fault(what))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
         let mut rows = Columns::with_capacity(fresh);
         let mut results = Vec::with_capacity(jobs.len());
         let (mut any_ready, mut any_scheduled) = (false, false);
@@ -255,7 +248,7 @@ pub async fn insert_in(
         }
         let version = id(seen.0);
         let params = rows.params([&ids, &version]);
-        let stored = execute(tx, INSERT_ROWS, &params)
+        let stored = execute(tx, &INSERT_ROWS, &params)
             .await
             .map_err(fault(what))?;
         if stored == 0 {
@@ -282,18 +275,12 @@ pub async fn key_holders<C: deadpool_postgres::GenericClient, T: AsRef<str> + Sy
     }
     let queues: Vec<&str> = queues.iter().map(AsRef::as_ref).collect();
     let keys: Vec<&str> = keys.iter().map(AsRef::as_ref).collect();
-    query(
-        client,
-        "SELECT j.queue, j.unique_key, j.id, j.status, j.run_at
-         FROM unnest($1::text[], $2::text[]) AS k(queue, key)
-         JOIN tenax_jobs j ON j.queue = k.queue AND j.unique_key = k.key",
-        &[&queues, &keys],
-    )
-    .await
-    .map_err(fault("looking up unique keys"))?
-    .iter()
-    .map(holder_of)
-    .collect()
+    query(client, &KEY_HOLDERS, &[&queues, &keys])
+        .await
+        .map_err(fault("looking up unique keys"))?
+        .iter()
+        .map(holder_of)
+        .collect()
 }
 
 /// A stored job holding a key: (queue, key) and what an enqueue answers with it.
@@ -325,33 +312,6 @@ macro_rules! new_job_arrays {
          $13::bigint[]"
     };
 }
-
-/// Stores the rows of [`Columns::params`] with their ids (`$14`), all of them if the facts
-/// version is still `$15`, else none.
-pub const INSERT_ROWS: &str = concat!(
-    "INSERT INTO tenax_jobs (",
-    new_job_columns!(),
-    ", id) SELECT * FROM unnest(",
-    new_job_arrays!(),
-    ", $14::bigint[]) WHERE (SELECT version FROM tenax_facts) = $15"
-);
-
-/// Stores the rows of [`Columns::params`] whose facts version (`$14`, one per row) is still
-/// the current one, with ids from the sequence in row order. Answers the current version and
-/// the new ids, ascending (so in row order).
-pub const INSERT_SHARED: &str = concat!(
-    "WITH facts AS (SELECT version FROM tenax_facts),
-          stored AS (INSERT INTO tenax_jobs (",
-    new_job_columns!(),
-    ", id) SELECT ",
-    new_job_columns!(),
-    ", nextval('tenax_job_ids') FROM unnest(",
-    new_job_arrays!(),
-    ", $14::bigint[]) AS u(",
-    new_job_columns!(),
-    ", seen) WHERE u.seen = (SELECT version FROM facts) RETURNING id)
-     SELECT (SELECT version FROM facts), ARRAY(SELECT id FROM stored ORDER BY id)"
-);
 
 type Param<'a> = &'a (dyn tokio_postgres::types::ToSql + Sync);
 
@@ -419,4 +379,38 @@ impl Columns {
         self.status.push(status_code(state.status));
         self.run_at.push(time(state.run_at_ms));
     }
+}
+
+statements! {
+    /// Stores the rows of [`Columns::params`] with their ids (`$14`), all of them if the facts
+    /// version is still `$15`, else none.
+    pub INSERT_ROWS = concat!(
+        "INSERT INTO tenax_jobs (",
+        new_job_columns!(),
+        ", id) SELECT * FROM unnest(",
+        new_job_arrays!(),
+        ", $14::bigint[]) WHERE (SELECT version FROM tenax_facts) = $15"
+    );
+
+    /// Stores the rows of [`Columns::params`] whose facts version (`$14`, one per row) is still
+    /// the current one, with ids from the sequence in row order. Answers the current version and
+    /// the new ids, ascending (so in row order).
+    pub INSERT_SHARED = concat!(
+        "WITH facts AS (SELECT version FROM tenax_facts),
+          stored AS (INSERT INTO tenax_jobs (",
+        new_job_columns!(),
+        ", id) SELECT ",
+        new_job_columns!(),
+        ", nextval('tenax_job_ids') FROM unnest(",
+        new_job_arrays!(),
+        ", $14::bigint[]) AS u(",
+        new_job_columns!(),
+        ", seen) WHERE u.seen = (SELECT version FROM facts) RETURNING id)
+     SELECT (SELECT version FROM facts), ARRAY(SELECT id FROM stored ORDER BY id)"
+    );
+    LOCK_OWNERS = "SELECT id FROM tenax_subscriptions WHERE id = ANY($1) FOR SHARE";
+    NEXT_IDS = "SELECT nextval('tenax_job_ids') FROM generate_series(1, $1::bigint)";
+    KEY_HOLDERS = "SELECT j.queue, j.unique_key, j.id, j.status, j.run_at
+         FROM unnest($1::text[], $2::text[]) AS k(queue, key)
+         JOIN tenax_jobs j ON j.queue = k.queue AND j.unique_key = k.key";
 }

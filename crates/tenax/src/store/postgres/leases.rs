@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use serde_json::value::RawValue;
 use tokio_postgres::Row;
 
-use super::rows::{JOB_COLUMNS, id, job_of, json, limit, time, unid, untime};
+use super::rows::{id, job_columns, job_of, json, limit, time, unid, untime};
+use super::statements::statements;
 use super::transitions::{Context, check_ack, complete, decide_and_apply, query, status_of_job};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault, limits};
@@ -16,82 +17,6 @@ use crate::model::{Ack, Attempt, AttemptResult, Job, JobId, LeaseToken, Status, 
 use crate::store::{
     Decide, Finished, JobLeases, LeaseFacts, LimitHold, StoreError, TakeRequest, Taken, Transition,
 };
-
-/// The limited, unpaused queues of `$1`, when `$4` asks to look for them: a take that finds
-/// any leaves them to the counted path ([`super::limits`]), and takes nothing.
-pub(super) const LIMITED: &str = "limited AS (
-        SELECT name FROM tenax_queues
-        WHERE $4::bool AND name = ANY($1::text[]) AND limited AND NOT paused
-    )";
-
-/// The ready jobs of the unpaused queues in `$1`, best first, at most `$5[i]` of queue
-/// `$1[i]` and `$2` in all, locked for this statement (rows another taker holds are skipped).
-/// One index range per queue (`tenax_jobs_ready`). `$3`: a subscription that must exist and be
-/// enabled. Nothing when [`LIMITED`] found a limited queue. `now`: the parameter with the time
-/// of the take; a job past its expiry then is gone, though the maintenance loop has not
-/// deleted it yet, and is not picked.
-fn pick(now: &str) -> String {
-    format!(
-        "picked AS (
-        SELECT r.id, row_number() OVER (ORDER BY r.priority DESC, r.id) AS n
-        FROM unnest($1::text[], $5::bigint[]) AS q(name, cap)
-        CROSS JOIN LATERAL (
-            SELECT id, priority FROM tenax_jobs
-            WHERE status = 1 AND queue = q.name
-              AND (expires_at IS NULL OR expires_at > {now}::bigint)
-            ORDER BY priority DESC, id
-            LIMIT least($2::bigint, q.cap)
-            FOR UPDATE SKIP LOCKED
-        ) AS r
-        WHERE NOT EXISTS (SELECT 1 FROM tenax_queues c WHERE c.name = q.name AND c.paused)
-          AND ($3::bigint IS NULL OR EXISTS (
-              SELECT 1 FROM tenax_subscriptions s WHERE s.id = $3::bigint AND s.enabled))
-          AND NOT EXISTS (SELECT 1 FROM limited)
-        ORDER BY r.priority DESC, r.id
-        LIMIT $2::bigint
-    )"
-    )
-}
-
-/// Leases what [`pick`] picks (`$8`: now; `$6`: the tokens, [`lease_tokens`], by the order
-/// [`pick`] numbers its jobs in); then one row per limited queue [`LIMITED`] found,
-/// with only its name (`id` null).
-pub(super) static TAKE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "WITH {LIMITED}, {pick}, taken AS (
-             UPDATE tenax_jobs j SET status = 2, lease_token = ($6::bigint[])[picked.n],
-                 lease_expires_at = $7::bigint, taken_at = $8::bigint, claim_id = $9::bigint,
-                 expires_at = CASE WHEN j.expires_at IS NULL OR $10::bigint IS NULL
-                     THEN j.expires_at ELSE greatest(j.expires_at, $10::bigint) END
-             FROM picked WHERE j.id = picked.id
-             RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.failures,
-                 j.lease_token, j.created_at, j.expires_at, j.parent, j.traceparent, j.run_at,
-                 j.trigger
-         ), recorded AS (
-             INSERT INTO tenax_claims (id, record, over_at)
-             SELECT $9::bigint, $11::text, $12::bigint
-             WHERE $11::text IS NOT NULL AND EXISTS (SELECT 1 FROM taken)
-             ON CONFLICT (id) DO UPDATE SET record = excluded.record, over_at = excluded.over_at
-         )
-         SELECT * FROM taken
-         UNION ALL
-         SELECT NULL::bigint, name, NULL::text, NULL::text, NULL::integer, NULL::integer,
-             NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::bigint,
-             NULL::smallint
-         FROM limited",
-        pick = pick("$8")
-    )
-});
-
-/// Deletes what [`pick`] picks (`$6`: now), and returns it.
-pub(super) static POP: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "WITH {LIMITED}, {pick}
-         DELETE FROM tenax_jobs j USING picked WHERE j.id = picked.id
-         RETURNING j.{JOB_COLUMNS}",
-        pick = pick("$6")
-    )
-});
 
 /// The lease tokens of a take of at most `max` jobs, the `n`th picked job gets the `n`th:
 /// each drawn on its own ([`LeaseToken::random`]), so that no token tells another.
@@ -158,9 +83,7 @@ impl JobLeases for PostgresStore {
         // A heartbeat changes no indexed column: a HOT update.
         let rows = query(
             &client,
-            "UPDATE tenax_jobs SET lease_expires_at = least($3::bigint, taken_at + $4::bigint)
-             WHERE id = $1 AND status = 2 AND lease_token = $2 AND lease_expires_at > $5::bigint
-             RETURNING lease_expires_at",
+            &EXTEND_LEASE,
             &[
                 &id(ack.id.0),
                 &id(ack.lease.0),
@@ -375,4 +298,97 @@ async fn lease_refusal<C: deadpool_postgres::GenericClient>(
         Some(Status::InFlight) => StoreError::LeaseLost { id: ack.id },
         Some(status) => StoreError::NotInFlight { id: ack.id, status },
     })
+}
+
+/// The limited, unpaused queues of `$1`, when `$4` asks to look for them: a take that finds
+/// any leaves them to the counted path ([`super::limits`]), and takes nothing.
+macro_rules! limited {
+    () => {
+        "limited AS (
+        SELECT name FROM tenax_queues
+        WHERE $4::bool AND name = ANY($1::text[]) AND limited AND NOT paused
+    )"
+    };
+}
+
+/// The ready jobs of the unpaused queues in `$1`, best first, at most `$5[i]` of queue
+/// `$1[i]` and `$2` in all, locked for this statement (rows another taker holds are skipped).
+/// One index range per queue (`tenax_jobs_ready`). `$3`: a subscription that must exist and be
+/// enabled. Nothing when [`limited!`] found a limited queue. `$now`: the parameter with the
+/// time of the take; a job past its expiry then is gone, though the maintenance loop has not
+/// deleted it yet, and is not picked.
+macro_rules! pick {
+    ($now:literal) => {
+        concat!(
+            "picked AS (
+        SELECT r.id, row_number() OVER (ORDER BY r.priority DESC, r.id) AS n
+        FROM unnest($1::text[], $5::bigint[]) AS q(name, cap)
+        CROSS JOIN LATERAL (
+            SELECT id, priority FROM tenax_jobs
+            WHERE status = 1 AND queue = q.name
+              AND (expires_at IS NULL OR expires_at > ",
+            $now,
+            "::bigint)
+            ORDER BY priority DESC, id
+            LIMIT least($2::bigint, q.cap)
+            FOR UPDATE SKIP LOCKED
+        ) AS r
+        WHERE NOT EXISTS (SELECT 1 FROM tenax_queues c WHERE c.name = q.name AND c.paused)
+          AND ($3::bigint IS NULL OR EXISTS (
+              SELECT 1 FROM tenax_subscriptions s WHERE s.id = $3::bigint AND s.enabled))
+          AND NOT EXISTS (SELECT 1 FROM limited)
+        ORDER BY r.priority DESC, r.id
+        LIMIT $2::bigint
+    )"
+        )
+    };
+}
+
+statements! {
+    /// Leases what [`pick!`] picks (`$8`: now; `$6`: the tokens, [`lease_tokens`], by the
+    /// order [`pick!`] numbers its jobs in); then one row per limited queue [`limited!`]
+    /// found, with only its name (`id` null).
+    pub(super) TAKE = concat!(
+        "WITH ",
+        limited!(),
+        ", ",
+        pick!("$8"),
+        ", taken AS (
+             UPDATE tenax_jobs j SET status = 2, lease_token = ($6::bigint[])[picked.n],
+                 lease_expires_at = $7::bigint, taken_at = $8::bigint, claim_id = $9::bigint,
+                 expires_at = CASE WHEN j.expires_at IS NULL OR $10::bigint IS NULL
+                     THEN j.expires_at ELSE greatest(j.expires_at, $10::bigint) END
+             FROM picked WHERE j.id = picked.id
+             RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.failures,
+                 j.lease_token, j.created_at, j.expires_at, j.parent, j.traceparent, j.run_at,
+                 j.trigger
+         ), recorded AS (
+             INSERT INTO tenax_claims (id, record, over_at)
+             SELECT $9::bigint, $11::text, $12::bigint
+             WHERE $11::text IS NOT NULL AND EXISTS (SELECT 1 FROM taken)
+             ON CONFLICT (id) DO UPDATE SET record = excluded.record, over_at = excluded.over_at
+         )
+         SELECT * FROM taken
+         UNION ALL
+         SELECT NULL::bigint, name, NULL::text, NULL::text, NULL::integer, NULL::integer,
+             NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::bigint,
+             NULL::smallint
+         FROM limited"
+    );
+
+    /// Deletes what [`pick!`] picks (`$6`: now), and returns it.
+    pub(super) POP = concat!(
+        "WITH ",
+        limited!(),
+        ", ",
+        pick!("$6"),
+        "
+         DELETE FROM tenax_jobs j USING picked WHERE j.id = picked.id
+         RETURNING j.",
+        job_columns!()
+    );
+
+    EXTEND_LEASE = "UPDATE tenax_jobs SET lease_expires_at = least($3::bigint, taken_at + $4::bigint)
+             WHERE id = $1 AND status = 2 AND lease_token = $2 AND lease_expires_at > $5::bigint
+             RETURNING lease_expires_at";
 }

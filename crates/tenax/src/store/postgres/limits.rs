@@ -23,6 +23,7 @@ use deadpool_postgres::GenericClient;
 
 use super::leases::{POP, take, taken_jobs};
 use super::rows::{job_of, limit, queue_config_of, time, untime};
+use super::statements::statements;
 use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
@@ -35,13 +36,9 @@ pub async fn any_limited<C: GenericClient>(
     client: &C,
     queues: &[String],
 ) -> Result<bool, StoreError> {
-    let rows = query(
-        client,
-        "SELECT 1 FROM tenax_queues WHERE name = ANY($1::text[]) AND limited AND NOT paused",
-        &[&queues],
-    )
-    .await
-    .map_err(fault("looking for limited queues"))?;
+    let rows = query(client, &ANY_LIMITED, &[&queues])
+        .await
+        .map_err(fault("looking for limited queues"))?;
     Ok(!rows.is_empty())
 }
 
@@ -52,14 +49,9 @@ pub async fn started<C: GenericClient>(
     rate: &RateLimit,
     now_ms: UnixMs,
 ) -> Result<u64, StoreError> {
-    let rows = query(
-        client,
-        "SELECT coalesce(sum(count), 0)::bigint FROM tenax_queue_starts
-         WHERE queue = $1 AND bucket + width > $2",
-        &[&queue, &since(rate, now_ms)],
-    )
-    .await
-    .map_err(fault("counting a queue's starts"))?;
+    let rows = query(client, &STARTED, &[&queue, &since(rate, now_ms)])
+        .await
+        .map_err(fault("counting a queue's starts"))?;
     Ok(rows.first().map_or(0, |r| untime(r.get(0))))
 }
 
@@ -158,15 +150,9 @@ async fn count<C: GenericClient>(
     in_flight: bool,
 ) -> Result<Room, StoreError> {
     let what = "counting what limited queues leave room for";
-    let locked = query(
-        client,
-        "SELECT name, config FROM tenax_queues
-         WHERE name = ANY($1::text[]) AND limited AND NOT paused
-         ORDER BY name FOR UPDATE",
-        &[&queues],
-    )
-    .await
-    .map_err(fault(what))?;
+    let locked = query(client, &LOCK_LIMITED, &[&queues])
+        .await
+        .map_err(fault(what))?;
     let mut limited: HashMap<String, QueueConfig> = HashMap::new();
     for row in &locked {
         limited.insert(row.get(0), queue_config_of(row.get(1))?);
@@ -180,19 +166,9 @@ async fn count<C: GenericClient>(
             None => i64::MAX,
         })
         .collect();
-    let counted = query(
-        client,
-        "SELECT l.name,
-             (SELECT count(*) FROM tenax_jobs j WHERE j.queue = l.name AND j.status = 2),
-             (SELECT coalesce(sum(s.count), 0)::bigint FROM tenax_queue_starts s
-                 WHERE s.queue = l.name AND s.bucket + s.width > l.since),
-             (SELECT min(s.bucket + s.width) FROM tenax_queue_starts s
-                 WHERE s.queue = l.name AND s.bucket + s.width > l.since)
-         FROM unnest($1::text[], $2::bigint[]) AS l(name, since)",
-        &[&names, &since],
-    )
-    .await
-    .map_err(fault(what))?;
+    let counted = query(client, &COUNT, &[&names, &since])
+        .await
+        .map_err(fault(what))?;
     let mut room: HashMap<String, u64> = HashMap::new();
     let mut held = LimitHold::default();
     let mut rated = HashMap::new();
@@ -260,7 +236,29 @@ async fn record<'a, C: GenericClient>(
     }
     execute(
         client,
-        "WITH forgotten AS (
+        &RECORD,
+        &[&queues, &buckets, &widths, &adds, &before],
+    )
+    .await
+    .map_err(fault("recording the starts of rate-limited queues"))?;
+    Ok(())
+}
+
+statements! {
+    ANY_LIMITED = "SELECT 1 FROM tenax_queues WHERE name = ANY($1::text[]) AND limited AND NOT paused";
+    STARTED = "SELECT coalesce(sum(count), 0)::bigint FROM tenax_queue_starts
+         WHERE queue = $1 AND bucket + width > $2";
+    LOCK_LIMITED = "SELECT name, config FROM tenax_queues
+         WHERE name = ANY($1::text[]) AND limited AND NOT paused
+         ORDER BY name FOR UPDATE";
+    COUNT = "SELECT l.name,
+             (SELECT count(*) FROM tenax_jobs j WHERE j.queue = l.name AND j.status = 2),
+             (SELECT coalesce(sum(s.count), 0)::bigint FROM tenax_queue_starts s
+                 WHERE s.queue = l.name AND s.bucket + s.width > l.since),
+             (SELECT min(s.bucket + s.width) FROM tenax_queue_starts s
+                 WHERE s.queue = l.name AND s.bucket + s.width > l.since)
+         FROM unnest($1::text[], $2::bigint[]) AS l(name, since)";
+    RECORD = "WITH forgotten AS (
              DELETE FROM tenax_queue_starts s
              USING unnest($1::text[], $5::bigint[]) AS f(queue, before)
              WHERE s.queue = f.queue AND s.bucket + s.width <= f.before
@@ -269,10 +267,5 @@ async fn record<'a, C: GenericClient>(
          SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[])
          ON CONFLICT (queue, bucket) DO UPDATE
          SET count = tenax_queue_starts.count + excluded.count,
-             width = greatest(tenax_queue_starts.width, excluded.width)",
-        &[&queues, &buckets, &widths, &adds, &before],
-    )
-    .await
-    .map_err(fault("recording the starts of rate-limited queues"))?;
-    Ok(())
+             width = greatest(tenax_queue_starts.width, excluded.width)";
 }

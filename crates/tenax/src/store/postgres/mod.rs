@@ -31,6 +31,7 @@ mod schedules;
 pub mod schema;
 pub mod sealing;
 mod servers;
+mod statements;
 mod subscriptions;
 mod tls;
 mod tokens;
@@ -93,6 +94,27 @@ impl PostgresOptions {
 
 /// The advisory lock the leading server holds ("tenax-ld").
 const LEAD_LOCK: i64 = 0x7465_6e61_782d_6c64;
+
+statements::statements! {
+    /// Takes the lead's lock `$1` if no other session holds it; answers whether it has it.
+    TRY_LEAD = "SELECT pg_try_advisory_lock($1)";
+}
+
+/// Every statement text this store can send, as (name, text): each declared statement, and
+/// every shape of each built one ([`statements`]). For the test that prepares them all
+/// (`tests/pg_statements.rs`); not an API.
+#[doc(hidden)]
+pub fn every_statement() -> Vec<(String, String)> {
+    statements::all()
+}
+
+/// Every prefix this store builds statements from, with how many of [`every_statement`]'s
+/// shapes were built from it (none: a builder whose shapes are not listed). For the same
+/// test; not an API.
+#[doc(hidden)]
+pub fn every_prefix() -> Vec<(String, usize)> {
+    statements::all_prefixes()
+}
 
 #[derive(Debug)]
 pub struct PostgresStore {
@@ -405,7 +427,7 @@ impl StoreLifecycle for PostgresStore {
             return Ok(false);
         };
         let row = client
-            .query_one("SELECT pg_try_advisory_lock($1)", &[&LEAD_LOCK])
+            .query_one(TRY_LEAD.text(), &[&LEAD_LOCK])
             .await
             .map_err(fault("asking for the lead"))?;
         *holds = row.get(0);

@@ -5,8 +5,9 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use super::filter::{Query, ids_param};
-use super::rows::{JOB_COLUMNS, PEEK_COLUMNS, id, job_of, limit, peek_of, status_of, unid, untime};
+use super::filter::{Query, filter_shapes, ids_param};
+use super::rows::{id, job_columns, job_of, limit, peek_columns, peek_of, status_of, unid, untime};
+use super::statements::{prefixes, statements};
 use super::transitions::query;
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
@@ -20,36 +21,16 @@ use crate::store::{JobReads, StoreError, from_json_bytes};
 impl JobReads for PostgresStore {
     async fn get_job(&self, job: JobId) -> Result<Option<Job>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            &format!(
-                "SELECT {JOB_COLUMNS} FROM tenax_jobs WHERE id = $1
-                 UNION ALL SELECT {JOB_COLUMNS} FROM tenax_finished WHERE id = $1"
-            ),
-            &[&id(job.0)],
-        )
-        .await
-        .map_err(fault("reading a job"))?;
+        let rows = query(&client, &JOB, &[&id(job.0)])
+            .await
+            .map_err(fault("reading a job"))?;
         rows.first().map(job_of).transpose()
     }
 
     async fn list_jobs(&self, filter: &JobFilter, page: Page) -> Result<Vec<Job>, StoreError> {
         let client = self.client().await?;
-        let mut statement = Query::new(format!(
-            "SELECT {JOB_COLUMNS} FROM tenax_all_jobs WHERE true"
-        ));
-        statement.filter(filter);
-        let (after, order) = match page.order {
-            Order::Ascending => (">", "ASC"),
-            Order::Descending => ("<", "DESC"),
-        };
-        if let Some(from) = page.after {
-            let p = statement.param(id(from.0));
-            statement.push(&format!(" AND id {after} {p}"));
-        }
-        let p = statement.param(limit(page.limit));
-        statement.push(&format!(" ORDER BY id {order} LIMIT {p}"));
-        let rows = query(&client, &statement.sql, &statement.params())
+        let statement = listing(filter, page);
+        let rows = query(&client, &statement, &statement.params())
             .await
             .map_err(fault("listing jobs"))?;
         rows.iter().map(job_of).collect()
@@ -57,9 +38,8 @@ impl JobReads for PostgresStore {
 
     async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, StoreError> {
         let client = self.client().await?;
-        let mut statement = Query::new("SELECT count(*) FROM tenax_all_jobs WHERE true");
-        statement.filter(filter);
-        let rows = query(&client, &statement.sql, &statement.params())
+        let statement = counting(filter);
+        let rows = query(&client, &statement, &statement.params())
             .await
             .map_err(fault("counting jobs"))?;
         Ok(rows
@@ -73,12 +53,8 @@ impl JobReads for PostgresStore {
         max: u64,
     ) -> Result<(u64, bool), StoreError> {
         let client = self.client().await?;
-        let mut statement =
-            Query::new("SELECT count(*) FROM (SELECT 1 FROM tenax_all_jobs WHERE true");
-        statement.filter(filter);
-        let p = statement.param(i64::try_from(max.saturating_add(1)).unwrap_or(i64::MAX));
-        statement.push(&format!(" LIMIT {p}) AS matching"));
-        let rows = query(&client, &statement.sql, &statement.params())
+        let statement = counting_upto(filter, max);
+        let rows = query(&client, &statement, &statement.params())
             .await
             .map_err(fault("counting jobs"))?;
         let count = rows
@@ -89,26 +65,18 @@ impl JobReads for PostgresStore {
 
     async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            &format!("SELECT {PEEK_COLUMNS} FROM tenax_all_jobs WHERE id = ANY($1)"),
-            &[&ids_param(ids)],
-        )
-        .await
-        .map_err(fault("looking at jobs"))?;
+        let rows = query(&client, &PEEK, &[&ids_param(ids)])
+            .await
+            .map_err(fault("looking at jobs"))?;
         let found: HashMap<JobId, JobPeek> = rows.iter().map(peek_of).collect::<Result<_, _>>()?;
         Ok(ids.iter().map(|job| found.get(job).cloned()).collect())
     }
 
     async fn counts(&self) -> Result<Vec<QueueCounts>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT queue, status, count(*) FROM tenax_all_jobs GROUP BY queue, status",
-            &[],
-        )
-        .await
-        .map_err(fault("counting jobs"))?;
+        let rows = query(&client, &COUNTS, &[])
+            .await
+            .map_err(fault("counting jobs"))?;
         let mut by_queue: HashMap<String, [u64; 5]> = HashMap::new();
         for row in &rows {
             let slots = by_queue.entry(row.get(0)).or_default();
@@ -124,13 +92,9 @@ impl JobReads for PostgresStore {
 
     async fn queue_counts(&self, queue: &str) -> Result<QueueCounts, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT status, count(*) FROM tenax_all_jobs WHERE queue = $1 GROUP BY status",
-            &[&queue],
-        )
-        .await
-        .map_err(fault("counting a queue's jobs"))?;
+        let rows = query(&client, &QUEUE_COUNTS, &[&queue])
+            .await
+            .map_err(fault("counting a queue's jobs"))?;
         let mut slots = [0; 5];
         for row in &rows {
             add(&mut slots, status_of(row.get(0))?, row.get(1));
@@ -146,13 +110,9 @@ impl JobReads for PostgresStore {
         let what = "counting jobs by queue";
         let client = self.client().await?;
         let mut by_queue: HashMap<String, Backlog> = HashMap::new();
-        let unfinished = query(
-            &client,
-            "SELECT queue, status, count(*) FROM tenax_jobs GROUP BY queue, status",
-            &[],
-        )
-        .await
-        .map_err(fault(what))?;
+        let unfinished = query(&client, &UNFINISHED_COUNTS, &[])
+            .await
+            .map_err(fault(what))?;
         for row in &unfinished {
             let queue: String = row.get(0);
             let n = u64::try_from(row.get::<_, i64>(2)).unwrap_or(0);
@@ -167,13 +127,9 @@ impl JobReads for PostgresStore {
                 Status::Completed | Status::Dead => {}
             }
         }
-        let dead = query(
-            &client,
-            "SELECT queue, count(*) FROM tenax_finished WHERE status = 4 GROUP BY queue",
-            &[],
-        )
-        .await
-        .map_err(fault(what))?;
+        let dead = query(&client, &DEAD_COUNTS, &[])
+            .await
+            .map_err(fault(what))?;
         for row in &dead {
             let queue: String = row.get(0);
             let n = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
@@ -199,27 +155,8 @@ impl JobReads for PostgresStore {
         budget: usize,
     ) -> Result<Searched, StoreError> {
         let client = self.client().await?;
-        let mut statement = Query::new("SELECT id, ");
-        let lower = statement.param(text.lower.clone());
-        let escaped = statement.param(text.escaped.clone());
-        statement.push(&format!(
-            "(strpos(lower(payload), {lower}) > 0
-              OR strpos(lower(array_to_string(errors, ' ')), {escaped}) > 0)
-             FROM tenax_all_jobs WHERE true"
-        ));
-        statement.filter(filter);
-        let (after, order) = match page.order {
-            Order::Ascending => (">", "ASC"),
-            Order::Descending => ("<", "DESC"),
-        };
-        if let Some(from) = page.after {
-            let p = statement.param(id(from.0));
-            statement.push(&format!(" AND id {after} {p}"));
-        }
-        // One more than the budget: whether anything lies past it.
-        let p = statement.param(limit(budget.saturating_add(1)));
-        statement.push(&format!(" ORDER BY id {order} LIMIT {p}"));
-        let rows = query(&client, &statement.sql, &statement.params())
+        let statement = searching(filter, text, page, budget);
+        let rows = query(&client, &statement, &statement.params())
             .await
             .map_err(fault("searching jobs"))?;
         let mut searched = Searched {
@@ -242,13 +179,9 @@ impl JobReads for PostgresStore {
         if hits.is_empty() {
             return Ok(searched);
         }
-        let rows = query(
-            &client,
-            &format!("SELECT {JOB_COLUMNS} FROM tenax_all_jobs WHERE id = ANY($1)"),
-            &[&ids_param(&hits)],
-        )
-        .await
-        .map_err(fault("reading jobs found"))?;
+        let rows = query(&client, &JOBS, &[&ids_param(&hits)])
+            .await
+            .map_err(fault("reading jobs found"))?;
         let mut found: HashMap<JobId, Job> = HashMap::new();
         for row in &rows {
             let job = job_of(row)?;
@@ -264,17 +197,9 @@ impl JobReads for PostgresStore {
 
     async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT q.at, h.run_at FROM unnest($1::text[]) WITH ORDINALITY AS q(name, at)
-             CROSS JOIN LATERAL (
-                 SELECT run_at FROM tenax_jobs WHERE status = 1 AND queue = q.name
-                 ORDER BY priority DESC, id LIMIT 1
-             ) AS h",
-            &[&queues],
-        )
-        .await
-        .map_err(fault("reading the heads of queues"))?;
+        let rows = query(&client, &READY_SINCE, &[&queues])
+            .await
+            .map_err(fault("reading the heads of queues"))?;
         let mut heads = vec![None; queues.len()];
         for row in &rows {
             let at = usize::try_from(row.get::<_, i64>(0)).unwrap_or(0);
@@ -287,13 +212,9 @@ impl JobReads for PostgresStore {
 
     async fn attempts(&self, job: JobId) -> Result<Vec<Attempt>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT attempts FROM tenax_all_jobs WHERE id = $1",
-            &[&id(job.0)],
-        )
-        .await
-        .map_err(fault("reading a delivery's attempts"))?;
+        let rows = query(&client, &ATTEMPTS, &[&id(job.0)])
+            .await
+            .map_err(fault("reading a delivery's attempts"))?;
         match rows.first() {
             Some(row) => row
                 .get::<_, Vec<&str>>(0)
@@ -310,4 +231,128 @@ fn add(slots: &mut [u64; 5], status: Status, count: i64) {
     if let Some(at) = Status::ALL.iter().position(|s| *s == status) {
         slots[at] += u64::try_from(count).unwrap_or(0);
     }
+}
+
+/// A page of the jobs `filter` keeps.
+fn listing(filter: &JobFilter, page: Page) -> Query {
+    let mut statement = Query::new(LIST_JOBS);
+    statement.filter(filter);
+    page_of(&mut statement, page, page.limit);
+    statement
+}
+
+/// Appends `page`'s start and order, and a limit of `limit` rows.
+fn page_of(statement: &mut Query, page: Page, limit_to: usize) {
+    let (after, order) = match page.order {
+        Order::Ascending => (">", "ASC"),
+        Order::Descending => ("<", "DESC"),
+    };
+    if let Some(from) = page.after {
+        let p = statement.param(id(from.0));
+        statement.push(&format!(" AND id {after} {p}"));
+    }
+    let p = statement.param(limit(limit_to));
+    statement.push(&format!(" ORDER BY id {order} LIMIT {p}"));
+}
+
+/// How many jobs `filter` keeps.
+fn counting(filter: &JobFilter) -> Query {
+    let mut statement = Query::new(COUNT_JOBS);
+    statement.filter(filter);
+    statement
+}
+
+/// How many jobs `filter` keeps, counting no further than one past `max`.
+fn counting_upto(filter: &JobFilter, max: u64) -> Query {
+    let mut statement = Query::new(COUNT_JOBS_UPTO);
+    statement.filter(filter);
+    let p = statement.param(i64::try_from(max.saturating_add(1)).unwrap_or(i64::MAX));
+    statement.push(&format!(" LIMIT {p}) AS matching"));
+    statement
+}
+
+/// The ids of the next `budget` jobs (and one more) of a page that `filter` keeps, and
+/// whether each may hold `text`.
+fn searching(filter: &JobFilter, text: &TextQuery, page: Page, budget: usize) -> Query {
+    let mut statement = Query::new(SEARCH_JOBS);
+    let lower = statement.param(text.lower.clone());
+    let escaped = statement.param(text.escaped.clone());
+    statement.push(&format!(
+        "(strpos(lower(payload), {lower}) > 0
+              OR strpos(lower(array_to_string(errors, ' ')), {escaped}) > 0)
+             FROM tenax_all_jobs WHERE true"
+    ));
+    statement.filter(filter);
+    // One more than the budget: whether anything lies past it.
+    page_of(&mut statement, page, budget.saturating_add(1));
+    statement
+}
+
+/// Every statement this module builds: each with every filter shape
+/// ([`filter_shapes`]) and, for pages, both orders, from the start or after a job.
+pub(super) fn shapes() -> Vec<(String, Query)> {
+    let text = TextQuery {
+        lower: "t".to_owned(),
+        escaped: "t".to_owned(),
+    };
+    let mut shapes = Vec::new();
+    for (label, filter) in filter_shapes() {
+        shapes.push((label.clone(), counting(&filter)));
+        shapes.push((label.clone(), counting_upto(&filter, 10)));
+        for order in [Order::Ascending, Order::Descending] {
+            for after in [None, Some(JobId(1))] {
+                let page = Page {
+                    after,
+                    limit: 10,
+                    order,
+                };
+                let page_label = format!(
+                    "{label};{order:?}{}",
+                    if after.is_some() { ";after" } else { "" }
+                );
+                shapes.push((page_label.clone(), listing(&filter, page)));
+                shapes.push((page_label, searching(&filter, &text, page, 10)));
+            }
+        }
+    }
+    shapes
+}
+
+prefixes! {
+    LIST_JOBS = concat!("SELECT ", job_columns!(), " FROM tenax_all_jobs WHERE true");
+    COUNT_JOBS = "SELECT count(*) FROM tenax_all_jobs WHERE true";
+    COUNT_JOBS_UPTO = "SELECT count(*) FROM (SELECT 1 FROM tenax_all_jobs WHERE true";
+    SEARCH_JOBS = "SELECT id, ";
+}
+
+statements! {
+    /// A job wherever it is: each table by its primary key (the view would not be).
+    JOB = concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM tenax_jobs WHERE id = $1
+                 UNION ALL SELECT ",
+        job_columns!(),
+        " FROM tenax_finished WHERE id = $1"
+    );
+    PEEK = concat!(
+        "SELECT ",
+        peek_columns!(),
+        " FROM tenax_all_jobs WHERE id = ANY($1)"
+    );
+    JOBS = concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM tenax_all_jobs WHERE id = ANY($1)"
+    );
+    COUNTS = "SELECT queue, status, count(*) FROM tenax_all_jobs GROUP BY queue, status";
+    QUEUE_COUNTS = "SELECT status, count(*) FROM tenax_all_jobs WHERE queue = $1 GROUP BY status";
+    UNFINISHED_COUNTS = "SELECT queue, status, count(*) FROM tenax_jobs GROUP BY queue, status";
+    DEAD_COUNTS = "SELECT queue, count(*) FROM tenax_finished WHERE status = 4 GROUP BY queue";
+    READY_SINCE = "SELECT q.at, h.run_at FROM unnest($1::text[]) WITH ORDINALITY AS q(name, at)
+             CROSS JOIN LATERAL (
+                 SELECT run_at FROM tenax_jobs WHERE status = 1 AND queue = q.name
+                 ORDER BY priority DESC, id LIMIT 1
+             ) AS h";
+    ATTEMPTS = "SELECT attempts FROM tenax_all_jobs WHERE id = $1";
 }

@@ -16,20 +16,34 @@ use crate::secrets::Keyring;
 use crate::store::{StoreError, from_json_bytes, sealed};
 
 /// A job's columns, in the order [`job_of`] reads them. Both job tables have them all.
-pub const JOB_COLUMNS: &str = "id, queue, kind, payload, priority, unique_key, created_at, \
-     expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
-     first_failure_at, last_delay, finished_at, dead_reason, errors, lease_token, \
-     lease_expires_at, taken_at, claim_id, trigger";
+macro_rules! job_columns {
+    () => {
+        "id, queue, kind, payload, priority, unique_key, created_at, \
+         expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
+         first_failure_at, last_delay, finished_at, dead_reason, errors, lease_token, \
+         lease_expires_at, taken_at, claim_id, trigger"
+    };
+}
+pub(super) use job_columns;
 
 /// What a peek reads, in the order [`peek_of`] reads it.
-pub const PEEK_COLUMNS: &str =
-    "id, queue, status, failures, expires_at, claim_id, lease_expires_at";
+macro_rules! peek_columns {
+    () => {
+        "id, queue, status, failures, expires_at, claim_id, lease_expires_at"
+    };
+}
+pub(super) use peek_columns;
 
 /// The columns of a job row, for INSERT … SELECT between the two tables.
-pub const TABLE_COLUMNS: &str = "id, queue, kind, payload, priority, unique_key, created_at, \
-     expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
-     first_failure_at, last_delay, finished_at, dead_reason, errors, attempts, lease_token, \
-     lease_expires_at, taken_at, claim_id, trigger";
+macro_rules! table_columns {
+    () => {
+        "id, queue, kind, payload, priority, unique_key, created_at, \
+         expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
+         first_failure_at, last_delay, finished_at, dead_reason, errors, attempts, lease_token, \
+         lease_expires_at, taken_at, claim_id, trigger"
+    };
+}
+pub(super) use table_columns;
 
 /// A 64-bit id as stored: the same bits.
 pub fn id(value: u64) -> i64 {
@@ -112,7 +126,7 @@ fn opt_time(row: &Row, at: usize) -> Option<UnixMs> {
     row.get::<_, Option<i64>>(at).map(untime)
 }
 
-/// A job state from a row read with [`JOB_COLUMNS`].
+/// A job state from a row read with [`job_columns!`].
 pub fn state_of(row: &Row) -> Result<JobState, StoreError> {
     Ok(JobState {
         status: status_of(row.get(12))?,
@@ -126,14 +140,14 @@ pub fn state_of(row: &Row) -> Result<JobState, StoreError> {
     })
 }
 
-/// The stored policy of a row read with [`JOB_COLUMNS`].
+/// The stored policy of a row read with [`job_columns!`].
 pub fn policy_of(row: &Row) -> Result<Option<StoredPolicy>, StoreError> {
     row.get::<_, Option<&str>>(11)
         .map(|text| from_json_bytes("job policy", text.as_bytes()))
         .transpose()
 }
 
-/// A whole job from a row read with [`JOB_COLUMNS`].
+/// A whole job from a row read with [`job_columns!`].
 pub fn job_of(row: &Row) -> Result<Job, StoreError> {
     let state = state_of(row)?;
     let payload: String = row.get(3);
@@ -173,12 +187,12 @@ pub fn job_of(row: &Row) -> Result<Job, StoreError> {
     })
 }
 
-/// The lease token of a row read with [`JOB_COLUMNS`], if it has one.
+/// The lease token of a row read with [`job_columns!`], if it has one.
 pub fn lease_token_of(row: &Row) -> Option<LeaseToken> {
     row.get::<_, Option<i64>>(20).map(|t| LeaseToken(unid(t)))
 }
 
-/// A peek from a row read with [`PEEK_COLUMNS`], and the job's id.
+/// A peek from a row read with [`peek_columns!`], and the job's id.
 pub fn peek_of(row: &Row) -> Result<(JobId, JobPeek), StoreError> {
     let status = status_of(row.get(2))?;
     let in_flight = status == Status::InFlight;

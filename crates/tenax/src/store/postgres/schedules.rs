@@ -7,6 +7,7 @@ use async_trait::async_trait;
 
 use super::inserts::insert_in;
 use super::rows::{json, limit, time};
+use super::statements::statements;
 use super::transitions::{execute, query};
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
@@ -25,25 +26,17 @@ fn revision(schedule: &Schedule) -> i64 {
 impl ScheduleStore for PostgresStore {
     async fn schedule(&self, name: &str) -> Result<Option<Schedule>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT body FROM tenax_schedules WHERE name = $1",
-            &[&name],
-        )
-        .await
-        .map_err(fault("reading a schedule"))?;
+        let rows = query(&client, &SCHEDULE, &[&name])
+            .await
+            .map_err(fault("reading a schedule"))?;
         rows.first().map(|r| schedule_of(r.get(0))).transpose()
     }
 
     async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT body FROM tenax_schedules ORDER BY name",
-            &[],
-        )
-        .await
-        .map_err(fault("listing schedules"))?;
+        let rows = query(&client, &LIST, &[])
+            .await
+            .map_err(fault("listing schedules"))?;
         rows.iter().map(|r| schedule_of(r.get(0))).collect()
     }
 
@@ -56,31 +49,15 @@ impl ScheduleStore for PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
         // A schedule may have no row yet: the lock is on its name.
-        execute(
-            &tx,
-            "SELECT pg_advisory_xact_lock(hashtextextended('tenax.schedule:' || $1, 0))",
-            &[&name],
-        )
-        .await
-        .map_err(fault(what))?;
-        let rows = query(
-            &tx,
-            "SELECT body FROM tenax_schedules WHERE name = $1",
-            &[&name],
-        )
-        .await
-        .map_err(fault(what))?;
+        execute(&tx, &LOCK, &[&name]).await.map_err(fault(what))?;
+        let rows = query(&tx, &SCHEDULE, &[&name]).await.map_err(fault(what))?;
         let current = rows.first().map(|r| schedule_of(r.get(0))).transpose()?;
         let Some(schedule) = change(current.as_ref()) else {
             return Ok(current);
         };
         execute(
             &tx,
-            "INSERT INTO tenax_schedules (name, paused, next_tick, revision, body)
-             VALUES ($1, $2, $3, $4, $5)
-             ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
-                 next_tick = excluded.next_tick, revision = excluded.revision,
-                 body = excluded.body",
+            &PUT,
             &[
                 &name,
                 &schedule.paused,
@@ -99,26 +76,17 @@ impl ScheduleStore for PostgresStore {
 
     async fn delete_schedule(&self, name: &str) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        let deleted = execute(
-            &client,
-            "DELETE FROM tenax_schedules WHERE name = $1",
-            &[&name],
-        )
-        .await
-        .map_err(fault("deleting a schedule"))?;
+        let deleted = execute(&client, &DELETE, &[&name])
+            .await
+            .map_err(fault("deleting a schedule"))?;
         Ok(deleted > 0)
     }
 
     async fn due_schedules(&self, now_ms: UnixMs, max: usize) -> Result<Vec<Schedule>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT body FROM tenax_schedules
-             WHERE NOT paused AND next_tick <= $1 ORDER BY next_tick LIMIT $2",
-            &[&time(now_ms), &limit(max)],
-        )
-        .await
-        .map_err(fault("finding due schedules"))?;
+        let rows = query(&client, &DUE, &[&time(now_ms), &limit(max)])
+            .await
+            .map_err(fault("finding due schedules"))?;
         rows.iter().map(|r| schedule_of(r.get(0))).collect()
     }
 
@@ -141,8 +109,7 @@ impl ScheduleStore for PostgresStore {
         let expected = i64::try_from(expected_revision).unwrap_or(i64::MAX);
         let updated = execute(
             &tx,
-            "UPDATE tenax_schedules SET paused = $2, next_tick = $3, revision = $4, body = $5
-             WHERE name = $1 AND revision = $6",
+            &RECORD_TICK,
             &[
                 &stored.name,
                 &stored.paused,
@@ -162,4 +129,20 @@ impl ScheduleStore for PostgresStore {
         self.announce_made(made);
         Ok(Some(results))
     }
+}
+
+statements! {
+    SCHEDULE = "SELECT body FROM tenax_schedules WHERE name = $1";
+    LIST = "SELECT body FROM tenax_schedules ORDER BY name";
+    LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('tenax.schedule:' || $1, 0))";
+    PUT = "INSERT INTO tenax_schedules (name, paused, next_tick, revision, body)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (name) DO UPDATE SET paused = excluded.paused,
+                 next_tick = excluded.next_tick, revision = excluded.revision,
+                 body = excluded.body";
+    DELETE = "DELETE FROM tenax_schedules WHERE name = $1";
+    DUE = "SELECT body FROM tenax_schedules
+             WHERE NOT paused AND next_tick <= $1 ORDER BY next_tick LIMIT $2";
+    RECORD_TICK = "UPDATE tenax_schedules SET paused = $2, next_tick = $3, revision = $4, body = $5
+             WHERE name = $1 AND revision = $6";
 }

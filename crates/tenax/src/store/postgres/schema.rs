@@ -5,6 +5,7 @@
 use tokio_postgres::Client;
 
 use super::fault;
+use super::statements::{batch, statements};
 use crate::store::StoreError;
 
 /// The migrations, in order: version `n` is `MIGRATIONS[n - 1]`. Never edit one that has
@@ -30,13 +31,13 @@ const MIGRATION_LOCK: i64 = 0x7465_6e61_782d_6d67;
 pub async fn migrate(client: &mut Client) -> Result<u64, StoreError> {
     let what = "migrating the PostgreSQL schema";
     client
-        .execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])
+        .execute(ADVISORY_LOCK.text(), &[&MIGRATION_LOCK])
         .await
         .map_err(fault(what))?;
     let migrated = migrate_locked(client).await;
     // The lock goes with the session too, should this fail.
     let unlocked = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&MIGRATION_LOCK])
+        .execute(ADVISORY_UNLOCK.text(), &[&MIGRATION_LOCK])
         .await
         .map_err(fault(what));
     let found = migrated?;
@@ -47,11 +48,7 @@ pub async fn migrate(client: &mut Client) -> Result<u64, StoreError> {
 async fn migrate_locked(client: &mut Client) -> Result<u64, StoreError> {
     let what = "migrating the PostgreSQL schema";
     client
-        .batch_execute(
-            "CREATE TABLE IF NOT EXISTS tenax_schema (version bigint NOT NULL);
-             INSERT INTO tenax_schema (version)
-                 SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM tenax_schema);",
-        )
+        .batch_execute(&batch([CREATE_SCHEMA_TABLE.text(), START_AT_ZERO.text()]))
         .await
         .map_err(fault(what))?;
     let found = version(client).await?;
@@ -65,7 +62,7 @@ async fn migrate_locked(client: &mut Client) -> Result<u64, StoreError> {
         let tx = client.transaction().await.map_err(fault(what))?;
         tx.batch_execute(sql).await.map_err(fault(what))?;
         let to = i64::try_from(at + 1).unwrap_or(i64::MAX);
-        tx.execute("UPDATE tenax_schema SET version = $1", &[&to])
+        tx.execute(WRITE_VERSION.text(), &[&to])
             .await
             .map_err(fault(what))?;
         tx.commit().await.map_err(fault(what))?;
@@ -77,9 +74,20 @@ async fn migrate_locked(client: &mut Client) -> Result<u64, StoreError> {
 /// The schema version of the database (0: none yet).
 pub async fn version(client: &Client) -> Result<u64, StoreError> {
     let row = client
-        .query_opt("SELECT version FROM tenax_schema", &[])
+        .query_opt(READ_VERSION.text(), &[])
         .await
         .map_err(fault("reading the schema version"))?;
     let version: i64 = row.map_or(0, |r| r.get(0));
     Ok(u64::try_from(version).unwrap_or(0))
+}
+
+statements! {
+    /// Held by the session that migrates (or seals): `$1` is the lock.
+    pub(super) ADVISORY_LOCK = "SELECT pg_advisory_lock($1)";
+    pub(super) ADVISORY_UNLOCK = "SELECT pg_advisory_unlock($1)";
+    CREATE_SCHEMA_TABLE = "CREATE TABLE IF NOT EXISTS tenax_schema (version bigint NOT NULL)";
+    START_AT_ZERO = "INSERT INTO tenax_schema (version)
+                 SELECT 0 WHERE NOT EXISTS (SELECT 1 FROM tenax_schema)";
+    WRITE_VERSION = "UPDATE tenax_schema SET version = $1";
+    READ_VERSION = "SELECT version FROM tenax_schema";
 }

@@ -21,6 +21,8 @@ use tokio_postgres::Client;
 
 use super::fault;
 use super::rows::{id, stored_subscription};
+use super::schema::{ADVISORY_LOCK, ADVISORY_UNLOCK};
+use super::statements::statements;
 use crate::secrets::{KeyId, Keyring};
 use crate::store::StoreError;
 use crate::store::sealed::from_stored;
@@ -37,7 +39,7 @@ pub struct Sealing {
 /// The key recorded as the store's, if any.
 pub async fn recorded_key(client: &Client) -> Result<Option<KeyId>, StoreError> {
     let row = client
-        .query_opt("SELECT key_id FROM tenax_secrets_key", &[])
+        .query_opt(RECORDED_KEY.text(), &[])
         .await
         .map_err(fault("reading the store's secrets key"))?;
     row.map(|r| {
@@ -56,13 +58,13 @@ const SEALING_LOCK: i64 = 0x7465_6e61_782d_736b;
 pub async fn seal_at_rest(client: &mut Client, keys: &Keyring) -> Result<Sealing, StoreError> {
     let what = "sealing the subscriptions' secrets";
     client
-        .execute("SELECT pg_advisory_lock($1)", &[&SEALING_LOCK])
+        .execute(ADVISORY_LOCK.text(), &[&SEALING_LOCK])
         .await
         .map_err(fault(what))?;
     let sealed = seal_locked(client, keys).await;
     // The lock goes with the session too, should this fail.
     let unlocked = client
-        .execute("SELECT pg_advisory_unlock($1)", &[&SEALING_LOCK])
+        .execute(ADVISORY_UNLOCK.text(), &[&SEALING_LOCK])
         .await
         .map_err(fault(what));
     let sealed = sealed?;
@@ -83,7 +85,7 @@ async fn seal_locked(client: &mut Client, keys: &Keyring) -> Result<Sealing, Sto
     }
     let current = keys.current().id();
     let rows = client
-        .query("SELECT body FROM tenax_subscriptions ORDER BY id", &[])
+        .query(SUBSCRIPTIONS.text(), &[])
         .await
         .map_err(fault(what))?;
     let mut done = Sealing::default();
@@ -96,7 +98,7 @@ async fn seal_locked(client: &mut Client, keys: &Keyring) -> Result<Sealing, Sto
         let stored = stored_subscription(&opened.subscription, keys)?;
         let changed = client
             .execute(
-                "UPDATE tenax_subscriptions SET body = $3 WHERE id = $1 AND body = $2",
+                RESEAL.text(),
                 &[&id(opened.subscription.id.0), &body, &stored],
             )
             .await
@@ -107,18 +109,14 @@ async fn seal_locked(client: &mut Client, keys: &Keyring) -> Result<Sealing, Sto
         }
     }
     client
-        .execute(
-            "INSERT INTO tenax_secrets_key (key_id) VALUES ($1)
-             ON CONFLICT (single) DO UPDATE SET key_id = excluded.key_id",
-            &[&current.to_string()],
-        )
+        .execute(RECORD_KEY.text(), &[&current.to_string()])
         .await
         .map_err(fault(what))?;
     if done.in_clear > 0 {
         // The old row versions held the secrets in clear: a new copy of the table leaves them
         // behind. The table is small; the lock it takes lasts as long as the copy.
         client
-            .batch_execute("VACUUM FULL tenax_subscriptions")
+            .batch_execute(REWRITE_SUBSCRIPTIONS.text())
             .await
             .map_err(fault(
                 "rewriting tenax_subscriptions without its old row versions",
@@ -165,4 +163,16 @@ async fn with_client<T>(
     drop(client);
     let _ = driver.await;
     done
+}
+
+statements! {
+    RECORDED_KEY = "SELECT key_id FROM tenax_secrets_key";
+    SUBSCRIPTIONS = "SELECT body FROM tenax_subscriptions ORDER BY id";
+    /// A subscription sealed again (`$3`), unless its body changed since it was read (`$2`).
+    RESEAL = "UPDATE tenax_subscriptions SET body = $3 WHERE id = $1 AND body = $2";
+    RECORD_KEY = "INSERT INTO tenax_secrets_key (key_id) VALUES ($1)
+             ON CONFLICT (single) DO UPDATE SET key_id = excluded.key_id";
+    /// A new copy of the table, without the old row versions (sent alone: not in a
+    /// transaction).
+    REWRITE_SUBSCRIPTIONS = "VACUUM FULL tenax_subscriptions";
 }

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 
 use super::rows::{count_of, id, stored_subscription, subscription_of, unid};
+use super::statements::statements;
 use super::transitions::{execute, query, subscription_row};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, RETRIES, facts, fault, is_conflict};
@@ -23,8 +24,7 @@ async fn endpoint_holder<C: deadpool_postgres::GenericClient>(
     };
     let rows = query(
         client,
-        "SELECT body FROM tenax_subscriptions
-         WHERE queue = $1 AND endpoint_key = $2 AND id <> $3",
+        &ENDPOINT_HOLDER,
         &[&subscription.queue, &endpoint, &id(subscription.id.0)],
     )
     .await
@@ -47,19 +47,12 @@ impl SubscriptionStore for PostgresStore {
             if let Some(holder) = endpoint_holder(&client, &subscription, &self.keys).await? {
                 return Ok((holder, false));
             }
-            let next = query(&client, "SELECT nextval('tenax_subscription_ids')", &[])
-                .await
-                .map_err(fault(what))?;
+            let next = query(&client, &NEXT_ID, &[]).await.map_err(fault(what))?;
             subscription.id = SubscriptionId(unid(next.first().map_or(0, |r| r.get(0))));
             let stored = stored_subscription(&subscription, &self.keys)?;
             let inserted = query(
                 &client,
-                "WITH stored AS (
-                     INSERT INTO tenax_subscriptions (id, queue, enabled, endpoint_key, body)
-                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING 1),
-                 advanced AS (UPDATE tenax_facts SET version = version + 1
-                              WHERE EXISTS (SELECT 1 FROM stored))
-                 SELECT count(*) FROM stored",
+                &INSERT,
                 &[
                     &id(subscription.id.0),
                     &subscription.queue,
@@ -102,15 +95,7 @@ impl SubscriptionStore for PostgresStore {
         let client = self.client().await?;
         let rows = query(
             &client,
-            "WITH gone AS (DELETE FROM tenax_subscriptions WHERE id = $1 RETURNING id),
-                  advanced AS (UPDATE tenax_facts SET version = version + 1
-                               WHERE EXISTS (SELECT 1 FROM gone)),
-                  live AS (DELETE FROM tenax_jobs WHERE queue = $2
-                           AND EXISTS (SELECT 1 FROM gone) RETURNING 1),
-                  finished AS (DELETE FROM tenax_finished WHERE queue = $2
-                               AND EXISTS (SELECT 1 FROM gone) RETURNING 1)
-             SELECT (SELECT count(*) FROM gone),
-                    (SELECT count(*) FROM live) + (SELECT count(*) FROM finished)",
+            &DELETE,
             &[&id(subscription.0), &delivery_queue(subscription)],
         )
         .await
@@ -131,19 +116,14 @@ impl SubscriptionStore for PostgresStore {
         &self,
         subscription: SubscriptionId,
     ) -> Result<Option<Subscription>, StoreError> {
-        subscription_row(&self.client().await?, subscription, "", &self.keys).await
+        subscription_row(&self.client().await?, subscription, false, &self.keys).await
     }
 
     async fn subscriptions(&self, queue: Option<&str>) -> Result<Vec<Subscription>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT body FROM tenax_subscriptions
-             WHERE $1::text IS NULL OR queue = $1::text ORDER BY id",
-            &[&queue],
-        )
-        .await
-        .map_err(fault("listing subscriptions"))?;
+        let rows = query(&client, &LIST, &[&queue])
+            .await
+            .map_err(fault("listing subscriptions"))?;
         rows.iter()
             .map(|r| subscription_of(r.get(0), &self.keys))
             .collect()
@@ -159,8 +139,7 @@ impl PostgresStore {
         let what = "changing a subscription";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
-        let Some(current) = subscription_row(&tx, subscription, "FOR UPDATE", &self.keys).await?
-        else {
+        let Some(current) = subscription_row(&tx, subscription, true, &self.keys).await? else {
             return Err(StoreError::NoSubscription(subscription));
         };
         let Some(mut changed) = change(&current) else {
@@ -176,8 +155,7 @@ impl PostgresStore {
         }
         execute(
             &tx,
-            "UPDATE tenax_subscriptions SET queue = $2, enabled = $3, endpoint_key = $4, body = $5
-             WHERE id = $1",
+            &UPDATE,
             &[
                 &id(subscription.0),
                 &changed.queue,
@@ -190,7 +168,7 @@ impl PostgresStore {
         .map_err(fault(what))?;
         let moved = changed.queue != current.queue;
         if moved {
-            execute(&tx, facts::ADVANCE, &[])
+            execute(&tx, &facts::ADVANCE, &[])
                 .await
                 .map_err(fault(what))?;
         }
@@ -209,4 +187,34 @@ impl PostgresStore {
             self.announce(Wakeup::Ready);
         }
     }
+}
+
+statements! {
+    ENDPOINT_HOLDER = "SELECT body FROM tenax_subscriptions
+         WHERE queue = $1 AND endpoint_key = $2 AND id <> $3";
+    NEXT_ID = "SELECT nextval('tenax_subscription_ids')";
+    /// Stores a subscription unless another holds its id or unique endpoint, and advances the
+    /// facts version if it did ([`super::facts`]).
+    INSERT = "WITH stored AS (
+                     INSERT INTO tenax_subscriptions (id, queue, enabled, endpoint_key, body)
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING 1),
+                 advanced AS (UPDATE tenax_facts SET version = version + 1
+                              WHERE EXISTS (SELECT 1 FROM stored))
+                 SELECT count(*) FROM stored";
+    /// Deletes a subscription (`$1`) and its deliveries (queue `$2`); advances the facts
+    /// version if it was there.
+    DELETE = "WITH gone AS (DELETE FROM tenax_subscriptions WHERE id = $1 RETURNING id),
+                  advanced AS (UPDATE tenax_facts SET version = version + 1
+                               WHERE EXISTS (SELECT 1 FROM gone)),
+                  live AS (DELETE FROM tenax_jobs WHERE queue = $2
+                           AND EXISTS (SELECT 1 FROM gone) RETURNING 1),
+                  finished AS (DELETE FROM tenax_finished WHERE queue = $2
+                               AND EXISTS (SELECT 1 FROM gone) RETURNING 1)
+             SELECT (SELECT count(*) FROM gone),
+                    (SELECT count(*) FROM live) + (SELECT count(*) FROM finished)";
+    /// All subscriptions, or those of queue `$1`.
+    LIST = "SELECT body FROM tenax_subscriptions
+             WHERE $1::text IS NULL OR queue = $1::text ORDER BY id";
+    UPDATE = "UPDATE tenax_subscriptions SET queue = $2, enabled = $3, endpoint_key = $4, body = $5
+             WHERE id = $1";
 }

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 
 use super::rows::{id, json, unid};
+use super::statements::statements;
 use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
@@ -16,14 +17,12 @@ impl TokenStore for PostgresStore {
         let what = "storing a token";
         let client = self.client().await?;
         let sql = if record.id == 0 {
-            let next = query(&client, "SELECT nextval('tenax_token_ids')", &[])
-                .await
-                .map_err(fault(what))?;
+            let next = query(&client, &NEXT_ID, &[]).await.map_err(fault(what))?;
             record.id = unid(next.first().map_or(0, |r| r.get(0)));
-            "INSERT INTO tenax_tokens (id, body) VALUES ($1, $2)"
+            &INSERT
         } else {
             // Revoked meanwhile (by any server): it stays revoked.
-            "UPDATE tenax_tokens SET body = $2 WHERE id = $1"
+            &UPDATE
         };
         execute(&client, sql, &[&id(record.id), &json(&record)])
             .await
@@ -34,13 +33,9 @@ impl TokenStore for PostgresStore {
 
     async fn delete_token(&self, token: u64) -> Result<bool, StoreError> {
         let client = self.client().await?;
-        let deleted = execute(
-            &client,
-            "DELETE FROM tenax_tokens WHERE id = $1",
-            &[&id(token)],
-        )
-        .await
-        .map_err(fault("deleting a token"))?;
+        let deleted = execute(&client, &DELETE, &[&id(token)])
+            .await
+            .map_err(fault("deleting a token"))?;
         if deleted > 0 {
             self.announce(Wakeup::Tokens);
         }
@@ -49,11 +44,19 @@ impl TokenStore for PostgresStore {
 
     async fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
         let client = self.client().await?;
-        let rows = query(&client, "SELECT body FROM tenax_tokens ORDER BY id", &[])
+        let rows = query(&client, &LIST, &[])
             .await
             .map_err(fault("reading tokens"))?;
         rows.iter()
             .map(|r| from_json_bytes("token", r.get::<_, &str>(0).as_bytes()))
             .collect()
     }
+}
+
+statements! {
+    NEXT_ID = "SELECT nextval('tenax_token_ids')";
+    INSERT = "INSERT INTO tenax_tokens (id, body) VALUES ($1, $2)";
+    UPDATE = "UPDATE tenax_tokens SET body = $2 WHERE id = $1";
+    DELETE = "DELETE FROM tenax_tokens WHERE id = $1";
+    LIST = "SELECT body FROM tenax_tokens ORDER BY id";
 }

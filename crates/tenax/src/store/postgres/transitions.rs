@@ -10,9 +10,10 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::rows::{
-    JOB_COLUMNS, TABLE_COLUMNS, count, id, json, lease_token_of, policy_of, queue_config_of,
-    state_of, status_code, status_of, subscription_of, time, trigger_code, unid, untime,
+    count, id, job_columns, json, lease_token_of, policy_of, queue_config_of, state_of,
+    status_code, status_of, subscription_of, table_columns, time, trigger_code, unid, untime,
 };
+use super::statements::{Text, statements};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
 use crate::clock::UnixMs;
@@ -23,23 +24,24 @@ use crate::model::{
 use crate::secrets::Keyring;
 use crate::store::{Decide, DecideContext, LeaseFacts, StoreError, Transition};
 
-/// Runs `sql` as a cached prepared statement.
-pub async fn query<C: GenericClient>(
+/// Runs `sql` as a cached prepared statement. A [`Text`], never a bare string: every text
+/// sent is listed ([`super::statements`]).
+pub async fn query<C: GenericClient, S: Text + ?Sized>(
     client: &C,
-    sql: &str,
+    sql: &S,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<Vec<Row>, tokio_postgres::Error> {
-    let statement = client.prepare_cached(sql).await?;
+    let statement = client.prepare_cached(sql.text()).await?;
     client.query(&statement, params).await
 }
 
 /// Runs `sql` as a cached prepared statement; returns how many rows it changed.
-pub async fn execute<C: GenericClient>(
+pub async fn execute<C: GenericClient, S: Text + ?Sized>(
     client: &C,
-    sql: &str,
+    sql: &S,
     params: &[&(dyn ToSql + Sync)],
 ) -> Result<u64, tokio_postgres::Error> {
-    let statement = client.prepare_cached(sql).await?;
+    let statement = client.prepare_cached(sql.text()).await?;
     client.execute(&statement, params).await
 }
 
@@ -69,7 +71,7 @@ impl Context {
         if let Some(known) = self.queues.get(name) {
             return Ok(known.clone());
         }
-        let config = queue_config(client, name, "").await?;
+        let config = queue_config(client, name).await?;
         self.queues.insert(name.to_owned(), config.clone());
         Ok(config)
     }
@@ -82,59 +84,50 @@ impl Context {
         if let Some(known) = self.subscriptions.get(&subscription) {
             return Ok(known.clone());
         }
-        let found = subscription_row(client, subscription, "", &self.keys).await?;
+        let found = subscription_row(client, subscription, false, &self.keys).await?;
         self.subscriptions.insert(subscription, found.clone());
         Ok(found)
     }
 }
 
-/// A queue's stored settings; `lock` is appended to the query (`FOR UPDATE`, or nothing).
+/// A queue's stored settings.
 pub async fn queue_config<C: GenericClient>(
     client: &C,
     name: &str,
-    lock: &str,
 ) -> Result<Option<QueueConfig>, StoreError> {
-    let rows = query(
-        client,
-        &format!("SELECT config FROM tenax_queues WHERE name = $1 {lock}"),
-        &[&name],
-    )
-    .await
-    .map_err(fault("reading a queue's settings"))?;
+    let rows = query(client, &QUEUE_CONFIG, &[&name])
+        .await
+        .map_err(fault("reading a queue's settings"))?;
     rows.first()
         .map(|row| queue_config_of(row.get(0)))
         .transpose()
 }
 
-/// A stored subscription, opened with `keys`; `lock` is appended to the query (`FOR UPDATE`,
-/// or nothing).
+/// A stored subscription, opened with `keys`; locked until the transaction ends when `lock`.
 pub async fn subscription_row<C: GenericClient>(
     client: &C,
     subscription: SubscriptionId,
-    lock: &str,
+    lock: bool,
     keys: &Keyring,
 ) -> Result<Option<Subscription>, StoreError> {
-    let rows = query(
-        client,
-        &format!("SELECT body FROM tenax_subscriptions WHERE id = $1 {lock}"),
-        &[&id(subscription.0)],
-    )
-    .await
-    .map_err(fault("reading a subscription"))?;
+    let sql = if lock {
+        &SUBSCRIPTION_FOR_UPDATE
+    } else {
+        &SUBSCRIPTION
+    };
+    let rows = query(client, sql, &[&id(subscription.0)])
+        .await
+        .map_err(fault("reading a subscription"))?;
     rows.first()
         .map(|row| subscription_of(row.get(0), keys))
         .transpose()
 }
 
-/// Locks unfinished job `job` until the transaction ends; its row, read with [`JOB_COLUMNS`].
+/// Locks unfinished job `job` until the transaction ends; its row, read with [`job_columns!`].
 pub async fn lock_job<C: GenericClient>(client: &C, job: JobId) -> Result<Option<Row>, StoreError> {
-    let rows = query(
-        client,
-        &format!("SELECT {JOB_COLUMNS} FROM tenax_jobs WHERE id = $1 FOR UPDATE"),
-        &[&id(job.0)],
-    )
-    .await
-    .map_err(fault("locking a job"))?;
+    let rows = query(client, &LOCK_JOB, &[&id(job.0)])
+        .await
+        .map_err(fault("locking a job"))?;
     Ok(rows.into_iter().next())
 }
 
@@ -143,13 +136,9 @@ pub async fn status_of_job<C: GenericClient>(
     client: &C,
     job: JobId,
 ) -> Result<Option<Status>, StoreError> {
-    let rows = query(
-        client,
-        "SELECT status FROM tenax_all_jobs WHERE id = $1",
-        &[&id(job.0)],
-    )
-    .await
-    .map_err(fault("reading a job's status"))?;
+    let rows = query(client, &JOB_STATUS, &[&id(job.0)])
+        .await
+        .map_err(fault("reading a job's status"))?;
     rows.first().map(|r| status_of(r.get(0))).transpose()
 }
 
@@ -236,7 +225,7 @@ pub async fn decide_and_apply<C: GenericClient>(
 }
 
 impl PostgresStore {
-    /// Ends the leases of locked jobs in flight (`rows`, read with [`JOB_COLUMNS`]) as
+    /// Ends the leases of locked jobs in flight (`rows`, read with [`job_columns!`]) as
     /// `decide` says, commits, and wakes whoever waits for what that made. Returns how many.
     pub(super) async fn decide_each(
         &self,
@@ -295,42 +284,15 @@ pub async fn write_transition<C: GenericClient>(
         &trigger,
     ];
     let sql = if state.status.is_finished() {
-        MOVE_TO_FINISHED.as_str()
+        &MOVE_TO_FINISHED
     } else {
-        UPDATE_IN_PLACE
+        &UPDATE_IN_PLACE
     };
     execute(client, sql, &params)
         .await
         .map_err(fault("writing a job's transition"))?;
     Ok(())
 }
-
-const UPDATE_IN_PLACE: &str = "UPDATE tenax_jobs SET
-        queue = coalesce($2::text, queue),
-        expires_at = CASE WHEN $3::bool THEN $4::bigint ELSE expires_at END,
-        status = $5::smallint, run_at = $6::bigint, failures = $7::integer,
-        first_failure_at = $8::bigint, last_delay = $9::bigint, finished_at = $10::bigint,
-        dead_reason = $11::text,
-        errors = CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
-        attempts = CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
-        lease_token = NULL, lease_expires_at = NULL, taken_at = NULL, claim_id = NULL,
-        trigger = $14::smallint
-    WHERE id = $1::bigint";
-
-static MOVE_TO_FINISHED: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "WITH moved AS (DELETE FROM tenax_jobs WHERE id = $1::bigint RETURNING *)
-         INSERT INTO tenax_finished ({TABLE_COLUMNS})
-         SELECT id, coalesce($2::text, queue), kind, payload, priority, unique_key, created_at,
-             CASE WHEN $3::bool THEN $4::bigint ELSE expires_at END, origin, parent,
-             traceparent, policy, $5::smallint, $6::bigint, $7::integer, $8::bigint,
-             $9::bigint, $10::bigint, $11::text,
-             CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
-             CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
-             NULL, NULL, NULL, NULL, $14::smallint
-         FROM moved"
-    )
-});
 
 /// Completes the in-flight jobs whose leases are the given tokens: kept as completed (moved to
 /// `tenax_finished`, with `attempt` logged) when `retain`, else deleted. Returns the (id,
@@ -369,12 +331,49 @@ pub async fn complete<C: GenericClient>(
         .collect())
 }
 
-/// A job holds a lease token only while in flight (every transition out of flight clears it),
-/// so matching the token is enough, and the statement does not say `status = 2`: with
-/// statistics gathered while no job was in flight, that condition made PostgreSQL expect one
-/// row and rescan the arrays for each job in flight (1.8 s per batch of 1000).
-static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
+statements! {
+    QUEUE_CONFIG = "SELECT config FROM tenax_queues WHERE name = $1";
+    SUBSCRIPTION = "SELECT body FROM tenax_subscriptions WHERE id = $1";
+    SUBSCRIPTION_FOR_UPDATE = "SELECT body FROM tenax_subscriptions WHERE id = $1 FOR UPDATE";
+    LOCK_JOB = concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM tenax_jobs WHERE id = $1 FOR UPDATE"
+    );
+    JOB_STATUS = "SELECT status FROM tenax_all_jobs WHERE id = $1";
+
+    UPDATE_IN_PLACE = "UPDATE tenax_jobs SET
+        queue = coalesce($2::text, queue),
+        expires_at = CASE WHEN $3::bool THEN $4::bigint ELSE expires_at END,
+        status = $5::smallint, run_at = $6::bigint, failures = $7::integer,
+        first_failure_at = $8::bigint, last_delay = $9::bigint, finished_at = $10::bigint,
+        dead_reason = $11::text,
+        errors = CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
+        attempts = CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
+        lease_token = NULL, lease_expires_at = NULL, taken_at = NULL, claim_id = NULL,
+        trigger = $14::smallint
+    WHERE id = $1::bigint";
+
+    MOVE_TO_FINISHED = concat!(
+        "WITH moved AS (DELETE FROM tenax_jobs WHERE id = $1::bigint RETURNING *)
+         INSERT INTO tenax_finished (",
+        table_columns!(),
+        ")
+         SELECT id, coalesce($2::text, queue), kind, payload, priority, unique_key, created_at,
+             CASE WHEN $3::bool THEN $4::bigint ELSE expires_at END, origin, parent,
+             traceparent, policy, $5::smallint, $6::bigint, $7::integer, $8::bigint,
+             $9::bigint, $10::bigint, $11::text,
+             CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
+             CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
+             NULL, NULL, NULL, NULL, $14::smallint
+         FROM moved"
+    );
+
+    /// A job holds a lease token only while in flight (every transition out of flight clears
+    /// it), so matching the token is enough, and the statement does not say `status = 2`:
+    /// with statistics gathered while no job was in flight, that condition made PostgreSQL
+    /// expect one row and rescan the arrays for each job in flight (1.8 s per batch of 1000).
+    COMPLETE = concat!(
         "WITH done AS (
              DELETE FROM tenax_jobs j
              USING unnest($1::bigint[], $2::bigint[]) AS a(id, token)
@@ -382,7 +381,9 @@ static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
                AND ($6::bigint IS NULL OR j.lease_expires_at > $6::bigint)
              RETURNING j.*
          ), kept AS (
-             INSERT INTO tenax_finished ({TABLE_COLUMNS})
+             INSERT INTO tenax_finished (",
+        table_columns!(),
+        ")
              SELECT id, queue, kind, payload, priority, unique_key, created_at, expires_at,
                  origin, parent, traceparent, policy, 3, run_at, failures, first_failure_at,
                  last_delay, $3::bigint, dead_reason, errors,
@@ -391,5 +392,5 @@ static COMPLETE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
              FROM done WHERE $4::bool
          )
          SELECT id, lease_token, queue, kind, created_at, taken_at, traceparent FROM done"
-    )
-});
+    );
+}

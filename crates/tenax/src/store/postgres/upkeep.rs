@@ -3,7 +3,8 @@
 
 use async_trait::async_trait;
 
-use super::rows::{JOB_COLUMNS, count_of, limit, time, untime};
+use super::rows::{count_of, job_columns, limit, time, untime};
+use super::statements::statements;
 use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
@@ -14,15 +15,9 @@ use crate::store::{Decide, JobUpkeep, StoreError};
 impl JobUpkeep for PostgresStore {
     async fn promote_due(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
         let client = self.client().await?;
-        let promoted = execute(
-            &client,
-            "UPDATE tenax_jobs SET status = 1 WHERE id IN (
-                 SELECT id FROM tenax_jobs WHERE status = 0 AND run_at <= $1
-                 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-            &[&time(now_ms), &limit(max)],
-        )
-        .await
-        .map_err(fault("promoting due jobs"))?;
+        let promoted = execute(&client, &PROMOTE_DUE, &[&time(now_ms), &limit(max)])
+            .await
+            .map_err(fault("promoting due jobs"))?;
         if promoted > 0 {
             self.announce(Wakeup::Ready);
         }
@@ -38,24 +33,12 @@ impl JobUpkeep for PostgresStore {
         let what = "expiring leases";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
-        execute(
-            &tx,
-            "DELETE FROM tenax_claims WHERE over_at <= $1",
-            &[&time(now_ms)],
-        )
-        .await
-        .map_err(fault(what))?;
-        let rows = query(
-            &tx,
-            &format!(
-                "SELECT {JOB_COLUMNS} FROM tenax_jobs
-                 WHERE status = 2 AND lease_expires_at <= $1
-                 ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED"
-            ),
-            &[&time(now_ms), &limit(max)],
-        )
-        .await
-        .map_err(fault(what))?;
+        execute(&tx, &FORGET_CLAIMS, &[&time(now_ms)])
+            .await
+            .map_err(fault(what))?;
+        let rows = query(&tx, &LOCK_EXPIRED, &[&time(now_ms), &limit(max)])
+            .await
+            .map_err(fault(what))?;
         self.decide_each(tx, &rows, decide, now_ms, what).await
     }
 
@@ -72,40 +55,17 @@ impl JobUpkeep for PostgresStore {
         let what = "expiring the leases of a queue";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
-        let rows = query(
-            &tx,
-            &format!(
-                "SELECT {JOB_COLUMNS} FROM tenax_jobs
-                 WHERE queue = $1 AND status = 2 AND lease_expires_at <= $2
-                 ORDER BY id FOR UPDATE"
-            ),
-            &[&queue, &time(now_ms)],
-        )
-        .await
-        .map_err(fault(what))?;
+        let rows = query(&tx, &LOCK_EXPIRED_OF, &[&queue, &time(now_ms)])
+            .await
+            .map_err(fault(what))?;
         self.decide_each(tx, &rows, decide, now_ms, what).await
     }
 
     async fn expire_jobs(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "WITH doomed AS (
-                 SELECT id FROM (
-                     SELECT id, expires_at FROM tenax_jobs WHERE expires_at <= $1
-                     UNION ALL
-                     SELECT id, expires_at FROM tenax_finished WHERE expires_at <= $1
-                 ) AS due ORDER BY expires_at LIMIT $2
-             ), live AS (
-                 DELETE FROM tenax_jobs WHERE id IN (SELECT id FROM doomed) RETURNING 1
-             ), finished AS (
-                 DELETE FROM tenax_finished WHERE id IN (SELECT id FROM doomed) RETURNING 1
-             )
-             SELECT (SELECT count(*) FROM live), (SELECT count(*) FROM finished)",
-            &[&time(now_ms), &limit(max)],
-        )
-        .await
-        .map_err(fault("deleting expired jobs"))?;
+        let rows = query(&client, &EXPIRE_JOBS, &[&time(now_ms), &limit(max)])
+            .await
+            .map_err(fault("deleting expired jobs"))?;
         let (live, finished) = rows
             .first()
             .map_or((0, 0), |r| (count_of(r.get(0)), count_of(r.get(1))));
@@ -125,12 +85,7 @@ impl JobUpkeep for PostgresStore {
         let client = self.client().await?;
         let purged = execute(
             &client,
-            "DELETE FROM tenax_finished WHERE id IN (
-                 SELECT id FROM tenax_finished
-                 WHERE finished_at <= greatest($1::bigint, $2::bigint)
-                   AND ((status = 3 AND finished_at <= $1::bigint)
-                     OR (status = 4 AND finished_at <= $2::bigint))
-                 LIMIT $3 FOR UPDATE SKIP LOCKED)",
+            &PURGE,
             &[&time(completed_before), &time(dead_before), &limit(max)],
         )
         .await
@@ -140,21 +95,59 @@ impl JobUpkeep for PostgresStore {
 
     async fn next_wakeup(&self) -> Result<Option<UnixMs>, StoreError> {
         let client = self.client().await?;
-        let rows = query(
-            &client,
-            "SELECT least(
-                 (SELECT min(run_at) FROM tenax_jobs WHERE status = 0),
-                 (SELECT min(lease_expires_at) FROM tenax_jobs WHERE status = 2),
-                 (SELECT min(expires_at) FROM tenax_jobs WHERE expires_at IS NOT NULL),
-                 (SELECT min(expires_at) FROM tenax_finished WHERE expires_at IS NOT NULL),
-                 (SELECT min(next_tick) FROM tenax_schedules WHERE NOT paused))",
-            &[],
-        )
-        .await
-        .map_err(fault("finding the next due time"))?;
+        let rows = query(&client, &NEXT_WAKEUP, &[])
+            .await
+            .map_err(fault("finding the next due time"))?;
         Ok(rows
             .first()
             .and_then(|r| r.get::<_, Option<i64>>(0))
             .map(untime))
     }
+}
+
+statements! {
+    PROMOTE_DUE = "UPDATE tenax_jobs SET status = 1 WHERE id IN (
+                 SELECT id FROM tenax_jobs WHERE status = 0 AND run_at <= $1
+                 ORDER BY run_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
+    FORGET_CLAIMS = "DELETE FROM tenax_claims WHERE over_at <= $1";
+    /// Leases ended by now, the oldest first, locked unless another transaction holds them.
+    LOCK_EXPIRED = concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM tenax_jobs
+                 WHERE status = 2 AND lease_expires_at <= $1
+                 ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+    );
+    /// A queue's leases ended by now, locked in id order (waiting for other holders).
+    LOCK_EXPIRED_OF = concat!(
+        "SELECT ",
+        job_columns!(),
+        " FROM tenax_jobs
+                 WHERE queue = $1 AND status = 2 AND lease_expires_at <= $2
+                 ORDER BY id FOR UPDATE"
+    );
+    EXPIRE_JOBS = "WITH doomed AS (
+                 SELECT id FROM (
+                     SELECT id, expires_at FROM tenax_jobs WHERE expires_at <= $1
+                     UNION ALL
+                     SELECT id, expires_at FROM tenax_finished WHERE expires_at <= $1
+                 ) AS due ORDER BY expires_at LIMIT $2
+             ), live AS (
+                 DELETE FROM tenax_jobs WHERE id IN (SELECT id FROM doomed) RETURNING 1
+             ), finished AS (
+                 DELETE FROM tenax_finished WHERE id IN (SELECT id FROM doomed) RETURNING 1
+             )
+             SELECT (SELECT count(*) FROM live), (SELECT count(*) FROM finished)";
+    PURGE = "DELETE FROM tenax_finished WHERE id IN (
+                 SELECT id FROM tenax_finished
+                 WHERE finished_at <= greatest($1::bigint, $2::bigint)
+                   AND ((status = 3 AND finished_at <= $1::bigint)
+                     OR (status = 4 AND finished_at <= $2::bigint))
+                 LIMIT $3 FOR UPDATE SKIP LOCKED)";
+    NEXT_WAKEUP = "SELECT least(
+                 (SELECT min(run_at) FROM tenax_jobs WHERE status = 0),
+                 (SELECT min(lease_expires_at) FROM tenax_jobs WHERE status = 2),
+                 (SELECT min(expires_at) FROM tenax_jobs WHERE expires_at IS NOT NULL),
+                 (SELECT min(expires_at) FROM tenax_finished WHERE expires_at IS NOT NULL),
+                 (SELECT min(next_tick) FROM tenax_schedules WHERE NOT paused))";
 }

@@ -23,6 +23,8 @@ use tokio_postgres::AsyncMessage;
 
 use super::Pool;
 use super::connect::{self, Database};
+use super::filter::Query;
+use super::statements::{Text, batch, prefixes, statements};
 use crate::store::Signals;
 
 /// The shortest time between two notifications of one channel from one server.
@@ -180,10 +182,7 @@ async fn send_marked(pool: &Pool, marked: u8) -> Result<(), String> {
         .collect();
     let client = pool.get().await.map_err(|e| e.to_string())?;
     client
-        .execute(
-            "SELECT pg_notify(c, '') FROM unnest($1::text[]) AS c",
-            &[&channels],
-        )
+        .execute(NOTIFY.text(), &[&channels])
         .await
         .map_err(|e| super::fault("sending wake-ups")(e).to_string())?;
     Ok(())
@@ -231,10 +230,8 @@ async fn listener(database: Database, signals: Arc<Signals>, listening: Arc<Atom
                     }
                     let _ = done_tx.send(());
                 });
-                let channels: String = Wakeup::ALL
-                    .iter()
-                    .map(|w| format!("LISTEN {};", w.channel()))
-                    .collect();
+                let listens = Wakeup::ALL.map(listen);
+                let channels = batch(listens.iter().map(Text::text));
                 if client.batch_execute(&channels).await.is_ok() {
                     listening.store(true, Ordering::Relaxed);
                     backoff = Duration::from_millis(100);
@@ -283,4 +280,28 @@ async fn poller(signals: Arc<Signals>, listening: Arc<AtomicBool>, every: Durati
             fire_all(&signals);
         }
     }
+}
+
+/// The statement that listens to `wakeup`'s channel (a name: `LISTEN` takes no parameters).
+fn listen(wakeup: Wakeup) -> Query {
+    let mut statement = Query::new(LISTEN);
+    statement.push(wakeup.channel());
+    statement
+}
+
+/// Every statement this module builds: a `LISTEN` per channel (sent together, [`batch`]).
+pub(super) fn shapes() -> Vec<(String, Query)> {
+    Wakeup::ALL
+        .into_iter()
+        .map(|wakeup| (wakeup.channel().to_owned(), listen(wakeup)))
+        .collect()
+}
+
+prefixes! {
+    LISTEN = "LISTEN ";
+}
+
+statements! {
+    /// Notifies each channel of `$1`, with no payload.
+    NOTIFY = "SELECT pg_notify(c, '') FROM unnest($1::text[]) AS c";
 }
