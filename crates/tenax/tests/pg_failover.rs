@@ -35,6 +35,8 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(40);
 struct Seen {
     /// Enqueues acknowledged (2xx): their ids.
     enqueued: Vec<u64>,
+    /// Enqueues whose outcome is unknown (a 5xx, or no answer): each may have made a job.
+    enqueues_unknown: usize,
     /// Completions acknowledged.
     completed: Vec<u64>,
     /// Every status answered, with how many times; `0` for no answer at all.
@@ -86,7 +88,13 @@ async fn produce(load: Arc<Load>, node: Arc<Node>, index: usize) {
                 let id = answer.body["id"].as_u64().expect("an id");
                 load.seen.lock().expect("the record").enqueued.push(id);
             }
-            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            answer => {
+                // A 503 can come after the commit (the connection broke while it was answered).
+                if answer.is_err() || answer.is_ok_and(|a| a.status >= 500) {
+                    load.seen.lock().expect("the record").enqueues_unknown += 1;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
     }
 }
@@ -277,12 +285,20 @@ async fn a_failover_loses_nothing_acknowledged_and_answers_503_meanwhile() {
             );
         }
     }
-    for id in &completed {
-        assert!(
-            seen.enqueued.contains(id),
-            "completed job {id} was never acknowledged"
-        );
-    }
+    // And no job appears from nowhere: a completed job was enqueued with an acknowledgement,
+    // or by one of the enqueues whose answer was lost.
+    let acknowledged: std::collections::HashSet<u64> = seen.enqueued.iter().copied().collect();
+    let unacknowledged: Vec<u64> = completed
+        .iter()
+        .filter(|id| !acknowledged.contains(id))
+        .copied()
+        .collect();
+    assert!(
+        unacknowledged.len() <= seen.enqueues_unknown,
+        "completed jobs {unacknowledged:?} were never acknowledged, and only {} enqueues had \
+         no certain answer",
+        seen.enqueues_unknown
+    );
     // Every request was answered, within the bound, and every 5xx was a 503 `unavailable`.
     assert_eq!(
         seen.statuses.get(&0),
