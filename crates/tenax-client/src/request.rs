@@ -868,8 +868,9 @@ impl NewToken {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
 
     #[test]
     fn a_job_sends_only_what_was_set() {

@@ -644,8 +644,9 @@ fn read_tls(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsFiles, S
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use clap::Parser;
+
+    use super::*;
 
     #[derive(Debug, Parser)]
     struct Wrapper {

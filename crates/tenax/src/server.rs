@@ -2,9 +2,11 @@
 //! flush. [`run`] takes a bound listener and a shutdown future, so tests bind port 0.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use tenax_policy::spelling::native;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -17,8 +19,6 @@ use crate::engine::{Engine, EngineSettings, maintenance};
 use crate::metrics::Metrics;
 use crate::serve::ConnectionLimits;
 use crate::ui::UiKeys;
-use std::net::SocketAddr;
-use tenax_policy::spelling::native;
 
 /// Serves until `shutdown` completes: stops accepting, lets in-flight requests finish, stops
 /// maintenance, and flushes the store.

@@ -22,11 +22,10 @@ mod receiver;
 
 use std::time::{Duration, Instant};
 
-use prom_text_format_parser::{Scrape, ValueType};
-use serde_json::{Value, json};
-
 use common::{Options, PATIENCE, T0, TestServer, ms};
+use prom_text_format_parser::{Scrape, ValueType};
 use receiver::{Receiver, Reply};
+use serde_json::{Value, json};
 
 /// Real time given to a runner that would wrongly send, with the manual clock standing still.
 const QUIET: Duration = Duration::from_millis(400);

@@ -19,9 +19,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-
 use receiver::{Receiver, Reply};
+use serde_json::{Value, json};
 
 const PATIENCE: Duration = Duration::from_secs(15);
 

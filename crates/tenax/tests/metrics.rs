@@ -16,12 +16,11 @@ mod receiver;
 
 use std::time::{Duration, Instant};
 
+use common::{Options, PATIENCE, TestServer};
 use prom_text_format_parser::{Sample, Scrape, Type, ValueType};
+use receiver::{Receiver, Reply};
 use reqwest::Method;
 use serde_json::{Value, json};
-
-use common::{Options, PATIENCE, TestServer};
-use receiver::{Receiver, Reply};
 
 /// `GET /metrics` (with `token`, if any), parsed.
 async fn scrape_at(server: &TestServer, base: &str, token: Option<&str>) -> Scrape {

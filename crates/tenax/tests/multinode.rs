@@ -25,11 +25,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::postgres;
+use receiver::{Receiver, Reply};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio::sync::Mutex;
-
-use receiver::{Receiver, Reply};
 
 /// One case at a time: a PostgreSQL restart must not break another case's servers.
 static TURN: Mutex<()> = Mutex::const_new(());

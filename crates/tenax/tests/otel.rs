@@ -21,6 +21,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use common::{Options, TestServer};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
@@ -29,11 +30,9 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode as SpanStatus;
 use parking_lot::Mutex;
 use prost::Message as _;
+use receiver::Receiver;
 use reqwest::Method;
 use serde_json::json;
-
-use common::{Options, TestServer};
-use receiver::Receiver;
 
 /// The producer's trace and span, as its `traceparent` names them.
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";

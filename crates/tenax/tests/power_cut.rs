@@ -19,7 +19,6 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::value::RawValue;
-
 use tenax::model::{Ack, ErrorEntry, JobId, NewJob, OnDuplicate, Status, TakenJob};
 use tenax::store::embedded::EmbeddedOptions;
 use tenax::store::embedded::disk::SimulatedDisk;

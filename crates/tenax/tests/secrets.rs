@@ -23,11 +23,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use receiver::{Received, Receiver};
 use serde_json::{Value, json};
 use tenax::delivery::signing;
 use tenax::secrets::{Keyring, SECRETS_KEY_FILE};
-
-use receiver::{Received, Receiver};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 

@@ -16,6 +16,8 @@ mod receiver;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::{Options, PATIENCE, TestServer, ms};
+use receiver::{Received, Receiver, Reply, TestCa};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tenax::delivery::admission::Wait;
@@ -23,9 +25,6 @@ use tenax::delivery::signals::{Event, Signal};
 use tenax::delivery::signing;
 use tenax::model::SubscriptionId;
 use tokio::sync::broadcast;
-
-use common::{Options, PATIENCE, TestServer, ms};
-use receiver::{Received, Receiver, Reply, TestCa};
 
 /// How much earlier than its delay a retry may reach the receiver: none, but the server
 /// schedules in whole milliseconds of the system clock while the receiver stamps arrivals with

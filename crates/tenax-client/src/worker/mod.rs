@@ -36,23 +36,22 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt as _;
+use handler::Registry;
+pub use job::Job;
+pub use outcome::{JobError, OutcomeExt};
 use serde::de::DeserializeOwned;
+use shutdown::Shutdown;
+pub use shutdown::{WorkerHandle, shutdown_signal};
+pub use stats::WorkerStats;
+use stats::{Counters, add};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
-
-pub use job::Job;
-pub use outcome::{JobError, OutcomeExt};
-pub use shutdown::{WorkerHandle, shutdown_signal};
-pub use stats::WorkerStats;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::model::{Lease, TakenJob};
 use crate::request::{Failure, Take};
-use handler::Registry;
-use shutdown::Shutdown;
-use stats::{Counters, add};
 
 /// A stream that sends nothing for this long is taken for dead (the server writes a line at
 /// least every second).

@@ -133,8 +133,9 @@ pub fn parse_policy_str(text: &str) -> Result<ParsedPolicy, PolicyError> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
 
     #[test]
     fn one_policy_three_spellings() {

@@ -193,8 +193,9 @@ const DEFAULT_NAMES: PhasedNames = PhasedNames {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
 
     #[test]
     fn the_example_of_policies_md() {

@@ -129,8 +129,9 @@ pub fn parse(value: &Value) -> Result<ParsedPolicy, PolicyError> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
 
     #[test]
     fn zaqar_defaults() {

@@ -18,15 +18,15 @@
 //!
 //! Invariant: every refusal names the header and the rule, and how an operator allows it.
 
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
 use axum::http::header::{
     ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,
     ACCESS_CONTROL_REQUEST_METHOD, CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, TRANSFER_ENCODING,
     VARY,
 };
-use std::sync::Arc;
-
-use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -363,8 +363,9 @@ pub fn allow(headers: &mut HeaderMap, origin: HeaderValue) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use axum::http::Request;
+
+    use super::*;
 
     fn parts(method: &str, path: &str, headers: &[(&str, &str)]) -> Parts {
         let mut builder = Request::builder().method(method).uri(path);

@@ -231,8 +231,9 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for JsonOrEmp
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde::Deserialize;
+
+    use super::*;
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]

@@ -508,8 +508,9 @@ async fn stats(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
 
     #[test]
     fn enqueued_view_encodes_as_the_json_map_it_replaces() {

@@ -630,9 +630,9 @@ async fn fail(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     use serde_json::json;
+
+    use super::*;
 
     #[test]
     fn complete_results_encode_as_the_json_maps_they_replace() {

@@ -2,11 +2,10 @@
 //! token is shown once, in the answer that creates it; the store keeps its SHA-256, its name,
 //! role and scopes, when it was made and (about) when it was last used.
 
-use rand::TryRngCore as _;
-use rand::rngs::OsRng;
-
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::TryRngCore as _;
+use rand::rngs::OsRng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 

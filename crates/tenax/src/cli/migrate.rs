@@ -2,10 +2,11 @@
 //! says what it found. `tenax serve --database-url` does the same at start; this is for
 //! deployments that migrate as a step of their own, before starting the servers.
 
-use super::CliError;
-use crate::engine::offline;
 use anyhow::Context as _;
 use clap::Args;
+
+use super::CliError;
+use crate::engine::offline;
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {

@@ -19,7 +19,6 @@ mod tokens;
 mod work;
 
 use clap::{Parser, Subcommand};
-
 pub use error::CliError;
 
 /// Tenax: a durable job queue and webhook delivery server with first-class retry policies.

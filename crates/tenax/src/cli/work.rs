@@ -559,8 +559,9 @@ fn shown(elapsed: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::os::unix::process::ExitStatusExt as _;
+
+    use super::*;
 
     fn exit(code: i32) -> ExitStatus {
         ExitStatus::from_raw(code << 8)

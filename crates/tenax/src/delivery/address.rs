@@ -313,8 +313,9 @@ fn refusal(error: EndpointError) -> Box<dyn std::error::Error + Send + Sync> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use reqwest::dns::Resolve;
+
+    use super::*;
 
     fn ip(text: &str) -> IpAddr {
         text.parse().unwrap()

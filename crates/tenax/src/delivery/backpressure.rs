@@ -14,10 +14,9 @@
 //!
 //! Pure: time is a parameter, every change returns the new state (`None`: leave it as it is).
 
+pub use super::outcome::MAX_RETRY_AFTER_MS;
 use crate::clock::UnixMs;
 use crate::model::{Attempt, AttemptResult, Breaker, BreakerState, EndpointState, Pause};
-
-pub use super::outcome::MAX_RETRY_AFTER_MS;
 
 /// A pause is not stored again for an answer that asks for at most this much longer than the
 /// pause already holds (`Retry-After` counts in whole seconds): a burst of such answers

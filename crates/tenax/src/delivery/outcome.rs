@@ -113,8 +113,9 @@ fn is_continuation_byte(byte: u8) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::time::{Duration, SystemTime};
+
+    use super::*;
 
     #[test]
     fn classifies_statuses_by_default() {

@@ -173,9 +173,9 @@ pub fn decide_lease_expiry(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tenax_policy::{Jitter, Shape};
 
+    use super::*;
     use crate::model::{DeadLetter, JobId};
 
     fn ctx<'a>(state: &'a JobState, job_policy: Option<&'a RetryPolicy>) -> DecideContext<'a> {

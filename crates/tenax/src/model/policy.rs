@@ -70,8 +70,9 @@ impl<'de> Deserialize<'de> for StoredPolicy {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tenax_policy::Shape;
+
+    use super::*;
 
     #[test]
     fn stored_policies_round_trip_and_refuse_garbage() {

@@ -54,8 +54,9 @@ pub(super) async fn detect<S: AsyncRead + Unpin>(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use tokio::io::AsyncWriteExt as _;
+
+    use super::*;
 
     async fn detected(chunks: &[&[u8]]) -> Option<(Protocol, Vec<u8>)> {
         let (mut client, server) = tokio::io::duplex(64);

@@ -67,8 +67,9 @@ impl<F: Future + Unpin> Lazy<F> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use std::sync::atomic::AtomicUsize;
+
+    use super::*;
 
     /// Counts its polls; ready once `ready` is set, waking through the waker it was given.
     struct Probe {

@@ -44,17 +44,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use activity::Bounds;
 use axum::Router;
+use connection::Shared;
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::TokioExecutor;
+use slots::{Admission, Slots};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-
-use activity::Bounds;
-use connection::Shared;
-use slots::{Admission, Slots};
 
 /// How long a new connection may stay silent before its first byte (at most the header
 /// timeout): a client connects to send a request, and sends its first byte (a request line,

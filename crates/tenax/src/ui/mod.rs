@@ -28,12 +28,11 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use hmac::{Hmac, Mac as _};
 use maud::html;
+pub use session::Session;
 use sha2::Sha256;
 
 use crate::api::AppState;
 use crate::engine::EngineError;
-
-pub use session::Session;
 
 /// The dashboard's keys: what CSRF tokens are made with, and whether cookies need TLS.
 #[derive(Debug)]

@@ -10,6 +10,8 @@
 //! `X-CSRF-Token`): a MAC of the session made with a key drawn at start, which only pages this
 //! server rendered for the session hold.
 
+use std::sync::Arc;
+
 use axum::Extension;
 use axum::body::Body;
 use axum::extract::{Query, RawForm, Request, State};
@@ -19,8 +21,6 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
-
-use std::sync::Arc;
 
 use super::{UiError, UiKeys, layout};
 use crate::api::AppState;

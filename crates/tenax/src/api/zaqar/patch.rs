@@ -177,8 +177,9 @@ pub fn apply(metadata: &mut Map<String, Value>, changes: Vec<Change>) -> Result<
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use serde_json::json;
+
+    use super::*;
 
     fn description(document: Value) -> String {
         parse(document).unwrap_err().description.unwrap()
