@@ -6,8 +6,11 @@
 //! | `signals`       | `signals_announce_what_may_have_changed` (ready, schedule, subscriptions, released); `endpoint_states_change_atomically_and_are_kept` (`endpoints.rs`) |
 //! | `lead`          | `a_lone_server_leads` |
 //! | `close`         | `close_keeps_everything_acknowledged`, `embedded_unsynced_close_keeps_everything_acknowledged`, every reopen |
-//! | `servers`       | not checked by this suite |
+//! | `servers`       | `servers_count_those_sharing_the_store` |
 //! | (opening)       | format refusal: `newer_formats_are_refused` |
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tenax::auth::Role;
@@ -16,7 +19,7 @@ use tenax::model::{
     Ack, AttemptResult, ClaimId, JobFilter, JobId, OnDuplicate, QueueConfig, Replay, Selection,
     Status, StoredPolicy, Subscription,
 };
-use tenax::store::{StoreError, StoreProperties, TakeRequest};
+use tenax::store::{Store, StoreError, StoreProperties, TakeRequest};
 
 use crate::support::*;
 
@@ -298,6 +301,35 @@ pub(crate) async fn a_lone_server_leads(backend: &impl Backend) {
     let store = reopen(backend, store, T0).await;
     assert_eq!(store.lead().await, Ok(true), "after a restart too");
     close(store).await;
+}
+
+/// A store counts the servers using it now: a lone one counts itself; on a shared store a
+/// second server is counted by both, and one that closed is not counted any more.
+pub(crate) async fn servers_count_those_sharing_the_store(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    assert_eq!(store.servers(), 1, "a lone server counts itself");
+    if store.properties().shared {
+        let other = backend.open(T0).await;
+        wait_for_count(&store, 2).await;
+        wait_for_count(&other, 2).await;
+        close(other).await;
+        wait_for_count(&store, 1).await;
+    }
+    close(store).await;
+}
+
+/// Waits until `store` counts `servers`, as it does within seconds of a change (each server
+/// writes its row every second); fails after far longer.
+async fn wait_for_count(store: &Arc<dyn Store>, servers: usize) {
+    let started = Instant::now();
+    while store.servers() != servers {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the store counts {} servers, not {servers}",
+            store.servers()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Everything acknowledged before `close` is there when the data is opened again, written just

@@ -132,6 +132,7 @@ conformance_suite! {
             leases_across_a_restart_follow_the_declared_property,
             signals_announce_what_may_have_changed,
             a_lone_server_leads,
+            servers_count_those_sharing_the_store,
             close_keeps_everything_acknowledged,
             newer_formats_are_refused,
         ],
