@@ -29,7 +29,10 @@ from ._worker_common import (
     Backoff,
     Counter,
     Held,
+    HeldJobs,
     Registry,
+    completions_refused,
+    record_completions,
     WorkerSettings,
     WorkerStats,
     now,
@@ -88,7 +91,7 @@ class AsyncWorker:
         self._log = logger or logging.getLogger("tenax.worker")
         self._registry: Registry[AsyncHandler] = Registry()
         self._counter = Counter()
-        self._held: dict[int, Held] = {}
+        self._held = HeldJobs()
         self._acks: list[tuple[TakenJob[Any], float]] = []
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._generation = 0
@@ -299,11 +302,9 @@ class AsyncWorker:
         events.changed.set()
 
     def _stream_closed(self, generation: int, events: _Events) -> None:
-        for token, held in list(self._held.items()):
-            if held.generation == generation and held.state in ("queued", "parked"):
-                del self._held[token]
-                if held.state == "parked" or events.stopping.is_set():
-                    self._counter.add("returned")
+        returned = self._held.forget_stream(generation, events.stopping.is_set())
+        if returned:
+            self._counter.add("returned", returned)
 
     # ---- handlers -----------------------------------------------------------------------------
 
@@ -338,13 +339,7 @@ class AsyncWorker:
             self._log.exception("the on_error hook raised")
 
     def _take_over(self, job: TakenJob[Any], state: str) -> bool:
-        held = self._held.get(job.lease_token)
-        if held is None or held.state in ("lost", "abandoned"):
-            if held is not None and held.state == "lost":
-                del self._held[job.lease_token]
-            return False
-        held.state = state
-        return True
+        return self._held.take_over(job, state)
 
     def _release(self, job: TakenJob[Any], events: _Events) -> None:
         self._held.pop(job.lease_token, None)
@@ -438,24 +433,14 @@ class AsyncWorker:
         try:
             results = await client.complete_many(jobs)
         except (TenaxConnectionError, APIError) as error:
-            if isinstance(error, APIError) and error.status < 500 and error.status != 408:
+            if completions_refused(error):
                 self._log.error("completions of %d jobs refused: %s", len(jobs), error)
                 for job in jobs:
                     self._release(job, events)
                 return True
             self._log.warning("cannot report %d completions: %s", len(jobs), error)
             return False
-        self._counter.add("ack_requests")
-        for result in results:
-            if result.completed:
-                self._counter.add("completed")
-            else:
-                self._counter.add("lost")
-                self._log.warning(
-                    "job %d ran, but its completion was refused: %s",
-                    result.id,
-                    result.error.message if result.error else "unknown reason",
-                )
+        record_completions(results, self._counter, self._log)
         for job in jobs:
             self._release(job, events)
         return True
@@ -502,9 +487,7 @@ class AsyncWorker:
         try:
             await client.heartbeat(job, lease=self._settings.lease)
         except _GONE as gone:
-            held = self._held.get(job.lease_token)
-            if held is not None and held.state not in ("acking", "reporting"):
-                held.state = "lost"
+            self._held.lose(job)
             self._counter.add("lost")
             self._log.warning("job %d lost its lease: %s; its result will not be reported", job.id, gone)
             return
@@ -512,15 +495,11 @@ class AsyncWorker:
             self._log.warning("job %d: heartbeat failed (%s); trying again", job.id, error)
             if self._beats_failing_since is None:
                 self._beats_failing_since = now()
-            held = self._held.get(job.lease_token)
-            if held is not None:
-                held.next_beat = now() + min(1.0, self._settings.heartbeat_s / 4)
+            self._held.next_beat_in(job, min(1.0, self._settings.heartbeat_s / 4))
             return
         self._counter.add("heartbeats")
         self._beats_failing_since = None
-        held = self._held.get(job.lease_token)
-        if held is not None:
-            held.next_beat = now() + self._settings.heartbeat_s
+        self._held.next_beat_in(job, self._settings.heartbeat_s)
 
     # ---- shutdown -----------------------------------------------------------------------------
 

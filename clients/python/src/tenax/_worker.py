@@ -28,7 +28,10 @@ from ._worker_common import (
     Backoff,
     Counter,
     Held,
+    HeldJobs,
     Registry,
+    completions_refused,
+    record_completions,
     WorkerSettings,
     WorkerStats,
     now,
@@ -116,7 +119,7 @@ class Worker:
 
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._held: dict[int, Held] = {}
+        self._held = HeldJobs()
         """By lease token: unique per lease, while a job id may come back on a new lease."""
         self._acks: list[tuple[TakenJob[Any], float]] = []
         self._running = 0
@@ -346,11 +349,9 @@ class Worker:
     def _stream_closed(self, generation: int) -> None:
         """The server put the jobs of a closed stream back to ready: forget those not started."""
         with self._lock:
-            for token, held in list(self._held.items()):
-                if held.generation == generation and held.state in ("queued", "parked"):
-                    del self._held[token]
-                    if held.state == "parked" or self._stopping.is_set():
-                        self._counter.add("returned")
+            returned = self._held.forget_stream(generation, self._stopping.is_set())
+            if returned:
+                self._counter.add("returned", returned)
             self._changed.notify_all()
 
     # ---- handlers -----------------------------------------------------------------------------
@@ -404,13 +405,7 @@ class Worker:
     def _take_over(self, job: TakenJob[Any], state: str) -> bool:
         """Moves a held job to ``state``; False when it is no longer this worker's to report."""
         with self._lock:
-            held = self._held.get(job.lease_token)
-            if held is None or held.state in ("lost", "abandoned"):
-                if held is not None and held.state == "lost":
-                    del self._held[job.lease_token]
-                return False
-            held.state = state
-            return True
+            return self._held.take_over(job, state)
 
     def _release(self, job: TakenJob[Any]) -> None:
         with self._lock:
@@ -509,24 +504,14 @@ class Worker:
         try:
             results = self._client.complete_many(jobs)
         except (TenaxConnectionError, APIError) as error:
-            if isinstance(error, APIError) and error.status < 500 and error.status != 408:
+            if completions_refused(error):
                 self._log.error("completions of %d jobs refused: %s", len(jobs), error)
                 for job in jobs:
                     self._release(job)
                 return True
             self._log.warning("cannot report %d completions: %s", len(jobs), error)
             return False
-        self._counter.add("ack_requests")
-        for result in results:
-            if result.completed:
-                self._counter.add("completed")
-            else:
-                self._counter.add("lost")
-                self._log.warning(
-                    "job %d ran, but its completion was refused: %s",
-                    result.id,
-                    result.error.message if result.error else "unknown reason",
-                )
+        record_completions(results, self._counter, self._log)
         for job in jobs:
             self._release(job)
         return True
@@ -588,9 +573,7 @@ class Worker:
             self._client.heartbeat(job, lease=self._settings.lease)
         except _GONE as gone:
             with self._lock:
-                held = self._held.get(job.lease_token)
-                if held is not None and held.state not in ("acking", "reporting"):
-                    held.state = "lost"
+                self._held.lose(job)
             self._counter.add("lost")
             self._log.warning("job %d lost its lease: %s; its result will not be reported", job.id, gone)
             return
@@ -599,16 +582,12 @@ class Worker:
             with self._lock:
                 if self._beats_failing_since is None:
                     self._beats_failing_since = now()
-                held = self._held.get(job.lease_token)
-                if held is not None:
-                    held.next_beat = now() + min(1.0, self._settings.heartbeat_s / 4)
+                self._held.next_beat_in(job, min(1.0, self._settings.heartbeat_s / 4))
             return
         self._counter.add("heartbeats")
         with self._lock:
             self._beats_failing_since = None
-            held = self._held.get(job.lease_token)
-            if held is not None:
-                held.next_beat = now() + self._settings.heartbeat_s
+            self._held.next_beat_in(job, self._settings.heartbeat_s)
 
     # ---- shutdown -----------------------------------------------------------------------------
 

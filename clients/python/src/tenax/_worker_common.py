@@ -4,6 +4,7 @@ registry with payload conversion, the bookkeeping of held jobs, and counters."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -12,7 +13,8 @@ from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from ._convert import Duration, duration_ms
-from ._models import TakenJob
+from ._errors import APIError, TenaxConnectionError
+from ._models import CompleteResult, TakenJob
 from ._outcomes import NotRetryable
 
 H = TypeVar("H")
@@ -203,6 +205,69 @@ class Held:
     be started), lost (the lease is gone), abandoned (still running at the shutdown deadline)."""
     generation: int = 0
     """Which stream connection it came on."""
+
+
+
+class HeldJobs(dict[int, Held]):
+    """The held jobs by lease token, with the state changes both workers make to them, so the
+    two cannot come to disagree on them. The threaded worker calls these under its lock; the
+    asyncio one from its event loop, which is all the exclusion it needs."""
+
+    def take_over(self, job: TakenJob[Any], state: str) -> bool:
+        """Moves a held job to ``state``; False when it is no longer this worker's to report."""
+        held = self.get(job.lease_token)
+        if held is None or held.state in ("lost", "abandoned"):
+            if held is not None and held.state == "lost":
+                del self[job.lease_token]
+            return False
+        held.state = state
+        return True
+
+    def lose(self, job: TakenJob[Any]) -> None:
+        """The lease is gone: the result will not be reported. A job whose result is already
+        on its way keeps its state, so the report still goes (and is refused by the server)."""
+        held = self.get(job.lease_token)
+        if held is not None and held.state not in ("acking", "reporting"):
+            held.state = "lost"
+
+    def next_beat_in(self, job: TakenJob[Any], seconds: float) -> None:
+        held = self.get(job.lease_token)
+        if held is not None:
+            held.next_beat = now() + seconds
+
+    def forget_stream(self, generation: int, stopping: bool) -> int:
+        """The server put the jobs of a closed stream back to ready: forgets those not started,
+        and returns how many of them count as returned (parked, or dropped while stopping)."""
+        returned = 0
+        for token, held in list(self.items()):
+            if held.generation == generation and held.state in ("queued", "parked"):
+                del self[token]
+                if held.state == "parked" or stopping:
+                    returned += 1
+        return returned
+
+
+def completions_refused(error: TenaxConnectionError | APIError) -> bool:
+    """True when the server refused a batch of completions for good (a 4xx other than a
+    timeout): sending it again would only be refused again."""
+    return isinstance(error, APIError) and error.status < 500 and error.status != 408
+
+
+def record_completions(
+    results: Iterable[CompleteResult], counter: Counter, log: logging.Logger
+) -> None:
+    """Counts and logs the answer to a batch of completions."""
+    counter.add("ack_requests")
+    for result in results:
+        if result.completed:
+            counter.add("completed")
+        else:
+            counter.add("lost")
+            log.warning(
+                "job %d ran, but its completion was refused: %s",
+                result.id,
+                result.error.message if result.error else "unknown reason",
+            )
 
 
 def now() -> float:
