@@ -31,11 +31,12 @@ from ._worker_common import (
     Held,
     HeldJobs,
     Registry,
-    completions_refused,
-    record_completions,
     WorkerSettings,
     WorkerStats,
+    ack_wait,
+    completions_refused,
     now,
+    record_completions,
 )
 
 __all__ = ["AsyncWorker"]
@@ -402,17 +403,17 @@ class AsyncWorker:
                     events.changed.clear()
                     await _wait(events.changed, 0.5)
                     continue
-                age = now() - self._acks[0][1]
                 idle = not self._tasks
-                if (
-                    events.acks_final.is_set()
-                    or idle
-                    or len(self._acks) >= self._settings.ack_batch
-                    or age >= self._settings.ack_interval_s
-                ):
+                wait = ack_wait(
+                    self._acks[0][1],
+                    len(self._acks),
+                    self._settings,
+                    events.acks_final.is_set() or idle,
+                )
+                if wait == 0:
                     break
                 events.changed.clear()
-                await _wait(events.changed, max(0.001, self._settings.ack_interval_s - age))
+                await _wait(events.changed, wait)
             batch = self._acks[: self._settings.ack_batch]
             del self._acks[: self._settings.ack_batch]
             if await self._send_acks(client, batch, events):

@@ -30,11 +30,12 @@ from ._worker_common import (
     Held,
     HeldJobs,
     Registry,
-    completions_refused,
-    record_completions,
     WorkerSettings,
     WorkerStats,
+    ack_wait,
+    completions_refused,
     now,
+    record_completions,
 )
 
 __all__ = ["Worker"]
@@ -474,16 +475,13 @@ class Worker:
                             return
                         self._changed.wait(0.5)
                         continue
-                    age = now() - self._acks[0][1]
                     idle = self._running == 0 and self._work.empty()
-                    if (
-                        self._acks_final
-                        or idle
-                        or len(self._acks) >= self._settings.ack_batch
-                        or age >= self._settings.ack_interval_s
-                    ):
+                    wait = ack_wait(
+                        self._acks[0][1], len(self._acks), self._settings, self._acks_final or idle
+                    )
+                    if wait == 0:
                         break
-                    self._changed.wait(max(0.001, self._settings.ack_interval_s - age))
+                    self._changed.wait(wait)
                 batch = self._acks[: self._settings.ack_batch]
                 del self._acks[: self._settings.ack_batch]
             if self._send_acks(batch):

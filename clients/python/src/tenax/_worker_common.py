@@ -270,6 +270,16 @@ def record_completions(
             )
 
 
+def ack_wait(oldest: float, count: int, settings: WorkerSettings, flush: bool) -> float:
+    """Seconds until the waiting completions are due to be sent, 0 for now: when ``flush``
+    (shutting down, or nothing running that could add to the batch), when they fill a batch,
+    or when the oldest (queued at monotonic time ``oldest``) has waited ``ack_interval``."""
+    age = now() - oldest
+    if flush or count >= settings.ack_batch or age >= settings.ack_interval_s:
+        return 0.0
+    return max(0.001, settings.ack_interval_s - age)
+
+
 def now() -> float:
     return time.monotonic()
 
