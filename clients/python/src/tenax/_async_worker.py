@@ -24,7 +24,7 @@ from ._errors import (
 )
 from ._models import TakenJob
 from ._outcomes import describe
-from ._worker import STALE_STREAM_S, UnknownJobType
+from ._worker import UnknownJobType
 from ._worker_common import (
     Backoff,
     Counter,
@@ -37,6 +37,7 @@ from ._worker_common import (
     completions_refused,
     now,
     record_completions,
+    stream_dead,
 )
 
 __all__ = ["AsyncWorker"]
@@ -452,32 +453,20 @@ class AsyncWorker:
         tick = max(0.05, min(0.5, self._settings.heartbeat_s / 4))
         while not await _wait(events.quit, tick):
             moment = now()
-            due = [
-                h.job
-                for h in self._held.values()
-                if h.next_beat <= moment and h.state not in ("lost", "abandoned")
-            ]
+            due = self._held.due_beats(moment)
             if due:
                 await asyncio.gather(*(self._beat(client, job) for job in due))
             await self._watch_stream()
 
     async def _watch_stream(self) -> None:
         """Closes a stream that went quiet, so that the reader opens a new one (see
-        :meth:`tenax.Worker._watch_stream`)."""
+        :func:`stream_dead`)."""
         stream = self._stream
         if stream is None:
             return
-        holding = sum(
-            1
-            for h in self._held.values()
-            if h.generation == self._generation and h.state not in ("lost", "abandoned")
-        )
+        holding = self._held.holding(self._generation)
         silence = now() - stream.last_line_at
-        full = holding >= self._settings.concurrency
-        failing = self._beats_failing_since
-        if (not full and silence > STALE_STREAM_S) or (
-            failing is not None and now() - failing > self._settings.lease_s
-        ):
+        if stream_dead(silence, holding, self._beats_failing_since, self._settings):
             self._log.warning(
                 "the job stream is silent (%.0f s, %d job(s) held): reconnecting", silence, holding
             )

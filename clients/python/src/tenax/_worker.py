@@ -36,6 +36,7 @@ from ._worker_common import (
     completions_refused,
     now,
     record_completions,
+    stream_dead,
 )
 
 __all__ = ["Worker"]
@@ -48,10 +49,6 @@ ErrorHook = Callable[[TakenJob[Any], BaseException], object]
 
 _GONE = (LeaseLost, NotInFlight, NotFound)
 """Answers that say the job is no longer this worker's."""
-
-STALE_STREAM_S = 15.0
-"""A stream with room for more jobs that sends no line (not even the keep-alive the server
-sends every second) for this long is taken for dead."""
 
 
 class Worker:
@@ -521,11 +518,7 @@ class Worker:
         while not self._quit.wait(tick):
             moment = now()
             with self._lock:
-                due = [
-                    h.job
-                    for h in self._held.values()
-                    if h.next_beat <= moment and h.state not in ("lost", "abandoned")
-                ]
+                due = self._held.due_beats(moment)
             for job in due:
                 if self._quit.is_set():
                     return
@@ -533,29 +526,17 @@ class Worker:
             self._watch_stream()
 
     def _watch_stream(self) -> None:
-        """Closes a stream that went quiet, so that the reader opens a new one.
-
-        The server sends a keep-alive line every second while the stream has room, and nothing
-        while it holds ``concurrency`` jobs. So: silence with room means the connection is dead;
-        silence while full is normal, unless heartbeats have been failing for a whole lease.
-        """
+        """Closes a stream that went quiet (see :func:`stream_dead`), so that the reader opens
+        a new one."""
         with self._lock:
             stream = self._stream
             generation = self._generation
-            holding = sum(
-                1
-                for h in self._held.values()
-                if h.generation == generation and h.state not in ("lost", "abandoned")
-            )
+            holding = self._held.holding(generation)
             failing_since = self._beats_failing_since
         if stream is None or self._close_stream.is_set():
             return
         silence = now() - stream.last_line_at
-        full = holding >= self._settings.concurrency
-        dead = (not full and silence > STALE_STREAM_S) or (
-            failing_since is not None and now() - failing_since > self._settings.lease_s
-        )
-        if dead:
+        if stream_dead(silence, holding, failing_since, self._settings):
             self._log.warning(
                 "the job stream is silent (%.0f s, %d job(s) held) and heartbeats %s: reconnecting",
                 silence,

@@ -235,6 +235,23 @@ class HeldJobs(dict[int, Held]):
         if held is not None:
             held.next_beat = now() + seconds
 
+    def due_beats(self, moment: float) -> list[TakenJob[Any]]:
+        """The jobs whose heartbeat is due at ``moment`` and whose lease is still worth keeping."""
+        return [
+            h.job
+            for h in self.values()
+            if h.next_beat <= moment and h.state not in ("lost", "abandoned")
+        ]
+
+    def holding(self, generation: int) -> int:
+        """How many jobs stream connection ``generation`` leased to this worker that still
+        count against the stream's ``max``."""
+        return sum(
+            1
+            for h in self.values()
+            if h.generation == generation and h.state not in ("lost", "abandoned")
+        )
+
     def forget_stream(self, generation: int, stopping: bool) -> int:
         """The server put the jobs of a closed stream back to ready: forgets those not started,
         and returns how many of them count as returned (parked, or dropped while stopping)."""
@@ -268,6 +285,27 @@ def record_completions(
                 result.id,
                 result.error.message if result.error else "unknown reason",
             )
+
+
+STALE_STREAM_S = 15.0
+"""A stream with room for more jobs that sends no line (not even the keep-alive the server
+sends every second) for this long is taken for dead."""
+
+
+def stream_dead(
+    silence: float, holding: int, failing_since: float | None, settings: WorkerSettings
+) -> bool:
+    """Whether a stream silent for ``silence`` seconds, holding ``holding`` jobs, is dead.
+
+    The server sends a keep-alive line every second while the stream has room, and nothing
+    while it holds ``concurrency`` jobs. So: silence with room means the connection is dead;
+    silence while full is normal, unless heartbeats have been failing (since monotonic time
+    ``failing_since``) for a whole lease.
+    """
+    full = holding >= settings.concurrency
+    return (not full and silence > STALE_STREAM_S) or (
+        failing_since is not None and now() - failing_since > settings.lease_s
+    )
 
 
 def ack_wait(oldest: float, count: int, settings: WorkerSettings, flush: bool) -> float:
