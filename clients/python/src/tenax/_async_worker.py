@@ -16,9 +16,6 @@ from ._convert import Duration
 from ._errors import (
     APIError,
     InvalidRequest,
-    LeaseLost,
-    NotFound,
-    NotInFlight,
     TenaxConnectionError,
     TenaxError,
 )
@@ -26,15 +23,19 @@ from ._models import TakenJob
 from ._outcomes import describe
 from ._worker import UnknownJobType
 from ._worker_common import (
+    GONE,
     Backoff,
     Counter,
+    ErrorHook,
     Held,
     HeldJobs,
     Registry,
     WorkerSettings,
     WorkerStats,
     ack_wait,
+    call_error_hook,
     completions_refused,
+    log_stopped,
     now,
     record_completions,
     stream_dead,
@@ -46,9 +47,6 @@ P = TypeVar("P")
 R = TypeVar("R")
 
 AsyncHandler = Callable[[TakenJob[Any]], Awaitable[object]]
-ErrorHook = Callable[[TakenJob[Any], BaseException], object]
-
-_GONE = (LeaseLost, NotInFlight, NotFound)
 
 
 class AsyncWorker:
@@ -326,19 +324,11 @@ class AsyncWorker:
             # Cancelled by its own code, not by the shutdown: an ordinary failure.
             await self._report_failure(client, job, TimeoutError("the handler was cancelled"), events)
         except Exception as error:
-            self._call_error_hook(job, error)
+            call_error_hook(self._on_error, job, error, self._log)
             await self._report_failure(client, job, error, events)
         else:
             self._counter.add("succeeded")
             self._queue_ack(job, events)
-
-    def _call_error_hook(self, job: TakenJob[Any], error: BaseException) -> None:
-        if self._on_error is None:
-            return
-        try:
-            self._on_error(job, error)
-        except Exception:
-            self._log.exception("the on_error hook raised")
 
     def _take_over(self, job: TakenJob[Any], state: str) -> bool:
         return self._held.take_over(job, state)
@@ -358,7 +348,7 @@ class AsyncWorker:
             for _ in range(5):
                 try:
                     result = await client.fail(job, message, detail=detail, **options)
-                except _GONE as gone:
+                except GONE as gone:
                     self._counter.add("lost")
                     self._log.warning("job %d: cannot report its failure: %s", job.id, gone)
                     return
@@ -476,7 +466,7 @@ class AsyncWorker:
     async def _beat(self, client: AsyncClient, job: TakenJob[Any]) -> None:
         try:
             await client.heartbeat(job, lease=self._settings.lease)
-        except _GONE as gone:
+        except GONE as gone:
             self._held.lose(job)
             self._counter.add("lost")
             self._log.warning("job %d lost its lease: %s; its result will not be reported", job.id, gone)
@@ -538,15 +528,7 @@ class AsyncWorker:
         for task in helpers:
             task.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
-        stats = self.stats
-        self._log.info(
-            "worker stopped: %d completed, %d failed, %d returned, %d abandoned, %d lost",
-            stats.completed,
-            stats.failed,
-            stats.returned,
-            stats.abandoned,
-            stats.lost,
-        )
+        log_stopped(self._log, self.stats)
 
 
 class _Events:

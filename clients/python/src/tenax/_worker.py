@@ -16,24 +16,25 @@ from ._convert import Duration
 from ._errors import (
     APIError,
     InvalidRequest,
-    LeaseLost,
-    NotFound,
-    NotInFlight,
     TenaxConnectionError,
     TenaxError,
 )
 from ._models import TakenJob
 from ._outcomes import Retry, describe
 from ._worker_common import (
+    GONE,
     Backoff,
     Counter,
+    ErrorHook,
     Held,
     HeldJobs,
     Registry,
     WorkerSettings,
     WorkerStats,
     ack_wait,
+    call_error_hook,
     completions_refused,
+    log_stopped,
     now,
     record_completions,
     stream_dead,
@@ -45,10 +46,6 @@ P = TypeVar("P")
 R = TypeVar("R")
 
 SyncHandler = Callable[[TakenJob[Any]], object]
-ErrorHook = Callable[[TakenJob[Any], BaseException], object]
-
-_GONE = (LeaseLost, NotInFlight, NotFound)
-"""Answers that say the job is no longer this worker's."""
 
 
 class Worker:
@@ -386,19 +383,11 @@ class Worker:
                 )
             handler.func(handler.job_for(job))
         except BaseException as error:  # noqa: BLE001 - a handler never kills its thread
-            self._call_error_hook(job, error)
+            call_error_hook(self._on_error, job, error, self._log)
             self._report_failure(job, error)
         else:
             self._counter.add("succeeded")
             self._queue_ack(job)
-
-    def _call_error_hook(self, job: TakenJob[Any], error: BaseException) -> None:
-        if self._on_error is None:
-            return
-        try:
-            self._on_error(job, error)
-        except Exception:
-            self._log.exception("the on_error hook raised")
 
     def _take_over(self, job: TakenJob[Any], state: str) -> bool:
         """Moves a held job to ``state``; False when it is no longer this worker's to report."""
@@ -419,7 +408,7 @@ class Worker:
             for attempt in range(5):
                 try:
                     result = self._client.fail(job, message, detail=detail, **options)
-                except _GONE as gone:
+                except GONE as gone:
                     self._counter.add("lost")
                     self._log.warning("job %d: cannot report its failure: %s", job.id, gone)
                     return
@@ -550,7 +539,7 @@ class Worker:
     def _beat(self, job: TakenJob[Any]) -> None:
         try:
             self._client.heartbeat(job, lease=self._settings.lease)
-        except _GONE as gone:
+        except GONE as gone:
             with self._lock:
                 self._held.lose(job)
             self._counter.add("lost")
@@ -618,15 +607,7 @@ class Worker:
         threads["tenax-stream"].join(5.0)
         self._quit.set()
         threads["tenax-heartbeats"].join(2.0)
-        stats = self.stats
-        self._log.info(
-            "worker stopped: %d completed, %d failed, %d returned, %d abandoned, %d lost",
-            stats.completed,
-            stats.failed,
-            stats.returned,
-            stats.abandoned,
-            stats.lost,
-        )
+        log_stopped(self._log, self.stats)
 
 
 class UnknownJobType(Retry):

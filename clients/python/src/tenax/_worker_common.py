@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from ._convert import Duration, duration_ms
-from ._errors import APIError, TenaxConnectionError
+from ._errors import APIError, LeaseLost, NotFound, NotInFlight, TenaxConnectionError
 from ._models import CompleteResult, TakenJob
 from ._outcomes import NotRetryable
 
@@ -285,6 +285,39 @@ def record_completions(
                 result.id,
                 result.error.message if result.error else "unknown reason",
             )
+
+
+ErrorHook = Callable[[TakenJob[Any], BaseException], object]
+
+GONE = (LeaseLost, NotInFlight, NotFound)
+"""Answers that say the job is no longer this worker's."""
+
+
+def call_error_hook(
+    hook: ErrorHook | None,
+    job: TakenJob[Any],
+    error: BaseException,
+    log: logging.Logger,
+) -> None:
+    """Shows a handler's failure to the ``on_error`` hook; the hook's own failure is only
+    logged, so that the job's failure is still reported."""
+    if hook is None:
+        return
+    try:
+        hook(job, error)
+    except Exception:
+        log.exception("the on_error hook raised")
+
+
+def log_stopped(log: logging.Logger, stats: WorkerStats) -> None:
+    log.info(
+        "worker stopped: %d completed, %d failed, %d returned, %d abandoned, %d lost",
+        stats.completed,
+        stats.failed,
+        stats.returned,
+        stats.abandoned,
+        stats.lost,
+    )
 
 
 STALE_STREAM_S = 15.0
