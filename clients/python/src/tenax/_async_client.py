@@ -248,6 +248,8 @@ class AsyncClient:
             return False
         return response.status_code == 200
 
+    # ---- API methods (written from Client's by tests/async_from_sync.py: do not edit)
+
     # ---- jobs ---------------------------------------------------------------------------------
 
     async def enqueue(
@@ -332,8 +334,8 @@ class AsyncClient:
             page = await self.list_jobs(
                 queue=queue, status=status, type=type, limit=page_size, after=after
             )
-            for job in page.jobs:
-                yield job
+            for item in page.jobs:
+                yield item
             if page.next_after is None:
                 return
             after = page.next_after
@@ -450,8 +452,8 @@ class AsyncClient:
         after: int | None = None
         while True:
             page = await self.list_dead(queue=queue, type=type, limit=page_size, after=after)
-            for job in page.jobs:
-                yield job
+            for item in page.jobs:
+                yield item
             if page.next_after is None:
                 return
             after = page.next_after
@@ -644,8 +646,8 @@ class AsyncClient:
             page = await self.list_deliveries(
                 subscription_id, status=status, after=after, limit=page_size
             )
-            for delivery in page.deliveries:
-                yield delivery
+            for item in page.deliveries:
+                yield item
             if page.next_after is None:
                 return
             after = page.next_after

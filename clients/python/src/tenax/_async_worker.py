@@ -16,23 +16,29 @@ from ._convert import Duration
 from ._errors import (
     APIError,
     InvalidRequest,
-    LeaseLost,
-    NotFound,
-    NotInFlight,
     TenaxConnectionError,
     TenaxError,
 )
 from ._models import TakenJob
 from ._outcomes import describe
-from ._worker import STALE_STREAM_S, UnknownJobType
+from ._worker import UnknownJobType
 from ._worker_common import (
+    GONE,
     Backoff,
     Counter,
+    ErrorHook,
     Held,
+    HeldJobs,
     Registry,
     WorkerSettings,
     WorkerStats,
+    ack_wait,
+    call_error_hook,
+    completions_refused,
+    log_stopped,
     now,
+    record_completions,
+    stream_dead,
 )
 
 __all__ = ["AsyncWorker"]
@@ -41,9 +47,6 @@ P = TypeVar("P")
 R = TypeVar("R")
 
 AsyncHandler = Callable[[TakenJob[Any]], Awaitable[object]]
-ErrorHook = Callable[[TakenJob[Any], BaseException], object]
-
-_GONE = (LeaseLost, NotInFlight, NotFound)
 
 
 class AsyncWorker:
@@ -88,7 +91,7 @@ class AsyncWorker:
         self._log = logger or logging.getLogger("tenax.worker")
         self._registry: Registry[AsyncHandler] = Registry()
         self._counter = Counter()
-        self._held: dict[int, Held] = {}
+        self._held = HeldJobs()
         self._acks: list[tuple[TakenJob[Any], float]] = []
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._generation = 0
@@ -299,11 +302,9 @@ class AsyncWorker:
         events.changed.set()
 
     def _stream_closed(self, generation: int, events: _Events) -> None:
-        for token, held in list(self._held.items()):
-            if held.generation == generation and held.state in ("queued", "parked"):
-                del self._held[token]
-                if held.state == "parked" or events.stopping.is_set():
-                    self._counter.add("returned")
+        returned = self._held.forget_stream(generation, events.stopping.is_set())
+        if returned:
+            self._counter.add("returned", returned)
 
     # ---- handlers -----------------------------------------------------------------------------
 
@@ -323,28 +324,14 @@ class AsyncWorker:
             # Cancelled by its own code, not by the shutdown: an ordinary failure.
             await self._report_failure(client, job, TimeoutError("the handler was cancelled"), events)
         except Exception as error:
-            self._call_error_hook(job, error)
+            call_error_hook(self._on_error, job, error, self._log)
             await self._report_failure(client, job, error, events)
         else:
             self._counter.add("succeeded")
             self._queue_ack(job, events)
 
-    def _call_error_hook(self, job: TakenJob[Any], error: BaseException) -> None:
-        if self._on_error is None:
-            return
-        try:
-            self._on_error(job, error)
-        except Exception:
-            self._log.exception("the on_error hook raised")
-
     def _take_over(self, job: TakenJob[Any], state: str) -> bool:
-        held = self._held.get(job.lease_token)
-        if held is None or held.state in ("lost", "abandoned"):
-            if held is not None and held.state == "lost":
-                del self._held[job.lease_token]
-            return False
-        held.state = state
-        return True
+        return self._held.take_over(job, state)
 
     def _release(self, job: TakenJob[Any], events: _Events) -> None:
         self._held.pop(job.lease_token, None)
@@ -361,7 +348,7 @@ class AsyncWorker:
             for _ in range(5):
                 try:
                     result = await client.fail(job, message, detail=detail, **options)
-                except _GONE as gone:
+                except GONE as gone:
                     self._counter.add("lost")
                     self._log.warning("job %d: cannot report its failure: %s", job.id, gone)
                     return
@@ -407,17 +394,17 @@ class AsyncWorker:
                     events.changed.clear()
                     await _wait(events.changed, 0.5)
                     continue
-                age = now() - self._acks[0][1]
                 idle = not self._tasks
-                if (
-                    events.acks_final.is_set()
-                    or idle
-                    or len(self._acks) >= self._settings.ack_batch
-                    or age >= self._settings.ack_interval_s
-                ):
+                wait = ack_wait(
+                    self._acks[0][1],
+                    len(self._acks),
+                    self._settings,
+                    events.acks_final.is_set() or idle,
+                )
+                if wait == 0:
                     break
                 events.changed.clear()
-                await _wait(events.changed, max(0.001, self._settings.ack_interval_s - age))
+                await _wait(events.changed, wait)
             batch = self._acks[: self._settings.ack_batch]
             del self._acks[: self._settings.ack_batch]
             if await self._send_acks(client, batch, events):
@@ -438,24 +425,14 @@ class AsyncWorker:
         try:
             results = await client.complete_many(jobs)
         except (TenaxConnectionError, APIError) as error:
-            if isinstance(error, APIError) and error.status < 500 and error.status != 408:
+            if completions_refused(error):
                 self._log.error("completions of %d jobs refused: %s", len(jobs), error)
                 for job in jobs:
                     self._release(job, events)
                 return True
             self._log.warning("cannot report %d completions: %s", len(jobs), error)
             return False
-        self._counter.add("ack_requests")
-        for result in results:
-            if result.completed:
-                self._counter.add("completed")
-            else:
-                self._counter.add("lost")
-                self._log.warning(
-                    "job %d ran, but its completion was refused: %s",
-                    result.id,
-                    result.error.message if result.error else "unknown reason",
-                )
+        record_completions(results, self._counter, self._log)
         for job in jobs:
             self._release(job, events)
         return True
@@ -466,32 +443,20 @@ class AsyncWorker:
         tick = max(0.05, min(0.5, self._settings.heartbeat_s / 4))
         while not await _wait(events.quit, tick):
             moment = now()
-            due = [
-                h.job
-                for h in self._held.values()
-                if h.next_beat <= moment and h.state not in ("lost", "abandoned")
-            ]
+            due = self._held.due_beats(moment)
             if due:
                 await asyncio.gather(*(self._beat(client, job) for job in due))
             await self._watch_stream()
 
     async def _watch_stream(self) -> None:
         """Closes a stream that went quiet, so that the reader opens a new one (see
-        :meth:`tenax.Worker._watch_stream`)."""
+        :func:`stream_dead`)."""
         stream = self._stream
         if stream is None:
             return
-        holding = sum(
-            1
-            for h in self._held.values()
-            if h.generation == self._generation and h.state not in ("lost", "abandoned")
-        )
+        holding = self._held.holding(self._generation)
         silence = now() - stream.last_line_at
-        full = holding >= self._settings.concurrency
-        failing = self._beats_failing_since
-        if (not full and silence > STALE_STREAM_S) or (
-            failing is not None and now() - failing > self._settings.lease_s
-        ):
+        if stream_dead(silence, holding, self._beats_failing_since, self._settings):
             self._log.warning(
                 "the job stream is silent (%.0f s, %d job(s) held): reconnecting", silence, holding
             )
@@ -501,10 +466,8 @@ class AsyncWorker:
     async def _beat(self, client: AsyncClient, job: TakenJob[Any]) -> None:
         try:
             await client.heartbeat(job, lease=self._settings.lease)
-        except _GONE as gone:
-            held = self._held.get(job.lease_token)
-            if held is not None and held.state not in ("acking", "reporting"):
-                held.state = "lost"
+        except GONE as gone:
+            self._held.lose(job)
             self._counter.add("lost")
             self._log.warning("job %d lost its lease: %s; its result will not be reported", job.id, gone)
             return
@@ -512,15 +475,11 @@ class AsyncWorker:
             self._log.warning("job %d: heartbeat failed (%s); trying again", job.id, error)
             if self._beats_failing_since is None:
                 self._beats_failing_since = now()
-            held = self._held.get(job.lease_token)
-            if held is not None:
-                held.next_beat = now() + min(1.0, self._settings.heartbeat_s / 4)
+            self._held.next_beat_in(job, min(1.0, self._settings.heartbeat_s / 4))
             return
         self._counter.add("heartbeats")
         self._beats_failing_since = None
-        held = self._held.get(job.lease_token)
-        if held is not None:
-            held.next_beat = now() + self._settings.heartbeat_s
+        self._held.next_beat_in(job, self._settings.heartbeat_s)
 
     # ---- shutdown -----------------------------------------------------------------------------
 
@@ -569,15 +528,7 @@ class AsyncWorker:
         for task in helpers:
             task.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
-        stats = self.stats
-        self._log.info(
-            "worker stopped: %d completed, %d failed, %d returned, %d abandoned, %d lost",
-            stats.completed,
-            stats.failed,
-            stats.returned,
-            stats.abandoned,
-            stats.lost,
-        )
+        log_stopped(self._log, self.stats)
 
 
 class _Events:

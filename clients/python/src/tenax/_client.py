@@ -298,6 +298,8 @@ class Client:
             return False
         return response.status_code == 200
 
+    # ---- API methods (AsyncClient's are written from these: tests/async_from_sync.py)
+
     # ---- jobs ---------------------------------------------------------------------------------
 
     def enqueue(

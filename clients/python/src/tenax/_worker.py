@@ -16,22 +16,28 @@ from ._convert import Duration
 from ._errors import (
     APIError,
     InvalidRequest,
-    LeaseLost,
-    NotFound,
-    NotInFlight,
     TenaxConnectionError,
     TenaxError,
 )
 from ._models import TakenJob
 from ._outcomes import Retry, describe
 from ._worker_common import (
+    GONE,
     Backoff,
     Counter,
+    ErrorHook,
     Held,
+    HeldJobs,
     Registry,
     WorkerSettings,
     WorkerStats,
+    ack_wait,
+    call_error_hook,
+    completions_refused,
+    log_stopped,
     now,
+    record_completions,
+    stream_dead,
 )
 
 __all__ = ["Worker"]
@@ -40,14 +46,6 @@ P = TypeVar("P")
 R = TypeVar("R")
 
 SyncHandler = Callable[[TakenJob[Any]], object]
-ErrorHook = Callable[[TakenJob[Any], BaseException], object]
-
-_GONE = (LeaseLost, NotInFlight, NotFound)
-"""Answers that say the job is no longer this worker's."""
-
-STALE_STREAM_S = 15.0
-"""A stream with room for more jobs that sends no line (not even the keep-alive the server
-sends every second) for this long is taken for dead."""
 
 
 class Worker:
@@ -116,7 +114,7 @@ class Worker:
 
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._held: dict[int, Held] = {}
+        self._held = HeldJobs()
         """By lease token: unique per lease, while a job id may come back on a new lease."""
         self._acks: list[tuple[TakenJob[Any], float]] = []
         self._running = 0
@@ -346,11 +344,9 @@ class Worker:
     def _stream_closed(self, generation: int) -> None:
         """The server put the jobs of a closed stream back to ready: forget those not started."""
         with self._lock:
-            for token, held in list(self._held.items()):
-                if held.generation == generation and held.state in ("queued", "parked"):
-                    del self._held[token]
-                    if held.state == "parked" or self._stopping.is_set():
-                        self._counter.add("returned")
+            returned = self._held.forget_stream(generation, self._stopping.is_set())
+            if returned:
+                self._counter.add("returned", returned)
             self._changed.notify_all()
 
     # ---- handlers -----------------------------------------------------------------------------
@@ -387,30 +383,16 @@ class Worker:
                 )
             handler.func(handler.job_for(job))
         except BaseException as error:  # noqa: BLE001 - a handler never kills its thread
-            self._call_error_hook(job, error)
+            call_error_hook(self._on_error, job, error, self._log)
             self._report_failure(job, error)
         else:
             self._counter.add("succeeded")
             self._queue_ack(job)
 
-    def _call_error_hook(self, job: TakenJob[Any], error: BaseException) -> None:
-        if self._on_error is None:
-            return
-        try:
-            self._on_error(job, error)
-        except Exception:
-            self._log.exception("the on_error hook raised")
-
     def _take_over(self, job: TakenJob[Any], state: str) -> bool:
         """Moves a held job to ``state``; False when it is no longer this worker's to report."""
         with self._lock:
-            held = self._held.get(job.lease_token)
-            if held is None or held.state in ("lost", "abandoned"):
-                if held is not None and held.state == "lost":
-                    del self._held[job.lease_token]
-                return False
-            held.state = state
-            return True
+            return self._held.take_over(job, state)
 
     def _release(self, job: TakenJob[Any]) -> None:
         with self._lock:
@@ -426,7 +408,7 @@ class Worker:
             for attempt in range(5):
                 try:
                     result = self._client.fail(job, message, detail=detail, **options)
-                except _GONE as gone:
+                except GONE as gone:
                     self._counter.add("lost")
                     self._log.warning("job %d: cannot report its failure: %s", job.id, gone)
                     return
@@ -479,16 +461,13 @@ class Worker:
                             return
                         self._changed.wait(0.5)
                         continue
-                    age = now() - self._acks[0][1]
                     idle = self._running == 0 and self._work.empty()
-                    if (
-                        self._acks_final
-                        or idle
-                        or len(self._acks) >= self._settings.ack_batch
-                        or age >= self._settings.ack_interval_s
-                    ):
+                    wait = ack_wait(
+                        self._acks[0][1], len(self._acks), self._settings, self._acks_final or idle
+                    )
+                    if wait == 0:
                         break
-                    self._changed.wait(max(0.001, self._settings.ack_interval_s - age))
+                    self._changed.wait(wait)
                 batch = self._acks[: self._settings.ack_batch]
                 del self._acks[: self._settings.ack_batch]
             if self._send_acks(batch):
@@ -509,24 +488,14 @@ class Worker:
         try:
             results = self._client.complete_many(jobs)
         except (TenaxConnectionError, APIError) as error:
-            if isinstance(error, APIError) and error.status < 500 and error.status != 408:
+            if completions_refused(error):
                 self._log.error("completions of %d jobs refused: %s", len(jobs), error)
                 for job in jobs:
                     self._release(job)
                 return True
             self._log.warning("cannot report %d completions: %s", len(jobs), error)
             return False
-        self._counter.add("ack_requests")
-        for result in results:
-            if result.completed:
-                self._counter.add("completed")
-            else:
-                self._counter.add("lost")
-                self._log.warning(
-                    "job %d ran, but its completion was refused: %s",
-                    result.id,
-                    result.error.message if result.error else "unknown reason",
-                )
+        record_completions(results, self._counter, self._log)
         for job in jobs:
             self._release(job)
         return True
@@ -538,11 +507,7 @@ class Worker:
         while not self._quit.wait(tick):
             moment = now()
             with self._lock:
-                due = [
-                    h.job
-                    for h in self._held.values()
-                    if h.next_beat <= moment and h.state not in ("lost", "abandoned")
-                ]
+                due = self._held.due_beats(moment)
             for job in due:
                 if self._quit.is_set():
                     return
@@ -550,29 +515,17 @@ class Worker:
             self._watch_stream()
 
     def _watch_stream(self) -> None:
-        """Closes a stream that went quiet, so that the reader opens a new one.
-
-        The server sends a keep-alive line every second while the stream has room, and nothing
-        while it holds ``concurrency`` jobs. So: silence with room means the connection is dead;
-        silence while full is normal, unless heartbeats have been failing for a whole lease.
-        """
+        """Closes a stream that went quiet (see :func:`stream_dead`), so that the reader opens
+        a new one."""
         with self._lock:
             stream = self._stream
             generation = self._generation
-            holding = sum(
-                1
-                for h in self._held.values()
-                if h.generation == generation and h.state not in ("lost", "abandoned")
-            )
+            holding = self._held.holding(generation)
             failing_since = self._beats_failing_since
         if stream is None or self._close_stream.is_set():
             return
         silence = now() - stream.last_line_at
-        full = holding >= self._settings.concurrency
-        dead = (not full and silence > STALE_STREAM_S) or (
-            failing_since is not None and now() - failing_since > self._settings.lease_s
-        )
-        if dead:
+        if stream_dead(silence, holding, failing_since, self._settings):
             self._log.warning(
                 "the job stream is silent (%.0f s, %d job(s) held) and heartbeats %s: reconnecting",
                 silence,
@@ -586,11 +539,9 @@ class Worker:
     def _beat(self, job: TakenJob[Any]) -> None:
         try:
             self._client.heartbeat(job, lease=self._settings.lease)
-        except _GONE as gone:
+        except GONE as gone:
             with self._lock:
-                held = self._held.get(job.lease_token)
-                if held is not None and held.state not in ("acking", "reporting"):
-                    held.state = "lost"
+                self._held.lose(job)
             self._counter.add("lost")
             self._log.warning("job %d lost its lease: %s; its result will not be reported", job.id, gone)
             return
@@ -599,16 +550,12 @@ class Worker:
             with self._lock:
                 if self._beats_failing_since is None:
                     self._beats_failing_since = now()
-                held = self._held.get(job.lease_token)
-                if held is not None:
-                    held.next_beat = now() + min(1.0, self._settings.heartbeat_s / 4)
+                self._held.next_beat_in(job, min(1.0, self._settings.heartbeat_s / 4))
             return
         self._counter.add("heartbeats")
         with self._lock:
             self._beats_failing_since = None
-            held = self._held.get(job.lease_token)
-            if held is not None:
-                held.next_beat = now() + self._settings.heartbeat_s
+            self._held.next_beat_in(job, self._settings.heartbeat_s)
 
     # ---- shutdown -----------------------------------------------------------------------------
 
@@ -660,15 +607,7 @@ class Worker:
         threads["tenax-stream"].join(5.0)
         self._quit.set()
         threads["tenax-heartbeats"].join(2.0)
-        stats = self.stats
-        self._log.info(
-            "worker stopped: %d completed, %d failed, %d returned, %d abandoned, %d lost",
-            stats.completed,
-            stats.failed,
-            stats.returned,
-            stats.abandoned,
-            stats.lost,
-        )
+        log_stopped(self._log, self.stats)
 
 
 class UnknownJobType(Retry):
