@@ -117,6 +117,7 @@ conformance_suite! {
         schedules: [
             schedules_are_stored_changed_and_deleted,
             a_tick_is_recorded_once_with_its_job,
+            a_change_never_overwrites_a_tick_recorded_meanwhile,
         ],
         subscriptions: [
             subscriptions_are_stored_changed_and_deleted,

@@ -111,6 +111,90 @@ pub(crate) async fn schedules_are_stored_changed_and_deleted(backend: &impl Back
 /// A tick's record and its job are stored together, only while the schedule is at the
 /// revision the engine read: a second record of the same tick (another server, a restart)
 /// stores neither, whoever loses a race.
+/// A change decided while a tick is being recorded does not undo the tick: either the tick is
+/// recorded first and the change is decided on it, or the change comes first and the tick,
+/// made from the revision before it, is refused. The change's closure starts the tick on
+/// another thread and gives it time to finish before it decides.
+pub(crate) async fn a_change_never_overwrites_a_tick_recorded_meanwhile(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let first = schedule("s", "ticks");
+    store
+        .update_schedule("s", &|_| Some(first.clone()))
+        .await
+        .expect("made");
+    let tick = T0 + 60 * SECOND;
+    let mut ticked = first.clone();
+    ticked.revision = 2;
+    ticked.through_ms = tick;
+    ticked.next_tick_ms = Some(tick + 60 * SECOND);
+    ticked.last_tick_ms = Some(tick);
+    ticked.counts.enqueued = 1;
+    let seen = current(&store).await;
+    let recording: std::sync::Mutex<Option<std::thread::JoinHandle<_>>> =
+        std::sync::Mutex::new(None);
+    let paused = store
+        .update_schedule("s", &|current| {
+            let mut slot = recording.lock().expect("the slot");
+            if slot.is_none() {
+                let (store, ticked) = (store.clone(), ticked.clone());
+                let (done, finished) = std::sync::mpsc::channel();
+                *slot = Some(std::thread::spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .expect("a runtime");
+                    let recorded = runtime.block_on(store.record_tick(
+                        &ticked,
+                        1,
+                        vec![job("ticks").at(tick).kind("tick")],
+                        seen,
+                        tick,
+                    ));
+                    let _ = done.send(());
+                    recorded
+                }));
+                // A store that lets the tick through finishes it well within this.
+                let _ = finished.recv_timeout(std::time::Duration::from_millis(500));
+            }
+            let mut changed = current.expect("there").clone();
+            changed.paused = true;
+            changed.revision += 1;
+            Some(changed)
+        })
+        .await
+        .expect("paused")
+        .expect("a schedule");
+    let recorded = recording
+        .lock()
+        .expect("the slot")
+        .take()
+        .expect("the tick was started")
+        .join()
+        .expect("the tick's thread")
+        .expect("answered");
+    let stored = store.schedule("s").await.expect("read").expect("there");
+    assert!(stored.paused);
+    let jobs = store
+        .count_jobs(&JobFilter::queue("ticks"))
+        .await
+        .expect("count");
+    match recorded {
+        // The tick went first: the pause was decided on it and keeps it.
+        Some(made) => {
+            assert_eq!(stored.last_tick_ms, Some(tick), "{stored:?}");
+            assert_eq!(stored.last_job, made[0].as_ref().map(|e| e.id));
+            assert_eq!(jobs, 1);
+        }
+        // The pause went first: the tick, from the revision before it, stored nothing.
+        None => {
+            assert_eq!(stored.last_tick_ms, None, "{stored:?}");
+            assert_eq!(jobs, 0);
+        }
+    }
+    assert_eq!(stored.revision, paused.revision);
+    close(store).await;
+}
+
 pub(crate) async fn a_tick_is_recorded_once_with_its_job(backend: &impl Backend) {
     let store = backend.open(T0).await;
     let first = schedule("s", "ticks");

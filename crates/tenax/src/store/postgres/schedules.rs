@@ -50,7 +50,11 @@ impl ScheduleStore for PostgresStore {
         let tx = client.transaction().await.map_err(fault(what))?;
         // A schedule may have no row yet: the lock is on its name.
         execute(&tx, &LOCK, &[&name]).await.map_err(fault(what))?;
-        let rows = query(&tx, &SCHEDULE, &[&name]).await.map_err(fault(what))?;
+        // The row too: a tick recorded meanwhile (`record_tick` takes no advisory lock) would
+        // otherwise be overwritten by a change decided on the row as it was before the tick.
+        let rows = query(&tx, &SCHEDULE_FOR_UPDATE, &[&name])
+            .await
+            .map_err(fault(what))?;
         let current = rows.first().map(|r| schedule_of(r.get(0))).transpose()?;
         let Some(schedule) = change(current.as_ref()) else {
             return Ok(current);
@@ -133,6 +137,7 @@ impl ScheduleStore for PostgresStore {
 
 statements! {
     SCHEDULE = "SELECT body FROM tenax_schedules WHERE name = $1";
+    SCHEDULE_FOR_UPDATE = "SELECT body FROM tenax_schedules WHERE name = $1 FOR UPDATE";
     LIST = "SELECT body FROM tenax_schedules ORDER BY name";
     LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('tenax.schedule:' || $1, 0))";
     PUT = "INSERT INTO tenax_schedules (name, paused, next_tick, revision, body)
