@@ -111,6 +111,18 @@ pub(crate) async fn schedules_are_stored_changed_and_deleted(backend: &impl Back
 /// A tick's record and its job are stored together, only while the schedule is at the
 /// revision the engine read: a second record of the same tick (another server, a restart)
 /// stores neither, whoever loses a race.
+/// `schedule` (at revision 1) as its tick at `tick` leaves it: revision 2, the tick handled,
+/// the next a minute later, one job enqueued.
+fn ticked_at(schedule: &Schedule, tick: u64) -> Schedule {
+    let mut ticked = schedule.clone();
+    ticked.revision = 2;
+    ticked.through_ms = tick;
+    ticked.next_tick_ms = Some(tick + 60 * SECOND);
+    ticked.last_tick_ms = Some(tick);
+    ticked.counts.enqueued = 1;
+    ticked
+}
+
 /// A change decided while a tick is being recorded does not undo the tick: either the tick is
 /// recorded first and the change is decided on it, or the change comes first and the tick,
 /// made from the revision before it, is refused. The change's closure starts the tick on
@@ -123,12 +135,7 @@ pub(crate) async fn a_change_never_overwrites_a_tick_recorded_meanwhile(backend:
         .await
         .expect("made");
     let tick = T0 + 60 * SECOND;
-    let mut ticked = first.clone();
-    ticked.revision = 2;
-    ticked.through_ms = tick;
-    ticked.next_tick_ms = Some(tick + 60 * SECOND);
-    ticked.last_tick_ms = Some(tick);
-    ticked.counts.enqueued = 1;
+    let ticked = ticked_at(&first, tick);
     let seen = current(&store).await;
     let recording: std::sync::Mutex<Option<std::thread::JoinHandle<_>>> =
         std::sync::Mutex::new(None);
@@ -203,12 +210,7 @@ pub(crate) async fn a_tick_is_recorded_once_with_its_job(backend: &impl Backend)
         .await
         .expect("made");
     let tick = T0 + 60 * SECOND;
-    let mut next = first.clone();
-    next.revision = 2;
-    next.through_ms = tick;
-    next.next_tick_ms = Some(tick + 60 * SECOND);
-    next.last_tick_ms = Some(tick);
-    next.counts.enqueued = 1;
+    let next = ticked_at(&first, tick);
     let jobs = || vec![job("ticks").at(tick).kind("tick")];
     let seen = current(&store).await;
     let recorded = store
