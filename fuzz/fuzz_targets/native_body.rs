@@ -1,4 +1,4 @@
-//! Every native API request body, decoded as its handler does: tenax::fuzzing::native_bodies.
+//! Every native API request body, decoded as its handler does: tenax_fuzzing::native_bodies.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tenax::fuzzing::native_bodies(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tenax_fuzzing::native_bodies(data));

@@ -1,4 +1,4 @@
-//! Policy JSON in all three spellings: tenax::fuzzing::policy.
+//! Policy JSON in all three spellings: tenax_fuzzing::policy.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tenax::fuzzing::policy(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tenax_fuzzing::policy(data));

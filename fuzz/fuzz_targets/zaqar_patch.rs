@@ -1,4 +1,4 @@
-//! Zaqar queue-metadata PATCH documents, applied, checked and installed: tenax::fuzzing::zaqar_patch.
+//! Zaqar queue-metadata PATCH documents, applied, checked and installed: tenax_fuzzing::zaqar_patch.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tenax::fuzzing::zaqar_patch(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tenax_fuzzing::zaqar_patch(data));

@@ -1,4 +1,4 @@
-//! Zaqar message-post bodies: tenax::fuzzing::zaqar_post.
+//! Zaqar message-post bodies: tenax_fuzzing::zaqar_post.
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| tenax::fuzzing::zaqar_post(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tenax_fuzzing::zaqar_post(data));

@@ -7,16 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use tenax_core::metrics::commits::CommitMetrics;
+use tenax_core::store::CommitObserver;
+use tenax_embedded::EmbeddedOptions;
+use tenax_net::trust::CaFile;
 use tenax_policy::spelling::native;
 use tenax_policy::{Jitter, RetryPolicy, Shape, parse_duration, polynomial::Polynomial};
 
 use crate::delivery::backpressure::BreakerSettings;
 use crate::delivery::{DeliveryConfig, default_delivery_policy};
-use crate::metrics::commits::CommitMetrics;
 use crate::serve::TlsFiles;
-use crate::store::embedded::EmbeddedOptions;
-use crate::store::{CommitObserver, StoreConfig};
-use crate::trust::CaFile;
+use crate::storage::StoreConfig;
 
 /// Flags of `tenax serve`. Durations are milliseconds or a number with a unit (`12.5s`, `5m`).
 #[derive(Debug, Clone, Args)]
@@ -93,7 +94,7 @@ pub struct ServeArgs {
     #[arg(long, env = "TENAX_MAX_PAYLOAD_BYTES", default_value_t = 1024 * 1024)]
     pub max_payload_bytes: usize,
     /// Page cache of the embedded store, in MiB.
-    #[arg(long, env = "TENAX_CACHE_MB", default_value_t = crate::store::embedded::DEFAULT_CACHE_MB)]
+    #[arg(long, env = "TENAX_CACHE_MB", default_value_t = tenax_embedded::DEFAULT_CACHE_MB)]
     pub cache_mb: usize,
     /// The policy of deliveries whose subscription and queue name none, in any spelling
     /// (native, SNS `DeliveryPolicy`, Zaqar `_retry_policy`). Default: retries after 5 s, 5 m,
@@ -202,7 +203,7 @@ pub struct ServeArgs {
     pub metrics_listen: Option<SocketAddr>,
     /// How many distinct queues, job types and subscriptions (each) get series of their own in
     /// the metrics; the rest are counted under `(other)`.
-    #[arg(long, env = "TENAX_METRICS_LABEL_LIMIT", default_value_t = crate::metrics::DEFAULT_LABEL_LIMIT)]
+    #[arg(long, env = "TENAX_METRICS_LABEL_LIMIT", default_value_t = tenax_core::metrics::DEFAULT_LABEL_LIMIT)]
     pub metrics_label_limit: usize,
     /// Export spans (requests, and enqueue, take, complete, fail and delivery attempts of each
     /// job, in the job's trace) by OTLP over HTTP to this receiver's base URL
@@ -243,11 +244,11 @@ pub enum LogFormat {
 
 impl ServeArgs {
     /// The secrets key file's keys, if `--secrets-key-file` names one.
-    fn secrets(&self) -> Result<Option<std::sync::Arc<crate::secrets::Keyring>>, String> {
+    fn secrets(&self) -> Result<Option<std::sync::Arc<tenax_core::secrets::Keyring>>, String> {
         let Some(path) = &self.secrets_key_file else {
             return Ok(None);
         };
-        let keys = crate::secrets::Keyring::read_file(path)
+        let keys = tenax_core::secrets::Keyring::read_file(path)
             .map_err(|e| format!("--secrets-key-file: {e}"))?;
         Ok(Some(std::sync::Arc::new(keys)))
     }
@@ -255,8 +256,8 @@ impl ServeArgs {
     /// The PostgreSQL store's options, if `--database-url` asks for it.
     fn database_options(
         &self,
-        secrets: Option<&std::sync::Arc<crate::secrets::Keyring>>,
-    ) -> Result<Option<crate::store::postgres::PostgresOptions>, String> {
+        secrets: Option<&std::sync::Arc<tenax_core::secrets::Keyring>>,
+    ) -> Result<Option<tenax_postgres::PostgresOptions>, String> {
         let Some(url) = &self.database_url else {
             return Ok(None);
         };
@@ -267,15 +268,14 @@ impl ServeArgs {
              docs/security.md)",
         )?;
         // The URL may hold a password: the message says why without repeating it.
-        let database =
-            crate::store::postgres::Database::new(url, self.database_ca_file.as_deref())?;
+        let database = tenax_postgres::Database::new(url, self.database_ca_file.as_deref())?;
         if self.database_pool < 2 {
             return Err("--database-pool: must be at least 2".into());
         }
         if self.database_poll == Some(0) {
             return Err("--database-poll: must be longer than 0".into());
         }
-        let mut options = crate::store::postgres::PostgresOptions::new(database, secrets);
+        let mut options = tenax_postgres::PostgresOptions::new(database, secrets);
         options.pool_size = self.database_pool;
         options.start_wait = std::time::Duration::from_millis(self.database_wait);
         if let Some(every) = self.database_poll {
@@ -296,7 +296,7 @@ pub struct Config {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     /// PostgreSQL instead of the embedded store in `data_dir`.
-    pub database: Option<crate::store::postgres::PostgresOptions>,
+    pub database: Option<tenax_postgres::PostgresOptions>,
     pub durability: Durability,
     pub default_policy: RetryPolicy,
     pub default_lease_ms: u64,
@@ -317,7 +317,7 @@ pub struct Config {
     /// An admin token accepted besides the stored ones.
     pub admin_token: Option<String>,
     /// The keys of `--secrets-key-file`; `None`: the embedded store's own key file.
-    pub secrets: Option<std::sync::Arc<crate::secrets::Keyring>>,
+    pub secrets: Option<std::sync::Arc<tenax_core::secrets::Keyring>>,
     /// Where `secrets` were read from.
     pub secrets_key_file: Option<PathBuf>,
     /// The API's TLS certificate and key files, when it speaks HTTPS.
@@ -459,7 +459,7 @@ impl ServeArgs {
             }
         };
         if let Some(token) = &self.admin_token {
-            crate::auth::token::check_given(token)
+            tenax_core::auth::token::check_given(token)
                 .map_err(|rule| format!("--admin-token: {rule}"))?;
         }
         let tls = match (&self.tls_cert, &self.tls_key) {
@@ -630,7 +630,7 @@ fn read_tls(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsFiles, S
         )
     })?;
     // The pair must make a server configuration; checked here so a mismatch stops the start.
-    crate::http::install_crypto_provider();
+    tenax_net::http::install_crypto_provider();
     rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(certs.clone(), private.clone_key())
@@ -800,7 +800,7 @@ mod tests {
         let bad = config(&["--secrets-key-file", bad.to_str().unwrap()]).unwrap_err();
         assert!(bad.contains("line 1 is not a key"), "{bad}");
         let good = dir.path().join("good.key");
-        let keys = crate::secrets::Keyring::generate("t").unwrap();
+        let keys = tenax_core::secrets::Keyring::generate("t").unwrap();
         keys.write_file(&good).unwrap();
         let good = good.to_str().unwrap();
         let on_postgres = config(&["--database-url", url, "--secrets-key-file", good]).unwrap();

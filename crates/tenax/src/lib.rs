@@ -1,25 +1,21 @@
 //! Tenax: a durable job queue and notification-delivery server whose retries follow
 //! configurable backoff policies. `main.rs` only parses and dispatches; the program lives here.
+//!
+//! This crate holds the layers above the core (`tenax-core`: the model, the engine, the storage
+//! seam, the clock): both HTTP APIs, the dashboard, webhook delivery, the HTTP listener, the
+//! server's assembly and the command line. The stores are crates of their own
+//! (`tenax-embedded`, `tenax-postgres`), which [`storage`] opens; `tenax bench` is
+//! `tenax-bench`. docs/architecture.md, "Who may import whom", says which module may name which.
 
 pub mod api;
 pub mod app;
-pub mod auth;
-pub mod bench;
 pub mod chart;
 pub mod cli;
-pub mod clock;
 pub mod config;
 pub mod delivery;
-pub mod engine;
-#[doc(hidden)]
-pub mod fuzzing;
-pub mod http;
-pub mod metrics;
-pub mod model;
-pub mod otel;
-pub mod secrets;
+pub mod offline;
+pub mod otlp;
 pub mod serve;
 pub mod server;
-pub mod store;
-pub mod trust;
+pub mod storage;
 pub mod ui;

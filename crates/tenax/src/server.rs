@@ -6,17 +6,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use tenax_core::clock::Clock;
+use tenax_core::engine::{Engine, EngineSettings, maintenance};
+use tenax_core::metrics::Metrics;
 use tenax_policy::spelling::native;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::api::{self, AppState, Limits};
-use crate::clock::Clock;
 use crate::config::Config;
 use crate::delivery::signals::Signals;
 use crate::delivery::{self, Deliveries};
-use crate::engine::{Engine, EngineSettings, maintenance};
-use crate::metrics::Metrics;
 use crate::serve::ConnectionLimits;
 use crate::ui::UiKeys;
 
@@ -43,13 +43,13 @@ pub async fn run_with_signals(
     let metrics = Arc::new(Metrics::new(config.metrics_label_limit));
     let spans = match &config.otlp_endpoint {
         Some(endpoint) => Some(Arc::new(
-            crate::otel::Tracing::start(endpoint).context("starting the OTLP span exporter")?,
+            crate::otlp::start(endpoint).context("starting the OTLP span exporter")?,
         )),
         None => None,
     };
     let (store_config, place) = config.store(metrics.commits.clone());
     if let Some(path) = &config.secrets_key_file {
-        crate::secrets::files::warn_if_loose(path, "the secrets key file");
+        tenax_core::secrets::files::warn_if_loose(path, "the secrets key file");
     }
     let clock = store_config.deciding_clock(clock);
     let store = store_config
@@ -80,7 +80,7 @@ pub async fn run_with_signals(
     }
     let (stop, stopped) = watch::channel(false);
     let maintenance = tokio::spawn(maintenance::run(engine.clone(), stopped.clone()));
-    let following = tokio::spawn(crate::engine::tokens::follow(
+    let following = tokio::spawn(tenax_core::engine::tokens::follow(
         engine.clone(),
         stopped.clone(),
     ));
@@ -206,7 +206,7 @@ fn log_start(config: &Config, address: SocketAddr, metrics: Option<SocketAddr>) 
         default_delivery_policy = %policy(&config.delivery.default_policy),
         private_endpoints = %if config.delivery.allow_private_endpoints { "allowed" } else { "refused" },
         metrics_listen = metrics.map(tracing::field::display),
-        otlp_endpoint = config.otlp_endpoint.as_ref().map(|url| tracing::field::display(crate::otel::traces_url(url))),
+        otlp_endpoint = config.otlp_endpoint.as_ref().map(|url| tracing::field::display(crate::otlp::traces_url(url))),
         "tenax listening"
     );
 }
@@ -227,7 +227,7 @@ async fn first_admin_token(engine: &Engine, config: &Config) -> anyhow::Result<(
     let made = engine
         .create_token(
             "admin (first start)".into(),
-            crate::auth::Role::Admin,
+            tenax_core::auth::Role::Admin,
             Vec::new(),
             Vec::new(),
         )
@@ -235,9 +235,9 @@ async fn first_admin_token(engine: &Engine, config: &Config) -> anyhow::Result<(
         .context("making the first admin token")?;
     let path = config.data_dir.join("admin-token");
     // On PostgreSQL nothing else makes the data directory.
-    crate::secrets::files::private_dir(&config.data_dir)
+    tenax_core::secrets::files::private_dir(&config.data_dir)
         .with_context(|| format!("making the data directory {}", config.data_dir.display()))?;
-    crate::secrets::files::write_private(&path, &format!("{}\n", made.secret))
+    tenax_core::secrets::files::write_private(&path, &format!("{}\n", made.secret))
         .with_context(|| format!("writing the first admin token to {}", path.display()))?;
     tracing::warn!(
         path = %path.display(),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::{Options, T0, TestServer, ids, ms};
 use reqwest::Method;
 use serde_json::{Value, json};
-use tenax::clock::rfc3339;
+use tenax_core::clock::rfc3339;
 use tenax_policy::{Decision, Failure, Outcome, Preview, RetryPolicy, SeededRandom, parse_policy};
 
 const SECOND: u64 = 1_000;

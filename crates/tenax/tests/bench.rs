@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Options, TestServer};
-use tenax::bench::{BenchConfig, BenchReport, Scenario};
-use tenax::http::ClientOptions;
+use tenax_bench::{BenchConfig, BenchReport, Scenario};
+use tenax_net::http::ClientOptions;
 
 const ADMIN: &str = "bench-admin-token-0123456789abcdefghijklmnop";
 
@@ -35,7 +35,7 @@ async fn secured() -> TestServer {
     TestServer::start(Options::system().flags(&["--auth", "on", "--admin-token", ADMIN])).await
 }
 
-fn scenario<'a>(report: &'a BenchReport, name: &str) -> &'a tenax::bench::ScenarioReport {
+fn scenario<'a>(report: &'a BenchReport, name: &str) -> &'a tenax_bench::ScenarioReport {
     report
         .scenarios
         .iter()
@@ -46,7 +46,7 @@ fn scenario<'a>(report: &'a BenchReport, name: &str) -> &'a tenax::bench::Scenar
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_request_scenarios_store_and_finish_every_job_with_the_token() {
     let server = secured().await;
-    let report = tenax::bench::run(&config(
+    let report = tenax_bench::run(&config(
         &server,
         vec![Scenario::Enqueue8, Scenario::TakeOne8],
         Some(ADMIN),
@@ -94,7 +94,7 @@ async fn a_refused_request_stops_the_scenario_with_the_servers_answer() {
     // A token the server does not know: the load's first request is refused.
     let wrong = "not-a-token-of-this-server-0123456789abcdef";
     let config = config(&server, vec![Scenario::Enqueue1], Some(wrong));
-    let report = tenax::bench::run(&config).await.expect("the bench runs");
+    let report = tenax_bench::run(&config).await.expect("the bench runs");
     let error = scenario(&report, "enqueue-1")
         .error
         .clone()

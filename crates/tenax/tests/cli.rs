@@ -126,7 +126,7 @@ fn client_commands_round_trip() {
     );
 
     // Fail the mail job once: its policy allows no retries, so it is dead.
-    tenax::http::install_crypto_provider();
+    tenax_net::http::install_crypto_provider();
     #[allow(clippy::disallowed_methods)] // the provider is installed
     let client = reqwest::blocking::Client::new();
     let taken: serde_json::Value = client

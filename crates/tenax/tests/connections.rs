@@ -397,7 +397,7 @@ async fn long_polls_and_streaming_takes_outlive_the_idle_timeout() {
         .parse()
         .expect("an address");
     // A fresh connection per request: the server closes idle pooled ones.
-    let http = tenax::http::client_builder()
+    let http = tenax_net::http::client_builder()
         .pool_max_idle_per_host(0)
         .build()
         .expect("a client");
@@ -542,7 +542,7 @@ struct Tls {
 }
 
 fn tls() -> Tls {
-    tenax::http::install_crypto_provider();
+    tenax_net::http::install_crypto_provider();
     let dir = tempfile::tempdir().expect("a directory");
     let ca = receiver::TestCa::new("tenax connections test ca");
     let (cert, key) = ca.leaf(&["localhost", "127.0.0.1"]).write_pem(dir.path());
@@ -631,7 +631,7 @@ trait AsyncReadWrite: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> AsyncReadWrite for T {}
 
 fn https_client(tls: &Tls, from: &str, to: SocketAddr, http1: bool) -> reqwest::Client {
-    let mut builder = tenax::http::client_builder()
+    let mut builder = tenax_net::http::client_builder()
         .resolve("localhost", to)
         .tls_certs_only(reqwest::Certificate::from_pem_bundle(tls.ca_pem.as_bytes()).expect("PEM"))
         .local_address(from.parse::<IpAddr>().expect("an address"));

@@ -101,7 +101,7 @@ fn seed() -> u64 {
 }
 
 fn client() -> reqwest::Client {
-    tenax::http::client_builder()
+    tenax_net::http::client_builder()
         .no_proxy()
         .connect_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(15))

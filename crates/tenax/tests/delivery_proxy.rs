@@ -109,7 +109,7 @@ async fn a_proxy_in_the_environment_is_never_used() {
         .spawn()
         .expect("tenax serve starts");
     let base = format!("http://127.0.0.1:{port}");
-    let http = tenax::http::client_builder()
+    let http = tenax_net::http::client_builder()
         .no_proxy()
         .build()
         .expect("a client");

@@ -29,19 +29,19 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{TestCaseError, TestRunner};
 use serde_json::value::RawValue;
-use tenax::clock::Clock;
-use tenax::engine::{
+use tenax::storage::StoreConfig;
+use tenax_core::clock::Clock;
+use tenax_core::engine::{
     Conflict, Engine, EngineError, EngineSettings, Enqueue, FailureReport, Take, maintenance,
 };
-use tenax::model::{
+use tenax_core::model::{
     Ack, JobFilter, JobId, LeaseToken, NewJob, NotReplayed, OnDuplicate, QueueCounts, Replay,
     Replayed, Selection, Status, StoredPolicy,
 };
-use tenax::secrets::Keyring;
-use tenax::store::StoreConfig;
-use tenax::store::embedded::EmbeddedOptions;
-use tenax::store::postgres::{Database, PostgresOptions};
+use tenax_core::secrets::Keyring;
+use tenax_embedded::EmbeddedOptions;
 use tenax_policy::{Outcome, RetryPolicy, Shape};
+use tenax_postgres::{Database, PostgresOptions};
 
 /// Every run starts at this time (ms since the epoch).
 const T0: u64 = 1_800_000_000_000;

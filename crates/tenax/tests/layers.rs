@@ -1,36 +1,56 @@
-//! The layers of docs/architecture.md ("Who may import whom"), held by a test: a top-level
-//! module of the crate (`api`, `engine`, `store`, …) may name only modules of the layers below
-//! its own, and the modules of one layer know nothing of each other. So no two top-level modules
-//! import each other, directly or around a circle.
+//! The layers of docs/architecture.md ("Who may import whom"), held by tests.
 //!
-//! The test reads `src/**/*.rs` as text and finds every path through the crate root:
+//! Between crates, Cargo holds them: a crate can name only the crates its manifest lists, and
+//! [`each_crate_depends_only_on_crates_below_it`] keeps the manifests in [`CRATES`]' order.
+//! Within a crate, a top-level module may name only modules of the layers below its own, and the
+//! modules of one layer know nothing of each other, so no two import each other, directly or
+//! around a circle; the tables are [`CORE`] and [`SERVER`].
+//!
+//! The module tests read `src/**/*.rs` as text and find every path through the crate root:
 //! `crate::x…` (`use` or not, grouped `crate::{x, y::z}` included) and a `super::` that climbs
-//! to the root. Comments and literals are left out; unit tests count like any other code (a
-//! crate split along the layers must not need them to look upward either). When it fails, it
-//! names each upward import by file and line.
+//! to the root; and the paths that name another crate of the workspace. Comments and literals
+//! are left out; unit tests count like any other code. When one fails, it names each upward
+//! import by file and line.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// The layers, bottom first; each names its top-level modules. Change the table in
-/// docs/architecture.md with this one.
-const LAYERS: &[(&str, &[&str])] = &[
-    ("foundations", &["clock", "http", "secrets", "chart"]),
-    ("domain values, certificate trust", &["model", "trust"]),
+/// Layers, bottom first; each names its top-level modules.
+type Layers = &'static [(&'static str, &'static [&'static str])];
+
+/// The workspace's crates, bottom first, as the layers they are: each may depend only on crates
+/// of the entries before its own. Change the table in docs/architecture.md with this one.
+const CRATES: &[&[&str]] = &[
+    &["tenax-policy", "tenax-client"],
+    &["tenax-core"],
+    &["tenax-net"],
+    &["tenax-embedded", "tenax-postgres"],
+    &["tenax-bench"],
+    &["tenax"],
+    &["tenax-fuzzing"],
+];
+
+/// `tenax-core`'s modules, bottom first.
+const CORE: Layers = &[
+    ("time, errors", &["clock", "errors"]),
+    ("the domain's values", &["model"]),
+    ("tokens and scopes, sealing keys", &["auth", "secrets"]),
+    ("the storage seam", &["store"]),
+    ("metrics, spans", &["metrics", "otel"]),
+    ("the engine", &["engine"]),
+];
+
+/// `tenax`'s modules (the server and the command line), bottom first.
+const SERVER: Layers = &[
     (
-        "tokens, tracing, the HTTP listener",
-        &["auth", "otel", "serve"],
+        "charts, the HTTP listener, span export",
+        &["chart", "serve", "otlp"],
     ),
-    ("the storage seam and the stores", &["store"]),
-    ("metrics", &["metrics"]),
-    ("engine", &["engine"]),
+    ("opening a store, offline work", &["storage", "offline"]),
     ("webhook delivery", &["delivery"]),
     ("the APIs", &["api"]),
     ("the dashboard", &["ui"]),
-    (
-        "assembly and entry points",
-        &["app", "config", "bench", "fuzzing"],
-    ),
+    ("assembly", &["app", "config"]),
     ("the server", &["server"]),
     ("the command line", &["cli"]),
 ];
@@ -38,9 +58,25 @@ const LAYERS: &[(&str, &[&str])] = &[
 /// The crate roots, which only declare the modules.
 const ROOTS: [&str; 2] = ["lib.rs", "main.rs"];
 
+fn src_of(krate: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(krate)
+        .join("src")
+}
+
 #[test]
-fn no_module_imports_from_its_own_layer_or_above() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+fn no_module_of_the_core_imports_from_its_own_layer_or_above() {
+    check_layers("tenax-core", CORE);
+}
+
+#[test]
+fn no_module_of_the_server_imports_from_its_own_layer_or_above() {
+    check_layers("tenax", SERVER);
+}
+
+fn check_layers(krate: &str, layers: Layers) {
+    let src = src_of(krate);
     let mut files = Vec::new();
     rust_files(&src, &mut files);
 
@@ -54,7 +90,7 @@ fn no_module_imports_from_its_own_layer_or_above() {
             continue;
         };
         present.insert(own.clone());
-        let Some(own_layer) = layer_of(own) else {
+        let Some(own_layer) = layer_of(layers, own) else {
             unplaced.insert(own.clone());
             continue;
         };
@@ -63,17 +99,17 @@ fn no_module_imports_from_its_own_layer_or_above() {
             if import.module == *own {
                 continue;
             }
-            match layer_of(&import.module) {
+            match layer_of(layers, &import.module) {
                 Some(layer) if layer < own_layer => {}
                 Some(layer) => upward.push(format!(
-                    "src/{}:{}: {own} (layer {}, {}) imports {} (layer {}, {})",
+                    "{krate}/src/{}:{}: {own} (layer {}, {}) imports {} (layer {}, {})",
                     relative.display(),
                     import.line,
                     own_layer + 1,
-                    LAYERS[own_layer].0,
+                    layers[own_layer].0,
                     import.module,
                     layer + 1,
-                    LAYERS[layer].0,
+                    layers[layer].0,
                 )),
                 None => {
                     unplaced.insert(import.module);
@@ -81,7 +117,7 @@ fn no_module_imports_from_its_own_layer_or_above() {
             }
         }
     }
-    let listed: BTreeSet<String> = LAYERS
+    let listed: BTreeSet<String> = layers
         .iter()
         .flat_map(|(_, modules)| modules.iter().map(|m| (*m).to_owned()))
         .collect();
@@ -98,67 +134,197 @@ fn no_module_imports_from_its_own_layer_or_above() {
     }
     if !unplaced.is_empty() {
         failures.push(format!(
-            "top-level modules in no layer (place them in LAYERS and in docs/architecture.md): \
-             {unplaced:?}"
+            "top-level modules of {krate} in no layer (place them in its table here and in \
+             docs/architecture.md): {unplaced:?}"
         ));
     }
     if !stale.is_empty() {
-        failures.push(format!("LAYERS names modules that do not exist: {stale:?}"));
+        failures.push(format!(
+            "the table of {krate} names modules that do not exist: {stale:?}"
+        ));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The modules above the engine that speak its language: they may name the engine and the
-/// model, never the storage seam or a store (docs/architecture.md, "Which type belongs to which
-/// layer"). `metrics` lies below the engine, but it counts what the engine and the server tell
-/// it and needs no store type either.
-const ABOVE_THE_SEAM: &[&str] = &[
-    "api", "ui", "delivery", "cli", "metrics", "bench", "app", "server",
-];
-
 #[test]
-fn no_module_above_the_seam_names_the_store() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let mut naming = Vec::new();
-    for file in &files {
-        let relative = file.strip_prefix(&src).expect("under src");
-        let module = module_path(relative);
-        if !module
-            .first()
-            .is_some_and(|m| ABOVE_THE_SEAM.contains(&m.as_str()))
-        {
+fn the_tables_name_each_crate_and_module_once() {
+    for layers in [CORE, SERVER] {
+        let mut seen = BTreeSet::new();
+        for (_, modules) in layers {
+            for module in *modules {
+                assert!(seen.insert(*module), "{module} is in two layers");
+            }
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for krate in CRATES.iter().flat_map(|layer| layer.iter()) {
+        assert!(seen.insert(*krate), "{krate} is in two layers");
+    }
+}
+
+/// Each crate's `[dependencies]` (not its tests') names only workspace crates of the layers
+/// below its own; and every crate of the workspace is in [`CRATES`].
+#[test]
+fn each_crate_depends_only_on_crates_below_it() {
+    let crates_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut on_disk = BTreeSet::new();
+    for entry in std::fs::read_dir(&crates_dir).expect("the crates directory") {
+        let path = entry.expect("an entry").path();
+        if path.join("Cargo.toml").is_file() {
+            on_disk.insert(
+                path.file_name()
+                    .expect("a name")
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+    }
+    let listed: BTreeSet<String> = CRATES
+        .iter()
+        .flat_map(|layer| layer.iter().map(|c| (*c).to_owned()))
+        .collect();
+    assert_eq!(on_disk, listed, "crates/ and CRATES differ");
+
+    let layer = |krate: &str| CRATES.iter().position(|l| l.contains(&krate));
+    let mut upward = Vec::new();
+    for krate in &listed {
+        let own = layer(krate).expect("listed");
+        let manifest =
+            std::fs::read_to_string(crates_dir.join(krate).join("Cargo.toml")).expect("a manifest");
+        for dependency in workspace_dependencies(&manifest) {
+            match layer(&dependency) {
+                Some(theirs) if theirs < own => {}
+                _ => upward.push(format!("{krate} depends on {dependency}")),
+            }
+        }
+    }
+    assert!(
+        upward.is_empty(),
+        "crates depending on their own layer or above (docs/architecture.md):\n  {}",
+        upward.join("\n  ")
+    );
+}
+
+/// The `tenax…` crates named in a manifest's `[dependencies]` section.
+fn workspace_dependencies(manifest: &str) -> Vec<String> {
+    let mut section = "";
+    let mut found = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line;
             continue;
         }
-        let text = std::fs::read_to_string(file).expect("readable source");
-        for import in root_imports(&module, &code_only(&text)) {
-            if import.module == "store" {
-                naming.push(format!("src/{}:{}", relative.display(), import.line));
+        if section != "[dependencies]" {
+            continue;
+        }
+        let name = line
+            .split(['.', '=', ' '])
+            .next()
+            .unwrap_or_default()
+            .trim();
+        if name.starts_with("tenax") {
+            found.push(name.to_owned());
+        }
+    }
+    found
+}
+
+/// The places that may name the storage seam or a store: in the server, opening a store
+/// (`storage`), offline work (`offline`) and the flags that choose a store's options
+/// (`config`); the stores themselves; the core. Everything else speaks the engine's language
+/// (docs/architecture.md, "Which type belongs to which layer").
+const MAY_NAME_A_STORE: &[&str] = &["storage", "offline", "config"];
+
+#[test]
+fn nothing_above_the_engine_names_the_seam_or_a_store() {
+    let mut naming = Vec::new();
+    for krate in ["tenax", "tenax-bench"] {
+        let src = src_of(krate);
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for file in &files {
+            let relative = file.strip_prefix(&src).expect("under src");
+            let module = module_path(relative);
+            if krate == "tenax"
+                && module
+                    .first()
+                    .is_none_or(|m| MAY_NAME_A_STORE.contains(&m.as_str()))
+            {
+                continue;
+            }
+            let text = std::fs::read_to_string(file).expect("readable source");
+            for (line, path) in crate_paths(&code_only(&text)) {
+                if path == ["tenax_core", "store"]
+                    || path[0] == "tenax_embedded"
+                    || path[0] == "tenax_postgres"
+                {
+                    naming.push(format!("{krate}/src/{}:{line}", relative.display()));
+                }
             }
         }
     }
     assert!(
         naming.is_empty(),
-        "{} places above the engine name the store; ask the engine (or the model) instead:\n  {}",
+        "{} places above the engine name the seam or a store; ask the engine (or the model) \
+         instead:\n  {}",
         naming.len(),
         naming.join("\n  ")
     );
 }
 
+/// The stores implement the seam; the engine, above it, is not theirs to call.
 #[test]
-fn the_layers_name_each_module_once() {
-    let mut seen = BTreeSet::new();
-    for (_, modules) in LAYERS {
-        for module in *modules {
-            assert!(seen.insert(*module), "{module} is in two layers");
+fn the_stores_do_not_name_the_engine() {
+    let mut naming = Vec::new();
+    for krate in ["tenax-embedded", "tenax-postgres"] {
+        let src = src_of(krate);
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        for file in &files {
+            let relative = file.strip_prefix(&src).expect("under src");
+            let text = std::fs::read_to_string(file).expect("readable source");
+            for (line, path) in crate_paths(&code_only(&text)) {
+                if path == ["tenax_core", "engine"] {
+                    naming.push(format!("{krate}/src/{}:{line}", relative.display()));
+                }
+            }
         }
     }
+    assert!(
+        naming.is_empty(),
+        "the stores name the engine:\n  {}",
+        naming.join("\n  ")
+    );
 }
 
-/// The index in [`LAYERS`] of the layer holding `module`.
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS
+/// Each path that starts with a workspace crate (`tenax_core::store::X`, or a group under it):
+/// its line and first two segments (one when the path stops at the crate).
+fn crate_paths(code: &str) -> Vec<(usize, Vec<String>)> {
+    let tokens = tokens(code);
+    let mut found = Vec::new();
+    for (i, (line, token)) in tokens.iter().enumerate() {
+        let Token::Word(krate) = token else { continue };
+        if !krate.starts_with("tenax_") || (i > 0 && tokens[i - 1].1 == Token::Path) {
+            continue;
+        }
+        if tokens.get(i + 1).map(|t| &t.1) != Some(&Token::Path) {
+            found.push((*line, vec![krate.clone()]));
+            continue;
+        }
+        let seconds = first_segments(&tokens, i + 2);
+        if seconds.is_empty() {
+            found.push((*line, vec![krate.clone()]));
+        }
+        for second in seconds {
+            found.push((*line, vec![krate.clone(), second]));
+        }
+    }
+    found
+}
+
+/// The index in `layers` of the layer holding `module`.
+fn layer_of(layers: Layers, module: &str) -> Option<usize> {
+    layers
         .iter()
         .position(|(_, modules)| modules.contains(&module))
 }

@@ -44,7 +44,7 @@ impl Served {
         };
         // Everything that can fail comes before the spawn: from there on, `Served` owns the
         // process and kills it when dropped, whatever panics.
-        let http = tenax::http::client_builder().build().unwrap();
+        let http = tenax_net::http::client_builder().build().unwrap();
         let stderr = File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_tenax"))
             .arg("serve")

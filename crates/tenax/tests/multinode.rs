@@ -77,7 +77,7 @@ impl Node {
             child,
             base: format!("http://127.0.0.1:{port}"),
             log,
-            http: tenax::http::client_builder()
+            http: tenax_net::http::client_builder()
                 .no_proxy()
                 .timeout(Duration::from_secs(20))
                 .build()
@@ -1054,7 +1054,7 @@ async fn a_queues_limits_hold_across_the_cluster() {
                     let now = held.fetch_add(jobs.len(), SeqCst) + jobs.len();
                     most.fetch_max(now, SeqCst);
                     for job in &jobs {
-                        let ends = tenax::clock::parse_rfc3339(
+                        let ends = tenax_core::clock::parse_rfc3339(
                             job["lease_expires_at"].as_str().expect("a lease"),
                         )
                         .expect("a time");
@@ -1129,7 +1129,7 @@ async fn a_schedule_ticks_once_per_tick_across_the_cluster() {
         .expect("jobs")
         .iter()
         .map(|j| {
-            tenax::clock::parse_rfc3339(j["run_at"].as_str().expect("run_at")).expect("a time")
+            tenax_core::clock::parse_rfc3339(j["run_at"].as_str().expect("run_at")).expect("a time")
         })
         .collect();
     ticks.sort_unstable();
@@ -1146,7 +1146,7 @@ async fn a_schedule_ticks_once_per_tick_across_the_cluster() {
     }
     assert_eq!(
         ticks.last().copied(),
-        tenax::clock::parse_rfc3339(&last_tick),
+        tenax_core::clock::parse_rfc3339(&last_tick),
         "{schedule}"
     );
     assert_eq!(schedule["counts"]["missed"], 0, "{schedule}");

@@ -113,7 +113,7 @@ async fn a_server_waits_for_postgres_at_start_and_starts_when_it_is_reached() {
         .expect("the port is still free");
     forward(listener, target);
     wait_for_log(&dir, &mut child, "tenax listening").await;
-    let http = tenax::http::client_builder()
+    let http = tenax_net::http::client_builder()
         .no_proxy()
         .build()
         .expect("a client");

@@ -14,7 +14,7 @@ mod postgres;
 
 use std::collections::HashSet;
 
-use tenax::store::postgres::{Database, every_prefix, every_statement, schema};
+use tenax_postgres::{Database, every_prefix, every_statement, schema};
 
 /// What PostgreSQL said of a statement it refused, with where in the text.
 fn refusal(error: &tokio_postgres::Error) -> String {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::postgres;
 use serde_json::{Value, json};
-use tenax::store::postgres::Database;
+use tenax_postgres::Database;
 use tokio::sync::OnceCell;
 
 /// The CAs and the server's certificate, made once for the binary: the cluster is shared.
@@ -114,7 +114,7 @@ impl Server {
             child,
             base: format!("http://127.0.0.1:{port}"),
             log,
-            http: tenax::http::client_builder()
+            http: tenax_net::http::client_builder()
                 .no_proxy()
                 .timeout(Duration::from_secs(20))
                 .build()
@@ -263,7 +263,7 @@ async fn encrypted(database: &Database) -> Result<bool, String> {
     let (client, connection) = database
         .connect()
         .await
-        .map_err(|e| tenax::http::chain(&e))?;
+        .map_err(|e| tenax_core::errors::chain(&e))?;
     tokio::spawn(connection);
     let row = client
         .query_one(

@@ -1,5 +1,5 @@
 //! The disk contract, tested by cutting the power: the embedded store runs on a simulated disk
-//! that keeps synced and unsynced bytes apart (`tenax::store::embedded::disk::SimulatedDisk`),
+//! that keeps synced and unsynced bytes apart (`tenax_embedded::disk::SimulatedDisk`),
 //! a random workload of enqueues, takes, completions and failures runs until the power goes at
 //! a random write or sync, and the store is opened again from what survived: the synced bytes
 //! alone, or with some of the unsynced pages too (a disk writes back some pages on its own
@@ -19,12 +19,13 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::value::RawValue;
-use tenax::model::{Ack, ErrorEntry, JobId, NewJob, OnDuplicate, Status, TakenJob};
-use tenax::store::embedded::EmbeddedOptions;
-use tenax::store::embedded::disk::SimulatedDisk;
-use tenax::store::{
-    DecideContext, EmbeddedStore, Insert, JobReads as _, Store, StoreError, TakeRequest, Transition,
+use tenax_core::model::{Ack, ErrorEntry, JobId, NewJob, OnDuplicate, Status, TakenJob};
+use tenax_core::store::{
+    DecideContext, Insert, JobReads as _, Store, StoreError, TakeRequest, Transition,
 };
+use tenax_embedded::EmbeddedOptions;
+use tenax_embedded::EmbeddedStore;
+use tenax_embedded::disk::SimulatedDisk;
 
 const T0: u64 = 1_700_000_000_000;
 const QUEUE: &str = "q";
@@ -311,8 +312,8 @@ async fn check(disk: &SimulatedDisk, model: &Model, seed: u64, how: &str) {
     // Nothing else is there but enqueues that were in flight.
     let all = store
         .list_jobs(
-            &tenax::model::JobFilter::default(),
-            tenax::model::Page::after(None, 100_000),
+            &tenax_core::model::JobFilter::default(),
+            tenax_core::model::Page::after(None, 100_000),
         )
         .await
         .expect("a listing");
@@ -416,7 +417,7 @@ async fn after_the_power_goes_nothing_more_is_acknowledged() {
         .expect("it opens again");
     assert_eq!(
         reopened
-            .count_jobs(&tenax::model::JobFilter::default())
+            .count_jobs(&tenax_core::model::JobFilter::default())
             .await
             .expect("a count"),
         0

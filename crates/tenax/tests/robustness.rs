@@ -389,7 +389,7 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(tenax::api::guard::Guard {
                 limits,
-                metrics: Arc::new(tenax::metrics::Metrics::default()),
+                metrics: Arc::new(tenax_core::metrics::Metrics::default()),
                 log_requests: true,
                 tracing: None,
                 browser: Arc::default(),
@@ -413,7 +413,7 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
         })
         .await;
     });
-    let client = tenax::http::client_builder()
+    let client = tenax_net::http::client_builder()
         .build()
         .expect("an HTTP client");
     for _ in 0..3 {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{Api, PATIENCE, T0, TestServer, ms};
 use reqwest::Method;
 use serde_json::{Value, json};
-use tenax::clock::parse_rfc3339;
+use tenax_core::clock::parse_rfc3339;
 
 const MINUTE: u64 = 60_000;
 const HOUR: u64 = 60 * MINUTE;

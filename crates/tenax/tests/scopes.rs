@@ -408,7 +408,7 @@ async fn every_route_holds_a_token_to_its_projects() {
 
 /// Signs in to the dashboard with `token`; the session cookie and a page's CSRF token.
 async fn sign_in(server: &TestServer, token: &str) -> (String, String) {
-    let browser = tenax::http::client_builder()
+    let browser = tenax_net::http::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .expect("a client");
@@ -458,7 +458,7 @@ async fn the_dashboard_holds_a_token_to_its_projects() {
     let before = snapshot(&client, &p2).await;
     let token = client.token("admin", &["p1"]).await;
     let (cookie, csrf) = sign_in(&server, &token).await;
-    let browser = tenax::http::client_builder()
+    let browser = tenax_net::http::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .expect("a client");

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use receiver::{Received, Receiver};
 use serde_json::{Value, json};
 use tenax::delivery::signing;
-use tenax::secrets::{Keyring, SECRETS_KEY_FILE};
+use tenax_core::secrets::{Keyring, SECRETS_KEY_FILE};
 
 const PATIENCE: Duration = Duration::from_secs(20);
 
@@ -52,7 +52,10 @@ impl Served {
             .local_addr()
             .unwrap()
             .port();
-        let http = tenax::http::client_builder().no_proxy().build().unwrap();
+        let http = tenax_net::http::client_builder()
+            .no_proxy()
+            .build()
+            .unwrap();
         let mut served = Self {
             child: serve(data_dir, log, &format!("127.0.0.1:{port}"), extra),
             base: format!("http://127.0.0.1:{port}"),

@@ -739,7 +739,7 @@ async fn the_first_start_makes_an_admin_token_in_a_private_file() {
         .expect("the token")
         .trim()
         .to_owned();
-    let http = tenax::http::client_builder().build().expect("a client");
+    let http = tenax_net::http::client_builder().build().expect("a client");
     let without = http
         .get(format!("{}/api/stats", server.base))
         .send()
@@ -795,7 +795,7 @@ async fn the_api_speaks_tls_with_a_generated_certificate() {
     );
     let pem = std::fs::read(&ca_file).expect("the CA");
     let trusting = || {
-        tenax::http::client_builder()
+        tenax_net::http::client_builder()
             .tls_certs_only(reqwest::Certificate::from_pem_bundle(&pem).expect("PEM"))
     };
     // HTTP/1.1 and HTTP/2, chosen by ALPN.
@@ -818,7 +818,7 @@ async fn the_api_speaks_tls_with_a_generated_certificate() {
         assert_eq!(response.version(), version);
     }
     // A client that does not trust the CA is refused at the handshake; plain http gets nothing.
-    let untrusting = tenax::http::client_builder()
+    let untrusting = tenax_net::http::client_builder()
         .tls_certs_only([])
         .build()
         .expect("a client");
@@ -830,7 +830,7 @@ async fn the_api_speaks_tls_with_a_generated_certificate() {
             .is_err()
     );
     let plain = server.base.replace("https://", "http://");
-    let served_plain = tenax::http::client_builder()
+    let served_plain = tenax_net::http::client_builder()
         .timeout(Duration::from_secs(3))
         .build()
         .expect("a client")
@@ -871,7 +871,7 @@ async fn secrets_and_tokens_never_reach_the_log() {
         ],
         "http",
     );
-    let http = tenax::http::client_builder().build().expect("a client");
+    let http = tenax_net::http::client_builder().build().expect("a client");
     let post = |path: &str, body: Value| {
         http.post(format!("{}{path}", server.base))
             .bearer_auth(ADMIN)

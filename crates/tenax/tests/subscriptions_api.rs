@@ -12,8 +12,8 @@ mod common;
 use common::{Options, T0, TestServer};
 use reqwest::Method;
 use serde_json::{Value, json};
-use tenax::clock::rfc3339;
 use tenax::delivery::default_delivery_policy;
+use tenax_core::clock::rfc3339;
 use tenax_policy::parse_policy;
 use tenax_policy::spelling::native;
 

@@ -31,7 +31,7 @@ fn encode(fields: &[(&str, &str)]) -> String {
 
 /// A browser-like client that does not follow redirects (the tests look at them).
 fn browser() -> reqwest::Client {
-    tenax::http::client_builder()
+    tenax_net::http::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(30))
         .build()

@@ -21,11 +21,11 @@ use std::process::Command;
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
-use tenax::model::{JobId, NewJob, OnDuplicate};
-use tenax::store::embedded::disk::SimulatedDisk;
-use tenax::store::embedded::repair::{self, Report};
-use tenax::store::embedded::{EmbeddedOptions, EmbeddedStore};
-use tenax::store::{Insert, JobReads as _, Store, StoreError, StoreLifecycle as _};
+use tenax_core::model::{JobId, NewJob, OnDuplicate};
+use tenax_core::store::{Insert, JobReads as _, Store, StoreError, StoreLifecycle as _};
+use tenax_embedded::disk::SimulatedDisk;
+use tenax_embedded::repair::{self, Report};
+use tenax_embedded::{EmbeddedOptions, EmbeddedStore};
 
 const T0: u64 = 1_700_000_000_000;
 const BIN: &str = env!("CARGO_BIN_EXE_tenax");

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tenax::delivery::admission::Wait;
 use tenax::delivery::signals::{Event, Signal};
 use tenax::delivery::signing;
-use tenax::model::SubscriptionId;
+use tenax_core::model::SubscriptionId;
 use tokio::sync::broadcast;
 
 /// How much earlier than its delay a retry may reach the receiver: none, but the server
@@ -1108,7 +1108,7 @@ async fn dead_deliveries_can_be_listed_inspected_and_replayed() {
     let answer = server
         .post(
             &format!("/api/subscriptions/{sub}/replay"),
-            json!({ "since": tenax::clock::rfc3339(since) }),
+            json!({ "since": tenax_core::clock::rfc3339(since) }),
         )
         .await;
     assert_eq!(answer["replayed"], json!([d3]), "{answer}");

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use tempfile::TempDir;
-use tenax::clock::Clock;
 use tenax::config::ServeArgs;
 use tenax_client::{Client, JobInfo, JobStatus};
+use tenax_core::clock::Clock;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;

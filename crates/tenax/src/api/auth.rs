@@ -1,5 +1,5 @@
 //! Authentication and authorisation of every request, by the rule of its route
-//! ([`crate::auth::rules`]).
+//! ([`tenax_core::auth::rules`]).
 //!
 //! A request carries its token as `Authorization: Bearer <token>` (either API) or as Zaqar's
 //! `X-Auth-Token: <token>`. Without a valid token it is answered 401; with a token whose role
@@ -23,13 +23,13 @@ use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use tenax_core::auth::rules::{self, Access};
+use tenax_core::auth::{Capability, Principal};
+use tenax_core::engine::Engine;
 
 use super::error::ApiError;
 use super::scope::{Denied, ScopeCheck};
 use super::zaqar::error::ZaqarError;
-use crate::auth::rules::{self, Access};
-use crate::auth::{Capability, Principal};
-use crate::engine::Engine;
 
 /// What the middleware needs: the engine (tokens, and the queues of jobs and subscriptions),
 /// whether authentication is on, and the methods each route answers.

@@ -4,6 +4,7 @@ use axum::Json;
 use axum::extract::{Query, State};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tenax_core::model::{JobFilter, JobId, Replay, Replayed, Selection, Status};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -14,7 +15,6 @@ use super::extract::JsonBody;
 use super::fields::stored_policy;
 use super::jobs::{JobPage, ListQuery, list_page};
 use super::openapi::Refusals;
-use crate::model::{JobFilter, JobId, Replay, Replayed, Selection, Status};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

@@ -13,6 +13,8 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tenax_core::model::subscription::{delivery_queue, subscription_of_queue};
+use tenax_core::model::{Job, JobFilter, JobId, Page, Replay, Selection, Status, SubscriptionId};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -27,8 +29,6 @@ use super::subscription_views::{
     AttemptView, DeliveryView, attempt_view, delivery_view, not_a_delivery,
 };
 use super::subscriptions::{existing, parse_subscription_id};
-use crate::model::subscription::{delivery_queue, subscription_of_queue};
-use crate::model::{Job, JobFilter, JobId, Page, Replay, Selection, Status, SubscriptionId};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

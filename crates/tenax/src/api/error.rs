@@ -7,8 +7,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-
-use crate::engine::{Conflict, EngineError, Unavailable};
+use tenax_core::engine::{Conflict, EngineError, Unavailable};
 
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -128,11 +127,11 @@ impl ApiError {
 }
 
 /// A refused change carries the handler's own error; a failed one, the engine's.
-impl From<crate::engine::ChangeError<ApiError>> for ApiError {
-    fn from(error: crate::engine::ChangeError<ApiError>) -> Self {
+impl From<tenax_core::engine::ChangeError<ApiError>> for ApiError {
+    fn from(error: tenax_core::engine::ChangeError<ApiError>) -> Self {
         match error {
-            crate::engine::ChangeError::Refused(error) => error,
-            crate::engine::ChangeError::Failed(error) => error.into(),
+            tenax_core::engine::ChangeError::Refused(error) => error,
+            tenax_core::engine::ChangeError::Failed(error) => error.into(),
         }
     }
 }

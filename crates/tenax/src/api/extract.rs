@@ -243,7 +243,7 @@ mod tests {
         #[serde(default)]
         priority: i32,
         limit: Option<u32>,
-        on_duplicate: Option<crate::model::OnDuplicate>,
+        on_duplicate: Option<tenax_core::model::OnDuplicate>,
         jobs: Option<Vec<Inner>>,
     }
 

@@ -1,13 +1,12 @@
 //! Field types shared by requests: durations and times in their accepted spellings.
 
 use serde::{Deserialize, Deserializer, de};
+use tenax_core::clock::{UnixMs, parse_rfc3339};
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::{
     KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type,
 };
 use utoipa::{PartialSchema, ToSchema};
-
-use crate::clock::{UnixMs, parse_rfc3339};
 
 /// A duration: integer milliseconds or a human string (`"12.5s"`, `"5m"`, `"1h30m"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,8 +138,8 @@ pub fn check_queue_name(field: &str, name: &str) -> Result<(), super::error::Api
 pub fn stored_policy(
     field: &str,
     value: &serde_json::Value,
-) -> Result<crate::model::StoredPolicy, super::error::ApiError> {
+) -> Result<tenax_core::model::StoredPolicy, super::error::ApiError> {
     let parsed =
         tenax_policy::parse_policy(value).map_err(|e| super::error::ApiError::policy(field, &e))?;
-    Ok(crate::model::StoredPolicy::new(parsed.retry))
+    Ok(tenax_core::model::StoredPolicy::new(parsed.retry))
 }

@@ -18,7 +18,7 @@
 //!   latency and request id. The route is the template the router matched (recorded by
 //!   [`record_route`]); a request refused before routing, or matching no route, has
 //!   [`UNMATCHED`];
-//! - with tracing on, a span per request ([`crate::otel::request`]).
+//! - with tracing on, a span per request ([`tenax_core::otel::request`]).
 //!
 //! Invariant: every error answer is JSON in the shape of the API it belongs to: Zaqar's
 //! `{"title", "description"}` under `/v2`, the native `{"error": {...}}` everywhere else.
@@ -34,6 +34,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt as _;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use tenax_core::metrics::Metrics;
+use tenax_core::metrics::http::UNMATCHED;
+use tenax_core::otel::request::RequestSpan;
 use tracing::Instrument as _;
 
 use super::Limits;
@@ -41,9 +44,6 @@ use super::browser::{BrowserPolicy, Verdict};
 use super::error::ApiError;
 use super::request_id::{self, REQUEST_ID};
 use super::zaqar::error::ZaqarError;
-use crate::metrics::Metrics;
-use crate::metrics::http::UNMATCHED;
-use crate::otel::request::RequestSpan;
 
 /// Which error shape a path's answers use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +105,7 @@ pub struct Guard {
     /// Log one line per request at info.
     pub log_requests: bool,
     /// The spans, when tracing is on.
-    pub tracing: Option<Arc<crate::otel::Tracing>>,
+    pub tracing: Option<Arc<tenax_core::otel::Tracing>>,
     /// What a browser may send ([`super::browser`]).
     pub browser: Arc<BrowserPolicy>,
 }

@@ -6,6 +6,13 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tenax_core::auth::Principal;
+use tenax_core::clock::{UnixMs, check_time, rfc3339};
+use tenax_core::engine::{self, EngineError, Enqueue};
+use tenax_core::model::{
+    Enqueued, JobFilter, JobId, NewJob, OnDuplicate, Page, QueueCounts, Selection, Status,
+    StoredPolicy, check_traceparent, subscription::is_internal_queue,
+};
 use tenax_policy::parse_policy;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -17,13 +24,6 @@ use super::fields::{Millis, Time, check_queue_name};
 use super::openapi::{Conflict, Missing, Refusals};
 use super::views::JobView;
 use super::{AppState, Limits};
-use crate::auth::Principal;
-use crate::clock::{UnixMs, check_time, rfc3339};
-use crate::engine::{self, EngineError, Enqueue};
-use crate::model::{
-    Enqueued, JobFilter, JobId, NewJob, OnDuplicate, Page, QueueCounts, Selection, Status,
-    StoredPolicy, check_traceparent, subscription::is_internal_queue,
-};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -88,7 +88,7 @@ pub struct BatchRequest {
 }
 
 /// Turns a request into a job to enqueue, naming fields under `prefix` in errors.
-pub(crate) fn to_enqueue(
+pub fn to_enqueue(
     request: EnqueueRequest,
     prefix: &str,
     now_ms: UnixMs,
@@ -121,7 +121,7 @@ pub(crate) fn to_enqueue(
         None => RawValue::from_string("null".into())
             .map_err(|e| ApiError::invalid(field("payload"), e.to_string()))?,
     };
-    crate::model::payload::check_text(payload.get())
+    tenax_core::model::payload::check_text(payload.get())
         .map_err(|rule| ApiError::invalid(field("payload"), rule))?;
     if payload.get().len() > limits.max_payload_bytes {
         return Err(ApiError::invalid(

@@ -1,4 +1,4 @@
-//! `GET /metrics`: every metric in the Prometheus text format ([`crate::metrics`], and the gauges
+//! `GET /metrics`: every metric in the Prometheus text format ([`tenax_core::metrics`], and the gauges
 //! of [`super::scrape`]).
 
 use std::sync::Arc;

@@ -6,36 +6,36 @@ pub mod browser;
 mod dead;
 mod deliveries;
 pub mod error;
-pub(crate) mod extract;
+pub mod extract;
 pub(crate) mod fields;
 pub mod guard;
-pub(crate) mod jobs;
+pub mod jobs;
 pub mod metrics;
 pub mod openapi;
 mod policy;
-pub(crate) mod queues;
+pub mod queues;
 pub mod request_id;
-pub(crate) mod schedules;
+pub mod schedules;
 mod scope;
 mod scrape;
 pub(crate) mod subscription_views;
-pub(crate) mod subscriptions;
+pub mod subscriptions;
 mod tokens;
 mod views;
-pub(crate) mod work;
-pub(crate) mod zaqar;
+pub mod work;
+pub mod zaqar;
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use axum::Router;
 use axum::http::Method;
+use tenax_core::engine::Engine;
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::delivery::Deliveries;
-use crate::engine::Engine;
 
 /// Request limits and defaults the handlers enforce.
 #[derive(Debug, Clone)]

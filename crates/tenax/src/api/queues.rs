@@ -8,6 +8,10 @@ use axum::extract::{Path, State};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tenax_core::auth::Principal;
+use tenax_core::model::{
+    LimitUse, QueueConfig, QueueCounts, RateLimit, StoredPolicy, subscription::is_internal_queue,
+};
 use tenax_policy::parse_policy;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -18,10 +22,6 @@ use super::error::ApiError;
 use super::extract::JsonBody;
 use super::fields::check_queue_name;
 use super::openapi::Refusals;
-use crate::auth::Principal;
-use crate::model::{
-    LimitUse, QueueConfig, QueueCounts, RateLimit, StoredPolicy, subscription::is_internal_queue,
-};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -165,7 +165,7 @@ async fn shown(
 /// New settings; omitted fields keep their value, `"policy": null` removes the policy.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct UpdateQueue {
+pub struct UpdateQueue {
     /// The queue's policy, in any spelling; `null` removes it.
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<Object>)]
@@ -232,7 +232,7 @@ fn present<'de, D: serde::Deserializer<'de>>(
 
 /// A checked change to a queue's settings: what to set, leaving the rest as stored.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct QueueChange {
+pub struct QueueChange {
     policy: Option<Option<StoredPolicy>>,
     paused: Option<bool>,
     disable_overrides: Option<bool>,
@@ -243,7 +243,7 @@ pub(crate) struct QueueChange {
 
 impl QueueChange {
     /// The settings after the change, from the stored ones (the defaults if none).
-    pub(crate) fn applied(&self, current: Option<&QueueConfig>) -> QueueConfig {
+    pub fn applied(&self, current: Option<&QueueConfig>) -> QueueConfig {
         let mut config = current.cloned().unwrap_or_default();
         if let Some(policy) = &self.policy {
             config.policy.clone_from(policy);
@@ -269,7 +269,7 @@ impl QueueChange {
 
 /// Checks an update's fields: all of them, before anything is stored. Pure, so the fuzz
 /// targets run it too.
-pub(crate) fn queue_change(request: UpdateQueue) -> Result<QueueChange, ApiError> {
+pub fn queue_change(request: UpdateQueue) -> Result<QueueChange, ApiError> {
     let message_ttl_ms = match request.message_ttl {
         Some(Some(super::fields::Millis(0))) => {
             return Err(ApiError::invalid(

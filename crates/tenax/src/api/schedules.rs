@@ -11,6 +11,11 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use tenax_core::auth::Principal;
+use tenax_core::clock::rfc3339;
+use tenax_core::engine::ScheduleSpec;
+use tenax_core::model::timetable::{Tick, Timetable, TimetableError};
+use tenax_core::model::{JobId, JobTemplate, Missed, Overlap, Schedule, TickCounts};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -21,11 +26,6 @@ use super::extract::JsonBody;
 use super::fields::{MAX_QUEUE_NAME, check_queue_name};
 use super::jobs::{EnqueueRequest, to_enqueue};
 use super::openapi::{Missing, Refusals};
-use crate::auth::Principal;
-use crate::clock::rfc3339;
-use crate::engine::ScheduleSpec;
-use crate::model::timetable::{Tick, Timetable, TimetableError};
-use crate::model::{JobId, JobTemplate, Missed, Overlap, Schedule, TickCounts};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -47,7 +47,7 @@ const DEFAULT_TICKS: usize = 10;
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"cron": "30 2 * * *", "timezone": "Europe/Berlin",
     "job": {"queue": "reports", "type": "nightly", "payload": {"full": true}}}))]
-pub(crate) struct PutSchedule {
+pub struct PutSchedule {
     /// Five fields (minute hour day-of-month month day-of-week), six (a leading second), or
     /// `@yearly`, `@monthly`, `@weekly`, `@daily`, `@hourly`.
     #[schema(max_length = 256)]
@@ -251,7 +251,7 @@ fn view(schedule: &Schedule) -> ScheduleView {
 }
 
 /// Checks a PUT: every rule, before anything is stored. Pure, so the fuzz targets run it too.
-pub(crate) fn schedule_spec(
+pub fn schedule_spec(
     name: &str,
     request: PutSchedule,
     now_ms: u64,

@@ -15,14 +15,14 @@
 use axum::http::HeaderMap;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use tenax_core::auth::Principal;
+use tenax_core::auth::rules::{Rule, Target};
+use tenax_core::engine::Engine;
+use tenax_core::engine::EngineError;
+use tenax_core::model::subscription::subscription_of_queue;
+use tenax_core::model::{JobId, SubscriptionId};
 
 use super::error::ApiError;
-use crate::auth::Principal;
-use crate::auth::rules::{Rule, Target};
-use crate::engine::Engine;
-use crate::engine::EngineError;
-use crate::model::subscription::subscription_of_queue;
-use crate::model::{JobId, SubscriptionId};
 
 /// Why a scope check did not let a request through.
 #[derive(Debug)]

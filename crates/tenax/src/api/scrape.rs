@@ -5,7 +5,7 @@
 //! clock to this server's.
 //!
 //! The job counts are read through the engine and kept between scrapes by
-//! [`BacklogCache`](crate::metrics::backlog::BacklogCache), which says when they are counted
+//! [`BacklogCache`](tenax_core::metrics::backlog::BacklogCache), which says when they are counted
 //! anew.
 
 use std::collections::BTreeMap;
@@ -16,16 +16,16 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
+use tenax_core::engine::Engine;
+use tenax_core::engine::EngineError;
+use tenax_core::metrics::Metrics;
+use tenax_core::metrics::backlog::Counts;
+use tenax_core::metrics::jobs::QueueLabel;
+use tenax_core::metrics::webhooks::SubscriptionLabel;
+use tenax_core::model::subscription::{is_internal_queue, subscription_of_queue};
+use tenax_core::model::{Backlog, BreakerState};
 
 use crate::delivery::Deliveries;
-use crate::engine::Engine;
-use crate::engine::EngineError;
-use crate::metrics::Metrics;
-use crate::metrics::backlog::Counts;
-use crate::metrics::jobs::QueueLabel;
-use crate::metrics::webhooks::SubscriptionLabel;
-use crate::model::subscription::{is_internal_queue, subscription_of_queue};
-use crate::model::{Backlog, BreakerState};
 
 /// The content type of the answer: the Prometheus text format, version 0.0.4.
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;

@@ -12,20 +12,20 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::Value;
+use tenax_core::clock::rfc3339;
+use tenax_core::engine::PolicyOwner;
+use tenax_core::model::QueueCounts;
+use tenax_core::model::subscription::{REDACTED, subscription_of_queue};
+use tenax_core::model::{
+    Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, Job, JobId, RetryBudget, Status,
+    Subscription, SubscriptionId, Trigger,
+};
 use tenax_policy::spelling::native;
 use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::clock::rfc3339;
 use crate::delivery::HealthView;
-use crate::engine::PolicyOwner;
-use crate::model::QueueCounts;
-use crate::model::subscription::{REDACTED, subscription_of_queue};
-use crate::model::{
-    Attempt, AttemptResult, DeliveryPayload, EnvelopeFormat, Job, JobId, RetryBudget, Status,
-    Subscription, SubscriptionId, Trigger,
-};
 
 /// Where a subscription's effective delivery policy comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]

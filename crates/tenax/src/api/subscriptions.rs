@@ -15,6 +15,9 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::{Extension, Json};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
+use tenax_core::auth::Principal;
+use tenax_core::clock::UnixMs;
+use tenax_core::model::{EnvelopeFormat, RetryBudget, StoredPolicy, Subscription, SubscriptionId};
 use tenax_policy::parse_policy;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -26,12 +29,9 @@ use super::extract::{JsonBody, JsonOrEmpty};
 use super::fields::{Millis, check_queue_name};
 use super::openapi::{Missing, Refusals};
 use super::subscription_views::{Secrets, SubscriptionView, subscription_view};
-use crate::auth::Principal;
-use crate::clock::UnixMs;
 use crate::delivery::address::{parse_endpoint, vet_endpoint};
 use crate::delivery::headers;
 use crate::delivery::signing::{generate_secret, secret_key};
-use crate::model::{EnvelopeFormat, RetryBudget, StoredPolicy, Subscription, SubscriptionId};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -46,7 +46,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// The most throttle a subscription may ask for, per second.
 const MAX_THROTTLE: u32 = 100_000;
 /// The most requests of one subscription at once.
-pub(crate) const MAX_CONCURRENCY: u32 = 1_000;
+pub const MAX_CONCURRENCY: u32 = 1_000;
 /// The most extra headers.
 const MAX_HEADERS: usize = 32;
 /// A retry budget's window: from a second to a day.
@@ -66,7 +66,7 @@ const MAX_HEADER_VALUE: usize = 4_096;
 #[schema(example = json!({"endpoint": "https://hooks.example.com/orders",
     "policy": {"type": "phased", "min_delay": "5s", "max_delay": "5m", "num_retries": 8,
                "function": "exponential"}}))]
-pub(crate) struct SubscriptionRequest {
+pub struct SubscriptionRequest {
     /// The http or https URL that messages are POSTed to (required on create).
     #[schema(max_length = 2048)]
     pub(crate) endpoint: Option<String>,
@@ -134,7 +134,7 @@ fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
 /// A checked change to a subscription: every field of a request, validated, ready to apply.
 /// `None` leaves a field as it is; `Some(None)` resets a nullable one.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct SubscriptionChange {
+pub struct SubscriptionChange {
     /// The endpoint, parsed and normalised; where it leads is checked separately
     /// ([`check_reach`]), since that resolves its host.
     pub(crate) endpoint: Option<url::Url>,
@@ -153,7 +153,7 @@ pub(crate) struct SubscriptionChange {
 
 /// Checks a create (`creating`) or an update: every rule but where the endpoint leads. Pure, so
 /// the fuzz targets run it too.
-pub(crate) fn subscription_change(
+pub fn subscription_change(
     request: SubscriptionRequest,
     creating: bool,
 ) -> Result<SubscriptionChange, ApiError> {
@@ -231,7 +231,7 @@ pub(crate) fn subscription_change(
 
 impl SubscriptionChange {
     /// Sets what the change names on `subscription`, at `now_ms`.
-    pub(crate) fn apply(&self, subscription: &mut Subscription, now_ms: UnixMs) {
+    pub fn apply(&self, subscription: &mut Subscription, now_ms: UnixMs) {
         if let Some(endpoint) = &self.endpoint {
             subscription.endpoint = endpoint.to_string();
         }

@@ -5,6 +5,8 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
+use tenax_core::auth::{Role, TokenRecord};
+use tenax_core::clock::rfc3339;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -13,8 +15,6 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::JsonBody;
 use super::openapi::{Missing, Refusals};
-use crate::auth::{Role, TokenRecord};
-use crate::clock::rfc3339;
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()

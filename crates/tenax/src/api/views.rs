@@ -2,10 +2,9 @@
 
 use serde::Serialize;
 use serde_json::value::RawValue;
+use tenax_core::clock::rfc3339;
+use tenax_core::model::{Job, JobId, LeaseToken, Status, TakenJob};
 use utoipa::ToSchema;
-
-use crate::clock::rfc3339;
-use crate::model::{Job, JobId, LeaseToken, Status, TakenJob};
 
 /// A job as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]

@@ -11,6 +11,10 @@ use axum::{Extension, Json};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use tenax_core::auth::Principal;
+use tenax_core::clock::{check_time, rfc3339};
+use tenax_core::engine::{FailureReport, Take};
+use tenax_core::model::{Ack, ClaimId, JobId, LeaseToken, Status};
 use tenax_policy::Outcome;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -23,10 +27,6 @@ use super::jobs::parse_id;
 use super::openapi::{Conflict, Missing, Refusals};
 use super::views::TakenView;
 use super::{AppState, Limits};
-use crate::auth::Principal;
-use crate::clock::{check_time, rfc3339};
-use crate::engine::{FailureReport, Take};
-use crate::model::{Ack, ClaimId, JobId, LeaseToken, Status};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -49,7 +49,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(1);
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"queues": ["emails"], "max": 10, "lease": "30s", "wait": "20s"}))]
-pub(crate) struct TakeRequest {
+pub struct TakeRequest {
     /// Queues to take from, best job first across all of them.
     #[schema(min_items = 1)]
     pub(crate) queues: Vec<String>,
@@ -64,15 +64,16 @@ pub(crate) struct TakeRequest {
 }
 
 /// A take's checked parameters.
-pub(crate) struct TakeParams {
-    pub(crate) queues: Vec<String>,
-    pub(crate) max: usize,
-    pub(crate) lease_ms: u64,
-    pub(crate) wait_ms: u64,
+#[derive(Debug)]
+pub struct TakeParams {
+    pub queues: Vec<String>,
+    pub max: usize,
+    pub lease_ms: u64,
+    pub wait_ms: u64,
 }
 
 /// Checks a take (or stream) request; `default_max` is the take's or the stream's.
-pub(crate) fn take_params(
+pub fn take_params(
     limits: &Limits,
     request: TakeRequest,
     default_max: usize,
@@ -165,7 +166,7 @@ struct TakeView {
 /// Releases a stream's leased jobs when the response body is dropped (the client went away or
 /// the server is shutting down).
 struct StreamGuard {
-    engine: std::sync::Arc<crate::engine::Engine>,
+    engine: std::sync::Arc<tenax_core::engine::Engine>,
     stream: ClaimId,
 }
 
@@ -460,7 +461,7 @@ struct CompleteError {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(example = json!({"lease_token": 1_800_000_000_000_000u64, "error": "SMTP timeout"}))]
-pub(crate) struct FailRequest {
+pub struct FailRequest {
     pub(crate) lease_token: LeaseToken,
     /// What went wrong; required unless `snooze` is given.
     pub(crate) error: Option<ErrorReport>,
@@ -529,7 +530,7 @@ impl ToSchema for ErrorReport {}
 
 /// A worker's failure report as the engine takes it: one outcome at most, an error message
 /// (only a snooze may leave it out) within its limits, and readable detail.
-pub(crate) fn failure_report(body: FailRequest, now_ms: u64) -> Result<FailureReport, ApiError> {
+pub fn failure_report(body: FailRequest, now_ms: u64) -> Result<FailureReport, ApiError> {
     let choices = [
         !body.retryable,
         body.retry_at.is_some(),
@@ -574,7 +575,7 @@ pub(crate) fn failure_report(body: FailRequest, now_ms: u64) -> Result<FailureRe
         ));
     }
     if let Some(detail) = &detail {
-        crate::model::payload::check_value(detail)
+        tenax_core::model::payload::check_value(detail)
             .map_err(|rule| ApiError::invalid("error.detail", rule))?;
     }
     Ok(FailureReport {

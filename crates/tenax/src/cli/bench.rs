@@ -1,13 +1,13 @@
-//! `tenax bench`: measure a running server over HTTP (scenarios in `crate::bench`).
+//! `tenax bench`: measure a running server over HTTP (scenarios in `tenax_bench`).
 
 use std::io::IsTerminal as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Args;
+use tenax_bench::{BenchConfig, Scenario};
 
 use super::CliError;
-use crate::bench::{self, BenchConfig, Scenario};
 
 /// Flags of `tenax bench`.
 #[derive(Debug, Clone, Args)]
@@ -78,7 +78,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         workers: args.workers,
         take_max: usize::try_from(args.take_max).unwrap_or(1_000),
         promotion_lead: Duration::from_millis(args.promotion_lead),
-        client: crate::http::ClientOptions {
+        client: tenax_net::http::ClientOptions {
             token: args.token,
             ca_file: args.ca_file,
         },
@@ -89,8 +89,8 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let report = runtime.block_on(bench::run(&config))?;
-    let table = bench::table(&report);
+    let report = runtime.block_on(tenax_bench::run(&config))?;
+    let table = tenax_bench::table(&report);
     if args.json {
         eprint!("{table}");
         let json = serde_json::to_string_pretty(&report).context("encoding the report")?;

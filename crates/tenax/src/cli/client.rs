@@ -28,8 +28,8 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
-    pub fn client_options(&self) -> crate::http::ClientOptions {
-        crate::http::ClientOptions {
+    pub fn client_options(&self) -> tenax_net::http::ClientOptions {
+        tenax_net::http::ClientOptions {
             token: self.token.clone(),
             ca_file: self.ca_file.clone(),
         }
@@ -49,7 +49,7 @@ impl Client {
             .prepare()
             .map_err(CliError::Invalid)?;
         let make = || prepared.builder(reqwest::header::HeaderMap::new());
-        let (http, _) = crate::http::build(make).context("building the HTTP client")?;
+        let (http, _) = tenax_net::http::build(make).context("building the HTTP client")?;
         Ok(Self {
             http,
             base: server.url.trim_end_matches('/').to_owned(),

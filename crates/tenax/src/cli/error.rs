@@ -42,11 +42,11 @@ impl From<anyhow::Error> for CliError {
     }
 }
 
-impl From<crate::engine::offline::OfflineError> for CliError {
-    fn from(error: crate::engine::offline::OfflineError) -> Self {
+impl From<crate::offline::OfflineError> for CliError {
+    fn from(error: crate::offline::OfflineError) -> Self {
         match error {
-            crate::engine::offline::OfflineError::Invalid(message) => Self::Invalid(message),
-            crate::engine::offline::OfflineError::Failed(error) => Self::Failed(error),
+            crate::offline::OfflineError::Invalid(message) => Self::Invalid(message),
+            crate::offline::OfflineError::Failed(error) => Self::Failed(error),
         }
     }
 }

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use super::CliError;
-use crate::engine::offline;
+use crate::offline;
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {

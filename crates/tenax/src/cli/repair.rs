@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::CliError;
-use crate::engine::offline;
+use crate::offline;
 
 #[derive(Debug, Args)]
 pub struct RepairArgs {

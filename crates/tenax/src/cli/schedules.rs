@@ -11,14 +11,14 @@ use std::fmt::Write as _;
 
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
+use tenax_core::clock::{parse_rfc3339, rfc3339};
+use tenax_core::model::timetable::Timetable;
 
 use super::CliError;
 use super::client::{Client, ServerArgs, block_on};
 use super::policy::{Format, policy_json};
 use super::subscriptions::{Output, or, print};
 use super::terminal::safe;
-use crate::clock::{parse_rfc3339, rfc3339};
-use crate::model::timetable::Timetable;
 
 #[derive(Debug, Subcommand)]
 pub enum SchedulesCommand {
@@ -245,7 +245,7 @@ fn preview(args: &PreviewArgs) -> Result<(), CliError> {
                 "--after: must be an RFC 3339 time such as 2027-03-28T00:00:00Z, got {text:?}"
             ))
         })?,
-        None => crate::clock::Clock::System.now_ms(),
+        None => tenax_core::clock::Clock::System.now_ms(),
     };
     let ticks: Vec<Value> = timetable
         .ticks_after(after, args.count)

@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use tenax_core::secrets::key::Key;
+use tenax_core::secrets::{Keyring, SECRETS_KEY_FILE};
 
 use super::CliError;
-use crate::engine::offline::Data;
-use crate::secrets::key::Key;
-use crate::secrets::{Keyring, SECRETS_KEY_FILE};
+use crate::offline::Data;
 
 #[derive(Debug, Subcommand)]
 pub enum SecretsCommand {

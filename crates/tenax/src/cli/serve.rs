@@ -3,9 +3,9 @@
 use std::io::IsTerminal as _;
 
 use anyhow::Context as _;
+use tenax_core::clock::Clock;
 
 use super::CliError;
-use crate::clock::Clock;
 use crate::config::{LogFormat, ServeArgs};
 
 pub fn run(args: ServeArgs) -> Result<(), CliError> {

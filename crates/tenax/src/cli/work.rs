@@ -514,7 +514,7 @@ fn duration(value: &Value) -> Result<Duration, String> {
 
 fn time(value: &Value) -> Result<std::time::SystemTime, String> {
     let ms = match value {
-        Value::String(text) => crate::clock::parse_rfc3339(text)
+        Value::String(text) => tenax_core::clock::parse_rfc3339(text)
             .ok_or_else(|| format!("must be an RFC 3339 time, got {text:?}"))?,
         Value::Number(n) => n
             .as_u64()

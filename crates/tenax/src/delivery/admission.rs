@@ -24,12 +24,13 @@
 
 use std::num::NonZeroU32;
 
+use tenax_core::clock::UnixMs;
+use tenax_core::model::Subscription;
+
 use super::backpressure::Gate;
 use super::budget::BudgetBook;
 use super::share;
 use super::throttle::Throttle;
-use crate::clock::UnixMs;
-use crate::model::Subscription;
 
 /// Most deliveries one runner takes in one go.
 pub const BATCH: usize = 64;
@@ -215,9 +216,10 @@ pub fn admit_taken(
 
 #[cfg(test)]
 mod tests {
+    use tenax_core::model::RetryBudget;
+
     use super::*;
     use crate::delivery::backpressure::Hold;
-    use crate::model::RetryBudget;
 
     const OPEN: Limits = Limits {
         enabled: true,

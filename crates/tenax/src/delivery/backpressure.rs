@@ -14,9 +14,10 @@
 //!
 //! Pure: time is a parameter, every change returns the new state (`None`: leave it as it is).
 
+use tenax_core::clock::UnixMs;
+use tenax_core::model::{Attempt, AttemptResult, Breaker, BreakerState, EndpointState, Pause};
+
 pub use super::outcome::MAX_RETRY_AFTER_MS;
-use crate::clock::UnixMs;
-use crate::model::{Attempt, AttemptResult, Breaker, BreakerState, EndpointState, Pause};
 
 /// A pause is not stored again for an answer that asks for at most this much longer than the
 /// pause already holds (`Retry-After` counts in whole seconds): a burst of such answers
@@ -264,8 +265,9 @@ pub fn probe_ended(
 
 #[cfg(test)]
 mod tests {
+    use tenax_core::model::SubscriptionId;
+
     use super::*;
-    use crate::model::SubscriptionId;
 
     const SETTINGS: BreakerSettings = BreakerSettings {
         failures: 5,

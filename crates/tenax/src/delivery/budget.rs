@@ -13,9 +13,8 @@
 use std::collections::{HashMap, VecDeque};
 
 use parking_lot::Mutex;
-
-use crate::clock::UnixMs;
-use crate::model::{RetryBudget, Subscription, SubscriptionId, Trigger};
+use tenax_core::clock::UnixMs;
+use tenax_core::model::{RetryBudget, Subscription, SubscriptionId, Trigger};
 
 /// Buckets per window.
 pub const BUCKETS: u64 = 10;

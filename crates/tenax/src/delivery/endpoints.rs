@@ -17,12 +17,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+use tenax_core::clock::UnixMs;
+use tenax_core::engine::Engine;
+use tenax_core::engine::EngineError;
+use tenax_core::model::{Attempt, BreakerState, EndpointState, Pause, SubscriptionId};
 
 use super::backpressure::{self, BreakerSettings, Gate, ProbeEnd, Verdict};
-use crate::clock::UnixMs;
-use crate::engine::Engine;
-use crate::engine::EngineError;
-use crate::model::{Attempt, BreakerState, EndpointState, Pause, SubscriptionId};
 
 #[derive(Debug)]
 pub struct EndpointBook {

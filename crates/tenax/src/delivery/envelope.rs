@@ -5,9 +5,8 @@
 
 use serde::Serialize;
 use serde_json::value::RawValue;
-
-use crate::clock::{UnixMs, rfc3339};
-use crate::model::{DeliveryPayload, EnvelopeFormat, JobId, SubscriptionId};
+use tenax_core::clock::{UnixMs, rfc3339};
+use tenax_core::model::{DeliveryPayload, EnvelopeFormat, JobId, SubscriptionId};
 
 /// What one attempt sends.
 #[derive(Debug, Clone, Copy)]

@@ -6,9 +6,8 @@ use std::collections::{HashMap, VecDeque};
 
 use parking_lot::Mutex;
 use serde::Serialize;
-
-use crate::clock::{UnixMs, rfc3339};
-use crate::model::{BreakerState, EndpointState, HealthMarks, Subscription, SubscriptionId};
+use tenax_core::clock::{UnixMs, rfc3339};
+use tenax_core::model::{BreakerState, EndpointState, HealthMarks, Subscription, SubscriptionId};
 
 /// How many recent attempts the failure rate is computed over.
 const RECENT: usize = 100;

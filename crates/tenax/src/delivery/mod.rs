@@ -4,7 +4,7 @@
 //! One runner task per subscription takes its deliveries from the engine (leases, like any
 //! worker), bounded by the endpoint's concurrency and the subscription's throttle, and spawns
 //! one request per delivery. Each request's outcome ends the attempt through
-//! [`Engine::finish_delivery`](crate::engine::Engine::finish_delivery), which logs it and
+//! [`Engine::finish_delivery`](tenax_core::engine::Engine::finish_delivery), which logs it and
 //! retries or kills the delivery in one commit. A crash loses only leases: deliveries in flight
 //! are sent again after a restart (at least once).
 
@@ -27,16 +27,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use tenax_core::engine::Engine;
+use tenax_core::engine::EngineError;
+use tenax_core::model::Subscription;
+use tenax_net::trust::CaFile;
 use tenax_policy::{Jitter, RetryPolicy, Shape};
 use tokio::sync::Semaphore;
 
 use self::backpressure::BreakerSettings;
 pub use self::health::{BudgetView, EndpointView, HealthView};
 pub use self::runner::run;
-use crate::engine::Engine;
-use crate::engine::EngineError;
-use crate::model::Subscription;
-use crate::trust::CaFile;
 
 /// How webhooks are delivered.
 #[derive(Debug, Clone)]

@@ -16,6 +16,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tenax_core::clock::UnixMs;
+use tenax_core::engine::{ChangeError, Engine};
+use tenax_core::engine::{Conflict, EngineError, Missing};
+use tenax_core::metrics::webhooks::HeldReason;
+use tenax_core::model::{Ack, AttemptResult, Subscription, SubscriptionId, TakenJob};
 use tokio::sync::futures::Notified;
 use tokio::sync::{AcquireError, Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -27,11 +32,6 @@ use super::budget::is_retry;
 use super::health::Verdict;
 use super::send::Sender;
 use super::signals::Event;
-use crate::clock::UnixMs;
-use crate::engine::{ChangeError, Engine};
-use crate::engine::{Conflict, EngineError, Missing};
-use crate::metrics::webhooks::HeldReason;
-use crate::model::{Ack, AttemptResult, Subscription, SubscriptionId, TakenJob};
 
 /// Longest a runner waits for work before it looks at its subscription again.
 const IDLE_POLL: Duration = Duration::from_secs(1);

@@ -3,15 +3,15 @@
 use std::time::{Duration, Instant};
 
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
+use tenax_core::model::{Attempt, AttemptResult, DeliveryPayload, Subscription, TakenJob, Trigger};
+use tenax_net::http::{self, PlatformRoots};
+use tenax_net::trust;
 
 use super::address::{GlobalOnlyResolver, ip_literal_allowed};
 use super::envelope::{self, AttemptInfo};
 use super::outcome::{SNIPPET_BYTES, Verdict, classify_status, retry_after_ms, snippet};
 use super::signing;
 use crate::delivery::DeliveryConfig;
-use crate::http::{self, PlatformRoots};
-use crate::model::{Attempt, AttemptResult, DeliveryPayload, Subscription, TakenJob, Trigger};
-use crate::trust;
 
 const USER_AGENT: &str = concat!("Tenax-Webhooks/", env!("CARGO_PKG_VERSION"));
 
@@ -70,7 +70,12 @@ impl Sender {
         };
         let client = make()
             .and_then(reqwest::ClientBuilder::build)
-            .map_err(|e| format!("building the delivery client: {}", http::chain(&e)))?;
+            .map_err(|e| {
+                format!(
+                    "building the delivery client: {}",
+                    tenax_core::errors::chain(&e)
+                )
+            })?;
         if let Some(ca_file) = &config.ca_file {
             tracing::info!(
                 path = %ca_file.path.display(),
@@ -288,7 +293,7 @@ fn describe(error: &reqwest::Error, no_platform_roots: bool) -> String {
         "request failed"
     };
     let Some(tls) = tls_error(error) else {
-        return format!("{what}: {}", http::chain(error));
+        return format!("{what}: {}", tenax_core::errors::chain(error));
     };
     let mut text = format!("{what}: TLS handshake failed: {}", trust::explain(tls));
     if let rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer) = tls {
@@ -384,7 +389,7 @@ fn tls_error(error: &reqwest::Error) -> Option<&rustls::Error> {
 /// What started an attempt: the job's own trigger; the first attempt of a test event is an
 /// operator's.
 fn trigger_of(job: &TakenJob) -> Trigger {
-    let test = job.kind == crate::model::subscription::TEST_DELIVERY_KIND;
+    let test = job.kind == tenax_core::model::subscription::TEST_DELIVERY_KIND;
     if test && job.attempt == 1 && job.trigger == Trigger::Scheduled {
         Trigger::Manual
     } else {
@@ -394,9 +399,10 @@ fn trigger_of(job: &TakenJob) -> Trigger {
 
 #[cfg(test)]
 mod tests {
+    use tenax_core::model::{JobId, LeaseToken};
+
     use super::*;
     use crate::delivery::default_delivery_policy;
-    use crate::model::{JobId, LeaseToken};
 
     fn sender(allow_private: bool) -> Sender {
         Sender::new(&DeliveryConfig {
@@ -443,7 +449,7 @@ mod tests {
             parent: Some(JobId(7)),
             traceparent: None,
             ready_at_ms: 0,
-            trigger: crate::model::Trigger::Scheduled,
+            trigger: tenax_core::model::Trigger::Scheduled,
         }
     }
 

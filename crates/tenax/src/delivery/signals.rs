@@ -6,10 +6,10 @@
 //! ([`crate::server::run_with_signals`]) and [`Signals::listen`] before they act, so that no
 //! event after the act is missed.
 
+use tenax_core::model::SubscriptionId;
 use tokio::sync::broadcast;
 
 use super::admission::Wait;
-use crate::model::SubscriptionId;
 
 /// Events kept for a listener that falls behind; past that it misses the oldest, and its
 /// next receive says so.

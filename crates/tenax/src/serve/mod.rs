@@ -116,7 +116,7 @@ impl std::fmt::Debug for TlsFiles {
 /// The TLS configuration of the API: the certificate chain and key, and ALPN offering HTTP/2
 /// then HTTP/1.1.
 pub fn tls_config(files: &TlsFiles) -> Result<rustls::ServerConfig, rustls::Error> {
-    crate::http::install_crypto_provider();
+    tenax_net::http::install_crypto_provider();
     let mut config = rustls::ServerConfig::builder()
         .with_no_client_auth()
         .with_single_cert(files.certs.clone(), files.key.clone_key())?;

@@ -3,8 +3,7 @@
 //! itself.
 
 use maud::{Markup, html};
-
-use crate::engine::activity::Counts;
+use tenax_core::engine::activity::Counts;
 
 /// One bar: its label (a tooltip) and counts.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! How pages write times, durations and JSON.
 
-use crate::clock::{UnixMs, rfc3339};
+use tenax_core::clock::{UnixMs, rfc3339};
 
 /// A duration as people read it: "250ms", "1m 30s", "2d 3h".
 pub fn duration(ms: u64) -> String {

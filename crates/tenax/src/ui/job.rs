@@ -8,15 +8,15 @@ use axum::Extension;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use maud::{Markup, PreEscaped, html};
+use tenax_core::engine::{PolicyOwner, delivery_policy};
+use tenax_core::model::subscription::subscription_of_queue;
+use tenax_core::model::{Attempt, Job, JobId, Status};
 use tenax_policy::{Preview, RetryPolicy, format_duration};
 
 use super::layout::{self, Nav};
 use super::{Session, UiError, format};
 use crate::api::AppState;
 use crate::chart::{self, ChartOptions, Series, Style};
-use crate::engine::{PolicyOwner, delivery_policy};
-use crate::model::subscription::subscription_of_queue;
-use crate::model::{Attempt, Job, JobId, Status};
 
 /// The most retries a timeline draws: enough to see a curve, bounded for huge limits.
 const DRAWN: u32 = 120;
@@ -177,9 +177,9 @@ pub fn attempts_table(delivery: JobId, attempts: &[Attempt], now: u64) -> Markup
 
 fn result_name(attempt: &Attempt) -> &'static str {
     match attempt.result {
-        crate::model::AttemptResult::Delivered => "delivered",
-        crate::model::AttemptResult::Retryable => "retryable",
-        crate::model::AttemptResult::Permanent => "permanent",
+        tenax_core::model::AttemptResult::Delivered => "delivered",
+        tenax_core::model::AttemptResult::Retryable => "retryable",
+        tenax_core::model::AttemptResult::Permanent => "permanent",
     }
 }
 

@@ -12,16 +12,16 @@ use axum::extract::{Query, RawForm, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
+use tenax_core::model::{
+    Job, JobFilter, JobId, Order, Page, Replay, Selection, Status, StoredPolicy, TextQuery,
+    subscription::subscription_of_queue,
+};
 use tenax_policy::parse_policy_str;
 
 use super::layout::{self, Nav};
 use super::queues::urlencode;
 use super::{Session, UiError, format};
 use crate::api::AppState;
-use crate::model::{
-    Job, JobFilter, JobId, Order, Page, Replay, Selection, Status, StoredPolicy, TextQuery,
-    subscription::subscription_of_queue,
-};
 
 /// Jobs per page.
 const PAGE: usize = 50;

@@ -105,6 +105,6 @@ pub fn note(note: Option<&str>) -> Markup {
 }
 
 /// A status as a coloured label.
-pub fn status(status: crate::model::Status) -> Markup {
+pub fn status(status: tenax_core::model::Status) -> Markup {
     html! { span class={"status " (status.name())} { (status.name().replace('_', " ")) } }
 }

@@ -30,9 +30,9 @@ use hmac::{Hmac, Mac as _};
 use maud::html;
 pub use session::Session;
 use sha2::Sha256;
+use tenax_core::engine::EngineError;
 
 use crate::api::AppState;
-use crate::engine::EngineError;
 
 /// The dashboard's keys: what CSRF tokens are made with, and whether cookies need TLS.
 #[derive(Debug)]

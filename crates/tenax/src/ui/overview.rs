@@ -7,14 +7,14 @@ use axum::Extension;
 use axum::extract::State;
 use axum::response::Response;
 use maud::html;
+use tenax_core::engine::activity::{Counts, MINUTES};
+use tenax_core::model::subscription::{is_internal_queue, subscription_of_queue};
+use tenax_core::model::{QueueCounts, Status, SubscriptionId};
 
 use super::bars::{self, Bar};
 use super::layout::{self, Nav};
 use super::{Session, UiError, format};
 use crate::api::AppState;
-use crate::engine::activity::{Counts, MINUTES};
-use crate::model::subscription::{is_internal_queue, subscription_of_queue};
-use crate::model::{QueueCounts, Status, SubscriptionId};
 
 /// How many queues the "slowest" table shows.
 const SLOWEST: usize = 8;

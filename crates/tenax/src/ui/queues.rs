@@ -9,12 +9,12 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
+use tenax_core::model::{QueueConfig, QueueCounts, subscription::is_internal_queue};
 use tenax_policy::{Preview, format_duration};
 
 use super::layout::{self, Nav};
 use super::{Session, UiError, format};
 use crate::api::AppState;
-use crate::model::{QueueConfig, QueueCounts, subscription::is_internal_queue};
 
 #[derive(Debug, Deserialize)]
 pub struct NoteQuery {
@@ -125,8 +125,8 @@ async fn set_paused(
         })
         .await
         .map_err(|error| match error {
-            crate::engine::ChangeError::Failed(error) => UiError::from(error),
-            crate::engine::ChangeError::Refused(never) => match never {},
+            tenax_core::engine::ChangeError::Failed(error) => UiError::from(error),
+            tenax_core::engine::ChangeError::Refused(never) => match never {},
         })?;
     let note = format!(
         "Queue {name} is {}.",

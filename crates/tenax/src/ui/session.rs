@@ -21,10 +21,10 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
+use tenax_core::auth::{Capability, Principal};
 
 use super::{UiError, UiKeys, layout};
 use crate::api::AppState;
-use crate::auth::{Capability, Principal};
 
 const COOKIE_NAME: &str = "tenax_session";
 /// What is escaped in the cookie's value: everything but letters, digits and `-_.~`.

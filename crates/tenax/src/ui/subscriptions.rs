@@ -8,16 +8,16 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
+use tenax_core::engine::ChangeError;
+use tenax_core::model::{
+    JobFilter, Order, Page, Subscription, SubscriptionId, subscription::delivery_queue,
+};
 
 use super::layout::{self, Nav};
 use super::queues::urlencode;
 use super::{Session, UiError};
 use crate::api::AppState;
 use crate::api::subscription_views::{Secrets, subscription_view};
-use crate::engine::ChangeError;
-use crate::model::{
-    JobFilter, Order, Page, Subscription, SubscriptionId, subscription::delivery_queue,
-};
 
 /// Deliveries whose attempts a subscription's page shows.
 const DELIVERIES: usize = 25;

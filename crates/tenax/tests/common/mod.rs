@@ -25,9 +25,9 @@ use futures_util::{Stream, StreamExt};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tempfile::TempDir;
-use tenax::clock::{Clock, parse_rfc3339};
 use tenax::config::{Config, ServeArgs};
 use tenax::delivery::signals::{Signal, Signals};
+use tenax_core::clock::{Clock, parse_rfc3339};
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
@@ -358,7 +358,7 @@ pub struct Api {
 impl Api {
     pub fn new(address: SocketAddr) -> Self {
         Self {
-            http: tenax::http::client_builder()
+            http: tenax_net::http::client_builder()
                 .timeout(Duration::from_secs(90))
                 .build()
                 .expect("an HTTP client"),

@@ -68,7 +68,7 @@ impl Node {
             child,
             base: format!("http://127.0.0.1:{port}"),
             log,
-            http: tenax::http::client_builder()
+            http: tenax_net::http::client_builder()
                 .no_proxy()
                 .timeout(Duration::from_secs(60))
                 .build()

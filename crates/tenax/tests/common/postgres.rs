@@ -126,8 +126,8 @@ pub fn secrets_key_file() -> PathBuf {
     PATH.get_or_init(|| {
         let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("secrets-{}.key", env!("CARGO_CRATE_NAME")));
-        if tenax::secrets::Keyring::read_file(&path).is_err() {
-            tenax::secrets::Keyring::generate("test")
+        if tenax_core::secrets::Keyring::read_file(&path).is_err() {
+            tenax_core::secrets::Keyring::generate("test")
                 .and_then(|keys| keys.write_file(&path))
                 .expect("a test key file");
         }

@@ -9,8 +9,8 @@
 
 use std::sync::Mutex;
 
-use tenax::model::{ClaimId, JobId, Status};
-use tenax::store::{Claim, ClaimRecord, ClaimedJob, DecideContext, StoreError, TakeRequest};
+use tenax_core::model::{ClaimId, JobId, Status};
+use tenax_core::store::{Claim, ClaimRecord, ClaimedJob, DecideContext, StoreError, TakeRequest};
 
 use crate::support::*;
 

@@ -4,7 +4,7 @@
 //! |--------------------------------------------|-------|
 //! | `endpoints`, `endpoint`, `update_endpoint` | `endpoint_states_change_atomically_and_are_kept` |
 
-use tenax::model::{BreakerState, EndpointState, Pause, SubscriptionId};
+use tenax_core::model::{BreakerState, EndpointState, Pause, SubscriptionId};
 
 use crate::support::*;
 
@@ -55,7 +55,7 @@ pub(crate) async fn endpoint_states_change_atomically_and_are_kept(backend: &imp
             subscription: SubscriptionId(3),
             at_ms: T0,
         }),
-        breaker: tenax::model::Breaker {
+        breaker: tenax_core::model::Breaker {
             state: BreakerState::Open,
             until_ms: Some(T0 + 60 * SECOND),
             opened_at_ms: Some(T0),

@@ -9,11 +9,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use tenax::model::{
+use tenax_core::model::{
     Checked, ClaimId, JobFilter, JobId, JobPeek, KeyHolder, NotReplayed, OnDuplicate, Replay,
     Replayed, Selection, Status, StoredPolicy, Trigger,
 };
-use tenax::store::{DecideContext, StoreError, Transition};
+use tenax_core::store::{DecideContext, StoreError, Transition};
 
 use crate::support::*;
 

@@ -8,11 +8,11 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
-use tenax::model::{
+use tenax_core::model::subscription::{DELIVERY_KIND, delivery_queue};
+use tenax_core::model::{
     Enqueued, JobFilter, JobId, KeyHolder, OnDuplicate, QueueConfig, Status, Subscription,
 };
-use tenax::store::{FactsSeen, Insert, Store, StoreError};
+use tenax_core::store::{FactsSeen, Insert, Store, StoreError};
 
 use crate::support::*;
 

@@ -15,12 +15,14 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
-use tenax::model::{
+use tenax_core::model::subscription::{DELIVERY_KIND, delivery_queue};
+use tenax_core::model::{
     Ack, AttemptResult, JobFilter, JobId, LeaseToken, LimitUse, MAX_EXACT_INTEGER, OnDuplicate,
     QueueConfig, RateLimit, Status, StoredPolicy, Subscription, TakenJob,
 };
-use tenax::store::{DecideContext, Finished, Store, StoreError, TakeRequest, Taken, Transition};
+use tenax_core::store::{
+    DecideContext, Finished, Store, StoreError, TakeRequest, Taken, Transition,
+};
 use tenax_policy::RetryPolicy;
 
 use crate::support::*;

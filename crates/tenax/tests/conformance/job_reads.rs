@@ -20,10 +20,10 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use tenax::model::{
+use tenax_core::model::{
     ClaimId, JobFilter, JobId, Order, Page, QueueCounts, Searched, Selection, Status, TextQuery,
 };
-use tenax::store::{DecideContext, LeaseFacts, Store};
+use tenax_core::store::{DecideContext, LeaseFacts, Store};
 
 use crate::support::*;
 

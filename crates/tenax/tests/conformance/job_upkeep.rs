@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tenax::model::{Ack, JobFilter, Status};
-use tenax::store::{DecideContext, StoreError};
+use tenax_core::model::{Ack, JobFilter, Status};
+use tenax_core::store::{DecideContext, StoreError};
 use tokio::sync::Notify;
 
 use crate::support::*;

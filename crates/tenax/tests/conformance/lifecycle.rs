@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tenax::auth::Role;
-use tenax::model::subscription::delivery_queue;
-use tenax::model::{
+use tenax_core::auth::Role;
+use tenax_core::model::subscription::delivery_queue;
+use tenax_core::model::{
     Ack, AttemptResult, ClaimId, JobFilter, JobId, OnDuplicate, QueueConfig, Replay, Selection,
     Status, StoredPolicy, Subscription,
 };
-use tenax::store::{Store, StoreError, StoreProperties, TakeRequest};
+use tenax_core::store::{Store, StoreError, StoreProperties, TakeRequest};
 
 use crate::support::*;
 

@@ -1,11 +1,11 @@
-//! The conformance suite of the storage seam ([`tenax::store::Store`]): what every backend must
+//! The conformance suite of the storage seam ([`tenax_core::store::Store`]): what every backend must
 //! do, written once against the seam and run against each backend.
 //!
 //! Each case is an `async fn` taking a [`Backend`]: a place where a store can be opened, closed
 //! and opened again on the same data (for the embedded store, a directory). Each case checks
 //! its transitions, then closes the store, reopens it and checks that the state survived. What
 //! a restart does to leases is the backend's declared property
-//! ([`tenax::store::StoreProperties::durable_leases`]): without it, jobs in flight come back
+//! ([`tenax_core::store::StoreProperties::durable_leases`]): without it, jobs in flight come back
 //! ready; with it, they are still leased to the same holders.
 //!
 //! One test binary (`cargo test -p tenax --test conformance`), one file per family of the seam

@@ -10,10 +10,10 @@
 use std::sync::Mutex;
 
 use serde_json::json;
-use tenax::model::{
+use tenax_core::model::{
     DeadLetter, JobFilter, QueueConfig, QueueCounts, RateLimit, Status, StoredPolicy,
 };
-use tenax::store::{DecideContext, StoreError};
+use tenax_core::store::{DecideContext, StoreError};
 
 use crate::support::*;
 

@@ -7,8 +7,8 @@
 
 use std::sync::Arc;
 
-use tenax::model::{JobFilter, Schedule};
-use tenax::store::Store;
+use tenax_core::model::{JobFilter, Schedule};
+use tenax_core::store::Store;
 
 use crate::support::*;
 

@@ -11,10 +11,10 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use tenax::model::Subscription;
-use tenax::secrets::Keyring;
-use tenax::secrets::key::Key;
-use tenax::store::StoreError;
+use tenax_core::model::Subscription;
+use tenax_core::secrets::Keyring;
+use tenax_core::secrets::key::Key;
+use tenax_core::store::StoreError;
 
 use crate::support::*;
 
@@ -79,7 +79,7 @@ pub(crate) async fn secrets_are_sealed_at_rest(backend: &impl Backend) {
     let (zaqar, _) = store
         .insert_subscription({
             let mut s = secret_subscription("https://z.example/");
-            s.format = tenax::model::EnvelopeFormat::Zaqar;
+            s.format = tenax_core::model::EnvelopeFormat::Zaqar;
             s
         })
         .await
@@ -108,7 +108,7 @@ pub(crate) async fn secrets_are_sealed_at_rest(backend: &impl Backend) {
     let (holder, created) = store
         .insert_subscription({
             let mut s = subscription("q", "https://z.example/");
-            s.format = tenax::model::EnvelopeFormat::Zaqar;
+            s.format = tenax_core::model::EnvelopeFormat::Zaqar;
             s
         })
         .await

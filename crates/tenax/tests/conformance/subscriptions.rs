@@ -11,8 +11,8 @@
 
 use std::sync::Mutex;
 
-use tenax::model::Subscription;
-use tenax::store::StoreError;
+use tenax_core::model::Subscription;
+use tenax_core::store::StoreError;
 
 use crate::support::*;
 
@@ -166,7 +166,7 @@ pub(crate) async fn unique_endpoints_are_held_per_queue(backend: &impl Backend) 
     // So is turning a subscription that did not ask for it into one that does.
     let zaqar = |current: &Subscription| {
         let mut next = current.clone();
-        next.format = tenax::model::EnvelopeFormat::Zaqar;
+        next.format = tenax_core::model::EnvelopeFormat::Zaqar;
         Some(next)
     };
     assert_eq!(

@@ -10,21 +10,21 @@ use redb::{ReadableDatabase, TableDefinition};
 use serde_json::json;
 use serde_json::value::RawValue;
 use tempfile::TempDir;
-use tenax::auth::{Role, TokenRecord};
-use tenax::model::subscription::{DELIVERY_KIND, delivery_queue};
-use tenax::model::{
+use tenax_core::auth::{Role, TokenRecord};
+use tenax_core::model::subscription::{DELIVERY_KIND, delivery_queue};
+use tenax_core::model::{
     Ack, Attempt, AttemptResult, ClaimId, Enqueued, ErrorEntry, Job, JobFilter, JobId, JobTemplate,
     Missed, NewJob, OnDuplicate, Overlap, Page, QueueCounts, Schedule, Status, StoredPolicy,
     Subscription, SubscriptionId, TakenJob, TickCounts,
 };
-use tenax::secrets::{Keyring, SECRETS_KEY_FILE};
-use tenax::store::embedded::EmbeddedOptions;
-use tenax::store::postgres::{Database, PostgresOptions, PostgresStore};
-use tenax::store::{
-    DecideContext, EmbeddedStore, FactsSeen, Insert, Store, StoreError, StoreProperties,
-    TakeRequest, Transition,
+use tenax_core::secrets::{Keyring, SECRETS_KEY_FILE};
+use tenax_core::store::{
+    DecideContext, FactsSeen, Insert, Store, StoreError, StoreProperties, TakeRequest, Transition,
 };
+use tenax_embedded::EmbeddedOptions;
+use tenax_embedded::EmbeddedStore;
 use tenax_policy::{RetryPolicy, Shape};
+use tenax_postgres::{Database, PostgresOptions, PostgresStore};
 use tokio::sync::Notify;
 
 /// Every case starts at this time (ms since the epoch).
@@ -307,7 +307,7 @@ impl Backend for Postgres {
         let database = Database::new(self.url(), None).expect("the test database's URL");
         let options = PostgresOptions::new(database, keys);
         Ok(Arc::new(
-            PostgresStore::open(&options, &tenax::clock::Clock::manual(now_ms)).await?,
+            PostgresStore::open(&options, &tenax_core::clock::Clock::manual(now_ms)).await?,
         ))
     }
 
@@ -497,7 +497,7 @@ pub(crate) fn subscription(queue: &str, endpoint: &str) -> Subscription {
 /// A subscription whose endpoint must be unique in its queue (Zaqar's).
 pub(crate) fn zaqar_subscription(queue: &str, endpoint: &str) -> Subscription {
     let mut subscription = subscription(queue, endpoint);
-    subscription.format = tenax::model::EnvelopeFormat::Zaqar;
+    subscription.format = tenax_core::model::EnvelopeFormat::Zaqar;
     assert_eq!(subscription.unique_endpoint(), Some(endpoint));
     subscription
 }
@@ -506,7 +506,7 @@ pub(crate) fn zaqar_subscription(queue: &str, endpoint: &str) -> Subscription {
 pub(crate) fn attempt(n: u32, at_ms: u64, result: AttemptResult, status: u16) -> Attempt {
     Attempt {
         attempt: n,
-        trigger: tenax::model::Trigger::Scheduled,
+        trigger: tenax_core::model::Trigger::Scheduled,
         at_ms,
         latency_ms: 12,
         result,

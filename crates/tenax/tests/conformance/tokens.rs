@@ -4,7 +4,7 @@
 //! |---------------------------------------|-------|
 //! | `put_token`, `delete_token`, `tokens` | `tokens_are_stored_by_id`; every reopen |
 
-use tenax::auth::{Role, TokenRecord};
+use tenax_core::auth::{Role, TokenRecord};
 
 use crate::support::*;
 

@@ -19,9 +19,9 @@ use sqlx::Row as _;
 
 /// Tenax's schema, applied to an empty `public` schema at start.
 const MIGRATIONS: [&str; 3] = [
-    include_str!("../../../../crates/tenax/src/store/postgres/migrations/0001_jobs.sql"),
-    include_str!("../../../../crates/tenax/src/store/postgres/migrations/0002_servers.sql"),
-    include_str!("../../../../crates/tenax/src/store/postgres/migrations/0003_facts.sql"),
+    include_str!("../../../../crates/tenax-postgres/src/migrations/0001_jobs.sql"),
+    include_str!("../../../../crates/tenax-postgres/src/migrations/0002_servers.sql"),
+    include_str!("../../../../crates/tenax-postgres/src/migrations/0003_facts.sql"),
 ];
 
 // The statements, as in crates/tenax/src/store/postgres (inserts.rs INSERT_SHARED, leases.rs

@@ -18,14 +18,14 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
+use tenax_core::engine::{ClaimView as Live, NewClaim};
+use tenax_core::model::Job;
 
 use super::error::ZaqarError;
 use super::names::{QueueRef, parse_claim_id};
 use super::request::{Ctx, Params, json_body, json_int};
 use super::views::{self, Facts, MessageView, Messages, seconds};
 use crate::api::AppState;
-use crate::engine::{ClaimView as Live, NewClaim};
-use crate::model::Job;
 
 /// Zaqar's claim limits and defaults.
 const MIN_CLAIM_TTL: i64 = 60;

@@ -10,8 +10,7 @@ use axum::Json;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-
-use crate::engine::{EngineError, Unavailable};
+use tenax_core::engine::{EngineError, Unavailable};
 
 /// Zaqar's "the request is well-formed JSON but breaks a rule" title.
 pub const BAD_API: &str = "Invalid API request";
@@ -146,11 +145,11 @@ impl From<EngineError> for ZaqarError {
 }
 
 /// A refused change carries the handler's own error; a failed one, the engine's.
-impl From<crate::engine::ChangeError<ZaqarError>> for ZaqarError {
-    fn from(error: crate::engine::ChangeError<ZaqarError>) -> Self {
+impl From<tenax_core::engine::ChangeError<ZaqarError>> for ZaqarError {
+    fn from(error: tenax_core::engine::ChangeError<ZaqarError>) -> Self {
         match error {
-            crate::engine::ChangeError::Refused(error) => error,
-            crate::engine::ChangeError::Failed(error) => error.into(),
+            tenax_core::engine::ChangeError::Refused(error) => error,
+            tenax_core::engine::ChangeError::Failed(error) => error.into(),
         }
     }
 }

@@ -10,12 +10,12 @@ use axum::http::header::{ALLOW, CACHE_CONTROL, CONTENT_TYPE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use tenax_core::model::subscription::is_internal_queue;
 
 use super::error::ZaqarError;
 use super::names::zaqar_queue;
 use super::request::Ctx;
 use crate::api::AppState;
-use crate::model::subscription::is_internal_queue;
 
 fn resource(template: &str, vars: Value, allow: &[&str], accepts_post: bool) -> Value {
     let mut hints = json!({ "allow": allow, "formats": { "application/json": {} } });

@@ -14,7 +14,7 @@
 //!   one step by the engine; a message that is not in the caller's queue is never touched (204,
 //!   as for a missing one).
 //!
-//! [`JobPeek::is_live`]: crate::model::JobPeek::is_live
+//! [`JobPeek::is_live`]: tenax_core::model::JobPeek::is_live
 
 use std::collections::HashMap;
 
@@ -24,6 +24,8 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::value::RawValue;
+use tenax_core::engine::{Enqueue, MessageDelete};
+use tenax_core::model::{ClaimId, Job, JobFilter, JobId, NewJob, OnDuplicate, Page, Selection};
 
 use super::error::ZaqarError;
 use super::metadata::{
@@ -34,8 +36,6 @@ use super::queues::{config_of, ensure_created};
 use super::request::{Ctx, Params, Query};
 use super::views::{self, Facts, Link, MessageView, Messages, PoppedView, seconds, ttl};
 use crate::api::AppState;
-use crate::engine::{Enqueue, MessageDelete};
-use crate::model::{ClaimId, Job, JobFilter, JobId, NewJob, OnDuplicate, Page, Selection};
 
 /// The job kind of every Zaqar message.
 pub const MESSAGE_KIND: &str = "zaqar.message";
@@ -52,10 +52,11 @@ fn limit_error() -> ZaqarError {
 }
 
 /// A message of a post, checked.
-pub(crate) struct Posted<'a> {
-    pub(crate) ttl_s: u64,
-    pub(crate) delay_s: u64,
-    pub(crate) body: &'a RawValue,
+#[derive(Debug)]
+pub struct Posted<'a> {
+    pub ttl_s: u64,
+    pub delay_s: u64,
+    pub body: &'a RawValue,
 }
 
 /// An integer written in JSON (not a float, not a boolean); past `i64` it saturates.
@@ -75,7 +76,7 @@ fn raw_int(raw: &RawValue) -> Option<i64> {
 
 /// Reads a post's messages in Zaqar's order: the document, `messages`, then each message's
 /// `ttl`, `body` and `delay`, then the ranges.
-pub(crate) fn read_post<'a>(
+pub fn read_post<'a>(
     body: &'a [u8],
     settings: MessageSettings,
 ) -> Result<Vec<Posted<'a>>, ZaqarError> {
@@ -114,7 +115,7 @@ pub(crate) fn read_post<'a>(
         let Some(body) = fields.get("body") else {
             return Err(ZaqarError::body("Missing \"body\" field."));
         };
-        crate::model::payload::check_text(body.get())
+        tenax_core::model::payload::check_text(body.get())
             .map_err(|rule| ZaqarError::body(format!("messages[{i}].body {rule}.")))?;
         // As Zaqar: `delay` is read only on a queue with a default delay.
         let delay = match settings.default_delay_s {

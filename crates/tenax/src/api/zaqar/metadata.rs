@@ -13,11 +13,11 @@
 //!   is also the queue's `message_ttl_ms`, for jobs enqueued into it through the native API.
 
 use serde_json::{Map, Value, json};
+use tenax_core::model::{DeadLetter, QueueConfig, StoredPolicy};
 use tenax_policy::spelling::{ParsedPolicy, zaqar};
 
 use super::names::{is_queue_name, tenax_queue};
 use super::request::json_int;
-use crate::model::{DeadLetter, QueueConfig, StoredPolicy};
 
 /// Zaqar's limits and defaults (`zaqar/conf/transport.py`, `zaqar/transport/validation.py`).
 pub const MAX_MESSAGES_POST_SIZE: u64 = 262_144;
@@ -128,7 +128,7 @@ fn in_range(value: Option<i64>, min: u64, max: u64) -> bool {
 /// `_enable_encrypt_messages` cannot be true. The error is the description of a 400.
 pub fn check(metadata: &Map<String, Value>) -> Result<(), String> {
     for (key, value) in metadata {
-        crate::model::payload::check_value(value)
+        tenax_core::model::payload::check_value(value)
             .map_err(|rule| format!("The value of metadata key {key:?} {rule}."))?;
     }
     let ttl = int_field(metadata, "_default_message_ttl")?;

@@ -15,14 +15,14 @@
 //!   store.
 
 mod claims;
-pub(crate) mod error;
+pub mod error;
 mod home;
-pub(crate) mod messages;
-pub(crate) mod metadata;
+pub mod messages;
+pub mod metadata;
 pub(crate) mod names;
-pub(crate) mod patch;
+pub mod patch;
 mod queues;
-pub(crate) mod request;
+pub mod request;
 mod subscriptions;
 mod views;
 
@@ -33,7 +33,7 @@ use axum::routing::{MethodRouter, any, get, post, put};
 use super::AppState;
 
 /// The `/v2` routes (and Zaqar's version document at `/`), to merge into the server's router,
-/// with the methods each answers (for the authorization rules of [`crate::auth::rules`]).
+/// with the methods each answers (for the authorization rules of [`tenax_core::auth::rules`]).
 pub fn router() -> (Router<AppState>, Vec<(Method, &'static str)>) {
     let routes = Routes::default()
         .add("/", "GET", get(home::versions))

@@ -12,8 +12,9 @@
 //! - Message and subscription ids are the decimal Tenax ids; claim ids are the claim's number
 //!   in lowercase hex. Clients treat all three as opaque strings.
 
+use tenax_core::model::{ClaimId, JobId, SubscriptionId};
+
 use super::error::ZaqarError;
-use crate::model::{ClaimId, JobId, SubscriptionId};
 
 /// Zaqar's longest queue name.
 pub const MAX_QUEUE_NAME: usize = 64;
@@ -23,7 +24,7 @@ pub const MAX_PROJECT_ID: usize = 191;
 /// Zaqar's own longest project id.
 const ZAQAR_MAX_PROJECT_ID: usize = 256;
 
-pub use crate::model::project::SEPARATOR;
+pub use tenax_core::model::project::SEPARATOR;
 
 /// Zaqar's answer to a queue name or project id it cannot accept.
 pub fn bad_identification() -> ZaqarError {

@@ -20,6 +20,11 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use tenax_core::auth::Principal;
+use tenax_core::engine::ChangeError;
+use tenax_core::model::{
+    JobFilter, Order, Page, QueueConfig, Selection, subscription::is_internal_queue,
+};
 
 use super::error::ZaqarError;
 use super::metadata::{self, MAX_QUEUE_METADATA, with_defaults};
@@ -29,11 +34,6 @@ use super::request::{Ctx, Params, Query, json_body};
 use super::subscriptions::purge_subscriptions;
 use super::views::{self, Link, seconds};
 use crate::api::AppState;
-use crate::auth::Principal;
-use crate::engine::ChangeError;
-use crate::model::{
-    JobFilter, Order, Page, QueueConfig, Selection, subscription::is_internal_queue,
-};
 
 /// Zaqar's page size limits for queue listings.
 const MAX_QUEUES_PER_PAGE: i64 = 20;

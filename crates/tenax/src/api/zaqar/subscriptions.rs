@@ -25,6 +25,9 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
+use tenax_core::engine::{ChangeError, Conflict, EngineError, Missing};
+use tenax_core::model::subscription::REDACTED;
+use tenax_core::model::{EnvelopeFormat, StoredPolicy, Subscription, SubscriptionId};
 
 use super::error::ZaqarError;
 use super::metadata::{check_retry_policy, parse_retry_policy, truthy};
@@ -36,9 +39,6 @@ use crate::api::AppState;
 use crate::delivery::address::{parse_endpoint, vet_endpoint};
 use crate::delivery::headers;
 use crate::delivery::signing::generate_secret;
-use crate::engine::{ChangeError, Conflict, EngineError, Missing};
-use crate::model::subscription::REDACTED;
-use crate::model::{EnvelopeFormat, StoredPolicy, Subscription, SubscriptionId};
 
 /// Zaqar's subscription limits and defaults.
 const MIN_SUBSCRIPTION_TTL: i64 = 60;
@@ -91,7 +91,7 @@ fn check_document(document: &Map<String, Value>, now_ms: u64) -> Result<(), Stri
     match document.get("options") {
         Some(Value::Object(options)) => {
             check_retry_policy(options)?;
-            crate::model::payload::check_value(&Value::Object(options.clone()))
+            tenax_core::model::payload::check_value(&Value::Object(options.clone()))
                 .map_err(|rule| format!("Options {rule}."))?;
         }
         Some(options) if truthy(options) => return Err("Options must be a dict.".into()),
@@ -122,10 +122,10 @@ fn check_ttl(ttl: i64, now_ms: u64) -> Result<(), String> {
     }
     // Tenax's one rule for every time it stores (`clock::check_time`): at most 100 years ahead.
     let ttl_ms = u64::try_from(ttl).unwrap_or(u64::MAX).saturating_mul(1_000);
-    crate::clock::check_time(now_ms.saturating_add(ttl_ms), now_ms).map_err(|_| {
+    tenax_core::clock::check_time(now_ms.saturating_add(ttl_ms), now_ms).map_err(|_| {
         format!(
             "The TTL for a subscription may be at most 100 years ({} seconds) in Tenax.",
-            crate::clock::MAX_AHEAD_MS / 1_000
+            tenax_core::clock::MAX_AHEAD_MS / 1_000
         )
     })?;
     Ok(())

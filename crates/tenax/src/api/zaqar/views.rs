@@ -5,7 +5,7 @@
 //!
 //! Invariants:
 //! - A message is live while it is scheduled, ready or in flight and its expiry has not passed
-//!   ([`JobPeek::is_live`](crate::model::JobPeek::is_live)); completed and dead jobs, and
+//!   ([`JobPeek::is_live`](tenax_core::model::JobPeek::is_live)); completed and dead jobs, and
 //!   expired ones the maintenance loop has not deleted yet, are no messages.
 //! - A message is claimed while a claim's lease on it has not ended; its `href` then ends in
 //!   `?claim_id=<claim>`.
@@ -17,10 +17,10 @@ use axum::http::header::{CONTENT_TYPE, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::value::RawValue;
+use tenax_core::clock::UnixMs;
+use tenax_core::model::{ClaimId, JobId};
 
 use super::names::QueueRef;
-use crate::clock::UnixMs;
-use crate::model::{ClaimId, JobId};
 
 /// Whole seconds from `from_ms` to `to_ms` (0 if `to_ms` is earlier).
 pub fn seconds(from_ms: UnixMs, to_ms: UnixMs) -> u64 {

@@ -1,0 +1,184 @@
+//! The rule of every route of both APIs: what it needs, and where the queue it touches is, so
+//! that a token scoped to some queues or projects is held to them.
+//!
+//! Invariant: [`rule`] answers for every route the server registers (the native routes of the
+//! OpenAPI description, and [`crate::api::zaqar_routes`]); the router refuses to be built
+//! otherwise, and `tests/security.rs` tries every route with every role.
+
+use http::Method;
+
+use super::role::Capability;
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone, without a token: no data behind it.
+    Public,
+    /// A token whose role grants the capability (and whose scopes admit the target).
+    Needs(Capability),
+}
+
+/// Where the queue a request touches is named, for scoped tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// No queue.
+    Nothing,
+    /// The path's `{name}`.
+    QueueInPath,
+    /// The body's `queue`.
+    QueueInBody,
+    /// The body's `queues` (an array).
+    QueuesInBody,
+    /// The body's `jobs[*].queue` (a batch enqueue).
+    JobQueuesInBody,
+    /// The job whose id is the path's `{id}`.
+    JobInPath,
+    /// The jobs whose ids are the body's `jobs[*].id`.
+    JobsInBody,
+    /// The query's `queue`, which a scoped token must give.
+    QueueInQuery,
+    /// A dead-job selection: its `ids`, its `queue`, or `all` (only for unscoped tokens).
+    DeadSelection,
+    /// The subscription whose id is the path's `{id}`.
+    SubscriptionInPath,
+    /// The delivery whose id is the path's `{id}`.
+    DeliveryInPath,
+    /// A listing: the handler shows only what the token's scopes admit.
+    Listing,
+    /// The schedule the path's `{name}` names: the queue of its job, and for a PUT also the
+    /// body's `job.queue`.
+    ScheduleInPath,
+    /// Zaqar: the `X-Project-ID` project, and the path's `{queue_name}` in it.
+    ZaqarQueue,
+    /// Zaqar: the `X-Project-ID` project only.
+    ZaqarProject,
+}
+
+/// What a route needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    pub access: Access,
+    pub target: Target,
+}
+
+const fn needs(capability: Capability, target: Target) -> Option<Rule> {
+    Some(Rule {
+        access: Access::Needs(capability),
+        target,
+    })
+}
+
+const PUBLIC: Option<Rule> = Some(Rule {
+    access: Access::Public,
+    target: Target::Nothing,
+});
+
+/// The rule of `method` on the route `route` (a template such as `/api/jobs/{id}`); `None` if
+/// there is none. `HEAD` follows `GET`.
+pub fn rule(method: &Method, route: &str) -> Option<Rule> {
+    use Capability::{Any, Enqueue, Manage, Metrics, Read, Tokens, Work};
+    use Target::*;
+    let method = if method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    match (method, route) {
+        ("GET", "/healthz" | "/api/openapi.json" | "/") => PUBLIC,
+        // Counts of every queue: a token scoped to some queues may not read them.
+        ("GET", "/metrics") => needs(Metrics, Nothing),
+
+        ("POST", "/api/jobs") => needs(Enqueue, QueueInBody),
+        ("POST", "/api/jobs/batch") => needs(Enqueue, JobQueuesInBody),
+        ("GET", "/api/jobs") => needs(Read, QueueInQuery),
+        ("GET", "/api/jobs/{id}") => needs(Read, JobInPath),
+        ("DELETE", "/api/jobs/{id}") => needs(Manage, JobInPath),
+        ("GET", "/api/stats") => needs(Read, Listing),
+
+        ("POST", "/api/take" | "/api/take/stream") => needs(Work, QueuesInBody),
+        ("POST", "/api/jobs/complete") => needs(Work, JobsInBody),
+        (
+            "POST",
+            "/api/jobs/{id}/complete" | "/api/jobs/{id}/fail" | "/api/jobs/{id}/heartbeat",
+        ) => needs(Work, JobInPath),
+
+        ("GET", "/api/dead") => needs(Read, QueueInQuery),
+        ("POST", "/api/dead/replay" | "/api/dead/delete") => needs(Manage, DeadSelection),
+
+        ("GET", "/api/queues") => needs(Read, Listing),
+        ("GET", "/api/queues/{name}") => needs(Read, QueueInPath),
+        ("PUT", "/api/queues/{name}")
+        | ("POST", "/api/queues/{name}/pause" | "/api/queues/{name}/resume") => {
+            needs(Manage, QueueInPath)
+        }
+
+        ("POST", "/api/policy/preview" | "/api/schedules/preview") => needs(Any, Nothing),
+
+        ("GET", "/api/schedules") => needs(Read, Listing),
+        ("GET", "/api/schedules/{name}" | "/api/schedules/{name}/ticks") => {
+            needs(Read, ScheduleInPath)
+        }
+        ("PUT" | "DELETE", "/api/schedules/{name}")
+        | ("POST", "/api/schedules/{name}/pause" | "/api/schedules/{name}/resume") => {
+            needs(Manage, ScheduleInPath)
+        }
+
+        ("POST", "/api/queues/{name}/subscriptions") => needs(Manage, QueueInPath),
+        ("GET", "/api/queues/{name}/subscriptions") => needs(Read, QueueInPath),
+        ("GET", "/api/subscriptions") => needs(Read, Listing),
+        (
+            "GET",
+            "/api/subscriptions/{id}"
+            | "/api/subscriptions/{id}/deliveries"
+            | "/api/subscriptions/{id}/attempts",
+        ) => needs(Read, SubscriptionInPath),
+        ("PATCH" | "DELETE", "/api/subscriptions/{id}")
+        | (
+            "POST",
+            "/api/subscriptions/{id}/enable"
+            | "/api/subscriptions/{id}/disable"
+            | "/api/subscriptions/{id}/rotate-secret"
+            | "/api/subscriptions/{id}/replay",
+        ) => needs(Manage, SubscriptionInPath),
+        ("GET", "/api/deliveries/{id}" | "/api/deliveries/{id}/attempts") => {
+            needs(Read, DeliveryInPath)
+        }
+        ("POST", "/api/deliveries/{id}/replay") => needs(Manage, DeliveryInPath),
+
+        ("POST" | "GET", "/api/tokens") | ("DELETE", "/api/tokens/{id}") => needs(Tokens, Nothing),
+
+        // Zaqar v2.
+        ("GET", "/v2/" | "/v2/ping" | "/v2/health") => needs(Any, ZaqarProject),
+        (_, "/v2" | "/v2/{*rest}") => needs(Any, ZaqarProject),
+        ("GET", "/v2/queues") => needs(Read, ZaqarProject),
+        ("GET", "/v2/queues/{queue_name}" | "/v2/queues/{queue_name}/stats") => {
+            needs(Read, ZaqarQueue)
+        }
+        ("PUT" | "PATCH" | "DELETE", "/v2/queues/{queue_name}")
+        | ("POST", "/v2/queues/{queue_name}/purge") => needs(Manage, ZaqarQueue),
+        ("POST", "/v2/queues/{queue_name}/messages") => needs(Enqueue, ZaqarQueue),
+        (
+            "GET",
+            "/v2/queues/{queue_name}/messages" | "/v2/queues/{queue_name}/messages/{message_id}",
+        ) => needs(Read, ZaqarQueue),
+        (
+            "DELETE",
+            "/v2/queues/{queue_name}/messages" | "/v2/queues/{queue_name}/messages/{message_id}",
+        )
+        | ("POST", "/v2/queues/{queue_name}/claims")
+        | ("GET" | "PATCH" | "DELETE", "/v2/queues/{queue_name}/claims/{claim_id}") => {
+            needs(Work, ZaqarQueue)
+        }
+        (
+            "GET",
+            "/v2/queues/{queue_name}/subscriptions"
+            | "/v2/queues/{queue_name}/subscriptions/{subscription_id}",
+        ) => needs(Read, ZaqarQueue),
+        ("POST", "/v2/queues/{queue_name}/subscriptions")
+        | ("PATCH" | "DELETE", "/v2/queues/{queue_name}/subscriptions/{subscription_id}")
+        | ("PUT", "/v2/queues/{queue_name}/subscriptions/{subscription_id}/confirm") => {
+            needs(Manage, ZaqarQueue)
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,338 @@
+//! Enqueue: new jobs, atomically, visible only once durable.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use tenax_core::clock::UnixMs;
+use tenax_core::model::{Enqueued, JobId, JobState, KeyHolder, OnDuplicate, Status};
+use tenax_core::store::{FactsSeen, Insert, JobInserts, QueueFacts, StoreError, to_json_bytes};
+
+use super::index::Entry;
+use super::ops::Op;
+use super::writer::{self, Wake};
+use super::{EmbeddedStore, Inner};
+
+#[async_trait]
+impl JobInserts for EmbeddedStore {
+    /// Read live, never from a cache: facts are as new as the request, so `seen` is not kept.
+    async fn queue_facts(&self, queue: &str) -> Result<Arc<QueueFacts>, StoreError> {
+        let inner = self.inner.lock();
+        Ok(Arc::new(QueueFacts {
+            config: inner.queues.get(queue).cloned(),
+            subscribers: inner.subscribed.get(queue).cloned().unwrap_or_default(),
+            seen: FactsSeen::default(),
+        }))
+    }
+
+    async fn insert_jobs(
+        &self,
+        jobs: Vec<Insert>,
+        on_duplicate: OnDuplicate,
+        _seen: FactsSeen,
+        now_ms: UnixMs,
+    ) -> Result<Vec<Option<Enqueued>>, StoreError> {
+        let encoded = encode_all(jobs, now_ms);
+        let (results, receiver) = {
+            let mut inner = self.inner.lock();
+            let Staged {
+                results,
+                ops,
+                fresh,
+            } = stage(&mut inner, encoded, on_duplicate)?;
+            if fresh.is_empty() {
+                return Ok(results);
+            }
+            let after =
+                Box::new(move |inner: &mut Inner, written| show(inner, fresh, written, now_ms));
+            (results, self.writer.submit_then(ops, after))
+        };
+        writer::wait(receiver).await?;
+        Ok(results)
+    }
+}
+
+/// Encodes jobs before the store's lock is taken: neither a job's body nor its first state
+/// depends on the id it will get, and encoding is most of the work of an enqueue. A child's
+/// body names its parent's id, so it is encoded once that is known ([`stage`]).
+pub(super) fn encode_all(jobs: Vec<Insert>, now_ms: UnixMs) -> Vec<Encoded> {
+    jobs.into_iter()
+        .map(|insert| match insert.parent {
+            None => Encoded::new(insert, now_ms),
+            Some(_) => Encoded::later(insert, now_ms),
+        })
+        .collect()
+}
+
+/// An enqueue planned under the lock: one result per insert, the ops that write it, and the
+/// new jobs, which [`show`] puts in memory once the ops are written.
+pub(super) struct Staged {
+    pub results: Vec<Option<Enqueued>>,
+    pub ops: Vec<Op>,
+    pub fresh: Vec<(JobId, Insert, JobState)>,
+}
+
+/// Plans an enqueue under the lock: ids, parents, subscriptions, unique keys. When it stores
+/// anything, the ids and keys are taken in memory (`next_id`, `pending_unique`), and the caller
+/// submits `ops`, with [`show`] after them, before it releases the lock. A refused duplicate
+/// changes nothing.
+pub(super) fn stage(
+    inner: &mut Inner,
+    encoded: Vec<Encoded>,
+    on_duplicate: OnDuplicate,
+) -> Result<Staged, StoreError> {
+    let mut results: Vec<Option<Enqueued>> = Vec::with_capacity(encoded.len());
+    let mut fresh: Vec<(JobId, Insert, JobState)> = Vec::with_capacity(encoded.len());
+    // Keys claimed by earlier jobs of this same request: their id and index.
+    let mut claimed: HashMap<(String, String), (JobId, usize)> = HashMap::new();
+    let mut next_id = inner.next_id;
+    let mut ops = Vec::with_capacity(encoded.len() * 2 + 1);
+    // Invariant: `results` has one entry per insert looked at so far.
+    for (index, mut encoded) in encoded.into_iter().enumerate() {
+        if let Some(parent) = encoded.insert.parent {
+            // Stored only with its parent, whose id it carries.
+            let created = results
+                .get(parent)
+                .and_then(Option::as_ref)
+                .filter(|e| e.created && parent < index);
+            let Some(parent) = created.map(|e| e.id) else {
+                results.push(None);
+                continue;
+            };
+            encoded.insert.job.parent = Some(parent);
+            encoded.encode();
+        }
+        if let Some(owner) = encoded.insert.owner {
+            if !inner.subscriptions.contains_key(&owner) {
+                results.push(None);
+                continue;
+            }
+        }
+        let Encoded {
+            insert,
+            state,
+            body,
+            state_bytes,
+            policy,
+        } = encoded;
+        if let Some(key) = &insert.job.unique_key {
+            let k = (insert.job.queue.clone(), key.clone());
+            let held = inner
+                .index
+                .unique(&insert.job.queue, key)
+                .or_else(|| inner.pending_unique.get(&k).copied())
+                .map(|id| (id, KeyHolder::Job(id)))
+                .or_else(|| {
+                    claimed
+                        .get(&k)
+                        .map(|(id, at)| (*id, KeyHolder::Earlier(*at)))
+                });
+            if let Some((existing, holder)) = held {
+                match on_duplicate {
+                    OnDuplicate::Refuse => {
+                        return Err(StoreError::Duplicate {
+                            index,
+                            queue: k.0,
+                            key: k.1,
+                            holder,
+                        });
+                    }
+                    OnDuplicate::Existing => {
+                        let (status, run_at_ms) = inner
+                            .index
+                            .get(existing)
+                            .map_or((Status::Scheduled, insert.job.run_at_ms), |e| {
+                                (e.status, e.run_at_ms)
+                            });
+                        results.push(Some(Enqueued {
+                            id: existing,
+                            created: false,
+                            status,
+                            run_at_ms,
+                        }));
+                        continue;
+                    }
+                }
+            }
+            claimed.insert(k, (next_id, index));
+        }
+        results.push(Some(Enqueued {
+            id: next_id,
+            created: true,
+            status: state.status,
+            run_at_ms: state.run_at_ms,
+        }));
+        ops.push(Op::PutBody { id: next_id, body });
+        ops.push(Op::PutState {
+            id: next_id,
+            state: state_bytes,
+        });
+        if let Some(policy) = policy {
+            ops.push(Op::PutPolicy {
+                id: next_id,
+                policy,
+            });
+        }
+        fresh.push((next_id, insert, state));
+        next_id = JobId(next_id.0 + 1);
+    }
+    if !fresh.is_empty() {
+        ops.push(Op::SetNextId(next_id));
+        inner.next_id = next_id;
+        inner
+            .pending_unique
+            .extend(claimed.into_iter().map(|(k, (id, _))| (k, id)));
+    }
+    Ok(Staged {
+        results,
+        ops,
+        fresh,
+    })
+}
+
+/// Once the enqueue is written: the new jobs go into memory, where workers find them (and their
+/// unique keys leave the pending ones). Runs in the writer, under the lock.
+pub(super) fn show(
+    inner: &mut Inner,
+    fresh: Vec<(JobId, Insert, JobState)>,
+    written: bool,
+    now_ms: UnixMs,
+) -> Wake {
+    let mut wake = Wake::default();
+    for (id, insert, state) in fresh {
+        let job = insert.job;
+        if let Some(key) = &job.unique_key {
+            inner
+                .pending_unique
+                .remove(&(job.queue.clone(), key.clone()));
+        }
+        if !written {
+            continue;
+        }
+        wake.ready |= state.status == Status::Ready;
+        wake.schedule |= state.status == Status::Scheduled;
+        let queue = inner.index.intern(&job.queue);
+        let kind = inner.index.intern_kind(&job.kind);
+        let entry = Entry::new(
+            queue,
+            kind,
+            job.priority,
+            job.unique_key.map(String::into_boxed_str),
+            &state,
+            job.policy.map(|p| p.policy().clone()),
+            job.expires_at_ms,
+        );
+        inner.index.insert(id, entry, now_ms);
+    }
+    wake
+}
+
+/// A job's rows, encoded before the store's lock is taken.
+pub(super) struct Encoded {
+    insert: Insert,
+    state: JobState,
+    body: Vec<u8>,
+    state_bytes: Vec<u8>,
+    policy: Option<Vec<u8>>,
+}
+
+impl Encoded {
+    fn new(insert: Insert, now_ms: UnixMs) -> Self {
+        let mut encoded = Self::later(insert, now_ms);
+        encoded.encode();
+        encoded
+    }
+
+    /// Not encoded yet: [`Encoded::encode`] once the job is complete.
+    fn later(insert: Insert, now_ms: UnixMs) -> Self {
+        let state = JobState::new(insert.job.run_at_ms, now_ms);
+        Self {
+            insert,
+            state,
+            body: Vec::new(),
+            state_bytes: Vec::new(),
+            policy: None,
+        }
+    }
+
+    fn encode(&mut self) {
+        let job = &self.insert.job;
+        self.body = to_json_bytes(&BodyRef {
+            queue: &job.queue,
+            kind: &job.kind,
+            payload: &job.payload,
+            priority: job.priority,
+            unique_key: job.unique_key.as_deref(),
+            created_at_ms: job.created_at_ms,
+            expires_at_ms: job.expires_at_ms,
+            origin: job.origin.as_deref(),
+            parent: job.parent,
+            traceparent: job.traceparent.as_deref(),
+        });
+        self.state_bytes = to_json_bytes(&self.state);
+        self.policy = job.policy.as_ref().map(to_json_bytes);
+    }
+}
+
+/// [`StoredBody`](super::tables::StoredBody) by reference: the same fields in the same order
+/// with the same attributes, so the same bytes, without copying the job's strings.
+#[derive(Serialize)]
+struct BodyRef<'a> {
+    queue: &'a str,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    payload: &'a RawValue,
+    priority: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unique_key: Option<&'a str>,
+    created_at_ms: UnixMs,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires_at_ms: Option<UnixMs>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    origin: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parent: Option<JobId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<&'a str>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tables::StoredBody;
+
+    #[test]
+    fn body_by_reference_encodes_as_the_stored_body() {
+        let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        for (unique_key, traceparent) in [(None, None), (Some("k-1".to_owned()), Some(trace))] {
+            let payload = RawValue::from_string(r#"{"a": [1, "x"]}"#.into()).unwrap();
+            let owned = StoredBody {
+                queue: "q".into(),
+                kind: "email.send".into(),
+                payload: payload.clone(),
+                priority: -3,
+                unique_key: unique_key.clone(),
+                created_at_ms: 1_700_000_000_123,
+                expires_at_ms: Some(1_700_000_060_000),
+                origin: Some("c-1".into()),
+                parent: Some(JobId(9)),
+                traceparent: traceparent.map(str::to_owned),
+            };
+            let by_ref = BodyRef {
+                queue: "q",
+                kind: "email.send",
+                payload: &payload,
+                priority: -3,
+                unique_key: unique_key.as_deref(),
+                created_at_ms: 1_700_000_000_123,
+                expires_at_ms: Some(1_700_000_060_000),
+                origin: Some("c-1"),
+                parent: Some(JobId(9)),
+                traceparent,
+            };
+            assert_eq!(to_json_bytes(&by_ref), to_json_bytes(&owned));
+        }
+    }
+}

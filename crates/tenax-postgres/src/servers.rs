@@ -1,0 +1,190 @@
+//! The servers sharing the database: each writes its row every [`BEAT`]; those seen within
+//! [`alive!`] are counted, so that a limit set for the whole cluster can be shared among them
+//! (see [`tenax_core::store::StoreLifecycle::servers`]). Rows of servers gone a minute are removed
+//! by whichever server sees them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::Pool;
+use super::filter::Query;
+use super::statements::{Text, prefixes, statements};
+use super::transitions::{execute, query};
+
+/// How often a server writes its row.
+pub const BEAT: Duration = Duration::from_secs(1);
+/// A server not seen for this long is not counted, and if it leads, its lead is ended.
+/// Keep in step with docs/postgres.md.
+macro_rules! alive {
+    () => {
+        "5 seconds"
+    };
+}
+
+/// What the lead's session calls itself, followed by the server's id, so that the others can
+/// tell whose session holds the lead.
+macro_rules! lead_session {
+    () => {
+        "tenax-lead "
+    };
+}
+
+/// Where the server's id starts in the lead's session name, counting from 1 (as `substr`
+/// does): just past [`lead_session!`].
+macro_rules! lead_session_id_at {
+    () => {
+        "12"
+    };
+}
+const _: () = assert!(lead_session!().len() + 1 == 12);
+
+/// Writes this server's row and counts the live servers into `count`, every [`BEAT`].
+pub async fn beat(pool: Pool, server: i64, count: Arc<AtomicUsize>) {
+    let mut ticks = tokio::time::interval(BEAT);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match once(&pool, server).await {
+            Ok(live) => count.store(live.max(1), Ordering::Relaxed),
+            Err(error) => {
+                tracing::debug!(%error, "counting the servers failed; keeping the last count");
+            }
+        }
+    }
+}
+
+async fn once(pool: &Pool, server: i64) -> Result<usize, String> {
+    let client = pool.get().await.map_err(|e| e.to_string())?;
+    execute(&client, &SEEN, &[&server])
+        .await
+        .map_err(|e| super::fault("writing this server's row")(e).to_string())?;
+    let rows = query(&client, &COUNT_LIVE, &[])
+        .await
+        .map_err(|e| super::fault("counting the servers")(e).to_string())?;
+    Ok(rows
+        .first()
+        .and_then(|r| usize::try_from(r.get::<_, i64>(0)).ok())
+        .unwrap_or(1))
+}
+
+/// Removes this server's row: it is gone at once rather than after [`alive!`].
+pub async fn leave(pool: &Pool, server: i64) {
+    if let Ok(client) = pool.get().await {
+        let _ = execute(&client, &LEAVE, &[&server]).await;
+    }
+}
+
+/// How many servers wrote their row within [`alive!`]: the servers using the database now.
+pub async fn live(client: &tokio_postgres::Client) -> Result<usize, tenax_core::store::StoreError> {
+    let row = client
+        .query_one(LIVE.text(), &[])
+        .await
+        .map_err(super::fault("counting the servers"))?;
+    Ok(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}
+
+/// Names the lead's session after `server` (see [`unseat_silent_leader`]).
+pub async fn name_lead_session(
+    client: &tokio_postgres::Client,
+    server: i64,
+) -> Result<(), tenax_core::store::StoreError> {
+    client
+        .simple_query(lead_session_name(server).text())
+        .await
+        .map_err(super::fault("naming the lead's session"))?;
+    Ok(())
+}
+
+/// Ends the session holding the advisory lock `lock` in this database (advisory locks are per
+/// database: another database's holder leads another cluster) when it is a lead's session
+/// whose server has not written its row within [`alive!`]: the server was paused, or lost
+/// PostgreSQL while PostgreSQL kept its session (a partition leaves a session open until TCP
+/// gives up on it, which takes hours with the default keepalives). Answers the id of the
+/// server whose lead was ended.
+///
+/// Safe if the silent server comes back: its session is gone, so its next check finds it has
+/// lost the lead; a maintenance pass it was in the middle of is safe beside the new leader's,
+/// as every maintenance step claims its rows (`FOR UPDATE SKIP LOCKED`, schedule revisions).
+pub async fn unseat_silent_leader(
+    client: &tokio_postgres::Client,
+    lock: i64,
+) -> Result<Option<String>, tenax_core::store::StoreError> {
+    let rows = client
+        .query(UNSEAT_SILENT_LEADER.text(), &[&lock])
+        .await
+        .map_err(super::fault("looking for a silent leader"))?;
+    Ok(rows.first().map(|row| row.get(0)))
+}
+
+/// The statement that names the lead's session after `server` (a literal: `SET` takes no
+/// parameters).
+fn lead_session_name(server: i64) -> Query {
+    let mut statement = Query::new(NAME_LEAD_SESSION);
+    statement.push(&format!("{server}'"));
+    statement
+}
+
+/// Every statement this module builds: the lead session's name, for a negative and a
+/// positive id (ids are random 64 bits; the text differs only by the number).
+pub(super) fn shapes() -> Vec<(String, Query)> {
+    [i64::MIN, i64::MAX]
+        .into_iter()
+        .map(|server| (server.to_string(), lead_session_name(server)))
+        .collect()
+}
+
+prefixes! {
+    NAME_LEAD_SESSION = concat!("SET application_name = '", lead_session!());
+}
+
+statements! {
+    SEEN = "INSERT INTO tenax_servers (id, seen_at) VALUES ($1, now())
+         ON CONFLICT (id) DO UPDATE SET seen_at = now()";
+    /// Forgets servers gone a minute, and counts those seen within [`alive!`].
+    COUNT_LIVE = concat!(
+        "WITH gone AS (
+                 DELETE FROM tenax_servers WHERE seen_at < now() - interval '1 minute'
+             )
+             SELECT count(*) FROM tenax_servers WHERE seen_at > now() - interval '",
+        alive!(),
+        "'"
+    );
+    LEAVE = "DELETE FROM tenax_servers WHERE id = $1";
+    LIVE = concat!(
+        "SELECT count(*) FROM tenax_servers WHERE seen_at > now() - interval '",
+        alive!(),
+        "'"
+    );
+    /// Ends the session holding advisory lock `$1` when it is a lead's session whose server
+    /// has not been seen within [`alive!`]; answers that server's id.
+    UNSEAT_SILENT_LEADER = concat!(
+        "WITH holder AS (
+                     SELECT l.pid,
+                            CASE WHEN a.application_name ~ '^",
+        lead_session!(),
+        "-?[0-9]+$'
+                                 THEN substr(a.application_name, ",
+        lead_session_id_at!(),
+        ")
+                            END AS server
+                     FROM pg_locks l
+                     JOIN pg_stat_activity a ON a.pid = l.pid
+                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+                       AND l.database = (
+                           SELECT oid FROM pg_database WHERE datname = current_database()
+                       )
+                       AND l.classid::bigint = ($1::bigint >> 32)
+                       AND l.objid::bigint = ($1::bigint & 4294967295)
+                 )
+                 SELECT h.server, pg_terminate_backend(h.pid)
+                 FROM holder h
+                 WHERE h.server IS NOT NULL
+                   AND NOT EXISTS (
+                       SELECT 1 FROM tenax_servers t
+                       WHERE t.id::text = h.server AND t.seen_at > now() - interval '",
+        alive!(),
+        "'
+                   )"
+    );
+}

@@ -1,0 +1,333 @@
+//! Work on the data of stopped servers, for the command line: repairing the embedded store's
+//! log (`tenax repair`), migrating a PostgreSQL schema (`tenax migrate`), sealing every stored
+//! secret with a new key (`tenax secrets rotate-key`). No engine runs; these reach the stores'
+//! own tools behind plain inputs and answers, so the command line names no store type.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tenax_core::model::JobId;
+use tenax_core::secrets::Keyring;
+use tenax_core::store::{StoreLifecycle as _, SubscriptionStore as _};
+use tenax_embedded::repair::{self, Lost, Report};
+use tenax_embedded::{EmbeddedOptions, EmbeddedStore};
+use tenax_postgres::{Database, schema, sealing};
+
+/// Why offline work did not happen.
+#[derive(Debug)]
+pub enum OfflineError {
+    /// What was given cannot be used as it is (data a server is using, a directory without a
+    /// store); the message says why.
+    Invalid(String),
+    /// The work could not be done (I/O, the database).
+    Failed(anyhow::Error),
+}
+
+impl From<anyhow::Error> for OfflineError {
+    fn from(error: anyhow::Error) -> Self {
+        Self::Failed(error)
+    }
+}
+
+/// The data of stopped servers: an embedded store's data directory, or a PostgreSQL database.
+#[derive(Debug)]
+pub struct Data(Place);
+
+#[derive(Debug)]
+enum Place {
+    Embedded(PathBuf),
+    Postgres(Database),
+}
+
+impl Data {
+    /// The embedded store in `dir`.
+    pub fn embedded(dir: &Path) -> Self {
+        Self(Place::Embedded(dir.to_owned()))
+    }
+
+    /// The PostgreSQL database at `url` (a `postgres://` URL or a libpq connection string),
+    /// whose TLS certificate `ca_file` signs if given; the rule it breaks if it cannot be used.
+    pub fn database(url: &str, ca_file: Option<&Path>) -> Result<Self, String> {
+        Ok(Self(Place::Postgres(Database::new(url, ca_file)?)))
+    }
+
+    /// Whether this is a database (which servers share) rather than a data directory.
+    pub fn is_database(&self) -> bool {
+        matches!(self.0, Place::Postgres(_))
+    }
+
+    /// Refuses data a server is using: nothing may be written under it.
+    pub async fn ensure_unused(&self) -> Result<(), OfflineError> {
+        match &self.0 {
+            Place::Embedded(dir) => embedded_is_free(dir),
+            Place::Postgres(database) => {
+                let using = sealing::servers_using(database)
+                    .await
+                    .context("looking for servers using the database")?;
+                if using > 0 {
+                    return Err(OfflineError::Invalid(format!(
+                        "{using} server(s) are using the database: stop them first, or rotate \
+                         the key across the running cluster as docs/security.md says"
+                    )));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Seals every stored secret with the sealing key of `keys` (each subscription one
+    /// commit). Answers how many subscriptions a data directory holds; a database's are not
+    /// counted (`None`).
+    pub async fn reseal(&self, keys: Arc<Keyring>) -> Result<Option<usize>, OfflineError> {
+        match &self.0 {
+            Place::Embedded(dir) => Ok(Some(reseal_embedded(dir, keys).await?)),
+            Place::Postgres(database) => {
+                sealing::reseal(database, &keys)
+                    .await
+                    .context("sealing the secrets with the new key")?;
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// Brings the schema of the PostgreSQL database at `url` (its TLS certificate signed by
+/// `ca_file`, if given) up to this version of Tenax: the version it found, and this one.
+pub async fn migrate(url: &str, ca_file: Option<&Path>) -> Result<Migrated, OfflineError> {
+    let database = Database::new(url, ca_file).map_err(OfflineError::Invalid)?;
+    let (mut client, connection) = database
+        .connect()
+        .await
+        .with_context(|| format!("connecting to PostgreSQL {}", database.said()))?;
+    let driver = tokio::spawn(connection);
+    let found = schema::migrate(&mut client).await;
+    drop(client);
+    let _ = driver.await;
+    Ok(Migrated {
+        found: found.context("migrating the schema")?,
+        current: schema::VERSION,
+    })
+}
+
+/// What a schema migration found, and the version it left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migrated {
+    pub found: u64,
+    pub current: u64,
+}
+
+/// Refuses a data directory without a store, or whose store a server has open.
+fn embedded_is_free(dir: &Path) -> Result<(), OfflineError> {
+    use tenax_embedded::vacancy::{Occupied, check_free};
+    check_free(dir).map_err(|occupied| match occupied {
+        Occupied::NoStore(_) => {
+            OfflineError::Invalid(format!("{occupied}: give --data-dir, or --database-url"))
+        }
+        Occupied::InUse(_) => OfflineError::Invalid(format!("{occupied}: stop it first")),
+        Occupied::Unreadable { .. } => OfflineError::Failed(anyhow::Error::new(occupied)),
+    })
+}
+
+/// Opens the embedded store with `keys`, which seals everything with the sealing key, and
+/// closes it. Returns how many subscriptions it holds.
+async fn reseal_embedded(dir: &Path, keys: Arc<Keyring>) -> anyhow::Result<usize> {
+    let options = EmbeddedOptions {
+        secrets: Some(keys),
+        ..EmbeddedOptions::default()
+    };
+    let now_ms = tenax_core::clock::Clock::System.now_ms();
+    let dir = dir.to_owned();
+    let shown = dir.display().to_string();
+    let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, &options, now_ms))
+        .await
+        .context("opening the store")?
+        .with_context(|| format!("opening the store in {shown}"))?;
+    let count = store.subscriptions(None).await.map(|all| all.len());
+    store.close().await;
+    count.context("counting the subscriptions")
+}
+
+/// Repairs the embedded store's log in `dir` (`tenax_embedded::repair`): keeps a copy
+/// of the damaged log, applies every record it can, makes a new log. Answers what it did, in
+/// words.
+pub fn repair_log(dir: &Path) -> anyhow::Result<String> {
+    let report =
+        repair::repair(dir).with_context(|| format!("repairing the store in {}", dir.display()))?;
+    Ok(render(&report))
+}
+
+/// A repair's report, in words: what was wrong, where the copy is, what was applied, what is lost.
+fn render(report: &Report) -> String {
+    let mut out = String::new();
+    let log = report.log.display();
+    let Some(damage) = &report.damage else {
+        let _ = writeln!(
+            out,
+            "{log} is intact: nothing to repair (tenax serve opens the store as it is)."
+        );
+        return out;
+    };
+    let _ = writeln!(out, "{log} is damaged: {damage}.");
+    match &report.copy {
+        Some(copy) => {
+            let _ = writeln!(out, "The damaged log is kept as {}.", copy.display());
+        }
+        None => {
+            let _ = writeln!(out, "There was no log file to keep a copy of.");
+        }
+    }
+    match report.applied {
+        Some((first, last)) => {
+            let _ = writeln!(
+                out,
+                "Applied {}, which the store file had not checkpointed.",
+                records(first, last)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "No record past the store file's last checkpoint could be applied."
+            );
+        }
+    }
+    lost(&mut out, &report.lost);
+    let _ = writeln!(out, "The store has a new, empty log; tenax serve opens it.");
+    out
+}
+
+fn lost(out: &mut String, lost: &Lost) {
+    let shown = (lost.through + 1).saturating_sub(lost.from);
+    match (lost.unsure, shown) {
+        (None, 0) => {
+            let _ = writeln!(out, "Lost: nothing.");
+            return;
+        }
+        (None, _) => {
+            let _ = writeln!(out, "Lost: {}.", records(lost.from, lost.through));
+        }
+        (Some(why), 0) => {
+            let _ = writeln!(
+                out,
+                "Lost: every record logged after record {}; how many cannot be known: {why}.",
+                lost.from.saturating_sub(1)
+            );
+            return;
+        }
+        (Some(why), _) => {
+            let _ = writeln!(
+                out,
+                "Lost: {}, and maybe more: {why}.",
+                records(lost.from, lost.through)
+            );
+        }
+    }
+    if lost.unsynced {
+        let _ = writeln!(
+            out,
+            "  A crash cut {} before it was synced: never acknowledged in sync durability.",
+            if shown == 1 { "it" } else { "them" }
+        );
+    }
+    let unreadable = lost.unreadable();
+    if !unreadable.is_empty() {
+        let _ = writeln!(
+            out,
+            "  Cannot be read: {} ({}).",
+            ranges(&unreadable),
+            plural(unreadable.len(), "record")
+        );
+    }
+    if let (Some(first), Some(last)) = (lost.readable.first(), lost.readable.last()) {
+        let numbers: Vec<u64> = lost.readable.iter().map(|r| r.lsn).collect();
+        let _ = writeln!(
+            out,
+            "  Can be read, from byte {} to byte {} of the copy, but not applied: they follow a \
+             lost record: {} ({}).",
+            first.offset,
+            last.end,
+            ranges(&numbers),
+            plural(numbers.len(), "record")
+        );
+        let ops = &lost.ops;
+        let ids = |set: &std::collections::BTreeSet<JobId>| {
+            let ids: Vec<u64> = set.iter().map(|id| id.0).collect();
+            if ids.is_empty() {
+                String::new()
+            } else {
+                format!(" (ids {})", ranges(&ids))
+            }
+        };
+        let _ = writeln!(
+            out,
+            "  What those did: {} enqueued, which the store does not have{}; {} completed, \
+             which will run again{}; {} otherwise changed{}; {} to queues, subscriptions, \
+             tokens, schedules, endpoints or rate limits.",
+            plural(ops.enqueued.len(), "job"),
+            ids(&ops.enqueued),
+            plural(ops.completed.len(), "job"),
+            ids(&ops.completed),
+            plural(ops.changed.len(), "job"),
+            ids(&ops.changed),
+            plural(ops.other, "change"),
+        );
+    }
+}
+
+fn records(first: u64, last: u64) -> String {
+    if first == last {
+        format!("record {first}")
+    } else {
+        format!("records {first} to {last} ({})", last - first + 1)
+    }
+}
+
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// Sorted numbers as ranges, the first few: "3, 5 to 9, 12".
+fn ranges(numbers: &[u64]) -> String {
+    const SHOWN: usize = 8;
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &n in numbers {
+        match runs.last_mut() {
+            Some((_, last)) if *last + 1 == n => *last = n,
+            _ => runs.push((n, n)),
+        }
+    }
+    let mut text: Vec<String> = runs
+        .iter()
+        .take(SHOWN)
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a} to {b}")
+            }
+        })
+        .collect();
+    if runs.len() > SHOWN {
+        text.push("…".to_owned());
+    }
+    text.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_as_ranges() {
+        assert_eq!(ranges(&[3, 5, 6, 7, 9]), "3, 5 to 7, 9");
+        assert_eq!(ranges(&[]), "");
+        let many: Vec<u64> = (0..40).map(|n| n * 2).collect();
+        assert!(ranges(&many).ends_with(", …"));
+    }
+}
