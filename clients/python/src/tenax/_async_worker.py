@@ -21,7 +21,6 @@ from ._errors import (
 )
 from ._models import TakenJob
 from ._outcomes import describe
-from ._worker import UnknownJobType
 from ._worker_common import (
     GONE,
     Backoff,
@@ -309,14 +308,9 @@ class AsyncWorker:
     # ---- handlers -----------------------------------------------------------------------------
 
     async def _execute(self, client: AsyncClient, job: TakenJob[Any], events: _Events) -> None:
-        handler = self._registry.get(job.type)
         try:
-            if handler is None:
-                raise UnknownJobType(
-                    self._registry.unknown_message(job.type),
-                    detail={"type": job.type, "handled": self._registry.types()},
-                )
-            await handler.func(handler.job_for(job))
+            func, taken = self._registry.resolve(job)
+            await func(taken)
         except asyncio.CancelledError:
             held = self._held.get(job.lease_token)
             if held is not None and held.state == "abandoned":
@@ -440,8 +434,7 @@ class AsyncWorker:
     # ---- heartbeats ---------------------------------------------------------------------------
 
     async def _heartbeat_loop(self, client: AsyncClient, events: _Events) -> None:
-        tick = max(0.05, min(0.5, self._settings.heartbeat_s / 4))
-        while not await _wait(events.quit, tick):
+        while not await _wait(events.quit, self._settings.beat_check_s):
             moment = now()
             due = self._held.due_beats(moment)
             if due:
@@ -475,7 +468,7 @@ class AsyncWorker:
             self._log.warning("job %d: heartbeat failed (%s); trying again", job.id, error)
             if self._beats_failing_since is None:
                 self._beats_failing_since = now()
-            self._held.next_beat_in(job, min(1.0, self._settings.heartbeat_s / 4))
+            self._held.next_beat_in(job, self._settings.beat_retry_s)
             return
         self._counter.add("heartbeats")
         self._beats_failing_since = None

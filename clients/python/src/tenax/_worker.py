@@ -20,7 +20,7 @@ from ._errors import (
     TenaxError,
 )
 from ._models import TakenJob
-from ._outcomes import Retry, describe
+from ._outcomes import describe
 from ._worker_common import (
     GONE,
     Backoff,
@@ -374,14 +374,9 @@ class Worker:
                     self._changed.notify_all()
 
     def _execute(self, job: TakenJob[Any]) -> None:
-        handler = self._registry.get(job.type)
         try:
-            if handler is None:
-                raise UnknownJobType(
-                    self._registry.unknown_message(job.type),
-                    detail={"type": job.type, "handled": self._registry.types()},
-                )
-            handler.func(handler.job_for(job))
+            func, taken = self._registry.resolve(job)
+            func(taken)
         except BaseException as error:  # noqa: BLE001 - a handler never kills its thread
             call_error_hook(self._on_error, job, error, self._log)
             self._report_failure(job, error)
@@ -503,8 +498,7 @@ class Worker:
     # ---- heartbeats ---------------------------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
-        tick = max(0.05, min(0.5, self._settings.heartbeat_s / 4))
-        while not self._quit.wait(tick):
+        while not self._quit.wait(self._settings.beat_check_s):
             moment = now()
             with self._lock:
                 due = self._held.due_beats(moment)
@@ -550,7 +544,7 @@ class Worker:
             with self._lock:
                 if self._beats_failing_since is None:
                     self._beats_failing_since = now()
-                self._held.next_beat_in(job, min(1.0, self._settings.heartbeat_s / 4))
+                self._held.next_beat_in(job, self._settings.beat_retry_s)
             return
         self._counter.add("heartbeats")
         with self._lock:
@@ -608,9 +602,3 @@ class Worker:
         self._quit.set()
         threads["tenax-heartbeats"].join(2.0)
         log_stopped(self._log, self.stats)
-
-
-class UnknownJobType(Retry):
-    """A job whose type has no handler in this worker: retried by its policy (another worker,
-    or a later version of this one, may know the type)."""
-

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 from ._convert import Duration, duration_ms
 from ._errors import APIError, LeaseLost, NotFound, NotInFlight, TenaxConnectionError
 from ._models import CompleteResult, TakenJob
-from ._outcomes import NotRetryable
+from ._outcomes import NotRetryable, Retry
 
 H = TypeVar("H")
 P = TypeVar("P")
@@ -81,6 +81,17 @@ class WorkerSettings:
     def lease(self) -> timedelta:
         return timedelta(seconds=self.lease_s)
 
+    @property
+    def beat_check_s(self) -> float:
+        """How often the heartbeat loop looks for due heartbeats: a quarter of the interval,
+        from 50 ms to 0.5 s."""
+        return max(0.05, min(0.5, self.heartbeat_s / 4))
+
+    @property
+    def beat_retry_s(self) -> float:
+        """How soon a failed heartbeat is tried again: a quarter of the interval, 1 s at most."""
+        return min(1.0, self.heartbeat_s / 4)
+
 
 @dataclass(slots=True)
 class WorkerStats:
@@ -127,6 +138,11 @@ class Counter:
 class PayloadMismatch(NotRetryable):
     """The payload does not convert to the handler's type: no retry will change that (fix the
     code or the job, then replay it)."""
+
+
+class UnknownJobType(Retry):
+    """A job whose type has no handler in this worker: retried by its policy (another worker,
+    or a later version of this one, may know the type)."""
 
 
 def converter(payload: Any) -> Callable[[Any], Any] | None:
@@ -181,15 +197,21 @@ class Registry(Generic[H]):
         name = getattr(payload, "__qualname__", None) or repr(payload)
         self._handlers[type] = Handler(type, func, converter(payload), name)
 
-    def get(self, type: str) -> Handler[H] | None:
-        return self._handlers.get(type)
-
     def types(self) -> list[str]:
         return sorted(self._handlers)
 
-    def unknown_message(self, type: str) -> str:
-        known = ", ".join(repr(t) for t in self.types()) or "none"
-        return f"no handler for job type {type!r} in this worker (it handles: {known})"
+    def resolve(self, job: TakenJob[Any]) -> tuple[H, TakenJob[Any]]:
+        """The handler of ``job`` and the job as it takes it (its payload converted). Raises
+        :class:`UnknownJobType` or :class:`PayloadMismatch`: the job's failure to report, as a
+        handler's exception would be."""
+        handler = self._handlers.get(job.type)
+        if handler is None:
+            known = ", ".join(repr(t) for t in self.types()) or "none"
+            raise UnknownJobType(
+                f"no handler for job type {job.type!r} in this worker (it handles: {known})",
+                detail={"type": job.type, "handled": self.types()},
+            )
+        return handler.func, handler.job_for(job)
 
 
 @dataclass(slots=True)
