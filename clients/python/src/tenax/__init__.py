@@ -68,8 +68,8 @@ from ._models import (
 )
 from ._outcomes import JobOutcome, NotRetryable, Retry, RetryAt, RetryIn, Snooze
 from ._version import __version__
-from ._worker import UnknownJobType, Worker
-from ._worker_common import PayloadMismatch, WorkerStats
+from ._worker import Worker
+from ._worker_common import PayloadMismatch, UnknownJobType, WorkerStats
 
 __all__ = [
     "APIError",

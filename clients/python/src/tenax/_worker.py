@@ -13,32 +13,11 @@ from typing import Any, TypeVar, overload
 
 from ._client import Client, JobStream
 from ._convert import Duration
-from ._errors import (
-    APIError,
-    InvalidRequest,
-    TenaxConnectionError,
-    TenaxError,
-)
+from ._errors import APIError, TenaxConnectionError, TenaxError
 from ._models import TakenJob
-from ._outcomes import Retry, describe
-from ._worker_common import (
-    GONE,
-    Backoff,
-    Counter,
-    ErrorHook,
-    Held,
-    HeldJobs,
-    Registry,
-    WorkerSettings,
-    WorkerStats,
-    ack_wait,
-    call_error_hook,
-    completions_refused,
-    log_stopped,
-    now,
-    record_completions,
-    stream_dead,
-)
+from ._worker_common import WorkerSettings, WorkerStats, now
+from ._worker_failures import ErrorHook
+from ._worker_state import THREADS, WorkerState
 
 __all__ = ["Worker"]
 
@@ -102,34 +81,29 @@ class Worker:
         on_error: ErrorHook | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
-        self._settings = WorkerSettings.of(
+        settings = WorkerSettings.of(
             queues, concurrency, lease, heartbeat_every, ack_interval, ack_batch, shutdown_timeout
+        )
+        self._state: WorkerState[SyncHandler, JobStream] = WorkerState(
+            settings, THREADS, on_error, logger
         )
         self._own_client = client is None
         self._client = client if client is not None else Client()
-        self._on_error = on_error
-        self._log = logger or logging.getLogger("tenax.worker")
-        self._registry: Registry[SyncHandler] = Registry()
-        self._counter = Counter()
 
         self._lock = threading.Lock()
+        """Guards ``_state`` and ``_running``."""
         self._changed = threading.Condition(self._lock)
-        self._held = HeldJobs()
-        """By lease token: unique per lease, while a job id may come back on a new lease."""
-        self._acks: list[tuple[TakenJob[Any], float]] = []
+        """Notified on the changes the loops wait for: completions queued, handlers ended, jobs
+        let go."""
         self._running = 0
-        self._generation = 0
-        self._beats_failing_since: float | None = None
-        self._work: queue.Queue[tuple[TakenJob[Any], int] | None] = queue.Queue()
+        self._work: queue.Queue[TakenJob[Any] | None] = queue.Queue()
+        """Jobs received, for the handler threads; a None per thread ends them."""
 
         self._stopping = threading.Event()
         self._hurry = threading.Event()
-        self._acks_final = False
         self._close_stream = threading.Event()
         self._quit = threading.Event()
         self._stopped = threading.Event()
-        self._started = False
-        self._stream: JobStream | None = None
         self._threads: list[threading.Thread] = []
         self._background: threading.Thread | None = None
 
@@ -166,14 +140,14 @@ class Worker:
 
     def register(self, type: str, func: Callable[[TakenJob[Any]], object], *, payload: Any = None) -> None:
         """Registers ``func`` for jobs of ``type`` (the non-decorator form of :meth:`handler`)."""
-        self._registry.add(type, func, payload)
+        self._state.registry.add(type, func, payload)
 
     # ---- state --------------------------------------------------------------------------------
 
     @property
     def stats(self) -> WorkerStats:
         """A snapshot of the worker's counters."""
-        return self._counter.snapshot()
+        return self._state.counter.snapshot()
 
     @property
     def client(self) -> Client:
@@ -193,25 +167,16 @@ class Worker:
         the stop; a second one skips the wait for running handlers.
         """
         with self._lock:
-            if self._started:
-                raise RuntimeError("this worker has already run; make a new one")
-            self._started = True
-        if not self._registry.types():
-            raise RuntimeError("register at least one handler before running the worker")
+            self._state.begin()
         restore = self._install_signals() if install_signal_handlers else None
         try:
             self._start_threads()
-            self._log.info(
-                "worker started: queues %s, types %s, concurrency %d",
-                self._settings.queues,
-                self._registry.types(),
-                self._settings.concurrency,
-            )
+            self._state.log_started()
             try:
                 while not self._stopping.wait(0.5):
                     pass
             except KeyboardInterrupt:  # Ctrl-C without our signal handlers: stop gracefully
-                self._log.info("interrupted: stopping")
+                self._state.log.info("interrupted: stopping")
                 self._stopping.set()
             self._shutdown()
         finally:
@@ -238,7 +203,7 @@ class Worker:
             return
         if self._background is not None and self._background is not threading.current_thread():
             self._background.join()
-        elif self._started:
+        elif self._state.started:
             self._stopped.wait()
 
     def __enter__(self) -> Worker:
@@ -257,11 +222,8 @@ class Worker:
             return None
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
-            if self._stopping.is_set():
-                self._log.warning("second signal: not waiting for running handlers")
+            if self._state.signalled(signum, self._stopping.is_set()):
                 self._hurry.set()
-            else:
-                self._log.info("signal %s: stopping", signal.Signals(signum).name)
             self._stopping.set()
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -278,7 +240,7 @@ class Worker:
             self._threads.append(thread)
             thread.start()
 
-        for i in range(self._settings.concurrency):
+        for i in range(self._state.settings.concurrency):
             spawn(self._run_loop, f"tenax-handler-{i}")
         spawn(self._ack_loop, "tenax-acks")
         spawn(self._heartbeat_loop, "tenax-heartbeats")
@@ -287,84 +249,62 @@ class Worker:
     # ---- the stream ---------------------------------------------------------------------------
 
     def _read_loop(self) -> None:
-        backoff = Backoff()
+        state = self._state
         while not self._close_stream.is_set():
-            if self._stopping.is_set() and self._stream is None:
+            if self._stopping.is_set() and state.stream is None:
                 return
             try:
                 # No read timeout: a full stream is silent for as long as its jobs run; the
                 # heartbeat thread watches for a stream that went quiet (see _watch_stream).
-                stream = self._client.stream(
-                    self._settings.queues,
-                    max=self._settings.concurrency,
-                    lease=self._settings.lease,
-                ).open()
+                stream = state.new_stream(self._client).open()
             except TenaxError as error:
-                self._counter.add("stream_errors")
-                delay = backoff.next()
-                self._log.warning("cannot open the job stream (%s); again in %.1f s", error, delay)
+                with self._lock:
+                    delay = state.open_failed(error)
                 self._stopping.wait(delay)
                 continue
             with self._lock:
-                self._stream = stream
-                self._generation += 1
-                generation = self._generation
+                generation = state.opened(stream)
             try:
                 for job in stream.events():
                     if job is not None:
-                        backoff.reset()
                         self._receive(job, generation)
                     if self._close_stream.is_set():
                         break
                 else:
-                    if not self._stopping.is_set() and not stream.closed:
-                        self._log.warning("the server ended the job stream; opening it again")
+                    with self._lock:
+                        state.ended(stream, self._stopping.is_set())
             except TenaxError as error:
                 if not self._close_stream.is_set():
-                    self._counter.add("stream_errors")
-                    self._log.warning("the job stream broke: %s", error)
+                    with self._lock:
+                        state.broke(error)
             finally:
                 with self._lock:
-                    self._stream = None
+                    state.stream = None
                 stream.close()
-                self._stream_closed(generation)
+                with self._lock:
+                    state.closed(generation, self._stopping.is_set())
+                    self._changed.notify_all()
             if not self._close_stream.is_set() and not self._stopping.is_set():
-                self._stopping.wait(backoff.next())
+                with self._lock:
+                    delay = state.reconnect_delay()
+                self._stopping.wait(delay)
 
     def _receive(self, job: TakenJob[Any], generation: int) -> None:
-        self._counter.add("received")
         with self._lock:
-            parked = self._stopping.is_set()
-            self._held[job.lease_token] = Held(
-                job, now() + self._settings.heartbeat_s, "parked" if parked else "queued", generation
-            )
-        if not parked:
-            self._work.put((job, generation))
-
-    def _stream_closed(self, generation: int) -> None:
-        """The server put the jobs of a closed stream back to ready: forget those not started."""
-        with self._lock:
-            returned = self._held.forget_stream(generation, self._stopping.is_set())
-            if returned:
-                self._counter.add("returned", returned)
-            self._changed.notify_all()
+            start = self._state.receive(job, generation, self._stopping.is_set())
+        if start:
+            self._work.put(job)
 
     # ---- handlers -----------------------------------------------------------------------------
 
     def _run_loop(self) -> None:
         while True:
-            item = self._work.get()
-            if item is None:
+            job = self._work.get()
+            if job is None:
                 return
-            job, _ = item
             with self._lock:
-                held = self._held.get(job.lease_token)
-                if held is None or held.state != "queued":
+                if not self._state.held.start(job, self._stopping.is_set()):
                     continue
-                if self._stopping.is_set():
-                    held.state = "parked"
-                    continue
-                held.state = "running"
                 self._running += 1
             try:
                 self._execute(job)
@@ -374,140 +314,74 @@ class Worker:
                     self._changed.notify_all()
 
     def _execute(self, job: TakenJob[Any]) -> None:
-        handler = self._registry.get(job.type)
         try:
-            if handler is None:
-                raise UnknownJobType(
-                    self._registry.unknown_message(job.type),
-                    detail={"type": job.type, "handled": self._registry.types()},
-                )
-            handler.func(handler.job_for(job))
+            func, taken = self._state.registry.resolve(job)
+            func(taken)
         except BaseException as error:  # noqa: BLE001 - a handler never kills its thread
-            call_error_hook(self._on_error, job, error, self._log)
+            self._state.handler_raised(job, error)
             self._report_failure(job, error)
         else:
-            self._counter.add("succeeded")
-            self._queue_ack(job)
-
-    def _take_over(self, job: TakenJob[Any], state: str) -> bool:
-        """Moves a held job to ``state``; False when it is no longer this worker's to report."""
-        with self._lock:
-            return self._held.take_over(job, state)
-
-    def _release(self, job: TakenJob[Any]) -> None:
-        with self._lock:
-            self._held.pop(job.lease_token, None)
-            self._changed.notify_all()
+            with self._lock:
+                if self._state.succeeded(job):
+                    self._changed.notify_all()
 
     def _report_failure(self, job: TakenJob[Any], error: BaseException) -> None:
-        if not self._take_over(job, "reporting"):
-            return
-        message, detail, options = describe(error)
-        backoff = Backoff(first=0.2, cap=2.0)
-        try:
-            for attempt in range(5):
-                try:
-                    result = self._client.fail(job, message, detail=detail, **options)
-                except GONE as gone:
-                    self._counter.add("lost")
-                    self._log.warning("job %d: cannot report its failure: %s", job.id, gone)
-                    return
-                except InvalidRequest as refused:
-                    # The report itself was refused (a detail the server cannot store, a retry
-                    # time too far ahead): report the failure plainly, with the reason.
-                    self._log.error("job %d: failure report refused (%s); sent plainly", job.id, refused)
-                    message = f"{message} (report refused: {refused})"
-                    detail, options = None, {}
-                    continue
-                except (TenaxConnectionError, APIError) as broken:
-                    delay = backoff.next()
-                    self._log.warning(
-                        "job %d: cannot report its failure (%s); again in %.1f s", job.id, broken, delay
-                    )
-                    if self._quit.wait(delay):
-                        return
-                    continue
-                self._counter.add("failed")
-                if result.dead:
-                    self._log.warning(
-                        "job %d (%s) failed and is dead: %s (%s)", job.id, job.type, message, result.dead_reason
-                    )
-                else:
-                    self._log.info(
-                        "job %d (%s) failed: %s; %s", job.id, job.type, message,
-                        f"runs again at {result.run_at:%H:%M:%S.%f}" if result.run_at else result.status,
-                    )
+        with self._lock:
+            if not self._state.held.take_over(job, "reporting"):
                 return
-            self._log.error("job %d: gave up reporting its failure; its lease will expire", job.id)
+        report = self._state.failure_report(job, error)
+        try:
+            for _ in range(report.ATTEMPTS):
+                try:
+                    result = self._client.fail(job, report.message, detail=report.detail, **report.options)
+                except (TenaxConnectionError, APIError) as refused:
+                    delay = report.retry_in(refused)
+                    if delay is None or (delay and self._quit.wait(delay)):
+                        return  # the job is gone, or the worker quits: its lease will expire
+                else:
+                    report.reported(result)
+                    return
+            report.gave_up()
         finally:
-            self._release(job)
+            with self._lock:
+                self._state.held.release(job)
+                self._changed.notify_all()
 
     # ---- acknowledgements ---------------------------------------------------------------------
 
-    def _queue_ack(self, job: TakenJob[Any]) -> None:
-        if not self._take_over(job, "acking"):
-            return
-        with self._lock:
-            self._acks.append((job, now()))
-            self._changed.notify_all()
-
     def _ack_loop(self) -> None:
-        backoff = Backoff(first=0.2, cap=2.0)
+        acks = self._state.acks
         while True:
             with self._lock:
                 while True:
-                    if not self._acks:
-                        if self._acks_final:
-                            return
-                        self._changed.wait(0.5)
-                        continue
-                    idle = self._running == 0 and self._work.empty()
-                    wait = ack_wait(
-                        self._acks[0][1], len(self._acks), self._settings, self._acks_final or idle
-                    )
+                    wait = acks.due_in(idle=self._running == 0 and self._work.empty())
+                    if wait is None:
+                        return
                     if wait == 0:
                         break
                     self._changed.wait(wait)
-                batch = self._acks[: self._settings.ack_batch]
-                del self._acks[: self._settings.ack_batch]
-            if self._send_acks(batch):
-                backoff.reset()
+                batch = acks.take()
+            try:
+                results = self._client.complete_many(batch.jobs)
+            except (TenaxConnectionError, APIError) as error:
+                with self._lock:
+                    delay = acks.unsent(batch, error, quitting=self._quit.is_set())
+                    self._changed.notify_all()
+                if delay is None:
+                    return
+                if delay:
+                    self._quit.wait(delay)
             else:
                 with self._lock:
-                    self._acks[:0] = batch
-                    final = self._acks_final
-                if final and self._quit.is_set():
-                    self._log.error(
-                        "%d completions could not be reported: those jobs will run again", len(self._acks)
-                    )
-                    return
-                self._quit.wait(backoff.next())
-
-    def _send_acks(self, batch: list[tuple[TakenJob[Any], float]]) -> bool:
-        jobs = [job for job, _ in batch]
-        try:
-            results = self._client.complete_many(jobs)
-        except (TenaxConnectionError, APIError) as error:
-            if completions_refused(error):
-                self._log.error("completions of %d jobs refused: %s", len(jobs), error)
-                for job in jobs:
-                    self._release(job)
-                return True
-            self._log.warning("cannot report %d completions: %s", len(jobs), error)
-            return False
-        record_completions(results, self._counter, self._log)
-        for job in jobs:
-            self._release(job)
-        return True
+                    acks.sent(batch, results)
+                    self._changed.notify_all()
 
     # ---- heartbeats ---------------------------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
-        tick = max(0.05, min(0.5, self._settings.heartbeat_s / 4))
-        while not self._quit.wait(tick):
-            moment = now()
+        while not self._quit.wait(self._state.settings.beat_check_s):
             with self._lock:
-                due = self._held.due_beats(moment)
+                due = self._state.due_beats()
             for job in due:
                 if self._quit.is_set():
                     return
@@ -515,83 +389,46 @@ class Worker:
             self._watch_stream()
 
     def _watch_stream(self) -> None:
-        """Closes a stream that went quiet (see :func:`stream_dead`), so that the reader opens
-        a new one."""
-        with self._lock:
-            stream = self._stream
-            generation = self._generation
-            holding = self._held.holding(generation)
-            failing_since = self._beats_failing_since
-        if stream is None or self._close_stream.is_set():
+        """Closes a stream that went quiet (see :meth:`WorkerState.dead_stream`), so that the
+        reader opens a new one."""
+        if self._close_stream.is_set():
             return
-        silence = now() - stream.last_line_at
-        if stream_dead(silence, holding, failing_since, self._settings):
-            self._log.warning(
-                "the job stream is silent (%.0f s, %d job(s) held) and heartbeats %s: reconnecting",
-                silence,
-                holding,
-                "fail" if failing_since is not None else "are fine",
-            )
-            with self._lock:
-                self._beats_failing_since = None
+        with self._lock:
+            stream = self._state.dead_stream()
+        if stream is not None:
             stream.close()
 
     def _beat(self, job: TakenJob[Any]) -> None:
         try:
-            self._client.heartbeat(job, lease=self._settings.lease)
-        except GONE as gone:
-            with self._lock:
-                self._held.lose(job)
-            self._counter.add("lost")
-            self._log.warning("job %d lost its lease: %s; its result will not be reported", job.id, gone)
-            return
+            self._client.heartbeat(job, lease=self._state.settings.lease)
         except TenaxError as error:
-            self._log.warning("job %d: heartbeat failed (%s); trying again", job.id, error)
             with self._lock:
-                if self._beats_failing_since is None:
-                    self._beats_failing_since = now()
-                self._held.next_beat_in(job, min(1.0, self._settings.heartbeat_s / 4))
-            return
-        self._counter.add("heartbeats")
-        with self._lock:
-            self._beats_failing_since = None
-            self._held.next_beat_in(job, self._settings.heartbeat_s)
+                self._state.beat_failed(job, error)
+        else:
+            with self._lock:
+                self._state.beat_succeeded(job)
 
     # ---- shutdown -----------------------------------------------------------------------------
 
     def _shutdown(self) -> None:
-        settings = self._settings
+        state = self._state
         with self._lock:
-            running = self._running
-        self._log.info(
-            "stopping: no new jobs; waiting up to %.1f s for %d running handler(s)",
-            settings.shutdown_timeout_s,
-            running,
-        )
-        for _ in range(settings.concurrency):
+            state.log_stopping(self._running)
+        for _ in range(state.settings.concurrency):
             self._work.put(None)
-        deadline = now() + settings.shutdown_timeout_s
+        deadline = now() + state.settings.shutdown_timeout_s
         with self._lock:
             while self._running > 0 and not self._hurry.is_set():
                 left = deadline - now()
                 if left <= 0:
                     break
                 self._changed.wait(min(0.1, left))
-            abandoned = 0
-            for held in self._held.values():
-                if held.state == "running":
-                    held.state = "abandoned"
-                    abandoned += 1
+            running = state.held.running()
+            state.held.abandon(running)
             # Flush every completion, then let the acknowledger end.
-            self._acks_final = True
+            state.acks.final = True
             self._changed.notify_all()
-        if abandoned:
-            self._counter.add("abandoned", abandoned)
-            self._log.warning(
-                "%d handler(s) still running after %.1f s: abandoned, their jobs go back to the queue",
-                abandoned,
-                settings.shutdown_timeout_s,
-            )
+            state.abandoned(len(running))
         threads = {t.name: t for t in self._threads}
         acks = threads["tenax-acks"]
         acks.join(10.0)
@@ -601,16 +438,10 @@ class Worker:
         # Close the stream: the server puts what it still holds back to ready (no attempt used).
         self._close_stream.set()
         with self._lock:
-            stream = self._stream
+            stream = state.stream
         if stream is not None:
             stream.close()  # wakes the reader, which ends
         threads["tenax-stream"].join(5.0)
         self._quit.set()
         threads["tenax-heartbeats"].join(2.0)
-        log_stopped(self._log, self.stats)
-
-
-class UnknownJobType(Retry):
-    """A job whose type has no handler in this worker: retried by its policy (another worker,
-    or a later version of this one, may know the type)."""
-
+        state.log_stopped()

@@ -1,10 +1,14 @@
-"""What :class:`tenax.Worker` and :class:`tenax.AsyncWorker` share: settings, the handler
-registry with payload conversion, the bookkeeping of held jobs, and counters."""
+"""What :class:`tenax.Worker` and :class:`tenax.AsyncWorker` are made of before they run:
+settings, counters, and the handler registry with payload conversion; and the small pieces
+every part of a running worker uses (the clock, backoff, the answers that mean a job is gone).
+
+The rest of what the two share is by subject: ``_worker_held`` (the held jobs and their
+states), ``_worker_acks`` (batched completions), ``_worker_failures`` (reporting a handler's
+failure), ``_worker_state`` (the stream, heartbeats, shutdown, and the log lines of each)."""
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -13,9 +17,9 @@ from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from ._convert import Duration, duration_ms
-from ._errors import APIError, LeaseLost, NotFound, NotInFlight, TenaxConnectionError
-from ._models import CompleteResult, TakenJob
-from ._outcomes import NotRetryable
+from ._errors import LeaseLost, NotFound, NotInFlight
+from ._models import TakenJob
+from ._outcomes import NotRetryable, Retry
 
 H = TypeVar("H")
 P = TypeVar("P")
@@ -81,6 +85,17 @@ class WorkerSettings:
     def lease(self) -> timedelta:
         return timedelta(seconds=self.lease_s)
 
+    @property
+    def beat_check_s(self) -> float:
+        """How often the heartbeat loop looks for due heartbeats: a quarter of the interval,
+        from 50 ms to 0.5 s."""
+        return max(0.05, min(0.5, self.heartbeat_s / 4))
+
+    @property
+    def beat_retry_s(self) -> float:
+        """How soon a failed heartbeat is tried again: a quarter of the interval, 1 s at most."""
+        return min(1.0, self.heartbeat_s / 4)
+
 
 @dataclass(slots=True)
 class WorkerStats:
@@ -127,6 +142,11 @@ class Counter:
 class PayloadMismatch(NotRetryable):
     """The payload does not convert to the handler's type: no retry will change that (fix the
     code or the job, then replay it)."""
+
+
+class UnknownJobType(Retry):
+    """A job whose type has no handler in this worker: retried by its policy (another worker,
+    or a later version of this one, may know the type)."""
 
 
 def converter(payload: Any) -> Callable[[Any], Any] | None:
@@ -181,174 +201,25 @@ class Registry(Generic[H]):
         name = getattr(payload, "__qualname__", None) or repr(payload)
         self._handlers[type] = Handler(type, func, converter(payload), name)
 
-    def get(self, type: str) -> Handler[H] | None:
-        return self._handlers.get(type)
-
     def types(self) -> list[str]:
         return sorted(self._handlers)
 
-    def unknown_message(self, type: str) -> str:
-        known = ", ".join(repr(t) for t in self.types()) or "none"
-        return f"no handler for job type {type!r} in this worker (it handles: {known})"
-
-
-@dataclass(slots=True)
-class Held:
-    """A job the stream leased to this worker, until it is acknowledged or given up."""
-
-    job: TakenJob[Any]
-    next_beat: float
-    """Monotonic time of the next heartbeat."""
-    state: str = "queued"
-    """queued (received, not started), running, acking (waiting for its completion to be
-    flushed), reporting (its failure is being sent), parked (received during shutdown, not to
-    be started), lost (the lease is gone), abandoned (still running at the shutdown deadline)."""
-    generation: int = 0
-    """Which stream connection it came on."""
-
-
-
-class HeldJobs(dict[int, Held]):
-    """The held jobs by lease token, with the state changes both workers make to them, so the
-    two cannot come to disagree on them. The threaded worker calls these under its lock; the
-    asyncio one from its event loop, which is all the exclusion it needs."""
-
-    def take_over(self, job: TakenJob[Any], state: str) -> bool:
-        """Moves a held job to ``state``; False when it is no longer this worker's to report."""
-        held = self.get(job.lease_token)
-        if held is None or held.state in ("lost", "abandoned"):
-            if held is not None and held.state == "lost":
-                del self[job.lease_token]
-            return False
-        held.state = state
-        return True
-
-    def lose(self, job: TakenJob[Any]) -> None:
-        """The lease is gone: the result will not be reported. A job whose result is already
-        on its way keeps its state, so the report still goes (and is refused by the server)."""
-        held = self.get(job.lease_token)
-        if held is not None and held.state not in ("acking", "reporting"):
-            held.state = "lost"
-
-    def next_beat_in(self, job: TakenJob[Any], seconds: float) -> None:
-        held = self.get(job.lease_token)
-        if held is not None:
-            held.next_beat = now() + seconds
-
-    def due_beats(self, moment: float) -> list[TakenJob[Any]]:
-        """The jobs whose heartbeat is due at ``moment`` and whose lease is still worth keeping."""
-        return [
-            h.job
-            for h in self.values()
-            if h.next_beat <= moment and h.state not in ("lost", "abandoned")
-        ]
-
-    def holding(self, generation: int) -> int:
-        """How many jobs stream connection ``generation`` leased to this worker that still
-        count against the stream's ``max``."""
-        return sum(
-            1
-            for h in self.values()
-            if h.generation == generation and h.state not in ("lost", "abandoned")
-        )
-
-    def forget_stream(self, generation: int, stopping: bool) -> int:
-        """The server put the jobs of a closed stream back to ready: forgets those not started,
-        and returns how many of them count as returned (parked, or dropped while stopping)."""
-        returned = 0
-        for token, held in list(self.items()):
-            if held.generation == generation and held.state in ("queued", "parked"):
-                del self[token]
-                if held.state == "parked" or stopping:
-                    returned += 1
-        return returned
-
-
-def completions_refused(error: TenaxConnectionError | APIError) -> bool:
-    """True when the server refused a batch of completions for good (a 4xx other than a
-    timeout): sending it again would only be refused again."""
-    return isinstance(error, APIError) and error.status < 500 and error.status != 408
-
-
-def record_completions(
-    results: Iterable[CompleteResult], counter: Counter, log: logging.Logger
-) -> None:
-    """Counts and logs the answer to a batch of completions."""
-    counter.add("ack_requests")
-    for result in results:
-        if result.completed:
-            counter.add("completed")
-        else:
-            counter.add("lost")
-            log.warning(
-                "job %d ran, but its completion was refused: %s",
-                result.id,
-                result.error.message if result.error else "unknown reason",
+    def resolve(self, job: TakenJob[Any]) -> tuple[H, TakenJob[Any]]:
+        """The handler of ``job`` and the job as it takes it (its payload converted). Raises
+        :class:`UnknownJobType` or :class:`PayloadMismatch`: the job's failure to report, as a
+        handler's exception would be."""
+        handler = self._handlers.get(job.type)
+        if handler is None:
+            known = ", ".join(repr(t) for t in self.types()) or "none"
+            raise UnknownJobType(
+                f"no handler for job type {job.type!r} in this worker (it handles: {known})",
+                detail={"type": job.type, "handled": self.types()},
             )
+        return handler.func, handler.job_for(job)
 
-
-ErrorHook = Callable[[TakenJob[Any], BaseException], object]
 
 GONE = (LeaseLost, NotInFlight, NotFound)
 """Answers that say the job is no longer this worker's."""
-
-
-def call_error_hook(
-    hook: ErrorHook | None,
-    job: TakenJob[Any],
-    error: BaseException,
-    log: logging.Logger,
-) -> None:
-    """Shows a handler's failure to the ``on_error`` hook; the hook's own failure is only
-    logged, so that the job's failure is still reported."""
-    if hook is None:
-        return
-    try:
-        hook(job, error)
-    except Exception:
-        log.exception("the on_error hook raised")
-
-
-def log_stopped(log: logging.Logger, stats: WorkerStats) -> None:
-    log.info(
-        "worker stopped: %d completed, %d failed, %d returned, %d abandoned, %d lost",
-        stats.completed,
-        stats.failed,
-        stats.returned,
-        stats.abandoned,
-        stats.lost,
-    )
-
-
-STALE_STREAM_S = 15.0
-"""A stream with room for more jobs that sends no line (not even the keep-alive the server
-sends every second) for this long is taken for dead."""
-
-
-def stream_dead(
-    silence: float, holding: int, failing_since: float | None, settings: WorkerSettings
-) -> bool:
-    """Whether a stream silent for ``silence`` seconds, holding ``holding`` jobs, is dead.
-
-    The server sends a keep-alive line every second while the stream has room, and nothing
-    while it holds ``concurrency`` jobs. So: silence with room means the connection is dead;
-    silence while full is normal, unless heartbeats have been failing (since monotonic time
-    ``failing_since``) for a whole lease.
-    """
-    full = holding >= settings.concurrency
-    return (not full and silence > STALE_STREAM_S) or (
-        failing_since is not None and now() - failing_since > settings.lease_s
-    )
-
-
-def ack_wait(oldest: float, count: int, settings: WorkerSettings, flush: bool) -> float:
-    """Seconds until the waiting completions are due to be sent, 0 for now: when ``flush``
-    (shutting down, or nothing running that could add to the batch), when they fill a batch,
-    or when the oldest (queued at monotonic time ``oldest``) has waited ``ack_interval``."""
-    age = now() - oldest
-    if flush or count >= settings.ack_batch or age >= settings.ack_interval_s:
-        return 0.0
-    return max(0.001, settings.ack_interval_s - age)
 
 
 def now() -> float:

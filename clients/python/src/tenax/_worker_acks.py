@@ -1,0 +1,122 @@
+"""Completions sent in batches: which are waiting, when a batch is due, and what the server's
+answer (or its failure to answer) means for the jobs in it. Each runtime only waits, takes a
+batch and sends it (``POST /api/jobs/complete``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ._errors import APIError, TenaxConnectionError
+from ._models import CompleteResult, TakenJob
+from ._worker_common import Backoff, Counter, WorkerSettings, now
+from ._worker_held import HeldJobs
+
+EMPTY_WAIT_S = 0.5
+"""With nothing waiting, how long the acknowledger sleeps before it looks again (a new
+completion wakes it sooner)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Completions taken to be sent in one request, each with the monotonic time it was
+    queued at (kept, so that a batch put back is due as soon as it was before)."""
+
+    waiting: list[tuple[TakenJob[Any], float]]
+
+    @property
+    def jobs(self) -> list[TakenJob[Any]]:
+        return [job for job, _ in self.waiting]
+
+
+class AckQueue:
+    """The completions waiting to be sent, oldest first. The threaded worker calls it under
+    its lock; the asyncio one from its event loop."""
+
+    def __init__(
+        self, settings: WorkerSettings, held: HeldJobs, counter: Counter, log: logging.Logger
+    ) -> None:
+        self._settings = settings
+        self._held = held
+        self._counter = counter
+        self._log = log
+        self._waiting: list[tuple[TakenJob[Any], float]] = []
+        self._backoff = Backoff(first=0.2, cap=2.0)
+        self.final = False
+        """Set at shutdown, once no handler will add to the queue: send everything now, then
+        the acknowledger ends."""
+
+    def add(self, job: TakenJob[Any]) -> bool:
+        """Queues the completion of a job whose handler returned; False when the job is no
+        longer this worker's to report (its lease was lost, or it was abandoned)."""
+        if not self._held.take_over(job, "acking"):
+            return False
+        self._waiting.append((job, now()))
+        return True
+
+    def due_in(self, idle: bool) -> float | None:
+        """Seconds until a batch is due, 0 to take one now, or None when nothing waits and
+        nothing will (after the final flush: the acknowledger ends).
+
+        A batch is due at once when it is :attr:`final`, when nothing is running that could
+        add to it (``idle``), when the waiting completions fill a batch, or when the oldest
+        has waited ``ack_interval``.
+        """
+        if not self._waiting:
+            return None if self.final else EMPTY_WAIT_S
+        interval = self._settings.ack_interval_s
+        age = now() - self._waiting[0][1]
+        full = len(self._waiting) >= self._settings.ack_batch
+        if self.final or idle or full or age >= interval:
+            return 0.0
+        return max(0.001, interval - age)
+
+    def take(self) -> Batch:
+        """The oldest ``ack_batch`` completions, out of the queue while they are sent."""
+        batch = Batch(self._waiting[: self._settings.ack_batch])
+        del self._waiting[: self._settings.ack_batch]
+        return batch
+
+    def sent(self, batch: Batch, results: Iterable[CompleteResult]) -> None:
+        """Counts and logs the server's answer to a batch, and lets its jobs go."""
+        self._counter.add("ack_requests")
+        for result in results:
+            if result.completed:
+                self._counter.add("completed")
+            else:
+                self._counter.add("lost")
+                self._log.warning(
+                    "job %d ran, but its completion was refused: %s",
+                    result.id,
+                    result.error.message if result.error else "unknown reason",
+                )
+        self._release(batch)
+        self._backoff.reset()
+
+    def unsent(
+        self, batch: Batch, error: TenaxConnectionError | APIError, quitting: bool
+    ) -> float | None:
+        """A batch whose request failed. Refused for good (a 4xx other than a timeout, which
+        sending again would only repeat): its jobs are let go, and the next batch goes at once
+        (0). Otherwise it goes back to the front of the queue, to be sent again after the
+        returned delay; or, when the worker is ``quitting``, None: the acknowledger gives up,
+        and those jobs will run again once their leases go back."""
+        if isinstance(error, APIError) and error.status < 500 and error.status != 408:
+            self._log.error("completions of %d jobs refused: %s", len(batch.waiting), error)
+            self._release(batch)
+            self._backoff.reset()
+            return 0.0
+        self._log.warning("cannot report %d completions: %s", len(batch.waiting), error)
+        self._waiting[:0] = batch.waiting
+        if quitting:
+            self._log.error(
+                "%d completions could not be reported: those jobs will run again", len(self._waiting)
+            )
+            return None
+        return self._backoff.next()
+
+    def _release(self, batch: Batch) -> None:
+        for job, _ in batch.waiting:
+            self._held.release(job)
