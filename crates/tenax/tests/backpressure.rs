@@ -7,8 +7,9 @@
 //! `/metrics`.
 //!
 //! The server's clock is moved by the test; the receiver's requests are counted, not timed.
-//! "Nothing is sent" is checked by letting real time pass ([`QUIET`]) with the manual clock
-//! standing still: a runner that (wrongly) sent would have done so within it.
+//! "Nothing is sent" is checked by the runners' own signals ([`settles`]): once a runner has
+//! looked again after the act and decided to wait, with nothing of its subscription in flight,
+//! whatever it would (wrongly) have sent has reached the receiver.
 //!
 //! Runs on the store `TENAX_TEST_STORE` names.
 
@@ -26,9 +27,9 @@ use common::{Options, PATIENCE, T0, TestServer, ms};
 use prom_text_format_parser::{Scrape, ValueType};
 use receiver::{Receiver, Reply};
 use serde_json::{Value, json};
-
-/// Real time given to a runner that would wrongly send, with the manual clock standing still.
-const QUIET: Duration = Duration::from_millis(400);
+use tenax::delivery::signals::{Event, Signal};
+use tenax_core::model::SubscriptionId;
+use tokio::sync::broadcast;
 
 const SECOND: u64 = 1_000;
 
@@ -122,9 +123,41 @@ async fn wait_completed(server: &TestServer, sub: u64, n: usize) {
     .await;
 }
 
-/// Asserts that the receiver gets no more than `count` requests while real time passes.
-async fn stays_at(receiver: &Receiver, count: usize, what: &str) {
-    tokio::time::sleep(QUIET).await;
+/// Asserts that the runners of `subs` settle without sending: each signals twice that it
+/// waits, heard from now on (the second signal's look began after the first was sent, so
+/// after this call: it saw what the test did before), none of their deliveries is in flight
+/// then, and the receiver still has `count` requests. A delivery that a runner (wrongly) took
+/// meanwhile is either still in flight or has reached the receiver.
+async fn settles(server: &TestServer, subs: &[u64], receiver: &Receiver, count: usize, what: &str) {
+    let mut listener = server.listen();
+    for &sub in subs {
+        let mut heard = 0;
+        let waits = async {
+            while heard < 2 {
+                match listener.recv().await {
+                    Ok(Signal {
+                        subscription,
+                        event: Event::Waits(_),
+                    }) if subscription == SubscriptionId(sub) => heard += 1,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => panic!("the server stopped"),
+                }
+            }
+        };
+        tokio::time::timeout(PATIENCE, waits)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: the runner of subscription {sub} never waited"));
+        let in_flight = server
+            .get(&format!(
+                "/api/subscriptions/{sub}/deliveries?status=in_flight"
+            ))
+            .await;
+        assert_eq!(
+            in_flight["deliveries"],
+            json!([]),
+            "{what}: subscription {sub} has a delivery in flight"
+        );
+    }
     assert_eq!(receiver.count(), count, "{what}: {:?}", receiver.received());
 }
 
@@ -202,9 +235,23 @@ async fn retry_after_pauses_every_subscription_of_the_origin_without_using_attem
     publish(&server, "b", 2).await;
     publish(&server, "c", 3).await;
     other.wait_for(1, PATIENCE).await;
-    stays_at(&shared, 1, "the paused origin got a request").await;
+    settles(
+        &server,
+        &[asked, sharing],
+        &shared,
+        1,
+        "the paused origin got a request",
+    )
+    .await;
     server.advance(Duration::from_millis(59_900));
-    stays_at(&shared, 1, "a request came before the pause was over").await;
+    settles(
+        &server,
+        &[asked, sharing],
+        &shared,
+        1,
+        "a request came before the pause was over",
+    )
+    .await;
     let [held] = &deliveries(&server, sharing).await[..] else {
         panic!("one delivery")
     };
@@ -294,9 +341,23 @@ async fn the_breaker_opens_probes_once_reopens_for_longer_and_closes() {
 
     // The retries fall due at T0 + 1 s; the breaker holds them.
     server.advance(Duration::from_secs(1));
-    stays_at(&receiver, 3, "a retry went through the open breaker").await;
+    settles(
+        &server,
+        &[sub],
+        &receiver,
+        3,
+        "a retry went through the open breaker",
+    )
+    .await;
     server.advance(Duration::from_secs(8));
-    stays_at(&receiver, 3, "a probe went before the cool-down was over").await;
+    settles(
+        &server,
+        &[sub],
+        &receiver,
+        3,
+        "a probe went before the cool-down was over",
+    )
+    .await;
 
     // T0 + 10 s: one probe, which fails: open again for twice as long.
     server.advance(Duration::from_secs(1));
@@ -310,9 +371,16 @@ async fn the_breaker_opens_probes_once_reopens_for_longer_and_closes() {
         T0 + 30 * SECOND,
         "{endpoint}"
     );
-    stays_at(&receiver, 4, "more than one probe").await;
+    settles(&server, &[sub], &receiver, 4, "more than one probe").await;
     server.advance(Duration::from_secs(19));
-    stays_at(&receiver, 4, "a probe before the longer cool-down was over").await;
+    settles(
+        &server,
+        &[sub],
+        &receiver,
+        4,
+        "a probe before the longer cool-down was over",
+    )
+    .await;
 
     // T0 + 30 s: the probe succeeds, the breaker closes, the others go.
     server.advance(Duration::from_secs(1));
@@ -324,7 +392,7 @@ async fn the_breaker_opens_probes_once_reopens_for_longer_and_closes() {
     .await;
     assert_eq!(endpoint["breaker_trips"], json!(0), "{endpoint}");
     assert_eq!(endpoint["breaker_until"], Value::Null, "{endpoint}");
-    stays_at(&receiver, 7, "a delivery was sent twice").await;
+    settles(&server, &[sub], &receiver, 7, "a delivery was sent twice").await;
     assert_eq!(
         logged_attempts(&server, sub, 7).await,
         7,
@@ -391,7 +459,14 @@ async fn retries_over_the_budget_wait_unsent() {
         assert!(Instant::now() < deadline, "nine retries never held");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    stays_at(&receiver, 11, "a retry over the budget was sent").await;
+    settles(
+        &server,
+        &[sub],
+        &receiver,
+        11,
+        "a retry over the budget was sent",
+    )
+    .await;
     assert_eq!(
         value(
             &scrape(&server).await,
@@ -413,5 +488,12 @@ async fn retries_over_the_budget_wait_unsent() {
     // Once the window has moved past the first attempts, the budget allows one more.
     server.advance(Duration::from_secs(70));
     receiver.wait_for(12, PATIENCE).await;
-    stays_at(&receiver, 12, "more retries than the budget allows").await;
+    settles(
+        &server,
+        &[sub],
+        &receiver,
+        12,
+        "more retries than the budget allows",
+    )
+    .await;
 }

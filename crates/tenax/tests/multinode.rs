@@ -12,157 +12,50 @@
 //! binary take turns ([`TURN`]).
 
 mod common;
+#[path = "common/node.rs"]
+mod node;
 #[allow(dead_code)]
 #[path = "common/receiver.rs"]
 mod receiver;
 
 use std::collections::{BTreeSet, HashSet};
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::postgres;
+use node::{Answer, Node};
 use receiver::{Receiver, Reply};
 use serde_json::{Value, json};
-use tempfile::TempDir;
 use tokio::sync::Mutex;
 
 /// One case at a time: a PostgreSQL restart must not break another case's servers.
 static TURN: Mutex<()> = Mutex::const_new(());
 
-/// How long a server may take to answer after it starts.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// The longest the docs allow for another server to take the lead after the leader dies
 /// (docs/postgres.md: about two seconds), with room for a busy machine.
 const TAKEOVER: Duration = Duration::from_secs(6);
 
-/// A `tenax serve` process on the shared database.
-struct Node {
-    child: Child,
-    base: String,
-    log: PathBuf,
-    http: reqwest::Client,
-    _dir: TempDir,
+/// What these cases do to jobs on any node, in the native API's words.
+trait Jobs {
+    /// Enqueues; the id if the server acknowledged it.
+    async fn enqueue(&self, job: Value) -> Option<u64>;
+    async fn must_enqueue(&self, job: Value) -> u64;
+    /// Takes jobs: (id, lease token) each.
+    async fn take(&self, body: Value) -> Vec<(u64, u64)>;
+    /// Completes a taken job; the answer's status.
+    async fn complete(&self, taken: (u64, u64)) -> u16;
 }
 
-impl Node {
-    async fn start(database: &str, flags: &[&str]) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("tenax-node-")
-            .tempdir()
-            .expect("a temporary directory");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let log = dir.path().join("server.log");
-        let mut command = Command::new(env!("CARGO_BIN_EXE_tenax"));
-        command
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .args(["--database-url", database])
-            .arg("--secrets-key-file")
-            .arg(postgres::secrets_key_file())
-            .args(flags)
-            .env("TENAX_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("a log file"));
-        let child = command.spawn().expect("tenax serve starts");
-        let node = Self {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            log,
-            http: tenax_net::http::client_builder()
-                .no_proxy()
-                .timeout(Duration::from_secs(20))
-                .build()
-                .expect("an HTTP client"),
-            _dir: dir,
-        };
-        let started = Instant::now();
-        while node.http.get(node.url("/healthz")).send().await.is_err() {
-            assert!(
-                started.elapsed() < START_TIMEOUT,
-                "the server did not start; its log:\n{}",
-                node.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        node
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits until the server's log says it leads the maintenance.
-    async fn wait_until_leading(&self) {
-        let started = Instant::now();
-        while !self.log_text().contains("leads the maintenance") {
-            assert!(
-                started.elapsed() < START_TIMEOUT,
-                "the server never took the lead; its log:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn kill(&mut self) {
-        // SIGKILL: no shutdown, no goodbye to PostgreSQL.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    async fn post(&self, path: &str, body: Value) -> Result<(u16, Value), String> {
-        let response = self
-            .http
-            .post(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let status = response.status().as_u16();
-        let body = response.json().await.unwrap_or(Value::Null);
-        Ok((status, body))
-    }
-
-    async fn get(&self, path: &str) -> (u16, Value) {
-        let response = self
-            .http
-            .get(self.url(path))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    async fn put(&self, path: &str, body: Value) -> (u16, Value) {
-        let response = self
-            .http
-            .put(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("PUT {path}: {e}"));
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
-    }
-
-    /// Enqueues; the id if the server acknowledged it.
+impl Jobs for Node {
     async fn enqueue(&self, job: Value) -> Option<u64> {
         match self.post("/api/jobs", job).await {
-            Ok((200 | 201, answer)) => answer["id"].as_u64(),
+            Ok(Answer {
+                status: 200 | 201,
+                body,
+                ..
+            }) => body["id"].as_u64(),
             _ => None,
         }
     }
@@ -173,10 +66,8 @@ impl Node {
             .expect("the enqueue is acknowledged")
     }
 
-    /// Takes jobs: (id, lease token) each.
     async fn take(&self, body: Value) -> Vec<(u64, u64)> {
-        let (status, answer) = self.post("/api/take", body).await.expect("a take");
-        assert_eq!(status, 200, "take: {answer}");
+        let answer = self.must_post("/api/take", body, 200).await;
         answer["jobs"]
             .as_array()
             .expect("jobs")
@@ -191,25 +82,9 @@ impl Node {
     }
 
     async fn complete(&self, (id, lease): (u64, u64)) -> u16 {
-        let (status, _) = self
-            .post(
-                &format!("/api/jobs/{id}/complete"),
-                json!({"lease_token": lease}),
-            )
-            .await
-            .expect("a completion");
-        status
-    }
-
-    async fn status(&self, id: u64) -> Option<String> {
-        let (status, job) = self.get(&format!("/api/jobs/{id}")).await;
-        (status == 200).then(|| job["status"].as_str().expect("a status").to_owned())
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
+        let path = format!("/api/jobs/{id}/complete");
+        let answer = self.post(&path, json!({"lease_token": lease})).await;
+        answer.unwrap_or_else(|e| panic!("{e}")).status
     }
 }
 
@@ -246,16 +121,14 @@ async fn database() -> Option<String> {
 async fn jobs_are_taken_once_and_acknowledged_on_any_node() {
     let _turn = TURN.lock().await;
     let Some(url) = database().await else { return };
-    let a = Arc::new(Node::start(&url, &[]).await);
-    let b = Arc::new(Node::start(&url, &[]).await);
+    let a = Arc::new(Node::start(&url, &[], &[]).await);
+    let b = Arc::new(Node::start(&url, &[], &[]).await);
     let jobs: Vec<Value> = (0..300)
         .map(|n| json!({"queue": "q", "payload": {"n": n}}))
         .collect();
-    let (status, answer) = a
-        .post("/api/jobs/batch", json!({"jobs": jobs}))
-        .await
-        .expect("a batch");
-    assert_eq!(status, 201, "{answer}");
+    let answer = a
+        .must_post("/api/jobs/batch", json!({"jobs": jobs}), 201)
+        .await;
     let enqueued: BTreeSet<u64> = answer["jobs"]
         .as_array()
         .expect("jobs")
@@ -311,9 +184,9 @@ async fn jobs_are_taken_once_and_acknowledged_on_any_node() {
 async fn another_node_takes_the_lead_when_the_leader_is_killed() {
     let _turn = TURN.lock().await;
     let Some(url) = database().await else { return };
-    let mut a = Node::start(&url, &[]).await;
+    let mut a = Node::start(&url, &[], &[]).await;
     a.wait_until_leading().await;
-    let b = Node::start(&url, &[]).await;
+    let b = Node::start(&url, &[], &[]).await;
     // B follows while A leads: a job due in a second is promoted (by A) and B hands it out.
     let first = b
         .must_enqueue(json!({"queue": "later", "delay": "1s"}))
@@ -352,9 +225,9 @@ async fn a_paused_leader_is_replaced_and_follows_when_resumed() {
 
     let _turn = TURN.lock().await;
     let Some(url) = database().await else { return };
-    let a = Node::start(&url, &[]).await;
+    let a = Node::start(&url, &[], &[]).await;
     a.wait_until_leading().await;
-    let b = Node::start(&url, &[]).await;
+    let b = Node::start(&url, &[], &[]).await;
     // A job leased on B for two seconds and abandoned: only a leader expires its lease.
     let abandoned = b.must_enqueue(json!({"queue": "held"})).await;
     let taken = b
@@ -365,7 +238,7 @@ async fn a_paused_leader_is_replaced_and_follows_when_resumed() {
         [abandoned]
     );
 
-    let a_pid = Pid::from_raw(i32::try_from(a.child.id()).expect("a pid"));
+    let a_pid = Pid::from_raw(i32::try_from(a.pid()).expect("a pid"));
     kill(a_pid, Signal::SIGSTOP).expect("SIGSTOP");
     let paused = Instant::now();
     // Silent for five seconds, then unseated; the lock is B's on its next ask.
@@ -391,7 +264,7 @@ async fn a_paused_leader_is_replaced_and_follows_when_resumed() {
     let started = Instant::now();
     while !a.log_text().contains("no longer leads") {
         assert!(
-            started.elapsed() < START_TIMEOUT,
+            started.elapsed() < node::START_TIMEOUT,
             "A never noticed it lost the lead; its log:\n{}",
             a.log_text()
         );
@@ -441,7 +314,7 @@ async fn unseating_a_silent_leader_leaves_other_databases_leaders_alone() {
         .await
         .expect("the other cluster's leader's lock");
 
-    let node = Node::start(&ours, &[]).await;
+    let node = Node::start(&ours, &[], &[]).await;
     node.wait_until_leading().await;
     assert!(
         node.log_text().contains("has not been seen for 5 s"),
@@ -462,8 +335,8 @@ async fn unseating_a_silent_leader_leaves_other_databases_leaders_alone() {
 async fn a_node_killed_under_load_loses_nothing_acknowledged() {
     let _turn = TURN.lock().await;
     let Some(url) = database().await else { return };
-    let mut a = Node::start(&url, &[]).await;
-    let b = Arc::new(Node::start(&url, &[]).await);
+    let mut a = Node::start(&url, &[], &[]).await;
+    let b = Arc::new(Node::start(&url, &[], &[]).await);
     let acknowledged = Arc::new(std::sync::Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     // Producers on B run through the kill; on A until it dies.
@@ -535,8 +408,8 @@ async fn nodes_survive_a_postgres_restart_without_losing_acknowledged_jobs() {
         return;
     }
     let Some(url) = database().await else { return };
-    let a = Arc::new(Node::start(&url, &[]).await);
-    let b = Arc::new(Node::start(&url, &[]).await);
+    let a = Arc::new(Node::start(&url, &[], &[]).await);
+    let b = Arc::new(Node::start(&url, &[], &[]).await);
     let acknowledged = Arc::new(std::sync::Mutex::new(Vec::new()));
     let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -548,15 +421,19 @@ async fn nodes_survive_a_postgres_restart_without_losing_acknowledged_jobs() {
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
                     match node.post("/api/jobs", json!({"queue": "r"})).await {
-                        Ok((200 | 201, answer)) => acknowledged
+                        Ok(Answer {
+                            status: 200 | 201,
+                            body,
+                            ..
+                        }) => acknowledged
                             .lock()
                             .expect("the list")
-                            .push(answer["id"].as_u64().expect("an id")),
-                        Ok((503, _)) | Err(_) => {
+                            .push(body["id"].as_u64().expect("an id")),
+                        Ok(Answer { status: 503, .. }) | Err(_) => {
                             refused.fetch_add(1, Ordering::Relaxed);
                             tokio::time::sleep(Duration::from_millis(20)).await;
                         }
-                        Ok((status, answer)) => panic!("unexpected {status}: {answer}"),
+                        Ok(Answer { status, body, .. }) => panic!("unexpected {status}: {body}"),
                     }
                 }
             })
@@ -619,26 +496,21 @@ async fn a_subscriptions_concurrency_holds_across_the_cluster() {
     let held = Duration::from_millis(400);
     let hook = Receiver::start(Vec::new(), Reply::slow(held)).await;
     let flags = ["--allow-private-endpoints"];
-    let a = Node::start(&url, &flags).await;
-    let b = Node::start(&url, &flags).await;
+    let a = Node::start(&url, &flags, &[]).await;
+    let b = Node::start(&url, &flags, &[]).await;
     // Both servers have counted each other (they write their rows every second).
     tokio::time::sleep(Duration::from_millis(2_500)).await;
-    let (status, answer) = a
-        .post(
-            "/api/queues/fan/subscriptions",
-            json!({"endpoint": hook.url("/hook"), "max_concurrency": 2}),
-        )
-        .await
-        .expect("a subscription");
-    assert_eq!(status, 201, "{answer}");
+    a.must_post(
+        "/api/queues/fan/subscriptions",
+        json!({"endpoint": hook.url("/hook"), "max_concurrency": 2}),
+        201,
+    )
+    .await;
     let jobs: Vec<Value> = (0..16)
         .map(|n| json!({"queue": "fan", "payload": {"n": n}}))
         .collect();
-    let (status, answer) = b
-        .post("/api/jobs/batch", json!({"jobs": jobs}))
-        .await
-        .expect("a batch");
-    assert_eq!(status, 201, "{answer}");
+    b.must_post("/api/jobs/batch", json!({"jobs": jobs}), 201)
+        .await;
     let received = hook.wait_for(16, Duration::from_secs(30)).await;
     let arrivals: Vec<Instant> = received.iter().map(|r| r.at).collect();
     let most = most_at_once(&arrivals, held);
@@ -659,19 +531,18 @@ async fn a_subscription_made_on_one_node_gets_the_next_message_of_another() {
     let Some(url) = database().await else { return };
     let hook = Receiver::ok().await;
     let flags = ["--allow-private-endpoints"];
-    let a = Node::start(&url, &flags).await;
-    let b = Node::start(&url, &flags).await;
+    let a = Node::start(&url, &flags, &[]).await;
+    let b = Node::start(&url, &flags, &[]).await;
     let before = a
         .must_enqueue(json!({"queue": "fan", "payload": {"n": 0}}))
         .await;
-    let (status, answer) = b
-        .post(
+    let answer = b
+        .must_post(
             "/api/queues/fan/subscriptions",
             json!({"endpoint": hook.url("/hook")}),
+            201,
         )
-        .await
-        .expect("a subscription");
-    assert_eq!(status, 201, "{answer}");
+        .await;
     let after = a
         .must_enqueue(json!({"queue": "fan", "payload": {"n": 1}}))
         .await;
@@ -681,10 +552,12 @@ async fn a_subscription_made_on_one_node_gets_the_next_message_of_another() {
     assert_eq!(message["body"], json!({"n": 1}), "{message}");
     // The message enqueued before the subscription has no delivery, and gets none later.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (status, deliveries) = a
-        .get(&format!("/api/subscriptions/{}/deliveries", answer["id"]))
+    let deliveries = a
+        .must_get(
+            &format!("/api/subscriptions/{}/deliveries", answer["id"]),
+            200,
+        )
         .await;
-    assert_eq!(status, 200, "{deliveries}");
     let messages: Vec<&Value> = deliveries["deliveries"]
         .as_array()
         .expect("a page of deliveries")
@@ -705,20 +578,19 @@ async fn an_endpoints_pause_holds_on_every_server() {
     let Some(url) = database().await else { return };
     let hook = Receiver::start(vec![Reply::status(429).retry_after("3")], Reply::ok()).await;
     let flags = ["--allow-private-endpoints"];
-    let a = Node::start(&url, &flags).await;
-    let b = Node::start(&url, &flags).await;
+    let a = Node::start(&url, &flags, &[]).await;
+    let b = Node::start(&url, &flags, &[]).await;
     // Both servers have counted each other (they write their rows every second).
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     let mut subscriptions = Vec::new();
     for (queue, path) in [("asks", "/a"), ("waits", "/b")] {
-        let (status, answer) = a
-            .post(
+        let answer = a
+            .must_post(
                 &format!("/api/queues/{queue}/subscriptions"),
                 json!({"endpoint": hook.url(path), "max_concurrency": 2}),
+                201,
             )
-            .await
-            .expect("a subscription");
-        assert_eq!(status, 201, "{answer}");
+            .await;
         subscriptions.push(answer["id"].clone());
     }
     a.must_enqueue(json!({"queue": "asks", "payload": {"n": 0}}))
@@ -726,8 +598,8 @@ async fn an_endpoints_pause_holds_on_every_server() {
     let first = hook.wait_for(1, Duration::from_secs(30)).await[0].at;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (_, view) = b
-            .get(&format!("/api/subscriptions/{}", subscriptions[1]))
+        let view = b
+            .must_get(&format!("/api/subscriptions/{}", subscriptions[1]), 200)
             .await;
         if view["health"]["endpoint"]["paused_until"].is_string() {
             break;
@@ -740,11 +612,8 @@ async fn an_endpoints_pause_holds_on_every_server() {
     let jobs: Vec<Value> = (1..=6)
         .map(|n| json!({"queue": "waits", "payload": {"n": n}}))
         .collect();
-    let (status, answer) = b
-        .post("/api/jobs/batch", json!({"jobs": jobs}))
-        .await
-        .expect("a batch");
-    assert_eq!(status, 201, "{answer}");
+    b.must_post("/api/jobs/batch", json!({"jobs": jobs}), 201)
+        .await;
     let received = hook.wait_for(8, Duration::from_secs(30)).await;
     for request in &received[1..] {
         let after = request.at.duration_since(first);
@@ -754,11 +623,11 @@ async fn an_endpoints_pause_holds_on_every_server() {
             "a request {after:?} after the 429, within its 3 s pause"
         );
     }
-    let (_, deliveries) = a
-        .get(&format!(
-            "/api/subscriptions/{}/deliveries",
-            subscriptions[1]
-        ))
+    let deliveries = a
+        .must_get(
+            &format!("/api/subscriptions/{}/deliveries", subscriptions[1]),
+            200,
+        )
         .await;
     let failures: Vec<&Value> = deliveries["deliveries"]
         .as_array()
@@ -798,7 +667,7 @@ async fn servers_starting_together_migrate_once() {
     let migrated = said.iter().filter(|s| s.starts_with("migrated")).count();
     assert_eq!(migrated, 1, "{said:?}");
     // A server then starts on it, and refuses a schema newer than it knows.
-    let node = Node::start(&url, &[]).await;
+    let node = Node::start(&url, &[], &[]).await;
     drop(node);
     let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
         .await
@@ -903,7 +772,7 @@ async fn a_demoted_primary_is_left_for_a_writable_one() {
     }
     let Some(url) = database().await else { return };
     let admin_url = postgres::admin_url().await.expect("the admin URL");
-    let node = Node::start(&url, &[]).await;
+    let node = Node::start(&url, &[], &[]).await;
     node.wait_until_leading().await;
     for n in 0..20 {
         node.must_enqueue(json!({"queue": "before", "payload": {"n": n}}))
@@ -920,7 +789,11 @@ async fn a_demoted_primary_is_left_for_a_writable_one() {
     let read_only = ReadOnlyServer::start(admin_url).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (status, answer) = node
+        let Answer {
+            status,
+            body: answer,
+            ..
+        } = node
             .post("/api/jobs", json!({"queue": "during"}))
             .await
             .expect("an answer");
@@ -933,11 +806,13 @@ async fn a_demoted_primary_is_left_for_a_writable_one() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for n in 0..10 {
-        let (status, answer) = node
-            .post("/api/jobs", json!({"queue": "during", "payload": {"n": n}}))
-            .await
-            .expect("an answer");
-        assert_eq!(status, 503, "{answer}");
+        let answer = node
+            .must_post(
+                "/api/jobs",
+                json!({"queue": "during", "payload": {"n": n}}),
+                503,
+            )
+            .await;
         assert_eq!(answer["error"]["code"], "unavailable", "{answer}");
     }
     assert!(
@@ -960,8 +835,12 @@ async fn a_demoted_primary_is_left_for_a_writable_one() {
     let mut served = 0;
     loop {
         match node.post("/api/jobs", json!({"queue": "after"})).await {
-            Ok((200 | 201, _)) => served += 1,
-            Ok((503, answer)) => assert_eq!(answer["error"]["code"], "unavailable", "{answer}"),
+            Ok(Answer {
+                status: 200 | 201, ..
+            }) => served += 1,
+            Ok(Answer {
+                status: 503, body, ..
+            }) => assert_eq!(body["error"]["code"], "unavailable", "{body}"),
             other => panic!("unexpected: {other:?}"),
         }
         let now = other_sessions(&url).await;
@@ -1010,23 +889,19 @@ async fn a_demoted_primary_is_left_for_a_writable_one() {
 async fn a_queues_limits_hold_across_the_cluster() {
     let _turn = TURN.lock().await;
     let Some(url) = database().await else { return };
-    let a = Arc::new(Node::start(&url, &[]).await);
-    let b = Arc::new(Node::start(&url, &[]).await);
-    let (status, answer) = a
-        .put(
-            "/api/queues/shared",
-            json!({"concurrency": 3, "rate": {"limit": 8, "period": "500ms"}}),
-        )
-        .await;
-    assert_eq!(status, 200, "{answer}");
+    let a = Arc::new(Node::start(&url, &[], &[]).await);
+    let b = Arc::new(Node::start(&url, &[], &[]).await);
+    a.must_put(
+        "/api/queues/shared",
+        json!({"concurrency": 3, "rate": {"limit": 8, "period": "500ms"}}),
+        200,
+    )
+    .await;
     let jobs: Vec<Value> = (0..40)
         .map(|n| json!({"queue": "shared", "payload": n}))
         .collect();
-    let (status, answer) = b
-        .post("/api/jobs/batch", json!({"jobs": jobs}))
-        .await
-        .expect("a batch");
-    assert_eq!(status, 201, "{answer}");
+    b.must_post("/api/jobs/batch", json!({"jobs": jobs}), 201)
+        .await;
     let held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -1041,15 +916,14 @@ async fn a_queues_limits_hold_across_the_cluster() {
                 use std::sync::atomic::Ordering::SeqCst;
                 while done.load(SeqCst) < 40 {
                     assert!(Instant::now() < deadline, "the jobs were not done in time");
-                    let (status, answer) = node
-                        .post(
+                    let answer = node
+                        .must_post(
                             "/api/take",
                             json!({"queues": ["shared"], "max": 2, "wait": "300ms",
                                    "lease": "30s"}),
+                            200,
                         )
-                        .await
-                        .expect("a take");
-                    assert_eq!(status, 200, "{answer}");
+                        .await;
                     let jobs = answer["jobs"].as_array().expect("jobs").clone();
                     let now = held.fetch_add(jobs.len(), SeqCst) + jobs.len();
                     most.fetch_max(now, SeqCst);
@@ -1095,35 +969,29 @@ async fn a_queues_limits_hold_across_the_cluster() {
 async fn a_schedule_ticks_once_per_tick_across_the_cluster() {
     let _turn = TURN.lock().await;
     let Some(url) = database().await else { return };
-    let mut a = Node::start(&url, &[]).await;
+    let mut a = Node::start(&url, &[], &[]).await;
     a.wait_until_leading().await;
-    let b = Node::start(&url, &[]).await;
-    let (status, answer) = b
-        .put(
-            "/api/schedules/every-second",
-            json!({"cron": "* * * * * *", "job": {"queue": "ticks"}}),
-        )
-        .await;
-    assert_eq!(status, 201, "{answer}");
+    let b = Node::start(&url, &[], &[]).await;
+    b.must_put(
+        "/api/schedules/every-second",
+        json!({"cron": "* * * * * *", "job": {"queue": "ticks"}}),
+        201,
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     a.kill();
     // B takes the lead within TAKEOVER, and catches up.
     tokio::time::sleep(TAKEOVER + Duration::from_secs(2)).await;
-    let (status, schedule) = b
-        .post("/api/schedules/every-second/pause", json!({}))
-        .await
-        .expect("paused");
-    assert_eq!(status, 200, "{schedule}");
+    b.must_post("/api/schedules/every-second/pause", json!({}), 200)
+        .await;
     // Once the pause is stored no tick is recorded: a pass that read the schedule before it
     // records at a revision the pause replaced, and is refused.
-    let (status, schedule) = b.get("/api/schedules/every-second").await;
-    assert_eq!(status, 200);
+    let schedule = b.must_get("/api/schedules/every-second", 200).await;
     let last_tick = schedule["last_tick"]
         .as_str()
         .expect("a last tick")
         .to_owned();
-    let (status, page) = b.get("/api/jobs?queue=ticks&limit=1000").await;
-    assert_eq!(status, 200);
+    let page = b.must_get("/api/jobs?queue=ticks&limit=1000", 200).await;
     let mut ticks: Vec<u64> = page["jobs"]
         .as_array()
         .expect("jobs")

@@ -191,6 +191,29 @@ async fn signalled(listener: &mut broadcast::Receiver<Signal>, sub: u64, event: 
 /// The event of a runner that waits for its subscription to change: a disabled one's.
 const WAITS_FOR_A_CHANGE: Event = Event::Waits(Wait::Change);
 
+/// Waits until the runner of `sub` has looked at its subscription since every change made
+/// before this call and found it disabled, with none of its deliveries in flight. Two changes
+/// of its throttle (which a disabled subscription does not use), each followed by the
+/// runner's [`WAITS_FOR_A_CHANGE`]: the first signal may come from a look begun before the
+/// first change, but the second's look began after it.
+async fn settles_disabled(server: &TestServer, sub: u64) {
+    let url = format!("/api/subscriptions/{sub}");
+    let mut signals = server.listen();
+    for throttle in [1, 2] {
+        let change = json!({ "throttle_per_second": throttle });
+        server
+            .api
+            .expect(Method::PATCH, &url, Some(change), 200)
+            .await;
+        signalled(&mut signals, sub, WAITS_FOR_A_CHANGE).await;
+    }
+    let in_flight = deliveries(server, sub, "status=in_flight").await;
+    assert!(
+        in_flight.is_empty(),
+        "subscription {sub}: in flight: {in_flight:?}"
+    );
+}
+
 fn delivery_of(received: &Received) -> u64 {
     received.json()["delivery_id"]
         .as_u64()
@@ -1324,11 +1347,16 @@ async fn health_marks_and_disabling_survive_concurrent_changes() {
         })
         .await;
     }
-    // A lost disable would show as one more attempt, 200 ms later.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Every PATCH that read a subscription before its disable was stored has ended by now.
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for patcher in patchers {
         patcher.await.expect("the PATCH loop");
+    }
+    // A lost disable would show as a runner that takes again instead of waiting for a change,
+    // and a lost failure mark as one more attempt before the disable: each runner settles, and
+    // the attempts are counted after.
+    for &sub in &subs {
+        settles_disabled(&server, sub).await;
     }
     for &sub in &subs {
         let view = subscription(&server, sub).await;

@@ -114,6 +114,11 @@ impl Node {
         self.log_text().contains("leads the maintenance")
     }
 
+    /// The server's process id, for signals (SIGSTOP to pause it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL: no shutdown, no goodbye to PostgreSQL.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -160,14 +165,37 @@ impl Node {
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
-    /// `POST` that must answer `expected`; the body.
-    pub async fn must_post(&self, path: &str, body: Value, expected: u16) -> Value {
+    /// A request that must answer `expected`; the body.
+    pub async fn must(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        expected: u16,
+    ) -> Value {
         let answer = self
-            .post(path, body)
+            .send(method.clone(), path, body)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(answer.status, expected, "POST {path}: {}", answer.body);
+        assert_eq!(answer.status, expected, "{method} {path}: {}", answer.body);
         answer.body
+    }
+
+    /// `POST` that must answer `expected`; the body.
+    pub async fn must_post(&self, path: &str, body: Value, expected: u16) -> Value {
+        self.must(reqwest::Method::POST, path, Some(&body), expected)
+            .await
+    }
+
+    /// `PUT` that must answer `expected`; the body.
+    pub async fn must_put(&self, path: &str, body: Value, expected: u16) -> Value {
+        self.must(reqwest::Method::PUT, path, Some(&body), expected)
+            .await
+    }
+
+    /// `GET` that must answer `expected`; the body.
+    pub async fn must_get(&self, path: &str, expected: u16) -> Value {
+        self.must(reqwest::Method::GET, path, None, expected).await
     }
 
     /// A job's status, `None` when there is no such job.
