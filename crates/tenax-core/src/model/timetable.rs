@@ -53,6 +53,52 @@ pub struct Tick {
 /// The most fields an expression may have: a leading second and the five of cron.
 const MAX_FIELDS: usize = 6;
 
+/// The fields of a five-field expression, each with what it may hold; a six-field one has
+/// [`SECOND`] first.
+const FIELDS: [(&str, &str); 5] = [
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31 (or L, W)"),
+    ("month", "1-12 (or JAN-DEC)"),
+    ("day-of-week", "0-7 (or SUN-SAT, L, #)"),
+];
+const SECOND: (&str, &str) = ("second", "0-59");
+
+fn parse(text: &str) -> Result<Cron, croner::errors::CronError> {
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Disallowed)
+        .build()
+        .parse(text)
+}
+
+/// The rule an expression that croner refused breaks, naming its field when one is to blame:
+/// each field is tried alone, every other one a `*`, and the first that fails is named with
+/// what it may hold and what it held (`field 2 (hour) must be 0-23 ..., got "25"`). An
+/// expression whose fields each pass alone (or a nickname) is refused as a whole.
+fn explain(text: &str, error: &croner::errors::CronError) -> String {
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let names: Vec<(&str, &str)> = if fields.len() == MAX_FIELDS {
+        std::iter::once(SECOND).chain(FIELDS).collect()
+    } else {
+        FIELDS.to_vec()
+    };
+    if fields.len() == names.len() {
+        for (position, (field, (name, allowed))) in fields.iter().zip(&names).enumerate() {
+            let mut alone = vec!["*"; fields.len()];
+            alone[position] = field;
+            if parse(&alone.join(" ")).is_err() {
+                return format!(
+                    "field {} ({name}) must be {allowed}, or a list, range or step of them, \
+                     got {field:?}",
+                    position + 1
+                );
+            }
+        }
+    }
+    format!("is not a valid cron expression: {error}")
+}
+
 impl Timetable {
     /// Reads `expression` in the IANA time zone `zone` (`UTC`, `Europe/Berlin`, ...).
     pub fn new(expression: &str, zone: &str) -> Result<Self, TimetableError> {
@@ -78,12 +124,7 @@ impl Timetable {
                  leading second), got {fields}"
             )));
         }
-        let cron = CronParser::builder()
-            .seconds(Seconds::Optional)
-            .year(Year::Disallowed)
-            .build()
-            .parse(text)
-            .map_err(|e| cron_error(format!("is not a valid cron expression: {e}")))?;
+        let cron = parse(text).map_err(|e| cron_error(explain(text, &e)))?;
         let zone_name = zone.trim();
         let zone = if zone_name.is_empty() {
             None
@@ -248,7 +289,13 @@ mod tests {
             ("", "UTC", "cron", "five or six fields"),
             ("* * * *", "UTC", "cron", "got 4"),
             ("* * * * * * *", "UTC", "cron", "got 7"),
-            ("61 * * * *", "UTC", "cron", "not a valid cron expression"),
+            ("61 * * * *", "UTC", "cron", "field 1 (minute) must be 0-59"),
+            ("0 25 * * *", "UTC", "cron", "field 2 (hour) must be 0-23"),
+            ("0 0 32 * *", "UTC", "cron", "field 3 (day-of-month) must be 1-31"),
+            ("0 0 * 13 *", "UTC", "cron", "got \"13\""),
+            ("0 0 * * MON-XYZ", "UTC", "cron", "field 5 (day-of-week)"),
+            ("75 * * * * *", "UTC", "cron", "field 1 (second) must be 0-59"),
+            ("* 75 * * * *", "UTC", "cron", "field 2 (minute)"),
             ("@sometimes", "UTC", "cron", "not a valid cron expression"),
             ("* * * * *", "Mars/Olympus", "timezone", "IANA time zone"),
             ("* * * * *", "", "timezone", "IANA time zone"),
