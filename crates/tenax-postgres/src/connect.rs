@@ -16,6 +16,7 @@ use std::time::Duration;
 use tenax_net::trust::CaFile;
 use tokio_postgres::Socket;
 use tokio_postgres::config::TargetSessionAttrs;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::MakeTlsConnect;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -163,6 +164,48 @@ impl Database {
     /// How connections are made, in words: the TLS mode and what is checked.
     pub fn said(&self) -> &str {
         &self.said
+    }
+
+    /// What a refusal at connection means to the operator, when PostgreSQL refused for a reason
+    /// that waiting cannot mend: no such database, a role or password it does not accept, a
+    /// role without the right to connect. `None` for anything else.
+    pub fn refusal(&self, error: &tokio_postgres::Error) -> Option<String> {
+        let server = error.as_db_error()?;
+        // libpq's defaults: the login name for the role, the role's name for the database.
+        let role = self.config.get_user().unwrap_or("(your login name)");
+        let database = self.config.get_dbname().unwrap_or(role);
+        let code = server.code();
+        let text = if *code == SqlState::INVALID_CATALOG_NAME {
+            let owner = self
+                .config
+                .get_user()
+                .map(|role| format!("--owner {role} "))
+                .unwrap_or_default();
+            format!(
+                "PostgreSQL has no database {database:?}: create it (`createdb {owner}\
+                 {database}`, docs/postgres.md, \"A role and a database\") or name another \
+                 in --database-url"
+            )
+        } else if *code == SqlState::INVALID_PASSWORD
+            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+        {
+            format!(
+                "PostgreSQL does not accept role {role:?}: {} (check the role and password in \
+                 --database-url, and pg_hba.conf; docs/postgres.md, \"A role and a \
+                 database\")",
+                server.message()
+            )
+        } else if *code == SqlState::INSUFFICIENT_PRIVILEGE {
+            format!(
+                "role {role:?} may not use database {database:?}: {} (`GRANT CONNECT, CREATE \
+                 ON DATABASE {database} TO {role}`; docs/postgres.md, \"A role and a \
+                 database\")",
+                server.message()
+            )
+        } else {
+            return None;
+        };
+        Some(text)
     }
 
     /// A new connection: the client, and its driver, which the caller must spawn.

@@ -236,7 +236,14 @@ fn is_conflict(error: &StoreError) -> bool {
 async fn prepare(database: &Database, clock: &Clock, secrets: &Keyring) -> Result<(), StoreError> {
     // Said when connecting fails: a refused certificate is then explained by the check.
     let connecting = format!("connecting to PostgreSQL {}", database.said());
-    let (mut client, connection) = database.connect().await.map_err(fault(connecting))?;
+    let (mut client, connection) =
+        database
+            .connect()
+            .await
+            .map_err(|error| match database.refusal(&error) {
+                Some(refusal) => StoreError::Refused(refusal),
+                None => fault(connecting)(error),
+            })?;
     let driver = tokio::spawn(connection);
     let sampled = match clock.database_time() {
         Some(time) => clock::round(&client, time)

@@ -149,6 +149,31 @@ async fn without_a_wait_or_with_a_refusal_waiting_cannot_mend_the_start_ends_at_
     let status = wait_for_exit(&dir, &mut child).await;
     assert!(!status.success());
     let log = log_of(&dir);
-    assert!(log.contains("tenax_no_such_database"), "{log}");
+    // One sentence that says what to do, not the server's words twice behind the TLS mode.
+    assert!(
+        log.contains("PostgreSQL has no database \"tenax_no_such_database\": create it (`createdb"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("db error") && !log.contains("sslmode"),
+        "{log}"
+    );
+    assert!(!log.contains("trying again"), "{log}");
+
+    // Nor is a role the database does not accept.
+    let mut refused = url::Url::parse(&url).expect("the test database's URL");
+    if refused.password().is_some() {
+        refused
+            .set_password(Some("not-the-password"))
+            .expect("a password");
+    } else {
+        refused.set_username("tenax_no_such_role").expect("a role");
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut child, _) = serve(&dir, refused.as_str(), &["--database-wait", "10m"]);
+    let status = wait_for_exit(&dir, &mut child).await;
+    assert!(!status.success());
+    let log = log_of(&dir);
+    assert!(log.contains("PostgreSQL does not accept role"), "{log}");
     assert!(!log.contains("trying again"), "{log}");
 }

@@ -118,6 +118,7 @@ impl From<StoreError> for EngineError {
             error @ (StoreError::Storage(_)
             | StoreError::Corrupt(_)
             | StoreError::Secrets(_)
+            | StoreError::Refused(_)
             | StoreError::NewerFormat { .. }) => Self::Storage(StorageFailure(error)),
         }
     }

@@ -54,6 +54,11 @@ pub enum StoreError {
     Unavailable(StorageFault),
     #[error("stored data is unreadable: {0}")]
     Corrupt(String),
+    /// The backend refuses this server for a reason that waiting cannot mend and the operator
+    /// must (a database that does not exist, a role it does not accept); the message says what
+    /// to do.
+    #[error("{0}")]
+    Refused(String),
     /// Stored secrets do not open with the keys this server holds (a wrong or missing key
     /// file), or a key is needed and none was given (`crate::secrets`, docs/security.md).
     #[error("{0}")]
