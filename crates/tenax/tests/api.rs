@@ -1060,13 +1060,17 @@ async fn concurrent_settings_changes_are_all_kept() {
     let server = TestServer::manual().await;
     let policy = json!({"type": "fixed", "delay": 1000, "retry_limit": 3});
     for round in 0..40 {
+        // Each change may be the one that makes the queue.
         let path = format!("/api/queues/race{round}");
-        let pause = format!("{path}/pause");
+        let (pause, put) = (
+            format!("{path}/pause?create=true"),
+            format!("{path}?create=true"),
+        );
         let (paused, ttl, policed, forbidden) = tokio::join!(
             server.post(&pause, json!({})),
-            server.put(&path, json!({"message_ttl": "1m"})),
-            server.put(&path, json!({"policy": policy})),
-            server.put(&path, json!({"disable_overrides": true})),
+            server.put(&put, json!({"message_ttl": "1m"})),
+            server.put(&put, json!({"policy": policy})),
+            server.put(&put, json!({"disable_overrides": true})),
         );
         // Each answer shows its own change.
         assert_eq!(paused["paused"], true, "{paused}");
@@ -1087,10 +1091,74 @@ async fn concurrent_settings_changes_are_all_kept() {
     }
 }
 
+/// A misspelt queue is not made by a pause or a settings change: a queue that has never
+/// existed is a 404 naming the existing queues closest to it, unless `?create=true`. A queue
+/// exists with jobs, settings, subscriptions or a schedule that enqueues to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_a_queue_that_never_existed_is_refused_naming_the_closest() {
+    let server = TestServer::manual().await;
+    server.enqueue(json!({"queue": "emails"})).await;
+    server
+        .put("/api/queues/exports?create=true", json!({"concurrency": 2}))
+        .await;
+    for (method, path) in [
+        (Method::POST, "/api/queues/emials/pause"),
+        (Method::POST, "/api/queues/emials/resume"),
+        (Method::PUT, "/api/queues/emials"),
+    ] {
+        let body = (method == Method::PUT).then(|| json!({"paused": true}));
+        let error = server.error(method.clone(), path, body, 404).await;
+        assert_eq!(error.code, "not_found", "{method} {path}: {error:?}");
+        assert_eq!(
+            error.message, "queue \"emials\" does not exist; did you mean \"emails\"?",
+            "{method} {path}"
+        );
+    }
+    let error = server
+        .error(Method::POST, "/api/queues/invoices/pause", None, 404)
+        .await;
+    assert_eq!(error.message, "queue \"invoices\" does not exist");
+    // Nothing was made by the refusals.
+    let queues = server.get("/api/queues").await;
+    let names: Vec<&str> = queues["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["emails", "exports"], "{queues}");
+    // Existing queues change as before; `create` makes a new one.
+    assert_eq!(
+        server.post("/api/queues/emails/pause", json!({})).await["paused"],
+        true
+    );
+    assert_eq!(
+        server
+            .put("/api/queues/exports", json!({"concurrency": 3}))
+            .await["concurrency"],
+        3
+    );
+    let made = server
+        .post("/api/queues/invoices/pause?create=true", json!({}))
+        .await;
+    assert_eq!(made["paused"], true, "{made}");
+    let error = server
+        .error(
+            Method::POST,
+            "/api/queues/emails/pause?create=maybe",
+            None,
+            400,
+        )
+        .await;
+    assert_eq!(error.field.as_deref(), Some("query"), "{error:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_queue_hands_out_nothing_until_resumed() {
     let server = TestServer::manual().await;
-    let paused = server.post("/api/queues/pq/pause", json!({})).await;
+    let paused = server
+        .post("/api/queues/pq/pause?create=true", json!({}))
+        .await;
     assert_eq!(paused["paused"], true);
     let held = server.enqueue(job("pq")).await;
     let free = server.enqueue(job("other")).await;
@@ -1159,7 +1227,7 @@ async fn job_policy_beats_queue_policy_beats_the_server_default() {
     .await;
     let queue = server
         .put(
-            "/api/queues/qp",
+            "/api/queues/qp?create=true",
             json!({"policy": {"type": "fixed", "delay": "3s"}}),
         )
         .await;
@@ -1167,7 +1235,7 @@ async fn job_policy_beats_queue_policy_beats_the_server_default() {
     let error = server
         .error(
             Method::PUT,
-            "/api/queues/qp2",
+            "/api/queues/qp2?create=true",
             Some(json!({"policy": {"type": "fixed", "delay": "soon"}})),
             400,
         )
@@ -1216,7 +1284,7 @@ async fn a_bare_retry_limit_keeps_the_queue_curve() {
     let server = TestServer::manual().await;
     server
         .put(
-            "/api/queues/ql",
+            "/api/queues/ql?create=true",
             json!({"policy": {"type": "fixed", "delay": "4s"}}),
         )
         .await;
@@ -1894,10 +1962,12 @@ async fn real_time_retries_follow_the_schedule() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_keeps_every_acknowledged_state() {
     let mut server = TestServer::manual().await;
-    server.post("/api/queues/held/pause", json!({})).await;
+    server
+        .post("/api/queues/held/pause?create=true", json!({}))
+        .await;
     server
         .put(
-            "/api/queues/rq",
+            "/api/queues/rq?create=true",
             json!({"policy": {"type": "fixed", "delay": "42s"}}),
         )
         .await;
@@ -2044,7 +2114,10 @@ async fn a_queue_message_ttl_deletes_jobs_nobody_takes() {
     let server = TestServer::manual().await;
     let api = &server;
     let queue = api
-        .put("/api/queues/hooks", json!({"message_ttl": "1m"}))
+        .put(
+            "/api/queues/hooks?create=true",
+            json!({"message_ttl": "1m"}),
+        )
         .await;
     assert_eq!(queue["message_ttl_ms"], 60_000);
     let kept = api
@@ -2073,7 +2146,7 @@ async fn a_queue_message_ttl_deletes_jobs_nobody_takes() {
     let error = api
         .error(
             Method::PUT,
-            "/api/queues/hooks",
+            "/api/queues/hooks?create=true",
             Some(json!({"message_ttl": 0})),
             400,
         )

@@ -67,7 +67,7 @@ async fn work(
 async fn many_workers_never_hold_more_than_the_concurrency_limit() {
     let server = TestServer::start(Options::system()).await;
     server
-        .put("/api/queues/lim", json!({"concurrency": 3}))
+        .put("/api/queues/lim?create=true", json!({"concurrency": 3}))
         .await;
     let jobs: Vec<_> = (0..60)
         .map(|i| json!({"queue": "lim", "payload": i}))
@@ -102,7 +102,7 @@ async fn many_workers_never_start_more_than_the_rate_limit_in_any_period() {
     let server = TestServer::start(Options::system()).await;
     server
         .put(
-            "/api/queues/rated",
+            "/api/queues/rated?create=true",
             json!({"rate": {"limit": 10, "period": "500ms"}}),
         )
         .await;
@@ -133,7 +133,7 @@ async fn many_workers_never_start_more_than_the_rate_limit_in_any_period() {
 async fn a_waiting_worker_is_woken_when_room_appears() {
     let server = TestServer::manual().await;
     server
-        .put("/api/queues/one", json!({"concurrency": 1}))
+        .put("/api/queues/one?create=true", json!({"concurrency": 1}))
         .await;
     server
         .enqueue_batch(vec![json!({"queue": "one"}), json!({"queue": "one"})])
@@ -160,7 +160,7 @@ async fn a_waiting_worker_is_woken_when_room_appears() {
     // clock does.
     server
         .put(
-            "/api/queues/slow",
+            "/api/queues/slow?create=true",
             json!({"rate": {"limit": 2, "period": "10s"}}),
         )
         .await;
@@ -194,7 +194,7 @@ async fn limits_are_set_shown_removed_and_refused_naming_the_field() {
     let server = TestServer::manual().await;
     let set = server
         .put(
-            "/api/queues/q",
+            "/api/queues/q?create=true",
             json!({"concurrency": 5, "rate": {"limit": 100, "period": "1m"}}),
         )
         .await;
@@ -206,14 +206,18 @@ async fn limits_are_set_shown_removed_and_refused_naming_the_field() {
     let list = server.get("/api/queues").await;
     assert_eq!(list["queues"][0]["concurrency"], 5);
     // Other settings leave the limits; null removes one.
-    let paused = server.put("/api/queues/q", json!({"paused": true})).await;
+    let paused = server
+        .put("/api/queues/q?create=true", json!({"paused": true}))
+        .await;
     assert_eq!(paused["concurrency"], 5);
     let removed = server
-        .put("/api/queues/q", json!({"concurrency": null}))
+        .put("/api/queues/q?create=true", json!({"concurrency": null}))
         .await;
     assert!(removed.get("concurrency").is_none(), "{removed}");
     assert_eq!(removed["rate"]["limit"], 100);
-    let removed = server.put("/api/queues/q", json!({"rate": null})).await;
+    let removed = server
+        .put("/api/queues/q?create=true", json!({"rate": null}))
+        .await;
     assert!(removed.get("rate").is_none(), "{removed}");
     for (body, field) in [
         (json!({"concurrency": 0}), "concurrency"),

@@ -150,6 +150,11 @@ impl Served {
             )
             .await;
         }
+        // A worker on a misspelt queue, twice: warned of once.
+        for _ in 0..2 {
+            self.post("/api/take", json!({"queues": ["mial", "mail"]}))
+                .await;
+        }
     }
 }
 
@@ -232,7 +237,17 @@ async fn text_logs_read_as_written() {
         disabled.contains(" WARN ") && disabled.contains("subscription="),
         "{disabled}"
     );
-    check_plain(&served.text(), &served.log);
+    let misspelt = served
+        .wait_for_line(&["takes from queue \"mial\", which has never existed"])
+        .await;
+    assert!(
+        misspelt.contains(" WARN ") && misspelt.contains("did you mean \"mail\"?"),
+        "{misspelt}"
+    );
+    let text = served.text();
+    assert_eq!(text.matches("which has never existed").count(), 1, "{text}");
+    assert!(!text.contains("queue \"mail\", which"), "{text}");
+    check_plain(&text, &served.log);
 }
 
 #[tokio::test]

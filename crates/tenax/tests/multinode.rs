@@ -892,7 +892,7 @@ async fn a_queues_limits_hold_across_the_cluster() {
     let a = Arc::new(Node::start(&url, &[], &[]).await);
     let b = Arc::new(Node::start(&url, &[], &[]).await);
     a.must_put(
-        "/api/queues/shared",
+        "/api/queues/shared?create=true",
         json!({"concurrency": 3, "rate": {"limit": 8, "period": "500ms"}}),
         200,
     )

@@ -334,7 +334,7 @@ async fn precedence_is_subscription_then_queue_then_server_unless_the_queue_forb
 
     // The queue's policy comes before the server's, after the subscription's.
     let queue = server
-        .put("/api/queues/q", json!({"policy": queue_policy}))
+        .put("/api/queues/q?create=true", json!({"policy": queue_policy}))
         .await;
     assert_eq!(queue.get("disable_overrides"), None, "{queue}");
     expect([
@@ -363,7 +363,10 @@ async fn precedence_is_subscription_then_queue_then_server_unless_the_queue_forb
     .await;
     // Allowing overrides again gives the subscription its own back.
     server
-        .put("/api/queues/q", json!({"disable_overrides": false}))
+        .put(
+            "/api/queues/q?create=true",
+            json!({"disable_overrides": false}),
+        )
         .await;
     expect([
         (with_own, ("subscription", canonical(&own))),

@@ -62,9 +62,9 @@ def retry_forever(client: Client, method: str, path: str, body: Any,
 
 
 def prepare(client: Client, setup: Setup, receiver_url: str, history: History) -> None:
-    retry_forever(client, "PUT", "/api/queues/limited",
+    retry_forever(client, "PUT", "/api/queues/limited?create=true",
                   {"concurrency": setup.concurrency_limit})
-    retry_forever(client, "PUT", "/api/queues/rated",
+    retry_forever(client, "PUT", "/api/queues/rated?create=true",
                   {"rate": {"limit": setup.rate_limit,
                             "period": f"{int(setup.rate_period_s * 1000)}ms"}})
     made = retry_forever(client, "POST", "/api/queues/hooks/subscriptions", {

@@ -27,12 +27,27 @@ pub enum EngineError {
 }
 
 /// What does not exist.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Missing {
     #[error("job {0} does not exist")]
     Job(JobId),
     #[error("subscription {0} does not exist")]
     Subscription(SubscriptionId),
+    /// A queue that has never existed (`engine/known_queues.rs`), with the existing names
+    /// closest to it.
+    #[error("{}", queue_missing(name, closest))]
+    Queue { name: String, closest: Vec<String> },
+}
+
+fn queue_missing(name: &str, closest: &[String]) -> String {
+    if closest.is_empty() {
+        format!("queue {name:?} does not exist")
+    } else {
+        format!(
+            "queue {name:?} does not exist; did you mean {}?",
+            super::known_queues::quoted(closest)
+        )
+    }
 }
 
 /// How a request conflicts with the state.

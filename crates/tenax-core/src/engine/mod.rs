@@ -14,6 +14,7 @@ mod decide;
 mod endpoints;
 mod error;
 mod jobs;
+pub mod known_queues;
 pub mod maintenance;
 mod observe;
 mod queues;
@@ -65,6 +66,8 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
     /// What this server did in the last day, per minute (the dashboard's overview).
     pub activity: activity::Activity,
+    /// Which queues a take warned of as never having existed.
+    take_warnings: known_queues::TakeWarnings,
     /// The spans, when tracing is on (`--otlp-endpoint`).
     pub tracing: Option<Arc<crate::otel::Tracing>>,
 }
@@ -142,6 +145,7 @@ impl Engine {
             tokens: tokens::TokenBook::default(),
             metrics: Arc::new(Metrics::default()),
             activity: activity::Activity::default(),
+            take_warnings: known_queues::TakeWarnings::default(),
             tracing: None,
         }
     }

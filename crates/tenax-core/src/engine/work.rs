@@ -72,6 +72,7 @@ impl Engine {
         // Whether to wake when jobs leave flight: only once a concurrency limit held this take
         // back (every acknowledgement signals it).
         let mut watch_released = false;
+        let mut warned = false;
         loop {
             // Register for the wake-ups before looking, so a job that arrives in between is
             // seen.
@@ -87,6 +88,11 @@ impl Engine {
             let began = began(self);
             let taken = self.store.take_jobs(&request, now_ms).await?;
             self.observe_taken(&taken.jobs, now_ms, began);
+            if taken.jobs.is_empty() && !warned {
+                // A worker waiting on a misspelt queue would otherwise wait in silence.
+                warned = true;
+                self.warn_of_unknown_queues(take.queues).await;
+            }
             if !taken.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
                 return Ok(taken.jobs);
             }

@@ -30,7 +30,7 @@ async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<JobPage>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
+    let query = super::extract::query(query)?;
     if query.status.is_some() {
         return Err(ApiError::invalid("status", "is always dead here"));
     }

@@ -21,7 +21,7 @@ use utoipa_axum::routes;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::JsonOrEmpty;
+use super::extract::{JsonOrEmpty, query};
 use super::fields::{Time, stored_policy};
 use super::jobs::{ListQuery, filter_from};
 use super::openapi::{Conflict, Missing, Refusals};
@@ -47,12 +47,6 @@ fn parse_delivery_id(text: &str) -> Result<JobId, ApiError> {
             format!("must be a delivery id (a whole number), got {text:?}"),
         )
     })
-}
-
-fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
-    query
-        .map(|Query(q)| q)
-        .map_err(|e| ApiError::invalid("query", e.body_text()))
 }
 
 /// A page of a subscription's deliveries or attempts.

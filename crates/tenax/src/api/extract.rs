@@ -229,6 +229,15 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for JsonOrEmp
     }
 }
 
+/// A request's query string as `T`, or a 400 naming `query` and what was wrong with it.
+pub fn query<T>(
+    query: Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>,
+) -> Result<T, ApiError> {
+    query
+        .map(|axum::extract::Query(q)| q)
+        .map_err(|e| ApiError::invalid("query", e.body_text()))
+}
+
 #[cfg(test)]
 mod tests {
     use serde::Deserialize;

@@ -464,7 +464,7 @@ async fn list(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<JobPage>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
+    let query = super::extract::query(query)?;
     list_page(&state, &query, None).await
 }
 

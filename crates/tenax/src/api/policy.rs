@@ -84,7 +84,7 @@ async fn preview(
     query: Result<Query<PreviewQuery>, QueryRejection>,
     JsonBody(policy): JsonBody<Value>,
 ) -> Result<Json<PreviewView>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::invalid("query", e.body_text()))?;
+    let query = super::extract::query(query)?;
     let rows = query.rows.unwrap_or(DEFAULT_ROWS);
     if !(1..=MAX_ROWS).contains(&rows) {
         return Err(ApiError::invalid(

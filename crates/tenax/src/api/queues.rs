@@ -4,7 +4,8 @@
 //! Internal queues (a subscription's deliveries) are never listed: their names cannot be asked
 //! for (see `check_queue_name`) and their counts are shown on the subscription.
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -13,15 +14,15 @@ use tenax_core::model::{
     LimitUse, QueueConfig, QueueCounts, RateLimit, StoredPolicy, subscription::is_internal_queue,
 };
 use tenax_policy::parse_policy;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::JsonBody;
+use super::extract::{JsonBody, query};
 use super::fields::check_queue_name;
-use super::openapi::Refusals;
+use super::openapi::{Missing, Refusals};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
@@ -351,14 +352,29 @@ fn check_rate(rate: RateRequest) -> Result<RateLimit, ApiError> {
     })
 }
 
+/// Whether a change may make the queue: a queue that has never existed is a 404 naming the
+/// queues closest to it (a misspelt name), unless the request says `?create=true`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct Creating {
+    /// Make the queue if it has never existed (default false).
+    #[serde(default)]
+    create: bool,
+}
+
 /// Stores `change` atomically (a concurrent pause and settings update both hold) and answers
 /// with the queue as it is then.
 async fn change_queue(
     state: &AppState,
     name: &str,
+    creating: Creating,
     change: QueueChange,
 ) -> Result<Json<QueueView>, ApiError> {
     check_queue_name("name", name)?;
+    if !creating.create {
+        state.engine.require_queue(name).await?;
+    }
     let config = state
         .engine
         .update_queue(name, |current| {
@@ -369,50 +385,57 @@ async fn change_queue(
     shown(state, name, &config).await
 }
 
-/// Changes a queue's settings.
+/// Changes a queue's settings. A queue that has never existed is a 404 naming the closest
+/// ones, unless `?create=true`.
 #[utoipa::path(put, path = "/queues/{name}", operation_id = "update_queue", tag = "queues",
-    params(("name" = String, Path, description = "The queue")),
+    params(("name" = String, Path, description = "The queue"), Creating),
     request_body = UpdateQueue,
-    responses((status = 200, body = QueueView), Refusals))]
+    responses((status = 200, body = QueueView), Refusals, Missing))]
 async fn update(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    creating: Result<Query<Creating>, QueryRejection>,
     JsonBody(request): JsonBody<UpdateQueue>,
 ) -> Result<Json<QueueView>, ApiError> {
     check_queue_name("name", &name)?;
-    change_queue(&state, &name, queue_change(request)?).await
+    change_queue(&state, &name, query(creating)?, queue_change(request)?).await
 }
 
 async fn set_paused(
     state: AppState,
     name: String,
+    creating: Result<Query<Creating>, QueryRejection>,
     paused: bool,
 ) -> Result<Json<QueueView>, ApiError> {
     let change = QueueChange {
         paused: Some(paused),
         ..QueueChange::default()
     };
-    change_queue(&state, &name, change).await
+    change_queue(&state, &name, query(creating)?, change).await
 }
 
-/// Pauses a queue: it accepts jobs but hands none out.
+/// Pauses a queue: it accepts jobs but hands none out. A queue that has never existed is a
+/// 404 naming the closest ones, unless `?create=true`.
 #[utoipa::path(post, path = "/queues/{name}/pause", operation_id = "pause_queue", tag = "queues",
-    params(("name" = String, Path, description = "The queue")),
-    responses((status = 200, body = QueueView), Refusals))]
+    params(("name" = String, Path, description = "The queue"), Creating),
+    responses((status = 200, body = QueueView), Refusals, Missing))]
 async fn pause(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    creating: Result<Query<Creating>, QueryRejection>,
 ) -> Result<Json<QueueView>, ApiError> {
-    set_paused(state, name, true).await
+    set_paused(state, name, creating, true).await
 }
 
-/// Resumes a paused queue.
+/// Resumes a paused queue. A queue that has never existed is a 404 naming the closest ones,
+/// unless `?create=true`.
 #[utoipa::path(post, path = "/queues/{name}/resume", operation_id = "resume_queue", tag = "queues",
-    params(("name" = String, Path, description = "The queue")),
-    responses((status = 200, body = QueueView), Refusals))]
+    params(("name" = String, Path, description = "The queue"), Creating),
+    responses((status = 200, body = QueueView), Refusals, Missing))]
 async fn resume(
     State(state): State<AppState>,
     Path(name): Path<String>,
+    creating: Result<Query<Creating>, QueryRejection>,
 ) -> Result<Json<QueueView>, ApiError> {
-    set_paused(state, name, false).await
+    set_paused(state, name, creating, false).await
 }
