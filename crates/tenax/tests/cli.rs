@@ -804,3 +804,14 @@ fn subscriptions_show_the_retry_budget_and_the_endpoint_breaker() {
     assert!(shown.contains("retry budget"), "{shown}");
     assert!(shown.contains("none"), "{shown}");
 }
+
+/// `tenax queues` alone lists the queues, as `tenax queues list` does.
+#[test]
+fn queues_alone_lists_them() {
+    let server = start();
+    stdout(&tenax(&server, &["enqueue", "-q", "mail"]));
+    let alone = stdout(&tenax(&server, &["queues"]));
+    assert!(alone.lines().any(|l| l.starts_with("mail ")), "{alone}");
+    assert_eq!(alone, stdout(&tenax(&server, &["queues", "list"])));
+    prints_the_api_answer(&server, &["queues"], "/api/queues");
+}

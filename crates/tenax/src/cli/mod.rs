@@ -53,9 +53,8 @@ pub enum Command {
     Dead(jobs::DeadCommand),
     /// Job counts per queue and status.
     Stats(client::ServerArgs),
-    /// Queues: list, show, set limits, pause, resume.
-    #[command(subcommand)]
-    Queues(queues::QueuesCommand),
+    /// Queues: list (without a subcommand too), show, set limits, pause, resume.
+    Queues(queues::QueuesArgs),
     /// Periodic jobs: set, list, show, ticks, preview, pause, resume, delete.
     #[command(subcommand)]
     Schedules(schedules::SchedulesCommand),

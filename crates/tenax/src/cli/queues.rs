@@ -17,6 +17,17 @@ use super::output::{Output, print, print_list};
 use super::terminal::safe;
 use super::{CliError, parse};
 
+/// `tenax queues`: a subcommand, or none for the list.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct QueuesArgs {
+    #[command(subcommand)]
+    pub command: Option<QueuesCommand>,
+    /// Without a subcommand, what `list` takes.
+    #[command(flatten)]
+    pub list: Output,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum QueuesCommand {
     /// Every queue with settings or jobs.
@@ -78,7 +89,10 @@ fn parse_rate(text: &str) -> Result<(u32, Duration), String> {
     Ok((limit, period))
 }
 
-pub fn run(command: QueuesCommand) -> Result<(), CliError> {
+pub fn run(args: QueuesArgs) -> Result<(), CliError> {
+    let command = args
+        .command
+        .unwrap_or(QueuesCommand::List { output: args.list });
     block_on(async move {
         match command {
             QueuesCommand::List { output } => {
