@@ -815,3 +815,67 @@ fn queues_alone_lists_them() {
     assert_eq!(alone, stdout(&tenax(&server, &["queues", "list"])));
     prints_the_api_answer(&server, &["queues"], "/api/queues");
 }
+
+/// Whether `text` is a time as the tables show one: `2026-11-27T11:25:37Z`.
+fn is_date(text: &str) -> bool {
+    let shape = text
+        .bytes()
+        .map(|b| if b.is_ascii_digit() { b'0' } else { b })
+        .collect::<Vec<u8>>();
+    shape == b"0000-00-00T00:00:00Z"
+}
+
+/// Times in tables are dates in UTC to the second, never milliseconds since 1970.
+#[test]
+fn times_in_tables_are_dates() {
+    let server = start();
+    stdout(&tenax(
+        &server,
+        &[
+            "enqueue",
+            "-q",
+            "later",
+            "--run-at",
+            "2030-01-02T03:04:05.678Z",
+        ],
+    ));
+    let list = stdout(&tenax(&server, &["jobs", "list", "-q", "later"]));
+    let row = list.lines().nth(1).expect("a row");
+    assert!(row.contains(" 2030-01-02T03:04:05Z "), "{row}");
+    stdout(&tenax(
+        &server,
+        &[
+            "schedules",
+            "set",
+            "yearly",
+            "--cron",
+            "@yearly",
+            "--queue",
+            "later",
+        ],
+    ));
+    let shown = stdout(&tenax(&server, &["schedules", "show", "yearly"]));
+    let next = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("next tick"))
+        .expect("a next tick")
+        .trim();
+    assert!(
+        is_date(next) && next.ends_with("-01-01T00:00:00Z"),
+        "{shown}"
+    );
+    let ticks = stdout(&tenax(
+        &server,
+        &["schedules", "ticks", "yearly", "--count", "2"],
+    ));
+    for row in ticks.lines().skip(2) {
+        let at = row.split_whitespace().next().expect("a time");
+        assert!(is_date(at), "{ticks}");
+    }
+    // JSON keeps the API's spelling.
+    let job = &json(&server, &["schedules", "show", "yearly"])["next_tick"];
+    assert!(
+        job.as_str().is_some_and(|t| t.ends_with("T00:00:00.000Z")),
+        "{job}"
+    );
+}

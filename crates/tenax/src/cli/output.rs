@@ -5,6 +5,7 @@
 //! - The JSON is the typed answer written back in the API's spelling (tenax-client's models
 //!   serialize as the server writes them), every string made safe for a terminal.
 //! - A cell holds text from the server only through [`safe`]: one line, no control characters.
+//! - A cell shows a time as a date ([`time`]), never as milliseconds since 1970.
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
@@ -62,9 +63,10 @@ pub fn json<T: Serialize + ?Sized>(answer: &T) -> Result<String, CliError> {
     Ok(super::terminal::safe_json(&text).into_owned())
 }
 
-/// A time as a cell.
+/// A time as a cell: RFC 3339 in UTC to the second (`2026-11-27T11:25:37Z`), the way a reader
+/// compares it with a clock. `--format json` keeps the API's milliseconds.
 pub fn time(at: SystemTime) -> String {
-    humantime::format_rfc3339_millis(at).to_string()
+    humantime::format_rfc3339_seconds(at).to_string()
 }
 
 /// A time that may be missing: its cell, or `default`.
