@@ -879,3 +879,36 @@ fn times_in_tables_are_dates() {
         "{job}"
     );
 }
+
+/// A 401 says which flag (or variable) gives the token, not which HTTP header carries it.
+#[test]
+fn a_missing_or_bad_token_names_the_flag() {
+    let server = start_with_auth();
+    for said in [
+        refused(&tenax(&server, &["stats"])),
+        refused(
+            &Command::new(BIN)
+                .args(["work", "-q", "q", "--exec", "true"])
+                .env("TENAX_URL", &server.url)
+                .output()
+                .expect("run tenax work"),
+        ),
+    ] {
+        // The last line is the error (`tenax work` logs before it).
+        let error = said.lines().last().unwrap_or_default();
+        assert_eq!(
+            error,
+            "error: this server needs an API token: give it with --token or TENAX_TOKEN \
+             (401 Unauthorized)",
+            "{said}"
+        );
+    }
+    let said = refused(&tenax_with(&server, "tnx_wrong", &["jobs", "list"]));
+    assert!(
+        said.contains(
+            "the API token is not valid (unknown or revoked): check --token or TENAX_TOKEN"
+        ),
+        "{said}"
+    );
+    stdout(&tenax_with(&server, ADMIN, &["stats"]));
+}

@@ -40,6 +40,9 @@ pub struct ServerArgs {
 pub struct Server {
     client: tenax_client::Client,
     url: String,
+    /// Whether `--token` (or `TENAX_TOKEN`) gave a token: a 401 means a missing one, or a bad
+    /// one.
+    token_given: bool,
 }
 
 impl std::ops::Deref for Server {
@@ -67,6 +70,7 @@ impl Server {
         Ok(Self {
             client,
             url: args.url.trim_end_matches('/').to_owned(),
+            token_given: args.token.is_some(),
         })
     }
 
@@ -86,6 +90,18 @@ impl Server {
     /// A client error as a one-line message: `field: rule (400 Bad Request)`.
     pub fn error(&self, error: Error) -> CliError {
         match error {
+            // The server speaks of the Authorization header; the user gives a flag.
+            Error::Api {
+                status: 401,
+                message,
+                ..
+            } => CliError::Invalid(if self.token_given {
+                format!("{message}: check --token or TENAX_TOKEN (401 Unauthorized)")
+            } else {
+                "this server needs an API token: give it with --token or TENAX_TOKEN \
+                 (401 Unauthorized)"
+                    .to_owned()
+            }),
             Error::Api {
                 status,
                 field,
