@@ -10,6 +10,7 @@ use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::error::{Error, Result, chain};
 use crate::model::{
@@ -23,6 +24,7 @@ use crate::request::{
     OnDuplicate, QueueUpdate, ReplayDead, ReplayDeliveries, RotateSecret, SubscriptionSettings,
     Take,
 };
+use crate::schedule::{NewSchedule, Schedule, ScheduleList, SchedulePreview, Ticks};
 use crate::stream::JobStream;
 use crate::time::duration_ms;
 
@@ -383,9 +385,17 @@ impl Client {
         self.enqueue_batch(jobs, Some(on_duplicate)).await
     }
 
-    async fn enqueue_batch<P: Serialize>(
+    /// Enqueues jobs already written as JSON objects in the shape of `POST /api/jobs` (the
+    /// lines of an NDJSON file, say), atomically as [`Client::enqueue_many`] does: the server
+    /// checks every field, and one bad job refuses them all (the error's field is
+    /// `jobs[i]. ...`).
+    pub async fn enqueue_many_json(&self, jobs: &[Box<RawValue>]) -> Result<Vec<Enqueued>> {
+        self.enqueue_batch(jobs, None).await
+    }
+
+    async fn enqueue_batch<J: Serialize>(
         &self,
-        jobs: &[NewJob<P>],
+        jobs: &[J],
         on_duplicate: Option<OnDuplicate>,
     ) -> Result<Vec<Enqueued>> {
         let answer: JobList<Enqueued> = self
@@ -600,6 +610,76 @@ impl Client {
             .await
     }
 
+    // --- schedules --------------------------------------------------------------------------
+
+    /// Makes a schedule, or replaces the one of this name. A replaced schedule keeps what its
+    /// ticks did; when its expression or time zone changes, its ticks start after the change.
+    pub async fn put_schedule<P: Serialize>(
+        &self,
+        name: &str,
+        schedule: &NewSchedule<P>,
+    ) -> Result<Schedule> {
+        self.call(
+            Method::PUT,
+            &format!("/api/schedules/{}", segment(name)),
+            &[],
+            Some(schedule),
+        )
+        .await
+    }
+
+    /// Every schedule, by name (with a scoped token: those whose job goes to its queues).
+    pub async fn list_schedules(&self) -> Result<Vec<Schedule>> {
+        let answer: ScheduleList = self.get("/api/schedules", &[]).await?;
+        Ok(answer.schedules)
+    }
+
+    pub async fn get_schedule(&self, name: &str) -> Result<Schedule> {
+        self.get(&format!("/api/schedules/{}", segment(name)), &[])
+            .await
+    }
+
+    /// Deletes a schedule; the jobs it made stay.
+    pub async fn delete_schedule(&self, name: &str) -> Result<()> {
+        let _: Value = self
+            .call(
+                Method::DELETE,
+                &format!("/api/schedules/{}", segment(name)),
+                &[],
+                None::<&()>,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// A paused schedule's ticks enqueue nothing until it is resumed.
+    pub async fn pause_schedule(&self, name: &str) -> Result<Schedule> {
+        self.post_empty(&format!("/api/schedules/{}/pause", segment(name)))
+            .await
+    }
+
+    /// Resumes a paused schedule from its next tick after now: ticks while it was paused are
+    /// not enqueued.
+    pub async fn resume_schedule(&self, name: &str) -> Result<Schedule> {
+        self.post_empty(&format!("/api/schedules/{}/resume", segment(name)))
+            .await
+    }
+
+    /// A schedule's next `count` ticks (server default 10, at most 1000).
+    pub async fn schedule_ticks(&self, name: &str, count: Option<u32>) -> Result<Ticks> {
+        let query: Vec<(&str, String)> = count
+            .map(|n| ("count", n.to_string()))
+            .into_iter()
+            .collect();
+        self.get(&format!("/api/schedules/{}/ticks", segment(name)), &query)
+            .await
+    }
+
+    /// The next ticks of any expression, nothing stored: check it before trusting it.
+    pub async fn preview_schedule(&self, preview: &SchedulePreview) -> Result<Ticks> {
+        self.post("/api/schedules/preview", preview).await
+    }
+
     // --- policies ---------------------------------------------------------------------------
 
     /// A policy's first `rows` retries (server default 100, at most 10 000) and its totals.
@@ -778,7 +858,7 @@ impl Client {
     }
 }
 
-/// A queue name as a path segment. Valid names (letters, digits, `-_.:`) need no escaping;
+/// A queue or schedule name as a path segment. Valid names (letters, digits, `-_.:`) need no escaping;
 /// anything else is escaped so that the server, not the URL, refuses it.
 fn segment(name: &str) -> String {
     let mut out = String::with_capacity(name.len());

@@ -2,8 +2,8 @@
 //! delivery server.
 //!
 //! - [`Client`]: one method per endpoint of the native HTTP API (enqueue, inspect, take and
-//!   stream, heartbeat, complete, fail with an outcome, dead jobs, queues, policies, webhook
-//!   subscriptions and deliveries, tokens), typed answers, typed errors ([`Error`]).
+//!   stream, heartbeat, complete, fail with an outcome, dead jobs, queues, schedules, policies,
+//!   webhook subscriptions and deliveries, tokens), typed answers, typed errors ([`Error`]).
 //! - [`Worker`]: runs handlers by job type with typed payloads, a concurrency limit, a
 //!   streaming take, heartbeats, batched completions and graceful shutdown.
 //!
@@ -38,10 +38,32 @@
 //!
 //! [Tenax]: https://example.invalid/tenax
 
+/// `as_str` and `Display` (padded as a `str` is) for an enum of the API: each variant's name on
+/// the wire. Defined before the modules, which use it.
+macro_rules! api_names {
+    ($type:ty { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $type {
+            /// Its name in the API.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name,)+
+                }
+            }
+        }
+
+        impl std::fmt::Display for $type {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.pad(self.as_str())
+            }
+        }
+    };
+}
+
 mod client;
 mod error;
 mod model;
 mod request;
+mod schedule;
 mod stream;
 mod time;
 mod tls;
@@ -50,15 +72,20 @@ pub mod worker;
 pub use client::{Client, ClientBuilder, DEFAULT_URL};
 pub use error::{Error, Result};
 pub use model::{
-    AttemptPage, AttemptResult, CompleteError, CompleteResult, Counts, CreatedToken, DeletedJobs,
-    DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage, Enqueued, EnvelopeFormat,
-    FailResult, JobInfo, JobPage, JobStatus, Lease, LeaseExtended, PolicyPreview, PolicySource,
-    PreviewRow, Queue, QueueCounts, QueueRate, RecordedError, ReplayResult, Role, Skipped, Stats,
+    AttemptPage, AttemptResult, AttemptTrigger, BreakerState, CompleteError, CompleteResult,
+    Counts, CreatedToken, DeletedJobs, DeletedSubscription, Delivery, DeliveryAttempt,
+    DeliveryPage, EndpointHealth, Enqueued, EnvelopeFormat, FailResult, JobInfo, JobPage,
+    JobStatus, Lease, LeaseExtended, PolicyPreview, PolicySource, PreviewRow, Queue, QueueCounts,
+    QueueRate, RecordedError, ReplayResult, RetryBudget, RetryBudgetUse, Role, Skipped, Stats,
     Subscription, SubscriptionHealth, TakenJob, TokenInfo,
 };
 pub use request::{
     DeadSelection, DeliveryFilter, Failure, JobFilter, NewJob, NewToken, OnDuplicate, Outcome,
-    QueueUpdate, ReplayDead, ReplayDeliveries, RotateSecret, SubscriptionSettings, Take,
+    QueueUpdate, ReplayDead, ReplayDeliveries, RetryBudgetSettings, RotateSecret,
+    SubscriptionSettings, Take,
+};
+pub use schedule::{
+    Missed, NewSchedule, Overlap, Schedule, SchedulePreview, ScheduledJob, Tick, TickCounts, Ticks,
 };
 pub use stream::{DEFAULT_IDLE_TIMEOUT, JobStream};
 pub use tls::install_crypto_provider;

@@ -4,6 +4,10 @@
 //! Times are [`SystemTime`]s; durations the server gives in milliseconds keep their `_ms` name
 //! and have a [`Duration`] method beside them. Payloads stay the exact JSON text that was
 //! enqueued ([`RawValue`]): read them into your type with `payload::<T>()`.
+//!
+//! Every answer also serializes back to the API's JSON: the same field names, times in RFC 3339
+//! UTC with milliseconds as the server writes them, and a field the server leaves out when it
+//! has no value left out too (the `tenax` command prints its `--format json` this way).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -34,32 +38,41 @@ pub enum JobStatus {
     Unknown,
 }
 
+api_names!(JobStatus {
+    Scheduled => "scheduled",
+    Ready => "ready",
+    InFlight => "in_flight",
+    Completed => "completed",
+    Dead => "dead",
+    Unknown => "unknown",
+});
+
 /// What an enqueue stored. `created` is false when `on_duplicate: existing` found an unfinished
 /// job holding the unique key: `id` is then that job's.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Enqueued {
-    pub id: u64,
     pub created: bool,
-    pub status: JobStatus,
-    #[serde(deserialize_with = "rfc3339")]
+    pub id: u64,
+    #[serde(with = "rfc3339")]
     pub run_at: SystemTime,
+    pub status: JobStatus,
 }
 
 /// One failed attempt of a job, as its worker reported it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct RecordedError {
     pub attempt: u32,
-    #[serde(deserialize_with = "rfc3339")]
+    #[serde(with = "rfc3339")]
     pub at: SystemTime,
     pub message: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<Value>,
 }
 
 /// A job with its status and history (`GET /api/jobs/{id}`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct JobInfo {
     pub id: u64,
@@ -75,21 +88,21 @@ pub struct JobInfo {
     pub attempt: u32,
     pub failures: u32,
     /// For a scheduled job, when it becomes ready; otherwise when it last became ready.
-    #[serde(deserialize_with = "rfc3339")]
+    #[serde(with = "rfc3339")]
     pub run_at: SystemTime,
-    #[serde(deserialize_with = "rfc3339")]
+    #[serde(with = "rfc3339")]
     pub created_at: SystemTime,
-    #[serde(default, deserialize_with = "rfc3339_opt")]
+    #[serde(default, with = "rfc3339_opt", skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<SystemTime>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_reason: Option<String>,
     /// The job's own policy, canonical native spelling (`None`: its queue's or the server's).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Value>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unique_key: Option<String>,
     /// The W3C trace context it was enqueued with.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
     /// One entry per failed attempt.
     #[serde(default)]
@@ -104,7 +117,7 @@ impl JobInfo {
 }
 
 /// A page of jobs in id order; pass `next_after` as `after` for the next page.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct JobPage {
     pub jobs: Vec<JobInfo>,
@@ -115,7 +128,7 @@ pub struct JobPage {
 /// A job leased to this client by a take or a stream. Report on it with
 /// [`Client::complete`](crate::Client::complete), [`Client::fail`](crate::Client::fail) or
 /// [`Client::heartbeat`](crate::Client::heartbeat): they send its `lease_token`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct TakenJob {
     pub id: u64,
@@ -130,12 +143,12 @@ pub struct TakenJob {
     pub attempt: u32,
     /// Proves this lease: heartbeat, complete and fail need it.
     pub lease_token: u64,
-    #[serde(deserialize_with = "rfc3339")]
+    #[serde(with = "rfc3339")]
     pub lease_expires_at: SystemTime,
-    #[serde(deserialize_with = "rfc3339")]
+    #[serde(with = "rfc3339")]
     pub created_at: SystemTime,
     /// The W3C trace context the job was enqueued with, when the server hands one out.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
 }
 
@@ -169,16 +182,16 @@ impl From<&TakenJob> for Lease {
 
 /// The answer of a heartbeat: the lease now ends at `lease_expires_at` (never past the
 /// server's `--max-attempt-time` after the take).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct LeaseExtended {
     pub id: u64,
-    #[serde(deserialize_with = "rfc3339")]
+    #[serde(with = "rfc3339")]
     pub lease_expires_at: SystemTime,
 }
 
 /// Why one job of a batch completion was not completed.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct CompleteError {
     /// `lease_lost`, `not_in_flight`, `not_found`.
@@ -187,30 +200,30 @@ pub struct CompleteError {
 }
 
 /// The outcome of completing one job of a batch.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct CompleteResult {
     pub id: u64,
     pub completed: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<CompleteError>,
 }
 
 /// The policy's decision on a failure: scheduled again (`run_at`, after `delay_ms`, as
 /// `attempt`) or dead (`dead_reason`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct FailResult {
     pub id: u64,
     pub status: JobStatus,
     pub failures: u32,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_reason: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
-    #[serde(default, deserialize_with = "rfc3339_opt")]
+    #[serde(default, with = "rfc3339_opt", skip_serializing_if = "Option::is_none")]
     pub run_at: Option<SystemTime>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delay_ms: Option<u64>,
 }
 
@@ -226,7 +239,7 @@ impl FailResult {
 }
 
 /// Jobs (or deliveries) by status.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Counts {
     #[serde(default)]
@@ -249,7 +262,7 @@ impl Counts {
 }
 
 /// One queue's counts in [`Stats`].
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct QueueCounts {
     pub queue: String,
@@ -258,7 +271,7 @@ pub struct QueueCounts {
 }
 
 /// Counts per queue and over every queue (`GET /api/stats`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Stats {
     pub queues: Vec<QueueCounts>,
@@ -277,7 +290,7 @@ impl Stats {
 }
 
 /// A queue's settings and counts.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Queue {
     pub name: String,
@@ -285,20 +298,20 @@ pub struct Queue {
     #[serde(default)]
     pub policy: Option<Value>,
     pub counts: Counts,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disable_overrides: bool,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_ttl_ms: Option<u64>,
     /// At most this many of the queue's jobs in flight at once (compare `counts.in_flight`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
     /// At most `limit` jobs start in any `period_ms`, and how many the period has used.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<QueueRate>,
 }
 
 /// A queue's rate limit and its use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct QueueRate {
     pub limit: u32,
@@ -313,13 +326,19 @@ impl Queue {
     }
 }
 
+impl QueueRate {
+    pub fn period(&self) -> Duration {
+        Duration::from_millis(self.period_ms)
+    }
+}
+
 #[derive(Debug, Deserialize)]
 pub(crate) struct QueueList {
     pub queues: Vec<Queue>,
 }
 
 /// A job that a replay named or selected but did not replay, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Skipped {
     pub id: u64,
@@ -327,7 +346,7 @@ pub struct Skipped {
 }
 
 /// What a dead-job replay did.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ReplayResult {
     pub replayed: u64,
@@ -337,7 +356,7 @@ pub struct ReplayResult {
 }
 
 /// What a dead-job delete did.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct DeletedJobs {
     pub deleted: u64,
@@ -345,7 +364,7 @@ pub struct DeletedJobs {
 }
 
 /// Retry `retry` of a policy: its delay, the sum so far, and the jitter band.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct PreviewRow {
     pub retry: u32,
@@ -356,7 +375,7 @@ pub struct PreviewRow {
 }
 
 /// A policy's first retries, and the totals of all of them.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct PolicyPreview {
     pub retries: Vec<PreviewRow>,
@@ -385,6 +404,13 @@ pub enum PolicySource {
     Unknown,
 }
 
+api_names!(PolicySource {
+    Subscription => "subscription",
+    Queue => "queue",
+    Server => "server",
+    Unknown => "unknown",
+});
+
 /// The body a delivery POSTs: Tenax's envelope or Zaqar's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -393,25 +419,117 @@ pub enum EnvelopeFormat {
     Zaqar,
 }
 
+api_names!(EnvelopeFormat {
+    Tenax => "tenax",
+    Zaqar => "zaqar",
+});
+
 /// How a subscription's endpoint has been answering.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct SubscriptionHealth {
     pub healthy: bool,
     pub consecutive_failures: u64,
     pub recent_attempts: u64,
     pub recent_failure_rate: f64,
-    #[serde(default, deserialize_with = "rfc3339_opt")]
+    #[serde(default, with = "rfc3339_opt")]
     pub last_success_at: Option<SystemTime>,
-    #[serde(default, deserialize_with = "rfc3339_opt")]
+    #[serde(default, with = "rfc3339_opt")]
     pub last_failure_at: Option<SystemTime>,
-    #[serde(default, deserialize_with = "rfc3339_opt")]
+    /// When the current run of failures began.
+    #[serde(default, with = "rfc3339_opt")]
     pub failing_since: Option<SystemTime>,
+    /// The endpoint's pause and circuit breaker, shared by every subscription pointing there.
+    #[serde(default)]
+    pub endpoint: EndpointHealth,
+    /// The retry budget's use in its window on the server that answered; `None` without a
+    /// budget.
+    #[serde(default)]
+    pub retry_budget: Option<RetryBudgetUse>,
+}
+
+/// Where an endpoint's circuit breaker is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum BreakerState {
+    /// Deliveries go.
+    #[default]
+    Closed,
+    /// None go until the cool-down is over (`breaker_until`).
+    Open,
+    /// One probe delivery is on its way; its outcome closes or opens the breaker again.
+    HalfOpen,
+    #[serde(other)]
+    Unknown,
+}
+
+api_names!(BreakerState {
+    Closed => "closed",
+    Open => "open",
+    HalfOpen => "half_open",
+    Unknown => "unknown",
+});
+
+/// An endpoint's backpressure (`docs/webhooks.md`): a pause it asked for (429, 503) and its
+/// circuit breaker. `breaker_failures` is the answering server's own count.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct EndpointHealth {
+    /// The origin (scheme, host and port) the state is kept by.
+    pub origin: String,
+    /// While the endpoint's pause holds: until when.
+    #[serde(default, with = "rfc3339_opt")]
+    pub paused_until: Option<SystemTime>,
+    /// The status of the answer that asked for the pause.
+    #[serde(default)]
+    pub paused_by_status: Option<u16>,
+    #[serde(default)]
+    pub breaker: BreakerState,
+    /// Open: when a probe may go. Half-open: when the probe on its way counts as lost.
+    #[serde(default, with = "rfc3339_opt")]
+    pub breaker_until: Option<SystemTime>,
+    /// When the breaker last opened.
+    #[serde(default, with = "rfc3339_opt")]
+    pub breaker_opened_at: Option<SystemTime>,
+    /// Openings since a probe last closed it.
+    #[serde(default)]
+    pub breaker_trips: u32,
+    /// The failure that opened it last.
+    #[serde(default)]
+    pub breaker_reason: Option<String>,
+    /// Failed requests to the endpoint in a row, toward opening.
+    #[serde(default)]
+    pub breaker_failures: u32,
+}
+
+/// A retry budget's use: attempts and retries sent in its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RetryBudgetUse {
+    pub attempts: u64,
+    pub retries: u64,
+}
+
+/// A subscription's retry budget: within any `window_ms`, retries are at most `percent` % of
+/// the attempts, or `min_retries` whatever the share; retries over it wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RetryBudget {
+    pub percent: u32,
+    pub window_ms: u64,
+    pub min_retries: u32,
+}
+
+impl RetryBudget {
+    pub fn window(&self) -> Duration {
+        Duration::from_millis(self.window_ms)
+    }
 }
 
 /// A webhook subscription of a queue (`docs/webhooks.md`). `secret` and header values are
 /// `"[redacted]"` except in the answers of a create and a secret rotation.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Subscription {
     pub id: u64,
@@ -430,17 +548,21 @@ pub struct Subscription {
     pub secret: String,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    #[serde(default, deserialize_with = "rfc3339_opt")]
+    #[serde(default, with = "rfc3339_opt")]
     pub previous_secret_until: Option<SystemTime>,
     #[serde(default)]
     pub retryable_statuses: Option<Vec<u16>>,
     #[serde(default)]
     pub max_concurrency: Option<u32>,
+    /// Disabled after its endpoint failed this long without a success; 0 is never.
     pub auto_disable_after_ms: u64,
+    /// `None`: retries are not capped.
+    #[serde(default)]
+    pub retry_budget: Option<RetryBudget>,
     pub format: EnvelopeFormat,
-    #[serde(deserialize_with = "rfc3339")]
+    #[serde(with = "rfc3339")]
     pub created_at: SystemTime,
-    #[serde(deserialize_with = "rfc3339")]
+    #[serde(with = "rfc3339")]
     pub updated_at: SystemTime,
     pub health: SubscriptionHealth,
     pub deliveries: Counts,
@@ -452,7 +574,7 @@ pub(crate) struct SubscriptionList {
 }
 
 /// What deleting a subscription did.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct DeletedSubscription {
     pub deleted: u64,
@@ -460,7 +582,7 @@ pub struct DeletedSubscription {
 }
 
 /// How one delivery attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum AttemptResult {
@@ -473,13 +595,45 @@ pub enum AttemptResult {
     Unknown,
 }
 
+api_names!(AttemptResult {
+    Delivered => "delivered",
+    Retryable => "retryable",
+    Permanent => "permanent",
+    Unknown => "unknown",
+});
+
+/// What started a delivery attempt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AttemptTrigger {
+    /// Due by its schedule: the first try, or a retry by the policy.
+    #[default]
+    Scheduled,
+    /// The first run after an operator replayed the dead delivery.
+    Replay,
+    /// An operator asked for it at once (run now, a test event).
+    Manual,
+    #[serde(other)]
+    Unknown,
+}
+
+api_names!(AttemptTrigger {
+    Scheduled => "scheduled",
+    Replay => "replay",
+    Manual => "manual",
+    Unknown => "unknown",
+});
+
 /// One POST of a delivery to its endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct DeliveryAttempt {
     pub delivery: u64,
     pub attempt: u32,
-    #[serde(deserialize_with = "rfc3339")]
+    #[serde(default)]
+    pub trigger: AttemptTrigger,
+    #[serde(with = "rfc3339")]
     pub at: SystemTime,
     pub latency_ms: u64,
     pub result: AttemptResult,
@@ -497,7 +651,7 @@ pub struct DeliveryAttempt {
 
 /// A message's delivery to one subscription; `attempts` only from
 /// [`Client::get_delivery`](crate::Client::get_delivery).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Delivery {
     pub id: u64,
@@ -508,22 +662,22 @@ pub struct Delivery {
     pub kind: String,
     pub status: JobStatus,
     pub failures: u32,
-    #[serde(deserialize_with = "rfc3339")]
+    #[serde(with = "rfc3339")]
     pub run_at: SystemTime,
-    #[serde(deserialize_with = "rfc3339")]
+    #[serde(with = "rfc3339")]
     pub created_at: SystemTime,
-    #[serde(default, deserialize_with = "rfc3339_opt")]
+    #[serde(default, with = "rfc3339_opt")]
     pub finished_at: Option<SystemTime>,
     #[serde(default)]
     pub dead_reason: Option<String>,
     #[serde(default)]
     pub policy: Option<Value>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<Vec<DeliveryAttempt>>,
 }
 
 /// A page of a subscription's deliveries.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct DeliveryPage {
     pub deliveries: Vec<Delivery>,
@@ -532,7 +686,7 @@ pub struct DeliveryPage {
 }
 
 /// The attempts of a page of a subscription's deliveries.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AttemptPage {
     pub attempts: Vec<DeliveryAttempt>,
@@ -561,8 +715,15 @@ pub enum Role {
     Reader,
 }
 
+api_names!(Role {
+    Admin => "admin",
+    Producer => "producer",
+    Worker => "worker",
+    Reader => "reader",
+});
+
 /// An API token as listed: never the token itself.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct TokenInfo {
     pub id: u64,
@@ -572,19 +733,19 @@ pub struct TokenInfo {
     pub queues: Vec<String>,
     #[serde(default)]
     pub projects: Vec<String>,
-    #[serde(deserialize_with = "rfc3339")]
+    #[serde(with = "rfc3339")]
     pub created_at: SystemTime,
-    #[serde(default, deserialize_with = "rfc3339_opt")]
+    #[serde(default, with = "rfc3339_opt")]
     pub last_used_at: Option<SystemTime>,
 }
 
 /// A new API token: `token` is shown this once.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct CreatedToken {
-    pub token: String,
     #[serde(flatten)]
     pub info: TokenInfo,
+    pub token: String,
 }
 
 impl std::fmt::Debug for CreatedToken {

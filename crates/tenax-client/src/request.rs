@@ -156,9 +156,10 @@ impl<P> NewJob<P> {
     }
 }
 
+/// The body of `POST /api/jobs/batch`: [`NewJob`]s, or jobs already in JSON.
 #[derive(Serialize)]
-pub(crate) struct Batch<'a, P> {
-    pub jobs: &'a [NewJob<P>],
+pub(crate) struct Batch<'a, J> {
+    pub jobs: &'a [J],
     #[serde(skip_serializing_if = "Option::is_none")]
     pub on_duplicate: Option<OnDuplicate>,
 }
@@ -395,7 +396,7 @@ impl JobFilter {
             pairs.push(("queue", queue.clone()));
         }
         if let Some(status) = self.status {
-            pairs.push(("status", status_name(status)));
+            pairs.push(("status", status.as_str().to_owned()));
         }
         if let Some(kind) = &self.kind {
             pairs.push(("type", kind.clone()));
@@ -407,13 +408,6 @@ impl JobFilter {
             pairs.push(("after", after.to_string()));
         }
         pairs
-    }
-}
-
-pub(crate) fn status_name(status: JobStatus) -> String {
-    match serde_json::to_value(status) {
-        Ok(Value::String(name)) => name,
-        _ => String::new(),
     }
 }
 
@@ -458,6 +452,12 @@ impl DeadSelection {
     /// Only jobs of this type.
     pub fn kind(mut self, kind: impl Into<String>) -> Self {
         self.kind = Some(kind.into());
+        self
+    }
+
+    /// Only jobs of this queue (of the ids, those in it).
+    pub fn in_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
         self
     }
 }
@@ -620,7 +620,36 @@ pub struct SubscriptionSettings {
     #[serde(skip_serializing_if = "Option::is_none")]
     auto_disable_after: Change<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    retry_budget: Change<RetryBudgetSettings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     format: Option<EnvelopeFormat>,
+}
+
+/// A cap on a subscription's retries: within any `window`, retries are at most `percent` % of
+/// the attempts, or `min_retries` (server default 10) whatever the share. Retries over it wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RetryBudgetSettings {
+    percent: u32,
+    window: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_retries: Option<u32>,
+}
+
+impl RetryBudgetSettings {
+    /// `percent` from 1 to 100, `window` from 1 s to 1 day.
+    pub fn new(percent: u32, window: Duration) -> Self {
+        Self {
+            percent,
+            window: duration_ms(window),
+            min_retries: None,
+        }
+    }
+
+    /// Retries allowed in any window whatever the share (1 to 1 000 000).
+    pub fn min_retries(mut self, min_retries: u32) -> Self {
+        self.min_retries = Some(min_retries);
+        self
+    }
 }
 
 impl SubscriptionSettings {
@@ -716,6 +745,18 @@ impl SubscriptionSettings {
 
     pub fn reset_auto_disable_after(mut self) -> Self {
         self.auto_disable_after = Some(None);
+        self
+    }
+
+    /// Caps the subscription's retries.
+    pub fn retry_budget(mut self, budget: RetryBudgetSettings) -> Self {
+        self.retry_budget = Some(Some(budget));
+        self
+    }
+
+    /// Removes the retry budget: retries are not capped.
+    pub fn reset_retry_budget(mut self) -> Self {
+        self.retry_budget = Some(None);
         self
     }
 
@@ -820,7 +861,7 @@ impl DeliveryFilter {
     pub(crate) fn pairs(&self) -> Vec<(&'static str, String)> {
         let mut pairs = Vec::new();
         if let Some(status) = self.status {
-            pairs.push(("status", status_name(status)));
+            pairs.push(("status", status.as_str().to_owned()));
         }
         if let Some(after) = self.after {
             pairs.push(("after", after.to_string()));
@@ -937,6 +978,17 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&settings).expect("JSON"),
             json!({"throttle_per_second": null, "enabled": false})
+        );
+        let budget = RetryBudgetSettings::new(20, Duration::from_secs(60)).min_retries(5);
+        assert_eq!(
+            serde_json::to_value(SubscriptionSettings::changes().retry_budget(budget))
+                .expect("JSON"),
+            json!({"retry_budget": {"percent": 20, "window": 60000, "min_retries": 5}})
+        );
+        assert_eq!(
+            serde_json::to_value(SubscriptionSettings::changes().reset_retry_budget())
+                .expect("JSON"),
+            json!({"retry_budget": null})
         );
     }
 }

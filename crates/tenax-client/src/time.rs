@@ -6,8 +6,6 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Deserializer};
-
 /// Milliseconds of a duration (saturating; below a millisecond counts as 0).
 pub(crate) fn duration_ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
@@ -28,19 +26,54 @@ pub(crate) fn format(time: SystemTime) -> String {
     humantime::format_rfc3339_millis(time).to_string()
 }
 
-pub(crate) fn rfc3339<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SystemTime, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    parse(&text).ok_or_else(|| serde::de::Error::custom(format!("not an RFC 3339 time: {text:?}")))
+/// `#[serde(with = "rfc3339")]`: a time as RFC 3339 UTC with milliseconds, the API's spelling
+/// both ways (a time read and written back is the text the server sent).
+pub(crate) mod rfc3339 {
+    use std::time::SystemTime;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(
+        time: &SystemTime,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&super::format(*time))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<SystemTime, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        super::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("not an RFC 3339 time: {text:?}")))
+    }
 }
 
-pub(crate) fn rfc3339_opt<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<SystemTime>, D::Error> {
-    match Option::<String>::deserialize(deserializer)? {
-        None => Ok(None),
-        Some(text) => parse(&text)
-            .map(Some)
-            .ok_or_else(|| serde::de::Error::custom(format!("not an RFC 3339 time: {text:?}"))),
+/// `#[serde(with = "rfc3339_opt")]`: [`rfc3339`] or `null`.
+pub(crate) mod rfc3339_opt {
+    use std::time::SystemTime;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(crate) fn serialize<S: Serializer>(
+        time: &Option<SystemTime>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match time {
+            Some(time) => super::rfc3339::serialize(time, serializer),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<SystemTime>, D::Error> {
+        match Option::<String>::deserialize(deserializer)? {
+            None => Ok(None),
+            Some(text) => super::parse(&text)
+                .map(Some)
+                .ok_or_else(|| serde::de::Error::custom(format!("not an RFC 3339 time: {text:?}"))),
+        }
     }
 }
 

@@ -11,9 +11,10 @@ use futures_util::{StreamExt as _, TryStreamExt as _};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tenax_client::{
-    AttemptResult, Client, DeadSelection, DeliveryFilter, Error, Failure, JobFilter, JobStatus,
-    NewJob, NewToken, OnDuplicate, Outcome, PolicySource, QueueUpdate, ReplayDead,
-    ReplayDeliveries, Role, RotateSecret, SubscriptionSettings, Take,
+    AttemptResult, BreakerState, Client, DeadSelection, DeliveryFilter, Error, Failure, JobFilter,
+    JobStatus, Missed, NewJob, NewSchedule, NewToken, OnDuplicate, Outcome, Overlap, PolicySource,
+    QueueUpdate, ReplayDead, ReplayDeliveries, RetryBudgetSettings, Role, RotateSecret,
+    SchedulePreview, SubscriptionSettings, Take, TickCounts,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -753,4 +754,285 @@ async fn https_with_a_ca_file() {
         .build()
         .expect_err("no such file");
     assert!(matches!(missing, Error::Config(_)), "{missing}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_are_made_ticked_paused_and_deleted() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let made = client
+        .put_schedule(
+            "nightly",
+            &NewSchedule::new("30 2 * * *", "reports", "report")
+                .timezone("Europe/Berlin")
+                .payload(json!({"full": true}))
+                .retry_limit(2)
+                .overlap(Overlap::Skip),
+        )
+        .await
+        .expect("made");
+    assert_eq!(
+        made.job.payload::<serde_json::Value>().expect("JSON"),
+        json!({"full": true})
+    );
+    assert_eq!((made.job.retry_limit, made.job.priority), (Some(2), 0));
+    assert_eq!((made.missed, made.overlap), (Missed::Skip, Overlap::Skip));
+    assert!(made.next_tick.expect("a next tick") > SystemTime::now());
+    assert_eq!(made.counts, TickCounts::default());
+    assert!(!made.description.is_empty());
+
+    let ticks = client
+        .schedule_ticks("nightly", Some(3))
+        .await
+        .expect("ticks");
+    assert_eq!(ticks.timezone, "Europe/Berlin");
+    assert_eq!(ticks.ticks.len(), 3);
+    assert!(ticks.ticks.windows(2).all(|w| w[0].at < w[1].at));
+    // The spring-forward day of 2027: 02:30 does not exist, the tick moves to 03:00.
+    let preview = client
+        .preview_schedule(
+            &SchedulePreview::new("30 2 * * *")
+                .timezone("Europe/Berlin")
+                .after(SystemTime::UNIX_EPOCH + Duration::from_secs(1_806_148_800))
+                .count(2),
+        )
+        .await
+        .expect("a preview");
+    assert_eq!(preview.ticks[0].local, "2027-03-28T03:00:00+02:00");
+    assert!(preview.ticks[0].shifted && !preview.ticks[1].shifted);
+
+    assert!(
+        client
+            .pause_schedule("nightly")
+            .await
+            .expect("paused")
+            .paused
+    );
+    assert!(
+        !client
+            .resume_schedule("nightly")
+            .await
+            .expect("resumed")
+            .paused
+    );
+    assert_eq!(
+        client
+            .list_schedules()
+            .await
+            .expect("listed")
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>(),
+        ["nightly"]
+    );
+
+    // Replaced by a schedule of every second: its first tick enqueues a job.
+    let every_second = client
+        .put_schedule(
+            "nightly",
+            &NewSchedule::new("* * * * * *", "reports", "report").missed(Missed::RunOnce),
+        )
+        .await
+        .expect("replaced");
+    assert_eq!(every_second.cron, "* * * * * *");
+    let ticked = eventually("a tick's job", || {
+        let client = client.clone();
+        async move {
+            let schedule = client.get_schedule("nightly").await.expect("the schedule");
+            schedule.last_job.map(|job| (job, schedule))
+        }
+    })
+    .await;
+    let (job, schedule) = ticked;
+    assert!(schedule.counts.enqueued >= 1 && schedule.last_tick.is_some());
+    // The schedule may show its last job a moment before the job can be read.
+    let job = eventually("the tick's job readable", || {
+        let client = client.clone();
+        async move { client.get_job(job).await.ok() }
+    })
+    .await;
+    assert_eq!(job.queue, "reports");
+
+    let error = client
+        .put_schedule("bad", &NewSchedule::new("* * *", "q", "t"))
+        .await
+        .expect_err("refused");
+    assert_eq!(error.field(), Some("cron"), "{error}");
+    let error = client
+        .put_schedule("no spaces", &NewSchedule::new("@daily", "q", "t"))
+        .await
+        .expect_err("refused");
+    assert_eq!(error.field(), Some("name"), "{error}");
+    client.delete_schedule("nightly").await.expect("deleted");
+    let gone = client.get_schedule("nightly").await.expect_err("gone");
+    assert!(gone.is_not_found(), "{gone}");
+    let gone = client.delete_schedule("nightly").await.expect_err("gone");
+    assert!(gone.is_not_found(), "{gone}");
+}
+
+/// The typed answers serialize back to the JSON the server sent, field for field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_serialize_back_to_the_api_json() {
+    let server = Server::start(&["--allow-private-endpoints"]).await;
+    let client = server.client();
+    tenax_client::install_crypto_provider();
+    #[allow(clippy::disallowed_methods)] // the provider is installed
+    let http = reqwest::Client::new();
+    let raw = |path: &str| {
+        let request = http.get(format!("{}{path}", server.url));
+        async move {
+            request
+                .send()
+                .await
+                .expect("an answer")
+                .json::<serde_json::Value>()
+                .await
+                .expect("JSON")
+        }
+    };
+
+    let policy = json!({"type": "list", "delays": ["10m"]});
+    let job = client
+        .enqueue(
+            &NewJob::new("q", "t")
+                .payload(json!({"n": 1}))
+                .policy(policy)
+                .unique_key("k"),
+        )
+        .await
+        .expect("enqueued");
+    let taken = client.take(&Take::queue("q")).await.expect("taken");
+    client
+        .fail(&taken[0], &Failure::new("no").detail(json!({"code": 1})))
+        .await
+        .expect("failed");
+    client
+        .update_queue("q", &QueueUpdate::new().rate(5, Duration::from_secs(60)))
+        .await
+        .expect("limited");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a port");
+    let subscription = client
+        .create_subscription(
+            "orders",
+            // One attempt, then a retry far off: the delivery holds still once attempted.
+            &SubscriptionSettings::endpoint(format!("http://{closed}/hooks"))
+                .policy(json!({"type": "list", "delays": ["1h"]}))
+                .retry_budget(RetryBudgetSettings::new(20, Duration::from_secs(60)).min_retries(5)),
+        )
+        .await
+        .expect("subscribed");
+    let budget = subscription.retry_budget.expect("a budget");
+    assert_eq!(
+        (budget.percent, budget.window(), budget.min_retries),
+        (20, Duration::from_secs(60), 5)
+    );
+    client
+        .put_schedule("s", &NewSchedule::new("@daily", "q", "t"))
+        .await
+        .expect("a schedule");
+
+    let id = job.id;
+    let sub = subscription.id;
+    assert_eq!(
+        typed(&client.get_job(id).await.expect("job")),
+        raw(&format!("/api/jobs/{id}")).await
+    );
+    assert_eq!(
+        typed(&client.list_jobs(&JobFilter::new()).await.expect("jobs")),
+        raw("/api/jobs").await
+    );
+    assert_eq!(
+        typed(&client.get_queue("q").await.expect("queue")),
+        raw("/api/queues/q").await
+    );
+    assert_eq!(
+        typed(&client.stats().await.expect("stats")),
+        raw("/api/stats").await
+    );
+    assert_eq!(
+        typed(&client.get_subscription(sub).await.expect("subscription")),
+        raw(&format!("/api/subscriptions/{sub}")).await
+    );
+    assert_eq!(
+        typed(&client.get_schedule("s").await.expect("schedule")),
+        raw("/api/schedules/s").await
+    );
+    assert_eq!(
+        typed(&client.schedule_ticks("s", Some(2)).await.expect("ticks")),
+        raw("/api/schedules/s/ticks?count=2").await
+    );
+    // A delivery with its attempt, once the refused connection is logged.
+    client
+        .enqueue(&NewJob::new("orders", "o"))
+        .await
+        .expect("enqueued");
+    let delivery = eventually("an attempt", || {
+        let client = client.clone();
+        async move {
+            let page = client
+                .list_deliveries(sub, &DeliveryFilter::new())
+                .await
+                .expect("deliveries");
+            let first = page.deliveries.first()?.id;
+            let delivery = client.get_delivery(first).await.expect("a delivery");
+            let attempts = delivery.attempts.as_ref()?;
+            (!attempts.is_empty()).then_some(delivery)
+        }
+    })
+    .await;
+    assert_eq!(
+        typed(&delivery),
+        raw(&format!("/api/deliveries/{}", delivery.id)).await
+    );
+    let subscription = client.get_subscription(sub).await.expect("subscription");
+    assert_eq!(
+        subscription.health.endpoint.origin,
+        format!("http://{closed}")
+    );
+    assert_eq!(subscription.health.endpoint.breaker, BreakerState::Closed);
+}
+
+/// An answer as JSON, to compare with the server's.
+fn typed<T: Serialize>(answer: &T) -> serde_json::Value {
+    serde_json::to_value(answer).expect("serializable")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_already_in_json_enqueue_as_one_batch() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let lines = [
+        r#"{"queue": "bulk", "type": "t", "payload": {"n": 1}, "delay": "1h"}"#,
+        r#"{"queue": "bulk", "type": "t", "run_at": 0}"#,
+    ];
+    let jobs: Vec<Box<serde_json::value::RawValue>> = lines
+        .iter()
+        .map(|line| serde_json::from_str(line).expect("JSON"))
+        .collect();
+    let enqueued = client.enqueue_many_json(&jobs).await.expect("enqueued");
+    assert_eq!(
+        enqueued.iter().map(|e| e.status).collect::<Vec<_>>(),
+        [JobStatus::Scheduled, JobStatus::Ready]
+    );
+    let bad: Box<serde_json::value::RawValue> =
+        serde_json::from_str(r#"{"queue": "bulk", "priority": "high"}"#).expect("JSON");
+    let error = client
+        .enqueue_many_json(&[jobs[0].clone(), bad])
+        .await
+        .expect_err("refused");
+    assert!(
+        error.field().is_some_and(|f| f.starts_with("jobs[1]")),
+        "{error}"
+    );
+    assert_eq!(
+        client
+            .stats()
+            .await
+            .expect("stats")
+            .queue("bulk")
+            .unfinished(),
+        2
+    );
 }

@@ -1,5 +1,6 @@
 //! The client commands against a real server process: enqueue one and from an NDJSON file,
-//! list, show, stats, dead list and replay; bad input exits with status 2 and names the field.
+//! jobs, dead jobs, stats, queues, schedules, subscriptions, deliveries and tokens; `--format
+//! json` prints what the API answers; bad input exits with status 2 and names the field.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
@@ -67,6 +68,72 @@ fn tenax(server: &Server, args: &[&str]) -> Output {
         .expect("run tenax")
 }
 
+/// `tenax` with an API token in `TENAX_TOKEN`.
+fn tenax_with(server: &Server, token: &str, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("TENAX_URL", &server.url)
+        .env("TENAX_TOKEN", token)
+        .output()
+        .expect("run tenax")
+}
+
+/// What the API answers to `GET path`, read by hand: what `--format json` must print.
+fn api(server: &Server, path: &str) -> serde_json::Value {
+    http()
+        .get(format!("{}{path}", server.url))
+        .send()
+        .and_then(|r| r.json())
+        .expect("an API answer")
+}
+
+/// A blocking HTTP client for the tests' own requests.
+fn http() -> reqwest::blocking::Client {
+    tenax_net::http::install_crypto_provider();
+    #[allow(clippy::disallowed_methods)] // the provider is installed
+    reqwest::blocking::Client::new()
+}
+
+/// `tenax ARGS --format json`, read as JSON.
+fn json(server: &Server, args: &[&str]) -> serde_json::Value {
+    let mut args = args.to_vec();
+    args.extend(["--format", "json"]);
+    serde_json::from_str(&stdout(&tenax(server, &args))).expect("JSON")
+}
+
+/// A port on loopback where nobody listens, and a webhook endpoint there.
+fn closed_endpoint() -> (u16, String) {
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    (closed, format!("http://127.0.0.1:{closed}/hook"))
+}
+
+/// `tenax ARGS --format json` prints what the API answers to `GET path`.
+fn prints_the_api_answer(server: &Server, args: &[&str], path: &str) {
+    assert_eq!(json(server, args), api(server, path), "tenax {args:?}");
+}
+
+/// A command that must fail with status 2: its standard error.
+fn refused(output: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    stderr
+}
+
+/// Polls `check` until it gives a value, at most 20 s.
+fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what} never happened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn stdout(output: &Output) -> String {
     assert!(
         output.status.success(),
@@ -126,9 +193,7 @@ fn client_commands_round_trip() {
     );
 
     // Fail the mail job once: its policy allows no retries, so it is dead.
-    tenax_net::http::install_crypto_provider();
-    #[allow(clippy::disallowed_methods)] // the provider is installed
-    let client = reqwest::blocking::Client::new();
+    let client = http();
     let taken: serde_json::Value = client
         .post(format!("{}/api/take", server.url))
         .header("content-type", "application/json")
@@ -174,6 +239,30 @@ fn client_commands_round_trip() {
         &["jobs", "list", "-q", "bulk", "--limit", "2"],
     ));
     assert_eq!(listed.lines().count(), 3, "header and two rows: {listed}");
+    let output = tenax(
+        &server,
+        &[
+            "jobs", "list", "-q", "bulk", "--limit", "2", "--status", "ready",
+        ],
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).starts_with("more: --after "),
+        "a full page says how to go on"
+    );
+    let none = stdout(&tenax(&server, &["jobs", "list", "--status", "in_flight"]));
+    assert_eq!(none.lines().count(), 1, "the header alone: {none}");
+    let stderr = refused(&tenax(&server, &["jobs", "list", "--status", "lost"]));
+    assert!(stderr.contains("--status"), "{stderr}");
+    // The job as the API shows it.
+    let shown: serde_json::Value =
+        serde_json::from_str(&stdout(&tenax(&server, &["jobs", "show", &id.to_string()])))
+            .expect("json");
+    assert_eq!(shown, api(&server, &format!("/api/jobs/{id}")));
+    // A replay that selects nothing says what is missing.
+    let stderr = refused(&tenax(&server, &["dead", "replay"]));
+    assert!(stderr.contains("ids: name the jobs"), "{stderr}");
+    let dead = stdout(&tenax(&server, &["dead", "replay", "--all"]));
+    assert_eq!(dead, "replayed 0 jobs: []\n");
 }
 
 #[test]
@@ -320,6 +409,18 @@ fn schedules_and_queue_limits_from_the_command_line() {
     );
     let shown = stdout(&tenax(&server, &["schedules", "show", "nightly"]));
     assert!(shown.contains("next tick"), "{shown}");
+    assert!(shown.contains("last job      -\n"), "{shown}");
+    prints_the_api_answer(
+        &server,
+        &["schedules", "show", "nightly"],
+        "/api/schedules/nightly",
+    );
+    prints_the_api_answer(&server, &["schedules", "list"], "/api/schedules");
+    prints_the_api_answer(
+        &server,
+        &["schedules", "ticks", "nightly", "--count", "3"],
+        "/api/schedules/nightly/ticks?count=3",
+    );
     let ticks = stdout(&tenax(
         &server,
         &["schedules", "ticks", "nightly", "--count", "2"],
@@ -352,15 +453,15 @@ fn schedules_and_queue_limits_from_the_command_line() {
                 && line.contains("(its wall time does not exist")),
         "{preview}"
     );
-    let refused = tenax(
+    let said = refused(&tenax(
         &server,
         &["schedules", "set", "bad", "--cron", "* * *", "--queue", "q"],
-    );
-    assert_eq!(refused.status.code(), Some(2));
-    let said = String::from_utf8_lossy(&refused.stderr);
+    ));
     assert!(said.contains("cron:"), "{said}");
     let deleted = stdout(&tenax(&server, &["schedules", "delete", "nightly"]));
     assert!(deleted.contains("deleted schedule nightly"), "{deleted}");
+    let said = refused(&tenax(&server, &["schedules", "show", "nightly"]));
+    assert!(said.contains("does not exist (404 Not Found)"), "{said}");
 
     let set = stdout(&tenax(
         &server,
@@ -377,11 +478,253 @@ fn schedules_and_queue_limits_from_the_command_line() {
     assert!(set.contains("0/4") && set.contains("0/100 per 1m"), "{set}");
     let removed = stdout(&tenax(&server, &["queues", "set", "q", "--no-concurrency"]));
     assert!(removed.contains("in flight  0\n"), "{removed}");
-    let refused = tenax(&server, &["queues", "set", "q", "--concurrency", "0"]);
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("concurrency:"));
+    let said = refused(&tenax(
+        &server,
+        &["queues", "set", "q", "--concurrency", "0"],
+    ));
+    assert!(said.contains("concurrency:"), "{said}");
     let list = stdout(&tenax(&server, &["queues", "list"]));
     assert!(list.contains("0/100 per 1m"), "{list}");
+    let said = refused(&tenax(&server, &["queues", "set", "q", "--rate", "5/soon"]));
+    assert!(
+        said.contains("--rate") && said.contains("the period"),
+        "{said}"
+    );
+}
+
+#[test]
+fn queues_show_pause_and_resume() {
+    let server = start();
+    stdout(&tenax(&server, &["enqueue", "-q", "mail", "-t", "t"]));
+    stdout(&tenax(
+        &server,
+        &["enqueue", "-q", "mail", "-t", "t", "--delay", "1h"],
+    ));
+    let shown = stdout(&tenax(&server, &["queues", "show", "mail"]));
+    assert!(shown.contains("ready      1\n"), "{shown}");
+    assert!(shown.contains("scheduled  1\n"), "{shown}");
+    assert!(shown.contains("rate       -\n"), "{shown}");
+    let paused = stdout(&tenax(&server, &["queues", "pause", "mail"]));
+    assert!(paused.contains("paused     true\n"), "{paused}");
+    let list = stdout(&tenax(&server, &["queues", "list"]));
+    let row = list
+        .lines()
+        .find(|l| l.starts_with("mail "))
+        .expect("a row of mail");
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["mail", "true", "1", "1", "0", "0", "0", "-"]
+    );
+    let resumed = stdout(&tenax(&server, &["queues", "resume", "mail"]));
+    assert!(resumed.contains("paused     false\n"), "{resumed}");
+    prints_the_api_answer(&server, &["queues", "show", "mail"], "/api/queues/mail");
+    prints_the_api_answer(&server, &["queues", "list"], "/api/queues");
+}
+
+/// A subscription whose endpoint refuses every connection, its dead delivery, the replay of
+/// it, a new secret and the delete, all from the command line.
+#[test]
+fn subscriptions_and_deliveries_from_the_command_line() {
+    let server = start_with(
+        &[("TENAX_ALLOW_PRIVATE_ENDPOINTS", "true")],
+        Stdio::inherit(),
+    );
+    let (_, endpoint) = closed_endpoint();
+    let made = json(
+        &server,
+        &[
+            "subscriptions",
+            "create",
+            "orders",
+            &endpoint,
+            "--policy",
+            r#"{"type": "fixed", "delay": "1s", "retry_limit": 0}"#,
+            "--header",
+            "X-Team=billing",
+            "--auto-disable-after",
+            "3d",
+            "--retryable-statuses",
+            "409,503",
+        ],
+    );
+    assert!(
+        made["secret"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("whsec_"))
+    );
+    assert_eq!(made["auto_disable_after_ms"], 3 * 86_400_000);
+    let id = made["id"].to_string();
+    let list = stdout(&tenax(&server, &["subscriptions", "list", "orders"]));
+    let row = list.lines().nth(1).expect("a row");
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        [
+            id.as_str(),
+            "orders",
+            "yes",
+            "ok",
+            "0",
+            "0",
+            endpoint.as_str()
+        ]
+    );
+    let shown = stdout(&tenax(&server, &["subscriptions", "show", &id]));
+    for words in [
+        "fixed 1s",
+        "(from the subscription)",
+        "X-Team: [redacted]",
+        "retried       409, 503",
+        "auto-disable  after 3d failing",
+        "retry budget  none",
+        "format        tenax",
+    ] {
+        assert!(shown.contains(words), "{words:?} in {shown}");
+    }
+    prints_the_api_answer(
+        &server,
+        &["subscriptions", "show", &id],
+        &format!("/api/subscriptions/{id}"),
+    );
+    prints_the_api_answer(&server, &["subscriptions", "list"], "/api/subscriptions");
+
+    stdout(&tenax(
+        &server,
+        &["enqueue", "-q", "orders", "-t", "order.paid"],
+    ));
+    let dead = eventually("a dead delivery with its attempt", || {
+        let page = json(&server, &["deliveries", "list", &id, "--status", "dead"]);
+        let delivery = page["deliveries"].get(0)?["id"].to_string();
+        let shown = stdout(&tenax(&server, &["deliveries", "show", &delivery]));
+        shown
+            .contains("could not connect")
+            .then_some((delivery, shown))
+    });
+    let (delivery, shown) = dead;
+    assert!(shown.contains("status        dead\n"), "{shown}");
+    assert!(shown.contains("order.paid on orders"), "{shown}");
+    assert!(
+        shown.contains("policy        the subscription's\n"),
+        "{shown}"
+    );
+    prints_the_api_answer(
+        &server,
+        &["deliveries", "show", &delivery],
+        &format!("/api/deliveries/{delivery}"),
+    );
+    let list = stdout(&tenax(&server, &["deliveries", "list", &id]));
+    assert!(
+        list.lines()
+            .nth(1)
+            .is_some_and(|row| row.contains(" dead ")),
+        "{list}"
+    );
+    let replayed = stdout(&tenax(&server, &["deliveries", "replay", &delivery]));
+    assert_eq!(replayed, format!("replayed 1 deliveries: [{delivery}]\n"));
+    let replay_since = |since: &str| {
+        let args = [
+            "deliveries",
+            "replay",
+            "--subscription",
+            &id,
+            "--since",
+            since,
+        ];
+        tenax(&server, &args)
+    };
+    let said = refused(&replay_since("soon"));
+    assert!(said.contains("--since"), "{said}");
+    let none = stdout(&replay_since("2100-01-01T00:00:00Z"));
+    assert_eq!(none, "replayed 0 deliveries: []\n");
+
+    let rotated = stdout(&tenax(
+        &server,
+        &["subscriptions", "rotate-secret", &id, "--overlap", "1m"],
+    ));
+    assert!(rotated.contains("secret        whsec_"), "{rotated}");
+    let updated = stdout(&tenax(
+        &server,
+        &[
+            "subscriptions",
+            "update",
+            &id,
+            "--disable",
+            "--throttle",
+            "5",
+        ],
+    ));
+    assert!(updated.contains("enabled       no\n"), "{updated}");
+    assert!(
+        updated.contains("throttle      5 per second\n"),
+        "{updated}"
+    );
+    let said = refused(&tenax(
+        &server,
+        &["subscriptions", "update", &id, "--endpoint", "ftp://x"],
+    ));
+    assert!(said.contains("endpoint:"), "{said}");
+    let deleted = stdout(&tenax(&server, &["subscriptions", "delete", &id]));
+    assert_eq!(
+        deleted,
+        format!("deleted subscription {id} and its 1 deliveries\n")
+    );
+}
+
+const ADMIN: &str = "cli-test-admin-token-0123456789abcdef";
+
+fn start_with_auth() -> Server {
+    start_with(
+        &[("TENAX_AUTH", "on"), ("TENAX_ADMIN_TOKEN", ADMIN)],
+        Stdio::inherit(),
+    )
+}
+
+#[test]
+fn tokens_are_made_listed_and_revoked() {
+    let server = start_with_auth();
+    let made = tenax_with(
+        &server,
+        ADMIN,
+        &[
+            "tokens",
+            "create",
+            "--name",
+            "billing workers",
+            "--role",
+            "worker",
+            "--queue",
+            "billing.*",
+        ],
+    );
+    let token = stdout(&made).trim().to_owned();
+    assert!(token.starts_with("tnx_"), "{token}");
+    let said = String::from_utf8_lossy(&made.stderr);
+    assert!(
+        said.contains("made token 1 (worker); it is shown once, here:"),
+        "{said}"
+    );
+    let list = stdout(&tenax_with(&server, ADMIN, &["tokens", "list"]));
+    let row = list.lines().nth(1).expect("a row");
+    assert!(
+        row.starts_with("    1  billing workers          worker    "),
+        "{row}"
+    );
+    assert!(
+        row.contains(" never ") && row.ends_with("queues billing.*"),
+        "{row}"
+    );
+    // The worker's token reads no stats: its role may not.
+    let said = refused(&tenax_with(&server, &token, &["stats"]));
+    assert!(said.contains("(403 Forbidden)"), "{said}");
+    let revoked = stdout(&tenax_with(&server, ADMIN, &["tokens", "revoke", "1"]));
+    assert_eq!(revoked, "revoked token 1\n");
+    let said = refused(&tenax_with(&server, ADMIN, &["tokens", "revoke", "1"]));
+    assert!(said.contains("(404 Not Found)"), "{said}");
+    let said = refused(&tenax_with(
+        &server,
+        ADMIN,
+        &["tokens", "create", "--name", "x", "--role", "boss"],
+    ));
+    assert!(said.contains("--role"), "{said}");
 }
 
 /// `tenax subscriptions show` says in words what holds the deliveries back: the retry budget
@@ -397,11 +740,7 @@ fn subscriptions_show_the_retry_budget_and_the_endpoint_breaker() {
         ],
         Stdio::inherit(),
     );
-    let closed = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    let endpoint = format!("http://127.0.0.1:{closed}/hook");
+    let (closed, endpoint) = closed_endpoint();
     let made = stdout(&tenax(
         &server,
         &[
@@ -464,4 +803,112 @@ fn subscriptions_show_the_retry_budget_and_the_endpoint_breaker() {
     let shown = stdout(&tenax(&server, &["subscriptions", "show", &id]));
     assert!(shown.contains("retry budget"), "{shown}");
     assert!(shown.contains("none"), "{shown}");
+}
+
+/// `tenax queues` alone lists the queues, as `tenax queues list` does.
+#[test]
+fn queues_alone_lists_them() {
+    let server = start();
+    stdout(&tenax(&server, &["enqueue", "-q", "mail"]));
+    let alone = stdout(&tenax(&server, &["queues"]));
+    assert!(alone.lines().any(|l| l.starts_with("mail ")), "{alone}");
+    assert_eq!(alone, stdout(&tenax(&server, &["queues", "list"])));
+    prints_the_api_answer(&server, &["queues"], "/api/queues");
+}
+
+/// Whether `text` is a time as the tables show one: `2026-11-27T11:25:37Z`.
+fn is_date(text: &str) -> bool {
+    let shape = text
+        .bytes()
+        .map(|b| if b.is_ascii_digit() { b'0' } else { b })
+        .collect::<Vec<u8>>();
+    shape == b"0000-00-00T00:00:00Z"
+}
+
+/// Times in tables are dates in UTC to the second, never milliseconds since 1970.
+#[test]
+fn times_in_tables_are_dates() {
+    let server = start();
+    stdout(&tenax(
+        &server,
+        &[
+            "enqueue",
+            "-q",
+            "later",
+            "--run-at",
+            "2030-01-02T03:04:05.678Z",
+        ],
+    ));
+    let list = stdout(&tenax(&server, &["jobs", "list", "-q", "later"]));
+    let row = list.lines().nth(1).expect("a row");
+    assert!(row.contains(" 2030-01-02T03:04:05Z "), "{row}");
+    stdout(&tenax(
+        &server,
+        &[
+            "schedules",
+            "set",
+            "yearly",
+            "--cron",
+            "@yearly",
+            "--queue",
+            "later",
+        ],
+    ));
+    let shown = stdout(&tenax(&server, &["schedules", "show", "yearly"]));
+    let next = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("next tick"))
+        .expect("a next tick")
+        .trim();
+    assert!(
+        is_date(next) && next.ends_with("-01-01T00:00:00Z"),
+        "{shown}"
+    );
+    let ticks = stdout(&tenax(
+        &server,
+        &["schedules", "ticks", "yearly", "--count", "2"],
+    ));
+    for row in ticks.lines().skip(2) {
+        let at = row.split_whitespace().next().expect("a time");
+        assert!(is_date(at), "{ticks}");
+    }
+    // JSON keeps the API's spelling.
+    let job = &json(&server, &["schedules", "show", "yearly"])["next_tick"];
+    assert!(
+        job.as_str().is_some_and(|t| t.ends_with("T00:00:00.000Z")),
+        "{job}"
+    );
+}
+
+/// A 401 says which flag (or variable) gives the token, not which HTTP header carries it.
+#[test]
+fn a_missing_or_bad_token_names_the_flag() {
+    let server = start_with_auth();
+    for said in [
+        refused(&tenax(&server, &["stats"])),
+        refused(
+            &Command::new(BIN)
+                .args(["work", "-q", "q", "--exec", "true"])
+                .env("TENAX_URL", &server.url)
+                .output()
+                .expect("run tenax work"),
+        ),
+    ] {
+        // The last line is the error (`tenax work` logs before it).
+        let error = said.lines().last().unwrap_or_default();
+        assert_eq!(
+            error,
+            "error: this server needs an API token: give it with --token or TENAX_TOKEN \
+             (401 Unauthorized)",
+            "{said}"
+        );
+    }
+    let said = refused(&tenax_with(&server, "tnx_wrong", &["jobs", "list"]));
+    assert!(
+        said.contains(
+            "the API token is not valid (unknown or revoked): check --token or TENAX_TOKEN"
+        ),
+        "{said}"
+    );
+    stdout(&tenax_with(&server, ADMIN, &["stats"]));
 }

@@ -1,9 +1,16 @@
-//! The HTTP client behind the client commands: one place that sends a request, and turns a
-//! Tenax error response into a one-line message.
+//! How the client commands reach the server: a [`tenax_client::Client`] made from the
+//! `--url`, `--token` and `--ca-file` flags, and its errors as one-line messages in the
+//! command line's terms.
+//!
+//! Invariant: a refusal of the server that names a field and a rule (a 4xx) is
+//! [`CliError::Invalid`] (exit status 2), and says the field, the rule and the status; anything
+//! else is [`CliError::Failed`].
+
+use std::future::Future;
 
 use anyhow::Context as _;
 use clap::Args;
-use serde_json::Value;
+use tenax_client::Error;
 
 use super::CliError;
 
@@ -27,91 +34,153 @@ pub struct ServerArgs {
     pub ca_file: Option<std::path::PathBuf>,
 }
 
-impl ServerArgs {
-    pub fn client_options(&self) -> tenax_net::http::ClientOptions {
-        tenax_net::http::ClientOptions {
-            token: self.token.clone(),
-            ca_file: self.ca_file.clone(),
-        }
+/// The typed client of the server the flags name, and what is needed to word its errors.
+/// Derefs to the client: `server.ask(server.get_job(id))`.
+#[derive(Debug, Clone)]
+pub struct Server {
+    client: tenax_client::Client,
+    url: String,
+    /// Whether `--token` (or `TENAX_TOKEN`) gave a token: a 401 means a missing one, or a bad
+    /// one.
+    token_given: bool,
+}
+
+impl std::ops::Deref for Server {
+    type Target = tenax_client::Client;
+
+    fn deref(&self) -> &Self::Target {
+        &self.client
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct Client {
-    http: reqwest::Client,
-    base: String,
-}
-
-impl Client {
-    pub fn new(server: &ServerArgs) -> Result<Self, CliError> {
-        let prepared = server
-            .client_options()
-            .prepare()
-            .map_err(CliError::Invalid)?;
-        let make = || prepared.builder(reqwest::header::HeaderMap::new());
-        let (http, _) = tenax_net::http::build(make).context("building the HTTP client")?;
+impl Server {
+    /// Reads the CA file and checks the flags; a bad one is named.
+    pub fn connect(args: &ServerArgs) -> Result<Self, CliError> {
+        let mut builder = tenax_client::Client::builder().url(&args.url);
+        if let Some(token) = &args.token {
+            builder = builder.token(token);
+        }
+        if let Some(path) = &args.ca_file {
+            builder = builder.ca_file(path);
+        }
+        let client = builder.build().map_err(|e| match e {
+            Error::Config(message) => CliError::Invalid(flag_named(&message)),
+            other => CliError::Failed(other.into()),
+        })?;
         Ok(Self {
-            http,
-            base: server.url.trim_end_matches('/').to_owned(),
+            client,
+            url: args.url.trim_end_matches('/').to_owned(),
+            token_given: args.token.is_some(),
         })
     }
 
-    pub async fn get(&self, path: &str) -> Result<Value, CliError> {
-        self.send(self.http.get(format!("{}{path}", self.base)))
-            .await
+    /// The typed client, for what needs one of its own (the worker runtime).
+    pub fn client(&self) -> &tenax_client::Client {
+        &self.client
     }
 
-    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, CliError> {
-        self.send(self.http.post(format!("{}{path}", self.base)).json(body))
-            .await
+    /// Awaits a request; its error as the command line says it.
+    pub async fn ask<T>(
+        &self,
+        request: impl Future<Output = tenax_client::Result<T>>,
+    ) -> Result<T, CliError> {
+        request.await.map_err(|e| self.error(e))
     }
 
-    pub async fn put(&self, path: &str, body: &Value) -> Result<Value, CliError> {
-        self.send(self.http.put(format!("{}{path}", self.base)).json(body))
-            .await
-    }
-
-    pub async fn patch(&self, path: &str, body: &Value) -> Result<Value, CliError> {
-        self.send(self.http.patch(format!("{}{path}", self.base)).json(body))
-            .await
-    }
-
-    pub async fn delete(&self, path: &str) -> Result<Value, CliError> {
-        self.send(self.http.delete(format!("{}{path}", self.base)))
-            .await
-    }
-
-    async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, CliError> {
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the server at {}", self.base))?;
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        if status.is_success() {
-            return Ok(body);
-        }
-        let error = &body["error"];
-        let message = error["message"].as_str().unwrap_or("request failed");
-        let text = match error["field"].as_str() {
-            Some(field) => format!("{field}: {message}"),
-            None => message.to_owned(),
-        };
-        if status.is_client_error() {
-            Err(CliError::Invalid(format!("{} ({status})", text)))
-        } else {
-            Err(CliError::Failed(anyhow::anyhow!("{text} ({status})")))
+    /// A client error as a one-line message: `field: rule (400 Bad Request)`.
+    pub fn error(&self, error: Error) -> CliError {
+        match error {
+            // The server speaks of the Authorization header; the user gives a flag.
+            Error::Api {
+                status: 401,
+                message,
+                ..
+            } => CliError::Invalid(if self.token_given {
+                format!("{message}: check --token or TENAX_TOKEN (401 Unauthorized)")
+            } else {
+                "this server needs an API token: give it with --token or TENAX_TOKEN \
+                 (401 Unauthorized)"
+                    .to_owned()
+            }),
+            Error::Api {
+                status,
+                field,
+                message,
+                ..
+            } => {
+                let text = match field {
+                    Some(field) => format!("{field}: {message}"),
+                    None => message,
+                };
+                let line = format!("{text} ({})", status_line(status));
+                if (400..500).contains(&status) {
+                    CliError::Invalid(line)
+                } else {
+                    CliError::Failed(anyhow::anyhow!(line))
+                }
+            }
+            Error::Transport(error) => CliError::Failed(
+                anyhow::Error::new(error)
+                    .context(format!("cannot reach the server at {}", self.url)),
+            ),
+            Error::Config(message) => CliError::Invalid(flag_named(&message)),
+            other => CliError::Failed(other.into()),
         }
     }
 }
 
+/// `400 Bad Request`: the status and its reason, as HTTP names it.
+fn status_line(status: u16) -> String {
+    reqwest::StatusCode::from_u16(status).map_or_else(|_| status.to_string(), |s| s.to_string())
+}
+
+/// A message of the client builder, which names its settings (`url`, `token`, `ca_file`,
+/// `ca`), with the flag the user knows instead.
+fn flag_named(message: &str) -> String {
+    let flags = [
+        ("url:", "--url:"),
+        ("token:", "--token:"),
+        ("ca_file:", "--ca-file:"),
+        ("ca:", "--ca-file:"),
+    ];
+    flags
+        .iter()
+        .find_map(|(setting, flag)| {
+            message
+                .strip_prefix(setting)
+                .map(|rest| format!("{flag}{rest}"))
+        })
+        .unwrap_or_else(|| message.to_owned())
+}
+
 /// Runs a client command on a small runtime.
-pub fn block_on<F: std::future::Future<Output = Result<(), CliError>>>(
-    future: F,
-) -> Result<(), CliError> {
+pub fn block_on<F: Future<Output = Result<(), CliError>>>(future: F) -> Result<(), CliError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?
         .block_on(future)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builder_settings_are_named_as_flags() {
+        assert_eq!(
+            flag_named("ca_file: cannot read /x: gone"),
+            "--ca-file: cannot read /x: gone"
+        );
+        assert_eq!(
+            flag_named("ca: /x holds no certificate"),
+            "--ca-file: /x holds no certificate"
+        );
+        assert_eq!(
+            flag_named("token: must be printable ASCII"),
+            "--token: must be printable ASCII"
+        );
+        assert_eq!(flag_named("something else"), "something else");
+        assert_eq!(status_line(400), "400 Bad Request");
+    }
 }

@@ -3,19 +3,21 @@
 //!
 //! Invariants:
 //! - Every command is one request to the API (`/api/subscriptions/{id}/deliveries`,
-//!   `/api/deliveries/{id}`, `.../replay`); `--format json` prints its answer unchanged.
+//!   `/api/deliveries/{id}`, `.../replay`); `--format json` prints its answer.
 //! - A replay starts the retries again from 1 unless `--keep-attempts` says otherwise, as the
 //!   API does.
 
 use std::fmt::Write as _;
+use std::time::SystemTime;
 
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use tenax_client::{Delivery, DeliveryFilter, DeliveryPage, ReplayDeliveries};
 
-use super::CliError;
-use super::client::{Client, block_on};
+use super::client::{Server, block_on};
+use super::output::{Output, print, print_list};
 use super::policy::policy_json;
-use super::subscriptions::{Output, or, print, text};
+use super::terminal::safe;
+use super::{CliError, output, parse};
 
 #[derive(Debug, Subcommand)]
 pub enum DeliveriesCommand {
@@ -35,11 +37,11 @@ pub enum DeliveriesCommand {
 pub struct ListArgs {
     /// The subscription's id.
     pub subscription: u64,
-    /// scheduled, ready, in_flight, completed or dead.
-    #[arg(long, short)]
-    pub status: Option<String>,
+    #[arg(long, short, value_enum)]
+    pub status: Option<parse::Status>,
+    /// Deliveries per page, 1 to 1000.
     #[arg(long, default_value_t = 100)]
-    pub limit: usize,
+    pub limit: u32,
     #[arg(long)]
     pub after: Option<u64>,
     #[command(flatten)]
@@ -58,8 +60,8 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub subscription: Option<u64>,
     /// Only deliveries that died at or after this time (RFC 3339 or ms since 1970).
-    #[arg(long, requires = "subscription")]
-    pub since: Option<String>,
+    #[arg(long, requires = "subscription", value_parser = parse::time)]
+    pub since: Option<SystemTime>,
     /// A new policy for the replayed deliveries (any spelling, or @file).
     #[arg(long)]
     pub policy: Option<String>,
@@ -75,10 +77,9 @@ pub fn run(command: DeliveriesCommand) -> Result<(), CliError> {
         match command {
             DeliveriesCommand::List(args) => list(&args).await,
             DeliveriesCommand::Show { id, output } => {
-                let view = Client::new(&output.server)?
-                    .get(&format!("/api/deliveries/{id}"))
-                    .await?;
-                print(&view, output.format, delivery_table)
+                let server = Server::connect(&output.server)?;
+                let delivery = server.ask(server.get_delivery(id)).await?;
+                print(&delivery, output.format, delivery_table)
             }
             DeliveriesCommand::Replay(args) => replay(&args).await,
         }
@@ -86,42 +87,39 @@ pub fn run(command: DeliveriesCommand) -> Result<(), CliError> {
 }
 
 async fn list(args: &ListArgs) -> Result<(), CliError> {
-    let mut query = vec![format!("limit={}", args.limit)];
-    if let Some(status) = &args.status {
-        query.push(format!("status={status}"));
+    let mut filter = DeliveryFilter::new().limit(args.limit);
+    if let Some(status) = args.status {
+        filter = filter.status(status.into());
     }
     if let Some(after) = args.after {
-        query.push(format!("after={after}"));
+        filter = filter.after(after);
     }
-    let page = Client::new(&args.output.server)?
-        .get(&format!(
-            "/api/subscriptions/{}/deliveries?{}",
-            args.subscription,
-            query.join("&")
-        ))
+    let server = Server::connect(&args.output.server)?;
+    let page = server
+        .ask(server.list_deliveries(args.subscription, &filter))
         .await?;
     print(&page, args.output.format, list_table)?;
-    if let Some(next) = page["next_after"].as_u64() {
+    if let Some(next) = page.next_after {
         eprintln!("more: --after {next}");
     }
     Ok(())
 }
 
 async fn replay(args: &ReplayArgs) -> Result<(), CliError> {
-    let mut body = json!({ "reset_attempts": !args.keep_attempts });
+    let mut replay = ReplayDeliveries::new().reset_attempts(!args.keep_attempts);
     if let Some(policy) = &args.policy {
-        body["policy"] = policy_json(policy)?;
+        replay = replay.policy(policy_json(policy)?);
     }
-    let path = match (args.id, args.subscription) {
-        (Some(id), _) => format!("/api/deliveries/{id}/replay"),
+    let server = Server::connect(&args.output.server)?;
+    let replayed = match (args.id, args.subscription) {
+        (Some(id), _) => server.ask(server.replay_delivery(id, &replay)).await?,
         (None, Some(subscription)) => {
-            if let Some(since) = &args.since {
-                // Milliseconds go as a number, anything else as the RFC 3339 text.
-                body["since"] = since
-                    .parse::<u64>()
-                    .map_or_else(|_| json!(since), |ms| json!(ms));
+            if let Some(since) = args.since {
+                replay = replay.since(since);
             }
-            format!("/api/subscriptions/{subscription}/replay")
+            server
+                .ask(server.replay_subscription(subscription, &replay))
+                .await?
         }
         (None, None) => {
             return Err(CliError::Invalid(
@@ -129,56 +127,52 @@ async fn replay(args: &ReplayArgs) -> Result<(), CliError> {
             ));
         }
     };
-    let answer = Client::new(&args.output.server)?.post(&path, &body).await?;
-    print(&answer, args.output.format, |answer| {
-        let ids = answer["replayed"].as_array().map_or(0, Vec::len);
-        format!("replayed {ids} deliveries: {}\n", answer["replayed"])
+    print_list("replayed", &replayed, args.output.format, |ids| {
+        format!("replayed {} deliveries: {}\n", ids.len(), output::ids(ids))
     })
 }
 
-fn list_table(page: &Value) -> String {
+fn list_table(page: &DeliveryPage) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "{:>10}  {:>10}  {:<10} {:>8}  {:<24}  dead reason",
         "id", "message", "status", "failures", "run at"
     );
-    for d in page["deliveries"].as_array().into_iter().flatten() {
+    for d in &page.deliveries {
         let _ = writeln!(
             out,
             "{:>10}  {:>10}  {:<10} {:>8}  {:<24}  {}",
-            d["id"].to_string(),
-            d["message_id"].to_string(),
-            text(&d["status"]),
-            d["failures"].to_string(),
-            text(&d["run_at"]),
-            or(&d["dead_reason"], ""),
+            d.id,
+            d.message_id,
+            d.status,
+            d.failures,
+            output::time(d.run_at),
+            output::or(d.dead_reason.as_deref(), ""),
         );
     }
     out
 }
 
-fn delivery_table(d: &Value) -> String {
+fn delivery_table(d: &Delivery) -> String {
     let mut out = String::new();
     for (key, value) in [
-        ("id", d["id"].to_string()),
-        ("subscription", d["subscription"].to_string()),
+        ("id", d.id.to_string()),
+        ("subscription", d.subscription.to_string()),
         (
             "message",
-            format!(
-                "{} ({} on {})",
-                d["message_id"],
-                or(&d["type"], ""),
-                or(&d["queue"], "")
-            ),
+            format!("{} ({} on {})", d.message_id, safe(&d.kind), safe(&d.queue)),
         ),
-        ("status", or(&d["status"], "")),
-        ("failures", d["failures"].to_string()),
-        ("run at", or(&d["run_at"], "")),
-        ("created", or(&d["created_at"], "")),
-        ("finished", or(&d["finished_at"], "-")),
-        ("dead reason", or(&d["dead_reason"], "-")),
-        ("policy", or(&d["policy"], "the subscription's")),
+        ("status", d.status.to_string()),
+        ("failures", d.failures.to_string()),
+        ("run at", output::time(d.run_at)),
+        ("created", output::time(d.created_at)),
+        ("finished", output::time_or(d.finished_at, "-")),
+        ("dead reason", output::or(d.dead_reason.as_deref(), "-")),
+        (
+            "policy",
+            output::or(d.policy.as_ref(), "the subscription's"),
+        ),
     ] {
         let _ = writeln!(out, "{key:<13} {value}");
     }
@@ -187,23 +181,23 @@ fn delivery_table(d: &Value) -> String {
         "\n{:>7}  {:<24}  {:<10} {:>8}  outcome",
         "attempt", "at", "result", "latency"
     );
-    for a in d["attempts"].as_array().into_iter().flatten() {
-        let outcome = match (a["status"].as_u64(), a["error"].as_str()) {
+    for a in d.attempts.iter().flatten() {
+        let outcome = match (a.status, &a.error) {
             (Some(status), _) => format!("HTTP {status}"),
-            (None, Some(error)) => error.to_owned(),
+            (None, Some(error)) => safe(error).into_owned(),
             (None, None) => String::new(),
         };
-        let retry_after = a["retry_after_ms"]
-            .as_u64()
+        let retry_after = a
+            .retry_after_ms
             .map(|ms| format!(" (Retry-After {})", tenax_policy::format_duration(ms)))
             .unwrap_or_default();
         let _ = writeln!(
             out,
             "{:>7}  {:<24}  {:<10} {:>6}ms  {outcome}{retry_after}",
-            a["attempt"].to_string(),
-            text(&a["at"]),
-            text(&a["result"]),
-            a["latency_ms"].to_string(),
+            a.attempt,
+            output::time(a.at),
+            a.result,
+            a.latency_ms,
         );
     }
     out

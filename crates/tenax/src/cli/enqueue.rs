@@ -2,13 +2,16 @@
 
 use std::io::BufRead as _;
 use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context as _;
 use clap::Args;
-use serde_json::{Value, json};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use tenax_client::NewJob;
 
-use super::CliError;
-use super::client::{Client, ServerArgs, block_on};
+use super::client::{Server, ServerArgs, block_on};
+use super::{CliError, parse};
 
 #[derive(Debug, Args)]
 pub struct EnqueueArgs {
@@ -26,11 +29,11 @@ pub struct EnqueueArgs {
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub priority: i32,
     /// Run after this delay (`30s`, `5m`, or milliseconds).
-    #[arg(long, conflicts_with = "run_at")]
-    pub delay: Option<String>,
-    /// Run at this time (RFC 3339).
-    #[arg(long)]
-    pub run_at: Option<String>,
+    #[arg(long, conflicts_with = "run_at", value_parser = parse::duration)]
+    pub delay: Option<Duration>,
+    /// Run at this time (RFC 3339, or milliseconds since 1970).
+    #[arg(long, value_parser = parse::time)]
+    pub run_at: Option<SystemTime>,
     /// The job's retry policy, in any spelling, or @file.
     #[arg(long)]
     pub policy: Option<String>,
@@ -49,39 +52,46 @@ pub struct EnqueueArgs {
 
 pub fn run(args: EnqueueArgs) -> Result<(), CliError> {
     block_on(async move {
-        let client = Client::new(&args.server)?;
+        let server = Server::connect(&args.server)?;
         match &args.file {
-            Some(path) => enqueue_file(&client, path, args.batch as usize).await,
-            None => enqueue_one(&client, &args).await,
+            Some(path) => enqueue_file(&server, path, args.batch as usize).await,
+            None => enqueue_one(&server, &args).await,
         }
     })
 }
 
-async fn enqueue_one(client: &Client, args: &EnqueueArgs) -> Result<(), CliError> {
+async fn enqueue_one(server: &Server, args: &EnqueueArgs) -> Result<(), CliError> {
     let payload: Value = serde_json::from_str(&args.payload)
         .map_err(|e| CliError::Invalid(format!("--payload: not valid JSON: {e}")))?;
-    let mut job = json!({ "queue": args.queue, "type": args.kind, "payload": payload, "priority": args.priority });
-    if let Some(delay) = &args.delay {
-        job["delay"] = json!(delay);
+    // Without --file, clap requires --queue.
+    let queue = args.queue.clone().unwrap_or_default();
+    let mut job = NewJob::new(queue, &args.kind)
+        .payload(payload)
+        .priority(args.priority);
+    if let Some(delay) = args.delay {
+        job = job.delay(delay);
     }
-    if let Some(run_at) = &args.run_at {
-        job["run_at"] = json!(run_at);
+    if let Some(run_at) = args.run_at {
+        job = job.run_at(run_at);
     }
     if let Some(policy) = &args.policy {
-        job["policy"] = super::policy::policy_json(policy)?;
+        job = job.policy(super::policy::policy_json(policy)?);
     }
     if let Some(limit) = args.retry_limit {
-        job["retry_limit"] = json!(limit);
+        job = job.retry_limit(limit);
     }
     if let Some(key) = &args.unique_key {
-        job["unique_key"] = json!(key);
+        job = job.unique_key(key);
     }
-    let answer = client.post("/api/jobs", &job).await?;
-    println!("{answer}");
+    let answer = server.ask(server.enqueue(&job)).await?;
+    println!(
+        "{}",
+        serde_json::to_string(&answer).context("encoding the answer")?
+    );
     Ok(())
 }
 
-async fn enqueue_file(client: &Client, path: &PathBuf, batch: usize) -> Result<(), CliError> {
+async fn enqueue_file(server: &Server, path: &PathBuf, batch: usize) -> Result<(), CliError> {
     let file = std::fs::File::open(path)
         .map_err(|e| CliError::Invalid(format!("--file: cannot open {}: {e}", path.display())))?;
     let total = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -98,7 +108,8 @@ async fn enqueue_file(client: &Client, path: &PathBuf, batch: usize) -> Result<(
         if line.trim().is_empty() {
             continue;
         }
-        let job: Value = serde_json::from_str(&line).map_err(|e| {
+        // Each line goes as written: the server checks its fields.
+        let job: Box<RawValue> = serde_json::from_str(&line).map_err(|e| {
             CliError::Invalid(format!(
                 "{}:{}: not valid JSON: {e}",
                 path.display(),
@@ -107,12 +118,12 @@ async fn enqueue_file(client: &Client, path: &PathBuf, batch: usize) -> Result<(
         })?;
         jobs.push(job);
         if jobs.len() == batch {
-            sent += send_batch(client, &mut jobs, sent).await?;
+            sent += send_batch(server, &mut jobs, sent).await?;
             bar.set_message(format!("{sent} jobs"));
         }
     }
     if !jobs.is_empty() {
-        sent += send_batch(client, &mut jobs, sent).await?;
+        sent += send_batch(server, &mut jobs, sent).await?;
     }
     bar.finish_with_message(format!("{sent} jobs"));
     eprintln!("enqueued {sent} jobs");
@@ -120,13 +131,13 @@ async fn enqueue_file(client: &Client, path: &PathBuf, batch: usize) -> Result<(
 }
 
 async fn send_batch(
-    client: &Client,
-    jobs: &mut Vec<Value>,
+    server: &Server,
+    jobs: &mut Vec<Box<RawValue>>,
     already: usize,
 ) -> Result<usize, CliError> {
-    let body = json!({ "jobs": std::mem::take(jobs) });
-    match client.post("/api/jobs/batch", &body).await {
-        Ok(answer) => Ok(answer["jobs"].as_array().map_or(0, Vec::len)),
+    let batch = std::mem::take(jobs);
+    match server.ask(server.enqueue_many_json(&batch)).await {
+        Ok(enqueued) => Ok(enqueued.len()),
         Err(CliError::Invalid(message)) => Err(CliError::Invalid(format!(
             "the batch starting at job {} was refused (nothing of it was enqueued): {message}",
             already + 1

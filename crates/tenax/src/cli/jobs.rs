@@ -1,11 +1,11 @@
 //! `tenax jobs`, `tenax dead`, `tenax stats`: look at jobs and replay the dead.
 
 use clap::{Args, Subcommand};
-use serde_json::json;
+use tenax_client::{DeadSelection, JobFilter, ReplayDead};
 
-use super::CliError;
-use super::client::{Client, ServerArgs, block_on};
-use super::terminal::{safe, safe_json};
+use super::client::{Server, ServerArgs, block_on};
+use super::terminal::safe;
+use super::{CliError, output, parse};
 
 #[derive(Debug, Subcommand)]
 pub enum JobsCommand {
@@ -25,13 +25,13 @@ pub struct ListArgs {
     pub server: ServerArgs,
     #[arg(long, short)]
     pub queue: Option<String>,
-    /// scheduled, ready, in_flight, completed or dead.
-    #[arg(long, short)]
-    pub status: Option<String>,
+    #[arg(long, short, value_enum)]
+    pub status: Option<parse::Status>,
     #[arg(long = "type", short = 't')]
     pub kind: Option<String>,
+    /// Jobs per page, 1 to 1000.
     #[arg(long, default_value_t = 100)]
-    pub limit: usize,
+    pub limit: u32,
     #[arg(long)]
     pub after: Option<u64>,
 }
@@ -69,13 +69,11 @@ pub struct ReplayArgs {
 pub fn run_jobs(command: JobsCommand) -> Result<(), CliError> {
     block_on(async move {
         match command {
-            JobsCommand::List(args) => list(&args, "/api/jobs").await,
+            JobsCommand::List(args) => list(&args, Listing::Jobs).await,
             JobsCommand::Show { id, server } => {
-                let job = Client::new(&server)?
-                    .get(&format!("/api/jobs/{id}"))
-                    .await?;
-                let pretty = serde_json::to_string_pretty(&job).unwrap_or_default();
-                println!("{}", safe_json(&pretty));
+                let server = Server::connect(&server)?;
+                let job = server.ask(server.get_job(id)).await?;
+                println!("{}", output::json(&job)?);
                 Ok(())
             }
         }
@@ -85,7 +83,7 @@ pub fn run_jobs(command: JobsCommand) -> Result<(), CliError> {
 pub fn run_dead(command: DeadCommand) -> Result<(), CliError> {
     block_on(async move {
         match command {
-            DeadCommand::List(args) => list(&args, "/api/dead").await,
+            DeadCommand::List(args) => list(&args, Listing::Dead).await,
             DeadCommand::Replay(args) => replay(&args).await,
         }
     })
@@ -93,107 +91,111 @@ pub fn run_dead(command: DeadCommand) -> Result<(), CliError> {
 
 pub fn run_stats(server: ServerArgs) -> Result<(), CliError> {
     block_on(async move {
-        let stats = Client::new(&server)?.get("/api/stats").await?;
+        let server = Server::connect(&server)?;
+        let stats = server.ask(server.stats()).await?;
         println!(
             "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10}",
             "queue", "scheduled", "ready", "in_flight", "completed", "dead"
         );
-        for q in stats["queues"].as_array().into_iter().flatten() {
+        for q in &stats.queues {
+            let c = &q.counts;
             println!(
                 "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10}",
-                safe(q["queue"].as_str().unwrap_or("")),
-                q["scheduled"].to_string(),
-                q["ready"].to_string(),
-                q["in_flight"].to_string(),
-                q["completed"].to_string(),
-                q["dead"].to_string()
+                safe(&q.queue),
+                c.scheduled,
+                c.ready,
+                c.in_flight,
+                c.completed,
+                c.dead
             );
         }
         Ok(())
     })
 }
 
-async fn list(args: &ListArgs, path: &str) -> Result<(), CliError> {
-    let mut query = vec![format!("limit={}", args.limit)];
-    for (key, value) in [
-        ("queue", &args.queue),
-        ("status", &args.status),
-        ("type", &args.kind),
-    ] {
-        if let Some(value) = value {
-            query.push(format!("{key}={}", encode(value)));
-        }
+/// Which jobs a list shows.
+#[derive(Debug, Clone, Copy)]
+enum Listing {
+    Jobs,
+    Dead,
+}
+
+async fn list(args: &ListArgs, listing: Listing) -> Result<(), CliError> {
+    let mut filter = JobFilter::new().limit(args.limit);
+    if let Some(queue) = &args.queue {
+        filter = filter.queue(queue);
+    }
+    if let Some(status) = args.status {
+        filter = filter.status(status.into());
+    }
+    if let Some(kind) = &args.kind {
+        filter = filter.kind(kind);
     }
     if let Some(after) = args.after {
-        query.push(format!("after={after}"));
+        filter = filter.after(after);
     }
-    let page = Client::new(&args.server)?
-        .get(&format!("{path}?{}", query.join("&")))
-        .await?;
+    let server = Server::connect(&args.server)?;
+    let page = match listing {
+        Listing::Jobs => server.ask(server.list_jobs(&filter)).await?,
+        Listing::Dead => server.ask(server.list_dead(&filter)).await?,
+    };
     println!(
         "{:>10}  {:<16} {:<16} {:<10} {:>7}  {:<24}  last error",
         "id", "queue", "type", "status", "attempt", "run at"
     );
-    for job in page["jobs"].as_array().into_iter().flatten() {
-        let last_error = job["errors"]
-            .as_array()
-            .and_then(|e| e.last())
-            .and_then(|e| e["message"].as_str())
-            .unwrap_or("");
+    for job in &page.jobs {
+        let last_error = job.errors.last().map_or("", |e| e.message.as_str());
         println!(
             "{:>10}  {:<16} {:<16} {:<10} {:>7}  {:<24}  {}",
-            job["id"].to_string(),
-            safe(job["queue"].as_str().unwrap_or("")),
-            safe(job["type"].as_str().unwrap_or("")),
-            safe(job["status"].as_str().unwrap_or("")),
-            job["attempt"].to_string(),
-            safe(job["run_at"].as_str().unwrap_or("")),
+            job.id,
+            safe(&job.queue),
+            safe(&job.kind),
+            job.status,
+            job.attempt,
+            output::time(job.run_at),
             safe(last_error)
         );
     }
-    if let Some(next) = page["next_after"].as_u64() {
+    if let Some(next) = page.next_after {
         eprintln!("more: --after {next}");
     }
     Ok(())
 }
 
 async fn replay(args: &ReplayArgs) -> Result<(), CliError> {
-    let mut body = json!({ "all": args.all, "reset_attempts": args.reset_attempts });
-    if !args.ids.is_empty() {
-        body["ids"] = json!(args.ids);
-    }
-    if let Some(queue) = &args.queue {
-        body["queue"] = json!(queue);
-    }
+    let mut selection = match (&args.ids[..], &args.queue) {
+        ([], Some(queue)) => DeadSelection::queue(queue),
+        ([], None) if args.all => DeadSelection::all(),
+        // Nothing named: the server says what is missing.
+        ([], None) => DeadSelection::default(),
+        (ids, queue) => {
+            let selection = DeadSelection::ids(ids.iter().copied());
+            match queue {
+                Some(queue) => selection.in_queue(queue),
+                None => selection,
+            }
+        }
+    };
     if let Some(kind) = &args.kind {
-        body["type"] = json!(kind);
+        selection = selection.kind(kind);
     }
+    let mut replay = ReplayDead::new(selection).reset_attempts(args.reset_attempts);
     if let Some(policy) = &args.policy {
-        body["policy"] = super::policy::policy_json(policy)?;
+        replay = replay.policy(super::policy::policy_json(policy)?);
     }
-    let answer = Client::new(&args.server)?
-        .post("/api/dead/replay", &body)
-        .await?;
-    println!("replayed {} jobs: {}", answer["replayed"], answer["ids"]);
-    for skipped in answer["skipped"].as_array().into_iter().flatten() {
+    let server = Server::connect(&args.server)?;
+    let answer = server.ask(server.replay_dead(&replay)).await?;
+    println!(
+        "replayed {} jobs: {}",
+        answer.replayed,
+        output::ids(&answer.ids)
+    );
+    for skipped in &answer.skipped {
         println!(
             "not replayed: job {}: {}",
-            skipped["id"],
-            safe(skipped["reason"].as_str().unwrap_or_default())
+            skipped.id,
+            safe(&skipped.reason)
         );
     }
     Ok(())
-}
-
-/// Percent-encodes a query value (queue names are plain, but types may hold anything).
-fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b':' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -7,12 +7,15 @@ mod enqueue;
 mod error;
 mod jobs;
 mod migrate;
+mod output;
+mod parse;
 pub mod policy;
 mod queues;
 mod repair;
 mod schedules;
 mod secrets;
 pub mod serve;
+mod subscription_view;
 mod subscriptions;
 pub mod terminal;
 mod tokens;
@@ -50,9 +53,8 @@ pub enum Command {
     Dead(jobs::DeadCommand),
     /// Job counts per queue and status.
     Stats(client::ServerArgs),
-    /// Queues: list, show, set limits, pause, resume.
-    #[command(subcommand)]
-    Queues(queues::QueuesCommand),
+    /// Queues: list (without a subcommand too), show, set limits, pause, resume.
+    Queues(queues::QueuesArgs),
     /// Periodic jobs: set, list, show, ticks, preview, pause, resume, delete.
     #[command(subcommand)]
     Schedules(schedules::SchedulesCommand),

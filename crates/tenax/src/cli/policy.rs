@@ -82,13 +82,7 @@ pub fn load(argument: &str) -> Result<ParsedPolicy, CliError> {
 /// The JSON of a `--policy` argument (inline, or `@path`), not yet interpreted: the client
 /// commands send it to the server as written.
 pub fn policy_json(argument: &str) -> Result<serde_json::Value, CliError> {
-    let text = match argument.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| CliError::Invalid(format!("--policy: cannot read {path}: {e}")))?,
-        None => argument.to_owned(),
-    };
-    serde_json::from_str(&text)
-        .map_err(|e| CliError::Invalid(format!("--policy: not valid JSON: {e}")))
+    super::parse::json_argument("--policy", argument)
 }
 
 /// The preview as an aligned table with a closing total-window line.

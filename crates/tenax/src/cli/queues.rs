@@ -4,16 +4,29 @@
 //! Invariants:
 //! - Every command is one request to the API (`/api/queues/...`); the server checks every field
 //!   and its error names the field.
-//! - `--format json` prints the server's answer unchanged; the table is a reading of it.
+//! - `--format json` prints the server's answer; the table is a reading of it.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use tenax_client::{Queue, QueueUpdate};
 
-use super::CliError;
-use super::client::{Client, block_on};
-use super::subscriptions::{Output, or, print};
+use super::client::{Server, block_on};
+use super::output::{Output, print, print_list};
+use super::terminal::safe;
+use super::{CliError, parse};
+
+/// `tenax queues`: a subcommand, or none for the list.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct QueuesArgs {
+    #[command(subcommand)]
+    pub command: Option<QueuesCommand>,
+    /// Without a subcommand, what `list` takes.
+    #[command(flatten)]
+    pub list: Output,
+}
 
 #[derive(Debug, Subcommand)]
 pub enum QueuesCommand {
@@ -55,7 +68,7 @@ pub struct SetArgs {
     pub no_concurrency: bool,
     /// At most LIMIT jobs started in any PERIOD, as LIMIT/PERIOD: "100/1m", "5/1s", "1000/1d".
     #[arg(long, value_parser = parse_rate, conflicts_with = "no_rate")]
-    pub rate: Option<(u32, String)>,
+    pub rate: Option<(u32, Duration)>,
     /// Remove the rate limit.
     #[arg(long)]
     pub no_rate: bool,
@@ -63,8 +76,8 @@ pub struct SetArgs {
     pub output: Output,
 }
 
-/// `LIMIT/PERIOD`: the period is left for the server to read (ms or "1m").
-fn parse_rate(text: &str) -> Result<(u32, String), String> {
+/// `LIMIT/PERIOD`: the period is milliseconds or a duration such as "1m".
+fn parse_rate(text: &str) -> Result<(u32, Duration), String> {
     let (limit, period) = text
         .split_once('/')
         .ok_or_else(|| format!("must be LIMIT/PERIOD such as 100/1m, got {text:?}"))?;
@@ -72,121 +85,114 @@ fn parse_rate(text: &str) -> Result<(u32, String), String> {
         .trim()
         .parse()
         .map_err(|_| format!("the limit must be a whole number, got {limit:?}"))?;
-    Ok((limit, period.trim().to_owned()))
+    let period = parse::duration(period).map_err(|rule| format!("the period {rule}"))?;
+    Ok((limit, period))
 }
 
-pub fn run(command: QueuesCommand) -> Result<(), CliError> {
+pub fn run(args: QueuesArgs) -> Result<(), CliError> {
+    let command = args
+        .command
+        .unwrap_or(QueuesCommand::List { output: args.list });
     block_on(async move {
         match command {
             QueuesCommand::List { output } => {
-                let list = Client::new(&output.server)?.get("/api/queues").await?;
-                print(&list, output.format, list_table)
+                let server = Server::connect(&output.server)?;
+                let queues = server.ask(server.list_queues()).await?;
+                print_list("queues", &queues, output.format, list_table)
             }
             QueuesCommand::Show { name, output } => {
-                let view = Client::new(&output.server)?
-                    .get(&format!("/api/queues/{name}"))
-                    .await?;
-                print(&view, output.format, queue_table)
+                let server = Server::connect(&output.server)?;
+                let queue = server.ask(server.get_queue(&name)).await?;
+                print(&queue, output.format, queue_table)
             }
             QueuesCommand::Set(args) => {
-                let mut body = json!({});
-                if let Some(n) = args.concurrency {
-                    body["concurrency"] = json!(n);
+                let mut update = QueueUpdate::new();
+                if let Some(limit) = args.concurrency {
+                    update = update.concurrency(limit);
                 }
                 if args.no_concurrency {
-                    body["concurrency"] = Value::Null;
+                    update = update.remove_concurrency();
                 }
-                if let Some((limit, period)) = &args.rate {
-                    let period = period
-                        .parse::<u64>()
-                        .map_or_else(|_| json!(period), |ms| json!(ms));
-                    body["rate"] = json!({"limit": limit, "period": period});
+                if let Some((limit, period)) = args.rate {
+                    update = update.rate(limit, period);
                 }
                 if args.no_rate {
-                    body["rate"] = Value::Null;
+                    update = update.remove_rate();
                 }
-                let view = Client::new(&args.output.server)?
-                    .put(&format!("/api/queues/{}", args.name), &body)
-                    .await?;
-                print(&view, args.output.format, queue_table)
+                let server = Server::connect(&args.output.server)?;
+                let queue = server.ask(server.update_queue(&args.name, &update)).await?;
+                print(&queue, args.output.format, queue_table)
             }
             QueuesCommand::Pause { name, output } => {
-                let view = Client::new(&output.server)?
-                    .post(&format!("/api/queues/{name}/pause"), &json!({}))
-                    .await?;
-                print(&view, output.format, queue_table)
+                let server = Server::connect(&output.server)?;
+                let queue = server.ask(server.pause_queue(&name)).await?;
+                print(&queue, output.format, queue_table)
             }
             QueuesCommand::Resume { name, output } => {
-                let view = Client::new(&output.server)?
-                    .post(&format!("/api/queues/{name}/resume"), &json!({}))
-                    .await?;
-                print(&view, output.format, queue_table)
+                let server = Server::connect(&output.server)?;
+                let queue = server.ask(server.resume_queue(&name)).await?;
+                print(&queue, output.format, queue_table)
             }
         }
     })
 }
 
-/// A table cell: the value's text, safe for a terminal, or `-`.
-fn text(value: &Value) -> String {
-    or(value, "-")
-}
-
 /// "in flight / limit", or the count alone without a limit.
-fn flight(q: &Value) -> String {
-    match q.get("concurrency") {
-        Some(limit) => format!("{}/{}", text(&q["counts"]["in_flight"]), text(limit)),
-        None => text(&q["counts"]["in_flight"]),
+fn flight(q: &Queue) -> String {
+    match q.concurrency {
+        Some(limit) => format!("{}/{limit}", q.counts.in_flight),
+        None => q.counts.in_flight.to_string(),
     }
 }
 
 /// "used/limit per period", or "-".
-fn rate(q: &Value) -> String {
-    match q.get("rate") {
+fn rate(q: &Queue) -> String {
+    match &q.rate {
         Some(rate) => format!(
             "{}/{} per {}",
-            text(&rate["used"]),
-            text(&rate["limit"]),
-            tenax_policy::format_duration(rate["period_ms"].as_u64().unwrap_or(0))
+            rate.used,
+            rate.limit,
+            tenax_policy::format_duration(rate.period_ms)
         ),
         None => "-".to_owned(),
     }
 }
 
-fn list_table(list: &Value) -> String {
+fn list_table(queues: &[Queue]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "{:<32} {:<6} {:>9} {:>9} {:>11} {:>9} {:>6}  RATE",
         "QUEUE", "PAUSED", "SCHEDULED", "READY", "IN FLIGHT", "COMPLETED", "DEAD"
     );
-    for q in list["queues"].as_array().into_iter().flatten() {
+    for q in queues {
         let _ = writeln!(
             out,
             "{:<32} {:<6} {:>9} {:>9} {:>11} {:>9} {:>6}  {}",
-            text(&q["name"]),
-            text(&q["paused"]),
-            text(&q["counts"]["scheduled"]),
-            text(&q["counts"]["ready"]),
+            safe(&q.name),
+            q.paused,
+            q.counts.scheduled,
+            q.counts.ready,
             flight(q),
-            text(&q["counts"]["completed"]),
-            text(&q["counts"]["dead"]),
+            q.counts.completed,
+            q.counts.dead,
             rate(q),
         );
     }
     out
 }
 
-fn queue_table(q: &Value) -> String {
+fn queue_table(q: &Queue) -> String {
     let mut out = String::new();
     let rows = [
-        ("name", text(&q["name"])),
-        ("paused", text(&q["paused"])),
+        ("name", safe(&q.name).into_owned()),
+        ("paused", q.paused.to_string()),
         ("in flight", flight(q)),
         ("rate", rate(q)),
-        ("scheduled", text(&q["counts"]["scheduled"])),
-        ("ready", text(&q["counts"]["ready"])),
-        ("completed", text(&q["counts"]["completed"])),
-        ("dead", text(&q["counts"]["dead"])),
+        ("scheduled", q.counts.scheduled.to_string()),
+        ("ready", q.counts.ready.to_string()),
+        ("completed", q.counts.completed.to_string()),
+        ("dead", q.counts.dead.to_string()),
     ];
     for (label, value) in rows {
         let _ = writeln!(out, "{label:<10} {value}");

@@ -5,20 +5,24 @@
 //! Invariants:
 //! - Every command but `preview` is one request to the API (`/api/schedules/...`); the server
 //!   checks every field and its error names the field.
-//! - `--format json` prints the server's answer unchanged; the table is a reading of it.
+//! - `--format json` prints the server's answer (`preview`: what the server would answer); the
+//!   table is a reading of it.
 
 use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand, ValueEnum};
-use serde_json::{Value, json};
-use tenax_core::clock::{parse_rfc3339, rfc3339};
+use serde::Serialize;
+use serde_json::Value;
+use tenax_client::{Missed, NewSchedule, Overlap, Schedule};
+use tenax_core::clock::parse_rfc3339;
 use tenax_core::model::timetable::Timetable;
 
-use super::CliError;
-use super::client::{Client, ServerArgs, block_on};
+use super::client::{Server, ServerArgs, block_on};
+use super::output::{Output, print, print_list};
 use super::policy::{Format, policy_json};
-use super::subscriptions::{Output, or, print};
 use super::terminal::safe;
+use super::{CliError, output, parse};
 
 #[derive(Debug, Subcommand)]
 pub enum SchedulesCommand {
@@ -40,7 +44,7 @@ pub enum SchedulesCommand {
         name: String,
         /// How many (1 to 1000).
         #[arg(long, default_value_t = 10)]
-        count: usize,
+        count: u32,
         #[command(flatten)]
         output: Output,
     },
@@ -74,11 +78,29 @@ pub enum MissedArg {
     RunOnce,
 }
 
+impl From<MissedArg> for Missed {
+    fn from(missed: MissedArg) -> Self {
+        match missed {
+            MissedArg::Skip => Self::Skip,
+            MissedArg::RunOnce => Self::RunOnce,
+        }
+    }
+}
+
 /// What a tick does while the previous tick's job is unfinished.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OverlapArg {
     Allow,
     Skip,
+}
+
+impl From<OverlapArg> for Overlap {
+    fn from(overlap: OverlapArg) -> Self {
+        match overlap {
+            OverlapArg::Allow => Self::Allow,
+            OverlapArg::Skip => Self::Skip,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -146,41 +168,42 @@ pub fn run(command: SchedulesCommand) -> Result<(), CliError> {
         match command {
             SchedulesCommand::Set(args) => set(&args).await,
             SchedulesCommand::List { output } => {
-                let list = Client::new(&output.server)?.get("/api/schedules").await?;
-                print(&list, output.format, list_table)
+                let server = Server::connect(&output.server)?;
+                let schedules = server.ask(server.list_schedules()).await?;
+                print_list("schedules", &schedules, output.format, list_table)
             }
             SchedulesCommand::Show { name, output } => {
-                let view = Client::new(&output.server)?
-                    .get(&format!("/api/schedules/{name}"))
-                    .await?;
-                print(&view, output.format, schedule_table)
+                let server = Server::connect(&output.server)?;
+                let schedule = server.ask(server.get_schedule(&name)).await?;
+                print(&schedule, output.format, schedule_table)
             }
             SchedulesCommand::Ticks {
                 name,
                 count,
                 output,
             } => {
-                let ticks = Client::new(&output.server)?
-                    .get(&format!("/api/schedules/{name}/ticks?count={count}"))
+                let server = Server::connect(&output.server)?;
+                let ticks = server
+                    .ask(server.schedule_ticks(&name, Some(count)))
                     .await?;
-                print(&ticks, output.format, ticks_table)
+                print(&ticks, output.format, |t| {
+                    let rows = t.ticks.iter().map(|t| (t.at, t.local.as_str(), t.shifted));
+                    ticks_table(&t.cron, &t.timezone, &t.description, rows)
+                })
             }
             SchedulesCommand::Pause { name, output } => {
-                let view = Client::new(&output.server)?
-                    .post(&format!("/api/schedules/{name}/pause"), &json!({}))
-                    .await?;
-                print(&view, output.format, schedule_table)
+                let server = Server::connect(&output.server)?;
+                let schedule = server.ask(server.pause_schedule(&name)).await?;
+                print(&schedule, output.format, schedule_table)
             }
             SchedulesCommand::Resume { name, output } => {
-                let view = Client::new(&output.server)?
-                    .post(&format!("/api/schedules/{name}/resume"), &json!({}))
-                    .await?;
-                print(&view, output.format, schedule_table)
+                let server = Server::connect(&output.server)?;
+                let schedule = server.ask(server.resume_schedule(&name)).await?;
+                print(&schedule, output.format, schedule_table)
             }
             SchedulesCommand::Delete { name, server } => {
-                Client::new(&server)?
-                    .delete(&format!("/api/schedules/{name}"))
-                    .await?;
+                let server = Server::connect(&server)?;
+                server.ask(server.delete_schedule(&name)).await?;
                 println!("deleted schedule {}; the jobs it made stay", safe(&name));
                 Ok(())
             }
@@ -190,44 +213,47 @@ pub fn run(command: SchedulesCommand) -> Result<(), CliError> {
 }
 
 async fn set(args: &SetArgs) -> Result<(), CliError> {
-    let mut job = json!({"queue": args.queue, "type": args.kind, "priority": args.priority});
-    if let Some(payload) = &args.payload {
-        job["payload"] = json_argument("--payload", payload)?;
-    }
+    let payload = match &args.payload {
+        Some(payload) => parse::json_argument("--payload", payload)?,
+        None => Value::Null,
+    };
+    let mut schedule = NewSchedule::new(&args.cron, &args.queue, &args.kind)
+        .payload(payload)
+        .timezone(&args.timezone)
+        .priority(args.priority)
+        .missed(args.missed.into())
+        .overlap(args.overlap.into())
+        .paused(args.paused);
     if let Some(policy) = &args.policy {
-        job["policy"] = policy_json(policy)?;
+        schedule = schedule.policy(policy_json(policy)?);
     }
     if let Some(limit) = args.retry_limit {
-        job["retry_limit"] = json!(limit);
+        schedule = schedule.retry_limit(limit);
     }
-    let body = json!({
-        "cron": args.cron,
-        "timezone": args.timezone,
-        "job": job,
-        "missed": match args.missed {
-            MissedArg::Skip => "skip",
-            MissedArg::RunOnce => "run_once",
-        },
-        "overlap": match args.overlap {
-            OverlapArg::Allow => "allow",
-            OverlapArg::Skip => "skip",
-        },
-        "paused": args.paused,
-    });
-    let view = Client::new(&args.output.server)?
-        .put(&format!("/api/schedules/{}", args.name), &body)
+    let server = Server::connect(&args.output.server)?;
+    let made = server
+        .ask(server.put_schedule(&args.name, &schedule))
         .await?;
-    print(&view, args.output.format, schedule_table)
+    print(&made, args.output.format, schedule_table)
 }
 
-/// JSON given on the command line, or `@path` to a file holding it.
-fn json_argument(flag: &str, argument: &str) -> Result<Value, CliError> {
-    let text = match argument.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path)
-            .map_err(|e| CliError::Invalid(format!("{flag}: cannot read {path}: {e}")))?,
-        None => argument.to_owned(),
-    };
-    serde_json::from_str(&text).map_err(|e| CliError::Invalid(format!("{flag}: not JSON: {e}")))
+/// The ticks of an expression computed here, as the server's `POST /api/schedules/preview`
+/// would answer them.
+#[derive(Debug, Serialize)]
+struct Preview {
+    cron: String,
+    timezone: String,
+    description: String,
+    ticks: Vec<PreviewTick>,
+}
+
+#[derive(Debug, Serialize)]
+struct PreviewTick {
+    #[serde(serialize_with = "api_time")]
+    at: SystemTime,
+    local: String,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    shifted: bool,
 }
 
 fn preview(args: &PreviewArgs) -> Result<(), CliError> {
@@ -247,108 +273,102 @@ fn preview(args: &PreviewArgs) -> Result<(), CliError> {
         })?,
         None => tenax_core::clock::Clock::System.now_ms(),
     };
-    let ticks: Vec<Value> = timetable
-        .ticks_after(after, args.count)
-        .into_iter()
-        .map(|t| {
-            let mut tick = json!({"at": rfc3339(t.at_ms), "local": t.local});
-            if t.shifted {
-                tick["shifted"] = json!(true);
-            }
-            tick
-        })
-        .collect();
-    let answer = json!({
-        "cron": args.cron.trim(),
-        "timezone": args.timezone.trim(),
-        "description": timetable.describe(),
-        "ticks": ticks,
-    });
-    match args.format {
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&answer).unwrap_or_default()
-        ),
-        Format::Table => print!("{}", ticks_table(&answer)),
-    }
-    Ok(())
+    let answer = Preview {
+        cron: args.cron.trim().to_owned(),
+        timezone: args.timezone.trim().to_owned(),
+        description: timetable.describe(),
+        ticks: timetable
+            .ticks_after(after, args.count)
+            .into_iter()
+            .map(|t| PreviewTick {
+                at: UNIX_EPOCH + Duration::from_millis(t.at_ms),
+                local: t.local,
+                shifted: t.shifted,
+            })
+            .collect(),
+    };
+    print(&answer, args.format, |p| {
+        let rows = p.ticks.iter().map(|t| (t.at, t.local.as_str(), t.shifted));
+        ticks_table(&p.cron, &p.timezone, &p.description, rows)
+    })
 }
 
-/// A table cell: the value's text, safe for a terminal, or `-`.
-fn text(value: &Value) -> String {
-    or(value, "-")
+/// A time as the API writes it: RFC 3339 UTC with milliseconds.
+fn api_time<S: serde::Serializer>(at: &SystemTime, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(&humantime::format_rfc3339_millis(*at))
 }
 
-fn list_table(list: &Value) -> String {
+fn list_table(schedules: &[Schedule]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "{:<24} {:<18} {:<16} {:<20} {:<6} {:>9} {:>7}",
         "NAME", "CRON", "TIMEZONE", "QUEUE", "PAUSED", "ENQUEUED", "MISSED"
     );
-    for s in list["schedules"].as_array().into_iter().flatten() {
+    for s in schedules {
         let _ = writeln!(
             out,
             "{:<24} {:<18} {:<16} {:<20} {:<6} {:>9} {:>7}",
-            text(&s["name"]),
-            text(&s["cron"]),
-            text(&s["timezone"]),
-            text(&s["job"]["queue"]),
-            text(&s["paused"]),
-            text(&s["counts"]["enqueued"]),
-            text(&s["counts"]["missed"]),
+            safe(&s.name),
+            safe(&s.cron),
+            safe(&s.timezone),
+            safe(&s.job.queue),
+            s.paused,
+            s.counts.enqueued,
+            s.counts.missed,
         );
     }
     out
 }
 
-fn schedule_table(s: &Value) -> String {
+fn schedule_table(s: &Schedule) -> String {
     let mut out = String::new();
     let rows = [
-        ("name", &s["name"]),
-        ("cron", &s["cron"]),
-        ("timezone", &s["timezone"]),
-        ("description", &s["description"]),
-        ("queue", &s["job"]["queue"]),
-        ("type", &s["job"]["type"]),
-        ("missed", &s["missed"]),
-        ("overlap", &s["overlap"]),
-        ("paused", &s["paused"]),
-        ("next tick", &s["next_tick"]),
-        ("last tick", &s["last_tick"]),
-        ("last job", &s["last_job"]),
-        ("enqueued", &s["counts"]["enqueued"]),
-        ("missed ticks", &s["counts"]["missed"]),
-        ("overlapped", &s["counts"]["overlapped"]),
+        ("name", safe(&s.name).into_owned()),
+        ("cron", safe(&s.cron).into_owned()),
+        ("timezone", safe(&s.timezone).into_owned()),
+        ("description", safe(&s.description).into_owned()),
+        ("queue", safe(&s.job.queue).into_owned()),
+        ("type", safe(&s.job.kind).into_owned()),
+        ("missed", s.missed.to_string()),
+        ("overlap", s.overlap.to_string()),
+        ("paused", s.paused.to_string()),
+        ("next tick", output::time_or(s.next_tick, "-")),
+        ("last tick", output::time_or(s.last_tick, "-")),
+        ("last job", output::or(s.last_job, "-")),
+        ("enqueued", s.counts.enqueued.to_string()),
+        ("missed ticks", s.counts.missed.to_string()),
+        ("overlapped", s.counts.overlapped.to_string()),
     ];
     for (label, value) in rows {
-        let _ = writeln!(out, "{label:<13} {}", text(value));
+        let _ = writeln!(out, "{label:<13} {value}");
     }
     out
 }
 
-fn ticks_table(ticks: &Value) -> String {
+/// `ticks`: each tick's time, its wall time, and whether a daylight-saving gap moved it.
+fn ticks_table<'a>(
+    cron: &str,
+    timezone: &str,
+    description: &str,
+    ticks: impl Iterator<Item = (SystemTime, &'a str, bool)>,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "{} ({}): {}",
-        text(&ticks["cron"]),
-        text(&ticks["timezone"]),
-        text(&ticks["description"])
+        safe(cron),
+        safe(timezone),
+        safe(description)
     );
     let _ = writeln!(out, "{:<26} {:<27}", "UTC", "LOCAL");
-    for tick in ticks["ticks"].as_array().into_iter().flatten() {
-        let note = if tick["shifted"] == json!(true) {
+    for (at, local, shifted) in ticks {
+        let note = if shifted {
             "  (its wall time does not exist that day: the first instant after the gap)"
         } else {
             ""
         };
-        let _ = writeln!(
-            out,
-            "{:<26} {:<27}{note}",
-            text(&tick["at"]),
-            text(&tick["local"])
-        );
+        let _ = writeln!(out, "{:<26} {:<27}{note}", output::time(at), safe(local));
     }
     out
 }

@@ -1,11 +1,11 @@
 //! `tenax tokens`: create, list and revoke API tokens (needs an unscoped admin token).
 
-use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use clap::{Args, Subcommand, ValueEnum};
+use tenax_client::{NewToken, Role, TokenInfo};
 
-use super::CliError;
-use super::client::{Client, ServerArgs, block_on};
+use super::client::{Server, ServerArgs, block_on};
 use super::terminal::safe;
+use super::{CliError, output};
 
 #[derive(Debug, Subcommand)]
 pub enum TokensCommand {
@@ -30,8 +30,8 @@ pub struct CreateArgs {
     #[arg(long)]
     pub name: String,
     /// admin, producer (enqueue and read), worker (take, heartbeat, complete, fail) or reader.
-    #[arg(long)]
-    pub role: String,
+    #[arg(long, value_enum)]
+    pub role: RoleArg,
     /// A queue-name pattern it may touch (`*` for any run of characters); repeat for more.
     /// None: every queue.
     #[arg(long = "queue")]
@@ -43,48 +43,65 @@ pub struct CreateArgs {
     pub server: ServerArgs,
 }
 
+/// A token's role, as a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RoleArg {
+    Admin,
+    Producer,
+    Worker,
+    Reader,
+}
+
+impl From<RoleArg> for Role {
+    fn from(role: RoleArg) -> Self {
+        match role {
+            RoleArg::Admin => Self::Admin,
+            RoleArg::Producer => Self::Producer,
+            RoleArg::Worker => Self::Worker,
+            RoleArg::Reader => Self::Reader,
+        }
+    }
+}
+
 pub fn run(command: TokensCommand) -> Result<(), CliError> {
     block_on(async move {
         match command {
             TokensCommand::Create(args) => {
-                let body = json!({
-                    "name": args.name, "role": args.role,
-                    "queues": args.queues, "projects": args.projects,
-                });
-                let made = Client::new(&args.server)?
-                    .post("/api/tokens", &body)
-                    .await?;
+                let token = NewToken::new(&args.name, args.role.into())
+                    .queues(&args.queues)
+                    .projects(&args.projects);
+                let server = Server::connect(&args.server)?;
+                let made = server.ask(server.create_token(&token)).await?;
                 eprintln!(
                     "made token {} ({}); it is shown once, here:",
-                    made["id"],
-                    safe(made["role"].as_str().unwrap_or_default())
+                    made.info.id, made.info.role
                 );
-                println!("{}", safe(made["token"].as_str().unwrap_or_default()));
+                println!("{}", safe(&made.token));
                 Ok(())
             }
             TokensCommand::List { server } => {
-                let list = Client::new(&server)?.get("/api/tokens").await?;
+                let server = Server::connect(&server)?;
+                let tokens = server.ask(server.list_tokens()).await?;
                 println!(
                     "{:>5}  {:<24} {:<9} {:<24} {:<24}  scopes",
                     "id", "name", "role", "created", "last used"
                 );
-                for token in list["tokens"].as_array().into_iter().flatten() {
+                for token in &tokens {
                     println!(
                         "{:>5}  {:<24} {:<9} {:<24} {:<24}  {}",
-                        token["id"],
-                        safe(token["name"].as_str().unwrap_or_default()),
-                        safe(token["role"].as_str().unwrap_or_default()),
-                        safe(token["created_at"].as_str().unwrap_or_default()),
-                        safe(token["last_used_at"].as_str().unwrap_or("never")),
+                        token.id,
+                        safe(&token.name),
+                        token.role,
+                        output::time(token.created_at),
+                        output::time_or(token.last_used_at, "never"),
                         safe(&scopes(token)),
                     );
                 }
                 Ok(())
             }
             TokensCommand::Revoke { id, server } => {
-                Client::new(&server)?
-                    .delete(&format!("/api/tokens/{id}"))
-                    .await?;
+                let server = Server::connect(&server)?;
+                server.ask(server.revoke_token(id)).await?;
                 println!("revoked token {id}");
                 Ok(())
             }
@@ -93,25 +110,12 @@ pub fn run(command: TokensCommand) -> Result<(), CliError> {
 }
 
 /// A token's scopes in words.
-fn scopes(token: &Value) -> String {
-    let list = |field: &str| -> Vec<String> {
-        token[field]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .map(str::to_owned)
-            .collect()
-    };
-    let (queues, projects) = (list("queues"), list("projects"));
+fn scopes(token: &TokenInfo) -> String {
+    let (queues, projects) = (token.queues.join(", "), token.projects.join(", "));
     match (queues.is_empty(), projects.is_empty()) {
         (true, true) => "all".into(),
-        (false, true) => format!("queues {}", queues.join(", ")),
-        (true, false) => format!("projects {}", projects.join(", ")),
-        (false, false) => format!(
-            "queues {}; projects {}",
-            queues.join(", "),
-            projects.join(", ")
-        ),
+        (false, true) => format!("queues {queues}"),
+        (true, false) => format!("projects {projects}"),
+        (false, false) => format!("queues {queues}; projects {projects}"),
     }
 }

@@ -20,11 +20,11 @@ use nix::unistd::Pid;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tenax_client::{Client, Job, JobError, Outcome, Worker};
+use tenax_client::{Job, JobError, Outcome, Worker};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
-use super::CliError;
-use super::client::ServerArgs;
+use super::client::{Server, ServerArgs};
+use super::{CliError, parse};
 use crate::config::LogFormat;
 
 /// The most of a command's standard error kept: the tail becomes the job's error.
@@ -52,17 +52,17 @@ pub struct WorkArgs {
     pub concurrency: u16,
     /// The lease of each job (`30s`, `5m`, or milliseconds); heartbeats renew it every half
     /// lease while its command runs.
-    #[arg(long, value_parser = duration_flag, default_value = "30s")]
-    pub lease: u64,
+    #[arg(long, value_parser = parse::duration, default_value = "30s")]
+    pub lease: Duration,
     /// Kill a command that runs longer than this (SIGTERM to its whole process group, SIGKILL
     /// 2 s later) and fail its job. Default: no limit.
-    #[arg(long, value_parser = duration_flag)]
-    pub timeout: Option<u64>,
+    #[arg(long, value_parser = parse::duration)]
+    pub timeout: Option<Duration>,
     /// On SIGTERM or SIGINT, how long running commands may take to finish: then they are
     /// killed and their jobs go back to the queue without using an attempt. A second signal
     /// does that at once.
-    #[arg(long, value_parser = duration_flag, default_value = "25s")]
-    pub shutdown_timeout: u64,
+    #[arg(long, value_parser = parse::duration, default_value = "25s")]
+    pub shutdown_timeout: Duration,
     /// The program run for each job: a path, or a name looked up in PATH. It is not run
     /// through a shell; for one, pass `--exec sh -- -c 'script'`.
     #[arg(long, required = true, value_name = "PROGRAM")]
@@ -73,10 +73,6 @@ pub struct WorkArgs {
     /// Log format (on standard error; `TENAX_LOG` sets the level).
     #[arg(long, env = "TENAX_LOG_FORMAT", default_value = "text")]
     pub log_format: LogFormat,
-}
-
-fn duration_flag(text: &str) -> Result<u64, String> {
-    tenax_policy::parse_duration("duration", text).map_err(|e| e.rule)
 }
 
 /// What every job runs.
@@ -99,26 +95,17 @@ pub fn run(args: WorkArgs) -> Result<(), CliError> {
         LogFormat::Text => logs.init(),
         LogFormat::Json => logs.json().init(),
     }
-    let mut client = Client::builder().url(&args.server.url);
-    if let Some(token) = &args.server.token {
-        client = client.token(token);
-    }
-    if let Some(path) = &args.server.ca_file {
-        client = client.ca_file(path);
-    }
-    let client = client
-        .build()
-        .map_err(|e| CliError::Invalid(e.to_string()))?;
+    let server = Server::connect(&args.server)?;
     let command = Arc::new(Command {
         program,
         args: args.args,
-        timeout: args.timeout.map(Duration::from_millis),
+        timeout: args.timeout,
     });
-    let worker = Worker::builder(client)
+    let worker = Worker::builder(server.client().clone())
         .queues(args.queues)
         .concurrency(usize::from(args.concurrency))
-        .lease(Duration::from_millis(args.lease))
-        .shutdown_timeout(Duration::from_millis(args.shutdown_timeout))
+        .lease(args.lease)
+        .shutdown_timeout(args.shutdown_timeout)
         .fallback(move |job: Job<Box<RawValue>>| run_command(command.clone(), job))
         .build()
         .map_err(|e| CliError::Invalid(e.to_string()))?;
@@ -140,15 +127,9 @@ pub fn run(args: WorkArgs) -> Result<(), CliError> {
             tracing::warn!(signal = name, "second signal: killing running commands now");
             handle.shutdown_now();
         });
-        match worker.run().await {
-            Ok(_) => Ok(()),
-            // The stream was refused for good: a bad queue name or lease, a token that may not
-            // take from these queues.
-            Err(error) if error.status().is_some_and(|s| (400..500).contains(&s)) => {
-                Err(CliError::Invalid(error.to_string()))
-            }
-            Err(error) => Err(CliError::Failed(error.into())),
-        }
+        // An error is the stream refused for good: a bad queue name or lease, a token that
+        // may not take from these queues.
+        worker.run().await.map(|_| ()).map_err(|e| server.error(e))
     })
 }
 
@@ -501,9 +482,7 @@ fn reported(stdout: &[u8]) -> Result<Option<Reported>, String> {
 
 fn duration(value: &Value) -> Result<Duration, String> {
     match value {
-        Value::String(text) => tenax_policy::parse_duration("", text)
-            .map(Duration::from_millis)
-            .map_err(|e| e.rule),
+        Value::String(text) => parse::duration(text),
         Value::Number(n) => n
             .as_u64()
             .map(Duration::from_millis)
