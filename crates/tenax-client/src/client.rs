@@ -588,18 +588,26 @@ impl Client {
             .await
     }
 
-    /// Changes the settings the update names.
+    /// Changes the settings the update names. A queue that has never existed is refused (404,
+    /// naming the closest ones) unless the update says [`QueueUpdate::create`].
     pub async fn update_queue(&self, name: &str, update: &QueueUpdate) -> Result<Queue> {
+        let query: Vec<(&str, String)> = if update.creates() {
+            vec![("create", "true".to_owned())]
+        } else {
+            Vec::new()
+        };
         self.call(
             Method::PUT,
             &format!("/api/queues/{}", segment(name)),
-            &[],
+            &query,
             Some(update),
         )
         .await
     }
 
-    /// A paused queue accepts jobs but hands none out.
+    /// A paused queue accepts jobs but hands none out. A queue that has never existed is
+    /// refused (404); to set one up paused, `update_queue` with `paused(true)` and
+    /// [`QueueUpdate::create`].
     pub async fn pause_queue(&self, name: &str) -> Result<Queue> {
         self.post_empty(&format!("/api/queues/{}/pause", segment(name)))
             .await

@@ -521,6 +521,9 @@ pub struct QueueUpdate {
     concurrency: Change<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rate: Change<RateLimit>,
+    /// Sent in the query string (`?create=true`), not the body.
+    #[serde(skip)]
+    create: bool,
 }
 
 /// A rate limit as a queue update sends it.
@@ -533,6 +536,20 @@ struct RateLimit {
 impl QueueUpdate {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Makes the queue if it has never existed. Without it, changing a queue that has never
+    /// existed (no jobs, settings, subscriptions or schedule) is refused with
+    /// [`Error::Api`](crate::Error::Api) 404 naming the existing queues closest to the name, so
+    /// that a misspelt name is never made into a queue.
+    pub fn create(mut self) -> Self {
+        self.create = true;
+        self
+    }
+
+    /// Whether the update may make the queue ([`QueueUpdate::create`]).
+    pub fn creates(&self) -> bool {
+        self.create
     }
 
     /// The queue's retry policy (any spelling): its jobs without one of their own use it.

@@ -477,6 +477,15 @@ async fn dead_jobs_queues_and_policies() {
         .await
         .expect_err("refused");
     assert_eq!(error.field(), Some("policy.type"), "{error}");
+    // A queue that has never existed is not made by a change, unless it says so.
+    let error = client.pause_queue("dd").await.expect_err("no such queue");
+    assert!(error.is_not_found(), "{error}");
+    assert!(error.to_string().contains("did you mean \"d\"?"), "{error}");
+    let made = client
+        .update_queue("dd", &QueueUpdate::new().paused(true).create())
+        .await
+        .expect("made");
+    assert!(made.paused);
 
     // Policies.
     let preview = client

@@ -469,6 +469,7 @@ fn schedules_and_queue_limits_from_the_command_line() {
             "queues",
             "set",
             "q",
+            "--create",
             "--concurrency",
             "4",
             "--rate",
@@ -517,6 +518,14 @@ fn queues_show_pause_and_resume() {
     );
     let resumed = stdout(&tenax(&server, &["queues", "resume", "mail"]));
     assert!(resumed.contains("paused     false\n"), "{resumed}");
+    // A misspelt queue is refused, naming the one meant; --create makes a new one.
+    let said = refused(&tenax(&server, &["queues", "pause", "mial"]));
+    assert!(
+        said.contains("queue \"mial\" does not exist; did you mean \"mail\"?"),
+        "{said}"
+    );
+    let made = stdout(&tenax(&server, &["queues", "pause", "mial", "--create"]));
+    assert!(made.contains("paused     true\n"), "{made}");
     prints_the_api_answer(&server, &["queues", "show", "mail"], "/api/queues/mail");
     prints_the_api_answer(&server, &["queues", "list"], "/api/queues");
 }

@@ -46,6 +46,9 @@ pub enum QueuesCommand {
     /// Pause a queue: it accepts jobs but hands none out.
     Pause {
         name: String,
+        /// Make the queue if it has never existed (without it, a misspelt name is refused).
+        #[arg(long)]
+        create: bool,
         #[command(flatten)]
         output: Output,
     },
@@ -72,6 +75,9 @@ pub struct SetArgs {
     /// Remove the rate limit.
     #[arg(long)]
     pub no_rate: bool,
+    /// Make the queue if it has never existed (without it, a misspelt name is refused).
+    #[arg(long)]
+    pub create: bool,
     #[command(flatten)]
     pub output: Output,
 }
@@ -119,13 +125,25 @@ pub fn run(args: QueuesArgs) -> Result<(), CliError> {
                 if args.no_rate {
                     update = update.remove_rate();
                 }
+                if args.create {
+                    update = update.create();
+                }
                 let server = Server::connect(&args.output.server)?;
                 let queue = server.ask(server.update_queue(&args.name, &update)).await?;
                 print(&queue, args.output.format, queue_table)
             }
-            QueuesCommand::Pause { name, output } => {
+            QueuesCommand::Pause {
+                name,
+                create,
+                output,
+            } => {
                 let server = Server::connect(&output.server)?;
-                let queue = server.ask(server.pause_queue(&name)).await?;
+                let queue = if create {
+                    let update = QueueUpdate::new().paused(true).create();
+                    server.ask(server.update_queue(&name, &update)).await?
+                } else {
+                    server.ask(server.pause_queue(&name)).await?
+                };
                 print(&queue, output.format, queue_table)
             }
             QueuesCommand::Resume { name, output } => {
