@@ -2,6 +2,7 @@
 //! jobs, dead jobs, stats, queues, schedules, subscriptions, deliveries and tokens; `--format
 //! json` prints what the API answers; bad input exits with status 2 and names the field.
 
+use std::io::BufRead as _;
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -920,4 +921,86 @@ fn a_missing_or_bad_token_names_the_flag() {
         "{said}"
     );
     stdout(&tenax_with(&server, ADMIN, &["stats"]));
+}
+
+/// `tenax listen` receives a subscription's deliveries: it answers the first with 500 (the
+/// delivery is retried), prints each with its attempt and a signature checked against the
+/// subscription's secret, and acknowledges the retry.
+#[test]
+fn listen_receives_deliveries_and_checks_their_signatures() {
+    const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let server = start_with(
+        &[("TENAX_ALLOW_PRIVATE_ENDPOINTS", "true")],
+        Stdio::inherit(),
+    );
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let mut listen = Command::new(BIN)
+        .args(["listen", "--port", &port.to_string(), "--fail-first", "1"])
+        .args(["--secret", SECRET])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn tenax listen");
+    let mut lines = std::io::BufReader::new(listen.stdout.take().expect("its stdout")).lines();
+    let first = lines.next().expect("a line").expect("text");
+    assert!(
+        first.starts_with(&format!("listening on http://127.0.0.1:{port}/")),
+        "{first}"
+    );
+    let created = stdout(&tenax(
+        &server,
+        &[
+            "subscriptions",
+            "create",
+            "orders",
+            &format!("http://127.0.0.1:{port}/hooks"),
+            "--secret",
+            SECRET,
+            "--policy",
+            r#"{"type": "fixed", "delay": "10ms", "retry_limit": 3}"#,
+        ],
+    ));
+    assert!(created.contains("orders"), "{created}");
+    stdout(&tenax(
+        &server,
+        &[
+            "enqueue",
+            "-q",
+            "orders",
+            "-t",
+            "order.paid",
+            "-p",
+            r#"{"order": 7}"#,
+        ],
+    ));
+    // Read until the second request's lines are complete (its body's last line).
+    let mut seen = Vec::new();
+    while seen.iter().filter(|l: &&String| l.trim() == "}").count() < 2 {
+        seen.push(lines.next().expect("more lines").expect("text"));
+    }
+    // The answer goes after the lines are printed: stop the receiver once it was heard.
+    let delivered = eventually("the retry acknowledged", || {
+        let list = api(&server, "/api/subscriptions/1/deliveries?status=completed");
+        (list["deliveries"].as_array()?.len() == 1).then_some(list)
+    });
+    assert_eq!(delivered["deliveries"][0]["failures"], 1, "{delivered}");
+    let _ = listen.kill();
+    let _ = listen.wait();
+    let text = seen.join("\n");
+    assert!(
+        text.contains("#1 ") && text.contains("POST /hooks → 500"),
+        "{text}"
+    );
+    assert!(
+        text.contains("#2 ") && text.contains("POST /hooks → 200"),
+        "{text}"
+    );
+    assert!(
+        text.contains("attempt 1") && text.contains("attempt 2"),
+        "{text}"
+    );
+    assert_eq!(text.matches("signature ok").count(), 2, "{text}");
+    assert!(text.contains("\"order\": 7"), "{text}");
 }

@@ -6,6 +6,7 @@ mod deliveries;
 mod enqueue;
 mod error;
 mod jobs;
+mod listen;
 mod migrate;
 mod output;
 mod parse;
@@ -72,6 +73,9 @@ pub enum Command {
     Secrets(secrets::SecretsCommand),
     /// Run a program for each job of some queues: payload on stdin, exit status as outcome.
     Work(Box<work::WorkArgs>),
+    /// Receive webhooks on 127.0.0.1 for trying subscriptions out: print each delivery, check
+    /// its signature, answer with a chosen status.
+    Listen(listen::ListenArgs),
     /// Recover from a damaged write-ahead log: keep a copy, apply what can be read, say what is
     /// lost (the server refuses to start on a damaged log, and never repairs on its own).
     Repair(repair::RepairArgs),
@@ -95,6 +99,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Tokens(command) => tokens::run(command),
         Command::Secrets(command) => secrets::run(command),
         Command::Work(args) => work::run(*args),
+        Command::Listen(args) => listen::run(args),
         Command::Repair(args) => repair::run(args),
     }
 }
