@@ -1,7 +1,13 @@
-"""The threaded worker against a real server: outcomes, heartbeats, batching, shutdown."""
+"""The threaded worker against a real server: outcomes, heartbeats, batching, shutdown, and
+what it logs."""
 
 from __future__ import annotations
 
+import logging
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -127,19 +133,40 @@ def test_snooze_puts_the_job_off_without_using_an_attempt(client: tenax.Client, 
     assert snoozed_at[1] - snoozed_at[0] >= 0.3
 
 
-def test_an_unknown_type_fails_with_a_clear_error(client: tenax.Client, queue: str) -> None:
-    id = client.enqueue(queue, "video.encode", retry_limit=0).id
+def test_an_unknown_type_is_dead_at_once_and_logged_as_an_error(
+    client: tenax.Client, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    id = client.enqueue(queue, "video.encode").id  # the default policy would retry it for weeks
     worker = make_worker(client, queue)
 
     @worker.handler("email.send")
     def send(job: tenax.TakenJob[Any]) -> None:
         pass
 
-    with worker:
+    message = "no handler for job type 'video.encode' in this worker (it handles: 'email.send')"
+    with caplog.at_level(logging.ERROR), worker:
         job = wait_for(job_in(client, id, "dead"), what="the job dead")
-    assert job.errors[0].message == (
-        "no handler for job type 'video.encode' in this worker (it handles: 'email.send')"
-    )
+        errors = wait_for(
+            lambda: [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR],
+            what="the error logged",
+        )
+    assert job.failures == 1 and job.dead_reason == "the failure was marked not retryable"
+    assert job.errors[0].message == message
+    assert errors == [f"job {id} (video.encode) failed and is dead: {message} (the failure was marked not retryable)"]
+
+
+def test_an_unknown_type_is_retried_when_the_worker_says_so(client: tenax.Client, queue: str) -> None:
+    id = client.enqueue(queue, "video.encode", policy={"type": "list", "delays": ["1h"]}).id
+    worker = make_worker(client, queue, unknown_types="retry")
+
+    @worker.handler("email.send")
+    def send(job: tenax.TakenJob[Any]) -> None:
+        pass
+
+    with worker:
+        job = wait_for(job_in(client, id, "scheduled"), what="the job scheduled again")
+    assert job.failures == 1 and job.attempt == 2
+    assert job.errors[0].message.startswith("no handler for job type 'video.encode'")
 
 
 @dataclass
@@ -180,6 +207,30 @@ def test_typed_payloads(client: tenax.Client, queue: str) -> None:
     assert len(got) == 2
     assert dead.failures == 1
     assert dead.errors[0].message.startswith("the payload of job type 'email' does not fit Email: TypeError")
+
+
+def test_payload_keys_a_dataclass_lacks_are_ignored_unless_strict(client: tenax.Client, queue: str) -> None:
+    payload = {"to": "ada@example.com", "subject": "hi", "locale": "fr"}  # locale: new, not in Email
+    lenient = client.enqueue(queue, "email", payload).id
+    strict = client.enqueue(queue, "email.strict", payload).id
+    got: list[Email] = []
+    worker = make_worker(client, queue)
+
+    @worker.handler("email", payload=Email)
+    def email(job: tenax.TakenJob[Email]) -> None:
+        got.append(job.payload)
+
+    @worker.handler("email.strict", payload=Email, strict=True)
+    def strict_email(job: tenax.TakenJob[Email]) -> None:
+        got.append(job.payload)
+
+    with worker:
+        wait_for(job_in(client, lenient, "completed"), what="the lenient job completed")
+        dead = wait_for(job_in(client, strict, "dead"), what="the strict job dead")
+    assert got == [Email("ada@example.com", "hi")]
+    assert dead.failures == 1
+    assert dead.errors[0].message.startswith("the payload of job type 'email.strict' does not fit Email: TypeError")
+    assert "unexpected keyword argument 'locale'" in dead.errors[0].message
 
 
 def test_lease_expires_without_heartbeats(client: tenax.Client, queue: str) -> None:
@@ -392,3 +443,87 @@ def test_sigterm_stops_the_worker_gracefully(client: tenax.Client, queue: str, k
     assert client.get_job(first).status == "completed"  # it finished and was acknowledged
     job = wait_for(job_in(client, second, "ready"), timeout=5, what="the second job back in the queue")
     assert job.failures == 0
+
+
+LOG_SCRIPT = """
+import asyncio, sys, tenax
+
+url, queue, kind, log = sys.argv[1:5]
+options = dict(concurrency=2, shutdown_timeout=5, log=log == "on")
+if kind == "threads":
+    worker = tenax.Worker(queue, client=tenax.Client(url), **options)
+
+    @worker.handler("greet")
+    def greet(job):
+        pass
+
+    worker.run()
+else:
+    worker = tenax.AsyncWorker(queue, client=tenax.AsyncClient(url), **options)
+
+    @worker.handler("greet")
+    async def greet(job):
+        pass
+
+    asyncio.run(worker.run())
+"""
+
+
+def run_logging_worker(client: tenax.Client, queue: str, kind: str, log: str, tmp_path: Any) -> tuple[list[str], int, int]:
+    """Runs LOG_SCRIPT with a "greet" job and a "video.encode" one (a type it has no handler
+    for) until both are done, then stops it with SIGTERM: its stderr, and the two job ids."""
+    greet = client.enqueue(queue, "greet").id
+    video = client.enqueue(queue, "video.encode").id
+    script = tmp_path / "worker.py"
+    script.write_text(LOG_SCRIPT)
+    process = subprocess.Popen(
+        [sys.executable, str(script), client.url, queue, kind, log], stderr=subprocess.PIPE, text=True
+    )
+    lines: list[str] = []
+    try:
+        wait_for(job_in(client, greet, "completed"), what="the greet job completed")
+        wait_for(job_in(client, video, "dead"), what="the video job dead")
+        if log == "on":
+            # A job's line comes once the server has answered the worker: wait for both lines.
+            assert process.stderr is not None
+            for line in process.stderr:
+                lines.append(line.rstrip("\n"))
+                if sum(f"job {id} " in seen for seen in lines for id in (greet, video)) == 2:
+                    break
+        process.send_signal(signal.SIGTERM)
+        _, rest = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    lines += rest.splitlines()
+    assert process.returncode == 0, lines
+    return lines, greet, video
+
+
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+def test_a_worker_without_logging_configured_logs_to_stderr(
+    client: tenax.Client, queue: str, kind: str, tmp_path: Any
+) -> None:
+    lines, greet, video = run_logging_worker(client, queue, kind, "on", tmp_path)
+    # "2026-01-02 10:00:00,123 INFO tenax.worker: ...": the time, then what matters.
+    shown = [line.split(" ", 2)[2] for line in lines]
+    assert shown[0] == (
+        f"INFO tenax.worker: worker started: {client.url}, queues [{queue!r}], concurrency 2, "
+        "types ['greet'] (jobs of other types go dead)"
+    ), shown
+    assert any(re.fullmatch(rf"INFO tenax\.worker: job {greet} \(greet\) completed in [\d.]+ m?s", s) for s in shown), shown
+    assert (
+        f"ERROR tenax.worker: job {video} (video.encode) failed and is dead: no handler for job type "
+        "'video.encode' in this worker (it handles: 'greet') (the failure was marked not retryable)"
+    ) in shown
+    assert shown[-1] == "INFO tenax.worker: worker stopped: 1 completed, 1 failed, 0 returned, 0 abandoned, 0 lost"
+
+
+@pytest.mark.parametrize("kind", ["threads", "asyncio"])
+def test_log_false_leaves_stderr_to_the_application(client: tenax.Client, queue: str, kind: str, tmp_path: Any) -> None:
+    lines, _, video = run_logging_worker(client, queue, kind, "off", tmp_path)
+    # Only Python's last resort, which shows WARNING and above of unconfigured logging, bare.
+    assert lines == [
+        f"job {video} (video.encode) failed and is dead: no handler for job type 'video.encode' in this "
+        "worker (it handles: 'greet') (the failure was marked not retryable)"
+    ]

@@ -1,11 +1,12 @@
 """The workers' shared rules, no server: held-job states, completion batches, failure reports,
-the stream and heartbeat bookkeeping (what both tenax.Worker and tenax.AsyncWorker run on)."""
+the log lines of outcomes, the stream and heartbeat bookkeeping (what both tenax.Worker and
+tenax.AsyncWorker run on)."""
 
 from __future__ import annotations
 
 import logging
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -18,6 +19,7 @@ from tenax._worker_acks import EMPTY_WAIT_S, AckQueue
 from tenax._worker_common import Counter, Registry, WorkerSettings, now
 from tenax._worker_failures import FailureReport
 from tenax._worker_held import Held, HeldJobs
+from tenax._worker_log import BURST, OutcomeLog, shown_on_stderr
 from tenax._worker_state import ASYNCIO, STALE_STREAM_S, THREADS, WorkerState, stream_dead
 
 LOG = logging.getLogger("tenax.test")
@@ -99,7 +101,7 @@ def test_a_closed_stream_forgets_its_jobs_not_started() -> None:
 def acks_of(*states: str, **options: Any) -> tuple[AckQueue, HeldJobs, Counter, list[tenax.TakenJob[Any]]]:
     held, jobs = holding(*states)
     counter = Counter()
-    return AckQueue(settings(**options), held, counter, LOG), held, counter, jobs
+    return AckQueue(settings(**options), held, counter, LOG, OutcomeLog(LOG, list)), held, counter, jobs
 
 
 def test_completions_wait_for_a_full_batch_the_interval_or_an_idle_worker() -> None:
@@ -176,12 +178,12 @@ def test_a_quitting_acknowledger_gives_up(caplog: pytest.LogCaptureFixture) -> N
 # ---- failure reports --------------------------------------------------------------------------
 
 
-def report(tell_run_at: bool = True) -> tuple[FailureReport, Counter]:
+def report() -> tuple[FailureReport, Counter]:
     counter = Counter()
     try:
         raise tenax.RetryIn(60, "busy", detail={"k": 1})
     except tenax.RetryIn as error:
-        return FailureReport(job(1), error, counter, LOG, tell_run_at), counter
+        return FailureReport(job(1), error, counter, LOG, OutcomeLog(LOG, list), 0.035), counter
 
 
 def test_a_report_says_what_the_exception_asks_for() -> None:
@@ -206,16 +208,143 @@ def test_a_report_stops_when_the_job_is_gone_and_backs_off_otherwise() -> None:
     assert [sent.retry_in(e) for e in errors] == [0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
 
 
-@pytest.mark.parametrize(("wording", "line"), [(THREADS, "runs again at 03:04:05.000000"), (ASYNCIO, "scheduled")])
-def test_a_reported_failure_is_counted_and_logged(
-    wording: Any, line: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    sent, counter = report(wording.failure_tells_run_at)
+def test_a_reported_failure_is_counted_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    sent, counter = report()
     with caplog.at_level(logging.INFO):
-        sent.reported(FailResult(1, "scheduled", 1, run_at=WHEN))
+        sent.reported(FailResult(1, "scheduled", 1, attempt=2, run_at=WHEN, delay_ms=60_000))
         sent.reported(FailResult(1, "dead", 2, dead_reason="2 retries"))
     assert counter.snapshot().failed == 2
-    assert caplog.messages == [f"job 1 (t) failed: busy; {line}", "job 1 (t) failed and is dead: busy (2 retries)"]
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "job 1 (t) failed in 35 ms: busy; attempt 2 in 60.0 s"),
+        ("WARNING", "job 1 (t) failed in 35 ms and is dead: busy (2 retries)"),
+    ]
+
+
+# ---- the log lines of outcomes ----------------------------------------------------------------
+
+
+@dataclass
+class FakeClock:
+    at: float = 1000.0
+
+    def __call__(self) -> float:
+        return self.at
+
+
+@dataclass
+class Outcomes:
+    """An OutcomeLog on a clock the test moves, and the lines it wrote."""
+
+    clock: FakeClock = field(default_factory=FakeClock)
+    log: OutcomeLog = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log = OutcomeLog(LOG, lambda: ["email", "noop"], self.clock)
+
+    def completed(self, n: int, ran_s: float = 0.01) -> None:
+        for i in range(n):
+            self.log.completed(job(i, "email"), ran_s)
+
+
+def lines(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    seen = [(r.levelname, r.getMessage()) for r in caplog.records]
+    caplog.clear()
+    return seen
+
+
+def test_each_outcome_gets_a_line_at_the_level_of_its_gravity(caplog: pytest.LogCaptureFixture) -> None:
+    outcomes = Outcomes()
+    with caplog.at_level(logging.INFO):
+        outcomes.log.completed(job(1, "email"), 0.0123)
+        outcomes.log.failed(
+            job(2, "email"), 2.5, "ValueError: boom", FailResult(2, "scheduled", 1, attempt=2, delay_ms=200),
+            snoozed=False, unknown=False,
+        )
+        outcomes.log.failed(
+            job(3, "email"), 0.0004, "snoozed for 30s", FailResult(3, "scheduled", 0, attempt=1, delay_ms=30_000),
+            snoozed=True, unknown=False,
+        )
+        outcomes.log.failed(
+            job(4, "video"), None, "no handler for job type 'video' in this worker (it handles: 'email', 'noop')",
+            FailResult(4, "dead", 1, dead_reason="the failure was marked not retryable"),
+            snoozed=False, unknown=True,
+        )
+    assert lines(caplog) == [
+        ("INFO", "job 1 (email) completed in 12 ms"),
+        ("INFO", "job 2 (email) failed in 2.5 s: ValueError: boom; attempt 2 in 200 ms"),
+        ("INFO", "job 3 (email) snoozed: runs again in 30.0 s"),
+        ("ERROR", "job 4 (video) failed and is dead: no handler for job type 'video' in this worker "
+         "(it handles: 'email', 'noop') (the failure was marked not retryable)"),
+    ]
+
+
+def test_past_ten_outcomes_a_second_a_summary_comes_every_five_seconds(caplog: pytest.LogCaptureFixture) -> None:
+    outcomes = Outcomes()
+    with caplog.at_level(logging.INFO):
+        outcomes.completed(BURST)
+        assert len(lines(caplog)) == BURST  # a line each
+        outcomes.clock.at += 1.0  # a new second: a line each again
+        outcomes.completed(BURST)
+        assert len(lines(caplog)) == BURST
+        outcomes.completed(1)  # the eleventh in this second
+        assert lines(caplog) == [
+            ("INFO", "more than 10 job outcomes a second: a summary every 5 s instead of a line per job")
+        ]
+        outcomes.clock.at += 2.0
+        outcomes.completed(99, ran_s=0.02)
+        outcomes.log.failed(
+            job(7, "video"), None, "no handler", FailResult(7, "dead", 1, dead_reason="not retryable"),
+            snoozed=False, unknown=True,
+        )
+        outcomes.log.tick()
+        assert lines(caplog) == []  # not due yet
+        outcomes.clock.at += 3.0
+        outcomes.log.tick()
+        assert lines(caplog) == [
+            ("ERROR", "last 5.0 s: 100 completed (mean 20 ms, longest 20 ms), 1 dead; "
+             "last failure: job 7 (video): no handler; "
+             "no handler for job type 'video' (1 job) in this worker (it handles: 'email', 'noop')")
+        ]
+        # 101 outcomes in 5 s is above 10 a second: still summarizing. A calm window ends it.
+        outcomes.completed(3)
+        outcomes.clock.at += 5.0
+        outcomes.log.tick()
+        assert lines(caplog) == [("INFO", "last 5.0 s: 3 completed (mean 10 ms, longest 10 ms)")]
+        outcomes.completed(1)
+        assert lines(caplog) == [("INFO", "job 0 (email) completed in 10 ms")]
+
+
+def test_the_summary_left_is_written_at_the_stop(caplog: pytest.LogCaptureFixture) -> None:
+    outcomes = Outcomes()
+    with caplog.at_level(logging.INFO):
+        outcomes.completed(BURST + 3)
+        outcomes.log.flush()
+    assert lines(caplog)[-1] == ("INFO", "last 0.0 s: 3 completed (mean 10 ms, longest 10 ms)")
+
+
+def test_lines_show_on_stderr_only_when_nothing_else_shows_them(capsys: pytest.CaptureFixture[str]) -> None:
+    log = logging.getLogger("tenax.test.unconfigured")
+    log.propagate = False  # pytest gives the root logger handlers of its own
+    with shown_on_stderr(log, wanted=True):
+        with shown_on_stderr(log, wanted=True):  # a second worker shares the handler
+            log.info("both running")
+        log.info("one running")
+    log.info("none running")
+    with shown_on_stderr(log, wanted=False):
+        log.info("not wanted")
+        log.warning("a warning")  # Python's last resort still shows these, bare
+    *shown, last = capsys.readouterr().err.splitlines()
+    assert [line.split(" ", 2)[2] for line in shown] == [
+        "INFO tenax.test.unconfigured: both running",
+        "INFO tenax.test.unconfigured: one running",
+    ]
+    assert last == "a warning"
+    assert not log.handlers and log.level == logging.NOTSET
+    configured = logging.getLogger("tenax.test.configured")
+    configured.addHandler(logging.NullHandler())
+    with shown_on_stderr(configured, wanted=True):
+        configured.warning("shown by the application's handler only")
+    assert capsys.readouterr().err == ""
 
 
 # ---- handlers ---------------------------------------------------------------------------------
@@ -237,6 +366,31 @@ def test_a_job_resolves_to_its_handler_with_its_payload_converted() -> None:
         registry.resolve(job(3, "video"))
     assert str(unknown.value) == "no handler for job type 'video' in this worker (it handles: 'email', 'noop')"
     assert unknown.value.detail == {"type": "video", "handled": ["email", "noop"]}
+    assert unknown.value.fail_options() == {"retryable": False}  # dead by default
+
+
+def test_unknown_types_may_be_retried_instead() -> None:
+    registry: Registry[str] = Registry("retry")
+    registry.add("email", "send", None)
+    with pytest.raises(tenax.UnknownJobType) as unknown:
+        registry.resolve(job(1, "video"))
+    assert unknown.value.fail_options() == {}  # the policy decides
+    with pytest.raises(ValueError, match="unknown_types"):
+        settings(unknown_types="ignore")
+
+
+def test_payload_keys_a_dataclass_lacks_are_ignored_unless_strict() -> None:
+    registry: Registry[str] = Registry()
+    registry.add("lenient", "send", Email)
+    registry.add("strict", "send", Email, strict=True)
+    extra = {"to": "ada", "locale": "fr"}
+    assert registry.resolve(job(1, "lenient", extra))[1].payload == Email("ada")
+    with pytest.raises(tenax.PayloadMismatch, match="unexpected keyword argument 'locale'"):
+        registry.resolve(job(2, "strict", extra))
+    with pytest.raises(tenax.PayloadMismatch, match="missing 1 required positional argument: 'to'"):
+        registry.resolve(job(3, "lenient", {"locale": "fr"}))  # a missing field fails either way
+    with pytest.raises(TypeError, match="strict=True applies to dataclass payloads"):
+        registry.add("count", "count", int, strict=True)
 
 
 # ---- the worker's state -----------------------------------------------------------------------

@@ -33,7 +33,8 @@ def to_int(value: Any) -> int:
     return int(value)
 
 
-worker = tenax.Worker("emails", client=tenax.Client("http://127.0.0.1:1"), concurrency=4)
+worker = tenax.Worker("emails", client=tenax.Client("http://127.0.0.1:1"), concurrency=4, unknown_types="retry")
+quiet = tenax.Worker("emails", unknown_types="ignore", log=False)  # type: ignore[arg-type]
 
 
 @worker.handler("email.send", payload=Email)
@@ -41,6 +42,12 @@ def send(job: tenax.TakenJob[Email]) -> None:
     subject: str = job.payload.subject
     token: int = job.lease_token
     del subject, token
+
+
+@worker.handler("email.strict", payload=Email, strict=True)
+def send_strict(job: tenax.TakenJob[Email]) -> None:
+    to: str = job.payload.to
+    del to
 
 
 @worker.handler("invoice", payload=Invoice.from_dict)

@@ -90,5 +90,6 @@ pub use schedule::{
 pub use stream::{DEFAULT_IDLE_TIMEOUT, JobStream};
 pub use tls::install_crypto_provider;
 pub use worker::{
-    Job, JobError, OutcomeExt, Worker, WorkerBuilder, WorkerHandle, WorkerStats, shutdown_signal,
+    Job, JobError, OutcomeExt, UnknownTypes, Worker, WorkerBuilder, WorkerHandle, WorkerStats,
+    shutdown_signal,
 };

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tenax_client::{
     Client, Job, JobError, JobFilter, JobStatus, NewJob, NewToken, Outcome, OutcomeExt as _, Role,
-    Worker,
+    UnknownTypes, Worker,
 };
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -84,7 +84,7 @@ async fn a_worker_runs_each_type_with_its_payload_and_completes_the_jobs() {
         .enqueue(&NewJob::new("numbers", "square").payload("twelve"))
         .await
         .expect("enqueued");
-    // A type without a handler: failed, and retried by its policy (another worker may know it).
+    // A type without a handler: dead at once, though its policy would retry it.
     let unknown = client
         .enqueue(&NewJob::new("mail", "sms.send").policy(json!({"type": "list", "delays": ["1h"]})))
         .await
@@ -99,10 +99,14 @@ async fn a_worker_runs_each_type_with_its_payload_and_completes_the_jobs() {
         message.contains("does not fit u64") && message.contains("invalid type: string"),
         "{message}"
     );
-    let unknown = wait_for_errors(&client, unknown.id, JobStatus::Scheduled, 1).await;
+    let unknown = wait_for_errors(&client, unknown.id, JobStatus::Dead, 1).await;
     assert_eq!(
         unknown.errors[0].message,
         "no handler for job type \"sms.send\" in this worker (it handles: \"email.send\", \"square\")"
+    );
+    assert_eq!(
+        unknown.dead_reason.as_deref(),
+        Some("the failure was marked not retryable")
     );
     let mut seen = seen.lock().expect("seen").clone();
     seen.sort();
@@ -111,6 +115,87 @@ async fn a_worker_runs_each_type_with_its_payload_and_completes_the_jobs() {
     let stats = joined(running).await.expect("a clean stop");
     assert_eq!((stats.received, stats.succeeded, stats.failed), (4, 2, 2));
     assert_eq!(stats.completed, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_type_is_retried_when_the_worker_says_so() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let worker = Worker::builder(client.clone())
+        .queue("mail")
+        .unknown_types(UnknownTypes::Retry)
+        .handler("email.send", |_job: Job<Email>| async {
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+    let unknown = client
+        .enqueue(&NewJob::new("mail", "sms.send").policy(json!({"type": "list", "delays": ["1h"]})))
+        .await
+        .expect("enqueued");
+    let unknown = wait_for_errors(&client, unknown.id, JobStatus::Scheduled, 1).await;
+    assert_eq!((unknown.failures, unknown.attempt), (1, 2));
+    assert_eq!(
+        unknown.errors[0].message,
+        "no handler for job type \"sms.send\" in this worker (it handles: \"email.send\")"
+    );
+    handle.shutdown();
+    let stats = joined(running).await.expect("a clean stop");
+    assert_eq!(stats.failed, 1);
+}
+
+/// An `Email` that refuses fields it does not have.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StrictEmail {
+    #[allow(dead_code)]
+    to: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payload_fields_the_type_lacks_are_ignored_unless_it_denies_them() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen_by_handler = seen.clone();
+    let worker = Worker::builder(client.clone())
+        .queue("mail")
+        .handler("email.send", move |job: Job<Email>| {
+            let seen = seen_by_handler.clone();
+            async move {
+                seen.lock().expect("seen").push(job.payload.to);
+                Ok::<_, JobError>(())
+            }
+        })
+        .handler("email.strict", |_job: Job<StrictEmail>| async {
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+    // "locale": a field the producer added before the workers know it.
+    let payload = json!({"to": "ada@example.com", "locale": "fr"});
+    let lenient = client
+        .enqueue(&NewJob::new("mail", "email.send").payload(&payload))
+        .await
+        .expect("enqueued");
+    let strict = client
+        .enqueue(&NewJob::new("mail", "email.strict").payload(&payload))
+        .await
+        .expect("enqueued");
+    wait_for_status(&client, lenient.id, JobStatus::Completed).await;
+    let dead = wait_for_errors(&client, strict.id, JobStatus::Dead, 1).await;
+    let message = &dead.errors[0].message;
+    assert!(
+        message.contains("does not fit") && message.contains("unknown field `locale`"),
+        "{message}"
+    );
+    assert_eq!(*seen.lock().expect("seen"), ["ada@example.com"]);
+    handle.shutdown();
+    joined(running).await.expect("a clean stop");
 }
 
 /// Runs of jobs: id, attempt, when.

@@ -15,8 +15,9 @@ from ._async_client import AsyncClient, AsyncJobStream
 from ._convert import Duration
 from ._errors import APIError, TenaxConnectionError, TenaxError
 from ._models import TakenJob
-from ._worker_common import WorkerSettings, WorkerStats
+from ._worker_common import UnknownTypes, WorkerSettings, WorkerStats
 from ._worker_failures import ErrorHook
+from ._worker_log import shown_on_stderr
 from ._worker_state import ASYNCIO, WorkerState
 
 __all__ = ["AsyncWorker"]
@@ -31,8 +32,8 @@ class AsyncWorker:
     """Runs ``async`` handlers for the jobs of some queues, as asyncio tasks.
 
     The same runtime as :class:`tenax.Worker` (streaming take bounded by ``concurrency``,
-    heartbeats, batched completions, outcomes by exception, graceful shutdown), on one event
-    loop. At the shutdown deadline, handlers still running are **cancelled** (they see
+    heartbeats, batched completions, outcomes by exception, unknown types, logging and its
+    stderr fallback, graceful shutdown), on one event loop. At the shutdown deadline, handlers still running are **cancelled** (they see
     ``asyncio.CancelledError``) and their jobs go back to the queue without using an attempt.
 
     ::
@@ -57,15 +58,25 @@ class AsyncWorker:
         ack_interval: Duration = 0.05,
         ack_batch: int = 100,
         shutdown_timeout: Duration = 25.0,
+        unknown_types: UnknownTypes = "dead",
         on_error: ErrorHook | None = None,
         logger: logging.Logger | None = None,
+        log: bool = True,
     ) -> None:
         settings = WorkerSettings.of(
-            queues, concurrency, lease, heartbeat_every, ack_interval, ack_batch, shutdown_timeout
+            queues,
+            concurrency,
+            lease,
+            heartbeat_every,
+            ack_interval,
+            ack_batch,
+            shutdown_timeout,
+            unknown_types,
         )
         self._state: WorkerState[AsyncHandler, AsyncJobStream] = WorkerState(
             settings, ASYNCIO, on_error, logger
         )
+        self._log_to_stderr = log
         self._own_client = client is None
         self._client = client
         self._tasks: dict[int, asyncio.Task[None]] = {}
@@ -85,7 +96,7 @@ class AsyncWorker:
 
     @overload
     def handler(
-        self, type: str, *, payload: type[P]
+        self, type: str, *, payload: type[P], strict: bool = ...
     ) -> Callable[[Callable[[TakenJob[P]], Awaitable[R]]], Callable[[TakenJob[P]], Awaitable[R]]]: ...
 
     @overload
@@ -94,23 +105,28 @@ class AsyncWorker:
     ) -> Callable[[Callable[[TakenJob[P]], Awaitable[R]]], Callable[[TakenJob[P]], Awaitable[R]]]: ...
 
     def handler(
-        self, type: str, *, payload: Any = None
+        self, type: str, *, payload: Any = None, strict: bool = False
     ) -> Callable[
         [Callable[[TakenJob[Any]], Awaitable[R]]], Callable[[TakenJob[Any]], Awaitable[R]]
     ]:
-        """Registers the decorated ``async`` function for jobs of ``type``; ``payload`` as in
-        :meth:`tenax.Worker.handler`."""
+        """Registers the decorated ``async`` function for jobs of ``type``; ``payload`` and
+        ``strict`` as in :meth:`tenax.Worker.handler`."""
 
         def register(
             func: Callable[[TakenJob[Any]], Awaitable[R]],
         ) -> Callable[[TakenJob[Any]], Awaitable[R]]:
-            self.register(type, func, payload=payload)
+            self.register(type, func, payload=payload, strict=strict)
             return func
 
         return register
 
     def register(
-        self, type: str, func: Callable[[TakenJob[Any]], Awaitable[object]], *, payload: Any = None
+        self,
+        type: str,
+        func: Callable[[TakenJob[Any]], Awaitable[object]],
+        *,
+        payload: Any = None,
+        strict: bool = False,
     ) -> None:
         """Registers ``func`` (an ``async def``) for jobs of ``type``."""
         if not inspect.iscoroutinefunction(func) and not inspect.iscoroutinefunction(
@@ -120,7 +136,7 @@ class AsyncWorker:
                 f"the handler of {type!r} must be an async function (use tenax.Worker for "
                 "blocking handlers)"
             )
-        self._state.registry.add(type, func, payload)
+        self._state.registry.add(type, func, payload, strict)
 
     # ---- state --------------------------------------------------------------------------------
 
@@ -137,6 +153,10 @@ class AsyncWorker:
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         """Works until :meth:`stop` (or SIGTERM/SIGINT), then shuts down gracefully."""
         self._state.begin()
+        with shown_on_stderr(self._state.log, self._log_to_stderr):
+            await self._run(install_signal_handlers)
+
+    async def _run(self, install_signal_handlers: bool) -> None:
         events = _Events()
         self._events = events
         if self._stop_requested:
@@ -154,7 +174,7 @@ class AsyncWorker:
                     installed.append(sig)
                 except (NotImplementedError, RuntimeError, ValueError):
                     pass
-        self._state.log_started()
+        self._state.log_started(client.url)
         helpers = [
             asyncio.create_task(self._read_loop(client, events), name="tenax-stream"),
             asyncio.create_task(self._heartbeat_loop(client, events), name="tenax-heartbeats"),
@@ -321,6 +341,7 @@ class AsyncWorker:
             if due:
                 await asyncio.gather(*(self._beat(client, job) for job in due))
             await self._watch_stream()
+            self._state.outcomes.tick()
 
     async def _watch_stream(self) -> None:
         """Closes a stream that went quiet, so that the reader opens a new one (see

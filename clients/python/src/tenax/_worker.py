@@ -15,8 +15,9 @@ from ._client import Client, JobStream
 from ._convert import Duration
 from ._errors import APIError, TenaxConnectionError, TenaxError
 from ._models import TakenJob
-from ._worker_common import WorkerSettings, WorkerStats, now
+from ._worker_common import UnknownTypes, WorkerSettings, WorkerStats, now
 from ._worker_failures import ErrorHook
+from ._worker_log import shown_on_stderr
 from ._worker_state import THREADS, WorkerState
 
 __all__ = ["Worker"]
@@ -56,9 +57,16 @@ class Worker:
       makes it dead, :class:`tenax.RetryIn`/:class:`tenax.RetryAt` choose when it runs again,
       :class:`tenax.Snooze` puts it off without using an attempt. The message, and the type and
       traceback tail as ``detail``, are recorded on the job. A job of a type without a handler
-      is failed (retried by its policy) with a message naming the types this worker handles; a
-      payload that does not convert to the handler's type makes the job dead. No exception of
-      a handler stops the worker.
+      is dead at once (``unknown_types="retry"``: retried by its policy), with a message
+      naming the types this worker handles, logged at ERROR; a payload that does not convert
+      to the handler's type makes the job dead. No exception of a handler stops the worker.
+    - **Logging** (logger ``tenax.worker``, or ``logger``): the start (server, queues,
+      concurrency, types), each job's outcome at INFO (completed and how long it ran, failed
+      and when it runs again; dead at WARNING), and the stop. Past 10 outcomes in a second,
+      a summary line every 5 s replaces the line per job, until a 5 s window averages 10 a
+      second or fewer. When the application configured no logging (no handler on the logger,
+      on ``tenax`` or on the root logger), :meth:`run` shows these lines on stderr;
+      ``log=False``, or any logging configuration, turns that off.
     - **Shutdown** (SIGTERM, SIGINT, or :meth:`stop`): the worker starts no new job; handlers
       that are running get ``shutdown_timeout`` to finish; their completions are flushed; then
       the stream is closed, which puts every job it still holds back to ``ready`` at once
@@ -78,15 +86,25 @@ class Worker:
         ack_interval: Duration = 0.05,
         ack_batch: int = 100,
         shutdown_timeout: Duration = 25.0,
+        unknown_types: UnknownTypes = "dead",
         on_error: ErrorHook | None = None,
         logger: logging.Logger | None = None,
+        log: bool = True,
     ) -> None:
         settings = WorkerSettings.of(
-            queues, concurrency, lease, heartbeat_every, ack_interval, ack_batch, shutdown_timeout
+            queues,
+            concurrency,
+            lease,
+            heartbeat_every,
+            ack_interval,
+            ack_batch,
+            shutdown_timeout,
+            unknown_types,
         )
         self._state: WorkerState[SyncHandler, JobStream] = WorkerState(
             settings, THREADS, on_error, logger
         )
+        self._log_to_stderr = log
         self._own_client = client is None
         self._client = client if client is not None else Client()
 
@@ -114,7 +132,7 @@ class Worker:
 
     @overload
     def handler(
-        self, type: str, *, payload: type[P]
+        self, type: str, *, payload: type[P], strict: bool = ...
     ) -> Callable[[Callable[[TakenJob[P]], R]], Callable[[TakenJob[P]], R]]: ...
 
     @overload
@@ -123,24 +141,34 @@ class Worker:
     ) -> Callable[[Callable[[TakenJob[P]], R]], Callable[[TakenJob[P]], R]]: ...
 
     def handler(
-        self, type: str, *, payload: Any = None
+        self, type: str, *, payload: Any = None, strict: bool = False
     ) -> Callable[[Callable[[TakenJob[Any]], R]], Callable[[TakenJob[Any]], R]]:
         """Registers the decorated function for jobs of ``type``.
 
         ``payload`` converts the JSON payload before the call: a class with a ``from_dict``
-        classmethod, a dataclass (built from the object's keys), or any callable. The handler
-        then receives ``TakenJob[ThatType]``.
+        classmethod, a dataclass, or any callable. The handler then receives
+        ``TakenJob[ThatType]``. A dataclass is built from the keys its constructor takes, and
+        the payload's other keys are ignored (a producer may add one before every worker knows
+        it); with ``strict=True`` an unknown key makes the job dead with
+        :class:`tenax.PayloadMismatch`, as a missing required field always does.
         """
 
         def register(func: Callable[[TakenJob[Any]], R]) -> Callable[[TakenJob[Any]], R]:
-            self.register(type, func, payload=payload)
+            self.register(type, func, payload=payload, strict=strict)
             return func
 
         return register
 
-    def register(self, type: str, func: Callable[[TakenJob[Any]], object], *, payload: Any = None) -> None:
+    def register(
+        self,
+        type: str,
+        func: Callable[[TakenJob[Any]], object],
+        *,
+        payload: Any = None,
+        strict: bool = False,
+    ) -> None:
         """Registers ``func`` for jobs of ``type`` (the non-decorator form of :meth:`handler`)."""
-        self._state.registry.add(type, func, payload)
+        self._state.registry.add(type, func, payload, strict)
 
     # ---- state --------------------------------------------------------------------------------
 
@@ -168,10 +196,14 @@ class Worker:
         """
         with self._lock:
             self._state.begin()
+        with shown_on_stderr(self._state.log, self._log_to_stderr):
+            self._run(install_signal_handlers)
+
+    def _run(self, install_signal_handlers: bool) -> None:
         restore = self._install_signals() if install_signal_handlers else None
         try:
             self._start_threads()
-            self._state.log_started()
+            self._state.log_started(self._client.url)
             try:
                 while not self._stopping.wait(0.5):
                     pass
@@ -387,6 +419,7 @@ class Worker:
                     return
                 self._beat(job)
             self._watch_stream()
+            self._state.outcomes.tick()
 
     def _watch_stream(self) -> None:
         """Closes a stream that went quiet (see :meth:`WorkerState.dead_stream`), so that the

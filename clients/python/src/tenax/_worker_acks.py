@@ -13,6 +13,7 @@ from ._errors import APIError, TenaxConnectionError
 from ._models import CompleteResult, TakenJob
 from ._worker_common import Backoff, Counter, WorkerSettings, now
 from ._worker_held import HeldJobs
+from ._worker_log import OutcomeLog
 
 EMPTY_WAIT_S = 0.5
 """With nothing waiting, how long the acknowledger sleeps before it looks again (a new
@@ -20,15 +21,26 @@ completion wakes it sooner)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Batch:
-    """Completions taken to be sent in one request, each with the monotonic time it was
-    queued at (kept, so that a batch put back is due as soon as it was before)."""
+class Waiting:
+    """A completion waiting to be sent."""
 
-    waiting: list[tuple[TakenJob[Any], float]]
+    job: TakenJob[Any]
+    queued_at: float
+    """Monotonic time it was queued at (kept, so that a batch put back is due as soon as it
+    was before)."""
+    ran_s: float
+    """How long the handler ran, for the log line of the completion."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Completions taken to be sent in one request."""
+
+    waiting: list[Waiting]
 
     @property
     def jobs(self) -> list[TakenJob[Any]]:
-        return [job for job, _ in self.waiting]
+        return [w.job for w in self.waiting]
 
 
 class AckQueue:
@@ -36,13 +48,19 @@ class AckQueue:
     its lock; the asyncio one from its event loop."""
 
     def __init__(
-        self, settings: WorkerSettings, held: HeldJobs, counter: Counter, log: logging.Logger
+        self,
+        settings: WorkerSettings,
+        held: HeldJobs,
+        counter: Counter,
+        log: logging.Logger,
+        outcomes: OutcomeLog,
     ) -> None:
         self._settings = settings
         self._held = held
         self._counter = counter
         self._log = log
-        self._waiting: list[tuple[TakenJob[Any], float]] = []
+        self._outcomes = outcomes
+        self._waiting: list[Waiting] = []
         self._backoff = Backoff(first=0.2, cap=2.0)
         self.final = False
         """Set at shutdown, once no handler will add to the queue: send everything now, then
@@ -53,7 +71,7 @@ class AckQueue:
         longer this worker's to report (its lease was lost, or it was abandoned)."""
         if not self._held.take_over(job, "acking"):
             return False
-        self._waiting.append((job, now()))
+        self._waiting.append(Waiting(job, now(), self._held.ran_for(job)))
         return True
 
     def due_in(self, idle: bool) -> float | None:
@@ -67,7 +85,7 @@ class AckQueue:
         if not self._waiting:
             return None if self.final else EMPTY_WAIT_S
         interval = self._settings.ack_interval_s
-        age = now() - self._waiting[0][1]
+        age = now() - self._waiting[0].queued_at
         full = len(self._waiting) >= self._settings.ack_batch
         if self.final or idle or full or age >= interval:
             return 0.0
@@ -82,9 +100,12 @@ class AckQueue:
     def sent(self, batch: Batch, results: Iterable[CompleteResult]) -> None:
         """Counts and logs the server's answer to a batch, and lets its jobs go."""
         self._counter.add("ack_requests")
+        sent = {w.job.id: w for w in batch.waiting}
         for result in results:
             if result.completed:
                 self._counter.add("completed")
+                if (waiting := sent.get(result.id)) is not None:
+                    self._outcomes.completed(waiting.job, waiting.ran_s)
             else:
                 self._counter.add("lost")
                 self._log.warning(
@@ -118,5 +139,5 @@ class AckQueue:
         return self._backoff.next()
 
     def _release(self, batch: Batch) -> None:
-        for job, _ in batch.waiting:
-            self._held.release(job)
+        for waiting in batch.waiting:
+            self._held.release(waiting.job)

@@ -9,22 +9,25 @@ failure), ``_worker_state`` (the stream, heartbeats, shutdown, and the log lines
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from ._convert import Duration, duration_ms
 from ._errors import LeaseLost, NotFound, NotInFlight
 from ._models import TakenJob
-from ._outcomes import NotRetryable, Retry
+from ._outcomes import JobOutcome, NotRetryable
 
 H = TypeVar("H")
 P = TypeVar("P")
 
 __all__ = ["WorkerSettings", "WorkerStats"]
+
+UnknownTypes = Literal["dead", "retry"]
 
 
 def _seconds(value: Duration, name: str) -> float:
@@ -44,6 +47,7 @@ class WorkerSettings:
     ack_interval_s: float
     ack_batch: int
     shutdown_timeout_s: float
+    unknown_types: UnknownTypes = "dead"
 
     @classmethod
     def of(
@@ -55,6 +59,7 @@ class WorkerSettings:
         ack_interval: Duration,
         ack_batch: int,
         shutdown_timeout: Duration,
+        unknown_types: UnknownTypes = "dead",
     ) -> WorkerSettings:
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names:
@@ -71,6 +76,8 @@ class WorkerSettings:
             )
         if not 1 <= ack_batch <= 10_000:
             raise ValueError(f"ack_batch must be from 1 to 10000, got {ack_batch}")
+        if unknown_types not in ("dead", "retry"):
+            raise ValueError(f'unknown_types must be "dead" or "retry", got {unknown_types!r}')
         return cls(
             queues=names,
             concurrency=concurrency,
@@ -79,6 +86,7 @@ class WorkerSettings:
             ack_interval_s=_seconds(ack_interval, "ack_interval"),
             ack_batch=ack_batch,
             shutdown_timeout_s=_seconds(shutdown_timeout, "shutdown_timeout"),
+            unknown_types=unknown_types,
         )
 
     @property
@@ -144,26 +152,50 @@ class PayloadMismatch(NotRetryable):
     code or the job, then replay it)."""
 
 
-class UnknownJobType(Retry):
-    """A job whose type has no handler in this worker: retried by its policy (another worker,
-    or a later version of this one, may know the type)."""
+class UnknownJobType(JobOutcome):
+    """A job whose type has no handler in this worker. Dead at once by default, so that it
+    shows (in the log, and among the dead jobs) instead of being retried unseen for the
+    policy's weeks; with ``unknown_types="retry"`` its policy retries it (for queues shared
+    with workers of other versions, which may know the type)."""
+
+    def __init__(self, message: str, *, retryable: bool, detail: Any = None) -> None:
+        super().__init__(message, detail=detail)
+        self.retryable = retryable
+
+    def fail_options(self) -> dict[str, Any]:
+        return {} if self.retryable else {"retryable": False}
 
 
-def converter(payload: Any) -> Callable[[Any], Any] | None:
+def converter(payload: Any, strict: bool = False) -> Callable[[Any], Any] | None:
     """How to turn a JSON payload into a handler's type: a class's ``from_dict``, a dataclass
-    built from the object's keys, or any callable given the JSON value."""
+    built from the object's keys, or any callable given the JSON value.
+
+    A dataclass takes the keys its constructor knows and ignores the others, so that a
+    producer may add a key before every worker knows it; ``strict`` refuses them instead.
+    Missing required fields fail either way."""
     if payload is None:
         return None
     from_dict = getattr(payload, "from_dict", None)
-    if isinstance(payload, type) and callable(from_dict):
-        return from_dict  # type: ignore[no-any-return]
-    if isinstance(payload, type) and dataclasses.is_dataclass(payload):
+    has_from_dict = isinstance(payload, type) and callable(from_dict)
+    is_dataclass = isinstance(payload, type) and dataclasses.is_dataclass(payload) and not has_from_dict
+    if strict and not is_dataclass:
+        raise TypeError(
+            f"strict=True applies to dataclass payloads; {payload!r} reads the whole payload itself"
+        )
+    if has_from_dict:
+        return from_dict
+    if is_dataclass:
         cls = payload
+        parameters = inspect.signature(cls).parameters.values()
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        known = None if strict or takes_any else {p.name for p in parameters}
 
         def build(data: Any) -> Any:
             if not isinstance(data, Mapping):
                 raise TypeError(f"expected a JSON object, got {type(data).__name__}")
-            return cls(**data)
+            if known is None:
+                return cls(**data)
+            return cls(**{key: value for key, value in data.items() if key in known})
 
         return build
     if callable(payload):
@@ -192,14 +224,15 @@ class Handler(Generic[H]):
 
 
 class Registry(Generic[H]):
-    def __init__(self) -> None:
+    def __init__(self, unknown_types: UnknownTypes = "dead") -> None:
         self._handlers: dict[str, Handler[H]] = {}
+        self._unknown_types = unknown_types
 
-    def add(self, type: str, func: H, payload: Any) -> None:
+    def add(self, type: str, func: H, payload: Any, strict: bool = False) -> None:
         if type in self._handlers:
             raise ValueError(f"a handler for job type {type!r} is already registered")
         name = getattr(payload, "__qualname__", None) or repr(payload)
-        self._handlers[type] = Handler(type, func, converter(payload), name)
+        self._handlers[type] = Handler(type, func, converter(payload, strict), name)
 
     def types(self) -> list[str]:
         return sorted(self._handlers)
@@ -213,6 +246,7 @@ class Registry(Generic[H]):
             known = ", ".join(repr(t) for t in self.types()) or "none"
             raise UnknownJobType(
                 f"no handler for job type {job.type!r} in this worker (it handles: {known})",
+                retryable=self._unknown_types == "retry",
                 detail={"type": job.type, "handled": self.types()},
             )
         return handler.func, handler.job_for(job)

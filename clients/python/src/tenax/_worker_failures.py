@@ -11,7 +11,8 @@ from typing import Any
 from ._errors import APIError, InvalidRequest, TenaxConnectionError
 from ._models import FailResult, TakenJob
 from ._outcomes import describe
-from ._worker_common import GONE, Backoff, Counter
+from ._worker_common import GONE, Backoff, Counter, PayloadMismatch, UnknownJobType
+from ._worker_log import OutcomeLog
 
 ErrorHook = Callable[[TakenJob[Any], BaseException], object]
 
@@ -45,13 +46,17 @@ class FailureReport:
         error: BaseException,
         counter: Counter,
         log: logging.Logger,
-        tell_run_at: bool,
+        outcomes: OutcomeLog,
+        ran_s: float,
     ) -> None:
         self.job = job
         self.message, self.detail, self.options = describe(error)
         self._counter = counter
         self._log = log
-        self._tell_run_at = tell_run_at
+        self._outcomes = outcomes
+        # No handler ran for these: a run time would only measure the lookup.
+        self._ran_s = None if isinstance(error, (UnknownJobType, PayloadMismatch)) else ran_s
+        self._unknown = isinstance(error, UnknownJobType)
         self._backoff = Backoff(first=0.2, cap=2.0)
 
     def retry_in(self, error: TenaxConnectionError | APIError) -> float | None:
@@ -77,19 +82,15 @@ class FailureReport:
 
     def reported(self, result: FailResult) -> None:
         """Counts and logs the server's answer: dead, or when the job runs again."""
-        job = self.job
         self._counter.add("failed")
-        if result.dead:
-            self._log.warning(
-                "job %d (%s) failed and is dead: %s (%s)", job.id, job.type, self.message, result.dead_reason
-            )
-        else:
-            self._log.info(
-                "job %d (%s) failed: %s; %s", job.id, job.type, self.message,
-                f"runs again at {result.run_at:%H:%M:%S.%f}"
-                if self._tell_run_at and result.run_at
-                else result.status,
-            )
+        self._outcomes.failed(
+            self.job,
+            self._ran_s,
+            self.message,
+            result,
+            snoozed="snooze" in self.options,
+            unknown=self._unknown,
+        )
 
     def gave_up(self) -> None:
         """Every attempt failed."""

@@ -24,6 +24,8 @@ class Held:
     be started), lost (the lease is gone), abandoned (still running at the shutdown deadline)."""
     generation: int = 0
     """Which stream connection it came on."""
+    started: float = 0.0
+    """Monotonic time its handler started."""
 
 
 class HeldJobs(dict[int, Held]):
@@ -52,7 +54,13 @@ class HeldJobs(dict[int, Held]):
             held.state = "parked"
             return False
         held.state = "running"
+        held.started = now()
         return True
+
+    def ran_for(self, job: TakenJob[Any]) -> float:
+        """Seconds since the job's handler started."""
+        held = self.get(job.lease_token)
+        return 0.0 if held is None else now() - held.started
 
     def release(self, job: TakenJob[Any]) -> None:
         """Forgets a job whose outcome was reported (or given up on)."""

@@ -1,6 +1,6 @@
 """What a running worker knows and decides, whichever runtime runs it: its jobs, the stream
 that leases them, their heartbeats, its completions, its start and shutdown, and the log line
-of each. :class:`tenax.Worker` (threads) and :class:`tenax.AsyncWorker` (asyncio tasks) keep
+of each (those of job outcomes are ``_worker_log``'s). :class:`tenax.Worker` (threads) and :class:`tenax.AsyncWorker` (asyncio tasks) keep
 only what differs between them: who runs what, how they wait, and the blocking or awaited
 requests."""
 
@@ -19,6 +19,7 @@ from ._worker_acks import AckQueue
 from ._worker_common import GONE, Backoff, Counter, Registry, WorkerSettings, now
 from ._worker_failures import ErrorHook, FailureReport, call_error_hook
 from ._worker_held import Held, HeldJobs
+from ._worker_log import OutcomeLog
 
 H = TypeVar("H")
 S = TypeVar("S", bound="Stream")
@@ -44,19 +45,17 @@ class StreamSource(Protocol[S_co]):
 @dataclass(frozen=True, slots=True)
 class Wording:
     """Where the log lines of the two runtimes differ. ``fate`` follows from the runtime (a
-    thread cannot be stopped, a task can be cancelled); the two flags are differences the
-    runtimes have long had, kept so that no log line changes."""
+    thread cannot be stopped, a task can be cancelled); the flag is a difference the runtimes
+    have long had, kept so that no log line changes."""
 
     fate: str
     """What happens to a handler still running at the shutdown deadline."""
     silence_tells_heartbeats: bool
     """Whether the warning about a silent stream says how the heartbeats fare."""
-    failure_tells_run_at: bool
-    """Whether the line of a failed job says when it runs again (else its new status)."""
 
 
-THREADS = Wording("abandoned", silence_tells_heartbeats=True, failure_tells_run_at=True)
-ASYNCIO = Wording("cancelled", silence_tells_heartbeats=False, failure_tells_run_at=False)
+THREADS = Wording("abandoned", silence_tells_heartbeats=True)
+ASYNCIO = Wording("cancelled", silence_tells_heartbeats=False)
 
 STALE_STREAM_S = 15.0
 """A stream with room for more jobs that sends no line (not even the keep-alive the server
@@ -95,9 +94,10 @@ class WorkerState(Generic[H, S]):
         self.settings = settings
         self.log = logger or logging.getLogger("tenax.worker")
         self.counter = Counter()
-        self.registry: Registry[H] = Registry()
+        self.registry: Registry[H] = Registry(settings.unknown_types)
         self.held = HeldJobs()
-        self.acks = AckQueue(settings, self.held, self.counter, self.log)
+        self.outcomes = OutcomeLog(self.log, self.registry.types)
+        self.acks = AckQueue(settings, self.held, self.counter, self.log, self.outcomes)
         self.started = False
         self.stream: S | None = None
         """The stream being read, if one is open."""
@@ -119,12 +119,14 @@ class WorkerState(Generic[H, S]):
         if not self.registry.types():
             raise RuntimeError("register at least one handler before running the worker")
 
-    def log_started(self) -> None:
+    def log_started(self, url: str) -> None:
         self.log.info(
-            "worker started: queues %s, types %s, concurrency %d",
+            "worker started: %s, queues %s, concurrency %d, types %s (jobs of other types %s)",
+            url,
             self.settings.queues,
-            self.registry.types(),
             self.settings.concurrency,
+            self.registry.types(),
+            "are retried" if self.settings.unknown_types == "retry" else "go dead",
         )
 
     def signalled(self, signum: int, stopping: bool) -> bool:
@@ -156,6 +158,7 @@ class WorkerState(Generic[H, S]):
             )
 
     def log_stopped(self) -> None:
+        self.outcomes.flush()
         stats = self.counter.snapshot()
         self.log.info(
             "worker stopped: %d completed, %d failed, %d returned, %d abandoned, %d lost",
@@ -251,7 +254,8 @@ class WorkerState(Generic[H, S]):
     def failure_report(self, job: TakenJob[Any], error: BaseException) -> FailureReport:
         """The report of a job's failure, once :meth:`HeldJobs.take_over` made it
         ``reporting``."""
-        return FailureReport(job, error, self.counter, self.log, self._wording.failure_tells_run_at)
+        ran_s = self.held.ran_for(job)
+        return FailureReport(job, error, self.counter, self.log, self.outcomes, ran_s)
 
     def succeeded(self, job: TakenJob[Any]) -> bool:
         """A handler returned: its completion is queued; False when the job is no longer this

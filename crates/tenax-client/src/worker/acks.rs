@@ -6,6 +6,7 @@
 //! for room). When the channel closes (shutdown), everything left is flushed, with retries for
 //! at most [`FINAL_PATIENCE`].
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -20,9 +21,18 @@ use crate::model::Lease;
 /// How long the last flush keeps trying a server that does not answer.
 const FINAL_PATIENCE: Duration = Duration::from_secs(10);
 
-pub(crate) async fn run(inner: Arc<Inner>, mut completions: mpsc::UnboundedReceiver<Lease>) {
+/// A job whose handler returned, waiting for its completion to be sent.
+#[derive(Debug)]
+pub(crate) struct Completion {
+    pub(crate) lease: Lease,
+    pub(crate) kind: String,
+    /// How long the handler ran, for the log line of the completion.
+    pub(crate) ran: Duration,
+}
+
+pub(crate) async fn run(inner: Arc<Inner>, mut completions: mpsc::UnboundedReceiver<Completion>) {
     let settings = &inner.settings;
-    let mut pending: Vec<Lease> = Vec::new();
+    let mut pending: Vec<Completion> = Vec::new();
     // When the first waiting completion arrived.
     let mut oldest: Option<Instant> = None;
     let mut open = true;
@@ -43,13 +53,21 @@ pub(crate) async fn run(inner: Arc<Inner>, mut completions: mpsc::UnboundedRecei
             && (!open || idle || due || pending.len() >= settings.ack_batch)
         {
             let take = pending.len().min(settings.ack_batch);
-            let batch: Vec<Lease> = pending.drain(..take).collect();
-            match inner.client.complete_many(&batch).await {
+            let batch: Vec<Completion> = pending.drain(..take).collect();
+            let leases: Vec<Lease> = batch.iter().map(|c| c.lease).collect();
+            match inner.client.complete_many(&leases).await {
                 Ok(results) => {
                     add(&inner.counters.ack_requests, 1);
+                    let sent: HashMap<u64, &Completion> =
+                        batch.iter().map(|c| (c.lease.id, c)).collect();
                     for result in results {
                         if result.completed {
                             add(&inner.counters.completed, 1);
+                            if let Some(done) = sent.get(&result.id) {
+                                inner
+                                    .outcomes
+                                    .completed(done.lease.id, &done.kind, done.ran);
+                            }
                         } else {
                             add(&inner.counters.lost, 1);
                             tracing::warn!(
@@ -95,13 +113,13 @@ pub(crate) async fn run(inner: Arc<Inner>, mut completions: mpsc::UnboundedRecei
         };
         tokio::select! {
             completion = completions.recv(), if open => match completion {
-                Some(lease) => {
-                    pending.push(lease);
+                Some(completion) => {
+                    pending.push(completion);
                     oldest.get_or_insert_with(Instant::now);
                     // Take every completion already waiting before deciding to flush: they
                     // belong in the same request.
-                    while let Ok(lease) = completions.try_recv() {
-                        pending.push(lease);
+                    while let Ok(completion) = completions.try_recv() {
+                        pending.push(completion);
                     }
                 }
                 None => {

@@ -1,4 +1,5 @@
-//! Handlers by job type, with their payload types erased.
+//! Handlers by job type, with their payload types erased, and what becomes of a job whose
+//! type has none.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -43,6 +44,21 @@ where
             (*handler)(job).await.map_err(Into::into)
         })
     })
+}
+
+/// What a worker does with a job whose type has no handler (and no
+/// [fallback](super::WorkerBuilder::fallback)); see [`WorkerBuilder::unknown_types`](super::WorkerBuilder::unknown_types).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UnknownTypes {
+    /// Fail it not retryable: dead at once, among the dead jobs where it shows (and can be
+    /// replayed once a worker handles the type), instead of retried unseen for the policy's
+    /// weeks. The default.
+    #[default]
+    Dead,
+    /// Fail it with a retry: its policy decides when it runs again (for a queue shared with
+    /// workers of other versions, which may know the type).
+    Retry,
 }
 
 /// The handlers of a worker.
@@ -91,25 +107,34 @@ impl Registry {
         self.by_kind.keys().map(String::as_str).collect()
     }
 
-    /// The handler of a job: its type's, or the fallback; an error for a type without one.
-    pub fn get(&self, kind: &str) -> Result<&Erased, JobError> {
-        if let Some(handler) = self.by_kind.get(kind).or(self.fallback.as_ref()) {
-            return Ok(handler);
-        }
+    /// The handler of a job: its type's, or the fallback.
+    pub fn get(&self, kind: &str) -> Option<&Erased> {
+        self.by_kind.get(kind).or(self.fallback.as_ref())
+    }
+
+    /// The types this worker handles, quoted, for a log line or a message.
+    pub fn handled(&self) -> String {
         let handled = self.kinds();
-        let list = if handled.is_empty() {
-            "none".to_owned()
-        } else {
-            handled
-                .iter()
-                .map(|k| format!("{k:?}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+        if handled.is_empty() {
+            return "none".to_owned();
+        }
+        handled
+            .iter()
+            .map(|k| format!("{k:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The failure of a job whose type has no handler.
+    pub fn no_handler(&self, kind: &str, unknown: UnknownTypes) -> JobError {
+        let message = format!(
+            "no handler for job type {kind:?} in this worker (it handles: {})",
+            self.handled()
+        );
+        let error = match unknown {
+            UnknownTypes::Dead => JobError::not_retryable(message),
+            UnknownTypes::Retry => JobError::retry(message),
         };
-        // Retried by its policy: another worker, or a later version of this one, may know it.
-        Err(JobError::retry(format!(
-            "no handler for job type {kind:?} in this worker (it handles: {list})"
-        ))
-        .with_detail(json!({"type": kind, "handled": handled})))
+        error.with_detail(json!({"type": kind, "handled": self.kinds()}))
     }
 }

@@ -21,11 +21,20 @@
 //!   every job it still holds (received but not started, or stopped) back to ready at once
 //!   without using an attempt. Nothing is lost: every job ends completed, failed by its
 //!   handler, or back in the queue.
+//! - **Types without a handler.** A job whose type has no handler (and no fallback) fails not
+//!   retryable, so it is dead at once and shows, with a message naming the types this worker
+//!   handles; [`WorkerBuilder::unknown_types`] lets its policy retry it instead.
+//! - **Logging** (through `tracing`): the start (server, queues, concurrency, types), each
+//!   job's outcome (INFO: completed and how long it ran, failed and when it runs again,
+//!   snoozed; WARN: dead; ERROR: a type without a handler), and the stop with the counts.
+//!   Past 10 outcomes in a second, a summary every 5 s replaces the line per job, until a 5 s
+//!   window averages 10 a second or fewer.
 
 mod acks;
 mod handler;
 mod job;
 mod outcome;
+mod outcome_log;
 mod shutdown;
 mod stats;
 
@@ -35,10 +44,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use acks::Completion;
 use futures_util::StreamExt as _;
 use handler::Registry;
+pub use handler::UnknownTypes;
 pub use job::Job;
 pub use outcome::{JobError, OutcomeExt};
+use outcome_log::{FailedBy, OutcomeLog};
 use serde::de::DeserializeOwned;
 use shutdown::Shutdown;
 pub use shutdown::{WorkerHandle, shutdown_signal};
@@ -69,6 +81,7 @@ pub(crate) struct Settings {
     pub(crate) ack_interval: Duration,
     pub(crate) ack_batch: usize,
     shutdown_timeout: Duration,
+    unknown_types: UnknownTypes,
 }
 
 /// Settings and handlers of a [`Worker`].
@@ -104,6 +117,7 @@ pub struct WorkerBuilder {
     ack_interval: Duration,
     ack_batch: usize,
     shutdown_timeout: Duration,
+    unknown_types: UnknownTypes,
     registry: Registry,
     problems: Vec<String>,
 }
@@ -173,6 +187,10 @@ impl WorkerBuilder {
     /// Runs `handler` for jobs of type `kind`, with the payload read as `T` (a payload that
     /// does not fit makes the job dead: no retry would change it).
     ///
+    /// `T` is read with serde, which ignores fields the type does not have (a producer may add
+    /// one before every worker knows it) unless the type says `#[serde(deny_unknown_fields)]`;
+    /// a missing field without `#[serde(default)]` does not fit.
+    ///
     /// The handler's error chooses the outcome: see [`JobError`]. Returning `Ok(())`
     /// completes the job.
     pub fn handler<T, F, Fut, E>(mut self, kind: impl Into<String>, handler: F) -> Self
@@ -191,8 +209,8 @@ impl WorkerBuilder {
     }
 
     /// Runs `handler` for every job whose type has no handler of its own (without one, such
-    /// a job fails with a message naming the types this worker handles, and its policy retries
-    /// it: another worker may know the type).
+    /// a job fails with a message naming the types this worker handles: see
+    /// [`unknown_types`](Self::unknown_types)).
     pub fn fallback<T, F, Fut, E>(mut self, handler: F) -> Self
     where
         T: DeserializeOwned + Send + 'static,
@@ -204,6 +222,15 @@ impl WorkerBuilder {
             self.problems
                 .push("fallback: there are two fallback handlers".to_owned());
         }
+        self
+    }
+
+    /// What becomes of a job whose type has no handler (and no fallback): dead at once
+    /// ([`UnknownTypes::Dead`], the default), or retried by its policy
+    /// ([`UnknownTypes::Retry`]). Either way it fails with `no handler for job type "x" in
+    /// this worker (it handles: …)`, logged at ERROR.
+    pub fn unknown_types(mut self, unknown: UnknownTypes) -> Self {
+        self.unknown_types = unknown;
         self
     }
 
@@ -259,7 +286,9 @@ impl WorkerBuilder {
                 ack_interval: self.ack_interval,
                 ack_batch: self.ack_batch,
                 shutdown_timeout: self.shutdown_timeout,
+                unknown_types: self.unknown_types,
             },
+            outcomes: OutcomeLog::new(self.registry.handled()),
             registry: self.registry,
             counters,
             undecided: AtomicUsize::new(0),
@@ -287,6 +316,7 @@ pub(crate) struct Inner {
     pub(crate) client: Client,
     pub(crate) settings: Settings,
     registry: Registry,
+    pub(crate) outcomes: OutcomeLog,
     pub(crate) counters: Arc<Counters>,
     /// Jobs received whose outcome is not decided yet (waiting to start, or running). The
     /// acknowledger flushes at once when it is 0: no other completion could join the batch.
@@ -325,6 +355,7 @@ impl Worker {
             ack_interval: Duration::from_millis(50),
             ack_batch: 100,
             shutdown_timeout: Duration::from_secs(25),
+            unknown_types: UnknownTypes::Dead,
             registry: Registry::default(),
             problems: Vec::new(),
         }
@@ -356,14 +387,26 @@ impl Worker {
         let Worker { inner, handle } = self;
         let settings = &inner.settings;
         tracing::info!(
+            url = inner.client.url(),
             queues = %settings.queues.join(","),
             types = %inner.registry.kinds().join(","),
             any_type = inner.registry.has_fallback(),
+            unknown_types = ?settings.unknown_types,
             concurrency = settings.concurrency,
             "worker started"
         );
         let (completions, acknowledged) = mpsc::unbounded_channel();
         let acknowledger = tokio::spawn(acks::run(inner.clone(), acknowledged));
+        // Writes the summary of job outcomes when one is due, also once the load stopped.
+        let summaries = AbortOnDrop(tokio::spawn({
+            let inner = inner.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(outcome_log::TICK).await;
+                    inner.outcomes.tick();
+                }
+            }
+        }));
         let mut supervisors = JoinSet::new();
         let mut stopping = inner.stopping.clone();
         let take = Take::queues(settings.queues.iter().cloned())
@@ -424,6 +467,8 @@ impl Worker {
             drop(open.stream);
             open.closed.send_replace(true);
         }
+        drop(summaries);
+        inner.outcomes.flush();
         let stats = handle.stats();
         tracing::info!(
             completed = stats.completed,
@@ -446,7 +491,7 @@ async fn read_stream(
     inner: &Arc<Inner>,
     mut open: OpenStream,
     supervisors: &mut JoinSet<()>,
-    completions: &mpsc::UnboundedSender<Lease>,
+    completions: &mpsc::UnboundedSender<Completion>,
     backoff: &mut Backoff,
 ) -> StreamEnd {
     let mut stopping = inner.stopping.clone();
@@ -521,8 +566,10 @@ async fn drain(inner: &Inner, handle: &WorkerHandle, supervisors: &mut JoinSet<(
 
 /// How a supervised job ended before its outcome was reported.
 enum Ending {
-    /// The handler returned (or panicked, or the job had no handler).
-    Finished(std::result::Result<(), JobError>),
+    /// The handler returned (or panicked) after running this long.
+    Finished(std::result::Result<(), JobError>, Duration),
+    /// No handler takes the job's type: the failure to report.
+    NoHandler(JobError),
     /// Not started: a shutdown came first (the stream's close gives it back).
     NotStarted,
     /// Not started: its stream closed, and the server took it back.
@@ -546,7 +593,7 @@ async fn supervise(
     inner: Arc<Inner>,
     job: TakenJob,
     closed: watch::Receiver<bool>,
-    completions: mpsc::UnboundedSender<Lease>,
+    completions: mpsc::UnboundedSender<Completion>,
 ) {
     let lease = job.lease();
     let kind = job.kind.clone();
@@ -565,7 +612,7 @@ async fn supervise(
         Ending::NotStarted => add(&inner.counters.returned, 1),
         Ending::StreamClosed => {}
         Ending::Abandoned => add(&inner.counters.abandoned, 1),
-        Ending::Finished(result) if lost => {
+        Ending::Finished(result, _) if lost => {
             add(&inner.counters.lost, 1);
             tracing::warn!(
                 job = lease.id,
@@ -574,16 +621,21 @@ async fn supervise(
                 "the job's lease was lost while it ran: its result is not reported"
             );
         }
-        Ending::Finished(Ok(())) => {
+        Ending::NoHandler(error) => {
+            report_failure(&inner, lease, &kind, FailedBy::NoHandler, &error).await;
+        }
+        Ending::Finished(Ok(()), ran) => {
             add(&inner.counters.succeeded, 1);
-            if completions.send(lease).is_err() {
+            if completions.send(Completion { lease, kind, ran }).is_err() {
                 tracing::error!(
                     job = lease.id,
                     "the acknowledger is gone: the job will run again"
                 );
             }
         }
-        Ending::Finished(Err(error)) => report_failure(&inner, lease, &kind, &error).await,
+        Ending::Finished(Err(error), ran) => {
+            report_failure(&inner, lease, &kind, FailedBy::Handler(ran), &error).await;
+        }
     }
 }
 
@@ -601,10 +653,13 @@ async fn run_job(inner: &Inner, job: TakenJob, mut closed: watch::Receiver<bool>
     if stopping.is_set() {
         return Ending::NotStarted;
     }
-    let handler = match inner.registry.get(&job.kind) {
-        Ok(handler) => handler.clone(),
-        Err(error) => return Ending::Finished(Err(error)),
+    let Some(handler) = inner.registry.get(&job.kind).cloned() else {
+        let error = inner
+            .registry
+            .no_handler(&job.kind, inner.settings.unknown_types);
+        return Ending::NoHandler(error);
     };
+    let started = Instant::now();
     let mut task = AbortOnDrop(tokio::spawn(handler(job, inner.stopping.clone())));
     let mut hurrying = inner.hurrying.clone();
     let joined = tokio::select! {
@@ -612,8 +667,9 @@ async fn run_job(inner: &Inner, job: TakenJob, mut closed: watch::Receiver<bool>
         () = hurrying.wait() => return Ending::Abandoned,
     };
     drop(slot);
+    let ran = started.elapsed();
     match joined {
-        Ok(result) => Ending::Finished(result),
+        Ok(result) => Ending::Finished(result, ran),
         Err(error) if error.is_panic() => {
             let panic = error.into_panic();
             let message = panic
@@ -621,10 +677,11 @@ async fn run_job(inner: &Inner, job: TakenJob, mut closed: watch::Receiver<bool>
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".to_owned());
-            Ending::Finished(Err(JobError::retry(format!(
-                "the handler panicked: {message}"
-            ))
-            .with_detail(serde_json::json!({"panic": message}))))
+            Ending::Finished(
+                Err(JobError::retry(format!("the handler panicked: {message}"))
+                    .with_detail(serde_json::json!({"panic": message}))),
+                ran,
+            )
         }
         Err(_) => Ending::Abandoned,
     }
@@ -656,8 +713,8 @@ async fn heartbeats(inner: &Inner, lease: Lease, lost: &AtomicBool) -> Infallibl
     }
 }
 
-/// Reports a handler's error with its outcome, trying again while the server does not answer.
-async fn report_failure(inner: &Inner, lease: Lease, kind: &str, error: &JobError) {
+/// Reports a job's failure with its outcome, trying again while the server does not answer.
+async fn report_failure(inner: &Inner, lease: Lease, kind: &str, by: FailedBy, error: &JobError) {
     let mut failure = error.to_failure();
     let mut plain = false;
     let mut delay = Duration::from_millis(200);
@@ -665,30 +722,7 @@ async fn report_failure(inner: &Inner, lease: Lease, kind: &str, error: &JobErro
         match inner.client.fail(lease, &failure).await {
             Ok(result) => {
                 add(&inner.counters.failed, 1);
-                if matches!(error.outcome(), crate::request::Outcome::Snooze(_)) {
-                    tracing::info!(
-                        job = lease.id,
-                        kind,
-                        delay = result.delay().map(|d| tracing::field::display(shown(d))),
-                        "the job was snoozed"
-                    );
-                } else if result.is_dead() {
-                    tracing::warn!(
-                        job = lease.id,
-                        kind,
-                        error = %error.message(),
-                        reason = result.dead_reason.as_deref(),
-                        "the job failed and is dead"
-                    );
-                } else {
-                    tracing::info!(
-                        job = lease.id,
-                        kind,
-                        error = %error.message(),
-                        delay = result.delay().map(|d| tracing::field::display(shown(d))),
-                        "the job failed; it runs again later"
-                    );
-                }
+                inner.outcomes.failed(lease.id, kind, by, error, &result);
                 return;
             }
             Err(refused) if refused.is_gone() => {
