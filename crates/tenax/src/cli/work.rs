@@ -11,7 +11,7 @@ use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context as _;
 use clap::Args;
@@ -187,7 +187,6 @@ fn find_program(name: &OsString) -> Result<PathBuf, String> {
 
 /// Runs the command for one job and turns what it did into the job's outcome.
 async fn run_command(command: Arc<Command>, job: Job<Box<RawValue>>) -> Result<(), JobError> {
-    let started = Instant::now();
     let mut process = tokio::process::Command::new(&command.program);
     process
         .args(&command.args)
@@ -261,17 +260,8 @@ async fn run_command(command: Arc<Command>, job: Job<Box<RawValue>>) -> Result<(
     feeding.abort();
     let stdout = collect(stdout).await;
     let stderr = collect(stderr).await;
-    let elapsed = started.elapsed();
-    let outcome = decide(&status, timed_out, command.timeout, &stdout, &stderr);
-    match &outcome {
-        Ok(()) => {
-            tracing::info!(job = id, kind = %job.kind, elapsed = %shown(elapsed), "the command succeeded");
-        }
-        Err(error) => {
-            tracing::info!(job = id, kind = %job.kind, elapsed = %shown(elapsed), %error, "the command ended");
-        }
-    }
-    outcome
+    // Each outcome is logged once, by the worker runtime, with the job's run time.
+    decide(&status, timed_out, command.timeout, &stdout, &stderr)
 }
 
 /// A command's process group, killed when dropped unless disarmed.
@@ -523,16 +513,6 @@ fn describe_exit(status: &ExitStatus) -> String {
         (Some(code), _) => format!("the command exited with status {code}"),
         (None, Some(signal)) => format!("the command was killed by signal {signal}"),
         (None, None) => "the command ended without a status".to_owned(),
-    }
-}
-
-/// How long a command took, as one would write it: `2.2ms` below a second, else `1.53s`, `2m5s`.
-fn shown(elapsed: Duration) -> String {
-    let ms = elapsed.as_secs_f64() * 1_000.0;
-    if ms < 1_000.0 {
-        format!("{ms:.1}ms")
-    } else {
-        tenax_policy::format_duration(u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
     }
 }
 
