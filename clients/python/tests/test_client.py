@@ -233,7 +233,15 @@ def test_dead_list_replay_delete(client: tenax.Client, queue: str) -> None:
 
 
 def test_queue_settings_pause_and_resume(client: tenax.Client, queue: str) -> None:
-    updated = client.update_queue(queue, policy={"type": "fixed", "delay": "3s"}, message_ttl=timedelta(hours=1))
+    # A queue that has never existed is refused, naming the closest, unless create=True.
+    with pytest.raises(tenax.NotFound) as refused:
+        client.update_queue(queue, paused=True)
+    assert "does not exist" in str(refused.value)
+    with pytest.raises(tenax.NotFound):
+        client.pause_queue(queue)
+    updated = client.update_queue(
+        queue, policy={"type": "fixed", "delay": "3s"}, message_ttl=timedelta(hours=1), create=True
+    )
     assert updated.policy is not None and updated.policy["type"] == "fixed"
     assert updated.message_ttl == timedelta(hours=1)
     assert client.update_queue(queue, paused=True).paused

@@ -419,6 +419,7 @@ def update_queue(
     paused: bool | None,
     disable_overrides: bool | None,
     message_ttl: Duration | None | Unset,
+    create: bool,
 ) -> Call[Queue]:
     body: dict[str, Any] = {}
     if policy is not UNSET:
@@ -429,7 +430,8 @@ def update_queue(
         body["disable_overrides"] = disable_overrides
     if message_ttl is not UNSET:
         body["message_ttl"] = None if message_ttl is None else duration_value(message_ttl)
-    return Call("PUT", f"/api/queues/{seg(name)}", Queue.from_json, body)
+    params = {"create": "true"} if create else None
+    return Call("PUT", f"/api/queues/{seg(name)}", Queue.from_json, body, params=params)
 
 
 def pause_queue(name: str) -> Call[Queue]:

@@ -506,8 +506,11 @@ class AsyncClient:
         paused: bool | None = None,
         disable_overrides: bool | None = None,
         message_ttl: Duration | None | Unset = UNSET,
+        create: bool = False,
     ) -> Queue:
-        """Changes the settings named; ``policy=None`` / ``message_ttl=None`` remove them."""
+        """Changes the settings named; ``policy=None`` / ``message_ttl=None`` remove them. A
+        queue that has never existed is refused (:class:`NotFound`, naming the closest ones,
+        so a misspelt name is never made into a queue) unless ``create=True``."""
         return await self._call(
             api.update_queue(
                 name,
@@ -515,11 +518,14 @@ class AsyncClient:
                 paused=paused,
                 disable_overrides=disable_overrides,
                 message_ttl=message_ttl,
+                create=create,
             )
         )
 
     async def pause_queue(self, name: str) -> Queue:
-        """A paused queue accepts jobs but hands none out."""
+        """A paused queue accepts jobs but hands none out. A queue that has never existed is
+        refused (:class:`NotFound`); ``update_queue(name, paused=True, create=True)`` sets one
+        up paused."""
         return await self._call(api.pause_queue(name))
 
     async def resume_queue(self, name: str) -> Queue:

@@ -554,8 +554,11 @@ class Client:
         paused: bool | None = None,
         disable_overrides: bool | None = None,
         message_ttl: Duration | None | Unset = UNSET,
+        create: bool = False,
     ) -> Queue:
-        """Changes the settings named; ``policy=None`` / ``message_ttl=None`` remove them."""
+        """Changes the settings named; ``policy=None`` / ``message_ttl=None`` remove them. A
+        queue that has never existed is refused (:class:`NotFound`, naming the closest ones,
+        so a misspelt name is never made into a queue) unless ``create=True``."""
         return self._call(
             api.update_queue(
                 name,
@@ -563,11 +566,14 @@ class Client:
                 paused=paused,
                 disable_overrides=disable_overrides,
                 message_ttl=message_ttl,
+                create=create,
             )
         )
 
     def pause_queue(self, name: str) -> Queue:
-        """A paused queue accepts jobs but hands none out."""
+        """A paused queue accepts jobs but hands none out. A queue that has never existed is
+        refused (:class:`NotFound`); ``update_queue(name, paused=True, create=True)`` sets one
+        up paused."""
         return self._call(api.pause_queue(name))
 
     def resume_queue(self, name: str) -> Queue:
