@@ -32,22 +32,8 @@ async fn subscribe_and_publish(api: &Api, endpoint: &str) -> u64 {
 
 /// The first attempt of subscription `id`'s only delivery, once it is logged.
 async fn first_attempt(api: &Api, id: u64) -> Value {
-    let deliveries = api
-        .poll(
-            &format!("/api/subscriptions/{id}/deliveries"),
-            "a delivery",
-            |d| d["deliveries"].as_array().is_some_and(|l| !l.is_empty()),
-        )
-        .await;
-    let delivery = deliveries["deliveries"][0]["id"].as_u64().expect("an id");
-    let attempts = api
-        .poll(
-            &format!("/api/deliveries/{delivery}/attempts"),
-            "an attempt",
-            |a| a["attempts"].as_array().is_some_and(|l| !l.is_empty()),
-        )
-        .await;
-    attempts["attempts"][0].clone()
+    let delivery = api.only_delivery(id).await;
+    api.wait_attempts(delivery, 1).await.remove(0)
 }
 
 /// A proxy in the environment is not a way past the address checks: the delivery to a name

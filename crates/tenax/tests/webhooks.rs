@@ -95,35 +95,6 @@ async fn deliveries(server: &TestServer, sub: u64, query: &str) -> Vec<Value> {
         .clone()
 }
 
-/// The one delivery subscription `sub` has (made with the message: waited for, not raced).
-async fn only_delivery(server: &TestServer, sub: u64) -> u64 {
-    let answer = server
-        .poll(
-            &format!("/api/subscriptions/{sub}/deliveries"),
-            "a delivery",
-            |a| a["deliveries"].as_array().is_some_and(|d| !d.is_empty()),
-        )
-        .await;
-    let all = answer["deliveries"].as_array().unwrap();
-    assert_eq!(all.len(), 1, "subscription {sub}: {all:?}");
-    id(&all[0])
-}
-
-/// The attempts of `delivery` once there are `n` (no more). The log entry of an attempt is
-/// written in the commit that ends it, which the delivery's status (kept in memory) may show a
-/// moment earlier.
-async fn wait_attempts(server: &TestServer, delivery: u64, n: usize) -> Vec<Value> {
-    let url = format!("/api/deliveries/{delivery}/attempts");
-    let answer = server
-        .poll(&url, &format!("{n} attempts"), |a| {
-            a["attempts"].as_array().is_some_and(|list| list.len() >= n)
-        })
-        .await;
-    let attempts = answer["attempts"].as_array().unwrap().clone();
-    assert_eq!(attempts.len(), n, "delivery {delivery}: {attempts:?}");
-    attempts
-}
-
 /// The view of `delivery` once it shows its `n`th attempt and that attempt's outcome: a
 /// failure counted (`n` failures) or the delivery completed. A view is read in parts (the
 /// status, then the attempt log), so one may show an attempt whose outcome it read a moment
@@ -356,7 +327,7 @@ impl<'a> Followed<'a> {
 /// moves by the last millisecond. A gap of 0 is an attempt due at once, made without the clock
 /// moving (and a gap of 1 ms has no millisecond before it to stop at).
 async fn follow(server: &TestServer, cases: &[Followed<'_>]) -> Vec<Value> {
-    let ids = join_all(cases.iter().map(|case| only_delivery(server, case.sub))).await;
+    let ids = join_all(cases.iter().map(|case| server.only_delivery(case.sub))).await;
     let start = server.now_ms();
     let mut made: Vec<usize> = cases.iter().map(|c| c.before).collect();
     let mut due: Vec<Option<u64>> = cases
@@ -953,7 +924,7 @@ async fn a_retry_counts_from_the_answer_not_from_the_bookkeeping_after_it() {
         publish(&server, queue, json!({"n": 1})).await;
         let answer = answered(&mut signals, sub).await;
         server.advance(Duration::from_millis(BOOKKEEPING_MS));
-        let d = only_delivery(&server, sub).await;
+        let d = server.only_delivery(sub).await;
         let view = attempt_made(&server, d, 1).await;
         assert_eq!(ms(&view["attempts"][0]["at"]), answer, "{name}: {view}");
         assert_eq!(view["status"], json!("scheduled"), "{name}: {view}");
@@ -998,7 +969,7 @@ async fn a_delivery_shows_every_attempt_its_status_tells_of() {
     )
     .await);
     publish(&server, "orders", json!({"n": 1})).await;
-    let d = only_delivery(&server, sub).await;
+    let d = server.only_delivery(sub).await;
     let consistent = |view: &Value| {
         let attempts = view["attempts"].as_array().expect("attempts");
         let failed = attempts
@@ -1110,7 +1081,7 @@ async fn a_restart_in_the_middle_of_a_retry_schedule_resumes_it() {
     )
     .await);
     publish(&server, "orders", json!({"n": 1})).await;
-    let d = only_delivery(&server, sub).await;
+    let d = server.only_delivery(sub).await;
     // The failure is on disk once the attempt is logged (one commit); stop right then.
     let scheduled = attempt_made(&server, d, 1).await;
     assert_eq!(scheduled["status"], json!("scheduled"), "{scheduled}");
@@ -1130,7 +1101,7 @@ async fn a_restart_in_the_middle_of_a_retry_schedule_resumes_it() {
     assert_eq!(received[1].header("webhook-id"), format!("dlv_{d}"));
     assert_eq!(sent_at(&received[1]), due);
     wait_delivery(&server, d, "completed").await;
-    let tries = wait_attempts(&server, d, 2).await;
+    let tries = server.wait_attempts(d, 2).await;
     assert_eq!(
         tries.len(),
         2,
@@ -1344,7 +1315,7 @@ async fn dead_deliveries_can_be_listed_inspected_and_replayed() {
     let view = wait_delivery(&server, d1, "completed").await;
     assert_eq!(view["policy"]["type"], json!("fixed"), "{view}");
     assert_eq!(view["policy"]["delay"], json!(10), "{view}");
-    let tries = wait_attempts(&server, d1, 2).await;
+    let tries = server.wait_attempts(d1, 2).await;
     assert_eq!(tries.len(), 2, "the replay keeps the history: {tries:?}");
     assert_eq!(tries[1]["result"], json!("delivered"));
     assert_eq!(tries[1]["response"], json!("thanks"));
@@ -1662,7 +1633,7 @@ async fn attempts_are_listed_per_delivery_and_per_subscription() {
     assert_eq!(done["status"], json!("completed"), "{done}");
     let d1 = id(&done);
 
-    let tries = wait_attempts(&server, d1, 3).await;
+    let tries = server.wait_attempts(d1, 3).await;
     let statuses: Vec<&Value> = tries.iter().map(|a| &a["status"]).collect();
     assert_eq!(statuses, [&json!(500), &json!(503), &json!(200)]);
     let results: Vec<&Value> = tries.iter().map(|a| &a["result"]).collect();
@@ -1693,7 +1664,7 @@ async fn attempts_are_listed_per_delivery_and_per_subscription() {
     publish(&server, "orders", json!({"n": 2})).await;
     let d2 = delivery_of(&receiver.wait_for(4, PATIENCE).await[3]);
     wait_delivery(&server, d2, "completed").await;
-    wait_attempts(&server, d2, 1).await;
+    server.wait_attempts(d2, 1).await;
     let all = server
         .get(&format!("/api/subscriptions/{sub}/attempts"))
         .await;
@@ -1823,13 +1794,13 @@ async fn an_https_delivery_to_a_private_ca_carries_the_same_envelope_headers_and
     assert_eq!(message_of(&plain.wait_for(1, PATIENCE).await[0]), message);
 
     for sub in [by_name, by_ip, by_http] {
-        let d = only_delivery(&server, sub).await;
+        let d = server.only_delivery(sub).await;
         wait_delivery(&server, d, "completed").await;
-        let tries = wait_attempts(&server, d, 1).await;
+        let tries = server.wait_attempts(d, 1).await;
         assert_eq!(tries[0]["result"], json!("delivered"), "{tries:?}");
         assert_eq!(tries[0]["error"], Value::Null, "{tries:?}");
     }
-    let tries = wait_attempts(&server, d, 1).await;
+    let tries = server.wait_attempts(d, 1).await;
     assert_eq!(tries[0]["status"], json!(200), "{tries:?}");
     assert_eq!(tries[0]["response"], json!("thanks"), "{tries:?}");
     assert_eq!(secure.failed_handshakes(), 0);
@@ -2078,10 +2049,10 @@ async fn real_time_smoke_test_retries_reach_the_receiver_on_the_system_clock() {
     .await);
     publish(&server, "orders", json!({"n": 1})).await;
     receiver.wait_for(3, Duration::from_secs(60)).await;
-    let d = only_delivery(&server, sub).await;
+    let d = server.only_delivery(sub).await;
     let done = wait_delivery(&server, d, "completed").await;
     assert_eq!(done["failures"], json!(2), "{done}");
-    let tries = wait_attempts(&server, d, 3).await;
+    let tries = server.wait_attempts(d, 3).await;
     let at: Vec<u64> = tries.iter().map(|a| ms(&a["at"])).collect();
     assert!(
         at.windows(2).all(|pair| pair[1] >= pair[0] + DELAY_MS),

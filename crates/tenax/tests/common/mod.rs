@@ -534,6 +534,18 @@ impl Api {
     /// answer. For a background change the API shows (`what`, for the message if it never
     /// comes).
     pub async fn poll(&self, path: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        self.poll_every(path, what, Duration::from_millis(10), ready)
+            .await
+    }
+
+    /// [`Api::poll`], asking `every` so often.
+    async fn poll_every(
+        &self,
+        path: &str,
+        what: &str,
+        every: Duration,
+        ready: impl Fn(&Value) -> bool,
+    ) -> Value {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let answer = self.get(path).await;
@@ -544,8 +556,38 @@ impl Api {
                 Instant::now() < deadline,
                 "{path}: {what} never happened: {answer}"
             );
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(every).await;
         }
+    }
+
+    /// The attempts of `delivery` once there are `n` (no more). The log entry of an attempt is
+    /// written in the commit that ends it, which the delivery's status (kept in memory) may show
+    /// a moment earlier.
+    pub async fn wait_attempts(&self, delivery: u64, n: usize) -> Vec<Value> {
+        let path = format!("/api/deliveries/{delivery}/attempts");
+        let answer = self
+            .poll(&path, &format!("{n} attempts"), |a| {
+                a["attempts"].as_array().is_some_and(|list| list.len() >= n)
+            })
+            .await;
+        let attempts = answer["attempts"].as_array().expect("attempts").clone();
+        assert_eq!(attempts.len(), n, "delivery {delivery}: {attempts:?}");
+        attempts
+    }
+
+    /// The one delivery subscription `sub` has, once it is made (with the message, by the
+    /// store: waited for, not raced).
+    pub async fn only_delivery(&self, sub: u64) -> u64 {
+        let answer = self
+            .poll(
+                &format!("/api/subscriptions/{sub}/deliveries"),
+                "a delivery",
+                |a| a["deliveries"].as_array().is_some_and(|d| !d.is_empty()),
+            )
+            .await;
+        let all = answer["deliveries"].as_array().expect("deliveries");
+        assert_eq!(all.len(), 1, "subscription {sub}: {all:?}");
+        all[0]["id"].as_u64().expect("a delivery id")
     }
 
     /// POST, expecting 200.
@@ -653,36 +695,19 @@ impl Api {
     /// Polls a job until its status is `status` (a background transition), at most
     /// [`PATIENCE`]; returns the job.
     pub async fn wait_for(&self, id: u64, status: &str) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let job = self.job(id).await;
-            if job["status"] == json!(status) {
-                return job;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "job {id} did not become {status}: {job}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        self.wait_until(id, &format!("becoming {status}"), |job| {
+            job["status"] == json!(status)
+        })
+        .await
     }
 
     /// Polls a job until `ready(job)` holds, at most [`PATIENCE`]; returns the job. For
     /// background transitions whose parts become visible one after the other (the status is
     /// in memory at once, the error entry once written).
     pub async fn wait_until(&self, id: u64, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let job = self.job(id).await;
-            if ready(&job) {
-                return job;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "job {id}: {what} never happened: {job}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let path = format!("/api/jobs/{id}");
+        self.poll_every(&path, what, Duration::from_millis(5), ready)
+            .await
     }
 
     pub async fn stats(&self) -> Value {
