@@ -6,9 +6,10 @@
 //! is made at the very millisecond it is due, and its failure schedules the next at exactly
 //! the failure's time plus the policy's delay. "Nothing is sent" is shown by the delivery
 //! runners' own signals ([`TestServer::settle`]), never by letting real time pass. The one test
-//! on the system clock is [`real_time_smoke_test_retries_reach_the_receiver_on_the_system_clock`];
-//! the throttle counts real time by design (rates are per real second), and its test says what
-//! it bounds.
+//! on the system clock is [`real_time_smoke_test_retries_reach_the_receiver_on_the_system_clock`].
+//! Two measure real time because what they test is in real time, and say what they bound: the
+//! throttle (rates are per real second) and an idle runner's hold on an endpoint (its
+//! real-time wait for ready deliveries).
 //!
 //! Every test has its own server and its own receivers, so the tests run in parallel.
 
