@@ -27,9 +27,6 @@ use common::{Options, PATIENCE, T0, TestServer, ms};
 use prom_text_format_parser::{Scrape, ValueType};
 use receiver::{Receiver, Reply};
 use serde_json::{Value, json};
-use tenax::delivery::signals::{Event, Signal};
-use tenax_core::model::SubscriptionId;
-use tokio::sync::broadcast;
 
 const SECOND: u64 = 1_000;
 
@@ -57,19 +54,6 @@ async fn publish(server: &TestServer, queue: &str, n: u64) {
         .await;
 }
 
-/// Polls `GET url` until `ready` holds, at most [`PATIENCE`]; returns the last answer.
-async fn poll(server: &TestServer, url: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let answer = server.get(url).await;
-        if ready(&answer) {
-            return answer;
-        }
-        assert!(Instant::now() < deadline, "{url}: {what} never: {answer}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// The subscription's endpoint health once `ready` holds of it.
 async fn endpoint_health(
     server: &TestServer,
@@ -77,10 +61,11 @@ async fn endpoint_health(
     what: &str,
     ready: impl Fn(&Value) -> bool,
 ) -> Value {
-    let view = poll(server, &format!("/api/subscriptions/{sub}"), what, |s| {
-        ready(&s["health"]["endpoint"])
-    })
-    .await;
+    let view = server
+        .poll(&format!("/api/subscriptions/{sub}"), what, |s| {
+            ready(&s["health"]["endpoint"])
+        })
+        .await;
     view["health"]["endpoint"].clone()
 }
 
@@ -114,50 +99,19 @@ async fn logged_attempts(server: &TestServer, sub: u64, n: usize) -> usize {
 
 /// Waits until `sub` has `n` completed deliveries.
 async fn wait_completed(server: &TestServer, sub: u64, n: usize) {
-    poll(
-        server,
-        &format!("/api/subscriptions/{sub}/deliveries?status=completed"),
-        &format!("{n} completed"),
-        |a| a["deliveries"].as_array().is_some_and(|d| d.len() >= n),
-    )
-    .await;
+    server
+        .poll(
+            &format!("/api/subscriptions/{sub}/deliveries?status=completed"),
+            &format!("{n} completed"),
+            |a| a["deliveries"].as_array().is_some_and(|d| d.len() >= n),
+        )
+        .await;
 }
 
-/// Asserts that the runners of `subs` settle without sending: each signals twice that it
-/// waits, heard from now on (the second signal's look began after the first was sent, so
-/// after this call: it saw what the test did before), none of their deliveries is in flight
-/// then, and the receiver still has `count` requests. A delivery that a runner (wrongly) took
-/// meanwhile is either still in flight or has reached the receiver.
+/// Asserts that the runners of `subs` settle without sending ([`TestServer::settle`]) and that
+/// the receiver still has `count` requests.
 async fn settles(server: &TestServer, subs: &[u64], receiver: &Receiver, count: usize, what: &str) {
-    let mut listener = server.listen();
-    for &sub in subs {
-        let mut heard = 0;
-        let waits = async {
-            while heard < 2 {
-                match listener.recv().await {
-                    Ok(Signal {
-                        subscription,
-                        event: Event::Waits(_),
-                    }) if subscription == SubscriptionId(sub) => heard += 1,
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(broadcast::error::RecvError::Closed) => panic!("the server stopped"),
-                }
-            }
-        };
-        tokio::time::timeout(PATIENCE, waits)
-            .await
-            .unwrap_or_else(|_| panic!("{what}: the runner of subscription {sub} never waited"));
-        let in_flight = server
-            .get(&format!(
-                "/api/subscriptions/{sub}/deliveries?status=in_flight"
-            ))
-            .await;
-        assert_eq!(
-            in_flight["deliveries"],
-            json!([]),
-            "{what}: subscription {sub} has a delivery in flight"
-        );
-    }
+    server.settle(subs, what).await;
     assert_eq!(receiver.count(), count, "{what}: {:?}", receiver.received());
 }
 
@@ -434,13 +388,13 @@ async fn retries_over_the_budget_wait_unsent() {
         publish(&server, "orders", n).await;
     }
     receiver.wait_for(10, PATIENCE).await;
-    poll(
-        &server,
-        &format!("/api/subscriptions/{sub}/deliveries?status=scheduled"),
-        "ten failed",
-        |a| a["deliveries"].as_array().is_some_and(|d| d.len() == 10),
-    )
-    .await;
+    server
+        .poll(
+            &format!("/api/subscriptions/{sub}/deliveries?status=scheduled"),
+            "ten failed",
+            |a| a["deliveries"].as_array().is_some_and(|d| d.len() == 10),
+        )
+        .await;
 
     server.advance(Duration::from_secs(1));
     receiver.wait_for(11, PATIENCE).await;

@@ -592,6 +592,9 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
     drop(permit);
     let answered_at = engine.now_ms();
     deliveries
+        .signals
+        .send(subscription.id, Event::Answered { at_ms: answered_at });
+    deliveries
         .endpoints
         .record(
             &engine,

@@ -1,11 +1,13 @@
-//! Test signals: what the delivery runners decide, told to whoever listens, so that a test
-//! waits for the event it expects instead of sleeping for a time it guesses.
+//! Test signals: what the delivery runners decide and when their requests are answered, told
+//! to whoever listens, so that a test waits for the event it expects instead of sleeping for a
+//! time it guesses.
 //!
 //! A server started by [`crate::server::run`] has no listener: its runners send nothing, and
 //! signals cost nothing but a check. Tests start the server with [`Signals::listened`]
 //! ([`crate::server::run_with_signals`]) and [`Signals::listen`] before they act, so that no
 //! event after the act is missed.
 
+use tenax_core::clock::UnixMs;
 use tenax_core::model::SubscriptionId;
 use tokio::sync::broadcast;
 
@@ -26,6 +28,10 @@ pub struct Signal {
 pub enum Event {
     /// The runner begins to wait for what its admission named: until then it takes nothing.
     Waits(Wait),
+    /// A request of the runner's got its answer (or failed) at the engine's time `at_ms`, the
+    /// time the attempt's outcome counts from. What the answer changes (the endpoint's state,
+    /// the subscription's health, the attempt's own commit) is stored after this.
+    Answered { at_ms: UnixMs },
 }
 
 /// Where the runners send their signals: nowhere ([`Signals::default`]), or to the
@@ -73,6 +79,33 @@ mod tests {
                 event: Event::Waits(Wait::Change)
             }
         );
+        assert!(listener.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_listener_hears_every_runner_and_every_event_in_the_order_sent() {
+        let signals = Signals::listened();
+        let mut listener = signals.listen().unwrap();
+        let sent = [
+            Signal {
+                subscription: SubscriptionId(1),
+                event: Event::Answered { at_ms: 1_000 },
+            },
+            Signal {
+                subscription: SubscriptionId(2),
+                event: Event::Waits(Wait::Ready),
+            },
+            Signal {
+                subscription: SubscriptionId(1),
+                event: Event::Waits(Wait::Endpoint { until_ms: 3_000 }),
+            },
+        ];
+        for signal in sent {
+            signals.send(signal.subscription, signal.event);
+        }
+        for signal in sent {
+            assert_eq!(listener.try_recv().unwrap(), signal);
+        }
         assert!(listener.try_recv().is_err());
     }
 

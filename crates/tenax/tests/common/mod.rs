@@ -14,6 +14,7 @@
 
 pub mod postgres;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::pin::Pin;
@@ -26,7 +27,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 use tenax::config::{Config, ServeArgs};
-use tenax::delivery::signals::{Signal, Signals};
+use tenax::delivery::signals::{Event, Signal, Signals};
 use tenax_core::clock::{Clock, parse_rfc3339};
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
@@ -36,6 +37,11 @@ pub const T0: u64 = 1_800_000_000_000;
 
 /// How long a helper that polls for a background change waits before it gives up.
 pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The queue of the jobs the harness enqueues to move the server's loops along
+/// ([`TestServer::poke`], [`TestServer::advance_to`]): no subscription reads it and no worker
+/// takes from it.
+pub const POKES: &str = "test-pokes";
 
 /// `tenax serve`'s flags, parsed exactly as the binary parses them.
 #[derive(Debug, Parser)]
@@ -192,6 +198,81 @@ impl TestServer {
         assert!(self.clock.is_manual(), "only a manual clock can be moved");
         self.clock
             .advance_ms(u64::try_from(duration.as_millis()).expect("a short duration"));
+    }
+
+    /// Moves the manual clock forward to `at_ms` and returns once the maintenance loop has
+    /// looked at that time: a job on [`POKES`] due at `at_ms`, enqueued before the move, has been
+    /// promoted. The pass that promoted it promoted whatever else was due by `at_ms` (one pass
+    /// promotes all that is due), and left the rest scheduled: from now on a runner sees what
+    /// it would take at `at_ms`.
+    pub async fn advance_to(&self, at_ms: u64) {
+        let now = self.now_ms();
+        assert!(
+            at_ms > now,
+            "the clock moves forward: from {now} to {at_ms}"
+        );
+        let canary = self
+            .enqueue(json!({ "queue": POKES, "type": "canary", "run_at": at_ms }))
+            .await;
+        self.advance(Duration::from_millis(at_ms - now));
+        self.wait_for(canary, "ready").await;
+    }
+
+    /// Wakes every delivery runner that waits for a delivery to become ready (or for an
+    /// endpoint, a permit or a token, which it looks at again anyway): a job enqueued on
+    /// [`POKES`] tells the store's waiters that jobs may be ready. A disabled subscription's
+    /// runner waits for a change of its subscription and does not wake.
+    pub async fn poke(&self) {
+        self.enqueue(json!({ "queue": POKES, "type": "poke" }))
+            .await;
+    }
+
+    /// Waits until the runners of `subscriptions` have settled: each has signalled twice,
+    /// heard from now on, that it waits (the second signal's look began after the first was
+    /// sent, so after this call: it saw what the test did before), each round [`poke`]d so that
+    /// a runner idle for ready deliveries looks again at once; and then none of their
+    /// deliveries is in flight. A delivery a runner (wrongly) took meanwhile is in flight then,
+    /// or its request has been made: a test that counts what its receiver got sees it.
+    ///
+    /// [`poke`]: TestServer::poke
+    pub async fn settle(&self, subscriptions: &[u64], what: &str) {
+        let mut listener = self.listen();
+        let mut waits: HashMap<u64, usize> = subscriptions.iter().map(|&s| (s, 0)).collect();
+        for round in 1..=2 {
+            self.poke().await;
+            let heard = async {
+                while waits.values().any(|&n| n < round) {
+                    match listener.recv().await {
+                        Ok(Signal {
+                            subscription,
+                            event: Event::Waits(_),
+                        }) => {
+                            if let Some(n) = waits.get_mut(&subscription.0) {
+                                *n += 1;
+                            }
+                        }
+                        Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                        Err(broadcast::error::RecvError::Closed) => panic!("the server stopped"),
+                    }
+                }
+            };
+            let settled = tokio::time::timeout(PATIENCE, heard).await.is_ok();
+            assert!(
+                settled,
+                "{what}: runners never waited twice (waits heard per subscription: {waits:?})"
+            );
+        }
+        let in_flight = subscriptions.iter().map(|sub| async move {
+            let path = format!("/api/subscriptions/{sub}/deliveries?status=in_flight");
+            (sub, self.get(&path).await)
+        });
+        for (sub, in_flight) in futures_util::future::join_all(in_flight).await {
+            assert_eq!(
+                in_flight["deliveries"],
+                json!([]),
+                "{what}: subscription {sub} has a delivery in flight"
+            );
+        }
     }
 }
 
@@ -358,7 +439,9 @@ pub struct Api {
 impl Api {
     pub fn new(address: SocketAddr) -> Self {
         Self {
+            // Only ever to a loopback server: never through a proxy of the environment.
             http: tenax_net::http::client_builder()
+                .no_proxy()
                 .timeout(Duration::from_secs(90))
                 .build()
                 .expect("an HTTP client"),
@@ -366,7 +449,8 @@ impl Api {
         }
     }
 
-    async fn wait_until_up(&self) {
+    /// Polls `/healthz` until the server answers 200, at most [`PATIENCE`].
+    pub async fn wait_until_up(&self) {
         let deadline = Instant::now() + PATIENCE;
         loop {
             let answer = self.http.get(format!("{}/healthz", self.base)).send().await;
@@ -444,6 +528,66 @@ impl Api {
     /// GET, expecting 200.
     pub async fn get(&self, path: &str) -> Value {
         self.expect(Method::GET, path, None, 200).await
+    }
+
+    /// Polls `GET path` until `ready` holds of the answer, at most [`PATIENCE`]; returns that
+    /// answer. For a background change the API shows (`what`, for the message if it never
+    /// comes).
+    pub async fn poll(&self, path: &str, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        self.poll_every(path, what, Duration::from_millis(10), ready)
+            .await
+    }
+
+    /// [`Api::poll`], asking `every` so often.
+    async fn poll_every(
+        &self,
+        path: &str,
+        what: &str,
+        every: Duration,
+        ready: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let answer = self.get(path).await;
+            if ready(&answer) {
+                return answer;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path}: {what} never happened: {answer}"
+            );
+            tokio::time::sleep(every).await;
+        }
+    }
+
+    /// The attempts of `delivery` once there are `n` (no more). The log entry of an attempt is
+    /// written in the commit that ends it, which the delivery's status (kept in memory) may show
+    /// a moment earlier.
+    pub async fn wait_attempts(&self, delivery: u64, n: usize) -> Vec<Value> {
+        let path = format!("/api/deliveries/{delivery}/attempts");
+        let answer = self
+            .poll(&path, &format!("{n} attempts"), |a| {
+                a["attempts"].as_array().is_some_and(|list| list.len() >= n)
+            })
+            .await;
+        let attempts = answer["attempts"].as_array().expect("attempts").clone();
+        assert_eq!(attempts.len(), n, "delivery {delivery}: {attempts:?}");
+        attempts
+    }
+
+    /// The one delivery subscription `sub` has, once it is made (with the message, by the
+    /// store: waited for, not raced).
+    pub async fn only_delivery(&self, sub: u64) -> u64 {
+        let answer = self
+            .poll(
+                &format!("/api/subscriptions/{sub}/deliveries"),
+                "a delivery",
+                |a| a["deliveries"].as_array().is_some_and(|d| !d.is_empty()),
+            )
+            .await;
+        let all = answer["deliveries"].as_array().expect("deliveries");
+        assert_eq!(all.len(), 1, "subscription {sub}: {all:?}");
+        all[0]["id"].as_u64().expect("a delivery id")
     }
 
     /// POST, expecting 200.
@@ -551,36 +695,19 @@ impl Api {
     /// Polls a job until its status is `status` (a background transition), at most
     /// [`PATIENCE`]; returns the job.
     pub async fn wait_for(&self, id: u64, status: &str) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let job = self.job(id).await;
-            if job["status"] == json!(status) {
-                return job;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "job {id} did not become {status}: {job}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        self.wait_until(id, &format!("becoming {status}"), |job| {
+            job["status"] == json!(status)
+        })
+        .await
     }
 
     /// Polls a job until `ready(job)` holds, at most [`PATIENCE`]; returns the job. For
     /// background transitions whose parts become visible one after the other (the status is
     /// in memory at once, the error entry once written).
     pub async fn wait_until(&self, id: u64, what: &str, ready: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let job = self.job(id).await;
-            if ready(&job) {
-                return job;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "job {id}: {what} never happened: {job}"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let path = format!("/api/jobs/{id}");
+        self.poll_every(&path, what, Duration::from_millis(5), ready)
+            .await
     }
 
     pub async fn stats(&self) -> Value {
