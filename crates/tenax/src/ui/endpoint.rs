@@ -1,0 +1,50 @@
+//! An endpoint's state, wherever a subscription is shown: paused by its `Retry-After` (until
+//! when), its circuit breaker open (why, and until when), or probing. The state is kept per
+//! origin and shared by every subscription that posts there, so a page says whose it is.
+
+use maud::{Markup, html};
+use tenax_core::clock::parse_rfc3339;
+use tenax_core::model::BreakerState;
+
+use super::format;
+use crate::delivery::EndpointView;
+
+/// The endpoint's state in a few words, each with its time; "accepting" when nothing holds it.
+pub fn state(view: &EndpointView, now: u64) -> Markup {
+    let held = view.paused_until.is_some() || view.breaker != BreakerState::Closed;
+    html! {
+        span.endpoint-states data-breaker=(view.breaker.name()) {
+            @if let Some(until) = &view.paused_until {
+                span.endpoint-state.paused {
+                    "paused by Retry-After"
+                    @if let Some(status) = view.paused_by_status { " (" (status) ")" }
+                    ", resumes " (when(until, now))
+                }
+            }
+            @match view.breaker {
+                BreakerState::Open => span.endpoint-state.open {
+                    "circuit open"
+                    @if let Some(reason) = &view.breaker_reason { ": " (format::excerpt(reason, 120)) }
+                    @if let Some(until) = &view.breaker_until { "; a probe may go " (when(until, now)) }
+                    @if view.breaker_trips > 1 { " (opened " (view.breaker_trips) " times in a row)" }
+                },
+                BreakerState::HalfOpen => span.endpoint-state.probing {
+                    "probing: one delivery tests the endpoint"
+                    @if let Some(until) = &view.breaker_until { "; counted as lost if unanswered " (when(until, now)) }
+                },
+                BreakerState::Closed => {},
+            }
+            @if !held { span.endpoint-state.accepting { "accepting" } }
+        }
+    }
+}
+
+/// A time the API spells in RFC 3339, as "in 42s" with the time itself as its tooltip.
+fn when(at: &str, now: u64) -> Markup {
+    html! {
+        @match parse_rfc3339(at) {
+            Some(ms) => span title=(at) { (format::relative(ms, now)) },
+            None => (at),
+        }
+    }
+}
