@@ -1244,3 +1244,52 @@ async fn a_reader_sees_schedules_and_queues_but_may_not_act() {
     assert_eq!(schedule["paused"], json!(false));
     assert_eq!(schedule["last_job"], Value::Null);
 }
+
+/// A job run now is the schedule's last job: with `overlap: skip`, the next tick waits for it
+/// (left out while it is unfinished), as it would for a tick's job.
+#[tokio::test]
+async fn a_job_run_now_holds_the_next_tick_of_a_schedule_that_skips_overlaps() {
+    let server = TestServer::manual().await;
+    server
+        .expect(
+            Method::PUT,
+            "/api/schedules/minutely",
+            Some(
+                json!({"cron": "* * * * *", "overlap": "skip", "job": {"queue": "q", "type": "t"}}),
+            ),
+            201,
+        )
+        .await;
+    let csrf = csrf_of(&html(&server, "/ui/schedules").await);
+    let (status, _) = submit(
+        &server,
+        "/ui/schedules/minutely/run",
+        &[("csrf", &csrf)],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let job = server.get("/api/schedules/minutely").await["last_job"]
+        .as_u64()
+        .expect("the job run now");
+    // T0 is on the minute: the next tick comes a minute later, while the job is still ready.
+    server.advance(Duration::from_secs(61));
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let schedule = loop {
+        let schedule = server.get("/api/schedules/minutely").await;
+        if schedule["counts"] != json!({"enqueued": 0, "missed": 0, "overlapped": 0}) {
+            break schedule;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tick never came: {schedule}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        schedule["counts"],
+        json!({"enqueued": 0, "missed": 0, "overlapped": 1}),
+        "{schedule}"
+    );
+    assert_eq!(schedule["last_job"], json!(job), "{schedule}");
+}

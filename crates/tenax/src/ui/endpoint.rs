@@ -48,3 +48,44 @@ fn when(at: &str, now: u64) -> Markup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tenax_core::clock::rfc3339;
+
+    use super::*;
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    #[test]
+    fn each_state_in_words_with_its_time() {
+        let shown = |view: &EndpointView| state(view, NOW).into_string();
+        assert!(shown(&EndpointView::default()).contains("accepting"));
+        let probing = EndpointView {
+            breaker: BreakerState::HalfOpen,
+            breaker_until: Some(rfc3339(NOW + 5_000)),
+            ..EndpointView::default()
+        };
+        let text = shown(&probing);
+        assert!(text.contains("probing") && text.contains("in 5s"), "{text}");
+        assert!(!text.contains("accepting"), "{text}");
+        let open = EndpointView {
+            breaker: BreakerState::Open,
+            breaker_until: Some(rfc3339(NOW + 80_000)),
+            breaker_trips: 3,
+            breaker_reason: Some("the endpoint answered HTTP 502".into()),
+            paused_until: Some(rfc3339(NOW + 1_000)),
+            paused_by_status: Some(503),
+            ..EndpointView::default()
+        };
+        let text = shown(&open);
+        for part in [
+            "paused by Retry-After (503), resumes",
+            "circuit open: the endpoint answered HTTP 502; a probe may go",
+            "in 1m 20s",
+            "(opened 3 times in a row)",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+    }
+}
