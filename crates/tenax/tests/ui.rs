@@ -100,6 +100,40 @@ async fn submit(
     (status, location)
 }
 
+/// Signs in with `token`; returns the session cookie (`name=value`).
+async fn sign_in(server: &TestServer, token: &str) -> String {
+    let response = browser()
+        .post(server.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[("token", token), ("next", "/ui/queues")]))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    response
+        .headers()
+        .get(SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .expect("a cookie")
+        .to_owned()
+}
+
+/// POSTs an action's form, which must succeed (a redirect); returns where to.
+async fn acted(server: &TestServer, path: &str, fields: &[(&str, &str)]) -> String {
+    let (status, location) = submit(server, path, fields, None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{path}: {location}");
+    location
+}
+
+/// An action without the page's CSRF token, or with a forged one, is refused.
+async fn refused_without_csrf(server: &TestServer, path: &str) {
+    for fields in [&[][..], &[("csrf", "forged")][..]] {
+        let (status, _) = submit(server, path, fields, None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path} with {fields:?}");
+    }
+}
+
 async fn enqueue(server: &TestServer, job: Value) -> u64 {
     let answer = server
         .expect(Method::POST, "/api/jobs", Some(job), 201)
@@ -195,16 +229,7 @@ async fn pages_show_the_store_and_actions_go_through_the_engine() {
 
     // An action without the page's CSRF token changes nothing.
     let csrf = csrf_of(&queues);
-    let (status, _) = submit(&server, "/ui/queues/emails/pause", &[], None).await;
-    assert_eq!(status, StatusCode::FORBIDDEN);
-    let (status, _) = submit(
-        &server,
-        "/ui/queues/emails/pause",
-        &[("csrf", "forged")],
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::FORBIDDEN);
+    refused_without_csrf(&server, "/ui/queues/emails/pause").await;
     assert_eq!(
         server.get("/api/queues/emails").await["paused"],
         json!(false)
@@ -423,20 +448,7 @@ async fn signing_in_keeps_the_token_in_a_strict_http_only_cookie() {
     assert_eq!(made.status(), StatusCode::CREATED);
     let made: Value = made.json().await.expect("json");
     let viewer = made["token"].as_str().expect("a secret").to_owned();
-    let response = client
-        .post(server.url("/ui/login"))
-        .header(CONTENT_TYPE, FORM)
-        .body(encode(&[("token", viewer.as_str())]))
-        .send()
-        .await
-        .expect("answer");
-    let viewer_cookie = response
-        .headers()
-        .get(SET_COOKIE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .expect("a cookie")
-        .to_owned();
+    let viewer_cookie = sign_in(&server, &viewer).await;
     let (status, viewer_page) = page(&client, &server, "/ui/queues", Some(&viewer_cookie)).await;
     assert_eq!(status, StatusCode::OK);
     let (status, _) = submit(
@@ -505,21 +517,7 @@ async fn any_token_signs_in_and_a_bad_next_is_named() {
         TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", BASE64]))
             .await;
     let client = browser();
-    let response = client
-        .post(server.url("/ui/login"))
-        .header(CONTENT_TYPE, FORM)
-        .body(encode(&[("token", BASE64), ("next", "/ui/queues")]))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(response.status(), StatusCode::SEE_OTHER);
-    let cookie = response
-        .headers()
-        .get(SET_COOKIE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .expect("a cookie")
-        .to_owned();
+    let cookie = sign_in(&server, BASE64).await;
     let (status, queues) = page(&client, &server, "/ui/queues", Some(&cookie)).await;
     assert_eq!(status, StatusCode::OK, "{queues}");
 
@@ -746,23 +744,19 @@ async fn the_schedules_page_shows_ticks_and_pauses_resumes_and_runs_now() {
     );
     let nightly = row(&page_text, r#"data-schedule="nightly""#);
     // T0 is 2027-01-15 08:00 UTC: the next 02:30 is the next day's.
-    assert!(
-        nightly.contains("2027-01-16T02:30:00+00:00") && nightly.contains("in 18h 30m"),
-        "{nightly}"
-    );
-    assert!(
-        nightly.contains("none yet") && nightly.contains("running"),
-        "{nightly}"
-    );
-    assert!(
-        nightly.contains("0 missed") && nightly.contains("(skipped)"),
-        "{nightly}"
+    has_all(
+        nightly,
+        &[
+            "2027-01-16T02:30:00+00:00",
+            "in 18h 30m",
+            "none yet",
+            "running",
+            "0 missed",
+            "(skipped)",
+        ],
     );
     let hourly = row(&page_text, r#"data-schedule="hourly""#);
-    assert!(
-        hourly.contains("paused") && hourly.contains("if resumed:"),
-        "{hourly}"
-    );
+    has_all(hourly, &["paused", "if resumed:"]);
     assert!(
         hourly.contains("+01:00"),
         "ticks in the schedule's zone: {hourly}"
@@ -771,16 +765,8 @@ async fn the_schedules_page_shows_ticks_and_pauses_resumes_and_runs_now() {
     let csrf = csrf_of(&page_text);
 
     // Without the page's token: refused, nothing changes.
-    let (status, _) = submit(&server, "/ui/schedules/nightly/pause", &[], None).await;
-    assert_eq!(status, StatusCode::FORBIDDEN);
-    let (status, _) = submit(
-        &server,
-        "/ui/schedules/nightly/run",
-        &[("csrf", "forged")],
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::FORBIDDEN);
+    refused_without_csrf(&server, "/ui/schedules/nightly/pause").await;
+    refused_without_csrf(&server, "/ui/schedules/nightly/run").await;
     assert_eq!(
         server.get("/api/schedules/nightly").await["last_job"],
         Value::Null
@@ -799,14 +785,7 @@ async fn the_schedules_page_shows_ticks_and_pauses_resumes_and_runs_now() {
 
     // Run now: the job is enqueued at once and is the schedule's last job; no tick was
     // handled, so the counts and the next tick stay.
-    let (status, location) = submit(
-        &server,
-        "/ui/schedules/nightly/run",
-        &[("csrf", &csrf)],
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::SEE_OTHER);
+    let location = acted(&server, "/ui/schedules/nightly/run", &[("csrf", &csrf)]).await;
     assert!(location.starts_with("/ui/schedules?note="), "{location}");
     let schedule = server.get("/api/schedules/nightly").await;
     let job = schedule["last_job"].as_u64().expect("a last job");
@@ -822,37 +801,27 @@ async fn the_schedules_page_shows_ticks_and_pauses_resumes_and_runs_now() {
     assert_eq!(ran["queue"], json!("reports"), "{ran}");
     let after_run = html(&server, "/ui/schedules").await;
     let nightly = row(&after_run, r#"data-schedule="nightly""#);
-    assert!(
-        nightly.contains(&format!(r#"href="/ui/jobs/{job}""#)) && nightly.contains("ready"),
-        "{nightly}"
-    );
+    has_all(nightly, &[&format!(r#"href="/ui/jobs/{job}""#), "ready"]);
 
     // Pause and resume.
-    let (status, _) = submit(
-        &server,
-        "/ui/schedules/nightly/pause",
-        &[("csrf", &csrf)],
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::SEE_OTHER);
+    acted(&server, "/ui/schedules/nightly/pause", &[("csrf", &csrf)]).await;
     assert_eq!(
         server.get("/api/schedules/nightly").await["paused"],
         json!(true)
     );
-    let (status, location) = submit(
-        &server,
-        "/ui/schedules/hourly/resume",
-        &[("csrf", &csrf)],
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::SEE_OTHER);
+    let location = acted(&server, "/ui/schedules/hourly/resume", &[("csrf", &csrf)]).await;
     assert!(location.contains("running+again"), "{location}");
     assert_eq!(
         server.get("/api/schedules/hourly").await["paused"],
         json!(false)
     );
+}
+
+/// Asserts that `text` holds every one of `parts`, naming the one it lacks.
+fn has_all(text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "{part:?} is not in {text}");
+    }
 }
 
 /// The part of `page` from the element carrying `marker` to the end of its row.
@@ -903,28 +872,23 @@ async fn a_queue_page_shows_its_limits_and_edits_them() {
         "{page_text}"
     );
     let concurrency = row(&page_text, r#"data-limit="concurrency""#);
-    assert!(
-        concurrency.contains("1 in flight") && concurrency.contains("2 at once"),
-        "{concurrency}"
-    );
+    has_all(concurrency, &["1 in flight", "2 at once"]);
     let rate = row(&page_text, r#"data-limit="rate""#);
-    assert!(
-        rate.contains("1 started in the last 1m") && rate.contains("10 per 1m"),
-        "{rate}"
-    );
-    assert!(
-        page_text.contains(r#"name="concurrency" inputmode="numeric" value="2""#)
-            && page_text.contains(r#"name="rate_period" value="1m""#),
-        "the form holds the limits: {page_text}"
+    has_all(rate, &["1 started in the last 1m", "10 per 1m"]);
+    has_all(
+        &page_text,
+        &[
+            r#"name="concurrency" inputmode="numeric" value="2""#,
+            r#"name="rate_period" value="1m""#,
+        ],
     );
     assert!(
         page_text.contains("fixed, 3 retries over 15s"),
         "the policy: {page_text}"
     );
-    assert!(
-        page_text.contains(&format!(r#"data-subscription="{sub}""#))
-            && page_text.contains("accepting"),
-        "its subscriptions: {page_text}"
+    has_all(
+        &page_text,
+        &[&format!(r#"data-subscription="{sub}""#), "accepting"],
     );
     let (status, _) = page(&browser(), &server, "/ui/queues/nothing-here", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
@@ -993,28 +957,19 @@ async fn a_queue_page_shows_its_limits_and_edits_them() {
         let text = response.text().await.expect("text");
         assert!(text.contains(says), "{says}: {text}");
     }
-    let (status, _) = submit(
-        &server,
-        "/ui/queues/emails/limits",
-        &[("concurrency", "1")],
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::FORBIDDEN, "without the CSRF token");
+    refused_without_csrf(&server, "/ui/queues/emails/limits").await;
     assert_eq!(
         server.get("/api/queues/emails").await["concurrency"],
         Value::Null
     );
 
     // Pausing from the queue's page comes back to it.
-    let (status, location) = submit(
+    let location = acted(
         &server,
         "/ui/queues/emails/pause",
         &[("csrf", &csrf), ("back", "/ui/queues/emails")],
-        None,
     )
     .await;
-    assert_eq!(status, StatusCode::SEE_OTHER);
     assert!(
         location.starts_with("/ui/queues/emails?note="),
         "{location}"
@@ -1045,26 +1000,20 @@ async fn subscriptions_show_their_endpoint_paused_or_its_breaker_open() {
     let pausing = Receiver::start(vec![Reply::status(429).retry_after("60")], Reply::ok()).await;
     let failing = Receiver::start(vec![Reply::status(500)], Reply::ok()).await;
     let policy = json!({"type": "fixed", "delay": "1s", "retry_limit": 5});
-    let paused = server
-        .subscribe(
-            "a",
-            json!({"endpoint": pausing.url("/a"), "policy": policy}),
-            json!({}),
-        )
-        .await["id"]
-        .as_u64()
-        .expect("an id");
-    let open = server
-        .subscribe(
-            "b",
-            json!({"endpoint": failing.url("/b"), "policy": policy}),
-            json!({}),
-        )
-        .await["id"]
-        .as_u64()
-        .expect("an id");
-    enqueue(&server, json!({"queue": "a", "type": "t"})).await;
-    enqueue(&server, json!({"queue": "b", "type": "t"})).await;
+    let mut ids = Vec::new();
+    for (queue, receiver) in [("a", &pausing), ("b", &failing)] {
+        let endpoint = receiver.url(&format!("/{queue}"));
+        let view = server
+            .subscribe(
+                queue,
+                json!({"endpoint": endpoint, "policy": policy}),
+                json!({}),
+            )
+            .await;
+        ids.push(view["id"].as_u64().expect("an id"));
+        enqueue(&server, json!({"queue": queue, "type": "t"})).await;
+    }
+    let (paused, open) = (ids[0], ids[1]);
     pausing.wait_for(1, PATIENCE).await;
     failing.wait_for(1, PATIENCE).await;
     wait_for_endpoint(&server, paused, |e| e["paused_until"].is_string()).await;
@@ -1077,10 +1026,12 @@ async fn subscriptions_show_their_endpoint_paused_or_its_breaker_open() {
         "{row_paused}"
     );
     let row_open = row(&list, &format!(r#"data-subscription="{open}""#));
-    assert!(
-        row_open.contains("circuit open: the endpoint answered HTTP 500; a probe may go")
-            && row_open.contains("in 10s"),
-        "{row_open}"
+    has_all(
+        row_open,
+        &[
+            "circuit open: the endpoint answered HTTP 500; a probe may go",
+            "in 10s",
+        ],
     );
     let detail = html(&server, &format!("/ui/subscriptions/{open}")).await;
     assert!(detail.contains("circuit open"), "{detail}");
@@ -1191,23 +1142,7 @@ async fn a_reader_sees_schedules_and_queues_but_may_not_act() {
     .json()
     .await
     .expect("json");
-    let response = browser()
-        .post(server.url("/ui/login"))
-        .header(CONTENT_TYPE, FORM)
-        .body(encode(&[(
-            "token",
-            token["token"].as_str().expect("a token"),
-        )]))
-        .send()
-        .await
-        .expect("answer");
-    let cookie = response
-        .headers()
-        .get(SET_COOKIE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .expect("a cookie")
-        .to_owned();
+    let cookie = sign_in(&server, token["token"].as_str().expect("a token")).await;
     let (status, schedules) = page(&browser(), &server, "/ui/schedules", Some(&cookie)).await;
     assert_eq!(status, StatusCode::OK, "{schedules}");
     assert!(
@@ -1261,14 +1196,7 @@ async fn a_job_run_now_holds_the_next_tick_of_a_schedule_that_skips_overlaps() {
         )
         .await;
     let csrf = csrf_of(&html(&server, "/ui/schedules").await);
-    let (status, _) = submit(
-        &server,
-        "/ui/schedules/minutely/run",
-        &[("csrf", &csrf)],
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::SEE_OTHER);
+    acted(&server, "/ui/schedules/minutely/run", &[("csrf", &csrf)]).await;
     let job = server.get("/api/schedules/minutely").await["last_job"]
         .as_u64()
         .expect("the job run now");

@@ -164,52 +164,32 @@ async fn admitted(state: &AppState, session: &Session, name: &str) -> Result<Sch
     Ok(schedule)
 }
 
-async fn set_paused(
-    state: &AppState,
-    session: &Session,
-    name: &str,
-    paused: bool,
+/// Pause, resume or run now, as the path says.
+pub async fn act(
+    State(state): State<AppState>,
+    Extension(session): Extension<Session>,
+    Path((name, action)): Path<(String, String)>,
 ) -> Result<Response, UiError> {
-    admitted(state, session, name).await?;
-    state.engine.pause_schedule(name, paused).await?;
-    let note = format!(
-        "Schedule {name} is {}.",
-        if paused {
-            "paused"
-        } else {
-            "running again, from its next tick"
+    let note = match action.as_str() {
+        "pause" | "resume" => {
+            admitted(&state, &session, &name).await?;
+            let paused = action == "pause";
+            state.engine.pause_schedule(&name, paused).await?;
+            if paused {
+                format!("Schedule {name} is paused.")
+            } else {
+                format!("Schedule {name} is running again, from its next tick.")
+            }
         }
-    );
-    Ok(back_with("/ui/schedules", &note))
-}
-
-pub async fn pause(
-    State(state): State<AppState>,
-    Extension(session): Extension<Session>,
-    Path(name): Path<String>,
-) -> Result<Response, UiError> {
-    set_paused(&state, &session, &name, true).await
-}
-
-pub async fn resume(
-    State(state): State<AppState>,
-    Extension(session): Extension<Session>,
-    Path(name): Path<String>,
-) -> Result<Response, UiError> {
-    set_paused(&state, &session, &name, false).await
-}
-
-pub async fn run_now(
-    State(state): State<AppState>,
-    Extension(session): Extension<Session>,
-    Path(name): Path<String>,
-) -> Result<Response, UiError> {
-    admitted(&state, &session, &name).await?;
-    let job = state
-        .engine
-        .run_schedule_now(&name)
-        .await?
-        .ok_or_else(|| UiError::not_found(format!("schedule {name:?} does not exist")))?;
-    let note = format!("Schedule {name} enqueued job #{job}.");
+        "run" => {
+            admitted(&state, &session, &name).await?;
+            let job =
+                state.engine.run_schedule_now(&name).await?.ok_or_else(|| {
+                    UiError::not_found(format!("schedule {name:?} does not exist"))
+                })?;
+            format!("Schedule {name} enqueued job #{job}.")
+        }
+        other => return Err(UiError::not_found(format!("no action {other:?}"))),
+    };
     Ok(back_with("/ui/schedules", &note))
 }
