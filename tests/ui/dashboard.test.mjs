@@ -467,6 +467,14 @@ test("live pages update themselves, rest while hidden or switched off, and remem
     await call("POST", `/api/jobs/${running.id}/complete`, { lease_token: running.lease_token }, 200);
     await page.locator("section.facts .status.completed").waitFor();
     await page.waitForFunction(() => document.getElementById("live").hidden);
+    // A job deleted while its page is open: the page says so, and stops asking.
+    const doomed = await call("POST", "/api/jobs", { queue: "emails", type: "digest", delay: "1h" }, 201);
+    await visit(page, `${tenax.base}/ui/jobs/${doomed.id}`);
+    await call("DELETE", `/api/jobs/${doomed.id}`, undefined, 204);
+    const logged = errors.length;
+    await page.waitForFunction(() => document.getElementById("live").dataset.state === "gone");
+    // The browser logs the 404 the page asked for: expected here, and the only error.
+    assert.ok(errors.splice(logged).every((e) => /404/.test(e)), JSON.stringify(errors));
 
     assert.deepEqual(errors, [], "no console error");
     await context.close();

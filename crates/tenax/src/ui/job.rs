@@ -1,6 +1,7 @@
-//! One job: its payload, every error with its detail, and its attempt timeline drawn against
-//! its policy's schedule: the delays it had, the delays to come, the jitter band and the
-//! window. A delivery also shows each attempt (status, latency, response, trigger).
+//! One job: its payload, every error with its detail (first, for a job that failed), and its
+//! attempt timeline drawn against its policy's schedule: the delays it had, the delays to come,
+//! the jitter band and the window. A delivery also shows each attempt (status, latency,
+//! response, trigger). The page updates itself until the job has finished.
 
 use std::sync::Arc;
 

@@ -1,6 +1,7 @@
 //! Jobs: filtered by queue, status and type, found by id or by text in the payload or an error,
-//! a page at a time from a cursor (newest first); and actions on a selection or on everything
-//! the filter matches: run now, replay (with another policy), delete.
+//! a page at a time from a cursor (newest first), each with the start of its payload; and
+//! actions on a selection or on everything the filter matches: run now, replay (with another
+//! policy), delete.
 //!
 //! Every page costs what it shows: the stores page from a cursor by an index, and a text
 //! search looks at a bounded number of jobs ([`SEARCH_BUDGET`]) and says how far it got, so the

@@ -1,7 +1,7 @@
 //! The web dashboard at `/ui`: pages rendered on the server (maud), a little plain JavaScript
 //! (pages that update themselves, the policy designer's live chart), every asset inside the
-//! binary (no request leaves the machine). Pages read and act through the engine, as the API does; charts of policies are
-//! drawn by [`crate::chart`], the code behind `tenax policy plot`.
+//! binary (no request leaves the machine). Pages read and act through the engine, as the API
+//! does; charts of policies are drawn by [`crate::chart`], the code behind `tenax policy plot`.
 //!
 //! Authentication: the same tokens as the API. A browser cannot send a bearer header by
 //! itself, so `/ui/login` takes a token and keeps it in an HttpOnly, SameSite=Strict cookie

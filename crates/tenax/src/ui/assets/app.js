@@ -39,6 +39,7 @@
       hidden: "Live, waiting while the tab is hidden.",
       busy: "Live, waiting while you use the page.",
       failed: "Live, but the last update failed; trying again.",
+      gone: "What this page shows is gone (deleted or purged): it no longer updates.",
     }[state];
   };
 
@@ -90,7 +91,12 @@
     let still = true;
     try {
       const response = await fetch(location.href, { cache: "no-store", credentials: "same-origin" });
-      // Signed out, or the page is gone: keep what is shown; the next click says why.
+      // What the page shows was deleted: asking again will not bring it back.
+      if (response.status === 404) {
+        show("gone");
+        return;
+      }
+      // Signed out, or the server failed: keep what is shown; the next click says why.
       if (!response.ok || response.redirected) throw new Error(String(response.status));
       const page = new DOMParser().parseFromString(await response.text(), "text/html");
       const fresh = page.querySelector("main");
