@@ -2,8 +2,13 @@
 // `tenax serve` (target/debug/tenax) on a loopback port, with a real webhook receiver. Every page
 // must load with no console error; replaying a dead job, pausing a queue, filtering jobs and
 // designing a policy must work by clicking; and all of it again with authentication on, signed
-// in with a token. With TENAX_UI_SCREENSHOTS=<dir>, each page is saved there as a PNG (the
-// screenshots in docs/img/ are made this way).
+// in with a token. Live pages must update themselves without a reload, stop fetching while
+// hidden or switched off, and remember the switch; the schedules and queue pages must act by
+// clicking; the dark theme must follow the system's. With TENAX_UI_SCREENSHOTS=<dir>, each page
+// is saved there as a PNG (the screenshots in docs/img/ are made this way).
+//
+// Nothing here waits for a guessed time: each step waits for what it expects to see (a row, a
+// URL, the live switch's own count of the rounds it let pass).
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -107,6 +112,14 @@ async function seed(call, receiverUrl) {
   }, 200);
   await call("POST", "/api/queues/orders/subscriptions", { endpoint: receiverUrl }, 201);
   await call("POST", "/api/jobs", { queue: "orders", type: "order.paid", payload: { order: 1 } }, 201);
+  // An endpoint that asks for a pause: its subscriptions show it.
+  await call("POST", "/api/queues/alerts/subscriptions", { endpoint: busyUrl }, 201);
+  await call("POST", "/api/jobs", { queue: "alerts", type: "alert", payload: { level: "high" } }, 201);
+  await call("PUT", "/api/queues/emails", { concurrency: 4, rate: { limit: 100, period: "1m" } }, 200);
+  await call("PUT", "/api/schedules/nightly-report", {
+    cron: "30 2 * * *", timezone: "Europe/Berlin",
+    job: { queue: "reports", type: "nightly", payload: { full: true } },
+  }, 201);
   return { dead: dead.id, billing: billing.jobs[0].id };
 }
 
@@ -137,6 +150,8 @@ async function shot(page, name) {
 let browser;
 let receiver;
 let receiverUrl;
+let busy;
+let busyUrl;
 
 before(async () => {
   browser = await chromium.launch({
@@ -149,11 +164,20 @@ before(async () => {
   });
   await new Promise((r) => receiver.listen(0, "127.0.0.1", r));
   receiverUrl = `http://127.0.0.1:${receiver.address().port}/hook`;
+  // An endpoint that asks for an hour's pause, on an origin of its own (a pause holds for
+  // every subscription of its origin).
+  busy = createServer((request, response) => {
+    request.resume();
+    request.on("end", () => { response.writeHead(429, { "retry-after": "3600" }); response.end("later"); });
+  });
+  await new Promise((r) => busy.listen(0, "127.0.0.1", r));
+  busyUrl = `http://127.0.0.1:${busy.address().port}/busy`;
 });
 
 after(async () => {
   await browser?.close();
   await new Promise((r) => receiver?.close(r) ?? r());
+  await new Promise((r) => busy?.close(r) ?? r());
 });
 
 test("every page loads with no console error, and the actions work by clicking", async () => {
@@ -172,6 +196,9 @@ test("every page loads with no console error, and the actions work by clicking",
       ["jobs", "/ui/jobs"],
       ["job", `/ui/jobs/${billing}`],
       ["dead", "/ui/dead"],
+      ["dead-job", `/ui/jobs/${dead}`],
+      ["schedules", "/ui/schedules"],
+      ["queue", "/ui/queues/emails"],
       ["subscriptions", "/ui/subscriptions"],
       ["subscription", "/ui/subscriptions/1"],
       ["policy", "/ui/policy"],
@@ -182,6 +209,26 @@ test("every page loads with no console error, and the actions work by clicking",
       if (name === "job") {
         assert.ok(await page.locator("div.chart svg").isVisible(), "the timeline is drawn");
         assert.match(await page.locator("div.chart").textContent(), /the delays to come/);
+      }
+      if (name === "dead-job") {
+        // A dead job's errors come before its timeline and payload.
+        const first = await page.evaluate(() => {
+          const errors = document.getElementById("errors");
+          const timeline = [...document.querySelectorAll("h2")].find((h) => h.textContent === "Attempt timeline");
+          return Boolean(errors.compareDocumentPosition(timeline) & Node.DOCUMENT_POSITION_FOLLOWING);
+        });
+        assert.ok(first, "errors first");
+        assert.match(await page.locator("#errors").textContent(), /SMTP 550/);
+      }
+      if (name === "subscriptions") {
+        // The busy endpoint's pause shows up once its first attempt is answered: the page
+        // updates itself.
+        await page.locator('tr[data-subscription="2"] .endpoint-state.paused').waitFor();
+        assert.match(
+          await page.locator('tr[data-subscription="2"]').textContent(),
+          /paused by Retry-After \(429\), resumes in (59m|1h)/,
+        );
+        assert.match(await page.locator('tr[data-subscription="1"]').textContent(), /accepting/);
       }
       await shot(page, name);
     }
@@ -315,6 +362,192 @@ test("with authentication on, a token signs in and the pages work the same", asy
     await page.goto(`${tenax.base}/ui`);
     await page.waitForURL(/\/ui\/login/);
     assert.deepEqual(errors, [], "no console error on any page");
+    await context.close();
+  } finally {
+    await tenax.stop();
+  }
+});
+
+/** The live switch in the page's header. */
+const liveSwitch = (page) => page.locator("header.top #live");
+
+/** Waits until the live switch has let `n` more rounds pass than it had (hidden, off, busy). */
+async function roundsPass(page, n) {
+  const now = Number(await liveSwitch(page).getAttribute("data-skipped"));
+  await page.waitForFunction(
+    (target) => Number(document.getElementById("live").dataset.skipped) >= target,
+    now + n,
+  );
+}
+
+/** Makes the page believe its tab is hidden (or visible again), as a browser does. */
+async function setVisibility(page, state) {
+  await page.evaluate((state) => {
+    Object.defineProperty(document, "visibilityState", { configurable: true, get: () => state });
+    document.dispatchEvent(new Event("visibilitychange"));
+  }, state);
+}
+
+test("live pages update themselves, rest while hidden or switched off, and remember the switch", async () => {
+  const tenax = await startTenax();
+  try {
+    const call = api(tenax.base);
+    const first = await call("POST", "/api/jobs", { queue: "emails", type: "digest", payload: { n: 1 } }, 201);
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const { page, errors } = await watchedPage(context);
+    const jobsUrl = `${tenax.base}/ui/jobs`;
+    let fetches = 0;
+    page.on("request", (request) => {
+      if (request.resourceType() === "fetch" && request.url() === jobsUrl) fetches += 1;
+    });
+    await visit(page, jobsUrl);
+    await page.locator(`tr[data-id="${first.id}"]`).waitFor();
+    assert.equal(await liveSwitch(page).getAttribute("aria-checked"), "true");
+    assert.equal((await liveSwitch(page).textContent()).trim(), "Live");
+    // A mark that a reload would wipe out.
+    await page.evaluate(() => { window.notReloaded = true; });
+
+    // A job enqueued through the API appears without a reload, on top (newest first).
+    const second = await call("POST", "/api/jobs", { queue: "emails", type: "digest", payload: { n: 2 } }, 201);
+    await page.locator(`tr[data-id="${second.id}"]`).waitFor();
+    assert.equal(await page.evaluate(() => window.notReloaded), true, "swapped in place, not reloaded");
+    assert.equal(await page.locator("table.jobs tbody tr").first().getAttribute("data-id"), String(second.id));
+    assert.match(await page.locator("p.count").textContent(), /2 matching/);
+    assert.ok(fetches > 0, "the page fetched itself");
+
+    // Hidden: no fetch while rounds pass, and a job enqueued meanwhile does not show.
+    await setVisibility(page, "hidden");
+    await page.waitForFunction(() => document.getElementById("live").dataset.state === "hidden");
+    const fetchesWhileHidden = fetches;
+    const third = await call("POST", "/api/jobs", { queue: "emails", type: "digest", payload: { n: 3 } }, 201);
+    await roundsPass(page, 2);
+    assert.equal(fetches, fetchesWhileHidden, "no fetch while the tab is hidden");
+    assert.equal(await page.locator(`tr[data-id="${third.id}"]`).count(), 0);
+    // Visible again: it catches up at once.
+    await setVisibility(page, "visible");
+    await page.locator(`tr[data-id="${third.id}"]`).waitFor();
+
+    // Not while the user is typing: a field with text of theirs holds the page still.
+    await page.fill('form.filters input[name="type"]', "dig");
+    await page.waitForFunction(() => document.getElementById("live").dataset.state === "busy");
+    const fourth = await call("POST", "/api/jobs", { queue: "emails", type: "digest", payload: { n: 4 } }, 201);
+    await roundsPass(page, 2);
+    assert.equal(await page.locator(`tr[data-id="${fourth.id}"]`).count(), 0);
+    assert.equal(await page.inputValue('form.filters input[name="type"]'), "dig", "what was typed stays");
+    await page.fill('form.filters input[name="type"]', "");
+    await page.locator("main h1").click();
+    await page.locator(`tr[data-id="${fourth.id}"]`).waitFor();
+
+    // The switch: off, no fetch; remembered across a reload; on again.
+    await liveSwitch(page).click();
+    assert.equal(await liveSwitch(page).getAttribute("aria-checked"), "false");
+    assert.equal((await liveSwitch(page).textContent()).trim(), "Paused");
+    await page.waitForFunction(() => document.getElementById("live").dataset.state === "off");
+    await page.reload();
+    await page.waitForFunction(() => document.getElementById("live").dataset.state === "off");
+    assert.equal((await liveSwitch(page).textContent()).trim(), "Paused", "the choice survives a reload");
+    const fetchesWhileOff = fetches;
+    const fifth = await call("POST", "/api/jobs", { queue: "emails", type: "digest", payload: { n: 5 } }, 201);
+    await roundsPass(page, 2);
+    assert.equal(fetches, fetchesWhileOff, "no fetch while switched off");
+    assert.equal(await page.locator(`tr[data-id="${fifth.id}"]`).count(), 0);
+    await liveSwitch(page).click();
+    assert.equal((await liveSwitch(page).textContent()).trim(), "Live");
+    await page.locator(`tr[data-id="${fifth.id}"]`).waitFor();
+
+    // Pages that do not change by themselves have no switch: the designer, a finished job.
+    await visit(page, `${tenax.base}/ui/policy`);
+    assert.equal(await liveSwitch(page).isVisible(), false);
+    // A job's page follows it while it runs, and stops once it has finished.
+    const taken = await call("POST", "/api/take", { queues: ["emails"], max: 1 }, 200);
+    const running = taken.jobs[0];
+    await visit(page, `${tenax.base}/ui/jobs/${running.id}`);
+    assert.match(await page.locator("section.facts").textContent(), /in_flight|in flight/);
+    assert.equal(await liveSwitch(page).isVisible(), true);
+    await call("POST", `/api/jobs/${running.id}/complete`, { lease_token: running.lease_token }, 200);
+    await page.locator("section.facts .status.completed").waitFor();
+    await page.waitForFunction(() => document.getElementById("live").hidden);
+    // A job deleted while its page is open: the page says so, and stops asking.
+    const doomed = await call("POST", "/api/jobs", { queue: "emails", type: "digest", delay: "1h" }, 201);
+    await visit(page, `${tenax.base}/ui/jobs/${doomed.id}`);
+    await call("DELETE", `/api/jobs/${doomed.id}`, undefined, 204);
+    const logged = errors.length;
+    await page.waitForFunction(() => document.getElementById("live").dataset.state === "gone");
+    // The browser logs the 404 the page asked for: expected here, and the only error.
+    assert.ok(errors.splice(logged).every((e) => /404/.test(e)), JSON.stringify(errors));
+
+    assert.deepEqual(errors, [], "no console error");
+    await context.close();
+  } finally {
+    await tenax.stop();
+  }
+});
+
+test("schedules and a queue's page act by clicking; the dark theme follows the system's", async () => {
+  const tenax = await startTenax();
+  try {
+    const call = api(tenax.base);
+    await seed(call, receiverUrl);
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const { page, errors } = await watchedPage(context);
+
+    // Schedules: pause, resume, run now.
+    await visit(page, `${tenax.base}/ui`);
+    await page.click('header.top nav a:has-text("Schedules")');
+    await page.waitForURL(/\/ui\/schedules$/);
+    const row = page.locator('tr[data-schedule="nightly-report"]');
+    assert.match(await row.textContent(), /none yet/);
+    assert.match(await row.textContent(), /T02:30:00\+01:00/, "ticks in the schedule's zone");
+    await row.locator('button:has-text("Pause")').click();
+    await page.waitForURL(/note=/);
+    assert.match(await row.textContent(), /paused/);
+    assert.equal((await call("GET", "/api/schedules/nightly-report", undefined, 200)).paused, true);
+    await row.locator('button:has-text("Resume")').click();
+    await page.waitForURL(/running\+again|running%20again/);
+    assert.equal((await call("GET", "/api/schedules/nightly-report", undefined, 200)).paused, false);
+    await row.locator('button:has-text("Run now")').click();
+    await page.waitForURL(/enqueued/);
+    const schedule = await call("GET", "/api/schedules/nightly-report", undefined, 200);
+    assert.ok(schedule.last_job, JSON.stringify(schedule));
+    await row.locator(`a[href="/ui/jobs/${schedule.last_job}"]`).waitFor();
+    await shot(page, "schedules");
+
+    // A queue's page, from the queue list: its limits, edited in the form.
+    await visit(page, `${tenax.base}/ui/queues`);
+    await page.click('tr[data-queue="emails"] a:has-text("emails")');
+    await page.waitForURL(/\/ui\/queues\/emails$/);
+    assert.match(await page.locator('tr[data-limit="concurrency"]').textContent(), /4 at once/);
+    assert.match(await page.locator('tr[data-limit="rate"]').textContent(), /100 per 1m/);
+    await page.fill('form.limits input[name="concurrency"]', "2");
+    await page.fill('form.limits input[name="rate_limit"]', "");
+    await page.click('form.limits button[type="submit"]');
+    await page.waitForURL(/emails\?note=/);
+    assert.match(await page.locator("p.note").textContent(), /at most 2 in flight, no rate limit/);
+    assert.match(await page.locator('tr[data-limit="concurrency"]').textContent(), /2 at once/);
+    const queue = await call("GET", "/api/queues/emails", undefined, 200);
+    assert.equal(queue.concurrency, 2);
+    assert.equal(queue.rate, undefined);
+    await page.click('section.facts button:has-text("Pause")');
+    await page.waitForURL(/emails\?note=/);
+    assert.equal((await call("GET", "/api/queues/emails", undefined, 200)).paused, true);
+    await shot(page, "queue");
+
+    // The dark theme: the system's choice, no setting.
+    await visit(page, `${tenax.base}/ui`);
+    const background = () => page.evaluate(() => {
+      const [r, g, b] = getComputedStyle(document.documentElement).backgroundColor.match(/\d+/g).map(Number);
+      return r + g + b;
+    });
+    await page.emulateMedia({ colorScheme: "light" });
+    assert.ok(await background() > 600, "light by day");
+    await page.emulateMedia({ colorScheme: "dark" });
+    assert.ok(await background() < 150, "dark when the system is");
+    const card = await page.evaluate(() => getComputedStyle(document.querySelector(".card")).color);
+    const [r, g, b] = card.match(/\d+/g).map(Number);
+    assert.ok(r + g + b > 500, `light text on dark cards: ${card}`);
+    await shot(page, "overview-dark");
+
+    assert.deepEqual(errors, [], "no console error");
     await context.close();
   } finally {
     await tenax.stop();

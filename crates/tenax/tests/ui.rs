@@ -100,6 +100,40 @@ async fn submit(
     (status, location)
 }
 
+/// Signs in with `token`; returns the session cookie (`name=value`).
+async fn sign_in(server: &TestServer, token: &str) -> String {
+    let response = browser()
+        .post(server.url("/ui/login"))
+        .header(CONTENT_TYPE, FORM)
+        .body(encode(&[("token", token), ("next", "/ui/queues")]))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(response.status(), StatusCode::SEE_OTHER);
+    response
+        .headers()
+        .get(SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .expect("a cookie")
+        .to_owned()
+}
+
+/// POSTs an action's form, which must succeed (a redirect); returns where to.
+async fn acted(server: &TestServer, path: &str, fields: &[(&str, &str)]) -> String {
+    let (status, location) = submit(server, path, fields, None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{path}: {location}");
+    location
+}
+
+/// An action without the page's CSRF token, or with a forged one, is refused.
+async fn refused_without_csrf(server: &TestServer, path: &str) {
+    for fields in [&[][..], &[("csrf", "forged")][..]] {
+        let (status, _) = submit(server, path, fields, None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path} with {fields:?}");
+    }
+}
+
 async fn enqueue(server: &TestServer, job: Value) -> u64 {
     let answer = server
         .expect(Method::POST, "/api/jobs", Some(job), 201)
@@ -195,16 +229,7 @@ async fn pages_show_the_store_and_actions_go_through_the_engine() {
 
     // An action without the page's CSRF token changes nothing.
     let csrf = csrf_of(&queues);
-    let (status, _) = submit(&server, "/ui/queues/emails/pause", &[], None).await;
-    assert_eq!(status, StatusCode::FORBIDDEN);
-    let (status, _) = submit(
-        &server,
-        "/ui/queues/emails/pause",
-        &[("csrf", "forged")],
-        None,
-    )
-    .await;
-    assert_eq!(status, StatusCode::FORBIDDEN);
+    refused_without_csrf(&server, "/ui/queues/emails/pause").await;
     assert_eq!(
         server.get("/api/queues/emails").await["paused"],
         json!(false)
@@ -423,20 +448,7 @@ async fn signing_in_keeps_the_token_in_a_strict_http_only_cookie() {
     assert_eq!(made.status(), StatusCode::CREATED);
     let made: Value = made.json().await.expect("json");
     let viewer = made["token"].as_str().expect("a secret").to_owned();
-    let response = client
-        .post(server.url("/ui/login"))
-        .header(CONTENT_TYPE, FORM)
-        .body(encode(&[("token", viewer.as_str())]))
-        .send()
-        .await
-        .expect("answer");
-    let viewer_cookie = response
-        .headers()
-        .get(SET_COOKIE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .expect("a cookie")
-        .to_owned();
+    let viewer_cookie = sign_in(&server, &viewer).await;
     let (status, viewer_page) = page(&client, &server, "/ui/queues", Some(&viewer_cookie)).await;
     assert_eq!(status, StatusCode::OK);
     let (status, _) = submit(
@@ -505,21 +517,7 @@ async fn any_token_signs_in_and_a_bad_next_is_named() {
         TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", BASE64]))
             .await;
     let client = browser();
-    let response = client
-        .post(server.url("/ui/login"))
-        .header(CONTENT_TYPE, FORM)
-        .body(encode(&[("token", BASE64), ("next", "/ui/queues")]))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(response.status(), StatusCode::SEE_OTHER);
-    let cookie = response
-        .headers()
-        .get(SET_COOKIE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .expect("a cookie")
-        .to_owned();
+    let cookie = sign_in(&server, BASE64).await;
     let (status, queues) = page(&client, &server, "/ui/queues", Some(&cookie)).await;
     assert_eq!(status, StatusCode::OK, "{queues}");
 
@@ -710,4 +708,516 @@ async fn the_designer_draws_each_policy_and_spells_it_three_ways() {
         .await
         .expect("answer");
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
+}
+
+/// The schedules page: each schedule's timetable, next ticks, last job and counts; pause,
+/// resume and run now through the engine; refused without the CSRF token, and a 404 for a
+/// schedule that does not exist.
+#[tokio::test]
+async fn the_schedules_page_shows_ticks_and_pauses_resumes_and_runs_now() {
+    let server = TestServer::manual().await;
+    server
+        .expect(
+            Method::PUT,
+            "/api/schedules/nightly",
+            Some(json!({"cron": "30 2 * * *", "job": {"queue": "reports", "type": "nightly", "payload": {"full": true}}})),
+            201,
+        )
+        .await;
+    server
+        .expect(
+            Method::PUT,
+            "/api/schedules/hourly",
+            Some(json!({"cron": "@hourly", "timezone": "Europe/Berlin", "overlap": "skip", "paused": true,
+                   "job": {"queue": "reports", "type": "hourly"}})),
+            201,
+        )
+        .await;
+    let page_text = html(&server, "/ui/schedules").await;
+    assert!(
+        page_text.contains("<main data-live"),
+        "a live page: {page_text}"
+    );
+    assert!(
+        page_text.contains(r#"href="/ui/schedules""#),
+        "in the navigation"
+    );
+    let nightly = row(&page_text, r#"data-schedule="nightly""#);
+    // T0 is 2027-01-15 08:00 UTC: the next 02:30 is the next day's.
+    has_all(
+        nightly,
+        &[
+            "2027-01-16T02:30:00+00:00",
+            "in 18h 30m",
+            "none yet",
+            "running",
+            "0 missed",
+            "(skipped)",
+        ],
+    );
+    let hourly = row(&page_text, r#"data-schedule="hourly""#);
+    has_all(hourly, &["paused", "if resumed:"]);
+    assert!(
+        hourly.contains("+01:00"),
+        "ticks in the schedule's zone: {hourly}"
+    );
+    assert!(hourly.contains("(while the last job runs)"), "{hourly}");
+    let csrf = csrf_of(&page_text);
+
+    // Without the page's token: refused, nothing changes.
+    refused_without_csrf(&server, "/ui/schedules/nightly/pause").await;
+    refused_without_csrf(&server, "/ui/schedules/nightly/run").await;
+    assert_eq!(
+        server.get("/api/schedules/nightly").await["last_job"],
+        Value::Null
+    );
+    // A schedule that does not exist.
+    for action in ["pause", "resume", "run"] {
+        let (status, _) = submit(
+            &server,
+            &format!("/ui/schedules/nowhere/{action}"),
+            &[("csrf", &csrf)],
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{action}");
+    }
+
+    // Run now: the job is enqueued at once and is the schedule's last job; no tick was
+    // handled, so the counts and the next tick stay.
+    let location = acted(&server, "/ui/schedules/nightly/run", &[("csrf", &csrf)]).await;
+    assert!(location.starts_with("/ui/schedules?note="), "{location}");
+    let schedule = server.get("/api/schedules/nightly").await;
+    let job = schedule["last_job"].as_u64().expect("a last job");
+    assert!(location.contains(&format!("%23{job}")), "{location}");
+    assert_eq!(schedule["counts"]["enqueued"], json!(0), "{schedule}");
+    assert_eq!(
+        schedule["next_tick"],
+        json!("2027-01-16T02:30:00.000Z"),
+        "{schedule}"
+    );
+    let ran = server.get(&format!("/api/jobs/{job}")).await;
+    assert_eq!(ran["status"], json!("ready"), "{ran}");
+    assert_eq!(ran["queue"], json!("reports"), "{ran}");
+    let after_run = html(&server, "/ui/schedules").await;
+    let nightly = row(&after_run, r#"data-schedule="nightly""#);
+    has_all(nightly, &[&format!(r#"href="/ui/jobs/{job}""#), "ready"]);
+
+    // Pause and resume.
+    acted(&server, "/ui/schedules/nightly/pause", &[("csrf", &csrf)]).await;
+    assert_eq!(
+        server.get("/api/schedules/nightly").await["paused"],
+        json!(true)
+    );
+    let location = acted(&server, "/ui/schedules/hourly/resume", &[("csrf", &csrf)]).await;
+    assert!(location.contains("running+again"), "{location}");
+    assert_eq!(
+        server.get("/api/schedules/hourly").await["paused"],
+        json!(false)
+    );
+}
+
+/// Asserts that `text` holds every one of `parts`, naming the one it lacks.
+fn has_all(text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "{part:?} is not in {text}");
+    }
+}
+
+/// The part of `page` from the element carrying `marker` to the end of its row.
+fn row<'a>(page: &'a str, marker: &str) -> &'a str {
+    let start = page
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker} in {page}"));
+    let rest = &page[start..];
+    &rest[..rest.find("</tr>").unwrap_or(rest.len())]
+}
+
+/// A queue's page: counts, limits with their use, its policy and subscriptions; the limits
+/// form sets and clears them by the API's rules; pause comes back to the page.
+#[tokio::test]
+async fn a_queue_page_shows_its_limits_and_edits_them() {
+    let server = TestServer::start(Options::manual().flags(&["--allow-private-endpoints"])).await;
+    for n in 0..3 {
+        enqueue(
+            &server,
+            json!({"queue": "emails", "type": "digest", "payload": {"n": n}}),
+        )
+        .await;
+    }
+    server
+        .put(
+            "/api/queues/emails",
+            json!({"concurrency": 2, "rate": {"limit": 10, "period": "1m"},
+                   "policy": {"type": "fixed", "delay": "5s", "retry_limit": 3}}),
+        )
+        .await;
+    let taken = server.take(&["emails"], 1).await;
+    assert_eq!(taken.len(), 1);
+    let subscription = server
+        .subscribe(
+            "emails",
+            json!({"endpoint": "http://127.0.0.1:9/hook"}),
+            json!({}),
+        )
+        .await;
+    let sub = subscription["id"].as_u64().expect("an id");
+
+    let list = html(&server, "/ui/queues").await;
+    assert!(list.contains(r#"href="/ui/queues/emails""#), "{list}");
+    let page_text = html(&server, "/ui/queues/emails").await;
+    assert!(page_text.contains("<main data-live"), "{page_text}");
+    assert!(
+        page_text.contains(r#"href="/ui/jobs?queue=emails&amp;status=ready" data-status="ready"><span class="count">2</span>"#),
+        "{page_text}"
+    );
+    let concurrency = row(&page_text, r#"data-limit="concurrency""#);
+    has_all(concurrency, &["1 in flight", "2 at once"]);
+    let rate = row(&page_text, r#"data-limit="rate""#);
+    has_all(rate, &["1 started in the last 1m", "10 per 1m"]);
+    has_all(
+        &page_text,
+        &[
+            r#"name="concurrency" inputmode="numeric" value="2""#,
+            r#"name="rate_period" value="1m""#,
+        ],
+    );
+    assert!(
+        page_text.contains("fixed, 3 retries over 15s"),
+        "the policy: {page_text}"
+    );
+    has_all(
+        &page_text,
+        &[&format!(r#"data-subscription="{sub}""#), "accepting"],
+    );
+    let (status, _) = page(&browser(), &server, "/ui/queues/nothing-here", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = page(&browser(), &server, "/ui/queues/bad%20name", None).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let csrf = csrf_of(&page_text);
+
+    // Set concurrency, clear the rate.
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("concurrency", "5"),
+        ("rate_limit", ""),
+        ("rate_period", "1m"),
+    ];
+    let (status, location) = submit(&server, "/ui/queues/emails/limits", &fields, None).await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(
+        location.starts_with("/ui/queues/emails?note="),
+        "{location}"
+    );
+    let queue = server.get("/api/queues/emails").await;
+    assert_eq!(queue["concurrency"], json!(5), "{queue}");
+    assert_eq!(queue["rate"], Value::Null, "{queue}");
+    assert_eq!(
+        queue["policy"]["type"],
+        json!("fixed"),
+        "the rest stays: {queue}"
+    );
+    // Clear concurrency, set a rate (its period defaults to a second).
+    let fields = [
+        ("csrf", csrf.as_str()),
+        ("concurrency", " "),
+        ("rate_limit", "7"),
+        ("rate_period", ""),
+    ];
+    submit(&server, "/ui/queues/emails/limits", &fields, None).await;
+    let queue = server.get("/api/queues/emails").await;
+    assert_eq!(queue["concurrency"], Value::Null, "{queue}");
+    assert_eq!(queue["rate"]["limit"], json!(7), "{queue}");
+    assert_eq!(queue["rate"]["period_ms"], json!(1_000), "{queue}");
+    // The API's rules, in its words.
+    for (fields, says) in [
+        (
+            vec![("concurrency", "0")],
+            "concurrency: must be 1 to 1000000",
+        ),
+        (
+            vec![("concurrency", "many")],
+            "concurrency: must be a whole number",
+        ),
+        (
+            vec![("rate_limit", "3"), ("rate_period", "soon")],
+            "rate_period: ",
+        ),
+    ] {
+        let mut body = vec![("csrf", csrf.as_str())];
+        body.extend(fields);
+        let response = browser()
+            .post(server.url("/ui/queues/emails/limits"))
+            .header(CONTENT_TYPE, FORM)
+            .body(encode(&body))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{body:?}");
+        let text = response.text().await.expect("text");
+        assert!(text.contains(says), "{says}: {text}");
+    }
+    refused_without_csrf(&server, "/ui/queues/emails/limits").await;
+    assert_eq!(
+        server.get("/api/queues/emails").await["concurrency"],
+        Value::Null
+    );
+
+    // Pausing from the queue's page comes back to it.
+    let location = acted(
+        &server,
+        "/ui/queues/emails/pause",
+        &[("csrf", &csrf), ("back", "/ui/queues/emails")],
+    )
+    .await;
+    assert!(
+        location.starts_with("/ui/queues/emails?note="),
+        "{location}"
+    );
+    // A `back` to another site is not followed.
+    let (_, location) = submit(
+        &server,
+        "/ui/queues/emails/resume",
+        &[("csrf", &csrf), ("back", "https://evil.example/")],
+        None,
+    )
+    .await;
+    assert!(location.starts_with("/ui/queues?note="), "{location}");
+}
+
+/// Where a subscription is shown, so is its endpoint's state: paused by `Retry-After` (until
+/// when), or its circuit breaker open (why, and until when).
+#[tokio::test]
+async fn subscriptions_show_their_endpoint_paused_or_its_breaker_open() {
+    let server = TestServer::start(Options::manual().flags(&[
+        "--allow-private-endpoints",
+        "--delivery-breaker-failures",
+        "1",
+        "--delivery-breaker-cooldown",
+        "10s",
+    ]))
+    .await;
+    let pausing = Receiver::start(vec![Reply::status(429).retry_after("60")], Reply::ok()).await;
+    let failing = Receiver::start(vec![Reply::status(500)], Reply::ok()).await;
+    let policy = json!({"type": "fixed", "delay": "1s", "retry_limit": 5});
+    let mut ids = Vec::new();
+    for (queue, receiver) in [("a", &pausing), ("b", &failing)] {
+        let endpoint = receiver.url(&format!("/{queue}"));
+        let view = server
+            .subscribe(
+                queue,
+                json!({"endpoint": endpoint, "policy": policy}),
+                json!({}),
+            )
+            .await;
+        ids.push(view["id"].as_u64().expect("an id"));
+        enqueue(&server, json!({"queue": queue, "type": "t"})).await;
+    }
+    let (paused, open) = (ids[0], ids[1]);
+    pausing.wait_for(1, PATIENCE).await;
+    failing.wait_for(1, PATIENCE).await;
+    wait_for_endpoint(&server, paused, |e| e["paused_until"].is_string()).await;
+    wait_for_endpoint(&server, open, |e| e["breaker"] == json!("open")).await;
+
+    let list = html(&server, "/ui/subscriptions").await;
+    let row_paused = row(&list, &format!(r#"data-subscription="{paused}""#));
+    assert!(
+        row_paused.contains("paused by Retry-After (429), resumes <span title=\"2027-01-15T08:01:00.000Z\">in 1m</span>"),
+        "{row_paused}"
+    );
+    let row_open = row(&list, &format!(r#"data-subscription="{open}""#));
+    has_all(
+        row_open,
+        &[
+            "circuit open: the endpoint answered HTTP 500; a probe may go",
+            "in 10s",
+        ],
+    );
+    let detail = html(&server, &format!("/ui/subscriptions/{open}")).await;
+    assert!(detail.contains("circuit open"), "{detail}");
+    assert!(detail.contains("<main data-live"), "{detail}");
+}
+
+/// The subscription's endpoint state once `ready` holds of it.
+async fn wait_for_endpoint(server: &TestServer, sub: u64, ready: impl Fn(&Value) -> bool) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let view = server.get(&format!("/api/subscriptions/{sub}")).await;
+        if ready(&view["health"]["endpoint"]) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "never: {view}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A failed job's page shows its errors first; lists preview payloads; a finished job's page
+/// stays still, a running one's is live.
+#[tokio::test]
+async fn failed_jobs_show_their_errors_first_and_lists_preview_payloads() {
+    let server = TestServer::manual().await;
+    let no_retry = json!({"type": "fixed", "delay": "1s", "retry_limit": 0});
+    let doomed = enqueue(
+        &server,
+        json!({"queue": "emails", "type": "welcome", "payload": {"to": "ada@example.com", "n": 1}, "policy": no_retry}),
+    )
+    .await;
+    let waiting = enqueue(
+        &server,
+        json!({"queue": "reports", "type": "daily", "delay": "1h"}),
+    )
+    .await;
+    fail_next(&server, "emails", "SMTP 550").await;
+    let dead = html(&server, &format!("/ui/jobs/{doomed}")).await;
+    let errors = dead.find(r#"id="errors""#).expect("an errors section");
+    let timeline = dead.find("Attempt timeline").expect("a timeline");
+    let payload = dead.find("<h2>Payload").expect("a payload");
+    assert!(
+        errors < timeline && errors < payload,
+        "errors first: {dead}"
+    );
+    assert!(
+        !dead.contains("<main data-live"),
+        "a dead job does not change: {dead}"
+    );
+    let scheduled = html(&server, &format!("/ui/jobs/{waiting}")).await;
+    let errors = scheduled.find(r#"id="errors""#).expect("an errors section");
+    assert!(
+        errors > scheduled.find("<h2>Payload").expect("a payload"),
+        "{scheduled}"
+    );
+    assert!(scheduled.contains("<main data-live"), "{scheduled}");
+    let list = html(&server, "/ui/jobs").await;
+    assert!(
+        list.contains("{&quot;n&quot;:1,&quot;to&quot;:&quot;ada@example.com&quot;}"),
+        "a payload preview: {list}"
+    );
+    // Newest first.
+    let first = list
+        .find(&format!(r#"data-id="{waiting}""#))
+        .expect("the newer");
+    assert!(
+        first
+            < list
+                .find(&format!(r#"data-id="{doomed}""#))
+                .expect("the older")
+    );
+}
+
+/// With authentication on, a reader sees the new pages but may not act on them.
+#[tokio::test]
+async fn a_reader_sees_schedules_and_queues_but_may_not_act() {
+    let server =
+        TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", ADMIN])).await;
+    let admin = |method: Method, path: &str, body: Value| {
+        server
+            .http()
+            .request(method, server.url(path))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+    };
+    let made = admin(
+        Method::PUT,
+        "/api/schedules/nightly",
+        json!({"cron": "30 2 * * *", "job": {"queue": "reports", "type": "nightly"}}),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(made.status(), StatusCode::CREATED);
+    admin(
+        Method::PUT,
+        "/api/queues/reports",
+        json!({"concurrency": 3}),
+    )
+    .await
+    .expect("answer");
+    let token: Value = admin(
+        Method::POST,
+        "/api/tokens",
+        json!({"name": "viewer", "role": "reader"}),
+    )
+    .await
+    .expect("answer")
+    .json()
+    .await
+    .expect("json");
+    let cookie = sign_in(&server, token["token"].as_str().expect("a token")).await;
+    let (status, schedules) = page(&browser(), &server, "/ui/schedules", Some(&cookie)).await;
+    assert_eq!(status, StatusCode::OK, "{schedules}");
+    assert!(
+        schedules.contains(r#"data-schedule="nightly""#) && !schedules.contains(r#"/run""#),
+        "no actions: {schedules}"
+    );
+    let (status, queue) = page(&browser(), &server, "/ui/queues/reports", Some(&cookie)).await;
+    assert_eq!(status, StatusCode::OK, "{queue}");
+    assert!(
+        queue.contains("3 at once") && !queue.contains("Save limits"),
+        "{queue}"
+    );
+    let csrf = csrf_of(&schedules);
+    for (path, fields) in [
+        ("/ui/schedules/nightly/pause", vec![]),
+        ("/ui/schedules/nightly/run", vec![]),
+        ("/ui/queues/reports/limits", vec![("concurrency", "9")]),
+    ] {
+        let mut body = vec![("csrf", csrf.as_str())];
+        body.extend(fields);
+        let (status, _) = submit(&server, path, &body, Some(&cookie)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
+    }
+    let schedule: Value = server
+        .http()
+        .get(server.url("/api/schedules/nightly"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(schedule["paused"], json!(false));
+    assert_eq!(schedule["last_job"], Value::Null);
+}
+
+/// A job run now is the schedule's last job: with `overlap: skip`, the next tick waits for it
+/// (left out while it is unfinished), as it would for a tick's job.
+#[tokio::test]
+async fn a_job_run_now_holds_the_next_tick_of_a_schedule_that_skips_overlaps() {
+    let server = TestServer::manual().await;
+    server
+        .expect(
+            Method::PUT,
+            "/api/schedules/minutely",
+            Some(
+                json!({"cron": "* * * * *", "overlap": "skip", "job": {"queue": "q", "type": "t"}}),
+            ),
+            201,
+        )
+        .await;
+    let csrf = csrf_of(&html(&server, "/ui/schedules").await);
+    acted(&server, "/ui/schedules/minutely/run", &[("csrf", &csrf)]).await;
+    let job = server.get("/api/schedules/minutely").await["last_job"]
+        .as_u64()
+        .expect("the job run now");
+    // T0 is on the minute: the next tick comes a minute later, while the job is still ready.
+    server.advance(Duration::from_secs(61));
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let schedule = loop {
+        let schedule = server.get("/api/schedules/minutely").await;
+        if schedule["counts"] != json!({"enqueued": 0, "missed": 0, "overlapped": 0}) {
+            break schedule;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tick never came: {schedule}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(
+        schedule["counts"],
+        json!({"enqueued": 0, "missed": 0, "overlapped": 1}),
+        "{schedule}"
+    );
+    assert_eq!(schedule["last_job"], json!(job), "{schedule}");
 }

@@ -99,6 +99,30 @@ impl Engine {
             .await?)
     }
 
+    /// Enqueues a schedule's job at once, outside its timetable (an operator's "run now"),
+    /// paused or not. The job becomes the schedule's last job (its time the last tick), so that
+    /// `Overlap::Skip` waits for it as for a tick's; the next tick and the counts stay, since
+    /// no tick was handled. Recorded with the job in one commit, like a tick. `None` if there is
+    /// no such schedule.
+    pub async fn run_schedule_now(&self, name: &str) -> Result<Option<JobId>, EngineError> {
+        for _ in 0..FACTS_ATTEMPTS {
+            let Some(schedule) = self.store.schedule(name).await? else {
+                return Ok(None);
+            };
+            let now_ms = self.now_ms();
+            let mut next = schedule.clone();
+            next.revision += 1;
+            next.last_tick_ms = Some(now_ms);
+            let job = enqueue_of(&schedule.job, now_ms, now_ms);
+            // `None`: a tick or a change got there first; read the schedule again.
+            if let Some(id) = self.record(&next, schedule.revision, Some(job)).await? {
+                return Ok(id);
+            }
+        }
+        // The schedule kept changing under the request (a tick every second, and changes).
+        Err(StoreError::FactsChanged.into())
+    }
+
     /// Deletes a schedule; the jobs it made stay. False if there was none.
     pub async fn delete_schedule(&self, name: &str) -> Result<bool, EngineError> {
         Ok(self.store.delete_schedule(name).await?)

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tenax_policy::spelling::{Spelling, detect};
 use tenax_policy::{Preview, format_duration, parse_policy, spell};
 
-use super::layout::{self, Nav};
+use super::layout::{self, Nav, Refresh};
 use super::{Session, UiError};
 use crate::chart::{self, ChartOptions, Series, Style};
 
@@ -167,7 +167,13 @@ pub async fn page(
         }
         div #result aria-live="polite" { (result(&slots, false)) }
     };
-    layout::page(&session, Nav::Policy, "Policy designer", content)
+    layout::page(
+        &session,
+        Nav::Policy,
+        "Policy designer",
+        Refresh::Still,
+        content,
+    )
 }
 
 fn template(shape: &str) -> &'static str {

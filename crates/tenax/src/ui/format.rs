@@ -34,6 +34,37 @@ pub fn pretty(json: &str) -> String {
         .unwrap_or_else(|| json.to_owned())
 }
 
+/// The start of JSON text on one line, without the spaces it was sent with: at most `max`
+/// characters, with an ellipsis when cut. Reads only as far as it shows, so a list of large
+/// payloads costs what its previews do.
+pub fn preview(json: &str, max: usize) -> String {
+    let mut out = String::new();
+    let mut shown = 0;
+    let (mut in_string, mut escaped) = (false, false);
+    for c in json.chars() {
+        if !in_string && c.is_whitespace() {
+            continue;
+        }
+        if shown == max {
+            out.push('…');
+            break;
+        }
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if c == '"' {
+            in_string = true;
+        }
+        out.push(c);
+        shown += 1;
+    }
+    out
+}
+
 /// At most `max` characters of `text`, with an ellipsis when cut.
 pub fn excerpt(text: &str, max: usize) -> String {
     let mut chars = text.chars();
@@ -57,5 +88,10 @@ mod tests {
         assert_eq!(excerpt("abc", 3), "abc");
         assert_eq!(pretty(r#"{"a":1}"#), "{\n  \"a\": 1\n}");
         assert_eq!(pretty("not json"), "not json");
+        assert_eq!(
+            preview("{ \"a b\" :\n [1, \"x\\\" y\"] }", 99),
+            r#"{"a b":[1,"x\" y"]}"#
+        );
+        assert_eq!(preview(r#"{"a": 1}"#, 4), r#"{"a"…"#);
     }
 }

@@ -1,6 +1,7 @@
-//! One job: its payload, every error with its detail, and its attempt timeline drawn against
-//! its policy's schedule: the delays it had, the delays to come, the jitter band and the
-//! window. A delivery also shows each attempt (status, latency, response, trigger).
+//! One job: its payload, every error with its detail (first, for a job that failed), and its
+//! attempt timeline drawn against its policy's schedule: the delays it had, the delays to come,
+//! the jitter band and the window. A delivery also shows each attempt (status, latency,
+//! response, trigger). The page updates itself until the job has finished.
 
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use tenax_core::model::subscription::subscription_of_queue;
 use tenax_core::model::{Attempt, Job, JobId, Status};
 use tenax_policy::{Preview, RetryPolicy, format_duration};
 
-use super::layout::{self, Nav};
+use super::layout::{self, Nav, Refresh};
 use super::{Session, UiError, format};
 use crate::api::AppState;
 use crate::chart::{self, ChartOptions, Series, Style};
@@ -54,6 +55,30 @@ pub async fn page(
     let preview = Preview::of(&policy);
     let manage = session.must_manage().is_ok();
     let title = format!("Job #{id}");
+    // A job that failed (dead, or waiting to run again) shows why before anything else.
+    let errors_first = !job.errors.is_empty()
+        && (job.state.status == Status::Dead
+            || (!job.state.status.is_finished() && job.state.failures > 0));
+    let errors = html! {
+        section #errors {
+            h2 { "Errors (" (job.errors.len()) ")" }
+            @if job.errors.is_empty() {
+                p.muted { "No failure so far." }
+            } @else {
+                ol.errors {
+                    @for error in job.errors.iter().rev() {
+                        li {
+                            p { strong { "attempt " (error.attempt) } " · " span title=(format::time(error.at_ms)) { (format::relative(error.at_ms, now)) } }
+                            p.message { (error.message) }
+                            @if let Some(detail) = &error.detail {
+                                details { summary { "detail" } pre.json { (serde_json::to_string_pretty(detail).unwrap_or_default()) } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
     let content = html! {
         section.facts {
             dl {
@@ -85,6 +110,7 @@ pub async fn page(
                 }
             }
         }
+        @if errors_first { (errors) }
         @if manage {
             form.actions method="post" action="/ui/jobs/act" {
                 (layout::csrf(&session))
@@ -120,36 +146,25 @@ pub async fn page(
             h2 { "Payload" }
             pre.json { (format::pretty(job.spec.payload.get())) }
         }
-        section {
-            h2 { "Errors (" (job.errors.len()) ")" }
-            @if job.errors.is_empty() {
-                p.muted { "No failure so far." }
-            } @else {
-                ol.errors {
-                    @for error in job.errors.iter().rev() {
-                        li {
-                            p { strong { "attempt " (error.attempt) } " · " span title=(format::time(error.at_ms)) { (format::relative(error.at_ms, now)) } }
-                            p.message { (error.message) }
-                            @if let Some(detail) = &error.detail {
-                                details { summary { "detail" } pre.json { (serde_json::to_string_pretty(detail).unwrap_or_default()) } }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        @if !errors_first { (errors) }
         @if subscription.is_some() {
             section {
                 h2 { "Attempts (" (attempts.len()) ")" }
-                (attempts_table(id, &attempts, now))
+                (attempts_table(&attempts.iter().rev().map(|a| (id, a)).collect::<Vec<_>>(), now))
             }
         }
     };
-    Ok(layout::page(&session, Nav::Jobs, &title, content))
+    // A job's page follows it while it can change: until it has finished.
+    let refresh = if job.state.status.is_finished() {
+        Refresh::Still
+    } else {
+        Refresh::Live
+    };
+    Ok(layout::page(&session, Nav::Jobs, &title, refresh, content))
 }
 
-/// The attempts of a delivery, newest first.
-pub fn attempts_table(delivery: JobId, attempts: &[Attempt], now: u64) -> Markup {
+/// Attempts of deliveries, in the order given (callers put the newest first).
+pub fn attempts_table(attempts: &[(JobId, &Attempt)], now: u64) -> Markup {
     html! {
         @if attempts.is_empty() {
             p.muted { "No attempt yet." }
@@ -157,7 +172,7 @@ pub fn attempts_table(delivery: JobId, attempts: &[Attempt], now: u64) -> Markup
             table.attempts {
                 thead { tr { th { "delivery" } th { "attempt" } th { "trigger" } th { "when" } th { "result" } th { "status" } th { "latency" } th { "response or error" } } }
                 tbody {
-                    @for attempt in attempts.iter().rev() {
+                    @for (delivery, attempt) in attempts {
                         tr {
                             td { a href={"/ui/jobs/" (delivery)} { "#" (delivery) } }
                             td { (attempt.attempt) }

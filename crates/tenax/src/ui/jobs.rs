@@ -1,6 +1,7 @@
 //! Jobs: filtered by queue, status and type, found by id or by text in the payload or an error,
-//! a page at a time from a cursor (newest first); and actions on a selection or on everything
-//! the filter matches: run now, replay (with another policy), delete.
+//! a page at a time from a cursor (newest first), each with the start of its payload; and
+//! actions on a selection or on everything the filter matches: run now, replay (with another
+//! policy), delete.
 //!
 //! Every page costs what it shows: the stores page from a cursor by an index, and a text
 //! search looks at a bounded number of jobs ([`SEARCH_BUDGET`]) and says how far it got, so the
@@ -18,8 +19,8 @@ use tenax_core::model::{
 };
 use tenax_policy::parse_policy_str;
 
-use super::layout::{self, Nav};
-use super::queues::urlencode;
+use super::form::{Fields, back_with};
+use super::layout::{self, Nav, Refresh};
 use super::{Session, UiError, format};
 use crate::api::AppState;
 
@@ -31,6 +32,9 @@ pub const SEARCH_BUDGET: usize = 5_000;
 const COUNT_MAX: u64 = 100_000;
 /// Jobs an action on everything matching touches per request.
 pub const BULK_MAX: usize = 10_000;
+/// Characters of a payload a row shows, and its tooltip.
+const PREVIEW: usize = 60;
+const PREVIEW_TITLE: usize = 400;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct JobsQuery {
@@ -248,7 +252,7 @@ async fn list(
             } }
         }
     };
-    Ok(layout::page(session, nav, title, content))
+    Ok(layout::page(session, nav, title, Refresh::Live, content))
 }
 
 fn table(jobs: &[Job], now: u64, manage: bool) -> Markup {
@@ -261,7 +265,7 @@ fn table(jobs: &[Job], now: u64, manage: bool) -> Markup {
                     tr {
                         @if manage { th { input type="checkbox" data-select-all="id" aria-label="Select all on this page"; } }
                         th { "id" } th { "queue" } th { "type" } th { "status" } th { "failures" }
-                        th { "when" } th { "last error" }
+                        th { "when" } th { "payload" } th { "last error" }
                     }
                 }
                 tbody {
@@ -280,6 +284,7 @@ fn table(jobs: &[Job], now: u64, manage: bool) -> Markup {
                             td { (layout::status(job.state.status)) }
                             td { (job.state.failures) }
                             td title=(format::time(when(job))) { (format::relative(when(job), now)) }
+                            td.payload { code title=(format::preview(job.spec.payload.get(), PREVIEW_TITLE)) { (format::preview(job.spec.payload.get(), PREVIEW)) } }
                             td.error { @if let Some(error) = job.errors.last() { (format::excerpt(&error.message, 80)) } }
                         }
                     }
@@ -324,24 +329,16 @@ pub async fn act(
     RawForm(form): RawForm,
 ) -> Result<Response, UiError> {
     session.must_manage()?;
-    let fields: Vec<(String, String)> = url::form_urlencoded::parse(&form).into_owned().collect();
-    let field = |name: &str| -> Option<String> {
-        fields
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
-    };
+    let fields = Fields::parse(&form);
+    let field = |name: &str| fields.get(name);
     let action = field("action").unwrap_or_default();
-    let back = field("back")
-        .filter(|b| b.starts_with("/ui/") && super::session::is_dashboard_path(b))
-        .unwrap_or_else(|| "/ui/jobs".into());
+    let back = fields.back("/ui/jobs");
     let filter = Filter::parse(&field("queue"), &field("status"), &field("type"), &None)?;
     let ids: Vec<JobId> = match field("scope").as_deref() {
         Some("matching") => matching(&state, &session, &filter).await?,
         _ => fields
-            .iter()
-            .filter(|(n, _)| n == "id")
-            .map(|(_, v)| {
+            .all("id")
+            .map(|v| {
                 v.parse()
                     .map_err(|_| UiError::invalid(format!("a job id is a whole number; got {v:?}")))
             })
@@ -445,9 +442,4 @@ async fn matching(
         }
     }
     Ok(ids)
-}
-
-fn back_with(back: &str, note: &str) -> Response {
-    let separator = if back.contains('?') { '&' } else { '?' };
-    Redirect::to(&format!("{back}{separator}note={}", urlencode(note))).into_response()
 }

@@ -1,5 +1,5 @@
-//! The frame of every page: head, navigation, the session's CSRF token, and the headers that
-//! keep the pages to this server's own assets.
+//! The frame of every page: head, navigation, the live switch, the session's CSRF token, and
+//! the headers that keep the pages to this server's own assets.
 
 use axum::http::HeaderName;
 use axum::http::header::{
@@ -17,18 +17,30 @@ pub enum Nav {
     Queues,
     Jobs,
     Dead,
+    Schedules,
     Subscriptions,
     Policy,
 }
 
-const LINKS: [(Nav, &str, &str); 6] = [
+const LINKS: [(Nav, &str, &str); 7] = [
     (Nav::Overview, "/ui", "Overview"),
     (Nav::Queues, "/ui/queues", "Queues"),
     (Nav::Jobs, "/ui/jobs", "Jobs"),
     (Nav::Dead, "/ui/dead", "Dead"),
+    (Nav::Schedules, "/ui/schedules", "Schedules"),
     (Nav::Subscriptions, "/ui/subscriptions", "Subscriptions"),
     (Nav::Policy, "/ui/policy", "Policy designer"),
 ];
+
+/// Whether a page keeps itself up to date while it is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refresh {
+    /// It shows state that changes (counts, jobs, attempts): `app.js` fetches it again every
+    /// few seconds and swaps in its new main content, while the live switch is on.
+    Live,
+    /// It shows what does not change by itself (a finished job, the policy designer's form).
+    Still,
+}
 
 /// Headers of every page: nothing but this server's own scripts and styles may run, no other
 /// site may frame it, and pages are not cached (they show live state).
@@ -47,7 +59,13 @@ pub fn headers() -> [(HeaderName, &'static str); 4] {
 }
 
 /// A whole page.
-pub fn page(session: &Session, nav: Nav, title: &str, content: Markup) -> Response {
+pub fn page(
+    session: &Session,
+    nav: Nav,
+    title: &str,
+    refresh: Refresh,
+    content: Markup,
+) -> Response {
     let body = html! {
         (DOCTYPE)
         html lang="en" {
@@ -72,6 +90,10 @@ pub fn page(session: &Session, nav: Nav, title: &str, content: Markup) -> Respon
                             }
                         }
                     }
+                    // Hidden until the script shows it on a live page: without JavaScript a
+                    // page is a snapshot, and a switch would switch nothing.
+                    button #live .live type="button" role="switch" aria-checked="true" hidden
+                        title="Live: this page updates itself every few seconds" { "Live" }
                     @if session.signed_in {
                         form.logout method="post" action="/ui/logout" {
                             (csrf(session))
@@ -80,7 +102,7 @@ pub fn page(session: &Session, nav: Nav, title: &str, content: Markup) -> Respon
                         }
                     }
                 }
-                main {
+                main data-live[refresh == Refresh::Live] {
                     h1 { (title) }
                     (content)
                 }

@@ -1,7 +1,7 @@
 //! The web dashboard at `/ui`: pages rendered on the server (maud), a little plain JavaScript
-//! for the policy designer's live chart, every asset inside the binary (no request leaves the
-//! machine). Pages read and act through the engine, as the API does; charts of policies are
-//! drawn by [`crate::chart`], the code behind `tenax policy plot`.
+//! (pages that update themselves, the policy designer's live chart), every asset inside the
+//! binary (no request leaves the machine). Pages read and act through the engine, as the API
+//! does; charts of policies are drawn by [`crate::chart`], the code behind `tenax policy plot`.
 //!
 //! Authentication: the same tokens as the API. A browser cannot send a bearer header by
 //! itself, so `/ui/login` takes a token and keeps it in an HttpOnly, SameSite=Strict cookie
@@ -11,15 +11,20 @@
 mod assets;
 mod bars;
 mod designer;
+mod endpoint;
+mod form;
 mod format;
 mod job;
 mod jobs;
 mod layout;
 mod overview;
+mod queue;
 mod queues;
+mod schedules;
 mod session;
 mod subscriptions;
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
@@ -30,7 +35,7 @@ use hmac::{Hmac, Mac as _};
 use maud::html;
 pub use session::Session;
 use sha2::Sha256;
-use tenax_core::engine::EngineError;
+use tenax_core::engine::{ChangeError, EngineError};
 
 use crate::api::AppState;
 
@@ -91,8 +96,12 @@ pub fn router(state: UiState) -> Router<AppState> {
     Router::new()
         .route("/ui", get(overview::page))
         .route("/ui/queues", get(queues::page))
+        .route("/ui/queues/{name}", get(queue::page))
         .route("/ui/queues/{name}/pause", post(queues::pause))
         .route("/ui/queues/{name}/resume", post(queues::resume))
+        .route("/ui/queues/{name}/limits", post(queue::limits))
+        .route("/ui/schedules", get(schedules::page))
+        .route("/ui/schedules/{name}/{action}", post(schedules::act))
         .route("/ui/jobs", get(jobs::page))
         .route("/ui/jobs/act", post(jobs::act))
         .route("/ui/jobs/{id}", get(job::page))
@@ -167,6 +176,31 @@ impl From<EngineError> for UiError {
             }
         } else {
             Self::invalid(error.to_string())
+        }
+    }
+}
+
+/// A change the dashboard makes refuses nothing itself: only the store can fail it.
+impl From<ChangeError<Infallible>> for UiError {
+    fn from(error: ChangeError<Infallible>) -> Self {
+        match error {
+            ChangeError::Failed(error) => Self::from(error),
+            ChangeError::Refused(never) => match never {},
+        }
+    }
+}
+
+/// A refusal by the API's rules (a field the dashboard checks as the API does), or an error the
+/// API's views met: its status, and its message naming the field.
+impl From<crate::api::error::ApiError> for UiError {
+    fn from(error: crate::api::error::ApiError) -> Self {
+        let message = match error.field {
+            Some(field) => format!("{field}: {}", error.message),
+            None => error.message,
+        };
+        Self {
+            status: error.status,
+            message,
         }
     }
 }

@@ -12,7 +12,7 @@ use tenax_core::model::subscription::{is_internal_queue, subscription_of_queue};
 use tenax_core::model::{QueueCounts, Status, SubscriptionId};
 
 use super::bars::{self, Bar};
-use super::layout::{self, Nav};
+use super::layout::{self, Nav, Refresh};
 use super::{Session, UiError, format};
 use crate::api::AppState;
 
@@ -161,7 +161,13 @@ pub async fn page(
             }
         }
     };
-    Ok(layout::page(&session, Nav::Overview, "Overview", content))
+    Ok(layout::page(
+        &session,
+        Nav::Overview,
+        "Overview",
+        Refresh::Live,
+        content,
+    ))
 }
 
 /// Counts in the order of [`Status::ALL`].

@@ -1,25 +1,20 @@
 //! Queues: counts by status, how long the next job has been ready, the policy, and pause and
-//! resume.
+//! resume. Each queue's own page is [`super::queue`].
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 
 use axum::Extension;
-use axum::extract::{Path, Query, State};
-use axum::response::{IntoResponse, Redirect, Response};
-use maud::html;
-use serde::Deserialize;
+use axum::extract::{Path, Query, RawForm, State};
+use axum::response::Response;
+use maud::{Markup, html};
 use tenax_core::model::{QueueConfig, QueueCounts, subscription::is_internal_queue};
 use tenax_policy::{Preview, format_duration};
 
-use super::layout::{self, Nav};
+use super::form::{Fields, NoteQuery, back_with};
+use super::layout::{self, Nav, Refresh};
 use super::{Session, UiError, format};
 use crate::api::AppState;
-
-#[derive(Debug, Deserialize)]
-pub struct NoteQuery {
-    note: Option<String>,
-}
 
 pub async fn page(
     State(state): State<AppState>,
@@ -61,7 +56,7 @@ pub async fn page(
                 tbody {
                     @for ((name, (counts, config)), ready_since) in queues.iter().zip(&since) {
                         tr data-queue=(name) {
-                            td { a href={"/ui/jobs?queue=" (urlencode(name))} { (name) } }
+                            td { a href={"/ui/queues/" (urlencode(name))} { (name) } }
                             td { (counts.scheduled) } td { (counts.ready) } td { (counts.in_flight) }
                             td { (counts.completed) }
                             td { @if counts.dead > 0 { a href={"/ui/dead?queue=" (urlencode(name))} { (counts.dead) } } @else { "0" } }
@@ -75,12 +70,7 @@ pub async fn page(
                             }
                             td {
                                 @if config.paused { span.status.paused { "paused" } } @else { span.status.running { "running" } }
-                                @if manage {
-                                    form.inline method="post" action={"/ui/queues/" (urlencode(name)) (if config.paused { "/resume" } else { "/pause" })} {
-                                        (layout::csrf(&session))
-                                        button type="submit" { @if config.paused { "Resume" } @else { "Pause" } }
-                                    }
-                                }
+                                @if manage { (pause_button(&session, name, config.paused, "/ui/queues")) }
                             }
                         }
                     }
@@ -89,7 +79,13 @@ pub async fn page(
             p.hint { "A paused queue keeps accepting jobs but hands none out." }
         }
     };
-    Ok(layout::page(&session, Nav::Queues, "Queues", content))
+    Ok(layout::page(
+        &session,
+        Nav::Queues,
+        "Queues",
+        Refresh::Live,
+        content,
+    ))
 }
 
 /// A policy in a few words: its shape, retries and window.
@@ -103,6 +99,17 @@ pub fn summary(policy: &tenax_policy::RetryPolicy) -> String {
     )
 }
 
+/// Pause or Resume, whichever applies; the action comes back to `back`.
+pub fn pause_button(session: &Session, name: &str, paused: bool, back: &str) -> Markup {
+    html! {
+        form.inline method="post" action={"/ui/queues/" (urlencode(name)) (if paused { "/resume" } else { "/pause" })} {
+            (layout::csrf(session))
+            input type="hidden" name="back" value=(back);
+            button type="submit" { @if paused { "Resume" } @else { "Pause" } }
+        }
+    }
+}
+
 pub fn urlencode(text: &str) -> String {
     url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
@@ -112,10 +119,11 @@ async fn set_paused(
     session: &Session,
     name: &str,
     paused: bool,
+    form: &Fields,
 ) -> Result<Response, UiError> {
     session.must_manage()?;
     session.must_admit(name)?;
-    crate::api::fields::check_queue_name("queue", name).map_err(|e| UiError::invalid(e.message))?;
+    crate::api::fields::check_queue_name("queue", name)?;
     state
         .engine
         .update_queue(name, |current| {
@@ -123,30 +131,28 @@ async fn set_paused(
             config.paused = paused;
             Ok::<_, Infallible>(Some(config))
         })
-        .await
-        .map_err(|error| match error {
-            tenax_core::engine::ChangeError::Failed(error) => UiError::from(error),
-            tenax_core::engine::ChangeError::Refused(never) => match never {},
-        })?;
+        .await?;
     let note = format!(
         "Queue {name} is {}.",
         if paused { "paused" } else { "running again" }
     );
-    Ok(Redirect::to(&format!("/ui/queues?note={}", urlencode(&note))).into_response())
+    Ok(back_with(&form.back("/ui/queues"), &note))
 }
 
 pub async fn pause(
     State(state): State<AppState>,
     Extension(session): Extension<Session>,
     Path(name): Path<String>,
+    RawForm(form): RawForm,
 ) -> Result<Response, UiError> {
-    set_paused(&state, &session, &name, true).await
+    set_paused(&state, &session, &name, true, &Fields::parse(&form)).await
 }
 
 pub async fn resume(
     State(state): State<AppState>,
     Extension(session): Extension<Session>,
     Path(name): Path<String>,
+    RawForm(form): RawForm,
 ) -> Result<Response, UiError> {
-    set_paused(&state, &session, &name, false).await
+    set_paused(&state, &session, &name, false, &Fields::parse(&form)).await
 }

@@ -1,6 +1,139 @@
-// Tenax dashboard: the little the pages need beyond HTML. Forms work without it; the policy
-// designer redraws as one types with it.
+// Tenax dashboard: the little the pages need beyond HTML. Forms work without it; with it, live
+// pages update themselves and the policy designer redraws as one types.
 "use strict";
+
+// Live pages (those whose <main> has data-live) fetch themselves again every few seconds and
+// swap in the parts of their main content that changed: no reload, no flicker, the scroll
+// position kept. Not while the switch in the header says "Paused" (remembered in
+// localStorage), nor while the tab is hidden, nor while the user is in the middle of something
+// on the page: typing in a field, a form changed and not sent (ticked jobs), a menu or a
+// <details> open. The switch's data-state says what it is doing and data-skipped counts the
+// rounds it let pass, for people and for the browser tests.
+(function () {
+  const EVERY_MS = 3000;
+  const KEY = "tenax.live";
+  const main = document.querySelector("main[data-live]");
+  const button = document.getElementById("live");
+  if (!main || !button) return;
+
+  const remembered = () => {
+    try { return localStorage.getItem(KEY) !== "off"; } catch (_) { return true; }
+  };
+  const remember = (on) => {
+    try { localStorage.setItem(KEY, on ? "on" : "off"); } catch (_) { /* private mode: not kept */ }
+  };
+  let on = remembered();
+  let timer = 0;
+  let fetching = false;
+  let skipped = 0;
+
+  const show = (state) => {
+    button.hidden = false;
+    button.dataset.state = state;
+    button.dataset.skipped = String(skipped);
+    button.setAttribute("aria-checked", String(on));
+    button.textContent = on ? "Live" : "Paused";
+    button.title = {
+      live: "Live: this page updates itself every few seconds. Click to pause.",
+      off: "Paused: this page shows what it showed when it loaded. Click to go live.",
+      hidden: "Live, waiting while the tab is hidden.",
+      busy: "Live, waiting while you use the page.",
+      failed: "Live, but the last update failed; trying again.",
+      gone: "What this page shows is gone (deleted or purged): it no longer updates.",
+    }[state];
+  };
+
+  // A field whose value is not the one the page came with.
+  const changed = (field) => {
+    if (field.type === "checkbox" || field.type === "radio") return field.checked !== field.defaultChecked;
+    if (field.tagName === "SELECT") {
+      const first = [...field.options].findIndex((o) => o.defaultSelected);
+      return field.selectedIndex !== Math.max(first, 0);
+    }
+    if (field.type === "hidden" || field.type === "submit" || field.type === "button") return false;
+    return field.value !== field.defaultValue;
+  };
+  const busy = () => {
+    const active = document.activeElement;
+    if (active && main.contains(active) && active.matches("input, textarea, select, [contenteditable]")) return true;
+    if (main.querySelector("details[open], dialog[open]")) return true;
+    return [...main.querySelectorAll("input, textarea, select")].some(changed);
+  };
+
+  // Replaces the children of <main> that differ from the fresh page's, in place.
+  const swap = (fresh) => {
+    const x = window.scrollX;
+    const y = window.scrollY;
+    const old = [...main.children];
+    const now = [...fresh.children];
+    now.forEach((node, i) => {
+      if (i >= old.length) main.appendChild(node);
+      else if (!old[i].isEqualNode(node)) main.replaceChild(node, old[i]);
+    });
+    for (const extra of old.slice(now.length)) extra.remove();
+    window.scrollTo(x, y);
+  };
+
+  const next = (ms) => {
+    clearTimeout(timer);
+    timer = setTimeout(round, ms);
+  };
+  const round = async () => {
+    if (fetching) return; // the fetch under way sets the next round
+    const waiting = !on ? "off" : document.visibilityState === "hidden" ? "hidden" : busy() ? "busy" : null;
+    if (waiting) {
+      skipped += 1;
+      show(waiting);
+      next(EVERY_MS);
+      return;
+    }
+    fetching = true;
+    let still = true;
+    try {
+      const response = await fetch(location.href, { cache: "no-store", credentials: "same-origin" });
+      // What the page shows was deleted: asking again will not bring it back.
+      if (response.status === 404) {
+        show("gone");
+        return;
+      }
+      // Signed out, or the server failed: keep what is shown; the next click says why.
+      if (!response.ok || response.redirected) throw new Error(String(response.status));
+      const page = new DOMParser().parseFromString(await response.text(), "text/html");
+      const fresh = page.querySelector("main");
+      if (!fresh) throw new Error("no main content");
+      // The user started something while the page was on its way: theirs wins.
+      if (on && !busy()) {
+        swap(fresh);
+        document.title = page.title;
+        // A page that stopped changing (a job that finished) is shown once more, then left.
+        still = fresh.hasAttribute("data-live");
+      }
+      show(on ? "live" : "off");
+    } catch (_) {
+      show("failed");
+    } finally {
+      fetching = false;
+    }
+    if (still) {
+      next(EVERY_MS);
+    } else {
+      main.removeAttribute("data-live");
+      button.hidden = true;
+    }
+  };
+
+  button.addEventListener("click", () => {
+    on = !on;
+    remember(on);
+    show(on ? "live" : "off");
+    next(on ? 0 : EVERY_MS);
+  });
+  document.addEventListener("visibilitychange", () => {
+    if (document.visibilityState === "visible" && on) next(0);
+  });
+  show(on ? "live" : "off");
+  next(EVERY_MS);
+})();
 
 (function () {
   const csrf = () => {
