@@ -382,7 +382,7 @@ async fn bad_schedules_are_refused_naming_the_field() {
         (
             json!({"cron": "99 * * * *", "job": {"queue": "q"}}),
             "cron",
-            "not a valid",
+            "field 1 (minute) must be 0-59, or a list, range or step of them, got \"99\"",
         ),
         (
             json!({"cron": "0 0 30 2 *", "job": {"queue": "q"}}),
