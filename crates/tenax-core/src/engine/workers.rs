@@ -206,12 +206,10 @@ impl WorkerBook {
         }
     }
 
-    /// A worker completed or failed `jobs`: their leases are over, whoever held them.
-    pub fn released(&self, name: &str, jobs: &[JobId], now_ms: UnixMs) {
+    /// `jobs` were completed or failed under their current leases: those are over, whoever
+    /// held them.
+    pub fn released(&self, jobs: &[JobId]) {
         let mut book = self.inner.lock();
-        if let Some(worker) = book.workers.get_mut(name) {
-            worker.seen_at_ms = worker.seen_at_ms.max(now_ms);
-        }
         for job in jobs {
             book.held.remove(job);
         }
@@ -324,7 +322,7 @@ mod tests {
                 }
             ]
         );
-        book.released("w1", &[JobId(1)], T0 + 1);
+        book.released(&[JobId(1)]);
         book.heartbeat("w1", JobId(3), T0 + 60_000, T0 + 2);
         let workers = book.workers(T0 + 10_000);
         assert_eq!(workers[0].in_flight(), 2, "job 3's lease was extended");
