@@ -20,11 +20,20 @@ from ._convert import Duration, duration_ms
 from ._errors import LeaseLost, NotFound, NotInFlight
 from ._models import TakenJob
 from ._outcomes import NotRetryable, Retry
+from ._transport import check_worker_name, default_worker_name
 
 H = TypeVar("H")
 P = TypeVar("P")
 
 __all__ = ["WorkerSettings", "WorkerStats"]
+
+
+def worker_name(given: str | None, client_worker: str | None) -> str:
+    """The name a worker gives the server: ``given``, else its client's, else
+    ``<hostname>-<pid>``. A name a header cannot carry is refused (``ValueError``)."""
+    if given is not None:
+        return check_worker_name(given)
+    return client_worker if client_worker is not None else default_worker_name()
 
 
 def _seconds(value: Duration, name: str) -> float:
