@@ -126,7 +126,7 @@ impl ServerStore for PostgresStore {
         let rows = query(&client, &LIST_LIVE, &[])
             .await
             .map_err(fault("listing the servers"))?;
-        Ok(rows
+        let mut servers: Vec<LiveServer> = rows
             .iter()
             .map(|row| {
                 let server: i64 = row.get(0);
@@ -144,7 +144,10 @@ impl ServerStore for PostgresStore {
                     about,
                 }
             })
-            .collect())
+            .collect();
+        // By id as the seam names it (unsigned), not as the column orders it (signed).
+        servers.sort_by_key(|s| s.id);
+        Ok(servers)
     }
 }
 
@@ -216,13 +219,13 @@ statements! {
         "'"
     );
     LEAVE = "DELETE FROM tenax_servers WHERE id = $1";
-    /// The servers seen within [`alive!`], by id: when each was seen (ms, the database's
-    /// clock) and what it says of itself.
+    /// The servers seen within [`alive!`]: when each was seen (ms, the database's clock) and
+    /// what it says of itself.
     LIST_LIVE = concat!(
         "SELECT id, (extract(epoch FROM seen_at) * 1000)::bigint, about FROM tenax_servers
          WHERE seen_at > now() - interval '",
         alive!(),
-        "' ORDER BY id"
+        "'"
     );
     LIVE = concat!(
         "SELECT count(*) FROM tenax_servers WHERE seen_at > now() - interval '",

@@ -2350,62 +2350,46 @@ async fn scoped_tokens_see_the_workers_of_their_queues() {
     const ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
     let server =
         TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", ADMIN])).await;
-    let token = |role: &str, queues: Value| {
-        let body = json!({"name": role, "role": role, "queues": queues});
-        let server = &server;
+    // A request as `token`: its status and its answer.
+    let send = |token: String, method: Method, path: &str, body: Option<Value>| {
+        let mut request = server
+            .http()
+            .request(method, server.url(path))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
         async move {
-            let made: Value = server
-                .http()
-                .post(server.url("/api/tokens"))
-                .bearer_auth(ADMIN)
-                .json(&body)
-                .send()
-                .await
-                .expect("an answer")
-                .json()
-                .await
-                .expect("the token");
-            made["token"].as_str().expect("a token").to_owned()
+            let response = request.send().await.expect("an answer");
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
         }
     };
-    let (reader, scoped) = (
-        token("reader", json!([])).await,
-        token("reader", json!(["a"])).await,
-    );
+    let admin = || ADMIN.to_owned();
+    let mut tokens = Vec::new();
+    for queues in [json!([]), json!(["a"])] {
+        let body = json!({"name": "reader", "role": "reader", "queues": queues});
+        let (status, made) = send(admin(), Method::POST, "/api/tokens", Some(body)).await;
+        assert_eq!(status, 201, "{made}");
+        tokens.push(made["token"].as_str().expect("a token").to_owned());
+    }
+    let (reader, scoped) = (tokens[0].clone(), tokens[1].clone());
     let enqueue = json!({"jobs": [{"queue": "a"}, {"queue": "b"}, {"queue": "b"}]});
-    let answer = server
-        .http()
-        .post(server.url("/api/jobs/batch"))
-        .bearer_auth(ADMIN)
-        .json(&enqueue)
-        .send()
-        .await
-        .expect("an answer");
-    assert_eq!(answer.status(), 201);
+    let (status, _) = send(admin(), Method::POST, "/api/jobs/batch", Some(enqueue)).await;
+    assert_eq!(status, 201);
     for (name, queues) in [("both", json!(["a", "b"])), ("only-b", json!(["b"]))] {
-        let answer = server
-            .http()
-            .post(server.url("/api/take"))
-            .bearer_auth(ADMIN)
-            .json(&json!({"queues": queues, "max": 10, "worker": name}))
-            .send()
-            .await
-            .expect("an answer");
-        assert_eq!(answer.status(), 200);
+        let take = json!({"queues": queues, "max": 10, "worker": name});
+        let (status, _) = send(admin(), Method::POST, "/api/take", Some(take)).await;
+        assert_eq!(status, 200);
     }
     let workers_as = |token: String| {
-        let server = &server;
+        let answer = send(token, Method::GET, "/api/cluster", None);
         async move {
-            let cluster: Value = server
-                .http()
-                .get(server.url("/api/cluster"))
-                .bearer_auth(token)
-                .send()
-                .await
-                .expect("an answer")
-                .json()
-                .await
-                .expect("the cluster");
+            let (status, cluster) = answer.await;
+            assert_eq!(status, 200, "{cluster}");
             let mut workers = cluster["servers"][0]["workers"]
                 .as_array()
                 .expect("workers")
@@ -2435,15 +2419,8 @@ async fn scoped_tokens_see_the_workers_of_their_queues() {
         [(json!("both"), json!(["a"]), json!(1))]
     );
     // The activity is of every queue, for every reading token.
-    let activity = server
-        .http()
-        .get(server.url("/api/activity?minutes=1"))
-        .bearer_auth(scoped)
-        .send()
-        .await
-        .expect("an answer");
-    assert_eq!(activity.status(), 200);
-    let activity: Value = activity.json().await.expect("the activity");
+    let (status, activity) = send(scoped, Method::GET, "/api/activity?minutes=1", None).await;
+    assert_eq!(status, 200);
     assert_eq!(activity["total"]["enqueued"], 3);
 }
 
