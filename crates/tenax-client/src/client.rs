@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::cluster::{Activity, Cluster};
 use crate::error::{Error, Result, chain};
 use crate::model::{
     AttemptList, AttemptPage, CompleteResult, CompleteResults, CreatedToken, DeletedJobs,
@@ -53,6 +54,8 @@ pub struct Client {
     base: Arc<str>,
     /// How long a request may take (a long poll adds its wait).
     timeout: Duration,
+    /// The worker name sent as `X-Tenax-Worker` with every request ([`Client::with_worker`]).
+    worker: Option<HeaderValue>,
 }
 
 impl std::fmt::Debug for Client {
@@ -60,9 +63,13 @@ impl std::fmt::Debug for Client {
         f.debug_struct("Client")
             .field("url", &self.base)
             .field("timeout", &self.timeout)
+            .field("worker", &self.worker)
             .finish_non_exhaustive()
     }
 }
+
+/// The header that names a worker to the server (`GET /api/cluster` lists it by that name).
+pub const WORKER_HEADER: &str = "x-tenax-worker";
 
 /// How a [`Client`] reaches its server.
 #[derive(Clone)]
@@ -208,6 +215,7 @@ impl ClientBuilder {
             http,
             base: Arc::from(url.as_str().trim_end_matches('/')),
             timeout: self.timeout,
+            worker: None,
         })
     }
 }
@@ -253,6 +261,32 @@ impl Client {
         &self.base
     }
 
+    /// This client, sending `name` as `X-Tenax-Worker` with every request, so that the server
+    /// lists its takes, streams and heartbeats under that name (`GET /api/cluster`; without
+    /// one, it is known by its address and User-Agent). A [`Worker`](crate::Worker) does this
+    /// with its [`name`](crate::WorkerBuilder::name). `name`: 1 to 128 visible ASCII characters
+    /// or spaces.
+    pub fn with_worker(&self, name: &str) -> Result<Client> {
+        let chars = name.chars().count();
+        let value = HeaderValue::from_str(name)
+            .ok()
+            .filter(|_| (1..=128).contains(&chars))
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "worker name: must be 1 to 128 visible ASCII characters or spaces, got {name:?}"
+                ))
+            })?;
+        Ok(Client {
+            worker: Some(value),
+            ..self.clone()
+        })
+    }
+
+    /// The worker name this client sends, if any ([`Client::with_worker`]).
+    pub fn worker(&self) -> Option<&str> {
+        self.worker.as_ref().and_then(|v| v.to_str().ok())
+    }
+
     // --- plumbing ---------------------------------------------------------------------------
 
     fn request(
@@ -269,7 +303,11 @@ impl Client {
                 pairs.append_pair(name, value);
             }
         }
-        Ok(self.http.request(method, url))
+        let request = self.http.request(method, url);
+        Ok(match &self.worker {
+            Some(name) => request.header(WORKER_HEADER, name.clone()),
+            None => request,
+        })
     }
 
     fn with_body(
@@ -845,6 +883,25 @@ impl Client {
             .post(&format!("/api/deliveries/{id}/replay"), replay)
             .await?;
         Ok(answer.replayed)
+    }
+
+    // --- the cluster -------------------------------------------------------------------------
+
+    /// Every live server of the cluster with the workers each has seen (`GET /api/cluster`).
+    /// On PostgreSQL every server answers the same, as of the last second; a token scoped to
+    /// some queues sees the workers of those queues only.
+    pub async fn cluster(&self) -> Result<Cluster> {
+        self.get("/api/cluster", &[]).await
+    }
+
+    /// The cluster's activity per minute over the last `minutes` minutes, 1 to 1440 (`None`:
+    /// the server's default, 60), with its sums (`GET /api/activity`).
+    pub async fn activity(&self, minutes: Option<u32>) -> Result<Activity> {
+        let query: Vec<(&str, String)> = minutes
+            .map(|m| ("minutes", m.to_string()))
+            .into_iter()
+            .collect();
+        self.get("/api/activity", &query).await
     }
 
     // --- tokens (admin) ---------------------------------------------------------------------

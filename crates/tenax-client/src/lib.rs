@@ -3,9 +3,11 @@
 //!
 //! - [`Client`]: one method per endpoint of the native HTTP API (enqueue, inspect, take and
 //!   stream, heartbeat, complete, fail with an outcome, dead jobs, queues, schedules, policies,
-//!   webhook subscriptions and deliveries, tokens), typed answers, typed errors ([`Error`]).
+//!   webhook subscriptions and deliveries, tokens, the cluster's servers, workers and
+//!   activity), typed answers, typed errors ([`Error`]).
 //! - [`Worker`]: runs handlers by job type with typed payloads, a concurrency limit, a
-//!   streaming take, heartbeats, batched completions and graceful shutdown.
+//!   streaming take, heartbeats, batched completions and graceful shutdown; it names itself to
+//!   the server (hostname-pid unless told otherwise).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -60,6 +62,7 @@ macro_rules! api_names {
 }
 
 mod client;
+mod cluster;
 mod error;
 mod model;
 mod request;
@@ -69,7 +72,8 @@ mod time;
 mod tls;
 pub mod worker;
 
-pub use client::{Client, ClientBuilder, DEFAULT_URL};
+pub use client::{Client, ClientBuilder, DEFAULT_URL, WORKER_HEADER};
+pub use cluster::{Activity, ActivityCounts, ActivityMinute, Cluster, ServerInfo, WorkerInfo};
 pub use error::{Error, Result};
 pub use model::{
     AttemptPage, AttemptResult, AttemptTrigger, BreakerState, CompleteError, CompleteResult,
@@ -91,5 +95,6 @@ pub use stream::{DEFAULT_IDLE_TIMEOUT, JobStream};
 pub use tls::install_crypto_provider;
 pub use worker::{
     Job, JobError, OutcomeExt, UnknownTypes, Worker, WorkerBuilder, WorkerHandle, WorkerStats,
+    default_name,
     shutdown_signal,
 };

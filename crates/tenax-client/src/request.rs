@@ -175,6 +175,8 @@ pub struct Take {
     lease: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     wait: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worker: Option<String>,
 }
 
 impl Take {
@@ -190,6 +192,7 @@ impl Take {
             max: None,
             lease: None,
             wait: None,
+            worker: None,
         }
     }
 
@@ -210,6 +213,14 @@ impl Take {
     /// Not for streams, which wait as long as they are open.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(duration_ms(wait));
+        self
+    }
+
+    /// The worker's name, 1 to 128 characters, under which the server lists it
+    /// (`GET /api/cluster`); without it, the client's [`with_worker`](crate::Client::with_worker)
+    /// name, else its address and User-Agent.
+    pub fn worker(mut self, name: impl Into<String>) -> Self {
+        self.worker = Some(name.into());
         self
     }
 

@@ -1046,3 +1046,66 @@ async fn jobs_already_in_json_enqueue_as_one_batch() {
         2
     );
 }
+
+/// The cluster (one server here) with its workers, named by a take's `worker`, by the client's
+/// worker name, or by their address and User-Agent; and the activity per minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_lists_named_workers_and_counts_activity() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    for _ in 0..3 {
+        client
+            .enqueue(&NewJob::new("cl", "t"))
+            .await
+            .expect("enqueued");
+    }
+    let taken = client
+        .take(&Take::queue("cl").worker("by-take"))
+        .await
+        .expect("taken");
+    client.complete(&taken[0]).await.expect("completed");
+    let named = client.with_worker("by-client").expect("a name");
+    assert_eq!(named.worker(), Some("by-client"));
+    named.take(&Take::queue("cl")).await.expect("taken");
+    client.take(&Take::queue("cl")).await.expect("taken");
+
+    let cluster = client.cluster().await.expect("the cluster");
+    assert_eq!(cluster.servers.len(), 1);
+    let this = cluster.this().expect("the server answering");
+    assert_eq!(this.version.as_deref(), Some(env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        this.address.as_deref(),
+        Some(server.address.to_string().as_str())
+    );
+    let mut workers: Vec<(String, Vec<String>, u64)> = cluster
+        .workers()
+        .map(|w| (w.name.clone(), w.queues.clone(), w.in_flight))
+        .collect();
+    workers.sort();
+    let agent = format!("127.0.0.1 tenax-client/{}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        workers,
+        [
+            (agent, vec!["cl".to_owned()], 1),
+            ("by-client".to_owned(), vec!["cl".to_owned()], 1),
+            ("by-take".to_owned(), vec!["cl".to_owned()], 0),
+        ]
+    );
+
+    let activity = client.activity(Some(5)).await.expect("the activity");
+    assert_eq!(activity.minutes.len(), 5);
+    assert_eq!((activity.total.enqueued, activity.total.completed), (3, 1));
+    assert_eq!(
+        client
+            .activity(None)
+            .await
+            .expect("the activity")
+            .minutes
+            .len(),
+        60
+    );
+    let error = client.activity(Some(0)).await.expect_err("refused");
+    assert_eq!(error.field(), Some("minutes"), "{error}");
+    assert!(client.with_worker("").is_err());
+    assert!(client.with_worker("bad\nname").is_err());
+}

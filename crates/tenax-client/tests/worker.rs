@@ -701,3 +701,86 @@ fn bad_settings_are_refused_when_the_worker_is_built() {
         .starts_with("heartbeat_every:")
     );
 }
+
+/// A worker names itself to the server: `<hostname>-<pid>` by default, or the name it is
+/// given; the cluster lists it under that name, streaming, with the job it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_is_listed_by_its_name() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let release = Arc::new(tokio::sync::Notify::new());
+    let build = |name: Option<&str>, queue: &str| {
+        let (started, release) = (started.clone(), release.clone());
+        let builder = Worker::builder(client.clone()).queue(queue).handler(
+            "hold",
+            move |_: Job<serde_json::Value>| {
+                let (started, release) = (started.clone(), release.clone());
+                async move {
+                    started.notify_one();
+                    release.notified().await;
+                    Ok::<_, JobError>(())
+                }
+            },
+        );
+        match name {
+            Some(name) => builder.name(name),
+            None => builder,
+        }
+        .build()
+        .expect("a worker")
+    };
+    let default = build(None, "named-a");
+    let custom = build(Some("billing worker 7"), "named-b");
+    let handles = [default.handle(), custom.handle()];
+    let running = [tokio::spawn(default.run()), tokio::spawn(custom.run())];
+    client
+        .enqueue(&NewJob::new("named-b", "hold"))
+        .await
+        .expect("enqueued");
+    started.notified().await;
+
+    let expected_default = tenax_client::default_name();
+    assert!(
+        expected_default.ends_with(&format!("-{}", std::process::id())),
+        "{expected_default}"
+    );
+    let listed = eventually("both workers listed, streaming", || {
+        let client = client.clone();
+        async move {
+            let cluster = client.cluster().await.ok()?;
+            let mut workers: Vec<(String, Vec<String>, u64, bool)> = cluster
+                .workers()
+                .map(|w| (w.name.clone(), w.queues.clone(), w.in_flight, w.streaming))
+                .collect();
+            workers.sort();
+            (workers.len() == 2 && workers.iter().any(|w| w.2 == 1)).then_some(workers)
+        }
+    })
+    .await;
+    let mut expected = vec![
+        (
+            "billing worker 7".to_owned(),
+            vec!["named-b".to_owned()],
+            1,
+            true,
+        ),
+        (expected_default, vec!["named-a".to_owned()], 0, true),
+    ];
+    expected.sort();
+    assert_eq!(listed, expected);
+    release.notify_one();
+    for handle in &handles {
+        handle.shutdown();
+    }
+    for task in running {
+        joined(task).await.expect("a clean stop");
+    }
+    let refused = Worker::builder(client.clone())
+        .queue("q")
+        .name("")
+        .fallback(|_: Job<serde_json::Value>| async { Ok::<_, JobError>(()) })
+        .build()
+        .expect_err("an empty name");
+    assert!(refused.to_string().contains("worker name"), "{refused}");
+}

@@ -11,7 +11,9 @@
 //! the write-ahead log (`wal`), and the redb file follows, many commits at a time
 //! (`unapplied`), settled before any read of it. Leases and claims live in memory only: a
 //! restart returns every in-flight job to ready (at least once), which is what
-//! [`StoreProperties::durable_leases`] `false` declares. One process uses the store
+//! [`StoreProperties::durable_leases`] `false` declares. So does the activity per minute, which
+//! counts what the one server did from its start ([`StoreProperties::durable_activity`]
+//! `false`). One process uses the store
 //! ([`StoreProperties::shared`] `false`), so leadership is always granted and the signals wake
 //! that process.
 //!
@@ -23,6 +25,7 @@
 //! is `tenax repair`. The storage itself can be a [`disk::SimulatedDisk`], for tests of the
 //! disk contract.
 
+mod activity;
 mod claims;
 mod curation;
 pub mod disk;
@@ -39,6 +42,7 @@ mod recover;
 pub mod repair;
 mod schedules;
 mod sealing;
+mod servers;
 mod sorted;
 mod subscriptions;
 mod tables;
@@ -59,6 +63,7 @@ use parking_lot::Mutex;
 use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable};
 use tenax_core::auth::TokenRecord;
 use tenax_core::clock::UnixMs;
+use tenax_core::model::activity::MinuteRing;
 use tenax_core::model::{
     ClaimId, EndpointState, JobId, JobState, QueueConfig, Schedule, StoredPolicy, Subscription,
     SubscriptionId,
@@ -124,6 +129,10 @@ pub struct EmbeddedStore {
     signals: Arc<Signals>,
     /// Seal the subscriptions' secrets on their way to disk (memory holds them opened).
     keys: Arc<Keyring>,
+    /// The activity per minute, in memory: one server counts it, from its start (`activity`).
+    activity: Mutex<MinuteRing>,
+    /// The one server using the store (`servers`).
+    server: servers::ThisServer,
 }
 
 #[derive(Debug, Default)]
@@ -273,6 +282,8 @@ impl EmbeddedStore {
             writer,
             signals,
             keys,
+            activity: Mutex::default(),
+            server: servers::ThisServer::new(),
         })
     }
 
@@ -353,6 +364,7 @@ impl StoreLifecycle for EmbeddedStore {
             durable_leases: false,
             shared: false,
             cached_facts: false,
+            durable_activity: false,
         }
     }
 

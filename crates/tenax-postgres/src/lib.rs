@@ -10,6 +10,7 @@
 //! The schema and why it is shaped so: `migrations/`, and `docs/postgres.md`. One file per
 //! family of the seam, as in the embedded store.
 
+mod activity;
 mod claims;
 mod clock;
 mod combiner;
@@ -136,6 +137,8 @@ pub struct PostgresStore {
     /// This server's row in `tenax_servers`, and how many servers were seen alive last.
     server: i64,
     servers: Arc<AtomicUsize>,
+    /// How this server describes itself, written with its row ([`servers::beat`]).
+    describing: servers::Describing,
     beating: tokio::task::JoinHandle<()>,
     /// Samples the database's clock, when this server decides by it.
     sampling: Option<tokio::task::JoinHandle<()>>,
@@ -347,7 +350,13 @@ impl PostgresStore {
         let signals = wakeups.shared_signals();
         let server = rows::id(rand::random::<u64>());
         let servers = Arc::new(AtomicUsize::new(1));
-        let beating = tokio::spawn(servers::beat(pool.clone(), server, servers.clone()));
+        let describing = servers::Describing::default();
+        let beating = tokio::spawn(servers::beat(
+            pool.clone(),
+            server,
+            servers.clone(),
+            describing.clone(),
+        ));
         let sampling = clock
             .database_time()
             .map(|time| tokio::spawn(clock::follow(pool.clone(), time.clone())));
@@ -362,6 +371,7 @@ impl PostgresStore {
             leader: Mutex::new(None),
             server,
             servers,
+            describing,
             beating,
             sampling,
             keys: options.secrets.clone(),
@@ -388,6 +398,7 @@ impl StoreLifecycle for PostgresStore {
             durable_leases: true,
             shared: true,
             cached_facts: true,
+            durable_activity: true,
         }
     }
 

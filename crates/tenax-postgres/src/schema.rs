@@ -19,6 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_limits_and_schedules.sql"),
     include_str!("migrations/0007_endpoints.sql"),
     include_str!("migrations/0008_secrets.sql"),
+    include_str!("migrations/0009_cluster.sql"),
 ];
 
 /// The schema version this binary writes and reads.

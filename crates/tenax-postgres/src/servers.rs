@@ -1,16 +1,44 @@
-//! The servers sharing the database: each writes its row every [`BEAT`]; those seen within
+//! The servers sharing the database: each writes its row every [`BEAT`], with what it says of
+//! itself (`about`: its version, start, address, lead and workers, as JSON); those seen within
 //! [`alive!`] are counted, so that a limit set for the whole cluster can be shared among them
-//! (see [`tenax_core::store::StoreLifecycle::servers`]). Rows of servers gone a minute are removed
-//! by whichever server sees them.
+//! (see [`tenax_core::store::StoreLifecycle::servers`]), and listed with what they said
+//! ([`ServerStore`]). Rows of servers gone a minute are removed by whichever server sees them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::Pool;
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use tenax_core::clock::UnixMs;
+use tenax_core::model::{LiveServer, ServerAbout};
+use tenax_core::store::{DescribeServer, ServerStore, StoreError, to_json_bytes};
+
 use super::filter::Query;
+use super::rows::{unid, untime};
 use super::statements::{Text, prefixes, statements};
 use super::transitions::{execute, query};
+use super::{Pool, PostgresStore, fault};
+
+/// How this server describes itself, once the engine has said ([`ServerStore::describe_server`]).
+#[derive(Clone, Default)]
+pub struct Describing(Arc<Mutex<Option<DescribeServer>>>);
+
+impl Describing {
+    /// What this server says of itself now, as its row holds it (JSON); `None` until the engine
+    /// has said how. Asked without the lock held: describing takes locks of its own.
+    fn text(&self) -> Option<String> {
+        let describe = self.0.lock().clone();
+        describe.map(|describe| String::from_utf8(to_json_bytes(&describe())).unwrap_or_default())
+    }
+}
+
+impl std::fmt::Debug for Describing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let given = self.0.lock().is_some();
+        f.debug_struct("Describing").field("given", &given).finish()
+    }
+}
 
 /// How often a server writes its row.
 pub const BEAT: Duration = Duration::from_secs(1);
@@ -39,13 +67,14 @@ macro_rules! lead_session_id_at {
 }
 const _: () = assert!(lead_session!().len() + 1 == 12);
 
-/// Writes this server's row and counts the live servers into `count`, every [`BEAT`].
-pub async fn beat(pool: Pool, server: i64, count: Arc<AtomicUsize>) {
+/// Writes this server's row, with what it says of itself, and counts the live servers into
+/// `count`, every [`BEAT`].
+pub async fn beat(pool: Pool, server: i64, count: Arc<AtomicUsize>, describing: Describing) {
     let mut ticks = tokio::time::interval(BEAT);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        match once(&pool, server).await {
+        match once(&pool, server, describing.text().as_deref()).await {
             Ok(live) => count.store(live.max(1), Ordering::Relaxed),
             Err(error) => {
                 tracing::debug!(%error, "counting the servers failed; keeping the last count");
@@ -54,9 +83,9 @@ pub async fn beat(pool: Pool, server: i64, count: Arc<AtomicUsize>) {
     }
 }
 
-async fn once(pool: &Pool, server: i64) -> Result<usize, String> {
+async fn once(pool: &Pool, server: i64, about: Option<&str>) -> Result<usize, String> {
     let client = pool.get().await.map_err(|e| e.to_string())?;
-    execute(&client, &SEEN, &[&server])
+    execute(&client, &SEEN, &[&server, &about])
         .await
         .map_err(|e| super::fault("writing this server's row")(e).to_string())?;
     let rows = query(&client, &COUNT_LIVE, &[])
@@ -82,6 +111,44 @@ pub async fn live(client: &tokio_postgres::Client) -> Result<usize, tenax_core::
         .await
         .map_err(super::fault("counting the servers"))?;
     Ok(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0))
+}
+
+#[async_trait]
+impl ServerStore for PostgresStore {
+    fn describe_server(&self, describe: DescribeServer) {
+        *self.describing.0.lock() = Some(describe);
+    }
+
+    /// A row whose `about` does not read (written by a later version in a shape this one does
+    /// not know) is listed without it, rather than failing the list.
+    async fn live_servers(&self, _now_ms: UnixMs) -> Result<Vec<LiveServer>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(&client, &LIST_LIVE, &[])
+            .await
+            .map_err(fault("listing the servers"))?;
+        let mut servers: Vec<LiveServer> = rows
+            .iter()
+            .map(|row| {
+                let server: i64 = row.get(0);
+                let about = row.get::<_, Option<&str>>(2).and_then(|text| {
+                    serde_json::from_str::<ServerAbout>(text)
+                        .map_err(|error| {
+                            tracing::debug!(server, %error, "a server's row says what this one cannot read");
+                        })
+                        .ok()
+                });
+                LiveServer {
+                    id: unid(server),
+                    this: server == self.server,
+                    seen_at_ms: untime(row.get(1)),
+                    about,
+                }
+            })
+            .collect();
+        // By id as the seam names it (unsigned), not as the column orders it (signed).
+        servers.sort_by_key(|s| s.id);
+        Ok(servers)
+    }
 }
 
 /// Names the lead's session after `server` (see [`unseat_silent_leader`]).
@@ -139,8 +206,9 @@ prefixes! {
 }
 
 statements! {
-    SEEN = "INSERT INTO tenax_servers (id, seen_at) VALUES ($1, now())
-         ON CONFLICT (id) DO UPDATE SET seen_at = now()";
+    /// Writes this server's row (`$1`) and what it says of itself (`$2`, JSON).
+    SEEN = "INSERT INTO tenax_servers (id, seen_at, about) VALUES ($1, now(), $2)
+         ON CONFLICT (id) DO UPDATE SET seen_at = now(), about = EXCLUDED.about";
     /// Forgets servers gone a minute, and counts those seen within [`alive!`].
     COUNT_LIVE = concat!(
         "WITH gone AS (
@@ -151,6 +219,14 @@ statements! {
         "'"
     );
     LEAVE = "DELETE FROM tenax_servers WHERE id = $1";
+    /// The servers seen within [`alive!`]: when each was seen (ms, the database's clock) and
+    /// what it says of itself.
+    LIST_LIVE = concat!(
+        "SELECT id, (extract(epoch FROM seen_at) * 1000)::bigint, about FROM tenax_servers
+         WHERE seen_at > now() - interval '",
+        alive!(),
+        "'"
+    );
     LIVE = concat!(
         "SELECT count(*) FROM tenax_servers WHERE seen_at > now() - interval '",
         alive!(),

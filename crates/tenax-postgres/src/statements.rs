@@ -138,6 +138,7 @@ fn short(name: &str) -> &str {
 pub fn all() -> Vec<(String, String)> {
     let declared = [
         super::statements(),
+        activity::statements(),
         claims::statements(),
         clock::statements(),
         connect::statements(),
@@ -208,6 +209,7 @@ pub fn all_prefixes() -> Vec<(String, usize)> {
 
 use super::filter::Query;
 use super::{
-    claims, clock, connect, curation, endpoints, facts, inserts, leases, limits, queues, reads,
-    schedules, schema, sealing, servers, subscriptions, tokens, transitions, upkeep, wakeups,
+    activity, claims, clock, connect, curation, endpoints, facts, inserts, leases, limits, queues,
+    reads, schedules, schema, sealing, servers, subscriptions, tokens, transitions, upkeep,
+    wakeups,
 };

@@ -108,6 +108,8 @@ pub async fn run_with_signals(
         }),
     };
     let address = listener.local_addr().unwrap_or(config.listen);
+    // What this server says of itself to the others (`GET /api/cluster`).
+    engine.identify(env!("CARGO_PKG_VERSION"), Some(address.to_string()));
     let metrics_serving = match config.metrics_listen {
         Some(at) => {
             let metrics_listener = TcpListener::bind(at)

@@ -2227,3 +2227,351 @@ async fn a_job_shows_every_error_its_state_counts() {
     assert_eq!(job["failures"], json!(FAILURES), "{job}");
     assert_eq!(job["errors"].as_array().unwrap().len() as u64, FAILURES);
 }
+
+// --- the cluster: its servers, their workers, its activity -----------------------------------
+
+/// `POST path` with `body`, `X-Tenax-Worker: header` and `User-Agent: agent` when given; the
+/// status and the JSON answer.
+async fn post_as(
+    server: &TestServer,
+    path: &str,
+    body: Value,
+    header: Option<&str>,
+    agent: Option<&str>,
+) -> (u16, Value) {
+    let mut request = server.http().post(server.url(path)).json(&body);
+    if let Some(name) = header {
+        request = request.header("X-Tenax-Worker", name);
+    }
+    if let Some(agent) = agent {
+        request = request.header(reqwest::header::USER_AGENT, agent);
+    }
+    let response = request.send().await.expect("an answer");
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// The workers `GET /api/cluster` lists (of every server), by name, once `ready` holds of
+/// them; the cluster's answer is read again until it does, for at most ten seconds.
+async fn workers_once(server: &TestServer, ready: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = Instant::now() + secs(10);
+    loop {
+        let cluster = server.get("/api/cluster").await;
+        let mut workers: Vec<Value> = cluster["servers"]
+            .as_array()
+            .expect("servers")
+            .iter()
+            .flat_map(|s| s["workers"].as_array().cloned().unwrap_or_default())
+            .collect();
+        workers.sort_by_key(|w| w["name"].as_str().unwrap_or_default().to_owned());
+        if ready(&workers) {
+            return workers;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the workers never became right: {workers:?}"
+        );
+        tokio::time::sleep(millis(20)).await;
+    }
+}
+
+fn worker<'a>(workers: &'a [Value], name: &str) -> &'a Value {
+    workers
+        .iter()
+        .find(|w| w["name"] == name)
+        .unwrap_or_else(|| panic!("no worker {name} in {workers:?}"))
+}
+
+/// The cluster of one server: itself, its version and address, whether it leads; it says so
+/// at once, and leads once its maintenance has asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_is_this_server_with_its_version_and_address() {
+    let server = TestServer::manual().await;
+    let deadline = Instant::now() + secs(10);
+    let listed = loop {
+        let cluster = server.get("/api/cluster").await;
+        let servers = cluster["servers"].as_array().expect("servers").clone();
+        if servers.len() == 1 && servers[0]["leads"] == true {
+            break servers[0].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never one leading server: {cluster}"
+        );
+        tokio::time::sleep(millis(20)).await;
+    };
+    assert_eq!(listed["this"], true);
+    assert_eq!(listed["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(
+        listed["address"].as_str(),
+        server.base.strip_prefix("http://")
+    );
+    let id = listed["id"].as_str().expect("an id");
+    assert!(
+        id.len() == 16 && id.chars().all(|c| c.is_ascii_hexdigit()),
+        "{id}"
+    );
+    assert_eq!(ms(&listed["started_at"]), T0, "by the server's clock");
+    assert!(listed["seen_at"].is_string());
+    assert_eq!(listed["workers"], json!([]));
+}
+
+/// A worker is named by the take's `worker`, else by `X-Tenax-Worker`, else by its address and
+/// User-Agent; listed with the queues it took from and the jobs it holds until it completes or
+/// fails them; a heartbeat names a worker too; a stream's worker is streaming while it is open.
+/// Names that break the rule are refused, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_are_named_and_listed_with_their_queues_and_jobs() {
+    let server = TestServer::manual().await;
+    server.enqueue_batch(vec![job("a"); 6]).await;
+    let take = |n: usize| json!({"queues": ["a", "b"], "max": n});
+
+    let mut body = take(2);
+    body["worker"] = json!("from-body");
+    let (status, held) = post_as(
+        &server,
+        "/api/take",
+        body.clone(),
+        Some("from-header"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{held}");
+    let (status, _) = post_as(&server, "/api/take", take(1), Some("from-header"), None).await;
+    assert_eq!(status, 200);
+    let (status, _) = post_as(&server, "/api/take", take(1), None, Some("test-agent/1.0")).await;
+    assert_eq!(status, 200);
+    let workers = workers_once(&server, |w| w.len() == 3).await;
+    let by_body = worker(&workers, "from-body");
+    assert_eq!(by_body["queues"], json!(["a", "b"]));
+    assert_eq!(by_body["in_flight"], 2);
+    assert_eq!(by_body["streaming"], false);
+    assert_eq!(ms(&by_body["seen_at"]), T0);
+    assert_eq!(worker(&workers, "from-header")["in_flight"], 1);
+    assert_eq!(worker(&workers, "127.0.0.1 test-agent/1.0")["in_flight"], 1);
+
+    // Completing and failing end the holds; a heartbeat names the worker that sends it.
+    let held: Vec<common::Taken> = held["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .cloned()
+        .map(common::Taken::from_json)
+        .collect();
+    server.complete(&held[0]).await;
+    let (status, _) = post_as(
+        &server,
+        &format!("/api/jobs/{}/heartbeat", held[1].id),
+        json!({"lease_token": held[1].lease_token}),
+        Some("beating"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let workers = workers_once(&server, |w| w.len() == 4).await;
+    assert_eq!(worker(&workers, "from-body")["in_flight"], 1);
+    assert_eq!(worker(&workers, "beating")["queues"], json!([]));
+    server
+        .fail(&held[1], "boom", json!({"retry_in": "1h"}))
+        .await;
+    let workers = workers_once(&server, |w| w.len() == 4).await;
+    assert_eq!(worker(&workers, "from-body")["in_flight"], 0);
+
+    // A stream's worker streams while it is open.
+    let mut stream = server
+        .stream(json!({"queues": ["a"], "max": 2, "worker": "streamer"}))
+        .await;
+    stream.next_n(2).await;
+    let workers = workers_once(&server, |w| w.len() == 5).await;
+    let streamer = worker(&workers, "streamer");
+    assert_eq!(
+        (
+            &streamer["streaming"],
+            &streamer["streams"],
+            &streamer["in_flight"]
+        ),
+        (&json!(true), &json!(1), &json!(2))
+    );
+    drop(stream);
+    workers_once(&server, |w| {
+        w.iter()
+            .any(|w| w["name"] == "streamer" && w["streaming"] == false && w["in_flight"] == 0)
+    })
+    .await;
+
+    // Silent for five minutes, they are forgotten.
+    server.advance(secs(5 * 60 + 1));
+    workers_once(&server, <[Value]>::is_empty).await;
+
+    // Names that break the rule.
+    let mut bad = take(1);
+    bad["worker"] = json!("");
+    let message = server.invalid("/api/take", bad.clone(), "worker").await;
+    assert!(message.contains("1 to 128"), "{message}");
+    bad["worker"] = json!("a\tb");
+    server.invalid("/api/take/stream", bad, "worker").await;
+    let long = "w".repeat(129);
+    let (status, refused) = post_as(&server, "/api/take", take(1), Some(&long), None).await;
+    assert_eq!(status, 400);
+    assert_eq!(refused["error"]["field"], "X-Tenax-Worker", "{refused}");
+}
+
+/// A reader sees every worker; a token scoped to some queues sees only the workers of its
+/// queues, with only those queues and their jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scoped_tokens_see_the_workers_of_their_queues() {
+    const ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
+    let server =
+        TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", ADMIN])).await;
+    // A request as `token`: its status and its answer.
+    let send = |token: String, method: Method, path: &str, body: Option<Value>| {
+        let mut request = server
+            .http()
+            .request(method, server.url(path))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        async move {
+            let response = request.send().await.expect("an answer");
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        }
+    };
+    let admin = || ADMIN.to_owned();
+    let mut tokens = Vec::new();
+    for queues in [json!([]), json!(["a"])] {
+        let body = json!({"name": "reader", "role": "reader", "queues": queues});
+        let (status, made) = send(admin(), Method::POST, "/api/tokens", Some(body)).await;
+        assert_eq!(status, 201, "{made}");
+        tokens.push(made["token"].as_str().expect("a token").to_owned());
+    }
+    let (reader, scoped) = (tokens[0].clone(), tokens[1].clone());
+    let enqueue = json!({"jobs": [{"queue": "a"}, {"queue": "b"}, {"queue": "b"}]});
+    let (status, _) = send(admin(), Method::POST, "/api/jobs/batch", Some(enqueue)).await;
+    assert_eq!(status, 201);
+    for (name, queues) in [("both", json!(["a", "b"])), ("only-b", json!(["b"]))] {
+        let take = json!({"queues": queues, "max": 10, "worker": name});
+        let (status, _) = send(admin(), Method::POST, "/api/take", Some(take)).await;
+        assert_eq!(status, 200);
+    }
+    let workers_as = |token: String| {
+        let answer = send(token, Method::GET, "/api/cluster", None);
+        async move {
+            let (status, cluster) = answer.await;
+            assert_eq!(status, 200, "{cluster}");
+            let mut workers = cluster["servers"][0]["workers"]
+                .as_array()
+                .expect("workers")
+                .clone();
+            workers.sort_by_key(|w| w["name"].as_str().unwrap_or_default().to_owned());
+            workers
+                .iter()
+                .map(|w| {
+                    (
+                        w["name"].clone(),
+                        w["queues"].clone(),
+                        w["in_flight"].clone(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        workers_as(reader).await,
+        [
+            (json!("both"), json!(["a", "b"]), json!(3)),
+            (json!("only-b"), json!(["b"]), json!(0))
+        ]
+    );
+    assert_eq!(
+        workers_as(scoped.clone()).await,
+        [(json!("both"), json!(["a"]), json!(1))]
+    );
+    // The activity is of every queue, for every reading token.
+    let (status, activity) = send(scoped, Method::GET, "/api/activity?minutes=1", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(activity["total"]["enqueued"], 3);
+}
+
+/// The activity per minute: every minute of the window, oldest first, with what happened in
+/// it, and the sums; `minutes` from 1 to a day, 60 by default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activity_is_counted_per_minute() {
+    let server = TestServer::manual().await;
+    let empty = server.get("/api/activity").await;
+    let minutes = empty["minutes"].as_array().expect("minutes");
+    assert_eq!(minutes.len(), 60);
+    let last = ms(&minutes[59]["at"]);
+    assert_eq!(last, T0 / MINUTE * MINUTE, "the current minute last");
+    assert_eq!(ms(&minutes[0]["at"]), last - 59 * MINUTE);
+    let zeros = json!({"enqueued": 0, "completed": 0, "failed": 0, "dead": 0,
+                       "delivered": 0, "delivery_failed": 0});
+    assert_eq!(empty["total"], zeros);
+    assert_eq!(
+        minutes[0],
+        json!({"at": minutes[0]["at"], "enqueued": 0, "completed": 0, "failed": 0, "dead": 0,
+               "delivered": 0, "delivery_failed": 0})
+    );
+
+    server.enqueue_batch(vec![job("q"); 3]).await;
+    let taken = server
+        .take_with(json!({"queues": ["q"], "max": 3, "lease": "1h"}))
+        .await;
+    server.complete(&taken[0]).await;
+    server.fail(&taken[1], "later", json!({})).await;
+    server.advance(secs(60));
+    server
+        .fail(&taken[2], "never", json!({"retryable": false}))
+        .await;
+    let activity = server.get("/api/activity?minutes=2").await;
+    let minutes = activity["minutes"].as_array().expect("minutes");
+    assert_eq!(minutes.len(), 2);
+    assert_eq!(
+        (
+            &minutes[0]["enqueued"],
+            &minutes[0]["completed"],
+            &minutes[0]["failed"]
+        ),
+        (&json!(3), &json!(1), &json!(1))
+    );
+    assert_eq!(
+        (&minutes[1]["failed"], &minutes[1]["dead"]),
+        (&json!(1), &json!(1))
+    );
+    assert_eq!(
+        activity["total"],
+        json!({"enqueued": 3, "completed": 1, "failed": 2, "dead": 1,
+               "delivered": 0, "delivery_failed": 0})
+    );
+    assert_eq!(
+        server.get("/api/activity?minutes=1440").await["minutes"]
+            .as_array()
+            .map(Vec::len),
+        Some(1440)
+    );
+    assert_eq!(
+        server.get("/api/activity?minutes=1").await["total"]["dead"],
+        1
+    );
+
+    for bad in ["0", "1441", "an+hour", "-1"] {
+        let error = server
+            .error(
+                Method::GET,
+                &format!("/api/activity?minutes={bad}"),
+                None,
+                400,
+            )
+            .await;
+        assert_eq!(error.field.as_deref(), Some("minutes"), "{bad}: {error:?}");
+        assert!(error.message.contains("1 to 1440"), "{bad}: {error:?}");
+    }
+    let error = server
+        .error(Method::GET, "/api/activity?hours=1", None, 400)
+        .await;
+    assert_eq!(error.field.as_deref(), Some("query"), "{error:?}");
+}

@@ -6,7 +6,8 @@
 //! hold (a subscription's concurrency, a queue's concurrency and rate), a subscription made on
 //! one server applies at once to enqueues on another, an endpoint's pause holds on every
 //! server, a schedule ticks once per tick whichever server leads (the leader killed included),
-//! and a primary demoted to a read-only standby is left for a writable one.
+//! a primary demoted to a read-only standby is left for a writable one, and every node shows
+//! the whole cluster (its servers, their workers, its activity).
 //!
 //! Restarting PostgreSQL breaks every connection to the test server, so the cases of this
 //! binary take turns ([`TURN`]).
@@ -1018,4 +1019,135 @@ async fn a_schedule_ticks_once_per_tick_across_the_cluster() {
         "{schedule}"
     );
     assert_eq!(schedule["counts"]["missed"], 0, "{schedule}");
+}
+
+/// How long the cluster's figures may take to reach another server: its activity counts are
+/// added every 2 s and its row written every second (docs/postgres.md), with room for a busy
+/// machine.
+const SHARED_WITHIN: Duration = Duration::from_secs(15);
+
+/// `GET path` on `node` until `ready` holds of the answer; fails after [`SHARED_WITHIN`].
+async fn until(node: &Node, path: &str, ready: impl Fn(&Value) -> bool) -> Value {
+    let started = Instant::now();
+    loop {
+        let answer = node.must_get(path, 200).await;
+        if ready(&answer) {
+            return answer;
+        }
+        assert!(
+            started.elapsed() < SHARED_WITHIN,
+            "GET {path} never became as expected: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The servers of `cluster`, as (id, this, version) each.
+fn servers_of(cluster: &Value) -> Vec<(String, bool, String)> {
+    cluster["servers"]
+        .as_array()
+        .expect("servers")
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().expect("an id").to_owned(),
+                s["this"].as_bool().expect("this"),
+                s["version"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Every node shows the cluster's figures: both nodes list both servers with their versions,
+/// one of them leading; jobs enqueued and completed on A are counted in B's activity; and a
+/// worker taking on A is listed by B, with its name, its queues and its jobs in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_node_shows_the_whole_cluster() {
+    let _turn = TURN.lock().await;
+    let Some(url) = database().await else { return };
+    let a = Node::start(&url, &[], &[]).await;
+    let b = Node::start(&url, &[], &[]).await;
+
+    // Two servers, one leading, each having said what it is (a server's first row, written as
+    // its store opens, says nothing yet).
+    let two_servers = |cluster: &Value| {
+        let servers = cluster["servers"].as_array().cloned().unwrap_or_default();
+        let leaders = servers.iter().filter(|s| s["leads"] == true).count();
+        servers.len() == 2 && leaders == 1 && servers.iter().all(|s| s["version"].is_string())
+    };
+    let from_a = until(&a, "/api/cluster", two_servers).await;
+    let from_b = until(&b, "/api/cluster", two_servers).await;
+    let (seen_by_a, seen_by_b) = (servers_of(&from_a), servers_of(&from_b));
+    let version = env!("CARGO_PKG_VERSION").to_owned();
+    for seen in [&seen_by_a, &seen_by_b] {
+        assert!(seen.iter().all(|(_, _, v)| *v == version), "{seen:?}");
+        assert_eq!(
+            seen.iter().filter(|(_, this, _)| *this).count(),
+            1,
+            "{seen:?}"
+        );
+    }
+    let ids =
+        |seen: &[(String, bool, String)]| seen.iter().map(|s| s.0.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&seen_by_a), ids(&seen_by_b), "the same servers, by id");
+    let a_id = seen_by_a.iter().find(|s| s.1).expect("A itself").0.clone();
+    let b_id = seen_by_b.iter().find(|s| s.1).expect("B itself").0.clone();
+    assert_ne!(a_id, b_id);
+    let addresses: BTreeSet<String> = from_b["servers"]
+        .as_array()
+        .expect("servers")
+        .iter()
+        .map(|s| s["address"].as_str().expect("an address").to_owned())
+        .collect();
+    let expected: BTreeSet<String> = [&a, &b]
+        .iter()
+        .map(|n| n.url("").trim_start_matches("http://").to_owned())
+        .collect();
+    assert_eq!(addresses, expected);
+
+    // Work on A.
+    let jobs: Vec<Value> = (0..5).map(|_| json!({"queue": "seen"})).collect();
+    a.must_post("/api/jobs/batch", json!({"jobs": jobs}), 201)
+        .await;
+    let taken = a
+        .take(
+            json!({"queues": ["seen", "other"], "max": 3, "lease": "5m", "worker": "worker-on-a"}),
+        )
+        .await;
+    assert_eq!(taken.len(), 3);
+    for lease in &taken[..2] {
+        assert_eq!(a.complete(*lease).await, 200);
+    }
+
+    // B counts it.
+    let activity = until(&b, "/api/activity?minutes=60", |activity| {
+        activity["total"]["enqueued"] == 5 && activity["total"]["completed"] == 2
+    })
+    .await;
+    assert_eq!(activity["minutes"].as_array().map(Vec::len), Some(60));
+
+    // B lists A's worker, under A.
+    let cluster = until(&b, "/api/cluster", |cluster| {
+        cluster["servers"].as_array().is_some_and(|servers| {
+            servers.iter().any(|s| {
+                s["id"] == a_id.as_str()
+                    && s["workers"]
+                        .as_array()
+                        .is_some_and(|w| w.iter().any(|w| w["in_flight"] == 1))
+            })
+        })
+    })
+    .await;
+    let on_a = cluster["servers"]
+        .as_array()
+        .expect("servers")
+        .iter()
+        .find(|s| s["id"] == a_id.as_str())
+        .expect("A");
+    assert_eq!(on_a["this"], false);
+    let worker = &on_a["workers"][0];
+    assert_eq!(worker["name"], "worker-on-a");
+    assert_eq!(worker["queues"], json!(["other", "seen"]));
+    assert_eq!(worker["in_flight"], 1);
+    assert_eq!(worker["streaming"], false);
 }

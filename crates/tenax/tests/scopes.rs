@@ -89,9 +89,10 @@ fn case(method: &str, route: &str, p: &Project) -> Option<Case> {
         ("GET", "/api/dead") => names(format!("/api/dead?queue={}", enc(&p.dying())), None),
         ("POST", "/api/dead/replay") => names(route.into(), Some(json!({"ids": [p.dead]}))),
         ("POST", "/api/dead/delete") => names(route.into(), Some(json!({"queue": p.dying()}))),
-        ("GET", "/api/stats" | "/api/queues" | "/api/subscriptions" | "/api/schedules") => {
-            Case::Lists(route.into())
-        }
+        ("GET", "/api/stats" | "/api/queues" | "/api/subscriptions" | "/api/schedules")
+        | ("GET", "/api/cluster") => Case::Lists(route.into()),
+        // Counts of every queue together, as the dashboard's overview shows them.
+        ("GET", "/api/activity") => Case::NoQueue(route.into(), None),
         ("GET" | "PUT", "/api/queues/{name}")
         | ("POST", "/api/queues/{name}/pause" | "/api/queues/{name}/resume")
         | ("GET" | "POST", "/api/queues/{name}/subscriptions") => {

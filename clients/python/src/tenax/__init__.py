@@ -20,6 +20,7 @@ from ._api import UNSET, NewJob, OnDuplicate, Policy
 from ._async_client import AsyncClient, AsyncJobStream
 from ._async_worker import AsyncWorker
 from ._client import Client, JobStream
+from ._cluster import Activity, ActivityCounts, ActivityMinute, Cluster, ServerInfo, WorkerInfo
 from ._convert import Duration, Time
 from ._errors import (
     APIError,
@@ -67,17 +68,22 @@ from ._models import (
     TakenJob,
 )
 from ._outcomes import JobOutcome, NotRetryable, Retry, RetryAt, RetryIn, Snooze
+from ._transport import default_worker_name
 from ._version import __version__
 from ._worker import Worker
 from ._worker_common import PayloadMismatch, UnknownJobType, WorkerStats
 
 __all__ = [
     "APIError",
+    "Activity",
+    "ActivityCounts",
+    "ActivityMinute",
     "AsyncClient",
     "AsyncJobStream",
     "AsyncWorker",
     "AttemptPage",
     "Client",
+    "Cluster",
     "CompleteResult",
     "Conflict",
     "Counts",
@@ -118,6 +124,7 @@ __all__ = [
     "RetryAt",
     "RetryIn",
     "ServerError",
+    "ServerInfo",
     "Skipped",
     "Snooze",
     "Stats",
@@ -133,6 +140,8 @@ __all__ = [
     "Unauthorized",
     "UnknownJobType",
     "Worker",
+    "WorkerInfo",
     "WorkerStats",
     "__version__",
+    "default_worker_name",
 ]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Final, Generic, Literal, TypeVar, Union
 from urllib.parse import quote
 
+from ._cluster import Activity, Cluster
 from ._convert import Duration, Time, duration_value, time_value
 from ._models import (
     AttemptPage,
@@ -263,20 +264,30 @@ def stats() -> Call[Stats]:
 
 
 def take_body(
-    queues: str | Iterable[str], max: int | None, lease: Duration | None
+    queues: str | Iterable[str],
+    max: int | None,
+    lease: Duration | None,
+    worker: str | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"queues": [queues] if isinstance(queues, str) else list(queues)}
     if max is not None:
         body["max"] = max
     if lease is not None:
         body["lease"] = duration_value(lease)
+    if worker is not None:
+        body["worker"] = worker
     return body
 
 
 def take(
-    queues: str | Iterable[str], *, max: int | None, lease: Duration | None, wait: Duration | None
+    queues: str | Iterable[str],
+    *,
+    max: int | None,
+    lease: Duration | None,
+    wait: Duration | None,
+    worker: str | None = None,
 ) -> Call[list[TakenJob[Any]]]:
-    body = take_body(queues, max, lease)
+    body = take_body(queues, max, lease, worker)
     wait_s = 0.0
     if wait is not None:
         body["wait"] = duration_value(wait)
@@ -596,3 +607,15 @@ def replay_subscription(
     if since is not None:
         body["since"] = time_value(since)
     return Call("POST", f"/api/subscriptions/{seg(id)}/replay", _replayed, body)
+
+
+# ---- the cluster ------------------------------------------------------------------------------
+
+
+def cluster() -> Call[Cluster]:
+    return Call("GET", "/api/cluster", Cluster.from_json)
+
+
+def activity(minutes: int | None) -> Call[Activity]:
+    params = None if minutes is None else {"minutes": minutes}
+    return Call("GET", "/api/activity", Activity.from_json, params=params)

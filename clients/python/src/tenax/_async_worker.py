@@ -15,7 +15,7 @@ from ._async_client import AsyncClient, AsyncJobStream
 from ._convert import Duration
 from ._errors import APIError, TenaxConnectionError, TenaxError
 from ._models import TakenJob
-from ._worker_common import UnknownTypes, WorkerSettings, WorkerStats
+from ._worker_common import UnknownTypes, WorkerSettings, WorkerStats, worker_name
 from ._worker_failures import ErrorHook
 from ._worker_log import shown_on_stderr
 from ._worker_state import ASYNCIO, WorkerState
@@ -35,6 +35,8 @@ class AsyncWorker:
     heartbeats, batched completions, outcomes by exception, unknown types, logging and its
     stderr fallback, graceful shutdown), on one event loop. At the shutdown deadline, handlers still running are **cancelled** (they see
     ``asyncio.CancelledError``) and their jobs go back to the queue without using an attempt.
+    It names itself to the server as a :class:`tenax.Worker` does (``name``, else the client's
+    ``worker``, else ``<hostname>-<pid>``).
 
     ::
 
@@ -62,6 +64,7 @@ class AsyncWorker:
         on_error: ErrorHook | None = None,
         logger: logging.Logger | None = None,
         log: bool = True,
+        name: str | None = None,
     ) -> None:
         settings = WorkerSettings.of(
             queues,
@@ -77,8 +80,12 @@ class AsyncWorker:
             settings, ASYNCIO, on_error, logger
         )
         self._log_to_stderr = log
+        self.name = worker_name(name, client.worker if client is not None else None)
+        """The name this worker gives the server."""
         self._own_client = client is None
-        self._client = client
+        # A client given is shared: the worker names itself on a view of it (its connections),
+        # and leaves it open. Its own is made in ``run``, on the running loop.
+        self._client = client.with_worker(self.name) if client is not None else None
         self._tasks: dict[int, asyncio.Task[None]] = {}
         """The running handlers, by lease token."""
         self._stop_requested = False
@@ -163,7 +170,7 @@ class AsyncWorker:
             events.stopping.set()
         if self._hurry_requested:
             events.hurry.set()
-        client = self._client if self._client is not None else AsyncClient()
+        client = self._client if self._client is not None else AsyncClient(worker=self.name)
         self._client = client
         loop = asyncio.get_running_loop()
         installed: list[signal.Signals] = []

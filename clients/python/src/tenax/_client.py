@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import os
 import socket
@@ -16,6 +18,7 @@ import httpx
 
 from . import _api as api
 from ._api import UNSET, Call, JobRef, NewJob, OnDuplicate, Policy, Unset
+from ._cluster import Activity, Cluster
 from ._convert import Duration, Time
 from ._errors import TenaxError, error_from_response
 from ._models import (
@@ -40,6 +43,8 @@ from ._models import (
     TakenJob,
 )
 from ._transport import (
+    check_worker_name,
+    worker_headers,
     DEFAULT_TIMEOUT,
     Settings,
     TimeoutSetting,
@@ -231,6 +236,10 @@ class Client:
             ``$TENAX_CA_FILE``), trusted in addition to nothing else.
         verify: ``False`` to skip certificate checks, or an ``ssl.SSLContext``.
         headers: extra headers for every request.
+        worker: a worker name, sent as ``X-Tenax-Worker`` with every request, under which the
+            server lists this client's takes, streams and heartbeats (``cluster()``); 1 to 128
+            visible ASCII characters or spaces. Without one, the server knows it by its address
+            and User-Agent. A worker runtime names its client itself.
         transport: an ``httpx`` transport (for tests, proxies, or Unix sockets).
 
     Every method raises a :class:`tenax.APIError` subclass for an error answer and
@@ -247,8 +256,11 @@ class Client:
         verify: bool | ssl.SSLContext = True,
         headers: Mapping[str, str] | None = None,
         transport: httpx.BaseTransport | None = None,
+        worker: str | None = None,
     ) -> None:
-        self._settings: Settings = resolve_settings(url, token, timeout, ca_file, verify, headers)
+        self._settings: Settings = resolve_settings(
+            url, token, timeout, ca_file, verify, headers, worker
+        )
         self._http = httpx.Client(
             base_url=self._settings.base_url,
             headers=self._settings.headers,
@@ -261,6 +273,18 @@ class Client:
     def url(self) -> str:
         """The server's base URL."""
         return self._settings.base_url
+
+    @property
+    def worker(self) -> str | None:
+        """The worker name this client sends (``X-Tenax-Worker``), if any."""
+        return self._settings.worker
+
+    def with_worker(self, name: str) -> Client:
+        """This client, sending ``name`` as ``X-Tenax-Worker`` with every request. It shares
+        this client's connections: close this one, not it."""
+        named = copy.copy(self)
+        named._settings = dataclasses.replace(self._settings, worker=check_worker_name(name))
+        return named
 
     def __repr__(self) -> str:
         return f"tenax.Client({self.url!r})"
@@ -406,11 +430,13 @@ class Client:
         max: int | None = None,
         lease: Duration | None = None,
         wait: Duration | None = None,
+        worker: str | None = None,
     ) -> list[TakenJob[Any]]:
         """Leases up to ``max`` ready jobs (default 1), best first across ``queues``. With
         ``wait`` (at most 60 s) it long-polls for the first job; an empty list means none came.
+        ``worker`` names the worker taking them (else the client's ``worker``).
         """
-        return self._call(api.take(queues, max=max, lease=lease, wait=wait))
+        return self._call(api.take(queues, max=max, lease=lease, wait=wait, worker=worker))
 
     def stream(
         self,
@@ -419,18 +445,21 @@ class Client:
         max: int | None = None,
         lease: Duration | None = None,
         read_timeout: float | None = None,
+        worker: str | None = None,
     ) -> JobStream:
         """A streaming take: jobs pushed as they become ready, at most ``max`` (default 100)
         leased at once. Use it in a ``with`` block; see :class:`JobStream`.
 
         ``read_timeout`` bounds the wait for the next line (default: none). The server sends
         an empty keep-alive line every second while the stream has room, and nothing at all
-        while it holds ``max`` jobs, so keep it above the time your jobs may take.
+        while it holds ``max`` jobs, so keep it above the time your jobs may take. ``worker``
+        names the worker (else the client's ``worker``).
         """
         request = self._http.build_request(
             "POST",
             "/api/take/stream",
-            json=api.take_body(queues, max, lease),
+            json=api.take_body(queues, max, lease, worker),
+            headers=worker_headers(self._settings),
             timeout=stream_timeout(self._settings.timeout, read_timeout),
         )
         return JobStream(self._http, request)
@@ -740,3 +769,16 @@ class Client:
                 id, since=since, policy=policy, reset_attempts=reset_attempts
             )
         )
+
+    # ---- the cluster --------------------------------------------------------------------------
+
+    def cluster(self) -> Cluster:
+        """Every live server of the cluster with the workers each has seen. On PostgreSQL every
+        server answers the same, as of the last second; a token scoped to some queues sees the
+        workers of those queues only."""
+        return self._call(api.cluster())
+
+    def activity(self, minutes: int | None = None) -> Activity:
+        """The cluster's activity per minute over the last ``minutes`` minutes (1 to 1440;
+        default the server's, 60), oldest first, with the sums."""
+        return self._call(api.activity(minutes))

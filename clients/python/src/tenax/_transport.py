@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from ._version import __version__
 T = TypeVar("T")
 
 DEFAULT_URL = "http://127.0.0.1:7890"
+WORKER_HEADER = "X-Tenax-Worker"
+"""The header that names a worker to the server (``GET /api/cluster`` lists it by that name)."""
 DEFAULT_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 
 TimeoutSetting = Union[float, httpx.Timeout, None]
@@ -30,6 +33,30 @@ class Settings:
     headers: dict[str, str]
     timeout: httpx.Timeout
     verify: ssl.SSLContext | bool
+    worker: str | None = None
+    """The worker name sent as ``X-Tenax-Worker`` with every request."""
+
+
+def check_worker_name(name: str) -> str:
+    """``name`` if a header can carry it as the server takes it: 1 to 128 visible ASCII
+    characters or spaces."""
+    visible = isinstance(name, str) and all(" " <= c <= "~" for c in name)
+    if not visible or not 1 <= len(name) <= 128:
+        raise ValueError(
+            f"a worker name must be 1 to 128 visible ASCII characters or spaces, got {name!r}"
+        )
+    return name
+
+
+def default_worker_name() -> str:
+    """The name a worker gives the server unless told another: ``<hostname>-<pid>``."""
+    host = "".join(c if "!" <= c <= "~" else "_" for c in (socket.gethostname() or "localhost"))
+    return f"{host[:100] or 'localhost'}-{os.getpid()}"
+
+
+def worker_headers(settings: Settings) -> dict[str, str] | None:
+    """The headers that name the worker, when the client has a worker name."""
+    return None if settings.worker is None else {WORKER_HEADER: settings.worker}
 
 
 def resolve_settings(
@@ -39,6 +66,7 @@ def resolve_settings(
     ca_file: str | os.PathLike[str] | None,
     verify: bool | ssl.SSLContext,
     headers: Mapping[str, str] | None,
+    worker: str | None = None,
 ) -> Settings:
     """Arguments first, then ``TENAX_URL``, ``TENAX_TOKEN`` and ``TENAX_CA_FILE``."""
     base_url = (url or os.environ.get("TENAX_URL") or DEFAULT_URL).rstrip("/")
@@ -61,7 +89,9 @@ def resolve_settings(
         if verify is False:
             raise ValueError("give ca_file or verify=False, not both")
         checked = ssl.create_default_context(cafile=os.fspath(ca_file))
-    return Settings(base_url, all_headers, timeouts, checked)
+    if worker is not None:
+        check_worker_name(worker)
+    return Settings(base_url, all_headers, timeouts, checked, worker)
 
 
 def request_timeout(base: httpx.Timeout, wait: float) -> httpx.Timeout:
@@ -79,6 +109,7 @@ def build_request(client: httpx.Client | httpx.AsyncClient, call: Call[Any], set
         call.path,
         json=None if call.body is NO_BODY else call.body,
         params=dict(call.params) if call.params else None,
+        headers=worker_headers(settings),
         timeout=request_timeout(settings.timeout, call.wait),
     )
 

@@ -15,7 +15,7 @@ from ._client import Client, JobStream
 from ._convert import Duration
 from ._errors import APIError, TenaxConnectionError, TenaxError
 from ._models import TakenJob
-from ._worker_common import UnknownTypes, WorkerSettings, WorkerStats, now
+from ._worker_common import UnknownTypes, WorkerSettings, WorkerStats, now, worker_name
 from ._worker_failures import ErrorHook
 from ._worker_log import shown_on_stderr
 from ._worker_state import THREADS, WorkerState
@@ -73,6 +73,9 @@ class Worker:
       without using an attempt: the jobs received but not started, and the handlers still
       running at the deadline (**abandoned**: their threads are left to end on their own, and
       their results are not reported). A second signal skips the wait.
+    - **Name.** Every request says which worker sends it (``X-Tenax-Worker``): ``name``, else
+      the ``worker`` of the client given, else ``<hostname>-<pid>``. ``client.cluster()`` lists
+      the worker under it, with its queues and the jobs it holds.
     """
 
     def __init__(
@@ -90,6 +93,7 @@ class Worker:
         on_error: ErrorHook | None = None,
         logger: logging.Logger | None = None,
         log: bool = True,
+        name: str | None = None,
     ) -> None:
         settings = WorkerSettings.of(
             queues,
@@ -105,8 +109,14 @@ class Worker:
             settings, THREADS, on_error, logger
         )
         self._log_to_stderr = log
+        self.name = worker_name(name, client.worker if client is not None else None)
+        """The name this worker gives the server."""
         self._own_client = client is None
-        self._client = client if client is not None else Client()
+        # A client given is shared: the worker names itself on a view of it, which uses its
+        # connections, and leaves it open.
+        self._client = (
+            client.with_worker(self.name) if client is not None else Client(worker=self.name)
+        )
 
         self._lock = threading.Lock()
         """Guards ``_state`` and ``_running``."""

@@ -20,7 +20,8 @@ from typing import Any, Generic, Literal, TypeVar
 from ._convert import Duration, duration_ms
 from ._errors import LeaseLost, NotFound, NotInFlight
 from ._models import TakenJob
-from ._outcomes import JobOutcome, NotRetryable
+from ._outcomes import JobOutcome, NotRetryable, Retry
+from ._transport import check_worker_name, default_worker_name
 
 H = TypeVar("H")
 P = TypeVar("P")
@@ -28,6 +29,14 @@ P = TypeVar("P")
 __all__ = ["WorkerSettings", "WorkerStats"]
 
 UnknownTypes = Literal["dead", "retry"]
+
+
+def worker_name(given: str | None, client_worker: str | None) -> str:
+    """The name a worker gives the server: ``given``, else its client's, else
+    ``<hostname>-<pid>``. A name a header cannot carry is refused (``ValueError``)."""
+    if given is not None:
+        return check_worker_name(given)
+    return client_worker if client_worker is not None else default_worker_name()
 
 
 def _seconds(value: Duration, name: str) -> float:

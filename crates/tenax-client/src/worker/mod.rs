@@ -110,6 +110,8 @@ pub(crate) struct Settings {
 #[must_use = "a builder does nothing until built and run"]
 pub struct WorkerBuilder {
     client: Client,
+    /// The name it gives the server; `None`: the client's, else [`default_name`].
+    name: Option<String>,
     queues: Vec<String>,
     concurrency: usize,
     lease: Duration,
@@ -125,6 +127,7 @@ pub struct WorkerBuilder {
 impl std::fmt::Debug for WorkerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WorkerBuilder")
+            .field("name", &self.name)
             .field("queues", &self.queues)
             .field("concurrency", &self.concurrency)
             .field("lease", &self.lease)
@@ -134,6 +137,15 @@ impl std::fmt::Debug for WorkerBuilder {
 }
 
 impl WorkerBuilder {
+    /// The name the worker gives the server with each take, heartbeat and acknowledgement
+    /// (`X-Tenax-Worker`), under which `GET /api/cluster` lists it: 1 to 128 visible ASCII
+    /// characters or spaces. Default: the client's own ([`Client::with_worker`]), else
+    /// `<hostname>-<pid>` ([`default_name`]).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
     /// Takes jobs of this queue too (at least one is needed).
     pub fn queue(mut self, queue: impl Into<String>) -> Self {
         self.queues.push(queue.into());
@@ -274,10 +286,15 @@ impl WorkerBuilder {
                     .to_owned(),
             );
         }
+        let client = match (&self.name, self.client.worker()) {
+            (Some(name), _) => self.client.with_worker(name)?,
+            (None, Some(_)) => self.client,
+            (None, None) => self.client.with_worker(&default_name())?,
+        };
         let counters = Arc::new(Counters::default());
         let handle = WorkerHandle::new(counters.clone());
         let inner = Inner {
-            client: self.client,
+            client,
             settings: Settings {
                 queues: self.queues,
                 concurrency: self.concurrency,
@@ -301,6 +318,25 @@ impl WorkerBuilder {
             handle,
         })
     }
+}
+
+/// The name a worker gives the server unless told another: `<hostname>-<pid>`, the host's name
+/// as the kernel has it (`/proc/sys/kernel/hostname`, else `$HOSTNAME`, `$COMPUTERNAME`, else
+/// `localhost`), kept to what a header may carry.
+pub fn default_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .map(|host| host.trim().to_owned())
+        .filter(|host| !host.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    let host: String = host
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { c } else { '_' })
+        .take(100)
+        .collect();
+    format!("{host}-{}", std::process::id())
 }
 
 /// Runs handlers for the jobs of some queues; see the [module documentation](self) for how.
@@ -348,6 +384,7 @@ impl Worker {
     pub fn builder(client: Client) -> WorkerBuilder {
         WorkerBuilder {
             client,
+            name: None,
             queues: Vec::new(),
             concurrency: 10,
             lease: Duration::from_secs(30),

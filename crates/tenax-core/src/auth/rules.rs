@@ -147,6 +147,11 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
 
         ("POST" | "GET", "/api/tokens") | ("DELETE", "/api/tokens/{id}") => needs(Tokens, Nothing),
 
+        // The workers shown are those of the token's queues.
+        ("GET", "/api/cluster") => needs(Read, Listing),
+        // Counts of every queue together, as the dashboard's overview shows them.
+        ("GET", "/api/activity") => needs(Read, Nothing),
+
         // Zaqar v2.
         ("GET", "/v2/" | "/v2/ping" | "/v2/health") => needs(Any, ZaqarProject),
         (_, "/v2" | "/v2/{*rest}") => needs(Any, ZaqarProject),

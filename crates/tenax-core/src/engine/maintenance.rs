@@ -1,11 +1,13 @@
 //! The maintenance loop: promotes scheduled jobs when due, enqueues the jobs of schedules'
-//! ticks, expires leases, deletes expired jobs and subscriptions, and purges finished jobs past
-//! their retention. It sleeps until the next
-//! known due time (at most a second), and wakes early when an earlier time is scheduled.
+//! ticks, expires leases, deletes expired jobs and subscriptions, purges finished jobs past
+//! their retention, and forgets the activity counts of minutes over a day old. It sleeps until
+//! the next known due time (at most a second), and wakes early when an earlier time is
+//! scheduled.
 //!
 //! It works only while the store grants this server the lead ([`crate::store::StoreLifecycle::lead`]),
 //! so that on a store shared by several servers one of them does it at a time. The embedded
-//! store always grants it.
+//! store always grants it. Every server, leading or not, adds its activity counts to the store
+//! every [`ACTIVITY_FLUSH_EVERY`] and records when tokens were last used.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::Engine;
+use crate::model::activity::{MINUTE_MS, MINUTES, window};
 
 /// The most work one pass does per kind, so one pass never holds the store for long.
 const BATCH: usize = 50_000;
@@ -24,11 +27,22 @@ const MAX_SLEEP_MS: u64 = 1_000;
 /// Tokens' last use is written at most this often.
 const TOKEN_USE_EVERY: Duration = Duration::from_secs(60);
 
+/// How often a server adds its activity counts to the store: another server's figures lag
+/// this server's by about this much. Keep in step with docs/postgres.md.
+pub const ACTIVITY_FLUSH_EVERY: Duration = Duration::from_secs(2);
+
 /// Runs until `shutdown` turns true.
 pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
     let mut last_purge = 0;
     let mut token_use_flushed = tokio::time::Instant::now();
+    let mut activity_flushed = tokio::time::Instant::now();
     loop {
+        if activity_flushed.elapsed() >= ACTIVITY_FLUSH_EVERY {
+            activity_flushed = tokio::time::Instant::now();
+            if let Err(error) = engine.flush_activity().await {
+                tracing::warn!(%error, "adding this server's activity counts to the store failed; they are kept for the next try");
+            }
+        }
         if token_use_flushed.elapsed() >= TOKEN_USE_EVERY {
             token_use_flushed = tokio::time::Instant::now();
             if let Err(error) = engine.flush_token_use().await {
@@ -46,6 +60,7 @@ pub async fn run(engine: Arc<Engine>, mut shutdown: watch::Receiver<bool>) {
                 false
             }
         };
+        engine.this_server.set_leads(leading);
         let now = engine.now_ms();
         let busy = leading && pass(&engine, now, &mut last_purge).await;
         if *shutdown.borrow() {
@@ -119,6 +134,13 @@ pub async fn pass(engine: &Engine, now: u64, last_purge: &mut u64) -> bool {
     };
     let mut purged = 0;
     if now.saturating_sub(*last_purge) >= PURGE_EVERY_MS {
+        // Once a minute: the minutes before the day the activity is read over.
+        if now / MINUTE_MS != *last_purge / MINUTE_MS {
+            let (oldest, _) = window(MINUTES, now);
+            if let Err(error) = engine.store.purge_activity(oldest).await {
+                tracing::error!(%error, "forgetting old activity counts failed");
+            }
+        }
         *last_purge = now;
         match engine.expire_subscriptions().await {
             Ok(expired) if !expired.is_empty() => {

@@ -10,6 +10,7 @@
 
 pub mod activity;
 mod claims;
+pub mod cluster;
 mod decide;
 mod endpoints;
 mod error;
@@ -22,6 +23,7 @@ mod schedules;
 mod subscriptions;
 pub mod tokens;
 mod work;
+pub mod workers;
 
 use std::sync::Arc;
 
@@ -64,10 +66,13 @@ pub struct Engine {
     tokens: tokens::TokenBook,
     /// What the server counts ([`crate::metrics`]); the engine counts its transitions there.
     pub metrics: Arc<Metrics>,
-    /// What this server did in the last day, per minute (the dashboard's overview).
+    /// What this server did in the last day, per minute, and what it has not yet added to the
+    /// store's counts of the cluster ([`Engine::cluster_activity`]).
     pub activity: activity::Activity,
     /// Which queues a take warned of as never having existed.
     take_warnings: known_queues::TakeWarnings,
+    /// This server as it describes itself to the others, with the workers it has seen.
+    this_server: Arc<cluster::ThisServer>,
     /// The spans, when tracing is on (`--otlp-endpoint`).
     pub tracing: Option<Arc<crate::otel::Tracing>>,
 }
@@ -137,6 +142,9 @@ impl<E> Refusal<E> {
 impl Engine {
     pub fn new(store: Arc<dyn Store>, clock: Clock, settings: EngineSettings) -> Self {
         let (stopping, _) = tokio::sync::watch::channel(false);
+        let this_server = Arc::new(cluster::ThisServer::new(clock.now_ms()));
+        let (describing, describe_clock) = (this_server.clone(), clock.clone());
+        store.describe_server(Arc::new(move || describing.about(describe_clock.now_ms())));
         Self {
             store,
             clock,
@@ -146,6 +154,7 @@ impl Engine {
             metrics: Arc::new(Metrics::default()),
             activity: activity::Activity::default(),
             take_warnings: known_queues::TakeWarnings::default(),
+            this_server,
             tracing: None,
         }
     }
@@ -179,13 +188,13 @@ impl Engine {
         self.clock.now_ms()
     }
 
-    /// The store's wake-ups: jobs ready, schedules moved, subscriptions changed.
     /// How many servers share the store now: limits set for the whole cluster are divided
     /// among them ([`crate::delivery::share`]).
     pub fn servers(&self) -> usize {
         self.store.servers()
     }
 
+    /// The store's wake-ups: jobs ready, schedules moved, subscriptions changed.
     pub fn signals(&self) -> &Signals {
         self.store.signals()
     }
@@ -199,8 +208,12 @@ impl Engine {
         Ok(self.store.backlog().await?)
     }
 
-    /// Flushes the store and stops its background work. Called once, at shutdown.
+    /// Adds the activity counted since the last flush to the store, flushes the store and stops
+    /// its background work. Called once, at shutdown.
     pub async fn close(&self) {
+        if let Err(error) = self.flush_activity().await {
+            tracing::warn!(%error, "adding the last activity counts to the store failed");
+        }
         self.store.close().await;
     }
 

@@ -3,6 +3,8 @@
 //! vocabulary of the engine's operations (queue settings, selections and pages, replays, leased
 //! jobs); request and response shapes live in `api`, the seam's own mechanics in `store`.
 
+pub mod activity;
+pub mod cluster;
 pub mod endpoint;
 mod enqueue;
 mod ids;
@@ -20,6 +22,7 @@ pub mod subscription;
 pub mod timetable;
 mod trace;
 
+pub use cluster::{LiveServer, ServerAbout, WorkerInfo, WorkerQueue};
 pub use endpoint::{Breaker, BreakerState, EndpointState, Pause};
 pub use enqueue::{Enqueued, KeyHolder, OnDuplicate};
 pub use ids::{ClaimId, JobId, LeaseToken, MAX_EXACT_INTEGER, SubscriptionId};

@@ -27,10 +27,11 @@ use tokio::sync::Notify;
 use super::types::*;
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
+use crate::model::activity::Minute;
 use crate::model::{
     Ack, Attempt, Backlog, Checked, ClaimId, EndpointState, Enqueued, Job, JobFilter, JobId,
-    JobPeek, LimitUse, OnDuplicate, Page, QueueConfig, QueueCounts, Replay, Replayed, Schedule,
-    Searched, Selection, Subscription, SubscriptionId, TextQuery,
+    JobPeek, LimitUse, LiveServer, OnDuplicate, Page, QueueConfig, QueueCounts, Replay, Replayed,
+    Schedule, Searched, Selection, Subscription, SubscriptionId, TextQuery,
 };
 
 /// Adding jobs.
@@ -400,6 +401,36 @@ pub trait TokenStore {
     async fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
 }
 
+/// The cluster's activity per minute ([`crate::model::activity`]): every server adds what it
+/// counted, so that a minute holds the sums of all of them.
+#[async_trait]
+pub trait ActivityStore {
+    /// Adds each minute's counts to what the backend holds for that minute (none yet: zeros),
+    /// in one commit. The minutes are distinct, oldest first, each named by its start. Counts
+    /// of a minute older than the backend keeps may be dropped.
+    async fn add_activity(&self, minutes: &[Minute]) -> Result<(), StoreError>;
+
+    /// The minutes from the one starting at `from_ms` to the one starting at `to_ms` (both
+    /// included) that hold counts, oldest first: the sums of every addition.
+    async fn activity(&self, from_ms: UnixMs, to_ms: UnixMs) -> Result<Vec<Minute>, StoreError>;
+
+    /// Forgets the minutes that started before `before_ms`; returns how many it held. Run by
+    /// the maintenance of the server that leads.
+    async fn purge_activity(&self, before_ms: UnixMs) -> Result<usize, StoreError>;
+}
+
+/// The live servers (those [`StoreLifecycle::servers`] counts), and what each says of itself.
+#[async_trait]
+pub trait ServerStore {
+    /// How this server describes itself: the backend calls `describe` each time it writes this
+    /// server's row (every second on a shared store) or answers for it, so it must be cheap.
+    /// Given once, when the engine is made; until then the server says nothing.
+    fn describe_server(&self, describe: DescribeServer);
+
+    /// Every live server, this one included, by id, with what each last wrote of itself.
+    async fn live_servers(&self, now_ms: UnixMs) -> Result<Vec<LiveServer>, StoreError>;
+}
+
 /// Where a backend reports its commits, for the metrics: handed to it at open.
 pub trait CommitObserver: Send + Sync + std::fmt::Debug {
     /// A commit carrying `requests` requests (more than one when they shared it: group
@@ -421,6 +452,10 @@ pub struct StoreProperties {
     /// [`JobInserts::queue_facts`] may answer from a cache, so an insert may be refused with
     /// [`StoreError::FactsChanged`] and must then be made again from fresh facts.
     pub cached_facts: bool,
+    /// The activity per minute ([`ActivityStore`]) survives a restart. The embedded store, of
+    /// one server, keeps it in memory, as it keeps the count of what its server did; a shared
+    /// database keeps it, since it is the sum of every server's.
+    pub durable_activity: bool,
 }
 
 /// Wake-ups, fired by the backend whenever what they announce may have happened, by any
@@ -476,6 +511,8 @@ pub trait Store:
     + SubscriptionStore
     + EndpointStore
     + TokenStore
+    + ActivityStore
+    + ServerStore
     + StoreLifecycle
     + Send
     + Sync
@@ -495,6 +532,8 @@ impl<T> Store for T where
         + SubscriptionStore
         + EndpointStore
         + TokenStore
+        + ActivityStore
+        + ServerStore
         + StoreLifecycle
         + Send
         + Sync

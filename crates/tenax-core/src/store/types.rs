@@ -10,7 +10,7 @@ use tenax_policy::RetryPolicy;
 use crate::clock::UnixMs;
 use crate::model::{
     ClaimId, EndpointState, ErrorEntry, JobId, JobPeek, JobState, KeyHolder, NewJob, QueueConfig,
-    Schedule, Status, Subscription, SubscriptionId, TakenJob,
+    Schedule, ServerAbout, Status, Subscription, SubscriptionId, TakenJob,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -291,6 +291,10 @@ pub type ChangeEndpoint<'a> =
 
 /// Whether to delete a job, seeing it as it is under the store's serialisation.
 pub type DeleteCheck<'a> = dyn Fn(&JobPeek) -> bool + Send + Sync + 'a;
+
+/// What this server says of itself, asked by the backend whenever it writes or answers for this
+/// server's row ([`super::ServerStore::describe_server`]).
+pub type DescribeServer = Arc<dyn Fn() -> ServerAbout + Send + Sync>;
 
 /// What a finished delivery attempt did to its delivery.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,8 +1,10 @@
 //! The native HTTP API: thin handlers that decode, validate, call the engine and encode. One
 //! file per resource, each with its own `router()`. Paths and shapes: `docs/api.md`.
 
+mod activity;
 pub mod auth;
 pub mod browser;
+mod cluster;
 mod dead;
 mod deliveries;
 pub mod error;
@@ -23,6 +25,7 @@ pub mod subscriptions;
 mod tokens;
 mod views;
 pub mod work;
+pub mod worker_name;
 pub mod zaqar;
 
 use std::collections::HashSet;
@@ -85,7 +88,9 @@ pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
                 .merge(policy::router())
                 .merge(subscriptions::router())
                 .merge(deliveries::router())
-                .merge(tokens::router()),
+                .merge(tokens::router())
+                .merge(cluster::router())
+                .merge(activity::router()),
         )
         .split_for_parts()
 }

@@ -84,7 +84,8 @@ pub enum Conflict {
     info(
         title = "Tenax",
         description = "The native HTTP API of Tenax: jobs, workers, dead jobs, queues, schedules, \
-                       retry policies, webhook subscriptions and deliveries. Conventions (durations, \
+                       retry policies, webhook subscriptions and deliveries, the cluster's servers, \
+                       workers and activity. Conventions (durations, \
                        times, errors): docs/api.md.",
         license(name = "Apache-2.0"),
     ),
@@ -101,6 +102,7 @@ pub enum Conflict {
         (name = "subscriptions", description = "Webhook subscriptions"),
         (name = "deliveries", description = "Webhook deliveries and their attempts"),
         (name = "tokens", description = "API tokens (an unscoped admin token only)"),
+        (name = "cluster", description = "The servers of the cluster, their workers, and the activity per minute"),
     )
 )]
 pub struct ApiDoc;

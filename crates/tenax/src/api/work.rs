@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tenax_core::auth::Principal;
 use tenax_core::clock::{check_time, rfc3339};
+use tenax_core::engine::workers::Seen;
 use tenax_core::engine::{FailureReport, Take};
 use tenax_core::model::{Ack, ClaimId, JobId, LeaseToken, Status};
 use tenax_policy::Outcome;
@@ -26,6 +27,7 @@ use super::fields::{Millis, Time, check_queue_name};
 use super::jobs::parse_id;
 use super::openapi::{Conflict, Missing, Refusals};
 use super::views::TakenView;
+use super::worker_name::WorkerHead;
 use super::{AppState, Limits};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -61,6 +63,11 @@ pub struct TakeRequest {
     pub(crate) lease: Option<Millis>,
     /// How long to wait for a job if none is ready, at most 60 s (take only). Default 0.
     pub(crate) wait: Option<Millis>,
+    /// The worker's name, 1 to 128 characters, for the list of connected workers
+    /// (`GET /api/cluster`). Else the `X-Tenax-Worker` header's; else its address and
+    /// User-Agent.
+    #[schema(min_length = 1, max_length = 128)]
+    pub(crate) worker: Option<String>,
 }
 
 /// A take's checked parameters.
@@ -70,6 +77,8 @@ pub struct TakeParams {
     pub max: usize,
     pub lease_ms: u64,
     pub wait_ms: u64,
+    /// The name the body gave the worker, unchecked ([`WorkerHead::name`] checks it).
+    pub worker: Option<String>,
 }
 
 /// Checks a take (or stream) request; `default_max` is the take's or the stream's.
@@ -104,6 +113,7 @@ pub fn take_params(
         max,
         lease_ms,
         wait_ms,
+        worker: request.worker,
     })
 }
 
@@ -124,14 +134,25 @@ fn lease_ms(limits: &Limits, asked: Option<Millis>) -> Result<u64, ApiError> {
 
 /// Leases up to `max` ready jobs of the named queues, waiting up to `wait` for the first.
 #[utoipa::path(post, path = "/take", operation_id = "take_jobs", tag = "work", request_body = TakeRequest,
+    params(
+        ("X-Tenax-Worker" = Option<String>, Header, description = "The worker's name (1 to 128 \
+            characters), when the body gives none; else its address and User-Agent")),
     responses((status = 200, description = "The jobs (none if none was ready in time)", body = TakeView), Refusals))]
 async fn take(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
+    head: WorkerHead,
     JsonBody(request): JsonBody<TakeRequest>,
 ) -> Result<Json<TakeView>, ApiError> {
     let p = take_params(&state.limits, request, 1)?;
+    let worker = head.name(p.worker.as_deref())?;
     let engine = &state.engine;
+    let seen = Seen {
+        name: &worker,
+        queues: &p.queues,
+    };
+    // Seen as it starts to wait, and again with what it took.
+    engine.workers().took(seen, &[], None, engine.now_ms());
     let jobs = engine
         .take(
             &Take::new(&p.queues, p.max, p.lease_ms),
@@ -139,6 +160,7 @@ async fn take(
             engine.revoked(principal.token),
         )
         .await?;
+    engine.workers().took(seen, &jobs, None, engine.now_ms());
     if jobs.is_empty() && principal.token.is_some_and(|id| !engine.knows_token(id)) {
         return Err(revoked());
     }
@@ -164,14 +186,18 @@ struct TakeView {
 }
 
 /// Releases a stream's leased jobs when the response body is dropped (the client went away or
-/// the server is shutting down).
+/// the server is shutting down), and notes that its worker has one stream fewer.
 struct StreamGuard {
     engine: std::sync::Arc<tenax_core::engine::Engine>,
     stream: ClaimId,
+    worker: String,
 }
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
+        self.engine
+            .workers()
+            .stream_closed(&self.worker, self.stream, self.engine.now_ms());
         let engine = self.engine.clone();
         let stream = self.stream;
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
@@ -198,12 +224,16 @@ impl Drop for StreamGuard {
 /// jobs of the stream are leased at once: acknowledge some (complete or fail) to get more.
 /// Closing the connection returns the stream's unacknowledged jobs to ready.
 #[utoipa::path(post, path = "/take/stream", operation_id = "stream_jobs", tag = "work", request_body = TakeRequest,
+    params(
+        ("X-Tenax-Worker" = Option<String>, Header, description = "The worker's name (1 to 128 \
+            characters), when the body gives none; else its address and User-Agent")),
     responses((status = 200, description = "One job per line as each becomes ready, and an empty \
         line every second while none does; closing the connection returns the unacknowledged \
         jobs to ready", content_type = "application/x-ndjson", body = TakenView), Refusals))]
 async fn take_stream(
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
+    head: WorkerHead,
     JsonBody(request): JsonBody<TakeRequest>,
 ) -> Result<Response, ApiError> {
     if request.wait.is_some() {
@@ -213,15 +243,22 @@ async fn take_stream(
         ));
     }
     let p = take_params(&state.limits, request, 100)?;
+    let worker = head.name(p.worker.as_deref())?;
     let engine = state.engine.clone();
     let stream = engine.open_stream();
+    let seen = Seen {
+        name: &worker,
+        queues: &p.queues,
+    };
+    engine.workers().stream_opened(seen, engine.now_ms());
     let guard = StreamGuard {
         engine: engine.clone(),
         stream,
+        worker,
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(16);
     tokio::spawn(async move {
-        let _guard = guard;
+        let guard = guard;
         // A revoked token's stream ends, and the guard gives its jobs back.
         let revoked = engine.revoked(principal.token);
         tokio::pin!(revoked);
@@ -269,6 +306,13 @@ async fn take_stream(
                     return;
                 }
             };
+            let seen = Seen {
+                name: &guard.worker,
+                queues: &p.queues,
+            };
+            engine
+                .workers()
+                .took(seen, &jobs, Some(stream), engine.now_ms());
             if jobs.is_empty() {
                 // A keep-alive line keeps proxies from closing an idle stream.
                 if tx.send(Ok(Bytes::from_static(b"\n"))).await.is_err() {
@@ -310,16 +354,20 @@ struct HeartbeatView {
 
 /// Extends a job's lease to `lease` from now.
 #[utoipa::path(post, path = "/jobs/{id}/heartbeat", operation_id = "heartbeat_job", tag = "work",
-    params(("id" = u64, Path, description = "The job's id")),
+    params(("id" = u64, Path, description = "The job's id"),
+        ("X-Tenax-Worker" = Option<String>, Header, description = "The worker's name (1 to 128 \
+            characters), for the list of connected workers; else its address and User-Agent")),
     request_body = LeaseBody,
     responses((status = 200, body = HeartbeatView), Missing, Conflict, Refusals))]
 async fn heartbeat(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    head: WorkerHead,
     JsonBody(body): JsonBody<LeaseBody>,
 ) -> Result<Json<HeartbeatView>, ApiError> {
     let id = parse_id(&id)?;
     let lease_ms = lease_ms(&state.limits, body.lease)?;
+    let worker = head.name(None)?;
     let expires = state
         .engine
         .heartbeat(
@@ -330,6 +378,10 @@ async fn heartbeat(
             lease_ms,
         )
         .await?;
+    let engine = &state.engine;
+    engine
+        .workers()
+        .heartbeat(&worker, id, expires, engine.now_ms());
     Ok(Json(HeartbeatView {
         id,
         lease_expires_at: rfc3339(expires),
@@ -364,10 +416,13 @@ async fn complete_one(
     let token = body.lease_token;
     let mut results = state.engine.complete(&[Ack { id, lease: token }]).await?;
     match results.pop() {
-        Some(Ok(())) => Ok(Json(CompletedView {
-            id,
-            status: Status::Completed,
-        })),
+        Some(Ok(())) => {
+            state.engine.workers().released(&[id]);
+            Ok(Json(CompletedView {
+                id,
+                status: Status::Completed,
+            }))
+        }
         Some(Err(error)) => Err(error.into()),
         None => Err(ApiError::not_found(format!("job {id} does not exist"))),
     }
@@ -408,6 +463,13 @@ async fn complete_many(
         })
         .collect();
     let results = state.engine.complete(&acks).await?;
+    let completed: Vec<JobId> = acks
+        .iter()
+        .zip(&results)
+        .filter(|(_, result)| result.is_ok())
+        .map(|(ack, _)| ack.id)
+        .collect();
+    state.engine.workers().released(&completed);
     let results = acks
         .iter()
         .zip(results)
@@ -616,6 +678,7 @@ async fn fail(
     let lease = body.lease_token;
     let report = failure_report(body, state.engine.now_ms())?;
     let (transition, failed_at) = state.engine.fail(Ack { id, lease }, report).await?;
+    state.engine.workers().released(&[id]);
     let s = &transition.state;
     let dead = s.status == Status::Dead;
     Ok(Json(FailView {

@@ -80,10 +80,10 @@ pub(super) async fn run(
     };
     let ended = match ready {
         Ok(Ready::Plain(protocol, io)) => {
-            serve(protocol, io, &shared, &activity, &mut shutdown).await
+            serve(protocol, io, peer, &shared, &activity, &mut shutdown).await
         }
         Ok(Ready::Tls(protocol, io)) => {
-            serve(protocol, io, &shared, &activity, &mut shutdown).await
+            serve(protocol, io, peer, &shared, &activity, &mut shutdown).await
         }
         Err(Unready::Failed(error)) => {
             tracing::debug!(%peer, %error, "connection failed before a request");
@@ -190,11 +190,12 @@ enum Watch {
 async fn serve<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     protocol: Protocol,
     io: I,
+    peer: SocketAddr,
     shared: &Shared,
     activity: &Arc<Activity>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> hyper::Result<Option<Closed>> {
-    let service = Service::new(shared.router.clone(), activity.clone());
+    let service = Service::new(shared.router.clone(), activity.clone(), peer);
     let io = TokioIo::new(io);
     let mut connection = match protocol {
         Protocol::Http1 => Connection::Http1(Box::pin(shared.http1.serve_connection(io, service))),

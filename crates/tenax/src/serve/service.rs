@@ -1,16 +1,19 @@
 //! The router as hyper's service for one connection, recording each request in the
 //! connection's [`Activity`]: in flight from the call (its head is complete) until its
 //! response body has been sent or dropped, so that a long poll or a streaming take counts as
-//! work, never as idleness.
+//! work, never as idleness. Each request carries the connection's peer address as axum's
+//! [`ConnectInfo`] (a worker that gives no name is known by it).
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use axum::routing::future::RouteFuture;
 use hyper::body::{Frame, Incoming, SizeHint};
 
@@ -21,11 +24,16 @@ use super::activity::{Activity, InFlight};
 pub(super) struct Service {
     router: Router,
     activity: Arc<Activity>,
+    peer: SocketAddr,
 }
 
 impl Service {
-    pub(super) fn new(router: Router, activity: Arc<Activity>) -> Self {
-        Self { router, activity }
+    pub(super) fn new(router: Router, activity: Arc<Activity>, peer: SocketAddr) -> Self {
+        Self {
+            router,
+            activity,
+            peer,
+        }
     }
 }
 
@@ -34,7 +42,8 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Service {
     type Error = Infallible;
     type Future = Answer;
 
-    fn call(&self, request: hyper::Request<Incoming>) -> Self::Future {
+    fn call(&self, mut request: hyper::Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(ConnectInfo(self.peer));
         // The router is always ready (axum's `Router::poll_ready` is), so it is called without
         // asking first.
         let mut router = self.router.clone();

@@ -97,6 +97,8 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("POST", "/api/tokens", Admins);
     add("GET", "/api/tokens", Admins);
     add("DELETE", "/api/tokens/{id}", Admins);
+    add("GET", "/api/cluster", Readers);
+    add("GET", "/api/activity", Readers);
     add("GET", "/v2/", AnyToken);
     add("GET", "/v2/ping", AnyToken);
     add("HEAD", "/v2/ping", AnyToken);

@@ -475,6 +475,7 @@ async fn embedded_properties() {
             durable_leases: false,
             shared: false,
             cached_facts: false,
+            durable_activity: false,
         }
     );
     close(store).await;
@@ -495,6 +496,7 @@ async fn postgres_properties() {
             durable_leases: true,
             shared: true,
             cached_facts: true,
+            durable_activity: true,
         }
     );
     close(store).await;

@@ -26,6 +26,8 @@
 //! | `subscriptions.rs` | `SubscriptionStore`                     |
 //! | `endpoints.rs`     | `EndpointStore`                         |
 //! | `tokens.rs`        | `TokenStore`                            |
+//! | `activity.rs`      | `ActivityStore`                         |
+//! | `servers.rs`       | `ServerStore`                           |
 //! | `lifecycle.rs`     | `StoreLifecycle`, and opening a store   |
 //! | `secrets.rs`       | secrets at rest, across every family    |
 //!
@@ -40,6 +42,7 @@
 
 mod support;
 
+mod activity;
 mod claims;
 mod endpoints;
 mod job_curation;
@@ -51,6 +54,7 @@ mod lifecycle;
 mod queues;
 mod schedules;
 mod secrets;
+mod servers;
 mod subscriptions;
 mod tokens;
 
@@ -128,6 +132,14 @@ conformance_suite! {
         ],
         tokens: [
             tokens_are_stored_by_id,
+        ],
+        activity: [
+            a_minutes_counts_add_up_across_writers,
+            activity_is_read_by_window,
+            old_minutes_are_purged,
+        ],
+        servers: [
+            servers_are_listed_with_what_they_say,
         ],
         lifecycle: [
             leases_across_a_restart_follow_the_declared_property,

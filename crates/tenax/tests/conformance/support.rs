@@ -365,12 +365,16 @@ impl Backend for Postgres {
         assert_eq!(changed, 1);
     }
 
-    /// Schema 7, before `tenax_secrets_key`. (Old row versions are PostgreSQL's to keep: the
-    /// table is rewritten after sealing what was in clear, which a dump cannot show.)
+    /// Schema 7, before `tenax_secrets_key` (and what later versions added). (Old row versions
+    /// are PostgreSQL's to keep: the table is rewritten after sealing what was in clear, which
+    /// a dump cannot show.)
     async fn as_before_sealing(&self, _stale: &[u8]) {
         self.connect()
             .await
-            .batch_execute("DROP TABLE tenax_secrets_key; UPDATE tenax_schema SET version = 7")
+            .batch_execute(
+                "DROP TABLE tenax_activity; ALTER TABLE tenax_servers DROP COLUMN about;
+                 DROP TABLE tenax_secrets_key; UPDATE tenax_schema SET version = 7",
+            )
             .await
             .expect("as schema 7 left it");
     }
@@ -788,7 +792,8 @@ pub(crate) async fn kill(store: &Arc<dyn Store>, queue: &str, ids: &[JobId], now
 /// Everything a store holds, as a reopened store at `now_ms` must give it back: every job with
 /// its errors and policy (jobs in flight are ready unless the backend keeps leases, and
 /// scheduled jobs that are due are ready), every delivery's attempts, every queue's settings,
-/// every subscription and every token.
+/// every subscription and every token; and the activity per minute where the backend keeps it
+/// ([`StoreProperties::durable_activity`]).
 pub(crate) async fn snapshot(store: &Arc<dyn Store>, now_ms: u64) -> serde_json::Value {
     let properties = store.properties();
     let jobs: Vec<Job> = store
@@ -818,7 +823,20 @@ pub(crate) async fn snapshot(store: &Arc<dyn Store>, now_ms: u64) -> serde_json:
     let subscriptions = store.subscriptions(None).await.expect("subscriptions");
     let tokens = store.tokens().await.expect("tokens");
     let schedules = store.schedules().await.expect("schedules");
+    // The activity per minute, where the backend keeps it across a restart.
+    let activity: Vec<(u64, tenax_core::model::activity::Counts)> = if properties.durable_activity {
+        store
+            .activity(0, u64::MAX)
+            .await
+            .expect("activity")
+            .into_iter()
+            .map(|m| (m.at_ms, m.counts))
+            .collect()
+    } else {
+        Vec::new()
+    };
     json!({
+        "activity": activity,
         "jobs": jobs,
         "attempts": attempts,
         "queues": queues,
