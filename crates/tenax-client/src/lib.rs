@@ -95,6 +95,5 @@ pub use stream::{DEFAULT_IDLE_TIMEOUT, JobStream};
 pub use tls::install_crypto_provider;
 pub use worker::{
     Job, JobError, OutcomeExt, UnknownTypes, Worker, WorkerBuilder, WorkerHandle, WorkerStats,
-    default_name,
-    shutdown_signal,
+    default_name, shutdown_signal,
 };

@@ -1221,3 +1221,38 @@ async fn a_job_run_now_holds_the_next_tick_of_a_schedule_that_skips_overlaps() {
     );
     assert_eq!(schedule["last_job"], json!(job), "{schedule}");
 }
+
+/// The servers and workers page: this server with its version, and each worker named by its
+/// take, with the queue it takes from and the jobs it holds. (Which workers a scoped token sees
+/// is the API's rule, tested with `/api/cluster` in api.rs.)
+#[tokio::test]
+async fn the_workers_page_shows_the_servers_and_the_workers_they_have_seen() {
+    let server = TestServer::manual().await;
+    enqueue(&server, json!({"queue": "mail", "type": "welcome"})).await;
+    server
+        .post(
+            "/api/take",
+            json!({"queues": ["mail"], "max": 1, "worker": "mailer-1"}),
+        )
+        .await;
+    server
+        .post(
+            "/api/take",
+            json!({"queues": ["reports"], "max": 1, "worker": "reporter-1"}),
+        )
+        .await;
+    let page = html(&server, "/ui/workers").await;
+    has_all(
+        &page,
+        &[
+            "Servers and workers",
+            "(this one)",
+            env!("CARGO_PKG_VERSION"),
+        ],
+    );
+    let mailer = row(&page, "data-worker=\"mailer-1\"");
+    has_all(mailer, &["mailer-1", "/ui/queues/mail", "<td>1</td>"]);
+    let reporter = row(&page, "data-worker=\"reporter-1\"");
+    has_all(reporter, &["reports", "<td>0</td>"]);
+    assert!(page.contains("href=\"/ui/workers\""), "the nav links it");
+}

@@ -19,16 +19,18 @@ pub enum Nav {
     Dead,
     Schedules,
     Subscriptions,
+    Workers,
     Policy,
 }
 
-const LINKS: [(Nav, &str, &str); 7] = [
+const LINKS: [(Nav, &str, &str); 8] = [
     (Nav::Overview, "/ui", "Overview"),
     (Nav::Queues, "/ui/queues", "Queues"),
     (Nav::Jobs, "/ui/jobs", "Jobs"),
     (Nav::Dead, "/ui/dead", "Dead"),
     (Nav::Schedules, "/ui/schedules", "Schedules"),
     (Nav::Subscriptions, "/ui/subscriptions", "Subscriptions"),
+    (Nav::Workers, "/ui/workers", "Workers"),
     (Nav::Policy, "/ui/policy", "Policy designer"),
 ];
 

@@ -23,6 +23,7 @@ mod queues;
 mod schedules;
 mod session;
 mod subscriptions;
+mod workers;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -117,6 +118,7 @@ pub fn router(state: UiState) -> Router<AppState> {
             "/ui/subscriptions/{id}/test",
             post(subscriptions::test_event),
         )
+        .route("/ui/workers", get(workers::page))
         .route("/ui/policy", get(designer::page))
         .route("/ui/policy/chart", post(designer::chart))
         .route("/ui/logout", post(session::logout))

@@ -1,5 +1,5 @@
-//! The overview: jobs and deliveries by status, what this server did over the last hour and
-//! day, and the queues whose next job has waited longest.
+//! The overview: jobs and deliveries by status, what the cluster did over the last hour and
+//! day (every server's counts on PostgreSQL), and the queues whose next job has waited longest.
 
 use std::collections::HashSet;
 
@@ -7,7 +7,8 @@ use axum::Extension;
 use axum::extract::State;
 use axum::response::Response;
 use maud::html;
-use tenax_core::engine::activity::{Counts, MINUTES};
+use tenax_core::engine::activity::MINUTES;
+use tenax_core::model::activity::{Counts, Minute};
 use tenax_core::model::subscription::{is_internal_queue, subscription_of_queue};
 use tenax_core::model::{QueueCounts, Status, SubscriptionId};
 
@@ -78,33 +79,26 @@ pub async fn page(
     slowest.sort_by_key(|q| std::cmp::Reverse(q.1));
     slowest.truncate(SLOWEST);
 
-    let minutes = engine.activity.minutes(60, now);
-    let hour: Vec<Bar> = minutes
+    // The cluster's activity: on PostgreSQL every server's counts, from the store, so every
+    // node's overview shows the same figures.
+    let day_minutes = engine.cluster_activity(MINUTES).await?;
+    let hour_minutes = &day_minutes[day_minutes.len().saturating_sub(60)..];
+    let hour: Vec<Bar> = hour_minutes
         .iter()
-        .map(|(at, counts)| Bar {
-            label: format::time(*at),
-            counts: *counts,
+        .map(|minute| Bar {
+            label: format::time(minute.at_ms),
+            counts: minute.counts,
         })
         .collect();
-    let day: Vec<Bar> = engine
-        .activity
-        .minutes(MINUTES, now)
+    let day: Vec<Bar> = day_minutes
         .chunks(60)
         .map(|hour| Bar {
-            label: format!("the hour from {}", format::time(hour[0].0)),
-            counts: hour.iter().fold(Counts::default(), |mut sum, (_, c)| {
-                sum.enqueued += c.enqueued;
-                sum.completed += c.completed;
-                sum.failed += c.failed;
-                sum.dead += c.dead;
-                sum.delivered += c.delivered;
-                sum.delivery_failed += c.delivery_failed;
-                sum
-            }),
+            label: format!("the hour from {}", format::time(hour[0].at_ms)),
+            counts: total(hour),
         })
         .collect();
-    let last_hour = engine.activity.total(60, now);
-    let last_day = engine.activity.total(MINUTES, now);
+    let last_hour = total(hour_minutes);
+    let last_day = total(&day_minutes);
 
     let content = html! {
         section.cards {
@@ -139,7 +133,7 @@ pub async fn page(
             }
             (bars::chart("The last hour, per minute", &hour))
             (bars::chart("The last day, per hour", &day))
-            p.hint { "Counted by this server since it started (each server of a shared store counts its own)." }
+            p.hint { "Counted by every server of the cluster (on the embedded store, since it started)." }
         }
         section {
             h2 { "Slowest queues" }
@@ -173,4 +167,12 @@ pub async fn page(
 /// Counts in the order of [`Status::ALL`].
 pub fn slots_of(q: &QueueCounts) -> [u64; 5] {
     [q.scheduled, q.ready, q.in_flight, q.completed, q.dead]
+}
+
+/// The counts of `minutes`, added up.
+fn total(minutes: &[Minute]) -> Counts {
+    minutes.iter().fold(Counts::default(), |mut sum, minute| {
+        sum.add(&minute.counts);
+        sum
+    })
 }
