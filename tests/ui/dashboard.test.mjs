@@ -201,6 +201,7 @@ test("every page loads with no console error, and the actions work by clicking",
       ["queue", "/ui/queues/emails"],
       ["subscriptions", "/ui/subscriptions"],
       ["subscription", "/ui/subscriptions/1"],
+      ["workers", "/ui/workers"],
       ["policy", "/ui/policy"],
     ];
     for (const [name, path] of pages) {
@@ -209,6 +210,10 @@ test("every page loads with no console error, and the actions work by clicking",
       if (name === "job") {
         assert.ok(await page.locator("div.chart svg").isVisible(), "the timeline is drawn");
         assert.match(await page.locator("div.chart").textContent(), /the delays to come/);
+      }
+      if (name === "workers") {
+        // This server, with its version.
+        assert.match(await page.locator("table.servers").textContent(), /\(this one\)/);
       }
       if (name === "dead-job") {
         // A dead job's errors come before its timeline and payload.
