@@ -711,6 +711,13 @@ impl Client {
             .await
     }
 
+    /// Runs a schedule now: its job is enqueued at once, outside the timetable, and recorded
+    /// as its last job (so `overlap: skip` waits for it); its ticks are unchanged.
+    pub async fn run_schedule(&self, name: &str) -> Result<Schedule> {
+        self.post_empty(&format!("/api/schedules/{}/run", segment(name)))
+            .await
+    }
+
     /// A schedule's next `count` ticks (server default 10, at most 1000).
     pub async fn schedule_ticks(&self, name: &str, count: Option<u32>) -> Result<Ticks> {
         let query: Vec<(&str, String)> = count

@@ -430,6 +430,12 @@ fn schedules_and_queue_limits_from_the_command_line() {
     let paused = stdout(&tenax(&server, &["schedules", "pause", "nightly"]));
     assert!(paused.contains("paused        true"), "{paused}");
     tenax(&server, &["schedules", "resume", "nightly"]);
+    // Run now: the job is enqueued at once and is the schedule's last.
+    let ran = stdout(&tenax(&server, &["schedules", "run", "nightly"]));
+    let job = api(&server, "/api/schedules/nightly")["last_job"].clone();
+    assert!(job.is_u64(), "{ran}");
+    let said = refused(&tenax(&server, &["schedules", "run", "nope"]));
+    assert!(said.contains("schedule \"nope\" does not exist"), "{said}");
     // A preview needs no server: the spring-forward day shows its tick moved to 03:00.
     let preview = Command::new(BIN)
         .args([

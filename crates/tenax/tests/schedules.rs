@@ -283,6 +283,41 @@ async fn overlap_skip_leaves_out_ticks_while_the_last_job_runs() {
     expect_jobs(&server, "busy", 3).await;
 }
 
+/// Run now enqueues the schedule's job at once, outside the timetable: the next tick and the
+/// tick counts stay, the job is the schedule's last (so `overlap: skip` holds the next tick
+/// while it runs), and an unknown schedule is a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_now_enqueues_the_job_outside_the_timetable() {
+    let server = TestServer::manual().await;
+    let mut body = minutely("now");
+    body["overlap"] = json!("skip");
+    let made = put(&server, "r", body, 201).await;
+    let ran = server.post("/api/schedules/r/run", json!({})).await;
+    assert_eq!(ran["next_tick"], made["next_tick"], "{ran}");
+    assert_eq!(ran["counts"], made["counts"], "{ran}");
+    let jobs = expect_jobs(&server, "now", 1).await;
+    assert_eq!(ran["last_job"], jobs[0]["id"], "{ran}");
+    // The job run now is unfinished: the first tick is left out.
+    server.advance(Duration::from_millis(MINUTE));
+    let shown = server
+        .poll("/api/schedules/r", "the first tick handled", |s| {
+            s["next_tick"] != made["next_tick"]
+        })
+        .await;
+    assert_eq!(shown["counts"]["overlapped"], 1, "{shown}");
+    assert_eq!(shown["counts"]["enqueued"], 0, "{shown}");
+    assert_eq!(jobs_of(&server, "now").await.len(), 1);
+    let error = server
+        .error(
+            Method::POST,
+            "/api/schedules/nope/run",
+            Some(json!({})),
+            404,
+        )
+        .await;
+    assert_eq!(error.message, "schedule \"nope\" does not exist");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_schedules_enqueue_nothing_and_resume_from_now() {
     let server = TestServer::manual().await;

@@ -105,9 +105,12 @@ fn case(method: &str, route: &str, p: &Project) -> Option<Case> {
         }
         ("GET" | "DELETE", "/api/schedules/{name}")
         | ("GET", "/api/schedules/{name}/ticks")
-        | ("POST", "/api/schedules/{name}/pause" | "/api/schedules/{name}/resume") => {
-            names(route.replace("{name}", &p.schedule), None)
-        }
+        | (
+            "POST",
+            "/api/schedules/{name}/pause"
+            | "/api/schedules/{name}/resume"
+            | "/api/schedules/{name}/run",
+        ) => names(route.replace("{name}", &p.schedule), None),
         // Replacing another project's schedule by name, even to point it at one's own queue.
         ("PUT", "/api/schedules/{name}") => names(
             route.replace("{name}", &p.schedule),

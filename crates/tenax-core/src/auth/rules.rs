@@ -119,9 +119,12 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
             needs(Read, ScheduleInPath)
         }
         ("PUT" | "DELETE", "/api/schedules/{name}")
-        | ("POST", "/api/schedules/{name}/pause" | "/api/schedules/{name}/resume") => {
-            needs(Manage, ScheduleInPath)
-        }
+        | (
+            "POST",
+            "/api/schedules/{name}/pause"
+            | "/api/schedules/{name}/resume"
+            | "/api/schedules/{name}/run",
+        ) => needs(Manage, ScheduleInPath),
 
         ("POST", "/api/queues/{name}/subscriptions") => needs(Manage, QueueInPath),
         ("GET", "/api/queues/{name}/subscriptions") => needs(Read, QueueInPath),

@@ -33,6 +33,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(show, put, delete))
         .routes(routes!(pause))
         .routes(routes!(resume))
+        .routes(routes!(run))
         .routes(routes!(ticks))
         .routes(routes!(preview))
 }
@@ -416,6 +417,24 @@ async fn resume(
     Path(name): Path<String>,
 ) -> Result<Json<ScheduleView>, ApiError> {
     set_paused(&state, &name, false).await
+}
+
+/// Runs a schedule now: enqueues its job at once, outside the timetable, recorded as its last
+/// job (so `overlap: skip` waits for it as for a tick's); its ticks and counts are unchanged.
+#[utoipa::path(post, path = "/schedules/{name}/run", operation_id = "run_schedule", tag = "schedules",
+    params(("name" = String, Path, description = "The schedule")),
+    responses((status = 200, body = ScheduleView), Missing, Refusals))]
+async fn run(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<ScheduleView>, ApiError> {
+    check_name(&name)?;
+    if state.engine.run_schedule_now(&name).await?.is_none() {
+        return Err(ApiError::not_found(format!(
+            "schedule {name:?} does not exist"
+        )));
+    }
+    Ok(Json(view(&found(&state, &name).await?)))
 }
 
 /// A schedule's next ticks, from now (or from its last handled tick, if later).

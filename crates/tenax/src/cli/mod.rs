@@ -56,7 +56,7 @@ pub enum Command {
     Stats(client::ServerArgs),
     /// Queues: list (without a subcommand too), show, set limits, pause, resume.
     Queues(queues::QueuesArgs),
-    /// Periodic jobs: set, list, show, ticks, preview, pause, resume, delete.
+    /// Periodic jobs: set, list, show, ticks, preview, pause, resume, run, delete.
     #[command(subcommand)]
     Schedules(schedules::SchedulesCommand),
     /// Webhook subscriptions: create, list, show, update, delete.

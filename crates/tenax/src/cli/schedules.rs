@@ -63,6 +63,12 @@ pub enum SchedulesCommand {
         #[command(flatten)]
         output: Output,
     },
+    /// Run a schedule now: its job is enqueued at once, outside the timetable.
+    Run {
+        name: String,
+        #[command(flatten)]
+        output: Output,
+    },
     /// Delete a schedule; the jobs it made stay.
     Delete {
         name: String,
@@ -199,6 +205,11 @@ pub fn run(command: SchedulesCommand) -> Result<(), CliError> {
             SchedulesCommand::Resume { name, output } => {
                 let server = Server::connect(&output.server)?;
                 let schedule = server.ask(server.resume_schedule(&name)).await?;
+                print(&schedule, output.format, schedule_table)
+            }
+            SchedulesCommand::Run { name, output } => {
+                let server = Server::connect(&output.server)?;
+                let schedule = server.ask(server.run_schedule(&name)).await?;
                 print(&schedule, output.format, schedule_table)
             }
             SchedulesCommand::Delete { name, server } => {

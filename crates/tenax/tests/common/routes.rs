@@ -78,6 +78,7 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("DELETE", "/api/schedules/{name}", Admins);
     add("POST", "/api/schedules/{name}/pause", Admins);
     add("POST", "/api/schedules/{name}/resume", Admins);
+    add("POST", "/api/schedules/{name}/run", Admins);
     add("GET", "/api/schedules/{name}/ticks", Readers);
     add("POST", "/api/queues/{name}/subscriptions", Admins);
     add("GET", "/api/queues/{name}/subscriptions", Readers);
