@@ -181,6 +181,19 @@ async fn pages_show_the_store_and_actions_go_through_the_engine() {
     // Every page renders, and shows what the store holds (escaped).
     let overview = html(&server, "/ui").await;
     assert!(overview.contains("Throughput and failures") && overview.contains("Slowest queues"));
+    // A waiting queue links to its own page, its ready count to its ready jobs.
+    assert!(
+        !overview.contains("No queue has a job waiting."),
+        "{overview}"
+    );
+    assert!(
+        overview.contains(r#"href="/ui/queues/emails""#),
+        "{overview}"
+    );
+    assert!(
+        overview.contains(r#"href="/ui/jobs?status=ready&amp;queue=emails""#),
+        "{overview}"
+    );
     let queues = html(&server, "/ui/queues").await;
     assert!(
         queues.contains(r#"data-queue="emails""#) && queues.contains(r#"data-queue="reports""#)

@@ -14,6 +14,7 @@ use tenax_core::model::{QueueCounts, Status, SubscriptionId};
 
 use super::bars::{self, Bar};
 use super::layout::{self, Nav, Refresh};
+use super::queues::urlencode;
 use super::{Session, UiError, format};
 use crate::api::AppState;
 
@@ -145,9 +146,10 @@ pub async fn page(
                     tbody {
                         @for (q, waited) in &slowest {
                             tr {
-                                td { a href={"/ui/jobs?status=ready&queue=" (q.queue)} { (q.queue) } }
+                                td { a href={"/ui/queues/" (urlencode(&q.queue))} { (q.queue) } }
                                 td { (format::duration(*waited)) }
-                                td { (q.ready) } td { (q.in_flight) } td { (q.scheduled) }
+                                td { a href={"/ui/jobs?status=ready&queue=" (urlencode(&q.queue))} { (q.ready) } }
+                                td { (q.in_flight) } td { (q.scheduled) }
                             }
                         }
                     }
