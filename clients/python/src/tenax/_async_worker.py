@@ -249,9 +249,12 @@ class AsyncWorker:
             except TenaxError as error:
                 state.broke(error)
             finally:
+                # Forgotten before the close hands them back to the server: a handler task
+                # that started one while the close was awaited would run a job whose lease is
+                # no longer this worker's.
                 state.stream = None
-                await _close_quietly(stream)
                 state.closed(generation, events.stopping.is_set())
+                await _close_quietly(stream)
             if not events.stopping.is_set():
                 await _wait(events.stopping, state.reconnect_delay())
         # Stopping with no stream open: nothing to hold.

@@ -320,12 +320,14 @@ class Worker:
                     with self._lock:
                         state.broke(error)
             finally:
+                # The jobs received but not started are forgotten before the stream closes:
+                # the close hands them back to the server, and a handler thread that started
+                # one in between would run a job whose lease is no longer this worker's.
                 with self._lock:
                     state.stream = None
-                stream.close()
-                with self._lock:
                     state.closed(generation, self._stopping.is_set())
                     self._changed.notify_all()
+                stream.close()
             if not self._close_stream.is_set() and not self._stopping.is_set():
                 with self._lock:
                     delay = state.reconnect_delay()
