@@ -2434,11 +2434,11 @@ fn signed_headers(share: &Value) -> Vec<(String, String)> {
     vec![
         (
             "URL-Signature".into(),
-            share["signature"].as_str().unwrap().into(),
+            share["signature"].as_str().expect("a signature").into(),
         ),
         (
             "URL-Expires".into(),
-            share["expires"].as_str().unwrap().into(),
+            share["expires"].as_str().expect("an expiry").into(),
         ),
         ("URL-Methods".into(), list("methods")),
         ("URL-Paths".into(), list("paths")),
