@@ -175,6 +175,12 @@ pub struct ServeArgs {
     /// `secrets.key` in the data directory, made at the first start.
     #[arg(long, env = "TENAX_SECRETS_KEY_FILE")]
     pub secrets_key_file: Option<PathBuf>,
+    /// The key that signs Zaqar's pre-signed URLs (`POST /v2/queues/{name}/share`), as Zaqar's
+    /// `[signed_url] secret_key`: give every server that shares a store the same one. Without
+    /// it, a key derived from the secrets key (--secrets-key-file, or the embedded store's
+    /// `secrets.key`) signs them, so rotating that key voids the URLs signed before.
+    #[arg(long, env = "TENAX_ZAQAR_SIGNING_KEY", hide_env_values = true)]
+    pub zaqar_signing_key: Option<String>,
     /// The TLS certificate chain (PEM) of the API: with `--tls-key`, the server speaks HTTPS
     /// (HTTP/1.1 and HTTP/2 by ALPN).
     #[arg(long, env = "TENAX_TLS_CERT", requires = "tls_key")]
@@ -320,6 +326,8 @@ pub struct Config {
     pub secrets: Option<std::sync::Arc<tenax_core::secrets::Keyring>>,
     /// Where `secrets` were read from.
     pub secrets_key_file: Option<PathBuf>,
+    /// `--zaqar-signing-key`; `None`: a key derived from the secrets key.
+    pub zaqar_signing_key: Option<String>,
     /// The API's TLS certificate and key files, when it speaks HTTPS.
     pub tls: Option<TlsFiles>,
     pub delivery: DeliveryConfig,
@@ -462,6 +470,13 @@ impl ServeArgs {
             tenax_core::auth::token::check_given(token)
                 .map_err(|rule| format!("--admin-token: {rule}"))?;
         }
+        if self
+            .zaqar_signing_key
+            .as_ref()
+            .is_some_and(|k| k.trim().is_empty())
+        {
+            return Err("--zaqar-signing-key: must not be empty".into());
+        }
         let tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(read_tls(cert, key)?),
             _ => None,
@@ -546,6 +561,7 @@ impl ServeArgs {
             admin_token: self.admin_token.clone(),
             secrets,
             secrets_key_file: self.secrets_key_file.clone(),
+            zaqar_signing_key: self.zaqar_signing_key.clone(),
             tls,
             delivery: DeliveryConfig {
                 default_policy: delivery_policy,

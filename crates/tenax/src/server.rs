@@ -13,6 +13,7 @@ use tenax_policy::spelling::native;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::api::zaqar::signed::{self, SigningKey};
 use crate::api::{self, AppState, Limits};
 use crate::config::Config;
 use crate::delivery::signals::Signals;
@@ -106,6 +107,7 @@ pub async fn run_with_signals(
             cors_origins: config.cors_origins.clone(),
             tls: config.tls.is_some(),
         }),
+        zaqar_signing: Arc::new(zaqar_signing_key(&config)?),
     };
     let address = listener.local_addr().unwrap_or(config.listen);
     // What this server says of itself to the others (`GET /api/cluster`).
@@ -278,4 +280,25 @@ pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
         }
         tracing::info!("shutdown requested: finishing requests in progress");
     }
+}
+
+/// The key of Zaqar's pre-signed URLs: `--zaqar-signing-key`, else one derived from the secrets
+/// key (`--secrets-key-file`, or the embedded store's `secrets.key`, which the store has made
+/// by now), so that every server given the same key file signs alike.
+fn zaqar_signing_key(config: &Config) -> anyhow::Result<SigningKey> {
+    if let Some(key) = &config.zaqar_signing_key {
+        return Ok(SigningKey::new(key.as_bytes()));
+    }
+    let keys = match &config.secrets {
+        Some(keys) => keys.clone(),
+        None => {
+            let path = config.data_dir.join(tenax_core::secrets::SECRETS_KEY_FILE);
+            Arc::new(
+                tenax_core::secrets::Keyring::read_file(&path)
+                    .map_err(anyhow::Error::msg)
+                    .context("reading the secrets key to derive the Zaqar signing key")?,
+            )
+        }
+    };
+    Ok(SigningKey::new(keys.derive(signed::DERIVE_PURPOSE)))
 }

@@ -2419,3 +2419,305 @@ async fn subscription_options_become_the_delivery_policy_and_headers() {
     assert!(queue.ok(200)["policy"].is_object(), "{queue:?}");
     assert_eq!(queue.json["disable_overrides"], json!(true));
 }
+
+/// The URL-* headers of a share's answer, for a request made with them alone.
+fn signed_headers(share: &Value) -> Vec<(String, String)> {
+    let list = |key: &str| {
+        share[key]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|v| v.as_str().expect("a string").to_owned())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    vec![
+        (
+            "URL-Signature".into(),
+            share["signature"].as_str().expect("a signature").into(),
+        ),
+        (
+            "URL-Expires".into(),
+            share["expires"].as_str().expect("an expiry").into(),
+        ),
+        ("URL-Methods".into(), list("methods")),
+        ("URL-Paths".into(), list("paths")),
+    ]
+}
+
+async fn send_signed(
+    zaqar: &Zaqar,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+    signed: &[(String, String)],
+) -> Answer {
+    let headers: Vec<(&str, &str)> = signed
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    zaqar
+        .send(
+            method,
+            path,
+            body.map(|b| b.to_string().into_bytes()),
+            &headers,
+        )
+        .await
+}
+
+const SIGNING_ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_urls_admit_their_paths_and_methods_until_they_expire() {
+    let server = TestServer::start(Options::manual().flags(&[
+        "--auth",
+        "on",
+        "--admin-token",
+        SIGNING_ADMIN,
+    ]))
+    .await;
+    let zaqar = Zaqar::new(&server, "proj-a", CLIENT);
+    let admin = [("X-Auth-Token", SIGNING_ADMIN)];
+    let share = |body: Value| {
+        let zaqar = zaqar.clone();
+        async move {
+            zaqar
+                .send(
+                    Method::POST,
+                    "/v2/queues/q/share",
+                    Some(body.to_string().into_bytes()),
+                    &admin,
+                )
+                .await
+        }
+    };
+    // Without a token: no share, no messages.
+    zaqar
+        .post("/v2/queues/q/share", json!({}))
+        .await
+        .error(401, "Unauthorized", None);
+    zaqar
+        .get("/v2/queues/q/messages")
+        .await
+        .error(401, "Unauthorized", None);
+
+    // Zaqar's rules on the document.
+    share(json!({"paths": ["messages"], "nope": 1}))
+        .await
+        .error(400, "Invalid API request", Some("Unknown keys: {'nope'}"));
+    share(json!({"paths": ["queues"]})).await.error(
+        400,
+        "Invalid API request",
+        Some("Invalid paths: {'queues'}"),
+    );
+    share(json!({"expires": "2000-01-01T00:00:00"}))
+        .await
+        .error(
+            400,
+            "Invalid API request",
+            Some("`expires` is lower than the current time"),
+        );
+    share(json!({"expires": "1234"})).await.error(
+        400,
+        "Invalid API request",
+        Some(
+            "`expires` should be date format, for example 2016-01-01T00:00:00, not integer \
+             value: 1234",
+        ),
+    );
+    share(json!({"methods": ["FETCH"]}))
+        .await
+        .error(400, "Invalid API request", None);
+
+    // The default: GET on the queue's messages, for a day.
+    let default = share(json!({})).await;
+    let default = default.ok(200);
+    assert_eq!(default["paths"], json!(["/v2/queues/q/messages"]));
+    assert_eq!(default["methods"], json!(["GET"]));
+    assert_eq!(default["project"], json!("proj-a"));
+    // T0 (2027-01-15T08:00:00Z) and a day.
+    assert_eq!(default["expires"], json!("2027-01-16T08:00:00"));
+    assert_eq!(default["signature"].as_str().map(str::len), Some(64));
+
+    let answer = share(json!({
+        "methods": ["POST", "GET"],
+        "paths": ["messages"],
+        "expires": "2027-01-15T09:00:00",
+    }))
+    .await;
+    let signed = signed_headers(answer.ok(200));
+    assert_eq!(answer.json["methods"], json!(["GET", "POST"]));
+
+    // With the URL-* headers alone: post, list and read one message.
+    let posted = send_signed(
+        &zaqar,
+        Method::POST,
+        "/v2/queues/q/messages",
+        Some(json!({"messages": [{"body": {"n": 1}, "ttl": 300}]})),
+        &signed,
+    )
+    .await;
+    let id = posted.ok(201)["resources"][0]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let listed = send_signed(
+        &zaqar,
+        Method::GET,
+        "/v2/queues/q/messages?echo=true",
+        None,
+        &signed,
+    )
+    .await;
+    assert_eq!(listed.ok(200)["messages"][0]["body"], json!({"n": 1}));
+    send_signed(
+        &zaqar,
+        Method::GET,
+        &format!("/v2/queues/q/messages/{id}"),
+        None,
+        &signed,
+    )
+    .await
+    .ok(200);
+
+    // Nothing else: another method, another path, another queue or project.
+    let refused = |answer: Answer| answer.error(404, "404 Not Found", None);
+    refused(
+        send_signed(
+            &zaqar,
+            Method::DELETE,
+            &format!("/v2/queues/q/messages/{id}"),
+            None,
+            &signed,
+        )
+        .await,
+    );
+    refused(send_signed(&zaqar, Method::GET, "/v2/queues/q", None, &signed).await);
+    refused(send_signed(&zaqar, Method::GET, "/v2/queues/q/stats", None, &signed).await);
+    refused(
+        send_signed(
+            &zaqar,
+            Method::POST,
+            "/v2/queues/q/claims",
+            Some(json!({})),
+            &signed,
+        )
+        .await,
+    );
+    refused(
+        send_signed(
+            &zaqar,
+            Method::GET,
+            "/v2/queues/other/messages",
+            None,
+            &signed,
+        )
+        .await,
+    );
+    refused(send_signed(&zaqar, Method::GET, "/v2/queues", None, &signed).await);
+    let other_project = zaqar.with_project(Some("proj-b"));
+    refused(
+        send_signed(
+            &other_project,
+            Method::GET,
+            "/v2/queues/q/messages",
+            None,
+            &signed,
+        )
+        .await,
+    );
+    // Another queue named in URL-Paths: the signature no longer matches.
+    let mut widened = signed.clone();
+    widened[3].1 = "/v2/queues/q/messages,/v2/queues/other/messages".into();
+    refused(
+        send_signed(
+            &zaqar,
+            Method::GET,
+            "/v2/queues/other/messages",
+            None,
+            &widened,
+        )
+        .await,
+    );
+    // An altered signature, a later expiry, another method list.
+    let mut altered = signed.clone();
+    let first = if altered[0].1.starts_with('0') {
+        "1"
+    } else {
+        "0"
+    };
+    altered[0].1.replace_range(0..1, first);
+    refused(send_signed(&zaqar, Method::GET, "/v2/queues/q/messages", None, &altered).await);
+    let mut later = signed.clone();
+    later[1].1 = "2027-01-15T10:00:00".into();
+    refused(send_signed(&zaqar, Method::GET, "/v2/queues/q/messages", None, &later).await);
+    let mut more = signed.clone();
+    more[2].1 = "DELETE,GET,POST".into();
+    refused(
+        send_signed(
+            &zaqar,
+            Method::DELETE,
+            &format!("/v2/queues/q/messages/{id}"),
+            None,
+            &more,
+        )
+        .await,
+    );
+    // A valid token does not rescue a set that does not hold.
+    let mut with_token = altered.clone();
+    with_token.push(("X-Auth-Token".into(), SIGNING_ADMIN.into()));
+    refused(
+        send_signed(
+            &zaqar,
+            Method::GET,
+            "/v2/queues/q/messages",
+            None,
+            &with_token,
+        )
+        .await,
+    );
+
+    // At its expiry, the set no longer admits anything.
+    send_signed(&zaqar, Method::GET, "/v2/queues/q/messages", None, &signed)
+        .await
+        .ok(200);
+    server.clock.advance_ms(3_600_000);
+    refused(send_signed(&zaqar, Method::GET, "/v2/queues/q/messages", None, &signed).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_urls_sign_with_the_given_key_as_zaqar_does() {
+    let server =
+        TestServer::start(Options::manual().flags(&["--zaqar-signing-key", "test-key"])).await;
+    let zaqar = Zaqar::new(&server, "p", CLIENT);
+    let answer = zaqar
+        .post(
+            "/v2/queues/q/share",
+            json!({"paths": ["messages", "claims"], "methods": ["POST", "GET"],
+                   "expires": "2030-01-01T01:00:00+01:00"}),
+        )
+        .await;
+    let answer = answer.ok(200);
+    assert_eq!(
+        answer["paths"],
+        json!(["/v2/queues/q/claims", "/v2/queues/q/messages"])
+    );
+    assert_eq!(answer["expires"], json!("2030-01-01T00:00:00"));
+    // python3 -c "import hmac,hashlib; print(hmac.new(b'test-key',
+    //   rb'/v2/queues/q/claims,/v2/queues/q/messages\nGET,POST\np\n2030-01-01T00:00:00',
+    //   hashlib.sha256).hexdigest())"
+    assert_eq!(answer["signature"], json!(ZAQAR_SIGNATURE));
+    // With authentication off, a set that does not hold is refused all the same.
+    let mut altered = signed_headers(answer);
+    altered[1].1 = "2030-01-01T00:00:01".into();
+    send_signed(&zaqar, Method::GET, "/v2/queues/q/messages", None, &altered)
+        .await
+        .error(404, "404 Not Found", None);
+}
+
+/// What Python's `hmac` makes of the set in [`signed_urls_sign_with_the_given_key_as_zaqar_does`].
+const ZAQAR_SIGNATURE: &str = "7dce8b549457ddca9f8cadb5b111551df6303fe2eaa4e352e9956c9785b95445";

@@ -163,7 +163,9 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
             needs(Read, ZaqarQueue)
         }
         ("PUT" | "PATCH" | "DELETE", "/v2/queues/{queue_name}")
-        | ("POST", "/v2/queues/{queue_name}/purge") => needs(Manage, ZaqarQueue),
+        | ("POST", "/v2/queues/{queue_name}/purge" | "/v2/queues/{queue_name}/share") => {
+            needs(Manage, ZaqarQueue)
+        }
         ("POST", "/v2/queues/{queue_name}/messages") => needs(Enqueue, ZaqarQueue),
         (
             "GET",

@@ -221,6 +221,17 @@ impl Keyring {
         &self.keys[0]
     }
 
+    /// A 32-byte key for `purpose`, derived from the sealing key (HMAC-SHA256 of the purpose
+    /// under it): every server given the same key file derives the same key, and no derived key
+    /// reveals the sealing key. A new sealing key (a rotation) derives other keys.
+    pub fn derive(&self, purpose: &[u8]) -> [u8; KEY_LEN] {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.current().bytes);
+        let tag = ring::hmac::sign(&key, purpose);
+        let mut derived = [0u8; KEY_LEN];
+        derived.copy_from_slice(tag.as_ref());
+        derived
+    }
+
     /// The key of id `id`, if held.
     pub fn key(&self, id: KeyId) -> Option<&Key> {
         self.keys.iter().find(|k| k.id == id)
@@ -273,6 +284,16 @@ impl Keyring {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn derived_keys_follow_the_sealing_key_and_the_purpose() {
+        let one = Keyring::generate("a").unwrap();
+        let again = Keyring::parse(&one.to_text(), "b").unwrap();
+        assert_eq!(one.derive(b"x"), again.derive(b"x"));
+        assert_ne!(one.derive(b"x"), one.derive(b"y"));
+        let other = Keyring::generate("c").unwrap();
+        assert_ne!(one.derive(b"x"), other.derive(b"x"));
+    }
 
     #[test]
     fn a_key_file_round_trips_and_its_first_key_seals() {

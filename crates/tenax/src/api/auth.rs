@@ -13,6 +13,10 @@
 //!   what the token's scopes admit.
 //! - A method a route does not have passes through unchecked: the route answers 405 itself,
 //!   before any handler runs.
+//! - A Zaqar request carrying a pre-signed URL set (`URL-Signature`: [`super::zaqar::signed`])
+//!   is decided by that set alone, token or not: if it holds (this path and method are signed,
+//!   it has not expired, the signature matches), the request acts as a principal scoped to the
+//!   signed project; if not, it is answered Zaqar's bare 404, as Zaqar answers it.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -24,12 +28,13 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use tenax_core::auth::rules::{self, Access};
-use tenax_core::auth::{Capability, Principal};
+use tenax_core::auth::{Capability, Principal, Role, Scope};
 use tenax_core::engine::Engine;
 
 use super::error::ApiError;
 use super::scope::{Denied, ScopeCheck};
 use super::zaqar::error::ZaqarError;
+use super::zaqar::signed::{self, SigningKey};
 
 /// What the middleware needs: the engine (tokens, and the queues of jobs and subscriptions),
 /// whether authentication is on, and the methods each route answers.
@@ -38,12 +43,18 @@ pub struct Authorizer {
     engine: Arc<Engine>,
     required: bool,
     routes: HashSet<(Method, String)>,
+    signing: Arc<SigningKey>,
 }
 
 impl Authorizer {
     /// Panics if a route has no rule: a programming error that every test that starts a server
     /// would show at once.
-    pub fn new(engine: Arc<Engine>, required: bool, routes: HashSet<(Method, String)>) -> Self {
+    pub fn new(
+        engine: Arc<Engine>,
+        required: bool,
+        routes: HashSet<(Method, String)>,
+        signing: Arc<SigningKey>,
+    ) -> Self {
         let missing: Vec<String> = routes
             .iter()
             .filter(|(method, route)| rules::rule(method, route).is_none())
@@ -57,6 +68,7 @@ impl Authorizer {
             engine,
             required,
             routes,
+            signing,
         }
     }
 }
@@ -91,10 +103,37 @@ pub async fn authorize(
             "this route has no authorization rule",
         );
     };
+    let signed = if zaqar {
+        let now =
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(authorizer.engine.now_ms());
+        match signed::verify(
+            &authorizer.signing,
+            &parts.headers,
+            &parts.method,
+            parts.uri.path(),
+            now,
+        ) {
+            Ok(grant) => grant,
+            Err(refusal) => {
+                tracing::info!(why = %refusal.0, "a pre-signed URL was refused");
+                return ZaqarError::no_route().into_response();
+            }
+        }
+    } else {
+        None
+    };
     let Access::Needs(capability) = rule.access else {
         return next.run(Request::from_parts(parts, body)).await;
     };
-    let principal = if authorizer.required {
+    let principal = if let Some(grant) = signed {
+        Principal::new(
+            None,
+            Arc::from(format!("a pre-signed URL of project {}", grant.project)),
+            Role::Admin,
+            Scope::all(),
+            Scope::of(&[grant.project]),
+        )
+    } else if authorizer.required {
         let Some(token) = token_of(&parts.headers) else {
             return unauthorized(
                 zaqar,

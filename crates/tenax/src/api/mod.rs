@@ -63,6 +63,8 @@ pub struct AppState {
     pub log_requests: bool,
     /// What a browser may send ([`browser`]).
     pub browser: Arc<browser::BrowserPolicy>,
+    /// The key of Zaqar's pre-signed URLs ([`zaqar::signed`]).
+    pub zaqar_signing: Arc<zaqar::signed::SigningKey>,
 }
 
 /// `GET /healthz`: `ok` while the server serves.
@@ -136,6 +138,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         state.engine.clone(),
         state.auth_required,
         routes(&spec, &zaqar_routes),
+        state.zaqar_signing.clone(),
     ));
     native
         .route("/api/openapi.json", openapi::route(&spec))

@@ -112,6 +112,7 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("DELETE", "/v2/queues/{queue_name}", Admins);
     add("GET", "/v2/queues/{queue_name}/stats", Readers);
     add("POST", "/v2/queues/{queue_name}/purge", Admins);
+    add("POST", "/v2/queues/{queue_name}/share", Admins);
     add("POST", "/v2/queues/{queue_name}/messages", Producers);
     add("GET", "/v2/queues/{queue_name}/messages", Readers);
     add("DELETE", "/v2/queues/{queue_name}/messages", Workers);

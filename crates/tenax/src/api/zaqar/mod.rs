@@ -23,6 +23,7 @@ pub(crate) mod names;
 pub mod patch;
 mod queues;
 pub mod request;
+pub mod signed;
 mod subscriptions;
 mod views;
 
@@ -52,6 +53,7 @@ pub fn router() -> (Router<AppState>, Vec<(Method, &'static str)>) {
         )
         .add("/v2/queues/{queue_name}/stats", "GET", get(queues::stats))
         .add("/v2/queues/{queue_name}/purge", "POST", post(queues::purge))
+        .add("/v2/queues/{queue_name}/share", "POST", post(signed::share))
         .add(
             "/v2/queues/{queue_name}/messages",
             "DELETE, GET, POST",
