@@ -67,21 +67,23 @@ struct WorkerView {
     seen_at: String,
 }
 
-/// `worker` as `principal` may see it: the queues its scopes admit, and their jobs; `None` when
-/// it admits none of them.
-fn worker_view(worker: WorkerInfo, principal: &Principal) -> Option<WorkerView> {
-    let queues: Vec<_> = worker
-        .queues
-        .into_iter()
-        .filter(|q| principal.admits_queue(&q.queue))
-        .collect();
-    if principal.is_scoped() && queues.is_empty() {
+/// `worker` as `principal` may see it: only the queues its scopes admit, with their jobs;
+/// `None` when the principal is scoped and admits none of them. The API's `/api/cluster` and
+/// the dashboard's workers page both show workers so.
+pub fn as_seen_by(mut worker: WorkerInfo, principal: &Principal) -> Option<WorkerInfo> {
+    worker.queues.retain(|q| principal.admits_queue(&q.queue));
+    if principal.is_scoped() && worker.queues.is_empty() {
         return None;
     }
+    Some(worker)
+}
+
+fn worker_view(worker: WorkerInfo, principal: &Principal) -> Option<WorkerView> {
+    let worker = as_seen_by(worker, principal)?;
     Some(WorkerView {
-        name: worker.name,
-        in_flight: queues.iter().map(|q| q.in_flight).sum(),
-        queues: queues.into_iter().map(|q| q.queue).collect(),
+        name: worker.name.clone(),
+        in_flight: worker.in_flight(),
+        queues: worker.queues.into_iter().map(|q| q.queue).collect(),
         streaming: worker.streams > 0,
         streams: worker.streams,
         seen_at: rfc3339(worker.seen_at_ms),

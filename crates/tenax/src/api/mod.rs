@@ -4,7 +4,7 @@
 mod activity;
 pub mod auth;
 pub mod browser;
-mod cluster;
+pub mod cluster;
 mod dead;
 mod deliveries;
 pub mod error;

@@ -14,6 +14,7 @@ use tenax_core::model::{LiveServer, WorkerInfo};
 use super::layout::{self, Nav, Refresh};
 use super::{Session, UiError, format};
 use crate::api::AppState;
+use crate::api::cluster::as_seen_by;
 
 pub async fn page(
     State(state): State<AppState>,
@@ -22,27 +23,22 @@ pub async fn page(
     let engine = &state.engine;
     let now = engine.now_ms();
     let servers: Vec<LiveServer> = engine.live_servers().await?;
-    let principal = &session.principal;
-    // Each worker with the queues the session may see, and the jobs it holds of them.
-    let visible = |worker: &WorkerInfo| -> Option<(Vec<String>, u64)> {
-        let queues: Vec<_> = worker
-            .queues
-            .iter()
-            .filter(|q| principal.admits_queue(&q.queue))
-            .collect();
-        if principal.is_scoped() && queues.is_empty() {
-            return None;
-        }
-        let held = queues.iter().map(|q| q.in_flight).sum();
-        Some((queues.into_iter().map(|q| q.queue.clone()).collect(), held))
-    };
+    // Each server with the workers the session may see, as `/api/cluster` shows them.
+    let seen: Vec<(&LiveServer, Vec<WorkerInfo>)> = servers
+        .iter()
+        .map(|server| {
+            let workers = server.about.iter().flat_map(|a| a.workers.iter().cloned());
+            let visible = workers.filter_map(|w| as_seen_by(w, &session.principal));
+            (server, visible.collect())
+        })
+        .collect();
     let content = html! {
         section {
             h2 { "Servers" }
             table.servers {
                 thead { tr { th { "server" } th { "version" } th { "up for" } th { "leads" } th { "listens on" } th { "last seen" } th { "workers" } } }
                 tbody {
-                    @for server in &servers {
+                    @for (server, workers) in &seen {
                         @let about = server.about.clone().unwrap_or_default();
                         tr data-server=(format!("{:016x}", server.id)) {
                             td {
@@ -57,7 +53,7 @@ pub async fn page(
                             td { @if about.leads { "yes" } @else { "no" } }
                             td { (about.address.as_deref().unwrap_or("-")) }
                             td { span title=(format::time(server.seen_at_ms)) { (format::relative(server.seen_at_ms, now)) } }
-                            td { (about.workers.iter().filter(|w| visible(w).is_some()).count()) }
+                            td { (workers.len()) }
                         }
                     }
                 }
@@ -65,10 +61,9 @@ pub async fn page(
         }
         section {
             h2 { "Workers" }
-            @let workers: Vec<(&LiveServer, &WorkerInfo, Vec<String>, u64)> = servers
+            @let workers: Vec<(&LiveServer, &WorkerInfo)> = seen
                 .iter()
-                .flat_map(|s| s.about.iter().flat_map(move |a| a.workers.iter().map(move |w| (s, w))))
-                .filter_map(|(s, w)| visible(w).map(|(queues, held)| (s, w, queues, held)))
+                .flat_map(|(server, workers)| workers.iter().map(move |w| (*server, w)))
                 .collect();
             @if workers.is_empty() {
                 p { "No worker has taken from this cluster in the last few minutes." }
@@ -76,16 +71,16 @@ pub async fn page(
                 table.workers {
                     thead { tr { th { "worker" } th { "queues" } th { "jobs in flight" } th { "streams" } th { "last seen" } th { "on server" } } }
                     tbody {
-                        @for (server, worker, queues, held) in &workers {
+                        @for (server, worker) in &workers {
                             tr data-worker=(worker.name) {
                                 td { (worker.name) }
                                 td {
-                                    @for (i, queue) in queues.iter().enumerate() {
+                                    @for (i, queue) in worker.queues.iter().enumerate() {
                                         @if i > 0 { ", " }
-                                        a href={"/ui/queues/" (super::queues::urlencode(queue))} { (queue) }
+                                        a href={"/ui/queues/" (super::queues::urlencode(&queue.queue))} { (queue.queue) }
                                     }
                                 }
-                                td { (held) }
+                                td { (worker.in_flight()) }
                                 td { (worker.streams) }
                                 td { span title=(format::time(worker.seen_at_ms)) { (format::relative(worker.seen_at_ms, now)) } }
                                 td { code { (format!("{:016x}", server.id)) } }
