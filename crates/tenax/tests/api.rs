@@ -2254,25 +2254,24 @@ async fn post_as(
 /// The workers `GET /api/cluster` lists (of every server), by name, once `ready` holds of
 /// them; the cluster's answer is read again until it does, for at most ten seconds.
 async fn workers_once(server: &TestServer, ready: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    let deadline = Instant::now() + secs(10);
-    loop {
-        let cluster = server.get("/api/cluster").await;
-        let mut workers: Vec<Value> = cluster["servers"]
-            .as_array()
-            .expect("servers")
-            .iter()
-            .flat_map(|s| s["workers"].as_array().cloned().unwrap_or_default())
-            .collect();
-        workers.sort_by_key(|w| w["name"].as_str().unwrap_or_default().to_owned());
-        if ready(&workers) {
-            return workers;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the workers never became right: {workers:?}"
-        );
-        tokio::time::sleep(millis(20)).await;
-    }
+    let cluster = server
+        .poll("/api/cluster", "the workers becoming right", |cluster| {
+            ready(&workers_of(cluster))
+        })
+        .await;
+    workers_of(&cluster)
+}
+
+/// Every worker of every server of a `/api/cluster` answer, by name.
+fn workers_of(cluster: &Value) -> Vec<Value> {
+    let mut workers: Vec<Value> = cluster["servers"]
+        .as_array()
+        .expect("servers")
+        .iter()
+        .flat_map(|s| s["workers"].as_array().cloned().unwrap_or_default())
+        .collect();
+    workers.sort_by_key(|w| w["name"].as_str().unwrap_or_default().to_owned());
+    workers
 }
 
 fn worker<'a>(workers: &'a [Value], name: &str) -> &'a Value {
@@ -2287,19 +2286,14 @@ fn worker<'a>(workers: &'a [Value], name: &str) -> &'a Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_is_this_server_with_its_version_and_address() {
     let server = TestServer::manual().await;
-    let deadline = Instant::now() + secs(10);
-    let listed = loop {
-        let cluster = server.get("/api/cluster").await;
-        let servers = cluster["servers"].as_array().expect("servers").clone();
-        if servers.len() == 1 && servers[0]["leads"] == true {
-            break servers[0].clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never one leading server: {cluster}"
-        );
-        tokio::time::sleep(millis(20)).await;
-    };
+    let cluster = server
+        .poll("/api/cluster", "one leading server", |cluster| {
+            cluster["servers"]
+                .as_array()
+                .is_some_and(|s| s.len() == 1 && s[0]["leads"] == true)
+        })
+        .await;
+    let listed = cluster["servers"][0].clone();
     assert_eq!(listed["this"], true);
     assert_eq!(listed["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(

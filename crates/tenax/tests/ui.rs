@@ -657,21 +657,13 @@ async fn a_test_event_is_delivered_and_attempts_say_what_started_them() {
 
 /// A subscription's attempts, once there are at least `n`.
 async fn wait_for_attempts(server: &TestServer, sub: u64, n: usize) -> Vec<Value> {
-    let deadline = std::time::Instant::now() + PATIENCE;
-    loop {
-        let answer = server
-            .get(&format!("/api/subscriptions/{sub}/attempts"))
-            .await;
-        let attempts = answer["attempts"].as_array().cloned().unwrap_or_default();
-        if attempts.len() >= n {
-            return attempts;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{n} attempts did not come: {answer}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let path = format!("/api/subscriptions/{sub}/attempts");
+    let answer = server
+        .poll(&path, &format!("{n} attempts"), |a| {
+            a["attempts"].as_array().is_some_and(|list| list.len() >= n)
+        })
+        .await;
+    answer["attempts"].as_array().cloned().unwrap_or_default()
 }
 
 #[tokio::test]
@@ -1053,15 +1045,12 @@ async fn subscriptions_show_their_endpoint_paused_or_its_breaker_open() {
 
 /// The subscription's endpoint state once `ready` holds of it.
 async fn wait_for_endpoint(server: &TestServer, sub: u64, ready: impl Fn(&Value) -> bool) {
-    let deadline = std::time::Instant::now() + PATIENCE;
-    loop {
-        let view = server.get(&format!("/api/subscriptions/{sub}")).await;
-        if ready(&view["health"]["endpoint"]) {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "never: {view}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let path = format!("/api/subscriptions/{sub}");
+    server
+        .poll(&path, "the endpoint's state", |view| {
+            ready(&view["health"]["endpoint"])
+        })
+        .await;
 }
 
 /// A failed job's page shows its errors first; lists preview payloads; a finished job's page
@@ -1215,18 +1204,11 @@ async fn a_job_run_now_holds_the_next_tick_of_a_schedule_that_skips_overlaps() {
         .expect("the job run now");
     // T0 is on the minute: the next tick comes a minute later, while the job is still ready.
     server.advance(Duration::from_secs(61));
-    let deadline = std::time::Instant::now() + PATIENCE;
-    let schedule = loop {
-        let schedule = server.get("/api/schedules/minutely").await;
-        if schedule["counts"] != json!({"enqueued": 0, "missed": 0, "overlapped": 0}) {
-            break schedule;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the tick never came: {schedule}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let schedule = server
+        .poll("/api/schedules/minutely", "the tick", |schedule| {
+            schedule["counts"] != json!({"enqueued": 0, "missed": 0, "overlapped": 0})
+        })
+        .await;
     assert_eq!(
         schedule["counts"],
         json!({"enqueued": 0, "missed": 0, "overlapped": 1}),
