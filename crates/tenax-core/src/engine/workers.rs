@@ -20,7 +20,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::clock::UnixMs;
-use crate::model::{ClaimId, JobId, TakenJob, WorkerInfo, WorkerQueue};
+use crate::model::{ClaimId, JobId, JobIdMap, TakenJob, WorkerInfo, WorkerQueue};
 
 /// The most workers a server keeps. Each is written with the server's row every second on a
 /// shared store, a few hundred bytes each.
@@ -48,7 +48,7 @@ pub struct WorkerBook {
 struct Book {
     workers: HashMap<Arc<str>, Worker>,
     /// The leases handed out by takes and streams, by job.
-    held: HashMap<JobId, Hold>,
+    held: JobIdMap<Hold>,
 }
 
 #[derive(Debug)]

@@ -9,13 +9,10 @@
 //! a stream closed) are forgotten once their take is older than the longest an attempt can be
 //! held, so the book holds at most the jobs in flight plus those of the last such period.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use parking_lot::Mutex;
 
 use crate::clock::UnixMs;
-use crate::model::{JobId, LeaseToken};
+use crate::model::{JobId, JobIdMap, LeaseToken};
 
 /// What the book keeps of one lease.
 #[derive(Debug, Clone, Copy)]
@@ -30,29 +27,7 @@ pub struct Held {
 /// Shards, so that concurrent takes and completions rarely meet on one lock.
 const SHARDS: usize = 16;
 
-/// Job ids are assigned by the store, not chosen by clients, and consecutive: they are their
-/// own hash.
-#[derive(Debug, Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        // Spread consecutive ids over the table's high bits too (Fibonacci hashing).
-        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for byte in bytes {
-            self.0 = (self.0 << 8) | u64::from(*byte);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-type Shard = Mutex<HashMap<JobId, Held, BuildHasherDefault<IdHasher>>>;
+type Shard = Mutex<JobIdMap<Held>>;
 
 #[derive(Debug)]
 pub struct LeaseBook {
@@ -63,7 +38,7 @@ impl Default for LeaseBook {
     fn default() -> Self {
         Self {
             shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::default()))
+                .map(|_| Mutex::new(JobIdMap::default()))
                 .collect(),
         }
     }

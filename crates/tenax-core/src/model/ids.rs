@@ -2,10 +2,38 @@
 //! subscription id, and neither is a lease token or a claim. Each is a `u64` on the wire (JSON
 //! numbers, except where an API spells it otherwise) and in storage.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+/// Job ids are assigned by the store, not chosen by clients, and consecutive: they are their
+/// own hash.
+#[derive(Debug, Default)]
+pub struct JobIdHasher(u64);
+
+impl Hasher for JobIdHasher {
+    fn finish(&self) -> u64 {
+        // Spread consecutive ids over the table's high bits too (Fibonacci hashing).
+        self.0.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 << 8) | u64::from(*byte);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// A map keyed by job id, hashed by [`JobIdHasher`]: for the books kept per lease, where each
+/// take and acknowledgement touches the map once per job.
+pub type JobIdMap<V> = HashMap<JobId, V, BuildHasherDefault<JobIdHasher>>;
 
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {

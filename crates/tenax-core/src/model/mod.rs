@@ -25,7 +25,9 @@ mod trace;
 pub use cluster::{LiveServer, ServerAbout, WorkerInfo, WorkerQueue};
 pub use endpoint::{Breaker, BreakerState, EndpointState, Pause};
 pub use enqueue::{Enqueued, KeyHolder, OnDuplicate};
-pub use ids::{ClaimId, JobId, LeaseToken, MAX_EXACT_INTEGER, SubscriptionId};
+pub use ids::{
+    ClaimId, JobId, JobIdHasher, JobIdMap, LeaseToken, MAX_EXACT_INTEGER, SubscriptionId,
+};
 pub use job::{ErrorEntry, Held, Job, JobState, NewJob, Status};
 pub use lease::{Ack, TakenJob};
 pub use peek::{Checked, JobPeek};
