@@ -181,6 +181,10 @@ pub struct ServeArgs {
     /// `secrets.key`) signs them, so rotating that key voids the URLs signed before.
     #[arg(long, env = "TENAX_ZAQAR_SIGNING_KEY", hide_env_values = true)]
     pub zaqar_signing_key: Option<String>,
+    /// Also serve Zaqar's websocket on this address (as Zaqar's own port 9000), with the API's
+    /// TLS, tokens and connection limits. The API's listener serves it at `/` either way.
+    #[arg(long, env = "TENAX_ZAQAR_WEBSOCKET_LISTEN")]
+    pub zaqar_websocket_listen: Option<SocketAddr>,
     /// The TLS certificate chain (PEM) of the API: with `--tls-key`, the server speaks HTTPS
     /// (HTTP/1.1 and HTTP/2 by ALPN).
     #[arg(long, env = "TENAX_TLS_CERT", requires = "tls_key")]
@@ -328,6 +332,8 @@ pub struct Config {
     pub secrets_key_file: Option<PathBuf>,
     /// `--zaqar-signing-key`; `None`: a key derived from the secrets key.
     pub zaqar_signing_key: Option<String>,
+    /// A second listener serving only Zaqar's websocket.
+    pub zaqar_websocket_listen: Option<SocketAddr>,
     /// The API's TLS certificate and key files, when it speaks HTTPS.
     pub tls: Option<TlsFiles>,
     pub delivery: DeliveryConfig,
@@ -515,6 +521,13 @@ impl ServeArgs {
         if self.metrics_label_limit == 0 {
             return Err("--metrics-label-limit: must be at least 1".into());
         }
+        if let Some(at) = self.zaqar_websocket_listen
+            && (at == self.listen || Some(at) == self.metrics_listen)
+        {
+            return Err(format!(
+                "--zaqar-websocket-listen: must differ from --listen and --metrics-listen ({at})"
+            ));
+        }
         if self.metrics_listen == Some(self.listen) {
             return Err(format!(
                 "--metrics-listen: must differ from --listen ({})",
@@ -562,6 +575,7 @@ impl ServeArgs {
             secrets,
             secrets_key_file: self.secrets_key_file.clone(),
             zaqar_signing_key: self.zaqar_signing_key.clone(),
+            zaqar_websocket_listen: self.zaqar_websocket_listen,
             tls,
             delivery: DeliveryConfig {
                 default_policy: delivery_policy,

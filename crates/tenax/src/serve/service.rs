@@ -18,6 +18,7 @@ use axum::routing::future::RouteFuture;
 use hyper::body::{Frame, Incoming, SizeHint};
 
 use super::activity::{Activity, InFlight};
+use super::upgrade::Upgraded;
 
 /// One connection's service.
 #[derive(Debug, Clone)]
@@ -25,6 +26,7 @@ pub(super) struct Service {
     router: Router,
     activity: Arc<Activity>,
     peer: SocketAddr,
+    upgrades: Option<Upgraded>,
 }
 
 impl Service {
@@ -33,7 +35,15 @@ impl Service {
             router,
             activity,
             peer,
+            upgrades: None,
         }
+    }
+
+    /// Each request also carries the connection's [`Upgraded`] handle, for a handler that
+    /// takes the connection over.
+    pub(super) fn with_upgrades(mut self, upgraded: Upgraded) -> Self {
+        self.upgrades = Some(upgraded);
+        self
     }
 }
 
@@ -44,6 +54,9 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Service {
 
     fn call(&self, mut request: hyper::Request<Incoming>) -> Self::Future {
         request.extensions_mut().insert(ConnectInfo(self.peer));
+        if let Some(upgraded) = &self.upgrades {
+            request.extensions_mut().insert(upgraded.clone());
+        }
         // The router is always ready (axum's `Router::poll_ready` is), so it is called without
         // asking first.
         let mut router = self.router.clone();

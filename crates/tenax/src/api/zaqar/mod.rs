@@ -26,6 +26,7 @@ pub mod request;
 pub mod signed;
 mod subscriptions;
 mod views;
+pub mod websocket;
 
 use axum::Router;
 use axum::http::Method;
