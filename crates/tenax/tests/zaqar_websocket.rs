@@ -70,6 +70,21 @@ impl Ws {
             .expect("sent");
     }
 
+    /// Waits for the server to close the connection: the close frame's code, if it sent one.
+    async fn closed(&mut self) -> Option<u16> {
+        tokio::time::timeout(PATIENCE, async {
+            loop {
+                match self.socket.next().await {
+                    None | Some(Err(_)) => return None,
+                    Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
+                    Some(Ok(_)) => {}
+                }
+            }
+        })
+        .await
+        .expect("the server closes the connection in time")
+    }
+
     /// Sends a frame and reads its answer.
     async fn frame(&mut self, frame: Value) -> Value {
         self.send_text(frame.to_string()).await;
@@ -716,17 +731,7 @@ async fn a_message_larger_than_the_request_limit_closes_the_websocket() {
         .to_string(),
     )
     .await;
-    let ended = tokio::time::timeout(PATIENCE, async {
-        loop {
-            match ws.socket.next().await {
-                None | Some(Err(_)) => return None,
-                Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
-                Some(Ok(_)) => {}
-            }
-        }
-    })
-    .await
-    .expect("the server closes in time");
+    let ended = ws.closed().await;
     // 1009: message too big (or the connection is simply dropped).
     assert!(matches!(ended, None | Some(1009)), "{ended:?}");
     // Nothing was posted.
@@ -752,18 +757,8 @@ async fn an_idle_websocket_makes_room_for_a_new_connection() {
     assert_eq!(second.ask("queue_list", json!({})).await.0, 200);
     // The table is full of websockets: a third connection takes the place of the idlest.
     let mut third = Ws::open(&ws_url(&server), "p1").await;
-    let closed = tokio::time::timeout(PATIENCE, async {
-        loop {
-            match first.socket.next().await {
-                None | Some(Err(_)) => return None,
-                Some(Ok(Message::Close(frame))) => return frame.map(|f| u16::from(f.code)),
-                Some(Ok(_)) => {}
-            }
-        }
-    })
-    .await
-    .expect("the idlest websocket is closed in time");
-    assert!(matches!(closed, None | Some(1001)), "{closed:?}");
+    // 1001: going away.
+    assert_eq!(first.closed().await, Some(1001));
     assert_eq!(third.ask("queue_list", json!({})).await.0, 200);
     assert_eq!(second.ask("queue_list", json!({})).await.0, 200);
 }

@@ -18,215 +18,90 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~');
 
 const IDS: &[&str] = &["Client-ID", "X-Project-ID"];
-const QUEUE: &[(&str, Kind)] = &[("queue_name", Kind::String)];
 
-/// Every action Tenax answers, with its schema.
+/// Every action Tenax answers: the headers it requires, whether it requires a body, and the
+/// body's fields (`!`: required). A field has one type in every action ([`kind_of`]).
 pub(super) const ACTIONS: &[(&str, Schema)] = &[
     (
         "authenticate",
-        schema(&["X-Project-ID", "X-Auth-Token"], false, &[], &[]),
+        Schema::new(&["X-Project-ID", "X-Auth-Token"], false, ""),
     ),
-    ("get_home_doc", schema(&[], false, &[], &[])),
-    ("check_node_health", schema(&[], false, &[], &[])),
-    ("ping_node", schema(&[], false, &[], &[])),
+    ("get_home_doc", Schema::new(&[], false, "")),
+    ("check_node_health", Schema::new(&[], false, "")),
+    ("ping_node", Schema::new(&[], false, "")),
     (
         "queue_list",
-        schema(
-            IDS,
-            false,
-            &[
-                ("marker", Kind::String),
-                ("limit", Kind::Integer),
-                ("detailed", Kind::Boolean),
-            ],
-            &[],
-        ),
+        Schema::new(IDS, false, "marker limit detailed"),
     ),
-    ("queue_create", schema(IDS, true, QUEUE, &["queue_name"])),
-    ("queue_delete", schema(IDS, true, QUEUE, &["queue_name"])),
-    ("queue_get", schema(IDS, true, QUEUE, &["queue_name"])),
-    ("queue_get_stats", schema(IDS, true, QUEUE, &["queue_name"])),
+    ("queue_create", Schema::new(IDS, true, "queue_name!")),
+    ("queue_delete", Schema::new(IDS, true, "queue_name!")),
+    ("queue_get", Schema::new(IDS, true, "queue_name!")),
+    ("queue_get_stats", Schema::new(IDS, true, "queue_name!")),
     (
         "queue_purge",
-        schema(
-            IDS,
-            true,
-            &[
-                ("queue_name", Kind::String),
-                ("resource_types", Kind::Array),
-            ],
-            &["queue_name"],
-        ),
+        Schema::new(IDS, true, "queue_name! resource_types"),
     ),
     (
         "message_list",
-        schema(
-            IDS,
-            true,
-            &[
-                ("queue_name", Kind::String),
-                ("marker", Kind::String),
-                ("limit", Kind::Integer),
-                ("echo", Kind::Boolean),
-                ("include_claimed", Kind::Boolean),
-            ],
-            &["queue_name"],
-        ),
+        Schema::new(IDS, true, "queue_name! marker limit echo include_claimed"),
     ),
     (
         "message_get",
-        schema(
-            IDS,
-            true,
-            &[("queue_name", Kind::String), ("message_id", Kind::String)],
-            &["queue_name", "message_id"],
-        ),
+        Schema::new(IDS, true, "queue_name! message_id!"),
     ),
     (
         "message_get_many",
-        schema(
-            IDS,
-            true,
-            &[("queue_name", Kind::String), ("message_ids", Kind::Array)],
-            &["queue_name", "message_ids"],
-        ),
+        Schema::new(IDS, true, "queue_name! message_ids!"),
     ),
     (
         "message_post",
-        schema(
-            IDS,
-            true,
-            &[("queue_name", Kind::String), ("messages", Kind::Array)],
-            &["queue_name", "messages"],
-        ),
+        Schema::new(IDS, true, "queue_name! messages!"),
     ),
     (
         "message_delete",
-        schema(
-            IDS,
-            true,
-            &[
-                ("queue_name", Kind::String),
-                ("message_id", Kind::String),
-                ("claim_id", Kind::String),
-            ],
-            &["queue_name", "message_id"],
-        ),
+        Schema::new(IDS, true, "queue_name! message_id! claim_id"),
     ),
     (
         "message_delete_many",
-        schema(
-            IDS,
-            true,
-            &[
-                ("queue_name", Kind::String),
-                ("message_ids", Kind::Array),
-                ("claim_ids", Kind::Array),
-                ("pop", Kind::Integer),
-            ],
-            &["queue_name"],
-        ),
+        Schema::new(IDS, true, "queue_name! message_ids claim_ids pop"),
     ),
     (
         "claim_create",
-        schema(
-            IDS,
-            true,
-            &[
-                ("queue_name", Kind::String),
-                ("limit", Kind::Integer),
-                ("ttl", Kind::Integer),
-                ("grace", Kind::Integer),
-            ],
-            &["queue_name"],
-        ),
+        Schema::new(IDS, true, "queue_name! limit ttl grace"),
     ),
-    (
-        "claim_get",
-        schema(
-            IDS,
-            true,
-            &[("queue_name", Kind::String), ("claim_id", Kind::String)],
-            &["queue_name", "claim_id"],
-        ),
-    ),
+    ("claim_get", Schema::new(IDS, true, "queue_name! claim_id!")),
     (
         "claim_update",
-        schema(
-            IDS,
-            true,
-            &[
-                ("queue_name", Kind::String),
-                ("claim_id", Kind::String),
-                ("ttl", Kind::Integer),
-            ],
-            &["queue_name", "claim_id"],
-        ),
+        Schema::new(IDS, true, "queue_name! claim_id! ttl"),
     ),
     (
         "claim_delete",
-        schema(
-            IDS,
-            true,
-            &[("queue_name", Kind::String), ("claim_id", Kind::String)],
-            &["queue_name", "claim_id"],
-        ),
+        Schema::new(IDS, true, "queue_name! claim_id!"),
     ),
-    (
-        "subscription_list",
-        schema(IDS, true, QUEUE, &["queue_name"]),
-    ),
+    ("subscription_list", Schema::new(IDS, true, "queue_name!")),
     (
         "subscription_create",
-        schema(
-            IDS,
-            true,
-            &[
-                ("queue_name", Kind::String),
-                ("subscriber", Kind::String),
-                ("ttl", Kind::Integer),
-                ("options", Kind::Object),
-            ],
-            &["queue_name"],
-        ),
+        Schema::new(IDS, true, "queue_name! subscriber ttl options"),
     ),
     (
         "subscription_get",
-        schema(
-            IDS,
-            true,
-            &[
-                ("queue_name", Kind::String),
-                ("subscription_id", Kind::String),
-            ],
-            &["queue_name", "subscription_id"],
-        ),
+        Schema::new(IDS, true, "queue_name! subscription_id!"),
     ),
     (
         "subscription_delete",
-        schema(
-            IDS,
-            true,
-            &[
-                ("queue_name", Kind::String),
-                ("subscription_id", Kind::String),
-            ],
-            &["queue_name", "subscription_id"],
-        ),
+        Schema::new(IDS, true, "queue_name! subscription_id!"),
     ),
 ];
 
-const fn schema(
-    headers: &'static [&'static str],
-    body: bool,
-    fields: &'static [(&'static str, Kind)],
-    required: &'static [&'static str],
-) -> Schema {
-    Schema {
-        headers,
-        body,
-        fields,
-        required,
+/// The type of a body field in Zaqar's schemas (the same in every action that has it).
+pub(super) fn kind_of(field: &str) -> Kind {
+    match field {
+        "limit" | "ttl" | "grace" | "pop" => Kind::Integer,
+        "detailed" | "echo" | "include_claimed" => Kind::Boolean,
+        "resource_types" | "message_ids" | "messages" | "claim_ids" => Kind::Array,
+        "options" => Kind::Object,
+        // queue_name, marker, message_id, claim_id, subscriber, subscription_id
+        _ => Kind::String,
     }
 }
 

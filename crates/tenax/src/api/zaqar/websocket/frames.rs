@@ -5,6 +5,8 @@
 
 use serde_json::{Map, Value, json};
 
+use super::actions::kind_of;
+
 /// A JSON type of Zaqar's schemas (Draft 4: an integer is a number without a fraction, and a
 /// boolean is not one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,14 +30,34 @@ impl Kind {
     }
 }
 
-/// An action's schema: the headers it requires, whether it requires a body, the body's typed
-/// fields and which of them it requires.
+/// An action's schema: the headers it requires, whether it requires a body, and the body's
+/// fields, space-separated, each required one marked `!` (`"queue_name! limit"`), typed by
+/// [`super::actions::kind_of`].
 #[derive(Debug)]
 pub(super) struct Schema {
     pub headers: &'static [&'static str],
     pub body: bool,
-    pub fields: &'static [(&'static str, Kind)],
-    pub required: &'static [&'static str],
+    pub fields: &'static str,
+}
+
+impl Schema {
+    pub const fn new(headers: &'static [&'static str], body: bool, fields: &'static str) -> Self {
+        Self {
+            headers,
+            body,
+            fields,
+        }
+    }
+
+    /// The fields: name, and whether it is required.
+    fn fields(&self) -> impl Iterator<Item = (&'static str, bool)> {
+        self.fields
+            .split_whitespace()
+            .map(|field| match field.strip_suffix('!') {
+                Some(name) => (name, true),
+                None => (field, false),
+            })
+    }
 }
 
 /// The headers every schema types (as strings) when they are present.
@@ -62,12 +84,12 @@ impl Schema {
             return false;
         }
         match payload.get("body") {
-            None => !self.body && self.required.is_empty(),
+            None => !self.body && self.fields().all(|(_, required)| !required),
             Some(Value::Object(body)) => {
-                self.fields
-                    .iter()
-                    .all(|(name, kind)| body.get(*name).is_none_or(|v| kind.admits(v)))
-                    && self.required.iter().all(|name| body.contains_key(*name))
+                self.fields().all(|(name, required)| match body.get(name) {
+                    None => !required,
+                    Some(value) => kind_of(name).admits(value),
+                })
             }
             Some(_) => false,
         }
@@ -157,12 +179,7 @@ pub(super) fn python_repr(action: &Value) -> String {
 mod tests {
     use super::*;
 
-    const SCHEMA: Schema = Schema {
-        headers: &["Client-ID", "X-Project-ID"],
-        body: true,
-        fields: &[("queue_name", Kind::String), ("limit", Kind::Integer)],
-        required: &["queue_name"],
-    };
+    const SCHEMA: Schema = Schema::new(&["Client-ID", "X-Project-ID"], true, "queue_name! limit");
 
     fn object(value: Value) -> Map<String, Value> {
         value.as_object().cloned().unwrap_or_default()
