@@ -822,3 +822,30 @@ async fn a_peer_that_answers_pings_stays_open_past_the_idle_timeout() {
     // Flushes the last pong, and the connection still answers.
     assert_eq!(ws.ask("queue_list", json!({})).await.0, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_another_site_gets_nothing_through_the_websocket() {
+    let server = TestServer::start(Options::system()).await;
+    // A browser names the page's origin in the upgrade request; every frame carries it, so the
+    // browser rules of /v2 hold (a server without tokens would otherwise obey any page).
+    let mut request = ws_url(&server).into_client_request().expect("a request");
+    request
+        .headers_mut()
+        .insert("Origin", "http://evil.example".parse().expect("a header"));
+    let (socket, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("a websocket");
+    let mut page = Ws {
+        socket,
+        headers: json!({"Client-ID": CLIENT, "X-Project-ID": "p1"}),
+    };
+    let (status, body) = page
+        .ask("queue_create", json!({"queue_name": "stolen"}))
+        .await;
+    assert_eq!(status, 403, "{body}");
+    let mut own = Ws::open(&ws_url(&server), "p1").await;
+    assert_eq!(
+        own.ask("queue_list", json!({})).await,
+        (200, json!({"queues": []}))
+    );
+}

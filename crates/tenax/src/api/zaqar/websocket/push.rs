@@ -84,7 +84,8 @@ impl Subscriptions {
         ttl_s: u64,
         out: mpsc::Sender<String>,
     ) -> Result<String, (u16, Value)> {
-        // The marker: the last message already there (the subscription pushes what follows).
+        // The marker: the last message already there (the subscription pushes what follows),
+        // found by reading the queue to its end, a page at a time.
         let mut marker: Option<String> = None;
         loop {
             let (status, body) = endpoint.run(&page(queue, marker.as_deref()), &caller).await;

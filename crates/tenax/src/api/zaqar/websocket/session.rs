@@ -24,8 +24,8 @@ use super::frames::{Frame, python_repr};
 use super::push::Subscriptions;
 use crate::serve::Upgraded;
 
-/// A connection subscription's ttl when the frame names none (Zaqar's
-/// `[notification] subscription_ttl`... its `default_subscription_ttl`, 3600 s).
+/// A connection subscription's ttl when the frame names none: Zaqar's
+/// `[transport] default_subscription_ttl`.
 const DEFAULT_SUBSCRIPTION_TTL_S: u64 = 3600;
 
 /// Notifications waiting to be sent, at most: a subscription waits when its connection is
