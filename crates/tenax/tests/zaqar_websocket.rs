@@ -64,10 +64,14 @@ impl Ws {
     }
 
     async fn send_text(&mut self, text: String) {
-        self.socket
-            .send(Message::Text(text.into()))
-            .await
-            .expect("sent");
+        self.send_text_checked(text).await.expect("sent");
+    }
+
+    async fn send_text_checked(
+        &mut self,
+        text: String,
+    ) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+        self.socket.send(Message::Text(text.into())).await
     }
 
     /// Waits for the server to close the connection: the close frame's code, if it sent one.
@@ -847,5 +851,27 @@ async fn a_page_of_another_site_gets_nothing_through_the_websocket() {
     assert_eq!(
         own.ask("queue_list", json!({})).await,
         (200, json!({"queues": []}))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_stops_reading_is_closed_after_the_idle_timeout() {
+    let server = TestServer::start(Options::system().flags(&["--idle-timeout", "1s"])).await;
+    let mut ws = Ws::open(&ws_url(&server), "p1").await;
+    // Each answer echoes its frame's body: sending without ever reading fills the server's
+    // socket, then its writes wait on a peer that accepts nothing, and the server gives up.
+    let frame = json!({"action": "unknown", "headers": {}, "body": {"pad": "x".repeat(32 * 1024)}})
+        .to_string();
+    let dropped = tokio::time::timeout(PATIENCE, async {
+        loop {
+            if ws.send_text_checked(frame.clone()).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(
+        dropped.is_ok(),
+        "the server closes a connection whose peer stops reading"
     );
 }

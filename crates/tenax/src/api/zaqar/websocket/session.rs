@@ -6,8 +6,9 @@
 //! - a frame is checked as Zaqar checks it (JSON text, an object, a known action, its schema)
 //!   before anything runs, and every failure is answered in Zaqar's frame, never by closing;
 //! - the connection is busy only while it handles a frame; between frames the listener may
-//!   close it to make room, and it closes when the server stops, or when the peer has answered
-//!   nothing (not even a ping) for the idle timeout.
+//!   close it to make room, and it closes when the server stops, when the peer has answered
+//!   nothing (not even a ping) for the idle timeout, or when a message waits that long for the
+//!   peer to read it.
 
 use std::net::SocketAddr;
 
@@ -88,14 +89,14 @@ pub(super) async fn run(
                     Some((close_code::AWAY, "idle timeout"))
                 } else {
                     pinged = true;
-                    if socket.send(Message::Ping(Default::default())).await.is_err() {
+                    if !send(&mut socket, Message::Ping(Default::default()), idle).await {
                         return;
                     }
                     None
                 }
             }
             Some(notification) = pushed.recv() => {
-                if socket.send(Message::Text(notification.into())).await.is_err() {
+                if !send(&mut socket, Message::Text(notification.into()), idle).await {
                     return;
                 }
                 None
@@ -117,7 +118,7 @@ pub(super) async fn run(
                     Message::Ping(_) | Message::Pong(_) => None,
                 };
                 if let Some(answer) = answer
-                    && socket.send(Message::Text(answer.into())).await.is_err()
+                    && !send(&mut socket, Message::Text(answer.into()), idle).await
                 {
                     return;
                 }
@@ -129,10 +130,20 @@ pub(super) async fn run(
                 code,
                 reason: Utf8Bytes::from_static(why),
             };
-            let _ = socket.send(Message::Close(Some(close))).await;
+            send(&mut socket, Message::Close(Some(close)), idle).await;
             return;
         }
     }
+}
+
+/// Sends one message; false if the connection failed, or the peer accepted none of it for
+/// `idle` (as an HTTP response the client stops reading: a peer that stops reading cannot hold
+/// the connection open).
+async fn send(socket: &mut WebSocket, message: Message, idle: std::time::Duration) -> bool {
+    matches!(
+        tokio::time::timeout(idle, socket.send(message)).await,
+        Ok(Ok(()))
+    )
 }
 
 impl Session {
