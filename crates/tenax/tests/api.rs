@@ -2475,7 +2475,7 @@ async fn scoped_tokens_see_the_workers_of_their_queues() {
         }
     };
     assert_eq!(
-        workers_as(reader).await,
+        workers_as(reader.clone()).await,
         [
             (json!("both"), json!(["a", "b"]), json!(3)),
             (json!("only-b"), json!(["b"]), json!(0))
@@ -2485,10 +2485,19 @@ async fn scoped_tokens_see_the_workers_of_their_queues() {
         workers_as(scoped.clone()).await,
         [(json!("both"), json!(["a"]), json!(1))]
     );
-    // The activity is of every queue, for every reading token.
-    let (status, activity) = send(scoped, Method::GET, "/api/activity?minutes=1", None).await;
+    // The activity counts every queue together, as the metrics do: the reader that is not
+    // scoped reads it, the scoped one is refused (it would learn of queue b's jobs).
+    let (status, activity) = send(reader, Method::GET, "/api/activity?minutes=1", None).await;
     assert_eq!(status, 200);
     assert_eq!(activity["total"]["enqueued"], 3);
+    let (status, refusal) = send(scoped, Method::GET, "/api/activity?minutes=1", None).await;
+    assert_eq!(status, 403);
+    assert!(
+        refusal["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not scoped")),
+        "{refusal}"
+    );
 }
 
 /// The activity per minute: every minute of the window, oldest first, with what happened in

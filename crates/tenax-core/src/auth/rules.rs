@@ -153,7 +153,7 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         // The workers shown are those of the token's queues.
         ("GET", "/api/cluster") => needs(Read, Listing),
         // Counts of every queue together, as the dashboard's overview shows them.
-        ("GET", "/api/activity") => needs(Read, Nothing),
+        ("GET", "/api/activity") => needs(Metrics, Nothing),
 
         // Zaqar v2.
         ("GET", "/v2/" | "/v2/ping" | "/v2/health") => needs(Any, ZaqarProject),

@@ -99,7 +99,7 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("GET", "/api/tokens", Admins);
     add("DELETE", "/api/tokens/{id}", Admins);
     add("GET", "/api/cluster", Readers);
-    add("GET", "/api/activity", Readers);
+    add("GET", "/api/activity", MetricReaders);
     add("GET", "/v2/", AnyToken);
     add("GET", "/v2/ping", AnyToken);
     add("HEAD", "/v2/ping", AnyToken);
