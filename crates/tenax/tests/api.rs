@@ -1091,6 +1091,44 @@ async fn concurrent_settings_changes_are_all_kept() {
     }
 }
 
+/// The closest names a refusal offers are only those the token may touch: a token scoped to
+/// `p1:*` misspelling its queue is not told of project p2's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misspelt_queue_offers_only_the_names_the_token_may_touch() {
+    const ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
+    let server =
+        TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", ADMIN])).await;
+    let send = |token: &str, path: &str, body: Value| {
+        let request = server
+            .http()
+            .post(server.url(path))
+            .bearer_auth(token)
+            .json(&body);
+        async move {
+            let response = request.send().await.expect("an answer");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.expect("json"))
+        }
+    };
+    let jobs = json!({"jobs": [{"queue": "p1:orders"}, {"queue": "p2:orders"}]});
+    assert_eq!(send(ADMIN, "/api/jobs/batch", jobs).await.0, 201);
+    let token = json!({"name": "p1 admin", "role": "admin", "queues": ["p1:*"]});
+    let (status, made) = send(ADMIN, "/api/tokens", token).await;
+    assert_eq!(status, 201, "{made}");
+    let scoped = made["token"].as_str().expect("a token");
+    for (token, offered) in [
+        (ADMIN, r#""p1:orders" or "p2:orders""#),
+        (scoped, r#""p1:orders""#),
+    ] {
+        let (status, refusal) = send(token, "/api/queues/p1:ordesr/pause", json!({})).await;
+        assert_eq!(status, 404, "{refusal}");
+        assert_eq!(
+            refusal["error"]["message"],
+            format!("queue \"p1:ordesr\" does not exist; did you mean {offered}?")
+        );
+    }
+}
+
 /// A misspelt queue is not made by a pause or a settings change: a queue that has never
 /// existed is a 404 naming the existing queues closest to it, unless `?create=true`. A queue
 /// exists with jobs, settings, subscriptions or a schedule that enqueues to it.
