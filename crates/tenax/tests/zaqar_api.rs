@@ -368,34 +368,67 @@ async fn project_id_is_required_and_checked() {
             "Invalid queue identification",
             Some("The format of the submitted queue name or project id is not valid."),
         );
-    let answer = zaqar.with_project(Some("a:b")).get("/v2/queues").await;
-    answer.error(400, "Invalid queue identification", None);
-    assert!(
-        answer.json["description"]
-            .as_str()
-            .unwrap()
-            .contains("X-Project-ID"),
-        "{answer:?}"
-    );
-    zaqar
-        .with_project(Some(&"p".repeat(191)))
-        .put_empty("/v2/queues/q")
+    // Any other id up to 256 characters is Zaqar's to accept, and so Tenax's.
+    for project in [
+        "a:b",
+        "JAM Project",
+        &"p".repeat(191),
+        &"p".repeat(256),
+        ":x:",
+    ] {
+        let zaqar = zaqar.with_project(Some(project));
+        zaqar.put_empty("/v2/queues/q").await.ok(201);
+        zaqar.post_messages("q", json!([{"body": project}])).await;
+        assert_eq!(zaqar.bodies("q", true).await, [json!(project)], "{project}");
+        let listed = zaqar.get("/v2/queues").await;
+        assert_eq!(listed.ok(200)["queues"][0]["name"], json!("q"), "{project}");
+    }
+}
+
+#[tokio::test]
+async fn projects_of_any_characters_are_separate_and_keep_their_native_names() {
+    let (server, zaqar) = server().await;
+    // Ids Tenax took before keep their native names; others are escaped after a leading `:`.
+    for (project, native) in [
+        ("proj.1", "proj.1:orders"),
+        ("JAM Project", ":JAM.20Project:orders"),
+        ("a:b", ":a.3ab:orders"),
+        ("JAM.20Project", "JAM.20Project:orders"),
+    ] {
+        let zaqar = zaqar.with_project(Some(project));
+        zaqar
+            .put("/v2/queues/orders", json!({"owner": project}))
+            .await
+            .ok(201);
+        let path = format!("/api/queues/{}", native.replace(':', "%3A"));
+        let shown = zaqar.get(&path).await;
+        assert_eq!(shown.ok(200)["name"], json!(native), "{project}");
+    }
+    // Each project sees its own queue only, with its own metadata.
+    for project in ["proj.1", "JAM Project", "a:b", "JAM.20Project"] {
+        let zaqar = zaqar.with_project(Some(project));
+        let metadata = zaqar.get("/v2/queues/orders").await;
+        assert_eq!(metadata.ok(200)["owner"], json!(project));
+        let listed = zaqar.get("/v2/queues?detailed=true").await;
+        let queues = listed.ok(200)["queues"].as_array().unwrap().clone();
+        assert_eq!(queues.len(), 1, "{project}: {queues:?}");
+        assert_eq!(queues[0]["metadata"]["owner"], json!(project));
+    }
+    // A header that is not UTF-8 is read as Latin-1, as Zaqar (WSGI) reads it: python-zaqarclient
+    // sends `café` as the byte E9.
+    let latin1 = reqwest::header::HeaderValue::from_bytes(b"caf\xe9").unwrap();
+    let answer = server
+        .api
+        .http()
+        .put(format!("{}/v2/queues/orders", server.api.base))
+        .header("Client-ID", CLIENT)
+        .header("X-Project-ID", latin1)
+        .send()
         .await
-        .ok(201);
-    // Longer ids than Tenax can embed in a native queue name (project:queue, at most 256
-    // characters) are refused with the rule, though Zaqar would take up to 256.
-    let answer = zaqar
-        .with_project(Some(&"p".repeat(192)))
-        .put_empty("/v2/queues/q")
-        .await;
-    answer.error(400, "Invalid queue identification", None);
-    assert!(
-        answer.json["description"]
-            .as_str()
-            .unwrap()
-            .contains("1 to 191"),
-        "{answer:?}"
-    );
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 201);
+    let native = zaqar.get("/api/queues/%3Acaf.c3.a9%3Aorders").await;
+    assert_eq!(native.ok(200)["name"], json!(":caf.c3.a9:orders"));
 }
 
 #[tokio::test]
@@ -2468,15 +2501,15 @@ async fn send_signed(
 
 const SIGNING_ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
 
+/// A server that needs a token on every request, with [`SIGNING_ADMIN`] an admin one.
+async fn server_with_tokens() -> TestServer {
+    TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", SIGNING_ADMIN]))
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signed_urls_admit_their_paths_and_methods_until_they_expire() {
-    let server = TestServer::start(Options::manual().flags(&[
-        "--auth",
-        "on",
-        "--admin-token",
-        SIGNING_ADMIN,
-    ]))
-    .await;
+    let server = server_with_tokens().await;
     let zaqar = Zaqar::new(&server, "proj-a", CLIENT);
     let admin = [("X-Auth-Token", SIGNING_ADMIN)];
     let share = |body: Value| {
@@ -2721,3 +2754,185 @@ async fn signed_urls_sign_with_the_given_key_as_zaqar_does() {
 
 /// What Python's `hmac` makes of the set in [`signed_urls_sign_with_the_given_key_as_zaqar_does`].
 const ZAQAR_SIGNATURE: &str = "7dce8b549457ddca9f8cadb5b111551df6303fe2eaa4e352e9956c9785b95445";
+
+// -- settable limits and authentication -------------------------------------------------------
+
+#[tokio::test]
+async fn changed_limits_are_enforced_with_zaqars_errors() {
+    let server = TestServer::start(Options::manual().flags(&[
+        "--allow-private-endpoints",
+        "--zaqar-max-queues-per-page",
+        "2",
+        "--zaqar-max-messages-per-page",
+        "3",
+        "--zaqar-max-subscriptions-per-page",
+        "4",
+        "--zaqar-max-messages-per-claim-or-pop",
+        "2",
+        "--zaqar-max-queue-metadata",
+        "100",
+        "--zaqar-max-messages-post-size",
+        "1024",
+        "--zaqar-max-message-ttl",
+        "120",
+        "--zaqar-max-claim-ttl",
+        "100",
+        "--zaqar-max-claim-grace",
+        "90",
+    ]))
+    .await;
+    let zaqar = Zaqar::new(&server, "proj-a", CLIENT);
+    let api = |answer: Answer, description: &str| {
+        answer.error(400, "Invalid API request", Some(description));
+    };
+    // Queues: the page size and the metadata size and its reserved keys.
+    api(
+        zaqar.get("/v2/queues?limit=3").await,
+        "Limit must be at least 1 and no greater than 2.",
+    );
+    zaqar.get("/v2/queues?limit=2").await.ok(200);
+    let big = json!({"pad": "x".repeat(100)});
+    api(
+        zaqar.put("/v2/queues/q", big).await,
+        "Queue metadata is too large. Max size: 100",
+    );
+    api(
+        zaqar
+            .put("/v2/queues/q", json!({"_default_message_ttl": 121}))
+            .await,
+        "_default_message_ttl can not exceed 120 seconds, and must be at least 60 seconds long.",
+    );
+    api(
+        zaqar
+            .put("/v2/queues/q", json!({"_max_messages_post_size": 1025}))
+            .await,
+        "_max_messages_post_size can not exceed 1024,  and must be at least greater than 0.",
+    );
+    zaqar.put_empty("/v2/queues/q").await.ok(201);
+    // The post size limit is the default shown for the queue, as Zaqar shows it.
+    let shown = zaqar.get("/v2/queues/q").await;
+    assert_eq!(shown.ok(200)["_max_messages_post_size"], json!(1024));
+    // Messages: ttl, post size, page, ids and pop.
+    api(
+        zaqar
+            .post(
+                "/v2/queues/q/messages",
+                json!({"messages": [{"body": 1, "ttl": 121}]}),
+            )
+            .await,
+        "The TTL for a message may not exceed 120 seconds, and must be at least 60 seconds long.",
+    );
+    api(
+        zaqar
+            .post(
+                "/v2/queues/q/messages",
+                json!({"messages": [{"body": "x".repeat(1024)}]}),
+            )
+            .await,
+        "Message collection size is too large. Max size 1024",
+    );
+    let ids = zaqar
+        .post_messages(
+            "q",
+            json!([{"body": 1, "ttl": 120}, {"body": 2, "ttl": 60}, {"body": 3, "ttl": 60},
+                   {"body": 4, "ttl": 60}]),
+        )
+        .await;
+    api(
+        zaqar.get("/v2/queues/q/messages?echo=true&limit=4").await,
+        "Limit must be at least 1 and may not be greater than 3.",
+    );
+    let page = zaqar.get("/v2/queues/q/messages?echo=true&limit=3").await;
+    assert_eq!(bodies(page.ok(200)), [json!(1), json!(2), json!(3)]);
+    let all = ids.join(",");
+    api(
+        zaqar.get(&format!("/v2/queues/q/messages?ids={all}")).await,
+        "Limit must be at least 1 and may not be greater than 3.",
+    );
+    api(
+        zaqar
+            .delete(&format!("/v2/queues/q/messages?ids={all}"))
+            .await,
+        "ids parameter should have at least 1 and not greater than 3 values.",
+    );
+    api(
+        zaqar.delete("/v2/queues/q/messages?pop=3").await,
+        "Pop value must be at least 1 and may not be greater than 2.",
+    );
+    // Claims: limit, ttl and grace.
+    api(
+        zaqar.claim("q", 60, 60, Some(3)).await,
+        "Limit must be at least 1 and may not be greater than 2.",
+    );
+    api(
+        zaqar.claim("q", 101, 60, None).await,
+        "The TTL for a claim may not exceed 100 seconds, and must be at least 60 seconds long.",
+    );
+    api(
+        zaqar.claim("q", 100, 91, None).await,
+        "The grace for a claim may not exceed 90 seconds, and must be at least 60 seconds long.",
+    );
+    let claimed = zaqar.claim("q", 100, 90, Some(2)).await;
+    assert_eq!(claimed.ok(201)["messages"].as_array().unwrap().len(), 2);
+    // Subscriptions: the page size.
+    api(
+        zaqar.get("/v2/queues/q/subscriptions?limit=5").await,
+        "Limit must be at least 1 and may not be greater than 4.",
+    );
+    zaqar
+        .get("/v2/queues/q/subscriptions?limit=4")
+        .await
+        .ok(200);
+}
+
+#[tokio::test]
+async fn a_limit_that_cannot_work_stops_the_server_with_its_flag() {
+    let data = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data.path())
+        .args(["--zaqar-max-claim-ttl", "30"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--zaqar-max-claim-ttl: must be at least 60 (Zaqar's minimum), got 30"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn requests_without_a_token_are_401_when_tokens_are_required() {
+    let server = server_with_tokens().await;
+    let zaqar = Zaqar::new(&server, "proj-a", CLIENT);
+    // As Zaqar's own test of a Keystone setup (only a Client-ID, a path of no route), and on
+    // every kind of route, with or without Zaqar's headers: 401 before anything else.
+    let bare = zaqar.with_project(None);
+    bare.get("/v2/480924/queues/")
+        .await
+        .error(401, "Unauthorized", None);
+    for caller in [&zaqar, &bare, &bare.with_client(None)] {
+        for (method, path) in [
+            (Method::GET, "/v2/queues"),
+            (Method::PUT, "/v2/queues/q"),
+            (Method::GET, "/v2/queues/q/messages"),
+            (Method::POST, "/v2/queues/q/claims"),
+            (Method::GET, "/v2/ping"),
+        ] {
+            let answer = caller.send(method.clone(), path, None, &[]).await;
+            answer.error(401, "Unauthorized", None);
+            assert!(answer.header("www-authenticate").is_some(), "{answer:?}");
+        }
+    }
+    let forged = [("X-Auth-Token", "not-a-token")];
+    zaqar
+        .send(Method::GET, "/v2/queues", None, &forged)
+        .await
+        .error(401, "Unauthorized", None);
+    let admin = [("X-Auth-Token", SIGNING_ADMIN)];
+    zaqar
+        .send(Method::GET, "/v2/queues", None, &admin)
+        .await
+        .ok(200);
+}

@@ -238,12 +238,9 @@ impl ScopeCheck<'_> {
     }
 
     fn zaqar(&self) -> Result<(), Denied> {
-        let project = self
-            .headers
-            .get("x-project-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
-        // A missing or bad header is Zaqar's own 400, answered by the handler.
+        let project = super::zaqar::request::project_header(self.headers).unwrap_or_default();
+        let project = project.as_str();
+        // A missing or empty header is Zaqar's own 400, answered by the handler.
         if project.is_empty() {
             return Ok(());
         }

@@ -17,6 +17,7 @@
 mod claims;
 pub mod error;
 mod home;
+pub mod limits;
 pub mod messages;
 pub mod metadata;
 pub(crate) mod names;

@@ -2,13 +2,13 @@
 //! claim and subscription ids are spelt.
 //!
 //! Invariants:
-//! - A Zaqar queue `q` of project `p` is the Tenax queue `p:q`. Neither a project id nor a
-//!   queue name may contain `:`, so the split is unambiguous and projects cannot see each
-//!   other's queues.
+//! - A Zaqar queue `q` of project `p` is the Tenax queue `p:q`, or `:e:q` where `e` escapes a
+//!   project id that is not 1 to 191 letters, digits, `_`, `-` or `.`
+//!   ([`tenax_core::model::project`]): the mapping is reversible, ids Tenax accepted before map
+//!   as before, and projects cannot see each other's queues.
 //! - Queue names follow Zaqar: 1 to 64 ASCII letters, digits, `_`, `-` or `.`. Project ids are
-//!   1 to 191 characters of the same set (Zaqar allows any characters and any length; Tenax
-//!   embeds the id in a queue name, and `project:queue` must be a native queue name, at most
-//!   256 characters, so that both APIs reach every queue).
+//!   Zaqar's: any characters, up to 256 (the header's bytes read as Latin-1, as Zaqar reads
+//!   them: [`super::request`]).
 //! - Message and subscription ids are the decimal Tenax ids; claim ids are the claim's number
 //!   in lowercase hex. Clients treat all three as opaque strings.
 
@@ -18,13 +18,10 @@ use super::error::ZaqarError;
 
 /// Zaqar's longest queue name.
 pub const MAX_QUEUE_NAME: usize = 64;
-/// The longest project id: with `:` and the longest queue name, the longest native queue name.
-/// (Keystone's project ids are at most 64 characters.)
-pub const MAX_PROJECT_ID: usize = 191;
-/// Zaqar's own longest project id.
-const ZAQAR_MAX_PROJECT_ID: usize = 256;
-
-pub use tenax_core::model::project::SEPARATOR;
+/// The longest project part of a native queue name (an escaped one).
+pub use tenax_core::model::project::MAX_ESCAPED_PROJECT;
+/// Zaqar's longest project id, in characters.
+pub use tenax_core::model::project::MAX_PROJECT as MAX_PROJECT_ID;
 
 /// Zaqar's answer to a queue name or project id it cannot accept.
 pub fn bad_identification() -> ZaqarError {
@@ -41,18 +38,11 @@ pub fn is_queue_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_QUEUE_NAME && name.bytes().all(is_name_byte)
 }
 
-/// Checks an `X-Project-ID` value that is present and not empty.
+/// Checks an `X-Project-ID` value that is present and not empty: Zaqar's only rule is its
+/// length, in characters.
 pub fn check_project(project: &str) -> Result<(), ZaqarError> {
-    // Zaqar's own limit, with its own words.
-    if project.len() > ZAQAR_MAX_PROJECT_ID {
+    if project.chars().count() > MAX_PROJECT_ID {
         return Err(bad_identification());
-    }
-    if project.len() > MAX_PROJECT_ID || !project.bytes().all(is_name_byte) {
-        return Err(ZaqarError::api(format!(
-            "X-Project-ID must be 1 to {MAX_PROJECT_ID} ASCII letters, digits, '_', '-' or '.' \
-             (Tenax embeds it in queue names), got {project:?}"
-        ))
-        .retitled("Invalid queue identification"));
     }
     Ok(())
 }
@@ -117,12 +107,12 @@ impl QueueRef {
 
 /// The Tenax queue of Zaqar queue `name` in `project`.
 pub fn tenax_queue(project: &str, name: &str) -> String {
-    format!("{project}{SEPARATOR}{name}")
+    tenax_core::model::project::queue_of(project, name)
 }
 
 /// The Zaqar queue name of a Tenax queue of `project`, if it is one.
 pub fn zaqar_queue<'a>(project: &str, tenax: &'a str) -> Option<&'a str> {
-    let (owner, name) = tenax.split_once(SEPARATOR)?;
+    let (owner, name) = tenax_core::model::project::split(tenax)?;
     (owner == project && is_queue_name(name)).then_some(name)
 }
 
@@ -201,9 +191,14 @@ mod tests {
         assert_eq!(zaqar_queue("proj-1", "proj-1:orders"), Some("orders"));
         assert_eq!(zaqar_queue("proj", "proj-1:orders"), None);
         assert_eq!(zaqar_queue("proj-1", "orders"), None);
-        assert!(check_project(&"p".repeat(191)).is_ok());
-        assert!(check_project(&"p".repeat(192)).is_err());
-        assert!(check_project("a:b").is_err());
+        assert!(check_project(&"p".repeat(256)).is_ok());
+        assert!(check_project(&"p".repeat(257)).is_err());
+        assert!(check_project("JAM Project").is_ok());
+        let jam = QueueRef::new("JAM Project", "orders").unwrap();
+        assert_eq!(jam.tenax, ":JAM.20Project:orders");
+        assert_eq!(zaqar_queue("JAM Project", &jam.tenax), Some("orders"));
+        assert_eq!(zaqar_queue("JAM.20Project", &jam.tenax), None);
+        assert_eq!(zaqar_queue("", &jam.tenax), None);
     }
 
     #[test]

@@ -27,7 +27,8 @@ use tenax_core::model::{
 };
 
 use super::error::ZaqarError;
-use super::metadata::{self, MAX_QUEUE_METADATA, with_defaults};
+use super::limits::{Limits, within};
+use super::metadata::{self, with_defaults};
 use super::names::{QueueRef, zaqar_queue};
 use super::patch::{self, MEDIA_TYPE};
 use super::request::{Ctx, Params, Query, json_body};
@@ -35,8 +36,7 @@ use super::subscriptions::purge_subscriptions;
 use super::views::{self, Link, seconds};
 use crate::api::AppState;
 
-/// Zaqar's page size limits for queue listings.
-const MAX_QUEUES_PER_PAGE: i64 = 20;
+/// Zaqar's page size of queue listings when none is asked for.
 const DEFAULT_QUEUES_PER_PAGE: usize = 10;
 
 /// The stored config of a queue, if it was created.
@@ -88,9 +88,11 @@ pub async fn create(
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
-    if body.len() > MAX_QUEUE_METADATA {
+    let limits = &state.zaqar_limits;
+    if metadata_too_large(&body, limits) {
         return Err(ZaqarError::api(format!(
-            "Queue metadata is too large. Max size: {MAX_QUEUE_METADATA}"
+            "Queue metadata is too large. Max size: {}",
+            limits.max_queue_metadata
         )));
     }
     let metadata = if body.is_empty() {
@@ -101,7 +103,7 @@ pub async fn create(
             _ => return Err(ZaqarError::document_type()),
         }
     };
-    metadata::check(&metadata).map_err(ZaqarError::api)?;
+    metadata::check(&metadata, limits).map_err(ZaqarError::api)?;
     let location = queue.href();
     let status = if create_with(&state, &queue, &metadata).await? {
         StatusCode::CREATED
@@ -119,8 +121,16 @@ pub async fn show(
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
     let config = config_of(&state, &queue).await?;
-    let shown = with_defaults(config.as_ref().and_then(|c| c.metadata.as_ref()));
+    let shown = with_defaults(
+        config.as_ref().and_then(|c| c.metadata.as_ref()),
+        &state.zaqar_limits,
+    );
     Ok(views::json(StatusCode::OK, &shown))
+}
+
+/// Whether a metadata document is over Zaqar's `max_queue_metadata`.
+fn metadata_too_large(body: &[u8], limits: &Limits) -> bool {
+    u64::try_from(body.len()).map_or(true, |len| len > limits.max_queue_metadata)
 }
 
 /// `HEAD /v2/queues/{name}`: 204 if the queue exists, 404 if not (Zaqar v2 has no HEAD here;
@@ -170,9 +180,11 @@ pub async fn update(
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
-    if body.len() > MAX_QUEUE_METADATA {
+    let limits = state.zaqar_limits;
+    if metadata_too_large(&body, &limits) {
         return Err(ZaqarError::body(format!(
-            "Queue metadata is too large. Max size: {MAX_QUEUE_METADATA}"
+            "Queue metadata is too large. Max size: {}",
+            limits.max_queue_metadata
         )));
     }
     let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
@@ -204,12 +216,12 @@ pub async fn update(
             let mut config = current.clone();
             let mut metadata = config.metadata.clone().unwrap_or_default();
             patch::apply(&mut metadata, changes.clone())?;
-            metadata::check(&metadata).map_err(ZaqarError::body)?;
+            metadata::check(&metadata, &limits).map_err(ZaqarError::body)?;
             metadata::install(&mut config, &queue.project, metadata).map_err(ZaqarError::body)?;
             Ok(Some(config))
         })
         .await?;
-    let shown = with_defaults(config.as_ref().and_then(|c| c.metadata.as_ref()));
+    let shown = with_defaults(config.as_ref().and_then(|c| c.metadata.as_ref()), &limits);
     Ok(views::json(StatusCode::OK, &shown))
 }
 
@@ -245,9 +257,10 @@ pub async fn list(
     let detailed = params.bool("detailed")?;
     let name = params.str("name")?.map(str::to_owned);
     let with_count = params.bool("with_count")?;
-    if limit.is_some_and(|l| !(1..=MAX_QUEUES_PER_PAGE).contains(&l)) {
+    let max = state.zaqar_limits.max_queues_per_page;
+    if limit.is_some_and(|l| !within(l, max)) {
         return Err(ZaqarError::api(format!(
-            "Limit must be at least 1 and no greater than {MAX_QUEUES_PER_PAGE}."
+            "Limit must be at least 1 and no greater than {max}."
         )));
     }
     let filters = metadata_filters(&params);
@@ -286,7 +299,7 @@ pub async fn list(
             href: format!("/v2/queues/{queue}"),
             metadata: detailed
                 .unwrap_or(false)
-                .then(|| with_defaults(config.metadata.as_ref())),
+                .then(|| with_defaults(config.metadata.as_ref(), &state.zaqar_limits)),
             name: queue,
         })
         .collect();

@@ -43,7 +43,6 @@ use crate::delivery::signing::generate_secret;
 /// Zaqar's subscription limits and defaults.
 const MIN_SUBSCRIPTION_TTL: i64 = 60;
 const DEFAULT_SUBSCRIPTION_TTL: i64 = 3_600;
-const MAX_SUBSCRIPTIONS_PER_PAGE: i64 = 20;
 const DEFAULT_SUBSCRIPTIONS_PER_PAGE: usize = 10;
 /// The latest expiry Python's datetime can hold (9999-12-31T23:59:59Z), in seconds.
 const MAX_EXPIRY_S: i64 = 253_402_300_799;
@@ -417,9 +416,10 @@ pub async fn list(
     let params = Params::parse(query.as_deref());
     let marker = params.str("marker")?.map(str::to_owned);
     let limit = params.int("limit")?;
-    if limit.is_some_and(|l| !(1..=MAX_SUBSCRIPTIONS_PER_PAGE).contains(&l)) {
+    let max = state.zaqar_limits.max_subscriptions_per_page;
+    if limit.is_some_and(|l| !super::limits::within(l, max)) {
         return Err(ZaqarError::api(format!(
-            "Limit must be at least 1 and may not be greater than {MAX_SUBSCRIPTIONS_PER_PAGE}."
+            "Limit must be at least 1 and may not be greater than {max}."
         )));
     }
     let after = match &marker {
