@@ -3,6 +3,9 @@
 //! TTL expiry, delayed queues and dead letters (with the manual clock), and subscriptions.
 
 mod common;
+#[allow(dead_code)]
+#[path = "common/receiver.rs"]
+mod receiver;
 
 use std::time::{Duration, Instant};
 
@@ -2935,4 +2938,308 @@ async fn requests_without_a_token_are_401_when_tokens_are_required() {
         .send(Method::GET, "/v2/queues", None, &admin)
         .await
         .ok(200);
+}
+
+// -- topics -----------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn topics_are_created_shown_patched_listed_and_deleted_as_zaqar() {
+    let (_server, zaqar) = server().await;
+    let topic_defaults = json!({
+        "_max_messages_post_size": 262144,
+        "_default_message_ttl": 3600,
+        "_default_message_delay": 0,
+    });
+    // Stats of a topic never created are zeros; the topic itself is not found.
+    let stats = zaqar.get("/v2/topics/mars/stats").await;
+    assert_eq!(
+        *stats.ok(200),
+        json!({"messages": {"claimed": 0, "free": 0, "total": 0}})
+    );
+    zaqar.get("/v2/topics/mars").await.error(
+        404,
+        "Not found",
+        Some("Topic mars does not exist for project proj-a"),
+    );
+    let created = zaqar
+        .put("/v2/topics/mars", json!({"messages": {"ttl": 600}}))
+        .await;
+    created.ok(201);
+    assert_eq!(created.header("location"), Some("/v2/topics/mars"));
+    assert_eq!(zaqar.put_empty("/v2/topics/mars").await.status, 204);
+    let mut want = topic_defaults.clone();
+    want["messages"] = json!({"ttl": 600});
+    assert_eq!(*zaqar.get("/v2/topics/mars").await.ok(200), want);
+    // PATCH as a queue's, with the topic's defaults.
+    let patched = zaqar
+        .send(
+            Method::PATCH,
+            "/v2/topics/mars",
+            Some(
+                json!([{"op": "add", "path": "/metadata/color", "value": "red"}])
+                    .to_string()
+                    .into_bytes(),
+            ),
+            &[("Content-Type", JSON_PATCH)],
+        )
+        .await;
+    want["color"] = json!("red");
+    assert_eq!(*patched.ok(200), want);
+    // Reserved queue keys are checked on topics too.
+    zaqar
+        .put("/v2/topics/venus", json!({"_default_message_ttl": 59}))
+        .await
+        .error(400, "Invalid API request", None);
+    zaqar.put_empty("/v2/topics/venus").await.ok(201);
+    // Listings: topics under `topics`, queues under `queues`, neither in the other.
+    zaqar.put_empty("/v2/queues/earth").await.ok(201);
+    let listed = zaqar.get("/v2/topics?limit=1").await;
+    assert_eq!(
+        *listed.ok(200),
+        json!({"topics": [{"name": "mars", "href": "/v2/topics/mars"}],
+               "links": [{"rel": "next", "href": "/v2/topics?limit=1&marker=mars"}]})
+    );
+    let next = zaqar.get("/v2/topics?marker=mars&detailed=true").await;
+    assert_eq!(
+        *next.ok(200),
+        json!({"topics": [{"name": "venus", "href": "/v2/topics/venus",
+                           "metadata": topic_defaults}],
+               "links": [{"rel": "next", "href": "/v2/topics?marker=venus&detailed=true"}]})
+    );
+    let queues = zaqar.get("/v2/queues").await;
+    let names: Vec<&Value> = queues.ok(200)["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| &q["name"])
+        .collect();
+    assert_eq!(names, [&json!("earth")]);
+    // Another project sees none of them; bad names are Zaqar's topic error.
+    let other = zaqar.with_project(Some("proj-b"));
+    assert_eq!(
+        *other.get("/v2/topics").await.ok(200),
+        json!({"topics": [], "links": []})
+    );
+    zaqar.put_empty("/v2/topics/a%20b").await.error(
+        400,
+        "Invalid topic identification",
+        Some("The format of the submitted topic name or project id is not valid."),
+    );
+    // Topics have no claims.
+    zaqar
+        .post("/v2/topics/mars/claims", json!({"ttl": 60, "grace": 60}))
+        .await
+        .error(404, "404 Not Found", None);
+    assert_eq!(zaqar.delete("/v2/topics/mars").await.status, 204);
+    zaqar
+        .get("/v2/topics/mars")
+        .await
+        .error(404, "Not found", None);
+    assert_eq!(zaqar.delete("/v2/topics/mars").await.status, 204);
+}
+
+#[tokio::test]
+async fn a_topic_and_a_queue_of_one_name_are_different_things() {
+    let (_server, zaqar) = server().await;
+    zaqar
+        .put("/v2/topics/news", json!({"kind": "topic"}))
+        .await
+        .ok(201);
+    zaqar
+        .put("/v2/queues/news", json!({"kind": "queue"}))
+        .await
+        .ok(201);
+    assert_eq!(
+        zaqar.get("/v2/topics/news").await.ok(200)["kind"],
+        json!("topic")
+    );
+    assert_eq!(
+        zaqar.get("/v2/queues/news").await.ok(200)["kind"],
+        json!("queue")
+    );
+    let posted = zaqar
+        .post(
+            "/v2/topics/news/messages",
+            json!({"messages": [{"body": "to the topic", "ttl": 300}, {"body": 2}]}),
+        )
+        .await;
+    let resources = posted.ok(201)["resources"].as_array().unwrap().clone();
+    assert!(
+        resources[0]
+            .as_str()
+            .unwrap()
+            .starts_with("/v2/topics/news/messages/"),
+        "{resources:?}"
+    );
+    zaqar
+        .post_messages("news", json!([{"body": "to the queue"}]))
+        .await;
+    let listed = zaqar.get("/v2/topics/news/messages?echo=true").await;
+    assert_eq!(bodies(listed.ok(200)), [json!("to the topic"), json!(2)]);
+    let next = listed.json["links"][0]["href"].as_str().unwrap();
+    assert!(next.starts_with("/v2/topics/news/messages?"), "{next}");
+    assert_eq!(zaqar.bodies("news", true).await, [json!("to the queue")]);
+    assert_eq!(
+        zaqar.get("/v2/topics/news/stats").await.ok(200)["messages"]["total"],
+        json!(2)
+    );
+    assert_eq!(zaqar.stats("news").await, (1, 0, 1));
+    // One message, by its href; then deleted one by one and by ids.
+    let first = resources[0].as_str().unwrap();
+    let id = first.rsplit('/').next().unwrap();
+    let one = zaqar.get(first).await;
+    assert_eq!(one.ok(200)["body"], json!("to the topic"));
+    assert_eq!(one.json["href"], json!(first));
+    assert_eq!(
+        zaqar
+            .get(&format!("/v2/queues/news/messages/{id}"))
+            .await
+            .status,
+        404
+    );
+    assert_eq!(zaqar.delete(first).await.status, 204);
+    assert_eq!(zaqar.get(first).await.status, 404);
+    let second = resources[1].as_str().unwrap().rsplit('/').next().unwrap();
+    let deleted = zaqar
+        .delete(&format!("/v2/topics/news/messages?ids={second}"))
+        .await;
+    assert_eq!(deleted.status, 204);
+    assert_eq!(
+        zaqar.get("/v2/topics/news/stats").await.ok(200)["messages"]["total"],
+        json!(0)
+    );
+    // Natively: two queues, `proj-a:news` and the topic's own `proj-a::news`.
+    let topic = zaqar.get("/api/queues/proj-a::news").await;
+    assert_eq!(topic.ok(200)["name"], json!("proj-a::news"));
+    // The dashboard lists the topic's queue by that name and shows its page.
+    let page = |path: &str| {
+        let url = format!("{}{path}", zaqar.base);
+        let http = zaqar.http.clone();
+        async move {
+            let answer = http.get(url).send().await.unwrap();
+            assert_eq!(answer.status().as_u16(), 200);
+            answer.text().await.unwrap()
+        }
+    };
+    assert!(page("/ui/queues").await.contains("proj-a::news"));
+    assert!(
+        page("/ui/queues/proj-a::news")
+            .await
+            .contains("proj-a::news")
+    );
+    assert_eq!(zaqar.stats("news").await, (1, 0, 1));
+    // Purging the topic leaves the queue alone.
+    zaqar
+        .post(
+            "/v2/topics/news/messages",
+            json!({"messages": [{"body": 3}]}),
+        )
+        .await
+        .ok(201);
+    assert_eq!(
+        zaqar.post("/v2/topics/news/purge", json!({})).await.status,
+        400
+    );
+    assert_eq!(
+        zaqar
+            .post(
+                "/v2/topics/news/purge",
+                json!({"resource_types": ["messages"]})
+            )
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        zaqar.get("/v2/topics/news/stats").await.ok(200)["messages"]["total"],
+        json!(0)
+    );
+    assert_eq!(zaqar.stats("news").await, (1, 0, 1));
+}
+
+#[tokio::test]
+async fn a_topic_message_is_delivered_to_the_topics_subscriptions_only() {
+    let (_server, zaqar) = server().await;
+    let topic_hook = receiver::Receiver::ok().await;
+    let queue_hook = receiver::Receiver::ok().await;
+    zaqar.put_empty("/v2/topics/alerts").await.ok(201);
+    let subscribed = zaqar
+        .post(
+            "/v2/topics/alerts/subscriptions",
+            json!({"subscriber": topic_hook.url("/topic"), "ttl": 3600,
+                   "options": {"post_headers": {"X-From": "topic"}}}),
+        )
+        .await;
+    let sid = subscribed.ok(201)["subscription_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        subscribed.header("location"),
+        Some("/v2/topics/alerts/subscriptions")
+    );
+    zaqar
+        .post(
+            "/v2/queues/alerts/subscriptions",
+            json!({"subscriber": queue_hook.url("/queue")}),
+        )
+        .await
+        .ok(201);
+    // The topic's subscriptions are its own.
+    let listed = zaqar.get("/v2/topics/alerts/subscriptions").await;
+    let subscriptions = listed.ok(200)["subscriptions"].as_array().unwrap().clone();
+    assert_eq!(subscriptions.len(), 1, "{subscriptions:?}");
+    assert_eq!(subscriptions[0]["id"], json!(sid));
+    assert_eq!(subscriptions[0]["source"], json!("alerts"));
+    assert_eq!(
+        subscriptions[0]["subscriber"],
+        json!(topic_hook.url("/topic"))
+    );
+    let shown = zaqar
+        .get(&format!("/v2/topics/alerts/subscriptions/{sid}"))
+        .await;
+    assert_eq!(shown.ok(200)["id"], json!(sid));
+    assert_eq!(
+        zaqar
+            .get(&format!("/v2/queues/alerts/subscriptions/{sid}"))
+            .await
+            .status,
+        404
+    );
+    zaqar
+        .post(
+            "/v2/topics/alerts/messages",
+            json!({"messages": [{"body": {"level": "high"}, "ttl": 300}]}),
+        )
+        .await
+        .ok(201);
+    let got = topic_hook.wait_for(1, PATIENCE).await;
+    assert_eq!(
+        got[0].json(),
+        json!({"ttl": 300, "body": {"level": "high"}, "Message_Type": "Notification",
+               "queue_name": "alerts"})
+    );
+    assert_eq!(got[0].header("x-from"), "topic");
+    // The queue's subscriber gets the queue's message, and only it.
+    zaqar
+        .post_messages("alerts", json!([{"body": "queued"}]))
+        .await;
+    let got = queue_hook.wait_for(1, PATIENCE).await;
+    assert_eq!(got[0].json()["body"], json!("queued"));
+    assert_eq!(topic_hook.count(), 1);
+    // Update, confirm and unsubscribe through the topic.
+    let path = format!("/v2/topics/alerts/subscriptions/{sid}");
+    assert_eq!(zaqar.patch(&path, json!({"ttl": 7200})).await.status, 204);
+    assert_eq!(zaqar.get(&path).await.ok(200)["ttl"], json!(7200));
+    let confirm = zaqar
+        .send(
+            Method::PUT,
+            &format!("{path}/confirm"),
+            Some(json!({"confirmed": true}).to_string().into_bytes()),
+            &[],
+        )
+        .await;
+    assert_eq!(confirm.status, 204);
+    assert_eq!(zaqar.delete(&path).await.status, 204);
+    assert_eq!(zaqar.get(&path).await.status, 404);
 }

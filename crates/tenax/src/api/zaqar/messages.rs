@@ -30,7 +30,7 @@ use tenax_core::model::{ClaimId, Job, JobFilter, JobId, NewJob, OnDuplicate, Pag
 use super::error::ZaqarError;
 use super::limits::{Limits, fits, within};
 use super::metadata::{MAX_MESSAGE_DELAY, MIN_MESSAGE_TTL, MessageSettings};
-use super::names::{QueueRef, parse_claim_id, parse_message_id, python_list};
+use super::names::{Kind, QueueRef, parse_claim_id, parse_message_id, python_list};
 use super::queues::{config_of, ensure_created};
 use super::request::{Ctx, Params, Query};
 use super::views::{self, Facts, Link, MessageView, Messages, PoppedView, seconds, ttl};
@@ -165,11 +165,12 @@ struct Resources {
 /// `POST /v2/queues/{name}/messages`: 201 with the new messages' hrefs.
 pub async fn post(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let config = config_of(&state, &queue).await?;
     let settings = MessageSettings::of(config.as_ref().and_then(|c| c.metadata.as_ref()));
     let size = u64::try_from(body.len()).unwrap_or(u64::MAX);
@@ -233,15 +234,16 @@ struct Listing<'a> {
 /// `include_claimed`; or, with `ids`, those messages.
 pub async fn list(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ZaqarError> {
     let params = Params::parse(query.as_deref());
     if let Some(ids) = params.list("ids") {
-        return get_many(&ctx, &state, &name, &ids).await;
+        return get_many(&state, kind.resolve(&ctx.project, &name)?, &ids).await;
     }
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let marker = params.str("marker")?.map(str::to_owned);
     let limit = params.int("limit")?;
     let echo = params.bool("echo")?;
@@ -371,12 +373,10 @@ async fn live_messages(
 
 /// `GET /v2/queues/{name}/messages?ids=a,b`: those of the messages that exist (404 if none).
 async fn get_many(
-    ctx: &Ctx,
     state: &AppState,
-    name: &str,
+    queue: QueueRef,
     ids: &[String],
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, name)?;
     if !fits(ids.len(), state.zaqar_limits.max_messages_per_page) {
         return Err(limit_error(&state.zaqar_limits));
     }
@@ -401,10 +401,11 @@ async fn get_many(
 /// `GET /v2/queues/{name}/messages/{id}`.
 pub async fn get(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let parsed: Vec<JobId> = parse_message_id(&id).into_iter().collect();
     let jobs = live_messages(&state, &queue, &parsed).await?;
     let Some((job, claim)) = jobs.first() else {
@@ -421,11 +422,12 @@ pub async fn get(
 /// `DELETE /v2/queues/{name}/messages/{id}[?claim_id=]`: 204, also for a missing message.
 pub async fn delete(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let params = Params::parse(query.as_deref());
     let unable = |status: StatusCode, description: &str| {
         ZaqarError::new(status, "Unable to delete", description)
@@ -482,11 +484,12 @@ async fn delete_ids(
 /// `DELETE /v2/queues/{name}/messages?ids=a,b` (204) or `?pop=n` (200 with the messages).
 pub async fn delete_many(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let params = Params::parse(query.as_deref());
     let ids = params.list("ids");
     let pop = params.int("pop")?;

@@ -70,8 +70,24 @@ pub fn truthy(value: &Value) -> bool {
 /// The metadata as Zaqar shows it: the stored keys, and each reserved key without a truthy
 /// value set to its default (the post size's is the server's limit, as in Zaqar).
 pub fn with_defaults(metadata: Option<&Map<String, Value>>, limits: &Limits) -> Map<String, Value> {
+    fill(metadata, reserved_defaults(limits))
+}
+
+/// A topic's metadata as Zaqar shows it (`topic.py`): only the first three reserved keys, those
+/// of its messages, have defaults.
+pub fn with_topic_defaults(
+    metadata: Option<&Map<String, Value>>,
+    limits: &Limits,
+) -> Map<String, Value> {
+    fill(metadata, reserved_defaults(limits).into_iter().take(3))
+}
+
+fn fill(
+    metadata: Option<&Map<String, Value>>,
+    defaults: impl IntoIterator<Item = (&'static str, Value)>,
+) -> Map<String, Value> {
     let mut shown = metadata.cloned().unwrap_or_default();
-    for (key, default) in reserved_defaults(limits) {
+    for (key, default) in defaults {
         if !shown.get(key).is_some_and(truthy) {
             shown.insert(key.to_owned(), default);
         }
@@ -319,6 +335,16 @@ mod tests {
         assert_eq!(shown["_default_message_ttl"], json!(3600));
         assert_eq!(shown["a"], json!(1));
         assert_eq!(shown.len(), 8);
+    }
+
+    #[test]
+    fn topics_show_the_defaults_of_their_messages_only() {
+        let shown = with_topic_defaults(Some(&map(json!({"a": 1}))), &Limits::default());
+        assert_eq!(
+            Value::Object(shown),
+            json!({"a": 1, "_max_messages_post_size": 262_144, "_default_message_ttl": 3600,
+                   "_default_message_delay": 0})
+        );
     }
 
     #[test]

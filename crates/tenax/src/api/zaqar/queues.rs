@@ -29,7 +29,7 @@ use tenax_core::model::{
 use super::error::ZaqarError;
 use super::limits::{Limits, within};
 use super::metadata::{self, with_defaults};
-use super::names::{QueueRef, zaqar_queue};
+use super::names::{Kind, QueueRef};
 use super::patch::{self, MEDIA_TYPE};
 use super::request::{Ctx, Params, Query, json_body};
 use super::subscriptions::purge_subscriptions;
@@ -83,11 +83,12 @@ pub async fn ensure_created(state: &AppState, queue: &QueueRef) -> Result<(), Za
 /// `PUT /v2/queues/{name}`: 201 when created, 204 when it existed (its metadata unchanged).
 pub async fn create(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let limits = &state.zaqar_limits;
     if metadata_too_large(&body, limits) {
         return Err(ZaqarError::api(format!(
@@ -116,16 +117,28 @@ pub async fn create(
 /// `GET /v2/queues/{name}`: the metadata with the reserved keys' defaults.
 pub async fn show(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let config = config_of(&state, &queue).await?;
-    let shown = with_defaults(
-        config.as_ref().and_then(|c| c.metadata.as_ref()),
-        &state.zaqar_limits,
-    );
+    // A queue that was never created shows its defaults (it is created lazily); a topic is
+    // not found (Zaqar's topic driver).
+    if kind == Kind::Topic && config.is_none() {
+        return Err(ZaqarError::not_found(queue.missing()));
+    }
+    let shown = shown(kind, config.as_ref(), &state.zaqar_limits);
     Ok(views::json(StatusCode::OK, &shown))
+}
+
+/// A queue's or topic's metadata with its kind's defaults, as Zaqar shows it.
+fn shown(kind: Kind, config: Option<&QueueConfig>, limits: &Limits) -> Map<String, Value> {
+    let metadata = config.and_then(|c| c.metadata.as_ref());
+    match kind {
+        Kind::Queue => with_defaults(metadata, limits),
+        Kind::Topic => metadata::with_topic_defaults(metadata, limits),
+    }
 }
 
 /// Whether a metadata document is over Zaqar's `max_queue_metadata`.
@@ -163,10 +176,11 @@ pub async fn exists(
 /// `DELETE /v2/queues/{name}`: always 204.
 pub async fn delete(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     state.engine.delete_queue(&queue.tenax).await?;
     Ok(views::empty(StatusCode::NO_CONTENT, None))
 }
@@ -174,12 +188,13 @@ pub async fn delete(
 /// `PATCH /v2/queues/{name}` with a JSON patch of `/metadata/<key>`: 200 with the metadata.
 pub async fn update(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let limits = state.zaqar_limits;
     if metadata_too_large(&body, &limits) {
         return Err(ZaqarError::body(format!(
@@ -221,7 +236,7 @@ pub async fn update(
             Ok(Some(config))
         })
         .await?;
-    let shown = with_defaults(config.as_ref().and_then(|c| c.metadata.as_ref()), &limits);
+    let shown = shown(kind, config.as_ref(), &limits);
     Ok(views::json(StatusCode::OK, &shown))
 }
 
@@ -233,20 +248,13 @@ struct QueueItem {
     href: String,
 }
 
-#[derive(Debug, Serialize)]
-struct QueueList {
-    queues: Vec<QueueItem>,
-    links: Vec<Link>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    count: Option<usize>,
-}
-
 /// `GET /v2/queues`: the project's queues by name, `limit` (1 to 20, default 10) after
 /// `marker`; `detailed` adds metadata, `with_count` the number of the project's queues, `name`
 /// keeps names containing it, and any other parameter keeps queues whose metadata has that
 /// value.
 pub async fn list(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     RawQuery(query): RawQuery,
@@ -256,14 +264,18 @@ pub async fn list(
     let limit = params.int("limit")?;
     let detailed = params.bool("detailed")?;
     let name = params.str("name")?.map(str::to_owned);
-    let with_count = params.bool("with_count")?;
+    // Zaqar's topic listing has no `with_count` (there it is a metadata filter).
+    let with_count = match kind {
+        Kind::Queue => params.bool("with_count")?,
+        Kind::Topic => None,
+    };
     let max = state.zaqar_limits.max_queues_per_page;
     if limit.is_some_and(|l| !within(l, max)) {
         return Err(ZaqarError::api(format!(
             "Limit must be at least 1 and no greater than {max}."
         )));
     }
-    let filters = metadata_filters(&params);
+    let filters = metadata_filters(&params, kind);
     let all: Vec<(String, QueueConfig)> = state
         .engine
         .queues()
@@ -271,7 +283,8 @@ pub async fn list(
         .into_iter()
         .filter(|(tenax, _)| !is_internal_queue(tenax) && principal.admits_queue(tenax))
         .filter_map(|(tenax, config)| {
-            zaqar_queue(&ctx.project, &tenax).map(|name| (name.to_owned(), config))
+            kind.zaqar_name(&ctx.project, &tenax)
+                .map(|name| (name.to_owned(), config))
         })
         .collect();
     let total = all.len();
@@ -296,10 +309,10 @@ pub async fn list(
         })
         .take(page_size)
         .map(|(queue, config)| QueueItem {
-            href: format!("/v2/queues/{queue}"),
+            href: format!("/v2/{}/{queue}", kind.collection()),
             metadata: detailed
                 .unwrap_or(false)
-                .then(|| with_defaults(config.metadata.as_ref(), &state.zaqar_limits)),
+                .then(|| shown(kind, Some(&config), &state.zaqar_limits)),
             name: queue,
         })
         .collect();
@@ -322,27 +335,31 @@ pub async fn list(
                 next.set_bool("with_count", with_count);
             }
             next.set("marker", &last.name);
-            vec![Link::next(format!("/v2/queues{}", next.render()))]
+            vec![Link::next(format!(
+                "/v2/{}{}",
+                kind.collection(),
+                next.render()
+            ))]
         }
         None => Vec::new(),
     };
-    let count = (with_count == Some(true) && total > 0).then_some(total);
-    Ok(views::json(
-        StatusCode::OK,
-        &QueueList {
-            queues,
-            links,
-            count,
-        },
-    ))
+    let mut listing = json!({ (kind.collection()): queues, "links": links });
+    if with_count == Some(true) && total > 0 {
+        listing["count"] = json!(total);
+    }
+    Ok(views::json(StatusCode::OK, &listing))
 }
 
 /// Parameters other than the listing's own filter on metadata: `?team=ops` keeps queues whose
 /// metadata has `"team": "ops"` (a value that reads as an integer is compared as one).
-fn metadata_filters(params: &Params) -> Vec<(String, Value)> {
+fn metadata_filters(params: &Params, kind: Kind) -> Vec<(String, Value)> {
     const OWN: [&str; 5] = ["marker", "limit", "detailed", "name", "with_count"];
+    let own = match kind {
+        Kind::Queue => &OWN[..],
+        Kind::Topic => &OWN[..4],
+    };
     let mut filters = Vec::new();
-    for name in params.names().filter(|n| !OWN.contains(n)) {
+    for name in params.names().filter(|n| !own.contains(n)) {
         let values = params.list(name).unwrap_or_default();
         let value = match values.as_slice() {
             [one] => one
@@ -359,10 +376,11 @@ fn metadata_filters(params: &Params) -> Vec<(String, Value)> {
 /// oldest and newest when there are any.
 pub async fn stats(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let now = state.engine.now_ms();
     let live = JobFilter {
         live_at_ms: Some(now),
@@ -418,11 +436,12 @@ fn iso_seconds(ms: u64) -> String {
 /// (`{"resource_types": [...]}`, both by default). The queue itself stays.
 pub async fn purge(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let (messages, subscriptions) = if body.is_empty() {
         (true, true)
     } else {
