@@ -566,7 +566,7 @@ impl ServeArgs {
             secrets,
             secrets_key_file: self.secrets_key_file.clone(),
             zaqar_signing_key: self.zaqar_signing_key.clone(),
-            zaqar_limits: self.zaqar_limits.check(self.max_request_bytes)?,
+            zaqar_limits: self.zaqar_limits.check()?,
             tls,
             delivery: DeliveryConfig {
                 default_policy: delivery_policy,
