@@ -160,52 +160,27 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
         "/v2/queues/{queue_name}/subscriptions/{subscription_id}/confirm",
         Admins,
     );
-    // Topics: as queues, without claims or share.
-    add("GET", "/v2/topics", Readers);
-    add("GET", "/v2/topics/{topic_name}", Readers);
-    add("PUT", "/v2/topics/{topic_name}", Admins);
-    add("PATCH", "/v2/topics/{topic_name}", Admins);
-    add("DELETE", "/v2/topics/{topic_name}", Admins);
-    add("GET", "/v2/topics/{topic_name}/stats", Readers);
-    add("POST", "/v2/topics/{topic_name}/purge", Admins);
-    add("POST", "/v2/topics/{topic_name}/messages", Producers);
-    add("GET", "/v2/topics/{topic_name}/messages", Readers);
-    add("DELETE", "/v2/topics/{topic_name}/messages", Workers);
-    add(
-        "GET",
-        "/v2/topics/{topic_name}/messages/{message_id}",
-        Readers,
-    );
-    add(
-        "DELETE",
-        "/v2/topics/{topic_name}/messages/{message_id}",
-        Workers,
-    );
-    add("POST", "/v2/topics/{topic_name}/subscriptions", Admins);
-    add("GET", "/v2/topics/{topic_name}/subscriptions", Readers);
-    add(
-        "GET",
-        "/v2/topics/{topic_name}/subscriptions/{subscription_id}",
-        Readers,
-    );
-    add(
-        "PATCH",
-        "/v2/topics/{topic_name}/subscriptions/{subscription_id}",
-        Admins,
-    );
-    add(
-        "DELETE",
-        "/v2/topics/{topic_name}/subscriptions/{subscription_id}",
-        Admins,
-    );
-    add(
-        "PUT",
-        "/v2/topics/{topic_name}/subscriptions/{subscription_id}/confirm",
-        Admins,
-    );
     for method in ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
         add(method, "/v2", AnyToken);
         add(method, "/v2/{*rest}", AnyToken);
     }
+    // Topics: every queue route under /v2/topics, for the same callers, but HEAD, claims and
+    // share, which topics do not have.
+    let topics: Vec<_> = table
+        .iter()
+        .filter(|((method, route), _)| {
+            (*route == "/v2/queues" || route.starts_with("/v2/queues/"))
+                && *method != "HEAD"
+                && !route.contains("/claims")
+                && !route.ends_with("/share")
+        })
+        .map(|((method, route), who)| {
+            let topic = route
+                .replace("/v2/queues", "/v2/topics")
+                .replace("{queue_name}", "{topic_name}");
+            ((*method, &*Box::leak(topic.into_boxed_str())), *who)
+        })
+        .collect();
+    table.extend(topics);
     table
 }
