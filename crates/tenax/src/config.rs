@@ -181,6 +181,8 @@ pub struct ServeArgs {
     /// `secrets.key`) signs them, so rotating that key voids the URLs signed before.
     #[arg(long, env = "TENAX_ZAQAR_SIGNING_KEY", hide_env_values = true)]
     pub zaqar_signing_key: Option<String>,
+    #[command(flatten)]
+    pub zaqar_limits: crate::api::zaqar::limits::Limits,
     /// The TLS certificate chain (PEM) of the API: with `--tls-key`, the server speaks HTTPS
     /// (HTTP/1.1 and HTTP/2 by ALPN).
     #[arg(long, env = "TENAX_TLS_CERT", requires = "tls_key")]
@@ -328,6 +330,8 @@ pub struct Config {
     pub secrets_key_file: Option<PathBuf>,
     /// `--zaqar-signing-key`; `None`: a key derived from the secrets key.
     pub zaqar_signing_key: Option<String>,
+    /// Zaqar's transport limits (`--zaqar-max-…`).
+    pub zaqar_limits: crate::api::zaqar::limits::Limits,
     /// The API's TLS certificate and key files, when it speaks HTTPS.
     pub tls: Option<TlsFiles>,
     pub delivery: DeliveryConfig,
@@ -562,6 +566,7 @@ impl ServeArgs {
             secrets,
             secrets_key_file: self.secrets_key_file.clone(),
             zaqar_signing_key: self.zaqar_signing_key.clone(),
+            zaqar_limits: self.zaqar_limits.check()?,
             tls,
             delivery: DeliveryConfig {
                 default_policy: delivery_policy,

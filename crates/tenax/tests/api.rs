@@ -1716,7 +1716,7 @@ async fn bad_requests_are_refused_naming_the_field() {
     let error = server
         .error(
             Method::GET,
-            &format!("/api/queues/{}", "q".repeat(257)),
+            &format!("/api/queues/{}", "q".repeat(1603)),
             None,
             400,
         )

@@ -127,6 +127,7 @@ fn case(method: &str, route: &str, p: &Project) -> Option<Case> {
         (_, r) if r == "/v2" || r.starts_with("/v2/") => {
             let path = route
                 .replace("{queue_name}", "orders")
+                .replace("{topic_name}", "orders")
                 .replace("{message_id}", "1")
                 .replace("{claim_id}", "a")
                 .replace("{subscription_id}", "1")
@@ -134,7 +135,7 @@ fn case(method: &str, route: &str, p: &Project) -> Option<Case> {
             let body = ["POST", "PUT", "PATCH"]
                 .contains(&method)
                 .then(|| json!({}));
-            if method == "GET" && route == "/v2/queues" {
+            if method == "GET" && (route == "/v2/queues" || route == "/v2/topics") {
                 Case::Lists(path)
             } else {
                 names(path, body)

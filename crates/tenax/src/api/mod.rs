@@ -65,6 +65,8 @@ pub struct AppState {
     pub browser: Arc<browser::BrowserPolicy>,
     /// The key of Zaqar's pre-signed URLs ([`zaqar::signed`]).
     pub zaqar_signing: Arc<zaqar::signed::SigningKey>,
+    /// Zaqar's transport limits ([`zaqar::limits`]).
+    pub zaqar_limits: zaqar::limits::Limits,
 }
 
 /// `GET /healthz`: `ok` while the server serves.

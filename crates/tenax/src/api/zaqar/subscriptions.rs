@@ -31,7 +31,7 @@ use tenax_core::model::{EnvelopeFormat, StoredPolicy, Subscription, Subscription
 
 use super::error::ZaqarError;
 use super::metadata::{check_retry_policy, parse_retry_policy, truthy};
-use super::names::{QueueRef, parse_subscription_id};
+use super::names::{Kind, QueueRef, parse_subscription_id};
 use super::queues::ensure_created;
 use super::request::{Ctx, Params, Query, json_body, json_int};
 use super::views::{self, Link, seconds};
@@ -43,7 +43,6 @@ use crate::delivery::signing::generate_secret;
 /// Zaqar's subscription limits and defaults.
 const MIN_SUBSCRIPTION_TTL: i64 = 60;
 const DEFAULT_SUBSCRIPTION_TTL: i64 = 3_600;
-const MAX_SUBSCRIPTIONS_PER_PAGE: i64 = 20;
 const DEFAULT_SUBSCRIPTIONS_PER_PAGE: usize = 10;
 /// The latest expiry Python's datetime can hold (9999-12-31T23:59:59Z), in seconds.
 const MAX_EXPIRY_S: i64 = 253_402_300_799;
@@ -322,11 +321,12 @@ fn document_of(body: &[u8]) -> Result<Map<String, Value>, ZaqarError> {
 /// subscription's id (an existing one's for a subscriber already subscribed).
 pub async fn create(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let document = document_of(&body)?;
     if !document.contains_key("subscriber") {
         return Err(ZaqarError::api("Missing parameter subscriber in body."));
@@ -385,10 +385,11 @@ pub async fn create(
 /// `GET /v2/queues/{name}/subscriptions/{id}`.
 pub async fn show(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let subscription = find(&state, &queue, &id)
         .await?
         .ok_or_else(|| missing(&id))?;
@@ -409,17 +410,19 @@ struct SubscriptionList {
 /// `marker`.
 pub async fn list(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let params = Params::parse(query.as_deref());
     let marker = params.str("marker")?.map(str::to_owned);
     let limit = params.int("limit")?;
-    if limit.is_some_and(|l| !(1..=MAX_SUBSCRIPTIONS_PER_PAGE).contains(&l)) {
+    let max = state.zaqar_limits.max_subscriptions_per_page;
+    if limit.is_some_and(|l| !super::limits::within(l, max)) {
         return Err(ZaqarError::api(format!(
-            "Limit must be at least 1 and may not be greater than {MAX_SUBSCRIPTIONS_PER_PAGE}."
+            "Limit must be at least 1 and may not be greater than {max}."
         )));
     }
     let after = match &marker {
@@ -471,11 +474,12 @@ pub async fn list(
 /// 204. `options` replace the old ones; a `ttl` counts from now.
 pub async fn update(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let document = document_of(&body)?;
     let now = state.engine.now_ms();
     check_document(&document, now).map_err(ZaqarError::api)?;
@@ -542,10 +546,11 @@ pub async fn update(
 /// `DELETE /v2/queues/{name}/subscriptions/{id}`: 204, also for a missing one.
 pub async fn delete(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     if let Some(subscription) = find(&state, &queue, &id).await? {
         remove(&state, subscription.id).await?;
     }
@@ -572,11 +577,12 @@ pub async fn purge_subscriptions(state: &AppState, queue: &QueueRef) -> Result<(
 /// only checks its input.
 pub async fn confirm(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let document = document_of(&body)?;
     if !document.get("confirmed").is_some_and(Value::is_boolean) {
         return Err(ZaqarError::api("The 'confirmed' should be boolean."));
