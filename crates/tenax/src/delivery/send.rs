@@ -9,6 +9,7 @@ use tenax_net::trust;
 
 use super::address::{GlobalOnlyResolver, ip_literal_allowed};
 use super::envelope::{self, AttemptInfo};
+use super::mailto::{self, Mailer, Mailto};
 use super::outcome::{SNIPPET_BYTES, Verdict, classify_status, retry_after_ms, snippet};
 use super::signing;
 use crate::delivery::DeliveryConfig;
@@ -31,6 +32,8 @@ pub struct Sender {
     /// Whether the platform's root certificates are missing, which explains every unknown
     /// issuer.
     no_platform_roots: bool,
+    /// The SMTP client of `mailto:` subscribers, when `--smtp-url` names a server.
+    mailer: Option<Mailer>,
 }
 
 impl Sender {
@@ -98,11 +101,19 @@ impl Sender {
         if let Some(proxy) = &config.proxy {
             tracing::info!(%proxy, "deliveries go through --delivery-proxy");
         }
+        let mailer = match &config.smtp {
+            Some(url) => {
+                tracing::info!(server = %url.server(), "mailto subscribers are sent through --smtp-url");
+                Some(Mailer::new(url, config.timeout_ms)?)
+            }
+            None => None,
+        };
         Ok(Self {
             client,
             allow_private: config.allow_private_endpoints,
             proxied: config.proxy.is_some(),
             no_platform_roots,
+            mailer,
         })
     }
 
@@ -113,6 +124,9 @@ impl Sender {
         job: &TakenJob,
         now_ms: u64,
     ) -> Attempt {
+        if mailto::is_mailto(&subscription.endpoint) {
+            return self.mail(subscription, job, now_ms).await;
+        }
         let started = Instant::now();
         let mut attempt = Attempt {
             attempt: job.attempt,
@@ -175,6 +189,65 @@ impl Sender {
         attempt
     }
 
+    /// Mails `job` (a delivery) to `subscription`'s `mailto:` recipients at `now_ms` through
+    /// the SMTP server, and says how it went.
+    async fn mail(&self, subscription: &Subscription, job: &TakenJob, now_ms: u64) -> Attempt {
+        let started = Instant::now();
+        let mut attempt = Attempt {
+            attempt: job.attempt,
+            trigger: trigger_of(job),
+            at_ms: now_ms,
+            latency_ms: 0,
+            result: AttemptResult::Permanent,
+            status: None,
+            error: None,
+            response: None,
+            retry_after_ms: None,
+        };
+        let Some(mailer) = &self.mailer else {
+            attempt.error = Some(
+                "not sent: this server has no SMTP server for mailto subscribers (--smtp-url)"
+                    .to_owned(),
+            );
+            return attempt;
+        };
+        let target = match Mailto::parse(&subscription.endpoint, subscription.options.as_ref()) {
+            Ok(target) => target,
+            Err(rule) => {
+                attempt.error = Some(format!("the subscriber: {rule}"));
+                return attempt;
+            }
+        };
+        let message: DeliveryPayload = match serde_json::from_str(job.payload.get()) {
+            Ok(message) => message,
+            Err(e) => {
+                attempt.error = Some(format!("the delivery is unreadable: {e}"));
+                return attempt;
+            }
+        };
+        let notification = envelope::render(
+            subscription.format,
+            None,
+            &AttemptInfo {
+                delivery_id: job.id,
+                subscription_id: subscription.id,
+                attempt: job.attempt,
+                message: &message,
+                message_id: message.message_id(job.parent),
+                message_created_at_ms: job.created_at_ms,
+                sent_at_ms: now_ms,
+            },
+        );
+        let sent = mailer
+            .send(&target, mailto::letter(&target, &message, &notification))
+            .await;
+        attempt.result = sent.result;
+        attempt.response = sent.reply;
+        attempt.error = sent.error;
+        attempt.latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        attempt
+    }
+
     /// Through a proxy, the endpoint's name is resolved by the proxy, not by this server's
     /// resolver: it is resolved and judged here first (a refusal is retried, as a name that
     /// resolves to a private address at connect time is without a proxy).
@@ -213,6 +286,7 @@ impl Sender {
             .map_err(|e| Refused::permanent(format!("the delivery is unreadable: {e}")))?;
         let body = envelope::render(
             subscription.format,
+            subscription.body_template(),
             &AttemptInfo {
                 delivery_id: job.id,
                 subscription_id: subscription.id,
@@ -419,6 +493,7 @@ mod tests {
                 probe_ms: 10_000,
             },
             proxy: None,
+            smtp: None,
         })
         .expect("a sender")
     }

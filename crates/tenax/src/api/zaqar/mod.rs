@@ -16,6 +16,7 @@
 //!   store.
 
 mod claims;
+mod confirmation;
 pub mod error;
 mod home;
 pub mod limits;
