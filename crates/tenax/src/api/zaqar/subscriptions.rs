@@ -90,8 +90,8 @@ fn check_document(document: &Map<String, Value>, now_ms: u64) -> Result<(), Stri
             let mut rule = unsupported_type();
             if kind.starts_with("trust+") {
                 rule.push_str(&format!(
-                    " Tenax does not support {kind} subscribers (Zaqar's Keystone-trust \
-                     notifications)."
+                    " {kind} subscribers (Zaqar's Keystone-trust notifications) are not \
+                     supported by Tenax."
                 ));
             }
             return Err(rule);
