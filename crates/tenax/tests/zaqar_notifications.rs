@@ -80,20 +80,30 @@ async fn shown(server: &TestServer, queue: &str, sid: u64) -> Value {
     answer
 }
 
-/// Waits until subscription `sub` has `n` dead deliveries, each ended unsent with one attempt
-/// that says the subscription is not confirmed.
-async fn wait_unsent(server: &TestServer, sub: u64, n: usize) {
+/// The ids of subscription `sub`'s deliveries listed with `query` (`status=dead`, or ""), once
+/// there are at least `n`.
+async fn delivery_ids(server: &TestServer, sub: u64, query: &str, n: usize) -> Vec<u64> {
     let answer = server
         .poll(
-            &format!("/api/subscriptions/{sub}/deliveries?status=dead"),
-            &format!("{n} dead deliveries"),
+            &format!("/api/subscriptions/{sub}/deliveries?{query}"),
+            &format!("{n} deliveries ({query})"),
             |a| a["deliveries"].as_array().is_some_and(|d| d.len() >= n),
         )
         .await;
-    let dead = answer["deliveries"].as_array().expect("deliveries");
+    answer["deliveries"]
+        .as_array()
+        .expect("deliveries")
+        .iter()
+        .map(|d| d["id"].as_u64().expect("a delivery id"))
+        .collect()
+}
+
+/// Waits until subscription `sub` has `n` dead deliveries, each ended unsent with one attempt
+/// that says the subscription is not confirmed.
+async fn wait_unsent(server: &TestServer, sub: u64, n: usize) {
+    let dead = delivery_ids(server, sub, "status=dead", n).await;
     assert_eq!(dead.len(), n, "{dead:?}");
-    for delivery in dead {
-        let id = delivery["id"].as_u64().expect("a delivery id");
+    for id in dead {
         let attempts = server.wait_attempts(id, 1).await;
         let error = attempts[0]["error"].as_str().unwrap_or_default();
         assert!(error.contains("not confirmed"), "{attempts:?}");
@@ -103,6 +113,18 @@ async fn wait_unsent(server: &TestServer, sub: u64, n: usize) {
             "no request: {attempts:?}"
         );
     }
+}
+
+/// `PUT` of subscription confirm path `path` with `{"confirmed": confirmed}` and `headers`;
+/// the status and the answer.
+async fn confirm_as(
+    server: &TestServer,
+    path: &str,
+    confirmed: bool,
+    headers: &[(String, String)],
+) -> (u16, Value) {
+    let body = json!({ "confirmed": confirmed });
+    zaqar(server, Method::PUT, path, Some(body), headers).await
 }
 
 /// The signed headers a confirmation notice carries, as a subscriber sends them back.
@@ -183,14 +205,7 @@ async fn a_subscription_that_must_be_confirmed_gets_messages_only_while_confirme
         '0'
     };
     altered[0].1 = format!("{flipped}{}", &altered[0].1[1..]);
-    let (status, _) = zaqar(
-        &server,
-        Method::PUT,
-        &confirm,
-        Some(json!({"confirmed": true})),
-        &altered,
-    )
-    .await;
+    let (status, _) = confirm_as(&server, &confirm, true, &altered).await;
     assert_eq!(status, 404);
     assert_eq!(
         shown(&server, "orders", sid).await["confirmed"],
@@ -198,14 +213,7 @@ async fn a_subscription_that_must_be_confirmed_gets_messages_only_while_confirme
     );
 
     // The notice's confirm URL, PUT with its signed headers, confirms.
-    let (status, answer) = zaqar(
-        &server,
-        Method::PUT,
-        &confirm,
-        Some(body["SubscribeBody"].clone()),
-        &signed_headers(&body),
-    )
-    .await;
+    let (status, answer) = confirm_as(&server, &confirm, true, &signed_headers(&body)).await;
     assert_eq!(status, 204, "{answer}");
     assert_eq!(
         shown(&server, "orders", sid).await["confirmed"],
@@ -230,14 +238,7 @@ async fn a_subscription_that_must_be_confirmed_gets_messages_only_while_confirme
     );
 
     // `false` stops deliveries again, with Zaqar's unsubscribe notice.
-    let (status, answer) = zaqar(
-        &server,
-        Method::PUT,
-        &confirm,
-        Some(json!({"confirmed": false})),
-        &signed_headers(&body),
-    )
-    .await;
+    let (status, answer) = confirm_as(&server, &confirm, false, &signed_headers(&body)).await;
     assert_eq!(status, 204, "{answer}");
     let stopped = receiver.wait_for(4, PATIENCE).await[3].json();
     assert_eq!(
@@ -269,14 +270,7 @@ async fn without_the_option_subscriptions_are_confirmed_and_confirm_changes_noth
     let sid = subscribe(&server, "q", &receiver.url("/hook"), json!({})).await;
     assert_eq!(shown(&server, "q", sid).await["confirmed"], json!(true));
     let confirm = format!("/v2/queues/q/subscriptions/{sid}/confirm");
-    let (status, _) = zaqar(
-        &server,
-        Method::PUT,
-        &confirm,
-        Some(json!({"confirmed": false})),
-        &[],
-    )
-    .await;
+    let (status, _) = confirm_as(&server, &confirm, false, &[]).await;
     assert_eq!(status, 204);
     post_message(&server, "q", json!("hello")).await;
     let first = receiver.wait_for(1, PATIENCE).await[0].json();
@@ -405,14 +399,7 @@ async fn mailto_subscribers_are_mailed_through_the_smtp_server_and_retried() {
 
     // Refused for good (550): dead after one attempt, and the endpoint's health says so.
     post_message(&server, "orders", json!({"order": 8})).await;
-    let dead = server
-        .poll(
-            &format!("/api/subscriptions/{sid}/deliveries?status=dead"),
-            "a dead delivery",
-            |a| a["deliveries"].as_array().is_some_and(|d| !d.is_empty()),
-        )
-        .await;
-    let dead_id = dead["deliveries"][0]["id"].as_u64().expect("a delivery id");
+    let dead_id = delivery_ids(&server, sid, "status=dead", 1).await[0];
     let attempts = ended(&server, dead_id, "dead", 1).await;
     assert_eq!(attempts[0]["result"], json!("permanent"), "{attempts:?}");
     assert_eq!(smtp.refused(), [451, 550]);
@@ -427,18 +414,9 @@ async fn mailto_subscribers_are_mailed_through_the_smtp_server_and_retried() {
     // The server down: retried by the policy, each attempt failing to connect.
     smtp.shut();
     post_message(&server, "orders", json!({"order": 9})).await;
-    let all = server
-        .poll(
-            &format!("/api/subscriptions/{sid}/deliveries"),
-            "the third delivery",
-            |a| a["deliveries"].as_array().is_some_and(|d| d.len() >= 3),
-        )
-        .await;
-    let down = all["deliveries"]
-        .as_array()
-        .expect("deliveries")
-        .iter()
-        .filter_map(|d| d["id"].as_u64())
+    let down = delivery_ids(&server, sid, "", 3)
+        .await
+        .into_iter()
         .max()
         .expect("the delivery sent while the server was down");
     // Three attempts (the first and two quick retries); the rest of the policy's retries are
@@ -556,14 +534,7 @@ async fn a_mailto_subscriber_is_mailed_its_confirmation_and_confirms_with_it() {
     assert_eq!(headers.len(), 4, "{text}");
     post_message(&server, "orders", json!({"n": 1})).await;
     wait_unsent(&server, sid, 1).await;
-    let (status, answer) = zaqar(
-        &server,
-        Method::PUT,
-        &confirm,
-        Some(json!({"confirmed": true})),
-        &headers,
-    )
-    .await;
+    let (status, answer) = confirm_as(&server, &confirm, true, &headers).await;
     assert_eq!(status, 204, "{answer}");
     post_message(&server, "orders", json!({"n": 2})).await;
     let mail = smtp.wait_for(2, PATIENCE).await[1].clone();

@@ -26,45 +26,18 @@ pub fn may_send(subscription: &Subscription, job: &TakenJob) -> bool {
 /// confirmed: final, with no request made.
 pub fn unsent(job: &TakenJob, now_ms: u64) -> Attempt {
     Attempt {
-        attempt: job.attempt,
-        trigger: job.trigger,
-        at_ms: now_ms,
-        latency_ms: 0,
-        result: AttemptResult::Permanent,
-        status: None,
         error: Some(NOT_CONFIRMED.to_owned()),
-        response: None,
-        retry_after_ms: None,
+        ..super::send::attempt_of(job, now_ms, AttemptResult::Permanent)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::delivery::fixtures::taken_job as job;
     use tenax_core::model::subscription::{
         CONFIRMATION_DELIVERY_KIND, DELIVERY_KIND, TEST_DELIVERY_KIND,
     };
-    use tenax_core::model::{JobId, LeaseToken, Trigger};
-
-    use super::*;
-
-    fn job(kind: &str) -> TakenJob {
-        TakenJob {
-            id: JobId(2),
-            queue: "~deliveries/1".to_owned(),
-            kind: kind.to_owned(),
-            payload: serde_json::value::RawValue::from_string("{}".to_owned()).expect("JSON"),
-            priority: 0,
-            attempt: 1,
-            lease_token: LeaseToken(1),
-            lease_expires_at_ms: 0,
-            created_at_ms: 0,
-            expires_at_ms: None,
-            parent: None,
-            traceparent: None,
-            ready_at_ms: 0,
-            trigger: Trigger::Scheduled,
-        }
-    }
 
     #[test]
     fn only_messages_wait_for_confirmation() {

@@ -184,6 +184,34 @@ pub fn origin_of_url(url: &url::Url) -> String {
     }
 }
 
+/// What the delivery modules' unit tests share.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use tenax_core::model::{JobId, LeaseToken, TakenJob, Trigger};
+
+    /// A first attempt of delivery 8 (of message 7) of job kind `kind`, leased.
+    pub fn taken_job(kind: &str) -> TakenJob {
+        let payload = r#"{"queue": "orders", "type": "t", "body": {}}"#;
+        TakenJob {
+            id: JobId(8),
+            queue: "orders".to_owned(),
+            kind: kind.to_owned(),
+            payload: serde_json::value::RawValue::from_string(payload.to_owned())
+                .expect("raw JSON"),
+            priority: 0,
+            attempt: 1,
+            lease_token: LeaseToken(1),
+            lease_expires_at_ms: 0,
+            created_at_ms: 0,
+            expires_at_ms: None,
+            parent: Some(JobId(7)),
+            traceparent: None,
+            ready_at_ms: 0,
+            trigger: Trigger::Scheduled,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::share;
