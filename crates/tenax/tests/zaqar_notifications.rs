@@ -501,7 +501,7 @@ async fn mailto_subscribers_are_checked() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mailto_subscriber_is_mailed_its_confirmation_and_confirms_with_it() {
     let smtp = SmtpServer::start(Vec::new(), 250).await;
-    let server = TestServer::start(Options::manual().flags(&[
+    let mut server = TestServer::start(Options::manual().flags(&[
         "--allow-private-endpoints",
         "--zaqar-require-confirmation",
         "--smtp-url",
@@ -541,4 +541,15 @@ async fn a_mailto_subscriber_is_mailed_its_confirmation_and_confirms_with_it() {
     assert_eq!(mail.header("Subject").as_deref(), Some("New order"));
     let text: Value = serde_json::from_str(mail.text().trim()).expect("JSON");
     assert_eq!(text["body"], json!({"n": 2}));
+
+    // The server stops cleanly with its SMTP connections pooled, and starts confirmed.
+    server.restart().await;
+    assert_eq!(
+        shown(&server, "orders", sid).await["confirmed"],
+        json!(true)
+    );
+    post_message(&server, "orders", json!({"n": 3})).await;
+    let mail = smtp.wait_for(3, PATIENCE).await[2].clone();
+    let text: Value = serde_json::from_str(mail.text().trim()).expect("JSON");
+    assert_eq!(text["body"], json!({"n": 3}));
 }
