@@ -55,7 +55,19 @@ async fn zaqar(
 
 /// Subscribes `subscriber` to queue `queue` with `options`; the subscription's id.
 async fn subscribe(server: &TestServer, queue: &str, subscriber: &str, options: Value) -> u64 {
-    let path = format!("/v2/queues/{queue}/subscriptions");
+    subscribe_to(server, "queues", queue, subscriber, options).await
+}
+
+/// Subscribes `subscriber` to `/v2/{collection}/{name}` (a queue or a topic) with `options`;
+/// the subscription's id.
+async fn subscribe_to(
+    server: &TestServer,
+    collection: &str,
+    name: &str,
+    subscriber: &str,
+    options: Value,
+) -> u64 {
+    let path = format!("/v2/{collection}/{name}/subscriptions");
     let body = json!({"subscriber": subscriber, "ttl": 3600, "options": options});
     let (status, answer) = zaqar(server, Method::POST, &path, Some(body), &[]).await;
     assert_eq!(status, 201, "{answer}");
@@ -252,6 +264,37 @@ async fn a_subscription_that_must_be_confirmed_gets_messages_only_while_confirme
         .settle(&[sid], "after the subscriber stopped it")
         .await;
     assert_eq!(receiver.count(), 4, "nothing after the unsubscribe notice");
+
+    // A topic's subscription is confirmed the same way, at its own path.
+    let topic_receiver = Receiver::ok().await;
+    let topic_sub = subscribe_to(
+        &server,
+        "topics",
+        "alerts",
+        &topic_receiver.url("/t"),
+        json!({}),
+    )
+    .await;
+    let notice = topic_receiver.wait_for(1, PATIENCE).await[0].json();
+    let topic_confirm = format!("/v2/topics/alerts/subscriptions/{topic_sub}/confirm");
+    assert_eq!(notice["URL-Paths"], json!(topic_confirm), "{notice}");
+    assert_eq!(notice["queue_name"], json!("alerts"), "{notice}");
+    let (status, answer) =
+        confirm_as(&server, &topic_confirm, true, &signed_headers(&notice)).await;
+    assert_eq!(status, 204, "{answer}");
+    let (status, topic_view) = zaqar(
+        &server,
+        Method::GET,
+        &format!("/v2/topics/alerts/subscriptions/{topic_sub}"),
+        None,
+        &[],
+    )
+    .await;
+    assert_eq!(
+        (status, &topic_view["confirmed"]),
+        (200, &json!(true)),
+        "{topic_view}"
+    );
 
     // The state is stored: a restart keeps it, and so does the native API.
     server.restart().await;
