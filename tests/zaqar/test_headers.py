@@ -79,6 +79,19 @@ def test_project_ids_longer_than_256_characters_are_400(base_url, queue_name):
     )
 
 
+@pytest.mark.parametrize("project", ["JAM Project", "café", "a:b", "p" * 250])
+def test_project_ids_of_any_characters_up_to_256_are_projects(make_client, queue_name, project):
+    # As Zaqar: the only rule on a project id is its length (its own unit tests use
+    # "JAM Project"); the client sends it as Latin-1. Each run's id is its own (+ 6 digits).
+    project += uuid.uuid4().hex[:6]
+    client = make_client(project)
+    queue = client.queue(queue_name, force_create=True)
+    queue.post([{"body": project}])
+    assert [m.body for m in queue.messages(echo=True)] == [project]
+    assert [q.name for q in client.queues()[0]] == [queue_name]
+    assert list(make_client(f"other {uuid.uuid4().hex}").queues()[0]) == []
+
+
 def test_noauth_client_without_a_project_uses_zaqars_placeholder(make_client, base_url):
     client = make_client(None)
     name = f"noauth-{uuid.uuid4().hex[:8]}"

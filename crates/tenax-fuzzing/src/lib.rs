@@ -24,11 +24,9 @@ use tenax::api::schedules::{PutSchedule, schedule_spec};
 use tenax::api::subscriptions::{MAX_CONCURRENCY, SubscriptionRequest, subscription_change};
 use tenax::api::work::{FailRequest, TakeRequest, failure_report, take_params};
 use tenax::api::zaqar::error::ZaqarError;
+use tenax::api::zaqar::limits::Limits as ZaqarLimits;
 use tenax::api::zaqar::messages::read_post;
-use tenax::api::zaqar::metadata::{
-    self, MAX_MESSAGE_DELAY, MAX_MESSAGE_TTL, MAX_MESSAGES_POST_SIZE, MIN_MESSAGE_TTL,
-    MessageSettings,
-};
+use tenax::api::zaqar::metadata::{self, MAX_MESSAGE_DELAY, MIN_MESSAGE_TTL, MessageSettings};
 use tenax::api::zaqar::patch;
 use tenax::api::zaqar::request::json_body;
 use tenax_core::engine::Enqueue;
@@ -292,7 +290,7 @@ pub fn zaqar_patch(bytes: &[u8]) {
             zaqar_client_error("patch apply", &error);
             continue;
         }
-        if metadata::check(&metadata).is_err() {
+        if metadata::check(&metadata, &ZaqarLimits::default()).is_err() {
             continue;
         }
         let mut config = QueueConfig::default();
@@ -305,18 +303,19 @@ pub fn zaqar_patch(bytes: &[u8]) {
         check_stored(policy);
         assert_eq!(config.metadata.as_ref(), Some(&metadata));
         let settings = MessageSettings::of(config.metadata.as_ref());
-        assert!((MIN_MESSAGE_TTL..=MAX_MESSAGE_TTL).contains(&settings.default_ttl_s));
+        let zaqar = ZaqarLimits::default();
+        assert!((MIN_MESSAGE_TTL..=zaqar.max_message_ttl).contains(&settings.default_ttl_s));
         assert!(
             settings
                 .max_post_bytes
-                .is_none_or(|max| (1..=MAX_MESSAGES_POST_SIZE).contains(&max))
+                .is_none_or(|max| (1..=zaqar.max_messages_post_size).contains(&max))
         );
         assert!(
             settings
                 .default_delay_s
                 .is_none_or(|delay| delay <= MAX_MESSAGE_DELAY)
         );
-        let shown = metadata::with_defaults(config.metadata.as_ref());
+        let shown = metadata::with_defaults(config.metadata.as_ref(), &ZaqarLimits::default());
         assert!(shown.len() >= metadata.len());
     }
 }
@@ -329,12 +328,15 @@ pub fn zaqar_post(bytes: &[u8]) {
         MessageSettings::of(None),
         MessageSettings::of(delayed.as_object()),
     ] {
-        match read_post(bytes, settings) {
+        match read_post(bytes, settings, &ZaqarLimits::default()) {
             Err(error) => zaqar_client_error("post", &error),
             Ok(posted) => {
                 assert!(!posted.is_empty(), "a post of no messages was accepted");
                 for message in posted {
-                    assert!((MIN_MESSAGE_TTL..=MAX_MESSAGE_TTL).contains(&message.ttl_s));
+                    assert!(
+                        (MIN_MESSAGE_TTL..=ZaqarLimits::default().max_message_ttl)
+                            .contains(&message.ttl_s)
+                    );
                     assert!(message.delay_s <= MAX_MESSAGE_DELAY);
                     if settings.default_delay_s.is_none() {
                         assert_eq!(message.delay_s, 0, "delay is read only with a default");

@@ -108,6 +108,8 @@ pub async fn run_with_signals(
             tls: config.tls.is_some(),
         }),
         zaqar_signing: Arc::new(zaqar_signing_key(&config)?),
+        zaqar_limits: config.zaqar_limits,
+        zaqar_require_confirmation: config.zaqar_require_confirmation,
     };
     let address = listener.local_addr().unwrap_or(config.listen);
     // What this server says of itself to the others (`GET /api/cluster`).

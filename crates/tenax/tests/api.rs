@@ -1091,6 +1091,44 @@ async fn concurrent_settings_changes_are_all_kept() {
     }
 }
 
+/// The closest names a refusal offers are only those the token may touch: a token scoped to
+/// `p1:*` misspelling its queue is not told of project p2's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misspelt_queue_offers_only_the_names_the_token_may_touch() {
+    const ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
+    let server =
+        TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", ADMIN])).await;
+    let send = |token: &str, path: &str, body: Value| {
+        let request = server
+            .http()
+            .post(server.url(path))
+            .bearer_auth(token)
+            .json(&body);
+        async move {
+            let response = request.send().await.expect("an answer");
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.expect("json"))
+        }
+    };
+    let jobs = json!({"jobs": [{"queue": "p1:orders"}, {"queue": "p2:orders"}]});
+    assert_eq!(send(ADMIN, "/api/jobs/batch", jobs).await.0, 201);
+    let token = json!({"name": "p1 admin", "role": "admin", "queues": ["p1:*"]});
+    let (status, made) = send(ADMIN, "/api/tokens", token).await;
+    assert_eq!(status, 201, "{made}");
+    let scoped = made["token"].as_str().expect("a token");
+    for (token, offered) in [
+        (ADMIN, r#""p1:orders" or "p2:orders""#),
+        (scoped, r#""p1:orders""#),
+    ] {
+        let (status, refusal) = send(token, "/api/queues/p1:ordesr/pause", json!({})).await;
+        assert_eq!(status, 404, "{refusal}");
+        assert_eq!(
+            refusal["error"]["message"],
+            format!("queue \"p1:ordesr\" does not exist; did you mean {offered}?")
+        );
+    }
+}
+
 /// A misspelt queue is not made by a pause or a settings change: a queue that has never
 /// existed is a 404 naming the existing queues closest to it, unless `?create=true`. A queue
 /// exists with jobs, settings, subscriptions or a schedule that enqueues to it.
@@ -1678,7 +1716,7 @@ async fn bad_requests_are_refused_naming_the_field() {
     let error = server
         .error(
             Method::GET,
-            &format!("/api/queues/{}", "q".repeat(257)),
+            &format!("/api/queues/{}", "q".repeat(1603)),
             None,
             400,
         )
@@ -2475,7 +2513,7 @@ async fn scoped_tokens_see_the_workers_of_their_queues() {
         }
     };
     assert_eq!(
-        workers_as(reader).await,
+        workers_as(reader.clone()).await,
         [
             (json!("both"), json!(["a", "b"]), json!(3)),
             (json!("only-b"), json!(["b"]), json!(0))
@@ -2485,10 +2523,19 @@ async fn scoped_tokens_see_the_workers_of_their_queues() {
         workers_as(scoped.clone()).await,
         [(json!("both"), json!(["a"]), json!(1))]
     );
-    // The activity is of every queue, for every reading token.
-    let (status, activity) = send(scoped, Method::GET, "/api/activity?minutes=1", None).await;
+    // The activity counts every queue together, as the metrics do: the reader that is not
+    // scoped reads it, the scoped one is refused (it would learn of queue b's jobs).
+    let (status, activity) = send(reader, Method::GET, "/api/activity?minutes=1", None).await;
     assert_eq!(status, 200);
     assert_eq!(activity["total"]["enqueued"], 3);
+    let (status, refusal) = send(scoped, Method::GET, "/api/activity?minutes=1", None).await;
+    assert_eq!(status, 403);
+    assert!(
+        refusal["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not scoped")),
+        "{refusal}"
+    );
 }
 
 /// The activity per minute: every minute of the window, oldest first, with what happened in

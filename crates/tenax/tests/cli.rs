@@ -271,7 +271,9 @@ fn bad_input_exits_2_naming_the_field() {
     let server = start();
     let output = tenax(&server, &["enqueue", "-q", "bad queue!"]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("queue: must be 1 to 256 characters"));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("queue: must be 1 to 1602 characters")
+    );
     let output = tenax(
         &server,
         &[

@@ -40,6 +40,7 @@ fn request(
         .replace("{id}", "999999")
         .replace("{name}", "q")
         .replace("{queue_name}", "q")
+        .replace("{topic_name}", "t")
         .replace("{message_id}", "999999")
         .replace("{claim_id}", "a")
         .replace("{subscription_id}", "999999")

@@ -3,6 +3,9 @@
 //! TTL expiry, delayed queues and dead letters (with the manual clock), and subscriptions.
 
 mod common;
+#[allow(dead_code)]
+#[path = "common/receiver.rs"]
+mod receiver;
 
 use std::time::{Duration, Instant};
 
@@ -368,34 +371,67 @@ async fn project_id_is_required_and_checked() {
             "Invalid queue identification",
             Some("The format of the submitted queue name or project id is not valid."),
         );
-    let answer = zaqar.with_project(Some("a:b")).get("/v2/queues").await;
-    answer.error(400, "Invalid queue identification", None);
-    assert!(
-        answer.json["description"]
-            .as_str()
-            .unwrap()
-            .contains("X-Project-ID"),
-        "{answer:?}"
-    );
-    zaqar
-        .with_project(Some(&"p".repeat(191)))
-        .put_empty("/v2/queues/q")
+    // Any other id up to 256 characters is Zaqar's to accept, and so Tenax's.
+    for project in [
+        "a:b",
+        "JAM Project",
+        &"p".repeat(191),
+        &"p".repeat(256),
+        ":x:",
+    ] {
+        let zaqar = zaqar.with_project(Some(project));
+        zaqar.put_empty("/v2/queues/q").await.ok(201);
+        zaqar.post_messages("q", json!([{"body": project}])).await;
+        assert_eq!(zaqar.bodies("q", true).await, [json!(project)], "{project}");
+        let listed = zaqar.get("/v2/queues").await;
+        assert_eq!(listed.ok(200)["queues"][0]["name"], json!("q"), "{project}");
+    }
+}
+
+#[tokio::test]
+async fn projects_of_any_characters_are_separate_and_keep_their_native_names() {
+    let (server, zaqar) = server().await;
+    // Ids Tenax took before keep their native names; others are escaped after a leading `:`.
+    for (project, native) in [
+        ("proj.1", "proj.1:orders"),
+        ("JAM Project", ":JAM.20Project:orders"),
+        ("a:b", ":a.3ab:orders"),
+        ("JAM.20Project", "JAM.20Project:orders"),
+    ] {
+        let zaqar = zaqar.with_project(Some(project));
+        zaqar
+            .put("/v2/queues/orders", json!({"owner": project}))
+            .await
+            .ok(201);
+        let path = format!("/api/queues/{}", native.replace(':', "%3A"));
+        let shown = zaqar.get(&path).await;
+        assert_eq!(shown.ok(200)["name"], json!(native), "{project}");
+    }
+    // Each project sees its own queue only, with its own metadata.
+    for project in ["proj.1", "JAM Project", "a:b", "JAM.20Project"] {
+        let zaqar = zaqar.with_project(Some(project));
+        let metadata = zaqar.get("/v2/queues/orders").await;
+        assert_eq!(metadata.ok(200)["owner"], json!(project));
+        let listed = zaqar.get("/v2/queues?detailed=true").await;
+        let queues = listed.ok(200)["queues"].as_array().unwrap().clone();
+        assert_eq!(queues.len(), 1, "{project}: {queues:?}");
+        assert_eq!(queues[0]["metadata"]["owner"], json!(project));
+    }
+    // A header that is not UTF-8 is read as Latin-1, as Zaqar (WSGI) reads it: python-zaqarclient
+    // sends `café` as the byte E9.
+    let latin1 = reqwest::header::HeaderValue::from_bytes(b"caf\xe9").unwrap();
+    let answer = server
+        .api
+        .http()
+        .put(format!("{}/v2/queues/orders", server.api.base))
+        .header("Client-ID", CLIENT)
+        .header("X-Project-ID", latin1)
+        .send()
         .await
-        .ok(201);
-    // Longer ids than Tenax can embed in a native queue name (project:queue, at most 256
-    // characters) are refused with the rule, though Zaqar would take up to 256.
-    let answer = zaqar
-        .with_project(Some(&"p".repeat(192)))
-        .put_empty("/v2/queues/q")
-        .await;
-    answer.error(400, "Invalid queue identification", None);
-    assert!(
-        answer.json["description"]
-            .as_str()
-            .unwrap()
-            .contains("1 to 191"),
-        "{answer:?}"
-    );
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 201);
+    let native = zaqar.get("/api/queues/%3Acaf.c3.a9%3Aorders").await;
+    assert_eq!(native.ok(200)["name"], json!(":caf.c3.a9:orders"));
 }
 
 #[tokio::test]
@@ -2205,6 +2241,68 @@ async fn subscriptions_crud() {
     );
 }
 
+/// Zaqar lists subscriptions by id as text, and a marker is compared as text: on a new server
+/// the ids are 1 to 11, so "10" and "11" come between "1" and "2", and "9" is last.
+#[tokio::test]
+async fn subscriptions_page_in_the_string_order_of_their_ids() {
+    let (_server, zaqar) = server().await;
+    let mut ids = Vec::new();
+    for n in 0..11 {
+        let created = zaqar
+            .post(
+                "/v2/queues/q/subscriptions",
+                json!({"subscriber": format!("http://127.0.0.1:9/hook{n}")}),
+            )
+            .await;
+        ids.push(
+            created.ok(201)["subscription_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    assert!(
+        ids.contains(&"9".to_owned()) && ids.contains(&"10".to_owned()),
+        "{ids:?}"
+    );
+    let mut expected = ids.clone();
+    expected.sort();
+    let page_ids = |answer: &Answer| -> Vec<String> {
+        answer.json["subscriptions"]
+            .as_array()
+            .expect("subscriptions")
+            .iter()
+            .map(|s| s["id"].as_str().expect("an id").to_owned())
+            .collect()
+    };
+    let mut seen = Vec::new();
+    let mut next = "/v2/queues/q/subscriptions?limit=3".to_owned();
+    loop {
+        let page = zaqar.get(&next).await;
+        page.ok(200);
+        let ids = page_ids(&page);
+        if ids.is_empty() {
+            assert_eq!(page.json["links"], json!([]));
+            break;
+        }
+        seen.extend(ids);
+        next = page.json["links"][0]["href"].as_str().unwrap().to_owned();
+    }
+    assert_eq!(seen, expected, "every subscription once, in string order");
+    assert_eq!(&seen[..4], ["1", "10", "11", "2"]);
+    // A marker between ids, and one after every id.
+    let after_9 = zaqar.get("/v2/queues/q/subscriptions?marker=9").await;
+    assert_eq!(*after_9.ok(200), json!({"subscriptions": [], "links": []}));
+    let after_10 = zaqar
+        .get("/v2/queues/q/subscriptions?marker=10&limit=2")
+        .await;
+    assert_eq!(page_ids(&after_10), ["11", "2"]);
+    let after_text = zaqar
+        .get("/v2/queues/q/subscriptions?marker=5a&limit=2")
+        .await;
+    assert_eq!(page_ids(&after_text), ["6", "7"]);
+}
+
 #[tokio::test]
 async fn subscriptions_expire_after_their_ttl() {
     let (server, zaqar) = server().await;
@@ -2268,7 +2366,7 @@ async fn invalid_subscriptions_are_400() {
         (
             json!({"subscriber": "ftp://x/y"}),
             Some(
-                "The subscriber type of subscription must be supported in the list ['http', 'https'].",
+                "The subscriber type of subscription must be supported in the list ['http', 'https', 'mailto'].",
             ),
         ),
         (json!({"subscriber": "http://"}), None),
@@ -2283,11 +2381,22 @@ async fn invalid_subscriptions_are_400() {
             .await
             .error(400, "Invalid API request", description);
     }
-    for subscriber in [
-        "mailto:ops@example.com",
-        "trust+http://127.0.0.1:9/t",
-        "trust+https://127.0.0.1:9/t",
-    ] {
+    // Without --smtp-url, a mailto subscriber is refused for want of an SMTP server
+    // (zaqar_notifications.rs mails them).
+    let answer = zaqar
+        .post(
+            "/v2/queues/q/subscriptions",
+            json!({"subscriber": "mailto:ops@example.com?from=q@example.com"}),
+        )
+        .await;
+    answer.error(400, "Invalid API request", None);
+    assert!(
+        answer.json["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("--smtp-url")),
+        "{answer:?}"
+    );
+    for subscriber in ["trust+http://127.0.0.1:9/t", "trust+https://127.0.0.1:9/t"] {
         let answer = zaqar
             .post(
                 "/v2/queues/q/subscriptions",
@@ -2468,15 +2577,15 @@ async fn send_signed(
 
 const SIGNING_ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
 
+/// A server that needs a token on every request, with [`SIGNING_ADMIN`] an admin one.
+async fn server_with_tokens() -> TestServer {
+    TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", SIGNING_ADMIN]))
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn signed_urls_admit_their_paths_and_methods_until_they_expire() {
-    let server = TestServer::start(Options::manual().flags(&[
-        "--auth",
-        "on",
-        "--admin-token",
-        SIGNING_ADMIN,
-    ]))
-    .await;
+    let server = server_with_tokens().await;
     let zaqar = Zaqar::new(&server, "proj-a", CLIENT);
     let admin = [("X-Auth-Token", SIGNING_ADMIN)];
     let share = |body: Value| {
@@ -2721,3 +2830,489 @@ async fn signed_urls_sign_with_the_given_key_as_zaqar_does() {
 
 /// What Python's `hmac` makes of the set in [`signed_urls_sign_with_the_given_key_as_zaqar_does`].
 const ZAQAR_SIGNATURE: &str = "7dce8b549457ddca9f8cadb5b111551df6303fe2eaa4e352e9956c9785b95445";
+
+// -- settable limits and authentication -------------------------------------------------------
+
+#[tokio::test]
+async fn changed_limits_are_enforced_with_zaqars_errors() {
+    let server = TestServer::start(Options::manual().flags(&[
+        "--allow-private-endpoints",
+        "--zaqar-max-queues-per-page",
+        "2",
+        "--zaqar-max-messages-per-page",
+        "3",
+        "--zaqar-max-subscriptions-per-page",
+        "4",
+        "--zaqar-max-messages-per-claim-or-pop",
+        "2",
+        "--zaqar-max-queue-metadata",
+        "100",
+        "--zaqar-max-messages-post-size",
+        "1024",
+        "--zaqar-max-message-ttl",
+        "120",
+        "--zaqar-max-claim-ttl",
+        "100",
+        "--zaqar-max-claim-grace",
+        "90",
+    ]))
+    .await;
+    let zaqar = Zaqar::new(&server, "proj-a", CLIENT);
+    let api = |answer: Answer, description: &str| {
+        answer.error(400, "Invalid API request", Some(description));
+    };
+    // Queues: the page size and the metadata size and its reserved keys.
+    api(
+        zaqar.get("/v2/queues?limit=3").await,
+        "Limit must be at least 1 and no greater than 2.",
+    );
+    zaqar.get("/v2/queues?limit=2").await.ok(200);
+    let big = json!({"pad": "x".repeat(100)});
+    api(
+        zaqar.put("/v2/queues/q", big).await,
+        "Queue metadata is too large. Max size: 100",
+    );
+    api(
+        zaqar
+            .put("/v2/queues/q", json!({"_default_message_ttl": 121}))
+            .await,
+        "_default_message_ttl can not exceed 120 seconds, and must be at least 60 seconds long.",
+    );
+    api(
+        zaqar
+            .put("/v2/queues/q", json!({"_max_messages_post_size": 1025}))
+            .await,
+        "_max_messages_post_size can not exceed 1024,  and must be at least greater than 0.",
+    );
+    zaqar.put_empty("/v2/queues/q").await.ok(201);
+    // The post size limit is the default shown for the queue, as Zaqar shows it.
+    let shown = zaqar.get("/v2/queues/q").await;
+    assert_eq!(shown.ok(200)["_max_messages_post_size"], json!(1024));
+    // Messages: ttl, post size, page, ids and pop.
+    api(
+        zaqar
+            .post(
+                "/v2/queues/q/messages",
+                json!({"messages": [{"body": 1, "ttl": 121}]}),
+            )
+            .await,
+        "The TTL for a message may not exceed 120 seconds, and must be at least 60 seconds long.",
+    );
+    api(
+        zaqar
+            .post(
+                "/v2/queues/q/messages",
+                json!({"messages": [{"body": "x".repeat(1024)}]}),
+            )
+            .await,
+        "Message collection size is too large. Max size 1024",
+    );
+    let ids = zaqar
+        .post_messages(
+            "q",
+            json!([{"body": 1, "ttl": 120}, {"body": 2, "ttl": 60}, {"body": 3, "ttl": 60},
+                   {"body": 4, "ttl": 60}]),
+        )
+        .await;
+    api(
+        zaqar.get("/v2/queues/q/messages?echo=true&limit=4").await,
+        "Limit must be at least 1 and may not be greater than 3.",
+    );
+    let page = zaqar.get("/v2/queues/q/messages?echo=true&limit=3").await;
+    assert_eq!(bodies(page.ok(200)), [json!(1), json!(2), json!(3)]);
+    let all = ids.join(",");
+    api(
+        zaqar.get(&format!("/v2/queues/q/messages?ids={all}")).await,
+        "Limit must be at least 1 and may not be greater than 3.",
+    );
+    api(
+        zaqar
+            .delete(&format!("/v2/queues/q/messages?ids={all}"))
+            .await,
+        "ids parameter should have at least 1 and not greater than 3 values.",
+    );
+    api(
+        zaqar.delete("/v2/queues/q/messages?pop=3").await,
+        "Pop value must be at least 1 and may not be greater than 2.",
+    );
+    // Claims: limit, ttl and grace.
+    api(
+        zaqar.claim("q", 60, 60, Some(3)).await,
+        "Limit must be at least 1 and may not be greater than 2.",
+    );
+    api(
+        zaqar.claim("q", 101, 60, None).await,
+        "The TTL for a claim may not exceed 100 seconds, and must be at least 60 seconds long.",
+    );
+    api(
+        zaqar.claim("q", 100, 91, None).await,
+        "The grace for a claim may not exceed 90 seconds, and must be at least 60 seconds long.",
+    );
+    let claimed = zaqar.claim("q", 100, 90, Some(2)).await;
+    assert_eq!(claimed.ok(201)["messages"].as_array().unwrap().len(), 2);
+    // Subscriptions: the page size.
+    api(
+        zaqar.get("/v2/queues/q/subscriptions?limit=5").await,
+        "Limit must be at least 1 and may not be greater than 4.",
+    );
+    zaqar
+        .get("/v2/queues/q/subscriptions?limit=4")
+        .await
+        .ok(200);
+}
+
+#[tokio::test]
+async fn a_limit_that_cannot_work_stops_the_server_with_its_flag() {
+    let data = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data.path())
+        .args(["--zaqar-max-claim-ttl", "30"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--zaqar-max-claim-ttl: must be at least 60 (Zaqar's minimum), got 30"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn requests_without_a_token_are_401_when_tokens_are_required() {
+    let server = server_with_tokens().await;
+    let zaqar = Zaqar::new(&server, "proj-a", CLIENT);
+    // As Zaqar's own test of a Keystone setup (only a Client-ID, a path of no route), and on
+    // every kind of route, with or without Zaqar's headers: 401 before anything else.
+    let bare = zaqar.with_project(None);
+    bare.get("/v2/480924/queues/")
+        .await
+        .error(401, "Unauthorized", None);
+    for caller in [&zaqar, &bare, &bare.with_client(None)] {
+        for (method, path) in [
+            (Method::GET, "/v2/queues"),
+            (Method::PUT, "/v2/queues/q"),
+            (Method::GET, "/v2/queues/q/messages"),
+            (Method::POST, "/v2/queues/q/claims"),
+            (Method::GET, "/v2/ping"),
+        ] {
+            let answer = caller.send(method.clone(), path, None, &[]).await;
+            answer.error(401, "Unauthorized", None);
+            assert!(answer.header("www-authenticate").is_some(), "{answer:?}");
+        }
+    }
+    let forged = [("X-Auth-Token", "not-a-token")];
+    zaqar
+        .send(Method::GET, "/v2/queues", None, &forged)
+        .await
+        .error(401, "Unauthorized", None);
+    let admin = [("X-Auth-Token", SIGNING_ADMIN)];
+    zaqar
+        .send(Method::GET, "/v2/queues", None, &admin)
+        .await
+        .ok(200);
+}
+
+// -- topics -----------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn topics_are_created_shown_patched_listed_and_deleted_as_zaqar() {
+    let (_server, zaqar) = server().await;
+    let topic_defaults = json!({
+        "_max_messages_post_size": 262144,
+        "_default_message_ttl": 3600,
+        "_default_message_delay": 0,
+    });
+    // Stats of a topic never created are zeros; the topic itself is not found.
+    let stats = zaqar.get("/v2/topics/mars/stats").await;
+    assert_eq!(
+        *stats.ok(200),
+        json!({"messages": {"claimed": 0, "free": 0, "total": 0}})
+    );
+    zaqar.get("/v2/topics/mars").await.error(
+        404,
+        "Not found",
+        Some("Topic mars does not exist for project proj-a"),
+    );
+    let created = zaqar
+        .put("/v2/topics/mars", json!({"messages": {"ttl": 600}}))
+        .await;
+    created.ok(201);
+    assert_eq!(created.header("location"), Some("/v2/topics/mars"));
+    assert_eq!(zaqar.put_empty("/v2/topics/mars").await.status, 204);
+    let mut want = topic_defaults.clone();
+    want["messages"] = json!({"ttl": 600});
+    assert_eq!(*zaqar.get("/v2/topics/mars").await.ok(200), want);
+    // PATCH as a queue's, with the topic's defaults.
+    let patched = zaqar
+        .send(
+            Method::PATCH,
+            "/v2/topics/mars",
+            Some(
+                json!([{"op": "add", "path": "/metadata/color", "value": "red"}])
+                    .to_string()
+                    .into_bytes(),
+            ),
+            &[("Content-Type", JSON_PATCH)],
+        )
+        .await;
+    want["color"] = json!("red");
+    assert_eq!(*patched.ok(200), want);
+    // Reserved queue keys are checked on topics too.
+    zaqar
+        .put("/v2/topics/venus", json!({"_default_message_ttl": 59}))
+        .await
+        .error(400, "Invalid API request", None);
+    zaqar.put_empty("/v2/topics/venus").await.ok(201);
+    // Listings: topics under `topics`, queues under `queues`, neither in the other.
+    zaqar.put_empty("/v2/queues/earth").await.ok(201);
+    let listed = zaqar.get("/v2/topics?limit=1").await;
+    assert_eq!(
+        *listed.ok(200),
+        json!({"topics": [{"name": "mars", "href": "/v2/topics/mars"}],
+               "links": [{"rel": "next", "href": "/v2/topics?limit=1&marker=mars"}]})
+    );
+    let next = zaqar.get("/v2/topics?marker=mars&detailed=true").await;
+    assert_eq!(
+        *next.ok(200),
+        json!({"topics": [{"name": "venus", "href": "/v2/topics/venus",
+                           "metadata": topic_defaults}],
+               "links": [{"rel": "next", "href": "/v2/topics?marker=venus&detailed=true"}]})
+    );
+    let queues = zaqar.get("/v2/queues").await;
+    let names: Vec<&Value> = queues.ok(200)["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| &q["name"])
+        .collect();
+    assert_eq!(names, [&json!("earth")]);
+    // Another project sees none of them; bad names are Zaqar's topic error.
+    let other = zaqar.with_project(Some("proj-b"));
+    assert_eq!(
+        *other.get("/v2/topics").await.ok(200),
+        json!({"topics": [], "links": []})
+    );
+    zaqar.put_empty("/v2/topics/a%20b").await.error(
+        400,
+        "Invalid topic identification",
+        Some("The format of the submitted topic name or project id is not valid."),
+    );
+    // Topics have no claims.
+    zaqar
+        .post("/v2/topics/mars/claims", json!({"ttl": 60, "grace": 60}))
+        .await
+        .error(404, "404 Not Found", None);
+    assert_eq!(zaqar.delete("/v2/topics/mars").await.status, 204);
+    zaqar
+        .get("/v2/topics/mars")
+        .await
+        .error(404, "Not found", None);
+    assert_eq!(zaqar.delete("/v2/topics/mars").await.status, 204);
+}
+
+#[tokio::test]
+async fn a_topic_and_a_queue_of_one_name_are_different_things() {
+    let (_server, zaqar) = server().await;
+    zaqar
+        .put("/v2/topics/news", json!({"kind": "topic"}))
+        .await
+        .ok(201);
+    zaqar
+        .put("/v2/queues/news", json!({"kind": "queue"}))
+        .await
+        .ok(201);
+    assert_eq!(
+        zaqar.get("/v2/topics/news").await.ok(200)["kind"],
+        json!("topic")
+    );
+    assert_eq!(
+        zaqar.get("/v2/queues/news").await.ok(200)["kind"],
+        json!("queue")
+    );
+    let posted = zaqar
+        .post(
+            "/v2/topics/news/messages",
+            json!({"messages": [{"body": "to the topic", "ttl": 300}, {"body": 2}]}),
+        )
+        .await;
+    let resources = posted.ok(201)["resources"].as_array().unwrap().clone();
+    assert!(
+        resources[0]
+            .as_str()
+            .unwrap()
+            .starts_with("/v2/topics/news/messages/"),
+        "{resources:?}"
+    );
+    zaqar
+        .post_messages("news", json!([{"body": "to the queue"}]))
+        .await;
+    let listed = zaqar.get("/v2/topics/news/messages?echo=true").await;
+    assert_eq!(bodies(listed.ok(200)), [json!("to the topic"), json!(2)]);
+    let next = listed.json["links"][0]["href"].as_str().unwrap();
+    assert!(next.starts_with("/v2/topics/news/messages?"), "{next}");
+    assert_eq!(zaqar.bodies("news", true).await, [json!("to the queue")]);
+    assert_eq!(
+        zaqar.get("/v2/topics/news/stats").await.ok(200)["messages"]["total"],
+        json!(2)
+    );
+    assert_eq!(zaqar.stats("news").await, (1, 0, 1));
+    // One message, by its href; then deleted one by one and by ids.
+    let first = resources[0].as_str().unwrap();
+    let id = first.rsplit('/').next().unwrap();
+    let one = zaqar.get(first).await;
+    assert_eq!(one.ok(200)["body"], json!("to the topic"));
+    assert_eq!(one.json["href"], json!(first));
+    assert_eq!(
+        zaqar
+            .get(&format!("/v2/queues/news/messages/{id}"))
+            .await
+            .status,
+        404
+    );
+    assert_eq!(zaqar.delete(first).await.status, 204);
+    assert_eq!(zaqar.get(first).await.status, 404);
+    let second = resources[1].as_str().unwrap().rsplit('/').next().unwrap();
+    let deleted = zaqar
+        .delete(&format!("/v2/topics/news/messages?ids={second}"))
+        .await;
+    assert_eq!(deleted.status, 204);
+    assert_eq!(
+        zaqar.get("/v2/topics/news/stats").await.ok(200)["messages"]["total"],
+        json!(0)
+    );
+    // Natively: two queues, `proj-a:news` and the topic's own `proj-a::news`.
+    let topic = zaqar.get("/api/queues/proj-a::news").await;
+    assert_eq!(topic.ok(200)["name"], json!("proj-a::news"));
+    // The dashboard lists the topic's queue by that name and shows its page.
+    let page = |path: &str| {
+        let url = format!("{}{path}", zaqar.base);
+        let http = zaqar.http.clone();
+        async move {
+            let answer = http.get(url).send().await.unwrap();
+            assert_eq!(answer.status().as_u16(), 200);
+            answer.text().await.unwrap()
+        }
+    };
+    assert!(page("/ui/queues").await.contains("proj-a::news"));
+    assert!(
+        page("/ui/queues/proj-a::news")
+            .await
+            .contains("proj-a::news")
+    );
+    assert_eq!(zaqar.stats("news").await, (1, 0, 1));
+    // Purging the topic leaves the queue alone.
+    zaqar
+        .post(
+            "/v2/topics/news/messages",
+            json!({"messages": [{"body": 3}]}),
+        )
+        .await
+        .ok(201);
+    assert_eq!(
+        zaqar.post("/v2/topics/news/purge", json!({})).await.status,
+        400
+    );
+    assert_eq!(
+        zaqar
+            .post(
+                "/v2/topics/news/purge",
+                json!({"resource_types": ["messages"]})
+            )
+            .await
+            .status,
+        204
+    );
+    assert_eq!(
+        zaqar.get("/v2/topics/news/stats").await.ok(200)["messages"]["total"],
+        json!(0)
+    );
+    assert_eq!(zaqar.stats("news").await, (1, 0, 1));
+}
+
+#[tokio::test]
+async fn a_topic_message_is_delivered_to_the_topics_subscriptions_only() {
+    let (_server, zaqar) = server().await;
+    let topic_hook = receiver::Receiver::ok().await;
+    let queue_hook = receiver::Receiver::ok().await;
+    zaqar.put_empty("/v2/topics/alerts").await.ok(201);
+    let subscribed = zaqar
+        .post(
+            "/v2/topics/alerts/subscriptions",
+            json!({"subscriber": topic_hook.url("/topic"), "ttl": 3600,
+                   "options": {"post_headers": {"X-From": "topic"}}}),
+        )
+        .await;
+    let sid = subscribed.ok(201)["subscription_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        subscribed.header("location"),
+        Some("/v2/topics/alerts/subscriptions")
+    );
+    zaqar
+        .post(
+            "/v2/queues/alerts/subscriptions",
+            json!({"subscriber": queue_hook.url("/queue")}),
+        )
+        .await
+        .ok(201);
+    // The topic's subscriptions are its own.
+    let listed = zaqar.get("/v2/topics/alerts/subscriptions").await;
+    let subscriptions = listed.ok(200)["subscriptions"].as_array().unwrap().clone();
+    assert_eq!(subscriptions.len(), 1, "{subscriptions:?}");
+    assert_eq!(subscriptions[0]["id"], json!(sid));
+    assert_eq!(subscriptions[0]["source"], json!("alerts"));
+    assert_eq!(
+        subscriptions[0]["subscriber"],
+        json!(topic_hook.url("/topic"))
+    );
+    let shown = zaqar
+        .get(&format!("/v2/topics/alerts/subscriptions/{sid}"))
+        .await;
+    assert_eq!(shown.ok(200)["id"], json!(sid));
+    assert_eq!(
+        zaqar
+            .get(&format!("/v2/queues/alerts/subscriptions/{sid}"))
+            .await
+            .status,
+        404
+    );
+    zaqar
+        .post(
+            "/v2/topics/alerts/messages",
+            json!({"messages": [{"body": {"level": "high"}, "ttl": 300}]}),
+        )
+        .await
+        .ok(201);
+    let got = topic_hook.wait_for(1, PATIENCE).await;
+    assert_eq!(
+        got[0].json(),
+        json!({"ttl": 300, "body": {"level": "high"}, "Message_Type": "Notification",
+               "queue_name": "alerts"})
+    );
+    assert_eq!(got[0].header("x-from"), "topic");
+    // The queue's subscriber gets the queue's message, and only it.
+    zaqar
+        .post_messages("alerts", json!([{"body": "queued"}]))
+        .await;
+    let got = queue_hook.wait_for(1, PATIENCE).await;
+    assert_eq!(got[0].json()["body"], json!("queued"));
+    assert_eq!(topic_hook.count(), 1);
+    // Update, confirm and unsubscribe through the topic.
+    let path = format!("/v2/topics/alerts/subscriptions/{sid}");
+    assert_eq!(zaqar.patch(&path, json!({"ttl": 7200})).await.status, 204);
+    assert_eq!(zaqar.get(&path).await.ok(200)["ttl"], json!(7200));
+    let confirm = zaqar
+        .send(
+            Method::PUT,
+            &format!("{path}/confirm"),
+            Some(json!({"confirmed": true}).to_string().into_bytes()),
+            &[],
+        )
+        .await;
+    assert_eq!(confirm.status, 204);
+    assert_eq!(zaqar.delete(&path).await.status, 204);
+    assert_eq!(zaqar.get(&path).await.status, 404);
+}

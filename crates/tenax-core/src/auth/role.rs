@@ -15,7 +15,8 @@ pub enum Capability {
     Manage,
     /// Create, list and revoke API tokens.
     Tokens,
-    /// Read the metrics (`GET /metrics`): counts of every queue, whatever the token's scopes.
+    /// Read the metrics (`GET /metrics`) and the activity (`GET /api/activity`): counts of
+    /// every queue together, so only tokens that are not scoped may.
     Metrics,
     /// Anything a token is good for, with no data behind it (policy previews, Zaqar's home).
     Any,

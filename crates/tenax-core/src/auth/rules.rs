@@ -50,6 +50,9 @@ pub enum Target {
     ScheduleInPath,
     /// Zaqar: the `X-Project-ID` project, and the path's `{queue_name}` in it.
     ZaqarQueue,
+    /// Zaqar: the `X-Project-ID` project, and the path's `{topic_name}` in it (a topic is a
+    /// queue of the project of its own namespace).
+    ZaqarTopic,
     /// Zaqar: the `X-Project-ID` project only.
     ZaqarProject,
 }
@@ -153,7 +156,7 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         // The workers shown are those of the token's queues.
         ("GET", "/api/cluster") => needs(Read, Listing),
         // Counts of every queue together, as the dashboard's overview shows them.
-        ("GET", "/api/activity") => needs(Read, Nothing),
+        ("GET", "/api/activity") => needs(Metrics, Nothing),
 
         // Zaqar v2.
         ("GET", "/v2/" | "/v2/ping" | "/v2/health") => needs(Any, ZaqarProject),
@@ -188,6 +191,28 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         | ("PATCH" | "DELETE", "/v2/queues/{queue_name}/subscriptions/{subscription_id}")
         | ("PUT", "/v2/queues/{queue_name}/subscriptions/{subscription_id}/confirm") => {
             needs(Manage, ZaqarQueue)
+        }
+        // Zaqar v2 topics: as queues, without claims.
+        ("GET", "/v2/topics") => needs(Read, ZaqarProject),
+        (
+            "GET",
+            "/v2/topics/{topic_name}"
+            | "/v2/topics/{topic_name}/stats"
+            | "/v2/topics/{topic_name}/messages"
+            | "/v2/topics/{topic_name}/messages/{message_id}"
+            | "/v2/topics/{topic_name}/subscriptions"
+            | "/v2/topics/{topic_name}/subscriptions/{subscription_id}",
+        ) => needs(Read, ZaqarTopic),
+        ("POST", "/v2/topics/{topic_name}/messages") => needs(Enqueue, ZaqarTopic),
+        (
+            "DELETE",
+            "/v2/topics/{topic_name}/messages" | "/v2/topics/{topic_name}/messages/{message_id}",
+        ) => needs(Work, ZaqarTopic),
+        ("PUT" | "PATCH" | "DELETE", "/v2/topics/{topic_name}")
+        | ("POST", "/v2/topics/{topic_name}/purge" | "/v2/topics/{topic_name}/subscriptions")
+        | ("PATCH" | "DELETE", "/v2/topics/{topic_name}/subscriptions/{subscription_id}")
+        | ("PUT", "/v2/topics/{topic_name}/subscriptions/{subscription_id}/confirm") => {
+            needs(Manage, ZaqarTopic)
         }
         _ => None,
     }

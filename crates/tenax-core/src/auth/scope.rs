@@ -123,7 +123,7 @@ impl Principal {
     pub fn admits_queue(&self, queue: &str) -> bool {
         self.queues.admits(queue)
             && (self.projects.is_all()
-                || project_of(queue).is_some_and(|project| self.projects.admits(project)))
+                || project_of(queue).is_some_and(|project| self.projects.admits(&project)))
     }
 
     /// Whether the token may act for the Zaqar project `project`.

@@ -63,12 +63,19 @@ impl Engine {
         Ok(known)
     }
 
-    /// `Ok` when `name` exists; otherwise [`Missing::Queue`] with the names closest to it.
-    pub async fn require_queue(&self, name: &str) -> Result<(), EngineError> {
-        let known = self.known_queues().await?;
+    /// `Ok` when `name` exists; otherwise [`Missing::Queue`] with the names closest to it
+    /// among those `visible` admits. A refusal must not name what the asker may not see: a
+    /// token scoped to project `p1` asking for `p1:ordres` must not learn of `p2:orders`.
+    pub async fn require_queue(
+        &self,
+        name: &str,
+        visible: impl Fn(&str) -> bool,
+    ) -> Result<(), EngineError> {
+        let mut known = self.known_queues().await?;
         if known.contains(name) {
             return Ok(());
         }
+        known.retain(|queue| visible(queue));
         Err(EngineError::NotFound(Missing::Queue {
             name: name.to_owned(),
             closest: closest(name, &known),

@@ -176,7 +176,10 @@ impl BrowserPolicy {
 }
 
 /// Refuses a body that is not declared JSON (415). Under `/v2` a form body is left to Zaqar's
-/// own refusal, which is a 400 ("Invalid Content-Type") that Zaqar's clients know.
+/// own refusal, which is a 400 ("Invalid Content-Type") that Zaqar's clients know, and a body
+/// with no type at all is read as JSON, as Zaqar reads it (its own functional tests send
+/// none), unless a browser sent it: a browser's request carries `Origin` or `Sec-Fetch-*`
+/// headers, and a browser can send an untyped body (a `Blob`) to another site unasked.
 fn check_body_type(parts: &Parts, zaqar: bool) -> Result<(), Refusal> {
     if matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
         return Ok(());
@@ -194,7 +197,7 @@ fn check_body_type(parts: &Parts, zaqar: bool) -> Result<(), Refusal> {
     let refused = match declared {
         Some(media) if zaqar && is_form(media) => false,
         Some(media) => !is_json(media),
-        None => has_body,
+        None => has_body && (!zaqar || from_a_browser(parts)),
     };
     if !refused {
         return Ok(());
@@ -215,6 +218,16 @@ fn check_body_type(parts: &Parts, zaqar: bool) -> Result<(), Refusal> {
             declared.map_or_else(|| "none".to_owned(), |m| format!("{m:?}"))
         ),
     })
+}
+
+/// Whether a browser sent the request: browsers add `Origin` to every request that may change
+/// something, and `Sec-Fetch-*` to every request; other clients send neither.
+fn from_a_browser(parts: &Parts) -> bool {
+    parts.headers.contains_key(ORIGIN)
+        || parts
+            .headers
+            .keys()
+            .any(|name| name.as_str().starts_with("sec-fetch-"))
 }
 
 /// Whether a media type is JSON: `application/json`, `application/<anything>+json`, or
@@ -534,6 +547,21 @@ mod tests {
         }
         // No type: refused with a body, accepted without one.
         assert!(with("POST", "/api/jobs", &[("content-length", "2")]).is_err());
+        // Under /v2 an untyped body is Zaqar's JSON, unless a browser sent it.
+        let messages = "/v2/queues/q/messages";
+        assert!(with("POST", messages, &[("content-length", "2")]).is_ok());
+        for browser in [
+            ("sec-fetch-mode", "no-cors"),
+            ("origin", "http://127.0.0.1:7890"),
+        ] {
+            let headers = [("host", "127.0.0.1:7890"), ("content-length", "2"), browser];
+            let refusal = with("POST", messages, &headers).expect_err("a browser's untyped body");
+            assert_eq!(
+                refusal.status,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "{browser:?}"
+            );
+        }
         assert!(with("POST", "/api/jobs", &[("transfer-encoding", "chunked")]).is_err());
         assert!(with("POST", "/api/queues/q/pause", &[("content-length", "0")]).is_ok());
         assert!(with("POST", "/api/queues/q/pause", &[]).is_ok());

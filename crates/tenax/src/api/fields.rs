@@ -83,13 +83,11 @@ impl<'de> Deserialize<'de> for Time {
     }
 }
 
-/// The longest queue name. A Zaqar queue is the native queue `project:name`, so this is the
-/// longest project id, a `:` and the longest Zaqar queue name: the two APIs agree on every queue.
-pub const MAX_QUEUE_NAME: usize = 256;
-
-const _: () = assert!(
-    super::zaqar::names::MAX_PROJECT_ID + 1 + super::zaqar::names::MAX_QUEUE_NAME == MAX_QUEUE_NAME
-);
+/// The longest queue name. A Zaqar queue is the native queue `project:name` or
+/// `:escaped-project:name`, so this is the longest escaped project id, two `:` and the longest
+/// Zaqar queue name: the two APIs agree on every queue.
+pub const MAX_QUEUE_NAME: usize =
+    1 + super::zaqar::names::MAX_ESCAPED_PROJECT + 1 + super::zaqar::names::MAX_QUEUE_NAME;
 
 impl PartialSchema for Time {
     fn schema() -> RefOr<Schema> {

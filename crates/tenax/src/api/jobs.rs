@@ -39,8 +39,8 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[schema(example = json!({"queue": "emails", "type": "welcome", "payload": {"user": 42},
     "policy": {"type": "list", "delays": ["2s", "4s"]}}))]
 pub struct EnqueueRequest {
-    /// The queue: 1 to 256 of `A-Z a-z 0-9 - _ . :`.
-    #[schema(pattern = "^[A-Za-z0-9._:-]{1,256}$")]
+    /// The queue: 1 to 1602 of `A-Z a-z 0-9 - _ . :` (`fields::MAX_QUEUE_NAME`).
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,1602}$")]
     pub queue: String,
     /// What the worker should do.
     #[serde(rename = "type", default)]

@@ -367,13 +367,18 @@ pub struct Creating {
 /// with the queue as it is then.
 async fn change_queue(
     state: &AppState,
+    principal: &Principal,
     name: &str,
     creating: Creating,
     change: QueueChange,
 ) -> Result<Json<QueueView>, ApiError> {
     check_queue_name("name", name)?;
     if !creating.create {
-        state.engine.require_queue(name).await?;
+        // The closest names offered are only those the token may touch.
+        state
+            .engine
+            .require_queue(name, |queue| principal.admits_queue(queue))
+            .await?;
     }
     let config = state
         .engine
@@ -393,16 +398,19 @@ async fn change_queue(
     responses((status = 200, body = QueueView), Refusals, Missing))]
 async fn update(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(name): Path<String>,
     creating: Result<Query<Creating>, QueryRejection>,
     JsonBody(request): JsonBody<UpdateQueue>,
 ) -> Result<Json<QueueView>, ApiError> {
     check_queue_name("name", &name)?;
-    change_queue(&state, &name, query(creating)?, queue_change(request)?).await
+    let change = queue_change(request)?;
+    change_queue(&state, &principal, &name, query(creating)?, change).await
 }
 
 async fn set_paused(
     state: AppState,
+    principal: Principal,
     name: String,
     creating: Result<Query<Creating>, QueryRejection>,
     paused: bool,
@@ -411,7 +419,7 @@ async fn set_paused(
         paused: Some(paused),
         ..QueueChange::default()
     };
-    change_queue(&state, &name, query(creating)?, change).await
+    change_queue(&state, &principal, &name, query(creating)?, change).await
 }
 
 /// Pauses a queue: it accepts jobs but hands none out. A queue that has never existed is a
@@ -421,10 +429,11 @@ async fn set_paused(
     responses((status = 200, body = QueueView), Refusals, Missing))]
 async fn pause(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(name): Path<String>,
     creating: Result<Query<Creating>, QueryRejection>,
 ) -> Result<Json<QueueView>, ApiError> {
-    set_paused(state, name, creating, true).await
+    set_paused(state, principal, name, creating, true).await
 }
 
 /// Resumes a paused queue. A queue that has never existed is a 404 naming the closest ones,
@@ -434,8 +443,9 @@ async fn pause(
     responses((status = 200, body = QueueView), Refusals, Missing))]
 async fn resume(
     State(state): State<AppState>,
+    Extension(principal): Extension<Principal>,
     Path(name): Path<String>,
     creating: Result<Query<Creating>, QueryRejection>,
 ) -> Result<Json<QueueView>, ApiError> {
-    set_paused(state, name, creating, false).await
+    set_paused(state, principal, name, creating, false).await
 }

@@ -215,7 +215,7 @@ impl ScopeCheck<'_> {
                 Some(id) => self.jobs(&[id]).await,
                 None => Ok(()),
             },
-            Target::ZaqarProject | Target::ZaqarQueue => self.zaqar(),
+            Target::ZaqarProject | Target::ZaqarQueue | Target::ZaqarTopic => self.zaqar(),
         }
     }
 
@@ -238,12 +238,9 @@ impl ScopeCheck<'_> {
     }
 
     fn zaqar(&self) -> Result<(), Denied> {
-        let project = self
-            .headers
-            .get("x-project-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
-        // A missing or bad header is Zaqar's own 400, answered by the handler.
+        let project = super::zaqar::request::project_header(self.headers).unwrap_or_default();
+        let project = project.as_str();
+        // A missing or empty header is Zaqar's own 400, answered by the handler.
         if project.is_empty() {
             return Ok(());
         }
@@ -257,6 +254,14 @@ impl ScopeCheck<'_> {
             (Target::ZaqarQueue, Some(name)) => {
                 self.queue(&super::zaqar::names::tenax_queue(project, name))
             }
+            (Target::ZaqarTopic, _) => match self.param("topic_name") {
+                // A bad name is Zaqar's own 400, answered by the handler.
+                Some(name) => match super::zaqar::names::QueueRef::topic(project, name) {
+                    Ok(topic) => self.queue(&topic.tenax),
+                    Err(_) => Ok(()),
+                },
+                None => Ok(()),
+            },
             _ => Ok(()),
         }
     }

@@ -119,11 +119,15 @@ async fn create(
     if request.name.is_empty() || request.name.len() > 128 {
         return Err(ApiError::invalid("name", "must be 1 to 128 characters"));
     }
-    check_patterns("queues", &request.queues, 256, |b| {
-        b.is_ascii_alphanumeric() || b"-_.:".contains(&b)
-    })?;
-    check_patterns("projects", &request.projects, 191, |b| {
-        b.is_ascii_alphanumeric() || b"-_.".contains(&b)
+    check_patterns(
+        "queues",
+        &request.queues,
+        super::fields::MAX_QUEUE_NAME,
+        |b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b),
+    )?;
+    // Zaqar project ids are any characters (up to 256): patterns may hold any but controls.
+    check_patterns("projects", &request.projects, 256, |b| {
+        !b.is_ascii_control()
     })?;
     let made = state
         .engine

@@ -1,5 +1,6 @@
 //! The overview: jobs and deliveries by status, what the cluster did over the last hour and
-//! day (every server's counts on PostgreSQL), and the queues whose next job has waited longest.
+//! day (every server's counts on PostgreSQL; only for tokens that may read the metrics), and
+//! the queues whose next job has waited longest.
 
 use std::collections::HashSet;
 
@@ -7,6 +8,7 @@ use axum::Extension;
 use axum::extract::State;
 use axum::response::Response;
 use maud::html;
+use tenax_core::auth::Capability;
 use tenax_core::engine::activity::MINUTES;
 use tenax_core::model::activity::{Counts, Minute};
 use tenax_core::model::subscription::{is_internal_queue, subscription_of_queue};
@@ -81,25 +83,14 @@ pub async fn page(
     slowest.truncate(SLOWEST);
 
     // The cluster's activity: on PostgreSQL every server's counts, from the store, so every
-    // node's overview shows the same figures.
-    let day_minutes = engine.cluster_activity(MINUTES).await?;
-    let hour_minutes = &day_minutes[day_minutes.len().saturating_sub(60)..];
-    let hour: Vec<Bar> = hour_minutes
-        .iter()
-        .map(|minute| Bar {
-            label: format::time(minute.at_ms),
-            counts: minute.counts,
-        })
-        .collect();
-    let day: Vec<Bar> = day_minutes
-        .chunks(60)
-        .map(|hour| Bar {
-            label: format!("the hour from {}", format::time(hour[0].at_ms)),
-            counts: total(hour),
-        })
-        .collect();
-    let last_hour = total(hour_minutes);
-    let last_day = total(&day_minutes);
+    // node's overview shows the same figures. They count every queue together, so only a
+    // token that may read the metrics sees them (as `GET /api/activity`): a scoped token would
+    // learn other projects' volumes.
+    let activity = if session.principal.may(Capability::Metrics) {
+        Some(Activity::of(&engine.cluster_activity(MINUTES).await?))
+    } else {
+        None
+    };
 
     let content = html! {
         section.cards {
@@ -120,21 +111,25 @@ pub async fn page(
         }
         section {
             h2 { "Throughput and failures" }
-            table.summary {
-                thead { tr { th {} th { "enqueued" } th { "completed" } th { "failed runs" } th { "dead" } th { "delivered" } th { "delivery failures" } } }
-                tbody {
-                    @for (label, c) in [("last hour", last_hour), ("last day", last_day)] {
-                        tr {
-                            th { (label) }
-                            td { (c.enqueued) } td { (c.completed) } td { (c.failed) } td { (c.dead) }
-                            td { (c.delivered) } td { (c.delivery_failed) }
+            @if let Some(activity) = &activity {
+                table.summary {
+                    thead { tr { th {} th { "enqueued" } th { "completed" } th { "failed runs" } th { "dead" } th { "delivered" } th { "delivery failures" } } }
+                    tbody {
+                        @for (label, c) in [("last hour", activity.last_hour), ("last day", activity.last_day)] {
+                            tr {
+                                th { (label) }
+                                td { (c.enqueued) } td { (c.completed) } td { (c.failed) } td { (c.dead) }
+                                td { (c.delivered) } td { (c.delivery_failed) }
+                            }
                         }
                     }
                 }
+                (bars::chart("The last hour, per minute", &activity.hour))
+                (bars::chart("The last day, per hour", &activity.day))
+                p.hint { "Counted by every server of the cluster (on the embedded store, since it started)." }
+            } @else {
+                p.hint #activity-hidden { "Not shown to this token: the throughput counts every queue together, and only a token that may read the metrics (an admin or reader token not scoped to queues or projects) sees it." }
             }
-            (bars::chart("The last hour, per minute", &hour))
-            (bars::chart("The last day, per hour", &day))
-            p.hint { "Counted by every server of the cluster (on the embedded store, since it started)." }
         }
         section {
             h2 { "Slowest queues" }
@@ -164,6 +159,40 @@ pub async fn page(
         Refresh::Live,
         content,
     ))
+}
+
+/// The cluster's activity as the overview shows it: the last hour per minute, the last day per
+/// hour, and the sums of each.
+struct Activity {
+    hour: Vec<Bar>,
+    day: Vec<Bar>,
+    last_hour: Counts,
+    last_day: Counts,
+}
+
+impl Activity {
+    /// From the last day's minutes, oldest first.
+    fn of(day_minutes: &[Minute]) -> Self {
+        let hour_minutes = &day_minutes[day_minutes.len().saturating_sub(60)..];
+        Self {
+            hour: hour_minutes
+                .iter()
+                .map(|minute| Bar {
+                    label: format::time(minute.at_ms),
+                    counts: minute.counts,
+                })
+                .collect(),
+            day: day_minutes
+                .chunks(60)
+                .map(|hour| Bar {
+                    label: format!("the hour from {}", format::time(hour[0].at_ms)),
+                    counts: total(hour),
+                })
+                .collect(),
+            last_hour: total(hour_minutes),
+            last_day: total(day_minutes),
+        }
+    }
 }
 
 /// Counts in the order of [`Status::ALL`].

@@ -99,7 +99,7 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("GET", "/api/tokens", Admins);
     add("DELETE", "/api/tokens/{id}", Admins);
     add("GET", "/api/cluster", Readers);
-    add("GET", "/api/activity", Readers);
+    add("GET", "/api/activity", MetricReaders);
     add("GET", "/v2/", AnyToken);
     add("GET", "/v2/ping", AnyToken);
     add("HEAD", "/v2/ping", AnyToken);
@@ -164,5 +164,23 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
         add(method, "/v2", AnyToken);
         add(method, "/v2/{*rest}", AnyToken);
     }
+    // Topics: every queue route under /v2/topics, for the same callers, but HEAD, claims and
+    // share, which topics do not have.
+    let topics: Vec<_> = table
+        .iter()
+        .filter(|((method, route), _)| {
+            (*route == "/v2/queues" || route.starts_with("/v2/queues/"))
+                && *method != "HEAD"
+                && !route.contains("/claims")
+                && !route.ends_with("/share")
+        })
+        .map(|((method, route), who)| {
+            let topic = route
+                .replace("/v2/queues", "/v2/topics")
+                .replace("{queue_name}", "{topic_name}");
+            ((*method, &*Box::leak(topic.into_boxed_str())), *who)
+        })
+        .collect();
+    table.extend(topics);
     table
 }

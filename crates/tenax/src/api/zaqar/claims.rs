@@ -22,19 +22,15 @@ use tenax_core::engine::{ClaimView as Live, NewClaim};
 use tenax_core::model::Job;
 
 use super::error::ZaqarError;
+use super::limits::{Limits, MIN_CLAIM_GRACE, MIN_CLAIM_TTL, within};
 use super::names::{QueueRef, parse_claim_id};
 use super::request::{Ctx, Params, json_body, json_int};
 use super::views::{self, Facts, MessageView, Messages, seconds};
 use crate::api::AppState;
 
-/// Zaqar's claim limits and defaults.
-const MIN_CLAIM_TTL: i64 = 60;
-const MAX_CLAIM_TTL: i64 = 43_200;
-const MIN_CLAIM_GRACE: i64 = 60;
-const MAX_CLAIM_GRACE: i64 = 43_200;
+/// Zaqar's claim defaults; the limits are in [`Limits`].
 const DEFAULT_CLAIM_TTL: i64 = 300;
 const DEFAULT_CLAIM_GRACE: i64 = 60;
-const MAX_MESSAGES_PER_CLAIM: i64 = 20;
 const DEFAULT_MESSAGES_PER_CLAIM: usize = 10;
 
 fn missing(queue: &QueueRef, claim: &str) -> ZaqarError {
@@ -64,25 +60,25 @@ fn read_claim_document(body: &[u8], empty_is_default: bool) -> Result<(i64, i64)
     ))
 }
 
-fn check_ttl(ttl: i64) -> Result<u64, ZaqarError> {
-    if (MIN_CLAIM_TTL..=MAX_CLAIM_TTL).contains(&ttl) {
-        Ok(u64::try_from(ttl).unwrap_or(0))
-    } else {
-        Err(ZaqarError::api(format!(
-            "The TTL for a claim may not exceed {MAX_CLAIM_TTL} seconds, and must be at least \
+fn check_ttl(ttl: i64, limits: &Limits) -> Result<u64, ZaqarError> {
+    let max = limits.max_claim_ttl;
+    match u64::try_from(ttl) {
+        Ok(ttl) if (MIN_CLAIM_TTL..=max).contains(&ttl) => Ok(ttl),
+        _ => Err(ZaqarError::api(format!(
+            "The TTL for a claim may not exceed {max} seconds, and must be at least \
              {MIN_CLAIM_TTL} seconds long."
-        )))
+        ))),
     }
 }
 
-fn check_grace(grace: i64) -> Result<u64, ZaqarError> {
-    if (MIN_CLAIM_GRACE..=MAX_CLAIM_GRACE).contains(&grace) {
-        Ok(u64::try_from(grace).unwrap_or(0))
-    } else {
-        Err(ZaqarError::api(format!(
-            "The grace for a claim may not exceed {MAX_CLAIM_GRACE} seconds, and must be at \
+fn check_grace(grace: i64, limits: &Limits) -> Result<u64, ZaqarError> {
+    let max = limits.max_claim_grace;
+    match u64::try_from(grace) {
+        Ok(grace) if (MIN_CLAIM_GRACE..=max).contains(&grace) => Ok(grace),
+        _ => Err(ZaqarError::api(format!(
+            "The grace for a claim may not exceed {max} seconds, and must be at \
              least {MIN_CLAIM_GRACE} seconds long."
-        )))
+        ))),
     }
 }
 
@@ -98,13 +94,15 @@ pub async fn create(
     let queue = QueueRef::new(&ctx.project, &name)?;
     let limit = Params::parse(query.as_deref()).int("limit")?;
     let (ttl, grace) = read_claim_document(&body, true)?;
-    let ttl_s = check_ttl(ttl)?;
-    if limit.is_some_and(|l| !(1..=MAX_MESSAGES_PER_CLAIM).contains(&l)) {
+    let limits = &state.zaqar_limits;
+    let ttl_s = check_ttl(ttl, limits)?;
+    let max = limits.max_messages_per_claim_or_pop;
+    if limit.is_some_and(|l| !within(l, max)) {
         return Err(ZaqarError::api(format!(
-            "Limit must be at least 1 and may not be greater than {MAX_MESSAGES_PER_CLAIM}."
+            "Limit must be at least 1 and may not be greater than {max}."
         )));
     }
-    let grace_s = check_grace(grace)?;
+    let grace_s = check_grace(grace, limits)?;
     let count = limit
         .and_then(|l| usize::try_from(l).ok())
         .unwrap_or(DEFAULT_MESSAGES_PER_CLAIM);
@@ -202,7 +200,7 @@ pub async fn update(
 ) -> Result<Response, ZaqarError> {
     let queue = QueueRef::new(&ctx.project, &name)?;
     let (ttl, grace) = read_claim_document(&body, false)?;
-    let ttl_s = check_ttl(ttl)?;
+    let ttl_s = check_ttl(ttl, &state.zaqar_limits)?;
     let grace_s = u64::try_from(grace.max(0)).unwrap_or(0);
     let claim = find(&state, &queue, &text).await?;
     state
@@ -248,7 +246,9 @@ mod tests {
         );
         assert!(read_claim_document(b"", false).is_err());
         assert!(read_claim_document(b"[]", true).is_err());
-        assert!(check_ttl(59).is_err() && check_ttl(43_201).is_err() && check_ttl(60).is_ok());
-        assert!(check_grace(59).is_err() && check_grace(43_200).is_ok());
+        let zaqar = Limits::default();
+        assert!(check_ttl(59, &zaqar).is_err() && check_ttl(43_201, &zaqar).is_err());
+        assert!(check_ttl(60, &zaqar).is_ok() && check_ttl(-1, &zaqar).is_err());
+        assert!(check_grace(59, &zaqar).is_err() && check_grace(43_200, &zaqar).is_ok());
     }
 }

@@ -28,10 +28,9 @@ use tenax_core::engine::{Enqueue, MessageDelete};
 use tenax_core::model::{ClaimId, Job, JobFilter, JobId, NewJob, OnDuplicate, Page, Selection};
 
 use super::error::ZaqarError;
-use super::metadata::{
-    MAX_MESSAGE_DELAY, MAX_MESSAGE_TTL, MAX_MESSAGES_POST_SIZE, MIN_MESSAGE_TTL, MessageSettings,
-};
-use super::names::{QueueRef, parse_claim_id, parse_message_id, python_list};
+use super::limits::{Limits, fits, within};
+use super::metadata::{MAX_MESSAGE_DELAY, MIN_MESSAGE_TTL, MessageSettings};
+use super::names::{Kind, QueueRef, parse_claim_id, parse_message_id, python_list};
 use super::queues::{config_of, ensure_created};
 use super::request::{Ctx, Params, Query};
 use super::views::{self, Facts, Link, MessageView, Messages, PoppedView, seconds, ttl};
@@ -40,14 +39,13 @@ use crate::api::AppState;
 /// The job kind of every Zaqar message.
 pub const MESSAGE_KIND: &str = "zaqar.message";
 
-/// Zaqar's page and batch limits.
-const MAX_MESSAGES_PER_PAGE: i64 = 20;
+/// Zaqar's page size when none is asked for.
 const DEFAULT_MESSAGES_PER_PAGE: usize = 10;
-const MAX_MESSAGES_PER_CLAIM_OR_POP: i64 = 20;
 
-fn limit_error() -> ZaqarError {
+fn limit_error(limits: &Limits) -> ZaqarError {
     ZaqarError::api(format!(
-        "Limit must be at least 1 and may not be greater than {MAX_MESSAGES_PER_PAGE}."
+        "Limit must be at least 1 and may not be greater than {}.",
+        limits.max_messages_per_page
     ))
 }
 
@@ -79,7 +77,9 @@ fn raw_int(raw: &RawValue) -> Option<i64> {
 pub fn read_post<'a>(
     body: &'a [u8],
     settings: MessageSettings,
+    limits: &Limits,
 ) -> Result<Vec<Posted<'a>>, ZaqarError> {
+    let max_ttl = limits.max_message_ttl;
     let top: &RawValue = serde_json::from_slice(body).map_err(|_| ZaqarError::unparsable())?;
     let document: HashMap<String, &RawValue> = match top.get().as_bytes().first() {
         Some(b'{') => serde_json::from_str(top.get()).map_err(|_| ZaqarError::unparsable())?,
@@ -132,10 +132,10 @@ pub fn read_post<'a>(
         .map(|(ttl, delay, body)| {
             let ttl_s = u64::try_from(ttl)
                 .ok()
-                .filter(|t| (MIN_MESSAGE_TTL..=MAX_MESSAGE_TTL).contains(t))
+                .filter(|t| (MIN_MESSAGE_TTL..=max_ttl).contains(t))
                 .ok_or_else(|| {
                     ZaqarError::api(format!(
-                        "The TTL for a message may not exceed {MAX_MESSAGE_TTL} seconds, and \
+                        "The TTL for a message may not exceed {max_ttl} seconds, and \
                          must be at least {MIN_MESSAGE_TTL} seconds long."
                     ))
                 })?;
@@ -165,30 +165,32 @@ struct Resources {
 /// `POST /v2/queues/{name}/messages`: 201 with the new messages' hrefs.
 pub async fn post(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let config = config_of(&state, &queue).await?;
     let settings = MessageSettings::of(config.as_ref().and_then(|c| c.metadata.as_ref()));
     let size = u64::try_from(body.len()).unwrap_or(u64::MAX);
+    let config_max = state.zaqar_limits.max_messages_post_size;
     if let Some(queue_max) = settings.max_post_bytes {
-        let max = queue_max.min(MAX_MESSAGES_POST_SIZE);
+        let max = queue_max.min(config_max);
         if size > max {
             return Err(ZaqarError::api(format!(
                 "Message collection size is too large. The max size for current queue is {max}. \
                  It is calculated by max size = min(max_messages_post_size_config: \
-                 {MAX_MESSAGES_POST_SIZE}, max_messages_post_size_queue: {queue_max})."
+                 {config_max}, max_messages_post_size_queue: {queue_max})."
             )));
         }
     }
-    if size > MAX_MESSAGES_POST_SIZE {
+    if size > config_max {
         return Err(ZaqarError::api(format!(
-            "Message collection size is too large. Max size {MAX_MESSAGES_POST_SIZE}"
+            "Message collection size is too large. Max size {config_max}"
         )));
     }
-    let posted = read_post(&body, settings)?;
+    let posted = read_post(&body, settings, &state.zaqar_limits)?;
     if config.is_none() {
         ensure_created(&state, &queue).await?;
     }
@@ -232,22 +234,23 @@ struct Listing<'a> {
 /// `include_claimed`; or, with `ids`, those messages.
 pub async fn list(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ZaqarError> {
     let params = Params::parse(query.as_deref());
     if let Some(ids) = params.list("ids") {
-        return get_many(&ctx, &state, &name, &ids).await;
+        return get_many(&state, kind.resolve(&ctx.project, &name)?, &ids).await;
     }
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let marker = params.str("marker")?.map(str::to_owned);
     let limit = params.int("limit")?;
     let echo = params.bool("echo")?;
     let include_claimed = params.bool("include_claimed")?;
     let mut include_delayed = params.bool("include_delayed")?;
-    if limit.is_some_and(|l| !(1..=MAX_MESSAGES_PER_PAGE).contains(&l)) {
-        return Err(limit_error());
+    if limit.is_some_and(|l| !within(l, state.zaqar_limits.max_messages_per_page)) {
+        return Err(limit_error(&state.zaqar_limits));
     }
     let config = config_of(&state, &queue).await?;
     let settings = MessageSettings::of(config.as_ref().and_then(|c| c.metadata.as_ref()));
@@ -370,14 +373,12 @@ async fn live_messages(
 
 /// `GET /v2/queues/{name}/messages?ids=a,b`: those of the messages that exist (404 if none).
 async fn get_many(
-    ctx: &Ctx,
     state: &AppState,
-    name: &str,
+    queue: QueueRef,
     ids: &[String],
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, name)?;
-    if ids.len() > usize::try_from(MAX_MESSAGES_PER_PAGE).unwrap_or(usize::MAX) {
-        return Err(limit_error());
+    if !fits(ids.len(), state.zaqar_limits.max_messages_per_page) {
+        return Err(limit_error(&state.zaqar_limits));
     }
     let parsed: Vec<JobId> = ids.iter().filter_map(|id| parse_message_id(id)).collect();
     let jobs = live_messages(state, &queue, &parsed).await?;
@@ -400,10 +401,11 @@ async fn get_many(
 /// `GET /v2/queues/{name}/messages/{id}`.
 pub async fn get(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let parsed: Vec<JobId> = parse_message_id(&id).into_iter().collect();
     let jobs = live_messages(&state, &queue, &parsed).await?;
     let Some((job, claim)) = jobs.first() else {
@@ -420,11 +422,12 @@ pub async fn get(
 /// `DELETE /v2/queues/{name}/messages/{id}[?claim_id=]`: 204, also for a missing message.
 pub async fn delete(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path((name, id)): Path<(String, String)>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let params = Params::parse(query.as_deref());
     let unable = |status: StatusCode, description: &str| {
         ZaqarError::new(status, "Unable to delete", description)
@@ -481,11 +484,12 @@ async fn delete_ids(
 /// `DELETE /v2/queues/{name}/messages?ids=a,b` (204) or `?pop=n` (200 with the messages).
 pub async fn delete_many(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let params = Params::parse(query.as_deref());
     let ids = params.list("ids");
     let pop = params.int("pop")?;
@@ -504,19 +508,19 @@ pub async fn delete_many(
         _ => {}
     }
     if let Some(pop) = pop {
-        if !(1..=MAX_MESSAGES_PER_CLAIM_OR_POP).contains(&pop) {
+        let max = state.zaqar_limits.max_messages_per_claim_or_pop;
+        if !within(pop, max) {
             return Err(ZaqarError::api(format!(
-                "Pop value must be at least 1 and may not be greater than \
-                 {MAX_MESSAGES_PER_CLAIM_OR_POP}."
+                "Pop value must be at least 1 and may not be greater than {max}."
             )));
         }
         return pop_messages(&state, &queue, usize::try_from(pop).unwrap_or(1)).await;
     }
     let ids = ids.unwrap_or_default();
-    if ids.len() > usize::try_from(MAX_MESSAGES_PER_PAGE).unwrap_or(usize::MAX) {
+    let max = state.zaqar_limits.max_messages_per_page;
+    if !fits(ids.len(), max) {
         return Err(ZaqarError::api(format!(
-            "ids parameter should have at least 1 and not greater than {MAX_MESSAGES_PER_PAGE} \
-             values."
+            "ids parameter should have at least 1 and not greater than {max} values."
         )));
     }
     let parsed = ids.iter().filter_map(|id| parse_message_id(id)).collect();
@@ -560,7 +564,7 @@ mod tests {
     }
 
     fn error(body: &str) -> String {
-        match read_post(body.as_bytes(), settings()) {
+        match read_post(body.as_bytes(), settings(), &Limits::default()) {
             Ok(_) => panic!("{body} was accepted"),
             Err(e) => e.description.unwrap_or_default(),
         }
@@ -574,6 +578,7 @@ mod tests {
                 default_delay_s: Some(30),
                 ..settings()
             },
+            &Limits::default(),
         )
         .unwrap();
         assert_eq!(
@@ -606,13 +611,21 @@ mod tests {
         );
         assert!(error(r#"{"messages": [{"ttl": 59, "body": 1}]}"#).starts_with("The TTL"));
         // Without a queue default delay, `delay` is not read at all.
-        let ignored = read_post(br#"{"messages": [{"delay": 901, "body": 1}]}"#, settings());
+        let ignored = read_post(
+            br#"{"messages": [{"delay": 901, "body": 1}]}"#,
+            settings(),
+            &Limits::default(),
+        );
         assert_eq!(ignored.unwrap()[0].delay_s, 0);
         let delayed = MessageSettings {
             default_delay_s: Some(1),
             ..settings()
         };
-        let refused = read_post(br#"{"messages": [{"delay": 901, "body": 1}]}"#, delayed);
+        let refused = read_post(
+            br#"{"messages": [{"delay": 901, "body": 1}]}"#,
+            delayed,
+            &Limits::default(),
+        );
         assert!(refused.is_err_and(|e| e.description.unwrap().starts_with("The Delay TTL")));
     }
 }

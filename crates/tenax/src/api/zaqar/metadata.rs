@@ -16,16 +16,15 @@ use serde_json::{Map, Value, json};
 use tenax_core::model::{DeadLetter, QueueConfig, StoredPolicy};
 use tenax_policy::spelling::{ParsedPolicy, zaqar};
 
+use super::limits::Limits;
 use super::names::{is_queue_name, tenax_queue};
 use super::request::json_int;
 
-/// Zaqar's limits and defaults (`zaqar/conf/transport.py`, `zaqar/transport/validation.py`).
-pub const MAX_MESSAGES_POST_SIZE: u64 = 262_144;
+/// Zaqar's fixed limits and defaults (`zaqar/transport/validation.py`); the settable ones are
+/// in [`Limits`].
 pub const DEFAULT_MESSAGE_TTL: u64 = 3_600;
 pub const MIN_MESSAGE_TTL: u64 = 60;
-pub const MAX_MESSAGE_TTL: u64 = 1_209_600;
 pub const MAX_MESSAGE_DELAY: u64 = 900;
-pub const MAX_QUEUE_METADATA: usize = 65_536;
 
 /// Zaqar's default retry policy bounds, used by its `_retry_policy` checks.
 const MINIMUM_DELAY: i64 = 5;
@@ -34,9 +33,12 @@ const LINEAR_INTERVAL: i64 = 5;
 const BACKOFF_FUNCTIONS: [&str; 4] = ["linear", "arithmetic", "exponential", "geometric"];
 
 /// The reserved keys shown with their defaults when a queue's metadata has no (truthy) value.
-pub fn reserved_defaults() -> [(&'static str, Value); 7] {
+pub fn reserved_defaults(limits: &Limits) -> [(&'static str, Value); 7] {
     [
-        ("_max_messages_post_size", json!(MAX_MESSAGES_POST_SIZE)),
+        (
+            "_max_messages_post_size",
+            json!(limits.max_messages_post_size),
+        ),
         ("_default_message_ttl", json!(DEFAULT_MESSAGE_TTL)),
         ("_default_message_delay", json!(0)),
         ("_dead_letter_queue", Value::Null),
@@ -48,7 +50,9 @@ pub fn reserved_defaults() -> [(&'static str, Value); 7] {
 
 /// Whether `key` is one of the reserved keys of [`reserved_defaults`].
 pub fn is_reserved(key: &str) -> bool {
-    reserved_defaults().iter().any(|(k, _)| *k == key)
+    reserved_defaults(&Limits::default())
+        .iter()
+        .any(|(k, _)| *k == key)
 }
 
 /// Python's truthiness, which Zaqar's checks rely on.
@@ -64,10 +68,26 @@ pub fn truthy(value: &Value) -> bool {
 }
 
 /// The metadata as Zaqar shows it: the stored keys, and each reserved key without a truthy
-/// value set to its default.
-pub fn with_defaults(metadata: Option<&Map<String, Value>>) -> Map<String, Value> {
+/// value set to its default (the post size's is the server's limit, as in Zaqar).
+pub fn with_defaults(metadata: Option<&Map<String, Value>>, limits: &Limits) -> Map<String, Value> {
+    fill(metadata, reserved_defaults(limits))
+}
+
+/// A topic's metadata as Zaqar shows it (`topic.py`): only the first three reserved keys, those
+/// of its messages, have defaults.
+pub fn with_topic_defaults(
+    metadata: Option<&Map<String, Value>>,
+    limits: &Limits,
+) -> Map<String, Value> {
+    fill(metadata, reserved_defaults(limits).into_iter().take(3))
+}
+
+fn fill(
+    metadata: Option<&Map<String, Value>>,
+    defaults: impl IntoIterator<Item = (&'static str, Value)>,
+) -> Map<String, Value> {
     let mut shown = metadata.cloned().unwrap_or_default();
-    for (key, default) in reserved_defaults() {
+    for (key, default) in defaults {
         if !shown.get(key).is_some_and(truthy) {
             shown.insert(key.to_owned(), default);
         }
@@ -126,30 +146,32 @@ fn in_range(value: Option<i64>, min: u64, max: u64) -> bool {
 /// Zaqar's checks of the reserved keys (`Validator.queue_metadata_putting`), in its order and
 /// with its texts, then Tenax's own: `_dead_letter_queue` must name a queue, and
 /// `_enable_encrypt_messages` cannot be true. The error is the description of a 400.
-pub fn check(metadata: &Map<String, Value>) -> Result<(), String> {
+pub fn check(metadata: &Map<String, Value>, limits: &Limits) -> Result<(), String> {
+    let max_ttl = limits.max_message_ttl;
+    let max_size = limits.max_messages_post_size;
     for (key, value) in metadata {
         tenax_core::model::payload::check_value(value)
             .map_err(|rule| format!("The value of metadata key {key:?} {rule}."))?;
     }
     let ttl = int_field(metadata, "_default_message_ttl")?;
-    if !in_range(ttl, MIN_MESSAGE_TTL, MAX_MESSAGE_TTL) {
+    if !in_range(ttl, MIN_MESSAGE_TTL, max_ttl) {
         return Err(format!(
-            "_default_message_ttl can not exceed {MAX_MESSAGE_TTL} seconds, and must be at \
+            "_default_message_ttl can not exceed {max_ttl} seconds, and must be at \
              least {MIN_MESSAGE_TTL} seconds long."
         ));
     }
     let size = int_field(metadata, "_max_messages_post_size")?;
-    if !in_range(size, 1, MAX_MESSAGES_POST_SIZE) {
+    if !in_range(size, 1, max_size) {
         return Err(format!(
-            "_max_messages_post_size can not exceed {MAX_MESSAGES_POST_SIZE},  and must be at \
+            "_max_messages_post_size can not exceed {max_size},  and must be at \
              least greater than 0."
         ));
     }
     int_field(metadata, "_max_claim_count")?;
     let dead_ttl = int_field(metadata, "_dead_letter_queue_messages_ttl")?;
-    if !in_range(dead_ttl, MIN_MESSAGE_TTL, MAX_MESSAGE_TTL) {
+    if !in_range(dead_ttl, MIN_MESSAGE_TTL, max_ttl) {
         return Err(format!(
-            "The TTL for a message may not exceed {MAX_MESSAGE_TTL} seconds, and must be at \
+            "The TTL for a message may not exceed {max_ttl} seconds, and must be at \
              least {MIN_MESSAGE_TTL} seconds long."
         ));
     }
@@ -306,15 +328,28 @@ mod tests {
 
     #[test]
     fn defaults_fill_falsy_reserved_keys() {
-        let shown = with_defaults(Some(&map(json!({"a": 1, "_default_message_ttl": 0}))));
+        let shown = with_defaults(
+            Some(&map(json!({"a": 1, "_default_message_ttl": 0}))),
+            &Limits::default(),
+        );
         assert_eq!(shown["_default_message_ttl"], json!(3600));
         assert_eq!(shown["a"], json!(1));
         assert_eq!(shown.len(), 8);
     }
 
     #[test]
+    fn topics_show_the_defaults_of_their_messages_only() {
+        let shown = with_topic_defaults(Some(&map(json!({"a": 1}))), &Limits::default());
+        assert_eq!(
+            Value::Object(shown),
+            json!({"a": 1, "_max_messages_post_size": 262_144, "_default_message_ttl": 3600,
+                   "_default_message_delay": 0})
+        );
+    }
+
+    #[test]
     fn reserved_keys_are_checked_in_zaqars_words() {
-        let err = |v: Value| check(&map(v)).unwrap_err();
+        let err = |v: Value| check(&map(v), &Limits::default()).unwrap_err();
         assert_eq!(
             err(json!({"_default_message_ttl": "3600"})),
             "_default_message_ttl must be integer."
@@ -329,7 +364,21 @@ mod tests {
             "Retry policy: minimum_delay must be a integer."
         );
         assert!(err(json!({"_dead_letter_queue": 5})).starts_with("_dead_letter_queue"));
-        assert!(check(&map(json!({"_default_message_delay": 0, "x": [1]}))).is_ok());
+        assert!(
+            check(
+                &map(json!({"_default_message_delay": 0, "x": [1]})),
+                &Limits::default()
+            )
+            .is_ok()
+        );
+        let lower = Limits {
+            max_message_ttl: 120,
+            ..Limits::default()
+        };
+        assert_eq!(
+            check(&map(json!({"_default_message_ttl": 121})), &lower).unwrap_err(),
+            "_default_message_ttl can not exceed 120 seconds, and must be at least 60 seconds long."
+        );
     }
 
     #[test]

@@ -8,15 +8,18 @@
 //! - Every error is Zaqar's shape, `{"title", "description"}`, with Zaqar's status, title and
 //!   (where Zaqar has one) description ([`error::ZaqarError`]); the native `{"error": ...}`
 //!   shape never appears under `/v2`.
-//! - Projects are namespaces: queue `q` of project `p` is the Tenax queue `p:q`
-//!   ([`names`]); nothing reaches across.
+//! - Projects are namespaces: queue `q` of project `p` is the Tenax queue `p:q`, topic `t` the
+//!   Tenax queue `p::t` ([`names`]); nothing reaches across. Topics are served by the queue,
+//!   message and subscription handlers, which take what they serve through [`names::Kind`].
 //! - Handlers translate: they check Zaqar's rules on requests, call the engine, and shape its
 //!   answers and errors as Zaqar does. They keep no state of their own and never reach the
 //!   store.
 
 mod claims;
+mod confirmation;
 pub mod error;
 mod home;
+pub mod limits;
 pub mod messages;
 pub mod metadata;
 pub(crate) mod names;
@@ -93,6 +96,46 @@ pub fn router() -> (Router<AppState>, Vec<(Method, &'static str)>) {
         )
         .add(
             "/v2/queues/{queue_name}/subscriptions/{subscription_id}/confirm",
+            "PUT",
+            put(subscriptions::confirm),
+        )
+        .add("/v2/topics", "GET", get(queues::list))
+        .add(
+            "/v2/topics/{topic_name}",
+            "DELETE, GET, PATCH, PUT",
+            put(queues::create)
+                .get(queues::show)
+                .patch(queues::update)
+                .delete(queues::delete),
+        )
+        .add("/v2/topics/{topic_name}/stats", "GET", get(queues::stats))
+        .add("/v2/topics/{topic_name}/purge", "POST", post(queues::purge))
+        .add(
+            "/v2/topics/{topic_name}/messages",
+            "DELETE, GET, POST",
+            post(messages::post)
+                .get(messages::list)
+                .delete(messages::delete_many),
+        )
+        .add(
+            "/v2/topics/{topic_name}/messages/{message_id}",
+            "DELETE, GET",
+            get(messages::get).delete(messages::delete),
+        )
+        .add(
+            "/v2/topics/{topic_name}/subscriptions",
+            "GET, POST",
+            post(subscriptions::create).get(subscriptions::list),
+        )
+        .add(
+            "/v2/topics/{topic_name}/subscriptions/{subscription_id}",
+            "DELETE, GET, PATCH",
+            get(subscriptions::show)
+                .patch(subscriptions::update)
+                .delete(subscriptions::delete),
+        )
+        .add(
+            "/v2/topics/{topic_name}/subscriptions/{subscription_id}/confirm",
             "PUT",
             put(subscriptions::confirm),
         )

@@ -1,30 +1,29 @@
-//! Names and ids: how a Zaqar (project, queue) pair maps to a Tenax queue, and how message,
-//! claim and subscription ids are spelt.
+//! Names and ids: how a Zaqar (project, queue) or (project, topic) pair maps to a Tenax queue,
+//! and how message, claim and subscription ids are spelt.
 //!
 //! Invariants:
-//! - A Zaqar queue `q` of project `p` is the Tenax queue `p:q`. Neither a project id nor a
-//!   queue name may contain `:`, so the split is unambiguous and projects cannot see each
-//!   other's queues.
+//! - A Zaqar queue `q` of project `p` is the Tenax queue `p:q`, or `:e:q` where `e` escapes a
+//!   project id that is not 1 to 191 letters, digits, `_`, `-` or `.`
+//!   ([`tenax_core::model::project`]): the mapping is reversible, ids Tenax accepted before map
+//!   as before, and projects cannot see each other's queues.
 //! - Queue names follow Zaqar: 1 to 64 ASCII letters, digits, `_`, `-` or `.`. Project ids are
-//!   1 to 191 characters of the same set (Zaqar allows any characters and any length; Tenax
-//!   embeds the id in a queue name, and `project:queue` must be a native queue name, at most
-//!   256 characters, so that both APIs reach every queue).
+//!   Zaqar's: any characters, up to 256 (the header's bytes read as Latin-1, as Zaqar reads
+//!   them: [`super::request`]).
 //! - Message and subscription ids are the decimal Tenax ids; claim ids are the claim's number
 //!   in lowercase hex. Clients treat all three as opaque strings.
 
+use axum::extract::{FromRequestParts, MatchedPath};
+use axum::http::request::Parts;
 use tenax_core::model::{ClaimId, JobId, SubscriptionId};
 
 use super::error::ZaqarError;
 
 /// Zaqar's longest queue name.
 pub const MAX_QUEUE_NAME: usize = 64;
-/// The longest project id: with `:` and the longest queue name, the longest native queue name.
-/// (Keystone's project ids are at most 64 characters.)
-pub const MAX_PROJECT_ID: usize = 191;
-/// Zaqar's own longest project id.
-const ZAQAR_MAX_PROJECT_ID: usize = 256;
-
-pub use tenax_core::model::project::SEPARATOR;
+/// The longest project part of a native queue name (an escaped one).
+pub use tenax_core::model::project::MAX_ESCAPED_PROJECT;
+/// Zaqar's longest project id, in characters.
+pub use tenax_core::model::project::MAX_PROJECT as MAX_PROJECT_ID;
 
 /// Zaqar's answer to a queue name or project id it cannot accept.
 pub fn bad_identification() -> ZaqarError {
@@ -41,28 +40,81 @@ pub fn is_queue_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= MAX_QUEUE_NAME && name.bytes().all(is_name_byte)
 }
 
-/// Checks an `X-Project-ID` value that is present and not empty.
+/// Checks an `X-Project-ID` value that is present and not empty: Zaqar's only rule is its
+/// length, in characters.
 pub fn check_project(project: &str) -> Result<(), ZaqarError> {
-    // Zaqar's own limit, with its own words.
-    if project.len() > ZAQAR_MAX_PROJECT_ID {
+    if project.chars().count() > MAX_PROJECT_ID {
         return Err(bad_identification());
-    }
-    if project.len() > MAX_PROJECT_ID || !project.bytes().all(is_name_byte) {
-        return Err(ZaqarError::api(format!(
-            "X-Project-ID must be 1 to {MAX_PROJECT_ID} ASCII letters, digits, '_', '-' or '.' \
-             (Tenax embeds it in queue names), got {project:?}"
-        ))
-        .retitled("Invalid queue identification"));
     }
     Ok(())
 }
 
-/// A Zaqar queue of a project, and the Tenax queue it is.
+/// What a name under `/v2` names: a queue, or a topic (a fan-out point: its messages go to its
+/// subscriptions, and it has no claims). A topic `t` of project `p` is the Tenax queue of the
+/// Zaqar queue name `:t` (`p::t`): no Zaqar queue name contains `:`, so no queue is a topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Queue,
+    Topic,
+}
+
+/// Marks a topic's name within the project's part of the Tenax queue names.
+const TOPIC_MARK: char = ':';
+
+impl Kind {
+    /// The kind a route is about: `/v2/topics/...` names topics.
+    pub fn of_route(route: &str) -> Self {
+        if route == "/v2/topics" || route.starts_with("/v2/topics/") {
+            Self::Topic
+        } else {
+            Self::Queue
+        }
+    }
+
+    /// `queues` or `topics`, as in paths and listings.
+    pub fn collection(self) -> &'static str {
+        match self {
+            Self::Queue => "queues",
+            Self::Topic => "topics",
+        }
+    }
+
+    /// `name` of `project` (already checked) as this kind, if `name` is a valid name.
+    pub fn resolve(self, project: &str, name: &str) -> Result<QueueRef, ZaqarError> {
+        match self {
+            Self::Queue => QueueRef::new(project, name),
+            Self::Topic => QueueRef::topic(project, name),
+        }
+    }
+
+    /// The name of a Tenax queue of `project` that is of this kind, if it is one.
+    pub fn zaqar_name<'a>(self, project: &str, tenax: &'a str) -> Option<&'a str> {
+        let (owner, rest) = tenax_core::model::project::split(tenax)?;
+        let name = match self {
+            Self::Queue => rest,
+            Self::Topic => rest.strip_prefix(TOPIC_MARK)?,
+        };
+        (owner == project && is_queue_name(name)).then_some(name)
+    }
+}
+
+/// The kind of the route a request matched.
+impl<S: Send + Sync> FromRequestParts<S> for Kind {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let route = parts.extensions.get::<MatchedPath>();
+        Ok(route.map_or(Self::Queue, |route| Self::of_route(route.as_str())))
+    }
+}
+
+/// A Zaqar queue or topic of a project, and the Tenax queue it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueRef {
+    pub kind: Kind,
     pub project: String,
     pub name: String,
-    /// `project:name`.
+    /// `project:name` (`project::name` for a topic).
     pub tenax: String,
 }
 
@@ -73,31 +125,45 @@ impl QueueRef {
             return Err(bad_identification());
         }
         Ok(Self {
+            kind: Kind::Queue,
             project: project.to_owned(),
             name: name.to_owned(),
             tenax: tenax_queue(project, name),
         })
     }
 
-    /// `/v2/queues/{name}`.
+    /// The topic `name` of `project` (already checked), if `name` is a valid topic name (as a
+    /// queue name).
+    pub fn topic(project: &str, name: &str) -> Result<Self, ZaqarError> {
+        if !is_queue_name(name) {
+            return Err(ZaqarError::api(
+                "The format of the submitted topic name or project id is not valid.",
+            )
+            .retitled("Invalid topic identification"));
+        }
+        Ok(Self {
+            kind: Kind::Topic,
+            project: project.to_owned(),
+            name: name.to_owned(),
+            tenax: tenax_queue(project, &format!("{TOPIC_MARK}{name}")),
+        })
+    }
+
+    /// `/v2/queues/{name}` (`/v2/topics/{name}`).
     pub fn href(&self) -> String {
-        format!("/v2/queues/{}", self.name)
+        format!("/v2/{}/{}", self.kind.collection(), self.name)
     }
 
     /// `/v2/queues/{name}/messages`.
     pub fn messages_href(&self) -> String {
-        format!("/v2/queues/{}/messages", self.name)
+        format!("{}/messages", self.href())
     }
 
     /// `/v2/queues/{name}/messages/{id}`, with `?claim_id=` while claimed.
     pub fn message_href(&self, id: JobId, claim: Option<ClaimId>) -> String {
         match claim {
-            Some(claim) => format!(
-                "/v2/queues/{}/messages/{id}?claim_id={}",
-                self.name,
-                claim_id(claim)
-            ),
-            None => format!("/v2/queues/{}/messages/{id}", self.name),
+            Some(claim) => format!("{}/{id}?claim_id={}", self.messages_href(), claim_id(claim)),
+            None => format!("{}/{id}", self.messages_href()),
         }
     }
 
@@ -106,10 +172,14 @@ impl QueueRef {
         format!("/v2/queues/{}/claims/{}", self.name, claim_id(claim))
     }
 
-    /// Zaqar's "does not exist" description of this queue.
+    /// Zaqar's "does not exist" description of this queue (topic).
     pub fn missing(&self) -> String {
+        let noun = match self.kind {
+            Kind::Queue => "Queue",
+            Kind::Topic => "Topic",
+        };
         format!(
-            "Queue {} does not exist for project {}",
+            "{noun} {} does not exist for project {}",
             self.name, self.project
         )
     }
@@ -117,13 +187,12 @@ impl QueueRef {
 
 /// The Tenax queue of Zaqar queue `name` in `project`.
 pub fn tenax_queue(project: &str, name: &str) -> String {
-    format!("{project}{SEPARATOR}{name}")
+    tenax_core::model::project::queue_of(project, name)
 }
 
 /// The Zaqar queue name of a Tenax queue of `project`, if it is one.
 pub fn zaqar_queue<'a>(project: &str, tenax: &'a str) -> Option<&'a str> {
-    let (owner, name) = tenax.split_once(SEPARATOR)?;
-    (owner == project && is_queue_name(name)).then_some(name)
+    Kind::Queue.zaqar_name(project, tenax)
 }
 
 /// A message id as Tenax spells it.
@@ -201,9 +270,39 @@ mod tests {
         assert_eq!(zaqar_queue("proj-1", "proj-1:orders"), Some("orders"));
         assert_eq!(zaqar_queue("proj", "proj-1:orders"), None);
         assert_eq!(zaqar_queue("proj-1", "orders"), None);
-        assert!(check_project(&"p".repeat(191)).is_ok());
-        assert!(check_project(&"p".repeat(192)).is_err());
-        assert!(check_project("a:b").is_err());
+        assert!(check_project(&"p".repeat(256)).is_ok());
+        assert!(check_project(&"p".repeat(257)).is_err());
+        assert!(check_project("JAM Project").is_ok());
+        let jam = QueueRef::new("JAM Project", "orders").unwrap();
+        assert_eq!(jam.tenax, ":JAM.20Project:orders");
+        assert_eq!(zaqar_queue("JAM Project", &jam.tenax), Some("orders"));
+        assert_eq!(zaqar_queue("JAM.20Project", &jam.tenax), None);
+        assert_eq!(zaqar_queue("", &jam.tenax), None);
+    }
+
+    #[test]
+    fn topics_have_a_namespace_of_their_own() {
+        let topic = QueueRef::topic("p", "news").unwrap();
+        assert_eq!(topic.tenax, "p::news");
+        assert_eq!(
+            topic.message_href(JobId(3), None),
+            "/v2/topics/news/messages/3"
+        );
+        assert_eq!(Kind::Topic.zaqar_name("p", "p::news"), Some("news"));
+        assert_eq!(zaqar_queue("p", "p::news"), None);
+        assert_eq!(Kind::Topic.zaqar_name("p", "p:news"), None);
+        let escaped = QueueRef::topic("JAM Project", "news").unwrap();
+        assert_eq!(escaped.tenax, ":JAM.20Project::news");
+        assert_eq!(
+            Kind::Topic.zaqar_name("JAM Project", &escaped.tenax),
+            Some("news")
+        );
+        assert_eq!(Kind::of_route("/v2/topics/{topic_name}"), Kind::Topic);
+        assert_eq!(Kind::of_route("/v2/queues/{queue_name}"), Kind::Queue);
+        assert_eq!(
+            QueueRef::topic("p", "a b").unwrap_err().title,
+            "Invalid topic identification"
+        );
     }
 
     #[test]

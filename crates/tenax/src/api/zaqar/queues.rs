@@ -27,16 +27,16 @@ use tenax_core::model::{
 };
 
 use super::error::ZaqarError;
-use super::metadata::{self, MAX_QUEUE_METADATA, with_defaults};
-use super::names::{QueueRef, zaqar_queue};
+use super::limits::{Limits, within};
+use super::metadata::{self, with_defaults};
+use super::names::{Kind, QueueRef};
 use super::patch::{self, MEDIA_TYPE};
 use super::request::{Ctx, Params, Query, json_body};
 use super::subscriptions::purge_subscriptions;
 use super::views::{self, Link, seconds};
 use crate::api::AppState;
 
-/// Zaqar's page size limits for queue listings.
-const MAX_QUEUES_PER_PAGE: i64 = 20;
+/// Zaqar's page size of queue listings when none is asked for.
 const DEFAULT_QUEUES_PER_PAGE: usize = 10;
 
 /// The stored config of a queue, if it was created.
@@ -83,14 +83,17 @@ pub async fn ensure_created(state: &AppState, queue: &QueueRef) -> Result<(), Za
 /// `PUT /v2/queues/{name}`: 201 when created, 204 when it existed (its metadata unchanged).
 pub async fn create(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
-    if body.len() > MAX_QUEUE_METADATA {
+    let queue = kind.resolve(&ctx.project, &name)?;
+    let limits = &state.zaqar_limits;
+    if metadata_too_large(&body, limits) {
         return Err(ZaqarError::api(format!(
-            "Queue metadata is too large. Max size: {MAX_QUEUE_METADATA}"
+            "Queue metadata is too large. Max size: {}",
+            limits.max_queue_metadata
         )));
     }
     let metadata = if body.is_empty() {
@@ -101,7 +104,7 @@ pub async fn create(
             _ => return Err(ZaqarError::document_type()),
         }
     };
-    metadata::check(&metadata).map_err(ZaqarError::api)?;
+    metadata::check(&metadata, limits).map_err(ZaqarError::api)?;
     let location = queue.href();
     let status = if create_with(&state, &queue, &metadata).await? {
         StatusCode::CREATED
@@ -114,13 +117,33 @@ pub async fn create(
 /// `GET /v2/queues/{name}`: the metadata with the reserved keys' defaults.
 pub async fn show(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let config = config_of(&state, &queue).await?;
-    let shown = with_defaults(config.as_ref().and_then(|c| c.metadata.as_ref()));
+    // A queue that was never created shows its defaults (it is created lazily); a topic is
+    // not found (Zaqar's topic driver).
+    if kind == Kind::Topic && config.is_none() {
+        return Err(ZaqarError::not_found(queue.missing()));
+    }
+    let shown = shown(kind, config.as_ref(), &state.zaqar_limits);
     Ok(views::json(StatusCode::OK, &shown))
+}
+
+/// A queue's or topic's metadata with its kind's defaults, as Zaqar shows it.
+fn shown(kind: Kind, config: Option<&QueueConfig>, limits: &Limits) -> Map<String, Value> {
+    let metadata = config.and_then(|c| c.metadata.as_ref());
+    match kind {
+        Kind::Queue => with_defaults(metadata, limits),
+        Kind::Topic => metadata::with_topic_defaults(metadata, limits),
+    }
+}
+
+/// Whether a metadata document is over Zaqar's `max_queue_metadata`.
+fn metadata_too_large(body: &[u8], limits: &Limits) -> bool {
+    u64::try_from(body.len()).map_or(true, |len| len > limits.max_queue_metadata)
 }
 
 /// `HEAD /v2/queues/{name}`: 204 if the queue exists, 404 if not (Zaqar v2 has no HEAD here;
@@ -153,10 +176,11 @@ pub async fn exists(
 /// `DELETE /v2/queues/{name}`: always 204.
 pub async fn delete(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     state.engine.delete_queue(&queue.tenax).await?;
     Ok(views::empty(StatusCode::NO_CONTENT, None))
 }
@@ -164,15 +188,18 @@ pub async fn delete(
 /// `PATCH /v2/queues/{name}` with a JSON patch of `/metadata/<key>`: 200 with the metadata.
 pub async fn update(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
-    if body.len() > MAX_QUEUE_METADATA {
+    let queue = kind.resolve(&ctx.project, &name)?;
+    let limits = state.zaqar_limits;
+    if metadata_too_large(&body, &limits) {
         return Err(ZaqarError::body(format!(
-            "Queue metadata is too large. Max size: {MAX_QUEUE_METADATA}"
+            "Queue metadata is too large. Max size: {}",
+            limits.max_queue_metadata
         )));
     }
     let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok());
@@ -204,12 +231,12 @@ pub async fn update(
             let mut config = current.clone();
             let mut metadata = config.metadata.clone().unwrap_or_default();
             patch::apply(&mut metadata, changes.clone())?;
-            metadata::check(&metadata).map_err(ZaqarError::body)?;
+            metadata::check(&metadata, &limits).map_err(ZaqarError::body)?;
             metadata::install(&mut config, &queue.project, metadata).map_err(ZaqarError::body)?;
             Ok(Some(config))
         })
         .await?;
-    let shown = with_defaults(config.as_ref().and_then(|c| c.metadata.as_ref()));
+    let shown = shown(kind, config.as_ref(), &limits);
     Ok(views::json(StatusCode::OK, &shown))
 }
 
@@ -221,20 +248,13 @@ struct QueueItem {
     href: String,
 }
 
-#[derive(Debug, Serialize)]
-struct QueueList {
-    queues: Vec<QueueItem>,
-    links: Vec<Link>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    count: Option<usize>,
-}
-
 /// `GET /v2/queues`: the project's queues by name, `limit` (1 to 20, default 10) after
 /// `marker`; `detailed` adds metadata, `with_count` the number of the project's queues, `name`
 /// keeps names containing it, and any other parameter keeps queues whose metadata has that
 /// value.
 pub async fn list(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Extension(principal): Extension<Principal>,
     RawQuery(query): RawQuery,
@@ -244,13 +264,18 @@ pub async fn list(
     let limit = params.int("limit")?;
     let detailed = params.bool("detailed")?;
     let name = params.str("name")?.map(str::to_owned);
-    let with_count = params.bool("with_count")?;
-    if limit.is_some_and(|l| !(1..=MAX_QUEUES_PER_PAGE).contains(&l)) {
+    // Zaqar's topic listing has no `with_count` (there it is a metadata filter).
+    let with_count = match kind {
+        Kind::Queue => params.bool("with_count")?,
+        Kind::Topic => None,
+    };
+    let max = state.zaqar_limits.max_queues_per_page;
+    if limit.is_some_and(|l| !within(l, max)) {
         return Err(ZaqarError::api(format!(
-            "Limit must be at least 1 and no greater than {MAX_QUEUES_PER_PAGE}."
+            "Limit must be at least 1 and no greater than {max}."
         )));
     }
-    let filters = metadata_filters(&params);
+    let filters = metadata_filters(&params, kind);
     let all: Vec<(String, QueueConfig)> = state
         .engine
         .queues()
@@ -258,7 +283,8 @@ pub async fn list(
         .into_iter()
         .filter(|(tenax, _)| !is_internal_queue(tenax) && principal.admits_queue(tenax))
         .filter_map(|(tenax, config)| {
-            zaqar_queue(&ctx.project, &tenax).map(|name| (name.to_owned(), config))
+            kind.zaqar_name(&ctx.project, &tenax)
+                .map(|name| (name.to_owned(), config))
         })
         .collect();
     let total = all.len();
@@ -283,10 +309,10 @@ pub async fn list(
         })
         .take(page_size)
         .map(|(queue, config)| QueueItem {
-            href: format!("/v2/queues/{queue}"),
+            href: format!("/v2/{}/{queue}", kind.collection()),
             metadata: detailed
                 .unwrap_or(false)
-                .then(|| with_defaults(config.metadata.as_ref())),
+                .then(|| shown(kind, Some(&config), &state.zaqar_limits)),
             name: queue,
         })
         .collect();
@@ -309,27 +335,31 @@ pub async fn list(
                 next.set_bool("with_count", with_count);
             }
             next.set("marker", &last.name);
-            vec![Link::next(format!("/v2/queues{}", next.render()))]
+            vec![Link::next(format!(
+                "/v2/{}{}",
+                kind.collection(),
+                next.render()
+            ))]
         }
         None => Vec::new(),
     };
-    let count = (with_count == Some(true) && total > 0).then_some(total);
-    Ok(views::json(
-        StatusCode::OK,
-        &QueueList {
-            queues,
-            links,
-            count,
-        },
-    ))
+    let mut listing = json!({ (kind.collection()): queues, "links": links });
+    if with_count == Some(true) && total > 0 {
+        listing["count"] = json!(total);
+    }
+    Ok(views::json(StatusCode::OK, &listing))
 }
 
 /// Parameters other than the listing's own filter on metadata: `?team=ops` keeps queues whose
 /// metadata has `"team": "ops"` (a value that reads as an integer is compared as one).
-fn metadata_filters(params: &Params) -> Vec<(String, Value)> {
+fn metadata_filters(params: &Params, kind: Kind) -> Vec<(String, Value)> {
     const OWN: [&str; 5] = ["marker", "limit", "detailed", "name", "with_count"];
+    let own = match kind {
+        Kind::Queue => &OWN[..],
+        Kind::Topic => &OWN[..4],
+    };
     let mut filters = Vec::new();
-    for name in params.names().filter(|n| !OWN.contains(n)) {
+    for name in params.names().filter(|n| !own.contains(n)) {
         let values = params.list(name).unwrap_or_default();
         let value = match values.as_slice() {
             [one] => one
@@ -346,10 +376,11 @@ fn metadata_filters(params: &Params) -> Vec<(String, Value)> {
 /// oldest and newest when there are any.
 pub async fn stats(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let now = state.engine.now_ms();
     let live = JobFilter {
         live_at_ms: Some(now),
@@ -405,11 +436,12 @@ fn iso_seconds(ms: u64) -> String {
 /// (`{"resource_types": [...]}`, both by default). The queue itself stays.
 pub async fn purge(
     ctx: Ctx,
+    kind: Kind,
     State(state): State<AppState>,
     Path(name): Path<String>,
     body: Bytes,
 ) -> Result<Response, ZaqarError> {
-    let queue = QueueRef::new(&ctx.project, &name)?;
+    let queue = kind.resolve(&ctx.project, &name)?;
     let (messages, subscriptions) = if body.is_empty() {
         (true, true)
     } else {

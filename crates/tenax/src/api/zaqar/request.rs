@@ -8,7 +8,8 @@
 //! 3. `Client-ID` is required and must be a UUID in any of Python's spellings (with or without
 //!    dashes, braces or a `urn:uuid:` prefix); it is kept as 32 lowercase hex digits, so two
 //!    spellings of one UUID are one client;
-//! 4. `X-Project-ID` is required and must not be empty.
+//! 4. `X-Project-ID` is required and must not be empty; any characters (its bytes read as
+//!    Latin-1), up to 256.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE};
@@ -70,7 +71,8 @@ pub fn check(headers: &HeaderMap) -> Result<Ctx, ZaqarError> {
             "Malformed hexadecimal UUID.",
         ));
     };
-    let project = match header("x-project-id") {
+    let project = project_header(headers);
+    let project = match project.as_deref() {
         None => {
             return Err(ZaqarError::new(
                 StatusCode::BAD_REQUEST,
@@ -93,6 +95,16 @@ pub fn check(headers: &HeaderMap) -> Result<Ctx, ZaqarError> {
         project: project.to_owned(),
         client,
     })
+}
+
+/// `X-Project-ID` as Zaqar reads it: WSGI's Latin-1, one character per byte, so that every
+/// byte string is a project id and the ids python-zaqarclient sends (Latin-1) read as sent.
+/// Everything that reads the project (the handlers, the token scopes, pre-signed URLs) reads
+/// it through this, so they agree on which project a request acts for.
+pub fn project_header(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("x-project-id")
+        .map(|v| v.as_bytes().iter().copied().map(char::from).collect())
 }
 
 /// Whether an `Accept` header admits JSON (absent or empty: anything goes).

@@ -126,7 +126,7 @@ pub fn verify(
             "URL-Paths: {path} is not within the signed paths"
         )));
     }
-    let Some(project) = header("x-project-id") else {
+    let Some(project) = super::request::project_header(headers) else {
         return Err(Refusal("X-Project-ID: missing".into()));
     };
     let expires = header("url-expires").unwrap_or_default();
@@ -138,15 +138,13 @@ pub fn verify(
     if at <= now {
         return Err(Refusal("URL-Expires: the signed URL has expired".into()));
     }
-    let expected = sign(key, &paths, &methods, project, &format_expires(at));
+    let expected = sign(key, &paths, &methods, &project, &format_expires(at));
     if !equal_in_constant_time(expected.as_bytes(), signature.as_bytes()) {
         return Err(Refusal(
             "URL-Signature: does not match the signed paths, methods, project and expiry".into(),
         ));
     }
-    Ok(Some(Grant {
-        project: project.to_owned(),
-    }))
+    Ok(Some(Grant { project }))
 }
 
 /// Whether the signed path `signed` admits the request path `path`: the same path, or one
