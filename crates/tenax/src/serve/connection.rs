@@ -80,15 +80,17 @@ pub(super) async fn run(
         () = activity.evicted() => Err(Unready::Evicted),
         _ = shutdown.changed() => Err(Unready::Shutdown),
     };
+    let service = Service::new(
+        shared.router.clone(),
+        activity.clone(),
+        peer,
+        holds.handle(),
+    );
     let ended = match ready {
         Ok(Ready::Plain(protocol, io)) => {
-            let service = Service::new(shared.router.clone(), activity.clone(), peer)
-                .with_upgrades(holds.handle());
             serve(protocol, io, service, &shared, &activity, &mut shutdown).await
         }
         Ok(Ready::Tls(protocol, io)) => {
-            let service = Service::new(shared.router.clone(), activity.clone(), peer)
-                .with_upgrades(holds.handle());
             serve(protocol, io, service, &shared, &activity, &mut shutdown).await
         }
         Err(Unready::Failed(error)) => {
