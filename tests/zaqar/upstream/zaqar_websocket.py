@@ -1,11 +1,12 @@
 """Runs Zaqar's own websocket functional tests (`zaqar/tests/functional/websocket/`, from the
-installed `zaqar` package) against a server already listening at ws://localhost:9000/, Zaqar's
-websocket port: `tenax serve --zaqar-websocket-listen 127.0.0.1:9000`, or a real Zaqar.
+installed `zaqar` package) against a server already listening at ws://localhost:9000/, the
+port the tests name: `tenax serve --zaqar-websocket-listen 127.0.0.1:9000`, or a real Zaqar.
 
 Zaqar's functional base class would boot a Zaqar (with MongoDB) in the test process; here only
-its plain test set-up runs, and the tests talk to whatever listens on the port. Usage, in a venv
-with zaqar==23.0.1, oslotest, pymongo and websocket-client (Zaqar's test modules import them):
-python tests/zaqar/zaqar_functional_websocket.py
+its plain test set-up runs, and the tests talk to whatever listens on the port. Run by
+tests/zaqar/upstream/run.sh, in its venv (zaqar==23.0.1, oslotest, pymongo and
+websocket-client, which Zaqar's test modules import); the results go to stdout as a subunit
+stream, as `python -m subunit.run` writes them.
 """
 
 import os
@@ -13,6 +14,7 @@ import sys
 import unittest
 
 import zaqar.tests
+from subunit.run import SubunitTestRunner
 
 # Zaqar's test set-up reads its configuration files from here.
 os.environ.setdefault(
@@ -37,5 +39,5 @@ if __name__ == "__main__":
         suite = unittest.defaultTestLoader.discover(
             "zaqar.tests.functional.websocket", pattern="test_*.py"
         )
-    result = unittest.TextTestRunner(verbosity=2).run(suite)
+    result = SubunitTestRunner(stream=sys.stdout.buffer).run(suite)
     sys.exit(0 if result.wasSuccessful() and result.testsRun > 0 else 1)
