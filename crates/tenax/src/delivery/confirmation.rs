@@ -33,11 +33,12 @@ pub fn unsent(job: &TakenJob, now_ms: u64) -> Attempt {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::delivery::fixtures::taken_job as job;
     use tenax_core::model::subscription::{
         CONFIRMATION_DELIVERY_KIND, DELIVERY_KIND, TEST_DELIVERY_KIND,
     };
+
+    use super::*;
+    use crate::delivery::fixtures::taken_job as job;
 
     #[test]
     fn only_messages_wait_for_confirmation() {

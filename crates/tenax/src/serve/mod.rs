@@ -43,8 +43,6 @@ mod slots;
 pub mod socket;
 mod upgrade;
 
-pub use upgrade::{Busy, Upgraded};
-
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -60,6 +58,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+pub use upgrade::{Busy, Upgraded};
 
 /// How long a new connection may stay silent before its first byte (at most the header
 /// timeout): a client connects to send a request, and sends its first byte (a request line,

@@ -161,8 +161,9 @@ pub fn within(limit: i64, max: u64) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use clap::Parser;
+
+    use super::*;
 
     #[derive(Parser)]
     struct Cli {

@@ -21,6 +21,7 @@ mod session;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use actions::Call;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ws::WebSocketUpgrade;
@@ -30,11 +31,9 @@ use axum::http::{HeaderMap, HeaderName, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
+use session::{Caller, Origin};
 use tenax_core::engine::Engine;
 use tower::ServiceExt;
-
-use actions::Call;
-use session::{Caller, Origin};
 
 use crate::serve::Upgraded;
 
