@@ -70,6 +70,10 @@ pub const COMPLETED_COUNTS: TableDefinition<&str, u64> = TableDefinition::new("c
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");
 pub const STARTS: TableDefinition<(&str, u64), (u64, u64)> = TableDefinition::new("starts");
+/// The payload data key of encrypted queues, sealed by the secrets key (one row:
+/// [`PAYLOAD_KEY_ROW`]; `tenax_core::store::sealed::payload_key_to_stored`).
+pub const PAYLOAD_KEY: TableDefinition<&str, &[u8]> = TableDefinition::new("payload_key");
+pub const PAYLOAD_KEY_ROW: &str = "data_key";
 
 pub const FORMAT_VERSION_KEY: &str = "format_version";
 /// The format this version writes and reads.
@@ -102,6 +106,9 @@ pub struct StoredBody {
     pub parent: Option<JobId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// `payload` is sealed (`NewJob::payload_sealed`); absent in bodies written before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub payload_sealed: bool,
 }
 
 /// The fields of a [`StoredBody`] that the writer needs to find a completed job's rows.

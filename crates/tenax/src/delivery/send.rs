@@ -440,6 +440,7 @@ mod tests {
             kind: "delivery".to_owned(),
             payload: serde_json::value::RawValue::from_string(payload.to_owned())
                 .expect("raw JSON"),
+            payload_sealed: false,
             priority: 0,
             attempt: 1,
             lease_token: LeaseToken(1),

@@ -421,6 +421,7 @@ pub(crate) fn job(queue: &str) -> Insert {
             origin: None,
             parent: None,
             traceparent: None,
+            payload_sealed: false,
         },
         parent: None,
         owner: None,
