@@ -45,6 +45,11 @@ fn queue(ctx: &Ctx) -> String {
     ctx.queue.replace(':', "-")
 }
 
+/// The native name of the scenario's Zaqar queue (of the project `bench`).
+pub(super) fn native_queue(ctx: &Ctx) -> String {
+    format!("bench:{}", queue(ctx))
+}
+
 fn post_body(per_request: usize) -> Bytes {
     let messages: Vec<Value> = (0..per_request)
         .map(|_| json!({"ttl": 3_600, "body": payload()}))
