@@ -27,7 +27,7 @@ from zaqarclient.queues import client as zaqar_client
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from zaqar_helpers import RawApi, Receiver, new_client_id  # noqa: E402
+from zaqar_helpers import MailBox, RawApi, Receiver, new_client_id  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXTERNAL_URL = os.environ.get("ZAQAR_TEST_URL", "").strip()
@@ -65,7 +65,15 @@ def _wait_for_port(port: int, process: subprocess.Popen, log: Path, timeout: flo
 
 
 @pytest.fixture(scope="session")
-def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def mailbox() -> Iterator[MailBox]:
+    """The SMTP server the server under test mails `mailto:` subscribers through."""
+    started = MailBox().start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="session")
+def base_url(tmp_path_factory: pytest.TempPathFactory, mailbox: MailBox) -> Iterator[str]:
     """The server under test, without a trailing slash (the client adds /v2)."""
     if EXTERNAL_URL:
         yield EXTERNAL_URL.rstrip("/")
@@ -87,6 +95,9 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         str(workdir / "data"),
         # The webhook tests' receivers listen on 127.0.0.1.
         "--allow-private-endpoints",
+        # The mailto tests' SMTP server.
+        "--smtp-url",
+        mailbox.url,
         *shlex.split(os.environ.get("TENAX_SERVE_ARGS", "")),
     ]
     with log.open("wb") as log_file:

@@ -1,4 +1,5 @@
-"""Helpers shared by the Zaqar v2 suite: a raw HTTP client, error checks, a webhook receiver.
+"""Helpers shared by the Zaqar v2 suite: a raw HTTP client, error checks, a webhook receiver,
+and an SMTP server for mailto subscribers.
 
 The official python-zaqarclient hides status codes, headers and error bodies, so every check
 of those goes through `RawApi` (plain `requests`), which sends the same headers the client does.
@@ -6,6 +7,8 @@ of those goes through `RawApi` (plain `requests`), which sends the same headers 
 
 from __future__ import annotations
 
+import email
+import email.message
 import json
 import socket
 import struct
@@ -253,3 +256,84 @@ class Receiver:
     def wait_for(self, count: int, timeout: float) -> list[Delivery]:
         wait_until(lambda: len(self.snapshot()) >= count, timeout)
         return self.snapshot()
+
+
+@dataclass
+class Mail:
+    """A mail the SMTP server accepted: its envelope and the parsed message."""
+
+    sender: str
+    recipients: list[str]
+    message: email.message.Message
+
+    def text(self) -> str:
+        payload = self.message.get_payload(decode=True)
+        return payload.decode(self.message.get_content_charset() or "utf-8")
+
+
+@dataclass
+class MailBox:
+    """A real SMTP server (aiosmtpd) on 127.0.0.1 that records every mail it accepts.
+
+    `refuse(recipient, codes)` makes it answer the next mails to `recipient` with those SMTP
+    codes (4xx or 5xx) at the end of their data, one each, before it accepts again; each test
+    mails recipients of its own, so the session's one server serves them all.
+    """
+
+    mails: list[Mail] = field(default_factory=list)
+    refusals: dict[str, list[int]] = field(default_factory=dict)
+    refused: list[tuple[str, int]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _controller: Any = None
+
+    @property
+    def url(self) -> str:
+        assert self._controller is not None
+        return f"smtp://127.0.0.1:{self._controller.port}"
+
+    def start(self) -> "MailBox":
+        from aiosmtpd.controller import Controller
+
+        box = self
+
+        class Handler:
+            async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's name)
+                with box._lock:
+                    for recipient in envelope.rcpt_tos:
+                        planned = box.refusals.get(recipient)
+                        if planned:
+                            code = planned.pop(0)
+                            box.refused.append((recipient, code))
+                            return f"{code} {'4.3.0 try again later' if code < 500 else '5.7.1 refused'}"
+                    box.mails.append(
+                        Mail(
+                            envelope.mail_from,
+                            list(envelope.rcpt_tos),
+                            email.message_from_bytes(envelope.content),
+                        )
+                    )
+                return "250 OK"
+
+        # aiosmtpd checks its server by connecting to the port it was given: a free one, not 0.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self._controller = Controller(Handler(), hostname="127.0.0.1", port=port)
+        self._controller.start()
+        return self
+
+    def stop(self) -> None:
+        if self._controller is not None:
+            self._controller.stop()
+
+    def refuse(self, recipient: str, codes: list[int]) -> None:
+        with self._lock:
+            self.refusals[recipient] = list(codes)
+
+    def to(self, recipient: str) -> list[Mail]:
+        with self._lock:
+            return [mail for mail in self.mails if recipient in mail.recipients]
+
+    def wait_for(self, recipient: str, count: int, timeout: float) -> list[Mail]:
+        wait_until(lambda: len(self.to(recipient)) >= count, timeout)
+        return self.to(recipient)

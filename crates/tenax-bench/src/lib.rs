@@ -18,6 +18,7 @@ mod report;
 mod work;
 mod worker;
 mod zaqar;
+mod zaqar_ws;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -116,6 +117,15 @@ pub enum Scenario {
     #[value(name = "zaqar-claim-delete")]
     #[serde(rename = "zaqar-claim-delete")]
     ZaqarClaimDelete,
+    /// Zaqar's websocket: ten messages per `message_post` frame, 8 websockets.
+    #[value(name = "zaqar-ws-post-10")]
+    #[serde(rename = "zaqar-ws-post-10")]
+    ZaqarWsPost10,
+    /// Zaqar's websocket: `claim_create` of up to 10, then a `message_delete` frame per
+    /// message, 8 websockets.
+    #[value(name = "zaqar-ws-claim-delete")]
+    #[serde(rename = "zaqar-ws-claim-delete")]
+    ZaqarWsClaimDelete,
 }
 
 impl Scenario {
@@ -158,6 +168,8 @@ impl Scenario {
             Self::ZaqarPost1 => "zaqar-post-1",
             Self::ZaqarPost10 => "zaqar-post-10",
             Self::ZaqarClaimDelete => "zaqar-claim-delete",
+            Self::ZaqarWsPost10 => "zaqar-ws-post-10",
+            Self::ZaqarWsClaimDelete => "zaqar-ws-claim-delete",
         }
     }
 
@@ -181,7 +193,10 @@ impl Scenario {
             | Self::Memory => 200_000,
             Self::Deliveries | Self::DeliveriesFlaky => 100_000,
             Self::ZaqarPost1 => 20_000,
-            Self::ZaqarPost10 | Self::ZaqarClaimDelete => 200_000,
+            Self::ZaqarPost10
+            | Self::ZaqarClaimDelete
+            | Self::ZaqarWsPost10
+            | Self::ZaqarWsClaimDelete => 200_000,
         }
     }
 }
@@ -330,9 +345,11 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<BenchReport> {
 /// Sets `encrypt_payloads` on the queue `scenario` uses (made if new).
 async fn encrypt_queue(ctx: &Ctx, scenario: Scenario) -> anyhow::Result<()> {
     let queue = match scenario {
-        Scenario::ZaqarPost1 | Scenario::ZaqarPost10 | Scenario::ZaqarClaimDelete => {
-            zaqar::native_queue(ctx)
-        }
+        Scenario::ZaqarPost1
+        | Scenario::ZaqarPost10
+        | Scenario::ZaqarClaimDelete
+        | Scenario::ZaqarWsPost10
+        | Scenario::ZaqarWsClaimDelete => zaqar::native_queue(ctx),
         _ => ctx.queue.clone(),
     };
     let url = ctx.api.url(&format!("/api/queues/{queue}?create=true"));
@@ -364,6 +381,8 @@ async fn run_scenario(ctx: &Ctx, scenario: Scenario) -> anyhow::Result<ScenarioR
         Scenario::ZaqarPost1 => zaqar::post_scenario(ctx, 1).await,
         Scenario::ZaqarPost10 => zaqar::post_scenario(ctx, 10).await,
         Scenario::ZaqarClaimDelete => zaqar::claim_delete(ctx).await,
+        Scenario::ZaqarWsPost10 => zaqar_ws::post_scenario(ctx).await,
+        Scenario::ZaqarWsClaimDelete => zaqar_ws::claim_delete(ctx).await,
     }
 }
 

@@ -536,6 +536,10 @@ pub struct Subscription {
     pub queue: String,
     pub endpoint: String,
     pub enabled: bool,
+    /// Whether its subscriber confirmed it (Zaqar's confirmation): messages go only to a
+    /// confirmed subscription. Servers before confirmation existed say nothing: confirmed.
+    #[serde(default = "confirmed_by_default")]
+    pub confirmed: bool,
     #[serde(default)]
     pub disabled_reason: Option<String>,
     #[serde(default)]
@@ -566,6 +570,10 @@ pub struct Subscription {
     pub updated_at: SystemTime,
     pub health: SubscriptionHealth,
     pub deliveries: Counts,
+}
+
+fn confirmed_by_default() -> bool {
+    true
 }
 
 #[derive(Debug, Deserialize)]

@@ -14,7 +14,8 @@ use crate::ui::{self, UiKeys, UiState};
 /// Every route of the API's listener. (`--metrics-listen` serves [`api::metrics::router`].)
 pub fn router(state: AppState, ui_keys: Arc<UiKeys>) -> Router {
     let limit = state.limits.max_request_bytes;
-    api::router(&state)
+    let engine = state.engine.clone();
+    let app = api::router(&state)
         // The dashboard authenticates by its own session cookie (`ui::session`).
         .merge(ui::router(UiState {
             app: state.clone(),
@@ -41,5 +42,7 @@ pub fn router(state: AppState, ui_keys: Arc<UiKeys>) -> Router {
             }),
             guard::guard,
         ))
-        .with_state(state)
+        .with_state(state);
+    // Zaqar's websocket at `/`, whose frames run through the router above.
+    api::zaqar::websocket::at_root(app, engine, limit)
 }

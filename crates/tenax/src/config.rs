@@ -160,6 +160,12 @@ pub struct ServeArgs {
     /// the environment are never used for deliveries.
     #[arg(long, env = "TENAX_DELIVERY_PROXY")]
     pub delivery_proxy: Option<String>,
+    /// The SMTP server that Zaqar's `mailto:` subscribers are mailed through:
+    /// `smtp://user:password@host:port` (plain; `?tls=required` for STARTTLS) or `smtps://...`
+    /// (TLS). Without it, `mailto:` subscriptions are refused. It is the operator's: the
+    /// address rules of webhook endpoints do not apply to it.
+    #[arg(long, env = "TENAX_SMTP_URL", hide_env_values = true)]
+    pub smtp_url: Option<String>,
     /// Whether requests need an API token. `auto`: yes unless the server listens on a loopback
     /// address only. `off` is refused on any other address.
     #[arg(long, env = "TENAX_AUTH", value_enum, default_value_t = AuthFlag::Auto)]
@@ -181,8 +187,17 @@ pub struct ServeArgs {
     /// `secrets.key`) signs them, so rotating that key voids the URLs signed before.
     #[arg(long, env = "TENAX_ZAQAR_SIGNING_KEY", hide_env_values = true)]
     pub zaqar_signing_key: Option<String>,
+    /// Also serve Zaqar's websocket on this address (as Zaqar's own port 9000), with the API's
+    /// TLS, tokens and connection limits. The API's listener serves it at `/` either way.
+    #[arg(long, env = "TENAX_ZAQAR_WEBSOCKET_LISTEN")]
+    pub zaqar_websocket_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub zaqar_limits: crate::api::zaqar::limits::Limits,
+    /// Zaqar's `[notification] require_confirmation`: a subscription made through `/v2` is
+    /// sent a confirmation notice carrying a pre-signed confirm URL, and no message until its
+    /// subscriber confirms it (`PUT .../subscriptions/{id}/confirm {"confirmed": true}`).
+    #[arg(long, env = "TENAX_ZAQAR_REQUIRE_CONFIRMATION")]
+    pub zaqar_require_confirmation: bool,
     /// The TLS certificate chain (PEM) of the API: with `--tls-key`, the server speaks HTTPS
     /// (HTTP/1.1 and HTTP/2 by ALPN).
     #[arg(long, env = "TENAX_TLS_CERT", requires = "tls_key")]
@@ -330,8 +345,12 @@ pub struct Config {
     pub secrets_key_file: Option<PathBuf>,
     /// `--zaqar-signing-key`; `None`: a key derived from the secrets key.
     pub zaqar_signing_key: Option<String>,
+    /// A second listener serving only Zaqar's websocket.
+    pub zaqar_websocket_listen: Option<SocketAddr>,
     /// Zaqar's transport limits (`--zaqar-max-…`).
     pub zaqar_limits: crate::api::zaqar::limits::Limits,
+    /// `--zaqar-require-confirmation`.
+    pub zaqar_require_confirmation: bool,
     /// The API's TLS certificate and key files, when it speaks HTTPS.
     pub tls: Option<TlsFiles>,
     pub delivery: DeliveryConfig,
@@ -514,10 +533,23 @@ impl ServeArgs {
             .as_deref()
             .map(delivery_proxy)
             .transpose()?;
+        let smtp = self
+            .smtp_url
+            .as_deref()
+            .map(crate::delivery::mailto::SmtpUrl::parse)
+            .transpose()
+            .map_err(|e| format!("--smtp-url: {e}"))?;
         let secrets = self.secrets()?;
         let database = self.database_options(secrets.as_ref())?;
         if self.metrics_label_limit == 0 {
             return Err("--metrics-label-limit: must be at least 1".into());
+        }
+        if let Some(at) = self.zaqar_websocket_listen
+            && (at == self.listen || Some(at) == self.metrics_listen)
+        {
+            return Err(format!(
+                "--zaqar-websocket-listen: must differ from --listen and --metrics-listen ({at})"
+            ));
         }
         if self.metrics_listen == Some(self.listen) {
             return Err(format!(
@@ -566,7 +598,9 @@ impl ServeArgs {
             secrets,
             secrets_key_file: self.secrets_key_file.clone(),
             zaqar_signing_key: self.zaqar_signing_key.clone(),
+            zaqar_websocket_listen: self.zaqar_websocket_listen,
             zaqar_limits: self.zaqar_limits.check()?,
+            zaqar_require_confirmation: self.zaqar_require_confirmation,
             tls,
             delivery: DeliveryConfig {
                 default_policy: delivery_policy,
@@ -584,6 +618,7 @@ impl ServeArgs {
                     probe_ms: self.delivery_timeout.saturating_add(PROBE_MARGIN_MS),
                 },
                 proxy,
+                smtp,
             },
             log_requests: self.log_requests,
             metrics_listen: self.metrics_listen,

@@ -109,6 +109,7 @@ pub async fn run_with_signals(
         }),
         zaqar_signing: Arc::new(zaqar_signing_key(&config)?),
         zaqar_limits: config.zaqar_limits,
+        zaqar_require_confirmation: config.zaqar_require_confirmation,
     };
     let address = listener.local_addr().unwrap_or(config.listen);
     // What this server says of itself to the others (`GET /api/cluster`).
@@ -152,6 +153,7 @@ pub async fn run_with_signals(
              network in clear text (--tls-cert, --tls-key)"
         );
     }
+    let max_request_bytes = state.limits.max_request_bytes;
     let app = crate::app::router(state, Arc::new(UiKeys::new(config.tls.is_some())));
     let stopper = engine.clone();
     let shutdown = async move {
@@ -172,7 +174,31 @@ pub async fn run_with_signals(
         max_connections_per_address: config.max_connections_per_address,
         tls,
     };
+    let websocket_serving = match config.zaqar_websocket_listen {
+        Some(at) => {
+            let websocket_listener = TcpListener::bind(at)
+                .await
+                .with_context(|| format!("listening on {at} (--zaqar-websocket-listen)"))?;
+            let bound = websocket_listener.local_addr().unwrap_or(at);
+            tracing::info!(address = %bound, "zaqar websocket listening");
+            let router = crate::api::zaqar::websocket::listener(
+                app.clone(),
+                engine.clone(),
+                max_request_bytes,
+            );
+            // The API's limits, TLS included: a table of its own of the same size.
+            let limits = limits.clone();
+            let stopper = engine.clone();
+            Some(tokio::spawn(async move {
+                crate::serve::serve(websocket_listener, router, &limits, stopper.stopped()).await;
+            }))
+        }
+        None => None,
+    };
     crate::serve::serve(listener, app, &limits, shutdown).await;
+    if let Some(serving) = websocket_serving {
+        let _ = serving.await;
+    }
     if let Some((_, serving)) = metrics_serving {
         let _ = serving.await;
     }

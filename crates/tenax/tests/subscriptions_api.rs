@@ -68,7 +68,7 @@ async fn create_show_list_update_and_delete() {
     assert!(secret.starts_with("whsec_"), "{secret}");
     assert!(created["health"].is_object(), "{created}");
     let mut expected = json!({
-        "id": sub, "queue": "orders", "endpoint": LOCAL, "enabled": true,
+        "id": sub, "queue": "orders", "endpoint": LOCAL, "enabled": true, "confirmed": true,
         "disabled_reason": null, "policy": null,
         "effective_policy": native::to_json(&default_delivery_policy()),
         "policy_source": "server", "throttle_per_second": null,

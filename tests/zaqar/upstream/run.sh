@@ -3,9 +3,10 @@
 # - python-zaqarclient 4.7.0's functional tests (tests/functional/queues/v2 of its source
 #   distribution), run one at a time: several share the queue `test_queue`, and at two at a
 #   time one test's cleanup deletes another's claim (against Zaqar too);
-# - Zaqar 23.0.1's own functional tests (zaqar.tests.functional: wsgi), in integration mode
-#   against the server's URL. Their harness also boots a Zaqar of its own, which the tests do
-#   not use; it needs a Redis, so a private redis-server is started on a free port.
+# - Zaqar 23.0.1's own functional tests (zaqar.tests.functional): wsgi, in integration mode
+#   against the server's URL (their harness also boots a Zaqar of its own, which the tests do
+#   not use; it needs a Redis, so a private redis-server is started on a free port); and
+#   websocket, against ws://localhost:9000/, the port those tests name (zaqar_websocket.py).
 #
 #   tests/zaqar/upstream/run.sh
 #
@@ -52,7 +53,7 @@ if [ ! -f "$stamp" ]; then
     # MongoDB driver's module, requests) besides zaqar itself.
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         "$source_dir" -r "$source_dir/test-requirements.txt" \
-        "zaqar==$zaqar_version" oslotest pymongo redis requests
+        "zaqar==$zaqar_version" oslotest pymongo redis requests websocket-client
     touch "$stamp"
     sync
 fi
@@ -66,7 +67,7 @@ if [ -z "$url" ]; then
     port="$(free_port)"
     url="http://127.0.0.1:$port"
     "$TENAX_BIN" serve --listen "127.0.0.1:$port" --data-dir "$work/data" --log-requests false \
-        >"$work/server.log" 2>&1 &
+        --zaqar-websocket-listen 127.0.0.1:9000 >"$work/server.log" 2>&1 &
     pids+=($!)
     # Ready when it answers Zaqar's ping (or gone, when it could not start).
     for _ in $(seq 100); do
@@ -116,10 +117,14 @@ CONF
     zaqar.tests.functional.wsgi.test_versions \
     zaqar.tests.functional.wsgi.v2.test_subscriptions \
     >"$work/zaqar.subunit" 2>"$work/zaqar.log") || true
+(cd "$work" && "$root/$venv/bin/python" "$here/zaqar_websocket.py" \
+    >"$work/websocket.subunit" 2>"$work/websocket.log") || true
 
-cat "$work/client.subunit" "$work/zaqar.subunit" | "$venv/bin/subunit2csv" >"$work/results.csv" || true
+cat "$work/client.subunit" "$work/zaqar.subunit" "$work/websocket.subunit" \
+    | "$venv/bin/subunit2csv" >"$work/results.csv" || true
 
-"$python" - "$work/results.csv" "$here/expected-failures.txt" "$work/client.log" "$work/zaqar.log" <<'PY'
+"$python" - "$work/results.csv" "$here/expected-failures.txt" "$work/client.log" "$work/zaqar.log" \
+    "$work/websocket.log" <<'PY'
 import csv
 import sys
 
@@ -142,7 +147,11 @@ with open(expected_file) as f:
 
 failed = {t for t, s in outcomes.items() if s not in ("success", "skip")}
 passed = {t for t, s in outcomes.items() if s == "success"}
-for group, prefix in (("python-zaqarclient", "test_"), ("zaqar", "wsgi.")):
+for group, prefix in (
+    ("python-zaqarclient", "test_"),
+    ("zaqar (HTTP)", "wsgi."),
+    ("zaqar (websocket)", "websocket."),
+):
     ran = [t for t in outcomes if t.startswith(prefix)]
     ok = [t for t in ran if t in passed]
     print(f"{group}: {len(ok)} passed of {len(ran)}")

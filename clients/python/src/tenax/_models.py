@@ -488,6 +488,9 @@ class Subscription:
     queue: str
     endpoint: str
     enabled: bool
+    # Whether its subscriber confirmed it (Zaqar's confirmation): messages go only to a
+    # confirmed subscription.
+    confirmed: bool
     disabled_reason: str | None
     policy: dict[str, Any] | None
     effective_policy: dict[str, Any]
@@ -514,6 +517,7 @@ class Subscription:
             queue=str(data["queue"]),
             endpoint=str(data["endpoint"]),
             enabled=bool(data.get("enabled", True)),
+            confirmed=bool(data.get("confirmed", True)),
             disabled_reason=_opt_str(data.get("disabled_reason")),
             policy=policy if isinstance(policy, dict) else None,
             effective_policy=dict(data.get("effective_policy") or {}),

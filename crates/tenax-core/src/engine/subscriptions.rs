@@ -11,7 +11,10 @@ use super::{ChangeError, Engine, PolicyOwner, Refusal, decide_failure, delivery_
 use crate::clock::UnixMs;
 use crate::engine::EngineError;
 use crate::metrics::webhooks::HeldReason;
-use crate::model::subscription::{TEST_DELIVERY_KIND, TEST_EVENT_KIND, delivery_queue};
+use crate::model::subscription::{
+    CONFIRMATION_DELIVERY_KIND, CONFIRMATION_EVENT_KIND, TEST_DELIVERY_KIND, TEST_EVENT_KIND,
+    delivery_queue,
+};
 use crate::model::{
     Ack, Attempt, AttemptResult, DeliveryPayload, ErrorEntry, JobId, NewJob, OnDuplicate,
     QueueCounts, Status, Subscription, SubscriptionId, TakenJob,
@@ -179,30 +182,61 @@ impl Engine {
     /// says it is a test, retried by the subscription's policy like any other; its first
     /// attempt is an operator's ([`Trigger::Manual`]). Returns the delivery's id.
     pub async fn send_test_event(&self, id: SubscriptionId) -> Result<JobId, EngineError> {
-        let subscription = self
-            .store
-            .subscription(id)
-            .await?
-            .ok_or(EngineError::no_subscription(id))?;
         let now_ms = self.now_ms();
         let body = serde_json::json!({
             "test": true,
             "subscription": id,
             "sent_at": crate::clock::rfc3339(now_ms),
         });
+        self.send_notice(id, TEST_DELIVERY_KIND, TEST_EVENT_KIND, &body)
+            .await
+    }
+
+    /// Sends subscription `id` alone a confirmation notice whose body is `notice` (the API
+    /// shapes it): a delivery of no message, sent whether or not the subscription is
+    /// confirmed, and retried by its policy like any other. Returns the delivery's id.
+    pub async fn send_confirmation(
+        &self,
+        id: SubscriptionId,
+        notice: &serde_json::Value,
+    ) -> Result<JobId, EngineError> {
+        self.send_notice(
+            id,
+            CONFIRMATION_DELIVERY_KIND,
+            CONFIRMATION_EVENT_KIND,
+            notice,
+        )
+        .await
+    }
+
+    /// Sends subscription `id` alone a delivery of job kind `kind` carrying `body` (of message
+    /// type `message_kind`), of no message. Returns the delivery's id.
+    async fn send_notice(
+        &self,
+        id: SubscriptionId,
+        kind: &str,
+        message_kind: &str,
+        body: &serde_json::Value,
+    ) -> Result<JobId, EngineError> {
+        let subscription = self
+            .store
+            .subscription(id)
+            .await?
+            .ok_or(EngineError::no_subscription(id))?;
+        let now_ms = self.now_ms();
         let carried = DeliveryPayload {
             message_id: None,
             queue: subscription.queue.clone(),
-            kind: TEST_EVENT_KIND.to_owned(),
-            body: serde_json::value::to_raw_value(&body)
-                .map_err(|e| StoreError::Corrupt(format!("a test event: {e}")))?,
+            kind: message_kind.to_owned(),
+            body: serde_json::value::to_raw_value(body)
+                .map_err(|e| StoreError::Corrupt(format!("a {message_kind} notice: {e}")))?,
             ttl_s: None,
         };
         let payload = serde_json::value::to_raw_value(&carried)
-            .map_err(|e| StoreError::Corrupt(format!("a test event: {e}")))?;
+            .map_err(|e| StoreError::Corrupt(format!("a {message_kind} notice: {e}")))?;
         let job = NewJob {
             queue: delivery_queue(id),
-            kind: TEST_DELIVERY_KIND.to_owned(),
+            kind: kind.to_owned(),
             payload,
             priority: 0,
             run_at_ms: now_ms,

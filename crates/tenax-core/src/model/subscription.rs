@@ -26,6 +26,14 @@ pub const DELIVERY_KIND: &str = "tenax.delivery";
 /// the API, of no message).
 pub const TEST_DELIVERY_KIND: &str = "tenax.delivery.test";
 
+/// The job kind of a subscription confirmation notice (Zaqar's `SubscriptionConfirmation` and
+/// `UnsubscribeConfirmation`): sent to one subscription, of no message, whether or not it is
+/// confirmed. Its payload's body is the notice itself.
+pub const CONFIRMATION_DELIVERY_KIND: &str = "tenax.delivery.confirmation";
+
+/// The message type a confirmation notice's payload carries.
+pub const CONFIRMATION_EVENT_KIND: &str = "tenax.confirmation";
+
 /// The message type a test event's body carries.
 pub const TEST_EVENT_KIND: &str = "tenax.test";
 
@@ -85,6 +93,12 @@ pub struct Subscription {
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     pub enabled: bool,
+    /// Whether its subscriber confirmed it wants the queue's messages. Deliveries of messages
+    /// go only to a confirmed subscription (the delivery runtime ends the others unsent);
+    /// confirmation notices go to it either way. Subscriptions stored before confirmation
+    /// existed read as confirmed.
+    #[serde(default = "confirmed_by_default")]
+    pub confirmed: bool,
     /// Why it was disabled, when it was disabled automatically.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled_reason: Option<String>,
@@ -131,6 +145,7 @@ impl Subscription {
             previous_secret_until_ms: None,
             headers: BTreeMap::new(),
             enabled: true,
+            confirmed: true,
             disabled_reason: None,
             retryable_statuses: None,
             max_concurrency: None,
@@ -149,6 +164,15 @@ impl Subscription {
     /// subscriptions are unique by queue and subscriber. The store keeps this unique per queue.
     pub fn unique_endpoint(&self) -> Option<&str> {
         (self.format == EnvelopeFormat::Zaqar).then_some(self.endpoint.as_str())
+    }
+
+    /// The template of its notifications' body: a Zaqar subscription's `options.post_data`
+    /// (a string), in which the delivery puts the notification.
+    pub fn body_template(&self) -> Option<&str> {
+        if self.format != EnvelopeFormat::Zaqar {
+            return None;
+        }
+        self.options.as_ref()?.get("post_data")?.as_str()
     }
 
     /// The previous secret, while it still signs deliveries at `now_ms`.
@@ -185,6 +209,7 @@ impl std::fmt::Debug for Subscription {
                     .collect::<Vec<_>>(),
             )
             .field("enabled", &self.enabled)
+            .field("confirmed", &self.confirmed)
             .field("disabled_reason", &self.disabled_reason)
             .field("retryable_statuses", &self.retryable_statuses)
             .field("max_concurrency", &self.max_concurrency)
@@ -197,6 +222,16 @@ impl std::fmt::Debug for Subscription {
             .field("health", &self.health)
             .finish_non_exhaustive()
     }
+}
+
+fn confirmed_by_default() -> bool {
+    true
+}
+
+/// Whether a delivery of job kind `kind` waits for its subscription's confirmation: every
+/// delivery of a message does; a test event and a confirmation notice do not.
+pub fn needs_confirmation(kind: &str) -> bool {
+    kind == DELIVERY_KIND
 }
 
 /// A cap on a subscription's retries: within any `window_ms`, the retries it sends may be at
@@ -336,6 +371,10 @@ mod tests {
             assert!(!shown.contains(secret), "{shown}");
         }
         assert!(shown.contains("Authorization"), "{shown}");
+        assert!(
+            subscription.confirmed,
+            "stored before confirmation: confirmed"
+        );
         assert_eq!(subscription.previous_secret_at(4), Some("whsec_OLDSECRET"));
         assert_eq!(subscription.previous_secret_at(5), None);
     }

@@ -197,7 +197,7 @@ fn check_body_type(parts: &Parts, zaqar: bool) -> Result<(), Refusal> {
     let refused = match declared {
         Some(media) if zaqar && is_form(media) => false,
         Some(media) => !is_json(media),
-        None => has_body && !(zaqar && !from_a_browser(parts)),
+        None => has_body && (!zaqar || from_a_browser(parts)),
     };
     if !refused {
         return Ok(());

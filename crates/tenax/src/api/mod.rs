@@ -67,6 +67,9 @@ pub struct AppState {
     pub zaqar_signing: Arc<zaqar::signed::SigningKey>,
     /// Zaqar's transport limits ([`zaqar::limits`]).
     pub zaqar_limits: zaqar::limits::Limits,
+    /// Whether Zaqar subscriptions wait for their subscriber's confirmation
+    /// (`--zaqar-require-confirmation`).
+    pub zaqar_require_confirmation: bool,
 }
 
 /// `GET /healthz`: `ok` while the server serves.

@@ -75,6 +75,9 @@ pub struct SubscriptionView {
     pub queue: String,
     pub endpoint: String,
     pub enabled: bool,
+    /// Whether its subscriber confirmed it (Zaqar's confirmation, `--zaqar-require-confirmation`):
+    /// messages are delivered only to a confirmed subscription.
+    pub confirmed: bool,
     /// Why it was disabled automatically; `null` when enabled or disabled by request.
     pub disabled_reason: Option<String>,
     /// Its own policy, canonical native JSON.
@@ -161,6 +164,7 @@ pub async fn subscription_view(
         queue: subscription.queue,
         endpoint: subscription.endpoint,
         enabled: subscription.enabled,
+        confirmed: subscription.confirmed,
         disabled_reason: subscription.disabled_reason,
         policy: subscription.policy.map(|p| p.json().clone()),
         throttle_per_second: subscription.throttle_per_second,

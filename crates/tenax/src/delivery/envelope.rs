@@ -6,6 +6,7 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tenax_core::clock::{UnixMs, rfc3339};
+use tenax_core::model::subscription::CONFIRMATION_EVENT_KIND;
 use tenax_core::model::{DeliveryPayload, EnvelopeFormat, JobId, SubscriptionId};
 
 /// What one attempt sends.
@@ -51,8 +52,13 @@ struct ZaqarNotification<'a> {
     message_type: &'static str,
 }
 
-/// The request body of one attempt.
-pub fn render(format: EnvelopeFormat, info: &AttemptInfo<'_>) -> Vec<u8> {
+/// The text a Zaqar body template (`options.post_data`) names the message by, quotes included.
+pub const ZAQAR_MESSAGE_PLACEHOLDER: &str = "\"$zaqar_message$\"";
+
+/// The request body of one attempt. A Zaqar subscription's `template` (its `post_data`) is
+/// sent with each `"$zaqar_message$"` (quotes included) replaced by the notification's JSON,
+/// as Zaqar's webhook task does; the rest of the template is sent as it is.
+pub fn render(format: EnvelopeFormat, template: Option<&str>, info: &AttemptInfo<'_>) -> Vec<u8> {
     let message = info.message;
     let encoded = match format {
         EnvelopeFormat::Tenax => serde_json::to_vec(&TenaxEnvelope {
@@ -68,6 +74,17 @@ pub fn render(format: EnvelopeFormat, info: &AttemptInfo<'_>) -> Vec<u8> {
             },
             sent_at: rfc3339(info.sent_at_ms),
         }),
+        // A confirmation notice is its own body, with the queue's name, as Zaqar's webhook
+        // task adds it to every message it sends.
+        EnvelopeFormat::Zaqar if message.kind == CONFIRMATION_EVENT_KIND => {
+            let mut notice: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(message.body.get()).unwrap_or_default();
+            notice.insert(
+                "queue_name".to_owned(),
+                zaqar_queue_name(&message.queue).into(),
+            );
+            serde_json::to_vec(&notice)
+        }
         EnvelopeFormat::Zaqar => serde_json::to_vec(&ZaqarNotification {
             ttl: message.ttl_s,
             body: &message.body,
@@ -76,7 +93,16 @@ pub fn render(format: EnvelopeFormat, info: &AttemptInfo<'_>) -> Vec<u8> {
         }),
     };
     // Strings, integers and already-valid JSON: encoding cannot fail.
-    encoded.unwrap_or_default()
+    let encoded = encoded.unwrap_or_default();
+    match (format, template) {
+        (EnvelopeFormat::Zaqar, Some(template)) => template
+            .replace(
+                ZAQAR_MESSAGE_PLACEHOLDER,
+                &String::from_utf8_lossy(&encoded),
+            )
+            .into_bytes(),
+        _ => encoded,
+    }
 }
 
 /// The queue name a Zaqar receiver expects: without the project prefix Tenax stores
@@ -104,6 +130,7 @@ mod tests {
         let message = payload();
         let body = render(
             EnvelopeFormat::Tenax,
+            None,
             &AttemptInfo {
                 delivery_id: JobId(43),
                 subscription_id: SubscriptionId(7),
@@ -131,23 +158,35 @@ mod tests {
         let mut message = payload();
         message.queue = "project-1:orders".into();
         message.ttl_s = Some(3_600);
-        let body = render(
-            EnvelopeFormat::Zaqar,
-            &AttemptInfo {
-                delivery_id: JobId(1),
-                subscription_id: SubscriptionId(1),
-                attempt: 1,
-                message: &message,
-                message_id: JobId(1),
-                message_created_at_ms: 0,
-                sent_at_ms: 0,
-            },
-        );
+        let info = AttemptInfo {
+            delivery_id: JobId(1),
+            subscription_id: SubscriptionId(1),
+            attempt: 1,
+            message: &message,
+            message_id: JobId(1),
+            message_created_at_ms: 0,
+            sent_at_ms: 0,
+        };
+        let body = render(EnvelopeFormat::Zaqar, None, &info);
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let notification = serde_json::json!({"ttl": 3_600, "body": {"total": 12},
+                                              "queue_name": "orders",
+                                              "Message_Type": "Notification"});
+        assert_eq!(value, notification);
+
+        // A template: every quoted placeholder is the notification; the rest stays as it is.
+        let template = r#"{"text": "new", "event": "$zaqar_message$", "again": ["$zaqar_message$"], "bare": "$zaqar_message$x"}"#;
+        let body = render(EnvelopeFormat::Zaqar, Some(template), &info);
         let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             value,
-            serde_json::json!({"ttl": 3_600, "body": {"total": 12}, "queue_name": "orders",
-                               "Message_Type": "Notification"})
+            serde_json::json!({"text": "new", "event": notification, "again": [notification],
+                               "bare": "$zaqar_message$x"})
+        );
+        // Tenax's envelope has no template.
+        assert_eq!(
+            render(EnvelopeFormat::Tenax, Some(template), &info),
+            render(EnvelopeFormat::Tenax, None, &info)
         );
     }
 }

@@ -12,10 +12,12 @@ pub mod address;
 pub mod admission;
 pub mod backpressure;
 pub mod budget;
+pub mod confirmation;
 pub mod endpoints;
 pub mod envelope;
 pub mod headers;
 pub mod health;
+pub mod mailto;
 pub mod outcome;
 mod runner;
 mod send;
@@ -53,6 +55,8 @@ pub struct DeliveryConfig {
     pub breaker: BreakerSettings,
     /// The proxy deliveries go through (`--delivery-proxy`), if any.
     pub proxy: Option<url::Url>,
+    /// The SMTP server of `mailto:` subscribers (`--smtp-url`), if any.
+    pub smtp: Option<mailto::SmtpUrl>,
 }
 
 /// The default delivery policy: the schedule Standard Webhooks senders commonly use.
@@ -150,7 +154,7 @@ impl Deliveries {
     /// sharing the endpoint's concurrency. When their number changes the bound is made anew:
     /// requests under the old one finish under it.
     fn endpoint_bound(&self, url: &url::Url, servers: usize) -> Arc<Semaphore> {
-        let origin = url.origin().ascii_serialization();
+        let origin = origin_of_url(url);
         let permits = share(self.config.concurrency_per_endpoint, servers);
         let permits = usize::try_from(permits).unwrap_or(usize::MAX);
         let mut bounds = self.bounds.lock();
@@ -167,10 +171,46 @@ impl Deliveries {
 /// The origin (scheme, host and port) of an endpoint URL: what its concurrency bound, pause
 /// and circuit breaker are kept by. An endpoint that is not a URL is its own origin.
 pub fn origin_of(endpoint: &str) -> String {
-    url::Url::parse(endpoint).map_or_else(
-        |_| endpoint.to_owned(),
-        |url| url.origin().ascii_serialization(),
-    )
+    url::Url::parse(endpoint).map_or_else(|_| endpoint.to_owned(), |url| origin_of_url(&url))
+}
+
+/// The origin of an endpoint URL. Every `mailto:` subscriber's mail goes to the one SMTP server
+/// (`--smtp-url`): they share one origin, `mailto:`, and so its bound, pause and breaker.
+pub fn origin_of_url(url: &url::Url) -> String {
+    if url.scheme() == mailto::SCHEME {
+        format!("{}:", mailto::SCHEME)
+    } else {
+        url.origin().ascii_serialization()
+    }
+}
+
+/// What the delivery modules' unit tests share.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use tenax_core::model::{JobId, LeaseToken, TakenJob, Trigger};
+
+    /// A first attempt of delivery 8 (of message 7) of job kind `kind`, leased.
+    pub fn taken_job(kind: &str) -> TakenJob {
+        let payload = r#"{"queue": "orders", "type": "t", "body": {}}"#;
+        TakenJob {
+            id: JobId(8),
+            queue: "orders".to_owned(),
+            kind: kind.to_owned(),
+            payload: serde_json::value::RawValue::from_string(payload.to_owned())
+                .expect("raw JSON"),
+            payload_sealed: false,
+            priority: 0,
+            attempt: 1,
+            lease_token: LeaseToken(1),
+            lease_expires_at_ms: 0,
+            created_at_ms: 0,
+            expires_at_ms: None,
+            parent: Some(JobId(7)),
+            traceparent: None,
+            ready_at_ms: 0,
+            trigger: Trigger::Scheduled,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use tenax_core::clock::UnixMs;
 use tenax_core::engine::{ChangeError, Engine};
 use tenax_core::engine::{Conflict, EngineError, Missing};
 use tenax_core::metrics::webhooks::HeldReason;
-use tenax_core::model::{Ack, AttemptResult, Subscription, SubscriptionId, TakenJob};
+use tenax_core::model::{Ack, Attempt, AttemptResult, Subscription, SubscriptionId, TakenJob};
 use tokio::sync::futures::Notified;
 use tokio::sync::{AcquireError, Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -29,6 +29,7 @@ use super::Deliveries;
 use super::admission::{Admission, Budgeted, Decision, Limits, Seen, Wait, admit_taken};
 use super::backpressure::{self, Gate, Hold, ProbeEnd};
 use super::budget::is_retry;
+use super::confirmation;
 use super::health::Verdict;
 use super::send::Sender;
 use super::signals::Event;
@@ -277,7 +278,7 @@ impl Runner {
         // Limits are for the whole cluster: this server keeps its share.
         let servers = self.engine.servers();
         // The endpoint's pause and circuit breaker, stored for every server.
-        let origin: Arc<str> = Arc::from(url.origin().ascii_serialization());
+        let origin: Arc<str> = Arc::from(super::origin_of_url(&url));
         let now = self.engine.now_ms();
         let gate = match self
             .deliveries
@@ -565,6 +566,22 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
         origin,
         probe,
     } = send;
+    // A message for an unconfirmed subscription ends unsent: not the endpoint's doing, so
+    // nothing of its health, breaker or probe counts it.
+    if !confirmed_now(&engine, &subscription, &job).await {
+        drop(permit);
+        if let Some(probe) = probe {
+            let now = engine.now_ms();
+            deliveries
+                .endpoints
+                .end_probe(&engine, &origin, probe, &ProbeEnd::Unsent, now)
+                .await;
+        }
+        let now = engine.now_ms();
+        let attempt = confirmation::unsent(&job, now);
+        finish(&engine, &subscription, &job, attempt, now).await;
+        return;
+    }
     let now = engine.now_ms();
     // A pause or an opened breaker that came since the runner's gate holds this one back too
     // (the runner may have waited for a permit in between, while the breaker opened): the
@@ -610,13 +627,24 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
     // store's commits are (stored after it, a retry due sooner than the commit went out).
     let failed = attempt.result != AttemptResult::Delivered;
     record_health(&engine, &deliveries, &subscription, failed, now).await;
+    finish(&engine, &subscription, &job, attempt, answered_at).await;
+}
+
+/// Ends `job`'s attempt, answered (or not sent) at `answered_at`, by the subscription's policy.
+async fn finish(
+    engine: &Engine,
+    subscription: &Subscription,
+    job: &TakenJob,
+    attempt: Attempt,
+    answered_at: UnixMs,
+) {
     let ack = Ack {
         id: job.id,
         lease: job.lease_token,
     };
     match engine
         .finish_delivery(
-            &subscription,
+            subscription,
             ack,
             attempt,
             answered_at,
@@ -633,6 +661,20 @@ async fn deliver(send: Sending, job: TakenJob, permit: OwnedSemaphorePermit) {
             )),
         ) => tracing::debug!(%error, "delivery changed while it was sent"),
         Err(error) => tracing::error!(%error, delivery = job.id.0, "recording a delivery failed"),
+    }
+}
+
+/// Whether `job` may go to `subscription`, as it is stored now: the runner's copy said it is
+/// not confirmed, and a confirmation since then counts.
+async fn confirmed_now(engine: &Engine, subscription: &Subscription, job: &TakenJob) -> bool {
+    if confirmation::may_send(subscription, job) {
+        return true;
+    }
+    match engine.subscription(subscription.id).await {
+        Ok(Some(now)) => confirmation::may_send(&now, job),
+        Ok(None) => false,
+        // The store did not answer: go by the copy.
+        Err(_) => false,
     }
 }
 

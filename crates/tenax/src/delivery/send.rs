@@ -9,6 +9,7 @@ use tenax_net::trust;
 
 use super::address::{GlobalOnlyResolver, ip_literal_allowed};
 use super::envelope::{self, AttemptInfo};
+use super::mailto::{self, Mailer, Mailto};
 use super::outcome::{SNIPPET_BYTES, Verdict, classify_status, retry_after_ms, snippet};
 use super::signing;
 use crate::delivery::DeliveryConfig;
@@ -31,6 +32,8 @@ pub struct Sender {
     /// Whether the platform's root certificates are missing, which explains every unknown
     /// issuer.
     no_platform_roots: bool,
+    /// The SMTP client of `mailto:` subscribers, when `--smtp-url` names a server.
+    mailer: Option<Mailer>,
 }
 
 impl Sender {
@@ -98,11 +101,19 @@ impl Sender {
         if let Some(proxy) = &config.proxy {
             tracing::info!(%proxy, "deliveries go through --delivery-proxy");
         }
+        let mailer = match &config.smtp {
+            Some(url) => {
+                tracing::info!(server = %url.server(), "mailto subscribers are sent through --smtp-url");
+                Some(Mailer::new(url, config.timeout_ms)?)
+            }
+            None => None,
+        };
         Ok(Self {
             client,
             allow_private: config.allow_private_endpoints,
             proxied: config.proxy.is_some(),
             no_platform_roots,
+            mailer,
         })
     }
 
@@ -113,18 +124,11 @@ impl Sender {
         job: &TakenJob,
         now_ms: u64,
     ) -> Attempt {
+        if mailto::is_mailto(&subscription.endpoint) {
+            return self.mail(subscription, job, now_ms).await;
+        }
         let started = Instant::now();
-        let mut attempt = Attempt {
-            attempt: job.attempt,
-            trigger: trigger_of(job),
-            at_ms: now_ms,
-            latency_ms: 0,
-            result: AttemptResult::Retryable,
-            status: None,
-            error: None,
-            response: None,
-            retry_after_ms: None,
-        };
+        let mut attempt = attempt_of(job, now_ms, AttemptResult::Retryable);
         let request = match self.request(subscription, job, now_ms) {
             Ok(request) => request,
             Err(failure) => {
@@ -175,6 +179,43 @@ impl Sender {
         attempt
     }
 
+    /// Mails `job` (a delivery) to `subscription`'s `mailto:` recipients at `now_ms` through
+    /// the SMTP server, and says how it went.
+    async fn mail(&self, subscription: &Subscription, job: &TakenJob, now_ms: u64) -> Attempt {
+        let started = Instant::now();
+        let mut attempt = attempt_of(job, now_ms, AttemptResult::Permanent);
+        let Some(mailer) = &self.mailer else {
+            attempt.error = Some(
+                "not sent: this server has no SMTP server for mailto subscribers (--smtp-url)"
+                    .to_owned(),
+            );
+            return attempt;
+        };
+        let target = match Mailto::parse(&subscription.endpoint, subscription.options.as_ref()) {
+            Ok(target) => target,
+            Err(rule) => {
+                attempt.error = Some(format!("the subscriber: {rule}"));
+                return attempt;
+            }
+        };
+        // A mail's text is the notification itself: Zaqar's mailto task has no template.
+        let (message, notification) = match rendered(subscription, None, job, now_ms) {
+            Ok(rendered) => rendered,
+            Err(unreadable) => {
+                attempt.error = Some(unreadable);
+                return attempt;
+            }
+        };
+        let sent = mailer
+            .send(&target, mailto::letter(&target, &message, &notification))
+            .await;
+        attempt.result = sent.result;
+        attempt.response = sent.reply;
+        attempt.error = sent.error;
+        attempt.latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        attempt
+    }
+
     /// Through a proxy, the endpoint's name is resolved by the proxy, not by this server's
     /// resolver: it is resolved and judged here first (a refusal is retried, as a name that
     /// resolves to a private address at connect time is without a proxy).
@@ -209,20 +250,8 @@ impl Sender {
             .map_err(|e| Refused::permanent(format!("the endpoint is not a URL: {e}")))?;
         ip_literal_allowed(&url, self.allow_private)
             .map_err(|e| Refused::permanent(format!("endpoint refused: {e}")))?;
-        let message: DeliveryPayload = serde_json::from_str(job.payload.get())
-            .map_err(|e| Refused::permanent(format!("the delivery is unreadable: {e}")))?;
-        let body = envelope::render(
-            subscription.format,
-            &AttemptInfo {
-                delivery_id: job.id,
-                subscription_id: subscription.id,
-                attempt: job.attempt,
-                message: &message,
-                message_id: message.message_id(job.parent),
-                message_created_at_ms: job.created_at_ms,
-                sent_at_ms: now_ms,
-            },
-        );
+        let (_, body) = rendered(subscription, subscription.body_template(), job, now_ms)
+            .map_err(Refused::permanent)?;
         let key = signing::secret_key(&subscription.secret)
             .map_err(|e| Refused::permanent(format!("the signing secret {e}")))?;
         let id = format!("dlv_{}", job.id);
@@ -265,6 +294,47 @@ impl Sender {
         }
         Ok(self.client.post(url).headers(headers).body(body))
     }
+}
+
+/// An attempt of `job` made at `now_ms`, ending as `result` unless its sending says otherwise.
+pub(super) fn attempt_of(job: &TakenJob, now_ms: u64, result: AttemptResult) -> Attempt {
+    Attempt {
+        attempt: job.attempt,
+        trigger: trigger_of(job),
+        at_ms: now_ms,
+        latency_ms: 0,
+        result,
+        status: None,
+        error: None,
+        response: None,
+        retry_after_ms: None,
+    }
+}
+
+/// The message `job` (a delivery of `subscription`) carries, and the body of its attempt at
+/// `now_ms` in the subscription's format, through `template` if given.
+fn rendered(
+    subscription: &Subscription,
+    template: Option<&str>,
+    job: &TakenJob,
+    now_ms: u64,
+) -> Result<(DeliveryPayload, Vec<u8>), String> {
+    let message: DeliveryPayload = serde_json::from_str(job.payload.get())
+        .map_err(|e| format!("the delivery is unreadable: {e}"))?;
+    let body = envelope::render(
+        subscription.format,
+        template,
+        &AttemptInfo {
+            delivery_id: job.id,
+            subscription_id: subscription.id,
+            attempt: job.attempt,
+            message: &message,
+            message_id: message.message_id(job.parent),
+            message_created_at_ms: job.created_at_ms,
+            sent_at_ms: now_ms,
+        },
+    );
+    Ok((message, body))
 }
 
 /// A delivery that cannot even be sent.
@@ -399,8 +469,6 @@ fn trigger_of(job: &TakenJob) -> Trigger {
 
 #[cfg(test)]
 mod tests {
-    use tenax_core::model::{JobId, LeaseToken};
-
     use super::*;
     use crate::delivery::default_delivery_policy;
 
@@ -419,6 +487,7 @@ mod tests {
                 probe_ms: 10_000,
             },
             proxy: None,
+            smtp: None,
         })
         .expect("a sender")
     }
@@ -433,25 +502,7 @@ mod tests {
     }
 
     fn job() -> TakenJob {
-        let payload = r#"{"queue": "orders", "type": "t", "body": {}}"#;
-        TakenJob {
-            id: JobId(8),
-            queue: "orders".to_owned(),
-            kind: "delivery".to_owned(),
-            payload: serde_json::value::RawValue::from_string(payload.to_owned())
-                .expect("raw JSON"),
-            payload_sealed: false,
-            priority: 0,
-            attempt: 1,
-            lease_token: LeaseToken(1),
-            lease_expires_at_ms: 0,
-            created_at_ms: 0,
-            expires_at_ms: None,
-            parent: Some(JobId(7)),
-            traceparent: None,
-            ready_at_ms: 0,
-            trigger: tenax_core::model::Trigger::Scheduled,
-        }
+        crate::delivery::fixtures::taken_job("delivery")
     }
 
     #[tokio::test]

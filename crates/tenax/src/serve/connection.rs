@@ -35,6 +35,7 @@ use super::io::{Prefixed, Watched};
 use super::lazy::Lazy;
 use super::service::Service;
 use super::slots::Slot;
+use super::upgrade::Holds;
 
 /// What every connection of a listener shares.
 pub(super) struct Shared {
@@ -73,17 +74,24 @@ pub(super) async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let activity = slot.activity().clone();
+    let holds = Holds::new(activity.clone(), shared.bounds.idle, shutdown.clone());
     let ready = tokio::select! {
         ready = set_up(stream, &shared, &activity) => ready,
         () = activity.evicted() => Err(Unready::Evicted),
         _ = shutdown.changed() => Err(Unready::Shutdown),
     };
+    let service = Service::new(
+        shared.router.clone(),
+        activity.clone(),
+        peer,
+        holds.handle(),
+    );
     let ended = match ready {
         Ok(Ready::Plain(protocol, io)) => {
-            serve(protocol, io, peer, &shared, &activity, &mut shutdown).await
+            serve(protocol, io, service, &shared, &activity, &mut shutdown).await
         }
         Ok(Ready::Tls(protocol, io)) => {
-            serve(protocol, io, peer, &shared, &activity, &mut shutdown).await
+            serve(protocol, io, service, &shared, &activity, &mut shutdown).await
         }
         Err(Unready::Failed(error)) => {
             tracing::debug!(%peer, %error, "connection failed before a request");
@@ -104,6 +112,8 @@ pub(super) async fn run(
         Ok(None) => {}
         Err(error) => tracing::debug!(%peer, %error, "connection ended with an error"),
     }
+    // An upgraded connection (a websocket) keeps its place until its protocol lets it go.
+    holds.released().await;
     drop(slot);
 }
 
@@ -145,7 +155,8 @@ async fn set_up(
 
 /// hyper's connection for either protocol.
 enum Connection<I: AsyncRead + AsyncWrite + Unpin + Send + 'static> {
-    Http1(Pin<Box<http1::Connection<TokioIo<I>, Service>>>),
+    /// With upgrades: a request may hand the connection to another protocol (`upgrade`).
+    Http1(Pin<Box<http1::UpgradeableConnection<TokioIo<I>, Service>>>),
     Http2(Pin<Box<http2::Connection<TokioIo<I>, Service, TokioExecutor>>>),
 }
 
@@ -190,15 +201,16 @@ enum Watch {
 async fn serve<I: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     protocol: Protocol,
     io: I,
-    peer: SocketAddr,
+    service: Service,
     shared: &Shared,
     activity: &Arc<Activity>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> hyper::Result<Option<Closed>> {
-    let service = Service::new(shared.router.clone(), activity.clone(), peer);
     let io = TokioIo::new(io);
     let mut connection = match protocol {
-        Protocol::Http1 => Connection::Http1(Box::pin(shared.http1.serve_connection(io, service))),
+        Protocol::Http1 => Connection::Http1(Box::pin(
+            shared.http1.serve_connection(io, service).with_upgrades(),
+        )),
         Protocol::Http2 => Connection::Http2(Box::pin(shared.http2.serve_connection(io, service))),
     };
     let http1 = protocol == Protocol::Http1;

@@ -22,6 +22,9 @@
 //! - a peer that has vanished is found by the kernel (TCP keep-alive, and a timeout on data
 //!   never acknowledged: `socket`) within about 40 s, on either protocol;
 //! - at most [`H2_MAX_STREAMS`] streams are open at once on one HTTP/2 connection;
+//! - an HTTP/1.1 connection may be upgraded (Zaqar's websocket at `/`): it keeps its place in
+//!   the table until the upgraded protocol ends, may be closed to make room between two of
+//!   its frames, and bounds its own idleness (`upgrade`);
 //! - (the request timeout, for a body that trickles in, and the size limit, are in
 //!   `api::guard`, which answers them in the API's error shape).
 //!
@@ -38,6 +41,9 @@ mod lazy;
 mod service;
 mod slots;
 pub mod socket;
+mod upgrade;
+
+pub use upgrade::{Busy, Upgraded};
 
 use std::future::Future;
 use std::path::PathBuf;

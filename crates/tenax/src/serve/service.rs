@@ -2,7 +2,8 @@
 //! connection's [`Activity`]: in flight from the call (its head is complete) until its
 //! response body has been sent or dropped, so that a long poll or a streaming take counts as
 //! work, never as idleness. Each request carries the connection's peer address as axum's
-//! [`ConnectInfo`] (a worker that gives no name is known by it).
+//! [`ConnectInfo`] (a worker that gives no name is known by it), and the connection's
+//! [`Upgraded`] handle.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,6 +19,7 @@ use axum::routing::future::RouteFuture;
 use hyper::body::{Frame, Incoming, SizeHint};
 
 use super::activity::{Activity, InFlight};
+use super::upgrade::Upgraded;
 
 /// One connection's service.
 #[derive(Debug, Clone)]
@@ -25,14 +27,22 @@ pub(super) struct Service {
     router: Router,
     activity: Arc<Activity>,
     peer: SocketAddr,
+    /// Handed to each request, for a handler that takes the connection over (`upgrade`).
+    upgraded: Upgraded,
 }
 
 impl Service {
-    pub(super) fn new(router: Router, activity: Arc<Activity>, peer: SocketAddr) -> Self {
+    pub(super) fn new(
+        router: Router,
+        activity: Arc<Activity>,
+        peer: SocketAddr,
+        upgraded: Upgraded,
+    ) -> Self {
         Self {
             router,
             activity,
             peer,
+            upgraded,
         }
     }
 }
@@ -44,6 +54,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Service {
 
     fn call(&self, mut request: hyper::Request<Incoming>) -> Self::Future {
         request.extensions_mut().insert(ConnectInfo(self.peer));
+        request.extensions_mut().insert(self.upgraded.clone());
         // The router is always ready (axum's `Router::poll_ready` is), so it is called without
         // asking first.
         let mut router = self.router.clone();

@@ -16,6 +16,7 @@
 //!   store.
 
 mod claims;
+mod confirmation;
 pub mod error;
 mod home;
 pub mod limits;
@@ -28,6 +29,7 @@ pub mod request;
 pub mod signed;
 mod subscriptions;
 mod views;
+pub mod websocket;
 
 use axum::Router;
 use axum::http::Method;

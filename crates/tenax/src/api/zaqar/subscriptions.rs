@@ -4,9 +4,10 @@
 //! policy.
 //!
 //! Invariants:
-//! - Only http(s) subscribers are accepted, and only endpoints the server may deliver to (the
-//!   same address rules as native subscriptions). Email and Keystone-trust subscribers are
-//!   refused with a 400 that says so.
+//! - http(s) subscribers are accepted where the server may deliver to (the same address rules
+//!   as native subscriptions); `mailto:` subscribers where the server has an SMTP server
+//!   (`--smtp-url`) and their recipients and sender are email addresses. Keystone-trust
+//!   subscribers are refused with a 400 that says so.
 //! - `options` are kept verbatim, and shown so except `post_headers` values (write-only). `options._retry_policy` is the subscription's policy (unless
 //!   it says `ignore_subscription_override`, which in Zaqar hands the subscription to the
 //!   queue's policy); `options.post_headers` are sent with every notification.
@@ -29,6 +30,7 @@ use tenax_core::engine::{ChangeError, Conflict, EngineError, Missing};
 use tenax_core::model::subscription::REDACTED;
 use tenax_core::model::{EnvelopeFormat, StoredPolicy, Subscription, SubscriptionId};
 
+use super::confirmation::{self, Notice};
 use super::error::ZaqarError;
 use super::metadata::{check_retry_policy, parse_retry_policy, truthy};
 use super::names::{Kind, QueueRef, parse_subscription_id};
@@ -37,8 +39,8 @@ use super::request::{Ctx, Params, Query, json_body, json_int};
 use super::views::{self, Link, seconds};
 use crate::api::AppState;
 use crate::delivery::address::{parse_endpoint, vet_endpoint};
-use crate::delivery::headers;
 use crate::delivery::signing::generate_secret;
+use crate::delivery::{headers, mailto};
 
 /// Zaqar's subscription limits and defaults.
 const MIN_SUBSCRIPTION_TTL: i64 = 60;
@@ -66,22 +68,30 @@ fn scheme(url: &str) -> String {
     }
 }
 
+/// The subscriber schemes Tenax delivers to: webhooks, and mail through `--smtp-url`.
+const SUBSCRIBER_TYPES: [&str; 3] = ["http", "https", "mailto"];
+
+/// Zaqar's refusal of a subscriber scheme, listing Tenax's.
+fn unsupported_type() -> String {
+    "The subscriber type of subscription must be supported in the list ['http', 'https', \
+     'mailto']."
+        .to_owned()
+}
+
 /// Zaqar's checks of a subscription document (`Validator.subscription_patching`), in its order
-/// and with its texts, except that only http(s) subscribers are supported.
+/// and with its texts, except that Keystone-trust subscribers are not supported.
 fn check_document(document: &Map<String, Value>, now_ms: u64) -> Result<(), String> {
     if document.is_empty() {
         return Err("No subscription to create.".into());
     }
     if let Some(subscriber) = document.get("subscriber").filter(|v| truthy(v)) {
         let kind = subscriber.as_str().map(scheme).unwrap_or_default();
-        if kind != "http" && kind != "https" {
-            let mut rule = "The subscriber type of subscription must be supported in the list \
-                            ['http', 'https']."
-                .to_owned();
-            if kind == "mailto" || kind.starts_with("trust+") {
+        if !SUBSCRIBER_TYPES.contains(&kind.as_str()) {
+            let mut rule = unsupported_type();
+            if kind.starts_with("trust+") {
                 rule.push_str(&format!(
-                    " Tenax delivers webhooks only: {kind} subscribers (Zaqar's email and \
-                     Keystone-trust notifications) are not supported."
+                    " {kind} subscribers (Zaqar's Keystone-trust notifications) are not \
+                     supported by Tenax."
                 ));
             }
             return Err(rule);
@@ -141,8 +151,12 @@ fn ttl_of(document: &Map<String, Value>) -> Option<u64> {
 
 /// The subscriber URL as given (Zaqar compares subscribers as text), once it is known to lead
 /// where deliveries may go (or to a name that does not resolve yet, as Zaqar's own tests
-/// subscribe `http://fake:8080`): the native API's rule.
+/// subscribe `http://fake:8080`): the native API's rule. A `mailto:` subscriber is checked by
+/// [`check_mailto`] instead, with its options.
 async fn checked_subscriber(state: &AppState, text: &str) -> Result<String, ZaqarError> {
+    if mailto::is_mailto(text) {
+        return Ok(text.to_owned());
+    }
     let invalid = |rule: String| ZaqarError::api(format!("subscriber: {rule}"));
     let url = parse_endpoint(text).map_err(|e| invalid(e.to_string()))?;
     let allow_private = state.deliveries.config.allow_private_endpoints;
@@ -150,6 +164,23 @@ async fn checked_subscriber(state: &AppState, text: &str) -> Result<String, Zaqa
         .await
         .map_err(|e| invalid(e.to_string()))?;
     Ok(text.to_owned())
+}
+
+/// Whether `subscriber`, if it is a `mailto:` one, can be mailed with `options`: this server
+/// has an SMTP server, and the recipients and sender are email addresses.
+fn check_mailto(state: &AppState, subscriber: &str, options: &Value) -> Result<(), ZaqarError> {
+    if !mailto::is_mailto(subscriber) {
+        return Ok(());
+    }
+    if state.deliveries.config.smtp.is_none() {
+        return Err(ZaqarError::api(
+            "mailto subscribers are mailed through an SMTP server, and this server has none \
+             configured (--smtp-url).",
+        ));
+    }
+    mailto::Mailto::parse(subscriber, Some(options))
+        .map(|_| ())
+        .map_err(|rule| ZaqarError::api(format!("subscriber: {rule}")))
 }
 
 /// The 409 of a subscriber another subscription of the queue has.
@@ -174,6 +205,14 @@ fn from_options(options: &Value) -> Result<FromOptions, ZaqarError> {
     let policy = parsed
         .filter(|p| !p.disable_overrides)
         .map(|p| StoredPolicy::new(p.retry));
+    // The body template is read where it is sent (`Subscription::body_template`); Zaqar's
+    // webhook task calls `str.replace` on it, so it must be text.
+    if options.get("post_data").is_some_and(|t| !t.is_string()) {
+        return Err(ZaqarError::api(
+            "options.post_data must be a string: the body's template, in which \"$zaqar_message$\" \
+             stands for the message",
+        ));
+    }
     let mut content_type = "application/json".to_owned();
     let mut headers = BTreeMap::new();
     match options.get("post_headers") {
@@ -276,7 +315,7 @@ fn view(queue: &QueueRef, subscription: &Subscription, now_ms: u64) -> Subscript
             .map_or(0, |at| seconds(subscription.updated_at_ms, at)),
         age: seconds(subscription.created_at_ms, now_ms),
         options: redacted(subscription.options.as_ref()),
-        confirmed: true,
+        confirmed: subscription.confirmed,
     }
 }
 
@@ -334,18 +373,11 @@ pub async fn create(
     let now = state.engine.now_ms();
     check_document(&document, now).map_err(ZaqarError::api)?;
     let Some(subscriber) = document.get("subscriber").and_then(Value::as_str) else {
-        return Err(ZaqarError::api(
-            "The subscriber type of subscription must be supported in the list ['http', 'https'].",
-        ));
+        return Err(ZaqarError::api(unsupported_type()));
     };
     let location = format!("{}/subscriptions", queue.href());
-    let answer = |id: SubscriptionId| {
-        let response = views::json(
-            StatusCode::CREATED,
-            &json!({ "subscription_id": id.to_string() }),
-        );
-        views::located(response, &location)
-    };
+    let ttl_s = ttl_of(&document)
+        .unwrap_or_else(|| u64::try_from(DEFAULT_SUBSCRIPTION_TTL).unwrap_or(3_600));
     // A subscriber already subscribed is answered at once, without resolving it again; the
     // store makes the same answer atomically below, for one subscribed meanwhile.
     if let Some(existing) = of_queue(&state, &queue)
@@ -353,7 +385,7 @@ pub async fn create(
         .into_iter()
         .find(|s| s.endpoint == subscriber)
     {
-        return Ok(answer(existing.id));
+        return subscribed_again(&state, &queue, &existing, ttl_s, &location).await;
     }
     let endpoint = checked_subscriber(&state, subscriber).await?;
     let options = document
@@ -361,25 +393,63 @@ pub async fn create(
         .cloned()
         .unwrap_or_else(|| json!({}));
     let from = from_options(&options)?;
-    let ttl_s = ttl_of(&document)
-        .unwrap_or_else(|| u64::try_from(DEFAULT_SUBSCRIPTION_TTL).unwrap_or(3_600));
+    check_mailto(&state, &endpoint, &options)?;
     let secret = generate_secret().map_err(|e| {
         tracing::error!(error = %e, "cannot generate a signing secret");
         ZaqarError::unavailable("Subscription could not be created.")
     })?;
     ensure_created(&state, &queue).await?;
+    let require_confirmation = state.zaqar_require_confirmation;
     let mut subscription = Subscription {
         endpoint,
         content_type: String::new(),
         secret,
         format: EnvelopeFormat::Zaqar,
         options: Some(options),
+        confirmed: !require_confirmation,
         expires_at_ms: Some(now.saturating_add(ttl_s.saturating_mul(1_000))),
         ..Subscription::new(queue.tenax.clone(), now)
     };
     applied(&mut subscription, &from);
-    let (stored, _) = state.engine.create_subscription(subscription).await?;
-    Ok(answer(stored.id))
+    let (stored, created) = state.engine.create_subscription(subscription).await?;
+    if !created {
+        return subscribed_again(&state, &queue, &stored, ttl_s, &location).await;
+    }
+    if require_confirmation {
+        confirmation::send(&state, &queue, stored.id, Notice::Subscribe, ttl_s).await?;
+    }
+    Ok(created_answer(stored.id, &location))
+}
+
+/// The answer to a subscription POST: 201, its id, the collection as `Location`.
+fn created_answer(id: SubscriptionId, location: &str) -> Response {
+    let response = views::json(
+        StatusCode::CREATED,
+        &json!({ "subscription_id": id.to_string() }),
+    );
+    views::located(response, location)
+}
+
+/// The answer to a POST of a subscriber `existing` already has. As Zaqar: where confirmation
+/// is required, a confirmed one is a 409 and an unconfirmed one is sent its confirmation
+/// notice again; otherwise it is the existing subscription's 201.
+async fn subscribed_again(
+    state: &AppState,
+    queue: &QueueRef,
+    existing: &Subscription,
+    ttl_s: u64,
+    location: &str,
+) -> Result<Response, ZaqarError> {
+    if state.zaqar_require_confirmation {
+        if existing.confirmed {
+            return Err(ZaqarError::conflict(
+                "Such subscription already exists.Subscriptions are unique by project + queue \
+                 + subscriber URI.",
+            ));
+        }
+        confirmation::send(state, queue, existing.id, Notice::Subscribe, ttl_s).await?;
+    }
+    Ok(created_answer(existing.id, location))
 }
 
 /// `GET /v2/queues/{name}/subscriptions/{id}`.
@@ -406,7 +476,7 @@ struct SubscriptionList {
     links: Vec<Link>,
 }
 
-/// `GET /v2/queues/{name}/subscriptions`: by id, `limit` (1 to 20, default 10) after
+/// `GET /v2/queues/{name}/subscriptions`: by id as a string, `limit` (1 to 20, default 10) after
 /// `marker`.
 pub async fn list(
     ctx: Ctx,
@@ -425,23 +495,24 @@ pub async fn list(
             "Limit must be at least 1 and may not be greater than {max}."
         )));
     }
-    let after = match &marker {
-        Some(text) => parse_subscription_id(text)
-            .map(Some)
-            .unwrap_or(Some(SubscriptionId(u64::MAX))),
-        None => None,
-    };
     let page_size = limit
         .and_then(|l| usize::try_from(l).ok())
         .unwrap_or(DEFAULT_SUBSCRIPTIONS_PER_PAGE);
     let now = state.engine.now_ms();
-    let subscriptions: Vec<SubscriptionView> = of_queue(&state, &queue)
+    let mut live: Vec<(String, Subscription)> = of_queue(&state, &queue)
         .await?
-        .iter()
-        .filter(|s| after.is_none_or(|a| s.id > a))
+        .into_iter()
         .filter(|s| s.expires_at_ms.is_none_or(|at| at > now))
+        .map(|s| (s.id.to_string(), s))
+        .collect();
+    // Zaqar's ids are strings, listed and paged in string order: "10" comes before "9", and
+    // any text is a marker (the ids after it as strings).
+    live.sort_by(|a, b| a.0.cmp(&b.0));
+    let subscriptions: Vec<SubscriptionView> = live
+        .iter()
+        .filter(|(id, _)| marker.as_deref().is_none_or(|m| id.as_str() > m))
         .take(page_size)
-        .map(|s| view(&queue, s, now))
+        .map(|(_, s)| view(&queue, s, now))
         .collect();
     let links = match subscriptions.last() {
         Some(last) => {
@@ -520,6 +591,7 @@ pub async fn update(
                 None => kept,
             };
             let from = from_options(&options)?;
+            check_mailto(&state, &subscription.endpoint, &options)?;
             applied(&mut subscription, &from);
             subscription.options = Some(options);
             if let Some(at) = expires_at_ms {
@@ -572,9 +644,10 @@ pub async fn purge_subscriptions(state: &AppState, queue: &QueueRef) -> Result<(
     Ok(())
 }
 
-/// `PUT /v2/queues/{name}/subscriptions/{id}/confirm` `{"confirmed": bool}`: 204. Tenax does
-/// not ask webhook subscribers to confirm, so every subscription is confirmed already and this
-/// only checks its input.
+/// `PUT /v2/queues/{name}/subscriptions/{id}/confirm` `{"confirmed": bool}`: 204. Where
+/// confirmation is required, stores the subscriber's answer (`false` stops its messages and is
+/// answered with Zaqar's unsubscribe notice); otherwise every subscription is confirmed
+/// already and this only checks its input.
 pub async fn confirm(
     ctx: Ctx,
     kind: Kind,
@@ -584,11 +657,36 @@ pub async fn confirm(
 ) -> Result<Response, ZaqarError> {
     let queue = kind.resolve(&ctx.project, &name)?;
     let document = document_of(&body)?;
-    if !document.get("confirmed").is_some_and(Value::is_boolean) {
+    let Some(confirmed) = document.get("confirmed").and_then(Value::as_bool) else {
         return Err(ZaqarError::api("The 'confirmed' should be boolean."));
-    }
-    if find(&state, &queue, &id).await?.is_none() {
-        return Err(missing(&id));
+    };
+    let current = find(&state, &queue, &id)
+        .await?
+        .ok_or_else(|| missing(&id))?;
+    if state.zaqar_require_confirmation {
+        let now = state.engine.now_ms();
+        let result = state
+            .engine
+            .update_subscription(current.id, |stored| {
+                if !belongs(stored, &queue, now) {
+                    return Err(missing(&id));
+                }
+                Ok((stored.confirmed != confirmed).then(|| Subscription {
+                    confirmed,
+                    ..stored.clone()
+                }))
+            })
+            .await;
+        match result {
+            Ok(_) => {}
+            Err(ChangeError::Failed(EngineError::NotFound(Missing::Subscription(_)))) => {
+                return Err(missing(&id));
+            }
+            Err(error) => return Err(error.into()),
+        }
+        if !confirmed {
+            confirmation::send(&state, &queue, current.id, Notice::Unsubscribe, 0).await?;
+        }
     }
     let location = format!("{}/subscriptions/{id}/confirm", queue.href());
     Ok(views::empty(StatusCode::NO_CONTENT, Some(&location)))
@@ -610,8 +708,7 @@ mod tests {
                 .unwrap_err()
                 .starts_with("The subscriber type of subscription must be supported in the list")
         );
-        let mailto = check(json!({"subscriber": "mailto:a@example.com"})).unwrap_err();
-        assert!(mailto.contains("mailto subscribers"), "{mailto}");
+        assert!(check(json!({"subscriber": "mailto:a@example.com"})).is_ok());
         assert!(
             check(json!({"subscriber": "trust+https://x/y"}))
                 .unwrap_err()
@@ -646,5 +743,7 @@ mod tests {
         assert!(ignored.policy.is_none());
         assert!(from_options(&json!({"post_headers": {"Host": "x"}})).is_err());
         assert!(from_options(&json!({"post_headers": ["x"]})).is_err());
+        assert!(from_options(&json!({"post_data": "{\"m\": \"$zaqar_message$\"}"})).is_ok());
+        assert!(from_options(&json!({"post_data": {"m": 1}})).is_err());
     }
 }
