@@ -306,3 +306,22 @@ def test_message_ids_in_claims_match_the_posted_ones(api, queue_name):
     ids = api.post_messages(queue_name, [{"body": 1}])
     [message] = api.claim(queue_name).json()["messages"]
     assert message_id(message["href"]) == ids[0] == message["id"]
+
+
+def test_encrypted_queue_hands_out_its_messages_as_posted(client, queue_name):
+    """`_enable_encrypt_messages: True` (set through the client): the queue's messages are stored
+    encrypted; claims, gets and pops give the bodies back as they were posted."""
+    queue = client.queue(queue_name, force_create=True)
+    queue.metadata(new_meta={"_enable_encrypt_messages": True})
+    assert queue.metadata(force_reload=True)["_enable_encrypt_messages"] is True
+    bodies = [{"card": "4111 1111 1111 1111", "cvv": 737}, "a plain string", [1, {"x": None}]]
+    queue.post([{"body": body, "ttl": 300} for body in bodies])
+    claim = queue.claim(ttl=60, grace=60, limit=2)
+    claimed = list(claim)
+    assert [m.body for m in claimed] == bodies[:2]
+    assert queue.message(claimed[0].id).body == bodies[0]
+    [popped] = queue.pop(count=1)
+    assert popped.body == bodies[2]
+    for message in claimed:
+        message.delete()
+    assert list(queue.messages(echo=True)) == []

@@ -227,6 +227,9 @@ pub struct BenchConfig {
     pub http2: bool,
     /// The token and CA file of every request.
     pub client: tenax_net::http::ClientOptions,
+    /// Each scenario's queue stores its payloads encrypted (`encrypt_payloads`), set before
+    /// the scenario starts: what encryption costs, against a run without it.
+    pub encrypt_payloads: bool,
 }
 
 /// The whole run.
@@ -309,34 +312,25 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<BenchReport> {
             jobs,
             progress: progress_bar(config.progress, scenario, jobs),
         };
-        let result = match scenario {
-            Scenario::Enqueue1 => enqueue::single(&ctx, 1).await,
-            Scenario::Enqueue8 => enqueue::single(&ctx, 8).await,
-            Scenario::Enqueue64 => enqueue::single(&ctx, 64).await,
-            Scenario::Bulk100 => enqueue::bulk(&ctx, 100).await,
-            Scenario::Bulk1000 => enqueue::bulk(&ctx, 1_000).await,
-            Scenario::TakeComplete => work::take_complete(&ctx).await,
-            Scenario::Mixed => work::mixed(&ctx).await,
-            Scenario::TakeOne1 => one_by_one::run(&ctx, 1).await,
-            Scenario::TakeOne8 => one_by_one::run(&ctx, 8).await,
-            Scenario::TakeCompleteWorker => worker::take_complete(&ctx).await,
-            Scenario::MixedWorker => worker::mixed(&ctx).await,
-            Scenario::Promotion => promotion::run(&ctx).await,
-            Scenario::Memory => memory::run(&ctx).await,
-            Scenario::Growth => enqueue::growth(&ctx).await,
-            Scenario::Deliveries => deliveries::run(&ctx, false).await,
-            Scenario::DeliveriesFlaky => deliveries::run(&ctx, true).await,
-            Scenario::ZaqarPost1 => zaqar::post_scenario(&ctx, 1).await,
-            Scenario::ZaqarPost10 => zaqar::post_scenario(&ctx, 10).await,
-            Scenario::ZaqarClaimDelete => zaqar::claim_delete(&ctx).await,
-            Scenario::ZaqarWsPost10 => zaqar_ws::post_scenario(&ctx).await,
-            Scenario::ZaqarWsClaimDelete => zaqar_ws::claim_delete(&ctx).await,
+        let encrypted = if config.encrypt_payloads {
+            encrypt_queue(&ctx, scenario).await
+        } else {
+            Ok(())
+        };
+        let result = match encrypted {
+            Err(error) => Err(error),
+            Ok(()) => run_scenario(&ctx, scenario).await,
         };
         ctx.progress.finish_and_clear();
         let mut report = result.unwrap_or_else(|error| ScenarioReport {
             error: Some(format!("{error:#}")),
             ..ScenarioReport::default()
         });
+        if config.encrypt_payloads {
+            report
+                .notes
+                .push("payloads stored encrypted (encrypt_payloads)".into());
+        }
         report.scenario = scenario.name();
         report.queue = queue;
         reports.push(report);
@@ -346,6 +340,50 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         server_pid: config.server_pid,
         scenarios: reports,
     })
+}
+
+/// Sets `encrypt_payloads` on the queue `scenario` uses (made if new).
+async fn encrypt_queue(ctx: &Ctx, scenario: Scenario) -> anyhow::Result<()> {
+    let queue = match scenario {
+        Scenario::ZaqarPost1
+        | Scenario::ZaqarPost10
+        | Scenario::ZaqarClaimDelete
+        | Scenario::ZaqarWsPost10
+        | Scenario::ZaqarWsClaimDelete => zaqar::native_queue(ctx),
+        _ => ctx.queue.clone(),
+    };
+    let url = ctx.api.url(&format!("/api/queues/{queue}?create=true"));
+    ctx.api
+        .put(&url, Bytes::from_static(br#"{"encrypt_payloads": true}"#))
+        .await?;
+    Ok(())
+}
+
+/// Runs one scenario on `ctx`'s queue.
+async fn run_scenario(ctx: &Ctx, scenario: Scenario) -> anyhow::Result<ScenarioReport> {
+    match scenario {
+        Scenario::Enqueue1 => enqueue::single(ctx, 1).await,
+        Scenario::Enqueue8 => enqueue::single(ctx, 8).await,
+        Scenario::Enqueue64 => enqueue::single(ctx, 64).await,
+        Scenario::Bulk100 => enqueue::bulk(ctx, 100).await,
+        Scenario::Bulk1000 => enqueue::bulk(ctx, 1_000).await,
+        Scenario::TakeComplete => work::take_complete(ctx).await,
+        Scenario::Mixed => work::mixed(ctx).await,
+        Scenario::TakeOne1 => one_by_one::run(ctx, 1).await,
+        Scenario::TakeOne8 => one_by_one::run(ctx, 8).await,
+        Scenario::TakeCompleteWorker => worker::take_complete(ctx).await,
+        Scenario::MixedWorker => worker::mixed(ctx).await,
+        Scenario::Promotion => promotion::run(ctx).await,
+        Scenario::Memory => memory::run(ctx).await,
+        Scenario::Growth => enqueue::growth(ctx).await,
+        Scenario::Deliveries => deliveries::run(ctx, false).await,
+        Scenario::DeliveriesFlaky => deliveries::run(ctx, true).await,
+        Scenario::ZaqarPost1 => zaqar::post_scenario(ctx, 1).await,
+        Scenario::ZaqarPost10 => zaqar::post_scenario(ctx, 10).await,
+        Scenario::ZaqarClaimDelete => zaqar::claim_delete(ctx).await,
+        Scenario::ZaqarWsPost10 => zaqar_ws::post_scenario(ctx).await,
+        Scenario::ZaqarWsClaimDelete => zaqar_ws::claim_delete(ctx).await,
+    }
 }
 
 /// What a scenario gets.
@@ -504,6 +542,18 @@ impl Api {
             .send()
             .await
             .with_context(|| format!("POST {url}"))?;
+        answer(url, response).await
+    }
+
+    pub async fn put(&self, url: &str, body: Bytes) -> anyhow::Result<Bytes> {
+        let response = self
+            .client
+            .put(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await
+            .with_context(|| format!("PUT {url}"))?;
         answer(url, response).await
     }
 

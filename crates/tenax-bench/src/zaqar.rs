@@ -69,6 +69,11 @@ pub(super) fn queue(ctx: &Ctx) -> String {
     ctx.queue.replace(':', "-")
 }
 
+/// The native name of the scenario's Zaqar queue (of the project `bench`).
+pub(super) fn native_queue(ctx: &Ctx) -> String {
+    format!("bench:{}", queue(ctx))
+}
+
 /// `per_request` messages of about 100 bytes, as Zaqar posts them.
 pub(super) fn messages(per_request: usize) -> Vec<Value> {
     (0..per_request)

@@ -270,6 +270,7 @@ impl Encoded {
             origin: job.origin.as_deref(),
             parent: job.parent,
             traceparent: job.traceparent.as_deref(),
+            payload_sealed: job.payload_sealed,
         });
         self.state_bytes = to_json_bytes(&self.state);
         self.policy = job.policy.as_ref().map(to_json_bytes);
@@ -296,6 +297,8 @@ struct BodyRef<'a> {
     parent: Option<JobId>,
     #[serde(skip_serializing_if = "Option::is_none")]
     traceparent: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    payload_sealed: bool,
 }
 
 #[cfg(test)]
@@ -306,7 +309,10 @@ mod tests {
     #[test]
     fn body_by_reference_encodes_as_the_stored_body() {
         let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-        for (unique_key, traceparent) in [(None, None), (Some("k-1".to_owned()), Some(trace))] {
+        for (unique_key, traceparent, payload_sealed) in [
+            (None, None, false),
+            (Some("k-1".to_owned()), Some(trace), true),
+        ] {
             let payload = RawValue::from_string(r#"{"a": [1, "x"]}"#.into()).unwrap();
             let owned = StoredBody {
                 queue: "q".into(),
@@ -319,6 +325,7 @@ mod tests {
                 origin: Some("c-1".into()),
                 parent: Some(JobId(9)),
                 traceparent: traceparent.map(str::to_owned),
+                payload_sealed,
             };
             let by_ref = BodyRef {
                 queue: "q",
@@ -331,6 +338,7 @@ mod tests {
                 origin: Some("c-1"),
                 parent: Some(JobId(9)),
                 traceparent,
+                payload_sealed,
             };
             assert_eq!(to_json_bytes(&by_ref), to_json_bytes(&owned));
         }

@@ -105,6 +105,7 @@ impl JobLeases for EmbeddedStore {
                         queue: body.queue,
                         kind: body.kind,
                         payload: body.payload,
+                        payload_sealed: body.payload_sealed,
                         priority: body.priority,
                         attempt,
                         lease_token: lease.token,

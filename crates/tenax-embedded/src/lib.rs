@@ -68,7 +68,7 @@ use tenax_core::model::{
     ClaimId, EndpointState, JobId, JobState, QueueConfig, Schedule, StoredPolicy, Subscription,
     SubscriptionId,
 };
-use tenax_core::secrets::{KeyId, Keyring, SECRETS_KEY_FILE, files};
+use tenax_core::secrets::{KeyId, Keyring, PayloadKey, SECRETS_KEY_FILE, files};
 use tenax_core::store::sealed::from_stored;
 use tenax_core::store::{
     ClaimRecord, CommitObserver, Signals, StartBucket, StoreError, StoreLifecycle, StoreProperties,
@@ -129,6 +129,8 @@ pub struct EmbeddedStore {
     signals: Arc<Signals>,
     /// Seal the subscriptions' secrets on their way to disk (memory holds them opened).
     keys: Arc<Keyring>,
+    /// The data key of encrypted queues' payloads, opened at start (`sealing::payload_key`).
+    payload_key: PayloadKey,
     /// The activity per minute, in memory: one server counts it, from its start (`activity`).
     activity: Mutex<MinuteRing>,
     /// The one server using the store (`servers`).
@@ -261,6 +263,7 @@ impl EmbeddedStore {
         let keys = sealing::keys(&db, keys)?;
         let (inner, stale) = rebuild(&db, &keys, now_ms)?;
         sealing::seal_at_rest(&db, &inner, &stale, &keys, place.dir.is_some())?;
+        let payload_key = sealing::payload_key(&db, &keys)?;
         let (db, wal) = match place.dir {
             Some(dir) if sealing::scrub_pending(&db)? => sealing::scrub(db, wal, dir, options)?,
             _ => (db, wal),
@@ -282,6 +285,7 @@ impl EmbeddedStore {
             writer,
             signals,
             keys,
+            payload_key,
             activity: Mutex::default(),
             server: servers::ThisServer::new(),
         })
@@ -370,6 +374,10 @@ impl StoreLifecycle for EmbeddedStore {
 
     fn signals(&self) -> &Signals {
         &self.signals
+    }
+
+    fn payload_key(&self) -> &PayloadKey {
+        &self.payload_key
     }
 
     /// One process uses the embedded store.

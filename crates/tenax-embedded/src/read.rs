@@ -184,6 +184,7 @@ impl EmbeddedStore {
             origin,
             parent,
             traceparent,
+            payload_sealed,
         } = body;
         Ok(Some(Job {
             id,
@@ -201,6 +202,7 @@ impl EmbeddedStore {
                 origin,
                 parent,
                 traceparent,
+                payload_sealed,
             },
             state: snapshot.state,
             errors,

@@ -23,15 +23,15 @@ use redb::{
     TableHandle as _,
 };
 use tenax_core::model::SubscriptionId;
-use tenax_core::secrets::{KeyId, Keyring, files};
+use tenax_core::secrets::{KeyId, Keyring, PayloadKey, files};
 use tenax_core::store::StoreError;
-use tenax_core::store::sealed::to_stored;
+use tenax_core::store::sealed::{payload_key_from_stored, payload_key_to_stored, to_stored};
 
 use super::disk::{FileLog, LogFile};
 use super::tables::{
     ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
-    JOBS, META, POLICIES, QUEUES, SCHEDULES, SCRUB_PENDING, SECRETS_KEY, STARTS, STATES,
-    SUBSCRIPTIONS, TOKENS,
+    JOBS, META, PAYLOAD_KEY, PAYLOAD_KEY_ROW, POLICIES, QUEUES, SCHEDULES, SCRUB_PENDING,
+    SECRETS_KEY, STARTS, STATES, SUBSCRIPTIONS, TOKENS,
 };
 use super::wal::Wal;
 use super::{EmbeddedOptions, Inner, fault};
@@ -175,6 +175,47 @@ pub(super) fn seal_at_rest(
     Ok(clear)
 }
 
+/// The store's payload data key: made (and kept sealed by the sealing key) at the first open,
+/// and sealed again with the sealing key when the key ring's sealing key changed (a rotation
+/// re-seals the data key, never the payloads). One process opens the store, so no other can
+/// make a second key meanwhile.
+pub(super) fn payload_key(db: &Database, keys: &Keyring) -> Result<PayloadKey, StoreError> {
+    let what = "reading the payload data key";
+    let stored = {
+        let tx = db.begin_read().map_err(fault(what))?;
+        match tx.open_table(PAYLOAD_KEY) {
+            Ok(table) => table
+                .get(PAYLOAD_KEY_ROW)
+                .map_err(fault(what))?
+                .map(|v| v.value().to_vec()),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(fault(what)(e)),
+        }
+    };
+    let key = match stored {
+        Some(bytes) => {
+            let (key, sealed_with) = payload_key_from_stored(&bytes, keys)?;
+            if sealed_with == keys.current().id() {
+                return Ok(key);
+            }
+            key
+        }
+        None => PayloadKey::generate()
+            .map_err(|e| StoreError::storage("making the payload data key", e))?,
+    };
+    let what = "storing the payload data key";
+    let tx = db.begin_write().map_err(fault(what))?;
+    tx.open_table(PAYLOAD_KEY)
+        .map_err(fault(what))?
+        .insert(
+            PAYLOAD_KEY_ROW,
+            payload_key_to_stored(&key, keys)?.as_slice(),
+        )
+        .map_err(fault(what))?;
+    tx.commit().map_err(fault(what))?;
+    Ok(key)
+}
+
 /// Whether a scrub is owed (see the module's invariants).
 pub(super) fn scrub_pending(db: &Database) -> Result<bool, StoreError> {
     let what = "reading the store's meta table";
@@ -231,7 +272,7 @@ pub(super) fn scrub(
 }
 
 /// The names of every table [`copy_tables`] copies: every table of the format.
-pub(super) const TABLES: [&str; 16] = [
+pub(super) const TABLES: [&str; 17] = [
     "jobs",
     "states",
     "policies",
@@ -248,6 +289,7 @@ pub(super) const TABLES: [&str; 16] = [
     "meta",
     "schedules",
     "starts",
+    "payload_key",
 ];
 
 /// Copies every table of `from` into `to` in one commit, without `meta`'s scrub mark. Refuses
@@ -289,6 +331,7 @@ fn copy_tables(from: &Database, to: &Database) -> Result<(), StoreError> {
     copy(&read, &write, META)?;
     copy(&read, &write, SCHEDULES)?;
     copy(&read, &write, STARTS)?;
+    copy(&read, &write, PAYLOAD_KEY)?;
     write
         .open_table(META)
         .map_err(fault(what))?

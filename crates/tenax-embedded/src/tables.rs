@@ -2,7 +2,7 @@
 //!
 //! | table      | key                  | value                                        |
 //! |------------|----------------------|----------------------------------------------|
-//! | `jobs`     | job id (u64)         | [`StoredBody`] as JSON: fixed at enqueue     |
+//! | `jobs`     | job id (u64)         | [`StoredBody`] as JSON: fixed at enqueue; an encrypted queue's payload sealed (`payload_sealed`) |
 //! | `states`   | job id (u64)         | [`JobState`](tenax_core::model::JobState) as JSON, of every job not completed |
 //! | `completed` | (queue, job id)     | the [`JobState`](tenax_core::model::JobState) of a completed job, as JSON |
 //! | `completed_at` | (finished at, job id) | the job's queue: completed jobs in the order retention removes them |
@@ -17,6 +17,7 @@
 //! | `schedules` | schedule name       | [`Schedule`](tenax_core::model::Schedule) JSON: its definition and what it has done |
 //! | `starts`   | (queue, bucket start) | (bucket width, jobs started): a rate-limited queue's recent starts (see [`RateLimit`](tenax_core::model::RateLimit)) |
 //! | `endpoints` | endpoint origin     | [`EndpointState`](tenax_core::model::EndpointState) JSON: a webhook endpoint's pause and circuit breaker |
+//! | `payload_key` | `data_key`        | the payload data key of encrypted queues, sealed by the secrets key (`sealing::payload_key`) |
 //! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`), `wal_id` (the identity of the log that goes with this file; absent before format 4), `secrets_key` (the id of the key that seals the subscriptions' secrets), `scrub_pending` (present while the files still owe a scrub of secrets an earlier release kept in clear: see `sealing`) |
 //!
 //! Memory holds every job that can still change (see `index`); a completed job moves from
@@ -41,6 +42,8 @@
 //! see `wal`) and names it in `wal_id`, which an older Tenax would read as empty: it refuses
 //! the file instead. A format 3 file's log (format 1) is applied at open and made again in
 //! format 2, and its secrets are sealed.
+//! Format 5 may hold sealed payloads and the `payload_key` table (encrypted queues), which an
+//! older Tenax would show as ciphertext: it refuses the file instead. Nothing is rewritten.
 //!
 //! Ids are never reused: `next_id` is written in the same commit as the jobs that used it.
 //! In-flight status, leases and claims are never written: after a restart a job is as its last
@@ -70,10 +73,14 @@ pub const COMPLETED_COUNTS: TableDefinition<&str, u64> = TableDefinition::new("c
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");
 pub const STARTS: TableDefinition<(&str, u64), (u64, u64)> = TableDefinition::new("starts");
+/// The payload data key of encrypted queues, sealed by the secrets key (one row:
+/// [`PAYLOAD_KEY_ROW`]; `tenax_core::store::sealed::payload_key_to_stored`).
+pub const PAYLOAD_KEY: TableDefinition<&str, &[u8]> = TableDefinition::new("payload_key");
+pub const PAYLOAD_KEY_ROW: &str = "data_key";
 
 pub const FORMAT_VERSION_KEY: &str = "format_version";
 /// The format this version writes and reads.
-pub const FORMAT_VERSION: u64 = 4;
+pub const FORMAT_VERSION: u64 = 5;
 pub const NEXT_ID: &str = "next_id";
 pub const NEXT_SUBSCRIPTION_ID: &str = "next_subscription_id";
 pub const NEXT_TOKEN_ID: &str = "next_token_id";
@@ -102,6 +109,9 @@ pub struct StoredBody {
     pub parent: Option<JobId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// `payload` is sealed (`NewJob::payload_sealed`); absent in bodies written before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub payload_sealed: bool,
 }
 
 /// The fields of a [`StoredBody`] that the writer needs to find a completed job's rows.

@@ -300,16 +300,16 @@ fn holder_of(row: &Row) -> Result<((String, String), Enqueued), StoreError> {
 macro_rules! new_job_columns {
     () => {
         "queue, kind, payload, priority, unique_key, created_at, expires_at, origin, parent,
-         traceparent, policy, status, run_at"
+         traceparent, policy, status, run_at, payload_sealed"
     };
 }
 
-/// [`new_job_columns!`] as the arrays `$1`…`$13` of [`Columns::params`].
+/// [`new_job_columns!`] as the arrays `$1`…`$14` of [`Columns::params`].
 macro_rules! new_job_arrays {
     () => {
         "$1::text[], $2::text[], $3::text[], $4::integer[], $5::text[], $6::bigint[],
          $7::bigint[], $8::text[], $9::bigint[], $10::text[], $11::text[], $12::smallint[],
-         $13::bigint[]"
+         $13::bigint[], $14::boolean[]"
     };
 }
 
@@ -331,12 +331,13 @@ pub struct Columns {
     policy: Vec<Option<String>>,
     status: Vec<i16>,
     run_at: Vec<i64>,
+    payload_sealed: Vec<bool>,
 }
 
 impl Columns {
-    /// The arrays as `$1`…`$13` of [`INSERT_ROWS`] or [`INSERT_SHARED`], then `more`.
+    /// The arrays as `$1`…`$14` of [`INSERT_ROWS`] or [`INSERT_SHARED`], then `more`.
     pub fn params<'a, const N: usize>(&'a self, more: [Param<'a>; N]) -> Vec<Param<'a>> {
-        let arrays: [Param<'a>; 13] = [
+        let arrays: [Param<'a>; 14] = [
             &self.queue,
             &self.kind,
             &self.payload,
@@ -350,6 +351,7 @@ impl Columns {
             &self.policy,
             &self.status,
             &self.run_at,
+            &self.payload_sealed,
         ];
         arrays.into_iter().chain(more).collect()
     }
@@ -378,21 +380,22 @@ impl Columns {
         self.policy.push(job.policy.as_ref().map(json));
         self.status.push(status_code(state.status));
         self.run_at.push(time(state.run_at_ms));
+        self.payload_sealed.push(job.payload_sealed);
     }
 }
 
 statements! {
-    /// Stores the rows of [`Columns::params`] with their ids (`$14`), all of them if the facts
-    /// version is still `$15`, else none.
+    /// Stores the rows of [`Columns::params`] with their ids (`$15`), all of them if the facts
+    /// version is still `$16`, else none.
     pub INSERT_ROWS = concat!(
         "INSERT INTO tenax_jobs (",
         new_job_columns!(),
         ", id) SELECT * FROM unnest(",
         new_job_arrays!(),
-        ", $14::bigint[]) WHERE (SELECT version FROM tenax_facts) = $15"
+        ", $15::bigint[]) WHERE (SELECT version FROM tenax_facts) = $16"
     );
 
-    /// Stores the rows of [`Columns::params`] whose facts version (`$14`, one per row) is still
+    /// Stores the rows of [`Columns::params`] whose facts version (`$15`, one per row) is still
     /// the current one, with ids from the sequence in row order. Answers the current version and
     /// the new ids, ascending (so in row order).
     pub INSERT_SHARED = concat!(
@@ -403,7 +406,7 @@ statements! {
         new_job_columns!(),
         ", nextval('tenax_job_ids') FROM unnest(",
         new_job_arrays!(),
-        ", $14::bigint[]) AS u(",
+        ", $15::bigint[]) AS u(",
         new_job_columns!(),
         ", seen) WHERE u.seen = (SELECT version FROM facts) RETURNING id)
      SELECT (SELECT version FROM facts), ARRAY(SELECT id FROM stored ORDER BY id)"

@@ -34,6 +34,7 @@ pub(super) fn taken_of(row: &Row, lease_expires_at_ms: UnixMs) -> Result<TakenJo
         queue: row.get(1),
         kind: row.get(2),
         payload,
+        payload_sealed: row.get::<_, Option<bool>>(13).unwrap_or(false),
         priority: row.get(4),
         attempt: super::rows::uncount(row.get(5)).saturating_add(1),
         lease_token: LeaseToken(unid(row.get(6))),
@@ -361,7 +362,7 @@ statements! {
              FROM picked WHERE j.id = picked.id
              RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.failures,
                  j.lease_token, j.created_at, j.expires_at, j.parent, j.traceparent, j.run_at,
-                 j.trigger
+                 j.trigger, j.payload_sealed
          ), recorded AS (
              INSERT INTO tenax_claims (id, record, over_at)
              SELECT $9::bigint, $11::text, $12::bigint
@@ -372,7 +373,7 @@ statements! {
          UNION ALL
          SELECT NULL::bigint, name, NULL::text, NULL::text, NULL::integer, NULL::integer,
              NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::bigint,
-             NULL::smallint
+             NULL::smallint, NULL::boolean
          FROM limited"
     );
 

@@ -47,7 +47,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod};
 use tenax_core::clock::Clock;
-use tenax_core::secrets::Keyring;
+use tenax_core::secrets::{Keyring, PayloadKey};
 use tenax_core::store::{
     CommitObserver, JobUpkeep, Signals, StoreError, StoreLifecycle, StoreProperties,
 };
@@ -145,6 +145,9 @@ pub struct PostgresStore {
     /// Seal the subscriptions' secrets on their way to the database, and open them on theirs
     /// back.
     keys: Arc<Keyring>,
+    /// The data key of encrypted queues' payloads, opened at start (the same on every server:
+    /// [`sealing::seal_at_rest`]).
+    payload_key: PayloadKey,
 }
 
 /// A database failure while doing `what`, with its source kept. A lost connection, a server
@@ -236,7 +239,11 @@ fn is_conflict(error: &StoreError) -> bool {
 
 /// Connects once and readies the database for this server: samples its clock (when it is the
 /// clock that decides), migrates the schema, and seals what is not sealed.
-async fn prepare(database: &Database, clock: &Clock, secrets: &Keyring) -> Result<(), StoreError> {
+async fn prepare(
+    database: &Database,
+    clock: &Clock,
+    secrets: &Keyring,
+) -> Result<PayloadKey, StoreError> {
     // Said when connecting fails: a refused certificate is then explained by the check.
     let connecting = format!("connecting to PostgreSQL {}", database.said());
     let (mut client, connection) =
@@ -261,7 +268,7 @@ async fn prepare(database: &Database, clock: &Clock, secrets: &Keyring) -> Resul
     let sealed = match migrated {
         Ok(_) => sealing::seal_at_rest(&mut client, secrets)
             .await
-            .map(|_| ()),
+            .map(|(_, payload_key)| payload_key),
         Err(error) => Err(error),
     };
     drop(client);
@@ -290,9 +297,9 @@ impl PostgresStore {
         let database = options.database.clone();
         let mut pause = START_PAUSE;
         let started = tokio::time::Instant::now();
-        loop {
+        let payload_key = loop {
             match prepare(&database, clock, &options.secrets).await {
-                Ok(()) => break,
+                Ok(payload_key) => break payload_key,
                 // Unreachable or read-only (starting, failing over, cut off): worth waiting for.
                 Err(error @ StoreError::Unavailable(_))
                     if started.elapsed() + pause <= options.start_wait =>
@@ -306,7 +313,7 @@ impl PostgresStore {
                 }
                 Err(error) => return Err(error),
             }
-        }
+        };
         tracing::info!(
             secrets_key = %options.secrets.current().id(),
             "connected to PostgreSQL {}",
@@ -375,6 +382,7 @@ impl PostgresStore {
             beating,
             sampling,
             keys: options.secrets.clone(),
+            payload_key,
         };
         store.promote_due(clock.now_ms(), usize::MAX).await?;
         Ok(store)
@@ -400,6 +408,10 @@ impl StoreLifecycle for PostgresStore {
             cached_facts: true,
             durable_activity: true,
         }
+    }
+
+    fn payload_key(&self) -> &PayloadKey {
+        &self.payload_key
     }
 
     fn signals(&self) -> &Signals {

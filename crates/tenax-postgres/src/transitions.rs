@@ -365,7 +365,7 @@ statements! {
              $9::bigint, $10::bigint, $11::text,
              CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
              CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
-             NULL, NULL, NULL, NULL, $14::smallint
+             NULL, NULL, NULL, NULL, $14::smallint, payload_sealed
          FROM moved"
     );
 
@@ -388,7 +388,7 @@ statements! {
                  origin, parent, traceparent, policy, 3, run_at, failures, first_failure_at,
                  last_delay, $3::bigint, dead_reason, errors,
                  CASE WHEN $5::text IS NULL THEN attempts ELSE array_append(attempts, $5::text) END,
-                 NULL, NULL, NULL, NULL, NULL
+                 NULL, NULL, NULL, NULL, NULL, payload_sealed
              FROM done WHERE $4::bool
          )
          SELECT id, lease_token, queue, kind, created_at, taken_at, traceparent FROM done"

@@ -28,6 +28,7 @@ fn config(server: &TestServer, scenarios: Vec<Scenario>, token: Option<&str>) ->
             token: token.map(str::to_owned),
             ca_file: None,
         },
+        encrypt_payloads: false,
     }
 }
 
@@ -100,4 +101,51 @@ async fn a_refused_request_stops_the_scenario_with_the_servers_answer() {
         .clone()
         .expect("the scenario stopped");
     assert!(error.contains("401"), "{error}");
+}
+
+/// `--encrypt-payloads`: each scenario's queue (a Zaqar scenario's too) stores its payloads
+/// encrypted before the load starts, and the report says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn encrypt_payloads_sets_each_scenarios_queue_first() {
+    let server = secured().await;
+    let config = BenchConfig {
+        encrypt_payloads: true,
+        ..config(
+            &server,
+            vec![Scenario::TakeOne8, Scenario::ZaqarPost1],
+            Some(ADMIN),
+        )
+    };
+    let report = tenax_bench::run(&config).await.expect("the bench runs");
+    for (name, queue) in [
+        ("take-one-8", scenario(&report, "take-one-8").queue.clone()),
+        (
+            "zaqar-post-1",
+            format!(
+                "bench:{}",
+                scenario(&report, "zaqar-post-1").queue.replace(':', "-")
+            ),
+        ),
+    ] {
+        let ran = scenario(&report, name);
+        assert_eq!(ran.error, None, "{name}");
+        assert_eq!(ran.jobs, 200, "{name}");
+        assert!(
+            ran.notes.iter().any(|n| n.contains("encrypt_payloads")),
+            "{name}: {:?}",
+            ran.notes
+        );
+        let view = server
+            .api
+            .http()
+            .get(server.api.url(&format!("/api/queues/{queue}")))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .expect("the queue")
+            .json::<serde_json::Value>()
+            .await
+            .expect("JSON");
+        assert_eq!(view["encrypt_payloads"], true, "{name}: {view}");
+    }
 }

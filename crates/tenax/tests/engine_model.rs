@@ -510,6 +510,7 @@ fn new_job(queue: &str, priority: i32, run_at_ms: u64, now: u64) -> NewJob {
         origin: None,
         parent: None,
         traceparent: None,
+        payload_sealed: false,
     }
 }
 

@@ -105,6 +105,7 @@ fn insert(marker: u64, now_ms: u64) -> Insert {
             origin: None,
             parent: None,
             traceparent: None,
+            payload_sealed: false,
         },
         parent: None,
         owner: None,

@@ -113,6 +113,7 @@ fn insert(marker: u64) -> Insert {
             origin: None,
             parent: None,
             traceparent: None,
+            payload_sealed: false,
         },
         parent: None,
         owner: None,

@@ -657,6 +657,10 @@ async fn put_bodies_and_reserved_metadata_are_checked() {
             json!({"_retry_policy": {"minimum_delay": 1.5, "maximum_delay": 15}}),
             "Retry policy: minimum_delay must be a integer.",
         ),
+        (
+            json!({"_enable_encrypt_messages": "yes"}),
+            "_enable_encrypt_messages must be boolean.",
+        ),
     ];
     for (metadata, description) in cases {
         zaqar.put("/v2/queues/q", metadata.clone()).await.error(
@@ -665,11 +669,8 @@ async fn put_bodies_and_reserved_metadata_are_checked() {
             Some(description),
         );
     }
-    // Tenax's own rules name the key.
-    for metadata in [
-        json!({"_dead_letter_queue": "bad name"}),
-        json!({"_enable_encrypt_messages": true}),
-    ] {
+    // Tenax's own rule names the key.
+    for metadata in [json!({"_dead_letter_queue": "bad name"})] {
         let answer = zaqar.put("/v2/queues/q", metadata.clone()).await;
         answer.error(400, "Invalid API request", None);
         let key = metadata.as_object().unwrap().keys().next().unwrap().clone();
@@ -683,6 +684,59 @@ async fn put_bodies_and_reserved_metadata_are_checked() {
     }
     // Nothing was created by the refused requests.
     assert_eq!(zaqar.head("/v2/queues/q").await.status, 404);
+}
+
+/// `_enable_encrypt_messages: true` is kept and shown back as Zaqar does; the queue's messages
+/// read back plain (that they are stored sealed is `tests/encrypted_queues.rs`'s).
+#[tokio::test]
+async fn encrypted_queues_are_shown_back_and_read_plain() {
+    let (server, zaqar) = server().await;
+    zaqar
+        .put(
+            "/v2/queues/enc",
+            json!({"_enable_encrypt_messages": true, "a": 1}),
+        )
+        .await
+        .ok(201);
+    let shown = zaqar.get("/v2/queues/enc").await;
+    assert_eq!(
+        shown.ok(200),
+        &with_defaults(json!({"_enable_encrypt_messages": true, "a": 1}))
+    );
+    let native = server.get("/api/queues/proj-a:enc").await;
+    assert_eq!(native["encrypt_payloads"], json!(true), "{native}");
+    let body = json!({"card": "4111 1111 1111 1111", "nested": [1, {"x": null}]});
+    let posted = zaqar
+        .post(
+            "/v2/queues/enc/messages",
+            json!({"messages": [{"body": body, "ttl": 300}]}),
+        )
+        .await;
+    let id = posted.ok(201)["resources"][0]
+        .as_str()
+        .and_then(|href| href.rsplit('/').next())
+        .expect("a message id")
+        .to_owned();
+    let one = zaqar.get(&format!("/v2/queues/enc/messages/{id}")).await;
+    assert_eq!(one.ok(200)["body"], body);
+    // Turned off: the message posted before still reads.
+    zaqar
+        .patch_metadata(
+            "enc",
+            json!([{"op": "replace", "path": "/metadata/_enable_encrypt_messages", "value": false}]),
+        )
+        .await
+        .ok(200);
+    assert_eq!(
+        zaqar.get("/v2/queues/enc").await.ok(200)["_enable_encrypt_messages"],
+        json!(false)
+    );
+    let native = server.get("/api/queues/proj-a:enc").await;
+    assert!(native.get("encrypt_payloads").is_none(), "{native}");
+    let claimed = zaqar
+        .post("/v2/queues/enc/claims", json!({"ttl": 60, "grace": 60}))
+        .await;
+    assert_eq!(claimed.ok(201)["messages"][0]["body"], body, "{claimed:?}");
 }
 
 #[tokio::test]

@@ -64,7 +64,7 @@ impl Engine {
         let began = began(self);
         let jobs = self.store.take_jobs(&request, now_ms).await?.jobs;
         self.observe_taken(&jobs, now_ms, began);
-        Ok((id, jobs))
+        Ok((id, self.opened_taken(jobs)?))
     }
 
     /// Claim `id` of `queue`, while it is live: its record names the queue and it still holds a
@@ -197,7 +197,8 @@ impl Engine {
     pub async fn pop(&self, queue: &str, max: usize) -> Result<Vec<Job>, EngineError> {
         self.expire_due_leases_of(queue).await?;
         let queues = [queue.to_owned()];
-        Ok(self.store.pop_jobs(&queues, max, self.now_ms()).await?)
+        let jobs = self.store.pop_jobs(&queues, max, self.now_ms()).await?;
+        Ok(self.opened_jobs(jobs)?)
     }
 }
 

@@ -141,14 +141,24 @@ impl Engine {
                     .map_or(self.default_policy_for(&job.queue), |p| p.policy());
                 job.policy = Some(StoredPolicy::new((**base).clone().with_retry_limit(limit)));
             }
+            // An encrypted queue's message and its deliveries (which carry its body) are
+            // sealed before the store sees them.
+            let seal = config.is_some_and(|c| c.encrypt_payloads);
             // Deliveries come after every message, so that the first `count` results are the
             // messages' and a parent always precedes its children.
             for subscription in &facts.subscribers {
+                let mut delivery = delivery_of(*subscription, &job);
+                if seal {
+                    self.seal_payload(&mut delivery)?;
+                }
                 deliveries.push(Insert {
-                    job: delivery_of(*subscription, &job),
+                    job: delivery,
                     parent: Some(index),
                     owner: Some(*subscription),
                 });
+            }
+            if seal {
+                self.seal_payload(&mut job)?;
             }
             inserts.push(Insert::new(job));
         }
@@ -161,12 +171,14 @@ impl Engine {
     }
 
     pub async fn job(&self, id: JobId) -> Result<Option<Job>, EngineError> {
-        Ok(self.store.get_job(id).await?)
+        let job = self.store.get_job(id).await?;
+        Ok(job.map(|job| self.opened_job(job)).transpose()?)
     }
 
     /// A page of the jobs matching `filter`.
     pub async fn jobs(&self, filter: &JobFilter, page: Page) -> Result<Vec<Job>, EngineError> {
-        Ok(self.store.list_jobs(filter, page).await?)
+        let jobs = self.store.list_jobs(filter, page).await?;
+        Ok(self.opened_jobs(jobs)?)
     }
 
     pub async fn count_jobs(&self, filter: &JobFilter) -> Result<u64, EngineError> {
@@ -225,7 +237,9 @@ impl Engine {
         page: Page,
         budget: usize,
     ) -> Result<Searched, EngineError> {
-        Ok(self.store.search_jobs(filter, text, page, budget).await?)
+        let mut searched = self.store.search_jobs(filter, text, page, budget).await?;
+        searched.jobs = self.opened_jobs(std::mem::take(&mut searched.jobs))?;
+        Ok(searched)
     }
 
     /// For each queue, when the job it hands out next became ready (`None`: none is ready).
@@ -267,5 +281,6 @@ fn delivery_of(subscription: SubscriptionId, message: &NewJob) -> NewJob {
         parent: None,
         // The delivery belongs to the message's trace: the endpoint gets its `traceparent`.
         traceparent: message.traceparent.clone(),
+        payload_sealed: false,
     }
 }

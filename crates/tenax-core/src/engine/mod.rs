@@ -18,6 +18,7 @@ mod jobs;
 pub mod known_queues;
 pub mod maintenance;
 mod observe;
+mod payloads;
 mod queues;
 mod schedules;
 mod subscriptions;

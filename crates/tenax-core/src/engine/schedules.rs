@@ -317,6 +317,7 @@ fn enqueue_of(template: &JobTemplate, tick_ms: UnixMs, now_ms: UnixMs) -> Enqueu
             origin: None,
             parent: None,
             traceparent: None,
+            payload_sealed: false,
         },
         retry_limit: template.retry_limit,
     }

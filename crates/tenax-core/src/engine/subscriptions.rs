@@ -110,7 +110,8 @@ impl Engine {
             subscription: Some(id),
             ..TakeRequest::new(&queues, max, lease_ms)
         };
-        Ok(self.store.take_jobs(&request, self.now_ms()).await?.jobs)
+        let jobs = self.store.take_jobs(&request, self.now_ms()).await?.jobs;
+        Ok(self.opened_taken(jobs)?)
     }
 
     /// Counts by status of a subscription's deliveries.
@@ -246,6 +247,7 @@ impl Engine {
             origin: None,
             parent: None,
             traceparent: None,
+            payload_sealed: false,
         };
         let insert = Insert {
             job,

@@ -94,7 +94,7 @@ impl Engine {
                 self.warn_of_unknown_queues(take.queues).await;
             }
             if !taken.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Ok(taken.jobs);
+                return Ok(self.opened_taken(taken.jobs)?);
             }
             let held = taken.held;
             if held.in_flight && !watch_released {

@@ -282,6 +282,7 @@ mod tests {
             lease_expires_at_ms: until,
             kind: "k".into(),
             payload: serde_json::value::RawValue::from_string("{}".into()).unwrap(),
+            payload_sealed: false,
             priority: 0,
             attempt: 1,
             created_at_ms: T0,

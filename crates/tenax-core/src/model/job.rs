@@ -93,6 +93,12 @@ pub struct NewJob {
     /// worker. Checked by [`check_traceparent`](crate::model::check_traceparent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The payload is sealed (an encrypted queue's: the engine sealed it with the store's data
+    /// key, and `payload` holds the sealed text as a JSON string). Kept in the job's record,
+    /// never in the payload, so no payload can pass for a sealed one; only the engine sees it
+    /// set, since it opens every payload it reads before handing the job on.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub payload_sealed: bool,
 }
 
 /// One failure, as recorded on the job.

@@ -12,6 +12,8 @@ pub struct TakenJob {
     pub queue: String,
     pub kind: String,
     pub payload: Box<RawValue>,
+    /// The payload is sealed, as in [`NewJob::payload_sealed`](crate::model::NewJob).
+    pub payload_sealed: bool,
     pub priority: i32,
     /// This run's number: previous failures + 1.
     pub attempt: u32,

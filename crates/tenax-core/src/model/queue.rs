@@ -75,6 +75,11 @@ pub struct QueueConfig {
     /// At most this many of the queue's jobs started in any period (see [`RateLimit`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<RateLimit>,
+    /// Payloads enqueued to the queue (and their webhook deliveries) are stored sealed with
+    /// the store's data key and opened on every read (Zaqar's `_enable_encrypt_messages`).
+    /// Whether a stored payload is sealed is the job's own record, not this flag's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub encrypt_payloads: bool,
 }
 
 impl QueueConfig {

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use super::StoreError;
 use crate::model::Subscription;
-use crate::secrets::{KeyId, Keyring, OpenError, Sealed};
+use crate::secrets::{KeyId, Keyring, OpenError, PayloadKey, Sealed};
 
 /// What is sealed of a subscription.
 #[derive(Serialize, Deserialize)]
@@ -127,6 +127,31 @@ fn cannot_open(subscription: &Subscription, keys: &Keyring, error: &OpenError) -
         "the secrets of subscription {} do not open: {error}{hint}",
         subscription.id
     ))
+}
+
+/// The stored form of the store's payload data key: its box, sealed with `keys`' sealing key.
+pub fn payload_key_to_stored(key: &PayloadKey, keys: &Keyring) -> Result<Vec<u8>, StoreError> {
+    let sealed = key
+        .sealed_by(keys)
+        .map_err(|e| StoreError::storage("sealing the payload data key", e))?;
+    Ok(super::to_json_bytes(&sealed))
+}
+
+/// The store's payload data key read back, and the key ring's key that sealed it.
+pub fn payload_key_from_stored(
+    bytes: &[u8],
+    keys: &Keyring,
+) -> Result<(PayloadKey, KeyId), StoreError> {
+    let sealed: Sealed = super::from_json_bytes("the payload data key", bytes)?;
+    let key = PayloadKey::open_with(&sealed, keys).map_err(|e| {
+        StoreError::Secrets(format!(
+            "the payload data key of encrypted queues does not open: {e}; the secrets key file \
+             {} holds key {} (docs/security.md)",
+            keys.source(),
+            keys.ids()
+        ))
+    })?;
+    Ok((key, sealed.key))
 }
 
 #[cfg(test)]

@@ -485,6 +485,10 @@ pub trait StoreLifecycle {
 
     fn signals(&self) -> &Signals;
 
+    /// The store's payload data key (`crate::secrets::payload_key`), opened when the store
+    /// was: what the engine seals and opens the payloads of encrypted queues with.
+    fn payload_key(&self) -> &crate::secrets::PayloadKey;
+
     /// How many servers use the backend now (at least 1): a limit set for the whole cluster
     /// is shared among them. Known from memory, so cheap; may lag a change by seconds.
     fn servers(&self) -> usize;

@@ -204,6 +204,7 @@ pub fn to_enqueue(
             origin: None,
             parent: None,
             traceparent,
+            payload_sealed: false,
         },
         retry_limit,
     })

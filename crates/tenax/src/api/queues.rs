@@ -54,6 +54,10 @@ struct QueueView {
     /// At most `limit` jobs start in any `period_ms`. Shown only when set.
     #[serde(skip_serializing_if = "Option::is_none")]
     rate: Option<RateView>,
+    /// Payloads enqueued from now on are stored encrypted (docs/security.md). Shown only when
+    /// set.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    encrypt_payloads: bool,
 }
 
 /// A rate limit, and how much of it the current period has used.
@@ -108,6 +112,7 @@ fn view(
             period_ms: rate.period_ms,
             used: used.started,
         }),
+        encrypt_payloads: config.encrypt_payloads,
     }
 }
 
@@ -189,6 +194,10 @@ pub struct UpdateQueue {
     #[serde(default, deserialize_with = "present_any")]
     #[schema(value_type = Option<RateRequest>)]
     pub(crate) rate: Option<Option<RateRequest>>,
+    /// Store the payloads enqueued from now on encrypted with the server's key (and their
+    /// webhook deliveries); every read shows them plain. Payloads already stored stay as
+    /// they were stored (docs/security.md#encrypted-queues).
+    pub(crate) encrypt_payloads: Option<bool>,
 }
 
 /// A rate limit: at most `limit` jobs start in any `period`.
@@ -240,6 +249,7 @@ pub struct QueueChange {
     message_ttl_ms: Option<Option<u64>>,
     concurrency: Option<Option<u32>>,
     rate: Option<Option<RateLimit>>,
+    encrypt_payloads: Option<bool>,
 }
 
 impl QueueChange {
@@ -263,6 +273,9 @@ impl QueueChange {
         }
         if let Some(rate) = self.rate {
             config.rate = rate;
+        }
+        if let Some(encrypt) = self.encrypt_payloads {
+            config.encrypt_payloads = encrypt;
         }
         config
     }
@@ -326,6 +339,7 @@ pub fn queue_change(request: UpdateQueue) -> Result<QueueChange, ApiError> {
         message_ttl_ms,
         concurrency,
         rate,
+        encrypt_payloads: request.encrypt_payloads,
     })
 }
 

@@ -45,6 +45,10 @@ pub struct BenchArgs {
     /// connection instead of one connection each.
     #[arg(long)]
     pub http2: bool,
+    /// Set `encrypt_payloads` on each scenario's queue first: its payloads are stored
+    /// encrypted (docs/security.md#encrypted-queues), to compare with a run without it.
+    #[arg(long)]
+    pub encrypt_payloads: bool,
     /// Print the results as JSON on stdout (the table then goes to stderr).
     #[arg(long)]
     pub json: bool,
@@ -84,6 +88,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         },
         progress: std::io::stderr().is_terminal(),
         http2: args.http2,
+        encrypt_payloads: args.encrypt_payloads,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

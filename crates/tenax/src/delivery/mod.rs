@@ -198,6 +198,7 @@ pub(crate) mod fixtures {
             kind: kind.to_owned(),
             payload: serde_json::value::RawValue::from_string(payload.to_owned())
                 .expect("raw JSON"),
+            payload_sealed: false,
             priority: 0,
             attempt: 1,
             lease_token: LeaseToken(1),

@@ -222,6 +222,7 @@ pub async fn limits(
         message_ttl: None,
         concurrency: Some(concurrency),
         rate: Some(rate),
+        encrypt_payloads: None,
     })?;
     let stored = state
         .engine

@@ -184,6 +184,16 @@ impl TestServer {
         self.clock.now_ms()
     }
 
+    /// The data directory the server's embedded store (or its secrets key file) lives in.
+    pub fn data_dir(&self) -> &Path {
+        self.data_dir.path()
+    }
+
+    /// The server's PostgreSQL database URL, when the suite runs on PostgreSQL.
+    pub fn database(&self) -> Option<&str> {
+        self.database.as_deref()
+    }
+
     /// Hears what the server's delivery runners decide from now on: listen before the act
     /// whose effect a test waits for.
     pub fn listen(&self) -> broadcast::Receiver<Signal> {

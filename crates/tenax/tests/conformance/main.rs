@@ -154,6 +154,7 @@ conformance_suite! {
             a_wrong_secrets_key_is_refused_and_changes_nothing,
             a_key_rotation_loses_nothing_wherever_it_stops,
             secrets_kept_in_clear_before_are_sealed_at_open,
+            sealed_payloads_keep_their_mark_and_one_data_key_opens_them,
         ],
     },
 }

@@ -103,6 +103,7 @@ pub(crate) async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
             limit: 100,
             period_ms: 60 * SECOND,
         }),
+        encrypt_payloads: true,
     };
     // A change that declines stores nothing.
     assert_eq!(store.update_queue("q", &|_| None).await, Ok(None));

@@ -7,16 +7,122 @@
 //! | keys                                   | `a_wrong_secrets_key_is_refused_and_changes_nothing`, `postgres_servers_opening_together_with_different_keys_are_refused_but_one` |
 //! | rotation                               | `a_key_rotation_loses_nothing_wherever_it_stops` |
 //! | upgrade from secrets kept in clear     | `secrets_kept_in_clear_before_are_sealed_at_open` |
+//! | encrypted queues: the sealed mark, the data key | `sealed_payloads_keep_their_mark_and_one_data_key_opens_them` |
 
 use std::sync::Arc;
 
 use serde_json::json;
-use tenax_core::model::Subscription;
+use tenax_core::model::{Job, Subscription};
 use tenax_core::secrets::Keyring;
 use tenax_core::secrets::key::Key;
-use tenax_core::store::StoreError;
+use tenax_core::store::{Insert, Store, StoreError};
 
 use crate::support::*;
+
+/// A payload sealed with `store`'s data key, as the engine seals one, and its job.
+fn sealed_job(store: &Arc<dyn Store>, queue: &str, text: &str) -> Insert {
+    let sealed = store
+        .payload_key()
+        .seal(b"conformance", text.as_bytes())
+        .expect("sealed");
+    let mut insert = job(queue).payload(json!(sealed));
+    insert.job.payload_sealed = true;
+    insert
+}
+
+/// The text a sealed payload holds, opened with `store`'s data key.
+fn opened(store: &Arc<dyn Store>, payload: &serde_json::value::RawValue) -> String {
+    let text: String = serde_json::from_str(payload.get()).expect("a JSON string");
+    let plain = store
+        .payload_key()
+        .open(b"conformance", &text)
+        .expect("opens with the store's data key");
+    String::from_utf8(plain).expect("UTF-8")
+}
+
+/// Whether a payload is sealed is kept with its job wherever the job goes (taken, dead,
+/// completed, popped, after a restart), and plain jobs stay plain. The store keeps one data
+/// key: the same after a restart, and after a rotation of the secrets key (which seals the data
+/// key again and leaves the payloads as they are), opened by the new key alone once the
+/// rotation is done.
+pub(crate) async fn sealed_payloads_keep_their_mark_and_one_data_key_opens_them(
+    backend: &impl Backend,
+) {
+    let store = backend.open(T0).await;
+    let ids = enqueue(
+        &store,
+        vec![
+            sealed_job(&store, "q", "\"dead\""),
+            sealed_job(&store, "q", "\"done\""),
+            job("q").payload(json!("plain")),
+            sealed_job(&store, "p", "\"popped\""),
+        ],
+        T0,
+    )
+    .await;
+    let marks = |jobs: &[Job]| {
+        jobs.iter()
+            .map(|j| j.spec.payload_sealed)
+            .collect::<Vec<_>>()
+    };
+    let taken = take(&store, &["q"], 3, T0).await;
+    assert_eq!(
+        taken.iter().map(|t| t.payload_sealed).collect::<Vec<_>>(),
+        [true, true, false]
+    );
+    assert_eq!(opened(&store, &taken[0].payload), "\"dead\"");
+    store
+        .fail_job(ack(&taken[0]), T0, &dead(T0, "fatal"))
+        .await
+        .expect("dead");
+    store
+        .complete_plain(&[ack(&taken[1]), ack(&taken[2])], true, T0)
+        .await
+        .expect("completed");
+    let mut jobs: Vec<Job> = Vec::new();
+    for id in &ids[..3] {
+        jobs.push(get(&store, *id).await);
+    }
+    assert_eq!(marks(&jobs), [true, true, false]);
+    assert_eq!(jobs[2].spec.payload.get(), "\"plain\"");
+    let popped = store
+        .pop_jobs(&["p".to_owned()], 1, T0)
+        .await
+        .expect("popped");
+    assert_eq!(marks(&popped), [true]);
+    assert_eq!(opened(&store, &popped[0].spec.payload), "\"popped\"");
+    close(store).await;
+
+    // The same data key after a restart.
+    let store = backend.open(T0).await;
+    let dead_job = get(&store, ids[0]).await;
+    assert!(dead_job.spec.payload_sealed);
+    assert_eq!(opened(&store, &dead_job.spec.payload), "\"dead\"");
+    close(store).await;
+
+    // A rotation seals the data key again; the payloads open with the new key alone after it.
+    let old = backend.keys();
+    let both = Arc::new(old.sealing_with(Key::generate().expect("a key")));
+    let store = backend
+        .try_open_with(both.clone(), T0)
+        .await
+        .expect("opens");
+    assert_eq!(
+        opened(&store, &get(&store, ids[1]).await.spec.payload),
+        "\"done\""
+    );
+    close(store).await;
+    let new_alone = Arc::new(both.current_only());
+    let store = backend
+        .try_open_with(new_alone, T0)
+        .await
+        .expect("opens with the new key alone");
+    assert_eq!(
+        opened(&store, &get(&store, ids[0]).await.spec.payload),
+        "\"dead\""
+    );
+    close(store).await;
+}
 
 /// What a subscription must never show at rest: its secrets, header values and options.
 const AT_REST: [&str; 6] = [

@@ -236,8 +236,9 @@ impl Backend for Embedded {
         .await;
     }
 
-    /// Format 3, no key recorded nor key file, and `stale` in the log's unused tail, where an
-    /// earlier release's records of the same subscriptions would linger.
+    /// Format 3, no key recorded nor key file (nor the payload data key it seals), and
+    /// `stale` in the log's unused tail, where an earlier release's records of the same
+    /// subscriptions would linger.
     async fn as_before_sealing(&self, stale: &[u8]) {
         self.stamp_format(3).await;
         self.with_file(|db| {
@@ -246,6 +247,8 @@ impl Backend for Embedded {
                 .expect("the meta table")
                 .remove("secrets_key")
                 .expect("removed");
+            tx.delete_table(TableDefinition::<&str, &[u8]>::new("payload_key"))
+                .expect("the payload data key's table removed");
             tx.commit().expect("committed");
         })
         .await;
@@ -372,7 +375,12 @@ impl Backend for Postgres {
         self.connect()
             .await
             .batch_execute(
-                "DROP TABLE tenax_activity; ALTER TABLE tenax_servers DROP COLUMN about;
+                "DROP TABLE tenax_payload_key; DROP VIEW tenax_all_jobs;
+                 ALTER TABLE tenax_jobs DROP COLUMN payload_sealed;
+                 ALTER TABLE tenax_finished DROP COLUMN payload_sealed;
+                 CREATE VIEW tenax_all_jobs AS
+                     SELECT * FROM tenax_jobs UNION ALL SELECT * FROM tenax_finished;
+                 DROP TABLE tenax_activity; ALTER TABLE tenax_servers DROP COLUMN about;
                  DROP TABLE tenax_secrets_key; UPDATE tenax_schema SET version = 7",
             )
             .await
@@ -421,6 +429,7 @@ pub(crate) fn job(queue: &str) -> Insert {
             origin: None,
             parent: None,
             traceparent: None,
+            payload_sealed: false,
         },
         parent: None,
         owner: None,

@@ -211,6 +211,7 @@ pub async fn post(
                 origin: Some(ctx.client.clone()),
                 parent: None,
                 traceparent: None,
+                payload_sealed: false,
             })
         })
         .collect();

@@ -144,8 +144,8 @@ fn in_range(value: Option<i64>, min: u64, max: u64) -> bool {
 }
 
 /// Zaqar's checks of the reserved keys (`Validator.queue_metadata_putting`), in its order and
-/// with its texts, then Tenax's own: `_dead_letter_queue` must name a queue, and
-/// `_enable_encrypt_messages` cannot be true. The error is the description of a 400.
+/// with its texts, then Tenax's own: `_dead_letter_queue` must name a queue. The error is the
+/// description of a 400.
 pub fn check(metadata: &Map<String, Value>, limits: &Limits) -> Result<(), String> {
     let max_ttl = limits.max_message_ttl;
     let max_size = limits.max_messages_post_size;
@@ -183,14 +183,7 @@ pub fn check(metadata: &Map<String, Value>, limits: &Limits) -> Result<(), Strin
         ));
     }
     match metadata.get("_enable_encrypt_messages") {
-        None | Some(Value::Null | Value::Bool(false)) => {}
-        Some(Value::Bool(true)) => {
-            return Err(
-                "_enable_encrypt_messages: Tenax does not encrypt message bodies; \
-                        leave it out or set it to false."
-                    .into(),
-            );
-        }
+        None | Some(Value::Null | Value::Bool(_)) => {}
         Some(_) => return Err("_enable_encrypt_messages must be boolean.".into()),
     }
     check_retry_policy(metadata)?;
@@ -293,6 +286,8 @@ pub fn install(
     config.disable_overrides = parsed.disable_overrides;
     config.policy = Some(StoredPolicy::new(parsed.retry));
     config.dead_letter = dead_letter(project, &metadata);
+    // Zaqar encrypts the messages posted while the key is true; so does the engine.
+    config.encrypt_payloads = metadata.get("_enable_encrypt_messages") == Some(&Value::Bool(true));
     // Jobs enqueued through the native API into a Zaqar queue expire as its messages do.
     config.message_ttl_ms = MessageSettings::of(Some(&metadata))
         .explicit_ttl_s
@@ -408,6 +403,22 @@ mod tests {
             Some(&defaults)
         );
         assert!(!config.disable_overrides && config.dead_letter.is_none());
+        assert!(!config.encrypt_payloads);
+        install(
+            &mut config,
+            "p",
+            map(json!({"_enable_encrypt_messages": true})),
+        )
+        .unwrap();
+        assert!(config.encrypt_payloads);
+        assert_eq!(
+            check(
+                &map(json!({"_enable_encrypt_messages": "yes"})),
+                &Limits::default()
+            )
+            .unwrap_err(),
+            "_enable_encrypt_messages must be boolean."
+        );
     }
 
     #[test]
