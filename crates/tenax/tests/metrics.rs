@@ -386,6 +386,12 @@ async fn a_scripted_workload_is_counted() {
     let scrape = self::scrape(&server).await;
     let unmatched = [("route", "(unmatched)"), ("status", "404")];
     assert_eq!(value(&scrape, "tenax_http_requests_total", &unmatched), 1.0);
+    // The server leads the maintenance (alone on its store, or the first of a cluster) once
+    // its loop has asked.
+    eventually(&server, "this server leads the maintenance", |s| {
+        value(s, "tenax_maintenance_leader", &[]) == 1.0
+    })
+    .await;
 }
 
 /// A lease that expires is a failed attempt, counted with its job's queue and type; a job that

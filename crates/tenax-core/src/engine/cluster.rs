@@ -59,6 +59,12 @@ impl ThisServer {
 }
 
 impl Engine {
+    /// Whether this server led the maintenance the last time its loop asked the store (on the
+    /// embedded store, the one server always does once its loop has run).
+    pub fn leads_maintenance(&self) -> bool {
+        self.this_server.leads.load(Ordering::Relaxed)
+    }
+
     /// Names the version this server runs and where it listens, for the others to read.
     pub fn identify(&self, version: &str, address: Option<String>) {
         *self.this_server.identity.write() = Identity {

@@ -259,6 +259,15 @@ pub async fn render(engine: &Engine, deliveries: &Deliveries) -> String {
         Err(error) => tracing::warn!(%error, "reading endpoint states for the metrics failed"),
     }
 
+    let leader: Gauge = Gauge::default();
+    leader.set(i64::from(engine.leads_maintenance()));
+    gauges.register(
+        "tenax_maintenance_leader",
+        "1 while this server leads the maintenance (promotions, lease expiry, schedules, \
+         retention), else 0: in a cluster, exactly one server should",
+        leader,
+    );
+
     if let Some((offset_us, error_us)) = engine.clock.database_time().and_then(|t| t.offset()) {
         #[allow(clippy::cast_precision_loss)]
         let (offset_s, error_s) = (offset_us as f64 / 1e6, error_us as f64 / 1e6);
