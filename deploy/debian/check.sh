@@ -144,6 +144,8 @@ if [ -z "$healthy" ]; then
     exit 1
 fi
 echo "/healthz: ok"
+# The installed binary's own health check (the container image's HEALTHCHECK) agrees.
+[ "$(/usr/bin/tenax health --url http://127.0.0.1:7890)" = ok ]
 # The process answering is /usr/bin/tenax itself (each step above execs the next), as $user.
 if [ "$(readlink /proc/"$server_pid"/exe)" != /usr/bin/tenax ] ||
     [ "$(stat -c %U /proc/"$server_pid")" != "$user" ]; then
