@@ -5,6 +5,7 @@ mod client;
 mod deliveries;
 mod enqueue;
 mod error;
+mod health;
 mod jobs;
 mod listen;
 mod migrate;
@@ -54,6 +55,9 @@ pub enum Command {
     Dead(jobs::DeadCommand),
     /// Job counts per queue and status.
     Stats(client::ServerArgs),
+    /// Whether a server answers `/healthz`: prints `ok` and exits 0, else exits 1 (for health
+    /// checks without curl, as the container image's).
+    Health(client::ServerArgs),
     /// Queues: list (without a subcommand too), show, set limits, pause, resume.
     Queues(queues::QueuesArgs),
     /// Periodic jobs: set, list, show, ticks, preview, pause, resume, run, delete.
@@ -92,6 +96,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Jobs(command) => jobs::run_jobs(command),
         Command::Dead(command) => jobs::run_dead(command),
         Command::Stats(server) => jobs::run_stats(server),
+        Command::Health(server) => health::run(server),
         Command::Queues(command) => queues::run(command),
         Command::Schedules(command) => schedules::run(command),
         Command::Subscriptions(command) => subscriptions::run(command),
