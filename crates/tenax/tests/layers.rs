@@ -27,7 +27,7 @@ const CRATES: &[&[&str]] = &[
     &["tenax-embedded", "tenax-postgres"],
     &["tenax-bench"],
     &["tenax"],
-    &["tenax-fuzzing"],
+    &["tenax-fuzzing", "tenax-man"],
 ];
 
 /// `tenax-core`'s modules, bottom first.
