@@ -17,11 +17,10 @@ use std::fmt;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
-use ring::rand::{SecureRandom as _, SystemRandom};
+use ring::aead::{AES_256_GCM, LessSafeKey, NONCE_LEN, UnboundKey};
 
 use super::key::Keyring;
-use super::seal::{OpenError, Sealed};
+use super::seal::{OpenError, Sealed, open_box, random, seal_box};
 
 /// Bytes in the data key.
 const KEY_LEN: usize = 32;
@@ -88,21 +87,9 @@ impl PayloadKey {
 
     /// Seals `plain`, bound to `aad`: the text to store (base64, see the module's comment).
     pub fn seal(&self, aad: &[u8], plain: &[u8]) -> std::io::Result<String> {
-        let mut nonce = [0u8; NONCE_LEN];
-        random(&mut nonce)?;
         let mut sealed = Vec::with_capacity(1 + NONCE_LEN + plain.len() + 16);
         sealed.push(LAYOUT);
-        sealed.extend_from_slice(&nonce);
-        sealed.extend_from_slice(plain);
-        let mut tail = sealed.split_off(1 + NONCE_LEN);
-        self.aead
-            .seal_in_place_append_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad),
-                &mut tail,
-            )
-            .map_err(|_| std::io::Error::other("sealing a payload failed"))?;
-        sealed.append(&mut tail);
+        seal_box(&self.aead, aad, plain, &mut sealed)?;
         Ok(STANDARD.encode(sealed))
     }
 
@@ -116,27 +103,8 @@ impl PayloadKey {
         if rest.len() < NONCE_LEN {
             return Err(PayloadError::Malformed);
         }
-        let (nonce, sealed) = rest.split_at(NONCE_LEN);
-        let nonce = <[u8; NONCE_LEN]>::try_from(nonce).map_err(|_| PayloadError::Malformed)?;
-        let mut sealed = sealed.to_vec();
-        let len = self
-            .aead
-            .open_in_place(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad),
-                &mut sealed,
-            )
-            .map_err(|_| PayloadError::Damaged)?
-            .len();
-        sealed.truncate(len);
-        Ok(sealed)
+        open_box(&self.aead, aad, rest).ok_or(PayloadError::Damaged)
     }
-}
-
-fn random(bytes: &mut [u8]) -> std::io::Result<()> {
-    SystemRandom::new()
-        .fill(bytes)
-        .map_err(|_| std::io::Error::other("the system's random source failed"))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use ring::aead::{Aad, NONCE_LEN, Nonce};
+use ring::aead::{Aad, LessSafeKey, NONCE_LEN, Nonce};
 use ring::rand::{SecureRandom as _, SystemRandom};
 use serde::{Deserialize, Serialize};
 
@@ -49,21 +49,8 @@ impl Keyring {
     /// source does.
     pub fn seal(&self, aad: &[u8], plain: &[u8]) -> std::io::Result<Sealed> {
         let key = self.current();
-        let mut nonce = [0u8; NONCE_LEN];
-        SystemRandom::new()
-            .fill(&mut nonce)
-            .map_err(|_| std::io::Error::other("the system's random source failed"))?;
         let mut data = Vec::with_capacity(NONCE_LEN + plain.len() + 16);
-        data.extend_from_slice(&nonce);
-        let mut sealed = plain.to_vec();
-        key.aead()
-            .seal_in_place_append_tag(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad),
-                &mut sealed,
-            )
-            .map_err(|_| std::io::Error::other("sealing failed"))?;
-        data.extend_from_slice(&sealed);
+        seal_box(key.aead(), aad, plain, &mut data)?;
         Ok(Sealed {
             v: VERSION,
             key: key.id(),
@@ -81,24 +68,59 @@ impl Keyring {
             .ok_or(OpenError::UnknownKey(sealed.key))?;
         let damaged = || OpenError::Damaged(sealed.key);
         let data = STANDARD.decode(&sealed.data).map_err(|_| damaged())?;
-        if data.len() < NONCE_LEN {
-            return Err(damaged());
-        }
-        let (nonce, rest) = data.split_at(NONCE_LEN);
-        let nonce = <[u8; NONCE_LEN]>::try_from(nonce).map_err(|_| damaged())?;
-        let mut rest = rest.to_vec();
-        let plain = key
-            .aead()
-            .open_in_place(
-                Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad),
-                &mut rest,
-            )
-            .map_err(|_| damaged())?;
-        let len = plain.len();
-        rest.truncate(len);
-        Ok(rest)
+        open_box(key.aead(), aad, &data).ok_or_else(damaged)
     }
+}
+
+/// Fills `bytes` from the system's random source.
+pub(super) fn random(bytes: &mut [u8]) -> std::io::Result<()> {
+    SystemRandom::new()
+        .fill(bytes)
+        .map_err(|_| std::io::Error::other("the system's random source failed"))
+}
+
+/// Appends the box of `plain` sealed with `aead`, bound to `aad`, to `out`: a fresh random
+/// nonce, the ciphertext, then the 16-byte tag. Every sealed value of Tenax is such a box.
+pub(super) fn seal_box(
+    aead: &LessSafeKey,
+    aad: &[u8],
+    plain: &[u8],
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    let mut nonce = [0u8; NONCE_LEN];
+    random(&mut nonce)?;
+    out.extend_from_slice(&nonce);
+    let start = out.len();
+    out.extend_from_slice(plain);
+    let tag = aead
+        .seal_in_place_separate_tag(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad),
+            &mut out[start..],
+        )
+        .map_err(|_| std::io::Error::other("sealing failed"))?;
+    out.extend_from_slice(tag.as_ref());
+    Ok(())
+}
+
+/// The plain text of a box [`seal_box`] made, if it opens with `aead` and `aad`.
+pub(super) fn open_box(aead: &LessSafeKey, aad: &[u8], data: &[u8]) -> Option<Vec<u8>> {
+    if data.len() < NONCE_LEN {
+        return None;
+    }
+    let (nonce, sealed) = data.split_at(NONCE_LEN);
+    let nonce = <[u8; NONCE_LEN]>::try_from(nonce).ok()?;
+    let mut sealed = sealed.to_vec();
+    let len = aead
+        .open_in_place(
+            Nonce::assume_unique_for_key(nonce),
+            Aad::from(aad),
+            &mut sealed,
+        )
+        .ok()?
+        .len();
+    sealed.truncate(len);
+    Some(sealed)
 }
 
 #[cfg(test)]
