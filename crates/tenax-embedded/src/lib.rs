@@ -32,6 +32,7 @@ pub mod disk;
 mod endpoints;
 mod enqueue;
 mod history;
+mod import;
 pub mod index;
 mod leases;
 mod limits;

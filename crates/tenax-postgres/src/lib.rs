@@ -21,6 +21,7 @@ mod dsn;
 mod endpoints;
 mod facts;
 mod filter;
+mod import;
 mod inserts;
 mod leases;
 mod limits;

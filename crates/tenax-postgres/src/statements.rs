@@ -145,6 +145,7 @@ pub fn all() -> Vec<(String, String)> {
         curation::statements(),
         endpoints::statements(),
         facts::statements(),
+        import::statements(),
         inserts::statements(),
         leases::statements(),
         limits::statements(),
@@ -209,7 +210,7 @@ pub fn all_prefixes() -> Vec<(String, usize)> {
 
 use super::filter::Query;
 use super::{
-    activity, claims, clock, connect, curation, endpoints, facts, inserts, leases, limits, queues,
-    reads, schedules, schema, sealing, servers, subscriptions, tokens, transitions, upkeep,
+    activity, claims, clock, connect, curation, endpoints, facts, import, inserts, leases, limits,
+    queues, reads, schedules, schema, sealing, servers, subscriptions, tokens, transitions, upkeep,
     wakeups,
 };

@@ -195,7 +195,7 @@ statements! {
     NEXT_ID = "SELECT nextval('tenax_subscription_ids')";
     /// Stores a subscription unless another holds its id or unique endpoint, and advances the
     /// facts version if it did ([`super::facts`]).
-    INSERT = "WITH stored AS (
+    pub INSERT = "WITH stored AS (
                      INSERT INTO tenax_subscriptions (id, queue, enabled, endpoint_key, body)
                      VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING 1),
                  advanced AS (UPDATE tenax_facts SET version = version + 1

@@ -8,12 +8,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+pub use copy::{Copied, Tally};
 use tenax_core::model::JobId;
 use tenax_core::secrets::Keyring;
-use tenax_core::store::{StoreLifecycle as _, SubscriptionStore as _};
+use tenax_core::store::{Store, StoreLifecycle as _, SubscriptionStore as _};
 use tenax_embedded::repair::{self, Lost, Report};
 use tenax_embedded::{EmbeddedOptions, EmbeddedStore};
-use tenax_postgres::{Database, schema, sealing};
+use tenax_postgres::{Database, PostgresOptions, PostgresStore, schema, sealing};
+
+mod copy;
 
 /// Why offline work did not happen.
 #[derive(Debug)]
@@ -77,6 +80,54 @@ impl Data {
         }
     }
 
+    /// Refuses data a server is using, as [`Data::ensure_unused`], but accepts a data
+    /// directory that holds no store yet (a target, which opening makes).
+    pub async fn ensure_unused_or_new(&self) -> Result<(), OfflineError> {
+        if let Place::Embedded(dir) = &self.0 {
+            if !dir.join("tenax.redb").exists() {
+                return Ok(());
+            }
+        }
+        self.ensure_unused().await
+    }
+
+    /// Opens the store for offline work, its secrets opened by `keys`: required for a
+    /// database; a data directory without them uses its own `secrets.key` (made if new).
+    async fn open(&self, keys: Option<Arc<Keyring>>) -> Result<Arc<dyn Store>, OfflineError> {
+        let clock = tenax_core::clock::Clock::System;
+        match &self.0 {
+            Place::Embedded(dir) => {
+                let options = EmbeddedOptions {
+                    secrets: keys,
+                    ..EmbeddedOptions::default()
+                };
+                let (now_ms, dir) = (clock.now_ms(), dir.clone());
+                let shown = dir.display().to_string();
+                let store = tokio::task::spawn_blocking(move || {
+                    EmbeddedStore::open(&dir, &options, now_ms)
+                })
+                .await
+                .context("opening the store")?
+                .with_context(|| format!("opening the store in {shown}"))?;
+                Ok(Arc::new(store))
+            }
+            Place::Postgres(database) => {
+                let keys = keys.ok_or_else(|| {
+                    OfflineError::Invalid(format!(
+                        "a secrets key file is required for the database {}: the one its \
+                         servers use (--secrets-key-file)",
+                        database.said()
+                    ))
+                })?;
+                let options = PostgresOptions::new(database.clone(), keys);
+                let store = PostgresStore::open(&options, &clock)
+                    .await
+                    .with_context(|| format!("opening the database {}", database.said()))?;
+                Ok(Arc::new(store))
+            }
+        }
+    }
+
     /// Seals every stored secret with the sealing key of `keys` (each subscription one
     /// commit). Answers how many subscriptions a data directory holds; a database's are not
     /// counted (`None`).
@@ -91,6 +142,40 @@ impl Data {
             }
         }
     }
+}
+
+/// Copies every record of the stopped store `from` (its secrets opened by `from_keys`) into
+/// `to` (sealed by `to_keys`), which must hold nothing unless `into_non_empty`, and counts both
+/// sides (`copy`).
+pub async fn copy_store(
+    from: &Data,
+    from_keys: Option<Arc<Keyring>>,
+    to: &Data,
+    to_keys: Option<Arc<Keyring>>,
+    into_non_empty: bool,
+) -> Result<Copied, OfflineError> {
+    from.ensure_unused().await?;
+    to.ensure_unused_or_new().await?;
+    let source = from.open(from_keys).await?;
+    let target = match to.open(to_keys).await {
+        Ok(target) => target,
+        Err(error) => {
+            source.close().await;
+            return Err(error);
+        }
+    };
+    let copied = async {
+        if !into_non_empty {
+            copy::ensure_empty(&*target).await?;
+        }
+        copy::copy(&*source, &*target)
+            .await
+            .map_err(OfflineError::Failed)
+    }
+    .await;
+    source.close().await;
+    target.close().await;
+    copied
 }
 
 /// Brings the schema of the PostgreSQL database at `url` (its TLS certificate signed by

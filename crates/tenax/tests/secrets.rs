@@ -17,117 +17,24 @@ mod postgres;
 #[allow(dead_code)]
 #[path = "common/receiver.rs"]
 mod receiver;
+#[allow(dead_code)]
+#[path = "common/served.rs"]
+mod served;
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use receiver::{Received, Receiver};
-use serde_json::{Value, json};
+use serde_json::json;
+use served::{PATIENCE, Served, said, serve, tenax};
 use tenax::delivery::signing;
 use tenax_core::secrets::{Keyring, SECRETS_KEY_FILE};
-
-const PATIENCE: Duration = Duration::from_secs(20);
 
 /// The subscription's signing secret and its extra header's value: never on disk in clear.
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const HEADER_VALUE: &str = "Bearer hunter2-at-rest";
 const ZAQAR_HEADER_VALUE: &str = "zaqar-header-at-rest";
-
-/// `tenax serve` on a free loopback port, its stderr in a file; killed when dropped.
-struct Served {
-    child: Child,
-    base: String,
-    log: PathBuf,
-    http: reqwest::Client,
-}
-
-impl Served {
-    /// Starts the binary on `data_dir` with `extra` flags, its log in `log`, and waits until it
-    /// answers.
-    async fn start(data_dir: &Path, log: &Path, extra: &[&str]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let http = tenax_net::http::client_builder()
-            .no_proxy()
-            .build()
-            .unwrap();
-        let mut served = Self {
-            child: serve(data_dir, log, &format!("127.0.0.1:{port}"), extra),
-            base: format!("http://127.0.0.1:{port}"),
-            log: log.to_owned(),
-            http,
-        };
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let up = served.http.get(served.url("/healthz")).send().await;
-            if up.is_ok_and(|r| r.status() == 200) {
-                return served;
-            }
-            if let Some(status) = served.child.try_wait().unwrap() {
-                panic!("the server ended ({status}):\n{}", served.text());
-            }
-            assert!(Instant::now() < deadline, "no start:\n{}", served.text());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    async fn post(&self, path: &str, body: Value, headers: &[(&str, &str)]) -> Value {
-        let mut request = self.http.post(self.url(path)).json(&body);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        assert!(status.is_success(), "POST {path}: {status} {text}");
-        serde_json::from_str(&text).unwrap_or(Value::Null)
-    }
-
-    /// Stops the server as an operator does (SIGTERM) and waits for it.
-    fn stop(mut self) {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap());
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "{status}:\n{}", self.text());
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Spawns `tenax serve` (private endpoints allowed: the receiver is on loopback).
-fn serve(data_dir: &Path, log: &Path, listen: &str, extra: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_tenax"))
-        .args(["serve", "--listen", listen, "--allow-private-endpoints"])
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(extra)
-        .env("TENAX_LOG", "info")
-        .env_remove("TENAX_SECRETS_KEY_FILE")
-        .env_remove("TENAX_DATABASE_URL")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .unwrap()
-}
 
 /// Runs `tenax serve` expecting it to refuse to start: its exit status and log.
 async fn refused_start(data_dir: &Path, extra: &[&str]) -> String {
@@ -147,25 +54,6 @@ async fn refused_start(data_dir: &Path, extra: &[&str]) -> String {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!status.success(), "{text}");
     text
-}
-
-/// Runs `tenax` with `args` (no server environment).
-fn tenax(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tenax"))
-        .args(args)
-        .env_remove("TENAX_SECRETS_KEY_FILE")
-        .env_remove("TENAX_DATABASE_URL")
-        .env_remove("TENAX_DATA_DIR")
-        .output()
-        .unwrap()
-}
-
-fn said(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 fn mode(path: &Path) -> u32 {

@@ -431,6 +431,26 @@ pub trait ServerStore {
     async fn live_servers(&self, now_ms: UnixMs) -> Result<Vec<LiveServer>, StoreError>;
 }
 
+/// Moving a whole store into another (`tenax copy`): records stored as they are, with their
+/// ids, into a store no server uses. What has no id of its own (queue settings, schedules,
+/// endpoints' states, activity) moves through the ordinary families.
+#[async_trait]
+pub trait StoreImport {
+    /// Stores `jobs` as they are: ids, states, errors and (deliveries) attempts, a finished
+    /// job among the finished. All or none. The jobs come in ascending id order, each past
+    /// every id the store has assigned (else [`StoreError::Refused`] names the first that is
+    /// not); ids assigned later are past all of them.
+    async fn import_jobs(&self, jobs: Vec<ImportedJob>) -> Result<(), StoreError>;
+
+    /// Stores a subscription with its id (its deliveries' queue is named by it); ids assigned
+    /// later are past it. [`StoreError::Refused`] if the id is taken.
+    async fn import_subscription(&self, subscription: Subscription) -> Result<(), StoreError>;
+
+    /// Stores a token with its id (a token's text names it); ids assigned later are past it.
+    /// [`StoreError::Refused`] if the id is taken.
+    async fn import_token(&self, record: TokenRecord) -> Result<(), StoreError>;
+}
+
 /// Where a backend reports its commits, for the metrics: handed to it at open.
 pub trait CommitObserver: Send + Sync + std::fmt::Debug {
     /// A commit carrying `requests` requests (more than one when they shared it: group
@@ -517,6 +537,7 @@ pub trait Store:
     + TokenStore
     + ActivityStore
     + ServerStore
+    + StoreImport
     + StoreLifecycle
     + Send
     + Sync
@@ -538,6 +559,7 @@ impl<T> Store for T where
         + TokenStore
         + ActivityStore
         + ServerStore
+        + StoreImport
         + StoreLifecycle
         + Send
         + Sync

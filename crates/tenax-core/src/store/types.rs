@@ -9,8 +9,8 @@ use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
 use crate::model::{
-    ClaimId, EndpointState, ErrorEntry, JobId, JobPeek, JobState, KeyHolder, NewJob, QueueConfig,
-    Schedule, ServerAbout, Status, Subscription, SubscriptionId, TakenJob,
+    Attempt, ClaimId, EndpointState, ErrorEntry, Job, JobId, JobPeek, JobState, KeyHolder, NewJob,
+    QueueConfig, Schedule, ServerAbout, Status, Subscription, SubscriptionId, TakenJob,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -362,4 +362,24 @@ pub struct Taken {
     pub jobs: Vec<TakenJob>,
     /// Set when a limited queue had no room for more.
     pub held: LimitHold,
+}
+
+/// A job as [`StoreImport::import_jobs`](super::StoreImport::import_jobs) stores it: at rest.
+#[derive(Debug, Clone)]
+pub struct ImportedJob {
+    pub job: Job,
+    /// A delivery's attempts, oldest first (none for other jobs).
+    pub attempts: Vec<Attempt>,
+}
+
+impl ImportedJob {
+    /// `job` at rest, as a restart of the embedded store leaves it: an in-flight job is ready
+    /// again (its lease is not carried over; at-least-once allows the repeat).
+    pub fn at_rest(mut job: Job, attempts: Vec<Attempt>) -> Self {
+        if job.state.status == Status::InFlight {
+            job.state.status = Status::Ready;
+        }
+        job.held = None;
+        Self { job, attempts }
+    }
 }

@@ -2,6 +2,7 @@
 
 pub mod bench;
 mod client;
+mod copy;
 mod deliveries;
 mod enqueue;
 mod error;
@@ -80,6 +81,10 @@ pub enum Command {
     /// Receive webhooks on 127.0.0.1 for trying subscriptions out: print each delivery, check
     /// its signature, answer with a chosen status.
     Listen(listen::ListenArgs),
+    /// Copy every record of a stopped store into another: a data directory into a PostgreSQL
+    /// database (to run several servers), or back. Ids are kept; counts are checked on both
+    /// sides.
+    Copy(copy::CopyArgs),
     /// Recover from a damaged write-ahead log: keep a copy, apply what can be read, say what is
     /// lost (the server refuses to start on a damaged log, and never repairs on its own).
     Repair(repair::RepairArgs),
@@ -105,6 +110,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Secrets(command) => secrets::run(command),
         Command::Work(args) => work::run(*args),
         Command::Listen(args) => listen::run(args),
+        Command::Copy(args) => copy::run(args),
         Command::Repair(args) => repair::run(args),
     }
 }

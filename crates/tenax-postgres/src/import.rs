@@ -1,0 +1,249 @@
+//! Records stored as they are, with their ids (`tenax copy` into a database): each job in the
+//! table its status puts it in (the finished ones in `tenax_finished`), one transaction per call.
+//!
+//! Invariant: ids stay unique and never reused. A job's id must be past every id the sequence
+//! has handed out, and the sequence moves past it in the same transaction; a subscription's or
+//! token's id must be free, and its sequence moves past it.
+
+use async_trait::async_trait;
+use futures_util::future::try_join_all;
+use tenax_core::auth::TokenRecord;
+use tenax_core::model::{JobId, Status, Subscription};
+use tenax_core::store::{ImportedJob, StoreError, StoreImport};
+
+use super::rows::{
+    count, count_of, id, json, status_code, stored_subscription, table_columns, time, trigger_code,
+    unid,
+};
+use super::statements::statements;
+use super::subscriptions::INSERT as INSERT_SUBSCRIPTION;
+use super::transitions::query;
+use super::wakeups::Wakeup;
+use super::{PostgresStore, fault};
+
+#[async_trait]
+impl StoreImport for PostgresStore {
+    async fn import_jobs(&self, jobs: Vec<ImportedJob>) -> Result<(), StoreError> {
+        let what = "importing jobs";
+        let Some(last) = jobs.last().map(|j| j.job.id) else {
+            return Ok(());
+        };
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        let next = query(&tx, &NEXT_JOB_ID, &[]).await.map_err(fault(what))?;
+        let mut floor = JobId(unid(next.first().map_or(1, |r| r.get(0))));
+        for imported in &jobs {
+            let id = imported.job.id;
+            if id < floor {
+                return Err(StoreError::Refused(format!(
+                    "job {id} cannot be imported: its id is not past every id the database \
+                     holds or has assigned (the next is {floor})"
+                )));
+            }
+            if imported.job.state.status == Status::InFlight {
+                return Err(StoreError::Refused(format!(
+                    "job {id} cannot be imported in flight: import it at rest \
+                     (ImportedJob::at_rest)"
+                )));
+            }
+            floor = JobId(id.0 + 1);
+        }
+        let rows: Vec<Row> = jobs.iter().map(Row::of).collect();
+        let live = tx
+            .prepare_cached(INSERT_LIVE.text())
+            .await
+            .map_err(fault(what))?;
+        let finished = tx
+            .prepare_cached(INSERT_FINISHED.text())
+            .await
+            .map_err(fault(what))?;
+        let params: Vec<_> = rows.iter().map(Row::params).collect();
+        // Sent together: the connection pipelines them.
+        try_join_all(rows.iter().zip(&params).map(|(row, params)| {
+            let statement = if row.finished { &finished } else { &live };
+            tx.execute(statement, &params[..])
+        }))
+        .await
+        .map_err(fault(what))?;
+        query(&tx, &SET_NEXT_JOB_ID, &[&id(last.0)])
+            .await
+            .map_err(fault(what))?;
+        tx.commit().await.map_err(fault(what))?;
+        self.announce(Wakeup::Ready);
+        Ok(())
+    }
+
+    async fn import_subscription(&self, subscription: Subscription) -> Result<(), StoreError> {
+        let what = "importing a subscription";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        let stored = stored_subscription(&subscription, &self.keys)?;
+        let inserted = query(
+            &tx,
+            &INSERT_SUBSCRIPTION,
+            &[
+                &id(subscription.id.0),
+                &subscription.queue,
+                &subscription.enabled,
+                &subscription.unique_endpoint(),
+                &stored,
+            ],
+        )
+        .await
+        .map_err(fault(what))?;
+        if count_of(inserted.first().map(|r| r.get(0))) != 1 {
+            return Err(StoreError::Refused(format!(
+                "subscription {} cannot be imported: its id, or its endpoint in queue {:?}, is \
+                 taken",
+                subscription.id, subscription.queue
+            )));
+        }
+        query(&tx, &SET_NEXT_SUBSCRIPTION_ID, &[&id(subscription.id.0)])
+            .await
+            .map_err(fault(what))?;
+        tx.commit().await.map_err(fault(what))?;
+        self.facts.forget();
+        self.announce(Wakeup::Subscriptions);
+        Ok(())
+    }
+
+    async fn import_token(&self, record: TokenRecord) -> Result<(), StoreError> {
+        let what = "importing a token";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        let inserted = query(&tx, &INSERT_TOKEN, &[&id(record.id), &json(&record)])
+            .await
+            .map_err(fault(what))?;
+        if inserted.is_empty() {
+            return Err(StoreError::Refused(format!(
+                "token {} cannot be imported: the id is taken",
+                record.id
+            )));
+        }
+        query(&tx, &SET_NEXT_TOKEN_ID, &[&id(record.id)])
+            .await
+            .map_err(fault(what))?;
+        tx.commit().await.map_err(fault(what))?;
+        self.announce(Wakeup::Tokens);
+        Ok(())
+    }
+}
+
+/// A job's row, as [`table_columns!`] orders it.
+struct Row {
+    finished: bool,
+    id: i64,
+    queue: String,
+    kind: String,
+    payload: String,
+    priority: i32,
+    unique_key: Option<String>,
+    created_at: i64,
+    expires_at: Option<i64>,
+    origin: Option<String>,
+    parent: Option<i64>,
+    traceparent: Option<String>,
+    policy: Option<String>,
+    status: i16,
+    run_at: i64,
+    failures: i32,
+    first_failure_at: Option<i64>,
+    last_delay: Option<i64>,
+    finished_at: Option<i64>,
+    dead_reason: Option<String>,
+    errors: Vec<String>,
+    attempts: Vec<String>,
+    trigger: Option<i16>,
+    payload_sealed: bool,
+}
+
+impl Row {
+    fn of(imported: &ImportedJob) -> Self {
+        let (job, spec, state) = (&imported.job, &imported.job.spec, &imported.job.state);
+        Self {
+            finished: state.status.is_finished(),
+            id: id(job.id.0),
+            queue: spec.queue.clone(),
+            kind: spec.kind.clone(),
+            payload: spec.payload.get().to_owned(),
+            priority: spec.priority,
+            unique_key: spec.unique_key.clone(),
+            created_at: time(spec.created_at_ms),
+            expires_at: spec.expires_at_ms.map(time),
+            origin: spec.origin.clone(),
+            parent: spec.parent.map(|p| id(p.0)),
+            traceparent: spec.traceparent.clone(),
+            policy: spec.policy.as_ref().map(json),
+            status: status_code(state.status),
+            run_at: time(state.run_at_ms),
+            failures: count(state.failures),
+            first_failure_at: state.first_failure_at_ms.map(time),
+            last_delay: state.last_delay_ms.map(time),
+            finished_at: state.finished_at_ms.map(time),
+            dead_reason: state.dead_reason.clone(),
+            errors: job.errors.iter().map(json).collect(),
+            attempts: imported.attempts.iter().map(json).collect(),
+            trigger: trigger_code(state.trigger),
+            payload_sealed: spec.payload_sealed,
+        }
+    }
+
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 23] {
+        [
+            &self.id,
+            &self.queue,
+            &self.kind,
+            &self.payload,
+            &self.priority,
+            &self.unique_key,
+            &self.created_at,
+            &self.expires_at,
+            &self.origin,
+            &self.parent,
+            &self.traceparent,
+            &self.policy,
+            &self.status,
+            &self.run_at,
+            &self.failures,
+            &self.first_failure_at,
+            &self.last_delay,
+            &self.finished_at,
+            &self.dead_reason,
+            &self.errors,
+            &self.attempts,
+            &self.trigger,
+            &self.payload_sealed,
+        ]
+    }
+}
+
+/// The values of a row, without its lease (`lease_token` … `claim_id`: a job is imported at
+/// rest), in [`table_columns!`]'s order.
+macro_rules! import_values {
+    () => {
+        "$1::bigint, $2::text, $3::text, $4::text, $5::integer, $6::text, $7::bigint, \
+         $8::bigint, $9::text, $10::bigint, $11::text, $12::text, $13::smallint, $14::bigint, \
+         $15::integer, $16::bigint, $17::bigint, $18::bigint, $19::text, $20::text[], \
+         $21::text[], NULL, NULL, NULL, NULL, $22::smallint, $23::boolean"
+    };
+}
+
+statements! {
+    /// The next id the sequence hands out.
+    NEXT_JOB_ID = "SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END
+                   FROM tenax_job_ids";
+    SET_NEXT_JOB_ID = "SELECT setval('tenax_job_ids', $1::bigint)";
+    INSERT_LIVE = concat!(
+        "INSERT INTO tenax_jobs (", table_columns!(), ") VALUES (", import_values!(), ")"
+    );
+    INSERT_FINISHED = concat!(
+        "INSERT INTO tenax_finished (", table_columns!(), ") VALUES (", import_values!(), ")"
+    );
+    /// Raises the sequence to `$1` (never lowers it), so that the next id is past it.
+    SET_NEXT_SUBSCRIPTION_ID = "SELECT setval('tenax_subscription_ids',
+        greatest($1::bigint, (SELECT last_value FROM tenax_subscription_ids)))";
+    INSERT_TOKEN = "INSERT INTO tenax_tokens (id, body) VALUES ($1, $2)
+                    ON CONFLICT DO NOTHING RETURNING id";
+    SET_NEXT_TOKEN_ID = "SELECT setval('tenax_token_ids',
+        greatest($1::bigint, (SELECT last_value FROM tenax_token_ids)))";
+}
