@@ -28,6 +28,7 @@
 //! | `tokens.rs`        | `TokenStore`                            |
 //! | `activity.rs`      | `ActivityStore`                         |
 //! | `servers.rs`       | `ServerStore`                           |
+//! | `import.rs`        | `StoreImport`                           |
 //! | `lifecycle.rs`     | `StoreLifecycle`, and opening a store   |
 //! | `secrets.rs`       | secrets at rest, across every family    |
 //!
@@ -45,6 +46,7 @@ mod support;
 mod activity;
 mod claims;
 mod endpoints;
+mod import;
 mod job_curation;
 mod job_inserts;
 mod job_leases;
@@ -140,6 +142,9 @@ conformance_suite! {
         ],
         servers: [
             servers_are_listed_with_what_they_say,
+        ],
+        import: [
+            imported_records_keep_their_ids_and_state,
         ],
         lifecycle: [
             leases_across_a_restart_follow_the_declared_property,
