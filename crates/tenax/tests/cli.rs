@@ -1012,3 +1012,123 @@ fn listen_receives_deliveries_and_checks_their_signatures() {
     assert_eq!(text.matches("signature ok").count(), 2, "{text}");
     assert!(text.contains("\"order\": 7"), "{text}");
 }
+
+/// `POST path` with `body` on the server, expecting a success: its JSON.
+fn post(server: &Server, path: &str, body: serde_json::Value) -> serde_json::Value {
+    let response = http()
+        .post(format!("{}{path}", server.url))
+        .json(&body)
+        .send()
+        .expect("an API answer");
+    assert!(response.status().is_success(), "POST {path}: {response:?}");
+    response.json().expect("JSON")
+}
+
+#[test]
+fn a_queues_jobs_are_exported_as_ndjson_and_imported_afresh() {
+    let server = start();
+    let policy = serde_json::json!({"type": "fixed", "delay": "7s"});
+    let ready = post(
+        &server,
+        "/api/jobs",
+        serde_json::json!({"queue": "a", "type": "mail", "payload": {"to": "x@example.com"},
+                           "priority": 3, "policy": policy, "unique_key": "mail-1"}),
+    )["id"]
+        .as_u64()
+        .unwrap();
+    post(
+        &server,
+        "/api/jobs",
+        serde_json::json!({"queue": "a", "type": "later", "payload": [1, 2],
+                           "run_at": "2099-01-01T00:00:00.000Z"}),
+    );
+    // One completed, one dead.
+    for (kind, outcome) in [("done", "complete"), ("doomed", "fail")] {
+        post(
+            &server,
+            "/api/jobs",
+            serde_json::json!({"queue": "a", "type": kind, "payload": null, "priority": 9}),
+        );
+        let taken = post(&server, "/api/take", serde_json::json!({"queues": ["a"]}));
+        let job = &taken["jobs"][0];
+        assert_eq!(job["type"], kind);
+        let path = format!("/api/jobs/{}/{outcome}", job["id"]);
+        let mut body = serde_json::json!({"lease_token": job["lease_token"]});
+        if outcome == "fail" {
+            body["error"] = "no".into();
+            body["retryable"] = false.into();
+        }
+        post(&server, &path, body);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.ndjson");
+    let exported = tenax(
+        &server,
+        &[
+            "jobs",
+            "export",
+            "--queue",
+            "a",
+            "--output",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert!(exported.status.success(), "{exported:?}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    assert_eq!(lines[0], api(&server, &format!("/api/jobs/{ready}")));
+    let dead = lines.iter().find(|j| j["status"] == "dead").unwrap();
+    assert_eq!(dead["errors"][0]["message"], "no");
+
+    let imported = tenax(
+        &server,
+        &["jobs", "import", file.to_str().unwrap(), "--queue", "b"],
+    );
+    let said = String::from_utf8_lossy(&imported.stderr).into_owned();
+    assert!(imported.status.success(), "{said}");
+    assert!(said.contains("enqueued 2 jobs"), "{said}");
+    assert!(said.contains("left out 1 completed"), "{said}");
+    assert!(said.contains("left out 1 dead"), "{said}");
+    let b = api(&server, "/api/jobs?queue=b");
+    let b = b["jobs"].as_array().unwrap();
+    assert_eq!(b.len(), 2, "{b:?}");
+    for field in ["type", "payload", "priority", "policy", "unique_key"] {
+        assert_eq!(b[0][field], lines[0][field], "{field}");
+    }
+    assert_eq!(b[0]["status"], "ready");
+    assert_eq!(b[1]["status"], "scheduled");
+    assert_eq!(b[1]["run_at"], lines[1]["run_at"]);
+
+    // Dead jobs too when asked, afresh; a line that is not a job is named.
+    let again = tenax(
+        &server,
+        &[
+            "jobs",
+            "import",
+            file.to_str().unwrap(),
+            "--queue",
+            "c",
+            "--include-dead",
+        ],
+    );
+    assert!(again.status.success(), "{again:?}");
+    let c = api(&server, "/api/jobs?queue=c");
+    let kinds: Vec<&str> = c["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["mail", "later", "doomed"]);
+    std::fs::write(&file, format!("{}\n{{\"id\": 1}}\n", lines[0])).unwrap();
+    let bad = tenax(&server, &["jobs", "import", file.to_str().unwrap()]);
+    let stderr = refused(&bad);
+    assert!(
+        stderr.contains("a.ndjson:2: not a job as `tenax jobs export` writes it"),
+        "{stderr}"
+    );
+}

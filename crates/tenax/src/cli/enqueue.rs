@@ -130,7 +130,7 @@ async fn enqueue_file(server: &Server, path: &PathBuf, batch: usize) -> Result<(
     Ok(())
 }
 
-async fn send_batch(
+pub(super) async fn send_batch(
     server: &Server,
     jobs: &mut Vec<Box<RawValue>>,
     already: usize,

@@ -17,6 +17,11 @@ pub enum JobsCommand {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Write a queue's jobs as NDJSON, one job per line as `tenax jobs show` prints it.
+    Export(super::jobs_ndjson::ExportArgs),
+    /// Enqueue the waiting jobs of a `tenax jobs export` file afresh (into another queue or
+    /// server); completed ones stay out, dead ones too unless --include-dead.
+    Import(super::jobs_ndjson::ImportArgs),
 }
 
 #[derive(Debug, Args)]
@@ -76,6 +81,8 @@ pub fn run_jobs(command: JobsCommand) -> Result<(), CliError> {
                 println!("{}", output::json(&job)?);
                 Ok(())
             }
+            JobsCommand::Export(args) => super::jobs_ndjson::export(&args).await,
+            JobsCommand::Import(args) => super::jobs_ndjson::import(&args).await,
         }
     })
 }

@@ -8,6 +8,7 @@ mod enqueue;
 mod error;
 mod health;
 mod jobs;
+mod jobs_ndjson;
 mod listen;
 mod migrate;
 mod output;
@@ -48,7 +49,7 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Enqueue a job, or many from an NDJSON file.
     Enqueue(Box<enqueue::EnqueueArgs>),
-    /// List and show jobs.
+    /// List, show, export and import jobs.
     #[command(subcommand)]
     Jobs(jobs::JobsCommand),
     /// List and replay dead jobs.
