@@ -23,6 +23,11 @@ use served::{PATIENCE, Served, said, tenax};
 use tenax::delivery::signing;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// A Zaqar client's headers.
+const ZAQAR: [(&str, &str); 2] = [
+    ("Client-ID", "3381af92-2b9e-11e3-b191-71861300734c"),
+    ("X-Project-ID", "p1"),
+];
 const PLAIN_SECRET_BODY: &str = "the-launch-code-is-0000";
 /// More jobs than one batch of the copy holds.
 const BULK: usize = 2_500;
@@ -70,7 +75,7 @@ async fn a_data_directory_moves_into_postgres_and_back_with_everything() {
     let text = said(&copied);
     assert!(text.contains("counts match on both sides"), "{text}");
     assert!(
-        text.contains(&format!("copied {} jobs", BULK + 8)),
+        text.contains(&format!("copied {} jobs", BULK + 9)),
         "every job, deliveries included: {text}"
     );
 
@@ -168,18 +173,36 @@ async fn fill(served: &Served, receiver: &Receiver) -> Made {
         .put(
             "/api/queues/work?create=true",
             json!({"concurrency": 7, "policy": {"type": "fixed", "delay": "1h"}}),
+            &[],
         )
         .await;
     served
         .put(
             "/api/queues/vault?create=true",
             json!({"encrypt_payloads": true}),
+            &[],
         )
         .await;
     served
         .put(
             "/api/schedules/nightly",
             json!({"cron": "0 3 * * *", "job": {"queue": "work", "type": "report"}}),
+            &[],
+        )
+        .await;
+    // Zaqar's queue with its metadata and a message.
+    served
+        .put(
+            "/v2/queues/zq",
+            json!({"_default_message_ttl": 3600, "team": "billing"}),
+            &ZAQAR,
+        )
+        .await;
+    served
+        .post(
+            "/v2/queues/zq/messages",
+            json!({"messages": [{"body": {"event": "paid"}, "ttl": 600}]}),
+            &ZAQAR,
         )
         .await;
     served
@@ -285,6 +308,8 @@ struct Snapshot {
     subscriptions: Value,
     attempts: Value,
     stats: Value,
+    zaqar_queue: Value,
+    zaqar_messages: Value,
 }
 
 async fn snapshot(served: &Served, made: &Made) -> Snapshot {
@@ -301,6 +326,13 @@ async fn snapshot(served: &Served, made: &Made) -> Snapshot {
         // then), not a record a copy moves.
         subscription.as_object_mut().unwrap().remove("health");
     }
+    let mut zaqar_messages = served
+        .get_with("/v2/queues/zq/messages?echo=true", &ZAQAR)
+        .await;
+    for message in zaqar_messages["messages"].as_array_mut().unwrap() {
+        // Seconds since it was posted: the clock's, not the record's.
+        message.as_object_mut().unwrap().remove("age");
+    }
     Snapshot {
         jobs,
         queues: served.get("/api/queues").await,
@@ -310,6 +342,8 @@ async fn snapshot(served: &Served, made: &Made) -> Snapshot {
             .get(&format!("/api/deliveries/{}/attempts", made.delivery))
             .await,
         stats: served.get("/api/stats").await,
+        zaqar_queue: served.get_with("/v2/queues/zq", &ZAQAR).await,
+        zaqar_messages,
     }
 }
 
@@ -341,6 +375,14 @@ fn assert_same(before: &Snapshot, after: &Snapshot, made: &Made) {
     assert_eq!(encrypted["payload"]["s"], PLAIN_SECRET_BODY);
     assert_eq!(at_rest(&before.queues), at_rest(&after.queues));
     assert_eq!(before.schedule, after.schedule);
+    assert_eq!(before.zaqar_queue, after.zaqar_queue);
+    assert_eq!(before.zaqar_queue["team"], "billing");
+    assert_eq!(before.zaqar_messages, after.zaqar_messages);
+    assert_eq!(
+        before.zaqar_messages["messages"][0]["body"]["event"], "paid",
+        "{}",
+        before.zaqar_messages
+    );
     assert_eq!(before.subscriptions, after.subscriptions);
     assert_eq!(before.attempts, after.attempts);
     let attempts = after.attempts["attempts"].as_array().unwrap();

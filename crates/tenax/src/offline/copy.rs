@@ -242,14 +242,14 @@ impl Copied {
             .max(5);
         let _ = writeln!(
             out,
-            "{:width$}  {:>21}  {:>21}",
+            "{:width$}  {:>22}  {:>22}",
             "queue", "source (unf/comp/dead)", "target (unf/comp/dead)"
         );
         for (queue, (source, target)) in &self.counts {
             let mark = if source == target { "" } else { "  MISMATCH" };
             let _ = writeln!(
                 out,
-                "{queue:width$}  {:>21}  {:>21}{mark}",
+                "{queue:width$}  {:>22}  {:>22}{mark}",
                 format!("{}/{}/{}", source.unfinished, source.completed, source.dead),
                 format!("{}/{}/{}", target.unfinished, target.completed, target.dead),
             );

@@ -105,15 +105,13 @@ pub fn serve(data_dir: &Path, log: &Path, listen: &str, extra: &[&str]) -> Child
 }
 
 impl Served {
-    /// `PUT path` with `body`, expecting a success: its JSON.
-    pub async fn put(&self, path: &str, body: Value) -> Value {
-        let response = self
-            .http
-            .put(self.url(path))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+    /// `PUT path` with `body` and `headers`, expecting a success: its JSON.
+    pub async fn put(&self, path: &str, body: Value, headers: &[(&str, &str)]) -> Value {
+        let mut request = self.http.put(self.url(path)).json(&body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.unwrap();
         let status = response.status();
         let text = response.text().await.unwrap();
         assert!(status.is_success(), "PUT {path}: {status} {text}");
@@ -131,7 +129,16 @@ impl Served {
 
     /// `GET path`, expecting a success: its JSON.
     pub async fn get(&self, path: &str) -> Value {
-        let response = self.http.get(self.url(path)).send().await.unwrap();
+        self.get_with(path, &[]).await
+    }
+
+    /// `GET path` with `headers`, expecting a success: its JSON.
+    pub async fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Value {
+        let mut request = self.http.get(self.url(path));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.unwrap();
         let status = response.status();
         let text = response.text().await.unwrap();
         assert!(status.is_success(), "GET {path}: {status} {text}");
