@@ -28,7 +28,7 @@ export { JobOutcome, NotRetryable, PayloadMismatch, Retry, RetryAt, RetryIn, Sno
 export type { OutcomeOptions } from "./outcomes.js";
 export type * from "./types.js";
 export { VERSION } from "./version.js";
-export { Webhook, WebhookVerificationError, readRawBody, verifyWebhookRequest, webhookMiddleware } from "./webhooks.js";
+export { Webhook, WebhookVerificationError, readRawBody, verifiedDelivery, verifyWebhookRequest, webhookMiddleware } from "./webhooks.js";
 export type {
   DeliveryEnvelope,
   HeaderSource,

@@ -227,6 +227,19 @@ export interface PlainResponse {
 }
 
 /**
+ * The delivery `webhookMiddleware` verified for this request (the typed way to read
+ * `req.webhook`, which Express's own `Request` type does not declare). Throws when the
+ * middleware did not run before.
+ */
+export function verifiedDelivery<T = DeliveryEnvelope>(req: object): VerifiedDelivery<T> {
+  const verified = (req as RawBodyRequest).webhook;
+  if (verified === undefined) {
+    throw new Error("no verified delivery on this request: mount webhookMiddleware before this handler");
+  }
+  return verified as VerifiedDelivery<T>;
+}
+
+/**
  * An Express middleware that verifies deliveries. Mount it after `express.raw({ type: "*\/*" })`,
  * which keeps the body as the exact bytes that were signed. A verified request goes on with
  * `req.webhook` set (`{ id, timestamp, payload }`); any other is answered `401` and goes no
@@ -234,7 +247,8 @@ export interface PlainResponse {
  *
  * ```ts
  * app.post("/orders", express.raw({ type: "*\/*" }), webhookMiddleware(secret), (req, res) => {
- *   handle(req.webhook.payload.message); // dedupe on req.webhook.id
+ *   const { id, payload } = verifiedDelivery(req); // or req.webhook
+ *   handle(payload.message); // dedupe on id
  *   res.sendStatus(204);
  * });
  * ```

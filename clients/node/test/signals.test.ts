@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 
 import type { Client } from "../src/index.js";
-import { type Server, newQueue, startServer } from "./support.js";
+import { type Server, newQueue, startServer, waitFor } from "./support.js";
 
 let server: Server;
 let client: Client;
@@ -55,7 +55,11 @@ test("SIGTERM drains the running handler and gives back the prefetched job; the 
   assert.ok(!lines.includes(`started ${second?.id}`), "the prefetched job never started");
 
   assert.equal((await client.getJob(first?.id as number)).status, "completed");
-  const returned = await client.getJob(second?.id as number);
+  // The server gives it back once it sees the stream's connection closed.
+  const returned = await waitFor(async () => {
+    const shown = await client.getJob(second?.id as number);
+    return shown.status === "in_flight" ? null : shown;
+  }, "the prefetched job to leave flight");
   assert.equal(returned.status, "ready");
   assert.equal(returned.failures, 0);
 

@@ -15,6 +15,7 @@ import {
   Webhook,
   WebhookVerificationError,
   readRawBody,
+  verifiedDelivery,
   verifyWebhookRequest,
   webhookMiddleware,
 } from "../src/index.js";
@@ -120,7 +121,7 @@ suite("webhookMiddleware (Express-shaped)", () => {
     middleware(req, res, (...args: unknown[]) => (nextArgs = args));
     assert.deepEqual(nextArgs, []);
     assert.equal(req.webhook?.id, SPEC.id);
-    assert.deepEqual(req.webhook?.payload, { test: 2432232314 });
+    assert.deepEqual(verifiedDelivery(req).payload, { test: 2432232314 });
 
     const tampered: RawBodyRequest = { headers: specHeaders(), body: Buffer.from('{"test": 1}') };
     const refused = response();
@@ -130,6 +131,19 @@ suite("webhookMiddleware (Express-shaped)", () => {
     assert.equal(refused.statusCode, 401);
     assert.match(refused.body ?? "", /no matching signature/);
     assert.equal(tampered.webhook, undefined);
+  });
+
+  test("it fits where Express takes a handler (Express's types extend node:http's)", () => {
+    // Express's Request extends IncomingMessage (with `body: any`), its Response extends
+    // ServerResponse, and its NextFunction takes an optional error: the compiler checks this.
+    type ExpressLikeHandler = (
+      req: IncomingMessage & { body: any; params: Record<string, string> },
+      res: ServerResponse & { locals: Record<string, unknown> },
+      next: (error?: any) => void,
+    ) => void;
+    const handler: ExpressLikeHandler = webhookMiddleware(SPEC.secret);
+    assert.equal(typeof handler, "function");
+    assert.throws(() => verifiedDelivery({}), /mount webhookMiddleware/);
   });
 
   test("a parsed body (express.json() ran first) goes to next as an error", () => {

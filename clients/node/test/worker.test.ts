@@ -15,7 +15,7 @@ import {
   Worker,
   type WorkerOptions,
 } from "../src/index.js";
-import { type Server, memoryLogger, newQueue, nextEvent, recordingFetch, signal, startServer } from "./support.js";
+import { type Server, memoryLogger, newQueue, nextEvent, recordingFetch, signal, startServer, waitFor } from "./support.js";
 
 let server: Server;
 let client: Client;
@@ -299,7 +299,11 @@ suite("worker", () => {
     assert.equal(first.id, ids[0]);
     assert.equal((await client.getJob(first.id)).status, "completed", "the running job completed, its completion flushed");
     for (const id of ids.slice(1)) {
-      const job = await client.getJob(id);
+      // The server gives them back once it sees the stream's connection closed.
+      const job = await waitFor(async () => {
+        const shown = await client.getJob(id);
+        return shown.status === "in_flight" ? null : shown;
+      }, `job ${id} to leave flight`);
       assert.equal(job.status, "ready", `job ${id} is ready again`);
       assert.equal(job.failures, 0, "without using an attempt");
     }
@@ -323,7 +327,10 @@ suite("worker", () => {
     await started;
     await worker.stop();
     assert.match(String(await aborted.promise), /shutting down/);
-    const job = await client.getJob(id);
+    const job = await waitFor(async () => {
+      const shown = await client.getJob(id);
+      return shown.status === "in_flight" ? null : shown;
+    }, "the job to leave flight");
     assert.equal(job.status, "ready");
     assert.equal(job.failures, 0);
     assert.equal(worker.stats.abandoned, 1);
