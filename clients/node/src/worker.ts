@@ -357,7 +357,7 @@ export class Worker extends EventEmitter {
     }
     if (!this.#stopping) {
       this.#stopping = true;
-      this.emit("stopping");
+      this.#tell("stopping");
       this.#stopAsked.resolve();
     }
     this.#notify();
@@ -420,7 +420,19 @@ export class Worker extends EventEmitter {
     this.#log.info(
       `worker stopped: ${s.completed} completed, ${s.failed} failed, ${s.returned} returned, ${s.abandoned} abandoned, ${s.lost} lost`,
     );
-    this.emit("stopped", this.stats);
+    this.#tell("stopped", this.stats);
+  }
+
+  /**
+   * Emits an event; a listener that throws is logged, and the worker goes on (the listeners are
+   * the application's code, run in the middle of the worker's own work).
+   */
+  #tell(event: string, ...args: unknown[]): void {
+    try {
+      this.emit(event, ...args);
+    } catch (error) {
+      this.#log.error(`a listener of "${event}" threw: ${(error as Error)?.stack ?? String(error)}`);
+    }
   }
 
   #notify(): void {
@@ -487,11 +499,10 @@ export class Worker extends EventEmitter {
           this.#log.warn("the server ended the job stream; opening it again");
         }
       } catch (error) {
-        if (!this.#closeStream && error instanceof TenaxError) {
+        if (!this.#closeStream) {
           this.#stats.streamErrors++;
-          this.#log.warn(`the job stream broke: ${error.message}`);
-        } else if (!this.#closeStream) {
-          throw error;
+          const reason = error instanceof TenaxError ? error.message : ((error as Error)?.stack ?? String(error));
+          this.#log.warn(`the job stream broke: ${reason}`);
         }
       } finally {
         // The jobs received but not started are forgotten before the stream closes: the close
@@ -520,7 +531,7 @@ export class Worker extends EventEmitter {
       controller: new AbortController(),
     };
     this.#held.set(key(job), held);
-    this.emit("received", job);
+    this.#tell("received", job);
     if (!this.#stopping) {
       this.#pending.push(held);
       this.#pump();
@@ -558,7 +569,7 @@ export class Worker extends EventEmitter {
     held.startedAt = performance.now();
     this.#running++;
     const job = held.job;
-    this.emit("start", job);
+    this.#tell("start", job);
     try {
       let outcome: { ok: true } | { ok: false; error: unknown };
       let handler: Registered | undefined;
@@ -653,7 +664,7 @@ export class Worker extends EventEmitter {
         }
         this.#stats.failed++;
         this.#outcomes.failed(job, ranMs, message, result, snoozed, unknown);
-        this.emit("failed", job, result);
+        this.#tell("failed", job, result);
         return;
       }
       this.#log.error(`job ${job.id}: gave up reporting its failure; its lease will expire`);
@@ -721,7 +732,7 @@ export class Worker extends EventEmitter {
         this.#stats.completed++;
         if (waiting !== undefined) {
           this.#outcomes.completed(waiting.held.job, waiting.ranMs);
-          this.emit("completed", waiting.held.job);
+          this.#tell("completed", waiting.held.job);
         }
       } else {
         this.#stats.lost++;
@@ -785,7 +796,7 @@ export class Worker extends EventEmitter {
         this.#pending = this.#pending.filter((h) => h !== held);
         this.#stats.lost++;
         this.#log.warn(`job ${job.id} lost its lease: ${(error as Error).message}; its result will not be reported`);
-        this.emit("lost", job, error);
+        this.#tell("lost", job, error);
         return;
       }
       if (gone(error)) {
@@ -799,7 +810,7 @@ export class Worker extends EventEmitter {
     this.#stats.heartbeats++;
     this.#beatsFailingSince = null;
     held.nextBeat = performance.now() + this.heartbeatMs;
-    this.emit("heartbeat", job, answer);
+    this.#tell("heartbeat", job, answer);
   }
 
   /** Closes a stream that went quiet, so that the reader opens a new one. */

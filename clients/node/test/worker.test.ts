@@ -336,6 +336,31 @@ suite("worker", () => {
     assert.equal(worker.stats.abandoned, 1);
   });
 
+  test("a job whose heartbeat finds it gone is lost: its signal aborts and nothing is reported", async () => {
+    const queue = newQueue();
+    const recorder = recordingFetch();
+    const worker = new Worker(queue, { client: server.client({ fetch: recorder.fetch }), lease: 1000, logger: false });
+    const aborted = signal<unknown>();
+    worker.handle("t", async (_job, { signal: abort }) => {
+      await new Promise<void>((resolve) => abort.addEventListener("abort", () => resolve()));
+      aborted.resolve(abort.reason);
+      throw new Error("gave up"); // not reported: the job is no longer this worker's
+    });
+    const { id } = await client.enqueue(queue, "t");
+    const started = nextEvent(worker, "start");
+    const lost = nextEvent<[TakenJob, unknown]>(worker, "lost");
+    await worker.start();
+    await started;
+    await client.deleteJob(id); // taken away while it runs
+    const [job] = await lost;
+    assert.equal(job.id, id);
+    assert.match(String(await aborted.promise), /not_found/);
+    await worker.stop();
+    assert.equal(worker.stats.lost, 1);
+    assert.equal(worker.stats.failed, 0);
+    assert.ok(!recorder.requests.some((r) => r.path.endsWith("/fail") || r.path === "/api/jobs/complete"));
+  });
+
   test("a worker refuses bad settings and runs once", async () => {
     assert.throws(() => workerOf(newQueue(), { concurrency: 0 }), RangeError);
     assert.throws(() => workerOf(newQueue(), { lease: 100 }), RangeError);
