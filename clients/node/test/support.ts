@@ -83,6 +83,21 @@ export async function startServer(): Promise<Server> {
   child.on("exit", (code) => {
     exited = code ?? -1;
   });
+  // A test process that ends without its after() hook (a runner's timeout kills it) takes its
+  // server along, instead of leaving it running.
+  const killServer = (): void => {
+    if (exited === null) {
+      child.kill("SIGKILL");
+      rmSync(workdir, { recursive: true, force: true });
+    }
+  };
+  process.once("exit", killServer);
+  for (const name of ["SIGTERM", "SIGINT"] as const) {
+    process.once(name, () => {
+      killServer();
+      process.exit(1);
+    });
+  }
   const deadline = Date.now() + 30_000;
   for (;;) {
     if (exited !== null) {
