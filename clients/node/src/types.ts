@@ -1,0 +1,392 @@
+// The shapes of the native API's requests and answers (docs/api.md).
+//
+// Objects that go to or come from the server keep the server's own field names (`run_at`,
+// `lease_token`, `retry_limit`), so docs/api.md reads as the reference for them too. Times in
+// answers are the server's RFC 3339 UTC strings, to the millisecond. Fields a newer server
+// adds come through untyped.
+
+/**
+ * A job id, lease token, delivery or subscription id: a `number` while it is at most
+ * `Number.MAX_SAFE_INTEGER`, a `bigint` above (exact, where `JSON.parse` would round it).
+ * Send either back: both are written as their exact digits.
+ */
+export type JobId = number | bigint;
+
+/** Integer milliseconds, or a string with units: `"250ms"`, `"12.5s"`, `"5m"`, `"1h30m"`, `"2d"`. */
+export type Duration = number | string;
+
+/** A `Date`, integer milliseconds since 1970, or an RFC 3339 string. */
+export type Time = Date | number | string;
+
+/** A retry or delivery policy in any of its three spellings (docs/policies.md). */
+export type Policy = Record<string, unknown>;
+
+export type JobStatus = "scheduled" | "ready" | "in_flight" | "completed" | "dead";
+
+export type OnDuplicate = "refuse" | "existing";
+
+/** The options of one enqueue (`POST /api/jobs`), beside `queue`, `type` and `payload`. */
+export interface EnqueueOptions {
+  /** Higher runs first; FIFO within a priority (default 0). */
+  priority?: number;
+  /** When the job becomes ready (default now). */
+  run_at?: Time;
+  /** An alternative to `run_at`. */
+  delay?: Duration;
+  /** This job's retry policy, in any spelling (default: its queue's, else the server's). */
+  policy?: Policy;
+  /** Overrides the policy's retry limit (at most 100 000). */
+  retry_limit?: number;
+  /** At most one unfinished job per queue and key. */
+  unique_key?: string;
+  /** What a duplicate key gets: `"refuse"` (a `Duplicate` error, the default) or `"existing"`. */
+  on_duplicate?: OnDuplicate;
+  /** A W3C trace context, kept with the job and handed to its workers and deliveries. */
+  traceparent?: string;
+}
+
+/** One job of a batch enqueue. */
+export interface NewJob extends Omit<EnqueueOptions, "on_duplicate"> {
+  queue: string;
+  type?: string;
+  payload?: unknown;
+}
+
+/** The answer to an enqueue. `created` is false when `on_duplicate: "existing"` found a job. */
+export interface Enqueued {
+  id: JobId;
+  created: boolean;
+  status: JobStatus;
+  run_at: string;
+}
+
+/** A failed attempt recorded on a job. */
+export interface JobErrorEntry {
+  attempt: number;
+  at: string;
+  message: string;
+  detail: unknown;
+}
+
+/** A job as `GET /api/jobs/{id}` shows it. */
+export interface Job<P = unknown> {
+  id: JobId;
+  queue: string;
+  type: string;
+  payload: P;
+  priority: number;
+  status: JobStatus;
+  attempt: number;
+  failures: number;
+  run_at: string;
+  created_at: string;
+  finished_at?: string | null;
+  dead_reason?: string | null;
+  policy?: Policy | null;
+  unique_key?: string | null;
+  errors: JobErrorEntry[];
+  traceparent?: string | null;
+  [more: string]: unknown;
+}
+
+export interface JobPage {
+  jobs: Job[];
+  /** Pass as `after` for the next page; null at the end. */
+  next_after: JobId | null;
+}
+
+/** A job leased to this worker by a take or a stream. */
+export interface TakenJob<P = unknown> {
+  id: JobId;
+  queue: string;
+  type: string;
+  payload: P;
+  priority: number;
+  attempt: number;
+  lease_token: JobId;
+  lease_expires_at: string;
+  created_at: string;
+  traceparent?: string | null;
+  [more: string]: unknown;
+}
+
+/** What heartbeat, complete and fail need: a job's id and the token of its current lease. */
+export interface JobRef {
+  id: JobId;
+  lease_token: JobId;
+}
+
+export interface LeaseExtended {
+  id: JobId;
+  /** The expiry actually set (never past the server's `--max-attempt-time`). */
+  lease_expires_at: string;
+}
+
+export interface Completed {
+  id: JobId;
+  status: "completed";
+}
+
+export interface CompleteResult {
+  id: JobId;
+  completed: boolean;
+  error?: { code: string; message: string };
+}
+
+/** The outcome of a failure, as the policy decided it. */
+export interface FailResult {
+  id: JobId;
+  status: JobStatus;
+  failures: number;
+  dead_reason?: string;
+  attempt?: number;
+  run_at?: string;
+  delay_ms?: number;
+}
+
+/** How a failure is reported: at most one of `retryable: false`, `retry_at`, `retry_in`, `snooze`. */
+export interface FailOptions {
+  /** Any JSON, recorded beside the message. */
+  detail?: unknown;
+  /** `false`: dead at once, whatever the policy. */
+  retryable?: boolean;
+  /** Retry then (uses an attempt; the limit and window still apply). */
+  retry_at?: Time;
+  /** Retry after this long (uses an attempt). */
+  retry_in?: Duration;
+  /** Run again after this long without using an attempt; nothing is recorded. */
+  snooze?: Duration;
+}
+
+export interface Counts {
+  scheduled: number;
+  ready: number;
+  in_flight: number;
+  completed: number;
+  dead: number;
+}
+
+export interface Stats {
+  queues: Array<Counts & { queue: string }>;
+  totals: Counts;
+}
+
+export interface Queue {
+  name: string;
+  paused: boolean;
+  policy: Policy | null;
+  counts: Counts;
+  concurrency?: number;
+  rate?: { limit: number; period_ms: number; used: number };
+  encrypt_payloads?: boolean;
+  disable_overrides?: boolean;
+  message_ttl_ms?: number;
+  [more: string]: unknown;
+}
+
+/** `PUT /api/queues/{name}`: omitted fields keep their value; `null` removes a setting. */
+export interface QueueSettings {
+  policy?: Policy | null;
+  paused?: boolean;
+  disable_overrides?: boolean;
+  message_ttl?: Duration | null;
+  concurrency?: number | null;
+  rate?: { limit: number; period: Duration } | null;
+  encrypt_payloads?: boolean;
+}
+
+export interface ListJobsOptions {
+  queue?: string;
+  status?: JobStatus;
+  type?: string;
+  limit?: number;
+  after?: JobId;
+}
+
+/** Which dead jobs: `ids`, and/or `queue` and `type`; or `all: true`. */
+export interface DeadSelection {
+  ids?: JobId[];
+  queue?: string;
+  type?: string;
+  all?: boolean;
+}
+
+export interface ReplayOptions {
+  /** A new policy for the replayed jobs, any spelling. */
+  policy?: Policy;
+  /** Start the retries again from 1. */
+  reset_attempts?: boolean;
+}
+
+export interface ReplayResult {
+  replayed: number;
+  ids: JobId[];
+  skipped: Array<{ id: JobId; reason: string }>;
+}
+
+export interface DeletedJobs {
+  deleted: number;
+  ids: JobId[];
+}
+
+export interface PolicyPreview {
+  retries: Array<{
+    retry: number;
+    delay_ms: number;
+    cumulative_ms: number;
+    min_delay_ms: number;
+    max_delay_ms: number;
+  }>;
+  window_ms: number;
+  retry_count: number;
+  truncated: boolean;
+}
+
+/** The job a schedule's ticks enqueue. */
+export interface ScheduleJob {
+  queue: string;
+  type?: string;
+  payload?: unknown;
+  priority?: number;
+  policy?: Policy;
+  retry_limit?: number;
+}
+
+/** `PUT /api/schedules/{name}` (docs/schedules.md). */
+export interface ScheduleDefinition {
+  cron: string;
+  timezone?: string;
+  job: ScheduleJob;
+  missed?: "skip" | "run_once";
+  overlap?: "allow" | "skip";
+  paused?: boolean;
+}
+
+export interface Schedule {
+  name: string;
+  cron: string;
+  timezone: string;
+  description: string;
+  next_tick: string | null;
+  missed: "skip" | "run_once";
+  overlap: "allow" | "skip";
+  paused: boolean;
+  job: ScheduleJob;
+  last_tick?: string | null;
+  last_job?: JobId | null;
+  counts: { enqueued: number; missed: number; overlapped: number };
+  created_at: string;
+  updated_at: string;
+  [more: string]: unknown;
+}
+
+export interface Tick {
+  at: string;
+  local: string;
+  shifted?: boolean;
+}
+
+export interface SchedulePreviewRequest {
+  cron: string;
+  timezone?: string;
+  count?: number;
+  after?: Time;
+}
+
+/** The body of a subscription's create (`endpoint` required) or `PATCH` (docs/webhooks.md). */
+export interface SubscriptionFields {
+  endpoint?: string;
+  policy?: Policy | null;
+  throttle_per_second?: number | null;
+  content_type?: string | null;
+  secret?: string | null;
+  headers?: Record<string, string> | null;
+  enabled?: boolean | null;
+  retryable_statuses?: number[] | null;
+  max_concurrency?: number | null;
+  auto_disable_after?: Duration | null;
+  retry_budget?: { percent: number; window: Duration; min_retries?: number } | null;
+  format?: "tenax" | "zaqar" | null;
+}
+
+export interface Subscription {
+  id: JobId;
+  queue: string;
+  endpoint: string;
+  enabled: boolean;
+  /** `whsec_…`: shown only by the create (and a rotation); `"[redacted]"` afterwards. */
+  secret: string;
+  policy: Policy | null;
+  effective_policy?: Policy;
+  policy_source?: string;
+  format: "tenax" | "zaqar";
+  headers: Record<string, string>;
+  health?: Record<string, unknown>;
+  deliveries?: Counts;
+  [more: string]: unknown;
+}
+
+export interface DeletedSubscription {
+  deleted: JobId;
+  deliveries_deleted: number;
+}
+
+export interface DeliveryAttempt {
+  [field: string]: unknown;
+}
+
+export interface Delivery {
+  id: JobId;
+  status: JobStatus;
+  attempts?: DeliveryAttempt[];
+  [more: string]: unknown;
+}
+
+export interface DeliveryPage {
+  deliveries: Delivery[];
+  next_after: JobId | null;
+}
+
+export interface AttemptPage {
+  attempts: DeliveryAttempt[];
+  next_after: JobId | null;
+}
+
+export interface WorkerInfo {
+  name: string;
+  queues: string[];
+  in_flight: number;
+  streaming: boolean;
+  streams: number;
+  seen_at: string;
+}
+
+export interface ServerInfo {
+  id: string;
+  this: boolean;
+  version: string | null;
+  started_at: string;
+  seen_at: string;
+  leads: boolean;
+  address: string;
+  workers: WorkerInfo[];
+  [more: string]: unknown;
+}
+
+export interface Cluster {
+  servers: ServerInfo[];
+}
+
+export interface ActivityCounts {
+  enqueued: number;
+  completed: number;
+  failed: number;
+  dead: number;
+  delivered: number;
+  delivery_failed: number;
+}
+
+export interface Activity {
+  minutes: Array<ActivityCounts & { at: string }>;
+  total: ActivityCounts;
+}
