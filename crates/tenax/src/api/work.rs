@@ -290,11 +290,20 @@ async fn take_stream(
                 }
             }
             let request = Take::new(&p.queues, room, p.lease_ms).in_stream(stream);
-            let taken = tokio::select! {
-                taken = engine.take(&request, KEEP_ALIVE, &mut revoked) => taken,
-                () = tx.closed() => return,
-                () = engine.stopped() => return,
+            // A closed connection or a revoked token ends the take only while it waits, never
+            // inside the store's take: a take cut off there could lease jobs after the guard
+            // has released the stream's, leaving them held by a stream that is gone until
+            // their leases expire (an attempt lost). The take then ends, and so does the loop.
+            let gone = async {
+                tokio::select! {
+                    () = &mut revoked => {}
+                    () = tx.closed() => {}
+                }
             };
+            let taken = engine.take(&request, KEEP_ALIVE, gone).await;
+            if tx.is_closed() {
+                return;
+            }
             if principal.token.is_some_and(|id| !engine.knows_token(id)) {
                 // Taken as the token went: the guard gives these back with the rest.
                 return;
