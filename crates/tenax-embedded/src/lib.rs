@@ -26,7 +26,9 @@
 //! disk contract.
 
 mod activity;
+pub mod backup;
 mod claims;
+mod copy;
 mod curation;
 pub mod disk;
 mod endpoints;
@@ -55,7 +57,7 @@ mod wal;
 mod writer;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -64,6 +66,7 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable};
 use tenax_core::auth::TokenRecord;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::activity::MinuteRing;
+use tenax_core::model::backup::BackupManifest;
 use tenax_core::model::{
     ClaimId, EndpointState, JobId, JobState, QueueConfig, Schedule, StoredPolicy, Subscription,
     SubscriptionId,
@@ -135,6 +138,9 @@ pub struct EmbeddedStore {
     activity: Mutex<MinuteRing>,
     /// The one server using the store (`servers`).
     server: servers::ThisServer,
+    /// The data directory (`None`: a simulated disk), where a backup is written before it is
+    /// sent (`backup`).
+    dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -184,6 +190,7 @@ impl EmbeddedStore {
             StoreError::storage(format!("creating the data directory {}", dir.display()), e)
         })?;
         let db = open_file(&dir.join(FILE_NAME), options)?;
+        backup::remove_unsent(dir);
         let log_path = dir.join("tenax.wal");
         let place = recover::Place {
             log: log_path.display().to_string(),
@@ -288,6 +295,7 @@ impl EmbeddedStore {
             payload_key,
             activity: Mutex::default(),
             server: servers::ThisServer::new(),
+            dir: place.dir.map(Path::to_owned),
         })
     }
 
@@ -387,6 +395,10 @@ impl StoreLifecycle for EmbeddedStore {
 
     async fn lead(&self) -> Result<bool, StoreError> {
         Ok(true)
+    }
+
+    fn backup(&self, now_ms: UnixMs) -> Option<Result<(PathBuf, BackupManifest), StoreError>> {
+        self.backup_in_place(now_ms)
     }
 
     async fn close(&self) {

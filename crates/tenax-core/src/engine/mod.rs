@@ -9,6 +9,7 @@
 //! store's.
 
 pub mod activity;
+mod backup;
 mod claims;
 pub mod cluster;
 mod decide;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tenax_policy::{Outcome, RetryPolicy};
 
+pub use self::backup::BackupCopy;
 pub use self::claims::{ClaimView, MessageDelete, NewClaim};
 pub use self::decide::{
     PolicyOwner, decide_failure, decide_lease_expiry, delivery_policy, resolve,
