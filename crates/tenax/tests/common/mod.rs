@@ -145,6 +145,22 @@ impl TestServer {
         }
     }
 
+    /// A server on the embedded store already in `data_dir` (a restored backup, say), which
+    /// it keeps until it is dropped.
+    pub async fn start_in(data_dir: TempDir, options: Options) -> Self {
+        let signals = Signals::listened();
+        let (api, running) = launch(data_dir.path(), &options, None, &signals).await;
+        Self {
+            api,
+            clock: options.clock,
+            flags: options.flags,
+            database: None,
+            signals,
+            data_dir,
+            running: Some(running),
+        }
+    }
+
     /// Stops the server gracefully (requests finish, the store flushes) and waits for it.
     pub async fn stop(&mut self) {
         let running = self.running.take().expect("the server is running");
