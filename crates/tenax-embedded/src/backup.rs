@@ -86,14 +86,15 @@ impl EmbeddedStore {
             file.sync_all()?;
             files::sync_parent(&manifest_path)
         })();
-        written.map_err(|e| StoreError::storage(format!("writing {}", manifest_path.display()), e))?;
+        written
+            .map_err(|e| StoreError::storage(format!("writing {}", manifest_path.display()), e))?;
         tracing::info!(
             into = %into.display(),
             wal_lsn,
             bytes,
             jobs = manifest.rows.get("jobs").copied().unwrap_or(0),
-            settle_ms = settled.as_millis() as u64,
-            copy_ms = copying.elapsed().as_millis() as u64,
+            settle = ?settled,
+            copy = ?copying.elapsed(),
             "wrote a backup of the store"
         );
         Ok(manifest)
@@ -106,7 +107,10 @@ impl EmbeddedStore {
         now_ms: UnixMs,
     ) -> Option<Result<(PathBuf, BackupManifest), StoreError>> {
         let dir = self.dir.as_ref()?;
-        let into = dir.join(format!("{IN_PROGRESS}{now_ms}-{:016x}", rand::random::<u64>()));
+        let into = dir.join(format!(
+            "{IN_PROGRESS}{now_ms}-{:016x}",
+            rand::random::<u64>()
+        ));
         Some(match self.write_backup(&into, now_ms) {
             Ok(manifest) => Ok((into, manifest)),
             Err(error) => {
@@ -201,7 +205,10 @@ pub fn check(from: &Path) -> Result<BackupManifest, StoreError> {
     }
     let file = from.join(FILE_NAME);
     let (bytes, sha256) = digest(&file).map_err(|e| {
-        StoreError::Refused(format!("the backup in {} is incomplete: {e}", from.display()))
+        StoreError::Refused(format!(
+            "the backup in {} is incomplete: {e}",
+            from.display()
+        ))
     })?;
     if bytes != manifest.bytes || sha256 != manifest.sha256 {
         return Err(StoreError::Refused(format!(
@@ -258,7 +265,9 @@ pub fn restore(from: &Path, dir: &Path) -> Result<BackupManifest, StoreError> {
         std::fs::rename(&partial, &path)?;
         files::sync_parent(&path)
     })();
-    copied.map_err(|e| StoreError::storage(format!("copying the backup into {}", path.display()), e))?;
+    copied.map_err(|e| {
+        StoreError::storage(format!("copying the backup into {}", path.display()), e)
+    })?;
     let db = open_file(&path, &EmbeddedOptions::default())?;
     let (applied, _) = recover::log_position(&db)?;
     let log_path = dir.join("tenax.wal");

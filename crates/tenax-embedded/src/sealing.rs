@@ -25,7 +25,9 @@ use tenax_core::store::StoreError;
 use tenax_core::store::sealed::{payload_key_from_stored, payload_key_to_stored, to_stored};
 
 use super::disk::{FileLog, LogFile};
-use super::tables::{META, PAYLOAD_KEY, PAYLOAD_KEY_ROW, SCRUB_PENDING, SECRETS_KEY, SUBSCRIPTIONS};
+use super::tables::{
+    META, PAYLOAD_KEY, PAYLOAD_KEY_ROW, SCRUB_PENDING, SECRETS_KEY, SUBSCRIPTIONS,
+};
 use super::wal::Wal;
 use super::{EmbeddedOptions, Inner, fault};
 

@@ -137,7 +137,10 @@ fn offline_error(what: String) -> impl FnOnce(StoreError) -> OfflineError {
 }
 
 /// Opens the embedded store in `dir` with `keys` (`None`: the directory's `secrets.key`).
-async fn open_embedded(dir: &Path, keys: Option<Arc<Keyring>>) -> Result<EmbeddedStore, StoreError> {
+async fn open_embedded(
+    dir: &Path,
+    keys: Option<Arc<Keyring>>,
+) -> Result<EmbeddedStore, StoreError> {
     let options = EmbeddedOptions {
         secrets: keys,
         ..EmbeddedOptions::default()
@@ -162,11 +165,17 @@ pub async fn backup_stopped(
         .map_err(offline_error(format!("checking {}", to.display())))?;
     let store = open_embedded(dir, keys)
         .await
-        .map_err(offline_error(format!("opening the store in {}", dir.display())))?;
+        .map_err(offline_error(format!(
+            "opening the store in {}",
+            dir.display()
+        )))?;
     let now_ms = tenax_core::clock::Clock::System.now_ms();
     let written = store.write_backup(to, now_ms);
     store.close().await;
-    written.map_err(offline_error(format!("writing a backup into {}", to.display())))
+    written.map_err(offline_error(format!(
+        "writing a backup into {}",
+        to.display()
+    )))
 }
 
 /// A backup directory never takes a secrets key: it is kept apart.
@@ -184,14 +193,23 @@ fn refuse_key_file(to: &Path) -> Result<(), StoreError> {
 /// Checks the backup in `dir` against its manifest (its file's size and SHA-256, formats this
 /// version reads), and answers the manifest.
 pub fn check_backup(dir: &Path) -> Result<BackupManifest, OfflineError> {
-    backup::check(dir).map_err(offline_error(format!("checking the backup in {}", dir.display())))
+    backup::check(dir).map_err(offline_error(format!(
+        "checking the backup in {}",
+        dir.display()
+    )))
 }
 
 /// Whether `dir` may receive a backup or a restore: absent, or holding nothing but a secrets
 /// key (restore) or nothing at all (backup).
 pub fn ensure_empty(dir: &Path, key_allowed: bool) -> Result<(), OfflineError> {
     backup::is_free_for_restore(dir)
-        .and_then(|()| if key_allowed { Ok(()) } else { refuse_key_file(dir) })
+        .and_then(|()| {
+            if key_allowed {
+                Ok(())
+            } else {
+                refuse_key_file(dir)
+            }
+        })
         .map_err(offline_error(format!("checking {}", dir.display())))
 }
 
@@ -232,9 +250,11 @@ pub async fn restore(
         )));
     }
     let keys = match key_file {
-        Some(path) => Some(Arc::new(Keyring::read_file(path).map_err(|e| {
-            OfflineError::Invalid(format!("--secrets-key-file: {e}"))
-        })?)),
+        Some(path) => {
+            Some(Arc::new(Keyring::read_file(path).map_err(|e| {
+                OfflineError::Invalid(format!("--secrets-key-file: {e}"))
+            })?))
+        }
         None => None,
     };
     let manifest = backup::restore(from, to)
@@ -270,7 +290,10 @@ async fn open_and_count(
 ) -> Result<Counted, OfflineError> {
     let store = open_embedded(dir, keys)
         .await
-        .map_err(offline_error(format!("opening the restored store in {}", dir.display())))?;
+        .map_err(offline_error(format!(
+            "opening the restored store in {}",
+            dir.display()
+        )))?;
     let counted = async {
         let rows = store.row_counts()?;
         // `meta` is the store's own bookkeeping, which opening changes (the new log's name).
@@ -280,7 +303,10 @@ async fn open_and_count(
             .filter(|(table, _)| table.as_str() != "meta")
             .filter(|(table, want)| rows.get(*table).copied().unwrap_or(0) != **want)
             .map(|(table, want)| {
-                format!("{table}: {} rows, the manifest says {want}", rows.get(table).copied().unwrap_or(0))
+                format!(
+                    "{table}: {} rows, the manifest says {want}",
+                    rows.get(table).copied().unwrap_or(0)
+                )
             })
             .collect();
         if !differ.is_empty() {
@@ -310,7 +336,10 @@ async fn open_and_count(
     }
     .await;
     store.close().await;
-    counted.map_err(offline_error(format!("checking the restored store in {}", dir.display())))
+    counted.map_err(offline_error(format!(
+        "checking the restored store in {}",
+        dir.display()
+    )))
 }
 
 /// Refuses a data directory without a store, or whose store a server has open.

@@ -124,7 +124,9 @@ async fn a_backup_under_load_holds_every_job_acknowledged_before_it_was_asked_fo
             let mut n = 0u64;
             while !stop.load(Ordering::SeqCst) {
                 let id = api
-                    .enqueue(json!({"queue": "load", "type": "t", "payload": {"p": producer, "n": n}}))
+                    .enqueue(
+                        json!({"queue": "load", "type": "t", "payload": {"p": producer, "n": n}}),
+                    )
                     .await;
                 seen.lock().enqueued.push((id, Instant::now()));
                 n += 1;
@@ -155,7 +157,10 @@ async fn a_backup_under_load_holds_every_job_acknowledged_before_it_was_asked_fo
         if e >= 200 && c >= 50 {
             break;
         }
-        assert!(Instant::now() < deadline, "the load did not get going: {e} enqueued, {c} completed");
+        assert!(
+            Instant::now() < deadline,
+            "the load did not get going: {e} enqueued, {c} completed"
+        );
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -192,12 +197,22 @@ async fn a_backup_under_load_holds_every_job_acknowledged_before_it_was_asked_fo
     let before: Vec<u64> = seeded
         .iter()
         .copied()
-        .chain(seen.enqueued.iter().filter(|(_, at)| *at < asked).map(|(id, _)| *id))
+        .chain(
+            seen.enqueued
+                .iter()
+                .filter(|(_, at)| *at < asked)
+                .map(|(id, _)| *id),
+        )
         .collect();
     let completed_before: Vec<u64> = done_before
         .iter()
         .copied()
-        .chain(seen.completed.iter().filter(|(_, at)| *at < asked).map(|(id, _)| *id))
+        .chain(
+            seen.completed
+                .iter()
+                .filter(|(_, at)| *at < asked)
+                .map(|(id, _)| *id),
+        )
         .collect();
     let mut statuses = HashMap::new();
     for id in &before {
@@ -213,9 +228,7 @@ async fn a_backup_under_load_holds_every_job_acknowledged_before_it_was_asked_fo
     // Every job acknowledged before is there (`job` asserts 200), and none later than the
     // backup exists in a state it never had: an in-flight job returns to ready.
     assert!(
-        statuses
-            .values()
-            .all(|s| s == "ready" || s == "completed"),
+        statuses.values().all(|s| s == "ready" || s == "completed"),
         "{statuses:?}"
     );
 }
@@ -223,7 +236,9 @@ async fn a_backup_under_load_holds_every_job_acknowledged_before_it_was_asked_fo
 /// A backup of a small server with a subscription, into `dir/backup`.
 async fn small_backup(dir: &Path) -> (TestServer, std::path::PathBuf) {
     let server = TestServer::start(Options::manual()).await;
-    server.enqueue(json!({"queue": "q", "type": "t", "payload": 1})).await;
+    server
+        .enqueue(json!({"queue": "q", "type": "t", "payload": 1}))
+        .await;
     let to = dir.join("backup");
     backup(&server, &to).await;
     (server, to)
@@ -243,7 +258,10 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
     // A backup is written into an empty directory only.
     let (code, _, err) = tenax(&["backup", "--url", &server.api.base, "--to", &path(&to)]).await;
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--to:") && err.contains("is not empty"), "{err}");
+    assert!(
+        err.contains("--to:") && err.contains("is not empty"),
+        "{err}"
+    );
 
     // A damaged file.
     let damaged = dir.path().join("damaged");
@@ -257,8 +275,13 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
     std::fs::write(damaged.join("tenax.redb"), bytes).unwrap();
     let target = dir.path().join("from-damaged");
     let (code, _, err) = tenax(&[
-        "restore", "--from", &path(&damaged), "--data-dir", &path(&target),
-        "--secrets-key-file", key,
+        "restore",
+        "--from",
+        &path(&damaged),
+        "--data-dir",
+        &path(&target),
+        "--secrets-key-file",
+        key,
     ])
     .await;
     assert_eq!(code, 2, "{err}");
@@ -270,15 +293,31 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
     std::fs::create_dir(&used).unwrap();
     std::fs::write(used.join("notes.txt"), "mine").unwrap();
     let (code, _, err) = tenax(&[
-        "restore", "--from", &path(&to), "--data-dir", &path(&used), "--secrets-key-file", key,
+        "restore",
+        "--from",
+        &path(&to),
+        "--data-dir",
+        &path(&used),
+        "--secrets-key-file",
+        key,
     ])
     .await;
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("is not empty") && err.contains("notes.txt"), "{err}");
+    assert!(
+        err.contains("is not empty") && err.contains("notes.txt"),
+        "{err}"
+    );
 
     // No key where serve would look for it.
     let keyless = dir.path().join("keyless");
-    let (code, _, err) = tenax(&["restore", "--from", &path(&to), "--data-dir", &path(&keyless)]).await;
+    let (code, _, err) = tenax(&[
+        "restore",
+        "--from",
+        &path(&to),
+        "--data-dir",
+        &path(&keyless),
+    ])
+    .await;
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains(&format!("{}/secrets.key", keyless.display())) && err.contains("kept"),
@@ -291,7 +330,12 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
     assert_eq!(code, 0, "{err}");
     let wrong = dir.path().join("wrong");
     let (code, _, err) = tenax(&[
-        "restore", "--from", &path(&to), "--data-dir", &path(&wrong), "--secrets-key-file",
+        "restore",
+        "--from",
+        &path(&to),
+        "--data-dir",
+        &path(&wrong),
+        "--secrets-key-file",
         &path(&other),
     ])
     .await;
@@ -308,7 +352,13 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
     // The right key, named, restores; the target then serves the job.
     let right = dir.path().join("right");
     let (code, out, err) = tenax(&[
-        "restore", "--from", &path(&to), "--data-dir", &path(&right), "--secrets-key-file", key,
+        "restore",
+        "--from",
+        &path(&to),
+        "--data-dir",
+        &path(&right),
+        "--secrets-key-file",
+        key,
     ])
     .await;
     assert_eq!(code, 0, "{err}");
@@ -318,8 +368,7 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_an_unscoped_admin_takes_a_backup_and_postgres_is_sent_to_its_own_tools() {
     let server =
-        TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", ADMIN]))
-            .await;
+        TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", ADMIN])).await;
     let http = server.api.http().clone();
     let make = |body: Value| {
         let http = http.clone();
@@ -372,7 +421,13 @@ async fn only_an_unscoped_admin_takes_a_backup_and_postgres_is_sent_to_its_own_t
         let dir = tempfile::tempdir().unwrap();
         let to = dir.path().join("backup");
         let (code, _, err) = tenax(&[
-            "backup", "--url", &server.api.base, "--token", ADMIN, "--to", to.to_str().unwrap(),
+            "backup",
+            "--url",
+            &server.api.base,
+            "--token",
+            ADMIN,
+            "--to",
+            to.to_str().unwrap(),
         ])
         .await;
         assert_eq!(code, 2, "{err}");

@@ -71,7 +71,10 @@ mod tests {
     fn what_each_role_grants() {
         use Capability::*;
         let table = [
-            (Role::Admin, [true, true, true, true, true, true, true, true]),
+            (
+                Role::Admin,
+                [true, true, true, true, true, true, true, true],
+            ),
             (
                 Role::Producer,
                 [true, true, false, false, false, false, true, false],
@@ -80,7 +83,10 @@ mod tests {
                 Role::Worker,
                 [false, false, true, false, false, false, true, false],
             ),
-            (Role::Reader, [true, false, false, false, false, true, true, false]),
+            (
+                Role::Reader,
+                [true, false, false, false, false, true, true, false],
+            ),
         ];
         for (role, grants) in table {
             for (capability, want) in [Read, Enqueue, Work, Manage, Tokens, Metrics, Any, Backup]

@@ -112,8 +112,7 @@ impl Principal {
             && (!matches!(
                 capability,
                 Capability::Tokens | Capability::Metrics | Capability::Backup
-            )
-                || !self.is_scoped())
+            ) || !self.is_scoped())
     }
 
     /// Whether the token is limited to some queues or projects.

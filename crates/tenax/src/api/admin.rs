@@ -60,7 +60,10 @@ async fn backup(State(state): State<AppState>) -> Result<Response, ApiError> {
     Ok((
         [
             (CONTENT_TYPE, "application/x-tar".to_owned()),
-            (CONTENT_DISPOSITION, format!("attachment; filename=\"{name}\"")),
+            (
+                CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
         ],
         Body::from_stream(ReceiverStream::new(receiver)),
     )

@@ -46,16 +46,13 @@ pub fn run(args: BackupArgs) -> Result<(), CliError> {
     let manifest = match &args.data_dir {
         Some(dir) => {
             let keys = match &args.secrets_key_file {
-                Some(path) => Some(std::sync::Arc::new(Keyring::read_file(path).map_err(
-                    |e| CliError::Invalid(format!("--secrets-key-file: {e}")),
-                )?)),
+                Some(path) => Some(std::sync::Arc::new(
+                    Keyring::read_file(path)
+                        .map_err(|e| CliError::Invalid(format!("--secrets-key-file: {e}")))?,
+                )),
                 None => None,
             };
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
-            runtime.block_on(offline::backup_stopped(dir, to, keys))?
+            block_on(async { Ok(offline::backup_stopped(dir, to, keys).await?) })?
         }
         None => {
             let server = Server::connect(&args.server)?;

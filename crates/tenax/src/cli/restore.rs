@@ -4,11 +4,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use clap::Args;
 use tenax_core::model::Status;
 
 use super::CliError;
+use super::client::block_on;
 use crate::offline;
 
 #[derive(Debug, Args)]
@@ -26,15 +26,9 @@ pub struct RestoreArgs {
 }
 
 pub fn run(args: RestoreArgs) -> Result<(), CliError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let restored = runtime.block_on(offline::restore(
-        &args.from,
-        &args.data_dir,
-        args.secrets_key_file.as_deref(),
-    ))?;
+    let restored = block_on(async {
+        Ok(offline::restore(&args.from, &args.data_dir, args.secrets_key_file.as_deref()).await?)
+    })?;
     let moment = &restored.manifest.moment;
     let jobs: Vec<String> = Status::ALL
         .iter()
