@@ -250,9 +250,10 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (server, to) = small_backup(dir.path()).await;
+    let (mut server, to) = small_backup(dir.path()).await;
     let key = server.data_dir().join("secrets.key");
-    let key = key.to_str().unwrap();
+    let key = key.to_str().unwrap().to_owned();
+    let key = key.as_str();
     let path = |p: &Path| p.to_str().unwrap().to_owned();
 
     // A backup is written into an empty directory only.
@@ -357,6 +358,33 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
         &path(&to),
         "--data-dir",
         &path(&right),
+        "--secrets-key-file",
+        key,
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Jobs: 0 scheduled, 1 ready"), "{out}");
+
+    // A stopped server's data directory is backed up without it; a running one's is refused.
+    let offline = dir.path().join("offline");
+    let data = path(server.data_dir());
+    let (code, _, err) = tenax(&["backup", "--data-dir", &data, "--to", &path(&offline)]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("open") && err.contains("stop it first"),
+        "{err}"
+    );
+    server.stop().await;
+    let (code, out, err) = tenax(&["backup", "--data-dir", &data, "--to", &path(&offline)]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("Jobs: 1 (0 completed)"), "{out}");
+    let again = dir.path().join("again");
+    let (code, out, err) = tenax(&[
+        "restore",
+        "--from",
+        &path(&offline),
+        "--data-dir",
+        &path(&again),
         "--secrets-key-file",
         key,
     ])
