@@ -287,3 +287,87 @@ pub fn undo_restore(dir: &Path) {
         let _ = std::fs::remove_file(dir.join(name));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tenax_core::model::JobId;
+
+    use super::*;
+    use crate::ops::Op;
+    use crate::writer;
+
+    /// Writes the bodies of jobs `ids` in one commit.
+    async fn put_bodies(store: &EmbeddedStore, ids: std::ops::Range<u64>) {
+        let ops = ids
+            .map(|id| Op::PutBody {
+                id: JobId(id),
+                body: format!(
+                    r#"{{"queue":"q","type":"t","payload":{id},"priority":0,"created_at_ms":1}}"#
+                )
+                .into_bytes(),
+            })
+            .collect();
+        let receiver = {
+            let _inner = store.inner.lock();
+            store.writer.submit(ops)
+        };
+        writer::wait(receiver).await.expect("written");
+    }
+
+    /// A backup holds every commit acknowledged before it, is refused once changed, and
+    /// restores into a directory the store opens as it is, with the rows it counted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_backup_restores_into_a_store_that_opens_with_its_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = dir.path().join("live");
+        let store = EmbeddedStore::open(&live, &EmbeddedOptions::default(), 100).expect("opens");
+        put_bodies(&store, 1..501).await;
+        let (into, manifest) = store
+            .backup_in_place(200)
+            .expect("a data directory")
+            .unwrap();
+        assert!(into.starts_with(&live));
+        assert_eq!(manifest.rows["jobs"], 500);
+        assert_eq!(manifest.moment.taken_at_ms, 200);
+        assert!(manifest.moment.wal_lsn > 0);
+        // Later commits are the store's, not the backup's.
+        put_bodies(&store, 501..601).await;
+        assert_eq!(check(&into).unwrap(), manifest);
+
+        let restored = dir.path().join("restored");
+        std::fs::create_dir(&restored).unwrap();
+        std::fs::copy(live.join(SECRETS_KEY_FILE), restored.join(SECRETS_KEY_FILE)).unwrap();
+        assert_eq!(restore(&into, &restored).unwrap(), manifest);
+        let opened =
+            EmbeddedStore::open(&restored, &EmbeddedOptions::default(), 300).expect("opens");
+        let rows = opened.row_counts().unwrap();
+        assert_eq!(rows["jobs"], 500);
+        for (table, n) in &manifest.rows {
+            if table != "meta" {
+                assert_eq!(rows[table], *n, "{table}");
+            }
+        }
+        opened.writer.shutdown();
+        assert!(
+            is_free_for_restore(&restored).is_err(),
+            "a restore never writes over a store"
+        );
+
+        // One byte changed: refused, naming the checksum.
+        let file = into.join(FILE_NAME);
+        let mut bytes = std::fs::read(&file).unwrap();
+        bytes[4096] ^= 1;
+        std::fs::write(&file, bytes).unwrap();
+        let refused = check(&into).unwrap_err().to_string();
+        assert!(refused.contains("SHA-256"), "{refused}");
+
+        // A crash that left a backup unsent: the next open removes it.
+        store.writer.shutdown();
+        drop(store);
+        EmbeddedStore::open(&live, &EmbeddedOptions::default(), 400)
+            .expect("opens")
+            .writer
+            .shutdown();
+        assert!(!into.exists());
+    }
+}
