@@ -294,6 +294,11 @@ mod tests {
 
     use super::*;
     use crate::ops::Op;
+
+    #[test]
+    fn a_backup_names_the_store_file_as_the_store_does() {
+        assert_eq!(tenax_core::model::backup::STORE_FILE, FILE_NAME);
+    }
     use crate::writer;
 
     /// Writes the bodies of jobs `ids` in one commit.

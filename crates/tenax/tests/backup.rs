@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::{Options, PATIENCE, TestServer, on_postgres};
 use parking_lot::Mutex;
@@ -116,10 +116,12 @@ async fn a_backup_under_load_holds_every_job_acknowledged_before_it_was_asked_fo
     }
 
     let seen = Arc::new(Mutex::new(Seen::default()));
+    let progress = Arc::new(tokio::sync::Notify::new());
     let stop = Arc::new(AtomicBool::new(false));
     let mut load = Vec::new();
     for producer in 0..2 {
         let (api, seen, stop) = (server.api.clone(), seen.clone(), stop.clone());
+        let progress = progress.clone();
         load.push(tokio::spawn(async move {
             let mut n = 0u64;
             while !stop.load(Ordering::SeqCst) {
@@ -129,12 +131,14 @@ async fn a_backup_under_load_holds_every_job_acknowledged_before_it_was_asked_fo
                     )
                     .await;
                 seen.lock().enqueued.push((id, Instant::now()));
+                progress.notify_one();
                 n += 1;
             }
         }));
     }
     {
         let (api, seen, stop) = (server.api.clone(), seen.clone(), stop.clone());
+        let progress = progress.clone();
         load.push(tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
                 let jobs = api
@@ -143,6 +147,7 @@ async fn a_backup_under_load_holds_every_job_acknowledged_before_it_was_asked_fo
                 for job in jobs {
                     api.complete(&job).await;
                     seen.lock().completed.push((job.id, Instant::now()));
+                    progress.notify_one();
                 }
             }
         }));
@@ -158,11 +163,11 @@ async fn a_backup_under_load_holds_every_job_acknowledged_before_it_was_asked_fo
             break;
         }
         assert!(
-            Instant::now() < deadline,
+            tokio::time::timeout_at(deadline.into(), progress.notified())
+                .await
+                .is_ok(),
             "the load did not get going: {e} enqueued, {c} completed"
         );
-        tokio::task::yield_now().await;
-        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 
     let dir = tempfile::tempdir().unwrap();

@@ -11,6 +11,9 @@ use serde::{Deserialize, Serialize};
 /// The manifest's file name in a backup directory.
 pub const MANIFEST_FILE: &str = "backup.json";
 
+/// The store's file in a backup directory (the embedded store's own file name).
+pub const STORE_FILE: &str = "tenax.redb";
+
 /// The manifest's own format: a reader refuses a higher one.
 pub const MANIFEST_FORMAT: u64 = 1;
 

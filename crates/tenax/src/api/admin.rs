@@ -12,7 +12,7 @@ use axum::extract::State;
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use tenax_core::engine::BackupCopy;
-use tenax_core::model::backup::MANIFEST_FILE;
+use tenax_core::model::backup::{MANIFEST_FILE, STORE_FILE};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use utoipa_axum::router::OpenApiRouter;
@@ -25,9 +25,6 @@ use super::openapi::Refusals;
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(backup))
 }
-
-/// The store's file in a backup.
-const STORE_FILE: &str = "tenax.redb";
 
 /// How much of the archive is sent at a time.
 const CHUNK: usize = 256 * 1024;
@@ -78,7 +75,7 @@ fn send_archive(copy: BackupCopy, sender: mpsc::Sender<std::io::Result<Bytes>>) 
         sender: sender.clone(),
         buffer: Vec::with_capacity(CHUNK),
     });
-    let written = STORE_FILE_AND_MANIFEST
+    let written = [STORE_FILE, MANIFEST_FILE]
         .iter()
         .try_for_each(|name| archive.append_path_with_name(copy.dir().join(name), name))
         .and_then(|()| archive.into_inner())
@@ -93,8 +90,6 @@ fn send_archive(copy: BackupCopy, sender: mpsc::Sender<std::io::Result<Bytes>>) 
     }
     drop(copy);
 }
-
-const STORE_FILE_AND_MANIFEST: [&str; 2] = [STORE_FILE, MANIFEST_FILE];
 
 /// The answer's body, written in chunks of [`CHUNK`] bytes.
 struct Chunks {

@@ -10,15 +10,12 @@ use std::sync::mpsc;
 use anyhow::Context as _;
 use bytes::Bytes;
 use clap::Args;
-use tenax_core::model::backup::{BackupManifest, MANIFEST_FILE};
+use tenax_core::model::backup::{BackupManifest, MANIFEST_FILE, STORE_FILE};
 use tenax_core::secrets::Keyring;
 
 use super::CliError;
 use super::client::{Server, ServerArgs, block_on};
 use crate::offline;
-
-/// The store's file in a backup.
-const STORE_FILE: &str = "tenax.redb";
 
 #[derive(Debug, Args)]
 pub struct BackupArgs {
