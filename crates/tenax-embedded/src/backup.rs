@@ -290,33 +290,12 @@ pub fn undo_restore(dir: &Path) {
 
 #[cfg(test)]
 mod tests {
-    use tenax_core::model::JobId;
-
     use super::*;
-    use crate::ops::Op;
+    use crate::put_bodies;
 
     #[test]
     fn a_backup_names_the_store_file_as_the_store_does() {
         assert_eq!(tenax_core::model::backup::STORE_FILE, FILE_NAME);
-    }
-    use crate::writer;
-
-    /// Writes the bodies of jobs `ids` in one commit.
-    async fn put_bodies(store: &EmbeddedStore, ids: std::ops::Range<u64>) {
-        let ops = ids
-            .map(|id| Op::PutBody {
-                id: JobId(id),
-                body: format!(
-                    r#"{{"queue":"q","type":"t","payload":{id},"priority":0,"created_at_ms":1}}"#
-                )
-                .into_bytes(),
-            })
-            .collect();
-        let receiver = {
-            let _inner = store.inner.lock();
-            store.writer.submit(ops)
-        };
-        writer::wait(receiver).await.expect("written");
     }
 
     /// A backup holds every commit acknowledged before it, is refused once changed, and

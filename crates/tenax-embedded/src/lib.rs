@@ -610,9 +610,28 @@ fn rebuild(
     Ok((inner, stale))
 }
 
+/// Writes, in one commit, a body for each of the jobs `ids` (each in queue `q<id>`).
+#[cfg(test)]
+async fn put_bodies(store: &EmbeddedStore, ids: impl IntoIterator<Item = u64>) {
+    let ops = ids
+        .into_iter()
+        .map(|id| ops::Op::PutBody {
+            id: JobId(id),
+            body: format!(
+                r#"{{"queue":"q{id}","type":"t","payload":{id},"priority":0,"created_at_ms":1}}"#
+            )
+            .into_bytes(),
+        })
+        .collect();
+    let receiver = {
+        let _inner = store.inner.lock();
+        store.writer.submit(ops)
+    };
+    writer::wait(receiver).await.expect("written");
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ops::Op;
     use super::*;
 
     /// Bodies read by one walk (many neighbouring ids) are the bodies read one by one: in the
@@ -623,21 +642,7 @@ mod tests {
         let store =
             EmbeddedStore::open_simulated(&disk, &EmbeddedOptions::default(), 100).expect("opens");
         // Jobs 1 to 40, without 7 and 20.
-        let ops = (1..=40)
-            .filter(|id| ![7, 20].contains(id))
-            .map(|id| Op::PutBody {
-                id: JobId(id),
-                body: format!(
-                    r#"{{"queue":"q{id}","type":"t","payload":{id},"priority":0,"created_at_ms":1}}"#
-                )
-                .into_bytes(),
-            })
-            .collect();
-        let receiver = {
-            let _inner = store.inner.lock();
-            store.writer.submit(ops)
-        };
-        writer::wait(receiver).await.expect("written");
+        put_bodies(&store, (1..=40).filter(|id| ![7, 20].contains(id))).await;
         let ids: Vec<JobId> = [30, 3, 7, 4, 5, 6, 8, 30, 9, 10, 11, 12, 2, 20, 29]
             .into_iter()
             .map(JobId)

@@ -357,17 +357,9 @@ fn embedded_is_free(dir: &Path) -> Result<(), OfflineError> {
 /// Opens the embedded store with `keys`, which seals everything with the sealing key, and
 /// closes it. Returns how many subscriptions it holds.
 async fn reseal_embedded(dir: &Path, keys: Arc<Keyring>) -> anyhow::Result<usize> {
-    let options = EmbeddedOptions {
-        secrets: Some(keys),
-        ..EmbeddedOptions::default()
-    };
-    let now_ms = tenax_core::clock::Clock::System.now_ms();
-    let dir = dir.to_owned();
-    let shown = dir.display().to_string();
-    let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, &options, now_ms))
+    let store = open_embedded(dir, Some(keys))
         .await
-        .context("opening the store")?
-        .with_context(|| format!("opening the store in {shown}"))?;
+        .with_context(|| format!("opening the store in {}", dir.display()))?;
     let count = store.subscriptions(None).await.map(|all| all.len());
     store.close().await;
     count.context("counting the subscriptions")

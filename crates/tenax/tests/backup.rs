@@ -403,25 +403,17 @@ async fn only_an_unscoped_admin_takes_a_backup_and_postgres_is_sent_to_its_own_t
     let server =
         TestServer::start(Options::manual().flags(&["--auth", "on", "--admin-token", ADMIN])).await;
     let http = server.api.http().clone();
-    let make = |body: Value| {
-        let http = http.clone();
-        let url = server.api.url("/api/tokens");
-        async move {
-            let made: Value = http
-                .post(url)
-                .bearer_auth(ADMIN)
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            made["token"].as_str().unwrap().to_owned()
-        }
-    };
-    let scoped = make(json!({"name": "team admin", "role": "admin", "queues": ["team.*"]})).await;
-    let producer = make(json!({"name": "producer", "role": "producer"})).await;
+    let scoped = server
+        .api
+        .make_token(
+            ADMIN,
+            &json!({"name": "team admin", "role": "admin", "queues": ["team.*"]}),
+        )
+        .await;
+    let producer = server
+        .api
+        .make_token(ADMIN, &json!({"name": "producer", "role": "producer"}))
+        .await;
     for token in [&scoped, &producer] {
         let answer = http
             .post(server.api.url("/api/admin/backup"))

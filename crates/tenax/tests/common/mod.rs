@@ -685,6 +685,22 @@ impl Api {
         .await
     }
 
+    /// Makes an API token (`POST /api/tokens` with the admin token `admin`), expecting 201;
+    /// returns the new token.
+    pub async fn make_token(&self, admin: &str, body: &Value) -> String {
+        let response = self
+            .http
+            .post(self.url("/api/tokens"))
+            .bearer_auth(admin)
+            .json(body)
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), 201);
+        let made: Value = response.json().await.expect("JSON");
+        made["token"].as_str().expect("the token").to_owned()
+    }
+
     // --- jobs -----------------------------------------------------------------------------
 
     /// Enqueues one job, expecting it to be created; returns its id.
