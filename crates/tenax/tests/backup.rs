@@ -238,7 +238,22 @@ async fn a_backup_under_load_holds_every_job_acknowledged_before_it_was_asked_fo
     );
 }
 
-/// A backup of a small server with a subscription, into `dir/backup`.
+/// `tenax restore --from <from> --data-dir <to>`, with `--secrets-key-file <key>` if given.
+async fn restore_with(from: &Path, to: &Path, key: Option<&Path>) -> (i32, String, String) {
+    let mut args = vec![
+        "restore",
+        "--from",
+        from.to_str().unwrap(),
+        "--data-dir",
+        to.to_str().unwrap(),
+    ];
+    if let Some(key) = key {
+        args.extend(["--secrets-key-file", key.to_str().unwrap()]);
+    }
+    tenax(&args).await
+}
+
+/// A backup of a small server with one job, into `dir/backup`.
 async fn small_backup(dir: &Path) -> (TestServer, std::path::PathBuf) {
     let server = TestServer::start(Options::manual()).await;
     server
@@ -257,8 +272,7 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
     let dir = tempfile::tempdir().unwrap();
     let (mut server, to) = small_backup(dir.path()).await;
     let key = server.data_dir().join("secrets.key");
-    let key = key.to_str().unwrap().to_owned();
-    let key = key.as_str();
+    let key = key.as_path();
     let path = |p: &Path| p.to_str().unwrap().to_owned();
 
     // A backup is written into an empty directory only.
@@ -280,16 +294,7 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
     bytes[middle] ^= 0x55;
     std::fs::write(damaged.join("tenax.redb"), bytes).unwrap();
     let target = dir.path().join("from-damaged");
-    let (code, _, err) = tenax(&[
-        "restore",
-        "--from",
-        &path(&damaged),
-        "--data-dir",
-        &path(&target),
-        "--secrets-key-file",
-        key,
-    ])
-    .await;
+    let (code, _, err) = restore_with(&damaged, &target, Some(key)).await;
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("SHA-256"), "{err}");
     assert!(!target.exists(), "nothing is written for a damaged backup");
@@ -298,16 +303,7 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
     let used = dir.path().join("used");
     std::fs::create_dir(&used).unwrap();
     std::fs::write(used.join("notes.txt"), "mine").unwrap();
-    let (code, _, err) = tenax(&[
-        "restore",
-        "--from",
-        &path(&to),
-        "--data-dir",
-        &path(&used),
-        "--secrets-key-file",
-        key,
-    ])
-    .await;
+    let (code, _, err) = restore_with(&to, &used, Some(key)).await;
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("is not empty") && err.contains("notes.txt"),
@@ -316,14 +312,7 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
 
     // No key where serve would look for it.
     let keyless = dir.path().join("keyless");
-    let (code, _, err) = tenax(&[
-        "restore",
-        "--from",
-        &path(&to),
-        "--data-dir",
-        &path(&keyless),
-    ])
-    .await;
+    let (code, _, err) = restore_with(&to, &keyless, None).await;
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains(&format!("{}/secrets.key", keyless.display())) && err.contains("kept"),
@@ -335,16 +324,7 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
     let (code, _, err) = tenax(&["secrets", "generate-key", &path(&other)]).await;
     assert_eq!(code, 0, "{err}");
     let wrong = dir.path().join("wrong");
-    let (code, _, err) = tenax(&[
-        "restore",
-        "--from",
-        &path(&to),
-        "--data-dir",
-        &path(&wrong),
-        "--secrets-key-file",
-        &path(&other),
-    ])
-    .await;
+    let (code, _, err) = restore_with(&to, &wrong, Some(&other)).await;
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("does not open with the secrets key file") && err.contains(&path(&other)),
@@ -357,16 +337,7 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
 
     // The right key, named, restores; the target then serves the job.
     let right = dir.path().join("right");
-    let (code, out, err) = tenax(&[
-        "restore",
-        "--from",
-        &path(&to),
-        "--data-dir",
-        &path(&right),
-        "--secrets-key-file",
-        key,
-    ])
-    .await;
+    let (code, out, err) = restore_with(&to, &right, Some(key)).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("Jobs: 0 scheduled, 1 ready"), "{out}");
 
@@ -384,16 +355,7 @@ async fn a_restore_refuses_a_damaged_backup_a_used_target_and_a_wrong_key() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("Jobs: 1 (0 completed)"), "{out}");
     let again = dir.path().join("again");
-    let (code, out, err) = tenax(&[
-        "restore",
-        "--from",
-        &path(&offline),
-        "--data-dir",
-        &path(&again),
-        "--secrets-key-file",
-        key,
-    ])
-    .await;
+    let (code, out, err) = restore_with(&offline, &again, Some(key)).await;
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("Jobs: 0 scheduled, 1 ready"), "{out}");
 }
