@@ -442,6 +442,37 @@ async fn only_an_unscoped_admin_takes_a_backup_and_postgres_is_sent_to_its_own_t
     }
 }
 
+/// While one backup is taken or sent, another is refused; once it is read whole, the next is
+/// taken. The store is larger than every buffer between the server and the client, so the
+/// first answer, unread, holds the server's copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_backup_at_a_time() {
+    if on_postgres() {
+        return;
+    }
+    let server = TestServer::start(Options::manual()).await;
+    let payload = "x".repeat(2000);
+    for batch in 0..60 {
+        let jobs = (0..200)
+            .map(|i| json!({"queue": "q", "type": "t", "payload": {"b": batch, "i": i, "pad": payload}}))
+            .collect();
+        server.enqueue_batch(jobs).await;
+    }
+    let http = server.api.http().clone();
+    let url = server.api.url("/api/admin/backup");
+    let first = http.post(&url).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    let second = http.post(&url).send().await.unwrap();
+    assert_eq!(second.status(), 409);
+    let body: Value = second.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "backup_in_progress", "{body}");
+    let archive = first.bytes().await.unwrap();
+    assert!(archive.len() > 20_000_000, "{} bytes", archive.len());
+    let third = http.post(&url).send().await.unwrap();
+    assert_eq!(third.status(), 200);
+    assert!(third.bytes().await.unwrap().len() > 20_000_000);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscription_keeps_its_secret_through_backup_and_restore() {
     if on_postgres() {

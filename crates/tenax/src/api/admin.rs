@@ -11,7 +11,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
-use tenax_core::engine::BackupCopy;
+use tenax_core::engine::{Backup, BackupCopy};
 use tenax_core::model::backup::{MANIFEST_FILE, STORE_FILE};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -37,16 +37,27 @@ const CHUNK: usize = 256 * 1024;
         (status = 200, description = "The backup: a tar archive of `tenax.redb` and \
             `backup.json`; `tenax backup` unpacks and checks it, `tenax restore` restores it",
             body = String, content_type = "application/x-tar"),
-        (status = 409, description = "The server runs on PostgreSQL: back it up with pg_dump \
-            or pg_basebackup (docs/postgres.md)", body = super::openapi::ErrorBody),
+        (status = 409, description = "`not_embedded`: the server runs on PostgreSQL, back it \
+            up with pg_dump or pg_basebackup (docs/postgres.md); `backup_in_progress`: another \
+            backup is being taken or sent", body = super::openapi::ErrorBody),
         Refusals))]
 async fn backup(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let Some(copy) = state.engine.backup().await? else {
-        return Err(ApiError::conflict(
-            "not_embedded",
-            "this server runs on PostgreSQL, which Tenax does not back up: use pg_dump or \
-             pg_basebackup (docs/postgres.md, \"Backups\")",
-        ));
+    let copy = match state.engine.backup().await? {
+        Backup::Made(copy) => copy,
+        Backup::NotHere => {
+            return Err(ApiError::conflict(
+                "not_embedded",
+                "this server runs on PostgreSQL, which Tenax does not back up: use pg_dump or \
+                 pg_basebackup (docs/postgres.md, \"Backups\")",
+            ));
+        }
+        Backup::Busy => {
+            return Err(ApiError::conflict(
+                "backup_in_progress",
+                "another backup is being taken or sent: this server takes one at a time; ask \
+                 again when it is done",
+            ));
+        }
     };
     let name = format!(
         "tenax-backup-{}.tar",
@@ -68,8 +79,10 @@ async fn backup(State(state): State<AppState>) -> Result<Response, ApiError> {
 }
 
 /// Writes the archive of `copy` into `sender`, the store's file first and the manifest last,
-/// then drops the copy (which removes its directory). A failure ends the answer with an error,
-/// so the client sees a cut archive, never a short one that looks whole.
+/// then drops the copy (which removes its directory and lets the next backup begin) before the
+/// answer ends: a client that has read it whole may ask for another at once. A failure ends
+/// the answer with an error, so the client sees a cut archive, never a short one that looks
+/// whole.
 fn send_archive(copy: BackupCopy, sender: mpsc::Sender<std::io::Result<Bytes>>) {
     let mut archive = tar::Builder::new(Chunks {
         sender: sender.clone(),
@@ -89,6 +102,7 @@ fn send_archive(copy: BackupCopy, sender: mpsc::Sender<std::io::Result<Bytes>>) 
         }
     }
     drop(copy);
+    drop(sender);
 }
 
 /// The answer's body, written in chunks of [`CHUNK`] bytes.
