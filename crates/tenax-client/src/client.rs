@@ -400,6 +400,27 @@ impl Client {
         self.call_no_content(Method::GET, "/healthz").await
     }
 
+    // --- administration ---------------------------------------------------------------------
+
+    /// `POST /api/admin/backup`: a backup of the server's embedded store, a tar archive of
+    /// `tenax.redb` and `backup.json`, read in chunks ([`Backup::chunk`]). The server writes
+    /// the copy before it answers, so the answer may take as long as the copy: no timeout
+    /// bounds it. An unscoped admin token only; a server on PostgreSQL answers 409.
+    pub async fn backup(&self) -> Result<Backup> {
+        let response = self
+            .request(Method::POST, "/api/admin/backup", &[])?
+            .send()
+            .await
+            .map_err(Error::Transport)?;
+        let status = response.status();
+        if !status.is_success() {
+            let request_id = request_id_of(response.headers());
+            let bytes = response.bytes().await.map_err(Error::Transport)?;
+            return Err(error_answer(status, request_id, &bytes));
+        }
+        Ok(Backup { response })
+    }
+
     // --- enqueue ----------------------------------------------------------------------------
 
     /// Enqueues one job (`POST /api/jobs`). `created` is false when `on_duplicate: existing`
@@ -1036,5 +1057,19 @@ mod tests {
     fn queue_names_are_path_segments() {
         assert_eq!(segment("team-a:emails.v2"), "team-a:emails.v2");
         assert_eq!(segment("a/b c"), "a%2Fb%20c");
+    }
+}
+
+/// A backup as it arrives ([`Client::backup`]).
+#[derive(Debug)]
+pub struct Backup {
+    response: reqwest::Response,
+}
+
+impl Backup {
+    /// The next bytes of the archive; `None` at its end. An error when the server failed
+    /// midway: the archive is cut, and must not be used.
+    pub async fn chunk(&mut self) -> Result<Option<bytes::Bytes>> {
+        self.response.chunk().await.map_err(Error::Transport)
     }
 }

@@ -72,7 +72,7 @@ mod time;
 mod tls;
 pub mod worker;
 
-pub use client::{Client, ClientBuilder, DEFAULT_URL, WORKER_HEADER};
+pub use client::{Backup, Client, ClientBuilder, DEFAULT_URL, WORKER_HEADER};
 pub use cluster::{Activity, ActivityCounts, ActivityMinute, Cluster, ServerInfo, WorkerInfo};
 pub use error::{Error, Result};
 pub use model::{

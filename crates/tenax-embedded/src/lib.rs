@@ -26,7 +26,9 @@
 //! disk contract.
 
 mod activity;
+pub mod backup;
 mod claims;
+mod copy;
 mod curation;
 pub mod disk;
 mod endpoints;
@@ -56,7 +58,7 @@ mod wal;
 mod writer;
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -65,6 +67,7 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable};
 use tenax_core::auth::TokenRecord;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::activity::MinuteRing;
+use tenax_core::model::backup::BackupManifest;
 use tenax_core::model::{
     ClaimId, EndpointState, JobId, JobState, QueueConfig, Schedule, StoredPolicy, Subscription,
     SubscriptionId,
@@ -136,6 +139,9 @@ pub struct EmbeddedStore {
     activity: Mutex<MinuteRing>,
     /// The one server using the store (`servers`).
     server: servers::ThisServer,
+    /// The data directory (`None`: a simulated disk), where a backup is written before it is
+    /// sent (`backup`).
+    dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -185,6 +191,7 @@ impl EmbeddedStore {
             StoreError::storage(format!("creating the data directory {}", dir.display()), e)
         })?;
         let db = open_file(&dir.join(FILE_NAME), options)?;
+        backup::remove_unsent(dir);
         let log_path = dir.join("tenax.wal");
         let place = recover::Place {
             log: log_path.display().to_string(),
@@ -289,6 +296,7 @@ impl EmbeddedStore {
             payload_key,
             activity: Mutex::default(),
             server: servers::ThisServer::new(),
+            dir: place.dir.map(Path::to_owned),
         })
     }
 
@@ -388,6 +396,10 @@ impl StoreLifecycle for EmbeddedStore {
 
     async fn lead(&self) -> Result<bool, StoreError> {
         Ok(true)
+    }
+
+    fn backup(&self, now_ms: UnixMs) -> Option<Result<(PathBuf, BackupManifest), StoreError>> {
+        self.backup_in_place(now_ms)
     }
 
     async fn close(&self) {
@@ -599,9 +611,28 @@ fn rebuild(
     Ok((inner, stale))
 }
 
+/// Writes, in one commit, a body for each of the jobs `ids` (each in queue `q<id>`).
+#[cfg(test)]
+async fn put_bodies(store: &EmbeddedStore, ids: impl IntoIterator<Item = u64>) {
+    let ops = ids
+        .into_iter()
+        .map(|id| ops::Op::PutBody {
+            id: JobId(id),
+            body: format!(
+                r#"{{"queue":"q{id}","type":"t","payload":{id},"priority":0,"created_at_ms":1}}"#
+            )
+            .into_bytes(),
+        })
+        .collect();
+    let receiver = {
+        let _inner = store.inner.lock();
+        store.writer.submit(ops)
+    };
+    writer::wait(receiver).await.expect("written");
+}
+
 #[cfg(test)]
 mod tests {
-    use super::ops::Op;
     use super::*;
 
     /// Bodies read by one walk (many neighbouring ids) are the bodies read one by one: in the
@@ -612,21 +643,7 @@ mod tests {
         let store =
             EmbeddedStore::open_simulated(&disk, &EmbeddedOptions::default(), 100).expect("opens");
         // Jobs 1 to 40, without 7 and 20.
-        let ops = (1..=40)
-            .filter(|id| ![7, 20].contains(id))
-            .map(|id| Op::PutBody {
-                id: JobId(id),
-                body: format!(
-                    r#"{{"queue":"q{id}","type":"t","payload":{id},"priority":0,"created_at_ms":1}}"#
-                )
-                .into_bytes(),
-            })
-            .collect();
-        let receiver = {
-            let _inner = store.inner.lock();
-            store.writer.submit(ops)
-        };
-        writer::wait(receiver).await.expect("written");
+        put_bodies(&store, (1..=40).filter(|id| ![7, 20].contains(id))).await;
         let ids: Vec<JobId> = [30, 3, 7, 4, 5, 6, 8, 30, 9, 10, 11, 12, 2, 20, 29]
             .into_iter()
             .map(JobId)

@@ -18,10 +18,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use redb::{
-    Database, MultimapTableHandle as _, ReadableDatabase, ReadableTable, TableDefinition,
-    TableHandle as _,
-};
+use redb::{Database, ReadableDatabase};
 use tenax_core::model::SubscriptionId;
 use tenax_core::secrets::{KeyId, Keyring, PayloadKey, files};
 use tenax_core::store::StoreError;
@@ -29,9 +26,7 @@ use tenax_core::store::sealed::{payload_key_from_stored, payload_key_to_stored, 
 
 use super::disk::{FileLog, LogFile};
 use super::tables::{
-    ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
-    JOBS, META, PAYLOAD_KEY, PAYLOAD_KEY_ROW, POLICIES, QUEUES, SCHEDULES, SCRUB_PENDING,
-    SECRETS_KEY, STARTS, STATES, SUBSCRIPTIONS, TOKENS,
+    META, PAYLOAD_KEY, PAYLOAD_KEY_ROW, SCRUB_PENDING, SECRETS_KEY, SUBSCRIPTIONS,
 };
 use super::wal::Wal;
 use super::{EmbeddedOptions, Inner, fault};
@@ -257,7 +252,11 @@ pub(super) fn scrub(
         _ => {}
     }
     let fresh = super::open_file(&partial, options)?;
-    copy_tables(&db, &fresh)?;
+    super::copy::copy_tables(
+        &db.begin_read().map_err(fault(what))?,
+        &fresh,
+        "copying the store into its new file",
+    )?;
     drop(fresh);
     drop(db);
     std::fs::rename(&partial, &path).map_err(|e| StoreError::storage(what, e))?;
@@ -269,117 +268,4 @@ pub(super) fn scrub(
          in tenax.redb or tenax.wal"
     );
     Ok((db, wal))
-}
-
-/// The names of every table [`copy_tables`] copies: every table of the format.
-pub(super) const TABLES: [&str; 17] = [
-    "jobs",
-    "states",
-    "policies",
-    "errors",
-    "queues",
-    "subscriptions",
-    "attempts",
-    "tokens",
-    "endpoints",
-    "completed",
-    "completed_at",
-    "completed_expiring",
-    "completed_counts",
-    "meta",
-    "schedules",
-    "starts",
-    "payload_key",
-];
-
-/// Copies every table of `from` into `to` in one commit, without `meta`'s scrub mark. Refuses
-/// a file holding a table it does not know: it would be lost.
-fn copy_tables(from: &Database, to: &Database) -> Result<(), StoreError> {
-    let what = "copying the store into its new file";
-    let read = from.begin_read().map_err(fault(what))?;
-    let unknown: Vec<String> = read
-        .list_tables()
-        .map_err(fault(what))?
-        .map(|t| t.name().to_owned())
-        .filter(|name| !TABLES.contains(&name.as_str()))
-        .chain(
-            read.list_multimap_tables()
-                .map_err(fault(what))?
-                .map(|t| t.name().to_owned()),
-        )
-        .collect();
-    if !unknown.is_empty() {
-        return Err(StoreError::Corrupt(format!(
-            "the store holds tables this version does not know ({}): it cannot be written anew",
-            unknown.join(", ")
-        )));
-    }
-    let write = to.begin_write().map_err(fault(what))?;
-    copy(&read, &write, JOBS)?;
-    copy(&read, &write, STATES)?;
-    copy(&read, &write, POLICIES)?;
-    copy(&read, &write, ERRORS)?;
-    copy(&read, &write, QUEUES)?;
-    copy(&read, &write, SUBSCRIPTIONS)?;
-    copy(&read, &write, ATTEMPTS)?;
-    copy(&read, &write, TOKENS)?;
-    copy(&read, &write, ENDPOINTS)?;
-    copy(&read, &write, COMPLETED)?;
-    copy(&read, &write, COMPLETED_AT)?;
-    copy(&read, &write, COMPLETED_EXPIRING)?;
-    copy(&read, &write, COMPLETED_COUNTS)?;
-    copy(&read, &write, META)?;
-    copy(&read, &write, SCHEDULES)?;
-    copy(&read, &write, STARTS)?;
-    copy(&read, &write, PAYLOAD_KEY)?;
-    write
-        .open_table(META)
-        .map_err(fault(what))?
-        .remove(SCRUB_PENDING)
-        .map_err(fault(what))?;
-    write.commit().map_err(fault(what))
-}
-
-/// Copies one table, every row.
-fn copy<K: redb::Key + 'static, V: redb::Value + 'static>(
-    from: &redb::ReadTransaction,
-    to: &redb::WriteTransaction,
-    table: TableDefinition<K, V>,
-) -> Result<(), StoreError> {
-    let what = "copying the store into its new file";
-    let source = from.open_table(table).map_err(fault(what))?;
-    let mut target = to.open_table(table).map_err(fault(what))?;
-    for row in source.iter().map_err(fault(what))? {
-        let (key, value) = row.map_err(fault(what))?;
-        target
-            .insert(key.value(), value.value())
-            .map_err(fault(what))?;
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::EmbeddedStore;
-
-    /// A table added to the format but not to the scrub's copy would be lost by the scrub.
-    #[test]
-    fn the_scrub_copies_every_table_of_the_format() {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            EmbeddedStore::open(dir.path(), &EmbeddedOptions::default(), 100).expect("opens");
-        store.writer.shutdown();
-        let tx = store.db.begin_read().unwrap();
-        let mut found: Vec<String> = tx
-            .list_tables()
-            .unwrap()
-            .map(|t| t.name().to_owned())
-            .collect();
-        found.sort();
-        let mut copied = TABLES.map(str::to_owned).to_vec();
-        copied.sort();
-        assert_eq!(found, copied);
-        assert_eq!(tx.list_multimap_tables().unwrap().count(), 0);
-    }
 }

@@ -1,6 +1,7 @@
 //! Work on the data of stopped servers, for the command line: repairing the embedded store's
 //! log (`tenax repair`), migrating a PostgreSQL schema (`tenax migrate`), sealing every stored
-//! secret with a new key (`tenax secrets rotate-key`). No engine runs; these reach the stores'
+//! secret with a new key (`tenax secrets rotate-key`), backing up a stopped embedded store and
+//! restoring a backup (`tenax backup --data-dir`, `tenax restore`). No engine runs; these reach the stores'
 //! own tools behind plain inputs and answers, so the command line names no store type.
 
 use std::fmt::Write as _;
@@ -10,8 +11,13 @@ use std::sync::Arc;
 use anyhow::Context as _;
 pub use copy::{Copied, Tally};
 use tenax_core::model::JobId;
-use tenax_core::secrets::Keyring;
-use tenax_core::store::{Store, StoreLifecycle as _, SubscriptionStore as _};
+use tenax_core::model::backup::BackupManifest;
+use tenax_core::secrets::{Keyring, SECRETS_KEY_FILE};
+use tenax_core::store::{
+    JobReads as _, ScheduleStore as _, Store, StoreError, StoreLifecycle as _,
+    SubscriptionStore as _, TokenStore as _,
+};
+use tenax_embedded::backup;
 use tenax_embedded::repair::{self, Lost, Report};
 use tenax_embedded::{EmbeddedOptions, EmbeddedStore};
 use tenax_postgres::{Database, PostgresOptions, PostgresStore, schema, sealing};
@@ -97,18 +103,12 @@ impl Data {
         let clock = tenax_core::clock::Clock::System;
         match &self.0 {
             Place::Embedded(dir) => {
-                let options = EmbeddedOptions {
-                    secrets: keys,
-                    ..EmbeddedOptions::default()
-                };
-                let (now_ms, dir) = (clock.now_ms(), dir.clone());
-                let shown = dir.display().to_string();
-                let store = tokio::task::spawn_blocking(move || {
-                    EmbeddedStore::open(&dir, &options, now_ms)
-                })
-                .await
-                .context("opening the store")?
-                .with_context(|| format!("opening the store in {shown}"))?;
+                let store = open_embedded(dir, keys)
+                    .await
+                    .map_err(offline_error(format!(
+                        "opening the store in {}",
+                        dir.display()
+                    )))?;
                 Ok(Arc::new(store))
             }
             Place::Postgres(database) => {
@@ -122,7 +122,10 @@ impl Data {
                 let options = PostgresOptions::new(database.clone(), keys);
                 let store = PostgresStore::open(&options, &clock)
                     .await
-                    .with_context(|| format!("opening the database {}", database.said()))?;
+                    .map_err(offline_error(format!(
+                        "opening the database {}",
+                        database.said()
+                    )))?;
                 Ok(Arc::new(store))
             }
         }
@@ -203,6 +206,224 @@ pub struct Migrated {
     pub current: u64,
 }
 
+/// A store error of offline work: a refusal whose message says what to do is
+/// [`OfflineError::Invalid`], anything else a failure of `what`.
+fn offline_error(what: String) -> impl FnOnce(StoreError) -> OfflineError {
+    move |error| match error {
+        StoreError::Refused(message) | StoreError::Secrets(message) => {
+            OfflineError::Invalid(message)
+        }
+        error @ StoreError::NewerFormat { .. } => OfflineError::Invalid(error.to_string()),
+        error => OfflineError::Failed(anyhow::Error::new(error).context(what)),
+    }
+}
+
+/// Opens the embedded store in `dir` with `keys` (`None`: the directory's `secrets.key`).
+async fn open_embedded(
+    dir: &Path,
+    keys: Option<Arc<Keyring>>,
+) -> Result<EmbeddedStore, StoreError> {
+    let options = EmbeddedOptions {
+        secrets: keys,
+        ..EmbeddedOptions::default()
+    };
+    let now_ms = tenax_core::clock::Clock::System.now_ms();
+    let dir = dir.to_owned();
+    tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, &options, now_ms))
+        .await
+        .map_err(|e| StoreError::storage("opening the store", e))?
+}
+
+/// Writes a backup of the stopped embedded store in `dir` into `to` (which must not hold
+/// anything), opening it with `keys` (`None`: its `secrets.key`).
+pub async fn backup_stopped(
+    dir: &Path,
+    to: &Path,
+    keys: Option<Arc<Keyring>>,
+) -> Result<BackupManifest, OfflineError> {
+    embedded_is_free(dir)?;
+    backup::is_free_for_restore(to)
+        .and_then(|()| refuse_key_file(to))
+        .map_err(offline_error(format!("checking {}", to.display())))?;
+    let store = open_embedded(dir, keys)
+        .await
+        .map_err(offline_error(format!(
+            "opening the store in {}",
+            dir.display()
+        )))?;
+    let now_ms = tenax_core::clock::Clock::System.now_ms();
+    let written = store.write_backup(to, now_ms);
+    store.close().await;
+    written.map_err(offline_error(format!(
+        "writing a backup into {}",
+        to.display()
+    )))
+}
+
+/// A backup directory never takes a secrets key: it is kept apart.
+fn refuse_key_file(to: &Path) -> Result<(), StoreError> {
+    if to.join(SECRETS_KEY_FILE).exists() {
+        return Err(StoreError::Refused(format!(
+            "{} holds a secrets key: a backup is written into an empty directory, and the key \
+             is kept apart from it (docs/security.md)",
+            to.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the backup in `dir` against its manifest (its file's size and SHA-256, formats this
+/// version reads), and answers the manifest.
+pub fn check_backup(dir: &Path) -> Result<BackupManifest, OfflineError> {
+    backup::check(dir).map_err(offline_error(format!(
+        "checking the backup in {}",
+        dir.display()
+    )))
+}
+
+/// Whether `dir` may receive a backup or a restore: absent, or holding nothing but a secrets
+/// key (restore) or nothing at all (backup).
+pub fn ensure_empty(dir: &Path, key_allowed: bool) -> Result<(), OfflineError> {
+    backup::is_free_for_restore(dir)
+        .and_then(|()| {
+            if key_allowed {
+                Ok(())
+            } else {
+                refuse_key_file(dir)
+            }
+        })
+        .map_err(offline_error(format!("checking {}", dir.display())))
+}
+
+/// What a restore restored.
+#[derive(Debug)]
+pub struct Restored {
+    pub manifest: BackupManifest,
+    /// The key file that opened the backup's sealed values.
+    pub key_file: PathBuf,
+    /// Jobs by status: scheduled, ready, in flight, completed, dead.
+    pub jobs: [u64; 5],
+    pub subscriptions: usize,
+    pub tokens: usize,
+    pub schedules: usize,
+}
+
+/// Restores the backup in `from` into the new data directory `to`: checks it, copies it in
+/// with a new log, opens it with the secrets key (`key_file`, or `to`'s `secrets.key`), and
+/// compares its rows with the manifest's. A store that does not open is removed again, and
+/// `to` left as it was found.
+pub async fn restore(
+    from: &Path,
+    to: &Path,
+    key_file: Option<&Path>,
+) -> Result<Restored, OfflineError> {
+    let default_key = to.join(SECRETS_KEY_FILE);
+    let key_path = key_file.unwrap_or(&default_key).to_owned();
+    check_backup(from)?;
+    ensure_empty(to, true)?;
+    if !key_path.is_file() {
+        return Err(OfflineError::Invalid(format!(
+            "the secrets key file {} does not exist: a backup holds no secrets key (it is kept \
+             apart, docs/security.md). Copy the key file the backed-up server used (secrets.key \
+             in its data directory, or its --secrets-key-file) to {}, or name it with \
+             --secrets-key-file",
+            key_path.display(),
+            default_key.display()
+        )));
+    }
+    let keys = match key_file {
+        Some(path) => {
+            Some(Arc::new(Keyring::read_file(path).map_err(|e| {
+                OfflineError::Invalid(format!("--secrets-key-file: {e}"))
+            })?))
+        }
+        None => None,
+    };
+    let manifest = backup::restore(from, to)
+        .map_err(offline_error(format!("restoring into {}", to.display())))?;
+    let opened = open_and_count(to, keys, &manifest).await;
+    if opened.is_err() {
+        backup::undo_restore(to);
+    }
+    let (jobs, subscriptions, tokens, schedules) = opened.map_err(|error| match error {
+        OfflineError::Invalid(message) => OfflineError::Invalid(format!(
+            "the restored store does not open with the secrets key file {}: {message}",
+            key_path.display()
+        )),
+        other => other,
+    })?;
+    Ok(Restored {
+        manifest,
+        key_file: key_path,
+        jobs,
+        subscriptions,
+        tokens,
+        schedules,
+    })
+}
+
+type Counted = ([u64; 5], usize, usize, usize);
+
+/// Opens the restored store, compares its rows with the manifest's, and counts what it holds.
+async fn open_and_count(
+    dir: &Path,
+    keys: Option<Arc<Keyring>>,
+    manifest: &BackupManifest,
+) -> Result<Counted, OfflineError> {
+    let store = open_embedded(dir, keys)
+        .await
+        .map_err(offline_error(format!(
+            "opening the restored store in {}",
+            dir.display()
+        )))?;
+    let counted = async {
+        let rows = store.row_counts()?;
+        // `meta` is the store's own bookkeeping, which opening changes (the new log's name).
+        let differ: Vec<String> = manifest
+            .rows
+            .iter()
+            .filter(|(table, _)| table.as_str() != "meta")
+            .filter(|(table, want)| rows.get(*table).copied().unwrap_or(0) != **want)
+            .map(|(table, want)| {
+                format!(
+                    "{table}: {} rows, the manifest says {want}",
+                    rows.get(table).copied().unwrap_or(0)
+                )
+            })
+            .collect();
+        if !differ.is_empty() {
+            return Err(StoreError::Corrupt(format!(
+                "the restored store differs from the backup's manifest ({})",
+                differ.join("; ")
+            )));
+        }
+        let mut jobs = [0u64; 5];
+        for queue in store.counts().await? {
+            for (slot, n) in jobs.iter_mut().zip([
+                queue.scheduled,
+                queue.ready,
+                queue.in_flight,
+                queue.completed,
+                queue.dead,
+            ]) {
+                *slot += n;
+            }
+        }
+        Ok((
+            jobs,
+            store.subscriptions(None).await?.len(),
+            store.tokens().await?.len(),
+            store.schedules().await?.len(),
+        ))
+    }
+    .await;
+    store.close().await;
+    counted.map_err(offline_error(format!(
+        "checking the restored store in {}",
+        dir.display()
+    )))
+}
+
 /// Refuses a data directory without a store, or whose store a server has open.
 fn embedded_is_free(dir: &Path) -> Result<(), OfflineError> {
     use tenax_embedded::vacancy::{Occupied, check_free};
@@ -218,17 +439,9 @@ fn embedded_is_free(dir: &Path) -> Result<(), OfflineError> {
 /// Opens the embedded store with `keys`, which seals everything with the sealing key, and
 /// closes it. Returns how many subscriptions it holds.
 async fn reseal_embedded(dir: &Path, keys: Arc<Keyring>) -> anyhow::Result<usize> {
-    let options = EmbeddedOptions {
-        secrets: Some(keys),
-        ..EmbeddedOptions::default()
-    };
-    let now_ms = tenax_core::clock::Clock::System.now_ms();
-    let dir = dir.to_owned();
-    let shown = dir.display().to_string();
-    let store = tokio::task::spawn_blocking(move || EmbeddedStore::open(&dir, &options, now_ms))
+    let store = open_embedded(dir, Some(keys))
         .await
-        .context("opening the store")?
-        .with_context(|| format!("opening the store in {shown}"))?;
+        .with_context(|| format!("opening the store in {}", dir.display()))?;
     let count = store.subscriptions(None).await.map(|all| all.len());
     store.close().await;
     count.context("counting the subscriptions")

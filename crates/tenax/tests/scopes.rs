@@ -64,6 +64,7 @@ fn case(method: &str, route: &str, p: &Project) -> Option<Case> {
         ("POST" | "GET", "/api/tokens") | ("DELETE", "/api/tokens/{id}") => {
             Case::Unscoped(route.replace("{id}", "1"))
         }
+        ("POST", "/api/admin/backup") => Case::Unscoped(route.into()),
         ("POST", "/api/policy/preview") => Case::NoQueue(
             route.into(),
             Some(json!({"policy": {"type": "fixed", "delay": "1s"}})),

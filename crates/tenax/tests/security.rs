@@ -70,18 +70,7 @@ async fn make_token(server: &TestServer, role: &str, extra: Value) -> String {
             body[k] = v;
         }
     }
-    let response = server
-        .api
-        .http()
-        .post(server.api.url("/api/tokens"))
-        .bearer_auth(ADMIN)
-        .json(&body)
-        .send()
-        .await
-        .expect("an answer");
-    assert_eq!(response.status(), 201);
-    let made: Value = response.json().await.expect("JSON");
-    made["token"].as_str().expect("the token").to_owned()
+    server.api.make_token(ADMIN, &body).await
 }
 
 async fn secured() -> TestServer {

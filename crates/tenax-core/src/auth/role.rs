@@ -15,6 +15,9 @@ pub enum Capability {
     Manage,
     /// Create, list and revoke API tokens.
     Tokens,
+    /// Take a backup of the whole store: every queue's jobs, the tokens' hashes, the sealed
+    /// secrets (`POST /api/admin/backup`).
+    Backup,
     /// Read the metrics (`GET /metrics`) and the activity (`GET /api/activity`): counts of
     /// every queue together, so only tokens that are not scoped may.
     Metrics,
@@ -68,19 +71,25 @@ mod tests {
     fn what_each_role_grants() {
         use Capability::*;
         let table = [
-            (Role::Admin, [true, true, true, true, true, true, true]),
+            (
+                Role::Admin,
+                [true, true, true, true, true, true, true, true],
+            ),
             (
                 Role::Producer,
-                [true, true, false, false, false, false, true],
+                [true, true, false, false, false, false, true, false],
             ),
             (
                 Role::Worker,
-                [false, false, true, false, false, false, true],
+                [false, false, true, false, false, false, true, false],
             ),
-            (Role::Reader, [true, false, false, false, false, true, true]),
+            (
+                Role::Reader,
+                [true, false, false, false, false, true, true, false],
+            ),
         ];
         for (role, grants) in table {
-            for (capability, want) in [Read, Enqueue, Work, Manage, Tokens, Metrics, Any]
+            for (capability, want) in [Read, Enqueue, Work, Manage, Tokens, Metrics, Any, Backup]
                 .into_iter()
                 .zip(grants)
             {

@@ -79,7 +79,7 @@ const PUBLIC: Option<Rule> = Some(Rule {
 /// The rule of `method` on the route `route` (a template such as `/api/jobs/{id}`); `None` if
 /// there is none. `HEAD` follows `GET`.
 pub fn rule(method: &Method, route: &str) -> Option<Rule> {
-    use Capability::{Any, Enqueue, Manage, Metrics, Read, Tokens, Work};
+    use Capability::{Any, Backup, Enqueue, Manage, Metrics, Read, Tokens, Work};
     use Target::*;
     let method = if method == Method::HEAD {
         "GET"
@@ -152,6 +152,7 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         ("POST", "/api/deliveries/{id}/replay") => needs(Manage, DeliveryInPath),
 
         ("POST" | "GET", "/api/tokens") | ("DELETE", "/api/tokens/{id}") => needs(Tokens, Nothing),
+        ("POST", "/api/admin/backup") => needs(Backup, Nothing),
 
         // The workers shown are those of the token's queues.
         ("GET", "/api/cluster") => needs(Read, Listing),

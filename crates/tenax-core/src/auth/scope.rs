@@ -106,10 +106,13 @@ impl Principal {
     }
 
     pub fn may(&self, capability: Capability) -> bool {
-        // Tokens and metrics are about every queue: only a token that is not scoped may.
+        // Tokens, metrics and backups are about every queue: only a token that is not scoped
+        // may.
         self.role.grants(capability)
-            && (!matches!(capability, Capability::Tokens | Capability::Metrics)
-                || !self.is_scoped())
+            && (!matches!(
+                capability,
+                Capability::Tokens | Capability::Metrics | Capability::Backup
+            ) || !self.is_scoped())
     }
 
     /// Whether the token is limited to some queues or projects.
@@ -198,6 +201,7 @@ mod tests {
         for admin in [scoped(&["a"], &[]), scoped(&[], &["p1"])] {
             assert!(!admin.may(Capability::Tokens));
             assert!(!admin.may(Capability::Metrics));
+            assert!(!admin.may(Capability::Backup));
             assert!(admin.may(Capability::Manage));
         }
     }

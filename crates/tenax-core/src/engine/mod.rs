@@ -9,6 +9,7 @@
 //! store's.
 
 pub mod activity;
+mod backup;
 mod claims;
 pub mod cluster;
 mod decide;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tenax_policy::{Outcome, RetryPolicy};
 
+pub use self::backup::{Backup, BackupCopy};
 pub use self::claims::{ClaimView, MessageDelete, NewClaim};
 pub use self::decide::{
     PolicyOwner, decide_failure, decide_lease_expiry, delivery_policy, resolve,
@@ -77,6 +79,8 @@ pub struct Engine {
     this_server: Arc<cluster::ThisServer>,
     /// The spans, when tracing is on (`--otlp-endpoint`).
     pub tracing: Option<Arc<crate::otel::Tracing>>,
+    /// One backup at a time: its permit is held until the backup is sent (`backup`).
+    backups: Arc<tokio::sync::Semaphore>,
 }
 
 /// A worker's failure report.
@@ -158,6 +162,7 @@ impl Engine {
             take_warnings: known_queues::TakeWarnings::default(),
             this_server,
             tracing: None,
+            backups: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 

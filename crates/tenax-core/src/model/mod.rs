@@ -4,6 +4,7 @@
 //! jobs); request and response shapes live in `api`, the seam's own mechanics in `store`.
 
 pub mod activity;
+pub mod backup;
 pub mod cluster;
 pub mod endpoint;
 mod enqueue;

@@ -518,6 +518,19 @@ pub trait StoreLifecycle {
     /// The embedded store always grants it.
     async fn lead(&self) -> Result<bool, StoreError>;
 
+    /// Writes a backup of the store, a consistent copy as of `now_ms` taken while writes go
+    /// on, into a new directory on the store's own file system, and answers where and what it
+    /// holds; the caller removes the directory. Blocks for as long as the copy takes. `None`:
+    /// this backend is backed up with its own tools (PostgreSQL: docs/postgres.md).
+    fn backup(
+        &self,
+        now_ms: crate::clock::UnixMs,
+    ) -> Option<Result<(std::path::PathBuf, crate::model::backup::BackupManifest), StoreError>>
+    {
+        let _ = now_ms;
+        None
+    }
+
     /// Writes out what is pending and stops background work. Nothing may be called after.
     async fn close(&self);
 }

@@ -230,6 +230,9 @@ fn describe(capability: Capability) -> &'static str {
         Capability::Work => "take, heartbeat, complete or fail jobs",
         Capability::Manage => "change queues, jobs or subscriptions",
         Capability::Tokens => "manage API tokens (an admin token that is not scoped may)",
+        Capability::Backup => {
+            "take a backup of the store, which holds every queue (an admin token that is not scoped may)"
+        }
         Capability::Metrics => {
             "read the metrics or the activity, which count every queue (an admin or reader token that is not scoped may)"
         }

@@ -2,6 +2,7 @@
 //! file per resource, each with its own `router()`. Paths and shapes: `docs/api.md`.
 
 mod activity;
+mod admin;
 pub mod auth;
 pub mod browser;
 pub mod cluster;
@@ -96,6 +97,7 @@ pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
                 .merge(subscriptions::router())
                 .merge(deliveries::router())
                 .merge(tokens::router())
+                .merge(admin::router())
                 .merge(cluster::router())
                 .merge(activity::router()),
         )

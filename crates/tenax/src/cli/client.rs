@@ -153,8 +153,8 @@ fn flag_named(message: &str) -> String {
         .unwrap_or_else(|| message.to_owned())
 }
 
-/// Runs a client command on a small runtime.
-pub fn block_on<F: Future<Output = Result<(), CliError>>>(future: F) -> Result<(), CliError> {
+/// Runs a command's async work on a small runtime.
+pub fn block_on<T, F: Future<Output = Result<T, CliError>>>(future: F) -> Result<T, CliError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

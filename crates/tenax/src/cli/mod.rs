@@ -1,5 +1,6 @@
 //! The command line: one file per command group, each with its own arguments and `run`.
 
+mod backup;
 pub mod bench;
 mod client;
 mod copy;
@@ -16,6 +17,7 @@ mod parse;
 pub mod policy;
 mod queues;
 mod repair;
+mod restore;
 mod schedules;
 mod secrets;
 pub mod serve;
@@ -89,6 +91,12 @@ pub enum Command {
     /// Recover from a damaged write-ahead log: keep a copy, apply what can be read, say what is
     /// lost (the server refuses to start on a damaged log, and never repairs on its own).
     Repair(repair::RepairArgs),
+    /// Back up the embedded store while the server serves (or from a stopped server's
+    /// --data-dir): a consistent copy and its manifest, checked, in a new directory.
+    Backup(Box<backup::BackupArgs>),
+    /// Restore a backup into a new data directory: check it, open it with the secrets key,
+    /// and say what it holds.
+    Restore(restore::RestoreArgs),
 }
 
 /// Runs one parsed command line.
@@ -113,5 +121,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Listen(args) => listen::run(args),
         Command::Copy(args) => copy::run(args),
         Command::Repair(args) => repair::run(args),
+        Command::Backup(args) => backup::run(*args),
+        Command::Restore(args) => restore::run(args),
     }
 }

@@ -145,6 +145,22 @@ impl TestServer {
         }
     }
 
+    /// A server on the embedded store already in `data_dir` (a restored backup, say), which
+    /// it keeps until it is dropped.
+    pub async fn start_in(data_dir: TempDir, options: Options) -> Self {
+        let signals = Signals::listened();
+        let (api, running) = launch(data_dir.path(), &options, None, &signals).await;
+        Self {
+            api,
+            clock: options.clock,
+            flags: options.flags,
+            database: None,
+            signals,
+            data_dir,
+            running: Some(running),
+        }
+    }
+
     /// Stops the server gracefully (requests finish, the store flushes) and waits for it.
     pub async fn stop(&mut self) {
         let running = self.running.take().expect("the server is running");
@@ -667,6 +683,22 @@ impl Api {
             201,
         )
         .await
+    }
+
+    /// Makes an API token (`POST /api/tokens` with the admin token `admin`), expecting 201;
+    /// returns the new token.
+    pub async fn make_token(&self, admin: &str, body: &Value) -> String {
+        let response = self
+            .http
+            .post(self.url("/api/tokens"))
+            .bearer_auth(admin)
+            .json(body)
+            .send()
+            .await
+            .expect("an answer");
+        assert_eq!(response.status(), 201);
+        let made: Value = response.json().await.expect("JSON");
+        made["token"].as_str().expect("the token").to_owned()
     }
 
     // --- jobs -----------------------------------------------------------------------------

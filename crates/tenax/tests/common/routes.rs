@@ -98,6 +98,7 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("POST", "/api/tokens", Admins);
     add("GET", "/api/tokens", Admins);
     add("DELETE", "/api/tokens/{id}", Admins);
+    add("POST", "/api/admin/backup", Admins);
     add("GET", "/api/cluster", Readers);
     add("GET", "/api/activity", MetricReaders);
     add("GET", "/v2/", AnyToken);
