@@ -673,7 +673,7 @@ impl CompletePlain for Arc<dyn Store> {
         retain: bool,
         now_ms: u64,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        let results = self.complete_jobs(acks, retain, now_ms).await?;
+        let results = self.complete_jobs(acks, &[], retain, now_ms).await?;
         Ok(results.into_iter().map(|r| r.map(drop)).collect())
     }
 }
