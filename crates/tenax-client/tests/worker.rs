@@ -784,3 +784,43 @@ async fn a_worker_is_listed_by_its_name() {
         .expect_err("an empty name");
     assert!(refused.to_string().contains("worker name"), "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handlers_returned_value_is_the_jobs_result() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let worker = Worker::builder(client.clone())
+        .queue("math")
+        .handler("square", |job: Job<u64>| async move {
+            Ok::<_, JobError>(json!({"square": job.payload * job.payload}))
+        })
+        .handler("nothing", |_job: Job<serde_json::Value>| async move {
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+    let square = client
+        .enqueue(&NewJob::new("math", "square").payload(12))
+        .await
+        .expect("enqueued")
+        .id;
+    let nothing = client
+        .enqueue(&NewJob::new("math", "nothing"))
+        .await
+        .expect("enqueued")
+        .id;
+    let done = wait_for_status(&client, square, JobStatus::Completed).await;
+    assert_eq!(
+        done.result::<serde_json::Value>()
+            .expect("a result")
+            .expect("JSON"),
+        json!({"square": 144})
+    );
+    let done = wait_for_status(&client, nothing, JobStatus::Completed).await;
+    assert!(done.result.is_none(), "() is no result: {done:?}");
+    handle.shutdown();
+    let stats = joined(running).await.expect("a clean stop");
+    assert_eq!(stats.completed, 2);
+}
