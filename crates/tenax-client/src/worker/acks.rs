@@ -20,7 +20,6 @@ use serde_json::value::RawValue;
 
 use crate::error::Result;
 use crate::model::{CompleteResult, Lease};
-use crate::request::{Failure, Outcome};
 
 /// How long the last flush keeps trying a server that does not answer.
 const FINAL_PATIENCE: Duration = Duration::from_secs(10);
@@ -52,11 +51,11 @@ async fn send(inner: &Inner, batch: &[Completion]) -> Result<Vec<CompleteResult>
 
 /// After the server refused a whole batch that carried results (one over its payload limit
 /// refuses them all): each job completed alone, so that only a refused one suffers. A job
-/// whose result is refused fails for good, with the reason: it ran, but what it produced
-/// cannot be kept, and a retry would produce it again.
+/// whose result is refused completes without it, with an error logged (as the Python worker
+/// does): it ran, and running it again would produce the same result.
 async fn send_one_by_one(inner: &Inner, batch: Vec<Completion>) {
     for done in batch {
-        let sent = match &done.result {
+        let mut sent = match &done.result {
             Some(result) => {
                 inner
                     .client
@@ -65,24 +64,18 @@ async fn send_one_by_one(inner: &Inner, batch: Vec<Completion>) {
             }
             None => inner.client.complete(done.lease).await,
         };
+        if let Err(refused) = &sent {
+            if refused.is_invalid() && done.result.is_some() {
+                tracing::error!(job = done.lease.id, %refused, "the job's result was refused: completing it without one");
+                sent = inner.client.complete(done.lease).await;
+            }
+        }
         match sent {
             Ok(()) => {
                 add(&inner.counters.completed, 1);
                 inner
                     .outcomes
                     .completed(done.lease.id, &done.kind, done.ran);
-            }
-            Err(refused) if refused.is_invalid() && done.result.is_some() => {
-                tracing::error!(job = done.lease.id, %refused, "the job's result was refused: failing the job");
-                let failure = Failure::new(format!("the job's result was refused: {refused}"))
-                    .outcome(Outcome::NotRetryable);
-                match inner.client.fail(done.lease, &failure).await {
-                    Ok(_) => add(&inner.counters.failed, 1),
-                    Err(error) => {
-                        add(&inner.counters.lost, 1);
-                        tracing::error!(job = done.lease.id, %error, "cannot fail the job: it will run again");
-                    }
-                }
             }
             Err(error) => {
                 add(&inner.counters.lost, 1);

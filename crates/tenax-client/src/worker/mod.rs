@@ -208,8 +208,8 @@ impl WorkerBuilder {
     /// The handler's error chooses the outcome: see [`JobError`]. Returning `Ok(value)`
     /// completes the job, with `value` as its result ([`JobInfo::result`](crate::JobInfo),
     /// serialised to JSON) unless it serialises to `null` (as `()` does: `Ok(())` completes
-    /// it without one). A result the server refuses (over its payload limit) makes the job
-    /// dead, with the reason; one that cannot be serialised is left out, with a warning.
+    /// it without one). A result the server refuses (over its payload limit), or that cannot
+    /// be serialised, is left out: the job completes without it, and the worker logs why.
     pub fn handler<T, R, F, Fut, E>(mut self, kind: impl Into<String>, handler: F) -> Self
     where
         T: DeserializeOwned + Send + 'static,
