@@ -455,7 +455,11 @@ impl Client {
     /// ran out.
     pub async fn wait_for_job(&self, id: u64, wait: Duration) -> Result<JobInfo> {
         let query = [("wait", duration_ms(wait).to_string())];
-        self.get(&format!("/api/jobs/{id}"), &query).await
+        // The server holds the request up to `wait`: the timeout is on top of it.
+        let timeout = self.timeout + wait;
+        let path = format!("/api/jobs/{id}");
+        self.call_with_timeout(Method::GET, &path, &query, None::<&()>, timeout)
+            .await
     }
 
     /// A page of jobs in id order.
