@@ -189,10 +189,7 @@ async fn jobs_are_taken_once_and_acknowledged_on_any_node() {
 /// `GET /api/jobs/{id}?wait=` on `waiter` answers with the result of a job `worker` completes.
 async fn result_waited_across(waiter: &Arc<Node>, worker: &Node) {
     let id = worker.must_enqueue(json!({"queue": "results"})).await;
-    let [lease] = worker
-        .take(json!({"queues": ["results"], "max": 1}))
-        .await[..]
-    else {
+    let [lease] = worker.take(json!({"queues": ["results"], "max": 1})).await[..] else {
         panic!("one job taken");
     };
     let waiting = {
@@ -208,7 +205,11 @@ async fn result_waited_across(waiter: &Arc<Node>, worker: &Node) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let path = format!("/api/jobs/{id}/complete");
     let done = worker
-        .must_post(&path, json!({"lease_token": lease.1, "result": {"n": 7}}), 200)
+        .must_post(
+            &path,
+            json!({"lease_token": lease.1, "result": {"n": 7}}),
+            200,
+        )
         .await;
     assert_eq!(done["status"], "completed");
     let (answer, waited) = waiting.await.expect("the waiting producer");
