@@ -493,8 +493,10 @@ pub struct Signals {
     pub schedule: Notify,
     /// A subscription was created, changed or deleted.
     pub subscriptions: Notify,
-    /// Leased jobs were acknowledged (completed, failed), deleted, or their leases expired: a
-    /// stream holding as many jobs as it may has room again.
+    /// Leased jobs were acknowledged (completed, failed, a delivery's attempt ended), deleted,
+    /// or their leases (or claims) ended: a stream holding as many jobs as it may has room
+    /// again, and a job someone waits for may have finished (every way into `completed` or
+    /// `dead` passes here: [`Engine::job_when_finished`](crate::engine::Engine) relies on it).
     pub released: Notify,
     /// API tokens were made, changed or revoked: token books load them again.
     pub tokens: Notify,
