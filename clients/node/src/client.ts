@@ -140,6 +140,17 @@ function timeValue(value: Time | undefined): string | number | undefined {
   return value;
 }
 
+/** A job to complete with its result (`Client.completeMany`). */
+export interface Completion {
+  job: JobRef;
+  result?: unknown;
+}
+
+/** A result as sent: `null` and `undefined` are none. */
+function resultOf(result: unknown): unknown {
+  return result === null ? undefined : result;
+}
+
 function compact(body: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(body)) {
@@ -314,8 +325,28 @@ export class Client {
   }
 
   /** One job with its status, errors and policy. */
-  getJob<P = unknown>(id: JobId): Promise<Job<P>> {
-    return this.#call({ method: "GET", path: `/api/jobs/${seg(id)}` });
+  getJob<P = unknown, R = unknown>(id: JobId, options: { wait?: Duration } = {}): Promise<Job<P, R>> {
+    const query = options.wait === undefined ? undefined : { wait: options.wait };
+    return this.#call({ method: "GET", path: `/api/jobs/${seg(id)}`, query });
+  }
+
+  /**
+   * Waits until a job has finished (completed or dead), at most `wait` (≤ 60 s, default 30 s)
+   * per request, asking again until `timeout` ms have passed (default: one request). Answers the
+   * job as it is then: check `status` (and `result`).
+   */
+  async waitForJob<P = unknown, R = unknown>(
+    id: JobId,
+    options: { wait?: Duration; timeout?: number } = {},
+  ): Promise<Job<P, R>> {
+    const wait = options.wait ?? "30s";
+    const until = performance.now() + (options.timeout ?? 0);
+    for (;;) {
+      const job = await this.getJob<P, R>(id, { wait });
+      if (job.status === "completed" || job.status === "dead" || performance.now() >= until) {
+        return job;
+      }
+    }
   }
 
   /** One page of jobs in id order (`limit` 1–1000, default 100). */
@@ -390,21 +421,33 @@ export class Client {
     });
   }
 
-  /** Completes a job. Throws `LeaseLost` or `NotInFlight` when it is no longer this worker's. */
-  complete(job: JobRef): Promise<Completed> {
+  /**
+   * Completes a job, with its `result` if given (any JSON value; `undefined` or `null`: none),
+   * kept with the completed job and shown by `getJob`. Throws `LeaseLost` or `NotInFlight` when
+   * it is no longer this worker's.
+   */
+  complete(job: JobRef, options: { result?: unknown } = {}): Promise<Completed> {
     return this.#call({
       method: "POST",
       path: `/api/jobs/${seg(job.id)}/complete`,
-      body: { lease_token: job.lease_token },
+      body: compact({ lease_token: job.lease_token, result: resultOf(options.result) }),
     });
   }
 
-  /** Completes many jobs in one durable commit (`POST /api/jobs/complete`); a result each, in order. */
-  async completeMany(jobs: readonly JobRef[]): Promise<CompleteResult[]> {
+  /**
+   * Completes many jobs in one durable commit (`POST /api/jobs/complete`); an answer each, in
+   * order. A job with a result is given as `{ job, result }`.
+   */
+  async completeMany(jobs: readonly (JobRef | Completion)[]): Promise<CompleteResult[]> {
     const answer = await this.#call<{ results: CompleteResult[] }>({
       method: "POST",
       path: "/api/jobs/complete",
-      body: { jobs: jobs.map((job) => ({ id: job.id, lease_token: job.lease_token })) },
+      body: {
+        jobs: jobs.map((item) => {
+          const [job, result] = "job" in item ? [item.job, item.result] : [item, undefined];
+          return compact({ id: job.id, lease_token: job.lease_token, result: resultOf(result) });
+        }),
+      },
     });
     return answer.results;
   }

@@ -2,7 +2,7 @@
 // the verification of webhook deliveries. ESM, Node 20+, no dependencies.
 
 export { Client, JobStream, checkWorkerName, defaultWorkerName, durationMs, parseStreamLine, DEFAULT_URL, WORKER_HEADER } from "./client.js";
-export type { ClientOptions } from "./client.js";
+export type { ClientOptions, Completion } from "./client.js";
 export {
   ApiError,
   Conflict,

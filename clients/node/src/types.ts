@@ -69,7 +69,7 @@ export interface JobErrorEntry {
 }
 
 /** A job as `GET /api/jobs/{id}` shows it. */
-export interface Job<P = unknown> {
+export interface Job<P = unknown, R = unknown> {
   id: JobId;
   queue: string;
   type: string;
@@ -86,6 +86,8 @@ export interface Job<P = unknown> {
   unique_key?: string | null;
   errors: JobErrorEntry[];
   traceparent?: string | null;
+  /** What a completed job produced (absent when it gave none), byte for byte as sent. */
+  result?: R;
   [more: string]: unknown;
 }
 

@@ -8,6 +8,24 @@ import { describe, PayloadMismatch, UnknownJobType } from "./outcomes.js";
 import type { CompleteResult, Duration, FailOptions, FailResult, LeaseExtended, TakenJob } from "./types.js";
 import { type Logger, OutcomeLog, quoted, silentLogger, stderrLogger } from "./worker-log.js";
 
+/** A completion waiting to be sent. */
+interface Ack {
+  held: Held;
+  result: unknown;
+  ranMs: number;
+  queuedAt: number;
+}
+
+/** The index of the job whose result made the server refuse a batch of `size`, if that is why. */
+function refusedResult(error: unknown, size: number): number | null {
+  if (!(error instanceof InvalidRequest)) {
+    return null;
+  }
+  const match = /^jobs\[(\d+)\]\.result$/.exec(error.field ?? "");
+  const index = match === null ? NaN : Number(match[1]);
+  return Number.isInteger(index) && index < size ? index : null;
+}
+
 /** What a handler gets beside its job. */
 export interface JobContext {
   /**
@@ -19,7 +37,11 @@ export interface JobContext {
   worker: Worker;
 }
 
-/** A handler: returning (or resolving) completes the job; throwing fails it (see `JobOutcome`). */
+/**
+ * A handler: returning (or resolving) completes the job, with the value as its result when it
+ * is one (not `undefined` or `null`; the server refuses one over its payload limit, and the job
+ * is then completed without it); throwing fails it (see `JobOutcome`).
+ */
 export type Handler<P = unknown> = (job: TakenJob<P>, context: JobContext) => unknown;
 
 export interface HandlerOptions<P> {
@@ -212,7 +234,7 @@ export class Worker extends EventEmitter {
   #beatsFailingSince: number | null = null;
 
   /** Completions waiting to be sent, oldest first. */
-  #acks: Array<{ held: Held; ranMs: number; queuedAt: number }> = [];
+  #acks: Ack[] = [];
   #ackTimer: NodeJS.Timeout | null = null;
   #acking: Promise<void> | null = null;
   readonly #ackBackoff = new Backoff(200, 2_000);
@@ -571,7 +593,7 @@ export class Worker extends EventEmitter {
     const job = held.job;
     this.#tell("start", job);
     try {
-      let outcome: { ok: true } | { ok: false; error: unknown };
+      let outcome: { ok: true; result: unknown } | { ok: false; error: unknown };
       let handler: Registered | undefined;
       try {
         handler = this.#handlers.get(job.type);
@@ -593,8 +615,8 @@ export class Worker extends EventEmitter {
             );
           }
         }
-        await handler.fn(taken, { signal: held.controller.signal, worker: this });
-        outcome = { ok: true };
+        const value = await handler.fn(taken, { signal: held.controller.signal, worker: this });
+        outcome = { ok: true, result: value ?? undefined };
       } catch (error) {
         outcome = { ok: false, error };
       }
@@ -602,7 +624,12 @@ export class Worker extends EventEmitter {
         this.#stats.succeeded++;
         if (held.state === "running") {
           held.state = "acking";
-          this.#acks.push({ held, ranMs: performance.now() - held.startedAt, queuedAt: performance.now() });
+          this.#acks.push({
+            held,
+            result: outcome.result,
+            ranMs: performance.now() - held.startedAt,
+            queuedAt: performance.now(),
+          });
         }
       } else {
         if (handler !== undefined && this.#onError !== undefined) {
@@ -706,8 +733,17 @@ export class Worker extends EventEmitter {
     let results: CompleteResult[];
     try {
       this.#stats.ackRequests++;
-      results = await this.client.completeMany(batch.map((a) => a.held.job));
+      results = await this.client.completeMany(batch.map((a) => ({ job: a.held.job, result: a.result })));
     } catch (error) {
+      const refused = refusedResult(error, batch.length);
+      if (refused !== null) {
+        // One result broke the server's rules (its size): that job completes without it.
+        const ack = batch[refused] as Ack;
+        this.#log.warn(`job ${ack.held.job.id}'s result was refused (${(error as Error).message}): it completes without one`);
+        ack.result = undefined;
+        this.#acks.unshift(...batch);
+        return;
+      }
       if (error instanceof ApiError && error.status < 500 && error.status !== 408) {
         this.#log.error(`completions of ${batch.length} jobs refused: ${error.message}`);
         this.#release(batch.map((a) => a.held));

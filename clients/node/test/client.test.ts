@@ -160,6 +160,46 @@ suite("work", () => {
     );
   });
 
+  test("complete with a result, many with results; a wait answers once the job has finished", async () => {
+    const queue = newQueue();
+    const [first, second, third] = (await client.enqueueMany([{ queue }, { queue }, { queue }])).map((j) => j.id);
+    const jobs = await client.take(queue, { max: 3, wait: "5s" });
+    const byId = new Map(jobs.map((j) => [String(j.id), j]));
+    const one = byId.get(String(first)) as TakenJob;
+    // A waiter started before the completion is answered by it.
+    const waited = client.getJob<unknown, { sent: number }>(first as number, { wait: "20s" });
+    await client.complete(one, { result: { sent: 3, ids: [18446744073709551615n] } });
+    const job = await waited;
+    assert.equal(job.status, "completed");
+    assert.deepEqual(job.result, { sent: 3, ids: [18446744073709551615n] });
+    const results = await client.completeMany([
+      { job: byId.get(String(second)) as TakenJob, result: "ok" },
+      byId.get(String(third)) as TakenJob,
+    ]);
+    assert.deepEqual(
+      results.map((r) => r.completed),
+      [true, true],
+    );
+    assert.equal((await client.getJob(second as number)).result, "ok");
+    assert.ok(!("result" in (await client.getJob(third as number))), "no result when none was given");
+    // A wait that runs out answers the job as it is.
+    const [waiting] = (await client.enqueueMany([{ queue, run_at: new Date(Date.now() + 3_600_000) }])).map((j) => j.id);
+    const unfinished = await client.getJob(waiting as number, { wait: "1s" });
+    assert.equal(unfinished.status, "scheduled");
+    const big = "x".repeat(2 * 1024 * 1024);
+    const [refusedJob] = await client.take(queue, { wait: "1s" });
+    assert.equal(refusedJob, undefined, "nothing else ready");
+    const [another] = (await client.enqueueMany([{ queue }])).map((j) => j.id);
+    const held = (await takeOne(queue)) as TakenJob;
+    assert.equal(held.id, another);
+    const refusal = await client.complete(held, { result: big }).then(
+      () => null,
+      (error: unknown) => error,
+    );
+    assert.ok(refusal instanceof InvalidRequest, String(refusal));
+    assert.equal(refusal.field, "result");
+  });
+
   test("fail with each outcome", async () => {
     const queue = newQueue();
     await client.updateQueue(queue, { policy: { type: "list", delays: ["1h", "1h", "1h"] } }, { create: true });

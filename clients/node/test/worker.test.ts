@@ -103,6 +103,31 @@ suite("worker", () => {
     assert.equal(worker.stats.ackRequests, 1);
   });
 
+  test("what a handler returns is its job's result; one the server refuses is left out", async () => {
+    const queue = newQueue();
+    const worker = workerOf(queue, { concurrency: 2 });
+    worker.handle("sum", (job: TakenJob<number[]>) => job.payload.reduce((a, b) => a + b, 0));
+    worker.handle("nothing", () => undefined);
+    worker.handle("huge", () => "x".repeat(2 * 1024 * 1024));
+    const completed = collect<TakenJob>(worker, "completed", 3);
+    const [sum, nothing, huge] = (
+      await client.enqueueMany([
+        { queue, type: "sum", payload: [1, 2, 3] },
+        { queue, type: "nothing" },
+        { queue, type: "huge" },
+      ])
+    ).map((j) => j.id);
+    await worker.start();
+    await completed;
+    await worker.stop();
+    assert.equal((await client.getJob(sum as number)).result, 6);
+    for (const id of [nothing, huge]) {
+      const job = await client.getJob(id as number);
+      assert.equal(job.status, "completed");
+      assert.ok(!("result" in job), `job ${String(id)} has no result`);
+    }
+  });
+
   test("never more handlers at once than its concurrency, with jobs prefetched", async () => {
     const queue = newQueue();
     const worker = workerOf(queue, { concurrency: 2, prefetch: 4 });

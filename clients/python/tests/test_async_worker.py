@@ -70,6 +70,24 @@ def test_async_worker_completes_jobs(server_url: str, queue: str) -> None:
     run(main())
 
 
+def test_async_handlers_return_results(server_url: str, queue: str) -> None:
+    async def main() -> None:
+        async with tenax.AsyncClient(server_url) as client:
+            id = (await client.enqueue(queue, "sum", {"a": 2, "b": 3})).id
+            worker = tenax.AsyncWorker(queue, client=client, shutdown_timeout=5)
+
+            @worker.handler("sum")
+            async def add(job: tenax.TakenJob[Any]) -> dict[str, int]:
+                return {"sum": job.payload["a"] + job.payload["b"]}
+
+            async with running(worker):
+                # The producer's side: wait for the result rather than poll.
+                job = await client.get_job(id, wait="30s")
+            assert job.status == "completed" and job.result == {"sum": 5}
+
+    run(main())
+
+
 def test_async_failures_follow_the_policy_until_dead(server_url: str, queue: str) -> None:
     async def main() -> None:
         async with tenax.AsyncClient(server_url) as client:

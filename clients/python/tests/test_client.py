@@ -9,6 +9,7 @@ import shutil
 import ssl
 import subprocess
 import threading
+import time
 import http.server
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -205,6 +206,30 @@ def test_complete_many(client: tenax.Client, queue: str) -> None:
     assert [(r.id, r.completed) for r in results] == [(j.id, True) for j in jobs]
     again = client.complete_many(jobs[:1])
     assert again[0].error is not None and again[0].error.code == "not_in_flight"
+
+
+def test_complete_with_a_result_and_wait_for_it(client: tenax.Client, queue: str) -> None:
+    ids = [j.id for j in client.enqueue_many([{"queue": queue} for _ in range(4)])]
+    jobs = {j.id: j for j in client.take(queue, max=4)}
+    assert client.complete(jobs[ids[0]], result={"sum": 3, "by": "w1"}).completed
+    assert client.get_job(ids[0]).result == {"sum": 3, "by": "w1"}
+    results = client.complete_many(
+        [(jobs[ids[1]], [1, 2]), (ids[2], jobs[ids[2]].lease_token, "done"), jobs[ids[3]]]
+    )
+    assert all(r.completed for r in results)
+    assert client.get_job(ids[1]).result == [1, 2]
+    assert client.get_job(ids[2]).result == "done"
+    assert client.get_job(ids[3]).result is None
+    # A finished job answers a wait at once; an unfinished one once the wait runs out.
+    assert client.get_job(ids[0], wait="30s").result == {"sum": 3, "by": "w1"}
+    waiting = client.enqueue(queue).id
+    started = time.monotonic()
+    shown = client.get_job(waiting, wait=timedelta(milliseconds=300))
+    assert shown.status == "ready" and shown.result is None
+    assert time.monotonic() - started >= 0.3
+    with pytest.raises(tenax.InvalidRequest) as refused:
+        client.get_job(waiting, wait="2m")
+    assert refused.value.field == "wait"
 
 
 # ---- dead jobs ------------------------------------------------------------------------------

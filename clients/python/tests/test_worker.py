@@ -527,3 +527,28 @@ def test_log_false_leaves_stderr_to_the_application(client: tenax.Client, queue:
         f"job {video} (video.encode) failed and is dead: no handler for job type 'video.encode' in this "
         "worker (it handles: 'greet') (the failure was marked not retryable)"
     ]
+
+
+def test_a_handlers_returned_value_is_the_jobs_result(client: tenax.Client, queue: str) -> None:
+    """A JSON value is the result; ``None`` (no return) or a value JSON cannot carry (which a
+    handler could return before results existed) is none, and the job completes either way."""
+    square = client.enqueue(queue, "square", 12).id
+    silent = client.enqueue(queue, "silent").id
+    other = client.enqueue(queue, "other").id
+    worker = make_worker(client, queue)
+
+    @worker.handler("square")
+    def square_it(job: tenax.TakenJob[Any]) -> dict[str, int]:
+        return {"square": job.payload * job.payload}
+
+    @worker.handler("silent")
+    def say_nothing(job: tenax.TakenJob[Any]) -> None:
+        pass
+
+    @worker.handler("other")
+    def return_an_object(job: tenax.TakenJob[Any]) -> object:
+        return object()
+
+    with worker:
+        done = [wait_for(job_in(client, id, "completed"), what=f"job {id}") for id in (square, silent, other)]
+    assert [j.result for j in done] == [{"square": 144}, None, None]

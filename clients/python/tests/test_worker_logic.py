@@ -167,6 +167,29 @@ def test_a_refused_batch_is_dropped_and_a_failed_one_sent_again() -> None:
     assert acks.take().jobs == [b] and b.lease_token in held
 
 
+def test_returned_values_are_results_when_json_can_carry_them() -> None:
+    acks, _, _, (a, b, c, d) = acks_of("running", "running", "running", "running")
+    acks.add(a, {"sum": 3})
+    acks.add(b, None)
+    acks.add(c, object())  # returned before results existed: still ignored
+    acks.add(d, float("nan"))  # JSON has no NaN
+    batch = acks.take()
+    assert batch.items == [(a, {"sum": 3}), b, c, d]
+
+
+def test_a_refused_result_is_left_out_and_the_batch_sent_again(caplog: pytest.LogCaptureFixture) -> None:
+    acks, held, _, (a, b) = acks_of("running", "running")
+    acks.add(a, "small")
+    acks.add(b, "x" * 100)
+    refused = api_error(tenax.InvalidRequest, 400)
+    refused.field = "jobs[1].result"
+    with caplog.at_level(logging.ERROR):
+        assert acks.unsent(acks.take(), refused, quitting=False) == 0
+    assert acks.take().items == [(a, "small"), b]  # b goes again, without its result
+    assert b.lease_token in held
+    assert caplog.messages[0].startswith(f"job {b.id}: its result was refused")
+
+
 def test_a_quitting_acknowledger_gives_up(caplog: pytest.LogCaptureFixture) -> None:
     acks, _, _, (a,) = acks_of("running")
     acks.add(a)

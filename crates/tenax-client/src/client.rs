@@ -470,6 +470,19 @@ impl Client {
         self.get(&format!("/api/jobs/{id}"), &[]).await
     }
 
+    /// A job once it has finished (completed or dead), or as it is after `wait` (at most 60 s),
+    /// whichever comes first (`GET /api/jobs/{id}?wait=`): how a producer waits for a job's
+    /// result without polling. Check [`JobInfo::status`]: an unfinished job means the wait
+    /// ran out.
+    pub async fn wait_for_job(&self, id: u64, wait: Duration) -> Result<JobInfo> {
+        let query = [("wait", duration_ms(wait).to_string())];
+        // The server holds the request up to `wait`: the timeout is on top of it.
+        let timeout = self.timeout + wait;
+        let path = format!("/api/jobs/{id}");
+        self.call_with_timeout(Method::GET, &path, &query, None::<&()>, timeout)
+            .await
+    }
+
     /// A page of jobs in id order.
     pub async fn list_jobs(&self, filter: &JobFilter) -> Result<JobPage> {
         self.get("/api/jobs", &filter.pairs()).await
@@ -588,6 +601,61 @@ impl Client {
             )
             .await?;
         Ok(())
+    }
+
+    /// Completes a job with its result: any JSON (at most the server's payload limit), kept
+    /// with the completed job for its retention and shown by [`Client::get_job`]
+    /// ([`JobInfo::result`]).
+    pub async fn complete_with_result(
+        &self,
+        job: impl Into<Lease>,
+        result: &(impl Serialize + ?Sized),
+    ) -> Result<()> {
+        #[derive(Serialize)]
+        struct Body<'a, R: ?Sized> {
+            lease_token: u64,
+            result: &'a R,
+        }
+        let job = job.into();
+        let _: Value = self
+            .post(
+                &format!("/api/jobs/{}/complete", job.id),
+                &Body {
+                    lease_token: job.lease_token,
+                    result,
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Completes many jobs in one durable commit, each with its result if it has one (at most
+    /// 10 000). A result over the server's payload limit refuses the whole request.
+    pub async fn complete_many_with_results(
+        &self,
+        jobs: &[(Lease, Option<&RawValue>)],
+    ) -> Result<Vec<CompleteResult>> {
+        #[derive(Serialize)]
+        struct Item<'a> {
+            id: u64,
+            lease_token: u64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            result: Option<&'a RawValue>,
+        }
+        #[derive(Serialize)]
+        struct Body<'a> {
+            jobs: Vec<Item<'a>>,
+        }
+        let jobs = jobs
+            .iter()
+            .map(|(lease, result)| Item {
+                id: lease.id,
+                lease_token: lease.lease_token,
+                result: *result,
+            })
+            .collect();
+        let answer: CompleteResults = self.post("/api/jobs/complete", &Body { jobs }).await?;
+        Ok(answer.results)
     }
 
     /// Completes many jobs in one durable commit (`POST /api/jobs/complete`, at most 10 000);

@@ -107,12 +107,20 @@ pub struct JobInfo {
     /// One entry per failed attempt.
     #[serde(default)]
     pub errors: Vec<RecordedError>,
+    /// A completed job's result, byte for byte as its worker sent it (`None`: it has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Box<RawValue>>,
 }
 
 impl JobInfo {
     /// The payload read as `T`.
     pub fn payload<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
         serde_json::from_str(self.payload.get())
+    }
+
+    /// The result read as `T`, if the job has one.
+    pub fn result<T: DeserializeOwned>(&self) -> Option<Result<T, serde_json::Error>> {
+        self.result.as_ref().map(|r| serde_json::from_str(r.get()))
     }
 }
 

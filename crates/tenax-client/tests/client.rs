@@ -1109,3 +1109,76 @@ async fn the_cluster_lists_named_workers_and_counts_activity() {
     assert!(client.with_worker("").is_err());
     assert!(client.with_worker("bad\nname").is_err());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_are_sent_kept_and_waited_for() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let enqueued = client
+        .enqueue_many(
+            &(0..3)
+                .map(|i| NewJob::new("sums", "sum").payload(i))
+                .collect::<Vec<_>>(),
+        )
+        .await
+        .expect("a batch");
+    let ids: Vec<u64> = enqueued.iter().map(|e| e.id).collect();
+    let jobs = client
+        .take(&Take::queue("sums").max(3))
+        .await
+        .expect("jobs");
+    assert_eq!(jobs.len(), 3);
+    let by_id = |id: u64| jobs.iter().find(|j| j.id == id).expect("taken");
+
+    // A producer waits; the worker completes with a result; the wait answers with it.
+    let waiter = {
+        let client = client.clone();
+        let id = ids[0];
+        tokio::spawn(async move { client.wait_for_job(id, Duration::from_secs(30)).await })
+    };
+    client
+        .complete_with_result(by_id(ids[0]), &json!({"sum": 42}))
+        .await
+        .expect("completed");
+    let done = waiter.await.expect("the waiter").expect("the job");
+    assert_eq!(done.status, JobStatus::Completed);
+    assert_eq!(
+        done.result::<serde_json::Value>()
+            .expect("a result")
+            .expect("JSON"),
+        json!({"sum": 42})
+    );
+
+    // A batch, with a result and without.
+    let raw = serde_json::value::RawValue::from_string("[1, 2]".into()).expect("JSON");
+    let results = client
+        .complete_many_with_results(&[
+            (by_id(ids[1]).lease(), Some(&*raw)),
+            (by_id(ids[2]).lease(), None),
+        ])
+        .await
+        .expect("completed");
+    assert!(results.iter().all(|r| r.completed), "{results:?}");
+    let shown = client.get_job(ids[1]).await.expect("the job");
+    assert_eq!(shown.result.as_deref().map(|r| r.get()), Some("[1, 2]"));
+    assert!(
+        client
+            .get_job(ids[2])
+            .await
+            .expect("the job")
+            .result
+            .is_none()
+    );
+
+    // The old call still completes without one; a wait that runs out shows the job unfinished.
+    let id = client
+        .enqueue(&NewJob::new("sums", "sum"))
+        .await
+        .expect("enqueued")
+        .id;
+    let shown = client
+        .wait_for_job(id, Duration::from_millis(200))
+        .await
+        .expect("the job");
+    assert_eq!(shown.status, JobStatus::Ready);
+}

@@ -784,3 +784,81 @@ async fn a_worker_is_listed_by_its_name() {
         .expect_err("an empty name");
     assert!(refused.to_string().contains("worker name"), "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handlers_returned_value_is_the_jobs_result() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let worker = Worker::builder(client.clone())
+        .queue("math")
+        .handler("square", |job: Job<u64>| async move {
+            Ok::<_, JobError>(json!({"square": job.payload * job.payload}))
+        })
+        .handler("nothing", |_job: Job<serde_json::Value>| async move {
+            Ok::<_, JobError>(())
+        })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+    let square = client
+        .enqueue(&NewJob::new("math", "square").payload(12))
+        .await
+        .expect("enqueued")
+        .id;
+    let nothing = client
+        .enqueue(&NewJob::new("math", "nothing"))
+        .await
+        .expect("enqueued")
+        .id;
+    let done = wait_for_status(&client, square, JobStatus::Completed).await;
+    assert_eq!(
+        done.result::<serde_json::Value>()
+            .expect("a result")
+            .expect("JSON"),
+        json!({"square": 144})
+    );
+    let done = wait_for_status(&client, nothing, JobStatus::Completed).await;
+    assert!(done.result.is_none(), "() is no result: {done:?}");
+    handle.shutdown();
+    let stats = joined(running).await.expect("a clean stop");
+    assert_eq!(stats.completed, 2);
+}
+
+/// A result over the server's payload limit refuses the whole batch it went in: the worker
+/// sends the batch's jobs one by one, and the one whose result is refused completes without it;
+/// the others keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_result_is_left_out_and_the_others_kept() {
+    let server = Server::start(&["--max-payload-bytes", "64"]).await;
+    let client = server.client();
+    // Whichever batch the large result goes in is refused as a whole (a batch of up to three).
+    let worker = Worker::builder(client.clone())
+        .queue("sizes")
+        .concurrency(3)
+        .ack_batch(3)
+        .handler("size", |job: Job<usize>| async move {
+            Ok::<_, JobError>("x".repeat(job.payload))
+        })
+        .build()
+        .expect("a worker");
+    let ids: Vec<u64> = client
+        .enqueue_many(&[10, 100, 20].map(|n| NewJob::new("sizes", "size").payload(n)))
+        .await
+        .expect("enqueued")
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+    let mut results = Vec::new();
+    for id in &ids {
+        let done = wait_for_status(&client, *id, JobStatus::Completed).await;
+        results.push(done.result.map(|r| r.get().len()));
+    }
+    // 10 and 20 characters, with their quotes; the 100 left out.
+    assert_eq!(results, [Some(12), None, Some(22)]);
+    handle.shutdown();
+    let stats = joined(running).await.expect("a clean stop");
+    assert_eq!((stats.completed, stats.lost), (3, 0));
+}

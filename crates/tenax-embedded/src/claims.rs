@@ -94,6 +94,8 @@ impl ClaimStore for EmbeddedStore {
         }
         if count > 0 {
             self.signals.ready.notify_waiters();
+            // Its jobs left flight, some perhaps for good (dead): a wait for a job's end looks.
+            self.signals.released.notify_waiters();
         }
         Ok(count)
     }

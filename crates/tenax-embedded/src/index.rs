@@ -133,6 +133,8 @@ impl Entry {
                 .and_then(|r| r.dead_reason.as_deref())
                 .map(str::to_owned),
             trigger: rare.map_or(Trigger::Scheduled, |r| r.trigger),
+            // Only a completed job has one, and completed jobs are read from disk.
+            result: None,
         }
     }
 
@@ -686,6 +688,7 @@ mod tests {
             finished_at_ms: Some(11),
             dead_reason: Some("all 3 retries were used".into()),
             trigger: Trigger::Replay,
+            result: None,
         };
         entry.set_state(&dead);
         assert_eq!(entry.state(), dead);

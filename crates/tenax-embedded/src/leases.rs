@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::{
-    Ack, Attempt, AttemptResult, Job, JobId, LeaseToken, Status, TakenJob,
+    Ack, Attempt, AttemptResult, Job, JobId, JobResult, LeaseToken, Status, TakenJob,
     subscription::subscription_of_queue,
 };
 use tenax_core::store::{
@@ -147,6 +147,7 @@ impl JobLeases for EmbeddedStore {
     async fn complete_jobs(
         &self,
         acks: &[Ack],
+        job_results: &[Option<JobResult>],
         retain: bool,
         now_ms: UnixMs,
     ) -> Result<Vec<Result<Option<LeaseFacts>, StoreError>>, StoreError> {
@@ -154,12 +155,13 @@ impl JobLeases for EmbeddedStore {
             let mut inner = self.inner.lock();
             let mut ops = Vec::with_capacity(acks.len());
             let mut results = Vec::with_capacity(acks.len());
-            for ack in acks {
+            for (at, ack) in acks.iter().enumerate() {
                 if let Err(error) = self.check_lease(&inner.index, *ack, Some(now_ms)) {
                     results.push(Err(error));
                     continue;
                 }
-                ops.extend(complete_one(&mut inner, ack.id, retain, now_ms));
+                let result = job_results.get(at).and_then(Option::as_ref);
+                ops.extend(complete_one(&mut inner, ack.id, result, retain, now_ms));
                 // One process uses this store: the engine knows the lease from its take.
                 results.push(Ok(None));
             }
@@ -223,7 +225,7 @@ impl JobLeases for EmbeddedStore {
             };
             if attempt.result == AttemptResult::Delivered {
                 let mut ops = vec![log];
-                ops.extend(complete_one(&mut inner, ack.id, retain, now_ms));
+                ops.extend(complete_one(&mut inner, ack.id, None, retain, now_ms));
                 let id = ack.id;
                 let after =
                     Box::new(move |inner: &mut Inner, written| evict(inner, vec![id], written));
@@ -239,6 +241,8 @@ impl JobLeases for EmbeddedStore {
         writer::wait(receiver).await?;
         if let Finished::Failed(transition) = &finished {
             self.signal(transition);
+            // The delivery left flight, perhaps for good (dead): a wait for its end looks.
+            self.signals.released.notify_waiters();
         }
         Ok(finished)
     }
@@ -386,11 +390,13 @@ impl EmbeddedStore {
 }
 
 /// Completes in-flight job `id` in memory and returns the writes: its state kept as completed
-/// (for the retention period) when `retain`, else the job deleted. Called under the lock. A
-/// kept job stays in memory until the write is done; then [`evict`].
+/// (for the retention period, with its `result`) when `retain`, else the job deleted. Called
+/// under the lock. A kept job stays in memory until the write is done; then [`evict`]. The
+/// result is never in memory: it is written with the completed state, and read from there.
 pub(super) fn complete_one(
     inner: &mut Inner,
     id: JobId,
+    result: Option<&JobResult>,
     retain: bool,
     now_ms: UnixMs,
 ) -> Option<Op> {
@@ -398,11 +404,10 @@ pub(super) fn complete_one(
         let entry = inner
             .index
             .update(id, |e| e.finish(Status::Completed, now_ms))?;
-        let (queue, expires_at_ms, state) = (
-            entry.queue,
-            entry.expires_at_ms(),
-            to_json_bytes(&entry.state()),
-        );
+        let mut state = entry.state();
+        state.result = result.cloned();
+        let (queue, expires_at_ms, state) =
+            (entry.queue, entry.expires_at_ms(), to_json_bytes(&state));
         Some(Op::Complete {
             id,
             queue: inner.index.name(queue).clone(),

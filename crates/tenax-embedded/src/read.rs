@@ -359,6 +359,14 @@ impl JobReads for EmbeddedStore {
         // The state is memory's; its errors are read from the file once it holds them too.
         self.writer.caught_up(submitted).await;
         match snapshot {
+            // A completion that was being written: the file holds it now, with its result
+            // (which memory never holds).
+            Some(snapshot) if snapshot.state.status == Status::Completed => {
+                match self.completed_job(id)? {
+                    Some(job) => self.read_completed(job),
+                    None => self.read_job(id, snapshot, None),
+                }
+            }
             Some(snapshot) => self.read_job(id, snapshot, None),
             None => match self.completed_job(id)? {
                 Some(job) => self.read_completed(job),

@@ -4,7 +4,7 @@
 //! |------------|----------------------|----------------------------------------------|
 //! | `jobs`     | job id (u64)         | [`StoredBody`] as JSON: fixed at enqueue; an encrypted queue's payload sealed (`payload_sealed`) |
 //! | `states`   | job id (u64)         | [`JobState`](tenax_core::model::JobState) as JSON, of every job not completed |
-//! | `completed` | (queue, job id)     | the [`JobState`](tenax_core::model::JobState) of a completed job, as JSON |
+//! | `completed` | (queue, job id)     | the [`JobState`](tenax_core::model::JobState) of a completed job, as JSON, with its result (sealed when its payload is) |
 //! | `completed_at` | (finished at, job id) | the job's queue: completed jobs in the order retention removes them |
 //! | `completed_expiring` | (expires at, job id) | the job's queue: completed jobs that have an expiry |
 //! | `completed_counts` | queue        | u64: how many completed jobs the queue has |
@@ -44,6 +44,10 @@
 //! format 2, and its secrets are sealed.
 //! Format 5 may hold sealed payloads and the `payload_key` table (encrypted queues), which an
 //! older Tenax would show as ciphertext: it refuses the file instead. Nothing is rewritten.
+//! Results (`JobState::result`, a completed job's) need no new format: they are a field of the
+//! completed state's JSON in `completed`, which an older Tenax reads without it (serde ignores
+//! it) and never rewrites (a completed job is only read, then deleted), so it shows the jobs
+//! without their results and loses none; the log carries them inside that same JSON.
 //!
 //! Ids are never reused: `next_id` is written in the same commit as the jobs that used it.
 //! In-flight status, leases and claims are never written: after a restart a job is as its last

@@ -273,7 +273,7 @@ statements! {
              CASE WHEN $3::bool THEN 0 ELSE failures END,
              CASE WHEN $3::bool THEN NULL ELSE first_failure_at END,
              CASE WHEN $3::bool THEN NULL ELSE last_delay END,
-             NULL, NULL, errors, attempts, NULL, NULL, NULL, NULL, 1, payload_sealed
+             NULL, NULL, errors, attempts, NULL, NULL, NULL, NULL, 1, payload_sealed, NULL
          FROM revived"
     );
 }

@@ -155,6 +155,7 @@ struct Row {
     attempts: Vec<String>,
     trigger: Option<i16>,
     payload_sealed: bool,
+    result: Option<String>,
 }
 
 impl Row {
@@ -185,10 +186,11 @@ impl Row {
             attempts: imported.attempts.iter().map(json).collect(),
             trigger: trigger_code(state.trigger),
             payload_sealed: spec.payload_sealed,
+            result: state.result.as_ref().map(|r| r.get().to_owned()),
         }
     }
 
-    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 23] {
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 24] {
         [
             &self.id,
             &self.queue,
@@ -213,6 +215,7 @@ impl Row {
             &self.attempts,
             &self.trigger,
             &self.payload_sealed,
+            &self.result,
         ]
     }
 }
@@ -224,7 +227,7 @@ macro_rules! import_values {
         "$1::bigint, $2::text, $3::text, $4::text, $5::integer, $6::text, $7::bigint, \
          $8::bigint, $9::text, $10::bigint, $11::text, $12::text, $13::smallint, $14::bigint, \
          $15::integer, $16::bigint, $17::bigint, $18::bigint, $19::text, $20::text[], \
-         $21::text[], NULL, NULL, NULL, NULL, $22::smallint, $23::boolean"
+         $21::text[], NULL, NULL, NULL, NULL, $22::smallint, $23::boolean, $24::text"
     };
 }
 

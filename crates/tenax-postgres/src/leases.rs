@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use serde_json::value::RawValue;
 use tenax_core::clock::UnixMs;
-use tenax_core::model::{Ack, Attempt, AttemptResult, Job, JobId, LeaseToken, Status, TakenJob};
+use tenax_core::model::{
+    Ack, Attempt, AttemptResult, Job, JobId, JobResult, LeaseToken, Status, TakenJob,
+};
 use tenax_core::store::{
     Decide, Finished, JobLeases, LeaseFacts, LimitHold, StoreError, TakeRequest, Taken, Transition,
 };
@@ -104,17 +106,32 @@ impl JobLeases for PostgresStore {
     async fn complete_jobs(
         &self,
         acks: &[Ack],
+        job_results: &[Option<JobResult>],
         retain: bool,
         now_ms: UnixMs,
     ) -> Result<Vec<Result<Option<LeaseFacts>, StoreError>>, StoreError> {
         let client = self.client().await?;
         let ids: Vec<i64> = acks.iter().map(|a| id(a.id.0)).collect();
         let tokens: Vec<i64> = acks.iter().map(|a| id(a.lease.0)).collect();
-        let mut done: HashMap<(i64, i64), LeaseFacts> =
-            complete(&client, &ids, &tokens, retain, now_ms, None)
-                .await?
-                .into_iter()
-                .collect();
+        // No array at all when no job has a result (a NULL array: every result NULL).
+        let texts: Option<Vec<Option<&str>>> = (!job_results.is_empty()).then(|| {
+            job_results
+                .iter()
+                .map(|r| r.as_ref().map(JobResult::get))
+                .collect()
+        });
+        let mut done: HashMap<(i64, i64), LeaseFacts> = complete(
+            &client,
+            &ids,
+            &tokens,
+            texts.as_deref(),
+            retain,
+            now_ms,
+            None,
+        )
+        .await?
+        .into_iter()
+        .collect();
         if !done.is_empty() {
             self.announce(Wakeup::Released);
         }
@@ -178,6 +195,7 @@ impl JobLeases for PostgresStore {
                 &tx,
                 &[id(ack.id.0)],
                 &[id(ack.lease.0)],
+                None,
                 retain,
                 now_ms,
                 Some(attempt),

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::{
-    ClaimId, ErrorEntry, Held, Job, JobId, JobPeek, JobState, LeaseToken, NewJob, QueueConfig,
-    Status, StoredPolicy, Subscription, Trigger,
+    ClaimId, ErrorEntry, Held, Job, JobId, JobPeek, JobResult, JobState, LeaseToken, NewJob,
+    QueueConfig, Status, StoredPolicy, Subscription, Trigger,
 };
 use tenax_core::secrets::Keyring;
 use tenax_core::store::{StoreError, from_json_bytes, sealed};
@@ -20,7 +20,7 @@ macro_rules! job_columns {
         "id, queue, kind, payload, priority, unique_key, created_at, \
          expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
          first_failure_at, last_delay, finished_at, dead_reason, errors, lease_token, \
-         lease_expires_at, taken_at, claim_id, trigger, payload_sealed"
+         lease_expires_at, taken_at, claim_id, trigger, payload_sealed, result"
     };
 }
 pub(super) use job_columns;
@@ -39,7 +39,7 @@ macro_rules! table_columns {
         "id, queue, kind, payload, priority, unique_key, created_at, \
          expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
          first_failure_at, last_delay, finished_at, dead_reason, errors, attempts, lease_token, \
-         lease_expires_at, taken_at, claim_id, trigger, payload_sealed"
+         lease_expires_at, taken_at, claim_id, trigger, payload_sealed, result"
     };
 }
 pub(super) use table_columns;
@@ -136,6 +136,14 @@ pub fn state_of(row: &Row) -> Result<JobState, StoreError> {
         finished_at_ms: opt_time(row, 17),
         dead_reason: row.get(18),
         trigger: trigger_of(row.get(24)),
+        result: row
+            .get::<_, Option<String>>(26)
+            .map(|text| {
+                RawValue::from_string(text)
+                    .map(JobResult)
+                    .map_err(|e| StoreError::Corrupt(format!("job result: {e}")))
+            })
+            .transpose()?,
     })
 }
 

@@ -21,6 +21,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0008_secrets.sql"),
     include_str!("migrations/0009_cluster.sql"),
     include_str!("migrations/0010_encrypted_queues.sql"),
+    include_str!("migrations/0011_results.sql"),
 ];
 
 /// The schema version this binary writes and reads.

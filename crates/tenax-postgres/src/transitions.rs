@@ -295,12 +295,14 @@ pub async fn write_transition<C: GenericClient>(
 }
 
 /// Completes the in-flight jobs whose leases are the given tokens: kept as completed (moved to
-/// `tenax_finished`, with `attempt` logged) when `retain`, else deleted. Returns the (id,
-/// lease token) pairs completed, with what their rows said of their leases.
+/// `tenax_finished`, with `attempt` logged and the job's result from `results`, one per id,
+/// or none for all) when `retain`, else deleted. Returns the (id, lease token) pairs
+/// completed, with what their rows said of their leases.
 pub async fn complete<C: GenericClient>(
     client: &C,
     ids: &[i64],
     tokens: &[i64],
+    results: Option<&[Option<&str>]>,
     retain: bool,
     now_ms: UnixMs,
     attempt: Option<&Attempt>,
@@ -312,7 +314,15 @@ pub async fn complete<C: GenericClient>(
     let rows = query(
         client,
         &COMPLETE,
-        &[&ids, &tokens, &time(now_ms), &retain, &attempt, &live_at],
+        &[
+            &ids,
+            &tokens,
+            &time(now_ms),
+            &retain,
+            &attempt,
+            &live_at,
+            &results,
+        ],
     )
     .await
     .map_err(fault("completing jobs"))?;
@@ -365,7 +375,7 @@ statements! {
              $9::bigint, $10::bigint, $11::text,
              CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
              CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
-             NULL, NULL, NULL, NULL, $14::smallint, payload_sealed
+             NULL, NULL, NULL, NULL, $14::smallint, payload_sealed, result
          FROM moved"
     );
 
@@ -376,10 +386,10 @@ statements! {
     COMPLETE = concat!(
         "WITH done AS (
              DELETE FROM tenax_jobs j
-             USING unnest($1::bigint[], $2::bigint[]) AS a(id, token)
+             USING unnest($1::bigint[], $2::bigint[], $7::text[]) AS a(id, token, result)
              WHERE j.id = a.id AND j.lease_token = a.token
                AND ($6::bigint IS NULL OR j.lease_expires_at > $6::bigint)
-             RETURNING j.*
+             RETURNING j.*, a.result AS new_result
          ), kept AS (
              INSERT INTO tenax_finished (",
         table_columns!(),
@@ -388,7 +398,7 @@ statements! {
                  origin, parent, traceparent, policy, 3, run_at, failures, first_failure_at,
                  last_delay, $3::bigint, dead_reason, errors,
                  CASE WHEN $5::text IS NULL THEN attempts ELSE array_append(attempts, $5::text) END,
-                 NULL, NULL, NULL, NULL, NULL, payload_sealed
+                 NULL, NULL, NULL, NULL, NULL, payload_sealed, new_result
              FROM done WHERE $4::bool
          )
          SELECT id, lease_token, queue, kind, created_at, taken_at, traceparent FROM done"

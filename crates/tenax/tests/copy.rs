@@ -1,5 +1,5 @@
 //! `tenax copy`, end to end with the real binary: a data directory with every kind of record
-//! (jobs in each state with their errors, a delivered webhook with its attempts, an encrypted
+//! (jobs in each state with their errors and results, a delivered webhook with its attempts, an encrypted
 //! queue, queue settings, a schedule, an API token) copied into a PostgreSQL database and back
 //! into a new data directory; servers started on each copy show the same jobs, settings,
 //! schedule and attempts, accept the same token, and sign deliveries with the same secret. A
@@ -75,7 +75,7 @@ async fn a_data_directory_moves_into_postgres_and_back_with_everything() {
     let text = said(&copied);
     assert!(text.contains("counts match on both sides"), "{text}");
     assert!(
-        text.contains(&format!("copied {} jobs", BULK + 9)),
+        text.contains(&format!("copied {} jobs", BULK + 10)),
         "every job, deliveries included: {text}"
     );
 
@@ -231,7 +231,18 @@ async fn fill(served: &Served, receiver: &Receiver) -> Made {
     served
         .post(
             &format!("/api/jobs/{id}/complete"),
-            json!({"lease_token": lease}),
+            json!({"lease_token": lease, "result": {"sum": 3,  "spaced": true}}),
+            &[],
+        )
+        .await;
+    // An encrypted queue's completed job: its result sealed, and re-sealed by the copy.
+    let sealed_result = enqueue(json!({"queue": "vault", "type": "t", "payload": {"n": 0}})).await;
+    let (id, lease) = take("vault").await;
+    assert_eq!(id, sealed_result);
+    served
+        .post(
+            &format!("/api/jobs/{id}/complete"),
+            json!({"lease_token": lease, "result": {"s": PLAIN_SECRET_BODY}}),
             &[],
         )
         .await;
@@ -290,7 +301,15 @@ async fn fill(served: &Served, receiver: &Receiver) -> Made {
         .await;
     Made {
         jobs: vec![
-            completed, dead, retrying, in_flight, scheduled, encrypted, message, delivery,
+            completed,
+            sealed_result,
+            dead,
+            retrying,
+            in_flight,
+            scheduled,
+            encrypted,
+            message,
+            delivery,
         ],
         in_flight,
         encrypted,
@@ -373,6 +392,17 @@ fn assert_same(before: &Snapshot, after: &Snapshot, made: &Made) {
         .find(|j| j["id"] == made.encrypted)
         .unwrap();
     assert_eq!(encrypted["payload"]["s"], PLAIN_SECRET_BODY);
+    let results: Vec<&Value> = after.jobs.iter().map(|j| &j["result"]).collect();
+    assert_eq!(
+        results[0],
+        &json!({"sum": 3, "spaced": true}),
+        "a result copied"
+    );
+    assert_eq!(
+        results[1],
+        &json!({"s": PLAIN_SECRET_BODY}),
+        "a sealed result copied and opened"
+    );
     assert_eq!(at_rest(&before.queues), at_rest(&after.queues));
     assert_eq!(before.schedule, after.schedule);
     assert_eq!(before.zaqar_queue, after.zaqar_queue);

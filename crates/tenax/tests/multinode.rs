@@ -1,6 +1,7 @@
 //! Several Tenax servers on one PostgreSQL database, as separate processes of the real binary:
 //! a job is taken once whichever server is asked, a lease taken on one server is completed on
-//! another, a long-polling worker on one server is woken by an enqueue on another, the leader
+//! another, a long-polling worker on one server is woken by an enqueue on another (and a producer
+//! waiting for a job's result by its completion on another), the leader
 //! killed with SIGKILL is replaced, so is a leader paused with SIGSTOP, a server killed under load loses nothing acknowledged, and
 //! PostgreSQL restarted under load is survived without restarting the servers, cluster limits
 //! hold (a subscription's concurrency, a queue's concurrency and rate), a subscription made on
@@ -179,6 +180,45 @@ async fn jobs_are_taken_once_and_acknowledged_on_any_node() {
     // A worker long-polling on B is woken by an enqueue on A, well before its wait is over
     // (B hears it by LISTEN/NOTIFY; it does not poll while listening).
     woken_across(&b, &a, "wake").await;
+
+    // A producer waiting on B for a job's result is answered when A completes it, long before
+    // its wait is over: B hears of the completion by LISTEN/NOTIFY.
+    result_waited_across(&b, &a).await;
+}
+
+/// `GET /api/jobs/{id}?wait=` on `waiter` answers with the result of a job `worker` completes.
+async fn result_waited_across(waiter: &Arc<Node>, worker: &Node) {
+    let id = worker.must_enqueue(json!({"queue": "results"})).await;
+    let [lease] = worker.take(json!({"queues": ["results"], "max": 1})).await[..] else {
+        panic!("one job taken");
+    };
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let answer = waiter.get(&format!("/api/jobs/{id}?wait=30s")).await;
+            (answer, started.elapsed())
+        })
+    };
+    // As `woken_across`: the waiter is (very likely) waiting by now, so that the completion
+    // reaches it across servers; were it not, it would answer at once, as the test expects.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let path = format!("/api/jobs/{id}/complete");
+    let done = worker
+        .must_post(
+            &path,
+            json!({"lease_token": lease.1, "result": {"n": 7}}),
+            200,
+        )
+        .await;
+    assert_eq!(done["status"], "completed");
+    let (answer, waited) = waiting.await.expect("the waiting producer");
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body["result"], json!({"n": 7}), "{}", answer.body);
+    assert!(
+        waited < Duration::from_secs(10),
+        "woken by the other server's completion, not by the end of the wait: {waited:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -72,3 +72,28 @@ async fn every_described_operation_is_routed() {
         .await;
     assert!(error.message.starts_with("no such endpoint"), "{error:?}");
 }
+
+/// Results are described: complete's `result` (one job and a batch), the job's `result`, and
+/// the job read's `wait`.
+#[tokio::test]
+async fn results_and_the_wait_for_a_job_are_described() {
+    let server = TestServer::manual().await;
+    let spec = server.get("/api/openapi.json").await;
+    let schemas = &spec["components"]["schemas"];
+    for schema in ["CompleteOne", "AckItem", "JobView"] {
+        assert!(
+            schemas[schema]["properties"].get("result").is_some(),
+            "{schema} has no result: {}",
+            schemas[schema]
+        );
+    }
+    let params = spec["paths"]["/api/jobs/{id}"]["get"]["parameters"]
+        .as_array()
+        .expect("parameters");
+    assert!(
+        params
+            .iter()
+            .any(|p| p["name"] == "wait" && p["in"] == "query"),
+        "{params:?}"
+    );
+}

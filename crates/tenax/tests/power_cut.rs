@@ -214,7 +214,7 @@ async fn workload(store: &Arc<dyn Store>, rng: &mut ChaCha8Rng) -> Model {
                     lease: t.lease_token,
                 })
                 .collect();
-            match store.complete_jobs(&acks, true, now_ms).await {
+            match store.complete_jobs(&acks, &[], true, now_ms).await {
                 Ok(results) => {
                     for (ack, result) in acks.iter().zip(results) {
                         result.expect("the lease is held");

@@ -234,8 +234,16 @@ def enqueue_many(
     )
 
 
-def get_job(id: int) -> Call[Job]:
-    return Call("GET", f"/api/jobs/{seg(id)}", Job.from_json)
+def get_job(id: int, wait: Duration | None = None) -> Call[Job]:
+    if wait is None:
+        return Call("GET", f"/api/jobs/{seg(id)}", Job.from_json)
+    value = duration_value(wait)
+    # How long the server may hold the request, for the read timeout. A string is the server's
+    # to read: allow its longest wait.
+    wait_s = 60.0 if isinstance(value, str) else value / 1000
+    return Call(
+        "GET", f"/api/jobs/{seg(id)}", Job.from_json, params={"wait": value}, wait=wait_s
+    )
 
 
 def delete_job(id: int) -> Call[None]:
@@ -311,22 +319,36 @@ def heartbeat(job: JobRef, lease_token: int | None, lease: Duration | None) -> C
     return Call("POST", f"/api/jobs/{seg(id)}/heartbeat", LeaseExtended.from_json, body)
 
 
-def complete(job: JobRef, lease_token: int | None) -> Call[CompleteResult]:
+def complete(job: JobRef, lease_token: int | None, result: Any = None) -> Call[CompleteResult]:
     id, token = _id_of(job, lease_token, "complete")
-    return Call(
-        "POST", f"/api/jobs/{seg(id)}/complete", CompleteResult.from_json, {"lease_token": token}
-    )
+    body: dict[str, Any] = {"lease_token": token}
+    if result is not None:
+        body["result"] = result
+    return Call("POST", f"/api/jobs/{seg(id)}/complete", CompleteResult.from_json, body)
 
 
-def complete_many(jobs: Iterable[TakenJob[Any] | tuple[int, int]]) -> Call[list[CompleteResult]]:
+def complete_many(
+    jobs: Iterable[TakenJob[Any] | tuple[int, int] | tuple[TakenJob[Any], Any] | tuple[int, int, Any]],
+) -> Call[list[CompleteResult]]:
     items = []
     for i, job in enumerate(jobs):
         if isinstance(job, TakenJob):
             items.append({"id": job.id, "lease_token": job.lease_token})
-        elif isinstance(job, tuple) and len(job) == 2:
-            items.append({"id": int(job[0]), "lease_token": int(job[1])})
+        elif isinstance(job, tuple) and len(job) == 2 and isinstance(job[0], TakenJob):
+            item = {"id": job[0].id, "lease_token": job[0].lease_token}
+            if job[1] is not None:
+                item["result"] = job[1]
+            items.append(item)
+        elif isinstance(job, tuple) and len(job) in (2, 3):
+            item = {"id": int(job[0]), "lease_token": int(job[1])}
+            if len(job) == 3 and job[2] is not None:
+                item["result"] = job[2]
+            items.append(item)
         else:
-            raise TypeError(f"jobs[{i}]: expected a TakenJob or (id, lease_token), got {job!r}")
+            raise TypeError(
+                f"jobs[{i}]: expected a TakenJob, (job, result), (id, lease_token) or"
+                f" (id, lease_token, result), got {job!r}"
+            )
     return Call(
         "POST",
         "/api/jobs/complete",

@@ -326,9 +326,13 @@ class AsyncClient:
         error names it: ``field == "jobs[2].policy.max_delay"``."""
         return await self._call(api.enqueue_many(jobs, on_duplicate))
 
-    async def get_job(self, id: int) -> Job:
-        """One job with its status, errors and policy."""
-        return await self._call(api.get_job(id))
+    async def get_job(self, id: int, *, wait: Duration | None = None) -> Job:
+        """One job with its status, errors, policy and (completed) result.
+
+        With ``wait`` (at most 60 s), the server answers once the job has finished (completed
+        or dead), or as it is when ``wait`` has passed: how a producer waits for a job's
+        result without polling. Check ``status``: an unfinished job means the wait ran out."""
+        return await self._call(api.get_job(id, wait))
 
     async def list_jobs(
         self,
@@ -421,15 +425,23 @@ class AsyncClient:
         """Extends a job's lease to ``lease`` from now (default: the server's default lease)."""
         return await self._call(api.heartbeat(job, lease_token, lease))
 
-    async def complete(self, job: JobRef, lease_token: int | None = None) -> CompleteResult:
-        """Completes a job: a :class:`TakenJob`, or its id and ``lease_token``. Raises
-        :class:`LeaseLost` or :class:`NotInFlight` when the job is no longer this worker's."""
-        return await self._call(api.complete(job, lease_token))
+    async def complete(
+        self, job: JobRef, lease_token: int | None = None, *, result: Any = None
+    ) -> CompleteResult:
+        """Completes a job: a :class:`TakenJob`, or its id and ``lease_token``; with its
+        ``result`` (any JSON value; ``None``: none), kept with the completed job and shown by
+        :meth:`get_job`. Raises :class:`LeaseLost` or :class:`NotInFlight` when the job is no
+        longer this worker's."""
+        return await self._call(api.complete(job, lease_token, result))
 
     async def complete_many(
-        self, jobs: Iterable[TakenJob[Any] | tuple[int, int]]
+        self,
+        jobs: Iterable[
+            TakenJob[Any] | tuple[int, int] | tuple[TakenJob[Any], Any] | tuple[int, int, Any]
+        ],
     ) -> list[CompleteResult]:
-        """Completes many jobs in one durable commit; each gets its own result, in order."""
+        """Completes many jobs in one durable commit; each gets its own answer, in order. A
+        job with a result is given as ``(job, result)`` or ``(id, lease_token, result)``."""
         return await self._call(api.complete_many(jobs))
 
     async def fail(

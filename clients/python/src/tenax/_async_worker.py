@@ -279,7 +279,7 @@ class AsyncWorker:
     async def _execute(self, client: AsyncClient, job: TakenJob[Any], events: _Events) -> None:
         try:
             func, taken = self._state.registry.resolve(job)
-            await func(taken)
+            returned = await func(taken)
         except asyncio.CancelledError:
             if self._state.held.is_abandoned(job):
                 raise
@@ -289,7 +289,7 @@ class AsyncWorker:
             self._state.handler_raised(job, error)
             await self._report_failure(client, job, error, events)
         else:
-            if self._state.succeeded(job):
+            if self._state.succeeded(job, returned):
                 events.changed.set()
 
     async def _report_failure(
@@ -331,7 +331,7 @@ class AsyncWorker:
                 await _wait(events.changed, wait)
             batch = acks.take()
             try:
-                results = await client.complete_many(batch.jobs)
+                results = await client.complete_many(batch.items)
             except (TenaxConnectionError, APIError) as error:
                 delay = acks.unsent(batch, error, quitting=events.quit.is_set())
                 events.changed.set()

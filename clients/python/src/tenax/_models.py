@@ -127,6 +127,8 @@ class Job:
     errors: list[JobError] = field(default_factory=list)
     traceparent: str | None = None
     """The W3C trace context it was enqueued with."""
+    result: Any = None
+    """A completed job's result, as its worker sent it (``None``: it has none)."""
 
     @classmethod
     def from_json(cls, data: JSONObject) -> Job:
@@ -148,6 +150,7 @@ class Job:
             unique_key=_opt_str(data.get("unique_key")),
             errors=[JobError.from_json(e) for e in data.get("errors") or []],
             traceparent=_opt_str(data.get("traceparent")),
+            result=data.get("result"),
         )
 
 

@@ -360,13 +360,13 @@ class Worker:
     def _execute(self, job: TakenJob[Any]) -> None:
         try:
             func, taken = self._state.registry.resolve(job)
-            func(taken)
+            returned = func(taken)
         except BaseException as error:  # noqa: BLE001 - a handler never kills its thread
             self._state.handler_raised(job, error)
             self._report_failure(job, error)
         else:
             with self._lock:
-                if self._state.succeeded(job):
+                if self._state.succeeded(job, returned):
                     self._changed.notify_all()
 
     def _report_failure(self, job: TakenJob[Any], error: BaseException) -> None:
@@ -406,7 +406,7 @@ class Worker:
                     self._changed.wait(wait)
                 batch = acks.take()
             try:
-                results = self._client.complete_many(batch.jobs)
+                results = self._client.complete_many(batch.items)
             except (TenaxConnectionError, APIError) as error:
                 with self._lock:
                     delay = acks.unsent(batch, error, quitting=self._quit.is_set())

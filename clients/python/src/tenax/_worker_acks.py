@@ -4,9 +4,11 @@ batch and sends it (``POST /api/jobs/complete``)."""
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ._errors import APIError, TenaxConnectionError
@@ -30,6 +32,25 @@ class Waiting:
     was before)."""
     ran_s: float
     """How long the handler ran, for the log line of the completion."""
+    result: Any = None
+    """What the handler returned, as the job's result (``None``: none)."""
+
+
+def result_of(value: Any) -> Any:
+    """A handler's returned value as its job's result: the value when JSON can carry it
+    (``json.dumps``, without NaN or infinities, which JSON has not), else ``None``, no result.
+    Handlers returned values before results existed, and those were ignored: a value that is
+    not JSON still is, and its job completes as it did."""
+    if value is None:
+        return None
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return value
+
+
+_REFUSED_RESULT = re.compile(r"^jobs\[(\d+)\]\.result$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +62,11 @@ class Batch:
     @property
     def jobs(self) -> list[TakenJob[Any]]:
         return [w.job for w in self.waiting]
+
+    @property
+    def items(self) -> list[TakenJob[Any] | tuple[TakenJob[Any], Any]]:
+        """What ``complete_many`` is sent: each job, with its result when it has one."""
+        return [w.job if w.result is None else (w.job, w.result) for w in self.waiting]
 
 
 class AckQueue:
@@ -66,12 +92,13 @@ class AckQueue:
         """Set at shutdown, once no handler will add to the queue: send everything now, then
         the acknowledger ends."""
 
-    def add(self, job: TakenJob[Any]) -> bool:
-        """Queues the completion of a job whose handler returned; False when the job is no
-        longer this worker's to report (its lease was lost, or it was abandoned)."""
+    def add(self, job: TakenJob[Any], result: Any = None) -> bool:
+        """Queues the completion of a job whose handler returned (``result``: what it
+        returned, see :func:`result_of`); False when the job is no longer this worker's to
+        report (its lease was lost, or it was abandoned)."""
         if not self._held.take_over(job, "acking"):
             return False
-        self._waiting.append(Waiting(job, now(), self._held.ran_for(job)))
+        self._waiting.append(Waiting(job, now(), self._held.ran_for(job), result_of(result)))
         return True
 
     def due_in(self, idle: bool) -> float | None:
@@ -124,6 +151,21 @@ class AckQueue:
         (0). Otherwise it goes back to the front of the queue, to be sent again after the
         returned delay; or, when the worker is ``quitting``, None: the acknowledger gives up,
         and those jobs will run again once their leases go back."""
+        refused = _REFUSED_RESULT.match(error.field or "") if isinstance(error, APIError) else None
+        if refused is not None and int(refused.group(1)) < len(batch.waiting):
+            # One job's result refused (larger than the server's payload limit): that job
+            # completes without it, and the batch goes again at once.
+            at = int(refused.group(1))
+            waiting = batch.waiting[at]
+            self._log.error(
+                "job %d: its result was refused (%s); completing it without one",
+                waiting.job.id,
+                error,
+            )
+            self._waiting[:0] = [
+                replace(w, result=None) if i == at else w for i, w in enumerate(batch.waiting)
+            ]
+            return 0.0
         if isinstance(error, APIError) and error.status < 500 and error.status != 408:
             self._log.error("completions of %d jobs refused: %s", len(batch.waiting), error)
             self._release(batch)

@@ -257,11 +257,11 @@ class WorkerState(Generic[H, S]):
         ran_s = self.held.ran_for(job)
         return FailureReport(job, error, self.counter, self.log, self.outcomes, ran_s)
 
-    def succeeded(self, job: TakenJob[Any]) -> bool:
-        """A handler returned: its completion is queued; False when the job is no longer this
-        worker's to complete."""
+    def succeeded(self, job: TakenJob[Any], result: Any = None) -> bool:
+        """A handler returned (``result``: what it returned): its completion is queued; False
+        when the job is no longer this worker's to complete."""
         self.counter.add("succeeded")
-        return self.acks.add(job)
+        return self.acks.add(job, result)
 
     # ---- heartbeats ---------------------------------------------------------------------------
 

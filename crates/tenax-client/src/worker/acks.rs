@@ -16,7 +16,10 @@ use tokio::time::Instant;
 
 use super::Inner;
 use super::stats::add;
-use crate::model::Lease;
+use serde_json::value::RawValue;
+
+use crate::error::Result;
+use crate::model::{CompleteResult, Lease};
 
 /// How long the last flush keeps trying a server that does not answer.
 const FINAL_PATIENCE: Duration = Duration::from_secs(10);
@@ -28,6 +31,58 @@ pub(crate) struct Completion {
     pub(crate) kind: String,
     /// How long the handler ran, for the log line of the completion.
     pub(crate) ran: Duration,
+    /// What the handler returned, as the job's result.
+    pub(crate) result: Option<Box<RawValue>>,
+}
+
+/// Sends `batch`'s completions in one request, with their results when one has any (the
+/// common batch has none, and is sent as before).
+async fn send(inner: &Inner, batch: &[Completion]) -> Result<Vec<CompleteResult>> {
+    if batch.iter().all(|c| c.result.is_none()) {
+        let leases: Vec<Lease> = batch.iter().map(|c| c.lease).collect();
+        return inner.client.complete_many(&leases).await;
+    }
+    let jobs: Vec<(Lease, Option<&RawValue>)> = batch
+        .iter()
+        .map(|c| (c.lease, c.result.as_deref()))
+        .collect();
+    inner.client.complete_many_with_results(&jobs).await
+}
+
+/// After the server refused a whole batch that carried results (one over its payload limit
+/// refuses them all): each job completed alone, so that only a refused one suffers. A job
+/// whose result is refused completes without it, with an error logged (as the Python worker
+/// does): it ran, and running it again would produce the same result.
+async fn send_one_by_one(inner: &Inner, batch: Vec<Completion>) {
+    for done in batch {
+        let mut sent = match &done.result {
+            Some(result) => {
+                inner
+                    .client
+                    .complete_with_result(done.lease, &**result)
+                    .await
+            }
+            None => inner.client.complete(done.lease).await,
+        };
+        if let Err(refused) = &sent {
+            if refused.is_invalid() && done.result.is_some() {
+                tracing::error!(job = done.lease.id, %refused, "the job's result was refused: completing it without one");
+                sent = inner.client.complete(done.lease).await;
+            }
+        }
+        match sent {
+            Ok(()) => {
+                add(&inner.counters.completed, 1);
+                inner
+                    .outcomes
+                    .completed(done.lease.id, &done.kind, done.ran);
+            }
+            Err(error) => {
+                add(&inner.counters.lost, 1);
+                tracing::error!(job = done.lease.id, %error, "the completion was refused: the job will run again");
+            }
+        }
+    }
 }
 
 pub(crate) async fn run(inner: Arc<Inner>, mut completions: mpsc::UnboundedReceiver<Completion>) {
@@ -54,8 +109,7 @@ pub(crate) async fn run(inner: Arc<Inner>, mut completions: mpsc::UnboundedRecei
         {
             let take = pending.len().min(settings.ack_batch);
             let batch: Vec<Completion> = pending.drain(..take).collect();
-            let leases: Vec<Lease> = batch.iter().map(|c| c.lease).collect();
-            match inner.client.complete_many(&leases).await {
+            match send(&inner, &batch).await {
                 Ok(results) => {
                     add(&inner.counters.ack_requests, 1);
                     let sent: HashMap<u64, &Completion> =
@@ -85,6 +139,10 @@ pub(crate) async fn run(inner: Arc<Inner>, mut completions: mpsc::UnboundedRecei
                     pending.splice(0..0, batch);
                     retry_at = Some(Instant::now() + backoff);
                     backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+                Err(error) if error.is_invalid() && batch.iter().any(|c| c.result.is_some()) => {
+                    tracing::warn!(%error, jobs = batch.len(), "completions with results refused together: sending them one by one");
+                    send_one_by_one(&inner, batch).await;
                 }
                 Err(error) => {
                     add(&inner.counters.lost, batch.len() as u64);

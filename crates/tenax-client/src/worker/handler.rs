@@ -6,24 +6,29 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
+use serde_json::value::RawValue;
 
 use super::job::Job;
 use super::outcome::JobError;
 use super::shutdown::Shutdown;
 use crate::model::TakenJob;
 
-pub(crate) type HandlerFuture = Pin<Box<dyn Future<Output = Result<(), JobError>> + Send>>;
+/// A handler's run: its result as JSON (`None`: it has none), or its error.
+pub(crate) type HandlerFuture =
+    Pin<Box<dyn Future<Output = Result<Option<Box<RawValue>>, JobError>> + Send>>;
 
 /// A handler with its payload type erased: reads the payload, then runs.
 pub(crate) type Erased = Arc<dyn Fn(TakenJob, Shutdown) -> HandlerFuture + Send + Sync>;
 
-pub(crate) fn erase<T, F, Fut, E>(handler: F) -> Erased
+pub(crate) fn erase<T, R, F, Fut, E>(handler: F) -> Erased
 where
     T: DeserializeOwned + Send + 'static,
+    R: Serialize + Send + 'static,
     F: Fn(Job<T>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    Fut: Future<Output = Result<R, E>> + Send + 'static,
     E: Into<JobError>,
 {
     let handler = Arc::new(handler);
@@ -40,10 +45,26 @@ where
                 ))
                 .with_source(error)
             })?;
+            let (id, kind) = (taken.id, taken.kind.clone());
             let job = Job::new(taken, payload, stopping);
-            (*handler)(job).await.map_err(Into::into)
+            let value = (*handler)(job).await.map_err(Into::into)?;
+            Ok(result_of(id, &kind, &value))
         })
     })
+}
+
+/// A handler's returned value as the job's result: none when it serialises to `null` (`()`,
+/// `None`), or cannot be serialised (the job ran: it completes, without it, and a warning
+/// says why).
+fn result_of(id: u64, kind: &str, value: &impl Serialize) -> Option<Box<RawValue>> {
+    match serde_json::value::to_raw_value(value) {
+        Ok(raw) if raw.get() == "null" => None,
+        Ok(raw) => Some(raw),
+        Err(error) => {
+            tracing::warn!(job = id, kind, %error, "the handler's result cannot be serialised to JSON: the job completes without it");
+            None
+        }
+    }
 }
 
 /// What a worker does with a job whose type has no handler (and no

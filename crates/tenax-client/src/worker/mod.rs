@@ -51,7 +51,9 @@ pub use handler::UnknownTypes;
 pub use job::Job;
 pub use outcome::{JobError, OutcomeExt};
 use outcome_log::{FailedBy, OutcomeLog};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use shutdown::Shutdown;
 pub use shutdown::{WorkerHandle, shutdown_signal};
 pub use stats::WorkerStats;
@@ -203,13 +205,17 @@ impl WorkerBuilder {
     /// one before every worker knows it) unless the type says `#[serde(deny_unknown_fields)]`;
     /// a missing field without `#[serde(default)]` does not fit.
     ///
-    /// The handler's error chooses the outcome: see [`JobError`]. Returning `Ok(())`
-    /// completes the job.
-    pub fn handler<T, F, Fut, E>(mut self, kind: impl Into<String>, handler: F) -> Self
+    /// The handler's error chooses the outcome: see [`JobError`]. Returning `Ok(value)`
+    /// completes the job, with `value` as its result ([`JobInfo::result`](crate::JobInfo),
+    /// serialised to JSON) unless it serialises to `null` (as `()` does: `Ok(())` completes
+    /// it without one). A result the server refuses (over its payload limit), or that cannot
+    /// be serialised, is left out: the job completes without it, and the worker logs why.
+    pub fn handler<T, R, F, Fut, E>(mut self, kind: impl Into<String>, handler: F) -> Self
     where
         T: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
         F: Fn(Job<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        Fut: Future<Output = std::result::Result<R, E>> + Send + 'static,
         E: Into<JobError>,
     {
         let kind = kind.into();
@@ -223,11 +229,12 @@ impl WorkerBuilder {
     /// Runs `handler` for every job whose type has no handler of its own (without one, such
     /// a job fails with a message naming the types this worker handles: see
     /// [`unknown_types`](Self::unknown_types)).
-    pub fn fallback<T, F, Fut, E>(mut self, handler: F) -> Self
+    pub fn fallback<T, R, F, Fut, E>(mut self, handler: F) -> Self
     where
         T: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
         F: Fn(Job<T>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = std::result::Result<(), E>> + Send + 'static,
+        Fut: Future<Output = std::result::Result<R, E>> + Send + 'static,
         E: Into<JobError>,
     {
         if !self.registry.set_fallback(handler::erase(handler)) {
@@ -603,8 +610,11 @@ async fn drain(inner: &Inner, handle: &WorkerHandle, supervisors: &mut JoinSet<(
 
 /// How a supervised job ended before its outcome was reported.
 enum Ending {
-    /// The handler returned (or panicked) after running this long.
-    Finished(std::result::Result<(), JobError>, Duration),
+    /// The handler returned (or panicked) after running this long; with its result, if any.
+    Finished(
+        std::result::Result<Option<Box<RawValue>>, JobError>,
+        Duration,
+    ),
     /// No handler takes the job's type: the failure to report.
     NoHandler(JobError),
     /// Not started: a shutdown came first (the stream's close gives it back).
@@ -661,9 +671,15 @@ async fn supervise(
         Ending::NoHandler(error) => {
             report_failure(&inner, lease, &kind, FailedBy::NoHandler, &error).await;
         }
-        Ending::Finished(Ok(()), ran) => {
+        Ending::Finished(Ok(result), ran) => {
             add(&inner.counters.succeeded, 1);
-            if completions.send(Completion { lease, kind, ran }).is_err() {
+            let completion = Completion {
+                lease,
+                kind,
+                ran,
+                result,
+            };
+            if completions.send(completion).is_err() {
                 tracing::error!(
                     job = lease.id,
                     "the acknowledger is gone: the job will run again"

@@ -1,6 +1,7 @@
 //! Jobs: enqueue (with the fan-out to subscriptions), reads, deletes and replays.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::Engine;
 use super::observe::Enqueueing;
@@ -173,6 +174,36 @@ impl Engine {
     pub async fn job(&self, id: JobId) -> Result<Option<Job>, EngineError> {
         let job = self.store.get_job(id).await?;
         Ok(job.map(|job| self.opened_job(job)).transpose()?)
+    }
+
+    /// Job `id` once it has finished (completed or dead), or as it is when `wait` has passed,
+    /// or the server stops, first; `None` once there is no such job (never was, or deleted).
+    ///
+    /// No polling: every way a job can finish leaves flight or fires on the way there (a
+    /// completion, a failure, a lease's or claim's end, a deletion), and each of those fires
+    /// [`Signals::released`](crate::store::Signals) on every server sharing the store. The
+    /// waiter registers before it looks, so a finish in between is not missed.
+    pub async fn job_when_finished(
+        &self,
+        id: JobId,
+        wait: Duration,
+    ) -> Result<Option<Job>, EngineError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let released = self.signals().released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            let job = self.job(id).await?;
+            let finished = job.as_ref().is_none_or(|j| j.state.status.is_finished());
+            if finished || tokio::time::Instant::now() >= deadline {
+                return Ok(job);
+            }
+            tokio::select! {
+                () = released => {}
+                () = tokio::time::sleep_until(deadline) => {}
+                () = self.stopped() => return Ok(job),
+            }
+        }
     }
 
     /// A page of the jobs matching `filter`.

@@ -39,7 +39,7 @@ pub use self::decide::{
 };
 pub use self::error::{Conflict, EngineError, Missing, StorageFailure, Unavailable};
 pub use self::jobs::Enqueue;
-pub use self::payloads::reseal_payload;
+pub use self::payloads::reseal_job;
 pub use self::schedules::ScheduleSpec;
 pub use self::work::Take;
 use crate::clock::{Clock, UnixMs};

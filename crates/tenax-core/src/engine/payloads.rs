@@ -14,12 +14,17 @@
 //! - A sealed payload is bound to its job by associated data made of what a job keeps for life
 //!   (its type and its creation time; its queue changes on a dead-letter move), so a sealed
 //!   payload copied into another job does not open.
+//! - A job's result (`JobState::result`) is sealed exactly when its payload is, by the same
+//!   record (`payload_sealed`), so it needs no mark of its own; it is sealed before the store
+//!   sees it ([`Engine::complete_with_results`](super::Engine)) and opened with the payload.
+//!   Its associated data differ from the payload's (another prefix), so a sealed result copied
+//!   over its job's payload, or the other way round, does not open.
 
 use serde_json::value::RawValue;
 
 use super::Engine;
 use crate::clock::UnixMs;
-use crate::model::{Job, JobId, NewJob, TakenJob};
+use crate::model::{Job, JobResult, NewJob, TakenJob};
 use crate::secrets::PayloadKey;
 use crate::store::StoreError;
 
@@ -28,18 +33,51 @@ fn associated_data(kind: &str, created_at_ms: UnixMs) -> Vec<u8> {
     format!("tenax payload\0{kind}\0{created_at_ms}").into_bytes()
 }
 
+/// The associated data of a job's sealed result: not the payload's.
+fn result_associated_data(kind: &str, created_at_ms: UnixMs) -> Vec<u8> {
+    format!("tenax result\0{kind}\0{created_at_ms}").into_bytes()
+}
+
+/// `text` sealed with `key` under `aad`, as a JSON string.
+fn seal_text(key: &PayloadKey, aad: &[u8], text: &str) -> Result<Box<RawValue>, StoreError> {
+    let sealed = key
+        .seal(aad, text.as_bytes())
+        .map_err(|e| StoreError::storage("sealing a payload", e))?;
+    // Base64 needs no escaping: the JSON string is the text in quotes.
+    RawValue::from_string(format!("\"{sealed}\""))
+        .map_err(|e| StoreError::Corrupt(format!("a sealed payload: {e}")))
+}
+
+/// The result of job `kind`/`created_at_ms` sealed with `key`.
+fn seal_result(
+    key: &PayloadKey,
+    result: &JobResult,
+    kind: &str,
+    created_at_ms: UnixMs,
+) -> Result<JobResult, StoreError> {
+    let aad = result_associated_data(kind, created_at_ms);
+    Ok(JobResult(seal_text(key, &aad, result.get())?))
+}
+
+/// The result a sealed `result` holds, opened with `key`.
+fn open_result(
+    key: &PayloadKey,
+    result: &JobResult,
+    kind: &str,
+    created_at_ms: UnixMs,
+    what: impl std::fmt::Display,
+) -> Result<JobResult, StoreError> {
+    let aad = result_associated_data(kind, created_at_ms);
+    open_text(key, &aad, &result.0, format_args!("{what}'s sealed result")).map(JobResult)
+}
+
 /// Seals `job`'s payload with `key`, unless it is sealed already.
 fn seal_with(key: &PayloadKey, job: &mut NewJob) -> Result<(), StoreError> {
     if job.payload_sealed {
         return Ok(());
     }
     let aad = associated_data(&job.kind, job.created_at_ms);
-    let text = key
-        .seal(&aad, job.payload.get().as_bytes())
-        .map_err(|e| StoreError::storage("sealing a payload", e))?;
-    // Base64 needs no escaping: the JSON string is the text in quotes.
-    job.payload = RawValue::from_string(format!("\"{text}\""))
-        .map_err(|e| StoreError::Corrupt(format!("a sealed payload: {e}")))?;
+    job.payload = seal_text(key, &aad, job.payload.get())?;
     job.payload_sealed = true;
     Ok(())
 }
@@ -52,36 +90,41 @@ fn open_with(
     created_at_ms: UnixMs,
     what: impl std::fmt::Display,
 ) -> Result<Box<RawValue>, StoreError> {
-    let damaged = |rule: String| StoreError::Corrupt(format!("{what}'s sealed payload: {rule}"));
-    let text: &str = serde_json::from_str(payload.get())
+    let aad = associated_data(kind, created_at_ms);
+    open_text(key, &aad, payload, format_args!("{what}'s sealed payload"))
+}
+
+/// The JSON a sealed `sealed` (a JSON string) holds, opened with `key` under `aad`.
+fn open_text(
+    key: &PayloadKey,
+    aad: &[u8],
+    sealed: &RawValue,
+    what: impl std::fmt::Display,
+) -> Result<Box<RawValue>, StoreError> {
+    let damaged = |rule: String| StoreError::Corrupt(format!("{what}: {rule}"));
+    let text: &str = serde_json::from_str(sealed.get())
         .map_err(|_| damaged("it is not a JSON string".into()))?;
-    let plain = key
-        .open(&associated_data(kind, created_at_ms), text)
-        .map_err(|e| damaged(e.to_string()))?;
+    let plain = key.open(aad, text).map_err(|e| damaged(e.to_string()))?;
     let plain = String::from_utf8(plain).map_err(|e| damaged(e.to_string()))?;
     RawValue::from_string(plain).map_err(|e| damaged(e.to_string()))
 }
 
-/// Moves job `id`'s sealed payload from one store's data key to another's (`tenax copy`): opened
-/// with `from`, sealed with `to`. A payload that is not sealed is left as it is.
-pub fn reseal_payload(
-    id: JobId,
-    job: &mut NewJob,
-    from: &PayloadKey,
-    to: &PayloadKey,
-) -> Result<(), StoreError> {
-    if !job.payload_sealed {
+/// Moves `job`'s sealed payload and result from one store's data key to another's (`tenax
+/// copy`): opened with `from`, sealed with `to`. A job whose payload is not sealed is left as
+/// it is (its result is not sealed either).
+pub fn reseal_job(job: &mut Job, from: &PayloadKey, to: &PayloadKey) -> Result<(), StoreError> {
+    let spec = &mut job.spec;
+    if !spec.payload_sealed {
         return Ok(());
     }
-    job.payload = open_with(
-        from,
-        &job.payload,
-        &job.kind,
-        job.created_at_ms,
-        format_args!("job {id}"),
-    )?;
-    job.payload_sealed = false;
-    seal_with(to, job)
+    let what = format!("job {}", job.id);
+    if let Some(result) = &job.state.result {
+        let plain = open_result(from, result, &spec.kind, spec.created_at_ms, &what)?;
+        job.state.result = Some(seal_result(to, &plain, &spec.kind, spec.created_at_ms)?);
+    }
+    spec.payload = open_with(from, &spec.payload, &spec.kind, spec.created_at_ms, what)?;
+    spec.payload_sealed = false;
+    seal_with(to, spec)
 }
 
 impl Engine {
@@ -101,9 +144,28 @@ impl Engine {
         open_with(self.store.payload_key(), payload, kind, created_at_ms, what)
     }
 
-    /// `job` with its payload opened, if it was sealed.
+    /// `result` of job `kind`/`created_at_ms` sealed with the store's data key.
+    pub(super) fn seal_result(
+        &self,
+        result: &JobResult,
+        kind: &str,
+        created_at_ms: UnixMs,
+    ) -> Result<JobResult, StoreError> {
+        seal_result(self.store.payload_key(), result, kind, created_at_ms)
+    }
+
+    /// `job` with its payload (and result) opened, if it was sealed.
     pub(super) fn opened_job(&self, mut job: Job) -> Result<Job, StoreError> {
         if job.spec.payload_sealed {
+            if let Some(result) = &job.state.result {
+                job.state.result = Some(open_result(
+                    self.store.payload_key(),
+                    result,
+                    &job.spec.kind,
+                    job.spec.created_at_ms,
+                    format_args!("job {}", job.id),
+                )?);
+            }
             job.spec.payload = self.open_payload(
                 &job.spec.payload,
                 &job.spec.kind,

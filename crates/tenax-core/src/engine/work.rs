@@ -9,7 +9,7 @@ use super::observe::{Failed, began};
 use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
 use crate::engine::EngineError;
-use crate::model::{Ack, ClaimId, ErrorEntry, TakenJob};
+use crate::model::{Ack, ClaimId, ErrorEntry, JobResult, TakenJob};
 use crate::store::{DecideContext, TakeRequest, Transition};
 
 /// A worker's request for leases: up to `max` jobs of `queues`, leased for `lease_ms`.
@@ -137,19 +137,62 @@ impl Engine {
             .await?)
     }
 
+    /// Completes in-flight jobs, without results.
     pub async fn complete(
         &self,
         acks: &[Ack],
     ) -> Result<Vec<Result<(), EngineError>>, EngineError> {
+        self.complete_with_results(acks, Vec::new()).await
+    }
+
+    /// Completes in-flight jobs, each with its worker's result: `results` is empty (none has
+    /// one) or one per ack. A result is kept with its completed job for its retention (none
+    /// is kept when completed jobs are not). The results of jobs whose payloads are sealed are
+    /// sealed here, before the store sees them; the caller has checked their size.
+    pub async fn complete_with_results(
+        &self,
+        acks: &[Ack],
+        mut results: Vec<Option<JobResult>>,
+    ) -> Result<Vec<Result<(), EngineError>>, EngineError> {
+        debug_assert!(results.is_empty() || results.len() == acks.len());
         let retain = self.settings.completed_retention_ms > 0;
+        if !retain {
+            // Nothing would keep them.
+            results.clear();
+        }
+        self.seal_results(acks, &mut results).await?;
         let now_ms = self.now_ms();
         let began = began(self);
-        let results = self.store.complete_jobs(acks, retain, now_ms).await?;
+        let results = self
+            .store
+            .complete_jobs(acks, &results, retain, now_ms)
+            .await?;
         self.observe_completed(acks, &results, now_ms, began);
         Ok(results
             .into_iter()
             .map(|r| r.map(drop).map_err(EngineError::from))
             .collect())
+    }
+
+    /// Seals the results of the jobs whose payloads are sealed (`payloads`): each such job is
+    /// read first, since whether it is sealed is its own record. Costs a read per job with a
+    /// result, none without. A job that is gone keeps its result as it is: its completion is
+    /// refused, so nothing is stored.
+    async fn seal_results(
+        &self,
+        acks: &[Ack],
+        results: &mut [Option<JobResult>],
+    ) -> Result<(), EngineError> {
+        for (ack, result) in acks.iter().zip(results.iter_mut()) {
+            let Some(plain) = result else { continue };
+            let Some(job) = self.store.get_job(ack.id).await? else {
+                continue;
+            };
+            if job.spec.payload_sealed {
+                *plain = self.seal_result(plain, &job.spec.kind, job.spec.created_at_ms)?;
+            }
+        }
+        Ok(())
     }
 
     /// Records a failure and asks the job's policy what happens next. Returns the transition

@@ -137,6 +137,29 @@ pub struct JobState {
     /// scheduled at the next transition out of flight.
     #[serde(default, skip_serializing_if = "Trigger::is_scheduled")]
     pub trigger: Trigger,
+    /// What the worker that completed it answered with, if anything: set only by a completion,
+    /// kept with the completed job for its retention. Sealed when the job's payload is
+    /// ([`NewJob::payload_sealed`]): an encrypted queue's results are as secret as its payloads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<JobResult>,
+}
+
+/// A completed job's result: any JSON value, kept as the worker sent it, byte for byte.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobResult(pub Box<RawValue>);
+
+impl JobResult {
+    /// The result's JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for JobResult {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
 }
 
 impl JobState {
@@ -155,6 +178,7 @@ impl JobState {
             finished_at_ms: None,
             dead_reason: None,
             trigger: Trigger::Scheduled,
+            result: None,
         }
     }
 }

@@ -29,7 +29,7 @@ pub use enqueue::{Enqueued, KeyHolder, OnDuplicate};
 pub use ids::{
     ClaimId, JobId, JobIdHasher, JobIdMap, LeaseToken, MAX_EXACT_INTEGER, SubscriptionId,
 };
-pub use job::{ErrorEntry, Held, Job, JobState, NewJob, Status};
+pub use job::{ErrorEntry, Held, Job, JobResult, JobState, NewJob, Status};
 pub use lease::{Ack, TakenJob};
 pub use peek::{Checked, JobPeek};
 pub use policy::StoredPolicy;

@@ -30,8 +30,8 @@ use crate::clock::UnixMs;
 use crate::model::activity::Minute;
 use crate::model::{
     Ack, Attempt, Backlog, Checked, ClaimId, EndpointState, Enqueued, Job, JobFilter, JobId,
-    JobPeek, LimitUse, LiveServer, OnDuplicate, Page, QueueConfig, QueueCounts, Replay, Replayed,
-    Schedule, Searched, Selection, Subscription, SubscriptionId, TextQuery,
+    JobPeek, JobResult, LimitUse, LiveServer, OnDuplicate, Page, QueueConfig, QueueCounts, Replay,
+    Replayed, Schedule, Searched, Selection, Subscription, SubscriptionId, TextQuery,
 };
 
 /// Adding jobs.
@@ -82,10 +82,14 @@ pub trait JobLeases {
 
     /// Completes in-flight jobs whose leases are valid: one durable commit, one result per job,
     /// with what the backend knows of each lease ([`LeaseFacts`]). A completed job is kept (for
-    /// its retention) when `retain`, else deleted.
+    /// its retention) when `retain`, else deleted; a kept job keeps its worker's result
+    /// (`JobState::result`), given in `results`: either empty (no job has one, the common case,
+    /// which costs nothing per job) or one per ack, in order. The results are stored as they
+    /// are: the engine has sealed those of encrypted jobs.
     async fn complete_jobs(
         &self,
         acks: &[Ack],
+        results: &[Option<JobResult>],
         retain: bool,
         now_ms: UnixMs,
     ) -> Result<Vec<Result<Option<LeaseFacts>, StoreError>>, StoreError>;
@@ -489,8 +493,10 @@ pub struct Signals {
     pub schedule: Notify,
     /// A subscription was created, changed or deleted.
     pub subscriptions: Notify,
-    /// Leased jobs were acknowledged (completed, failed), deleted, or their leases expired: a
-    /// stream holding as many jobs as it may has room again.
+    /// Leased jobs were acknowledged (completed, failed, a delivery's attempt ended), deleted,
+    /// or their leases (or claims) ended: a stream holding as many jobs as it may has room
+    /// again, and a job someone waits for may have finished (every way into `completed` or
+    /// `dead` passes here: [`Engine::job_when_finished`](crate::engine::Engine) relies on it).
     pub released: Notify,
     /// API tokens were made, changed or revoked: token books load them again.
     pub tokens: Notify,

@@ -298,6 +298,10 @@ pub type DescribeServer = Arc<dyn Fn() -> ServerAbout + Send + Sync>;
 
 /// What a finished delivery attempt did to its delivery.
 #[derive(Debug, Clone, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one is returned per delivery attempt and never stored: boxing would only add an allocation"
+)]
 pub enum Finished {
     Delivered,
     Failed(Transition),

@@ -344,16 +344,53 @@ pub(super) fn parse_id(text: &str) -> Result<JobId, ApiError> {
 
 /// One job with its errors.
 #[utoipa::path(get, path = "/jobs/{id}", operation_id = "get_job", tag = "jobs",
-    params(("id" = u64, Path, description = "The job's id")),
+    params(("id" = u64, Path, description = "The job's id"), ShowQuery),
     responses((status = 200, body = JobView), Missing, Refusals))]
 async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    query: Result<Query<ShowQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<JobView>, ApiError> {
     let id = parse_id(&id)?;
-    let job = state.engine.job(id).await?;
+    let query = super::extract::query(query)?;
+    let job = match &query.wait {
+        Some(wait) => {
+            let wait_ms = parse_wait(wait)?;
+            let wait = std::time::Duration::from_millis(wait_ms);
+            state.engine.job_when_finished(id, wait).await?
+        }
+        None => state.engine.job(id).await?,
+    };
     job.map(|job| Json(JobView::from(job)))
         .ok_or_else(|| ApiError::not_found(format!("job {id} does not exist")))
+}
+
+/// How to show a job.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ShowQuery {
+    /// Wait until the job has finished (completed or dead), at most this long (milliseconds
+    /// or a duration such as `30s`; at most 60 s), then show it as it is: a producer waits
+    /// for a job's result without polling.
+    #[param(value_type = Option<String>, example = "30s")]
+    pub wait: Option<String>,
+}
+
+/// The longest `GET /api/jobs/{id}?wait=` waits: as long as a take.
+const MAX_SHOW_WAIT_MS: u64 = 60_000;
+
+/// `?wait=`'s duration, in milliseconds.
+fn parse_wait(text: &str) -> Result<u64, ApiError> {
+    let wait_ms = tenax_policy::parse_duration("wait", text)
+        .map_err(|e| ApiError::invalid("wait", e.rule))?;
+    if wait_ms > MAX_SHOW_WAIT_MS {
+        return Err(ApiError::invalid(
+            "wait",
+            format!("must be at most {MAX_SHOW_WAIT_MS} ms, got {wait_ms} ms"),
+        ));
+    }
+    Ok(wait_ms)
 }
 
 /// Deletes a job, whatever its status.

@@ -38,6 +38,10 @@ pub struct JobView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
     pub errors: Vec<ErrorView>,
+    /// A completed job's result, byte for byte as its worker sent it; absent when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<serde_json::Value>)]
+    pub result: Option<Box<RawValue>>,
 }
 
 /// One failure of a job.
@@ -65,6 +69,7 @@ impl From<Job> for JobView {
             created_at: rfc3339(job.spec.created_at_ms),
             finished_at: job.state.finished_at_ms.map(rfc3339),
             dead_reason: job.state.dead_reason,
+            result: job.state.result.map(|r| r.0),
             policy: job.spec.policy.map(|p| p.json().clone()),
             unique_key: job.spec.unique_key,
             traceparent: job.spec.traceparent,

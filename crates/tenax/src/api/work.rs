@@ -11,11 +11,12 @@ use axum::{Extension, Json};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tenax_core::auth::Principal;
 use tenax_core::clock::{check_time, rfc3339};
 use tenax_core::engine::workers::Seen;
 use tenax_core::engine::{FailureReport, Take};
-use tenax_core::model::{Ack, ClaimId, JobId, LeaseToken, Status};
+use tenax_core::model::{Ack, ClaimId, JobId, JobResult, LeaseToken, Status};
 use tenax_policy::Outcome;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -397,11 +398,43 @@ async fn heartbeat(
     }))
 }
 
-/// A completion: the lease token of the take.
+/// A completion: the lease token of the take, and the job's result if it has one.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(example = json!({"lease_token": 1_800_000_000_000_000u64, "result": {"sent": true}}))]
 struct CompleteOne {
     lease_token: LeaseToken,
+    /// What the job produced: any JSON (at most 64 levels deep, at most the payload limit,
+    /// `--max-payload-bytes`), kept with the completed job for its retention and shown by
+    /// `GET /api/jobs/{id}` byte for byte.
+    #[serde(default)]
+    #[schema(value_type = Option<Value>)]
+    result: Option<Box<RawValue>>,
+}
+
+/// `result` (at `field`) checked as a payload is: well-formed within the depth limit, and no
+/// larger than the payload limit.
+fn checked_result(
+    result: Option<Box<RawValue>>,
+    field: impl Fn() -> String,
+    limits: &Limits,
+) -> Result<Option<JobResult>, ApiError> {
+    let Some(result) = result else {
+        return Ok(None);
+    };
+    tenax_core::model::payload::check_text(result.get())
+        .map_err(|rule| ApiError::invalid(field(), rule))?;
+    if result.get().len() > limits.max_payload_bytes {
+        return Err(ApiError::invalid(
+            field(),
+            format!(
+                "must be at most {} bytes of JSON (--max-payload-bytes, as a payload), got {}",
+                limits.max_payload_bytes,
+                result.get().len()
+            ),
+        ));
+    }
+    Ok(Some(JobResult(result)))
 }
 
 /// A job after its completion.
@@ -423,7 +456,16 @@ async fn complete_one(
 ) -> Result<Json<CompletedView>, ApiError> {
     let id = parse_id(&id)?;
     let token = body.lease_token;
-    let mut results = state.engine.complete(&[Ack { id, lease: token }]).await?;
+    let result = checked_result(body.result, || "result".to_owned(), &state.limits)?;
+    let job_results = if result.is_some() {
+        vec![result]
+    } else {
+        Vec::new()
+    };
+    let mut results = state
+        .engine
+        .complete_with_results(&[Ack { id, lease: token }], job_results)
+        .await?;
     match results.pop() {
         Some(Ok(())) => {
             state.engine.workers().released(&[id]);
@@ -445,12 +487,16 @@ struct CompleteMany {
     jobs: Vec<AckItem>,
 }
 
-/// One job to complete: its id and the lease token of the take.
+/// One job to complete: its id, the lease token of the take, and its result if it has one.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AckItem {
     id: JobId,
     lease_token: LeaseToken,
+    /// What the job produced, as in a single completion's `result`.
+    #[serde(default)]
+    #[schema(value_type = Option<Value>)]
+    result: Option<Box<RawValue>>,
 }
 
 /// Completes many jobs in one durable commit; each gets its own result.
@@ -471,7 +517,19 @@ async fn complete_many(
             lease: j.lease_token,
         })
         .collect();
-    let results = state.engine.complete(&acks).await?;
+    // One result per job only when one has a result: the common batch carries none.
+    let mut job_results = Vec::new();
+    if body.jobs.iter().any(|j| j.result.is_some()) {
+        job_results.reserve_exact(body.jobs.len());
+        for (i, job) in body.jobs.into_iter().enumerate() {
+            let field = || format!("jobs[{i}].result");
+            job_results.push(checked_result(job.result, field, &state.limits)?);
+        }
+    }
+    let results = state
+        .engine
+        .complete_with_results(&acks, job_results)
+        .await?;
     let completed: Vec<JobId> = acks
         .iter()
         .zip(&results)

@@ -11,9 +11,13 @@ use super::{CliError, output, parse};
 pub enum JobsCommand {
     /// List jobs (100 per page; --after continues).
     List(ListArgs),
-    /// Show one job with its errors, attempts and next run time.
+    /// Show one job with its errors, attempts, next run time and (completed) result.
     Show {
         id: u64,
+        /// Wait until the job has finished (completed or dead), at most this long (at most
+        /// 60s), then show it as it is.
+        #[arg(long, value_parser = parse::duration)]
+        wait: Option<std::time::Duration>,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -75,9 +79,12 @@ pub fn run_jobs(command: JobsCommand) -> Result<(), CliError> {
     block_on(async move {
         match command {
             JobsCommand::List(args) => list(&args, Listing::Jobs).await,
-            JobsCommand::Show { id, server } => {
+            JobsCommand::Show { id, wait, server } => {
                 let server = Server::connect(&server)?;
-                let job = server.ask(server.get_job(id)).await?;
+                let job = match wait {
+                    Some(wait) => server.ask(server.wait_for_job(id, wait)).await?,
+                    None => server.ask(server.get_job(id)).await?,
+                };
                 println!("{}", output::json(&job)?);
                 Ok(())
             }

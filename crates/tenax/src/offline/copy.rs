@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use tenax_core::clock::Clock;
-use tenax_core::engine::reseal_payload;
+use tenax_core::engine::reseal_job;
 use tenax_core::model::subscription::subscription_of_queue;
 use tenax_core::model::{JobFilter, JobId, Page, QueueCounts};
 use tenax_core::store::{ImportedJob, Store};
@@ -189,8 +189,8 @@ async fn copy_jobs(source: &dyn Store, target: &dyn Store) -> anyhow::Result<u64
         };
         let mut batch = Vec::with_capacity(page.len());
         for mut job in page {
-            reseal_payload(job.id, &mut job.spec, from_key, to_key)
-                .with_context(|| format!("moving job {}'s sealed payload", job.id))?;
+            reseal_job(&mut job, from_key, to_key)
+                .with_context(|| format!("moving job {}'s sealed payload and result", job.id))?;
             let attempts = if subscription_of_queue(&job.spec.queue).is_some() {
                 source
                     .attempts(job.id)

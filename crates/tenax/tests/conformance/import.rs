@@ -12,7 +12,8 @@ use serde_json::json;
 use tenax_core::auth::Role;
 use tenax_core::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax_core::model::{
-    AttemptResult, ErrorEntry, Job, JobId, JobState, Status, StoredPolicy, SubscriptionId, Trigger,
+    AttemptResult, ErrorEntry, Job, JobId, JobResult, JobState, Status, StoredPolicy,
+    SubscriptionId, Trigger,
 };
 use tenax_core::store::{ImportedJob, Store, StoreError};
 
@@ -87,7 +88,10 @@ pub(crate) async fn imported_records_keep_their_ids_and_state(backend: &impl Bac
     let mut dead = record(10, "work", Status::Dead);
     dead.state.dead_reason = Some("no retries left".into());
     dead.state.trigger = Trigger::Replay;
-    let completed = record(11, "done", Status::Completed);
+    let mut completed = record(11, "done", Status::Completed);
+    completed.state.result = Some(JobResult(
+        serde_json::value::RawValue::from_string(r#"{"sum": 3.0}"#.into()).expect("JSON"),
+    ));
     let mut delivered = record(14, &delivery_queue(hook.id), Status::Completed);
     delivered.spec.kind = DELIVERY_KIND.into();
     delivered.spec.unique_key = None;

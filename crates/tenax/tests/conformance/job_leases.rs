@@ -4,7 +4,7 @@
 //! |-------------------|-------|
 //! | `take_jobs`       | `take_is_by_priority_then_age_and_leases`, `deliveries_are_taken_finished_and_logged`, `racing_operations_on_a_job_are_serialised`, `claims_are_renewed_ended_and_forgotten` (`claims.rs`); limits: `concurrency_limits_hold_takes_back`, `rate_limits_hold_takes_back_across_restarts`, `a_take_with_an_older_clock_counts_the_starts_of_its_period` |
 //! | `extend_lease`    | `expired_leases_go_to_the_decision` (`job_upkeep.rs`) |
-//! | `complete_jobs`   | `complete_needs_the_current_lease`, `lease_tokens_are_unpredictable_and_exact`, `racing_operations_on_a_job_are_serialised`, `backlog_and_lease_facts_are_reported` (`job_reads.rs`) |
+//! | `complete_jobs`   | `complete_needs_the_current_lease`, `completed_jobs_keep_their_results`, `lease_tokens_are_unpredictable_and_exact`, `racing_operations_on_a_job_are_serialised`, `backlog_and_lease_facts_are_reported` (`job_reads.rs`) |
 //! | `fail_job`        | `fail_asks_the_decision_and_records_it`, `acknowledgements_after_a_leases_end_are_refused`, `racing_operations_on_a_job_are_serialised` |
 //! | `finish_delivery` | `deliveries_are_taken_finished_and_logged` |
 //! | `pop_jobs`        | `pop_takes_and_deletes_ready_jobs`, `takes_and_pops_skip_jobs_past_their_expiry`, `rate_limits_hold_takes_back_across_restarts` |
@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use serde_json::json;
 use tenax_core::model::subscription::{DELIVERY_KIND, delivery_queue};
 use tenax_core::model::{
-    Ack, AttemptResult, JobFilter, JobId, LeaseToken, LimitUse, MAX_EXACT_INTEGER, OnDuplicate,
-    QueueConfig, RateLimit, Status, StoredPolicy, Subscription, TakenJob,
+    Ack, AttemptResult, JobFilter, JobId, JobResult, LeaseToken, LimitUse, MAX_EXACT_INTEGER,
+    OnDuplicate, Page, QueueConfig, RateLimit, Status, StoredPolicy, Subscription, TakenJob,
 };
 use tenax_core::store::{
     DecideContext, Finished, Store, StoreError, TakeRequest, Taken, Transition,
@@ -114,6 +114,79 @@ pub(crate) async fn take_is_by_priority_then_age_and_leases(backend: &impl Backe
         );
     }
     close(store).await;
+}
+
+/// A result given at completion is kept with the completed job, byte for byte, shown by a read
+/// and a listing, and survives a reopen; a job completed without one, or dead, has none; a job
+/// not kept (no retention) keeps nothing.
+pub(crate) async fn completed_jobs_keep_their_results(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let ids = enqueue(&store, vec![job("q"); 5], T0).await;
+    let taken = take(&store, &["q"], 5, T0).await;
+    // Spacing, key order and number spelling are the worker's, and stay.
+    let text = r#"{ "z": 1, "a": [1.50, "é"],"n":null }"#;
+    let result = |text: &str| {
+        Some(JobResult(
+            serde_json::value::RawValue::from_string(text.to_owned()).expect("JSON"),
+        ))
+    };
+    let results = store
+        .complete_jobs(
+            &[ack(&taken[0]), ack(&taken[1]), ack(&taken[2])],
+            &[result(text), None, result("\"done\"")],
+            true,
+            T0 + 5,
+        )
+        .await
+        .expect("one commit");
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    // The common call: no results at all.
+    let plain = store
+        .complete_plain(&[ack(&taken[3])], true, T0 + 6)
+        .await
+        .expect("one commit");
+    assert_eq!(plain, [Ok(())]);
+    store
+        .fail_job(ack(&taken[4]), T0 + 7, &dead(T0 + 7, "fatal"))
+        .await
+        .expect("failed");
+
+    let check = |store: Arc<dyn Store>| {
+        let ids = ids.clone();
+        async move {
+            let shown = |job: &tenax_core::model::Job| {
+                job.state.result.as_ref().map(|r| r.get().to_owned())
+            };
+            let expected = [Some(text), None, Some("\"done\""), None, None];
+            for (id, want) in ids.iter().zip(expected) {
+                let job = get(&store, *id).await;
+                assert_eq!(shown(&job).as_deref(), want, "job {id} read");
+            }
+            let listed = store
+                .list_jobs(&JobFilter::default(), Page::after(None, 100))
+                .await
+                .expect("list");
+            let listed: Vec<Option<String>> = listed.iter().map(shown).collect();
+            assert_eq!(
+                listed,
+                expected.map(|r| r.map(str::to_owned)),
+                "the listing shows them"
+            );
+            store
+        }
+    };
+    let store = check(store).await;
+    let store = check(reopen(backend, store, T0 + 10).await).await;
+
+    // Without retention a completed job is deleted, result and all.
+    let more = enqueue(&store, vec![job("q")], T0 + 10).await;
+    let taken = take(&store, &["q"], 1, T0 + 10).await;
+    let results = store
+        .complete_jobs(&[ack(&taken[0])], &[result("1")], false, T0 + 11)
+        .await
+        .expect("one commit");
+    assert!(results[0].is_ok(), "{results:?}");
+    assert_eq!(status(&store, more[0]).await, None);
 }
 
 pub(crate) async fn complete_needs_the_current_lease(backend: &impl Backend) {
@@ -954,7 +1027,7 @@ pub(crate) async fn concurrency_limits_hold_takes_back(backend: &impl Backend) {
     assert_eq!(held.held.until_ms, None);
     // Completing one makes room for one.
     store
-        .complete_jobs(&[ack(&first[0])], true, T0)
+        .complete_jobs(&[ack(&first[0])], &[], true, T0)
         .await
         .expect("completed");
     let second = take(&store, &["lim"], 10, T0).await;

@@ -179,7 +179,7 @@ pub(crate) async fn backlog_and_lease_facts_are_reported(backend: &impl Backend)
     assert_eq!(heads().await.expect("heads"), [Some(T0), None]);
 
     let done = store
-        .complete_jobs(&[ack(&taken[1])], true, T0 + 300)
+        .complete_jobs(&[ack(&taken[1])], &[], true, T0 + 300)
         .await
         .expect("commit");
     let shared = store.properties().shared;

@@ -78,6 +78,7 @@ conformance_suite! {
         job_leases: [
             take_is_by_priority_then_age_and_leases,
             complete_needs_the_current_lease,
+            completed_jobs_keep_their_results,
             fail_asks_the_decision_and_records_it,
             lease_tokens_are_unpredictable_and_exact,
             acknowledgements_after_a_leases_end_are_refused,

@@ -376,8 +376,8 @@ impl Backend for Postgres {
             .await
             .batch_execute(
                 "DROP TABLE tenax_payload_key; DROP VIEW tenax_all_jobs;
-                 ALTER TABLE tenax_jobs DROP COLUMN payload_sealed;
-                 ALTER TABLE tenax_finished DROP COLUMN payload_sealed;
+                 ALTER TABLE tenax_jobs DROP COLUMN payload_sealed, DROP COLUMN result;
+                 ALTER TABLE tenax_finished DROP COLUMN payload_sealed, DROP COLUMN result;
                  CREATE VIEW tenax_all_jobs AS
                      SELECT * FROM tenax_jobs UNION ALL SELECT * FROM tenax_finished;
                  DROP TABLE tenax_activity; ALTER TABLE tenax_servers DROP COLUMN about;
@@ -673,7 +673,7 @@ impl CompletePlain for Arc<dyn Store> {
         retain: bool,
         now_ms: u64,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
-        let results = self.complete_jobs(acks, retain, now_ms).await?;
+        let results = self.complete_jobs(acks, &[], retain, now_ms).await?;
         Ok(results.into_iter().map(|r| r.map(drop)).collect())
     }
 }
