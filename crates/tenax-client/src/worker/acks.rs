@@ -11,13 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use serde_json::value::RawValue;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Inner;
 use super::stats::add;
-use serde_json::value::RawValue;
-
 use crate::error::Result;
 use crate::model::{CompleteResult, Lease};
 

@@ -12,9 +12,10 @@
 //! The target must hold nothing (unless told): ids are kept, and a record whose id is taken
 //! stops the copy. Jobs go in ascending id order, in batches; each batch is one commit.
 
-use anyhow::Context as _;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+
+use anyhow::Context as _;
 use tenax_core::clock::Clock;
 use tenax_core::engine::reseal_job;
 use tenax_core::model::subscription::subscription_of_queue;
