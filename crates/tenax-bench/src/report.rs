@@ -227,7 +227,10 @@ pub fn floor_table(floor: &FloorReport) -> String {
         ("target", Align::Right),
         ("met", Align::Left),
     ];
-    let micros = |us: f64| format_micros(us.round() as u64);
+    // Latencies are whole microseconds of a histogram, or a figure above zero made from one:
+    // non-negative and far below u64's range.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let micros = |us: f64| format_micros(us.max(0.0).round() as u64);
     let line = |what: &str, per_sec: f64, latency_us: f64| {
         vec![
             what.to_owned(),
