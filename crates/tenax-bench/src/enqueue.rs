@@ -16,11 +16,13 @@ pub(super) const BULK_CONNECTIONS: usize = 4;
 /// Jobs per request of a fill.
 pub(super) const FILL_BATCH: usize = 1_000;
 
-/// The same body POSTed `requests` times over `connections` connections.
+/// The same body POSTed `requests` times over `connections` connections (or, without a body,
+/// the same GET).
 #[derive(Debug)]
 pub(super) struct Load {
     pub url: String,
-    pub body: Bytes,
+    /// `None`: a GET.
+    pub body: Option<Bytes>,
     pub jobs_per_request: u64,
     pub connections: usize,
     pub requests: u64,
@@ -65,7 +67,7 @@ pub(super) async fn send(ctx: &Ctx, load: Load) -> anyhow::Result<Loaded> {
                         break;
                     }
                     let sent = Instant::now();
-                    if let Err(error) = lane.post(&load.url, load.body.clone()).await {
+                    if let Err(error) = lane.send(load.body.clone(), &load.url).await {
                         stop.set();
                         return Err(error);
                     }
@@ -103,7 +105,7 @@ pub(super) async fn fill(ctx: &Ctx, run_at_ms: Option<u64>) -> anyhow::Result<Lo
         ctx,
         Load {
             url: ctx.api.url("/api/jobs/batch"),
-            body: batch_body(&ctx.queue, batch, run_at_ms),
+            body: Some(batch_body(&ctx.queue, batch, run_at_ms)),
             jobs_per_request: per,
             connections: BULK_CONNECTIONS,
             requests: ctx.jobs.div_ceil(per),
@@ -122,7 +124,7 @@ pub(super) async fn single(ctx: &Ctx, connections: usize) -> anyhow::Result<Scen
         ctx,
         Load {
             url: ctx.api.url("/api/jobs"),
-            body,
+            body: Some(body),
             jobs_per_request: 1,
             connections,
             requests: ctx.jobs,
@@ -149,7 +151,7 @@ pub(super) async fn bulk(ctx: &Ctx, per: usize) -> anyhow::Result<ScenarioReport
         ctx,
         Load {
             url: ctx.api.url("/api/jobs/batch"),
-            body: batch_body(&ctx.queue, per, None),
+            body: Some(batch_body(&ctx.queue, per, None)),
             jobs_per_request,
             connections,
             requests,

@@ -1,5 +1,5 @@
 //! A load task's own connection, for the loads that send one request after another: each task
-//! of `enqueue-*`, `bulk-*` and the fills, and each worker of `take-one-*`, sends its requests
+//! of `enqueue-*`, `bulk-*`, `floor` and the fills, and each worker of `take-one-*`, sends its requests
 //! on one HTTP/1.1 connection of its own through hyper's connection API.
 //!
 //! Why not the shared client ([`Api`], reqwest): the load generator runs on the machine it
@@ -88,38 +88,49 @@ impl Lane {
     /// POSTs a JSON body to `url` (made by [`Api::url`]); any status but 2xx is an error
     /// carrying the server's answer, as [`Api::post`] says.
     pub async fn post(&mut self, url: &str, body: Bytes) -> anyhow::Result<Bytes> {
-        match self {
-            Self::Shared(api) => api.post(url, body).await,
-            Self::Own(own) => own.post(url, body).await,
+        self.send(Some(body), url).await
+    }
+
+    /// Sends a POST of `body`, or a GET without one, as [`Lane::post`] says.
+    pub async fn send(&mut self, body: Option<Bytes>, url: &str) -> anyhow::Result<Bytes> {
+        match (self, body) {
+            (Self::Shared(api), Some(body)) => api.post(url, body).await,
+            (Self::Shared(api), None) => api.get(url).await,
+            (Self::Own(own), body) => own.send(body, url).await,
         }
     }
 }
 
 impl Own {
-    async fn post(&mut self, url: &str, body: Bytes) -> anyhow::Result<Bytes> {
+    async fn send(&mut self, body: Option<Bytes>, url: &str) -> anyhow::Result<Bytes> {
         let path = url.strip_prefix(&self.target.base).unwrap_or(url);
+        let method = if body.is_some() { "POST" } else { "GET" };
         if self.sender.is_closed() {
             // The server closed the connection (a restart, an idle timeout): open another.
             self.sender = connect(&self.target).await?;
         }
-        let mut request = hyper::Request::post(path)
-            .header(HOST, self.target.host.clone())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let mut request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(HOST, self.target.host.clone());
+        if body.is_some() {
+            request = request.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        }
         if let Some(authorization) = &self.target.authorization {
             request = request.header(AUTHORIZATION, authorization.clone());
         }
         let request = request
-            .body(Full::new(body))
-            .with_context(|| format!("POST {url}"))?;
+            .body(Full::new(body.unwrap_or_default()))
+            .with_context(|| format!("{method} {url}"))?;
         self.sender
             .ready()
             .await
-            .with_context(|| format!("POST {url}"))?;
+            .with_context(|| format!("{method} {url}"))?;
         let response = self
             .sender
             .send_request(request)
             .await
-            .with_context(|| format!("POST {url}"))?;
+            .with_context(|| format!("{method} {url}"))?;
         let status = response.status();
         let bytes = response
             .into_body()

@@ -10,6 +10,7 @@
 
 mod deliveries;
 mod enqueue;
+mod floor;
 mod lane;
 mod memory;
 mod one_by_one;
@@ -32,6 +33,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+pub use self::floor::{FloorReport, TARGET_SHARE};
 pub use self::memory::{ProcMemory, parse_proc_status};
 pub use self::report::{
     Align, format_count, format_mb, format_micros, format_rate, render_table, table,
@@ -97,6 +99,12 @@ pub enum Scenario {
     #[value(name = "growth")]
     #[serde(rename = "growth")]
     Growth,
+    /// The machine's floor for one job per request (`GET /healthz` round trips, one
+    /// `fdatasync` in `--data-dir`), then `enqueue-1` and `enqueue-8` as shares of it (and of
+    /// a relaxed server's `enqueue-8`, with `--relaxed-url`).
+    #[value(name = "floor")]
+    #[serde(rename = "floor")]
+    Floor,
     /// Webhook deliveries to a local receiver (the server needs `--allow-private-endpoints`).
     #[value(name = "deliveries")]
     #[serde(rename = "deliveries")]
@@ -129,8 +137,8 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    /// Every scenario but the delivery ones (they need a server flag), the Zaqar ones and
-    /// `growth` (a million jobs).
+    /// Every scenario but the delivery ones (they need a server flag), the Zaqar ones,
+    /// `growth` (a million jobs) and `floor` (it writes in the server's data directory).
     pub const ALL: [Scenario; 13] = [
         Self::Enqueue1,
         Self::Enqueue8,
@@ -163,6 +171,7 @@ impl Scenario {
             Self::Promotion => "promotion",
             Self::Memory => "memory",
             Self::Growth => "growth",
+            Self::Floor => "floor",
             Self::Deliveries => "deliveries",
             Self::DeliveriesFlaky => "deliveries-flaky",
             Self::ZaqarPost1 => "zaqar-post-1",
@@ -183,6 +192,8 @@ impl Scenario {
             Self::TakeOne1 => 5_000,
             Self::TakeOne8 => 30_000,
             Self::Growth => 1_000_000,
+            // enqueue-1's and enqueue-8's (each runs its own, or --jobs each).
+            Self::Floor => 23_000,
             Self::Bulk100 => 200_000,
             Self::Bulk1000 => 400_000,
             Self::TakeComplete
@@ -230,6 +241,11 @@ pub struct BenchConfig {
     /// Each scenario's queue stores its payloads encrypted (`encrypt_payloads`), set before
     /// the scenario starts: what encryption costs, against a run without it.
     pub encrypt_payloads: bool,
+    /// The server's data directory, on this machine: `floor` times `fdatasync` there.
+    pub data_dir: std::path::PathBuf,
+    /// A second server, started with `--durability relaxed`: `floor` runs `enqueue-8` against
+    /// it too, for durable `enqueue-8`'s share of it.
+    pub relaxed_url: Option<String>,
 }
 
 /// The whole run.
@@ -255,6 +271,9 @@ pub struct ScenarioReport {
     pub requests: Vec<RequestStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryReport>,
+    /// `floor`'s figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<FloorReport>,
     /// Why the scenario did not run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
@@ -376,6 +395,7 @@ async fn run_scenario(ctx: &Ctx, scenario: Scenario) -> anyhow::Result<ScenarioR
         Scenario::Promotion => promotion::run(ctx).await,
         Scenario::Memory => memory::run(ctx).await,
         Scenario::Growth => enqueue::growth(ctx).await,
+        Scenario::Floor => floor::run(ctx).await,
         Scenario::Deliveries => deliveries::run(ctx, false).await,
         Scenario::DeliveriesFlaky => deliveries::run(ctx, true).await,
         Scenario::ZaqarPost1 => zaqar::post_scenario(ctx, 1).await,

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{BenchReport, ScenarioReport};
+use super::{BenchReport, FloorReport, ScenarioReport};
 
 /// `1234567` → `1,234,567`.
 pub fn format_count(n: u64) -> String {
@@ -136,7 +136,12 @@ fn rows(scenario: &ScenarioReport) -> Vec<Vec<String>> {
         return vec![row];
     }
     let mut rows = Vec::new();
-    let rate = format_rate(scenario.jobs_per_sec);
+    let rate = if scenario.floor.is_some() {
+        // Several loads, each with its own rate: the floor table below.
+        "below".to_owned()
+    } else {
+        format_rate(scenario.jobs_per_sec)
+    };
     if scenario.requests.is_empty() {
         let mut row = head(rate);
         row.extend(std::iter::repeat_n(String::new(), COLUMNS.len() - 4));
@@ -201,11 +206,104 @@ pub fn table(report: &BenchReport) -> String {
             let _ = writeln!(notes, "  {name}: {note}");
         }
     }
+    for floor in report.scenarios.iter().filter_map(|s| s.floor.as_ref()) {
+        out.push('\n');
+        out.push_str(&floor_table(floor));
+    }
     if !notes.is_empty() {
         out.push_str("\nnotes:\n");
         out.push_str(&notes);
     }
     out
+}
+
+/// `floor`'s own table: the floor's parts, the loads, and the shares against the target.
+pub fn floor_table(floor: &FloorReport) -> String {
+    let columns = [
+        ("floor", Align::Left),
+        ("per second", Align::Right),
+        ("latency p50", Align::Right),
+        ("share", Align::Right),
+        ("target", Align::Right),
+        ("met", Align::Left),
+    ];
+    // Latencies are whole microseconds of a histogram, or a figure above zero made from one:
+    // non-negative and far below u64's range.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let micros = |us: f64| format_micros(us.max(0.0).round() as u64);
+    let line = |what: &str, per_sec: f64, latency_us: f64| {
+        vec![
+            what.to_owned(),
+            format_rate(per_sec),
+            micros(latency_us),
+            String::new(),
+            String::new(),
+            String::new(),
+        ]
+    };
+    let target = format!(">= {:.0} %", floor.target_share * 100.0);
+    let judge = |row: &mut Vec<String>, share: f64, of: &str| {
+        row[3] = format!("{:.1} % of {of}", share * 100.0);
+        row[4] = target.clone();
+        row[5] = if share >= floor.target_share {
+            "yes"
+        } else {
+            "no"
+        }
+        .to_owned();
+    };
+    let per_sec = |us: f64| if us > 0.0 { 1e6 / us } else { 0.0 };
+    let mut enqueue_1 = line(
+        "enqueue-1, durable",
+        floor.enqueue_1_per_sec,
+        floor.enqueue_1_p50_us,
+    );
+    judge(&mut enqueue_1, floor.enqueue_1_share, "floor");
+    let mut rows = vec![
+        line(
+            "GET /healthz, 1 connection",
+            floor.healthz_1_per_sec,
+            floor.healthz_1_p50_us,
+        ),
+        line(
+            "GET /healthz, 8 connections",
+            floor.healthz_8_per_sec,
+            floor.healthz_8_p50_us,
+        ),
+        line(
+            "fdatasync of a page",
+            per_sec(floor.fdatasync_us),
+            floor.fdatasync_us,
+        ),
+        line(
+            "floor: 1 / (round trip + fdatasync)",
+            floor.floor_1_per_sec,
+            per_sec(floor.floor_1_per_sec),
+        ),
+        enqueue_1,
+    ];
+    let mut enqueue_8 = line(
+        "enqueue-8, durable",
+        floor.enqueue_8_per_sec,
+        floor.enqueue_8_p50_us,
+    );
+    match (
+        floor.relaxed_enqueue_8_per_sec,
+        floor.relaxed_enqueue_8_p50_us,
+        floor.enqueue_8_share,
+    ) {
+        (Some(relaxed), Some(latency), Some(share)) => {
+            judge(&mut enqueue_8, share, "relaxed");
+            rows.push(enqueue_8);
+            rows.push(line("enqueue-8, relaxed", relaxed, latency));
+        }
+        _ => {
+            enqueue_8[3] = "needs --relaxed-url".into();
+            enqueue_8[4] = target.clone();
+            rows.push(enqueue_8);
+        }
+    }
+    render_table(&columns, &rows)
 }
 
 /// Resident growth per job added, e.g. `412 B`.

@@ -260,7 +260,7 @@ impl MixedPlan {
     pub(super) async fn produce(self, ctx: &Ctx, stop_consumers: &Stop) -> anyhow::Result<Loaded> {
         let load = Load {
             url: ctx.api.url("/api/jobs/batch"),
-            body: batch_body(&ctx.queue, MIXED_BATCH, None),
+            body: Some(batch_body(&ctx.queue, MIXED_BATCH, None)),
             jobs_per_request: MIXED_BATCH as u64,
             connections: self.side,
             requests: self.requests,

@@ -29,6 +29,8 @@ fn config(server: &TestServer, scenarios: Vec<Scenario>, token: Option<&str>) ->
             ca_file: None,
         },
         encrypt_payloads: false,
+        data_dir: std::env::temp_dir(),
+        relaxed_url: None,
     }
 }
 
@@ -148,4 +150,67 @@ async fn encrypt_payloads_sets_each_scenarios_queue_first() {
             .expect("JSON");
         assert_eq!(view["encrypt_payloads"], true, "{name}: {view}");
     }
+}
+
+/// `floor`: the round trips and a sync in the server's data directory, then enqueue-1 and
+/// enqueue-8 on the server and enqueue-8 on a second one (`--relaxed-url`), with the shares.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floor_measures_the_round_trips_the_sync_and_both_shares() {
+    let durable = secured().await;
+    let relaxed = TestServer::start(Options::system().flags(&[
+        "--auth",
+        "on",
+        "--admin-token",
+        ADMIN,
+        "--durability",
+        "relaxed",
+    ]))
+    .await;
+    let config = BenchConfig {
+        data_dir: durable.data_dir().to_path_buf(),
+        relaxed_url: Some(relaxed.api.url("")),
+        ..config(&durable, vec![Scenario::Floor], Some(ADMIN))
+    };
+    let report = tenax_bench::run(&config).await.expect("the bench runs");
+    let floor = scenario(&report, "floor");
+    assert_eq!(floor.error, None);
+    assert_eq!(
+        floor.jobs, 400,
+        "enqueue-1 and enqueue-8 on the durable server"
+    );
+    let figures = floor.floor.as_ref().expect("the floor's figures");
+    assert!(figures.healthz_1_per_sec > 0.0 && figures.healthz_8_per_sec > 0.0);
+    assert!(figures.fdatasync_us > 0.0);
+    let expected = 1e6 / (figures.healthz_1_round_trip_us + figures.fdatasync_us);
+    assert!((figures.floor_1_per_sec - expected).abs() < 1e-6);
+    assert!(figures.enqueue_1_share > 0.0);
+    assert!(figures.enqueue_8_share.is_some_and(|s| s > 0.0));
+    let names: Vec<&str> = floor.requests.iter().map(|r| r.request.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "GET /healthz (1 connection)",
+            "GET /healthz (8 connections)",
+            "fdatasync of 4096 B written",
+            "POST /api/jobs (1 connection)",
+            "POST /api/jobs (8 connections)",
+            "POST /api/jobs (8 connections, relaxed)",
+        ]
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(durable.data_dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .contains("tenax-bench-floor")
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "the sync's file is removed");
+    let table = tenax_bench::table(&report);
+    assert!(
+        table.contains("floor: 1 / (round trip + fdatasync)"),
+        "{table}"
+    );
+    assert!(table.contains("% of relaxed"), "{table}");
 }

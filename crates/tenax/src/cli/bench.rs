@@ -49,6 +49,15 @@ pub struct BenchArgs {
     /// encrypted (docs/security.md#encrypted-queues), to compare with a run without it.
     #[arg(long)]
     pub encrypt_payloads: bool,
+    /// The server's data directory (same machine): the floor scenario times fdatasync there,
+    /// in a small file it removes.
+    #[arg(long, default_value = "./tenax-data")]
+    pub data_dir: std::path::PathBuf,
+    /// A second server, started with `--durability relaxed` (its own --data-dir and --listen):
+    /// the floor scenario runs enqueue-8 against it too, and prints durable enqueue-8 as a
+    /// share of it.
+    #[arg(long)]
+    pub relaxed_url: Option<String>,
     /// Print the results as JSON on stdout (the table then goes to stderr).
     #[arg(long)]
     pub json: bool,
@@ -89,6 +98,8 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         progress: std::io::stderr().is_terminal(),
         http2: args.http2,
         encrypt_payloads: args.encrypt_payloads,
+        data_dir: args.data_dir,
+        relaxed_url: args.relaxed_url,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
