@@ -62,7 +62,7 @@ async fn a_data_directory_moves_into_postgres_and_back_with_everything() {
     assert!(said(&busy).contains("stop it first"), "{}", said(&busy));
     served.stop();
 
-    let copied = tenax(&[
+    let into_postgres = [
         "copy",
         "--from",
         source.to_str().unwrap(),
@@ -70,7 +70,8 @@ async fn a_data_directory_moves_into_postgres_and_back_with_everything() {
         &url,
         "--to-secrets-key-file",
         key,
-    ]);
+    ];
+    let copied = tenax(&into_postgres);
     assert!(copied.status.success(), "{}", said(&copied));
     let text = said(&copied);
     assert!(text.contains("counts match on both sides"), "{text}");
@@ -110,15 +111,7 @@ async fn a_data_directory_moves_into_postgres_and_back_with_everything() {
     served.stop();
 
     // Into the database again: it holds records now.
-    let again = tenax(&[
-        "copy",
-        "--from",
-        source.to_str().unwrap(),
-        "--to",
-        &url,
-        "--to-secrets-key-file",
-        key,
-    ]);
+    let again = tenax(&into_postgres);
     assert_eq!(again.status.code(), Some(2), "{}", said(&again));
     assert!(
         said(&again).contains("the target is not empty"),

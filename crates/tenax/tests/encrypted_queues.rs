@@ -15,7 +15,7 @@ mod node;
 #[path = "common/receiver.rs"]
 mod receiver;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use common::{Options, PATIENCE, TestServer, postgres};
@@ -84,47 +84,6 @@ async fn zaqar_must(
     let (status, text) = zaqar(server, method.clone(), path, body).await;
     assert_eq!(status, expected, "{method} {path}: {text}");
     text
-}
-
-/// What a copy of the store shows: every file of the embedded store's data directory (the
-/// server stopped), or every job row of the PostgreSQL database as text.
-async fn store_copy(server: &mut TestServer) -> String {
-    if let Some(url) = server.database() {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .expect("a connection to the test database");
-        tokio::spawn(connection);
-        let rows = client
-            .query(
-                "SELECT t::text FROM tenax_jobs t UNION ALL SELECT t::text FROM tenax_finished t",
-                &[],
-            )
-            .await
-            .expect("the job rows");
-        return rows.iter().map(|row| row.get::<_, String>(0)).collect();
-    }
-    server.stop().await;
-    let mut copy = String::new();
-    for path in files(server.data_dir()) {
-        let bytes = std::fs::read(&path).expect("a file of the store");
-        copy.push_str(&String::from_utf8_lossy(&bytes));
-    }
-    server.start_again().await;
-    copy
-}
-
-/// Every file under `dir`.
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("the data directory") {
-        let path = entry.expect("an entry").path();
-        if path.is_dir() {
-            found.extend(files(&path));
-        } else {
-            found.push(path);
-        }
-    }
-    found
 }
 
 #[track_caller]
@@ -282,7 +241,7 @@ async fn encrypted_payloads_read_back_plain_everywhere_and_are_not_in_the_store(
     shows(&popped, POPPED_SECRET, "Zaqar's pop");
 
     // A copy of the store shows the plain queue's payload, and none of the sealed ones.
-    let copy = store_copy(&mut server).await;
+    let copy = server.store_copy().await;
     shows(&copy, PLAIN_TEXT, "the store");
     for secret in [NATIVE_SECRET, ZAQAR_SECRET, POPPED_SECRET] {
         assert!(!copy.contains(secret), "{secret} is in the store in clear");
@@ -316,7 +275,7 @@ async fn turned_off_sealed_payloads_stay_readable_and_new_ones_are_plain() {
         .await;
     assert_eq!(server.job(sealed).await["payload"], json!(NATIVE_SECRET));
     assert_eq!(server.job(plain).await["payload"], json!(PLAIN_TEXT));
-    let copy = store_copy(&mut server).await;
+    let copy = server.store_copy().await;
     shows(&copy, PLAIN_TEXT, "the store");
     assert!(
         !copy.contains(NATIVE_SECRET),
@@ -398,7 +357,7 @@ async fn sealed_payloads_stay_readable_after_a_key_rotation() {
         [&json!({"s": NATIVE_SECRET}), &json!({"s": ZAQAR_SECRET})]
     );
     assert_eq!(taken[1].id, after);
-    let copy = store_copy(&mut server).await;
+    let copy = server.store_copy().await;
     for secret in [NATIVE_SECRET, ZAQAR_SECRET] {
         assert!(!copy.contains(secret), "{secret} is in the store in clear");
     }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{Options, PATIENCE, TestServer};
@@ -261,47 +261,6 @@ async fn encrypting_server(key_dir: &Path) -> TestServer {
     TestServer::start(Options::manual().flags(&flags)).await
 }
 
-/// What a copy of the store shows: every file of the embedded store's data directory (the
-/// server stopped), or every job row of the PostgreSQL database as text.
-async fn store_copy(server: &mut TestServer) -> String {
-    if let Some(url) = server.database() {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .expect("a connection to the test database");
-        tokio::spawn(connection);
-        let rows = client
-            .query(
-                "SELECT t::text FROM tenax_jobs t UNION ALL SELECT t::text FROM tenax_finished t",
-                &[],
-            )
-            .await
-            .expect("the job rows");
-        return rows.iter().map(|row| row.get::<_, String>(0)).collect();
-    }
-    server.stop().await;
-    let mut copy = String::new();
-    for path in files(server.data_dir()) {
-        let bytes = std::fs::read(&path).expect("a file of the store");
-        copy.push_str(&String::from_utf8_lossy(&bytes));
-    }
-    server.start_again().await;
-    copy
-}
-
-/// Every file under `dir`.
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("the data directory") {
-        let path = entry.expect("an entry").path();
-        if path.is_dir() {
-            found.extend(files(&path));
-        } else {
-            found.push(path);
-        }
-    }
-    found
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_encrypted_queues_results_are_not_in_the_store() {
     let keys = tempfile::tempdir().expect("a directory");
@@ -339,7 +298,7 @@ async fn an_encrypted_queues_results_are_not_in_the_store() {
         json!({"token": PLAIN_TEXT})
     );
 
-    let copy = store_copy(&mut server).await;
+    let copy = server.store_copy().await;
     assert!(copy.contains(PLAIN_TEXT), "the scan finds a plain result");
     assert!(!copy.contains(SECRET), "the sealed result is not in clear");
     // And still read back after a restart.

@@ -121,6 +121,34 @@ struct Running {
 }
 
 impl TestServer {
+    /// What a copy of the store shows: every file of the embedded store's data directory (the
+    /// server stopped for the read, then started again), or every job row of the PostgreSQL
+    /// database as text.
+    pub async fn store_copy(&mut self) -> String {
+        if let Some(url) = self.database() {
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .expect("a connection to the test database");
+            tokio::spawn(connection);
+            let rows = client
+                .query(
+                    "SELECT t::text FROM tenax_jobs t UNION ALL SELECT t::text FROM tenax_finished t",
+                    &[],
+                )
+                .await
+                .expect("the job rows");
+            return rows.iter().map(|row| row.get::<_, String>(0)).collect();
+        }
+        self.stop().await;
+        let mut copy = String::new();
+        for path in files_under(self.data_dir()) {
+            let bytes = std::fs::read(&path).expect("a file of the store");
+            copy.push_str(&String::from_utf8_lossy(&bytes));
+        }
+        self.start_again().await;
+        copy
+    }
+
     /// A server with a manual clock at [`T0`] and default flags.
     pub async fn manual() -> Self {
         Self::start(Options::manual()).await
@@ -930,4 +958,18 @@ impl JobStream {
         }
         jobs
     }
+}
+
+/// Every file under `dir`.
+pub fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("a directory") {
+        let path = entry.expect("an entry").path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
 }
