@@ -33,6 +33,8 @@ pub enum JobStatus {
     Completed,
     /// Out of retries (or failed as not retryable); can be replayed.
     Dead,
+    /// Held until every job it waits for (its `after`) has completed.
+    Waiting,
     /// A status this client does not know (a newer server).
     #[serde(other)]
     Unknown,
@@ -44,6 +46,7 @@ api_names!(JobStatus {
     InFlight => "in_flight",
     Completed => "completed",
     Dead => "dead",
+    Waiting => "waiting",
     Unknown => "unknown",
 });
 
@@ -260,6 +263,8 @@ pub struct Counts {
     pub completed: u64,
     #[serde(default)]
     pub dead: u64,
+    #[serde(default)]
+    pub waiting: u64,
 }
 
 impl Counts {

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tenax_core::clock::UnixMs;
-use tenax_core::model::{Enqueued, JobId, JobState, KeyHolder, OnDuplicate, Status};
+use tenax_core::model::{Enqueued, JobId, JobState, KeyHolder, OnDuplicate, OnParentDead, Status};
 use tenax_core::store::{FactsSeen, Insert, JobInserts, QueueFacts, StoreError, to_json_bytes};
 
 use super::index::Entry;
@@ -271,6 +271,8 @@ impl Encoded {
             parent: job.parent,
             traceparent: job.traceparent.as_deref(),
             payload_sealed: job.payload_sealed,
+            after: &job.after,
+            on_parent_dead: job.on_parent_dead,
         });
         self.state_bytes = to_json_bytes(&self.state);
         self.policy = job.policy.as_ref().map(to_json_bytes);
@@ -299,6 +301,10 @@ struct BodyRef<'a> {
     traceparent: Option<&'a str>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     payload_sealed: bool,
+    #[serde(skip_serializing_if = "<[JobId]>::is_empty")]
+    after: &'a [JobId],
+    #[serde(skip_serializing_if = "OnParentDead::is_default")]
+    on_parent_dead: OnParentDead,
 }
 
 #[cfg(test)]
@@ -326,6 +332,8 @@ mod tests {
                 parent: Some(JobId(9)),
                 traceparent: traceparent.map(str::to_owned),
                 payload_sealed,
+                after: vec![JobId(3), JobId(5)],
+                on_parent_dead: OnParentDead::Run,
             };
             let by_ref = BodyRef {
                 queue: "q",
@@ -339,6 +347,8 @@ mod tests {
                 parent: Some(JobId(9)),
                 traceparent,
                 payload_sealed,
+                after: &[JobId(3), JobId(5)],
+                on_parent_dead: OnParentDead::Run,
             };
             assert_eq!(to_json_bytes(&by_ref), to_json_bytes(&owned));
         }

@@ -122,11 +122,19 @@ fn job_ops(imported: &ImportedJob) -> Result<Vec<Op>, StoreError> {
         parent: spec.parent,
         traceparent: spec.traceparent.clone(),
         payload_sealed: spec.payload_sealed,
+        after: spec.after.clone(),
+        on_parent_dead: spec.on_parent_dead,
     };
     let mut ops = vec![Op::PutBody {
         id: job.id,
         body: to_json_bytes(&body),
     }];
+    if !spec.after.is_empty() {
+        ops.push(Op::PutChildren {
+            child: job.id,
+            parents: spec.after.clone(),
+        });
+    }
     if let Some(policy) = &spec.policy {
         ops.push(Op::PutPolicy {
             id: job.id,
@@ -169,7 +177,7 @@ fn job_ops(imported: &ImportedJob) -> Result<Vec<Op>, StoreError> {
                 job.id
             )));
         }
-        Status::Scheduled | Status::Ready | Status::Dead => {
+        Status::Scheduled | Status::Ready | Status::Dead | Status::Waiting => {
             ops.push(Op::PutState { id: job.id, state });
         }
     }

@@ -18,6 +18,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
+use tenax_core::model::StatusSlots;
 
 use tenax_core::clock::UnixMs;
 use tenax_core::model::{ClaimId, JobId, JobState, LeaseToken, Order, Status, Trigger};
@@ -236,7 +237,7 @@ pub struct Index {
     /// Jobs with an expiry, by expiry.
     expiring: BTreeSet<(UnixMs, JobId)>,
     unique: HashMap<QueueRef, BTreeMap<Box<str>, JobId>>,
-    counts: HashMap<QueueRef, [u64; 5]>,
+    counts: HashMap<QueueRef, StatusSlots>,
     /// Interned queue names: `names[r]` is the name of `QueueRef(r)`.
     names: Vec<Arc<str>>,
     refs: HashMap<Arc<str>, QueueRef>,
@@ -251,6 +252,7 @@ fn slot(status: Status) -> usize {
         Status::InFlight => 2,
         Status::Completed => 3,
         Status::Dead => 4,
+        Status::Waiting => 5,
     }
 }
 
@@ -399,6 +401,8 @@ impl Index {
             Status::Completed | Status::Dead => {
                 self.finished.insert((entry.finished_at_ms, id));
             }
+            // Held by its parents, in no set: `dependencies` knows it.
+            Status::Waiting => {}
         }
     }
 
@@ -444,6 +448,7 @@ impl Index {
             Status::Completed | Status::Dead => {
                 self.finished.remove(&(entry.finished_at_ms, id));
             }
+            Status::Waiting => {}
         }
     }
 
@@ -581,7 +586,7 @@ impl Index {
     }
 
     /// Counts of one queue's jobs in memory, in the order of [`Status::ALL`].
-    pub fn queue_counts(&self, queue: &str) -> [u64; 5] {
+    pub fn queue_counts(&self, queue: &str) -> StatusSlots {
         self.refs
             .get(queue)
             .and_then(|queue| self.counts.get(queue))
@@ -590,7 +595,7 @@ impl Index {
     }
 
     /// Counts of the jobs in memory per queue, in the order of [`Status::ALL`].
-    pub fn counts(&self) -> impl Iterator<Item = (&Arc<str>, [u64; 5])> {
+    pub fn counts(&self) -> impl Iterator<Item = (&Arc<str>, StatusSlots)> {
         self.counts.iter().map(|(q, c)| (self.name(*q), *c))
     }
 
@@ -765,7 +770,7 @@ mod tests {
         let q = [index.intern("q")];
         assert_eq!(index.peek_ready(&q, 10, 0), [JobId(1), JobId(2)]);
         let counts: Vec<_> = index.counts().map(|(q, c)| (q.to_string(), c)).collect();
-        assert_eq!(counts, [("q".to_owned(), [0, 2, 0, 0, 0])]);
+        assert_eq!(counts, [("q".to_owned(), [0, 2, 0, 0, 0, 0])]);
     }
 
     #[test]
@@ -808,7 +813,7 @@ mod tests {
         assert_eq!(index.expired(5_000, 10), Vec::<JobId>::new());
         let dead: Vec<JobId> = index.finished_before(2_000).map(|(id, _)| id).collect();
         assert_eq!(dead, [JobId(7)]);
-        assert_eq!(index.queue_counts("q"), [0, 0, 0, 0, 1]);
+        assert_eq!(index.queue_counts("q"), [0, 0, 0, 0, 1, 0]);
         assert!(index.remove(JobId(7)).is_some());
         assert!(index.is_empty());
         assert_eq!(index.finished_before(u64::MAX).count(), 0);
@@ -820,10 +825,10 @@ mod tests {
         let e = entry(&mut index, "q", 0, Status::Ready, 0);
         index.insert(JobId(1), e, 0);
         index.update(JobId(1), |e| e.finish(Status::Completed, 10));
-        assert_eq!(index.queue_counts("q"), [0, 0, 0, 1, 0]);
+        assert_eq!(index.queue_counts("q"), [0, 0, 0, 1, 0, 0]);
         index.evict_completed(JobId(1));
         assert!(index.get(JobId(1)).is_none());
-        assert_eq!(index.queue_counts("q"), [0; 5]);
+        assert_eq!(index.queue_counts("q"), [0; 6]);
         let e = entry(&mut index, "q", 0, Status::Ready, 0);
         index.insert(JobId(2), e, 0);
         index.evict_completed(JobId(2));

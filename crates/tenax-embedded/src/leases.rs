@@ -116,6 +116,7 @@ impl JobLeases for EmbeddedStore {
                         traceparent: body.traceparent,
                         ready_at_ms,
                         trigger,
+                        after: body.after,
                     })
                 },
             )

@@ -83,9 +83,9 @@ use self::disk::{FileLog, LogFile, SimulatedDisk};
 use self::index::{Entry, Index};
 use self::sealing::KeySource;
 use self::tables::{
-    ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
-    FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID,
-    POLICIES, QUEUES, SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, StoredBody, TOKENS,
+    ATTEMPTS, CHILDREN, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS,
+    ERRORS, FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID,
+    NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, StoredBody, TOKENS,
 };
 use self::writer::Writer;
 
@@ -438,6 +438,7 @@ pub(crate) fn check_format(db: &Database) -> Result<(), StoreError> {
         tx.open_table(COMPLETED).map_err(fault(what))?;
         tx.open_table(COMPLETED_AT).map_err(fault(what))?;
         tx.open_table(COMPLETED_EXPIRING).map_err(fault(what))?;
+        tx.open_table(CHILDREN).map_err(fault(what))?;
         tx.open_table(COMPLETED_COUNTS).map_err(fault(what))?;
         tx.open_table(SCHEDULES).map_err(fault(what))?;
         tx.open_table(STARTS).map_err(fault(what))?;

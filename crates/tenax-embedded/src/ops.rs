@@ -20,9 +20,9 @@ use tenax_core::store::from_json_bytes;
 
 use super::sorted::{Sorted, Writes, put_sorted, remove_sorted};
 use super::tables::{
-    ATTEMPTS, BodyHead, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS,
-    ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES,
-    STARTS, STATES, SUBSCRIPTIONS, TOKENS, WAL_LSN,
+    ATTEMPTS, BodyHead, CHILDREN, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING,
+    ENDPOINTS, ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES,
+    SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, TOKENS, WAL_LSN,
 };
 
 /// One change to the file.
@@ -110,6 +110,11 @@ pub enum Op {
         origin: String,
         state: Vec<u8>,
     },
+    /// The edges from each of `parents` to `child`, a job that waits for them.
+    PutChildren {
+        child: JobId,
+        parents: Vec<JobId>,
+    },
 }
 
 /// How applied ops changed each queue's count of completed jobs.
@@ -167,6 +172,7 @@ tables! {
     completed_counts: COMPLETED_COUNTS => (&'static str, u64),
     schedules: SCHEDULES => (&'static str, &'static [u8]),
     starts: STARTS => ((&'static str, u64), (u64, u64)),
+    children: CHILDREN => ((u64, u64), ()),
 }
 
 impl Tables<'_> {
@@ -233,6 +239,9 @@ impl Tables<'_> {
                     .retain_in((id, 0)..=(id, u32::MAX), |_, _| false)?;
                 self.attempts()?
                     .retain_in((id, 0)..=(id, u32::MAX), |_, _| false)?;
+                // Its edges to its children go with it (a child's to it stay in its `after`).
+                self.children()?
+                    .retain_in((id, 0)..=(id, u64::MAX), |_, _| false)?;
             }
             Op::PutQueue { name, config } => {
                 self.queues()?.insert(name.as_str(), config.as_slice())?;
@@ -306,6 +315,12 @@ impl Tables<'_> {
             Op::PutEndpoint { origin, state } => {
                 self.endpoints()?
                     .insert(origin.as_str(), state.as_slice())?;
+            }
+            Op::PutChildren { child, parents } => {
+                let children = self.children()?;
+                for parent in parents {
+                    children.insert((parent.0, child.0), ())?;
+                }
             }
         }
         Ok(())
@@ -478,6 +493,8 @@ const PUT_SCHEDULE: u8 = 15;
 const DELETE_SCHEDULE: u8 = 16;
 const STARTED: u8 = 17;
 const PUT_ENDPOINT: u8 = 18;
+// 19 and 20 are cancellation's.
+const PUT_CHILDREN: u8 = 21;
 
 impl Op {
     /// Whether the op may wait to be applied to the file (`unapplied`): how it changes the
@@ -599,6 +616,14 @@ impl Op {
                 bytes(out, origin.as_bytes());
                 bytes(out, state);
             }
+            Op::PutChildren { child, parents } => {
+                out.push(PUT_CHILDREN);
+                int(out, child.0);
+                int(out, parents.len() as u64);
+                for parent in parents {
+                    int(out, parent.0);
+                }
+            }
         }
     }
 
@@ -689,6 +714,19 @@ impl Op {
                 origin: reader.text()?,
                 state: reader.bytes()?,
             },
+            PUT_CHILDREN => {
+                let child = JobId(reader.int()?);
+                let count = reader.int()?;
+                // Each parent is 8 bytes: a count past what is left is a damaged record, not
+                // an allocation to make.
+                if count > (reader.0.len() / 8) as u64 {
+                    return Err(format!("{count} parents where fewer bytes are left"));
+                }
+                let parents = (0..count)
+                    .map(|_| reader.int().map(JobId))
+                    .collect::<Result<_, _>>()?;
+                Op::PutChildren { child, parents }
+            }
             other => return Err(format!("an unknown op {other}")),
         };
         Ok(op)
@@ -813,6 +851,14 @@ mod tests {
             Op::PutEndpoint {
                 origin: "https://h\u{e9}.example:8443".into(),
                 state: b"{}".to_vec(),
+            },
+            Op::PutChildren {
+                child: JobId(14),
+                parents: vec![JobId(1), JobId(u64::MAX)],
+            },
+            Op::PutChildren {
+                child: JobId(15),
+                parents: Vec::new(),
             },
         ]
     }

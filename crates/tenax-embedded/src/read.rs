@@ -12,7 +12,7 @@ use tenax_core::store::{JobReads, StoreError, from_json_bytes};
 
 use super::history::{CompletedJob, may_hold_completed};
 use super::index::{Entry, Index};
-use super::tables::{ATTEMPTS, ERRORS, POLICIES, StoredBody};
+use super::tables::{ATTEMPTS, CHILDREN, ERRORS, JOBS, POLICIES, StoredBody};
 use super::{EmbeddedStore, Inner, fault};
 
 /// What memory (or, for a completed job, disk) knows of a job at one moment.
@@ -185,6 +185,8 @@ impl EmbeddedStore {
             parent,
             traceparent,
             payload_sealed,
+            after,
+            on_parent_dead,
         } = body;
         Ok(Some(Job {
             id,
@@ -203,6 +205,8 @@ impl EmbeddedStore {
                 parent,
                 traceparent,
                 payload_sealed,
+                after,
+                on_parent_dead,
             },
             state: snapshot.state,
             errors,
@@ -470,6 +474,30 @@ impl JobReads for EmbeddedStore {
         Ok(searched)
     }
 
+    async fn children(&self, parents: &[JobId]) -> Result<Vec<(JobId, JobId)>, StoreError> {
+        let what = "reading a workflow's edges";
+        let tx = self.read_tx(what)?;
+        let edges = tx.open_table(CHILDREN).map_err(fault(what))?;
+        let jobs = tx.open_table(JOBS).map_err(fault(what))?;
+        let mut parents = parents.to_vec();
+        parents.sort_unstable();
+        parents.dedup();
+        let mut found = Vec::new();
+        for parent in parents {
+            for row in edges
+                .range((parent.0, 0)..=(parent.0, u64::MAX))
+                .map_err(fault(what))?
+            {
+                let (key, _) = row.map_err(fault(what))?;
+                let child = key.value().1;
+                if jobs.get(child).map_err(fault(what))?.is_some() {
+                    found.push((parent, JobId(child)));
+                }
+            }
+        }
+        Ok(found)
+    }
+
     async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError> {
         let inner = self.inner.lock();
         Ok(queues
@@ -519,7 +547,7 @@ impl JobReads for EmbeddedStore {
             completed
                 .into_iter()
                 .filter(|(_, n)| *n > 0)
-                .map(|(queue, n)| QueueCounts::from_slots(queue, [0, 0, 0, n, 0])),
+                .map(|(queue, n)| QueueCounts::from_slots(queue, [0, 0, 0, n, 0, 0])),
         );
         counts.sort_by(|a, b| a.queue.cmp(&b.queue));
         Ok(counts)
@@ -557,14 +585,17 @@ impl JobReads for EmbeddedStore {
         Ok(inner
             .index
             .counts()
-            .filter(|(_, c)| c[0] + c[1] + c[2] + c[4] > 0)
-            .map(|(queue, [scheduled, ready, in_flight, _, dead])| Backlog {
-                queue: queue.to_string(),
-                scheduled,
-                ready,
-                in_flight,
-                dead,
-            })
+            .filter(|(_, c)| c[0] + c[1] + c[2] + c[4] + c[5] > 0)
+            .map(
+                |(queue, [scheduled, ready, in_flight, _, dead, waiting])| Backlog {
+                    queue: queue.to_string(),
+                    scheduled,
+                    ready,
+                    in_flight,
+                    dead,
+                    waiting,
+                },
+            )
             .collect())
     }
 }

@@ -17,6 +17,7 @@
 //! | `schedules` | schedule name       | [`Schedule`](tenax_core::model::Schedule) JSON: its definition and what it has done |
 //! | `starts`   | (queue, bucket start) | (bucket width, jobs started): a rate-limited queue's recent starts (see [`RateLimit`](tenax_core::model::RateLimit)) |
 //! | `endpoints` | endpoint origin     | [`EndpointState`](tenax_core::model::EndpointState) JSON: a webhook endpoint's pause and circuit breaker |
+//! | `children` | (parent id, child id) | (): a job that waits for another (its `after`), written with the child and removed with the parent |
 //! | `payload_key` | `data_key`        | the payload data key of encrypted queues, sealed by the secrets key (`sealing::payload_key`) |
 //! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`), `wal_id` (the identity of the log that goes with this file; absent before format 4), `secrets_key` (the id of the key that seals the subscriptions' secrets), `scrub_pending` (present while the files still owe a scrub of secrets an earlier release kept in clear: see `sealing`) |
 //!
@@ -58,7 +59,7 @@ use redb::TableDefinition;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tenax_core::clock::UnixMs;
-use tenax_core::model::JobId;
+use tenax_core::model::{JobId, OnParentDead};
 
 pub const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("jobs");
 pub const STATES: TableDefinition<u64, &[u8]> = TableDefinition::new("states");
@@ -81,6 +82,9 @@ pub const STARTS: TableDefinition<(&str, u64), (u64, u64)> = TableDefinition::ne
 /// [`PAYLOAD_KEY_ROW`]; `tenax_core::store::sealed::payload_key_to_stored`).
 pub const PAYLOAD_KEY: TableDefinition<&str, &[u8]> = TableDefinition::new("payload_key");
 pub const PAYLOAD_KEY_ROW: &str = "data_key";
+/// The edges of workflows, from parent to child (`NewJob::after` is the other way): written
+/// with the child, removed with the parent.
+pub const CHILDREN: TableDefinition<(u64, u64), ()> = TableDefinition::new("children");
 
 pub const FORMAT_VERSION_KEY: &str = "format_version";
 /// The format this version writes and reads.
@@ -116,6 +120,11 @@ pub struct StoredBody {
     /// `payload` is sealed (`NewJob::payload_sealed`); absent in bodies written before.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub payload_sealed: bool,
+    /// The jobs it waits for (`NewJob::after`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<JobId>,
+    #[serde(default, skip_serializing_if = "OnParentDead::is_default")]
+    pub on_parent_dead: OnParentDead,
 }
 
 /// The fields of a [`StoredBody`] that the writer needs to find a completed job's rows.

@@ -47,6 +47,8 @@ pub(super) fn taken_of(row: &Row, lease_expires_at_ms: UnixMs) -> Result<TakenJo
         traceparent: row.get(10),
         ready_at_ms: untime(row.get(11)),
         trigger: super::rows::trigger_of(row.get(12)),
+        // Read by the dependencies' change (migration 0013).
+        after: Vec::new(),
     })
 }
 

@@ -2,6 +2,7 @@
 //! tables through the `tenax_all_jobs` view.
 
 use std::collections::HashMap;
+use tenax_core::model::StatusSlots;
 
 use async_trait::async_trait;
 use tenax_core::clock::UnixMs;
@@ -77,7 +78,7 @@ impl JobReads for PostgresStore {
         let rows = query(&client, &COUNTS, &[])
             .await
             .map_err(fault("counting jobs"))?;
-        let mut by_queue: HashMap<String, [u64; 5]> = HashMap::new();
+        let mut by_queue: HashMap<String, StatusSlots> = HashMap::new();
         for row in &rows {
             let slots = by_queue.entry(row.get(0)).or_default();
             add(slots, status_of(row.get(1))?, row.get(2));
@@ -95,7 +96,7 @@ impl JobReads for PostgresStore {
         let rows = query(&client, &QUEUE_COUNTS, &[&queue])
             .await
             .map_err(fault("counting a queue's jobs"))?;
-        let mut slots = [0; 5];
+        let mut slots = StatusSlots::default();
         for row in &rows {
             add(&mut slots, status_of(row.get(0))?, row.get(1));
         }
@@ -124,6 +125,7 @@ impl JobReads for PostgresStore {
                 Status::Scheduled => backlog.scheduled += n,
                 Status::Ready => backlog.ready += n,
                 Status::InFlight => backlog.in_flight += n,
+                Status::Waiting => backlog.waiting += n,
                 Status::Completed | Status::Dead => {}
             }
         }
@@ -195,6 +197,12 @@ impl JobReads for PostgresStore {
         Ok(searched)
     }
 
+    async fn children(&self, _parents: &[JobId]) -> Result<Vec<(JobId, JobId)>, StoreError> {
+        Err(StoreError::Refused(
+            "job dependencies are not stored by this version of the PostgreSQL store yet".into(),
+        ))
+    }
+
     async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError> {
         let client = self.client().await?;
         let rows = query(&client, &READY_SINCE, &[&queues])
@@ -227,7 +235,7 @@ impl JobReads for PostgresStore {
 }
 
 /// Adds a count to its status's slot, in the order of [`Status::ALL`].
-fn add(slots: &mut [u64; 5], status: Status, count: i64) {
+fn add(slots: &mut StatusSlots, status: Status, count: i64) {
     if let Some(at) = Status::ALL.iter().position(|s| *s == status) {
         slots[at] += u64::try_from(count).unwrap_or(0);
     }

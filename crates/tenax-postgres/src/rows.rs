@@ -89,6 +89,7 @@ pub fn status_code(status: Status) -> i16 {
         Status::InFlight => 2,
         Status::Completed => 3,
         Status::Dead => 4,
+        Status::Waiting => 6,
     }
 }
 
@@ -99,6 +100,7 @@ pub fn status_of(code: i16) -> Result<Status, StoreError> {
         2 => Status::InFlight,
         3 => Status::Completed,
         4 => Status::Dead,
+        6 => Status::Waiting,
         other => return Err(StoreError::Corrupt(format!("job status {other}"))),
     })
 }
@@ -188,6 +190,8 @@ pub fn job_of(row: &Row) -> Result<Job, StoreError> {
             parent: row.get::<_, Option<i64>>(9).map(|p| JobId(unid(p))),
             traceparent: row.get(10),
             payload_sealed: row.get(25),
+            after: Vec::new(),
+            on_parent_dead: Default::default(),
         },
         state,
         errors,

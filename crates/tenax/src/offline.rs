@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use tenax_core::model::StatusSlots;
 
 use anyhow::Context as _;
 pub use copy::{Copied, Tally};
@@ -302,7 +303,7 @@ pub struct Restored {
     /// The key file that opened the backup's sealed values.
     pub key_file: PathBuf,
     /// Jobs by status: scheduled, ready, in flight, completed, dead.
-    pub jobs: [u64; 5],
+    pub jobs: StatusSlots,
     pub subscriptions: usize,
     pub tokens: usize,
     pub schedules: usize,
@@ -362,7 +363,7 @@ pub async fn restore(
     })
 }
 
-type Counted = ([u64; 5], usize, usize, usize);
+type Counted = (StatusSlots, usize, usize, usize);
 
 /// Opens the restored store, compares its rows with the manifest's, and counts what it holds.
 async fn open_and_count(
@@ -397,15 +398,9 @@ async fn open_and_count(
                 differ.join("; ")
             )));
         }
-        let mut jobs = [0u64; 5];
+        let mut jobs = StatusSlots::default();
         for queue in store.counts().await? {
-            for (slot, n) in jobs.iter_mut().zip([
-                queue.scheduled,
-                queue.ready,
-                queue.in_flight,
-                queue.completed,
-                queue.dead,
-            ]) {
+            for (slot, n) in jobs.iter_mut().zip(queue.slots()) {
                 *slot += n;
             }
         }

@@ -391,7 +391,7 @@ impl Model {
 
     /// Counts per queue with jobs, by name, in the order of [`Status::ALL`].
     fn counts(&self) -> Vec<QueueCounts> {
-        let mut by_queue: BTreeMap<&str, [u64; 5]> = BTreeMap::new();
+        let mut by_queue: BTreeMap<&str, tenax_core::model::StatusSlots> = BTreeMap::new();
         for job in self.jobs.values() {
             let slot = Status::ALL
                 .iter()
@@ -511,6 +511,8 @@ fn new_job(queue: &str, priority: i32, run_at_ms: u64, now: u64) -> NewJob {
         parent: None,
         traceparent: None,
         payload_sealed: false,
+        after: Vec::new(),
+        on_parent_dead: Default::default(),
     }
 }
 
@@ -865,7 +867,7 @@ async fn compare(engine: &Engine, model: &Model) -> Result<(), String> {
             .counts()
             .into_iter()
             .find(|c| c.queue == queue)
-            .unwrap_or_else(|| QueueCounts::from_slots(queue, [0; 5]));
+            .unwrap_or_else(|| QueueCounts::from_slots(queue, Default::default()));
         same(&format!("queue {queue}'s counts"), counts, want)?;
     }
     Ok(())

@@ -114,9 +114,12 @@ fn insert(marker: u64) -> Insert {
             parent: None,
             traceparent: None,
             payload_sealed: false,
+            after: Vec::new(),
+            on_parent_dead: Default::default(),
         },
         parent: None,
         owner: None,
+        after: Vec::new(),
     }
 }
 

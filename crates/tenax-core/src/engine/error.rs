@@ -33,6 +33,13 @@ pub enum Missing {
     Job(JobId),
     #[error("subscription {0} does not exist")]
     Subscription(SubscriptionId),
+    /// A job that the job at `index` of an enqueue waits for (`position` in its `after`).
+    #[error("job {id} does not exist")]
+    Parent {
+        index: usize,
+        position: usize,
+        id: JobId,
+    },
     /// A queue that has never existed (`engine/known_queues.rs`), with the existing names
     /// closest to it.
     #[error("{}", queue_missing(name, closest))]
@@ -101,6 +108,15 @@ impl From<StoreError> for EngineError {
         match error {
             StoreError::NotFound(id) => Self::NotFound(Missing::Job(id)),
             StoreError::NoSubscription(id) => Self::NotFound(Missing::Subscription(id)),
+            StoreError::UnknownParent {
+                index,
+                position,
+                id,
+            } => Self::NotFound(Missing::Parent {
+                index,
+                position,
+                id,
+            }),
             StoreError::NotInFlight { id, status } => {
                 Self::Conflict(Conflict::NotInFlight { id, status })
             }

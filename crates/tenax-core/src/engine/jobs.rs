@@ -156,6 +156,7 @@ impl Engine {
                     job: delivery,
                     parent: Some(index),
                     owner: Some(*subscription),
+                    after: Vec::new(),
                 });
             }
             if seal {
@@ -313,5 +314,7 @@ fn delivery_of(subscription: SubscriptionId, message: &NewJob) -> NewJob {
         // The delivery belongs to the message's trace: the endpoint gets its `traceparent`.
         traceparent: message.traceparent.clone(),
         payload_sealed: false,
+        after: Vec::new(),
+        on_parent_dead: Default::default(),
     }
 }

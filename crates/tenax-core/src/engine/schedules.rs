@@ -318,6 +318,8 @@ fn enqueue_of(template: &JobTemplate, tick_ms: UnixMs, now_ms: UnixMs) -> Enqueu
             parent: None,
             traceparent: None,
             payload_sealed: false,
+            after: Vec::new(),
+            on_parent_dead: Default::default(),
         },
         retry_limit: template.retry_limit,
     }

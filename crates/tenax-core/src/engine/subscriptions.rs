@@ -248,11 +248,14 @@ impl Engine {
             parent: None,
             traceparent: None,
             payload_sealed: false,
+            after: Vec::new(),
+            on_parent_dead: Default::default(),
         };
         let insert = Insert {
             job,
             parent: None,
             owner: Some(id),
+            after: Vec::new(),
         };
         let facts = self.store.queue_facts(&subscription.queue).await?;
         let stored = self

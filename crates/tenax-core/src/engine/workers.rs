@@ -290,6 +290,7 @@ mod tests {
             parent: None,
             traceparent: None,
             trigger: Trigger::default(),
+            after: Vec::new(),
             ready_at_ms: T0,
         }
     }

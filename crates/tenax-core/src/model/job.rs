@@ -3,12 +3,13 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::{ClaimId, JobId, StoredPolicy, Trigger};
+use super::{ClaimId, JobId, OnParentDead, StoredPolicy, Trigger};
 use crate::clock::UnixMs;
 
 /// A job's lifecycle (docs/api.md): `scheduled → ready → in_flight → completed`, with retries
 /// (`in_flight → scheduled`), death, replay (`dead → ready`) and lease expiry
-/// (`in_flight → ready`).
+/// (`in_flight → ready`); a job that waits for others starts `waiting` and becomes ready (or
+/// scheduled) when the last of them completes ([`crate::model::dependency`]).
 #[derive(
     Debug,
     Clone,
@@ -29,15 +30,18 @@ pub enum Status {
     InFlight,
     Completed,
     Dead,
+    /// Held until every job it waits for ([`NewJob::after`]) has completed.
+    Waiting,
 }
 
 impl Status {
-    pub const ALL: [Status; 5] = [
+    pub const ALL: [Status; 6] = [
         Self::Scheduled,
         Self::Ready,
         Self::InFlight,
         Self::Completed,
         Self::Dead,
+        Self::Waiting,
     ];
 
     pub fn name(self) -> &'static str {
@@ -47,6 +51,7 @@ impl Status {
             Self::InFlight => "in_flight",
             Self::Completed => "completed",
             Self::Dead => "dead",
+            Self::Waiting => "waiting",
         }
     }
 
@@ -99,6 +104,13 @@ pub struct NewJob {
     /// set, since it opens every payload it reads before handing the job on.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub payload_sealed: bool,
+    /// The jobs this one waits for (its parents in a workflow): it runs once every one of
+    /// them has completed. Fixed at enqueue, in the order given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<JobId>,
+    /// What it does when one of them will not complete.
+    #[serde(default, skip_serializing_if = "OnParentDead::is_default")]
+    pub on_parent_dead: OnParentDead,
 }
 
 /// One failure, as recorded on the job.

@@ -30,6 +30,9 @@ pub struct TakenJob {
     pub trigger: Trigger,
     /// When it became ready (was due): the wait before this take started then.
     pub ready_at_ms: UnixMs,
+    /// The jobs it waited for ([`NewJob::after`](crate::model::NewJob::after)), whose results
+    /// its worker is handed.
+    pub after: Vec<JobId>,
 }
 
 /// A worker's hold on a job: its id, and the lease token it was given when it took the job.

@@ -6,6 +6,7 @@
 pub mod activity;
 pub mod backup;
 pub mod cluster;
+pub mod dependency;
 pub mod endpoint;
 mod enqueue;
 mod ids;
@@ -24,6 +25,7 @@ pub mod timetable;
 mod trace;
 
 pub use cluster::{LiveServer, ServerAbout, WorkerInfo, WorkerQueue};
+pub use dependency::{After, OnParentDead};
 pub use endpoint::{Breaker, BreakerState, EndpointState, Pause};
 pub use enqueue::{Enqueued, KeyHolder, OnDuplicate};
 pub use ids::{
@@ -33,7 +35,7 @@ pub use job::{ErrorEntry, Held, Job, JobResult, JobState, NewJob, Status};
 pub use lease::{Ack, TakenJob};
 pub use peek::{Checked, JobPeek};
 pub use policy::StoredPolicy;
-pub use queue::{Backlog, DeadLetter, LimitUse, QueueConfig, QueueCounts, RateLimit};
+pub use queue::{Backlog, DeadLetter, LimitUse, QueueConfig, QueueCounts, RateLimit, StatusSlots};
 pub use replay::{NotReplayed, Replay, Replayed};
 pub use schedule::{JobTemplate, Missed, Overlap, Schedule, TickCounts};
 pub use selection::{JobFilter, Order, Page, Searched, Selection, TextQuery};

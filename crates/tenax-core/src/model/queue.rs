@@ -14,11 +14,15 @@ pub struct QueueCounts {
     pub in_flight: u64,
     pub completed: u64,
     pub dead: u64,
+    pub waiting: u64,
 }
+
+/// A count per status, in the order of [`Status::ALL`](crate::model::Status::ALL).
+pub type StatusSlots = [u64; crate::model::Status::ALL.len()];
 
 impl QueueCounts {
     /// Counts of `queue` in the order of [`Status::ALL`](crate::model::Status::ALL).
-    pub fn from_slots(queue: impl Into<String>, slots: [u64; 5]) -> Self {
+    pub fn from_slots(queue: impl Into<String>, slots: StatusSlots) -> Self {
         Self {
             queue: queue.into(),
             scheduled: slots[0],
@@ -26,7 +30,20 @@ impl QueueCounts {
             in_flight: slots[2],
             completed: slots[3],
             dead: slots[4],
+            waiting: slots[5],
         }
+    }
+
+    /// The counts in the order of [`Status::ALL`](crate::model::Status::ALL).
+    pub fn slots(&self) -> StatusSlots {
+        [
+            self.scheduled,
+            self.ready,
+            self.in_flight,
+            self.completed,
+            self.dead,
+            self.waiting,
+        ]
     }
 }
 
@@ -40,6 +57,7 @@ pub struct Backlog {
     pub ready: u64,
     pub in_flight: u64,
     pub dead: u64,
+    pub waiting: u64,
 }
 
 /// A queue's settings. Queues exist implicitly when a job names them; a config is stored only

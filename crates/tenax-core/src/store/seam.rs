@@ -278,6 +278,12 @@ pub trait JobReads {
     /// is ready. In the order of `queues`. Read by the metrics (each queue's oldest ready job's
     /// age) and the dashboard: one step per queue, whatever the backlog.
     async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError>;
+
+    /// The jobs that wait (or waited) for any of `parents`, as `(parent, child)` pairs in
+    /// that order: the edges of a workflow seen from its parents (a child names its own
+    /// parents, [`NewJob::after`](crate::model::NewJob::after)). An edge is kept while the
+    /// parent is stored; a child that is gone is left out.
+    async fn children(&self, parents: &[JobId]) -> Result<Vec<(JobId, JobId)>, StoreError>;
 }
 
 /// Queue settings.

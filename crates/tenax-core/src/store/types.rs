@@ -9,8 +9,8 @@ use tenax_policy::RetryPolicy;
 
 use crate::clock::UnixMs;
 use crate::model::{
-    Attempt, ClaimId, EndpointState, ErrorEntry, Job, JobId, JobPeek, JobState, KeyHolder, NewJob,
-    QueueConfig, Schedule, ServerAbout, Status, Subscription, SubscriptionId, TakenJob,
+    After, Attempt, ClaimId, EndpointState, ErrorEntry, Job, JobId, JobPeek, JobState, KeyHolder,
+    NewJob, QueueConfig, Schedule, ServerAbout, Status, Subscription, SubscriptionId, TakenJob,
 };
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -31,6 +31,14 @@ pub enum StoreError {
     },
     #[error("subscription {0} does not exist")]
     NoSubscription(SubscriptionId),
+    /// The job at `index` of an enqueue request waits for a job that does not exist
+    /// (`position` in its `after`).
+    #[error("job {id} does not exist")]
+    UnknownParent {
+        index: usize,
+        position: usize,
+        id: JobId,
+    },
     /// A queue's settings or subscriptions changed after the enqueue read them from a cache
     /// (see [`FactsSeen`]); nothing was stored.
     #[error("a queue's settings or subscriptions changed during the enqueue")]
@@ -136,6 +144,10 @@ pub struct Insert {
     pub parent: Option<usize>,
     /// The subscription this job delivers for. Stored only if the subscription still exists.
     pub owner: Option<SubscriptionId>,
+    /// The jobs it waits for: stored ones, or earlier inserts of the same request. The store
+    /// writes their ids into [`NewJob::after`], in this order, and the job starts `waiting`
+    /// unless every one of them has completed already ([`crate::model::dependency`]).
+    pub after: Vec<After>,
 }
 
 impl Insert {
@@ -145,6 +157,7 @@ impl Insert {
             job,
             parent: None,
             owner: None,
+            after: Vec::new(),
         }
     }
 }

@@ -205,6 +205,8 @@ pub fn to_enqueue(
             parent: None,
             traceparent,
             payload_sealed: false,
+            after: Vec::new(),
+            on_parent_dead: Default::default(),
         },
         retry_limit,
     })
@@ -521,6 +523,7 @@ struct Totals {
     in_flight: u64,
     completed: u64,
     dead: u64,
+    waiting: u64,
 }
 
 /// Counts per queue and in total. Internal queues (subscriptions' deliveries) are left out:
@@ -540,6 +543,7 @@ async fn stats(
         totals.in_flight += q.in_flight;
         totals.completed += q.completed;
         totals.dead += q.dead;
+        totals.waiting += q.waiting;
     }
     Ok(Json(StatsView { queues, totals }))
 }

@@ -209,6 +209,7 @@ pub(crate) mod fixtures {
             traceparent: None,
             ready_at_ms: 0,
             trigger: Trigger::Scheduled,
+            after: Vec::new(),
         }
     }
 }

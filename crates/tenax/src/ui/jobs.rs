@@ -76,8 +76,10 @@ impl Filter {
     ) -> Result<Self, UiError> {
         let status = match given(status) {
             Some(name) => Some(Status::parse(&name).ok_or_else(|| {
+                let names: Vec<&str> = Status::ALL.iter().map(|s| s.name()).collect();
                 UiError::invalid(format!(
-                    "status must be one of scheduled, ready, in_flight, completed, dead; got {name:?}"
+                    "status must be one of {}; got {name:?}",
+                    names.join(", ")
                 ))
             })?),
             None => None,

@@ -3,6 +3,7 @@
 //! the queues whose next job has waited longest.
 
 use std::collections::HashSet;
+use tenax_core::model::StatusSlots;
 
 use axum::Extension;
 use axum::extract::State;
@@ -196,8 +197,8 @@ impl Activity {
 }
 
 /// Counts in the order of [`Status::ALL`].
-pub fn slots_of(q: &QueueCounts) -> [u64; 5] {
-    [q.scheduled, q.ready, q.in_flight, q.completed, q.dead]
+pub fn slots_of(q: &QueueCounts) -> StatusSlots {
+    q.slots()
 }
 
 /// The counts of `minutes`, added up.

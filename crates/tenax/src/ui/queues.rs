@@ -27,7 +27,7 @@ pub async fn page(
     for (name, config) in engine.queues().await? {
         queues.insert(
             name.clone(),
-            (QueueCounts::from_slots(name, [0; 5]), config),
+            (QueueCounts::from_slots(name, Default::default()), config),
         );
     }
     for counts in engine.counts().await? {

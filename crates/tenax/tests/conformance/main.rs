@@ -19,6 +19,7 @@
 //! | `job_leases.rs`    | `JobLeases`, with the per-queue limits  |
 //! | `claims.rs`        | `ClaimStore`                            |
 //! | `job_upkeep.rs`    | `JobUpkeep`                             |
+//! | `dependencies.rs`  | waiting jobs, across the job families   |
 //! | `job_curation.rs`  | `JobCuration`                           |
 //! | `job_reads.rs`     | `JobReads`                              |
 //! | `queues.rs`        | `QueueStore`                            |
@@ -45,6 +46,7 @@ mod support;
 
 mod activity;
 mod claims;
+mod dependencies;
 mod endpoints;
 mod import;
 mod job_curation;
@@ -93,6 +95,12 @@ conformance_suite! {
         claims: [
             a_closed_stream_releases_its_jobs,
             claims_are_renewed_ended_and_forgotten,
+        ],
+        dependencies: [
+            a_job_waits_for_every_parent,
+            a_batch_is_a_dag_of_earlier_jobs,
+            a_lost_parent_cancels_or_releases_its_children,
+            concurrent_completions_release_a_child_once,
         ],
         job_upkeep: [
             expired_leases_go_to_the_decision,

@@ -212,6 +212,8 @@ pub async fn post(
                 parent: None,
                 traceparent: None,
                 payload_sealed: false,
+                after: Vec::new(),
+                on_parent_dead: Default::default(),
             })
         })
         .collect();

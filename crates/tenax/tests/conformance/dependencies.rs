@@ -1,0 +1,286 @@
+//! Dependencies between jobs (`tenax_core::model::dependency`): across `JobInserts` (a job
+//! enqueued with parents starts `waiting`), `JobLeases` and `JobUpkeep`/`JobCuration` (a parent's
+//! end moves its waiting children in the same commit) and `JobReads` (`children`).
+//!
+//! | operation                  | cases |
+//! |----------------------------|-------|
+//! | `insert_jobs` with `after` | every case here |
+//! | `complete_jobs`            | `a_job_waits_for_every_parent`, `a_batch_is_a_dag_of_earlier_jobs`, `concurrent_completions_release_a_child_once` |
+//! | `fail_job` (dead)          | `a_lost_parent_cancels_or_releases_its_children` |
+//! | `delete_jobs`              | `a_lost_parent_cancels_or_releases_its_children` |
+//! | `children`                 | `a_job_waits_for_every_parent`, `a_batch_is_a_dag_of_earlier_jobs` |
+
+use std::sync::Arc;
+
+use tenax_core::model::dependency::lost_parent_reason;
+use tenax_core::model::{After, JobId, OnDuplicate, OnParentDead, Selection, Status};
+use tenax_core::store::{Insert, Store, StoreError};
+
+use crate::support::*;
+
+/// The status of a waiting job whose parent will not complete and that asked to be cancelled.
+const LOST: Status = Status::Dead;
+
+/// A job of `queue` that waits for `after`.
+fn child(queue: &str, after: Vec<After>) -> Insert {
+    let mut insert = job(queue);
+    insert.after = after;
+    insert
+}
+
+/// A child that runs even when a parent does not complete.
+fn runs_anyway(mut insert: Insert) -> Insert {
+    insert.job.on_parent_dead = OnParentDead::Run;
+    insert
+}
+
+async fn complete_taken(store: &Arc<dyn Store>, queue: &str, ids: &[JobId], now_ms: u64) {
+    // The oldest ready jobs are taken first: exactly `ids`, when they are the oldest.
+    let taken = take(store, &[queue], ids.len(), now_ms).await;
+    assert_eq!(taken_ids(&taken), ids);
+    let acks: Vec<_> = taken.iter().map(ack).collect();
+    for result in store
+        .complete_plain(&acks, true, now_ms)
+        .await
+        .expect("completed")
+    {
+        result.expect("lease valid");
+    }
+}
+
+pub(crate) async fn a_job_waits_for_every_parent(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let parents = enqueue(&store, vec![job("p"), job("p")], T0).await;
+    let waiting = insert(
+        &store,
+        vec![child(
+            "c",
+            vec![After::Job(parents[0]), After::Job(parents[1])],
+        )],
+        OnDuplicate::Refuse,
+        T0,
+    )
+    .await
+    .expect("enqueued");
+    assert_eq!(waiting[0].status, Status::Waiting);
+    let c = waiting[0].id;
+    assert_eq!(get(&store, c).await.spec.after, parents);
+    // A waiting job is never taken.
+    assert!(take(&store, &["c"], 10, T0).await.is_empty());
+    assert_eq!(
+        store.children(&parents).await.expect("children"),
+        [(parents[0], c), (parents[1], c)]
+    );
+
+    complete_taken(&store, "p", &parents[..1], T0 + 1).await;
+    assert_eq!(status(&store, c).await, Some(Status::Waiting));
+    let store = reopen(backend, store, T0 + 2).await;
+    assert_eq!(status(&store, c).await, Some(Status::Waiting));
+    assert!(take(&store, &["c"], 10, T0 + 2).await.is_empty());
+    complete_taken(&store, "p", &parents[1..], T0 + 3).await;
+    assert_eq!(status(&store, c).await, Some(Status::Ready));
+    let taken = take(&store, &["c"], 10, T0 + 4).await;
+    assert_eq!(taken_ids(&taken), [c]);
+    assert_eq!(taken[0].after, parents);
+    // A completed parent keeps its edge for the workflow's view.
+    assert_eq!(
+        store.children(&parents[..1]).await.expect("children"),
+        [(parents[0], c)]
+    );
+
+    // A parent that has completed already counts as done at enqueue.
+    let at_once = insert(
+        &store,
+        vec![child("c", vec![After::Job(parents[0])])],
+        OnDuplicate::Refuse,
+        T0 + 5,
+    )
+    .await
+    .expect("enqueued");
+    assert_eq!(at_once[0].status, Status::Ready);
+    // An unknown parent refuses the whole enqueue, naming it.
+    let unknown = JobId(parents[1].0 + 1_000_000);
+    let refused = insert(
+        &store,
+        vec![
+            job("c"),
+            child("c", vec![After::Job(parents[0]), After::Job(unknown)]),
+        ],
+        OnDuplicate::Refuse,
+        T0 + 5,
+    )
+    .await;
+    assert_eq!(
+        refused.expect_err("refused"),
+        StoreError::UnknownParent {
+            index: 1,
+            position: 1,
+            id: unknown
+        }
+    );
+    close(store).await;
+}
+
+pub(crate) async fn a_batch_is_a_dag_of_earlier_jobs(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    // 0 → {1, 2} → 3, and 4 after 0, due later: a fan-out and a fan-in in one enqueue.
+    let ids = enqueue(
+        &store,
+        vec![
+            job("w"),
+            child("w", vec![After::Earlier(0)]),
+            child("w", vec![After::Earlier(0)]),
+            child("w", vec![After::Earlier(1), After::Earlier(2)]),
+            child("w", vec![After::Earlier(0)]).at(T0 + 60 * SECOND),
+        ],
+        T0,
+    )
+    .await;
+    for id in &ids[1..] {
+        assert_eq!(status(&store, *id).await, Some(Status::Waiting));
+    }
+    assert_eq!(get(&store, ids[3]).await.spec.after, [ids[1], ids[2]]);
+    assert_eq!(
+        store.children(&ids[..3]).await.expect("children"),
+        [
+            (ids[0], ids[1]),
+            (ids[0], ids[2]),
+            (ids[0], ids[4]),
+            (ids[1], ids[3]),
+            (ids[2], ids[3])
+        ]
+    );
+    complete_taken(&store, "w", &ids[..1], T0 + 1).await;
+    assert_eq!(status(&store, ids[1]).await, Some(Status::Ready));
+    assert_eq!(status(&store, ids[2]).await, Some(Status::Ready));
+    assert_eq!(status(&store, ids[3]).await, Some(Status::Waiting));
+    // Released before its run time: scheduled, as it would have been.
+    let later = get(&store, ids[4]).await;
+    assert_eq!(
+        (later.state.status, later.state.run_at_ms),
+        (Status::Scheduled, T0 + 60 * SECOND)
+    );
+    complete_taken(&store, "w", &ids[1..2], T0 + 2).await;
+    assert_eq!(status(&store, ids[3]).await, Some(Status::Waiting));
+    complete_taken(&store, "w", &ids[2..3], T0 + 3).await;
+    assert_eq!(status(&store, ids[3]).await, Some(Status::Ready));
+    let store = reopen(backend, store, T0 + 4).await;
+    assert_eq!(status(&store, ids[3]).await, Some(Status::Ready));
+    close(store).await;
+}
+
+pub(crate) async fn a_lost_parent_cancels_or_releases_its_children(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    // 0 dies; 1 (cancel) and its child 2 are cancelled; 3 runs anyway; 4 waits for 0 and 5
+    // and runs anyway, so still waits for 5.
+    let ids = enqueue(
+        &store,
+        vec![
+            job("d"),
+            child("d", vec![After::Earlier(0)]),
+            child("d", vec![After::Earlier(1)]),
+            runs_anyway(child("d", vec![After::Earlier(0)])),
+            job("other"),
+            runs_anyway(child("d", vec![After::Earlier(0), After::Earlier(4)])),
+        ],
+        T0,
+    )
+    .await;
+    let taken = take(&store, &["d"], 10, T0 + 1).await;
+    assert_eq!(taken_ids(&taken), [ids[0]]);
+    store
+        .fail_job(ack(&taken[0]), T0 + 2, &dead(T0 + 2, "fatal"))
+        .await
+        .expect("failed");
+    let cancelled = get(&store, ids[1]).await;
+    assert_eq!(cancelled.state.status, LOST);
+    assert_eq!(cancelled.state.finished_at_ms, Some(T0 + 2));
+    assert_eq!(
+        cancelled.state.dead_reason.as_deref(),
+        Some(lost_parent_reason(ids[0]).as_str())
+    );
+    // Cancelled in turn, with its own parent named.
+    let grandchild = get(&store, ids[2]).await;
+    assert_eq!(grandchild.state.status, LOST);
+    assert_eq!(
+        grandchild.state.dead_reason.as_deref(),
+        Some(lost_parent_reason(ids[1]).as_str())
+    );
+    assert_eq!(status(&store, ids[3]).await, Some(Status::Ready));
+    assert_eq!(status(&store, ids[5]).await, Some(Status::Waiting));
+
+    // A deleted parent will not complete either.
+    let more = enqueue(
+        &store,
+        vec![
+            job("e"),
+            child("e", vec![After::Earlier(0)]),
+            runs_anyway(child("e", vec![After::Earlier(0)])),
+        ],
+        T0 + 3,
+    )
+    .await;
+    store
+        .delete_jobs(&Selection {
+            ids: Some(vec![more[0], ids[4]]),
+            ..Selection::default()
+        })
+        .await
+        .expect("deleted");
+    assert_eq!(status(&store, more[1]).await, Some(LOST));
+    assert_eq!(status(&store, more[2]).await, Some(Status::Ready));
+    assert_eq!(status(&store, ids[5]).await, Some(Status::Ready));
+
+    // A parent already dead at enqueue: the child is cancelled at once, or runs.
+    let late = insert(
+        &store,
+        vec![
+            child("d", vec![After::Job(ids[0])]),
+            runs_anyway(child("d", vec![After::Job(ids[0])])),
+        ],
+        OnDuplicate::Refuse,
+        T0 + 4,
+    )
+    .await
+    .expect("enqueued");
+    assert_eq!((late[0].status, late[1].status), (LOST, Status::Ready));
+    let store = reopen(backend, store, T0 + 5).await;
+    assert_eq!(status(&store, ids[2]).await, Some(LOST));
+    assert_eq!(status(&store, late[0].id).await, Some(LOST));
+    close(store).await;
+}
+
+pub(crate) async fn concurrent_completions_release_a_child_once(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    const PARENTS: usize = 16;
+    let mut inserts: Vec<Insert> = (0..PARENTS).map(|_| job("fan")).collect();
+    inserts.push(child("join", (0..PARENTS).map(After::Earlier).collect()));
+    let ids = enqueue(&store, inserts, T0).await;
+    let join = ids[PARENTS];
+    let taken = take(&store, &["fan"], PARENTS, T0 + 1).await;
+    assert_eq!(taken.len(), PARENTS);
+    // Every parent completes in its own request, all at once.
+    let tasks: Vec<_> = taken
+        .iter()
+        .map(|t| {
+            let store = store.clone();
+            let ack = ack(t);
+            tokio::spawn(async move {
+                store
+                    .complete_plain(&[ack], true, T0 + 2)
+                    .await
+                    .expect("completed")
+            })
+        })
+        .collect();
+    for task in tasks {
+        for result in task.await.expect("joined") {
+            result.expect("lease valid");
+        }
+    }
+    assert_eq!(status(&store, join).await, Some(Status::Ready));
+    let once = take(&store, &["join"], 10, T0 + 3).await;
+    assert_eq!(taken_ids(&once), [join]);
+    assert!(take(&store, &["join"], 10, T0 + 3).await.is_empty());
+    close(store).await;
+}
