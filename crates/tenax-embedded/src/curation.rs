@@ -156,7 +156,11 @@ impl JobCuration for EmbeddedStore {
         Ok(ran)
     }
 
-    async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError> {
+    async fn delete_jobs(
+        &self,
+        selection: &Selection,
+        now_ms: UnixMs,
+    ) -> Result<Vec<JobId>, StoreError> {
         let (ids, receiver) = {
             let mut inner = self.inner.lock();
             let ids = self.select(&inner, selection)?;
@@ -168,7 +172,8 @@ impl JobCuration for EmbeddedStore {
                     Op::DeleteJob { id: *id }
                 })
                 .collect();
-            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            let receiver =
+                (!ops.is_empty()).then(|| self.submit_ending(&mut inner, ops, None, now_ms));
             (ids, receiver)
         };
         if let Some(receiver) = receiver {
@@ -183,6 +188,7 @@ impl JobCuration for EmbeddedStore {
         &self,
         ids: &[JobId],
         check: &DeleteCheck<'_>,
+        now_ms: UnixMs,
     ) -> Result<Vec<Checked>, StoreError> {
         let (checked, receiver) = {
             let mut inner = self.inner.lock();
@@ -200,7 +206,8 @@ impl JobCuration for EmbeddedStore {
                 }
                 checked.push(Checked { id, peek, deleted });
             }
-            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            let receiver =
+                (!ops.is_empty()).then(|| self.submit_ending(&mut inner, ops, None, now_ms));
             (checked, receiver)
         };
         if let Some(receiver) = receiver {

@@ -1,15 +1,18 @@
 //! Enqueue: new jobs, atomically, visible only once durable.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tenax_core::clock::UnixMs;
-use tenax_core::model::{Enqueued, JobId, JobState, KeyHolder, OnDuplicate, OnParentDead, Status};
+use tenax_core::model::{
+    After, Enqueued, JobId, JobState, KeyHolder, OnDuplicate, OnParentDead, Status,
+};
 use tenax_core::store::{FactsSeen, Insert, JobInserts, QueueFacts, StoreError, to_json_bytes};
 
+use super::dependencies;
 use super::index::Entry;
 use super::ops::Op;
 use super::writer::{self, Wake};
@@ -34,6 +37,7 @@ impl JobInserts for EmbeddedStore {
         _seen: FactsSeen,
         now_ms: UnixMs,
     ) -> Result<Vec<Option<Enqueued>>, StoreError> {
+        let on_disk = self.parents_on_disk(&jobs)?;
         let encoded = encode_all(jobs, now_ms);
         let (results, receiver) = {
             let mut inner = self.inner.lock();
@@ -41,7 +45,7 @@ impl JobInserts for EmbeddedStore {
                 results,
                 ops,
                 fresh,
-            } = stage(&mut inner, encoded, on_duplicate)?;
+            } = stage(&mut inner, encoded, on_duplicate, &on_disk, now_ms)?;
             if fresh.is_empty() {
                 return Ok(results);
             }
@@ -51,6 +55,35 @@ impl JobInserts for EmbeddedStore {
         };
         writer::wait(receiver).await?;
         Ok(results)
+    }
+}
+
+impl EmbeddedStore {
+    /// The parents named by `jobs` that are on disk only (completed: every job that can still
+    /// change is in memory). Read before the lock is taken, since a read of the file waits for
+    /// the writer, which takes the lock. A parent that memory holds is judged under the lock.
+    fn parents_on_disk(&self, jobs: &[Insert]) -> Result<HashSet<JobId>, StoreError> {
+        let named = || {
+            jobs.iter().flat_map(|j| &j.after).filter_map(|a| match a {
+                After::Job(id) => Some(*id),
+                After::Earlier(_) => None,
+            })
+        };
+        if named().next().is_none() {
+            return Ok(HashSet::new());
+        }
+        let absent: Vec<JobId> = {
+            let inner = self.inner.lock();
+            named()
+                .filter(|id| inner.index.get(*id).is_none())
+                .collect()
+        };
+        let bodies = self.read_body(&absent)?;
+        Ok(absent
+            .into_iter()
+            .zip(bodies)
+            .filter_map(|(id, body)| body.map(|_| id))
+            .collect())
     }
 }
 
@@ -82,13 +115,21 @@ pub(super) fn stage(
     inner: &mut Inner,
     encoded: Vec<Encoded>,
     on_duplicate: OnDuplicate,
+    on_disk: &HashSet<JobId>,
+    now_ms: UnixMs,
 ) -> Result<Staged, StoreError> {
     let mut results: Vec<Option<Enqueued>> = Vec::with_capacity(encoded.len());
     let mut fresh: Vec<(JobId, Insert, JobState)> = Vec::with_capacity(encoded.len());
     // Keys claimed by earlier jobs of this same request: their id and index.
     let mut claimed: HashMap<(String, String), (JobId, usize)> = HashMap::new();
-    let mut next_id = inner.next_id;
+    let first_id = inner.next_id;
+    let mut next_id = first_id;
     let mut ops = Vec::with_capacity(encoded.len() * 2 + 1);
+    // The children that wait, registered only once nothing can refuse the request; and the
+    // status each new job starts in, for the children of the same request that wait for it.
+    let mut waiters: Vec<(JobId, Vec<JobId>, OnParentDead, JobState)> = Vec::new();
+    let mut fresh_status: HashMap<JobId, Status> = HashMap::new();
+    let any_after = encoded.iter().any(|e| !e.insert.after.is_empty());
     // Invariant: `results` has one entry per insert looked at so far.
     for (index, mut encoded) in encoded.into_iter().enumerate() {
         if let Some(parent) = encoded.insert.parent {
@@ -110,6 +151,44 @@ pub(super) fn stage(
                 continue;
             }
         }
+        if !encoded.insert.after.is_empty() {
+            let parents = parents_of(&encoded.insert.after, index, &results)?;
+            let status = |p: JobId| {
+                if p >= first_id {
+                    fresh_status.get(&p).copied()
+                } else {
+                    inner.index.get(p).map(|e| e.status)
+                }
+            };
+            let (unfinished, lost) =
+                dependencies::standing(&parents, status, |p| on_disk.contains(&p)).map_err(
+                    |position| StoreError::UnknownParent {
+                        index,
+                        position,
+                        id: parents[position],
+                    },
+                )?;
+            let on_parent_dead = encoded.insert.job.on_parent_dead;
+            dependencies::starting_state(
+                &mut encoded.state,
+                &unfinished,
+                lost,
+                on_parent_dead,
+                now_ms,
+            );
+            encoded.insert.job.after.clone_from(&parents);
+            encoded.encode();
+            let mut edges = parents;
+            edges.sort_unstable();
+            edges.dedup();
+            ops.push(Op::PutChildren {
+                child: next_id,
+                parents: edges,
+            });
+            if encoded.state.status == Status::Waiting {
+                waiters.push((next_id, unfinished, on_parent_dead, encoded.state.clone()));
+            }
+        }
         let Encoded {
             insert,
             state,
@@ -117,6 +196,9 @@ pub(super) fn stage(
             state_bytes,
             policy,
         } = encoded;
+        if any_after {
+            fresh_status.insert(next_id, state.status);
+        }
         if let Some(key) = &insert.job.unique_key {
             let k = (insert.job.queue.clone(), key.clone());
             let held = inner
@@ -184,12 +266,44 @@ pub(super) fn stage(
         inner
             .pending_unique
             .extend(claimed.into_iter().map(|(k, (id, _))| (k, id)));
+        for (child, unfinished, on_parent_dead, state) in waiters {
+            inner
+                .index
+                .deps
+                .wait(child, &unfinished, on_parent_dead, Some(state));
+        }
     }
     Ok(Staged {
         results,
         ops,
         fresh,
     })
+}
+
+/// The ids of the parents an insert at `index` names, earlier inserts of the request by the id
+/// they got (or the holder of their unique key).
+fn parents_of(
+    after: &[After],
+    index: usize,
+    results: &[Option<Enqueued>],
+) -> Result<Vec<JobId>, StoreError> {
+    after
+        .iter()
+        .map(|a| match a {
+            After::Job(id) => Ok(*id),
+            After::Earlier(i) => results
+                .get(*i)
+                .filter(|_| *i < index)
+                .and_then(Option::as_ref)
+                .map(|e| e.id)
+                .ok_or_else(|| {
+                    StoreError::Refused(format!(
+                        "jobs[{index}] waits for jobs[{i}], which is not an earlier job of the \
+                         request"
+                    ))
+                }),
+        })
+        .collect()
 }
 
 /// Once the enqueue is written: the new jobs go into memory, where workers find them (and their
@@ -201,7 +315,13 @@ pub(super) fn show(
     now_ms: UnixMs,
 ) -> Wake {
     let mut wake = Wake::default();
-    for (id, insert, state) in fresh {
+    for (id, insert, mut state) in fresh {
+        if !insert.after.is_empty() {
+            // Cancelled meanwhile, by a parent that will not complete.
+            if let Some(cancelled) = inner.index.deps.shown(id, written) {
+                state = cancelled;
+            }
+        }
         let job = insert.job;
         if let Some(key) = &job.unique_key {
             inner

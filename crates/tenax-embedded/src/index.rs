@@ -21,8 +21,11 @@ use std::sync::Arc;
 use tenax_core::model::StatusSlots;
 
 use tenax_core::clock::UnixMs;
+use tenax_core::model::dependency::ParentEnd;
 use tenax_core::model::{ClaimId, JobId, JobState, LeaseToken, Order, Status, Trigger};
 use tenax_policy::RetryPolicy;
+
+use super::dependencies::Dependencies;
 
 /// A queue's name as entries hold it: a number standing for the interned name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -243,6 +246,8 @@ pub struct Index {
     refs: HashMap<Arc<str>, QueueRef>,
     /// Interned job types, as many as [`KindRef::UNNAMED`] at most.
     kinds: HashMap<Arc<str>, KindRef>,
+    /// Who waits for whom; told here of every end of a job that others wait for.
+    pub deps: Dependencies,
 }
 
 fn slot(status: Status) -> usize {
@@ -343,6 +348,7 @@ impl Index {
     pub fn remove(&mut self, id: JobId) -> Option<Entry> {
         let entry = self.entries.remove(&id)?;
         self.unplace(id, &entry);
+        self.changed(id, entry.status, None);
         Some(entry)
     }
 
@@ -359,13 +365,32 @@ impl Index {
     pub fn update(&mut self, id: JobId, change: impl FnOnce(&mut Entry)) -> Option<&Entry> {
         let mut entry = self.entries.remove(&id)?;
         self.unplace(id, &entry);
+        let before = entry.status;
         change(&mut entry);
         if entry.status != Status::InFlight {
             entry.lease = None;
         }
+        self.changed(id, before, Some(entry.status));
         self.place(id, &entry);
         self.entries.insert(id, entry);
         self.entries.get(&id)
+    }
+
+    /// Tells the dependencies of a job's change from `before` to `after` (`None`: it left
+    /// memory): a waiting job that stops waiting is forgotten, and the end of a job others
+    /// wait for is recorded for [`super::dependencies::settle`].
+    fn changed(&mut self, id: JobId, before: Status, after: Option<Status>) {
+        if before == Status::Waiting && after != Some(Status::Waiting) {
+            self.deps.forget(id);
+        }
+        if before.is_finished() || !self.deps.has_children(id) {
+            return;
+        }
+        match after {
+            Some(Status::Completed) => self.deps.ended(id, ParentEnd::Completed),
+            Some(status) if !status.is_finished() => {}
+            _ => self.deps.ended(id, ParentEnd::Lost),
+        }
     }
 
     fn place(&mut self, id: JobId, entry: &Entry) {

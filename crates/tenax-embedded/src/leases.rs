@@ -173,9 +173,13 @@ impl JobLeases for EmbeddedStore {
                     .filter(|(_, r)| r.is_ok())
                     .map(|(a, _)| a.id)
                     .collect();
-                self.writer.submit_then(
+                self.submit_ending(
+                    &mut inner,
                     ops,
-                    Box::new(move |inner, written| evict(inner, completed, written)),
+                    Some(Box::new(move |inner, written| {
+                        evict(inner, completed, written)
+                    })),
+                    now_ms,
                 )
             });
             (results, receiver)
@@ -230,7 +234,8 @@ impl JobLeases for EmbeddedStore {
                 let id = ack.id;
                 let after =
                     Box::new(move |inner: &mut Inner, written| evict(inner, vec![id], written));
-                (Finished::Delivered, self.writer.submit_then(ops, after))
+                let receiver = self.submit_ending(&mut inner, ops, Some(after), now_ms);
+                (Finished::Delivered, receiver)
             } else {
                 let inner = &mut *inner;
                 let mut transition =
@@ -282,7 +287,8 @@ impl JobLeases for EmbeddedStore {
                 ops.push(Op::DeleteJob { id });
             }
             self.record_starts(&mut inner, started, now_ms);
-            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            let receiver =
+                (!ops.is_empty()).then(|| self.submit_ending(&mut inner, ops, None, now_ms));
             (jobs, receiver)
         };
         if let Some(receiver) = receiver {
@@ -338,7 +344,7 @@ impl EmbeddedStore {
             });
         }
         inner.index.update(id, |e| e.set_state(&state));
-        Ok(self.writer.submit(ops))
+        Ok(self.submit_ending(inner, ops, None, now_ms))
     }
 
     /// Wakes whoever waits for what a transition produced.
@@ -417,6 +423,12 @@ pub(super) fn complete_one(
             state,
         })
     } else {
+        if inner.index.deps.has_children(id) {
+            // Its waiting children see a completion, not a job gone.
+            inner
+                .index
+                .update(id, |e| e.finish(Status::Completed, now_ms));
+        }
         inner.index.remove(id)?;
         Some(Op::DeleteJob { id })
     }

@@ -30,6 +30,7 @@ pub mod backup;
 mod claims;
 mod copy;
 mod curation;
+mod dependencies;
 pub mod disk;
 mod endpoints;
 mod enqueue;
@@ -69,8 +70,8 @@ use tenax_core::clock::UnixMs;
 use tenax_core::model::activity::MinuteRing;
 use tenax_core::model::backup::BackupManifest;
 use tenax_core::model::{
-    ClaimId, EndpointState, JobId, JobState, QueueConfig, Schedule, StoredPolicy, Subscription,
-    SubscriptionId,
+    ClaimId, EndpointState, JobId, JobState, OnParentDead, QueueConfig, Schedule, Status,
+    StoredPolicy, Subscription, SubscriptionId,
 };
 use tenax_core::secrets::{KeyId, Keyring, PayloadKey, SECRETS_KEY_FILE, files};
 use tenax_core::store::sealed::from_stored;
@@ -503,6 +504,7 @@ fn rebuild(
     let mut inner = Inner::default();
     let mut max_id = JobId(0);
     let mut loaded = 0usize;
+    let mut waiting: Vec<(JobId, Vec<JobId>, OnParentDead)> = Vec::new();
     for row in states.iter().map_err(fault(what))? {
         let (id, state) = row.map_err(fault(what))?;
         let id = JobId(id.value());
@@ -513,6 +515,9 @@ fn rebuild(
             )));
         };
         let body: StoredBody = from_json_bytes("job body", body.value())?;
+        if state.status == Status::Waiting {
+            waiting.push((id, body.after.clone(), body.on_parent_dead));
+        }
         let policy = match policies.get(id.0).map_err(fault(what))? {
             Some(bytes) => {
                 let policy: StoredPolicy = from_json_bytes("job policy", bytes.value())?;
@@ -535,6 +540,12 @@ fn rebuild(
         max_id = max_id.max(id);
         loaded += 1;
     }
+    dependencies::rebuild(
+        &mut inner.index,
+        waiting,
+        |id| Ok(jobs.get(id.0).map_err(fault(what))?.is_some()),
+        now_ms,
+    )?;
     for row in queues.iter().map_err(fault(what))? {
         let (name, config) = row.map_err(fault(what))?;
         let config: QueueConfig = from_json_bytes("queue config", config.value())?;

@@ -68,7 +68,7 @@ impl QueueStore for EmbeddedStore {
         Ok(Some(config))
     }
 
-    async fn delete_queue(&self, name: &str) -> Result<usize, StoreError> {
+    async fn delete_queue(&self, name: &str, now_ms: UnixMs) -> Result<usize, StoreError> {
         let completed = self.completed_of_queue(name)?;
         let (count, receiver) = {
             let mut inner = self.inner.lock();
@@ -86,7 +86,7 @@ impl QueueStore for EmbeddedStore {
             ops.push(Op::DeleteQueue {
                 name: name.to_owned(),
             });
-            (ids.len(), self.writer.submit(ops))
+            (ids.len(), self.submit_ending(&mut inner, ops, None, now_ms))
         };
         writer::wait(receiver).await?;
         Ok(count)

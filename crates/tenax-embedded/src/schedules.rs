@@ -1,6 +1,8 @@
 //! Schedules: held in memory (a few per deployment), written through. A tick's record and its
 //! job are one writer request, so one commit.
 
+use std::collections::HashSet;
+
 use async_trait::async_trait;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::{Enqueued, OnDuplicate, Schedule};
@@ -89,7 +91,14 @@ impl ScheduleStore for EmbeddedStore {
                 results,
                 mut ops,
                 fresh,
-            } = stage(&mut inner, encoded, OnDuplicate::Refuse)?;
+            } = stage(
+                &mut inner,
+                encoded,
+                OnDuplicate::Refuse,
+                // A schedule's jobs wait for no others.
+                &HashSet::new(),
+                now_ms,
+            )?;
             let mut stored = schedule.clone();
             if let Some(first) = results.iter().flatten().find(|e| e.created) {
                 stored.last_job = Some(first.id);

@@ -47,7 +47,7 @@ impl JobUpkeep for EmbeddedStore {
             if ops.is_empty() {
                 return Ok(0);
             }
-            (ops.len(), self.writer.submit(ops))
+            (ops.len(), self.submit_ending(&mut inner, ops, None, now_ms))
         };
         writer::wait(receiver).await?;
         Ok(count)

@@ -46,7 +46,11 @@ impl JobCuration for PostgresStore {
         Ok(ran)
     }
 
-    async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError> {
+    async fn delete_jobs(
+        &self,
+        selection: &Selection,
+        _now_ms: UnixMs,
+    ) -> Result<Vec<JobId>, StoreError> {
         let what = "deleting jobs";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
@@ -75,6 +79,7 @@ impl JobCuration for PostgresStore {
         &self,
         ids: &[JobId],
         check: &DeleteCheck<'_>,
+        _now_ms: UnixMs,
     ) -> Result<Vec<Checked>, StoreError> {
         let what = "deleting jobs";
         let mut client = self.client().await?;

@@ -68,7 +68,7 @@ impl QueueStore for PostgresStore {
         Ok(Some(config))
     }
 
-    async fn delete_queue(&self, name: &str) -> Result<usize, StoreError> {
+    async fn delete_queue(&self, name: &str, _now_ms: UnixMs) -> Result<usize, StoreError> {
         let client = self.client().await?;
         let rows = query(&client, &DELETE_QUEUE, &[&name])
             .await

@@ -174,7 +174,10 @@ impl Engine {
         let check = |peek: &crate::model::JobPeek| {
             *peek.queue == *queue && peek.is_live(now_ms) && peek.claim_at(now_ms) == claim
         };
-        let checked = self.store.delete_checked(&[id], &check).await?;
+        let checked = self
+            .store
+            .delete_checked(&[id], &check, self.now_ms())
+            .await?;
         let Some(checked) = checked.into_iter().next() else {
             return Ok(MessageDelete::Missing);
         };

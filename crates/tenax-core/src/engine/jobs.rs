@@ -242,7 +242,7 @@ impl Engine {
 
     /// Deletes the jobs matching `selection`, whatever their state; returns their ids.
     pub async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, EngineError> {
-        Ok(self.store.delete_jobs(selection).await?)
+        Ok(self.store.delete_jobs(selection, self.now_ms()).await?)
     }
 
     /// Deletes those of `ids` that `check` accepts, each judged and deleted atomically.
@@ -251,7 +251,7 @@ impl Engine {
         ids: &[JobId],
         check: &DeleteCheck<'_>,
     ) -> Result<Vec<Checked>, EngineError> {
-        Ok(self.store.delete_checked(ids, check).await?)
+        Ok(self.store.delete_checked(ids, check, self.now_ms()).await?)
     }
 
     /// Scheduled jobs among `ids` run at once, their next run marked as an operator's. Returns

@@ -35,7 +35,7 @@ impl Engine {
     /// Deletes a queue's settings and every job in it; its subscriptions stay. Returns how many
     /// jobs went.
     pub async fn delete_queue(&self, name: &str) -> Result<usize, EngineError> {
-        Ok(self.store.delete_queue(name).await?)
+        Ok(self.store.delete_queue(name, self.now_ms()).await?)
     }
 
     /// How much of a queue's limits is used now.

@@ -211,7 +211,12 @@ pub trait JobCuration {
     async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError>;
 
     /// Deletes jobs matching `selection`, whatever their state; returns their ids.
-    async fn delete_jobs(&self, selection: &Selection) -> Result<Vec<JobId>, StoreError>;
+    /// Deletes the selected jobs; `now_ms` is when jobs that waited for them are cancelled.
+    async fn delete_jobs(
+        &self,
+        selection: &Selection,
+        now_ms: UnixMs,
+    ) -> Result<Vec<JobId>, StoreError>;
 
     /// Deletes those of `ids` that `check` accepts, each looked at and deleted atomically (no
     /// one can take or change it in between). One result per id, in order.
@@ -219,6 +224,7 @@ pub trait JobCuration {
         &self,
         ids: &[JobId],
         check: &DeleteCheck<'_>,
+        now_ms: UnixMs,
     ) -> Result<Vec<Checked>, StoreError>;
 }
 
@@ -303,7 +309,7 @@ pub trait QueueStore {
 
     /// Deletes a queue's settings and every job in it (its subscriptions stay); returns how
     /// many jobs went.
-    async fn delete_queue(&self, name: &str) -> Result<usize, StoreError>;
+    async fn delete_queue(&self, name: &str, now_ms: UnixMs) -> Result<usize, StoreError>;
 
     /// How much of a queue's limits is used at `now_ms`, as takes count it.
     async fn limit_use(&self, name: &str, now_ms: UnixMs) -> Result<LimitUse, StoreError>;

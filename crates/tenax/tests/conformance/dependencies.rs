@@ -221,10 +221,13 @@ pub(crate) async fn a_lost_parent_cancels_or_releases_its_children(backend: &imp
     )
     .await;
     store
-        .delete_jobs(&Selection {
-            ids: Some(vec![more[0], ids[4]]),
-            ..Selection::default()
-        })
+        .delete_jobs(
+            &Selection {
+                ids: Some(vec![more[0], ids[4]]),
+                ..Selection::default()
+            },
+            T0,
+        )
         .await
         .expect("deleted");
     assert_eq!(status(&store, more[1]).await, Some(LOST));

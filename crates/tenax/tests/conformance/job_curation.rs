@@ -249,10 +249,13 @@ pub(crate) async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
 
     // By id (an in-flight job too), ignoring ids that do not exist.
     let deleted = store
-        .delete_jobs(&Selection {
-            ids: Some(vec![ids[0], JobId(777_777)]),
-            filter: JobFilter::default(),
-        })
+        .delete_jobs(
+            &Selection {
+                ids: Some(vec![ids[0], JobId(777_777)]),
+                filter: JobFilter::default(),
+            },
+            T0,
+        )
         .await
         .expect("deleted");
     assert_eq!(deleted, [ids[0]]);
@@ -267,29 +270,35 @@ pub(crate) async fn jobs_are_deleted_by_selection(backend: &impl Backend) {
 
     // By filter: queue and type.
     let deleted = store
-        .delete_jobs(&Selection {
-            ids: None,
-            filter: JobFilter {
-                queue: Some("q".into()),
-                status: None,
-                kind: Some("x".into()),
-                ..JobFilter::default()
+        .delete_jobs(
+            &Selection {
+                ids: None,
+                filter: JobFilter {
+                    queue: Some("q".into()),
+                    status: None,
+                    kind: Some("x".into()),
+                    ..JobFilter::default()
+                },
             },
-        })
+            T0,
+        )
         .await
         .expect("deleted");
     assert_eq!(deleted, [ids[1], ids[2]]);
     // Ids narrowed by the filter.
     let deleted = store
-        .delete_jobs(&Selection {
-            ids: Some(vec![ids[3], ids[4]]),
-            filter: JobFilter {
-                queue: Some("r".into()),
-                status: Some(Status::Ready),
-                kind: None,
-                ..JobFilter::default()
+        .delete_jobs(
+            &Selection {
+                ids: Some(vec![ids[3], ids[4]]),
+                filter: JobFilter {
+                    queue: Some("r".into()),
+                    status: Some(Status::Ready),
+                    kind: None,
+                    ..JobFilter::default()
+                },
             },
-        })
+            T0,
+        )
         .await
         .expect("deleted");
     assert_eq!(deleted, [ids[3]]);
@@ -455,6 +464,7 @@ pub(crate) async fn peeks_and_checked_deletes_see_the_current_state(backend: &im
                 seen.lock().expect("not poisoned").push(peek.status);
                 peek.status != Status::InFlight
             },
+            T0,
         )
         .await
         .expect("checked");
@@ -488,9 +498,11 @@ pub(crate) async fn peeks_and_checked_deletes_see_the_current_state(backend: &im
     );
     // A job held by a claim, deleted under that claim: gone from the claim too.
     let checked = store
-        .delete_checked(&[ids[0], ids[1]], &|peek: &JobPeek| {
-            peek.claim == Some(ClaimId(3))
-        })
+        .delete_checked(
+            &[ids[0], ids[1]],
+            &|peek: &JobPeek| peek.claim == Some(ClaimId(3)),
+            T0,
+        )
         .await
         .expect("checked");
     assert_eq!(

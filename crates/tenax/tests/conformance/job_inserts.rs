@@ -439,7 +439,7 @@ pub(crate) async fn inserts_are_never_made_on_facts_older_than_a_change(backend:
     assert_eq!(ready(store.clone()).await, stored.get());
 
     // Deleting the queue deletes its settings (and its jobs).
-    store.delete_queue("q").await.expect("deleted");
+    store.delete_queue("q", T0).await.expect("deleted");
     stored.set(0);
     let facts = check(facts.seen, 6, "queue deleted").await;
     assert_eq!(facts.config, None);

@@ -1137,7 +1137,7 @@ pub(crate) async fn rate_limits_hold_takes_back_across_restarts(backend: &impl B
     let held = take_held(&store, &["both"], 10, next).await;
     assert!(held.held.in_flight && held.jobs.is_empty());
     // A deleted queue forgets its starts.
-    store.delete_queue("rated").await.expect("deleted");
+    store.delete_queue("rated", T0).await.expect("deleted");
     assert_eq!(
         store.limit_use("rated", next).await,
         Ok(LimitUse::default())

@@ -474,10 +474,13 @@ pub(crate) async fn counts_per_queue_and_status(backend: &impl Backend) {
         .await
         .expect("dead");
     store
-        .delete_jobs(&Selection {
-            ids: Some(vec![ids[5]]),
-            filter: JobFilter::default(),
-        })
+        .delete_jobs(
+            &Selection {
+                ids: Some(vec![ids[5]]),
+                filter: JobFilter::default(),
+            },
+            T0,
+        )
         .await
         .expect("deleted");
     let counts =

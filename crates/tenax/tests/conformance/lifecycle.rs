@@ -260,7 +260,7 @@ pub(crate) async fn signals_announce_what_may_have_changed(backend: &impl Backen
         ids: Some(doomed.clone()),
         filter: JobFilter::default(),
     };
-    let deleted = fires(released, "a deletion", store.delete_jobs(&selection)).await;
+    let deleted = fires(released, "a deletion", store.delete_jobs(&selection, T0)).await;
     assert_eq!(deleted, Ok(doomed));
 
     let subscriptions = &signals.subscriptions;

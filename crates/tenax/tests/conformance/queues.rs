@@ -162,7 +162,7 @@ pub(crate) async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
         Ok(counts("q", [1, 1, 1, 0, 0]))
     );
 
-    assert_eq!(store.delete_queue("q").await, Ok(3));
+    assert_eq!(store.delete_queue("q", T0).await, Ok(3));
     assert_eq!(store.queue("q").await, Ok(None));
     assert_eq!(store.queue_counts("q").await, Ok(counts("q", [0; 5])));
     assert_eq!(
@@ -182,7 +182,7 @@ pub(crate) async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
         .await
         .expect("commit");
     assert_eq!(results, [Err(StoreError::NotFound(ids[0]))]);
-    assert_eq!(store.delete_queue("nothing").await, Ok(0));
+    assert_eq!(store.delete_queue("nothing", T0).await, Ok(0));
     // Its keys are free; a new job makes the queue exist again, with default settings.
     let keyed = enqueue(&store, vec![job("q").key("k")], T0).await[0];
 
