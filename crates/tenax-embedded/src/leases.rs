@@ -117,6 +117,7 @@ impl JobLeases for EmbeddedStore {
                         ready_at_ms,
                         trigger,
                         after: body.after,
+                        parents: Vec::new(),
                     })
                 },
             )

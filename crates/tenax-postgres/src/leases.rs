@@ -49,6 +49,7 @@ pub(super) fn taken_of(row: &Row, lease_expires_at_ms: UnixMs) -> Result<TakenJo
         trigger: super::rows::trigger_of(row.get(12)),
         // Read by the dependencies' change (migration 0013).
         after: Vec::new(),
+        parents: Vec::new(),
     })
 }
 

@@ -96,6 +96,7 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         ("GET", "/api/jobs") => needs(Read, QueueInQuery),
         ("GET", "/api/jobs/{id}") => needs(Read, JobInPath),
         ("DELETE", "/api/jobs/{id}") => needs(Manage, JobInPath),
+        ("GET", "/api/workflows/{id}") => needs(Read, JobInPath),
         ("GET", "/api/stats") => needs(Read, Listing),
 
         ("POST", "/api/take" | "/api/take/stream") => needs(Work, QueuesInBody),

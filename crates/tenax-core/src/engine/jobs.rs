@@ -9,8 +9,9 @@ use crate::clock::UnixMs;
 use crate::engine::EngineError;
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
 use crate::model::{
-    Checked, DeliveryPayload, Enqueued, Job, JobFilter, JobId, JobPeek, NewJob, OnDuplicate, Page,
-    QueueCounts, Replay, Replayed, Searched, Selection, StoredPolicy, SubscriptionId, TextQuery,
+    After, Checked, DeliveryPayload, Enqueued, Job, JobFilter, JobId, JobPeek, NewJob, OnDuplicate,
+    Page, QueueCounts, Replay, Replayed, Searched, Selection, StoredPolicy, SubscriptionId,
+    TextQuery,
 };
 use crate::store::{DeleteCheck, FactsSeen, Insert, QueueFacts, StoreError};
 
@@ -21,6 +22,8 @@ pub struct Enqueue {
     /// A retry limit for a job without a policy of its own: it keeps the curve it would
     /// otherwise have had (its queue's, else the server's), with this limit.
     pub retry_limit: Option<u32>,
+    /// The jobs it waits for: stored ones, or earlier jobs of the same enqueue.
+    pub after: Vec<After>,
 }
 
 impl From<NewJob> for Enqueue {
@@ -28,6 +31,7 @@ impl From<NewJob> for Enqueue {
         Self {
             job,
             retry_limit: None,
+            after: Vec::new(),
         }
     }
 }
@@ -119,6 +123,7 @@ impl Engine {
             Enqueue {
                 mut job,
                 retry_limit,
+                after,
             },
         ) in jobs.into_iter().enumerate()
         {
@@ -162,7 +167,10 @@ impl Engine {
             if seal {
                 self.seal_payload(&mut job)?;
             }
-            inserts.push(Insert::new(job));
+            inserts.push(Insert {
+                after,
+                ..Insert::new(job)
+            });
         }
         inserts.append(&mut deliveries);
         Ok(Inserts {

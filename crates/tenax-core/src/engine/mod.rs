@@ -26,6 +26,7 @@ mod subscriptions;
 pub mod tokens;
 mod work;
 pub mod workers;
+pub mod workflows;
 
 use std::sync::Arc;
 

@@ -322,5 +322,6 @@ fn enqueue_of(template: &JobTemplate, tick_ms: UnixMs, now_ms: UnixMs) -> Enqueu
             on_parent_dead: Default::default(),
         },
         retry_limit: template.retry_limit,
+        after: Vec::new(),
     }
 }

@@ -9,7 +9,7 @@ use super::observe::{Failed, began};
 use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
 use crate::engine::EngineError;
-use crate::model::{Ack, ClaimId, ErrorEntry, JobResult, TakenJob};
+use crate::model::{Ack, ClaimId, ErrorEntry, JobResult, ParentOutcome, TakenJob};
 use crate::store::{DecideContext, TakeRequest, Transition};
 
 /// A worker's request for leases: up to `max` jobs of `queues`, leased for `lease_ms`.
@@ -94,7 +94,8 @@ impl Engine {
                 self.warn_of_unknown_queues(take.queues).await;
             }
             if !taken.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
-                return Ok(self.opened_taken(taken.jobs)?);
+                let jobs = self.opened_taken(taken.jobs)?;
+                return Ok(self.with_parents(jobs).await);
             }
             let held = taken.held;
             if held.in_flight && !watch_released {
@@ -125,6 +126,30 @@ impl Engine {
                 () = &mut give_up => return Ok(Vec::new()),
             }
         }
+    }
+
+    /// Hands each taken job that waited for others how they finished, with their results
+    /// (opened, for an encrypted queue's). A parent that cannot be read just now is left out
+    /// rather than failing a take whose leases are made.
+    async fn with_parents(&self, mut jobs: Vec<TakenJob>) -> Vec<TakenJob> {
+        for job in &mut jobs {
+            for id in job.after.clone() {
+                match self.job(id).await {
+                    Ok(Some(parent)) => job.parents.push(ParentOutcome {
+                        id,
+                        kind: parent.spec.kind,
+                        status: parent.state.status,
+                        result: parent.state.result,
+                    }),
+                    Ok(None) => {}
+                    Err(error) => tracing::warn!(
+                        job = %job.id, parent = %id, %error,
+                        "a parent's result could not be read for its child's worker"
+                    ),
+                }
+            }
+        }
+        jobs
     }
 
     /// Extends a lease to `lease_ms` from now; heartbeats never hold one attempt longer than

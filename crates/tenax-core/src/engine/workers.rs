@@ -291,6 +291,7 @@ mod tests {
             traceparent: None,
             trigger: Trigger::default(),
             after: Vec::new(),
+            parents: Vec::new(),
             ready_at_ms: T0,
         }
     }

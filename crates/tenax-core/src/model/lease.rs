@@ -33,6 +33,18 @@ pub struct TakenJob {
     /// The jobs it waited for ([`NewJob::after`](crate::model::NewJob::after)), whose results
     /// its worker is handed.
     pub after: Vec<JobId>,
+    /// How those jobs finished, filled by the engine (the store leaves it empty); a parent no
+    /// longer stored is left out.
+    pub parents: Vec<ParentOutcome>,
+}
+
+/// A job a taken job waited for, as its worker is handed it: how it finished, and its result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParentOutcome {
+    pub id: JobId,
+    pub kind: String,
+    pub status: crate::model::Status,
+    pub result: Option<crate::model::JobResult>,
 }
 
 /// A worker's hold on a job: its id, and the lease token it was given when it took the job.

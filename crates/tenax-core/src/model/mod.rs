@@ -32,7 +32,7 @@ pub use ids::{
     ClaimId, JobId, JobIdHasher, JobIdMap, LeaseToken, MAX_EXACT_INTEGER, SubscriptionId,
 };
 pub use job::{ErrorEntry, Held, Job, JobResult, JobState, NewJob, Status};
-pub use lease::{Ack, TakenJob};
+pub use lease::{Ack, ParentOutcome, TakenJob};
 pub use peek::{Checked, JobPeek};
 pub use policy::StoredPolicy;
 pub use queue::{Backlog, DeadLetter, LimitUse, QueueConfig, QueueCounts, RateLimit, StatusSlots};

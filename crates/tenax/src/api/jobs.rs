@@ -10,14 +10,15 @@ use tenax_core::auth::Principal;
 use tenax_core::clock::{UnixMs, check_time, rfc3339};
 use tenax_core::engine::{self, EngineError, Enqueue};
 use tenax_core::model::{
-    Enqueued, JobFilter, JobId, NewJob, OnDuplicate, Page, QueueCounts, Selection, Status,
-    StoredPolicy, check_traceparent, subscription::is_internal_queue,
+    After, Enqueued, JobFilter, JobId, NewJob, OnDuplicate, OnParentDead, Page, QueueCounts,
+    Selection, Status, StoredPolicy, check_traceparent, subscription::is_internal_queue,
 };
 use tenax_policy::parse_policy;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::after;
 use super::error::ApiError;
 use super::extract::JsonBody;
 use super::fields::{Millis, Time, check_queue_name};
@@ -75,6 +76,18 @@ pub struct EnqueueRequest {
         max_length = 512
     )]
     pub traceparent: Option<String>,
+    /// The jobs this one waits for: it runs once every one of them has completed. A stored
+    /// job by its id; in a batch, another job of the batch by `{"index": n}` or
+    /// `{"step": "name"}`.
+    #[schema(value_type = Option<Vec<Object>>, max_items = 1000,
+        example = json!([17, {"step": "extract"}]))]
+    pub after: Option<Vec<Value>>,
+    /// What it does when a job it waits for will not complete (dies, is deleted or
+    /// cancelled): `cancel` (the default) or `run`.
+    pub on_parent_dead: Option<OnParentDead>,
+    /// In a batch: this job's name, by which other jobs of the batch wait for it.
+    #[schema(min_length = 1, max_length = 128)]
+    pub step: Option<String>,
 }
 
 /// Jobs to enqueue atomically: all or none.
@@ -102,6 +115,18 @@ pub fn to_enqueue(
         }
     };
     check_queue_name(&field("queue"), &request.queue)?;
+    // The enqueue handlers take these out first (`after::plan`); elsewhere no job waits.
+    if request.after.is_some() || request.step.is_some() {
+        let name = if request.after.is_some() {
+            "after"
+        } else {
+            "step"
+        };
+        return Err(ApiError::invalid(
+            field(name),
+            "only a job enqueued by POST /api/jobs or /api/jobs/batch can wait for others",
+        ));
+    }
     if request.kind.len() > 128 {
         return Err(ApiError::invalid(
             field("type"),
@@ -206,9 +231,10 @@ pub fn to_enqueue(
             traceparent,
             payload_sealed: false,
             after: Vec::new(),
-            on_parent_dead: Default::default(),
+            on_parent_dead: request.on_parent_dead.unwrap_or_default(),
         },
         retry_limit,
+        after: Vec::new(),
     })
 }
 
@@ -256,12 +282,36 @@ async fn enqueue_one(
     request.traceparent = request.traceparent.or(header);
     let on_duplicate = request.on_duplicate.unwrap_or_default();
     let now = state.engine.now_ms();
-    let job = to_enqueue(request, "", now, &state.limits)?;
+    if request.step.is_some() {
+        return Err(ApiError::invalid(
+            "step",
+            "names a job of a batch, for others of the batch to wait for: use POST /api/jobs/batch",
+        ));
+    }
+    let parents = match request.after.take() {
+        Some(values) => after::parse(&values, "after")?,
+        None => Vec::new(),
+    };
+    let mut ids = Vec::with_capacity(parents.len());
+    for (position, parent) in parents.into_iter().enumerate() {
+        match parent {
+            after::ParentRef::Job(id) => ids.push((format!("after[{position}]"), id)),
+            _ => {
+                return Err(ApiError::invalid(
+                    format!("after[{position}]"),
+                    "names a job of a batch: only POST /api/jobs/batch has others",
+                ));
+            }
+        }
+    }
+    check_parents(&state, &ids).await?;
+    let mut job = to_enqueue(request, "", now, &state.limits)?;
+    job.after = ids.iter().map(|(_, id)| After::Job(*id)).collect();
     let result = state
         .engine
         .enqueue(vec![job], on_duplicate)
         .await
-        .map_err(|e| duplicate_field(e, |_| "unique_key".to_owned()))?;
+        .map_err(|e| enqueue_field(e, |_| String::new()))?;
     let first = result
         .first()
         .ok_or_else(|| ApiError::invalid("", "nothing was enqueued"))?;
@@ -288,25 +338,71 @@ async fn enqueue_batch(
     let header = traceparent_header(&headers)?;
     let now = state.engine.now_ms();
     let mut inserts = Vec::with_capacity(request.jobs.len());
-    for (i, job) in request.jobs.into_iter().enumerate() {
+    let mut planned = Vec::with_capacity(request.jobs.len());
+    let mut stored_parents = Vec::new();
+    for (i, mut job) in request.jobs.into_iter().enumerate() {
         if job.on_duplicate.is_some() {
             return Err(ApiError::invalid(
                 format!("jobs[{i}].on_duplicate"),
                 "is set for the whole batch: give on_duplicate beside jobs, not in a job",
             ));
         }
+        if let Some(step) = &job.step {
+            if step.is_empty() || step.len() > 128 {
+                return Err(ApiError::invalid(
+                    format!("jobs[{i}].step"),
+                    "must be 1 to 128 characters",
+                ));
+            }
+        }
+        let field = format!("jobs[{i}].after");
+        let after = match job.after.take() {
+            Some(values) => after::parse(&values, &field)?,
+            None => Vec::new(),
+        };
+        for (position, parent) in after.iter().enumerate() {
+            if let after::ParentRef::Job(id) = parent {
+                stored_parents.push((format!("{field}[{position}]"), *id));
+            }
+        }
+        planned.push(after::Planned {
+            step: job.step.take(),
+            after,
+        });
         let job = EnqueueRequest {
             traceparent: job.traceparent.or_else(|| header.clone()),
             ..job
         };
-        inserts.push(to_enqueue(job, &format!("jobs[{i}]"), now, &state.limits)?);
+        inserts.push(Some(to_enqueue(
+            job,
+            &format!("jobs[{i}]"),
+            now,
+            &state.limits,
+        )?));
+    }
+    let (order, afters) = after::plan(&planned)?;
+    check_parents(&state, &stored_parents).await?;
+    // Stored parents first: `order` puts each job after the jobs of the batch it waits for.
+    let mut ordered = Vec::with_capacity(inserts.len());
+    for (&i, after) in order.iter().zip(afters) {
+        let Some(mut job) = inserts[i].take() else {
+            continue;
+        };
+        job.after = after;
+        ordered.push(job);
     }
     let result = state
         .engine
-        .enqueue(inserts, request.on_duplicate)
+        .enqueue(ordered, request.on_duplicate)
         .await
-        .map_err(|e| duplicate_field(e, |i| format!("jobs[{i}].unique_key")))?;
-    let jobs = result.iter().map(enqueued_view).collect();
+        .map_err(|e| enqueue_field(e, |i| format!("jobs[{}].", order[i])))?;
+    let mut views: Vec<Option<EnqueuedView>> = order.iter().map(|_| None).collect();
+    for (at, enqueued) in result.iter().enumerate() {
+        if let Some(&i) = order.get(at) {
+            views[i] = Some(enqueued_view(enqueued));
+        }
+    }
+    let jobs = views.into_iter().flatten().collect();
     Ok((StatusCode::CREATED, Json(BatchView { jobs })))
 }
 
@@ -322,6 +418,42 @@ fn traceparent_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     check_traceparent(text)
         .map_err(|rule| ApiError::invalid("traceparent", format!("(the header) {rule}")))?;
     Ok(Some(text.to_owned()))
+}
+
+/// Refuses parents that are webhook deliveries: a job waits only for jobs. (An unknown id is
+/// the store's to refuse, atomically with the enqueue.)
+async fn check_parents(state: &AppState, parents: &[(String, JobId)]) -> Result<(), ApiError> {
+    if parents.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<JobId> = parents.iter().map(|(_, id)| *id).collect();
+    for ((field, id), peek) in parents.iter().zip(state.engine.peek(&ids).await?) {
+        if peek.is_some_and(|p| is_internal_queue(&p.queue)) {
+            return Err(ApiError::invalid(
+                field,
+                format!("job {id} is a webhook delivery: a job waits only for jobs"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A refused enqueue names the field at fault: a duplicate the job's `unique_key`, an unknown
+/// parent its place in `after`; `prefix(i)` is the job at index `i` as the request names it
+/// (`""` for a single job, `"jobs[3]."` in a batch). Other errors as usual.
+fn enqueue_field(error: EngineError, prefix: impl Fn(usize) -> String) -> ApiError {
+    if let EngineError::NotFound(engine::Missing::Parent {
+        index,
+        position,
+        id,
+    }) = &error
+    {
+        return ApiError::invalid(
+            format!("{}after[{position}]", prefix(*index)),
+            format!("job {id} does not exist"),
+        );
+    }
+    duplicate_field(error, |i| format!("{}unique_key", prefix(i)))
 }
 
 /// A refused duplicate names the job's `unique_key` field; other errors as usual.

@@ -3,6 +3,7 @@
 
 mod activity;
 mod admin;
+mod after;
 pub mod auth;
 pub mod browser;
 pub mod cluster;
@@ -27,6 +28,7 @@ mod tokens;
 mod views;
 pub mod work;
 pub mod worker_name;
+mod workflows;
 pub mod zaqar;
 
 use std::collections::HashSet;
@@ -99,7 +101,8 @@ pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
                 .merge(tokens::router())
                 .merge(admin::router())
                 .merge(cluster::router())
-                .merge(activity::router()),
+                .merge(activity::router())
+                .merge(workflows::router()),
         )
         .split_for_parts()
 }

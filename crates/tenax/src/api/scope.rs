@@ -47,10 +47,22 @@ impl From<ApiError> for Denied {
     }
 }
 
-/// The body of a request that names one queue.
+/// The body of a request that names one queue (and, for a job, the jobs it waits for: the
+/// token must be able to see each one, whose result the job's worker will be handed).
 #[derive(Deserialize, Default)]
 struct OneQueue {
     queue: Option<String>,
+    after: Option<Vec<serde_json::Value>>,
+}
+
+impl OneQueue {
+    /// The stored jobs its `after` names (`field` names it in errors).
+    fn parents(&self, field: &str) -> Result<Vec<JobId>, Denied> {
+        match &self.after {
+            Some(values) => Ok(super::after::stored_ids(values, field)?),
+            None => Ok(Vec::new()),
+        }
+    }
 }
 
 /// The body of a take.
@@ -157,21 +169,29 @@ impl ScopeCheck<'_> {
         match self.rule.target {
             Target::Nothing | Target::Listing => Ok(()),
             Target::QueueInPath => self.queue(self.param("name").unwrap_or_default()),
-            Target::QueueInBody => match self.body::<OneQueue>()?.queue {
-                Some(queue) => self.queue(&queue),
-                None => Ok(()),
-            },
+            Target::QueueInBody => {
+                let body = self.body::<OneQueue>()?;
+                if let Some(queue) = &body.queue {
+                    self.queue(queue)?;
+                }
+                self.jobs(&body.parents("after")?).await
+            }
             Target::QueuesInBody => self
                 .body::<Queues>()?
                 .queues
                 .iter()
                 .try_for_each(|q| self.queue(q)),
-            Target::JobQueuesInBody => self
-                .body::<BatchJobs>()?
-                .jobs
-                .iter()
-                .filter_map(|job| job.queue.as_deref())
-                .try_for_each(|q| self.queue(q)),
+            Target::JobQueuesInBody => {
+                let body = self.body::<BatchJobs>()?;
+                let mut parents = Vec::new();
+                for (i, job) in body.jobs.iter().enumerate() {
+                    if let Some(queue) = &job.queue {
+                        self.queue(queue)?;
+                    }
+                    parents.extend(job.parents(&format!("jobs[{i}].after"))?);
+                }
+                self.jobs(&parents).await
+            }
             Target::JobInPath => match self.id::<JobId>("id") {
                 Some(id) => self.jobs(&[id]).await,
                 None => Ok(()),

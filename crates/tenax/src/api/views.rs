@@ -3,7 +3,7 @@
 use serde::Serialize;
 use serde_json::value::RawValue;
 use tenax_core::clock::rfc3339;
-use tenax_core::model::{Job, JobId, LeaseToken, Status, TakenJob};
+use tenax_core::model::{Job, JobId, LeaseToken, OnParentDead, Status, TakenJob};
 use utoipa::ToSchema;
 
 /// A job as the API shows it.
@@ -42,6 +42,12 @@ pub struct JobView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<serde_json::Value>)]
     pub result: Option<Box<RawValue>>,
+    /// The jobs it waits for (or waited for), in the order given; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<JobId>,
+    /// What it does when one of those will not complete; shown with `after`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_parent_dead: Option<OnParentDead>,
 }
 
 /// One failure of a job.
@@ -70,6 +76,8 @@ impl From<Job> for JobView {
             finished_at: job.state.finished_at_ms.map(rfc3339),
             dead_reason: job.state.dead_reason,
             result: job.state.result.map(|r| r.0),
+            on_parent_dead: (!job.spec.after.is_empty()).then_some(job.spec.on_parent_dead),
+            after: job.spec.after,
             policy: job.spec.policy.map(|p| p.json().clone()),
             unique_key: job.spec.unique_key,
             traceparent: job.spec.traceparent,
@@ -105,6 +113,24 @@ pub struct TakenView {
     /// The W3C trace context it was enqueued with: continue the trace from it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The jobs it waited for, in its `after`'s order, with how each finished and its result
+    /// (a parent no longer stored is left out); absent when it waited for none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<ParentView>,
+}
+
+/// A job a taken job waited for.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ParentView {
+    pub id: JobId,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `completed`, or `dead`/`cancelled` for a parent the job runs past (`on_parent_dead: run`).
+    pub status: Status,
+    /// Its worker's result, byte for byte; absent when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<serde_json::Value>)]
+    pub result: Option<Box<RawValue>>,
 }
 
 impl From<TakenJob> for TakenView {
@@ -120,6 +146,16 @@ impl From<TakenJob> for TakenView {
             lease_expires_at: rfc3339(job.lease_expires_at_ms),
             created_at: rfc3339(job.created_at_ms),
             traceparent: job.traceparent,
+            parents: job
+                .parents
+                .into_iter()
+                .map(|p| ParentView {
+                    id: p.id,
+                    kind: p.kind,
+                    status: p.status,
+                    result: p.result.map(|r| r.0),
+                })
+                .collect(),
         }
     }
 }

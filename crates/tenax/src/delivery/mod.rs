@@ -210,6 +210,7 @@ pub(crate) mod fixtures {
             ready_at_ms: 0,
             trigger: Trigger::Scheduled,
             after: Vec::new(),
+            parents: Vec::new(),
         }
     }
 }
