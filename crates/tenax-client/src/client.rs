@@ -470,6 +470,12 @@ impl Client {
         self.get(&format!("/api/jobs/{id}"), &[]).await
     }
 
+    /// The workflow job `id` belongs to: every job joined to it by `after`, either way, with
+    /// its state, and the edges (`GET /api/workflows/{id}`).
+    pub async fn workflow(&self, id: u64) -> Result<crate::model::Workflow> {
+        self.get(&format!("/api/workflows/{id}"), &[]).await
+    }
+
     /// A job once it has finished (completed or dead), or as it is after `wait` (at most 60 s),
     /// whichever comes first (`GET /api/jobs/{id}?wait=`): how a producer waits for a job's
     /// result without polling. Check [`JobInfo::status`]: an unfinished job means the wait

@@ -79,13 +79,13 @@ pub use model::{
     AttemptPage, AttemptResult, AttemptTrigger, BreakerState, CompleteError, CompleteResult,
     Counts, CreatedToken, DeletedJobs, DeletedSubscription, Delivery, DeliveryAttempt,
     DeliveryPage, EndpointHealth, Enqueued, EnvelopeFormat, FailResult, JobInfo, JobPage,
-    JobStatus, Lease, LeaseExtended, PolicyPreview, PolicySource, PreviewRow, Queue, QueueCounts,
-    QueueRate, RecordedError, ReplayResult, RetryBudget, RetryBudgetUse, Role, Skipped, Stats,
-    Subscription, SubscriptionHealth, TakenJob, TokenInfo,
+    JobStatus, Lease, LeaseExtended, ParentResult, PolicyPreview, PolicySource, PreviewRow, Queue,
+    QueueCounts, QueueRate, RecordedError, ReplayResult, RetryBudget, RetryBudgetUse, Role,
+    Skipped, Stats, Subscription, SubscriptionHealth, TakenJob, TokenInfo, Workflow, WorkflowStep,
 };
 pub use request::{
-    DeadSelection, DeliveryFilter, Failure, JobFilter, NewJob, NewToken, OnDuplicate, Outcome,
-    QueueUpdate, ReplayDead, ReplayDeliveries, RetryBudgetSettings, RotateSecret,
+    DeadSelection, DeliveryFilter, Failure, JobFilter, NewJob, NewToken, OnDuplicate, OnParentDead,
+    Outcome, Parent, QueueUpdate, ReplayDead, ReplayDeliveries, RetryBudgetSettings, RotateSecret,
     SubscriptionSettings, Take,
 };
 pub use schedule::{

@@ -113,6 +113,12 @@ pub struct JobInfo {
     /// A completed job's result, byte for byte as its worker sent it (`None`: it has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Box<RawValue>>,
+    /// The jobs it waits (or waited) for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<u64>,
+    /// What it does when one of those will not complete; with `after`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_parent_dead: Option<crate::request::OnParentDead>,
 }
 
 impl JobInfo {
@@ -161,12 +167,42 @@ pub struct TakenJob {
     /// The W3C trace context the job was enqueued with, when the server hands one out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The jobs it waited for, in its `after`'s order, with how each finished and its result.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parents: Vec<ParentResult>,
+}
+
+/// A job a taken job waited for.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ParentResult {
+    pub id: u64,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `Completed`; `Dead` for a parent the job runs past (`OnParentDead::Run`).
+    pub status: JobStatus,
+    /// Its worker's result, byte for byte (`None`: it has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Box<RawValue>>,
 }
 
 impl TakenJob {
     /// The payload read as `T`.
     pub fn payload<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
         serde_json::from_str(self.payload.get())
+    }
+
+    /// The result of parent `id` read as `T`, if it is one of the jobs this one waited for and
+    /// has a result.
+    pub fn parent_result<T: DeserializeOwned>(
+        &self,
+        id: u64,
+    ) -> Option<Result<T, serde_json::Error>> {
+        let parent = self.parents.iter().find(|p| p.id == id)?;
+        parent
+            .result
+            .as_ref()
+            .map(|r| serde_json::from_str(r.get()))
     }
 
     /// The job and lease token to report with.
@@ -791,4 +827,41 @@ pub(crate) struct JobList<T> {
 #[derive(Debug, Deserialize)]
 pub(crate) struct CompleteResults {
     pub results: Vec<CompleteResult>,
+}
+
+/// A workflow: the jobs joined by their dependencies (`GET /api/workflows/{id}`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Workflow {
+    /// The job asked about.
+    pub id: u64,
+    /// `running`, `completed` (every job completed) or `failed`.
+    pub status: String,
+    /// Jobs by status name.
+    #[serde(default)]
+    pub counts: std::collections::BTreeMap<String, u64>,
+    /// In id order.
+    pub jobs: Vec<WorkflowStep>,
+    /// `[parent, child]` pairs.
+    pub edges: Vec<[u64; 2]>,
+    /// More jobs than shown (at most 1 000 are).
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+/// One job of a [`Workflow`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct WorkflowStep {
+    pub id: u64,
+    pub queue: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub status: JobStatus,
+    #[serde(default)]
+    pub after: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Box<RawValue>>,
 }

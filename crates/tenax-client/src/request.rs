@@ -62,6 +62,51 @@ pub struct NewJob<P = ()> {
     on_duplicate: Option<OnDuplicate>,
     #[serde(skip_serializing_if = "Option::is_none")]
     traceparent: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    after: Vec<Parent>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    on_parent_dead: Option<OnParentDead>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<String>,
+}
+
+/// A job another waits for: a stored job, or another job of the same batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parent {
+    /// A stored job, by id.
+    Job(u64),
+    /// The job at this index of the same batch.
+    Index(usize),
+    /// The job of the same batch with this [`NewJob::step`].
+    Step(String),
+}
+
+impl Serialize for Parent {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Parent::Job(id) => serializer.serialize_u64(*id),
+            Parent::Index(index) => {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry("index", index)?;
+                map.end()
+            }
+            Parent::Step(step) => {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry("step", step)?;
+                map.end()
+            }
+        }
+    }
+}
+
+/// What a waiting job does when a job it waits for will not complete (dies, is deleted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnParentDead {
+    /// It is cancelled, and so are the jobs waiting for it (the default).
+    Cancel,
+    /// It still runs once its other parents are done.
+    Run,
 }
 
 impl NewJob<()> {
@@ -80,6 +125,9 @@ impl NewJob<()> {
             unique_key: None,
             on_duplicate: None,
             traceparent: None,
+            after: Vec::new(),
+            on_parent_dead: None,
+            step: None,
         }
     }
 }
@@ -99,7 +147,31 @@ impl<P> NewJob<P> {
             unique_key: self.unique_key,
             on_duplicate: self.on_duplicate,
             traceparent: self.traceparent,
+            after: self.after,
+            on_parent_dead: self.on_parent_dead,
+            step: self.step,
         }
+    }
+
+    /// Waits for `parent`: the job runs once every job it waits for has completed, and its
+    /// worker is handed their results ([`TakenJob::parents`](crate::TakenJob)). Call once per
+    /// parent.
+    pub fn after(mut self, parent: Parent) -> Self {
+        self.after.push(parent);
+        self
+    }
+
+    /// What it does when a job it waits for will not complete (default: cancelled).
+    pub fn on_parent_dead(mut self, on_parent_dead: OnParentDead) -> Self {
+        self.on_parent_dead = Some(on_parent_dead);
+        self
+    }
+
+    /// In a batch: this job's name, by which others of the batch wait for it
+    /// ([`Parent::Step`]).
+    pub fn step(mut self, step: impl Into<String>) -> Self {
+        self.step = Some(step.into());
+        self
     }
 
     /// Higher runs first; FIFO within a priority. Default 0.

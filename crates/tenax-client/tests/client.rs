@@ -1182,3 +1182,64 @@ async fn results_are_sent_kept_and_waited_for() {
         .expect("the job");
     assert_eq!(shown.status, JobStatus::Ready);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dag_in_one_batch_hands_each_job_its_parents_results() {
+    use tenax_client::{OnParentDead, Parent};
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let jobs = [
+        NewJob::new("dag", "sum")
+            .payload(json!(null))
+            .after(Parent::Step("one".into()))
+            .after(Parent::Index(2)),
+        NewJob::new("dag", "num").payload(json!(1)).step("one"),
+        NewJob::new("dag", "num").payload(json!(2)),
+        NewJob::new("dag", "tidy")
+            .payload(json!(null))
+            .after(Parent::Index(0))
+            .on_parent_dead(OnParentDead::Run),
+    ];
+    let enqueued = client.enqueue_many(&jobs).await.expect("enqueued");
+    let ids: Vec<u64> = enqueued.iter().map(|e| e.id).collect();
+    assert_eq!(enqueued[0].status, JobStatus::Waiting);
+    let info = client.get_job(ids[0]).await.expect("read");
+    assert_eq!(info.after, [ids[1], ids[2]]);
+    assert_eq!(
+        client.get_job(ids[3]).await.expect("read").on_parent_dead,
+        Some(OnParentDead::Run)
+    );
+    let numbers = client
+        .take(&Take::queue("dag").max(10))
+        .await
+        .expect("taken");
+    assert_eq!(
+        numbers.iter().map(|t| t.id).collect::<Vec<_>>(),
+        [ids[1], ids[2]]
+    );
+    for taken in &numbers {
+        let n: i64 = taken.payload().expect("a number");
+        client
+            .complete_with_result(taken.lease(), &json!({"n": n}))
+            .await
+            .expect("completed");
+    }
+    let sum = client.take(&Take::queue("dag")).await.expect("taken");
+    assert_eq!(sum[0].id, ids[0]);
+    let total: i64 = [ids[1], ids[2]]
+        .iter()
+        .map(|p| {
+            let result: serde_json::Value = sum[0]
+                .parent_result(*p)
+                .expect("a parent with a result")
+                .expect("JSON");
+            result["n"].as_i64().expect("a number")
+        })
+        .sum();
+    assert_eq!(total, 3);
+    client.complete(sum[0].lease()).await.expect("completed");
+    let workflow = client.workflow(ids[3]).await.expect("the workflow");
+    assert_eq!(workflow.jobs.len(), 4);
+    assert_eq!(workflow.edges.len(), 3);
+    assert_eq!(workflow.status, "running");
+}

@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 use super::shutdown::Shutdown;
-use crate::model::{Lease, TakenJob};
+use crate::model::{Lease, ParentResult, TakenJob};
 
 /// A job handed to a handler, with its payload read as `T`.
 ///
@@ -25,6 +25,8 @@ pub struct Job<T> {
     pub created_at: SystemTime,
     /// The W3C trace context the job carries, when the server hands one out.
     pub traceparent: Option<String>,
+    /// The jobs it waited for, with how each finished and its result.
+    pub parents: Vec<ParentResult>,
     stopping: Shutdown,
 }
 
@@ -41,8 +43,22 @@ impl<T> Job<T> {
             lease_expires_at: taken.lease_expires_at,
             created_at: taken.created_at,
             traceparent: taken.traceparent,
+            parents: taken.parents,
             stopping,
         }
+    }
+
+    /// The result of parent `id` read as `R`, if it is one of the jobs this one waited for and
+    /// has a result.
+    pub fn parent_result<R: serde::de::DeserializeOwned>(
+        &self,
+        id: u64,
+    ) -> Option<Result<R, serde_json::Error>> {
+        let parent = self.parents.iter().find(|p| p.id == id)?;
+        parent
+            .result
+            .as_ref()
+            .map(|r| serde_json::from_str(r.get()))
     }
 
     /// The job and lease token, to report on it by hand with the [`Client`](crate::Client).
