@@ -558,3 +558,52 @@ test("schedules and a queue's page act by clicking; the dark theme follows the s
     await tenax.stop();
   }
 });
+
+test("a workflow is drawn with its jobs in their states, and its jobs link to it", async () => {
+  const tenax = await startTenax();
+  try {
+    const call = api(tenax.base);
+    const batch = await call("POST", "/api/jobs/batch", {
+      jobs: [
+        { queue: "etl", type: "extract", step: "extract" },
+        { queue: "etl", type: "transform", step: "a", after: [{ step: "extract" }] },
+        { queue: "etl", type: "transform", step: "b", after: [{ step: "extract" }] },
+        { queue: "etl", type: "load", after: [{ step: "a" }, { step: "b" }] },
+      ],
+    }, 201);
+    const [extract, a, b, load] = batch.jobs.map((j) => j.id);
+    const taken = await call("POST", "/api/take", { queues: ["etl"], max: 1 }, 200);
+    await call("POST", `/api/jobs/${extract}/complete`, { lease_token: taken.jobs[0].lease_token, result: { rows: 3 } }, 200);
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+    const { page, errors } = await watchedPage(context);
+
+    // From the job's page to its workflow.
+    await visit(page, `${tenax.base}/ui/jobs/${load}`);
+    assert.match(await page.locator("section.facts").textContent(), new RegExp(`#${a}, #${b}`));
+    await page.click('a:has-text("its workflow")');
+    await page.waitForURL(new RegExp(`/ui/workflows/${load}$`));
+    const nodes = page.locator(".dag g.node");
+    assert.equal(await nodes.count(), 4);
+    assert.equal(await page.locator(".dag path.edge").count(), 4);
+    assert.deepEqual(
+      await page.locator(`.dag g.node[data-job="${extract}"]`).getAttribute("class"),
+      "node completed",
+    );
+    for (const id of [a, b]) {
+      assert.equal(await page.locator(`.dag g.node[data-job="${id}"]`).getAttribute("class"), "node ready");
+    }
+    assert.equal(await page.locator(`.dag g.node[data-job="${load}"]`).getAttribute("class"), "node waiting");
+    // Parents are drawn above their children.
+    const top = async (id) => (await page.locator(`.dag g.node[data-job="${id}"] rect`).boundingBox()).y;
+    assert.ok(await top(extract) < await top(a), "extract above the transforms");
+    assert.ok(await top(a) < await top(load), "the transforms above load");
+    await shot(page, "workflow");
+    // A box links to its job.
+    await page.click(`.dag g.node[data-job="${a}"]`);
+    await page.waitForURL(new RegExp(`/ui/jobs/${a}$`));
+    assert.deepEqual(errors, [], "no console error");
+    await context.close();
+  } finally {
+    await tenax.stop();
+  }
+});

@@ -22,6 +22,11 @@ pub struct Workflow {
 }
 
 impl Engine {
+    /// Whether any job waits (or waited) for job `id`.
+    pub async fn has_dependents(&self, id: JobId) -> Result<bool, EngineError> {
+        Ok(!self.store.children(&[id]).await?.is_empty())
+    }
+
     /// The workflow job `id` belongs to: every job reached from it through parents (a job's
     /// `after`) and children (the store's edges), up to `max` jobs; `None` if there is no such
     /// job. A job alone is a workflow of one. Jobs deleted since are left out, as are the edges

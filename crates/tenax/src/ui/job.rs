@@ -51,6 +51,7 @@ pub async fn page(
         Vec::new()
     };
     let now = engine.now_ms();
+    let in_workflow = !job.spec.after.is_empty() || engine.has_dependents(id).await?;
     let timeline = timeline(&job, &policy, &attempts);
     let preview = Preview::of(&policy);
     let manage = session.must_manage().is_ok();
@@ -92,6 +93,15 @@ pub async fn page(
                     }
                 }
                 dt { "type" } dd { (job.spec.kind) }
+                @if in_workflow {
+                    dt { "waits for" } dd {
+                        @if job.spec.after.is_empty() { "no job" }
+                        @for (i, parent) in job.spec.after.iter().enumerate() {
+                            @if i > 0 { ", " } a href={"/ui/jobs/" (parent)} { "#" (parent) }
+                        }
+                        " — " (super::workflow::link(id))
+                    }
+                }
                 dt { "priority" } dd { (job.spec.priority) }
                 dt { "failures" } dd { (job.state.failures) " (the next run is attempt " (job.state.failures + 1) ")" }
                 dt { "created" } dd title=(format::time(job.spec.created_at_ms)) { (format::relative(job.spec.created_at_ms, now)) }

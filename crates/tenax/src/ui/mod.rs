@@ -24,6 +24,7 @@ mod schedules;
 mod session;
 mod subscriptions;
 mod workers;
+mod workflow;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -106,6 +107,7 @@ pub fn router(state: UiState) -> Router<AppState> {
         .route("/ui/jobs", get(jobs::page))
         .route("/ui/jobs/act", post(jobs::act))
         .route("/ui/jobs/{id}", get(job::page))
+        .route("/ui/workflows/{id}", get(workflow::page))
         .route("/ui/dead", get(jobs::dead))
         .route("/ui/subscriptions", get(subscriptions::page))
         .route("/ui/subscriptions/{id}", get(subscriptions::detail))
