@@ -8,6 +8,7 @@
 //! after another do it on connections of their own (`lane`); everything else shares one
 //! `reqwest::Client` (HTTP/1.1 keep-alive, or one HTTP/2 connection with `--http2`).
 
+mod dag;
 mod deliveries;
 mod enqueue;
 mod floor;
@@ -134,12 +135,17 @@ pub enum Scenario {
     #[value(name = "zaqar-ws-claim-delete")]
     #[serde(rename = "zaqar-ws-claim-delete")]
     ZaqarWsClaimDelete,
+    /// Workflows of 1 → 100 → 1 jobs (one batch each) produced and consumed at once, against
+    /// the same jobs without their dependencies.
+    #[value(name = "dag")]
+    #[serde(rename = "dag")]
+    Dag,
 }
 
 impl Scenario {
     /// Every scenario but the delivery ones (they need a server flag), the Zaqar ones,
     /// `growth` (a million jobs) and `floor` (it writes in the server's data directory).
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 14] = [
         Self::Enqueue1,
         Self::Enqueue8,
         Self::Enqueue64,
@@ -153,6 +159,7 @@ impl Scenario {
         Self::MixedWorker,
         Self::Promotion,
         Self::Memory,
+        Self::Dag,
     ];
 
     pub fn name(self) -> &'static str {
@@ -179,6 +186,7 @@ impl Scenario {
             Self::ZaqarClaimDelete => "zaqar-claim-delete",
             Self::ZaqarWsPost10 => "zaqar-ws-post-10",
             Self::ZaqarWsClaimDelete => "zaqar-ws-claim-delete",
+            Self::Dag => "dag",
         }
     }
 
@@ -203,6 +211,8 @@ impl Scenario {
             | Self::Promotion
             | Self::Memory => 200_000,
             Self::Deliveries | Self::DeliveriesFlaky => 100_000,
+            // 500 workflows, each phase.
+            Self::Dag => 51_000,
             Self::ZaqarPost1 => 20_000,
             Self::ZaqarPost10
             | Self::ZaqarClaimDelete
@@ -403,6 +413,7 @@ async fn run_scenario(ctx: &Ctx, scenario: Scenario) -> anyhow::Result<ScenarioR
         Scenario::ZaqarClaimDelete => zaqar::claim_delete(ctx).await,
         Scenario::ZaqarWsPost10 => zaqar_ws::post_scenario(ctx).await,
         Scenario::ZaqarWsClaimDelete => zaqar_ws::claim_delete(ctx).await,
+        Scenario::Dag => dag::run(ctx).await,
     }
 }
 

@@ -54,7 +54,7 @@ struct Completed {
 
 /// What the consumers of one scenario share.
 #[derive(Debug)]
-struct Drain {
+pub(super) struct Drain {
     take_url: String,
     complete_url: String,
     take_body: Bytes,
@@ -64,19 +64,19 @@ struct Drain {
     deadline: Instant,
     /// Record each job's time from enqueue (its `created_at`) to its completion.
     end_to_end: bool,
-    stop: Stop,
+    pub stop: Stop,
     progress: ProgressBar,
 }
 
 #[derive(Debug, Default)]
-struct Drained {
-    take: Latency,
-    complete: Latency,
-    end_to_end: Latency,
-    completed: u64,
-    refused: u64,
+pub(super) struct Drained {
+    pub take: Latency,
+    pub complete: Latency,
+    pub end_to_end: Latency,
+    pub completed: u64,
+    pub refused: u64,
     empty_takes: u64,
-    last_completion: Option<Instant>,
+    pub last_completion: Option<Instant>,
 }
 
 impl Drained {
@@ -141,7 +141,7 @@ async fn consume(api: Api, drain: Arc<Drain>) -> anyhow::Result<Drained> {
 }
 
 /// Runs `workers` consumers to the end and merges what they saw.
-async fn drain(ctx: &Ctx, workers: usize, drain: Arc<Drain>) -> anyhow::Result<Drained> {
+pub(super) async fn drain(ctx: &Ctx, workers: usize, drain: Arc<Drain>) -> anyhow::Result<Drained> {
     let tasks = (0..workers)
         .map(|_| {
             let (api, drain) = (ctx.api.clone(), drain.clone());
@@ -161,7 +161,7 @@ async fn drain(ctx: &Ctx, workers: usize, drain: Arc<Drain>) -> anyhow::Result<D
     Ok(all)
 }
 
-fn new_drain(ctx: &Ctx, target: u64, end_to_end: bool) -> Drain {
+pub(super) fn new_drain(ctx: &Ctx, target: u64, end_to_end: bool) -> Drain {
     let take_body = json!({
         "queues": [ctx.queue],
         "max": ctx.config.take_max,

@@ -9,7 +9,7 @@ use super::observe::{Failed, began};
 use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
 use crate::engine::EngineError;
-use crate::model::{Ack, ClaimId, ErrorEntry, JobResult, ParentOutcome, TakenJob};
+use crate::model::{Ack, ClaimId, ErrorEntry, JobId, JobResult, ParentOutcome, TakenJob};
 use crate::store::{DecideContext, TakeRequest, Transition};
 
 /// A worker's request for leases: up to `max` jobs of `queues`, leased for `lease_ms`.
@@ -132,20 +132,31 @@ impl Engine {
     /// (opened, for an encrypted queue's). A parent that cannot be read just now is left out
     /// rather than failing a take whose leases are made.
     async fn with_parents(&self, mut jobs: Vec<TakenJob>) -> Vec<TakenJob> {
+        // Siblings share parents (a fan-out's jobs, taken together): each is read once.
+        let mut read: std::collections::HashMap<JobId, Option<ParentOutcome>> =
+            std::collections::HashMap::new();
         for job in &mut jobs {
             for id in job.after.clone() {
-                match self.job(id).await {
-                    Ok(Some(parent)) => job.parents.push(ParentOutcome {
-                        id,
-                        kind: parent.spec.kind,
-                        status: parent.state.status,
-                        result: parent.state.result,
-                    }),
-                    Ok(None) => {}
-                    Err(error) => tracing::warn!(
-                        job = %job.id, parent = %id, %error,
-                        "a parent's result could not be read for its child's worker"
-                    ),
+                if !read.contains_key(&id) {
+                    let outcome = match self.job(id).await {
+                        Ok(parent) => parent.map(|parent| ParentOutcome {
+                            id,
+                            kind: parent.spec.kind,
+                            status: parent.state.status,
+                            result: parent.state.result,
+                        }),
+                        Err(error) => {
+                            tracing::warn!(
+                                job = %job.id, parent = %id, %error,
+                                "a parent's result could not be read for its child's worker"
+                            );
+                            None
+                        }
+                    };
+                    read.insert(id, outcome);
+                }
+                if let Some(Some(outcome)) = read.get(&id) {
+                    job.parents.push(outcome.clone());
                 }
             }
         }
