@@ -85,7 +85,7 @@ def check_enqueues(ops: list[dict], final: dict, report: Report) -> None:
             continue
         if o["f"] == "enqueue":
             ids = [o["value"]["id"]]
-        elif o["f"] == "enqueue-batch":
+        elif o["f"] in ("enqueue-batch", "enqueue-workflow"):
             ids = o["value"]["ids"]
         elif o["f"] == "zaqar-post":
             ids = [o["value"]["id"]]
@@ -219,11 +219,58 @@ def check_finished(final: dict, setup: dict, drained: bool, report: Report) -> N
     for queue in setup["work_queues"]:
         for job in final["jobs"][queue]:
             checked += 1
-            if job["status"] not in ("completed", "dead"):
+            if job["status"] not in ("completed", "dead", "cancelled"):
                 stuck.append(f"job {job['id']} ({queue}) is {job['status']}")
     if not drained:
         stuck.insert(0, "the jobs stopped draining: nothing was done for 60 s")
     report.add("every job ends completed or dead", checked, stuck)
+
+
+def check_workflows(ops: list[dict], by_job: dict[int, list[dict]], final: dict,
+                    report: Report) -> None:
+    """A job that waits for others is never handed out before each of them completed: every
+    take of it was answered after a completion of each parent was asked for (an acknowledged
+    or unknown one: a refused one did not happen). At the end, a waiting job whose parent did
+    not complete did not run and ended with a reason naming that; one that ran has every
+    parent completed."""
+    jobs = {j["id"]: j for q in final["jobs"].values() for j in q}
+    completions: dict[int, float] = {}
+    for o in ops:
+        if o["f"] == "complete" and o["ok"] is not False:
+            job = o["value"]["id"]
+            completions[job] = min(completions.get(job, o["t0"]), o["t0"])
+    early, ended, checked = [], [], 0
+    for o in ops:
+        if o["f"] != "enqueue-workflow" or o["ok"] is not True:
+            continue
+        ids = o["value"]["ids"]
+        for child, parents in zip(ids, o["value"]["parents"]):
+            for lease in by_job.get(child, []):
+                for p in parents:
+                    checked += 1
+                    parent = ids[p]
+                    asked = completions.get(parent)
+                    if asked is None or lease["t1"] < asked:
+                        early.append(
+                            f"job {child} was taken by {lease['process']} (answered at "
+                            f"{lease['t1']:.3f}) before its parent {parent}'s completion was "
+                            f"asked for ({'never' if asked is None else f'{asked:.3f}'})")
+            state = jobs.get(child)
+            if state is None or not parents:
+                continue
+            lost = [ids[p] for p in parents
+                    if (jobs.get(ids[p]) or {}).get("status") != "completed"]
+            if state["status"] == "completed" and lost:
+                ended.append(f"job {child} completed though its parents {lost} did not")
+            if lost and state["status"] not in ("dead", "cancelled"):
+                ended.append(f"job {child} is {state['status']} though its parents {lost} "
+                             f"did not complete")
+            if lost and by_job.get(child) and all(
+                    (jobs.get(ids[p]) or {}).get("status") in ("dead", "cancelled")
+                    for p in lost):
+                ended.append(f"job {child} was taken though its parents {lost} died")
+    report.add("a job waiting for others runs only after they completed", checked, early)
+    report.add("a workflow's jobs end as their parents allow", checked, ended)
 
 
 def max_overlap(intervals: list[tuple[float, float]]) -> tuple[int, float]:
@@ -462,6 +509,7 @@ def main(directory: str) -> int:
     check_unique_keys(final, report)
     check_leases(by_job, final, report)
     check_finished(final, setup, drained, report)
+    check_workflows(ops, by_job, final, report)
     check_concurrency(by_job, setup, report)
     check_rate(by_job, setup, report)
     check_schedule(final, report)

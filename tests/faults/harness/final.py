@@ -10,7 +10,8 @@ from typing import Any
 from .client import Client
 from .workload import ZAQAR_HEADERS, ZAQAR_QUEUE, Setup, retry_forever
 
-QUEUES = ["work", "uniq", "limited", "rated", "hooks", "ticks", f"{'p'}:{ZAQAR_QUEUE}"]
+QUEUES = ["work", "uniq", "limited", "rated", "flow", "hooks", "ticks",
+          f"{'p'}:{ZAQAR_QUEUE}"]
 
 
 def all_jobs(client: Client, queue: str) -> list[dict[str, Any]]:
@@ -33,7 +34,8 @@ def to_do(client: Client, setup: Setup) -> int:
     stats = retry_forever(client, "GET", "/api/stats", None)
     for queue in stats["queues"]:
         if queue["queue"] in setup.work_queues:
-            left += queue["scheduled"] + queue["ready"] + queue["in_flight"]
+            left += (queue["scheduled"] + queue["ready"] + queue["in_flight"]
+                     + queue.get("waiting", 0))
     sub = retry_forever(client, "GET", f"/api/subscriptions/{setup.subscription}", None)
     counts = sub.get("deliveries") or {}
     left += sum(counts.get(k) or 0 for k in ("scheduled", "ready", "in_flight"))

@@ -2,7 +2,8 @@
 it invokes, with its outcome, in the history.
 
 - producers enqueue jobs (one, a batch, with a unique key) into plain, limited and hooked
-  queues, and post Zaqar messages;
+  queues, workflows (a batch whose jobs wait for each other: one, then three after it, then
+  one after those) and post Zaqar messages;
 - workers take (long polls), heartbeat, complete and fail jobs; some are slower than their
   lease, and some abandon a job;
 - Zaqar claimers claim messages, delete most of them, and release some claims;
@@ -38,7 +39,7 @@ class Setup:
     throttle_per_second: int = 20
     max_concurrency: int = 2
     work_queues: list[str] = field(
-        default_factory=lambda: ["work", "uniq", "limited", "rated"])
+        default_factory=lambda: ["work", "uniq", "limited", "rated", "flow"])
     subscription: int | None = None
 
 
@@ -156,8 +157,8 @@ class Workload:
         client = Client(self.bases, rng)
         while self.producing.is_set():
             choice = rng.choices(
-                ["one", "unique", "batch", "limited", "rated", "hooks", "zaqar"],
-                weights=[4, 2, 1, 1, 1, 1, 2])[0]
+                ["one", "unique", "batch", "limited", "rated", "hooks", "zaqar", "workflow"],
+                weights=[4, 2, 1, 1, 1, 1, 2, 1])[0]
             if choice == "rated" and not self.rated_allowed():
                 choice = "one"
             try:
@@ -165,6 +166,8 @@ class Workload:
                     self._zaqar_post(name, client)
                 elif choice == "batch":
                     self._batch(name, client)
+                elif choice == "workflow":
+                    self._workflow(name, client)
                 else:
                     self._enqueue(name, client, choice, rng)
             except Unanswered:
@@ -210,6 +213,30 @@ class Workload:
         else:
             value.update(status=status, error=answer)
         self.history.op(name, "enqueue-batch", t0, outcome(status), value)
+
+    # A workflow's shape: each job's parents, by index in the batch.
+    WORKFLOW = [[], [0], [0], [0], [1, 2, 3]]
+
+    def _workflow(self, name: str, client: Client) -> None:
+        ns = [self.next_n() for _ in self.WORKFLOW]
+        jobs = [{"queue": "flow", "type": "step", "payload": {"n": n},
+                 "after": [{"index": p} for p in parents],
+                 "policy": {"type": "fixed", "delay": "200ms", "retry_limit": 20}}
+                for n, parents in zip(ns, self.WORKFLOW)]
+        t0 = time.time()
+        value: dict[str, Any] = {"queue": "flow", "ns": ns, "node": client.base,
+                                 "parents": self.WORKFLOW}
+        try:
+            status, answer = client.request("POST", "/api/jobs/batch", {"jobs": jobs})
+        except Unanswered as error:
+            self.history.op(name, "enqueue-workflow", t0, None,
+                            {**value, "error": str(error)})
+            raise
+        if status == 201:
+            value["ids"] = [j["id"] for j in answer["jobs"]]
+        else:
+            value.update(status=status, error=answer)
+        self.history.op(name, "enqueue-workflow", t0, outcome(status), value)
 
     def _zaqar_post(self, name: str, client: Client) -> None:
         n = self.next_n()
