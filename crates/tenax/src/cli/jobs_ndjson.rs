@@ -87,7 +87,7 @@ pub async fn import(args: &ImportArgs) -> Result<(), CliError> {
     let file = std::fs::File::open(path)
         .map_err(|e| CliError::Invalid(format!("{}: cannot open: {e}", path.display())))?;
     let now = SystemTime::now();
-    let (mut sent, mut completed, mut dead) = (0usize, 0u64, 0u64);
+    let (mut sent, mut completed, mut dead, mut waiting) = (0usize, 0u64, 0u64, 0u64);
     let mut batch = Vec::with_capacity(usize::from(args.batch));
     for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("reading {}", path.display()))?;
@@ -112,6 +112,12 @@ pub async fn import(args: &ImportArgs) -> Result<(), CliError> {
             }
             _ => {}
         }
+        // Its parents get new ids when they are enqueued afresh: waiting for the old ones
+        // would name other jobs, and running without them would run it too soon.
+        if !job.after.is_empty() {
+            waiting += 1;
+            continue;
+        }
         batch.push(enqueue_of(&job, args.queue.as_deref(), now)?);
         if batch.len() == usize::from(args.batch) {
             sent += send_batch(&server, &mut batch, sent).await?;
@@ -126,6 +132,12 @@ pub async fn import(args: &ImportArgs) -> Result<(), CliError> {
     }
     if dead > 0 {
         eprintln!("left out {dead} dead jobs (--include-dead enqueues them afresh)");
+    }
+    if waiting > 0 {
+        eprintln!(
+            "left out {waiting} jobs that wait for others (their parents' ids do not survive an \
+             import; `tenax copy` keeps them)"
+        );
     }
     Ok(())
 }
