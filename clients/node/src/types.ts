@@ -134,7 +134,10 @@ export interface JobPage {
 export interface ParentResult<R = unknown> {
   id: JobId;
   type: string;
-  /** `"completed"`; `"dead"` for one that did not, handed to a job with `on_parent_dead: "run"`. */
+  /**
+   * As it is when the job is taken: `"completed"`, or `"dead"` for one that did not, handed to
+   * a job with `on_parent_dead: "run"`.
+   */
   status: JobStatus;
   /** Its worker's result (absent when it gave none). */
   result?: R;
@@ -154,7 +157,8 @@ export interface TakenJob<P = unknown> {
   traceparent?: string | null;
   /**
    * The jobs it waited for (`after`), in that order, with how each finished and its result;
-   * absent when it waited for none. `parentResult(job, id)` reads one.
+   * absent when it waited for none (a parent deleted since is left out). `parentResult(job, id)`
+   * reads one.
    */
   parents?: ParentResult[];
   [more: string]: unknown;
@@ -448,7 +452,10 @@ export interface Activity {
   total: ActivityCounts;
 }
 
-/** A workflow's state: `completed` once every job completed, `failed` once one will not. */
+/**
+ * A workflow's state: `running` while any of its jobs has not finished; then `completed` if
+ * every job completed, else `failed` (one is dead).
+ */
 export type WorkflowStatus = "running" | "completed" | "failed";
 
 /** One job of a `Workflow`. */

@@ -59,8 +59,8 @@ default: it ends too, and so do the jobs waiting for it) or ``run`` (it still ru
 other parents are done, and sees the dead parent among its ``parents``)."""
 
 WorkflowStatus = Literal["running", "completed", "failed"]
-"""A workflow's state: ``completed`` once every job completed, ``failed`` once one will not
-complete, ``running`` until then."""
+"""A workflow's state: ``running`` while any of its jobs has not finished; then
+``completed`` if every job completed, else ``failed`` (one is dead)."""
 
 P = TypeVar("P")
 P2 = TypeVar("P2")
@@ -207,8 +207,8 @@ class ParentResult:
     id: int
     type: str
     status: JobStatus
-    """``completed``; ``dead`` for a parent that did not complete, handed to a job enqueued
-    with ``on_parent_dead="run"``."""
+    """As it is when the job is taken: ``completed``, or ``dead`` for a parent that did not
+    complete, handed to a job enqueued with ``on_parent_dead="run"``."""
     result: Any = None
     """Its worker's result (``None``: it has none)."""
 
@@ -245,7 +245,7 @@ class TakenJob(Generic[P]):
     """The W3C trace context it was enqueued with: continue the trace from it."""
     parents: tuple[ParentResult, ...] = ()
     """The jobs it waited for (``after``), in that order, each with how it finished and its
-    result; empty for a job that waited for none."""
+    result; empty for a job that waited for none (a parent deleted since is left out)."""
 
     def parent(self, id: int) -> ParentResult:
         """Parent ``id`` of this job; ``KeyError`` if it did not wait for that job."""
