@@ -47,6 +47,7 @@ import type {
   TakenJob,
   Tick,
   Time,
+  Workflow,
 } from "./types.js";
 import { VERSION } from "./version.js";
 
@@ -298,7 +299,9 @@ export class Client {
    * Enqueues one job; the answer comes once it is on disk. `run_at` or `delay` put it off;
    * `policy` and `retry_limit` replace its queue's policy; `unique_key` allows one unfinished
    * job per queue and key (`on_duplicate: "existing"` returns that job instead of throwing
-   * `Duplicate`); `traceparent` goes with the job to its workers and webhook deliveries.
+   * `Duplicate`); `traceparent` goes with the job to its workers and webhook deliveries;
+   * `after` names stored jobs it waits for (`on_parent_dead` says what it does if one of them
+   * will not complete).
    */
   enqueue(queue: string, type = "", payload: unknown = null, options: EnqueueOptions = {}): Promise<Enqueued> {
     return this.#call({
@@ -311,6 +314,10 @@ export class Client {
   /**
    * Enqueues jobs atomically (all or none), answered in request order. A refused job's error
    * names it: `field === "jobs[2].policy.max_delay"`.
+   *
+   * A batch may be a graph: a job's `after` names others of the batch by position
+   * (`{ index: 0 }`) or by their `step` (`{ step: "extract" }`), in any order (the server stores
+   * parents first); a cycle is refused naming the job whose `after` closes it (`jobs[0].after`).
    */
   async enqueueMany(jobs: readonly NewJob[], options: { on_duplicate?: OnDuplicate } = {}): Promise<Enqueued[]> {
     const answer = await this.#call<{ jobs: Enqueued[] }>({
@@ -347,6 +354,14 @@ export class Client {
         return job;
       }
     }
+  }
+
+  /**
+   * The workflow job `id` belongs to: every job joined to it by `after`, either way, with its
+   * state, and the edges between them.
+   */
+  getWorkflow(id: JobId): Promise<Workflow> {
+    return this.#call({ method: "GET", path: `/api/workflows/${seg(id)}` });
   }
 
   /** One page of jobs in id order (`limit` 1–1000, default 100). */
@@ -860,6 +875,18 @@ export class JobStream implements AsyncIterable<TakenJob> {
     this.#request?.destroy();
     this.#response?.destroy();
   }
+}
+
+/**
+ * The result of parent `id` of a taken job (`undefined`: it gave none). Throws a `RangeError`
+ * if the job did not wait for that one. Ids compare by value, `number` or `bigint`.
+ */
+export function parentResult<R = unknown>(job: Pick<TakenJob, "id" | "parents">, id: JobId): R | undefined {
+  const parent = job.parents?.find((p) => String(p.id) === String(id));
+  if (parent === undefined) {
+    throw new RangeError(`job ${String(job.id)} did not wait for job ${String(id)}`);
+  }
+  return parent.result as R | undefined;
 }
 
 /** A job of the NDJSON stream, or null for the empty keep-alive line. */

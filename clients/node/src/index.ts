@@ -1,7 +1,17 @@
 // Tenax for TypeScript and JavaScript: a typed client of the native API, a worker runtime, and
 // the verification of webhook deliveries. ESM, Node 20+, no dependencies.
 
-export { Client, JobStream, checkWorkerName, defaultWorkerName, durationMs, parseStreamLine, DEFAULT_URL, WORKER_HEADER } from "./client.js";
+export {
+  Client,
+  JobStream,
+  checkWorkerName,
+  defaultWorkerName,
+  durationMs,
+  parentResult,
+  parseStreamLine,
+  DEFAULT_URL,
+  WORKER_HEADER,
+} from "./client.js";
 export type { ClientOptions, Completion } from "./client.js";
 export {
   ApiError,

@@ -21,7 +21,25 @@ export type Time = Date | number | string;
 /** A retry or delivery policy in any of its three spellings (docs/policies.md). */
 export type Policy = Record<string, unknown>;
 
-export type JobStatus = "scheduled" | "ready" | "in_flight" | "completed" | "dead";
+/**
+ * Where a job is in its lifecycle (docs/api.md). `waiting`: it waits for the jobs it was
+ * enqueued `after` (docs/workflows.md).
+ */
+export type JobStatus = "waiting" | "scheduled" | "ready" | "in_flight" | "completed" | "dead";
+
+/**
+ * What a waiting job does when a job it waits for will not complete: `"cancel"` (the default:
+ * it ends too, and so do the jobs waiting for it) or `"run"` (it still runs once its other
+ * parents are done, and finds the dead parent among its `parents`).
+ */
+export type OnParentDead = "cancel" | "run";
+
+/**
+ * A job that a job of a batch waits for: a stored job by its id, or another job of the same
+ * batch by its position (`{ index: 0 }`) or its `step` name (`{ step: "extract" }`), whether it
+ * comes before or after in the list.
+ */
+export type BatchParent = JobId | { index: number } | { step: string };
 
 export type OnDuplicate = "refuse" | "existing";
 
@@ -43,13 +61,24 @@ export interface EnqueueOptions {
   on_duplicate?: OnDuplicate;
   /** A W3C trace context, kept with the job and handed to its workers and deliveries. */
   traceparent?: string;
+  /**
+   * Stored jobs (by id) this one waits for: it is `waiting` until each has completed, then
+   * runs with their results in its `parents`. A graph of new jobs goes in one `enqueueMany`.
+   */
+  after?: readonly JobId[];
+  /** With `after`: what it does when one of those will not complete (default `"cancel"`). */
+  on_parent_dead?: OnParentDead;
 }
 
 /** One job of a batch enqueue. */
-export interface NewJob extends Omit<EnqueueOptions, "on_duplicate"> {
+export interface NewJob extends Omit<EnqueueOptions, "on_duplicate" | "after"> {
   queue: string;
   type?: string;
   payload?: unknown;
+  /** The jobs it waits for: stored ones by id, others of the batch by `{ index }` or `{ step }`. */
+  after?: readonly BatchParent[];
+  /** Its name in the batch (1–128 characters), by which others wait for it (`{ step: name }`). */
+  step?: string;
 }
 
 /** The answer to an enqueue. `created` is false when `on_duplicate: "existing"` found a job. */
@@ -88,6 +117,10 @@ export interface Job<P = unknown, R = unknown> {
   traceparent?: string | null;
   /** What a completed job produced (absent when it gave none), byte for byte as sent. */
   result?: R;
+  /** The jobs it waits (or waited) for; absent when none. */
+  after?: JobId[];
+  /** With `after`: what it does when one of those will not complete. */
+  on_parent_dead?: OnParentDead;
   [more: string]: unknown;
 }
 
@@ -95,6 +128,19 @@ export interface JobPage {
   jobs: Job[];
   /** Pass as `after` for the next page; null at the end. */
   next_after: JobId | null;
+}
+
+/** A job a taken job waited for (`after`): how it finished, and its result. */
+export interface ParentResult<R = unknown> {
+  id: JobId;
+  type: string;
+  /**
+   * As it is when the job is taken: `"completed"`, or `"dead"` for one that did not, handed to
+   * a job with `on_parent_dead: "run"`.
+   */
+  status: JobStatus;
+  /** Its worker's result (absent when it gave none). */
+  result?: R;
 }
 
 /** A job leased to this worker by a take or a stream. */
@@ -109,6 +155,12 @@ export interface TakenJob<P = unknown> {
   lease_expires_at: string;
   created_at: string;
   traceparent?: string | null;
+  /**
+   * The jobs it waited for (`after`), in that order, with how each finished and its result;
+   * absent when it waited for none (a parent deleted since is left out). `parentResult(job, id)`
+   * reads one.
+   */
+  parents?: ParentResult[];
   [more: string]: unknown;
 }
 
@@ -160,6 +212,7 @@ export interface FailOptions {
   snooze?: Duration;
 }
 
+/** Jobs (or a subscription's deliveries) by status. */
 export interface Counts {
   scheduled: number;
   ready: number;
@@ -168,16 +221,22 @@ export interface Counts {
   dead: number;
 }
 
+/** Jobs by status: a delivery's statuses, and `waiting`. */
+export interface JobCounts extends Counts {
+  /** Jobs waiting for the jobs they were enqueued `after`. */
+  waiting: number;
+}
+
 export interface Stats {
-  queues: Array<Counts & { queue: string }>;
-  totals: Counts;
+  queues: Array<JobCounts & { queue: string }>;
+  totals: JobCounts;
 }
 
 export interface Queue {
   name: string;
   paused: boolean;
   policy: Policy | null;
-  counts: Counts;
+  counts: JobCounts;
   concurrency?: number;
   rate?: { limit: number; period_ms: number; used: number };
   encrypt_payloads?: boolean;
@@ -391,4 +450,44 @@ export interface ActivityCounts {
 export interface Activity {
   minutes: Array<ActivityCounts & { at: string }>;
   total: ActivityCounts;
+}
+
+/**
+ * A workflow's state: `running` while any of its jobs has not finished; then `completed` if
+ * every job completed, else `failed` (one is dead).
+ */
+export type WorkflowStatus = "running" | "completed" | "failed";
+
+/** One job of a `Workflow`. */
+export interface WorkflowJob<R = unknown> {
+  id: JobId;
+  queue: string;
+  type: string;
+  status: JobStatus;
+  /** The jobs it waits (or waited) for; absent when none. */
+  after?: JobId[];
+  on_parent_dead?: OnParentDead;
+  attempt: number;
+  run_at: string;
+  created_at: string;
+  finished_at?: string;
+  /** Why it is dead; for a job cancelled by a parent that did not complete, that parent. */
+  dead_reason?: string;
+  result?: R;
+  [more: string]: unknown;
+}
+
+/** A job and every job joined to it by `after`, either way (`GET /api/workflows/{id}`). */
+export interface Workflow {
+  /** The job asked about. */
+  id: JobId;
+  status: WorkflowStatus;
+  /** Its jobs by status (only the statuses it has). */
+  counts: Partial<Record<JobStatus, number>> & Record<string, number>;
+  /** In id order: parents before their children. */
+  jobs: WorkflowJob[];
+  /** `[parent, child]` pairs. */
+  edges: Array<[JobId, JobId]>;
+  /** More jobs than shown (the server shows at most 1 000). */
+  truncated: boolean;
 }

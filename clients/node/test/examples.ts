@@ -13,6 +13,7 @@ import {
   type TakenJob,
   WebhookVerificationError,
   Worker,
+  parentResult,
   readRawBody,
   verifyWebhookRequest,
 } from "../src/index.js";
@@ -53,6 +54,27 @@ export async function workerExample(): Promise<void> {
   });
 
   await worker.run(); // until SIGTERM or SIGINT (or worker.stop())
+}
+
+export async function dependenciesExample(): Promise<void> {
+  const client = new Client();
+  const [extract, , , load] = await client.enqueueMany([
+    { queue: "etl", type: "extract", step: "extract", payload: { day: "2026-11-27" } },
+    { queue: "etl", type: "transform", payload: "clean", after: [{ step: "extract" }] },
+    { queue: "etl", type: "transform", payload: "enrich", after: [{ index: 0 }] },
+    { queue: "etl", type: "load", after: [{ index: 1 }, { index: 2 }], on_parent_dead: "cancel" }, // or "run"
+  ]);
+  await client.enqueue("etl", "report", null, { after: [load!.id] }); // waits for a stored job
+
+  const worker = new Worker("etl");
+  worker.handle("transform", (job: TakenJob<string>) => {
+    const rows = parentResult<number[]>(job, extract!.id) ?? []; // throws if not a parent
+    return rows.map((row) => `${job.payload}:${row}`);
+  });
+  worker.handle("load", (job) => (job.parents ?? []).flatMap((p) => p.result as string[]).length);
+
+  const flow = await client.getWorkflow(load!.id); // status "running" | "completed" | "failed"
+  console.log(flow.counts, flow.jobs.map((j) => [j.id, j.status]), flow.edges); // edges: [parent, child]
 }
 
 export function nodeHttpExample(): http.Server {

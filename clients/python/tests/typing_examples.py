@@ -129,3 +129,24 @@ async def async_client_calls(client: tenax.AsyncClient) -> None:
     async for dead in client.iter_dead(queue="emails"):
         print(dead.dead_reason)
     del enqueued
+
+
+def dependencies(client: tenax.Client) -> None:
+    extract, load = client.enqueue_many(
+        [
+            tenax.NewJob(queue="etl", type="extract", step="extract"),
+            tenax.NewJob(queue="etl", type="load", after=[tenax.Parent.step("extract"), 7], on_parent_dead="run"),
+        ]
+    )
+    client.enqueue("etl", "report", after=[load.id], on_parent_dead="cancel")
+    client.enqueue("etl", "report", after=[tenax.Parent.index(0)])  # type: ignore[list-item]
+    client.enqueue("etl", "report", on_parent_dead="skip")  # type: ignore[arg-type]
+    workflow: tenax.Workflow = client.get_workflow(extract.id)
+    status: tenax.WorkflowStatus = workflow.status
+    edges: list[tuple[int, int]] = workflow.edges
+    waiting: int = client.stats().totals.waiting
+    for job in client.take("etl"):
+        parents: tuple[tenax.ParentResult, ...] = job.parents
+        rows: Any = job.parent_result(extract.id)
+        del parents, rows
+    del status, edges, waiting

@@ -16,7 +16,7 @@
     worker.run()
 """
 
-from ._api import UNSET, NewJob, OnDuplicate, Policy
+from ._api import UNSET, NewJob, OnDuplicate, Parent, Policy
 from ._async_client import AsyncClient, AsyncJobStream
 from ._async_worker import AsyncWorker
 from ._client import Client, JobStream
@@ -56,6 +56,8 @@ from ._models import (
     JobPage,
     JobStatus,
     LeaseExtended,
+    OnParentDead,
+    ParentResult,
     PolicyPreview,
     PreviewRow,
     Queue,
@@ -66,6 +68,9 @@ from ._models import (
     Subscription,
     SubscriptionHealth,
     TakenJob,
+    Workflow,
+    WorkflowJob,
+    WorkflowStatus,
 )
 from ._outcomes import JobOutcome, NotRetryable, Retry, RetryAt, RetryIn, Snooze
 from ._transport import default_worker_name
@@ -111,6 +116,9 @@ __all__ = [
     "NotInFlight",
     "NotRetryable",
     "OnDuplicate",
+    "OnParentDead",
+    "Parent",
+    "ParentResult",
     "PayloadMismatch",
     "PayloadTooLarge",
     "Policy",
@@ -142,6 +150,9 @@ __all__ = [
     "Worker",
     "WorkerInfo",
     "WorkerStats",
+    "Workflow",
+    "WorkflowJob",
+    "WorkflowStatus",
     "__version__",
     "default_worker_name",
 ]

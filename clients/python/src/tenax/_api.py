@@ -5,7 +5,7 @@ Call, so both have the same surface and the same checks."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final, Generic, Literal, TypeVar, Union
 from urllib.parse import quote
@@ -26,12 +26,14 @@ from ._models import (
     JobPage,
     JobStatus,
     LeaseExtended,
+    OnParentDead,
     PolicyPreview,
     Queue,
     ReplayResult,
     Stats,
     Subscription,
     TakenJob,
+    Workflow,
 )
 
 T = TypeVar("T")
@@ -81,9 +83,58 @@ class Call(Generic[T]):
     """Seconds the server may hold the request before answering (a long poll)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Parent:
+    """Another job of the same batch that a job waits for: by its position in the batch
+    (``Parent.index(0)``) or by its ``step`` name (``Parent.step("extract")``). A stored job is
+    named by its id (an ``int``) instead."""
+
+    index_: int | None = None
+    step_: str | None = None
+
+    @classmethod
+    def index(cls, index: int) -> Parent:
+        """The job at ``index`` (from 0) of the same batch."""
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"a batch index is an int from 0, got {index!r}")
+        return cls(index_=index)
+
+    @classmethod
+    def step(cls, name: str) -> Parent:
+        """The job of the same batch whose ``step`` is ``name``."""
+        if not isinstance(name, str):
+            raise TypeError(f"a step name is a str, got {name!r}")
+        return cls(step_=name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index_} if self.step_ is None else {"step": self.step_}
+
+    def __repr__(self) -> str:
+        return f"Parent.step({self.step_!r})" if self.step_ is not None else f"Parent.index({self.index_})"
+
+
+def _after(after: Iterable[int | Parent], field: str) -> list[Any]:
+    """``after`` as the server reads it: ids as numbers, batch jobs as ``{"index"}``/``{"step"}``."""
+    if isinstance(after, (str, bytes, Mapping)) or isinstance(after, (int, Parent)):
+        raise TypeError(f"{field}: a list of job ids or tenax.Parent, got {after!r}")
+    out: list[Any] = []
+    for i, parent in enumerate(after):
+        if isinstance(parent, Parent):
+            out.append(parent.to_json())
+        elif isinstance(parent, int) and not isinstance(parent, bool):
+            out.append(parent)
+        else:
+            raise TypeError(f"{field}[{i}]: a job id (int) or a tenax.Parent, got {parent!r}")
+    return out
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewJob:
-    """One job of :meth:`tenax.Client.enqueue_many`; the fields are those of ``enqueue``."""
+    """One job of :meth:`tenax.Client.enqueue_many`; the fields are those of ``enqueue``, and
+    ``step``, a name (1 to 128 characters) by which other jobs of the batch wait for it
+    (``Parent.step(name)``). ``after`` may name stored jobs by id and jobs of the same batch
+    (``Parent.index(i)``, ``Parent.step(name)``), before or after it in the list: the server
+    stores parents first and answers in the list's order."""
 
     queue: str
     type: str = ""
@@ -95,9 +146,12 @@ class NewJob:
     retry_limit: int | None = None
     unique_key: str | None = None
     traceparent: str | None = None
+    after: Sequence[int | Parent] | None = None
+    on_parent_dead: OnParentDead | None = None
+    step: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return job_body(
+        body = job_body(
             self.queue,
             self.type,
             self.payload,
@@ -108,7 +162,12 @@ class NewJob:
             retry_limit=self.retry_limit,
             unique_key=self.unique_key,
             traceparent=self.traceparent,
+            after=self.after,
+            on_parent_dead=self.on_parent_dead,
         )
+        if self.step is not None:
+            body["step"] = self.step
+        return body
 
 
 _NEW_JOB_FIELDS = frozenset(f.name for f in fields(NewJob))
@@ -155,6 +214,8 @@ def job_body(
     retry_limit: int | None,
     unique_key: str | None,
     traceparent: str | None = None,
+    after: Iterable[int | Parent] | None = None,
+    on_parent_dead: OnParentDead | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"queue": queue}
     if type:
@@ -175,6 +236,10 @@ def job_body(
         body["unique_key"] = unique_key
     if traceparent is not None:
         body["traceparent"] = traceparent
+    if after is not None:
+        body["after"] = _after(after, "after")
+    if on_parent_dead is not None:
+        body["on_parent_dead"] = on_parent_dead
     return body
 
 
@@ -191,6 +256,8 @@ def enqueue(
     unique_key: str | None,
     on_duplicate: OnDuplicate | None,
     traceparent: str | None = None,
+    after: Iterable[int] | None = None,
+    on_parent_dead: OnParentDead | None = None,
 ) -> Call[Enqueued]:
     body = job_body(
         queue,
@@ -203,6 +270,8 @@ def enqueue(
         retry_limit=retry_limit,
         unique_key=unique_key,
         traceparent=traceparent,
+        after=after,
+        on_parent_dead=on_parent_dead,
     )
     if on_duplicate is not None:
         body["on_duplicate"] = on_duplicate
@@ -223,7 +292,14 @@ def _new_job(job: NewJob | Mapping[str, Any], index: int) -> NewJob:
 def enqueue_many(
     jobs: Iterable[NewJob | Mapping[str, Any]], on_duplicate: OnDuplicate | None
 ) -> Call[list[Enqueued]]:
-    body: dict[str, Any] = {"jobs": [_new_job(j, i).to_json() for i, j in enumerate(jobs)]}
+    items = []
+    for i, job in enumerate(jobs):
+        try:
+            items.append(_new_job(job, i).to_json())
+        except TypeError as error:
+            message = str(error)
+            raise TypeError(message if message.startswith("jobs[") else f"jobs[{i}].{message}") from None
+    body: dict[str, Any] = {"jobs": items}
     if on_duplicate is not None:
         body["on_duplicate"] = on_duplicate
     return Call(
@@ -244,6 +320,10 @@ def get_job(id: int, wait: Duration | None = None) -> Call[Job]:
     return Call(
         "GET", f"/api/jobs/{seg(id)}", Job.from_json, params={"wait": value}, wait=wait_s
     )
+
+
+def get_workflow(id: int) -> Call[Workflow]:
+    return Call("GET", f"/api/workflows/{seg(id)}", Workflow.from_json)
 
 
 def delete_job(id: int) -> Call[None]:

@@ -34,12 +34,14 @@ from ._models import (
     JobPage,
     JobStatus,
     LeaseExtended,
+    OnParentDead,
     PolicyPreview,
     Queue,
     ReplayResult,
     Stats,
     Subscription,
     TakenJob,
+    Workflow,
 )
 from ._transport import (
     check_worker_name,
@@ -290,6 +292,8 @@ class AsyncClient:
         unique_key: str | None = None,
         on_duplicate: OnDuplicate | None = None,
         traceparent: str | None = None,
+        after: Iterable[int] | None = None,
+        on_parent_dead: OnParentDead | None = None,
     ) -> Enqueued:
         """Enqueues one job; the answer says once it is on disk.
 
@@ -299,6 +303,12 @@ class AsyncClient:
         ``on_duplicate="existing"`` returns that job instead of raising :class:`Duplicate`.
         ``traceparent`` (a W3C trace context) goes with the job to its workers and webhook
         deliveries.
+
+        ``after`` names stored jobs (by id) it waits for: it is ``waiting`` until each has
+        completed, then runs with their results in its ``parents``. When one of them will not
+        complete, ``on_parent_dead="cancel"`` (the default) ends it too and ``"run"`` runs it
+        anyway. A whole graph of new jobs goes in one :meth:`enqueue_many`
+        (docs/workflows.md).
         """
         return await self._call(
             api.enqueue(
@@ -313,6 +323,8 @@ class AsyncClient:
                 unique_key=unique_key,
                 on_duplicate=on_duplicate,
                 traceparent=traceparent,
+                after=after,
+                on_parent_dead=on_parent_dead,
             )
         )
 
@@ -323,7 +335,12 @@ class AsyncClient:
         on_duplicate: OnDuplicate | None = None,
     ) -> list[Enqueued]:
         """Enqueues jobs atomically (all or none), answered in request order. A refused job's
-        error names it: ``field == "jobs[2].policy.max_delay"``."""
+        error names it: ``field == "jobs[2].policy.max_delay"``.
+
+        A batch may be a graph: a job's ``after`` names others of the batch by position
+        (``tenax.Parent.index(0)``) or by their ``step`` (``tenax.Parent.step("extract")``),
+        in any order; a cycle is refused naming the job whose ``after`` closes it
+        (``jobs[0].after``)."""
         return await self._call(api.enqueue_many(jobs, on_duplicate))
 
     async def get_job(self, id: int, *, wait: Duration | None = None) -> Job:
@@ -333,6 +350,11 @@ class AsyncClient:
         or dead), or as it is when ``wait`` has passed: how a producer waits for a job's
         result without polling. Check ``status``: an unfinished job means the wait ran out."""
         return await self._call(api.get_job(id, wait))
+
+    async def get_workflow(self, id: int) -> Workflow:
+        """The workflow job ``id`` belongs to: every job joined to it by ``after``, either
+        way, with its state, and the edges between them."""
+        return await self._call(api.get_workflow(id))
 
     async def list_jobs(
         self,

@@ -31,6 +31,8 @@ __all__ = [
     "JobPage",
     "JobStatus",
     "LeaseExtended",
+    "OnParentDead",
+    "ParentResult",
     "PolicyPreview",
     "PreviewRow",
     "Queue",
@@ -41,10 +43,24 @@ __all__ = [
     "Subscription",
     "SubscriptionHealth",
     "TakenJob",
+    "Workflow",
+    "WorkflowJob",
+    "WorkflowStatus",
 ]
 
-JobStatus = Literal["scheduled", "ready", "in_flight", "completed", "dead"]
-"""Where a job is in its lifecycle (docs/api.md, "Job lifecycle")."""
+JobStatus = Literal["waiting", "scheduled", "ready", "in_flight", "completed", "dead"]
+"""Where a job is in its lifecycle (docs/api.md, "Job lifecycle"). ``waiting``: it waits for
+jobs it was enqueued ``after`` (docs/workflows.md). A newer server may answer a status not
+listed here; it comes through as the string the server sent."""
+
+OnParentDead = Literal["cancel", "run"]
+"""What a waiting job does when a job it waits for will not complete: ``cancel`` (the
+default: it ends too, and so do the jobs waiting for it) or ``run`` (it still runs once its
+other parents are done, and sees the dead parent among its ``parents``)."""
+
+WorkflowStatus = Literal["running", "completed", "failed"]
+"""A workflow's state: ``running`` while any of its jobs has not finished; then
+``completed`` if every job completed, else ``failed`` (one is dead)."""
 
 P = TypeVar("P")
 P2 = TypeVar("P2")
@@ -62,6 +78,15 @@ def _opt_str(value: Any) -> str | None:
 
 def _opt_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _ids(value: Any) -> list[int]:
+    """A list of job ids; the server writes ids past 2^53 as strings of digits."""
+    return [int(i) for i in value] if isinstance(value, list) else []
+
+
+def _on_parent_dead(value: Any) -> OnParentDead | None:
+    return cast(OnParentDead, value) if isinstance(value, str) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +154,10 @@ class Job:
     """The W3C trace context it was enqueued with."""
     result: Any = None
     """A completed job's result, as its worker sent it (``None``: it has none)."""
+    after: list[int] = field(default_factory=list)
+    """The jobs it waits (or waited) for, in the order it named them (empty: none)."""
+    on_parent_dead: OnParentDead | None = None
+    """With ``after``: what it does when one of those will not complete."""
 
     @classmethod
     def from_json(cls, data: JSONObject) -> Job:
@@ -151,6 +180,8 @@ class Job:
             errors=[JobError.from_json(e) for e in data.get("errors") or []],
             traceparent=_opt_str(data.get("traceparent")),
             result=data.get("result"),
+            after=_ids(data.get("after")),
+            on_parent_dead=_on_parent_dead(data.get("on_parent_dead")),
         )
 
 
@@ -166,6 +197,28 @@ class JobPage:
         return cls(
             jobs=[Job.from_json(j) for j in data["jobs"]],
             next_after=_opt_int(data.get("next_after")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ParentResult:
+    """A job a taken job waited for (``after``): how it finished, and its result."""
+
+    id: int
+    type: str
+    status: JobStatus
+    """As it is when the job is taken: ``completed``, or ``dead`` for a parent that did not
+    complete, handed to a job enqueued with ``on_parent_dead="run"``."""
+    result: Any = None
+    """Its worker's result (``None``: it has none)."""
+
+    @classmethod
+    def from_json(cls, data: JSONObject) -> ParentResult:
+        return cls(
+            id=int(data["id"]),
+            type=str(data.get("type", "")),
+            status=_status(data["status"]),
+            result=data.get("result"),
         )
 
 
@@ -190,6 +243,21 @@ class TakenJob(Generic[P]):
     created_at: datetime
     traceparent: str | None = None
     """The W3C trace context it was enqueued with: continue the trace from it."""
+    parents: tuple[ParentResult, ...] = ()
+    """The jobs it waited for (``after``), in that order, each with how it finished and its
+    result; empty for a job that waited for none (a parent deleted since is left out)."""
+
+    def parent(self, id: int) -> ParentResult:
+        """Parent ``id`` of this job; ``KeyError`` if it did not wait for that job."""
+        for parent in self.parents:
+            if parent.id == id:
+                return parent
+        raise KeyError(f"job {self.id} did not wait for job {id}")
+
+    def parent_result(self, id: int) -> Any:
+        """The result of parent ``id`` (``None``: it has none); ``KeyError`` if this job did
+        not wait for that job."""
+        return self.parent(id).result
 
     @classmethod
     def from_json(cls, data: JSONObject) -> TakenJob[Any]:
@@ -204,6 +272,7 @@ class TakenJob(Generic[P]):
             lease_expires_at=parse_time(data["lease_expires_at"]),
             created_at=parse_time(data["created_at"]),
             traceparent=_opt_str(data.get("traceparent")),
+            parents=tuple(ParentResult.from_json(p) for p in data.get("parents") or []),
         )
 
     def with_payload(self, payload: P2) -> TakenJob[P2]:
@@ -219,8 +288,8 @@ class TakenJob(Generic[P]):
             lease_expires_at=self.lease_expires_at,
             created_at=self.created_at,
             traceparent=self.traceparent,
+            parents=self.parents,
         )
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +377,8 @@ class FailResult:
 class Counts:
     """Jobs (or deliveries) by status."""
 
+    waiting: int = 0
+    """Jobs waiting for the jobs they were enqueued ``after``."""
     scheduled: int = 0
     ready: int = 0
     in_flight: int = 0
@@ -316,13 +387,14 @@ class Counts:
 
     @property
     def unfinished(self) -> int:
-        """Jobs not yet completed or dead: scheduled + ready + in flight."""
-        return self.scheduled + self.ready + self.in_flight
+        """Jobs not yet completed or dead: waiting + scheduled + ready + in flight."""
+        return self.waiting + self.scheduled + self.ready + self.in_flight
 
     @classmethod
     def from_json(cls, data: JSONObject | None) -> Counts:
         data = data or {}
         return cls(
+            waiting=int(data.get("waiting", 0)),
             scheduled=int(data.get("scheduled", 0)),
             ready=int(data.get("ready", 0)),
             in_flight=int(data.get("in_flight", 0)),
@@ -651,4 +723,76 @@ class AttemptPage:
         return cls(
             attempts=[DeliveryAttempt.from_json(a) for a in data["attempts"]],
             next_after=_opt_int(data.get("next_after")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowJob:
+    """One job of a :class:`Workflow`."""
+
+    id: int
+    queue: str
+    type: str
+    status: JobStatus
+    attempt: int
+    run_at: datetime
+    created_at: datetime
+    after: list[int] = field(default_factory=list)
+    """The jobs it waits (or waited) for."""
+    on_parent_dead: OnParentDead | None = None
+    finished_at: datetime | None = None
+    dead_reason: str | None = None
+    """Why it is dead; for a job cancelled by a parent that did not complete, that parent."""
+    result: Any = None
+
+    @classmethod
+    def from_json(cls, data: JSONObject) -> WorkflowJob:
+        return cls(
+            id=int(data["id"]),
+            queue=str(data["queue"]),
+            type=str(data.get("type", "")),
+            status=_status(data["status"]),
+            attempt=int(data.get("attempt", 1)),
+            run_at=parse_time(data["run_at"]),
+            created_at=parse_time(data["created_at"]),
+            after=_ids(data.get("after")),
+            on_parent_dead=_on_parent_dead(data.get("on_parent_dead")),
+            finished_at=parse_optional_time(data.get("finished_at")),
+            dead_reason=_opt_str(data.get("dead_reason")),
+            result=data.get("result"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Workflow:
+    """A job and every job joined to it by ``after``, either way (``GET /api/workflows/{id}``)."""
+
+    id: int
+    """The job asked about."""
+    status: WorkflowStatus
+    counts: dict[str, int]
+    """Its jobs by status name (only the statuses it has)."""
+    jobs: list[WorkflowJob]
+    """In id order (parents before their children)."""
+    edges: list[tuple[int, int]]
+    """``(parent, child)`` pairs."""
+    truncated: bool = False
+    """More jobs than shown (the server shows at most 1 000)."""
+
+    def job(self, id: int) -> WorkflowJob:
+        """Job ``id`` of the workflow; ``KeyError`` if it is not one of those shown."""
+        for job in self.jobs:
+            if job.id == id:
+                return job
+        raise KeyError(f"job {id} is not in the workflow of job {self.id}")
+
+    @classmethod
+    def from_json(cls, data: JSONObject) -> Workflow:
+        return cls(
+            id=int(data["id"]),
+            status=cast(WorkflowStatus, str(data["status"])),
+            counts={str(k): int(v) for k, v in (data.get("counts") or {}).items()},
+            jobs=[WorkflowJob.from_json(j) for j in data.get("jobs") or []],
+            edges=[(int(e[0]), int(e[1])) for e in data.get("edges") or []],
+            truncated=bool(data.get("truncated", False)),
         )
