@@ -5,8 +5,8 @@
 //! | operation                  | cases |
 //! |----------------------------|-------|
 //! | `insert_jobs` with `after` | every case here |
-//! | `complete_jobs`            | `a_job_waits_for_every_parent`, `a_batch_is_a_dag_of_earlier_jobs`, `concurrent_completions_release_a_child_once` |
-//! | `fail_job` (dead)          | `a_lost_parent_cancels_or_releases_its_children` |
+//! | `complete_jobs`            | `a_job_waits_for_every_parent`, `a_batch_is_a_dag_of_earlier_jobs`, `concurrent_completions_release_a_child_once`, `a_child_enqueued_while_its_parent_ends_is_never_left_waiting` |
+//! | `fail_job` (dead)          | `a_lost_parent_cancels_or_releases_its_children`, `a_child_enqueued_while_its_parent_ends_is_never_left_waiting` |
 //! | `delete_jobs`              | `a_lost_parent_cancels_or_releases_its_children` |
 //! | `children`                 | `a_job_waits_for_every_parent`, `a_batch_is_a_dag_of_earlier_jobs` |
 
@@ -282,5 +282,88 @@ pub(crate) async fn concurrent_completions_release_a_child_once(backend: &impl B
     let once = take(&store, &["join"], 10, T0 + 3).await;
     assert_eq!(taken_ids(&once), [join]);
     assert!(take(&store, &["join"], 10, T0 + 3).await.is_empty());
+    close(store).await;
+}
+
+pub(crate) async fn a_child_enqueued_while_its_parent_ends_is_never_left_waiting(
+    backend: &impl Backend,
+) {
+    let store = backend.open(T0).await;
+    const ROUNDS: usize = 12;
+    const CHILDREN: usize = 6;
+    for round in 0..ROUNDS {
+        let now = T0 + 10 * round as u64;
+        // Half the rounds complete the parent, half let it die.
+        let completes = round % 2 == 0;
+        let parent = enqueue(&store, vec![job("race")], now).await[0];
+        let taken = take(&store, &["race"], 1, now).await;
+        assert_eq!(taken_ids(&taken), [parent]);
+        let ending = {
+            let store = store.clone();
+            let ack = ack(&taken[0]);
+            tokio::spawn(async move {
+                if completes {
+                    for result in store
+                        .complete_plain(&[ack], true, now + 1)
+                        .await
+                        .expect("completed")
+                    {
+                        result.expect("lease valid");
+                    }
+                } else {
+                    store
+                        .fail_job(ack, now + 1, &dead(now + 1, "fatal"))
+                        .await
+                        .expect("failed");
+                }
+            })
+        };
+        // Children enqueued at the same moment, each in its own request.
+        let enqueues: Vec<_> = (0..CHILDREN)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    insert(
+                        &store,
+                        vec![child("race-child", vec![After::Job(parent)])],
+                        OnDuplicate::Refuse,
+                        now + 1,
+                    )
+                    .await
+                    .expect("enqueued")[0]
+                        .id
+                })
+            })
+            .collect();
+        ending.await.expect("joined");
+        let mut children = Vec::new();
+        for task in enqueues {
+            children.push(task.await.expect("joined"));
+        }
+        children.sort_unstable();
+        // Whichever came first, the child saw the parent's end exactly once.
+        let expected = if completes { Status::Ready } else { LOST };
+        for child in &children {
+            assert_eq!(status(&store, *child).await, Some(expected), "round {round}");
+        }
+        let mut listed: Vec<JobId> = store
+            .children(&[parent])
+            .await
+            .expect("children")
+            .into_iter()
+            .map(|(_, child)| child)
+            .collect();
+        listed.sort_unstable();
+        assert_eq!(listed, children, "round {round}");
+        if completes {
+            let released = take(&store, &["race-child"], 2 * CHILDREN, now + 2).await;
+            assert_eq!(released.len(), CHILDREN, "round {round}");
+            let acks: Vec<_> = released.iter().map(ack).collect();
+            store
+                .complete_plain(&acks, true, now + 2)
+                .await
+                .expect("completed");
+        }
+    }
     close(store).await;
 }
