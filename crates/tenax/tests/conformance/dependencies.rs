@@ -9,12 +9,15 @@
 //! | `fail_job` (dead)          | `a_lost_parent_cancels_or_releases_its_children`, `a_child_enqueued_while_its_parent_ends_is_never_left_waiting` |
 //! | `delete_jobs`              | `a_lost_parent_cancels_or_releases_its_children` |
 //! | `children`                 | `a_job_waits_for_every_parent`, `a_batch_is_a_dag_of_earlier_jobs` |
+//! | `import_jobs`              | `imported_waiting_jobs_wait_as_they_did` |
 
 use std::sync::Arc;
 
 use tenax_core::model::dependency::lost_parent_reason;
-use tenax_core::model::{After, JobId, OnDuplicate, OnParentDead, Selection, Status};
-use tenax_core::store::{Insert, Store, StoreError};
+use tenax_core::model::{
+    After, Job, JobId, JobState, OnDuplicate, OnParentDead, Selection, Status,
+};
+use tenax_core::store::{ImportedJob, Insert, Store, StoreError};
 
 use crate::support::*;
 
@@ -344,7 +347,11 @@ pub(crate) async fn a_child_enqueued_while_its_parent_ends_is_never_left_waiting
         // Whichever came first, the child saw the parent's end exactly once.
         let expected = if completes { Status::Ready } else { LOST };
         for child in &children {
-            assert_eq!(status(&store, *child).await, Some(expected), "round {round}");
+            assert_eq!(
+                status(&store, *child).await,
+                Some(expected),
+                "round {round}"
+            );
         }
         let mut listed: Vec<JobId> = store
             .children(&[parent])
@@ -366,4 +373,87 @@ pub(crate) async fn a_child_enqueued_while_its_parent_ends_is_never_left_waiting
         }
     }
     close(store).await;
+}
+
+/// A job as a source store (`tenax copy`) hands it over, waiting for `after` if any.
+fn copied(id: u64, status: Status, after: &[u64], on_parent_dead: OnParentDead) -> ImportedJob {
+    let mut spec = job("copied").job;
+    spec.after = after.iter().map(|p| JobId(*p)).collect();
+    spec.on_parent_dead = on_parent_dead;
+    let mut state = JobState::new(T0, T0);
+    state.status = status;
+    if status.is_finished() {
+        state.finished_at_ms = Some(T0);
+    }
+    ImportedJob::at_rest(
+        Job {
+            id: JobId(id),
+            spec,
+            state,
+            errors: Vec::new(),
+            held: None,
+        },
+        Vec::new(),
+    )
+}
+
+/// Waiting jobs copied into a store keep their parents and wait for those not ended yet, as
+/// they did in the source: a completed parent counted, the others awaited; the edges are there
+/// for the workflow's view.
+pub(crate) async fn imported_waiting_jobs_wait_as_they_did(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    use OnParentDead::{Cancel, Run};
+    // 5 completed and 6 ready; 7 waits for both (so for 6 only), 8 for 7, 9 for 6 and runs
+    // past a lost parent. Imported in two calls, parents first, as a copy does.
+    store
+        .import_jobs(vec![
+            copied(5, Status::Completed, &[], Cancel),
+            copied(6, Status::Ready, &[], Cancel),
+        ])
+        .await
+        .expect("imported");
+    store
+        .import_jobs(vec![
+            copied(7, Status::Waiting, &[5, 6], Cancel),
+            copied(8, Status::Waiting, &[7], Cancel),
+            copied(9, Status::Waiting, &[6], Run),
+        ])
+        .await
+        .expect("imported");
+    let ids = |ns: &[u64]| ns.iter().map(|n| JobId(*n)).collect::<Vec<_>>();
+    assert_eq!(get(&store, JobId(7)).await.spec.after, ids(&[5, 6]));
+    assert_eq!(get(&store, JobId(9)).await.spec.on_parent_dead, Run);
+    assert_eq!(
+        store.children(&ids(&[5, 6, 7])).await.expect("children"),
+        [
+            (JobId(5), JobId(7)),
+            (JobId(6), JobId(7)),
+            (JobId(6), JobId(9)),
+            (JobId(7), JobId(8))
+        ]
+    );
+    // Only 6 is taken; it completes, and releases 7 and 9, not 8.
+    let store = reopen(backend, store, T0 + 1).await;
+    let taken = take(&store, &["copied"], 10, T0 + 1).await;
+    assert_eq!(taken_ids(&taken), ids(&[6]));
+    complete_taken_acks(&store, &taken, T0 + 2).await;
+    assert_eq!(status(&store, JobId(7)).await, Some(Status::Ready));
+    assert_eq!(status(&store, JobId(9)).await, Some(Status::Ready));
+    assert_eq!(status(&store, JobId(8)).await, Some(Status::Waiting));
+    close(store).await;
+}
+
+async fn complete_taken_acks(
+    store: &Arc<dyn Store>,
+    taken: &[tenax_core::model::TakenJob],
+    now_ms: u64,
+) {
+    let acks: Vec<_> = taken.iter().map(ack).collect();
+    for result in store
+        .complete_plain(&acks, true, now_ms)
+        .await
+        .expect("completed")
+    {
+        result.expect("lease valid");
+    }
 }

@@ -102,6 +102,7 @@ conformance_suite! {
             a_lost_parent_cancels_or_releases_its_children,
             concurrent_completions_release_a_child_once,
             a_child_enqueued_while_its_parent_ends_is_never_left_waiting,
+            imported_waiting_jobs_wait_as_they_did,
         ],
         job_upkeep: [
             expired_leases_go_to_the_decision,
