@@ -34,6 +34,8 @@ impl JobCuration for PostgresStore {
         }
     }
 
+    /// Only scheduled jobs run now: a waiting job is left waiting (it runs when its parents
+    /// let it, [`super::dependents`]), and is not among the ids answered.
     async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError> {
         let client = self.client().await?;
         let rows = query(&client, &RUN_NOW, &[&ids_param(ids), &time(now_ms)])

@@ -35,9 +35,29 @@ const MIGRATIONS: &[(u64, &str)] = &[
 /// The schema version this binary writes and reads: its newest migration's number.
 pub const VERSION: u64 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
-/// Whether this binary has migration `n`.
-fn known(n: u64) -> bool {
-    MIGRATIONS.iter().any(|(m, _)| *m == n)
+/// The migrations of `known` (this binary's numbers, increasing) to apply, in order, to a
+/// database at version `found` that passed over the numbers `skipped`: the later ones, and the
+/// ones passed over. Refuses a database newer than `known`, or one that holds a migration
+/// `known` lacks.
+fn plan(known: &[u64], found: u64, skipped: &[u64]) -> Result<Vec<u64>, StoreError> {
+    let newest = known.last().copied().unwrap_or(0);
+    if found > newest {
+        return Err(StoreError::NewerFormat {
+            found,
+            supported: newest,
+        });
+    }
+    if let Some(unknown) = (1..=found).find(|n| !known.contains(n) && !skipped.contains(n)) {
+        return Err(StoreError::Refused(format!(
+            "the PostgreSQL schema holds migration {unknown}, which this version of Tenax does \
+             not have (it has up to {newest} without it): run the version that made it"
+        )));
+    }
+    Ok(known
+        .iter()
+        .copied()
+        .filter(|n| *n > found || skipped.contains(n))
+        .collect())
 }
 
 /// The advisory lock held while migrating ("tenax-mg").
@@ -72,12 +92,6 @@ async fn migrate_locked(client: &mut Client) -> Result<u64, StoreError> {
         .await
         .map_err(fault(what))?;
     let found = version(client).await?;
-    if found > VERSION {
-        return Err(StoreError::NewerFormat {
-            found,
-            supported: VERSION,
-        });
-    }
     let skipped: Vec<u64> = client
         .query(READ_SKIPPED.text(), &[])
         .await
@@ -85,30 +99,26 @@ async fn migrate_locked(client: &mut Client) -> Result<u64, StoreError> {
         .iter()
         .map(|r| u64::try_from(r.get::<_, i64>(0)).unwrap_or(0))
         .collect();
-    // Applied by a binary that has a migration this one lacks: newer than this one.
-    if let Some(unknown) = (1..=found).find(|n| !known(*n) && !skipped.contains(n)) {
-        return Err(StoreError::NewerFormat {
-            found: unknown.max(found),
-            supported: VERSION,
-        });
-    }
+    let known: Vec<u64> = MIGRATIONS.iter().map(|(n, _)| *n).collect();
+    let due = plan(&known, found, &skipped)?;
     let mut at = found;
-    for (n, sql) in MIGRATIONS
-        .iter()
-        .filter(|(n, _)| *n > found || skipped.contains(n))
-    {
+    for (n, sql) in MIGRATIONS.iter().filter(|(n, _)| due.contains(n)) {
         let tx = client.transaction().await.map_err(fault(what))?;
         tx.batch_execute(sql).await.map_err(fault(what))?;
         let number = i64::try_from(*n).unwrap_or(i64::MAX);
-        tx.execute(UNSKIP.text(), &[&number])
-            .await
-            .map_err(fault(what))?;
-        if *n > at {
+        if skipped.contains(n) {
+            tx.execute(UNSKIP.text(), &[&number])
+                .await
+                .map_err(fault(what))?;
+        }
+        if *n > at + 1 {
             // The free numbers passed over, for the binary that has them.
             let from = i64::try_from(at + 1).unwrap_or(i64::MAX);
             tx.execute(SKIP.text(), &[&from, &number])
                 .await
                 .map_err(fault(what))?;
+        }
+        if *n > at {
             tx.execute(WRITE_VERSION.text(), &[&number])
                 .await
                 .map_err(fault(what))?;
@@ -147,4 +157,35 @@ statements! {
         SELECT generate_series($1::bigint, $2::bigint - 1) ON CONFLICT DO NOTHING";
     UNSKIP = "DELETE FROM tenax_schema_skipped WHERE version = $1";
     READ_VERSION = "SELECT version FROM tenax_schema";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_free_number_is_applied_later_by_the_binary_that_has_it() {
+        let without = [1, 2, 3, 5];
+        let with = [1, 2, 3, 4, 5];
+        // Fresh, or from before the free number: everything this binary has, in order.
+        assert_eq!(plan(&without, 0, &[]), Ok(vec![1, 2, 3, 5]));
+        assert_eq!(plan(&without, 3, &[]), Ok(vec![5]));
+        // Migrated past 4 (which is recorded as skipped): the binary that has 4 applies it.
+        assert_eq!(plan(&with, 5, &[4]), Ok(vec![4]));
+        assert_eq!(plan(&without, 5, &[4]), Ok(vec![]));
+        // A database that holds 4 is refused by a binary without it; a newer one by both.
+        assert!(matches!(
+            plan(&without, 4, &[]),
+            Err(StoreError::Refused(_))
+        ));
+        assert_eq!(
+            plan(&with, 6, &[]),
+            Err(StoreError::NewerFormat {
+                found: 6,
+                supported: 5
+            })
+        );
+        // The shipped list is increasing.
+        assert!(MIGRATIONS.windows(2).all(|w| w[0].0 < w[1].0));
+    }
 }
