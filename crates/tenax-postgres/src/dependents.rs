@@ -63,6 +63,9 @@ pub enum End {
     Forgotten,
 }
 
+/// Ended jobs that had children (by id), and how each ended.
+pub type Ended = Vec<(i64, End)>;
+
 /// What settling made of the children: whether any became ready, or scheduled.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Settled {

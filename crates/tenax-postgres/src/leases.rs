@@ -14,7 +14,7 @@ use tenax_core::store::{
 };
 use tokio_postgres::Row;
 
-use super::dependents::{End, Settled, settle};
+use super::dependents::{End, Ended, Settled, settle};
 use super::rows::{id, job_columns, job_of, json, limit, time, unid, untime};
 use super::statements::statements;
 use super::transitions::{Context, check_ack, complete, decide_and_apply, query, status_of_job};
@@ -302,7 +302,7 @@ pub(super) async fn take<C: deadpool_postgres::GenericClient>(
 }
 
 /// The jobs [`POP`] popped, and the ids of those that had children.
-pub(super) fn popped(rows: &[Row]) -> Result<(Vec<Job>, Vec<(i64, End)>), StoreError> {
+pub(super) fn popped(rows: &[Row]) -> Result<(Vec<Job>, Ended), StoreError> {
     let mut jobs = Vec::with_capacity(rows.len());
     let mut parents = Vec::new();
     for row in rows {
