@@ -351,7 +351,8 @@ fn resolve(index: usize, after: After, plans: &[Plan]) -> Result<Result<JobId, u
 }
 
 /// Locks the stored jobs that the new ones of `plans` wait for against their end (`FOR KEY
-/// SHARE`: a heartbeat or a take still passes), flags them as having children, and reads how
+/// SHARE`: a heartbeat passes, a take skips the row until the commit), flags them as having
+/// children, and reads how
 /// they stand. A job that moves between the tables meanwhile (it ends, or is replayed) is
 /// looked for again where it went. Refuses an unknown one, naming the first insert and
 /// position that names it; nothing is stored then.
