@@ -19,7 +19,7 @@ use super::rows::{id, job_columns, job_of, json, limit, time, unid, untime};
 use super::statements::statements;
 use super::transitions::{Context, check_ack, complete, decide_and_apply, query, status_of_job};
 use super::wakeups::Wakeup;
-use super::{PostgresStore, fault, limits};
+use super::{PostgresStore, RETRIES, fault, is_conflict, limits};
 
 /// The lease tokens of a take of at most `max` jobs, the `n`th picked job gets the `n`th:
 /// each drawn on its own ([`LeaseToken::random`]), so that no token tells another.
@@ -122,18 +122,28 @@ impl JobLeases for PostgresStore {
                 .map(|r| r.as_ref().map(JobResult::get))
                 .collect()
         });
-        // A job with children is left for a transaction of its own, below.
-        let (done, _) = complete(
-            &client,
-            &ids,
-            &tokens,
-            texts.as_deref(),
-            retain,
-            now_ms,
-            None,
-            false,
-        )
-        .await?;
+        // A job with children is left for a transaction of its own, below. The statement
+        // waits for an enqueue that holds a parent's row, and may deadlock with one that
+        // locks several (the enqueue or it is then rolled back): it runs again.
+        let mut attempt = 0;
+        let (done, _) = loop {
+            attempt += 1;
+            match complete(
+                &client,
+                &ids,
+                &tokens,
+                texts.as_deref(),
+                retain,
+                now_ms,
+                None,
+                false,
+            )
+            .await
+            {
+                Err(error) if is_conflict(&error) && attempt < RETRIES => continue,
+                done => break done?,
+            }
+        };
         // Back to the pool before any transaction below takes one.
         drop(client);
         let mut done: HashMap<(i64, i64), LeaseFacts> = done.into_iter().collect();
@@ -333,6 +343,23 @@ impl PostgresStore {
     /// why it cannot: a job with children, which [`complete`] leaves to its caller's
     /// transaction, or an acknowledgement that the shared statement refused.
     async fn complete_parent(
+        &self,
+        ack: Ack,
+        result: Option<&str>,
+        retain: bool,
+        now_ms: UnixMs,
+    ) -> Result<Result<Option<LeaseFacts>, StoreError>, StoreError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.try_complete_parent(ack, result, retain, now_ms).await {
+                Err(error) if is_conflict(&error) && attempt < RETRIES => continue,
+                done => return done,
+            }
+        }
+    }
+
+    async fn try_complete_parent(
         &self,
         ack: Ack,
         result: Option<&str>,
