@@ -8,6 +8,7 @@
 //! | `complete_jobs`            | `a_job_waits_for_every_parent`, `a_batch_is_a_dag_of_earlier_jobs`, `concurrent_completions_release_a_child_once`, `a_child_enqueued_while_its_parent_ends_is_never_left_waiting` |
 //! | `fail_job` (dead)          | `a_lost_parent_cancels_or_releases_its_children`, `a_child_enqueued_while_its_parent_ends_is_never_left_waiting` |
 //! | `delete_jobs`              | `a_lost_parent_cancels_or_releases_its_children` |
+//! | `expire_leases`, `expire_jobs`, `pop_jobs`, `delete_checked`, `delete_queue`, `complete_jobs` without retention, `purge_finished` | `every_end_of_a_parent_settles_its_children` |
 //! | `children`                 | `a_job_waits_for_every_parent`, `a_batch_is_a_dag_of_earlier_jobs` |
 //! | `import_jobs`              | `imported_waiting_jobs_wait_as_they_did` |
 
@@ -456,4 +457,93 @@ async fn complete_taken_acks(
     {
         result.expect("lease valid");
     }
+}
+
+/// Every other way a job ends settles its waiting children in the same commit: a lease that
+/// expires into death, an expiry, a pop, a checked delete and a queue's deletion lose the
+/// parent (its child is cancelled); a completion without retention releases the child and
+/// takes the edge along; a purge of a completed parent takes its edge along.
+pub(crate) async fn every_end_of_a_parent_settles_its_children(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let queues = ["lease", "ttl", "pop", "checked", "doomed", "gone", "kept"];
+    let mut parents = Vec::new();
+    for queue in queues {
+        let mut parent = job(queue);
+        if queue == "ttl" {
+            parent = parent.expires(T0 + 5 * SECOND);
+        }
+        parents.push(enqueue(&store, vec![parent], T0).await[0]);
+    }
+    let children = enqueue(
+        &store,
+        parents
+            .iter()
+            .map(|p| child("kids", vec![After::Job(*p)]))
+            .collect(),
+        T0,
+    )
+    .await;
+    let [lease, ttl, pop, checked, doomed, gone, kept] = parents[..] else {
+        unreachable!("seven parents");
+    };
+    let child_of = |parent: JobId| children[parents.iter().position(|p| *p == parent).unwrap()];
+
+    let taken = take(&store, &["lease"], 1, T0 + 1).await;
+    assert_eq!(taken_ids(&taken), [lease]);
+    let expired = store
+        .expire_leases(T0 + 31 * SECOND, 10, &dead(T0 + 31 * SECOND, "lease ended"))
+        .await
+        .expect("expired");
+    assert_eq!(expired, 1);
+    assert_eq!(status(&store, child_of(lease)).await, Some(LOST));
+
+    assert_eq!(store.expire_jobs(T0 + 32 * SECOND, 100).await, Ok(1));
+    assert_eq!(status(&store, ttl).await, None);
+    assert_eq!(status(&store, child_of(ttl)).await, Some(LOST));
+
+    let popped = store
+        .pop_jobs(&["pop".to_owned()], 10, T0 + 33 * SECOND)
+        .await
+        .expect("popped");
+    assert_eq!(popped.iter().map(|j| j.id).collect::<Vec<_>>(), [pop]);
+    assert_eq!(status(&store, child_of(pop)).await, Some(LOST));
+
+    let deleted = store
+        .delete_checked(&[checked], &|_| true)
+        .await
+        .expect("deleted");
+    assert!(deleted[0].deleted);
+    assert_eq!(status(&store, child_of(checked)).await, Some(LOST));
+
+    assert_eq!(store.delete_queue("doomed").await, Ok(1));
+    assert_eq!(status(&store, child_of(doomed)).await, Some(LOST));
+
+    let taken = take(&store, &["gone"], 1, T0 + 34 * SECOND).await;
+    assert_eq!(taken_ids(&taken), [gone]);
+    for result in store
+        .complete_plain(&[ack(&taken[0])], false, T0 + 35 * SECOND)
+        .await
+        .expect("completed")
+    {
+        result.expect("lease valid");
+    }
+    assert_eq!(status(&store, gone).await, None);
+    assert_eq!(status(&store, child_of(gone)).await, Some(Status::Ready));
+    assert!(store.children(&[gone]).await.expect("children").is_empty());
+
+    complete_taken(&store, "kept", &[kept], T0 + 36 * SECOND).await;
+    assert_eq!(status(&store, child_of(kept)).await, Some(Status::Ready));
+    assert_eq!(
+        store.children(&[kept]).await.expect("children"),
+        [(kept, child_of(kept))]
+    );
+    let purged = store
+        .purge_finished(T0 + 37 * SECOND, 0, 100)
+        .await
+        .expect("purged");
+    assert_eq!(purged, 1);
+    assert_eq!(status(&store, kept).await, None);
+    assert!(store.children(&[kept]).await.expect("children").is_empty());
+    assert_eq!(status(&store, child_of(kept)).await, Some(Status::Ready));
+    close(store).await;
 }
