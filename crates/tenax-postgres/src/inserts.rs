@@ -377,15 +377,23 @@ async fn lock_parents(
     wanted.sort_unstable();
     wanted.dedup();
     let mut found: HashMap<i64, Stands> = HashMap::with_capacity(wanted.len());
-    for sql in [LOCK_LIVE_PARENTS, LOCK_FINISHED_PARENTS, LOCK_LIVE_PARENTS] {
+    let completed = status_code(Status::Completed);
+    for (sql, unfinished) in [
+        (LOCK_LIVE_PARENTS, true),
+        (LOCK_FINISHED_PARENTS, false),
+        (LOCK_LIVE_PARENTS, true),
+    ] {
         if wanted.is_empty() {
             break;
         }
         for row in query(tx, &sql, &[&wanted]).await.map_err(fault(what))? {
-            let stands = match status_of(row.get(1))? {
-                Status::Completed => Stands::Completed,
-                Status::Dead => Stands::Lost,
-                _ => Stands::Unfinished,
+            // A finished job that did not complete (dead, cancelled) will not complete.
+            let stands = if unfinished {
+                Stands::Unfinished
+            } else if row.get::<_, i16>(1) == completed {
+                Stands::Completed
+            } else {
+                Stands::Lost
             };
             found.insert(row.get(0), stands);
         }

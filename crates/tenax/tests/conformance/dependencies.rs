@@ -486,7 +486,10 @@ pub(crate) async fn every_end_of_a_parent_settles_its_children(backend: &impl Ba
     let [lease, ttl, pop, checked, doomed, gone, kept] = parents[..] else {
         unreachable!("seven parents");
     };
-    let child_of = |parent: JobId| children[parents.iter().position(|p| *p == parent).unwrap()];
+    let child_of = |parent: JobId| {
+        let at = parents.iter().position(|p| *p == parent);
+        children[at.expect("one of the parents")]
+    };
 
     let taken = take(&store, &["lease"], 1, T0 + 1).await;
     assert_eq!(taken_ids(&taken), [lease]);
