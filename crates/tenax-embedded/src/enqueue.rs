@@ -59,9 +59,11 @@ impl JobInserts for EmbeddedStore {
 }
 
 impl EmbeddedStore {
-    /// The parents named by `jobs` that are on disk only (completed: every job that can still
-    /// change is in memory). Read before the lock is taken, since a read of the file waits for
-    /// the writer, which takes the lock. A parent that memory holds is judged under the lock.
+    /// The parents named by `jobs` that are stored: under the lock, one that memory no longer
+    /// holds is completed (every job that can still change is in memory). Read before the
+    /// lock is taken, since a read of the file waits for the writer, which takes the lock; and
+    /// read for every parent, since one that memory holds now may complete and leave it before
+    /// the lock is taken. (One deleted in between reads as completed: its child runs.)
     fn parents_on_disk(&self, jobs: &[Insert]) -> Result<HashSet<JobId>, StoreError> {
         let named = || {
             jobs.iter().flat_map(|j| &j.after).filter_map(|a| match a {
@@ -69,17 +71,14 @@ impl EmbeddedStore {
                 After::Earlier(_) => None,
             })
         };
-        if named().next().is_none() {
+        let mut named: Vec<JobId> = named().collect();
+        if named.is_empty() {
             return Ok(HashSet::new());
         }
-        let absent: Vec<JobId> = {
-            let inner = self.inner.lock();
-            named()
-                .filter(|id| inner.index.get(*id).is_none())
-                .collect()
-        };
-        let bodies = self.read_body(&absent)?;
-        Ok(absent
+        named.sort_unstable();
+        named.dedup();
+        let bodies = self.read_body(&named)?;
+        Ok(named
             .into_iter()
             .zip(bodies)
             .filter_map(|(id, body)| body.map(|_| id))

@@ -1,4 +1,5 @@
-//! Group commit for enqueues of plain jobs (no unique key, parent or subscription: nothing
+//! Group commit for enqueues of plain jobs (no unique key, parent, subscription or job they
+//! wait for: nothing
 //! that can refuse one request and not another, but an old facts version, which the statement
 //! checks row by row). Such enqueues that arrive while one is being committed wait for it, and
 //! then share the next commit: one statement and one WAL flush for many requests, where each
@@ -68,9 +69,12 @@ const MOST_PER_REQUEST: usize = 16;
 /// refused alone.
 pub fn is_shared(jobs: &[Insert]) -> bool {
     jobs.len() <= MOST_PER_REQUEST
-        && jobs
-            .iter()
-            .all(|j| j.job.unique_key.is_none() && j.parent.is_none() && j.owner.is_none())
+        && jobs.iter().all(|j| {
+            j.job.unique_key.is_none()
+                && j.parent.is_none()
+                && j.owner.is_none()
+                && j.after.is_empty()
+        })
 }
 
 impl Combiner {

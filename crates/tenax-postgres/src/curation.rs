@@ -9,6 +9,7 @@ use tenax_core::model::{
 };
 use tenax_core::store::{DeleteCheck, JobCuration, StoreError};
 
+use super::dependents::{End, Settled, settle};
 use super::filter::{Query, ids_param, selection_shapes};
 use super::inserts::key_holders;
 use super::rows::{id, json, peek_columns, peek_of, status_of, table_columns, time, unid};
@@ -33,6 +34,8 @@ impl JobCuration for PostgresStore {
         }
     }
 
+    /// Only scheduled jobs run now: a waiting job is left waiting (it runs when its parents
+    /// let it, [`super::dependents`]), and is not among the ids answered.
     async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError> {
         let client = self.client().await?;
         let rows = query(&client, &RUN_NOW, &[&ids_param(ids), &time(now_ms)])
@@ -49,13 +52,14 @@ impl JobCuration for PostgresStore {
     async fn delete_jobs(
         &self,
         selection: &Selection,
-        _now_ms: UnixMs,
+        now_ms: UnixMs,
     ) -> Result<Vec<JobId>, StoreError> {
         let what = "deleting jobs";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
         let mut ids: Vec<JobId> = Vec::new();
         let mut live = 0;
+        let mut parents: Vec<(i64, End)> = Vec::new();
         for (prefix, unfinished) in [(DELETE_LIVE_WHERE, true), (DELETE_FINISHED_WHERE, false)] {
             let statement = delete_selected(prefix, selection);
             let rows = query(&tx, &statement, &statement.params())
@@ -65,8 +69,15 @@ impl JobCuration for PostgresStore {
                 live = rows.len();
             }
             ids.extend(rows.iter().map(|r| JobId(unid(r.get(0)))));
+            parents.extend(deleted_parents(&rows, unfinished));
         }
+        let settled = if parents.is_empty() {
+            Settled::default()
+        } else {
+            settle(&tx, &parents, now_ms).await?
+        };
         tx.commit().await.map_err(fault(what))?;
+        self.announce_settled(settled);
         if live > 0 {
             // A deleted job may have been held by a stream: it has room again.
             self.announce(Wakeup::Released);
@@ -79,7 +90,7 @@ impl JobCuration for PostgresStore {
         &self,
         ids: &[JobId],
         check: &DeleteCheck<'_>,
-        _now_ms: UnixMs,
+        now_ms: UnixMs,
     ) -> Result<Vec<Checked>, StoreError> {
         let what = "deleting jobs";
         let mut client = self.client().await?;
@@ -109,12 +120,19 @@ impl JobCuration for PostgresStore {
                 deleted,
             });
         }
+        let mut settled = Settled::default();
         if !doomed.is_empty() {
-            for sql in [DELETE_LIVE, DELETE_FINISHED] {
-                execute(&tx, &sql, &[&doomed]).await.map_err(fault(what))?;
+            let mut parents: Vec<(i64, End)> = Vec::new();
+            for (sql, unfinished) in [(DELETE_LIVE, true), (DELETE_FINISHED, false)] {
+                let rows = query(&tx, &sql, &[&doomed]).await.map_err(fault(what))?;
+                parents.extend(deleted_parents(&rows, unfinished));
+            }
+            if !parents.is_empty() {
+                settled = settle(&tx, &parents, now_ms).await?;
             }
         }
         tx.commit().await.map_err(fault(what))?;
+        self.announce_settled(settled);
         if !doomed.is_empty() {
             self.announce(Wakeup::Released);
         }
@@ -213,12 +231,26 @@ impl PostgresStore {
     }
 }
 
-/// The jobs of `selection` in one job table (`prefix`), deleted.
+/// The jobs of `selection` in one job table (`prefix`), deleted: (id, has_children) of each.
 fn delete_selected(prefix: Prefix, selection: &Selection) -> Query {
     let mut statement = Query::new(prefix);
     statement.selection(selection);
-    statement.push(" RETURNING id");
+    statement.push(" RETURNING id, has_children");
     statement
+}
+
+/// The deleted jobs of `rows` (id, has_children) that had children, and how they ended for
+/// them: an unfinished one is lost; a finished one only takes its edges along.
+fn deleted_parents(rows: &[tokio_postgres::Row], unfinished: bool) -> Vec<(i64, End)> {
+    let end = if unfinished {
+        End::Deleted
+    } else {
+        End::Forgotten
+    };
+    rows.iter()
+        .filter(|r| r.get::<_, bool>(1))
+        .map(|r| (r.get(0), end))
+        .collect()
 }
 
 /// The jobs of `selection`, for a replay to look at.
@@ -261,8 +293,8 @@ statements! {
         peek_columns!(),
         " FROM tenax_finished WHERE id = ANY($1) FOR UPDATE"
     );
-    DELETE_LIVE = "DELETE FROM tenax_jobs WHERE id = ANY($1)";
-    DELETE_FINISHED = "DELETE FROM tenax_finished WHERE id = ANY($1)";
+    DELETE_LIVE = "DELETE FROM tenax_jobs WHERE id = ANY($1) RETURNING id, has_children";
+    DELETE_FINISHED = "DELETE FROM tenax_finished WHERE id = ANY($1) RETURNING id, has_children";
     STATUSES = "SELECT id, status FROM tenax_all_jobs WHERE id = ANY($1)";
 
     /// Dead jobs back to the table of unfinished jobs, ready now; their errors are kept.
@@ -278,7 +310,8 @@ statements! {
              CASE WHEN $3::bool THEN 0 ELSE failures END,
              CASE WHEN $3::bool THEN NULL ELSE first_failure_at END,
              CASE WHEN $3::bool THEN NULL ELSE last_delay END,
-             NULL, NULL, errors, attempts, NULL, NULL, NULL, NULL, 1, payload_sealed, NULL
+             NULL, NULL, errors, attempts, NULL, NULL, NULL, NULL, 1, payload_sealed, NULL,
+             after_ids, on_parent_dead, NULL, has_children
          FROM revived"
     );
 }

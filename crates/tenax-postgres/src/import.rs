@@ -12,8 +12,8 @@ use tenax_core::model::{JobId, Status, Subscription};
 use tenax_core::store::{ImportedJob, StoreError, StoreImport};
 
 use super::rows::{
-    count, count_of, id, json, status_code, stored_subscription, table_columns, time, trigger_code,
-    unid,
+    count, count_of, id, json, on_parent_dead_code, status_code, stored_after, stored_subscription,
+    table_columns, time, trigger_code, unid,
 };
 use super::statements::statements;
 use super::subscriptions::INSERT as INSERT_SUBSCRIPTION;
@@ -65,6 +65,18 @@ impl StoreImport for PostgresStore {
         }))
         .await
         .map_err(fault(what))?;
+        // Jobs that wait or waited for others: their edges, their parents' flags, and the
+        // counts of the waiting ones, from the parents as stored now.
+        let children: Vec<i64> = rows
+            .iter()
+            .filter(|row| row.after_ids.is_some())
+            .map(|row| row.id)
+            .collect();
+        if !children.is_empty() {
+            for sql in [LINK_IMPORTED, COUNT_IMPORTED] {
+                query(&tx, &sql, &[&children]).await.map_err(fault(what))?;
+            }
+        }
         query(&tx, &SET_NEXT_JOB_ID, &[&id(last.0)])
             .await
             .map_err(fault(what))?;
@@ -156,6 +168,8 @@ struct Row {
     trigger: Option<i16>,
     payload_sealed: bool,
     result: Option<String>,
+    after_ids: Option<Vec<i64>>,
+    on_parent_dead: i16,
 }
 
 impl Row {
@@ -187,10 +201,12 @@ impl Row {
             trigger: trigger_code(state.trigger),
             payload_sealed: spec.payload_sealed,
             result: state.result.as_ref().map(|r| r.get().to_owned()),
+            after_ids: stored_after(&spec.after),
+            on_parent_dead: on_parent_dead_code(spec.on_parent_dead),
         }
     }
 
-    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 24] {
+    fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 26] {
         [
             &self.id,
             &self.queue,
@@ -216,18 +232,22 @@ impl Row {
             &self.trigger,
             &self.payload_sealed,
             &self.result,
+            &self.after_ids,
+            &self.on_parent_dead,
         ]
     }
 }
 
 /// The values of a row, without its lease (`lease_token` … `claim_id`: a job is imported at
-/// rest), in [`table_columns!`]'s order.
+/// rest), in [`table_columns!`]'s order; its `pending` and `has_children` are written by
+/// [`LINK_IMPORTED`].
 macro_rules! import_values {
     () => {
         "$1::bigint, $2::text, $3::text, $4::text, $5::integer, $6::text, $7::bigint, \
          $8::bigint, $9::text, $10::bigint, $11::text, $12::text, $13::smallint, $14::bigint, \
          $15::integer, $16::bigint, $17::bigint, $18::bigint, $19::text, $20::text[], \
-         $21::text[], NULL, NULL, NULL, NULL, $22::smallint, $23::boolean, $24::text"
+         $21::text[], NULL, NULL, NULL, NULL, $22::smallint, $23::boolean, $24::text, \
+         $25::bigint[], $26::smallint, NULL, false"
     };
 }
 
@@ -242,6 +262,38 @@ statements! {
     INSERT_FINISHED = concat!(
         "INSERT INTO tenax_finished (", table_columns!(), ") VALUES (", import_values!(), ")"
     );
+    /// Links the imported jobs `$1` to their stored parents as an enqueue would have
+    /// ([`super::dependents`]): an edge from each stored parent (imported before, since its id
+    /// is smaller), its flag, and a waiting job's count of its unfinished parents. A waiting
+    /// job none of whose parents is unfinished any more (they were not copied) is ready.
+    LINK_IMPORTED = "WITH links AS (
+             SELECT DISTINCT p.parent, c.id AS child
+             FROM tenax_all_jobs c CROSS JOIN LATERAL unnest(c.after_ids) AS p(parent)
+             WHERE c.id = ANY($1::bigint[])
+         ), edges AS (
+             INSERT INTO tenax_edges (parent, child)
+             SELECT l.parent, l.child FROM links l
+             WHERE EXISTS (SELECT 1 FROM tenax_all_jobs j WHERE j.id = l.parent)
+             ON CONFLICT DO NOTHING
+         ), live_flags AS (
+             UPDATE tenax_jobs SET has_children = true
+             WHERE id IN (SELECT parent FROM links) AND NOT has_children
+         )
+         UPDATE tenax_finished SET has_children = true
+         WHERE id IN (SELECT parent FROM links) AND NOT has_children";
+    /// The counts of the waiting jobs among `$1`, after [`LINK_IMPORTED`] (a statement of
+    /// its own: a job may be a parent and a waiting child, and one statement updates a row
+    /// once).
+    COUNT_IMPORTED = "WITH counted AS (
+             SELECT c.id AS child, count(DISTINCT j.id)::integer AS pending
+             FROM tenax_jobs c CROSS JOIN LATERAL unnest(c.after_ids) AS p(parent)
+             LEFT JOIN tenax_jobs j ON j.id = p.parent
+             WHERE c.id = ANY($1::bigint[]) AND c.status = 6
+             GROUP BY c.id
+         )
+         UPDATE tenax_jobs c SET pending = nullif(counted.pending, 0),
+             status = CASE WHEN counted.pending = 0 THEN 1 ELSE c.status END
+         FROM counted WHERE c.id = counted.child";
     /// Raises the sequence to `$1` (never lowers it), so that the next id is past it.
     SET_NEXT_SUBSCRIPTION_ID = "SELECT setval('tenax_subscription_ids',
         greatest($1::bigint, (SELECT last_value FROM tenax_subscription_ids)))";

@@ -7,11 +7,17 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tenax_core::clock::UnixMs;
-use tenax_core::model::{Enqueued, JobId, JobState, KeyHolder, OnDuplicate, Status};
+use tenax_core::model::dependency::lost_parent_reason;
+use tenax_core::model::{
+    After, Enqueued, JobId, JobState, KeyHolder, OnDuplicate, OnParentDead, Status,
+};
 use tenax_core::store::{FactsSeen, Insert, JobInserts, QueueFacts, StoreError};
 use tokio_postgres::Row;
 
-use super::rows::{id, json, limit, status_code, status_of, time, unid, untime};
+use super::dependents::{CANCEL_WAITING, CANCELLED};
+use super::rows::{
+    count, id, json, limit, on_parent_dead_code, status_code, status_of, time, unid, untime,
+};
 use super::statements::statements;
 use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
@@ -204,22 +210,44 @@ pub async fn insert_in(
             return Ok((results, Made::default()));
         }
 
+        // The stored jobs the new ones wait for, locked, before the ids are drawn.
+        let waits = jobs.iter().any(|j| !j.after.is_empty());
+        let parents = if waits {
+            lock_parents(tx, jobs, &plans).await?
+        } else {
+            HashMap::new()
+        };
+
         let ids: Vec<i64> = query(tx, &NEXT_IDS, &[&limit(fresh)])
             .await
             .map_err(fault(what))?
             .iter()
             .map(|r| r.get(0))
             .collect();
+        let links = waits
+            .then(|| Links::of(jobs, &plans, &ids, &parents))
+            .transpose()?;
         let mut rows = Columns::with_capacity(fresh);
         let mut results = Vec::with_capacity(jobs.len());
         let (mut any_ready, mut any_scheduled) = (false, false);
+        // Each fresh job's state: waiting, or as it would be without parents.
+        let state_of = |index: usize| -> JobState {
+            let job = &jobs[index].job;
+            let mut state = JobState::new(job.run_at_ms, now_ms);
+            if let Some(fate) = links.as_ref().and_then(|l| l.fates[index].as_ref()) {
+                match fate {
+                    Fate::Waiting(_) => state.status = Status::Waiting,
+                    Fate::Cancelled(_) => state.status = CANCELLED,
+                }
+            }
+            state
+        };
         for (index, plan) in plans.iter().enumerate() {
             results.push(match plan {
                 Plan::Skip => None,
                 Plan::Existing(held) => Some(held.clone()),
                 Plan::Earlier(n, at) => {
-                    let job = &jobs[*at].job;
-                    let state = JobState::new(job.run_at_ms, now_ms);
+                    let state = state_of(*at);
                     Some(Enqueued {
                         id: JobId(unid(ids[*n])),
                         created: false,
@@ -233,10 +261,15 @@ pub async fn insert_in(
                         Some(Plan::Fresh(m)) => Some(ids[*m]),
                         _ => None,
                     });
-                    let state = JobState::new(insert.job.run_at_ms, now_ms);
+                    let state = state_of(index);
                     any_ready |= state.status == Status::Ready;
                     any_scheduled |= state.status == Status::Scheduled;
-                    rows.push(insert, parent, &state);
+                    // A job cancelled at once is written waiting, then moved (below).
+                    let mut written = state.clone();
+                    if written.status == CANCELLED {
+                        written.status = Status::Waiting;
+                    }
+                    rows.push(insert, parent, &written);
                     Some(Enqueued {
                         id: JobId(unid(ids[*n])),
                         created: true,
@@ -247,13 +280,27 @@ pub async fn insert_in(
             });
         }
         let version = id(seen.0);
-        let params = rows.params([&ids, &version]);
-        let stored = execute(tx, &INSERT_ROWS, &params)
-            .await
-            .map_err(fault(what))?;
+        let stored = match &links {
+            None => execute(tx, &INSERT_ROWS, &rows.params([&ids, &version])).await,
+            Some(links) => {
+                let params = rows.params([
+                    &ids,
+                    &version,
+                    &links.after,
+                    &links.on_parent_dead,
+                    &links.pending,
+                    &links.has_children,
+                ]);
+                execute(tx, &INSERT_WAITING_ROWS, &params).await
+            }
+        }
+        .map_err(fault(what))?;
         if stored == 0 {
             // The version moved on since `seen`: rolled back as `tx` goes.
             return Err(StoreError::FactsChanged);
+        }
+        if let Some(links) = &links {
+            links.write(tx, now_ms).await?;
         }
         let made = Made {
             ready: any_ready,
@@ -261,6 +308,263 @@ pub async fn insert_in(
         };
         Ok((results, made))
     }
+}
+
+/// How a stored job that a new one waits for stands, read under its row's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stands {
+    Unfinished,
+    Completed,
+    /// Dead (or cancelled): it will not complete.
+    Lost,
+}
+
+/// What a new job with parents starts as, at index of the request; `None` for a job without
+/// parents, or whose parents are all done.
+#[derive(Debug, Clone)]
+enum Fate {
+    /// Waiting for this many of its parents.
+    Waiting(u32),
+    /// Cancelled at once, because of this parent.
+    Cancelled(i64),
+}
+
+/// The parent named by `after` of insert `index`, resolved: a stored job's id, or a new one's
+/// index in the request. Refuses a later or unstored insert.
+fn resolve(index: usize, after: After, plans: &[Plan]) -> Result<Result<JobId, usize>, StoreError> {
+    match after {
+        After::Job(job) => Ok(Ok(job)),
+        After::Earlier(at) if at >= index => Err(StoreError::Refused(format!(
+            "the job at {index} of the enqueue waits for the job at {at}, which does not come \
+             before it"
+        ))),
+        After::Earlier(at) => match &plans[at] {
+            Plan::Fresh(_) => Ok(Err(at)),
+            Plan::Earlier(_, holder) => Ok(Err(*holder)),
+            Plan::Existing(held) => Ok(Ok(held.id)),
+            Plan::Skip => Err(StoreError::Refused(format!(
+                "the job at {index} of the enqueue waits for the job at {at}, which is not \
+                 stored"
+            ))),
+        },
+    }
+}
+
+/// Locks the stored jobs that the new ones of `plans` wait for against their end (`FOR KEY
+/// SHARE`: a heartbeat passes, a take skips the row until the commit), flags them as having
+/// children, and reads how
+/// they stand. A job that moves between the tables meanwhile (it ends, or is replayed) is
+/// looked for again where it went. Refuses an unknown one, naming the first insert and
+/// position that names it; nothing is stored then.
+async fn lock_parents(
+    tx: &deadpool_postgres::Transaction<'_>,
+    jobs: &[Insert],
+    plans: &[Plan],
+) -> Result<HashMap<i64, Stands>, StoreError> {
+    let what = "locking the jobs new ones wait for";
+    let mut named: Vec<(i64, usize, usize)> = Vec::new();
+    for (index, insert) in jobs.iter().enumerate() {
+        if !matches!(plans[index], Plan::Fresh(_)) {
+            continue;
+        }
+        for (position, after) in insert.after.iter().enumerate() {
+            if let Ok(job) = resolve(index, *after, plans)? {
+                named.push((id(job.0), index, position));
+            }
+        }
+    }
+    let mut wanted: Vec<i64> = named.iter().map(|(job, _, _)| *job).collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut found: HashMap<i64, Stands> = HashMap::with_capacity(wanted.len());
+    let completed = status_code(Status::Completed);
+    for (sql, unfinished) in [
+        (LOCK_LIVE_PARENTS, true),
+        (LOCK_FINISHED_PARENTS, false),
+        (LOCK_LIVE_PARENTS, true),
+    ] {
+        if wanted.is_empty() {
+            break;
+        }
+        for row in query(tx, &sql, &[&wanted]).await.map_err(fault(what))? {
+            // A finished job that did not complete (dead, cancelled) will not complete.
+            let stands = if unfinished {
+                Stands::Unfinished
+            } else if row.get::<_, i16>(1) == completed {
+                Stands::Completed
+            } else {
+                Stands::Lost
+            };
+            found.insert(row.get(0), stands);
+        }
+        wanted.retain(|job| !found.contains_key(job));
+    }
+    if let Some((job, index, position)) = named.iter().find(|(job, _, _)| wanted.contains(job)) {
+        return Err(StoreError::UnknownParent {
+            index: *index,
+            position: *position,
+            id: JobId(unid(*job)),
+        });
+    }
+    Ok(found)
+}
+
+/// What the new jobs of a request with parents write besides their rows: their parents and
+/// counts (one array per column, in the order of [`Columns`]), the edges, and the jobs
+/// cancelled at once.
+#[derive(Debug, Default)]
+struct Links {
+    /// Per insert of the request (`None`: not a fresh job, or nothing to wait for).
+    fates: Vec<Option<Fate>>,
+    after: Vec<Option<String>>,
+    on_parent_dead: Vec<i16>,
+    pending: Vec<Option<i32>>,
+    has_children: Vec<bool>,
+    edge_parents: Vec<i64>,
+    edge_children: Vec<i64>,
+    cancelled: Vec<i64>,
+    reasons: Vec<String>,
+}
+
+impl Links {
+    /// The links of the fresh jobs of `plans` (ids `ids` in their order), their stored
+    /// parents standing as `parents` says, by the rules of [`tenax_core::model::dependency`]:
+    /// a completed parent is done; a lost one cancels a job that cancels on it (which is then
+    /// lost to the later jobs of the request) and is done for one that runs anyway.
+    fn of(
+        jobs: &[Insert],
+        plans: &[Plan],
+        ids: &[i64],
+        parents: &HashMap<i64, Stands>,
+    ) -> Result<Self, StoreError> {
+        let mut links = Links {
+            fates: vec![None; jobs.len()],
+            ..Self::default()
+        };
+        let fresh_id = |at: usize| match plans[at] {
+            Plan::Fresh(n) => Some(ids[n]),
+            _ => None,
+        };
+        // Fresh jobs that are parents of later ones, by index.
+        let mut parent_of_later: HashSet<usize> = HashSet::new();
+        for (index, insert) in jobs.iter().enumerate() {
+            if !matches!(plans[index], Plan::Fresh(_)) {
+                continue;
+            }
+            for after in &insert.after {
+                if let Err(at) = resolve(index, *after, plans)? {
+                    parent_of_later.insert(at);
+                }
+            }
+        }
+        for (index, insert) in jobs.iter().enumerate() {
+            let Some(child) = fresh_id(index) else {
+                continue;
+            };
+            let mut after: Vec<i64> = Vec::with_capacity(insert.after.len());
+            let mut seen: HashSet<i64> = HashSet::new();
+            let (mut pending, mut lost) = (0u32, None);
+            for named in &insert.after {
+                let (parent, stands) = match resolve(index, *named, plans)? {
+                    Ok(job) => {
+                        let parent = id(job.0);
+                        (
+                            parent,
+                            parents.get(&parent).copied().unwrap_or(Stands::Lost),
+                        )
+                    }
+                    Err(at) => {
+                        let parent = fresh_id(at).ok_or_else(|| {
+                            StoreError::Corrupt(format!("insert {at} resolved without an id"))
+                        })?;
+                        let stands = match links.fates[at] {
+                            Some(Fate::Cancelled(_)) => Stands::Lost,
+                            _ => Stands::Unfinished,
+                        };
+                        (parent, stands)
+                    }
+                };
+                after.push(parent);
+                if !seen.insert(parent) {
+                    // Named twice: counted once.
+                    continue;
+                }
+                links.edge_parents.push(parent);
+                links.edge_children.push(child);
+                match stands {
+                    Stands::Unfinished => pending += 1,
+                    Stands::Completed => {}
+                    Stands::Lost => {
+                        if lost.is_none() {
+                            lost = Some(parent);
+                        }
+                    }
+                }
+            }
+            let cancels = insert.job.on_parent_dead == OnParentDead::Cancel;
+            let fate = match lost {
+                Some(parent) if cancels => Some(Fate::Cancelled(parent)),
+                _ if pending > 0 => Some(Fate::Waiting(pending)),
+                _ => None,
+            };
+            if let Some(Fate::Cancelled(parent)) = fate {
+                links.cancelled.push(child);
+                links.reasons.push(lost_parent_reason(JobId(unid(parent))));
+            }
+            links
+                .after
+                .push((!after.is_empty()).then(|| array_text(&after)));
+            links
+                .on_parent_dead
+                .push(on_parent_dead_code(insert.job.on_parent_dead));
+            links.pending.push(match fate {
+                Some(Fate::Waiting(n)) => Some(count(n)),
+                _ => None,
+            });
+            links.has_children.push(parent_of_later.contains(&index));
+            links.fates[index] = fate;
+        }
+        Ok(links)
+    }
+
+    /// Writes the edges, and moves the jobs cancelled at once where the finished ones are.
+    async fn write(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        now_ms: UnixMs,
+    ) -> Result<(), StoreError> {
+        let what = "linking jobs to the jobs they wait for";
+        if !self.edge_parents.is_empty() {
+            execute(
+                tx,
+                &INSERT_EDGES,
+                &[&self.edge_parents, &self.edge_children],
+            )
+            .await
+            .map_err(fault(what))?;
+        }
+        if !self.cancelled.is_empty() {
+            query(
+                tx,
+                &CANCEL_WAITING,
+                &[
+                    &self.cancelled,
+                    &self.reasons,
+                    &status_code(CANCELLED),
+                    &time(now_ms),
+                ],
+            )
+            .await
+            .map_err(fault(what))?;
+        }
+        Ok(())
+    }
+}
+
+/// Ids as the text of a PostgreSQL array (`{1,2}`): an array per row does not fit `unnest`.
+fn array_text(ids: &[i64]) -> String {
+    let items: Vec<String> = ids.iter().map(i64::to_string).collect();
+    format!("{{{}}}", items.join(","))
 }
 
 /// The unfinished jobs holding the unique keys `keys[i]` of queues `queues[i]`, by (queue,
@@ -411,6 +715,44 @@ statements! {
         ", seen) WHERE u.seen = (SELECT version FROM facts) RETURNING id)
      SELECT (SELECT version FROM facts), ARRAY(SELECT id FROM stored ORDER BY id)"
     );
+    /// Stores the rows of [`Columns::params`] as [`INSERT_ROWS`] does, with their links
+    /// ([`Links`]): `after_ids` as array texts (`$17`), `on_parent_dead` (`$18`), `pending`
+    /// (`$19`) and `has_children` (`$20`).
+    INSERT_WAITING_ROWS = concat!(
+        "INSERT INTO tenax_jobs (",
+        new_job_columns!(),
+        ", id, after_ids, on_parent_dead, pending, has_children) SELECT ",
+        new_job_columns!(),
+        ", id, after_ids::bigint[], on_parent_dead, pending, has_children FROM unnest(",
+        new_job_arrays!(),
+        ", $15::bigint[], $17::text[], $18::smallint[], $19::integer[], $20::boolean[]) AS u(",
+        new_job_columns!(),
+        ", id, after_ids, on_parent_dead, pending, has_children)
+         WHERE (SELECT version FROM tenax_facts) = $16"
+    );
+    /// The unfinished jobs of `$1`, locked against their end, flagged as having children:
+    /// (id, status) of each ([`lock_parents`]).
+    LOCK_LIVE_PARENTS = "WITH locked AS (
+             SELECT id, status, has_children FROM tenax_jobs WHERE id = ANY($1::bigint[])
+             ORDER BY id FOR KEY SHARE
+         ), flagged AS (
+             UPDATE tenax_jobs j SET has_children = true FROM locked
+             WHERE j.id = locked.id AND NOT locked.has_children
+         )
+         SELECT id, status FROM locked";
+    /// The finished jobs of `$1`, locked against their deletion, flagged as having children:
+    /// (id, status) of each ([`lock_parents`]).
+    LOCK_FINISHED_PARENTS = "WITH locked AS (
+             SELECT id, status, has_children FROM tenax_finished WHERE id = ANY($1::bigint[])
+             ORDER BY id FOR KEY SHARE
+         ), flagged AS (
+             UPDATE tenax_finished f SET has_children = true FROM locked
+             WHERE f.id = locked.id AND NOT locked.has_children
+         )
+         SELECT id, status FROM locked";
+    /// The edges (`$1[i]`, `$2[i]`) of new jobs.
+    INSERT_EDGES = "INSERT INTO tenax_edges (parent, child)
+         SELECT * FROM unnest($1::bigint[], $2::bigint[]) ON CONFLICT DO NOTHING";
     LOCK_OWNERS = "SELECT id FROM tenax_subscriptions WHERE id = ANY($1) FOR SHARE";
     NEXT_IDS = "SELECT nextval('tenax_job_ids') FROM generate_series(1, $1::bigint)";
     KEY_HOLDERS = "SELECT j.queue, j.unique_key, j.id, j.status, j.run_at

@@ -14,11 +14,12 @@ use tenax_core::store::{
 };
 use tokio_postgres::Row;
 
+use super::dependents::{End, Ended, Settled, settle};
 use super::rows::{id, job_columns, job_of, json, limit, time, unid, untime};
 use super::statements::statements;
 use super::transitions::{Context, check_ack, complete, decide_and_apply, query, status_of_job};
 use super::wakeups::Wakeup;
-use super::{PostgresStore, fault, limits};
+use super::{PostgresStore, RETRIES, fault, is_conflict, limits};
 
 /// The lease tokens of a take of at most `max` jobs, the `n`th picked job gets the `n`th:
 /// each drawn on its own ([`LeaseToken::random`]), so that no token tells another.
@@ -47,8 +48,7 @@ pub(super) fn taken_of(row: &Row, lease_expires_at_ms: UnixMs) -> Result<TakenJo
         traceparent: row.get(10),
         ready_at_ms: untime(row.get(11)),
         trigger: super::rows::trigger_of(row.get(12)),
-        // Read by the dependencies' change (migration 0013).
-        after: Vec::new(),
+        after: super::rows::after_of(row.get(14)),
         parents: Vec::new(),
     })
 }
@@ -123,18 +123,31 @@ impl JobLeases for PostgresStore {
                 .map(|r| r.as_ref().map(JobResult::get))
                 .collect()
         });
-        let mut done: HashMap<(i64, i64), LeaseFacts> = complete(
-            &client,
-            &ids,
-            &tokens,
-            texts.as_deref(),
-            retain,
-            now_ms,
-            None,
-        )
-        .await?
-        .into_iter()
-        .collect();
+        // A job with children is left for a transaction of its own, below. The statement
+        // waits for an enqueue that holds a parent's row, and may deadlock with one that
+        // locks several (the enqueue or it is then rolled back): it runs again.
+        let mut attempt = 0;
+        let (done, _) = loop {
+            attempt += 1;
+            match complete(
+                &client,
+                &ids,
+                &tokens,
+                texts.as_deref(),
+                retain,
+                now_ms,
+                None,
+                false,
+            )
+            .await
+            {
+                Err(error) if is_conflict(&error) && attempt < RETRIES => continue,
+                done => break done?,
+            }
+        };
+        // Back to the pool before any transaction below takes one.
+        drop(client);
+        let mut done: HashMap<(i64, i64), LeaseFacts> = done.into_iter().collect();
         if !done.is_empty() {
             self.announce(Wakeup::Released);
         }
@@ -157,7 +170,11 @@ impl JobLeases for PostgresStore {
                     status: Status::Completed,
                 }),
                 Some(_) => Err(StoreError::NotFound(ack.id)),
-                None => Err(lease_refusal(&client, *ack).await?),
+                // Refused, or a job with children: checked and completed one at a time.
+                None => {
+                    let text = texts.as_ref().and_then(|t| t.get(at).copied().flatten());
+                    self.complete_parent(*ack, text, retain, now_ms).await?
+                }
             });
         }
         Ok(results)
@@ -174,9 +191,11 @@ impl JobLeases for PostgresStore {
         let tx = client.transaction().await.map_err(fault(what))?;
         let row = check_ack(&tx, ack, Some(now_ms)).await?;
         let mut context = Context::new(self.keys.clone());
-        let transition = decide_and_apply(&tx, &mut context, &row, decide, now_ms, None).await?;
+        let (transition, settled) =
+            decide_and_apply(&tx, &mut context, &row, decide, now_ms, None).await?;
         tx.commit().await.map_err(fault(what))?;
         self.announce_transition(&transition);
+        self.announce_settled(settled);
         self.announce(Wakeup::Released);
         Ok(transition)
     }
@@ -193,8 +212,8 @@ impl JobLeases for PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
         let row = check_ack(&tx, ack, None).await?;
-        let finished = if attempt.result == AttemptResult::Delivered {
-            complete(
+        let (finished, settled) = if attempt.result == AttemptResult::Delivered {
+            let (_, settled) = complete(
                 &tx,
                 &[id(ack.id.0)],
                 &[id(ack.lease.0)],
@@ -202,16 +221,18 @@ impl JobLeases for PostgresStore {
                 retain,
                 now_ms,
                 Some(attempt),
+                true,
             )
             .await?;
-            Finished::Delivered
+            (Finished::Delivered, settled)
         } else {
             let mut context = Context::new(self.keys.clone());
-            Finished::Failed(
-                decide_and_apply(&tx, &mut context, &row, decide, now_ms, Some(attempt)).await?,
-            )
+            let (transition, settled) =
+                decide_and_apply(&tx, &mut context, &row, decide, now_ms, Some(attempt)).await?;
+            (Finished::Failed(transition), settled)
         };
         tx.commit().await.map_err(fault(what))?;
+        self.announce_settled(settled);
         if let Finished::Failed(transition) = &finished {
             self.announce_transition(transition);
         }
@@ -238,15 +259,21 @@ impl JobLeases for PostgresStore {
                 &true,
                 &caps,
                 &time(now_ms),
+                &false,
             ],
         )
         .await
         .map_err(fault("popping jobs"))?;
-        if rows.is_empty() && limits::any_limited(&client, queues).await? {
+        let (mut jobs, _) = popped(&rows)?;
+        let held: Vec<i64> = rows.first().map_or_else(Vec::new, |r| r.get(30));
+        if jobs.is_empty() && held.is_empty() && limits::any_limited(&client, queues).await? {
             drop(client);
             return self.pop_limited(queues, max, now_ms).await;
         }
-        let mut jobs: Vec<Job> = rows.iter().map(job_of).collect::<Result<_, _>>()?;
+        drop(client);
+        if !held.is_empty() {
+            jobs.extend(self.pop_parents(&held, now_ms).await?);
+        }
         jobs.sort_by_key(|job| (std::cmp::Reverse(job.spec.priority), job.id));
         Ok(jobs)
     }
@@ -285,6 +312,22 @@ pub(super) async fn take<C: deadpool_postgres::GenericClient>(
     .map_err(fault("taking jobs"))
 }
 
+/// The jobs [`POP`] popped, and the ids of those that had children.
+pub(super) fn popped(rows: &[Row]) -> Result<(Vec<Job>, Ended), StoreError> {
+    let mut jobs = Vec::with_capacity(rows.len());
+    let mut parents = Vec::new();
+    for row in rows {
+        let Some(job) = row.get::<_, Option<i64>>(0) else {
+            continue;
+        };
+        if row.get::<_, bool>(29) {
+            parents.push((job, End::Deleted));
+        }
+        jobs.push(job_of(row)?);
+    }
+    Ok((jobs, parents))
+}
+
 /// The jobs of [`TAKE`]'s rows, best first.
 pub(super) fn taken_jobs(rows: &[Row], expires_at_ms: UnixMs) -> Result<Vec<TakenJob>, StoreError> {
     let mut taken: Vec<TakenJob> = rows
@@ -297,6 +340,91 @@ pub(super) fn taken_jobs(rows: &[Row], expires_at_ms: UnixMs) -> Result<Vec<Take
 }
 
 impl PostgresStore {
+    /// Completes the job of `ack` in a transaction that settles its waiting children, or says
+    /// why it cannot: a job with children, which [`complete`] leaves to its caller's
+    /// transaction, or an acknowledgement that the shared statement refused.
+    async fn complete_parent(
+        &self,
+        ack: Ack,
+        result: Option<&str>,
+        retain: bool,
+        now_ms: UnixMs,
+    ) -> Result<Result<Option<LeaseFacts>, StoreError>, StoreError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.try_complete_parent(ack, result, retain, now_ms).await {
+                Err(error) if is_conflict(&error) && attempt < RETRIES => continue,
+                done => return done,
+            }
+        }
+    }
+
+    async fn try_complete_parent(
+        &self,
+        ack: Ack,
+        result: Option<&str>,
+        retain: bool,
+        now_ms: UnixMs,
+    ) -> Result<Result<Option<LeaseFacts>, StoreError>, StoreError> {
+        let what = "completing a job";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        if let Err(refused) = check_ack(&tx, ack, Some(now_ms)).await {
+            return match refused {
+                StoreError::NotFound(_)
+                | StoreError::NotInFlight { .. }
+                | StoreError::LeaseLost { .. } => Ok(Err(refused)),
+                failed => Err(failed),
+            };
+        }
+        let (mut done, settled) = complete(
+            &tx,
+            &[id(ack.id.0)],
+            &[id(ack.lease.0)],
+            Some(&[result]),
+            retain,
+            now_ms,
+            None,
+            true,
+        )
+        .await?;
+        tx.commit().await.map_err(fault(what))?;
+        self.announce(Wakeup::Released);
+        self.announce_settled(settled);
+        Ok(match done.pop() {
+            Some((_, facts)) => Ok(Some(facts)),
+            // Locked and checked: it completes.
+            None => Err(StoreError::LeaseLost { id: ack.id }),
+        })
+    }
+
+    /// Pops the ready jobs `ids` that [`POP`] left because they have children, in a
+    /// transaction that settles their children (a popped job will not complete).
+    async fn pop_parents(&self, ids: &[i64], now_ms: UnixMs) -> Result<Vec<Job>, StoreError> {
+        let what = "popping jobs";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        let rows = query(&tx, &POP_PARENTS, &[&ids, &time(now_ms)])
+            .await
+            .map_err(fault(what))?;
+        let (jobs, parents) = popped(&rows)?;
+        let settled = settle(&tx, &parents, now_ms).await?;
+        tx.commit().await.map_err(fault(what))?;
+        self.announce_settled(settled);
+        Ok(jobs)
+    }
+
+    /// Wakes whoever waits for the children a parent's end released.
+    pub(super) fn announce_settled(&self, settled: Settled) {
+        if settled.ready {
+            self.announce(Wakeup::Ready);
+        }
+        if settled.scheduled {
+            self.announce(Wakeup::Schedule);
+        }
+    }
+
     /// Wakes whoever waits for what a transition produced.
     pub(super) fn announce_transition(&self, transition: &Transition) {
         match transition.state.status {
@@ -383,7 +511,7 @@ statements! {
              FROM picked WHERE j.id = picked.id
              RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.failures,
                  j.lease_token, j.created_at, j.expires_at, j.parent, j.traceparent, j.run_at,
-                 j.trigger, j.payload_sealed
+                 j.trigger, j.payload_sealed, j.after_ids
          ), recorded AS (
              INSERT INTO tenax_claims (id, record, over_at)
              SELECT $9::bigint, $11::text, $12::bigint
@@ -394,19 +522,37 @@ statements! {
          UNION ALL
          SELECT NULL::bigint, name, NULL::text, NULL::text, NULL::integer, NULL::integer,
              NULL::bigint, NULL::bigint, NULL::bigint, NULL::bigint, NULL::text, NULL::bigint,
-             NULL::smallint, NULL::boolean
+             NULL::smallint, NULL::boolean, NULL::bigint[]
          FROM limited"
     );
 
-    /// Deletes what [`pick!`] picks (`$6`: now), and returns it.
+    /// Deletes what [`pick!`] picks (`$6`: now), and returns it (read with [`job_columns!`]),
+    /// then the ids of the picked jobs with children it left (unless `$7`, a transaction that
+    /// settles them, [`super::dependents`]): at least one row, whose job columns are NULL when
+    /// nothing was popped.
     pub(super) POP = concat!(
         "WITH ",
         limited!(),
         ", ",
         pick!("$6"),
+        ", popped AS (
+             DELETE FROM tenax_jobs j USING picked
+             WHERE j.id = picked.id AND ($7::bool OR NOT j.has_children)
+             RETURNING j.",
+        job_columns!(),
         "
-         DELETE FROM tenax_jobs j USING picked WHERE j.id = picked.id
-         RETURNING j.",
+         )
+         SELECT p.*, h.held
+         FROM (SELECT ARRAY(SELECT id FROM picked EXCEPT SELECT id FROM popped) AS held) AS h
+         LEFT JOIN popped p ON true"
+    );
+
+    /// Deletes the ready jobs `$1` (due by `$2`, not expired), and returns them (read with
+    /// [`job_columns!`]).
+    POP_PARENTS = concat!(
+        "DELETE FROM tenax_jobs WHERE id = ANY($1::bigint[]) AND status = 1
+             AND (expires_at IS NULL OR expires_at > $2::bigint)
+         RETURNING ",
         job_columns!()
     );
 

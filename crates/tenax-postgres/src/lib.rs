@@ -17,6 +17,7 @@ mod combiner;
 mod connect;
 mod curation;
 mod demotion;
+mod dependents;
 mod dsn;
 mod endpoints;
 mod facts;
@@ -149,6 +150,9 @@ pub struct PostgresStore {
     /// The data key of encrypted queues' payloads, opened at start (the same on every server:
     /// [`sealing::seal_at_rest`]).
     payload_key: PayloadKey,
+    /// The clock the store was opened with: the time of what the seam's calls without one
+    /// change (a waiting job cancelled by a deletion of its parent, [`dependents`]).
+    clock: Clock,
 }
 
 /// A database failure while doing `what`, with its source kept. A lost connection, a server
@@ -384,6 +388,7 @@ impl PostgresStore {
             sampling,
             keys: options.secrets.clone(),
             payload_key,
+            clock: clock.clone(),
         };
         store.promote_due(clock.now_ms(), usize::MAX).await?;
         Ok(store)

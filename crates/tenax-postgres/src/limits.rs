@@ -24,8 +24,9 @@ use tenax_core::clock::UnixMs;
 use tenax_core::model::{Job, QueueConfig, RateLimit};
 use tenax_core::store::{LimitHold, StoreError, TakeRequest, Taken};
 
-use super::leases::{POP, take, taken_jobs};
-use super::rows::{job_of, limit, queue_config_of, time, untime};
+use super::dependents::settle;
+use super::leases::{POP, popped, take, taken_jobs};
+use super::rows::{limit, queue_config_of, time, untime};
 use super::statements::statements;
 use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
@@ -119,11 +120,13 @@ impl PostgresStore {
                 &false,
                 &room.caps,
                 &time(now_ms),
+                &true,
             ],
         )
         .await
         .map_err(fault(what))?;
-        let mut jobs: Vec<Job> = rows.iter().map(job_of).collect::<Result<_, _>>()?;
+        let (mut jobs, parents) = popped(&rows)?;
+        let settled = settle(&tx, &parents, now_ms).await?;
         record(
             &tx,
             &room.rated,
@@ -132,6 +135,7 @@ impl PostgresStore {
         )
         .await?;
         tx.commit().await.map_err(fault(what))?;
+        self.announce_settled(settled);
         if !jobs.is_empty() {
             self.announce(Wakeup::Released);
         }

@@ -6,6 +6,7 @@ use tenax_core::clock::UnixMs;
 use tenax_core::model::{LimitUse, QueueConfig};
 use tenax_core::store::{ChangeQueue, QueueStore, StoreError};
 
+use super::dependents::{self, settle};
 use super::rows::{count_of, json, queue_config_of};
 use super::statements::statements;
 use super::transitions::{execute, query, queue_config};
@@ -68,11 +69,19 @@ impl QueueStore for PostgresStore {
         Ok(Some(config))
     }
 
-    async fn delete_queue(&self, name: &str, _now_ms: UnixMs) -> Result<usize, StoreError> {
-        let client = self.client().await?;
-        let rows = query(&client, &DELETE_QUEUE, &[&name])
+    async fn delete_queue(&self, name: &str, now_ms: UnixMs) -> Result<usize, StoreError> {
+        let what = "deleting a queue";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
+        let rows = query(&tx, &DELETE_QUEUE, &[&name])
             .await
-            .map_err(fault("deleting a queue"))?;
+            .map_err(fault(what))?;
+        let parents = rows
+            .first()
+            .map_or_else(Vec::new, |r| dependents::deleted(r.get(1), r.get(2)));
+        let settled = settle(&tx, &parents, now_ms).await?;
+        tx.commit().await.map_err(fault(what))?;
+        self.announce_settled(settled);
         self.facts.forget();
         let count = count_of(rows.first().map(|r| r.get(0)));
         if count > 0 {
@@ -102,11 +111,17 @@ statements! {
     PUT_QUEUE = "INSERT INTO tenax_queues (name, paused, config, limited) VALUES ($1, $2, $3, $4)
              ON CONFLICT (name) DO UPDATE
              SET paused = excluded.paused, config = excluded.config, limited = excluded.limited";
-    DELETE_QUEUE = "WITH live AS (DELETE FROM tenax_jobs WHERE queue = $1 RETURNING 1),
-                  finished AS (DELETE FROM tenax_finished WHERE queue = $1 RETURNING 1),
+    /// Deletes a queue's jobs and settings: answers how many jobs, then the ids of those with
+    /// children, unfinished and finished ([`super::dependents`]).
+    DELETE_QUEUE = "WITH live AS (DELETE FROM tenax_jobs WHERE queue = $1
+                               RETURNING id, has_children),
+                  finished AS (DELETE FROM tenax_finished WHERE queue = $1
+                               RETURNING id, has_children),
                   settings AS (DELETE FROM tenax_queues WHERE name = $1 RETURNING 1),
                   starts AS (DELETE FROM tenax_queue_starts WHERE queue = $1),
                   advanced AS (UPDATE tenax_facts SET version = version + 1
                                WHERE EXISTS (SELECT 1 FROM settings))
-             SELECT (SELECT count(*) FROM live) + (SELECT count(*) FROM finished)";
+             SELECT (SELECT count(*) FROM live) + (SELECT count(*) FROM finished),
+                 ARRAY(SELECT id FROM live WHERE has_children),
+                 ARRAY(SELECT id FROM finished WHERE has_children)";
 }

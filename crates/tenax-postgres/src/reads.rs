@@ -197,10 +197,15 @@ impl JobReads for PostgresStore {
         Ok(searched)
     }
 
-    async fn children(&self, _parents: &[JobId]) -> Result<Vec<(JobId, JobId)>, StoreError> {
-        Err(StoreError::Refused(
-            "job dependencies are not stored by this version of the PostgreSQL store yet".into(),
-        ))
+    async fn children(&self, parents: &[JobId]) -> Result<Vec<(JobId, JobId)>, StoreError> {
+        let client = self.client().await?;
+        let rows = query(&client, &CHILDREN, &[&ids_param(parents)])
+            .await
+            .map_err(fault("reading the jobs waiting for others"))?;
+        Ok(rows
+            .iter()
+            .map(|r| (JobId(unid(r.get(0))), JobId(unid(r.get(1)))))
+            .collect())
     }
 
     async fn ready_since(&self, queues: &[String]) -> Result<Vec<Option<UnixMs>>, StoreError> {
@@ -363,4 +368,10 @@ statements! {
                  ORDER BY priority DESC, id LIMIT 1
              ) AS h";
     ATTEMPTS = "SELECT attempts FROM tenax_all_jobs WHERE id = $1";
+    /// The edges of parents `$1` whose child is stored, by (parent, child).
+    CHILDREN = "SELECT e.parent, e.child FROM tenax_edges e
+             WHERE e.parent = ANY($1::bigint[])
+               AND (EXISTS (SELECT 1 FROM tenax_jobs j WHERE j.id = e.child)
+                 OR EXISTS (SELECT 1 FROM tenax_finished f WHERE f.id = e.child))
+             ORDER BY e.parent, e.child";
 }

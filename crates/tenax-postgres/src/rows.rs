@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::{
     ClaimId, ErrorEntry, Held, Job, JobId, JobPeek, JobResult, JobState, LeaseToken, NewJob,
-    QueueConfig, Status, StoredPolicy, Subscription, Trigger,
+    OnParentDead, QueueConfig, Status, StoredPolicy, Subscription, Trigger,
 };
 use tenax_core::secrets::Keyring;
 use tenax_core::store::{StoreError, from_json_bytes, sealed};
@@ -20,7 +20,8 @@ macro_rules! job_columns {
         "id, queue, kind, payload, priority, unique_key, created_at, \
          expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
          first_failure_at, last_delay, finished_at, dead_reason, errors, lease_token, \
-         lease_expires_at, taken_at, claim_id, trigger, payload_sealed, result"
+         lease_expires_at, taken_at, claim_id, trigger, payload_sealed, result, after_ids, \
+         on_parent_dead, has_children"
     };
 }
 pub(super) use job_columns;
@@ -39,7 +40,8 @@ macro_rules! table_columns {
         "id, queue, kind, payload, priority, unique_key, created_at, \
          expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
          first_failure_at, last_delay, finished_at, dead_reason, errors, attempts, lease_token, \
-         lease_expires_at, taken_at, claim_id, trigger, payload_sealed, result"
+         lease_expires_at, taken_at, claim_id, trigger, payload_sealed, result, after_ids, \
+         on_parent_dead, pending, has_children"
     };
 }
 pub(super) use table_columns;
@@ -103,6 +105,35 @@ pub fn status_of(code: i16) -> Result<Status, StoreError> {
         6 => Status::Waiting,
         other => return Err(StoreError::Corrupt(format!("job status {other}"))),
     })
+}
+
+/// A job's parents as stored (`after_ids`: NULL for none).
+pub fn after_of(ids: Option<Vec<i64>>) -> Vec<JobId> {
+    ids.unwrap_or_default()
+        .into_iter()
+        .map(|p| JobId(unid(p)))
+        .collect()
+}
+
+/// A job's parents as stored: NULL for none, so that a job without parents stores nothing.
+pub fn stored_after(ids: &[JobId]) -> Option<Vec<i64>> {
+    (!ids.is_empty()).then(|| ids.iter().map(|p| id(p.0)).collect())
+}
+
+pub fn on_parent_dead_code(on_parent_dead: OnParentDead) -> i16 {
+    match on_parent_dead {
+        OnParentDead::Cancel => 0,
+        OnParentDead::Run => 1,
+    }
+}
+
+/// What a job does when a parent will not complete, as read; an unknown code reads as the
+/// default.
+pub fn on_parent_dead_of(code: i16) -> OnParentDead {
+    match code {
+        1 => OnParentDead::Run,
+        _ => OnParentDead::Cancel,
+    }
 }
 
 /// A trigger as stored: NULL for a scheduled run.
@@ -190,8 +221,8 @@ pub fn job_of(row: &Row) -> Result<Job, StoreError> {
             parent: row.get::<_, Option<i64>>(9).map(|p| JobId(unid(p))),
             traceparent: row.get(10),
             payload_sealed: row.get(25),
-            after: Vec::new(),
-            on_parent_dead: Default::default(),
+            after: after_of(row.get(27)),
+            on_parent_dead: on_parent_dead_of(row.get(28)),
         },
         state,
         errors,

@@ -143,6 +143,7 @@ pub fn all() -> Vec<(String, String)> {
         clock::statements(),
         connect::statements(),
         curation::statements(),
+        dependents::statements(),
         endpoints::statements(),
         facts::statements(),
         import::statements(),
@@ -210,7 +211,7 @@ pub fn all_prefixes() -> Vec<(String, usize)> {
 
 use super::filter::Query;
 use super::{
-    activity, claims, clock, connect, curation, endpoints, facts, import, inserts, leases, limits,
-    queues, reads, schedules, schema, sealing, servers, subscriptions, tokens, transitions, upkeep,
-    wakeups,
+    activity, claims, clock, connect, curation, dependents, endpoints, facts, import, inserts,
+    leases, limits, queues, reads, schedules, schema, sealing, servers, subscriptions, tokens,
+    transitions, upkeep, wakeups,
 };

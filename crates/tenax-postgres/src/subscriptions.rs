@@ -7,6 +7,7 @@ use tenax_core::model::{Subscription, SubscriptionId};
 use tenax_core::secrets::Keyring;
 use tenax_core::store::{ChangeSubscription, StoreError, SubscriptionStore};
 
+use super::dependents::{self, settle};
 use super::rows::{count_of, id, stored_subscription, subscription_of, unid};
 use super::statements::statements;
 use super::transitions::{execute, query, subscription_row};
@@ -92,14 +93,22 @@ impl SubscriptionStore for PostgresStore {
     }
 
     async fn delete_subscription(&self, subscription: SubscriptionId) -> Result<usize, StoreError> {
-        let client = self.client().await?;
+        let what = "deleting a subscription";
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(fault(what))?;
         let rows = query(
-            &client,
+            &tx,
             &DELETE,
             &[&id(subscription.0), &delivery_queue(subscription)],
         )
         .await
-        .map_err(fault("deleting a subscription"))?;
+        .map_err(fault(what))?;
+        let parents = rows
+            .first()
+            .map_or_else(Vec::new, |r| dependents::deleted(r.get(2), r.get(3)));
+        let settled = settle(&tx, &parents, self.clock.now_ms()).await?;
+        tx.commit().await.map_err(fault(what))?;
+        self.announce_settled(settled);
         let (gone, deliveries) = rows
             .first()
             .map_or((0, 0), |r| (count_of(r.get(0)), count_of(r.get(1))));
@@ -202,16 +211,19 @@ statements! {
                               WHERE EXISTS (SELECT 1 FROM stored))
                  SELECT count(*) FROM stored";
     /// Deletes a subscription (`$1`) and its deliveries (queue `$2`); advances the facts
-    /// version if it was there.
+    /// version if it was there. Answers the count of each, then the ids of deliveries with
+    /// children, unfinished and finished ([`super::dependents`]).
     DELETE = "WITH gone AS (DELETE FROM tenax_subscriptions WHERE id = $1 RETURNING id),
                   advanced AS (UPDATE tenax_facts SET version = version + 1
                                WHERE EXISTS (SELECT 1 FROM gone)),
                   live AS (DELETE FROM tenax_jobs WHERE queue = $2
-                           AND EXISTS (SELECT 1 FROM gone) RETURNING 1),
+                           AND EXISTS (SELECT 1 FROM gone) RETURNING id, has_children),
                   finished AS (DELETE FROM tenax_finished WHERE queue = $2
-                               AND EXISTS (SELECT 1 FROM gone) RETURNING 1)
+                               AND EXISTS (SELECT 1 FROM gone) RETURNING id, has_children)
              SELECT (SELECT count(*) FROM gone),
-                    (SELECT count(*) FROM live) + (SELECT count(*) FROM finished)";
+                    (SELECT count(*) FROM live) + (SELECT count(*) FROM finished),
+                    ARRAY(SELECT id FROM live WHERE has_children),
+                    ARRAY(SELECT id FROM finished WHERE has_children)";
     /// All subscriptions, or those of queue `$1`.
     LIST = "SELECT body FROM tenax_subscriptions
              WHERE $1::text IS NULL OR queue = $1::text ORDER BY id";

@@ -16,6 +16,7 @@ use tenax_core::store::{Decide, DecideContext, LeaseFacts, StoreError, Transitio
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use super::dependents::{End, Settled, settle};
 use super::rows::{
     count, id, job_columns, json, lease_token_of, policy_of, queue_config_of, state_of,
     status_code, status_of, subscription_of, table_columns, time, trigger_code, unid, untime,
@@ -173,7 +174,8 @@ pub async fn check_ack<C: GenericClient>(
 }
 
 /// Asks `decide` about a locked job and writes its transition, logging `attempt` with it.
-/// A retry due already is ready at once; the transition returned says so.
+/// A retry due already is ready at once; the transition returned says so, and what became of
+/// the job's waiting children if it ended.
 pub async fn decide_and_apply<C: GenericClient>(
     client: &C,
     context: &mut Context,
@@ -181,7 +183,7 @@ pub async fn decide_and_apply<C: GenericClient>(
     decide: &Decide<'_>,
     now_ms: UnixMs,
     attempt: Option<&Attempt>,
-) -> Result<Transition, StoreError> {
+) -> Result<(Transition, Settled), StoreError> {
     let job = JobId(unid(row.get(0)));
     let queue: &str = row.get(1);
     let state = state_of(row)?;
@@ -220,8 +222,8 @@ pub async fn decide_and_apply<C: GenericClient>(
     if transition.state.status == Status::Scheduled && transition.state.run_at_ms <= now_ms {
         transition.state.status = Status::Ready;
     }
-    write_transition(client, job, &transition, attempt).await?;
-    Ok(transition)
+    let settled = write_transition(client, job, &transition, attempt, now_ms).await?;
+    Ok((transition, settled))
 }
 
 impl PostgresStore {
@@ -237,6 +239,7 @@ impl PostgresStore {
     ) -> Result<usize, StoreError> {
         let mut context = Context::new(self.keys.clone());
         for row in rows {
+            // Every kind of wake-up is announced below.
             decide_and_apply(&tx, &mut context, row, decide, now_ms, None).await?;
         }
         tx.commit().await.map_err(fault(what))?;
@@ -250,12 +253,15 @@ impl PostgresStore {
 }
 
 /// Writes a job's new state, error and attempt, and its move to another queue. Its lease goes.
+/// A job that ends so settles its waiting children ([`super::dependents`]), if it has any, in
+/// the transaction of `client`.
 pub async fn write_transition<C: GenericClient>(
     client: &C,
     job: JobId,
     transition: &Transition,
     attempt: Option<&Attempt>,
-) -> Result<(), StoreError> {
+    now_ms: UnixMs,
+) -> Result<Settled, StoreError> {
     let state = &transition.state;
     let queue: Option<String> = transition.moved_to.as_ref().map(|m| m.queue.clone());
     let moved = transition.moved_to.is_some();
@@ -283,21 +289,37 @@ pub async fn write_transition<C: GenericClient>(
         &attempt,
         &trigger,
     ];
-    let sql = if state.status.is_finished() {
-        &MOVE_TO_FINISHED
-    } else {
-        &UPDATE_IN_PLACE
-    };
-    execute(client, sql, &params)
+    if !state.status.is_finished() {
+        execute(client, &UPDATE_IN_PLACE, &params)
+            .await
+            .map_err(fault("writing a job's transition"))?;
+        return Ok(Settled::default());
+    }
+    let finished = query(client, &MOVE_TO_FINISHED, &params)
         .await
         .map_err(fault("writing a job's transition"))?;
-    Ok(())
+    // Its flag, as the move read it ([`super::dependents`]).
+    if !finished.first().is_some_and(|row| row.get::<_, bool>(0)) {
+        return Ok(Settled::default());
+    }
+    let end = if state.status == Status::Completed {
+        End::Completed
+    } else {
+        End::Lost
+    };
+    settle(client, &[(id(job.0), end)], now_ms).await
 }
 
 /// Completes the in-flight jobs whose leases are the given tokens: kept as completed (moved to
 /// `tenax_finished`, with `attempt` logged and the job's result from `results`, one per id,
 /// or none for all) when `retain`, else deleted. Returns the (id, lease token) pairs
 /// completed, with what their rows said of their leases.
+///
+/// A job with children is completed only `in_transaction` (then its children are settled,
+/// [`super::dependents`]); otherwise it is left in flight, and its pair not returned: the
+/// caller completes it again in a transaction. So a job without children is completed in
+/// one statement, transaction or not.
+#[allow(clippy::too_many_arguments)]
 pub async fn complete<C: GenericClient>(
     client: &C,
     ids: &[i64],
@@ -306,7 +328,8 @@ pub async fn complete<C: GenericClient>(
     retain: bool,
     now_ms: UnixMs,
     attempt: Option<&Attempt>,
-) -> Result<Vec<((i64, i64), LeaseFacts)>, StoreError> {
+    in_transaction: bool,
+) -> Result<(Vec<((i64, i64), LeaseFacts)>, Settled), StoreError> {
     // A worker's completion needs a lease that has not ended; a delivery's (with its attempt)
     // is the runner's own, kept whenever the lease is still its.
     let live_at: Option<i64> = attempt.is_none().then(|| time(now_ms));
@@ -322,11 +345,30 @@ pub async fn complete<C: GenericClient>(
             &attempt,
             &live_at,
             &results,
+            &in_transaction,
         ],
     )
     .await
     .map_err(fault("completing jobs"))?;
-    Ok(rows
+    let parents: Vec<(i64, End)> = rows
+        .iter()
+        .filter(|r| r.get::<_, bool>(7))
+        .map(|r| {
+            let end = if retain {
+                End::Completed
+            } else {
+                // Not kept: its edges go with it.
+                End::CompletedAndDeleted
+            };
+            (r.get(0), end)
+        })
+        .collect();
+    let settled = if parents.is_empty() {
+        Settled::default()
+    } else {
+        settle(client, &parents, now_ms).await?
+    };
+    let done = rows
         .iter()
         .map(|r| {
             let facts = LeaseFacts {
@@ -338,7 +380,8 @@ pub async fn complete<C: GenericClient>(
             };
             ((r.get(0), r.get(1)), facts)
         })
-        .collect())
+        .collect();
+    Ok((done, settled))
 }
 
 statements! {
@@ -375,20 +418,25 @@ statements! {
              $9::bigint, $10::bigint, $11::text,
              CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
              CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
-             NULL, NULL, NULL, NULL, $14::smallint, payload_sealed, result
-         FROM moved"
+             NULL, NULL, NULL, NULL, $14::smallint, payload_sealed, result, after_ids,
+             on_parent_dead, NULL, has_children
+         FROM moved
+         RETURNING has_children"
     );
 
     /// A job holds a lease token only while in flight (every transition out of flight clears
     /// it), so matching the token is enough, and the statement does not say `status = 2`:
     /// with statistics gathered while no job was in flight, that condition made PostgreSQL
     /// expect one row and rescan the arrays for each job in flight (1.8 s per batch of 1000).
+    /// A job with children is left in flight unless `$8` (the caller's transaction settles
+    /// them, [`complete`]).
     COMPLETE = concat!(
         "WITH done AS (
              DELETE FROM tenax_jobs j
              USING unnest($1::bigint[], $2::bigint[], $7::text[]) AS a(id, token, result)
              WHERE j.id = a.id AND j.lease_token = a.token
                AND ($6::bigint IS NULL OR j.lease_expires_at > $6::bigint)
+               AND ($8::bool OR NOT j.has_children)
              RETURNING j.*, a.result AS new_result
          ), kept AS (
              INSERT INTO tenax_finished (",
@@ -398,9 +446,11 @@ statements! {
                  origin, parent, traceparent, policy, 3, run_at, failures, first_failure_at,
                  last_delay, $3::bigint, dead_reason, errors,
                  CASE WHEN $5::text IS NULL THEN attempts ELSE array_append(attempts, $5::text) END,
-                 NULL, NULL, NULL, NULL, NULL, payload_sealed, new_result
+                 NULL, NULL, NULL, NULL, NULL, payload_sealed, new_result, after_ids,
+                 on_parent_dead, NULL, has_children
              FROM done WHERE $4::bool
          )
-         SELECT id, lease_token, queue, kind, created_at, taken_at, traceparent FROM done"
+         SELECT id, lease_token, queue, kind, created_at, taken_at, traceparent, has_children
+         FROM done"
     );
 }

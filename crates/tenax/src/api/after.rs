@@ -60,9 +60,11 @@ pub fn parse(values: &[Value], field: &str) -> Result<Vec<ParentRef>, ApiError> 
 
 fn parse_one(value: &Value) -> Option<ParentRef> {
     match value {
-        Value::Number(_) | Value::String(_) => serde_json::from_value::<JobId>(value.clone())
-            .ok()
-            .map(ParentRef::Job),
+        Value::Number(number) => number.as_u64().map(|id| ParentRef::Job(JobId(id))),
+        // Digits, for an id past what a JSON number holds exactly in every client.
+        Value::String(digits) if digits.bytes().all(|b| b.is_ascii_digit()) => {
+            digits.parse().ok().map(|id| ParentRef::Job(JobId(id)))
+        }
         Value::Object(map) if map.len() == 1 => {
             if let Some(index) = map.get("index") {
                 return index
@@ -247,6 +249,8 @@ mod tests {
         for bad in [
             json!([-1]),
             json!([1.5]),
+            json!(["+3"]),
+            json!(["99999999999999999999"]),
             json!([{"index": "2"}]),
             json!([{"id": 2}]),
             json!([null]),

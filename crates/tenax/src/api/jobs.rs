@@ -288,6 +288,7 @@ async fn enqueue_one(
             "names a job of a batch, for others of the batch to wait for: use POST /api/jobs/batch",
         ));
     }
+    check_on_parent_dead(&request, "")?;
     let parents = match request.after.take() {
         Some(values) => after::parse(&values, "after")?,
         None => Vec::new(),
@@ -355,6 +356,7 @@ async fn enqueue_batch(
                 ));
             }
         }
+        check_on_parent_dead(&job, &format!("jobs[{i}]."))?;
         let field = format!("jobs[{i}].after");
         let after = match job.after.take() {
             Some(values) => after::parse(&values, &field)?,
@@ -418,6 +420,17 @@ fn traceparent_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     check_traceparent(text)
         .map_err(|rule| ApiError::invalid("traceparent", format!("(the header) {rule}")))?;
     Ok(Some(text.to_owned()))
+}
+
+/// Refuses `on_parent_dead` without `after`: it would say nothing (`prefix` names the job).
+fn check_on_parent_dead(request: &EnqueueRequest, prefix: &str) -> Result<(), ApiError> {
+    if request.on_parent_dead.is_some() && request.after.as_ref().is_none_or(Vec::is_empty) {
+        return Err(ApiError::invalid(
+            format!("{prefix}on_parent_dead"),
+            "says what the job does when a job it waits for will not complete: give after too",
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses parents that are webhook deliveries: a job waits only for jobs. (An unknown id is

@@ -5,16 +5,20 @@
 //! | operation                  | cases |
 //! |----------------------------|-------|
 //! | `insert_jobs` with `after` | every case here |
-//! | `complete_jobs`            | `a_job_waits_for_every_parent`, `a_batch_is_a_dag_of_earlier_jobs`, `concurrent_completions_release_a_child_once` |
-//! | `fail_job` (dead)          | `a_lost_parent_cancels_or_releases_its_children` |
+//! | `complete_jobs`            | `a_job_waits_for_every_parent`, `a_batch_is_a_dag_of_earlier_jobs`, `concurrent_completions_release_a_child_once`, `a_child_enqueued_while_its_parent_ends_is_never_left_waiting` |
+//! | `fail_job` (dead)          | `a_lost_parent_cancels_or_releases_its_children`, `a_child_enqueued_while_its_parent_ends_is_never_left_waiting` |
 //! | `delete_jobs`              | `a_lost_parent_cancels_or_releases_its_children` |
+//! | `expire_leases`, `expire_jobs`, `pop_jobs`, `delete_checked`, `delete_queue`, `complete_jobs` without retention, `purge_finished` | `every_end_of_a_parent_settles_its_children` |
 //! | `children`                 | `a_job_waits_for_every_parent`, `a_batch_is_a_dag_of_earlier_jobs` |
+//! | `import_jobs`              | `imported_waiting_jobs_wait_as_they_did` |
 
 use std::sync::Arc;
 
 use tenax_core::model::dependency::lost_parent_reason;
-use tenax_core::model::{After, JobId, OnDuplicate, OnParentDead, Selection, Status};
-use tenax_core::store::{Insert, Store, StoreError};
+use tenax_core::model::{
+    After, Job, JobId, JobState, OnDuplicate, OnParentDead, Selection, Status,
+};
+use tenax_core::store::{ImportedJob, Insert, Store, StoreError};
 
 use crate::support::*;
 
@@ -285,5 +289,267 @@ pub(crate) async fn concurrent_completions_release_a_child_once(backend: &impl B
     let once = take(&store, &["join"], 10, T0 + 3).await;
     assert_eq!(taken_ids(&once), [join]);
     assert!(take(&store, &["join"], 10, T0 + 3).await.is_empty());
+    close(store).await;
+}
+
+pub(crate) async fn a_child_enqueued_while_its_parent_ends_is_never_left_waiting(
+    backend: &impl Backend,
+) {
+    let store = backend.open(T0).await;
+    const ROUNDS: usize = 12;
+    const CHILDREN: usize = 6;
+    for round in 0..ROUNDS {
+        let now = T0 + 10 * round as u64;
+        // Half the rounds complete the parent, half let it die.
+        let completes = round % 2 == 0;
+        let parent = enqueue(&store, vec![job("race")], now).await[0];
+        let taken = take(&store, &["race"], 1, now).await;
+        assert_eq!(taken_ids(&taken), [parent]);
+        let ending = {
+            let store = store.clone();
+            let ack = ack(&taken[0]);
+            tokio::spawn(async move {
+                if completes {
+                    for result in store
+                        .complete_plain(&[ack], true, now + 1)
+                        .await
+                        .expect("completed")
+                    {
+                        result.expect("lease valid");
+                    }
+                } else {
+                    store
+                        .fail_job(ack, now + 1, &dead(now + 1, "fatal"))
+                        .await
+                        .expect("failed");
+                }
+            })
+        };
+        // Children enqueued at the same moment, each in its own request.
+        let enqueues: Vec<_> = (0..CHILDREN)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    insert(
+                        &store,
+                        vec![child("race-child", vec![After::Job(parent)])],
+                        OnDuplicate::Refuse,
+                        now + 1,
+                    )
+                    .await
+                    .expect("enqueued")[0]
+                        .id
+                })
+            })
+            .collect();
+        ending.await.expect("joined");
+        let mut children = Vec::new();
+        for task in enqueues {
+            children.push(task.await.expect("joined"));
+        }
+        children.sort_unstable();
+        // Whichever came first, the child saw the parent's end exactly once.
+        let expected = if completes { Status::Ready } else { LOST };
+        for child in &children {
+            assert_eq!(
+                status(&store, *child).await,
+                Some(expected),
+                "round {round}"
+            );
+        }
+        let mut listed: Vec<JobId> = store
+            .children(&[parent])
+            .await
+            .expect("children")
+            .into_iter()
+            .map(|(_, child)| child)
+            .collect();
+        listed.sort_unstable();
+        assert_eq!(listed, children, "round {round}");
+        if completes {
+            let released = take(&store, &["race-child"], 2 * CHILDREN, now + 2).await;
+            assert_eq!(released.len(), CHILDREN, "round {round}");
+            let acks: Vec<_> = released.iter().map(ack).collect();
+            store
+                .complete_plain(&acks, true, now + 2)
+                .await
+                .expect("completed");
+        }
+    }
+    close(store).await;
+}
+
+/// A job as a source store (`tenax copy`) hands it over, waiting for `after` if any.
+fn copied(id: u64, status: Status, after: &[u64], on_parent_dead: OnParentDead) -> ImportedJob {
+    let mut spec = job("copied").job;
+    spec.after = after.iter().map(|p| JobId(*p)).collect();
+    spec.on_parent_dead = on_parent_dead;
+    let mut state = JobState::new(T0, T0);
+    state.status = status;
+    if status.is_finished() {
+        state.finished_at_ms = Some(T0);
+    }
+    ImportedJob::at_rest(
+        Job {
+            id: JobId(id),
+            spec,
+            state,
+            errors: Vec::new(),
+            held: None,
+        },
+        Vec::new(),
+    )
+}
+
+/// Waiting jobs copied into a store keep their parents and wait for those not ended yet, as
+/// they did in the source: a completed parent counted, the others awaited; the edges are there
+/// for the workflow's view.
+pub(crate) async fn imported_waiting_jobs_wait_as_they_did(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    use OnParentDead::{Cancel, Run};
+    // 5 completed and 6 ready; 7 waits for both (so for 6 only), 8 for 7, 9 for 6 and runs
+    // past a lost parent. Imported in two calls, parents first, as a copy does.
+    store
+        .import_jobs(vec![
+            copied(5, Status::Completed, &[], Cancel),
+            copied(6, Status::Ready, &[], Cancel),
+        ])
+        .await
+        .expect("imported");
+    store
+        .import_jobs(vec![
+            copied(7, Status::Waiting, &[5, 6], Cancel),
+            copied(8, Status::Waiting, &[7], Cancel),
+            copied(9, Status::Waiting, &[6], Run),
+        ])
+        .await
+        .expect("imported");
+    let ids = |ns: &[u64]| ns.iter().map(|n| JobId(*n)).collect::<Vec<_>>();
+    assert_eq!(get(&store, JobId(7)).await.spec.after, ids(&[5, 6]));
+    assert_eq!(get(&store, JobId(9)).await.spec.on_parent_dead, Run);
+    assert_eq!(
+        store.children(&ids(&[5, 6, 7])).await.expect("children"),
+        [
+            (JobId(5), JobId(7)),
+            (JobId(6), JobId(7)),
+            (JobId(6), JobId(9)),
+            (JobId(7), JobId(8))
+        ]
+    );
+    // Only 6 is taken; it completes, and releases 7 and 9, not 8.
+    let store = reopen(backend, store, T0 + 1).await;
+    let taken = take(&store, &["copied"], 10, T0 + 1).await;
+    assert_eq!(taken_ids(&taken), ids(&[6]));
+    complete_taken_acks(&store, &taken, T0 + 2).await;
+    assert_eq!(status(&store, JobId(7)).await, Some(Status::Ready));
+    assert_eq!(status(&store, JobId(9)).await, Some(Status::Ready));
+    assert_eq!(status(&store, JobId(8)).await, Some(Status::Waiting));
+    close(store).await;
+}
+
+async fn complete_taken_acks(
+    store: &Arc<dyn Store>,
+    taken: &[tenax_core::model::TakenJob],
+    now_ms: u64,
+) {
+    let acks: Vec<_> = taken.iter().map(ack).collect();
+    for result in store
+        .complete_plain(&acks, true, now_ms)
+        .await
+        .expect("completed")
+    {
+        result.expect("lease valid");
+    }
+}
+
+/// Every other way a job ends settles its waiting children in the same commit: a lease that
+/// expires into death, an expiry, a pop, a checked delete and a queue's deletion lose the
+/// parent (its child is cancelled); a completion without retention releases the child and
+/// takes the edge along; a purge of a completed parent takes its edge along.
+pub(crate) async fn every_end_of_a_parent_settles_its_children(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let queues = ["lease", "ttl", "pop", "checked", "doomed", "gone", "kept"];
+    let mut parents = Vec::new();
+    for queue in queues {
+        let mut parent = job(queue);
+        if queue == "ttl" {
+            parent = parent.expires(T0 + 5 * SECOND);
+        }
+        parents.push(enqueue(&store, vec![parent], T0).await[0]);
+    }
+    let children = enqueue(
+        &store,
+        parents
+            .iter()
+            .map(|p| child("kids", vec![After::Job(*p)]))
+            .collect(),
+        T0,
+    )
+    .await;
+    let [lease, ttl, pop, checked, doomed, gone, kept] = parents[..] else {
+        unreachable!("seven parents");
+    };
+    let child_of = |parent: JobId| {
+        let at = parents.iter().position(|p| *p == parent);
+        children[at.expect("one of the parents")]
+    };
+
+    let taken = take(&store, &["lease"], 1, T0 + 1).await;
+    assert_eq!(taken_ids(&taken), [lease]);
+    let expired = store
+        .expire_leases(T0 + 31 * SECOND, 10, &dead(T0 + 31 * SECOND, "lease ended"))
+        .await
+        .expect("expired");
+    assert_eq!(expired, 1);
+    assert_eq!(status(&store, child_of(lease)).await, Some(LOST));
+
+    assert_eq!(store.expire_jobs(T0 + 32 * SECOND, 100).await, Ok(1));
+    assert_eq!(status(&store, ttl).await, None);
+    assert_eq!(status(&store, child_of(ttl)).await, Some(LOST));
+
+    let popped = store
+        .pop_jobs(&["pop".to_owned()], 10, T0 + 33 * SECOND)
+        .await
+        .expect("popped");
+    assert_eq!(popped.iter().map(|j| j.id).collect::<Vec<_>>(), [pop]);
+    assert_eq!(status(&store, child_of(pop)).await, Some(LOST));
+
+    let deleted = store
+        .delete_checked(&[checked], &|_| true, T0 + 33 * SECOND)
+        .await
+        .expect("deleted");
+    assert!(deleted[0].deleted);
+    assert_eq!(status(&store, child_of(checked)).await, Some(LOST));
+
+    assert_eq!(store.delete_queue("doomed", T0 + 33 * SECOND).await, Ok(1));
+    assert_eq!(status(&store, child_of(doomed)).await, Some(LOST));
+
+    let taken = take(&store, &["gone"], 1, T0 + 34 * SECOND).await;
+    assert_eq!(taken_ids(&taken), [gone]);
+    for result in store
+        .complete_plain(&[ack(&taken[0])], false, T0 + 35 * SECOND)
+        .await
+        .expect("completed")
+    {
+        result.expect("lease valid");
+    }
+    assert_eq!(status(&store, gone).await, None);
+    assert_eq!(status(&store, child_of(gone)).await, Some(Status::Ready));
+    assert!(store.children(&[gone]).await.expect("children").is_empty());
+
+    complete_taken(&store, "kept", &[kept], T0 + 36 * SECOND).await;
+    assert_eq!(status(&store, child_of(kept)).await, Some(Status::Ready));
+    assert_eq!(
+        store.children(&[kept]).await.expect("children"),
+        [(kept, child_of(kept))]
+    );
+    let purged = store
+        .purge_finished(T0 + 37 * SECOND, 0, 100)
+        .await
+        .expect("purged");
+    assert_eq!(purged, 1);
+    assert_eq!(status(&store, kept).await, None);
+    assert!(store.children(&[kept]).await.expect("children").is_empty());
+    assert_eq!(status(&store, child_of(kept)).await, Some(Status::Ready));
     close(store).await;
 }

@@ -101,6 +101,9 @@ conformance_suite! {
             a_batch_is_a_dag_of_earlier_jobs,
             a_lost_parent_cancels_or_releases_its_children,
             concurrent_completions_release_a_child_once,
+            a_child_enqueued_while_its_parent_ends_is_never_left_waiting,
+            imported_waiting_jobs_wait_as_they_did,
+            every_end_of_a_parent_settles_its_children,
         ],
         job_upkeep: [
             expired_leases_go_to_the_decision,

@@ -376,8 +376,13 @@ impl Backend for Postgres {
             .await
             .batch_execute(
                 "DROP TABLE tenax_payload_key; DROP VIEW tenax_all_jobs;
-                 ALTER TABLE tenax_jobs DROP COLUMN payload_sealed, DROP COLUMN result;
-                 ALTER TABLE tenax_finished DROP COLUMN payload_sealed, DROP COLUMN result;
+                 ALTER TABLE tenax_jobs DROP COLUMN payload_sealed, DROP COLUMN result,
+                     DROP COLUMN after_ids, DROP COLUMN on_parent_dead, DROP COLUMN pending,
+                     DROP COLUMN has_children;
+                 ALTER TABLE tenax_finished DROP COLUMN payload_sealed, DROP COLUMN result,
+                     DROP COLUMN after_ids, DROP COLUMN on_parent_dead, DROP COLUMN pending,
+                     DROP COLUMN has_children;
+                 DROP TABLE tenax_edges;
                  CREATE VIEW tenax_all_jobs AS
                      SELECT * FROM tenax_jobs UNION ALL SELECT * FROM tenax_finished;
                  DROP TABLE tenax_activity; ALTER TABLE tenax_servers DROP COLUMN about;
