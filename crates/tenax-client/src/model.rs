@@ -33,6 +33,8 @@ pub enum JobStatus {
     Completed,
     /// Out of retries (or failed as not retryable); can be replayed.
     Dead,
+    /// Cancelled (`Client::cancel`); can be replayed.
+    Cancelled,
     /// A status this client does not know (a newer server).
     #[serde(other)]
     Unknown,
@@ -44,6 +46,7 @@ api_names!(JobStatus {
     InFlight => "in_flight",
     Completed => "completed",
     Dead => "dead",
+    Cancelled => "cancelled",
     Unknown => "unknown",
 });
 
@@ -260,10 +263,12 @@ pub struct Counts {
     pub completed: u64,
     #[serde(default)]
     pub dead: u64,
+    #[serde(default)]
+    pub cancelled: u64,
 }
 
 impl Counts {
-    /// Jobs not yet completed or dead.
+    /// Jobs not yet completed, dead or cancelled.
     pub fn unfinished(&self) -> u64 {
         self.scheduled + self.ready + self.in_flight
     }

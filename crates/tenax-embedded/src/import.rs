@@ -169,7 +169,7 @@ fn job_ops(imported: &ImportedJob) -> Result<Vec<Op>, StoreError> {
                 job.id
             )));
         }
-        Status::Scheduled | Status::Ready | Status::Dead => {
+        Status::Scheduled | Status::Ready | Status::Dead | Status::Cancelled => {
             ops.push(Op::PutState { id: job.id, state });
         }
     }

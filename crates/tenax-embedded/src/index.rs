@@ -2,8 +2,8 @@
 //! mutable state. Which jobs are ready (by queue, priority and age), scheduled (by time), leased
 //! (by expiry) and dead (by finish time, for retention). Rebuilt from disk at start-up.
 //!
-//! Memory holds the jobs that can still change: scheduled, ready, in flight and dead (dead jobs
-//! can be replayed). A completed job is on disk only (`super::history`); its entry stays here
+//! Memory holds the jobs that can still change: scheduled, ready, in flight, dead and cancelled
+//! (dead and cancelled jobs can be replayed). A completed job is on disk only (`super::history`); its entry stays here
 //! only from its completion until that is written, so that it is never out of sight.
 //!
 //! Invariants: every job in memory has exactly one [`Entry`], which sits in exactly the one
@@ -51,6 +51,11 @@ pub struct Lease {
     pub taken_at_ms: UnixMs,
     /// The claim (or streaming take) the lease is held under, if any.
     pub claim: Option<ClaimId>,
+    /// Marked cancelled by an operator (`crate::cancel`): the worker learns it on its next
+    /// heartbeat, and a failure or expiry of this lease ends the job cancelled. In memory
+    /// only, as the lease is: after a restart the job is ready again and runs as any job in
+    /// flight at a crash does.
+    pub cancel_requested: bool,
 }
 
 /// What memory holds of one job: enough to order, move and decide on it without reading disk.
@@ -156,7 +161,7 @@ impl Entry {
         (self.finished_at_ms != 0 || self.status.is_finished()).then_some(self.finished_at_ms)
     }
 
-    /// Marks the job finished (completed or dead) at `at_ms`.
+    /// Marks the job finished (completed, dead or cancelled) at `at_ms`.
     pub fn finish(&mut self, status: Status, at_ms: UnixMs) {
         self.status = status;
         self.finished_at_ms = at_ms;
@@ -217,6 +222,7 @@ impl Entry {
             expires_at_ms: 0,
             taken_at_ms: 0,
             claim: None,
+            cancel_requested: false,
         })
     }
 }
@@ -231,12 +237,12 @@ pub struct Index {
     scheduled: BTreeSet<(UnixMs, JobId)>,
     leased: BTreeSet<(UnixMs, JobId)>,
     by_claim: HashMap<ClaimId, BTreeSet<JobId>>,
-    /// Dead jobs (and completed ones not yet written), by finish time.
+    /// Dead and cancelled jobs (and completed ones not yet written), by finish time.
     finished: BTreeSet<(UnixMs, JobId)>,
     /// Jobs with an expiry, by expiry.
     expiring: BTreeSet<(UnixMs, JobId)>,
     unique: HashMap<QueueRef, BTreeMap<Box<str>, JobId>>,
-    counts: HashMap<QueueRef, [u64; 5]>,
+    counts: HashMap<QueueRef, [u64; 6]>,
     /// Interned queue names: `names[r]` is the name of `QueueRef(r)`.
     names: Vec<Arc<str>>,
     refs: HashMap<Arc<str>, QueueRef>,
@@ -251,6 +257,7 @@ fn slot(status: Status) -> usize {
         Status::InFlight => 2,
         Status::Completed => 3,
         Status::Dead => 4,
+        Status::Cancelled => 5,
     }
 }
 
@@ -396,7 +403,7 @@ impl Index {
                     self.by_claim.entry(claim).or_default().insert(id);
                 }
             }
-            Status::Completed | Status::Dead => {
+            Status::Completed | Status::Dead | Status::Cancelled => {
                 self.finished.insert((entry.finished_at_ms, id));
             }
         }
@@ -441,7 +448,7 @@ impl Index {
                     }
                 }
             }
-            Status::Completed | Status::Dead => {
+            Status::Completed | Status::Dead | Status::Cancelled => {
                 self.finished.remove(&(entry.finished_at_ms, id));
             }
         }
@@ -581,7 +588,7 @@ impl Index {
     }
 
     /// Counts of one queue's jobs in memory, in the order of [`Status::ALL`].
-    pub fn queue_counts(&self, queue: &str) -> [u64; 5] {
+    pub fn queue_counts(&self, queue: &str) -> [u64; 6] {
         self.refs
             .get(queue)
             .and_then(|queue| self.counts.get(queue))
@@ -590,7 +597,7 @@ impl Index {
     }
 
     /// Counts of the jobs in memory per queue, in the order of [`Status::ALL`].
-    pub fn counts(&self) -> impl Iterator<Item = (&Arc<str>, [u64; 5])> {
+    pub fn counts(&self) -> impl Iterator<Item = (&Arc<str>, [u64; 6])> {
         self.counts.iter().map(|(q, c)| (self.name(*q), *c))
     }
 
@@ -789,6 +796,7 @@ mod tests {
             expires_at_ms: 1_000,
             taken_at_ms: 0,
             claim: Some(ClaimId(3)),
+            cancel_requested: false,
         };
         index.update(JobId(7), |e| {
             e.status = Status::InFlight;

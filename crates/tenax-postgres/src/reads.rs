@@ -77,7 +77,7 @@ impl JobReads for PostgresStore {
         let rows = query(&client, &COUNTS, &[])
             .await
             .map_err(fault("counting jobs"))?;
-        let mut by_queue: HashMap<String, [u64; 5]> = HashMap::new();
+        let mut by_queue: HashMap<String, [u64; 6]> = HashMap::new();
         for row in &rows {
             let slots = by_queue.entry(row.get(0)).or_default();
             add(slots, status_of(row.get(1))?, row.get(2));
@@ -95,7 +95,7 @@ impl JobReads for PostgresStore {
         let rows = query(&client, &QUEUE_COUNTS, &[&queue])
             .await
             .map_err(fault("counting a queue's jobs"))?;
-        let mut slots = [0; 5];
+        let mut slots = [0; 6];
         for row in &rows {
             add(&mut slots, status_of(row.get(0))?, row.get(1));
         }
@@ -103,8 +103,8 @@ impl JobReads for PostgresStore {
     }
 
     /// Two statements: unfinished jobs by queue and status (a scan of `tenax_jobs`, which
-    /// holds only the unfinished ones), and dead jobs by queue (`tenax_finished_dead`, an index
-    /// of the dead ones only). The first grows with the backlog; the metrics count again only
+    /// holds only the unfinished ones), and dead and cancelled jobs by queue
+    /// (`tenax_finished_dead` and `tenax_finished_cancelled`, indexes of those only). The first grows with the backlog; the metrics count again only
     /// once the last count is 20 times as old as it took.
     async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {
         let what = "counting jobs by queue";
@@ -124,22 +124,24 @@ impl JobReads for PostgresStore {
                 Status::Scheduled => backlog.scheduled += n,
                 Status::Ready => backlog.ready += n,
                 Status::InFlight => backlog.in_flight += n,
-                Status::Completed | Status::Dead => {}
+                Status::Completed | Status::Dead | Status::Cancelled => {}
             }
         }
-        let dead = query(&client, &DEAD_COUNTS, &[])
+        let given_up = query(&client, &GIVEN_UP_COUNTS, &[])
             .await
             .map_err(fault(what))?;
-        for row in &dead {
+        for row in &given_up {
             let queue: String = row.get(0);
-            let n = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
-            by_queue
-                .entry(queue.clone())
-                .or_insert_with(|| Backlog {
-                    queue,
-                    ..Backlog::default()
-                })
-                .dead += n;
+            let n = u64::try_from(row.get::<_, i64>(2)).unwrap_or(0);
+            let backlog = by_queue.entry(queue.clone()).or_insert_with(|| Backlog {
+                queue,
+                ..Backlog::default()
+            });
+            if status_of(row.get(1))? == Status::Cancelled {
+                backlog.cancelled += n;
+            } else {
+                backlog.dead += n;
+            }
         }
         Ok(by_queue.into_values().collect())
     }
@@ -227,7 +229,7 @@ impl JobReads for PostgresStore {
 }
 
 /// Adds a count to its status's slot, in the order of [`Status::ALL`].
-fn add(slots: &mut [u64; 5], status: Status, count: i64) {
+fn add(slots: &mut [u64; 6], status: Status, count: i64) {
     if let Some(at) = Status::ALL.iter().position(|s| *s == status) {
         slots[at] += u64::try_from(count).unwrap_or(0);
     }
@@ -348,7 +350,12 @@ statements! {
     COUNTS = "SELECT queue, status, count(*) FROM tenax_all_jobs GROUP BY queue, status";
     QUEUE_COUNTS = "SELECT status, count(*) FROM tenax_all_jobs WHERE queue = $1 GROUP BY status";
     UNFINISHED_COUNTS = "SELECT queue, status, count(*) FROM tenax_jobs GROUP BY queue, status";
-    DEAD_COUNTS = "SELECT queue, count(*) FROM tenax_finished WHERE status = 4 GROUP BY queue";
+    /// Two index scans: `tenax_finished_dead` and `tenax_finished_cancelled`.
+    GIVEN_UP_COUNTS = "SELECT queue, 4::smallint, count(*) FROM tenax_finished WHERE status = 4
+             GROUP BY queue
+         UNION ALL
+         SELECT queue, 5::smallint, count(*) FROM tenax_finished WHERE status = 5
+             GROUP BY queue";
     READY_SINCE = "SELECT q.at, h.run_at FROM unnest($1::text[]) WITH ORDINALITY AS q(name, at)
              CROSS JOIN LATERAL (
                  SELECT run_at FROM tenax_jobs WHERE status = 1 AND queue = q.name

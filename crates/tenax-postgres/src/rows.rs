@@ -20,7 +20,8 @@ macro_rules! job_columns {
         "id, queue, kind, payload, priority, unique_key, created_at, \
          expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
          first_failure_at, last_delay, finished_at, dead_reason, errors, lease_token, \
-         lease_expires_at, taken_at, claim_id, trigger, payload_sealed, result"
+         lease_expires_at, taken_at, claim_id, trigger, payload_sealed, result, \
+         cancel_requested"
     };
 }
 pub(super) use job_columns;
@@ -89,6 +90,7 @@ pub fn status_code(status: Status) -> i16 {
         Status::InFlight => 2,
         Status::Completed => 3,
         Status::Dead => 4,
+        Status::Cancelled => 5,
     }
 }
 
@@ -99,6 +101,7 @@ pub fn status_of(code: i16) -> Result<Status, StoreError> {
         2 => Status::InFlight,
         3 => Status::Completed,
         4 => Status::Dead,
+        5 => Status::Cancelled,
         other => return Err(StoreError::Corrupt(format!("job status {other}"))),
     })
 }

@@ -139,6 +139,7 @@ pub fn all() -> Vec<(String, String)> {
     let declared = [
         super::statements(),
         activity::statements(),
+        cancel::statements(),
         claims::statements(),
         clock::statements(),
         connect::statements(),
@@ -177,6 +178,7 @@ pub fn all() -> Vec<(String, String)> {
 /// Every shape of every built statement, as (shape, statement).
 fn shapes() -> Vec<(String, Query)> {
     [
+        cancel::shapes(),
         curation::shapes(),
         reads::shapes(),
         servers::shapes(),
@@ -191,6 +193,7 @@ fn shapes() -> Vec<(String, Query)> {
 pub fn all_prefixes() -> Vec<(String, usize)> {
     let built = shapes();
     [
+        cancel::prefixes(),
         curation::prefixes(),
         reads::prefixes(),
         servers::prefixes(),
@@ -210,7 +213,7 @@ pub fn all_prefixes() -> Vec<(String, usize)> {
 
 use super::filter::Query;
 use super::{
-    activity, claims, clock, connect, curation, endpoints, facts, import, inserts, leases, limits,
+    activity, cancel, claims, clock, connect, curation, endpoints, facts, import, inserts, leases, limits,
     queues, reads, schedules, schema, sealing, servers, subscriptions, tokens, transitions, upkeep,
     wakeups,
 };

@@ -216,6 +216,7 @@ pub async fn decide_and_apply<C: GenericClient>(
         queue_config: queue_config.as_ref(),
         owner: owner.as_ref().map(|(s, c)| (s, c.as_ref())),
         lease: Some(lease),
+        cancel_requested: row.get(27),
     });
     if transition.state.status == Status::Scheduled && transition.state.run_at_ms <= now_ms {
         transition.state.status = Status::Ready;
@@ -249,8 +250,24 @@ impl PostgresStore {
     }
 }
 
-/// Writes a job's new state, error and attempt, and its move to another queue. Its lease goes.
+/// Writes a job's new state, error and attempt, and its move to another queue. Its lease goes
+/// (and its mark, if it was marked cancelled). A cancelled job goes through
+/// [`super::cancel::into_cancelled`], the one way into that status.
 pub async fn write_transition<C: GenericClient>(
+    client: &C,
+    job: JobId,
+    transition: &Transition,
+    attempt: Option<&Attempt>,
+) -> Result<(), StoreError> {
+    if transition.state.status == Status::Cancelled {
+        return super::cancel::into_cancelled(client, job, transition, attempt).await;
+    }
+    write_state(client, job, transition, attempt).await
+}
+
+/// What [`write_transition`] writes, whatever the status: only it and
+/// [`super::cancel::into_cancelled`] call this.
+pub(super) async fn write_state<C: GenericClient>(
     client: &C,
     job: JobId,
     transition: &Transition,
@@ -361,7 +378,7 @@ statements! {
         errors = CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
         attempts = CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
         lease_token = NULL, lease_expires_at = NULL, taken_at = NULL, claim_id = NULL,
-        trigger = $14::smallint
+        cancel_requested = false, trigger = $14::smallint
     WHERE id = $1::bigint";
 
     MOVE_TO_FINISHED = concat!(

@@ -142,7 +142,7 @@ statements! {
                  SELECT id FROM tenax_finished
                  WHERE finished_at <= greatest($1::bigint, $2::bigint)
                    AND ((status = 3 AND finished_at <= $1::bigint)
-                     OR (status = 4 AND finished_at <= $2::bigint))
+                     OR (status IN (4, 5) AND finished_at <= $2::bigint))
                  LIMIT $3 FOR UPDATE SKIP LOCKED)";
     NEXT_WAKEUP = "SELECT least(
                  (SELECT min(run_at) FROM tenax_jobs WHERE status = 0),

@@ -7,8 +7,9 @@ use super::{ClaimId, JobId, StoredPolicy, Trigger};
 use crate::clock::UnixMs;
 
 /// A job's lifecycle (docs/api.md): `scheduled → ready → in_flight → completed`, with retries
-/// (`in_flight → scheduled`), death, replay (`dead → ready`) and lease expiry
-/// (`in_flight → ready`).
+/// (`in_flight → scheduled`), death, replay (`dead → ready`, `cancelled → ready`), lease expiry
+/// (`in_flight → ready`) and cancellation (`scheduled`, `ready` or a marked `in_flight` →
+/// `cancelled`).
 #[derive(
     Debug,
     Clone,
@@ -29,15 +30,19 @@ pub enum Status {
     InFlight,
     Completed,
     Dead,
+    /// Stopped by an operator before it finished (`POST /api/jobs/{id}/cancel`): never runs
+    /// again unless replayed. Kept and purged as dead jobs are.
+    Cancelled,
 }
 
 impl Status {
-    pub const ALL: [Status; 5] = [
+    pub const ALL: [Status; 6] = [
         Self::Scheduled,
         Self::Ready,
         Self::InFlight,
         Self::Completed,
         Self::Dead,
+        Self::Cancelled,
     ];
 
     pub fn name(self) -> &'static str {
@@ -47,6 +52,7 @@ impl Status {
             Self::InFlight => "in_flight",
             Self::Completed => "completed",
             Self::Dead => "dead",
+            Self::Cancelled => "cancelled",
         }
     }
 
@@ -56,7 +62,13 @@ impl Status {
 
     /// Finished jobs are kept only for their retention period.
     pub fn is_finished(self) -> bool {
-        matches!(self, Self::Completed | Self::Dead)
+        matches!(self, Self::Completed | Self::Dead | Self::Cancelled)
+    }
+
+    /// Dead or cancelled: finished without completing, kept for the dead jobs' retention, and
+    /// replayable.
+    pub fn is_given_up(self) -> bool {
+        matches!(self, Self::Dead | Self::Cancelled)
     }
 }
 

@@ -14,11 +14,12 @@ pub struct QueueCounts {
     pub in_flight: u64,
     pub completed: u64,
     pub dead: u64,
+    pub cancelled: u64,
 }
 
 impl QueueCounts {
     /// Counts of `queue` in the order of [`Status::ALL`](crate::model::Status::ALL).
-    pub fn from_slots(queue: impl Into<String>, slots: [u64; 5]) -> Self {
+    pub fn from_slots(queue: impl Into<String>, slots: [u64; 6]) -> Self {
         Self {
             queue: queue.into(),
             scheduled: slots[0],
@@ -26,6 +27,7 @@ impl QueueCounts {
             in_flight: slots[2],
             completed: slots[3],
             dead: slots[4],
+            cancelled: slots[5],
         }
     }
 }
@@ -40,6 +42,7 @@ pub struct Backlog {
     pub ready: u64,
     pub in_flight: u64,
     pub dead: u64,
+    pub cancelled: u64,
 }
 
 /// A queue's settings. Queues exist implicitly when a job names them; a config is stored only

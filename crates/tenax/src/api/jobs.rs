@@ -521,6 +521,7 @@ struct Totals {
     in_flight: u64,
     completed: u64,
     dead: u64,
+    cancelled: u64,
 }
 
 /// Counts per queue and in total. Internal queues (subscriptions' deliveries) are left out:
@@ -540,6 +541,7 @@ async fn stats(
         totals.in_flight += q.in_flight;
         totals.completed += q.completed;
         totals.dead += q.dead;
+        totals.cancelled += q.cancelled;
     }
     Ok(Json(StatsView { queues, totals }))
 }

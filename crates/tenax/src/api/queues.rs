@@ -78,6 +78,7 @@ struct Counts {
     in_flight: u64,
     completed: u64,
     dead: u64,
+    cancelled: u64,
 }
 
 /// Every queue with settings or jobs.
@@ -98,6 +99,7 @@ fn view(
         in_flight: c.in_flight,
         completed: c.completed,
         dead: c.dead,
+        cancelled: c.cancelled,
     });
     QueueView {
         name: name.to_owned(),

@@ -108,19 +108,20 @@ pub fn run_stats(server: ServerArgs) -> Result<(), CliError> {
         let server = Server::connect(&server)?;
         let stats = server.ask(server.stats()).await?;
         println!(
-            "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "queue", "scheduled", "ready", "in_flight", "completed", "dead"
+            "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "queue", "scheduled", "ready", "in_flight", "completed", "dead", "cancelled"
         );
         for q in &stats.queues {
             let c = &q.counts;
             println!(
-                "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
                 safe(&q.queue),
                 c.scheduled,
                 c.ready,
                 c.in_flight,
                 c.completed,
-                c.dead
+                c.dead,
+                c.cancelled
             );
         }
         Ok(())

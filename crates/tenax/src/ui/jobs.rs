@@ -77,7 +77,7 @@ impl Filter {
         let status = match given(status) {
             Some(name) => Some(Status::parse(&name).ok_or_else(|| {
                 UiError::invalid(format!(
-                    "status must be one of scheduled, ready, in_flight, completed, dead; got {name:?}"
+                    "status must be one of scheduled, ready, in_flight, completed, dead, cancelled; got {name:?}"
                 ))
             })?),
             None => None,

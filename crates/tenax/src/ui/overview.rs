@@ -30,7 +30,7 @@ pub async fn page(
     let engine = &state.engine;
     let now = engine.now_ms();
     let counts = engine.counts().await?;
-    let (mut jobs, mut deliveries) = ([0u64; 5], [0u64; 5]);
+    let (mut jobs, mut deliveries) = ([0u64; 6], [0u64; 6]);
     let mut user_queues: Vec<&QueueCounts> = Vec::new();
     // A scoped token counts the deliveries of the subscriptions of its queues only.
     let subscriptions: Option<HashSet<SubscriptionId>> = if session.principal.is_scoped() {
@@ -196,8 +196,15 @@ impl Activity {
 }
 
 /// Counts in the order of [`Status::ALL`].
-pub fn slots_of(q: &QueueCounts) -> [u64; 5] {
-    [q.scheduled, q.ready, q.in_flight, q.completed, q.dead]
+pub fn slots_of(q: &QueueCounts) -> [u64; 6] {
+    [
+        q.scheduled,
+        q.ready,
+        q.in_flight,
+        q.completed,
+        q.dead,
+        q.cancelled,
+    ]
 }
 
 /// The counts of `minutes`, added up.
