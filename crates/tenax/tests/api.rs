@@ -514,7 +514,7 @@ async fn heartbeat_extends_the_lease() {
         .await;
     assert_eq!(
         answer,
-        json!({"id": id, "lease_expires_at": rfc3339(T0 + 18 * SECOND)})
+        json!({"id": id, "lease_expires_at": rfc3339(T0 + 18 * SECOND), "cancelled": false})
     );
     // Past the first lease, still in flight.
     server.advance(secs(5));

@@ -391,7 +391,7 @@ impl Model {
 
     /// Counts per queue with jobs, by name, in the order of [`Status::ALL`].
     fn counts(&self) -> Vec<QueueCounts> {
-        let mut by_queue: BTreeMap<&str, [u64; 5]> = BTreeMap::new();
+        let mut by_queue: BTreeMap<&str, [u64; 6]> = BTreeMap::new();
         for job in self.jobs.values() {
             let slot = Status::ALL
                 .iter()
@@ -661,7 +661,14 @@ async fn apply(
             let want = model
                 .check(ack)
                 .map(|lease| (now + lease_ms).min(lease.taken_at_ms + MAX_ATTEMPT_MS));
-            let got = engine.heartbeat(ack, *lease_ms).await;
+            // Nothing here cancels: no lease is ever marked.
+            let got = engine
+                .heartbeat(ack, *lease_ms)
+                .await
+                .map(|extended| {
+                    assert!(!extended.cancel_requested, "no lease is marked cancelled");
+                    extended.expires_at_ms
+                });
             same("the heartbeat's answer", got.clone(), want)?;
             if let (Ok(until), Some(lease)) =
                 (got, model.jobs.get_mut(&id).and_then(|j| j.lease.as_mut()))
@@ -865,7 +872,7 @@ async fn compare(engine: &Engine, model: &Model) -> Result<(), String> {
             .counts()
             .into_iter()
             .find(|c| c.queue == queue)
-            .unwrap_or_else(|| QueueCounts::from_slots(queue, [0; 5]));
+            .unwrap_or_else(|| QueueCounts::from_slots(queue, [0; 6]));
         same(&format!("queue {queue}'s counts"), counts, want)?;
     }
     Ok(())

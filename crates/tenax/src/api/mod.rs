@@ -5,6 +5,7 @@ mod activity;
 mod admin;
 pub mod auth;
 pub mod browser;
+mod cancel;
 pub mod cluster;
 mod dead;
 mod deliveries;
@@ -89,6 +90,7 @@ pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
             "/api",
             OpenApiRouter::new()
                 .merge(jobs::router())
+                .merge(cancel::router())
                 .merge(work::router())
                 .merge(dead::router())
                 .merge(queues::router())

@@ -488,6 +488,7 @@ pub(crate) async fn counts_per_queue_and_status(backend: &impl Backend) {
             in_flight,
             completed,
             dead,
+            cancelled: 0,
         };
     // Sorted by queue; a queue with no jobs left is not listed.
     assert_eq!(
@@ -644,6 +645,7 @@ pub(crate) async fn list_filters_for_messages_and_counts_agree(backend: &impl Ba
             in_flight,
             completed,
             dead,
+            cancelled: 0,
         };
     assert_eq!(
         store.queue_counts("q").await,

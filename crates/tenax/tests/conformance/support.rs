@@ -857,7 +857,7 @@ pub(crate) async fn snapshot(store: &Arc<dyn Store>, now_ms: u64) -> serde_json:
 
 /// The counts `jobs` imply, sorted by queue; queues without jobs left out.
 pub(crate) fn counts_of(jobs: &[Job]) -> Vec<QueueCounts> {
-    let mut by_queue: std::collections::BTreeMap<&str, [u64; 5]> = Default::default();
+    let mut by_queue: std::collections::BTreeMap<&str, [u64; 6]> = Default::default();
     for job in jobs {
         let slot = Status::ALL
             .iter()
@@ -868,13 +868,14 @@ pub(crate) fn counts_of(jobs: &[Job]) -> Vec<QueueCounts> {
     by_queue
         .into_iter()
         .map(
-            |(queue, [scheduled, ready, in_flight, completed, dead])| QueueCounts {
+            |(queue, [scheduled, ready, in_flight, completed, dead, cancelled])| QueueCounts {
                 queue: queue.to_owned(),
                 scheduled,
                 ready,
                 in_flight,
                 completed,
                 dead,
+                cancelled,
             },
         )
         .collect()
