@@ -376,8 +376,11 @@ impl Backend for Postgres {
             .await
             .batch_execute(
                 "DROP TABLE tenax_payload_key; DROP VIEW tenax_all_jobs;
-                 ALTER TABLE tenax_jobs DROP COLUMN payload_sealed, DROP COLUMN result;
-                 ALTER TABLE tenax_finished DROP COLUMN payload_sealed, DROP COLUMN result;
+                 DROP INDEX tenax_finished_cancelled;
+                 ALTER TABLE tenax_jobs DROP COLUMN payload_sealed, DROP COLUMN result,
+                     DROP COLUMN cancel_requested;
+                 ALTER TABLE tenax_finished DROP COLUMN payload_sealed, DROP COLUMN result,
+                     DROP COLUMN cancel_requested;
                  CREATE VIEW tenax_all_jobs AS
                      SELECT * FROM tenax_jobs UNION ALL SELECT * FROM tenax_finished;
                  DROP TABLE tenax_activity; ALTER TABLE tenax_servers DROP COLUMN about;
