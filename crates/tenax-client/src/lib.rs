@@ -76,7 +76,8 @@ pub use client::{Backup, Client, ClientBuilder, DEFAULT_URL, WORKER_HEADER};
 pub use cluster::{Activity, ActivityCounts, ActivityMinute, Cluster, ServerInfo, WorkerInfo};
 pub use error::{Error, Result};
 pub use model::{
-    AttemptPage, AttemptResult, AttemptTrigger, BreakerState, CompleteError, CompleteResult,
+    AttemptPage, AttemptResult, AttemptTrigger, BreakerState, CancelOutcome, CancelResult,
+    CancelledJobs, CompleteError, CompleteResult,
     Counts, CreatedToken, DeletedJobs, DeletedSubscription, Delivery, DeliveryAttempt,
     DeliveryPage, EndpointHealth, Enqueued, EnvelopeFormat, FailResult, JobInfo, JobPage,
     JobStatus, Lease, LeaseExtended, PolicyPreview, PolicySource, PreviewRow, Queue, QueueCounts,
@@ -84,7 +85,7 @@ pub use model::{
     Subscription, SubscriptionHealth, TakenJob, TokenInfo,
 };
 pub use request::{
-    DeadSelection, DeliveryFilter, Failure, JobFilter, NewJob, NewToken, OnDuplicate, Outcome,
+    CancelSelection, DeadSelection, DeliveryFilter, Failure, JobFilter, NewJob, NewToken, OnDuplicate, Outcome,
     QueueUpdate, ReplayDead, ReplayDeliveries, RetryBudgetSettings, RotateSecret,
     SubscriptionSettings, Take,
 };

@@ -199,6 +199,10 @@ pub struct LeaseExtended {
     pub id: u64,
     #[serde(with = "rfc3339")]
     pub lease_expires_at: SystemTime,
+    /// The job was cancelled while in flight: stop, and report a failure (the server then
+    /// finishes the job as cancelled). Absent (false) from servers before cancellation.
+    #[serde(default)]
+    pub cancelled: bool,
 }
 
 /// Why one job of a batch completion was not completed.
@@ -241,6 +245,11 @@ pub struct FailResult {
 impl FailResult {
     pub fn is_dead(&self) -> bool {
         self.status == JobStatus::Dead
+    }
+
+    /// The job was cancelled while in flight: the failure finished it as cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.status == JobStatus::Cancelled
     }
 
     /// How long until the job runs again.
@@ -366,6 +375,35 @@ pub struct ReplayResult {
     pub ids: Vec<u64>,
     #[serde(default)]
     pub skipped: Vec<Skipped>,
+}
+
+/// What `POST /api/jobs/{id}/cancel` did: the job was `cancelled` at once (it was scheduled
+/// or ready), or `marked` (it is in flight: its worker learns it on its next heartbeat).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CancelOutcome {
+    Cancelled,
+    Marked,
+}
+
+/// A job after `Client::cancel_job`, and what the cancellation did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CancelResult {
+    pub outcome: CancelOutcome,
+    pub job: JobInfo,
+}
+
+/// What `Client::cancel_jobs` did: jobs cancelled at once, and jobs in flight whose leases
+/// were marked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CancelledJobs {
+    pub cancelled: u64,
+    pub marked: u64,
+    pub cancelled_ids: Vec<u64>,
+    pub marked_ids: Vec<u64>,
 }
 
 /// What a dead-job delete did.

@@ -473,6 +473,58 @@ impl DeadSelection {
     }
 }
 
+/// Which unfinished jobs to cancel (`Client::cancel_jobs`): by id, by queue and/or type, or
+/// all. Finished jobs among them are left as they are.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CancelSelection {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ids: Option<Vec<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    all: bool,
+}
+
+impl CancelSelection {
+    /// These jobs.
+    pub fn ids(ids: impl IntoIterator<Item = u64>) -> Self {
+        Self {
+            ids: Some(ids.into_iter().collect()),
+            ..Self::default()
+        }
+    }
+
+    /// The unfinished jobs of a queue (narrow further with [`CancelSelection::kind`]).
+    pub fn queue(queue: impl Into<String>) -> Self {
+        Self {
+            queue: Some(queue.into()),
+            ..Self::default()
+        }
+    }
+
+    /// Every unfinished job.
+    pub fn all() -> Self {
+        Self {
+            all: true,
+            ..Self::default()
+        }
+    }
+
+    /// Only jobs of this type.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Only jobs of this queue (of the ids, those in it).
+    pub fn in_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+}
+
 /// A dead-job replay: which jobs, and how they run again.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplayDead {
