@@ -433,9 +433,18 @@ pub struct DeadSelection {
     kind: Option<String>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     all: bool,
+    /// `cancelled` to select cancelled jobs instead of dead ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'static str>,
 }
 
 impl DeadSelection {
+    /// Cancelled jobs instead of dead ones (they are replayed and deleted alike).
+    pub fn cancelled(mut self) -> Self {
+        self.status = Some("cancelled");
+        self
+    }
+
     /// These jobs.
     pub fn ids(ids: impl IntoIterator<Item = u64>) -> Self {
         Self {
