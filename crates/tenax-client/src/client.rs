@@ -15,15 +15,16 @@ use serde_json::value::RawValue;
 use crate::cluster::{Activity, Cluster};
 use crate::error::{Error, Result, chain};
 use crate::model::{
-    AttemptList, AttemptPage, CancelResult, CancelledJobs, CompleteResult, CompleteResults, CreatedToken, DeletedJobs,
-    DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage, Enqueued, FailResult, JobInfo,
-    JobList, JobPage, Lease, LeaseExtended, PolicyPreview, Queue, QueueList, ReplayResult,
-    Replayed, Stats, Subscription, SubscriptionList, TakenJob, TokenInfo, TokenList,
+    AttemptList, AttemptPage, CancelResult, CancelledJobs, CompleteResult, CompleteResults,
+    CreatedToken, DeletedJobs, DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage,
+    Enqueued, FailResult, JobInfo, JobList, JobPage, Lease, LeaseExtended, PolicyPreview, Queue,
+    QueueList, ReplayResult, Replayed, Stats, Subscription, SubscriptionList, TakenJob, TokenInfo,
+    TokenList,
 };
 use crate::request::{
-    Batch, CancelSelection, DeadSelection, DeliveryFilter, FailBody, Failure, JobFilter, NewJob, NewToken,
-    OnDuplicate, QueueUpdate, ReplayDead, ReplayDeliveries, RotateSecret, SubscriptionSettings,
-    Take,
+    Batch, CancelSelection, DeadSelection, DeliveryFilter, FailBody, Failure, JobFilter, NewJob,
+    NewToken, OnDuplicate, QueueUpdate, ReplayDead, ReplayDeliveries, RotateSecret,
+    SubscriptionSettings, Take,
 };
 use crate::schedule::{NewSchedule, Schedule, ScheduleList, SchedulePreview, Ticks};
 use crate::stream::JobStream;

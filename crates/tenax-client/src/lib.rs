@@ -77,17 +77,17 @@ pub use cluster::{Activity, ActivityCounts, ActivityMinute, Cluster, ServerInfo,
 pub use error::{Error, Result};
 pub use model::{
     AttemptPage, AttemptResult, AttemptTrigger, BreakerState, CancelOutcome, CancelResult,
-    CancelledJobs, CompleteError, CompleteResult,
-    Counts, CreatedToken, DeletedJobs, DeletedSubscription, Delivery, DeliveryAttempt,
-    DeliveryPage, EndpointHealth, Enqueued, EnvelopeFormat, FailResult, JobInfo, JobPage,
-    JobStatus, Lease, LeaseExtended, PolicyPreview, PolicySource, PreviewRow, Queue, QueueCounts,
-    QueueRate, RecordedError, ReplayResult, RetryBudget, RetryBudgetUse, Role, Skipped, Stats,
-    Subscription, SubscriptionHealth, TakenJob, TokenInfo,
+    CancelledJobs, CompleteError, CompleteResult, Counts, CreatedToken, DeletedJobs,
+    DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage, EndpointHealth, Enqueued,
+    EnvelopeFormat, FailResult, JobInfo, JobPage, JobStatus, Lease, LeaseExtended, PolicyPreview,
+    PolicySource, PreviewRow, Queue, QueueCounts, QueueRate, RecordedError, ReplayResult,
+    RetryBudget, RetryBudgetUse, Role, Skipped, Stats, Subscription, SubscriptionHealth, TakenJob,
+    TokenInfo,
 };
 pub use request::{
-    CancelSelection, DeadSelection, DeliveryFilter, Failure, JobFilter, NewJob, NewToken, OnDuplicate, Outcome,
-    QueueUpdate, ReplayDead, ReplayDeliveries, RetryBudgetSettings, RotateSecret,
-    SubscriptionSettings, Take,
+    CancelSelection, DeadSelection, DeliveryFilter, Failure, JobFilter, NewJob, NewToken,
+    OnDuplicate, Outcome, QueueUpdate, ReplayDead, ReplayDeliveries, RetryBudgetSettings,
+    RotateSecret, SubscriptionSettings, Take,
 };
 pub use schedule::{
     Missed, NewSchedule, Overlap, Schedule, SchedulePreview, ScheduledJob, Tick, TickCounts, Ticks,

@@ -881,7 +881,9 @@ async fn a_cancelled_jobs_handler_is_told_and_the_job_ends_cancelled() {
                 started.send(job.id).expect("the test listens");
                 // Waits for nothing but its cancellation.
                 job.cancelled().await;
-                seen.lock().expect("seen").push((job.id, job.is_cancelled()));
+                seen.lock()
+                    .expect("seen")
+                    .push((job.id, job.is_cancelled()));
                 // `true`: stop by returning an error; `false`: by returning normally.
                 if job.payload {
                     Err(JobError::retry("stopped: cancelled"))

@@ -101,4 +101,3 @@ fn unfinished(index: &Index, selection: &Selection) -> Vec<JobId> {
     ids.dedup();
     ids
 }
-

@@ -772,7 +772,7 @@ mod tests {
         let q = [index.intern("q")];
         assert_eq!(index.peek_ready(&q, 10, 0), [JobId(1), JobId(2)]);
         let counts: Vec<_> = index.counts().map(|(q, c)| (q.to_string(), c)).collect();
-        assert_eq!(counts, [("q".to_owned(), [0, 2, 0, 0, 0])]);
+        assert_eq!(counts, [("q".to_owned(), [0, 2, 0, 0, 0, 0])]);
     }
 
     #[test]
@@ -816,7 +816,7 @@ mod tests {
         assert_eq!(index.expired(5_000, 10), Vec::<JobId>::new());
         let dead: Vec<JobId> = index.finished_before(2_000).map(|(id, _)| id).collect();
         assert_eq!(dead, [JobId(7)]);
-        assert_eq!(index.queue_counts("q"), [0, 0, 0, 0, 1]);
+        assert_eq!(index.queue_counts("q"), [0, 0, 0, 0, 1, 0]);
         assert!(index.remove(JobId(7)).is_some());
         assert!(index.is_empty());
         assert_eq!(index.finished_before(u64::MAX).count(), 0);
@@ -828,10 +828,10 @@ mod tests {
         let e = entry(&mut index, "q", 0, Status::Ready, 0);
         index.insert(JobId(1), e, 0);
         index.update(JobId(1), |e| e.finish(Status::Completed, 10));
-        assert_eq!(index.queue_counts("q"), [0, 0, 0, 1, 0]);
+        assert_eq!(index.queue_counts("q"), [0, 0, 0, 1, 0, 0]);
         index.evict_completed(JobId(1));
         assert!(index.get(JobId(1)).is_none());
-        assert_eq!(index.queue_counts("q"), [0; 5]);
+        assert_eq!(index.queue_counts("q"), [0; 6]);
         let e = entry(&mut index, "q", 0, Status::Ready, 0);
         index.insert(JobId(2), e, 0);
         index.evict_completed(JobId(2));

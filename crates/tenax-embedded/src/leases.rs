@@ -7,15 +7,15 @@ use tenax_core::model::{
     subscription::subscription_of_queue,
 };
 use tenax_core::store::{
-    Decide, DecideContext, Extended, Finished, JobLeases, LeaseFacts, StoreError, TakeRequest, Taken,
-    Transition, to_json_bytes,
+    Decide, DecideContext, Extended, Finished, JobLeases, LeaseFacts, StoreError, TakeRequest,
+    Taken, Transition, to_json_bytes,
 };
 
 use super::index::{Index, Lease, QueueRef};
-use super::{cancel, limits};
 use super::ops::Op;
 use super::writer::{self, Receiver, Wake};
 use super::{EmbeddedStore, Inner};
+use super::{cancel, limits};
 
 #[async_trait]
 impl JobLeases for EmbeddedStore {

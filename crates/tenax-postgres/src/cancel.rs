@@ -84,9 +84,7 @@ impl PostgresStore {
         }
         if !done.marked.is_empty() {
             let marked: Vec<i64> = done.marked.iter().map(|j| super::rows::id(j.0)).collect();
-            execute(&tx, &MARK, &[&marked])
-                .await
-                .map_err(fault(what))?;
+            execute(&tx, &MARK, &[&marked]).await.map_err(fault(what))?;
         }
         tx.commit().await.map_err(fault(what))?;
         if !done.cancelled.is_empty() {

@@ -68,7 +68,12 @@ async fn a_ready_or_scheduled_job_is_cancelled_at_once_and_a_finished_one_is_ref
 
     // A finished job is refused, naming its status: cancelled, completed, dead.
     let error = server
-        .error(Method::POST, &format!("/api/jobs/{ready}/cancel"), None, 409)
+        .error(
+            Method::POST,
+            &format!("/api/jobs/{ready}/cancel"),
+            None,
+            409,
+        )
         .await;
     assert!(error.message.contains("is cancelled"), "{error:?}");
     let done = server.enqueue(json!({"queue": "d"})).await;
@@ -82,9 +87,17 @@ async fn a_ready_or_scheduled_job_is_cancelled_at_once_and_a_finished_one_is_ref
         .enqueue(json!({"queue": "d", "retry_limit": 0}))
         .await;
     let taken = server.take_one("d").await;
-    assert_eq!(server.fail(&taken, "boom", json!({})).await["status"], "dead");
+    assert_eq!(
+        server.fail(&taken, "boom", json!({})).await["status"],
+        "dead"
+    );
     let error = server
-        .error(Method::POST, &format!("/api/jobs/{dying}/cancel"), None, 409)
+        .error(
+            Method::POST,
+            &format!("/api/jobs/{dying}/cancel"),
+            None,
+            409,
+        )
         .await;
     assert!(error.message.contains("is dead"), "{error:?}");
 
@@ -101,14 +114,19 @@ async fn a_ready_or_scheduled_job_is_cancelled_at_once_and_a_finished_one_is_ref
 #[tokio::test]
 async fn a_job_in_flight_is_marked_and_its_worker_learns_it_then_its_failure_cancels_it() {
     let server = TestServer::manual().await;
-    let id = server.enqueue(json!({"queue": "f", "retry_limit": 5})).await;
+    let id = server
+        .enqueue(json!({"queue": "f", "retry_limit": 5}))
+        .await;
     let taken = server.take_one("f").await;
     assert!(!heartbeat(&server, &taken).await, "not cancelled yet");
 
     let answer = cancel(&server, id).await;
     assert_eq!(answer["outcome"], "marked", "{answer}");
     assert_eq!(answer["job"]["status"], "in_flight", "{answer}");
-    assert!(heartbeat(&server, &taken).await, "the heartbeat says cancelled");
+    assert!(
+        heartbeat(&server, &taken).await,
+        "the heartbeat says cancelled"
+    );
     // Marking again is no error: it is still marked.
     assert_eq!(cancel(&server, id).await["outcome"], "marked");
 
@@ -293,9 +311,12 @@ async fn status_as_admin(server: &TestServer, id: u64) -> String {
 
 #[tokio::test]
 async fn a_scoped_token_cancels_only_its_own_projects_jobs() {
-    let server = TestServer::start(
-        common::Options::manual().flags(&["--auth", "on", "--admin-token", ADMIN]),
-    )
+    let server = TestServer::start(common::Options::manual().flags(&[
+        "--auth",
+        "on",
+        "--admin-token",
+        ADMIN,
+    ]))
     .await;
     let enqueue = |queue: &'static str| {
         let server = &server;

@@ -1143,7 +1143,10 @@ fn jobs_are_cancelled_from_the_command_line() {
     };
     let (ready, flying) = (enqueue("stop"), enqueue("busy"));
     let (c1, c2) = (enqueue("many"), enqueue("many"));
-    let one = stdout(&tenax(&server, &["jobs", "cancel", "--id", &ready.to_string()]));
+    let one = stdout(&tenax(
+        &server,
+        &["jobs", "cancel", "--id", &ready.to_string()],
+    ));
     assert_eq!(one, format!("cancelled job {ready}\n"));
     // Again: it is finished, and the error says so.
     let output = tenax(&server, &["jobs", "cancel", "--id", &ready.to_string()]);
@@ -1151,9 +1154,16 @@ fn jobs_are_cancelled_from_the_command_line() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("is cancelled"), "{stderr}");
     // In flight: marked.
-    let taken = post(&server, "/api/take", serde_json::json!({"queues": ["busy"]}));
+    let taken = post(
+        &server,
+        "/api/take",
+        serde_json::json!({"queues": ["busy"]}),
+    );
     assert_eq!(taken["jobs"][0]["id"].as_u64(), Some(flying));
-    let marked = stdout(&tenax(&server, &["jobs", "cancel", "--id", &flying.to_string()]));
+    let marked = stdout(&tenax(
+        &server,
+        &["jobs", "cancel", "--id", &flying.to_string()],
+    ));
     assert!(
         marked.starts_with(&format!("job {flying} is in flight")),
         "{marked}"
@@ -1179,5 +1189,8 @@ fn jobs_are_cancelled_from_the_command_line() {
         &["dead", "replay", "--cancelled", "--id", &ready.to_string()],
     ));
     assert!(replayed.starts_with("replayed 1 jobs"), "{replayed}");
-    assert_eq!(api(&server, &format!("/api/jobs/{ready}"))["status"], "ready");
+    assert_eq!(
+        api(&server, &format!("/api/jobs/{ready}"))["status"],
+        "ready"
+    );
 }

@@ -662,13 +662,10 @@ async fn apply(
                 .check(ack)
                 .map(|lease| (now + lease_ms).min(lease.taken_at_ms + MAX_ATTEMPT_MS));
             // Nothing here cancels: no lease is ever marked.
-            let got = engine
-                .heartbeat(ack, *lease_ms)
-                .await
-                .map(|extended| {
-                    assert!(!extended.cancel_requested, "no lease is marked cancelled");
-                    extended.expires_at_ms
-                });
+            let got = engine.heartbeat(ack, *lease_ms).await.map(|extended| {
+                assert!(!extended.cancel_requested, "no lease is marked cancelled");
+                extended.expires_at_ms
+            });
             same("the heartbeat's answer", got.clone(), want)?;
             if let (Ok(until), Some(lease)) =
                 (got, model.jobs.get_mut(&id).and_then(|j| j.lease.as_mut()))

@@ -688,7 +688,9 @@ async fn a_cancellation_through_one_node_reaches_a_heartbeat_through_another() {
     let Some(url) = database().await else { return };
     let a = Node::start(&url, &[], &[]).await;
     let b = Node::start(&url, &[], &[]).await;
-    let id = a.must_enqueue(json!({"queue": "cancel", "retry_limit": 5})).await;
+    let id = a
+        .must_enqueue(json!({"queue": "cancel", "retry_limit": 5}))
+        .await;
     let taken = b.take(json!({"queues": ["cancel"], "max": 1})).await;
     assert_eq!(taken.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [id]);
     let (_, lease) = taken[0];
@@ -717,7 +719,9 @@ async fn a_cancellation_through_one_node_reaches_a_heartbeat_through_another() {
     assert_eq!(failed["status"], "cancelled", "{failed}");
     assert_eq!(a.status(id).await.as_deref(), Some("cancelled"));
     assert!(
-        a.take(json!({"queues": ["cancel"], "max": 1})).await.is_empty(),
+        a.take(json!({"queues": ["cancel"], "max": 1}))
+            .await
+            .is_empty(),
         "a cancelled job does not run again"
     );
 }

@@ -33,25 +33,27 @@ where
     E: Into<JobError>,
 {
     let handler = Arc::new(handler);
-    Arc::new(move |taken: TakenJob, stopping: Shutdown, cancelled: Shutdown| {
-        let handler = handler.clone();
-        Box::pin(async move {
-            // A payload that does not fit the handler's type will not fit at the next attempt
-            // either: dead at once (fix the code or the job, then replay it).
-            let payload: T = serde_json::from_str(taken.payload.get()).map_err(|error| {
-                JobError::not_retryable(format!(
-                    "the payload of job type {:?} does not fit {}: {error}",
-                    taken.kind,
-                    std::any::type_name::<T>()
-                ))
-                .with_source(error)
-            })?;
-            let (id, kind) = (taken.id, taken.kind.clone());
-            let job = Job::new(taken, payload, stopping, cancelled);
-            let value = (*handler)(job).await.map_err(Into::into)?;
-            Ok(result_of(id, &kind, &value))
-        })
-    })
+    Arc::new(
+        move |taken: TakenJob, stopping: Shutdown, cancelled: Shutdown| {
+            let handler = handler.clone();
+            Box::pin(async move {
+                // A payload that does not fit the handler's type will not fit at the next attempt
+                // either: dead at once (fix the code or the job, then replay it).
+                let payload: T = serde_json::from_str(taken.payload.get()).map_err(|error| {
+                    JobError::not_retryable(format!(
+                        "the payload of job type {:?} does not fit {}: {error}",
+                        taken.kind,
+                        std::any::type_name::<T>()
+                    ))
+                    .with_source(error)
+                })?;
+                let (id, kind) = (taken.id, taken.kind.clone());
+                let job = Job::new(taken, payload, stopping, cancelled);
+                let value = (*handler)(job).await.map_err(Into::into)?;
+                Ok(result_of(id, &kind, &value))
+            })
+        },
+    )
 }
 
 /// A handler's returned value as the job's result: none when it serialises to `null` (`()`,

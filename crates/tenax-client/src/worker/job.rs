@@ -31,7 +31,12 @@ pub struct Job<T> {
 }
 
 impl<T> Job<T> {
-    pub(crate) fn new(taken: TakenJob, payload: T, stopping: Shutdown, cancelled: Shutdown) -> Self {
+    pub(crate) fn new(
+        taken: TakenJob,
+        payload: T,
+        stopping: Shutdown,
+        cancelled: Shutdown,
+    ) -> Self {
         Self {
             id: taken.id,
             queue: taken.queue,

@@ -780,7 +780,10 @@ async fn heartbeats(
         match inner.client.heartbeat(lease, Some(settings.lease)).await {
             Ok(extended) => {
                 if extended.cancelled && !*cancel.borrow() {
-                    tracing::info!(job = lease.id, "the job was cancelled; its handler is told to stop");
+                    tracing::info!(
+                        job = lease.id,
+                        "the job was cancelled; its handler is told to stop"
+                    );
                     cancel.send_replace(true);
                 }
                 add(&inner.counters.heartbeats, 1);

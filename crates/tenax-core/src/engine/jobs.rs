@@ -9,8 +9,9 @@ use crate::clock::UnixMs;
 use crate::engine::EngineError;
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
 use crate::model::{
-    CANCELLED_BY_REQUEST, Cancelled, Checked, DeliveryPayload, Enqueued, Job, JobFilter, JobId, JobPeek, NewJob, OnDuplicate, Page,
-    QueueCounts, Replay, Replayed, Searched, Selection, StoredPolicy, SubscriptionId, TextQuery,
+    CANCELLED_BY_REQUEST, Cancelled, Checked, DeliveryPayload, Enqueued, Job, JobFilter, JobId,
+    JobPeek, NewJob, OnDuplicate, Page, QueueCounts, Replay, Replayed, Searched, Selection,
+    StoredPolicy, SubscriptionId, TextQuery,
 };
 use crate::store::{DeleteCheck, FactsSeen, Insert, QueueFacts, StoreError};
 

@@ -103,7 +103,11 @@ pub(crate) async fn unfinished_jobs_are_cancelled_or_marked(backend: &impl Backe
 
     let at = T0 + 2 * SECOND;
     let (cancelled, marked) = cancel_ids(&store, &ids, at).await;
-    assert_eq!(cancelled, [ids[2], ids[3]], "the ready and the scheduled job");
+    assert_eq!(
+        cancelled,
+        [ids[2], ids[3]],
+        "the ready and the scheduled job"
+    );
     assert_eq!(marked, [ids[4]], "the job in flight");
     for id in [ids[2], ids[3]] {
         let job = get(&store, id).await;
@@ -211,7 +215,12 @@ pub(crate) async fn a_marked_lease_is_seen_by_the_decision_that_ends_it(backend:
     let again = take(&store, &["q"], 1, end + 20 * SECOND).await;
     assert_eq!(taken_ids(&again), [ids[3]]);
     let beat = store
-        .extend_lease(ack(&again[0]), 30 * SECOND, 3_600 * SECOND, end + 21 * SECOND)
+        .extend_lease(
+            ack(&again[0]),
+            30 * SECOND,
+            3_600 * SECOND,
+            end + 21 * SECOND,
+        )
         .await
         .expect("extended");
     assert!(!beat.cancel_requested);
@@ -290,7 +299,10 @@ pub(crate) async fn cancelled_jobs_are_counted_replayed_and_purged_as_dead_ones(
     let counts = store.queue_counts("q").await.expect("counts");
     assert_eq!((counts.dead, counts.cancelled), (1, 3));
     let backlog = store.backlog().await.expect("backlog");
-    let q = backlog.iter().find(|b| b.queue == "q").expect("q's backlog");
+    let q = backlog
+        .iter()
+        .find(|b| b.queue == "q")
+        .expect("q's backlog");
     assert_eq!((q.dead, q.cancelled, q.ready), (1, 3, 0));
     // Listed by status.
     let listed = list(
@@ -331,7 +343,10 @@ pub(crate) async fn cancelled_jobs_are_counted_replayed_and_purged_as_dead_ones(
         .purge_finished(T0 + 10 * SECOND, T0, 100)
         .await
         .expect("purged");
-    assert_eq!(purged, 1, "the dead job only: the cancelled ones finished later");
+    assert_eq!(
+        purged, 1,
+        "the dead job only: the cancelled ones finished later"
+    );
     let purged = store
         .purge_finished(T0, T0 + SECOND, 100)
         .await

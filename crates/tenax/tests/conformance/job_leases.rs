@@ -536,7 +536,10 @@ pub(crate) async fn acknowledgements_after_a_leases_end_are_refused(backend: &im
         .await
         .expect("in time");
     assert_eq!(extended.expires_at_ms, end - 1 + 30 * SECOND);
-    assert!(!extended.cancel_requested, "a lease is not marked cancelled until cancelled");
+    assert!(
+        !extended.cancel_requested,
+        "a lease is not marked cancelled until cancelled"
+    );
     // At the end and after it, each of the others is refused.
     let lost = |job: &TakenJob| StoreError::LeaseLost { id: job.id };
     assert_eq!(
