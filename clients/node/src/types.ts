@@ -21,7 +21,7 @@ export type Time = Date | number | string;
 /** A retry or delivery policy in any of its three spellings (docs/policies.md). */
 export type Policy = Record<string, unknown>;
 
-export type JobStatus = "scheduled" | "ready" | "in_flight" | "completed" | "dead";
+export type JobStatus = "scheduled" | "ready" | "in_flight" | "completed" | "dead" | "cancelled";
 
 export type OnDuplicate = "refuse" | "existing";
 
@@ -122,6 +122,26 @@ export interface LeaseExtended {
   id: JobId;
   /** The expiry actually set (never past the server's `--max-attempt-time`). */
   lease_expires_at: string;
+  /**
+   * The job was cancelled while in flight: stop, and report a failure (the server then
+   * finishes the job as cancelled). Absent from servers before cancellation.
+   */
+  cancelled?: boolean;
+}
+
+/** What `Client.cancel` did, and the job as it now is. */
+export interface CancelResult {
+  /** `cancelled`: it was scheduled or ready. `marked`: it is in flight; its worker learns it on its next heartbeat. */
+  outcome: "cancelled" | "marked";
+  job: Job;
+}
+
+/** What `Client.cancelJobs` did. */
+export interface CancelledJobs {
+  cancelled: number;
+  marked: number;
+  cancelled_ids: JobId[];
+  marked_ids: JobId[];
 }
 
 export interface Completed {
@@ -166,6 +186,7 @@ export interface Counts {
   in_flight: number;
   completed: number;
   dead: number;
+  cancelled: number;
 }
 
 export interface Stats {
@@ -203,6 +224,14 @@ export interface ListJobsOptions {
   type?: string;
   limit?: number;
   after?: JobId;
+}
+
+/** Which unfinished jobs to cancel: `ids`, and/or `queue` and `type`; or `all: true`. */
+export interface CancelSelection {
+  ids?: JobId[];
+  queue?: string;
+  type?: string;
+  all?: boolean;
 }
 
 /** Which dead jobs: `ids`, and/or `queue` and `type`; or `all: true`. */
