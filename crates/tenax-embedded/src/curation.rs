@@ -16,10 +16,11 @@ use super::writer;
 
 #[async_trait]
 impl JobCuration for EmbeddedStore {
-    /// Dead (and cancelled) jobs matching the selection become ready, optionally with a new policy and a fresh
-    /// attempt count. Their error history is kept. A job whose unique key an unfinished job
-    /// holds stays dead (the key index maps a key to one unfinished job), and so does any id the
-    /// selection names that is not a selected dead job; each is reported with the reason.
+    /// Dead (and cancelled) jobs matching the selection become ready, optionally with a new
+    /// policy and a fresh attempt count. Their error history is kept. A job whose unique key an
+    /// unfinished job holds stays as it is (the key index maps a key to one unfinished job), and
+    /// so does any id the selection names that is not a selected dead or cancelled job; each is
+    /// reported with the reason.
     async fn replay_jobs(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError> {
         let (replayed, receiver) = {
             let mut inner = self.inner.lock();

@@ -7,9 +7,9 @@ use super::{ClaimId, JobId, StoredPolicy, Trigger};
 use crate::clock::UnixMs;
 
 /// A job's lifecycle (docs/api.md): `scheduled → ready → in_flight → completed`, with retries
-/// (`in_flight → scheduled`), death, replay (`dead → ready`, `cancelled → ready`), lease expiry
-/// (`in_flight → ready`) and cancellation (`scheduled`, `ready` or a marked `in_flight` →
-/// `cancelled`).
+/// (`in_flight → scheduled`), death, replay (`dead → ready`, `cancelled → ready`), lease
+/// expiry (`in_flight → ready`) and cancellation (`scheduled`, `ready` or a marked
+/// `in_flight` → `cancelled`).
 #[derive(
     Debug,
     Clone,
