@@ -12,6 +12,9 @@ import type {
   Cluster,
   CompleteResult,
   Completed,
+  CancelResult,
+  CancelSelection,
+  CancelledJobs,
   DeadSelection,
   DeletedJobs,
   DeletedSubscription,
@@ -386,6 +389,20 @@ export class Client {
   /** Removes a job in any status. */
   async deleteJob(id: JobId): Promise<void> {
     await this.#call({ method: "DELETE", path: `/api/jobs/${seg(id)}` });
+  }
+
+  /**
+   * Cancels a job: at once if it is scheduled or ready (`outcome: "cancelled"`); if it is in
+   * flight, its lease is marked (`outcome: "marked"`) and its worker learns it on its next
+   * heartbeat. A finished job is refused with a `Conflict` naming its status.
+   */
+  cancel(id: JobId): Promise<CancelResult> {
+    return this.#call({ method: "POST", path: `/api/jobs/${seg(id)}/cancel`, body: {} });
+  }
+
+  /** Cancels the unfinished jobs of a selection: `ids`, `queue`/`type`, or `all: true`. */
+  cancelJobs(selection: CancelSelection): Promise<CancelledJobs> {
+    return this.#call({ method: "POST", path: "/api/jobs/cancel", body: compact({ ...selection }) });
   }
 
   /** Job counts per queue and in total. */

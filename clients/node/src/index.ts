@@ -34,7 +34,7 @@ export {
 } from "./errors.js";
 export { JsonSyntaxError, parseJson, stringifyJson } from "./json.js";
 export type { Json } from "./json.js";
-export { JobOutcome, NotRetryable, PayloadMismatch, Retry, RetryAt, RetryIn, Snooze, UnknownJobType, describe } from "./outcomes.js";
+export { JobCancelled, JobOutcome, NotRetryable, PayloadMismatch, Retry, RetryAt, RetryIn, Snooze, UnknownJobType, describe } from "./outcomes.js";
 export type { OutcomeOptions } from "./outcomes.js";
 export type * from "./types.js";
 export { VERSION } from "./version.js";

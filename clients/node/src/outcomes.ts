@@ -4,7 +4,7 @@
 // it runs again, and when it is dead. The message (`"TypeError: bad input"`) is recorded on the
 // job, and `{"type", "stack"}` as the error's detail.
 
-import type { Duration, FailOptions, Time } from "./types.js";
+import type { Duration, FailOptions, JobId, Time } from "./types.js";
 
 export interface OutcomeOptions {
   /** Any JSON recorded with the error (default: the error's type and stack, or its cause's). */
@@ -176,4 +176,16 @@ export function describe(error: unknown): { message: string; detail: unknown; op
     message = `${message.slice(0, MAX_MESSAGE - 1)}…`;
   }
   return { message, detail, options };
+}
+
+/**
+ * The reason a job's `AbortSignal` is aborted with when a heartbeat says the job was cancelled
+ * (`POST /api/jobs/{id}/cancel`). The handler should stop: whatever it then returns or throws,
+ * the worker reports a failure, which the server finishes as cancelled.
+ */
+export class JobCancelled extends Error {
+  override name = "JobCancelled";
+  constructor(readonly jobId: JobId) {
+    super(`job ${jobId} was cancelled while it ran`);
+  }
 }

@@ -23,9 +23,17 @@ export type Policy = Record<string, unknown>;
 
 /**
  * Where a job is in its lifecycle (docs/api.md). `waiting`: it waits for the jobs it was
- * enqueued `after` (docs/workflows.md).
+ * enqueued `after` (docs/workflows.md). `cancelled`: stopped by `cancel` (or because a job
+ * it waited for did not complete).
  */
-export type JobStatus = "waiting" | "scheduled" | "ready" | "in_flight" | "completed" | "dead";
+export type JobStatus =
+  | "waiting"
+  | "scheduled"
+  | "ready"
+  | "in_flight"
+  | "completed"
+  | "dead"
+  | "cancelled";
 
 /**
  * What a waiting job does when a job it waits for will not complete: `"cancel"` (the default:
@@ -174,6 +182,26 @@ export interface LeaseExtended {
   id: JobId;
   /** The expiry actually set (never past the server's `--max-attempt-time`). */
   lease_expires_at: string;
+  /**
+   * The job was cancelled while in flight: stop, and report a failure (the server then
+   * finishes the job as cancelled). Absent from servers before cancellation.
+   */
+  cancelled?: boolean;
+}
+
+/** What `Client.cancel` did, and the job as it now is. */
+export interface CancelResult {
+  /** `cancelled`: it was scheduled or ready. `marked`: it is in flight; its worker learns it on its next heartbeat. */
+  outcome: "cancelled" | "marked";
+  job: Job;
+}
+
+/** What `Client.cancelJobs` did. */
+export interface CancelledJobs {
+  cancelled: number;
+  marked: number;
+  cancelled_ids: JobId[];
+  marked_ids: JobId[];
 }
 
 export interface Completed {
@@ -219,6 +247,7 @@ export interface Counts {
   in_flight: number;
   completed: number;
   dead: number;
+  cancelled: number;
 }
 
 /** Jobs by status: a delivery's statuses, and `waiting`. */
@@ -262,6 +291,14 @@ export interface ListJobsOptions {
   type?: string;
   limit?: number;
   after?: JobId;
+}
+
+/** Which unfinished jobs to cancel: `ids`, and/or `queue` and `type`; or `all: true`. */
+export interface CancelSelection {
+  ids?: JobId[];
+  queue?: string;
+  type?: string;
+  all?: boolean;
 }
 
 /** Which dead jobs: `ids`, and/or `queue` and `type`; or `all: true`. */

@@ -65,13 +65,14 @@ class Tally {
   retried = 0;
   snoozed = 0;
   dead = 0;
+  cancelled = 0;
   unknown = new Map<string, number>();
   lastFailure: string | null = null;
 
   constructor(readonly started: number) {}
 
   get count(): number {
-    return this.completed + this.retried + this.snoozed + this.dead;
+    return this.completed + this.retried + this.snoozed + this.dead + this.cancelled;
   }
 
   get level(): Level {
@@ -91,6 +92,9 @@ class Tally {
     }
     if (this.dead) {
       parts.push(`${this.dead} dead`);
+    }
+    if (this.cancelled) {
+      parts.push(`${this.cancelled} cancelled`);
     }
     let text = `last ${(ms / 1000).toFixed(1)} s: ${parts.join(", ")}`;
     if (this.lastFailure !== null) {
@@ -144,9 +148,12 @@ export class OutcomeLog {
   failed(job: TakenJob, ranMs: number | null, message: string, result: FailResult, snoozed: boolean, unknown: boolean): void {
     const took = ranMs === null ? "" : ` in ${shown(ranMs)}`;
     const dead = result.status === "dead";
+    const cancelled = result.status === "cancelled";
     const level: Level = unknown ? "error" : dead ? "warn" : "info";
     let line: string;
-    if (snoozed) {
+    if (cancelled) {
+      line = `job ${job.id} (${job.type}) cancelled${took}; its handler stopped`;
+    } else if (snoozed) {
       line = `job ${job.id} (${job.type}) snoozed: ${nextRun(result, true)}`;
     } else if (dead) {
       line = `job ${job.id} (${job.type}) failed${took} and is dead: ${message} (${result.dead_reason ?? "dead"})`;
@@ -155,6 +162,10 @@ export class OutcomeLog {
     }
     this.#record(
       (tally) => {
+        if (cancelled) {
+          tally.cancelled++;
+          return;
+        }
         if (snoozed) {
           tally.snoozed++;
           return;

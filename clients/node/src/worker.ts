@@ -4,7 +4,7 @@ import { EventEmitter } from "node:events";
 
 import { Client, checkWorkerName, defaultWorkerName, durationMs, type JobStream } from "./client.js";
 import { ApiError, InvalidRequest, LeaseLost, NotFound, NotInFlight, TenaxError } from "./errors.js";
-import { describe, PayloadMismatch, UnknownJobType } from "./outcomes.js";
+import { describe, JobCancelled, PayloadMismatch, UnknownJobType } from "./outcomes.js";
 import type { CompleteResult, Duration, FailOptions, FailResult, LeaseExtended, TakenJob } from "./types.js";
 import { type Logger, OutcomeLog, quoted, silentLogger, stderrLogger } from "./worker-log.js";
 
@@ -118,6 +118,8 @@ interface Held {
   beating: boolean;
   startedAt: number;
   controller: AbortController;
+  /** A heartbeat said the job was cancelled: its signal is aborted with `JobCancelled`. */
+  cancelled: boolean;
 }
 
 interface Registered {
@@ -551,6 +553,7 @@ export class Worker extends EventEmitter {
       beating: false,
       startedAt: 0,
       controller: new AbortController(),
+      cancelled: false,
     };
     this.#held.set(key(job), held);
     this.#tell("received", job);
@@ -619,6 +622,11 @@ export class Worker extends EventEmitter {
         outcome = { ok: true, result: value ?? undefined };
       } catch (error) {
         outcome = { ok: false, error };
+      }
+      if (held.cancelled && outcome.ok) {
+        // Cancelled while it ran: however the handler ended, the worker reports a failure,
+        // which the server finishes as cancelled.
+        outcome = { ok: false, error: held.controller.signal.reason };
       }
       if (outcome.ok) {
         this.#stats.succeeded++;
@@ -846,6 +854,11 @@ export class Worker extends EventEmitter {
     this.#stats.heartbeats++;
     this.#beatsFailingSince = null;
     held.nextBeat = performance.now() + this.heartbeatMs;
+    if (answer.cancelled === true && !held.cancelled) {
+      held.cancelled = true;
+      this.#log.info(`job ${job.id} was cancelled; its handler is told to stop`);
+      held.controller.abort(new JobCancelled(job.id));
+    }
     this.#tell("heartbeat", job, answer);
   }
 

@@ -7,6 +7,7 @@ import {
   type Client,
   type FailResult,
   type JobId,
+  JobCancelled,
   NotRetryable,
   RetryAt,
   RetryIn,
@@ -384,6 +385,55 @@ suite("worker", () => {
     assert.equal(worker.stats.lost, 1);
     assert.equal(worker.stats.failed, 0);
     assert.ok(!recorder.requests.some((r) => r.path.endsWith("/fail") || r.path === "/api/jobs/complete"));
+  });
+
+  test("a cancelled job's signal aborts with JobCancelled, and the job ends cancelled", async () => {
+    const queue = newQueue();
+    const logger = memoryLogger();
+    const worker = new Worker(queue, { client, lease: 1000, logger, concurrency: 2 });
+    const reasons: unknown[] = [];
+    worker.handle<{ throws: boolean }>("t", async (job, { signal: abort }) => {
+      // Waits for nothing but its cancellation.
+      await new Promise<void>((resolve) => abort.addEventListener("abort", () => resolve()));
+      reasons.push(abort.reason);
+      if (job.payload.throws) {
+        throw new Error("stopped: cancelled");
+      }
+      return { partial: true }; // returned anyway: still reported as a failure
+    });
+    const ids: JobId[] = [];
+    for (const throws of [true, false]) {
+      ids.push((await client.enqueue(queue, "t", { throws })).id);
+    }
+    const started = collect<TakenJob>(worker, "start", 2);
+    await worker.start();
+    await started;
+    for (const id of ids) {
+      const answer = await client.cancel(id);
+      assert.equal(answer.outcome, "marked");
+      assert.equal(answer.job.status, "in_flight");
+    }
+    for (const id of ids) {
+      const job = await waitFor(async () => {
+        const job = await client.getJob(id);
+        return job.status === "cancelled" && job;
+      }, `job ${id} cancelled`);
+      assert.equal(job.errors.length, 1);
+    }
+    await worker.stop();
+    assert.equal(reasons.length, 2);
+    for (const reason of reasons) {
+      assert.ok(reason instanceof JobCancelled, String(reason));
+    }
+    assert.equal(worker.stats.failed, 2);
+    assert.equal(worker.stats.completed, 0);
+    assert.ok(logger.lines.some((line) => /\(t\) cancelled in .*; its handler stopped/.test(line)), logger.lines.join("\n"));
+    // A finished job is refused; a ready one is cancelled by selection.
+    await assert.rejects(client.cancel(ids[0] as JobId), /is cancelled/);
+    const { id: ready } = await client.enqueue(queue, "t", { throws: true });
+    const done = await client.cancelJobs({ queue });
+    assert.deepEqual(done.cancelled_ids, [ready]);
+    assert.equal(done.marked, 0);
   });
 
   test("a worker refuses bad settings and runs once", async () => {

@@ -185,3 +185,33 @@ def test_async_handlers_must_be_coroutines() -> None:
 
     with pytest.raises(TypeError, match="async function"):
         worker.register("x", blocking)  # type: ignore[arg-type]
+
+
+def test_async_worker_tells_a_cancelled_jobs_handler(server_url: str, queue: str) -> None:
+    async def main() -> None:
+        async with tenax.AsyncClient(server_url) as client:
+            id = (await client.enqueue(queue, "wait")).id
+            started = asyncio.Event()
+            told: list[bool] = []
+            worker = tenax.AsyncWorker(queue, client=client, lease=1.0, shutdown_timeout=5)
+
+            @worker.handler("wait")
+            async def wait(job: tenax.TakenJob[Any]) -> None:
+                assert not job.cancelled
+                started.set()
+                # Waits for nothing but its cancellation.
+                await job.cancellation.wait_async()
+                told.append(job.cancelled)
+                raise RuntimeError("stopped: cancelled")
+
+            async with running(worker):
+                await asyncio.wait_for(started.wait(), 10)
+                answer = await client.cancel(id)
+                assert answer.outcome == "marked"
+                await until(settled(client, id, "cancelled"), what="the job cancelled")
+            assert told == [True]
+            assert worker.stats.failed == 1
+            done = await client.cancel_jobs([id])
+            assert (done.cancelled, done.marked) == (0, 0)
+
+    run(main())

@@ -552,3 +552,38 @@ def test_a_handlers_returned_value_is_the_jobs_result(client: tenax.Client, queu
     with worker:
         done = [wait_for(job_in(client, id, "completed"), what=f"job {id}") for id in (square, silent, other)]
     assert [j.result for j in done] == [{"square": 144}, None, None]
+
+
+def test_a_cancelled_jobs_handler_is_told_and_the_job_ends_cancelled(client: tenax.Client, queue: str) -> None:
+    # One handler stops by raising, one by returning: either way the job ends cancelled.
+    ids = [client.enqueue(queue, "wait", {"raise": flag}).id for flag in (True, False)]
+    started: list[int] = []
+    told: list[tuple[int, bool]] = []
+    worker = make_worker(client, queue, concurrency=2, lease=1.0)
+
+    @worker.handler("wait")
+    def wait(job: tenax.TakenJob[Any]) -> None:
+        assert not job.cancelled
+        started.append(job.id)
+        # Waits for nothing but its cancellation (at most 10 s, so that a broken test ends).
+        told.append((job.id, job.cancellation.wait(10)))
+        if job.payload["raise"]:
+            raise RuntimeError("stopped: cancelled")
+
+    with worker:
+        wait_for(lambda: len(started) == 2 or None, what="both handlers started")
+        for id in ids:
+            answer = client.cancel(id)
+            assert answer.outcome == "marked" and answer.job.status == "in_flight"
+        jobs = [wait_for(job_in(client, id, "cancelled"), what=f"job {id} cancelled") for id in ids]
+    assert sorted(told) == [(ids[0], True), (ids[1], True)]
+    assert [len(job.errors) for job in jobs] == [1, 1]
+    assert (worker.stats.failed, worker.stats.completed) == (2, 0)
+    # A finished job cannot be cancelled; a ready one is cancelled by selection.
+    with pytest.raises(tenax.Conflict, match="is cancelled"):
+        client.cancel(ids[0])
+    ready = client.enqueue(queue, "wait", {"raise": True}).id
+    done = client.cancel_jobs(queue=queue)
+    assert (done.cancelled_ids, done.marked) == ([ready], 0)
+    assert client.get_job(ready).status == "cancelled"
+    assert client.stats().queues[queue].cancelled == 3

@@ -15,15 +15,16 @@ use serde_json::value::RawValue;
 use crate::cluster::{Activity, Cluster};
 use crate::error::{Error, Result, chain};
 use crate::model::{
-    AttemptList, AttemptPage, CompleteResult, CompleteResults, CreatedToken, DeletedJobs,
-    DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage, Enqueued, FailResult, JobInfo,
-    JobList, JobPage, Lease, LeaseExtended, PolicyPreview, Queue, QueueList, ReplayResult,
-    Replayed, Stats, Subscription, SubscriptionList, TakenJob, TokenInfo, TokenList,
+    AttemptList, AttemptPage, CancelResult, CancelledJobs, CompleteResult, CompleteResults,
+    CreatedToken, DeletedJobs, DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage,
+    Enqueued, FailResult, JobInfo, JobList, JobPage, Lease, LeaseExtended, PolicyPreview, Queue,
+    QueueList, ReplayResult, Replayed, Stats, Subscription, SubscriptionList, TakenJob, TokenInfo,
+    TokenList,
 };
 use crate::request::{
-    Batch, DeadSelection, DeliveryFilter, FailBody, Failure, JobFilter, NewJob, NewToken,
-    OnDuplicate, QueueUpdate, ReplayDead, ReplayDeliveries, RotateSecret, SubscriptionSettings,
-    Take,
+    Batch, CancelSelection, DeadSelection, DeliveryFilter, FailBody, Failure, JobFilter, NewJob,
+    NewToken, OnDuplicate, QueueUpdate, ReplayDead, ReplayDeliveries, RotateSecret,
+    SubscriptionSettings, Take,
 };
 use crate::schedule::{NewSchedule, Schedule, ScheduleList, SchedulePreview, Ticks};
 use crate::stream::JobStream;
@@ -528,6 +529,19 @@ impl Client {
     pub async fn delete_job(&self, id: u64) -> Result<()> {
         self.call_no_content(Method::DELETE, &format!("/api/jobs/{id}"))
             .await
+    }
+
+    /// Cancels a job: at once if it is scheduled or ready; if it is in flight, its lease is
+    /// marked and its worker learns it on its next heartbeat. A finished job is refused
+    /// ([`Error::Api`] with status 409).
+    pub async fn cancel_job(&self, id: u64) -> Result<CancelResult> {
+        self.post(&format!("/api/jobs/{id}/cancel"), &serde_json::json!({}))
+            .await
+    }
+
+    /// Cancels the unfinished jobs of a selection (see [`Client::cancel_job`]).
+    pub async fn cancel_jobs(&self, selection: &CancelSelection) -> Result<CancelledJobs> {
+        self.post("/api/jobs/cancel", selection).await
     }
 
     /// Job counts per queue and status.

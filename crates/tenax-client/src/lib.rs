@@ -76,17 +76,18 @@ pub use client::{Backup, Client, ClientBuilder, DEFAULT_URL, WORKER_HEADER};
 pub use cluster::{Activity, ActivityCounts, ActivityMinute, Cluster, ServerInfo, WorkerInfo};
 pub use error::{Error, Result};
 pub use model::{
-    AttemptPage, AttemptResult, AttemptTrigger, BreakerState, CompleteError, CompleteResult,
-    Counts, CreatedToken, DeletedJobs, DeletedSubscription, Delivery, DeliveryAttempt,
-    DeliveryPage, EndpointHealth, Enqueued, EnvelopeFormat, FailResult, JobInfo, JobPage,
-    JobStatus, Lease, LeaseExtended, ParentResult, PolicyPreview, PolicySource, PreviewRow, Queue,
-    QueueCounts, QueueRate, RecordedError, ReplayResult, RetryBudget, RetryBudgetUse, Role,
-    Skipped, Stats, Subscription, SubscriptionHealth, TakenJob, TokenInfo, Workflow, WorkflowStep,
+    AttemptPage, AttemptResult, AttemptTrigger, BreakerState, CancelOutcome, CancelResult,
+    CancelledJobs, CompleteError, CompleteResult, Counts, CreatedToken, DeletedJobs,
+    DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage, EndpointHealth, Enqueued,
+    EnvelopeFormat, FailResult, JobInfo, JobPage, JobStatus, Lease, LeaseExtended, ParentResult,
+    PolicyPreview, PolicySource, PreviewRow, Queue, QueueCounts, QueueRate, RecordedError,
+    ReplayResult, RetryBudget, RetryBudgetUse, Role, Skipped, Stats, Subscription,
+    SubscriptionHealth, TakenJob, TokenInfo, Workflow, WorkflowStep,
 };
 pub use request::{
-    DeadSelection, DeliveryFilter, Failure, JobFilter, NewJob, NewToken, OnDuplicate, OnParentDead,
-    Outcome, Parent, QueueUpdate, ReplayDead, ReplayDeliveries, RetryBudgetSettings, RotateSecret,
-    SubscriptionSettings, Take,
+    CancelSelection, DeadSelection, DeliveryFilter, Failure, JobFilter, NewJob, NewToken,
+    OnDuplicate, OnParentDead, Outcome, Parent, QueueUpdate, ReplayDead, ReplayDeliveries,
+    RetryBudgetSettings, RotateSecret, SubscriptionSettings, Take,
 };
 pub use schedule::{
     Missed, NewSchedule, Overlap, Schedule, SchedulePreview, ScheduledJob, Tick, TickCounts, Ticks,

@@ -33,6 +33,8 @@ pub enum JobStatus {
     Completed,
     /// Out of retries (or failed as not retryable); can be replayed.
     Dead,
+    /// Cancelled (`Client::cancel`); can be replayed.
+    Cancelled,
     /// Held until every job it waits for (its `after`) has completed.
     Waiting,
     /// A status this client does not know (a newer server).
@@ -46,6 +48,7 @@ api_names!(JobStatus {
     InFlight => "in_flight",
     Completed => "completed",
     Dead => "dead",
+    Cancelled => "cancelled",
     Waiting => "waiting",
     Unknown => "unknown",
 });
@@ -235,6 +238,10 @@ pub struct LeaseExtended {
     pub id: u64,
     #[serde(with = "rfc3339")]
     pub lease_expires_at: SystemTime,
+    /// The job was cancelled while in flight: stop, and report a failure (the server then
+    /// finishes the job as cancelled). Absent (false) from servers before cancellation.
+    #[serde(default)]
+    pub cancelled: bool,
 }
 
 /// Why one job of a batch completion was not completed.
@@ -279,6 +286,11 @@ impl FailResult {
         self.status == JobStatus::Dead
     }
 
+    /// The job was cancelled while in flight: the failure finished it as cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.status == JobStatus::Cancelled
+    }
+
     /// How long until the job runs again.
     pub fn delay(&self) -> Option<Duration> {
         self.delay_ms.map(Duration::from_millis)
@@ -300,11 +312,12 @@ pub struct Counts {
     #[serde(default)]
     pub dead: u64,
     #[serde(default)]
+    pub cancelled: u64,
     pub waiting: u64,
 }
 
 impl Counts {
-    /// Jobs not yet completed or dead.
+    /// Jobs not yet completed, dead or cancelled.
     pub fn unfinished(&self) -> u64 {
         self.scheduled + self.ready + self.in_flight
     }
@@ -402,6 +415,35 @@ pub struct ReplayResult {
     pub ids: Vec<u64>,
     #[serde(default)]
     pub skipped: Vec<Skipped>,
+}
+
+/// What `POST /api/jobs/{id}/cancel` did: the job was `cancelled` at once (it was scheduled
+/// or ready), or `marked` (it is in flight: its worker learns it on its next heartbeat).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum CancelOutcome {
+    Cancelled,
+    Marked,
+}
+
+/// A job after `Client::cancel_job`, and what the cancellation did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CancelResult {
+    pub outcome: CancelOutcome,
+    pub job: JobInfo,
+}
+
+/// What `Client::cancel_jobs` did: jobs cancelled at once, and jobs in flight whose leases
+/// were marked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CancelledJobs {
+    pub cancelled: u64,
+    pub marked: u64,
+    pub cancelled_ids: Vec<u64>,
+    pub marked_ids: Vec<u64>,
 }
 
 /// What a dead-job delete did.

@@ -505,9 +505,18 @@ pub struct DeadSelection {
     kind: Option<String>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     all: bool,
+    /// `cancelled` to select cancelled jobs instead of dead ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<&'static str>,
 }
 
 impl DeadSelection {
+    /// Cancelled jobs instead of dead ones (they are replayed and deleted alike).
+    pub fn cancelled(mut self) -> Self {
+        self.status = Some("cancelled");
+        self
+    }
+
     /// These jobs.
     pub fn ids(ids: impl IntoIterator<Item = u64>) -> Self {
         Self {
@@ -525,6 +534,58 @@ impl DeadSelection {
     }
 
     /// Every dead job.
+    pub fn all() -> Self {
+        Self {
+            all: true,
+            ..Self::default()
+        }
+    }
+
+    /// Only jobs of this type.
+    pub fn kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
+        self
+    }
+
+    /// Only jobs of this queue (of the ids, those in it).
+    pub fn in_queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = Some(queue.into());
+        self
+    }
+}
+
+/// Which unfinished jobs to cancel (`Client::cancel_jobs`): by id, by queue and/or type, or
+/// all. Finished jobs among them are left as they are.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CancelSelection {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ids: Option<Vec<u64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    all: bool,
+}
+
+impl CancelSelection {
+    /// These jobs.
+    pub fn ids(ids: impl IntoIterator<Item = u64>) -> Self {
+        Self {
+            ids: Some(ids.into_iter().collect()),
+            ..Self::default()
+        }
+    }
+
+    /// The unfinished jobs of a queue (narrow further with [`CancelSelection::kind`]).
+    pub fn queue(queue: impl Into<String>) -> Self {
+        Self {
+            queue: Some(queue.into()),
+            ..Self::default()
+        }
+    }
+
+    /// Every unfinished job.
     pub fn all() -> Self {
         Self {
             all: true,

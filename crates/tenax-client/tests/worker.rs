@@ -862,3 +862,80 @@ async fn a_refused_result_is_left_out_and_the_others_kept() {
     let stats = joined(running).await.expect("a clean stop");
     assert_eq!((stats.completed, stats.lost), (3, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_jobs_handler_is_told_and_the_job_ends_cancelled() {
+    let server = Server::start(&[]).await;
+    let client = server.client();
+    let (started, mut running_jobs) = tokio::sync::mpsc::unbounded_channel::<u64>();
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let seen = told.clone();
+    let worker = Worker::builder(client.clone())
+        .queue("cancel")
+        .concurrency(2)
+        .lease(Duration::from_secs(1))
+        .handler("wait", move |job: Job<bool>| {
+            let (started, seen) = (started.clone(), seen.clone());
+            async move {
+                assert!(!job.is_cancelled());
+                started.send(job.id).expect("the test listens");
+                // Waits for nothing but its cancellation.
+                job.cancelled().await;
+                seen.lock()
+                    .expect("seen")
+                    .push((job.id, job.is_cancelled()));
+                // `true`: stop by returning an error; `false`: by returning normally.
+                if job.payload {
+                    Err(JobError::retry("stopped: cancelled"))
+                } else {
+                    Ok(())
+                }
+            }
+        })
+        .build()
+        .expect("a worker");
+    let handle = worker.handle();
+    let running = tokio::spawn(worker.run());
+    let mut ids = Vec::new();
+    for by_error in [true, false] {
+        let id = client
+            .enqueue(&NewJob::new("cancel", "wait").payload(by_error))
+            .await
+            .expect("enqueued")
+            .id;
+        ids.push(id);
+    }
+    for _ in &ids {
+        running_jobs.recv().await.expect("a handler started");
+    }
+    for &id in &ids {
+        let cancelled = client.cancel_job(id).await.expect("cancelled");
+        assert_eq!(cancelled.outcome, tenax_client::CancelOutcome::Marked);
+        assert_eq!(cancelled.job.status, JobStatus::InFlight);
+    }
+    for &id in &ids {
+        let job = wait_for_status(&client, id, JobStatus::Cancelled).await;
+        assert_eq!(job.errors.len(), 1, "{job:?}");
+    }
+    let mut told = told.lock().expect("told").clone();
+    told.sort_unstable();
+    assert_eq!(told, [(ids[0], true), (ids[1], true)]);
+    handle.shutdown();
+    let stats = joined(running).await.expect("a clean stop");
+    assert_eq!((stats.failed, stats.succeeded), (2, 0), "{stats:?}");
+
+    // A finished job cannot be cancelled: the server says so.
+    let error = client.cancel_job(ids[0]).await.expect_err("finished");
+    assert_eq!(error.status(), Some(409), "{error}");
+    // Cancelling by selection: a ready job of the queue.
+    let ready = client
+        .enqueue(&NewJob::new("cancel", "wait").payload(true))
+        .await
+        .expect("enqueued")
+        .id;
+    let done = client
+        .cancel_jobs(&tenax_client::CancelSelection::queue("cancel"))
+        .await
+        .expect("cancelled");
+    assert_eq!((done.cancelled_ids, done.marked), (vec![ready], 0));
+}

@@ -1,11 +1,11 @@
-//! Replay and delete.
+//! Replay, cancel (`super::cancel`) and delete.
 
 use std::collections::HashSet;
 
 use async_trait::async_trait;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::{
-    Checked, JobId, NotReplayed, Replay, Replayed, Selection, Status, Trigger,
+    Cancelled, Checked, JobId, NotReplayed, Replay, Replayed, Selection, Status, Trigger,
 };
 use tenax_core::store::{DeleteCheck, JobCuration, StoreError, to_json_bytes};
 
@@ -16,10 +16,11 @@ use super::writer;
 
 #[async_trait]
 impl JobCuration for EmbeddedStore {
-    /// Dead jobs matching the selection become ready, optionally with a new policy and a fresh
-    /// attempt count. Their error history is kept. A job whose unique key an unfinished job
-    /// holds stays dead (the key index maps a key to one unfinished job), and so does any id the
-    /// selection names that is not a selected dead job; each is reported with the reason.
+    /// Dead (and cancelled) jobs matching the selection become ready, optionally with a new
+    /// policy and a fresh attempt count. Their error history is kept. A job whose unique key an
+    /// unfinished job holds stays as it is (the key index maps a key to one unfinished job), and
+    /// so does any id the selection names that is not a selected dead or cancelled job; each is
+    /// reported with the reason.
     async fn replay_jobs(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError> {
         let (replayed, receiver) = {
             let mut inner = self.inner.lock();
@@ -32,7 +33,7 @@ impl JobCuration for EmbeddedStore {
                         continue;
                     }
                     let reason = match inner.index.get(*id) {
-                        Some(e) if e.status != Status::Dead => NotReplayed::NotDead(e.status),
+                        Some(e) if !e.status.is_given_up() => NotReplayed::NotDead(e.status),
                         Some(_) => NotReplayed::NotSelected,
                         None if self.completed_job(*id)?.is_some() => {
                             NotReplayed::NotDead(Status::Completed)
@@ -52,7 +53,7 @@ impl JobCuration for EmbeddedStore {
                     }
                     continue;
                 };
-                if entry.status != Status::Dead {
+                if !entry.status.is_given_up() {
                     if replay.selection.ids.is_some() {
                         let reason = NotReplayed::NotDead(entry.status);
                         replayed.skipped.push((id, reason));
@@ -154,6 +155,16 @@ impl JobCuration for EmbeddedStore {
             self.signals.ready.notify_waiters();
         }
         Ok(ran)
+    }
+
+    /// See `super::cancel`.
+    async fn cancel_jobs(
+        &self,
+        selection: &Selection,
+        reason: &str,
+        now_ms: UnixMs,
+    ) -> Result<Cancelled, StoreError> {
+        self.cancel_selected(selection, reason, now_ms).await
     }
 
     async fn delete_jobs(

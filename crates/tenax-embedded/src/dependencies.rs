@@ -28,7 +28,7 @@ use super::writer::{After, Receiver, Wake};
 use super::{EmbeddedStore, Inner};
 
 /// The status of a child whose parent will not complete and that asked to be cancelled.
-pub const CANCELLED: Status = Status::Dead;
+pub const CANCELLED: Status = Status::Cancelled;
 
 /// A job waiting for its parents.
 #[derive(Debug, Clone)]

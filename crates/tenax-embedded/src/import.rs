@@ -177,7 +177,7 @@ fn job_ops(imported: &ImportedJob) -> Result<Vec<Op>, StoreError> {
                 job.id
             )));
         }
-        Status::Scheduled | Status::Ready | Status::Dead | Status::Waiting => {
+        Status::Scheduled | Status::Ready | Status::Dead | Status::Cancelled | Status::Waiting => {
             ops.push(Op::PutState { id: job.id, state });
         }
     }

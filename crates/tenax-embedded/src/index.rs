@@ -2,8 +2,8 @@
 //! mutable state. Which jobs are ready (by queue, priority and age), scheduled (by time), leased
 //! (by expiry) and dead (by finish time, for retention). Rebuilt from disk at start-up.
 //!
-//! Memory holds the jobs that can still change: scheduled, ready, in flight and dead (dead jobs
-//! can be replayed). A completed job is on disk only (`super::history`); its entry stays here
+//! Memory holds the jobs that can still change: scheduled, ready, in flight, dead and cancelled
+//! (dead and cancelled jobs can be replayed). A completed job is on disk only (`super::history`); its entry stays here
 //! only from its completion until that is written, so that it is never out of sight.
 //!
 //! Invariants: every job in memory has exactly one [`Entry`], which sits in exactly the one
@@ -55,6 +55,11 @@ pub struct Lease {
     pub taken_at_ms: UnixMs,
     /// The claim (or streaming take) the lease is held under, if any.
     pub claim: Option<ClaimId>,
+    /// Marked cancelled by an operator (`crate::cancel`): the worker learns it on its next
+    /// heartbeat, and a failure or expiry of this lease ends the job cancelled. In memory
+    /// only, as the lease is: after a restart the job is ready again and runs as any job in
+    /// flight at a crash does.
+    pub cancel_requested: bool,
 }
 
 /// What memory holds of one job: enough to order, move and decide on it without reading disk.
@@ -160,7 +165,7 @@ impl Entry {
         (self.finished_at_ms != 0 || self.status.is_finished()).then_some(self.finished_at_ms)
     }
 
-    /// Marks the job finished (completed or dead) at `at_ms`.
+    /// Marks the job finished (completed, dead or cancelled) at `at_ms`.
     pub fn finish(&mut self, status: Status, at_ms: UnixMs) {
         self.status = status;
         self.finished_at_ms = at_ms;
@@ -221,6 +226,7 @@ impl Entry {
             expires_at_ms: 0,
             taken_at_ms: 0,
             claim: None,
+            cancel_requested: false,
         })
     }
 }
@@ -235,7 +241,7 @@ pub struct Index {
     scheduled: BTreeSet<(UnixMs, JobId)>,
     leased: BTreeSet<(UnixMs, JobId)>,
     by_claim: HashMap<ClaimId, BTreeSet<JobId>>,
-    /// Dead jobs (and completed ones not yet written), by finish time.
+    /// Dead and cancelled jobs (and completed ones not yet written), by finish time.
     finished: BTreeSet<(UnixMs, JobId)>,
     /// Jobs with an expiry, by expiry.
     expiring: BTreeSet<(UnixMs, JobId)>,
@@ -257,7 +263,8 @@ fn slot(status: Status) -> usize {
         Status::InFlight => 2,
         Status::Completed => 3,
         Status::Dead => 4,
-        Status::Waiting => 5,
+        Status::Cancelled => 5,
+        Status::Waiting => 6,
     }
 }
 
@@ -423,7 +430,7 @@ impl Index {
                     self.by_claim.entry(claim).or_default().insert(id);
                 }
             }
-            Status::Completed | Status::Dead => {
+            Status::Completed | Status::Dead | Status::Cancelled => {
                 self.finished.insert((entry.finished_at_ms, id));
             }
             // Held by its parents, in no set: `dependencies` knows it.
@@ -470,7 +477,7 @@ impl Index {
                     }
                 }
             }
-            Status::Completed | Status::Dead => {
+            Status::Completed | Status::Dead | Status::Cancelled => {
                 self.finished.remove(&(entry.finished_at_ms, id));
             }
             Status::Waiting => {}
@@ -795,7 +802,7 @@ mod tests {
         let q = [index.intern("q")];
         assert_eq!(index.peek_ready(&q, 10, 0), [JobId(1), JobId(2)]);
         let counts: Vec<_> = index.counts().map(|(q, c)| (q.to_string(), c)).collect();
-        assert_eq!(counts, [("q".to_owned(), [0, 2, 0, 0, 0, 0])]);
+        assert_eq!(counts, [("q".to_owned(), [0, 2, 0, 0, 0, 0, 0])]);
     }
 
     #[test]
@@ -819,6 +826,7 @@ mod tests {
             expires_at_ms: 1_000,
             taken_at_ms: 0,
             claim: Some(ClaimId(3)),
+            cancel_requested: false,
         };
         index.update(JobId(7), |e| {
             e.status = Status::InFlight;
@@ -838,7 +846,7 @@ mod tests {
         assert_eq!(index.expired(5_000, 10), Vec::<JobId>::new());
         let dead: Vec<JobId> = index.finished_before(2_000).map(|(id, _)| id).collect();
         assert_eq!(dead, [JobId(7)]);
-        assert_eq!(index.queue_counts("q"), [0, 0, 0, 0, 1, 0]);
+        assert_eq!(index.queue_counts("q"), [0, 0, 0, 0, 1, 0, 0]);
         assert!(index.remove(JobId(7)).is_some());
         assert!(index.is_empty());
         assert_eq!(index.finished_before(u64::MAX).count(), 0);
@@ -850,10 +858,10 @@ mod tests {
         let e = entry(&mut index, "q", 0, Status::Ready, 0);
         index.insert(JobId(1), e, 0);
         index.update(JobId(1), |e| e.finish(Status::Completed, 10));
-        assert_eq!(index.queue_counts("q"), [0, 0, 0, 1, 0, 0]);
+        assert_eq!(index.queue_counts("q"), [0, 0, 0, 1, 0, 0, 0]);
         index.evict_completed(JobId(1));
         assert!(index.get(JobId(1)).is_none());
-        assert_eq!(index.queue_counts("q"), [0; 6]);
+        assert_eq!(index.queue_counts("q"), [0; 7]);
         let e = entry(&mut index, "q", 0, Status::Ready, 0);
         index.insert(JobId(2), e, 0);
         index.evict_completed(JobId(2));

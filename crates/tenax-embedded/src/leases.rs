@@ -7,15 +7,15 @@ use tenax_core::model::{
     subscription::subscription_of_queue,
 };
 use tenax_core::store::{
-    Decide, DecideContext, Finished, JobLeases, LeaseFacts, StoreError, TakeRequest, Taken,
-    Transition, to_json_bytes,
+    Decide, DecideContext, Extended, Finished, JobLeases, LeaseFacts, StoreError, TakeRequest,
+    Taken, Transition, to_json_bytes,
 };
 
 use super::index::{Index, Lease, QueueRef};
-use super::limits;
 use super::ops::Op;
 use super::writer::{self, Receiver, Wake};
 use super::{EmbeddedStore, Inner};
+use super::{cancel, limits};
 
 #[async_trait]
 impl JobLeases for EmbeddedStore {
@@ -54,6 +54,7 @@ impl JobLeases for EmbeddedStore {
                     expires_at_ms,
                     taken_at_ms: now_ms,
                     claim: request.claim,
+                    cancel_requested: false,
                 };
                 let keep_until = request.keep_until_ms;
                 if let Some(entry) = inner.index.update(id, |e| {
@@ -131,7 +132,7 @@ impl JobLeases for EmbeddedStore {
         lease_ms: u64,
         max_attempt_ms: u64,
         now_ms: UnixMs,
-    ) -> Result<UnixMs, StoreError> {
+    ) -> Result<Extended, StoreError> {
         let mut inner = self.inner.lock();
         let lease = self.check_lease(&inner.index, ack, Some(now_ms))?;
         let expires_at_ms = now_ms
@@ -143,7 +144,10 @@ impl JobLeases for EmbeddedStore {
                 ..lease
             }));
         });
-        Ok(expires_at_ms)
+        Ok(Extended {
+            expires_at_ms,
+            cancel_requested: lease.cancel_requested,
+        })
     }
 
     async fn complete_jobs(
@@ -332,11 +336,16 @@ impl EmbeddedStore {
                 e.set_expires_at_ms(expires_at_ms);
             });
         }
-        let state = transition.state.clone();
-        ops.push(Op::PutState {
-            id,
-            state: to_json_bytes(&state),
-        });
+        let state = &transition.state;
+        if state.status == Status::Cancelled {
+            cancel::into_cancelled(inner, id, state, &mut ops);
+        } else {
+            ops.push(Op::PutState {
+                id,
+                state: to_json_bytes(state),
+            });
+            inner.index.update(id, |e| e.set_state(state));
+        }
         if let Some(error) = &transition.error {
             ops.push(Op::PutError {
                 id,
@@ -344,7 +353,6 @@ impl EmbeddedStore {
                 entry: to_json_bytes(error),
             });
         }
-        inner.index.update(id, |e| e.set_state(&state));
         Ok(self.submit_ending(inner, ops, None, now_ms))
     }
 
@@ -452,6 +460,7 @@ pub(super) fn decide_on(inner: &Inner, id: JobId, decide: &Decide<'_>) -> Option
         queue_config: inner.queues.get(&**queue),
         owner,
         lease: None,
+        cancel_requested: entry.lease().is_some_and(|l| l.cancel_requested),
     }))
 }
 

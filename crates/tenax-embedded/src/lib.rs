@@ -27,6 +27,7 @@
 
 mod activity;
 pub mod backup;
+mod cancel;
 mod claims;
 mod copy;
 mod curation;
@@ -462,7 +463,8 @@ pub(crate) fn check_format(db: &Database) -> Result<(), StoreError> {
     }
     // Format 3 only adds tables, made above: there is nothing to move. Format 4 changes the
     // log (`wal`), which `recover` reads in the old format and makes again, and seals the
-    // subscriptions' secrets, which every open does (`sealing`).
+    // subscriptions' secrets, which every open does (`sealing`). Formats 5 and 6 add what an
+    // older Tenax cannot read (sealed payloads; cancelled jobs): nothing to move either.
     if found < FORMAT_VERSION {
         let tx = db.begin_write().map_err(fault(what))?;
         tx.open_table(META)

@@ -65,7 +65,7 @@ fn peek_of_completed(job: &CompletedJob) -> JobPeek {
 
 /// Whether an entry passes the conditions of `filter` that memory can judge (all but type and
 /// origin, which need the body).
-fn passes(index: &Index, filter: &JobFilter, entry: &Entry) -> bool {
+pub(super) fn passes(index: &Index, filter: &JobFilter, entry: &Entry) -> bool {
     filter
         .queue
         .as_deref()
@@ -547,7 +547,7 @@ impl JobReads for EmbeddedStore {
             completed
                 .into_iter()
                 .filter(|(_, n)| *n > 0)
-                .map(|(queue, n)| QueueCounts::from_slots(queue, [0, 0, 0, n, 0, 0])),
+                .map(|(queue, n)| QueueCounts::from_slots(queue, [0, 0, 0, n, 0, 0, 0])),
         );
         counts.sort_by(|a, b| a.queue.cmp(&b.queue));
         Ok(counts)
@@ -585,14 +585,15 @@ impl JobReads for EmbeddedStore {
         Ok(inner
             .index
             .counts()
-            .filter(|(_, c)| c[0] + c[1] + c[2] + c[4] + c[5] > 0)
+            .filter(|(_, c)| c[0] + c[1] + c[2] + c[4] + c[5] + c[6] > 0)
             .map(
-                |(queue, [scheduled, ready, in_flight, _, dead, waiting])| Backlog {
+                |(queue, [scheduled, ready, in_flight, _, dead, cancelled, waiting])| Backlog {
                     queue: queue.to_string(),
                     scheduled,
                     ready,
                     in_flight,
                     dead,
+                    cancelled,
                     waiting,
                 },
             )

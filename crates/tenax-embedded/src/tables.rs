@@ -49,6 +49,10 @@
 //! completed state's JSON in `completed`, which an older Tenax reads without it (serde ignores
 //! it) and never rewrites (a completed job is only read, then deleted), so it shows the jobs
 //! without their results and loses none; the log carries them inside that same JSON.
+//! Format 6 may hold cancelled jobs (`"status": "cancelled"` in `states`, and in the log's
+//! states), which an older Tenax cannot read: it refuses the file instead. Nothing is
+//! rewritten: a format 5 file holds none. The mark on a lease in flight (`index::Lease`) is
+//! never written, as the lease is not.
 //!
 //! Ids are never reused: `next_id` is written in the same commit as the jobs that used it.
 //! In-flight status, leases and claims are never written: after a restart a job is as its last
@@ -88,7 +92,7 @@ pub const CHILDREN: TableDefinition<(u64, u64), ()> = TableDefinition::new("chil
 
 pub const FORMAT_VERSION_KEY: &str = "format_version";
 /// The format this version writes and reads.
-pub const FORMAT_VERSION: u64 = 5;
+pub const FORMAT_VERSION: u64 = 6;
 pub const NEXT_ID: &str = "next_id";
 pub const NEXT_SUBSCRIPTION_ID: &str = "next_subscription_id";
 pub const NEXT_TOKEN_ID: &str = "next_token_id";

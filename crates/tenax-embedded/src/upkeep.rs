@@ -100,7 +100,7 @@ impl JobUpkeep for EmbeddedStore {
         dead_before: UnixMs,
         max: usize,
     ) -> Result<usize, StoreError> {
-        // Completed jobs on disk, then those in memory (dead ones, and completions not yet
+        // Completed jobs on disk, then those in memory (dead and cancelled ones, and completions not yet
         // evicted).
         let completed = self.completed_before(completed_before, max)?;
         let receiver = {
@@ -117,7 +117,7 @@ impl JobUpkeep for EmbeddedStore {
                 .index
                 .finished_before(horizon)
                 .filter(|(_, e)| {
-                    let cutoff = if e.status == Status::Dead {
+                    let cutoff = if e.status.is_given_up() {
                         dead_before
                     } else {
                         completed_before

@@ -129,7 +129,7 @@ statements! {
     DELETE_RECORD = "DELETE FROM tenax_claims WHERE id = $1";
     RELEASE = "WITH released AS (
                  UPDATE tenax_jobs SET status = 1, lease_token = NULL, lease_expires_at = NULL,
-                     taken_at = NULL, claim_id = NULL
+                     taken_at = NULL, claim_id = NULL, cancel_requested = false
                  WHERE status = 2 AND claim_id = $1::bigint
                  RETURNING id
              ), forgotten AS (

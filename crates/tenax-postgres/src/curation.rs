@@ -1,11 +1,11 @@
-//! Replay and delete.
+//! Replay, cancel (`super::cancel`) and delete.
 
 use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::{
-    Checked, JobId, JobPeek, NotReplayed, Replay, Replayed, Selection, Status,
+    Cancelled, Checked, JobId, JobPeek, NotReplayed, Replay, Replayed, Selection,
 };
 use tenax_core::store::{DeleteCheck, JobCuration, StoreError};
 
@@ -20,7 +20,7 @@ use super::{PostgresStore, RETRIES, fault, is_conflict};
 
 #[async_trait]
 impl JobCuration for PostgresStore {
-    /// Dead jobs matching the selection move back to the table of unfinished jobs, ready,
+    /// Dead (and cancelled) jobs matching the selection move back to the table of unfinished jobs, ready,
     /// unless an unfinished job holds their unique key; every id named and not replayed is
     /// reported with the reason.
     async fn replay_jobs(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError> {
@@ -47,6 +47,16 @@ impl JobCuration for PostgresStore {
             self.announce(Wakeup::Ready);
         }
         Ok(ran)
+    }
+
+    /// See `super::cancel`.
+    async fn cancel_jobs(
+        &self,
+        selection: &Selection,
+        reason: &str,
+        now_ms: UnixMs,
+    ) -> Result<Cancelled, StoreError> {
+        self.cancel_selected(selection, reason, now_ms).await
     }
 
     async fn delete_jobs(
@@ -166,7 +176,7 @@ impl PostgresStore {
             for job in missing {
                 let reason = match statuses.get(&job) {
                     None => NotReplayed::NotFound,
-                    Some(&code) if status_of(code)? != Status::Dead => {
+                    Some(&code) if !status_of(code)?.is_given_up() => {
                         NotReplayed::NotDead(status_of(code)?)
                     }
                     Some(_) => NotReplayed::NotSelected,
@@ -188,7 +198,7 @@ impl PostgresStore {
         for row in &selected {
             let job = JobId(unid(row.get(0)));
             let status = status_of(row.get(1))?;
-            if status != Status::Dead {
+            if !status.is_given_up() {
                 if replay.selection.ids.is_some() {
                     replayed.skipped.push((job, NotReplayed::NotDead(status)));
                 }
@@ -297,10 +307,12 @@ statements! {
     DELETE_FINISHED = "DELETE FROM tenax_finished WHERE id = ANY($1) RETURNING id, has_children";
     STATUSES = "SELECT id, status FROM tenax_all_jobs WHERE id = ANY($1)";
 
-    /// Dead jobs back to the table of unfinished jobs, ready now; their errors are kept.
+    /// Dead and cancelled jobs back to the table of unfinished jobs, ready now; their errors
+    /// are kept.
     REVIVE = concat!(
         "WITH revived AS (
-             DELETE FROM tenax_finished WHERE id = ANY($1::bigint[]) AND status = 4 RETURNING *
+             DELETE FROM tenax_finished WHERE id = ANY($1::bigint[]) AND status IN (4, 5)
+             RETURNING *
          )
          INSERT INTO tenax_jobs (",
         table_columns!(),

@@ -45,7 +45,7 @@ use super::transitions::{execute, query};
 
 /// The status of a waiting job whose parent will not complete and that cancels on it: stored
 /// in `tenax_finished`, with `finished_at` and `dead_reason` set, as a dead job.
-pub const CANCELLED: Status = Status::Dead;
+pub const CANCELLED: Status = Status::Cancelled;
 
 /// How a parent with children ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +71,14 @@ pub type Ended = Vec<(i64, End)>;
 pub struct Settled {
     pub ready: bool,
     pub scheduled: bool,
+}
+
+impl Settled {
+    /// What another settling woke, too.
+    pub fn add(&mut self, other: Settled) {
+        self.ready |= other.ready;
+        self.scheduled |= other.scheduled;
+    }
 }
 
 /// Applies the ends of `parents` (each one that has children) to their waiting children, and

@@ -10,7 +10,8 @@ use tenax_core::model::{
     Ack, Attempt, AttemptResult, Job, JobId, JobResult, LeaseToken, Status, TakenJob,
 };
 use tenax_core::store::{
-    Decide, Finished, JobLeases, LeaseFacts, LimitHold, StoreError, TakeRequest, Taken, Transition,
+    Decide, Extended, Finished, JobLeases, LeaseFacts, LimitHold, StoreError, TakeRequest, Taken,
+    Transition,
 };
 use tokio_postgres::Row;
 
@@ -84,7 +85,7 @@ impl JobLeases for PostgresStore {
         lease_ms: u64,
         max_attempt_ms: u64,
         now_ms: UnixMs,
-    ) -> Result<UnixMs, StoreError> {
+    ) -> Result<Extended, StoreError> {
         let client = self.client().await?;
         // A heartbeat changes no indexed column: a HOT update.
         let rows = query(
@@ -101,7 +102,10 @@ impl JobLeases for PostgresStore {
         .await
         .map_err(fault("extending a lease"))?;
         if let Some(row) = rows.first() {
-            return Ok(untime(row.get(0)));
+            return Ok(Extended {
+                expires_at_ms: untime(row.get(0)),
+                cancel_requested: row.get(1),
+            });
         }
         Err(lease_refusal(&client, ack).await?)
     }
@@ -265,7 +269,9 @@ impl JobLeases for PostgresStore {
         .await
         .map_err(fault("popping jobs"))?;
         let (mut jobs, _) = popped(&rows)?;
-        let held: Vec<i64> = rows.first().map_or_else(Vec::new, |r| r.get(30));
+        let held: Vec<i64> = rows
+            .first()
+            .map_or_else(Vec::new, |r| r.get(super::rows::JOB_COLUMNS));
         if jobs.is_empty() && held.is_empty() && limits::any_limited(&client, queues).await? {
             drop(client);
             return self.pop_limited(queues, max, now_ms).await;
@@ -320,7 +326,7 @@ pub(super) fn popped(rows: &[Row]) -> Result<(Vec<Job>, Ended), StoreError> {
         let Some(job) = row.get::<_, Option<i64>>(0) else {
             continue;
         };
-        if row.get::<_, bool>(29) {
+        if row.get::<_, bool>(super::rows::HAS_CHILDREN_AT) {
             parents.push((job, End::Deleted));
         }
         jobs.push(job_of(row)?);
@@ -504,7 +510,8 @@ statements! {
         ", ",
         pick!("$8"),
         ", taken AS (
-             UPDATE tenax_jobs j SET status = 2, lease_token = ($6::bigint[])[picked.n],
+             UPDATE tenax_jobs j SET status = 2, cancel_requested = false,
+                 lease_token = ($6::bigint[])[picked.n],
                  lease_expires_at = $7::bigint, taken_at = $8::bigint, claim_id = $9::bigint,
                  expires_at = CASE WHEN j.expires_at IS NULL OR $10::bigint IS NULL
                      THEN j.expires_at ELSE greatest(j.expires_at, $10::bigint) END
@@ -558,5 +565,5 @@ statements! {
 
     EXTEND_LEASE = "UPDATE tenax_jobs SET lease_expires_at = least($3::bigint, taken_at + $4::bigint)
              WHERE id = $1 AND status = 2 AND lease_token = $2 AND lease_expires_at > $5::bigint
-             RETURNING lease_expires_at";
+             RETURNING lease_expires_at, cancel_requested";
 }

@@ -104,8 +104,8 @@ impl JobReads for PostgresStore {
     }
 
     /// Two statements: unfinished jobs by queue and status (a scan of `tenax_jobs`, which
-    /// holds only the unfinished ones), and dead jobs by queue (`tenax_finished_dead`, an index
-    /// of the dead ones only). The first grows with the backlog; the metrics count again only
+    /// holds only the unfinished ones), and dead and cancelled jobs by queue
+    /// (`tenax_finished_dead` and `tenax_finished_cancelled`, indexes of those only). The first grows with the backlog; the metrics count again only
     /// once the last count is 20 times as old as it took.
     async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {
         let what = "counting jobs by queue";
@@ -126,22 +126,24 @@ impl JobReads for PostgresStore {
                 Status::Ready => backlog.ready += n,
                 Status::InFlight => backlog.in_flight += n,
                 Status::Waiting => backlog.waiting += n,
-                Status::Completed | Status::Dead => {}
+                Status::Completed | Status::Dead | Status::Cancelled => {}
             }
         }
-        let dead = query(&client, &DEAD_COUNTS, &[])
+        let given_up = query(&client, &GIVEN_UP_COUNTS, &[])
             .await
             .map_err(fault(what))?;
-        for row in &dead {
+        for row in &given_up {
             let queue: String = row.get(0);
-            let n = u64::try_from(row.get::<_, i64>(1)).unwrap_or(0);
-            by_queue
-                .entry(queue.clone())
-                .or_insert_with(|| Backlog {
-                    queue,
-                    ..Backlog::default()
-                })
-                .dead += n;
+            let n = u64::try_from(row.get::<_, i64>(2)).unwrap_or(0);
+            let backlog = by_queue.entry(queue.clone()).or_insert_with(|| Backlog {
+                queue,
+                ..Backlog::default()
+            });
+            if status_of(row.get(1))? == Status::Cancelled {
+                backlog.cancelled += n;
+            } else {
+                backlog.dead += n;
+            }
         }
         Ok(by_queue.into_values().collect())
     }
@@ -361,7 +363,12 @@ statements! {
     COUNTS = "SELECT queue, status, count(*) FROM tenax_all_jobs GROUP BY queue, status";
     QUEUE_COUNTS = "SELECT status, count(*) FROM tenax_all_jobs WHERE queue = $1 GROUP BY status";
     UNFINISHED_COUNTS = "SELECT queue, status, count(*) FROM tenax_jobs GROUP BY queue, status";
-    DEAD_COUNTS = "SELECT queue, count(*) FROM tenax_finished WHERE status = 4 GROUP BY queue";
+    /// Two index scans: `tenax_finished_dead` and `tenax_finished_cancelled`.
+    GIVEN_UP_COUNTS = "SELECT queue, 4::smallint, count(*) FROM tenax_finished WHERE status = 4
+             GROUP BY queue
+         UNION ALL
+         SELECT queue, 5::smallint, count(*) FROM tenax_finished WHERE status = 5
+             GROUP BY queue";
     READY_SINCE = "SELECT q.at, h.run_at FROM unnest($1::text[]) WITH ORDINALITY AS q(name, at)
              CROSS JOIN LATERAL (
                  SELECT run_at FROM tenax_jobs WHERE status = 1 AND queue = q.name

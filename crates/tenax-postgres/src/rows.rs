@@ -14,6 +14,12 @@ use tenax_core::secrets::Keyring;
 use tenax_core::store::{StoreError, from_json_bytes, sealed};
 use tokio_postgres::Row;
 
+/// Where [`job_columns!`] puts the columns read by name elsewhere, and how many it has (a
+/// statement's own columns come after them).
+pub const HAS_CHILDREN_AT: usize = 29;
+pub const CANCEL_REQUESTED_AT: usize = 30;
+pub const JOB_COLUMNS: usize = 31;
+
 /// A job's columns, in the order [`job_of`] reads them. Both job tables have them all.
 macro_rules! job_columns {
     () => {
@@ -21,7 +27,7 @@ macro_rules! job_columns {
          expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
          first_failure_at, last_delay, finished_at, dead_reason, errors, lease_token, \
          lease_expires_at, taken_at, claim_id, trigger, payload_sealed, result, after_ids, \
-         on_parent_dead, has_children"
+         on_parent_dead, has_children, cancel_requested"
     };
 }
 pub(super) use job_columns;
@@ -91,6 +97,7 @@ pub fn status_code(status: Status) -> i16 {
         Status::InFlight => 2,
         Status::Completed => 3,
         Status::Dead => 4,
+        Status::Cancelled => 5,
         Status::Waiting => 6,
     }
 }
@@ -102,6 +109,7 @@ pub fn status_of(code: i16) -> Result<Status, StoreError> {
         2 => Status::InFlight,
         3 => Status::Completed,
         4 => Status::Dead,
+        5 => Status::Cancelled,
         6 => Status::Waiting,
         other => return Err(StoreError::Corrupt(format!("job status {other}"))),
     })
@@ -279,4 +287,17 @@ pub fn stored_subscription(
     let bytes = sealed::to_stored(subscription, keys)?;
     // JSON is UTF-8: nothing is replaced.
     Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[cfg(test)]
+mod column_tests {
+    use super::*;
+
+    #[test]
+    fn the_named_positions_are_those_of_the_column_list() {
+        let columns: Vec<&str> = job_columns!().split(',').map(str::trim).collect();
+        assert_eq!(columns.len(), JOB_COLUMNS);
+        assert_eq!(columns[HAS_CHILDREN_AT], "has_children");
+        assert_eq!(columns[CANCEL_REQUESTED_AT], "cancel_requested");
+    }
 }

@@ -29,6 +29,7 @@ const MIGRATIONS: &[(u64, &str)] = &[
     (9, include_str!("migrations/0009_cluster.sql")),
     (10, include_str!("migrations/0010_encrypted_queues.sql")),
     (11, include_str!("migrations/0011_results.sql")),
+    (12, include_str!("migrations/0012_cancellation.sql")),
     (13, include_str!("migrations/0013_dependencies.sql")),
 ];
 

@@ -139,6 +139,7 @@ pub fn all() -> Vec<(String, String)> {
     let declared = [
         super::statements(),
         activity::statements(),
+        cancel::statements(),
         claims::statements(),
         clock::statements(),
         connect::statements(),
@@ -178,6 +179,7 @@ pub fn all() -> Vec<(String, String)> {
 /// Every shape of every built statement, as (shape, statement).
 fn shapes() -> Vec<(String, Query)> {
     [
+        cancel::shapes(),
         curation::shapes(),
         reads::shapes(),
         servers::shapes(),
@@ -192,6 +194,7 @@ fn shapes() -> Vec<(String, Query)> {
 pub fn all_prefixes() -> Vec<(String, usize)> {
     let built = shapes();
     [
+        cancel::prefixes(),
         curation::prefixes(),
         reads::prefixes(),
         servers::prefixes(),
@@ -211,7 +214,7 @@ pub fn all_prefixes() -> Vec<(String, usize)> {
 
 use super::filter::Query;
 use super::{
-    activity, claims, clock, connect, curation, dependents, endpoints, facts, import, inserts,
-    leases, limits, queues, reads, schedules, schema, sealing, servers, subscriptions, tokens,
-    transitions, upkeep, wakeups,
+    activity, cancel, claims, clock, connect, curation, dependents, endpoints, facts, import,
+    inserts, leases, limits, queues, reads, schedules, schema, sealing, servers, subscriptions,
+    tokens, transitions, upkeep, wakeups,
 };

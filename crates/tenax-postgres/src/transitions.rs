@@ -218,6 +218,7 @@ pub async fn decide_and_apply<C: GenericClient>(
         queue_config: queue_config.as_ref(),
         owner: owner.as_ref().map(|(s, c)| (s, c.as_ref())),
         lease: Some(lease),
+        cancel_requested: row.get(super::rows::CANCEL_REQUESTED_AT),
     });
     if transition.state.status == Status::Scheduled && transition.state.run_at_ms <= now_ms {
         transition.state.status = Status::Ready;
@@ -252,10 +253,26 @@ impl PostgresStore {
     }
 }
 
-/// Writes a job's new state, error and attempt, and its move to another queue. Its lease goes.
-/// A job that ends so settles its waiting children ([`super::dependents`]), if it has any, in
-/// the transaction of `client`.
+/// Writes a job's new state, error and attempt, and its move to another queue. Its lease goes
+/// (and its mark, if it was marked cancelled). A cancelled job goes through
+/// [`super::cancel::into_cancelled`], the one way into that status. A job that ends so settles
+/// its waiting children ([`super::dependents`]), if it has any, in the transaction of `client`.
 pub async fn write_transition<C: GenericClient>(
+    client: &C,
+    job: JobId,
+    transition: &Transition,
+    attempt: Option<&Attempt>,
+    now_ms: UnixMs,
+) -> Result<Settled, StoreError> {
+    if transition.state.status == Status::Cancelled {
+        return super::cancel::into_cancelled(client, job, transition, attempt, now_ms).await;
+    }
+    write_state(client, job, transition, attempt, now_ms).await
+}
+
+/// What [`write_transition`] writes, whatever the status, with the settling of the job's
+/// waiting children when it ends: only it and [`super::cancel::into_cancelled`] call this.
+pub(super) async fn write_state<C: GenericClient>(
     client: &C,
     job: JobId,
     transition: &Transition,
@@ -404,7 +421,7 @@ statements! {
         errors = CASE WHEN $12::text IS NULL THEN errors ELSE array_append(errors, $12::text) END,
         attempts = CASE WHEN $13::text IS NULL THEN attempts ELSE array_append(attempts, $13::text) END,
         lease_token = NULL, lease_expires_at = NULL, taken_at = NULL, claim_id = NULL,
-        trigger = $14::smallint
+        cancel_requested = false, trigger = $14::smallint
     WHERE id = $1::bigint";
 
     MOVE_TO_FINISHED = concat!(

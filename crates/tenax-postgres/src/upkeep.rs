@@ -217,7 +217,7 @@ statements! {
                  SELECT id, has_children FROM tenax_finished
                  WHERE finished_at <= greatest($1::bigint, $2::bigint)
                    AND ((status = 3 AND finished_at <= $1::bigint)
-                     OR (status = 4 AND finished_at <= $2::bigint))
+                     OR (status IN (4, 5) AND finished_at <= $2::bigint))
                  LIMIT $3 FOR UPDATE SKIP LOCKED
              ), gone AS (
                  DELETE FROM tenax_finished

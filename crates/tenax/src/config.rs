@@ -84,7 +84,7 @@ pub struct ServeArgs {
     /// How long completed jobs are kept before they are purged (0 purges at once).
     #[arg(long, env = "TENAX_COMPLETED_RETENTION", value_parser = duration_flag, default_value = "1d")]
     pub completed_retention: u64,
-    /// How long dead jobs are kept before they are purged.
+    /// How long dead and cancelled jobs are kept before they are purged.
     #[arg(long, env = "TENAX_DEAD_RETENTION", value_parser = duration_flag, default_value = "30d")]
     pub dead_retention: u64,
     /// Largest request body accepted, in bytes.

@@ -514,7 +514,7 @@ async fn heartbeat_extends_the_lease() {
         .await;
     assert_eq!(
         answer,
-        json!({"id": id, "lease_expires_at": rfc3339(T0 + 18 * SECOND)})
+        json!({"id": id, "lease_expires_at": rfc3339(T0 + 18 * SECOND), "cancelled": false})
     );
     // Past the first lease, still in flight.
     server.advance(secs(5));
@@ -1207,7 +1207,7 @@ async fn a_paused_queue_hands_out_nothing_until_resumed() {
     assert_eq!(
         shown,
         json!({"name": "pq", "paused": true, "policy": null, "counts":
-               {"scheduled": 0, "ready": 1, "in_flight": 0, "completed": 0, "dead": 0}})
+               {"scheduled": 0, "ready": 1, "in_flight": 0, "completed": 0, "dead": 0, "cancelled": 0}})
     );
 
     // A take waiting on the paused queue is answered by the resume.
@@ -1858,10 +1858,10 @@ async fn list_filters_and_pages_and_stats_count() {
         stats,
         json!({
             "queues": [
-                {"queue": "la", "scheduled": 1, "ready": 2, "in_flight": 0, "completed": 0, "dead": 0},
-                {"queue": "lb", "scheduled": 0, "ready": 0, "in_flight": 1, "completed": 0, "dead": 0},
+                {"queue": "la", "scheduled": 1, "ready": 2, "in_flight": 0, "completed": 0, "dead": 0, "cancelled": 0},
+                {"queue": "lb", "scheduled": 0, "ready": 0, "in_flight": 1, "completed": 0, "dead": 0, "cancelled": 0},
             ],
-            "totals": {"scheduled": 1, "ready": 2, "in_flight": 1, "completed": 0, "dead": 0},
+            "totals": {"scheduled": 1, "ready": 2, "in_flight": 1, "completed": 0, "dead": 0, "cancelled": 0},
         })
     );
     let queue = server.get("/api/queues/la").await;

@@ -190,7 +190,7 @@ fn client_commands_round_trip() {
         .expect("bulk row");
     assert_eq!(
         bulk.split_whitespace().collect::<Vec<_>>(),
-        ["bulk", "0", "2500", "0", "0", "0"]
+        ["bulk", "0", "2500", "0", "0", "0", "0"]
     );
 
     // Fail the mail job once: its policy allows no retries, so it is dead.
@@ -1130,5 +1130,67 @@ fn a_queues_jobs_are_exported_as_ndjson_and_imported_afresh() {
     assert!(
         stderr.contains("a.ndjson:2: not a job as `tenax jobs export` writes it"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn jobs_are_cancelled_from_the_command_line() {
+    let server = start();
+    let enqueue = |queue: &str| {
+        post(&server, "/api/jobs", serde_json::json!({"queue": queue}))["id"]
+            .as_u64()
+            .expect("an id")
+    };
+    let (ready, flying) = (enqueue("stop"), enqueue("busy"));
+    let (c1, c2) = (enqueue("many"), enqueue("many"));
+    let one = stdout(&tenax(
+        &server,
+        &["jobs", "cancel", "--id", &ready.to_string()],
+    ));
+    assert_eq!(one, format!("cancelled job {ready}\n"));
+    // Again: it is finished, and the error says so.
+    let output = tenax(&server, &["jobs", "cancel", "--id", &ready.to_string()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is cancelled"), "{stderr}");
+    // In flight: marked.
+    let taken = post(
+        &server,
+        "/api/take",
+        serde_json::json!({"queues": ["busy"]}),
+    );
+    assert_eq!(taken["jobs"][0]["id"].as_u64(), Some(flying));
+    let marked = stdout(&tenax(
+        &server,
+        &["jobs", "cancel", "--id", &flying.to_string()],
+    ));
+    assert!(
+        marked.starts_with(&format!("job {flying} is in flight")),
+        "{marked}"
+    );
+    // By queue.
+    let many = stdout(&tenax(&server, &["jobs", "cancel", "-q", "many"]));
+    assert_eq!(many, format!("cancelled 2 jobs: [{c1},{c2}]\n"));
+    let stats = stdout(&tenax(&server, &["stats"]));
+    let row = stats
+        .lines()
+        .find(|l| l.starts_with("many"))
+        .expect("the queue's row");
+    assert_eq!(
+        row.split_whitespace().collect::<Vec<_>>(),
+        ["many", "0", "0", "0", "0", "0", "2"]
+    );
+    // Nothing named: the server says what is missing.
+    let stderr = refused(&tenax(&server, &["jobs", "cancel"]));
+    assert!(stderr.contains("ids: name the jobs"), "{stderr}");
+    // Replayed as dead jobs are, with --cancelled.
+    let replayed = stdout(&tenax(
+        &server,
+        &["dead", "replay", "--cancelled", "--id", &ready.to_string()],
+    ));
+    assert!(replayed.starts_with("replayed 1 jobs"), "{replayed}");
+    assert_eq!(
+        api(&server, &format!("/api/jobs/{ready}"))["status"],
+        "ready"
     );
 }

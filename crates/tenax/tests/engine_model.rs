@@ -573,7 +573,11 @@ async fn apply(
                     }
                     PolicyPick::Limit(limit) => (Some(limit), DEFAULT_DELAY_MS, limit),
                 };
-                batch.push(Enqueue { job, retry_limit });
+                batch.push(Enqueue {
+                    job,
+                    retry_limit,
+                    after: Vec::new(),
+                });
                 let status = if run_at_ms > now {
                     Status::Scheduled
                 } else {
@@ -663,7 +667,11 @@ async fn apply(
             let want = model
                 .check(ack)
                 .map(|lease| (now + lease_ms).min(lease.taken_at_ms + MAX_ATTEMPT_MS));
-            let got = engine.heartbeat(ack, *lease_ms).await;
+            // Nothing here cancels: no lease is ever marked.
+            let got = engine.heartbeat(ack, *lease_ms).await.map(|extended| {
+                assert!(!extended.cancel_requested, "no lease is marked cancelled");
+                extended.expires_at_ms
+            });
             same("the heartbeat's answer", got.clone(), want)?;
             if let (Ok(until), Some(lease)) =
                 (got, model.jobs.get_mut(&id).and_then(|j| j.lease.as_mut()))

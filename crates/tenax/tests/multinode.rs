@@ -679,6 +679,53 @@ async fn an_endpoints_pause_holds_on_every_server() {
     assert_eq!(failures, [&json!(0); 6], "the pause used no attempt");
 }
 
+/// A cancellation made through one node marks the lease on the job's row: a heartbeat through
+/// another node answers `"cancelled": true`, and the failure reported there (or on the first)
+/// finishes the job as cancelled, seen alike by both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancellation_through_one_node_reaches_a_heartbeat_through_another() {
+    let _turn = TURN.lock().await;
+    let Some(url) = database().await else { return };
+    let a = Node::start(&url, &[], &[]).await;
+    let b = Node::start(&url, &[], &[]).await;
+    let id = a
+        .must_enqueue(json!({"queue": "cancel", "retry_limit": 5}))
+        .await;
+    let taken = b.take(json!({"queues": ["cancel"], "max": 1})).await;
+    assert_eq!(taken.iter().map(|(id, _)| *id).collect::<Vec<_>>(), [id]);
+    let (_, lease) = taken[0];
+    let heartbeat = format!("/api/jobs/{id}/heartbeat");
+    let beat = b
+        .must_post(&heartbeat, json!({"lease_token": lease}), 200)
+        .await;
+    assert_eq!(beat["cancelled"], json!(false), "{beat}");
+
+    let answer = a
+        .must_post(&format!("/api/jobs/{id}/cancel"), json!({}), 200)
+        .await;
+    assert_eq!(answer["outcome"], "marked", "{answer}");
+    let beat = b
+        .must_post(&heartbeat, json!({"lease_token": lease}), 200)
+        .await;
+    assert_eq!(beat["cancelled"], json!(true), "{beat}");
+
+    let failed = b
+        .must_post(
+            &format!("/api/jobs/{id}/fail"),
+            json!({"lease_token": lease, "error": "stopped: cancelled"}),
+            200,
+        )
+        .await;
+    assert_eq!(failed["status"], "cancelled", "{failed}");
+    assert_eq!(a.status(id).await.as_deref(), Some("cancelled"));
+    assert!(
+        a.take(json!({"queues": ["cancel"], "max": 1}))
+            .await
+            .is_empty(),
+        "a cancelled job does not run again"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_starting_together_migrate_once() {
     let _turn = TURN.lock().await;

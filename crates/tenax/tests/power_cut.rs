@@ -296,6 +296,9 @@ async fn check(disk: &SimulatedDisk, model: &Model, seed: u64, how: &str) {
             Status::Completed => Known::Completed {
                 failures: job.state.failures,
             },
+            Status::Cancelled => {
+                panic!("seed {seed} ({how}): job {id} is cancelled, and nothing here cancels")
+            }
         };
         let allowed: Vec<&Known> = std::iter::once(known)
             .chain(model.maybe.get(id).into_iter().flatten())

@@ -76,6 +76,8 @@ fn case(method: &str, route: &str, p: &Project) -> Option<Case> {
         ("POST", "/api/jobs/batch") => names(route.into(), Some(json!({"jobs": [{"queue": q}]}))),
         ("GET", "/api/jobs") => names(format!("/api/jobs?queue={}", enc(&q)), None),
         ("GET" | "DELETE", "/api/jobs/{id}") => names(format!("/api/jobs/{}", p.job), None),
+        ("POST", "/api/jobs/{id}/cancel") => names(route.replace("{id}", &p.job.to_string()), None),
+        ("POST", "/api/jobs/cancel") => names(route.into(), Some(json!({"queue": q}))),
         ("GET", "/api/workflows/{id}") => names(format!("/api/workflows/{}", p.job), None),
         ("POST", "/api/take" | "/api/take/stream") => {
             names(route.into(), Some(json!({"queues": [q]})))

@@ -330,6 +330,43 @@ async fn pages_show_the_store_and_actions_go_through_the_engine() {
         page_of_later.contains("an operator's request (manual)"),
         "{page_of_later}"
     );
+    // Cancel it (ready: cancelled at once); then its page offers a replay, not a cancel.
+    assert!(
+        page_of_later.contains(r#"value="cancel""#),
+        "{page_of_later}"
+    );
+    let later_id = later.to_string();
+    let (status, location) = submit(
+        &server,
+        "/ui/jobs/act",
+        &[
+            ("csrf", &csrf),
+            ("action", "cancel"),
+            ("scope", "selected"),
+            ("id", &later_id),
+            ("back", "/ui/jobs"),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(
+        location.contains("1+cancelled%2C+0+in+flight"),
+        "{location}"
+    );
+    assert_eq!(
+        server.get(&format!("/api/jobs/{later}")).await["status"],
+        json!("cancelled")
+    );
+    let page_of_later = html(&server, &format!("/ui/jobs/{later}")).await;
+    assert!(
+        !page_of_later.contains(r#"value="cancel""#),
+        "{page_of_later}"
+    );
+    assert!(
+        page_of_later.contains(r#"value="replay""#),
+        "{page_of_later}"
+    );
 
     // Delete everything the filter matches.
     let (status, location) = submit(

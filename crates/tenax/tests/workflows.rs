@@ -159,7 +159,7 @@ async fn a_dead_parent_cancels_its_children_unless_they_run_anyway() {
     assert_eq!(failed["status"], "dead", "{failed}");
     for id in [ids[1], ids[2]] {
         let job = api.job(id).await;
-        assert_eq!(job["status"], "dead", "{job}");
+        assert_eq!(job["status"], "cancelled", "{job}");
         assert!(
             job["dead_reason"]
                 .as_str()

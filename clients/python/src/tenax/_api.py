@@ -14,6 +14,8 @@ from ._cluster import Activity, Cluster
 from ._convert import Duration, Time, duration_value, time_value
 from ._models import (
     AttemptPage,
+    CancelledJobs,
+    CancelResult,
     CompleteResult,
     DeletedJobs,
     DeletedSubscription,
@@ -328,6 +330,18 @@ def get_workflow(id: int) -> Call[Workflow]:
 
 def delete_job(id: int) -> Call[None]:
     return Call("DELETE", f"/api/jobs/{seg(id)}", _ignore)
+
+
+def cancel_job(id: int) -> Call[CancelResult]:
+    return Call("POST", f"/api/jobs/{seg(id)}/cancel", CancelResult.from_json, {})
+
+
+def cancel_jobs(
+    ids: Iterable[int] | None, *, queue: str | None, type: str | None, all: bool
+) -> Call[CancelledJobs]:
+    return Call(
+        "POST", "/api/jobs/cancel", CancelledJobs.from_json, dead_selection(ids, queue, type, all)
+    )
 
 
 def list_jobs(

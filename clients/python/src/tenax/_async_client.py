@@ -22,6 +22,8 @@ from ._convert import Duration, Time
 from ._errors import TenaxError, error_from_response
 from ._models import (
     AttemptPage,
+    CancelledJobs,
+    CancelResult,
     CompleteResult,
     DeletedJobs,
     DeletedSubscription,
@@ -393,6 +395,24 @@ class AsyncClient:
     async def delete_job(self, id: int) -> None:
         """Removes a job in any status."""
         await self._call(api.delete_job(id))
+
+    async def cancel(self, id: int) -> CancelResult:
+        """Cancels a job: at once if it is scheduled or ready (``outcome == "cancelled"``); if
+        it is in flight, its lease is marked (``outcome == "marked"``) and its worker learns it
+        on its next heartbeat. A finished job raises ``Conflict`` naming its status."""
+        return await self._call(api.cancel_job(id))
+
+    async def cancel_jobs(
+        self,
+        ids: Iterable[int] | None = None,
+        *,
+        queue: str | None = None,
+        type: str | None = None,
+        all: bool = False,
+    ) -> CancelledJobs:
+        """Cancels the unfinished jobs named by ``ids``, by ``queue``/``type``, or ``all=True``:
+        scheduled and ready ones at once, those in flight by marking their leases."""
+        return await self._call(api.cancel_jobs(ids, queue=queue, type=type, all=all))
 
     async def stats(self) -> Stats:
         """Job counts per queue and in total."""

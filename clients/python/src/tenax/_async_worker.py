@@ -15,7 +15,7 @@ from ._async_client import AsyncClient, AsyncJobStream
 from ._convert import Duration
 from ._errors import APIError, TenaxConnectionError, TenaxError
 from ._models import TakenJob
-from ._worker_common import UnknownTypes, WorkerSettings, WorkerStats, worker_name
+from ._worker_common import JobCancelled, UnknownTypes, WorkerSettings, WorkerStats, worker_name
 from ._worker_failures import ErrorHook
 from ._worker_log import shown_on_stderr
 from ._worker_state import ASYNCIO, WorkerState
@@ -289,6 +289,11 @@ class AsyncWorker:
             self._state.handler_raised(job, error)
             await self._report_failure(client, job, error, events)
         else:
+            if job.cancelled:
+                # Cancelled while it ran: however the handler ended, the worker reports a
+                # failure, which the server finishes as cancelled.
+                await self._report_failure(client, job, JobCancelled(), events)
+                return
             if self._state.succeeded(job, returned):
                 events.changed.set()
 
@@ -362,11 +367,11 @@ class AsyncWorker:
 
     async def _beat(self, client: AsyncClient, job: TakenJob[Any]) -> None:
         try:
-            await client.heartbeat(job, lease=self._state.settings.lease)
+            extended = await client.heartbeat(job, lease=self._state.settings.lease)
         except TenaxError as error:
             self._state.beat_failed(job, error)
         else:
-            self._state.beat_succeeded(job)
+            self._state.beat_succeeded(job, extended.cancelled)
 
     # ---- shutdown -----------------------------------------------------------------------------
 

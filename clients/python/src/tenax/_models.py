@@ -8,6 +8,8 @@ milliseconds keep their ``_ms`` name and have a ``timedelta`` property beside th
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, Mapping, TypeVar, cast
@@ -48,7 +50,9 @@ __all__ = [
     "WorkflowStatus",
 ]
 
-JobStatus = Literal["waiting", "scheduled", "ready", "in_flight", "completed", "dead"]
+JobStatus = Literal[
+    "waiting", "scheduled", "ready", "in_flight", "completed", "dead", "cancelled"
+]
 """Where a job is in its lifecycle (docs/api.md, "Job lifecycle"). ``waiting``: it waits for
 jobs it was enqueued ``after`` (docs/workflows.md). A newer server may answer a status not
 listed here; it comes through as the string the server sent."""
@@ -200,6 +204,59 @@ class JobPage:
         )
 
 
+class Cancellation:
+    """Whether a job was cancelled while this worker ran it (``POST /api/jobs/{id}/cancel``),
+    as the worker learnt on a heartbeat. A handler checks :meth:`is_set` (or
+    ``job.cancelled``), blocks on :meth:`wait` in a thread, or awaits :meth:`wait_async` in an
+    asyncio handler; then it stops, by returning or raising, and the worker reports a failure,
+    which the server finishes as cancelled. Set by the worker only."""
+
+    __slots__ = ("_event", "_lock", "_waiters")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Blocks until the job is cancelled, at most ``timeout`` seconds; whether it is."""
+        return self._event.wait(timeout)
+
+    async def wait_async(self) -> None:
+        """Returns once the job is cancelled (never, if it is not)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._waiters.append((loop, future))
+        try:
+            await future
+        finally:
+            with self._lock:
+                self._waiters = [(lp, f) for lp, f in self._waiters if f is not future]
+
+    def _set(self) -> None:
+        """The worker heard that the job was cancelled: wakes every waiter, in any thread or
+        event loop."""
+        with self._lock:
+            self._event.set()
+            waiters, self._waiters = self._waiters, []
+        for loop, future in waiters:
+            loop.call_soon_threadsafe(_resolve, future)
+
+    def __repr__(self) -> str:
+        return f"Cancellation(set={self.is_set()})"
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 @dataclass(frozen=True, slots=True)
 class ParentResult:
     """A job a taken job waited for (``after``): how it finished, and its result."""
@@ -243,6 +300,13 @@ class TakenJob(Generic[P]):
     created_at: datetime
     traceparent: str | None = None
     """The W3C trace context it was enqueued with: continue the trace from it."""
+    cancellation: Cancellation = field(default_factory=Cancellation, compare=False, repr=False)
+    """Set when the worker learns, on a heartbeat, that the job was cancelled while it ran."""
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the job was cancelled while it ran: stop soon (see :class:`Cancellation`)."""
+        return self.cancellation.is_set()
     parents: tuple[ParentResult, ...] = ()
     """The jobs it waited for (``after``), in that order, each with how it finished and its
     result; empty for a job that waited for none (a parent deleted since is left out)."""
@@ -289,19 +353,27 @@ class TakenJob(Generic[P]):
             created_at=self.created_at,
             traceparent=self.traceparent,
             parents=self.parents,
+            cancellation=self.cancellation,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class LeaseExtended:
-    """The answer of a heartbeat: the lease now ends at ``lease_expires_at``."""
+    """The answer of a heartbeat: the lease now ends at ``lease_expires_at``. ``cancelled``: the
+    job was cancelled while in flight; stop, and report a failure (the server then finishes
+    the job as cancelled)."""
 
     id: int
     lease_expires_at: datetime
+    cancelled: bool = False
 
     @classmethod
     def from_json(cls, data: JSONObject) -> LeaseExtended:
-        return cls(id=int(data["id"]), lease_expires_at=parse_time(data["lease_expires_at"]))
+        return cls(
+            id=int(data["id"]),
+            lease_expires_at=parse_time(data["lease_expires_at"]),
+            cancelled=bool(data.get("cancelled", False)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +429,11 @@ class FailResult:
         return self.status == "dead"
 
     @property
+    def cancelled(self) -> bool:
+        """The job was cancelled while in flight: the failure finished it as cancelled."""
+        return self.status == "cancelled"
+
+    @property
     def delay(self) -> timedelta | None:
         return None if self.delay_ms is None else timedelta(milliseconds=self.delay_ms)
 
@@ -384,6 +461,7 @@ class Counts:
     in_flight: int = 0
     completed: int = 0
     dead: int = 0
+    cancelled: int = 0
 
     @property
     def unfinished(self) -> int:
@@ -400,6 +478,7 @@ class Counts:
             in_flight=int(data.get("in_flight", 0)),
             completed=int(data.get("completed", 0)),
             dead=int(data.get("dead", 0)),
+            cancelled=int(data.get("cancelled", 0)),
         )
 
 
@@ -471,6 +550,43 @@ class ReplayResult:
                 Skipped(id=int(s["id"]), reason=str(s["reason"]))
                 for s in data.get("skipped") or []
             ],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResult:
+    """What ``cancel(id)`` did: ``outcome`` is ``"cancelled"`` (the job was scheduled or ready,
+    and is now cancelled) or ``"marked"`` (it is in flight: its worker learns it on its next
+    heartbeat); ``job`` is the job as it now is."""
+
+    outcome: Literal["cancelled", "marked"]
+    job: Job
+
+    @classmethod
+    def from_json(cls, data: JSONObject) -> CancelResult:
+        outcome: Literal["cancelled", "marked"] = (
+            "marked" if data["outcome"] == "marked" else "cancelled"
+        )
+        return cls(outcome=outcome, job=Job.from_json(data["job"]))
+
+
+@dataclass(frozen=True, slots=True)
+class CancelledJobs:
+    """What ``cancel_jobs`` did: jobs cancelled at once, and jobs in flight whose leases were
+    marked."""
+
+    cancelled: int
+    marked: int
+    cancelled_ids: list[int]
+    marked_ids: list[int]
+
+    @classmethod
+    def from_json(cls, data: JSONObject) -> CancelledJobs:
+        return cls(
+            cancelled=int(data["cancelled"]),
+            marked=int(data["marked"]),
+            cancelled_ids=[int(i) for i in data.get("cancelled_ids") or []],
+            marked_ids=[int(i) for i in data.get("marked_ids") or []],
         )
 
 

@@ -15,7 +15,7 @@ from ._client import Client, JobStream
 from ._convert import Duration
 from ._errors import APIError, TenaxConnectionError, TenaxError
 from ._models import TakenJob
-from ._worker_common import UnknownTypes, WorkerSettings, WorkerStats, now, worker_name
+from ._worker_common import JobCancelled, UnknownTypes, WorkerSettings, WorkerStats, now, worker_name
 from ._worker_failures import ErrorHook
 from ._worker_log import shown_on_stderr
 from ._worker_state import THREADS, WorkerState
@@ -365,6 +365,11 @@ class Worker:
             self._state.handler_raised(job, error)
             self._report_failure(job, error)
         else:
+            if job.cancelled:
+                # Cancelled while it ran: however the handler ended, the worker reports a
+                # failure, which the server finishes as cancelled.
+                self._report_failure(job, JobCancelled())
+                return
             with self._lock:
                 if self._state.succeeded(job, returned):
                     self._changed.notify_all()
@@ -445,13 +450,13 @@ class Worker:
 
     def _beat(self, job: TakenJob[Any]) -> None:
         try:
-            self._client.heartbeat(job, lease=self._state.settings.lease)
+            extended = self._client.heartbeat(job, lease=self._state.settings.lease)
         except TenaxError as error:
             with self._lock:
                 self._state.beat_failed(job, error)
         else:
             with self._lock:
-                self._state.beat_succeeded(job)
+                self._state.beat_succeeded(job, extended.cancelled)
 
     # ---- shutdown -----------------------------------------------------------------------------
 

@@ -283,3 +283,11 @@ class Backoff:
 
     def reset(self) -> None:
         self.current = 0.0
+
+
+class JobCancelled(Exception):
+    """What a worker reports when a cancelled job's handler returned normally: the job was
+    cancelled while it ran (``job.cancelled``), and its handler stopped."""
+
+    def __init__(self) -> None:
+        super().__init__("the job was cancelled while it ran; its handler stopped")

@@ -72,13 +72,15 @@ class Tally:
     """Failed, and will run again."""
     snoozed: int = 0
     dead: int = 0
+    cancelled: int = 0
+    """Cancelled while they ran: their handlers stopped."""
     unknown: dict[str, int] = field(default_factory=dict)
     """Jobs of a type without a handler, by type."""
     last_failure: str | None = None
 
     @property
     def count(self) -> int:
-        return self.completed + self.retried + self.snoozed + self.dead
+        return self.completed + self.retried + self.snoozed + self.dead + self.cancelled
 
     @property
     def level(self) -> int:
@@ -95,6 +97,8 @@ class Tally:
             parts.append(f"{self.snoozed} snoozed")
         if self.dead:
             parts.append(f"{self.dead} dead")
+        if self.cancelled:
+            parts.append(f"{self.cancelled} cancelled")
         text = f"last {seconds:.1f} s: " + ", ".join(parts)
         if self.last_failure is not None:
             text += f"; last failure: {self.last_failure}"
@@ -151,7 +155,10 @@ class OutcomeLog:
         took = "" if ran_s is None else f" in {shown(ran_s)}"
         level = logging.ERROR if unknown else logging.WARNING if result.dead else logging.INFO
         args: tuple[object, ...]
-        if snoozed:
+        if result.cancelled:
+            template, args = "job %d (%s) cancelled%s; its handler stopped", (job.id, job.type, took)
+            level = logging.INFO
+        elif snoozed:
             template, args = "job %d (%s) snoozed: %s", (job.id, job.type, _next_run(result, snoozed=True))
         elif result.dead:
             template = "job %d (%s) failed%s and is dead: %s (%s)"
@@ -161,6 +168,9 @@ class OutcomeLog:
             args = (job.id, job.type, took, message, _next_run(result, snoozed=False))
 
         def count(tally: Tally) -> None:
+            if result.cancelled:
+                tally.cancelled += 1
+                return
             if snoozed:
                 tally.snoozed += 1
                 return

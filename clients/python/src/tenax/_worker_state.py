@@ -281,7 +281,12 @@ class WorkerState(Generic[H, S]):
             self._beats_failing_since = now()
         self.held.next_beat_in(job, self.settings.beat_retry_s)
 
-    def beat_succeeded(self, job: TakenJob[Any]) -> None:
+    def beat_succeeded(self, job: TakenJob[Any], cancelled: bool = False) -> None:
+        """A heartbeat held the lease; ``cancelled``: it said the job was cancelled, and the
+        handler is told (``job.cancellation``)."""
+        if cancelled and not job.cancellation.is_set():
+            self.log.info("job %d was cancelled; its handler is told to stop", job.id)
+            job.cancellation._set()
         self.counter.add("heartbeats")
         self._beats_failing_since = None
         self.held.next_beat_in(job, self.settings.heartbeat_s)

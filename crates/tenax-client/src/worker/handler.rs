@@ -20,8 +20,9 @@ use crate::model::TakenJob;
 pub(crate) type HandlerFuture =
     Pin<Box<dyn Future<Output = Result<Option<Box<RawValue>>, JobError>> + Send>>;
 
-/// A handler with its payload type erased: reads the payload, then runs.
-pub(crate) type Erased = Arc<dyn Fn(TakenJob, Shutdown) -> HandlerFuture + Send + Sync>;
+/// A handler with its payload type erased: reads the payload, then runs. Given the worker's
+/// stopping flag and the job's cancellation flag.
+pub(crate) type Erased = Arc<dyn Fn(TakenJob, Shutdown, Shutdown) -> HandlerFuture + Send + Sync>;
 
 pub(crate) fn erase<T, R, F, Fut, E>(handler: F) -> Erased
 where
@@ -32,25 +33,27 @@ where
     E: Into<JobError>,
 {
     let handler = Arc::new(handler);
-    Arc::new(move |taken: TakenJob, stopping: Shutdown| {
-        let handler = handler.clone();
-        Box::pin(async move {
-            // A payload that does not fit the handler's type will not fit at the next attempt
-            // either: dead at once (fix the code or the job, then replay it).
-            let payload: T = serde_json::from_str(taken.payload.get()).map_err(|error| {
-                JobError::not_retryable(format!(
-                    "the payload of job type {:?} does not fit {}: {error}",
-                    taken.kind,
-                    std::any::type_name::<T>()
-                ))
-                .with_source(error)
-            })?;
-            let (id, kind) = (taken.id, taken.kind.clone());
-            let job = Job::new(taken, payload, stopping);
-            let value = (*handler)(job).await.map_err(Into::into)?;
-            Ok(result_of(id, &kind, &value))
-        })
-    })
+    Arc::new(
+        move |taken: TakenJob, stopping: Shutdown, cancelled: Shutdown| {
+            let handler = handler.clone();
+            Box::pin(async move {
+                // A payload that does not fit the handler's type will not fit at the next attempt
+                // either: dead at once (fix the code or the job, then replay it).
+                let payload: T = serde_json::from_str(taken.payload.get()).map_err(|error| {
+                    JobError::not_retryable(format!(
+                        "the payload of job type {:?} does not fit {}: {error}",
+                        taken.kind,
+                        std::any::type_name::<T>()
+                    ))
+                    .with_source(error)
+                })?;
+                let (id, kind) = (taken.id, taken.kind.clone());
+                let job = Job::new(taken, payload, stopping, cancelled);
+                let value = (*handler)(job).await.map_err(Into::into)?;
+                Ok(result_of(id, &kind, &value))
+            })
+        },
+    )
 }
 
 /// A handler's returned value as the job's result: none when it serialises to `null` (`()`,

@@ -28,10 +28,17 @@ pub struct Job<T> {
     /// The jobs it waited for, with how each finished and its result.
     pub parents: Vec<ParentResult>,
     stopping: Shutdown,
+    /// Set when a heartbeat answers that the job was cancelled.
+    cancelled: Shutdown,
 }
 
 impl<T> Job<T> {
-    pub(crate) fn new(taken: TakenJob, payload: T, stopping: Shutdown) -> Self {
+    pub(crate) fn new(
+        taken: TakenJob,
+        payload: T,
+        stopping: Shutdown,
+        cancelled: Shutdown,
+    ) -> Self {
         Self {
             id: taken.id,
             queue: taken.queue,
@@ -45,6 +52,7 @@ impl<T> Job<T> {
             traceparent: taken.traceparent,
             parents: taken.parents,
             stopping,
+            cancelled,
         }
     }
 
@@ -78,6 +86,19 @@ impl<T> Job<T> {
     /// Resolves when the worker starts shutting down.
     pub async fn stopping(&self) {
         self.stopping.clone().wait().await;
+    }
+
+    /// Whether the job was cancelled while it ran (`POST /api/jobs/{id}/cancel`), as the
+    /// worker learnt on a heartbeat. A handler should stop soon: whatever it then returns, the
+    /// worker reports a failure, and the server finishes the job as cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.is_set()
+    }
+
+    /// Resolves when the job is cancelled (learnt on a heartbeat: within the worker's
+    /// `heartbeat_every`); never, if it is not. For a `select!` against the handler's work.
+    pub async fn cancelled(&self) {
+        self.cancelled.clone().wait_set().await;
     }
 }
 

@@ -645,16 +645,30 @@ async fn supervise(
     let lease = job.lease();
     let kind = job.kind.clone();
     let lost = AtomicBool::new(false);
+    // Set by a heartbeat that answers that the job was cancelled; its handler is told.
+    let (cancel, cancelled) = Shutdown::flag();
     let ending = {
-        let beats = heartbeats(&inner, lease, &lost);
+        let beats = heartbeats(&inner, lease, &lost, &cancel);
         tokio::pin!(beats);
         tokio::select! {
-            ending = run_job(&inner, job, closed) => ending,
+            ending = run_job(&inner, job, closed, cancelled.clone()) => ending,
             never = &mut beats => match never {},
         }
     };
     inner.undecided.fetch_sub(1, Ordering::SeqCst);
     let lost = lost.load(Ordering::SeqCst);
+    // A cancelled job's handler stopped: whatever it returned, the worker reports a failure,
+    // which the server finishes as cancelled.
+    let ending = match ending {
+        Ending::Finished(result, ran) if cancelled.is_set() && !lost => {
+            let error = result.err().unwrap_or_else(|| {
+                JobError::retry("the job was cancelled while it ran; its handler stopped")
+            });
+            report_failure(&inner, lease, &kind, FailedBy::Cancelled(ran), &error).await;
+            return;
+        }
+        ending => ending,
+    };
     match ending {
         Ending::NotStarted => add(&inner.counters.returned, 1),
         Ending::StreamClosed => {}
@@ -692,7 +706,12 @@ async fn supervise(
     }
 }
 
-async fn run_job(inner: &Inner, job: TakenJob, mut closed: watch::Receiver<bool>) -> Ending {
+async fn run_job(
+    inner: &Inner,
+    job: TakenJob,
+    mut closed: watch::Receiver<bool>,
+    cancelled: Shutdown,
+) -> Ending {
     let mut stopping = inner.stopping.clone();
     let slot = tokio::select! {
         biased;
@@ -713,7 +732,11 @@ async fn run_job(inner: &Inner, job: TakenJob, mut closed: watch::Receiver<bool>
         return Ending::NoHandler(error);
     };
     let started = Instant::now();
-    let mut task = AbortOnDrop(tokio::spawn(handler(job, inner.stopping.clone())));
+    let mut task = AbortOnDrop(tokio::spawn(handler(
+        job,
+        inner.stopping.clone(),
+        cancelled,
+    )));
     let mut hurrying = inner.hurrying.clone();
     let joined = tokio::select! {
         joined = &mut task.0 => joined,
@@ -741,14 +764,28 @@ async fn run_job(inner: &Inner, job: TakenJob, mut closed: watch::Receiver<bool>
 }
 
 /// Renews a job's lease every `heartbeat_every` while it is held. Never returns: a lost lease
-/// is recorded in `lost`, and the beats stop.
-async fn heartbeats(inner: &Inner, lease: Lease, lost: &AtomicBool) -> Infallible {
+/// is recorded in `lost`, and the beats stop. A heartbeat that answers that the job was
+/// cancelled sets `cancel`, which its handler sees (`Job::cancelled`); the beats go on, so
+/// that the lease is held until the handler stops.
+async fn heartbeats(
+    inner: &Inner,
+    lease: Lease,
+    lost: &AtomicBool,
+    cancel: &watch::Sender<bool>,
+) -> Infallible {
     let settings = &inner.settings;
     let mut next = Instant::now() + settings.heartbeat_every;
     loop {
         tokio::time::sleep_until(next).await;
         match inner.client.heartbeat(lease, Some(settings.lease)).await {
-            Ok(_) => {
+            Ok(extended) => {
+                if extended.cancelled && !*cancel.borrow() {
+                    tracing::info!(
+                        job = lease.id,
+                        "the job was cancelled; its handler is told to stop"
+                    );
+                    cancel.send_replace(true);
+                }
                 add(&inner.counters.heartbeats, 1);
                 next = Instant::now() + settings.heartbeat_every;
             }

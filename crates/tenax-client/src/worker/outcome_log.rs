@@ -35,6 +35,9 @@ pub(crate) enum FailedBy {
     Handler(Duration),
     /// The worker, which has no handler for the job's type.
     NoHandler,
+    /// Its handler, after running this long, which ended once a heartbeat said the job was
+    /// cancelled: the failure is how the worker says it stopped.
+    Cancelled(Duration),
 }
 
 /// How long a handler ran, in a log line: `0.4ms`, `35.2ms`, `2s 500ms` (as `tenax work`
@@ -60,6 +63,8 @@ struct Tally {
     retried: u64,
     snoozed: u64,
     dead: u64,
+    /// Cancelled while they ran: their handlers stopped.
+    cancelled: u64,
     /// Jobs of a type without a handler, by type.
     unknown: BTreeMap<String, u64>,
     last_failure: Option<String>,
@@ -75,13 +80,14 @@ impl Tally {
             retried: 0,
             snoozed: 0,
             dead: 0,
+            cancelled: 0,
             unknown: BTreeMap::new(),
             last_failure: None,
         }
     }
 
     fn count(&self) -> u64 {
-        self.completed + self.retried + self.snoozed + self.dead
+        self.completed + self.retried + self.snoozed + self.dead + self.cancelled
     }
 }
 
@@ -185,6 +191,10 @@ impl OutcomeLog {
         let reason = result.dead_reason.as_deref();
         self.record(
             |tally| {
+                if result.is_cancelled() {
+                    tally.cancelled += 1;
+                    return;
+                }
                 if snoozed {
                     tally.snoozed += 1;
                     return;
@@ -200,6 +210,19 @@ impl OutcomeLog {
                 }
             },
             || match by {
+                FailedBy::Cancelled(ran) | FailedBy::Handler(ran) if result.is_cancelled() => {
+                    tracing::info!(
+                        job, kind = %kind, elapsed = %run_time(ran),
+                        "the job was cancelled; its handler stopped"
+                    );
+                }
+                FailedBy::Cancelled(ran) => tracing::warn!(
+                    job, kind = %kind, elapsed = %run_time(ran), status = %result.status,
+                    "the job was cancelled, but the server did not finish it as cancelled"
+                ),
+                FailedBy::NoHandler if result.is_cancelled() => {
+                    tracing::info!(job, kind = %kind, "the job was cancelled");
+                }
                 FailedBy::NoHandler if result.is_dead() => tracing::error!(
                     job, kind = %kind, handled = %self.handled, error = %message, reason,
                     "no handler for the job's type: the job is dead"
@@ -290,6 +313,7 @@ fn summarize(tally: &Tally, window: Duration, handled: &str) {
                 retried = tally.retried,
                 snoozed = tally.snoozed,
                 dead = tally.dead,
+                cancelled = tally.cancelled,
                 last_failure = tally.last_failure.as_deref(),
                 $($fields)*
             )

@@ -72,6 +72,20 @@ impl Shutdown {
         // An error means the sender is gone: the worker is gone too, which is a stop.
         let _ = self.0.wait_for(|set| *set).await;
     }
+
+    /// Resolves once the flag is set; never if its sender goes without setting it (a job's
+    /// cancellation flag, whose heartbeats end with the job).
+    pub async fn wait_set(&mut self) {
+        if self.0.wait_for(|set| *set).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// A flag of its own, and what sets it.
+    pub fn flag() -> (watch::Sender<bool>, Self) {
+        let (set, flag) = watch::channel(false);
+        (set, Self(flag))
+    }
 }
 
 /// Resolves at the first SIGTERM or SIGINT (Ctrl-C); elsewhere than Unix, at Ctrl-C. For

@@ -37,7 +37,8 @@ pub enum Target {
     JobsInBody,
     /// The query's `queue`, which a scoped token must give.
     QueueInQuery,
-    /// A dead-job selection: its `ids`, its `queue`, or `all` (only for unscoped tokens).
+    /// A selection of jobs (dead jobs to replay or delete, jobs to cancel): its `ids`, its
+    /// `queue`, or `all` (only for unscoped tokens).
     DeadSelection,
     /// The subscription whose id is the path's `{id}`.
     SubscriptionInPath,
@@ -95,7 +96,10 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         ("POST", "/api/jobs/batch") => needs(Enqueue, JobQueuesInBody),
         ("GET", "/api/jobs") => needs(Read, QueueInQuery),
         ("GET", "/api/jobs/{id}") => needs(Read, JobInPath),
-        ("DELETE", "/api/jobs/{id}") => needs(Manage, JobInPath),
+        ("DELETE", "/api/jobs/{id}") | ("POST", "/api/jobs/{id}/cancel") => {
+            needs(Manage, JobInPath)
+        }
+        ("POST", "/api/jobs/cancel") => needs(Manage, DeadSelection),
         ("GET", "/api/workflows/{id}") => needs(Read, JobInPath),
         ("GET", "/api/stats") => needs(Read, Listing),
 

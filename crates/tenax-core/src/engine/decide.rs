@@ -6,7 +6,8 @@ use tenax_policy::{Decision, Failure, Outcome, RetryPolicy, SeededRandom};
 
 use crate::clock::UnixMs;
 use crate::model::{
-    ErrorEntry, JobState, QueueConfig, Status, StoredPolicy, Subscription, Trigger,
+    CANCELLED_IN_FLIGHT, ErrorEntry, JobState, QueueConfig, Status, StoredPolicy, Subscription,
+    Trigger,
 };
 use crate::store::{DecideContext, MoveTo, Transition};
 
@@ -50,7 +51,8 @@ pub fn delivery_policy<'a>(
     own.or(queue_policy)
 }
 
-/// A worker reported a failure at `now_ms`.
+/// A worker reported a failure at `now_ms`. When the job's lease was marked cancelled, the
+/// failure is the worker stopping: the job is cancelled, whatever its policy says.
 pub fn decide_failure(
     ctx: &DecideContext<'_>,
     default: &RetryPolicy,
@@ -58,6 +60,9 @@ pub fn decide_failure(
     outcome: Outcome,
     error: ErrorEntry,
 ) -> Transition {
+    if ctx.cancel_requested {
+        return decide_cancelled(ctx, now_ms, Some(error));
+    }
     let policy = resolve(ctx, default);
     let failure = ctx.state.failures.saturating_add(1);
     let first = ctx.state.first_failure_at_ms.unwrap_or(now_ms);
@@ -121,7 +126,8 @@ pub fn decide_failure(
 /// (so a job that always hangs its worker cannot run forever), but the job is ready again at
 /// once: the lease already made it wait. Past the retry limit it is dead; and once its leases
 /// have expired as often as its queue's dead-letter rule allows, it moves to the dead-letter
-/// queue instead, ready, with a fresh count (Zaqar's `_max_claim_count`).
+/// queue instead, ready, with a fresh count (Zaqar's `_max_claim_count`). A lease marked
+/// cancelled is not run again: the job is cancelled.
 pub fn decide_lease_expiry(
     ctx: &DecideContext<'_>,
     default: &RetryPolicy,
@@ -135,6 +141,9 @@ pub fn decide_lease_expiry(
         message: "lease expired: the worker did not complete, fail or heartbeat in time".into(),
         detail: None,
     };
+    if ctx.cancel_requested {
+        return decide_cancelled(ctx, now_ms, Some(error));
+    }
     let mut state: JobState = ctx.state.clone();
     state.trigger = Trigger::Scheduled;
     state.failures = failure;
@@ -171,6 +180,26 @@ pub fn decide_lease_expiry(
     }
 }
 
+/// An attempt whose lease was marked cancelled ended at `now_ms` without completing (its
+/// worker failed it, or its lease ended): the job is cancelled, no retry and no death, the
+/// attempt's `error` recorded as any failure's is. It stays in its queue (no dead-letter move).
+pub fn decide_cancelled(
+    ctx: &DecideContext<'_>,
+    now_ms: UnixMs,
+    error: Option<ErrorEntry>,
+) -> Transition {
+    let mut state = ctx.state.cancelled(now_ms, CANCELLED_IN_FLIGHT);
+    if error.is_some() {
+        state.failures = ctx.state.failures.saturating_add(1);
+        state.first_failure_at_ms = Some(ctx.state.first_failure_at_ms.unwrap_or(now_ms));
+    }
+    Transition {
+        state,
+        error,
+        moved_to: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use tenax_policy::{Jitter, Shape};
@@ -188,6 +217,7 @@ mod tests {
             queue_config: None,
             owner: None,
             lease: None,
+            cancel_requested: false,
         }
     }
 
@@ -391,5 +421,44 @@ mod tests {
         let fresh = rule(Some(5_000));
         let moved = decide_lease_expiry(&with(&first.state, &fresh), &policy, 2_000);
         assert_eq!(moved.moved_to.map(|m| m.expires_at_ms), Some(Some(7_000)));
+    }
+
+    #[test]
+    fn a_lease_marked_cancelled_ends_in_cancelled_by_failure_or_expiry() {
+        let policy = RetryPolicy::default().with_retry_limit(10);
+        // A dead-letter rule that the expiry would otherwise reach: cancellation comes first.
+        let config = QueueConfig {
+            dead_letter: Some(DeadLetter {
+                queue: "dlq".into(),
+                max_claims: 1,
+                ttl_ms: None,
+            }),
+            ..QueueConfig::default()
+        };
+        let state = JobState::new(0, 0);
+        let marked = DecideContext {
+            queue_config: Some(&config),
+            cancel_requested: true,
+            ..ctx(&state, None)
+        };
+        let failed = decide_failure(&marked, &policy, 5_000, Outcome::Retry, error(1));
+        let expired = decide_lease_expiry(&marked, &policy, 6_000);
+        for (transition, at) in [(failed, 5_000), (expired, 6_000)] {
+            assert_eq!(transition.state.status, Status::Cancelled);
+            assert_eq!(transition.state.finished_at_ms, Some(at));
+            assert_eq!(transition.state.failures, 1);
+            assert_eq!(
+                transition.state.dead_reason.as_deref(),
+                Some(CANCELLED_IN_FLIGHT)
+            );
+            assert!(transition.moved_to.is_none() && transition.error.is_some());
+        }
+        // Unmarked, the same failure is retried.
+        let unmarked = DecideContext {
+            cancel_requested: false,
+            ..marked
+        };
+        let retried = decide_failure(&unmarked, &policy, 5_000, Outcome::Retry, error(1));
+        assert_eq!(retried.state.status, Status::Scheduled);
     }
 }

@@ -9,9 +9,9 @@ use crate::clock::UnixMs;
 use crate::engine::EngineError;
 use crate::model::subscription::{DELIVERY_KIND, delivery_queue};
 use crate::model::{
-    After, Checked, DeliveryPayload, Enqueued, Job, JobFilter, JobId, JobPeek, NewJob, OnDuplicate,
-    Page, QueueCounts, Replay, Replayed, Searched, Selection, StoredPolicy, SubscriptionId,
-    TextQuery,
+    After, CANCELLED_BY_REQUEST, Cancelled, Checked, DeliveryPayload, Enqueued, Job, JobFilter,
+    JobId, JobPeek, NewJob, OnDuplicate, Page, QueueCounts, Replay, Replayed, Searched, Selection,
+    StoredPolicy, SubscriptionId, TextQuery,
 };
 use crate::store::{DeleteCheck, FactsSeen, Insert, QueueFacts, StoreError};
 
@@ -287,7 +287,27 @@ impl Engine {
         Ok(self.store.ready_since(queues).await?)
     }
 
-    /// Dead jobs back to ready (optionally with a new policy and a fresh count).
+    /// Cancels the jobs matching `selection` (docs/workflows.md#cancellation): scheduled and
+    /// ready ones at once, those in flight by marking their leases (their workers learn it on
+    /// their next heartbeat). Finished jobs are left alone.
+    pub async fn cancel(&self, selection: &Selection) -> Result<Cancelled, EngineError> {
+        let now_ms = self.now_ms();
+        let cancelled = self
+            .store
+            .cancel_jobs(selection, CANCELLED_BY_REQUEST, now_ms)
+            .await?;
+        if !cancelled.cancelled.is_empty() || !cancelled.marked.is_empty() {
+            tracing::info!(
+                cancelled = cancelled.cancelled.len(),
+                marked = cancelled.marked.len(),
+                "jobs cancelled"
+            );
+        }
+        Ok(cancelled)
+    }
+
+    /// Dead (or cancelled) jobs back to ready (optionally with a new policy and a fresh
+    /// count).
     pub async fn replay(&self, replay: &Replay) -> Result<Replayed, EngineError> {
         Ok(self.store.replay_jobs(replay, self.now_ms()).await?)
     }

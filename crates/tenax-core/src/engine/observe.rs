@@ -371,10 +371,18 @@ impl Engine {
         }
         let ended = self.ended(failed.id, failed.token, failed.lease.as_ref(), &mut None);
         let dead = transition.state.status == Status::Dead;
+        let cancelled = transition.state.status == Status::Cancelled;
         let reason = transition.state.dead_reason.as_deref().unwrap_or("");
         match subscription_of_queue(&failed.queue) {
             // A delivery: its attempts are the webhook metrics' (a lease that expired is not one).
             Some(subscription) => {
+                if cancelled {
+                    tracing::info!(
+                        delivery = failed.id.0,
+                        subscription = subscription.0,
+                        "delivery cancelled"
+                    );
+                }
                 if dead {
                     self.metrics.webhooks.series(subscription).dead.inc();
                     self.activity.record(Event::Died, now_ms);
@@ -394,6 +402,12 @@ impl Engine {
                 failures = transition.state.failures,
                 reason,
                 "job dead"
+            ),
+            None if cancelled => tracing::info!(
+                job = failed.id.0,
+                queue = %failed.queue,
+                reason,
+                "job cancelled"
             ),
             None => {}
         }
@@ -420,6 +434,8 @@ impl Engine {
         }
         if dead {
             series.dead.inc();
+        } else if cancelled {
+            series.cancelled.inc();
         } else if transition.moved_to.is_none() {
             series.retried.inc();
         }

@@ -10,7 +10,7 @@ use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
 use crate::engine::EngineError;
 use crate::model::{Ack, ClaimId, ErrorEntry, JobId, JobResult, ParentOutcome, TakenJob};
-use crate::store::{DecideContext, TakeRequest, Transition};
+use crate::store::{DecideContext, Extended, TakeRequest, Transition};
 
 /// A worker's request for leases: up to `max` jobs of `queues`, leased for `lease_ms`.
 #[derive(Debug, Clone, Copy)]
@@ -164,8 +164,9 @@ impl Engine {
     }
 
     /// Extends a lease to `lease_ms` from now; heartbeats never hold one attempt longer than
-    /// `max_attempt_ms` after its take (the lease then ends, and expires as any other).
-    pub async fn heartbeat(&self, ack: Ack, lease_ms: u64) -> Result<UnixMs, EngineError> {
+    /// `max_attempt_ms` after its take (the lease then ends, and expires as any other). Says
+    /// whether the lease is marked cancelled ([`Engine::cancel`]).
+    pub async fn heartbeat(&self, ack: Ack, lease_ms: u64) -> Result<Extended, EngineError> {
         let max = self.settings.max_attempt_ms;
         Ok(self
             .store

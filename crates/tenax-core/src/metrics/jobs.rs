@@ -45,6 +45,8 @@ pub struct JobSeries {
     pub retried: Counter,
     pub snoozed: Counter,
     pub dead: Counter,
+    /// Attempts whose leases were marked cancelled that ended in a failure or an expiry.
+    pub cancelled: Counter,
     pub lease_expired: Counter,
     /// By queue: from ready to taken.
     pub waiting: Histogram,
@@ -67,6 +69,7 @@ pub struct JobMetrics {
     retried: Family<JobLabels, Counter>,
     snoozed: Family<JobLabels, Counter>,
     dead: Family<JobLabels, Counter>,
+    cancelled: Family<JobLabels, Counter>,
     lease_expired: Family<JobLabels, Counter>,
     waiting: Histograms<QueueLabel>,
     running: Histograms<QueueLabel>,
@@ -92,6 +95,7 @@ impl JobMetrics {
             retried: Family::default(),
             snoozed: Family::default(),
             dead: Family::default(),
+            cancelled: Family::default(),
             lease_expired: Family::default(),
             waiting: histograms(),
             running: histograms(),
@@ -129,6 +133,11 @@ impl JobMetrics {
                 "tenax_jobs_dead",
                 "Jobs that died: no retry left, or a failure marked not retryable",
                 &metrics.dead,
+            ),
+            (
+                "tenax_jobs_cancelled_in_flight",
+                "Jobs in flight whose leases were marked cancelled, ended cancelled by a failure or an expiry (each also counted as failed)",
+                &metrics.cancelled,
             ),
             (
                 "tenax_jobs_lease_expired",
@@ -194,6 +203,7 @@ impl JobMetrics {
             retried: self.retried.get_or_create_owned(&labels),
             snoozed: self.snoozed.get_or_create_owned(&labels),
             dead: self.dead.get_or_create_owned(&labels),
+            cancelled: self.cancelled.get_or_create_owned(&labels),
             lease_expired: self.lease_expired.get_or_create_owned(&labels),
             waiting: self.waiting.get_or_create_owned(&by_queue),
             running: self.running.get_or_create_owned(&by_queue),

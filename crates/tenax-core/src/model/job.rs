@@ -7,9 +7,10 @@ use super::{ClaimId, JobId, OnParentDead, StoredPolicy, Trigger};
 use crate::clock::UnixMs;
 
 /// A job's lifecycle (docs/api.md): `scheduled → ready → in_flight → completed`, with retries
-/// (`in_flight → scheduled`), death, replay (`dead → ready`) and lease expiry
-/// (`in_flight → ready`); a job that waits for others starts `waiting` and becomes ready (or
-/// scheduled) when the last of them completes ([`crate::model::dependency`]).
+/// (`in_flight → scheduled`), death, replay (`dead → ready`, `cancelled → ready`), lease
+/// expiry (`in_flight → ready`) and cancellation (`scheduled`, `ready` or a marked
+/// `in_flight` → `cancelled`); a job that waits for others starts `waiting` and becomes ready
+/// (or scheduled) when the last of them completes ([`crate::model::dependency`]).
 #[derive(
     Debug,
     Clone,
@@ -30,17 +31,21 @@ pub enum Status {
     InFlight,
     Completed,
     Dead,
+    /// Stopped by an operator before it finished (`POST /api/jobs/{id}/cancel`): never runs
+    /// again unless replayed. Kept and purged as dead jobs are.
+    Cancelled,
     /// Held until every job it waits for ([`NewJob::after`]) has completed.
     Waiting,
 }
 
 impl Status {
-    pub const ALL: [Status; 6] = [
+    pub const ALL: [Status; 7] = [
         Self::Scheduled,
         Self::Ready,
         Self::InFlight,
         Self::Completed,
         Self::Dead,
+        Self::Cancelled,
         Self::Waiting,
     ];
 
@@ -51,6 +56,7 @@ impl Status {
             Self::InFlight => "in_flight",
             Self::Completed => "completed",
             Self::Dead => "dead",
+            Self::Cancelled => "cancelled",
             Self::Waiting => "waiting",
         }
     }
@@ -61,7 +67,13 @@ impl Status {
 
     /// Finished jobs are kept only for their retention period.
     pub fn is_finished(self) -> bool {
-        matches!(self, Self::Completed | Self::Dead)
+        matches!(self, Self::Completed | Self::Dead | Self::Cancelled)
+    }
+
+    /// Dead or cancelled: finished without completing, kept for the dead jobs' retention, and
+    /// replayable.
+    pub fn is_given_up(self) -> bool {
+        matches!(self, Self::Dead | Self::Cancelled)
     }
 }
 

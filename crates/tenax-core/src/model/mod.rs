@@ -5,6 +5,7 @@
 
 pub mod activity;
 pub mod backup;
+mod cancel;
 pub mod cluster;
 pub mod dependency;
 pub mod endpoint;
@@ -24,6 +25,7 @@ pub mod subscription;
 pub mod timetable;
 mod trace;
 
+pub use cancel::{CANCELLED_BY_REQUEST, CANCELLED_IN_FLIGHT, CancelOutcome, Cancelled};
 pub use cluster::{LiveServer, ServerAbout, WorkerInfo, WorkerQueue};
 pub use dependency::{After, OnParentDead};
 pub use endpoint::{Breaker, BreakerState, EndpointState, Pause};

@@ -14,6 +14,7 @@ pub struct QueueCounts {
     pub in_flight: u64,
     pub completed: u64,
     pub dead: u64,
+    pub cancelled: u64,
     pub waiting: u64,
 }
 
@@ -30,7 +31,8 @@ impl QueueCounts {
             in_flight: slots[2],
             completed: slots[3],
             dead: slots[4],
-            waiting: slots[5],
+            cancelled: slots[5],
+            waiting: slots[6],
         }
     }
 
@@ -42,6 +44,7 @@ impl QueueCounts {
             self.in_flight,
             self.completed,
             self.dead,
+            self.cancelled,
             self.waiting,
         ]
     }
@@ -57,6 +60,7 @@ pub struct Backlog {
     pub ready: u64,
     pub in_flight: u64,
     pub dead: u64,
+    pub cancelled: u64,
     pub waiting: u64,
 }
 

@@ -29,9 +29,9 @@ use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
 use crate::model::activity::Minute;
 use crate::model::{
-    Ack, Attempt, Backlog, Checked, ClaimId, EndpointState, Enqueued, Job, JobFilter, JobId,
-    JobPeek, JobResult, LimitUse, LiveServer, OnDuplicate, Page, QueueConfig, QueueCounts, Replay,
-    Replayed, Schedule, Searched, Selection, Subscription, SubscriptionId, TextQuery,
+    Ack, Attempt, Backlog, Cancelled, Checked, ClaimId, EndpointState, Enqueued, Job, JobFilter,
+    JobId, JobPeek, JobResult, LimitUse, LiveServer, OnDuplicate, Page, QueueConfig, QueueCounts,
+    Replay, Replayed, Schedule, Searched, Selection, Subscription, SubscriptionId, TextQuery,
 };
 
 /// Adding jobs.
@@ -71,14 +71,15 @@ pub trait JobLeases {
     ) -> Result<Taken, StoreError>;
 
     /// Extends a lease to `now + lease_ms`, but never past `max_attempt_ms` after the take.
-    /// Returns the new end of the lease.
+    /// Returns the new end of the lease, and whether the lease is marked cancelled
+    /// ([`JobCuration::cancel_jobs`]): how a worker learns that it should stop.
     async fn extend_lease(
         &self,
         ack: Ack,
         lease_ms: u64,
         max_attempt_ms: u64,
         now_ms: UnixMs,
-    ) -> Result<UnixMs, StoreError>;
+    ) -> Result<Extended, StoreError>;
 
     /// Completes in-flight jobs whose leases are valid: one durable commit, one result per job,
     /// with what the backend knows of each lease ([`LeaseFacts`]). A completed job is kept (for
@@ -185,8 +186,8 @@ pub trait JobUpkeep {
     /// Deletes jobs past their expiry, whatever their status; returns how many.
     async fn expire_jobs(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError>;
 
-    /// Deletes completed jobs finished before `completed_before` and dead ones before
-    /// `dead_before`, at most `max`; returns how many.
+    /// Deletes completed jobs finished before `completed_before` and dead or cancelled ones
+    /// before `dead_before`, at most `max`; returns how many.
     async fn purge_finished(
         &self,
         completed_before: UnixMs,
@@ -209,6 +210,24 @@ pub trait JobCuration {
     /// ([`Trigger::Manual`](crate::model::Trigger)). Returns those that did, in id order; jobs
     /// in other states, or gone, are left as they are.
     async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError>;
+
+    /// Cancels the jobs matching `selection`, each looked at and changed atomically: a
+    /// scheduled or ready job becomes cancelled at once (its state
+    /// [`JobState::cancelled`](crate::model::JobState::cancelled) at `now_ms` for `reason`,
+    /// its unique key free again); the lease of a job in flight is marked cancelled, and every
+    /// later decision on that lease sees [`DecideContext::cancel_requested`] (a marked lease
+    /// that fails or expires ends cancelled; a completion still completes). A backend keeps the
+    /// mark where every server that acts on the lease sees it. Finished jobs are left alone.
+    ///
+    /// Every transition into `cancelled` goes through one function of each backend, in the
+    /// commit that makes it (named in its documentation): the place where later work that
+    /// must follow a cancellation (dependent jobs, batch counters) hooks in.
+    async fn cancel_jobs(
+        &self,
+        selection: &Selection,
+        reason: &str,
+        now_ms: UnixMs,
+    ) -> Result<Cancelled, StoreError>;
 
     /// Deletes jobs matching `selection`, whatever their state; returns their ids.
     /// Deletes the selected jobs; `now_ms` is when jobs that waited for them are cancelled.

@@ -212,6 +212,15 @@ pub struct LeaseFacts {
     pub traceparent: Option<String>,
 }
 
+/// A lease extended by a heartbeat ([`super::JobLeases::extend_lease`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extended {
+    /// The lease's new end.
+    pub expires_at_ms: UnixMs,
+    /// The lease is marked cancelled: its worker should stop.
+    pub cancel_requested: bool,
+}
+
 /// A job held by a claim (or stream).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimedJob {
@@ -263,6 +272,11 @@ pub struct DecideContext<'a> {
     pub owner: Option<(&'a Subscription, Option<&'a QueueConfig>)>,
     /// What the backend knows of the lease that ends (see [`LeaseFacts`]).
     pub lease: Option<LeaseFacts>,
+    /// The lease that ends was marked cancelled ([`JobCuration::cancel_jobs`]): whatever
+    /// ends it but a completion finishes the job as cancelled.
+    ///
+    /// [`JobCuration::cancel_jobs`]: crate::store::JobCuration::cancel_jobs
+    pub cancel_requested: bool,
 }
 
 /// A job's next state after a failure or lost lease, and the error to record.

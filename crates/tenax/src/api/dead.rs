@@ -1,4 +1,5 @@
 //! Dead jobs: list, replay (optionally with a new policy and a fresh attempt count), delete.
+//! Replay and delete take cancelled jobs too, with `"status": "cancelled"`.
 
 use axum::Json;
 use axum::extract::{Query, State};
@@ -37,7 +38,7 @@ async fn list(
     list_page(&state, &query, Some(Status::Dead)).await
 }
 
-/// Which dead jobs: by id, or by queue and/or type, or `all: true`.
+/// Which dead (or cancelled) jobs: by id, or by queue and/or type, or `all: true`.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct DeadSelection {
@@ -48,6 +49,9 @@ struct DeadSelection {
     /// Every dead job: required when nothing else narrows the choice.
     #[serde(default)]
     all: bool,
+    /// `dead` (the default) or `cancelled`: which finished jobs the selection is of.
+    #[schema(example = "cancelled")]
+    status: Option<String>,
 }
 
 impl DeadSelection {
@@ -59,11 +63,21 @@ impl DeadSelection {
                 "name the jobs (ids), narrow by queue and/or type, or say all: true",
             ));
         }
+        let status = match self.status.as_deref() {
+            None | Some("dead") => Status::Dead,
+            Some("cancelled") => Status::Cancelled,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "status",
+                    format!("must be dead or cancelled, got {other:?}"),
+                ));
+            }
+        };
         Ok(Selection {
             ids: self.ids,
             filter: JobFilter {
                 queue: self.queue,
-                status: Some(Status::Dead),
+                status: Some(status),
                 kind: self.kind,
                 ..JobFilter::default()
             },
@@ -85,7 +99,8 @@ struct ReplayRequest {
     reset_attempts: bool,
 }
 
-/// Makes dead jobs ready again, except those whose unique key an unfinished job holds.
+/// Makes dead (or, with `"status": "cancelled"`, cancelled) jobs ready again, except those
+/// whose unique key an unfinished job holds.
 #[utoipa::path(post, path = "/dead/replay", operation_id = "replay_dead_jobs", tag = "dead", request_body = ReplayRequest,
     responses((status = 200, body = ReplayView), Refusals))]
 async fn replay(
@@ -145,7 +160,7 @@ struct DeletedView {
     ids: Vec<JobId>,
 }
 
-/// Deletes dead jobs.
+/// Deletes dead (or, with `"status": "cancelled"`, cancelled) jobs.
 #[utoipa::path(post, path = "/dead/delete", operation_id = "delete_dead_jobs", tag = "dead", request_body = DeadSelection,
     responses((status = 200, body = DeletedView), Refusals))]
 async fn delete(

@@ -668,6 +668,7 @@ struct Totals {
     in_flight: u64,
     completed: u64,
     dead: u64,
+    cancelled: u64,
     waiting: u64,
 }
 
@@ -688,6 +689,7 @@ async fn stats(
         totals.in_flight += q.in_flight;
         totals.completed += q.completed;
         totals.dead += q.dead;
+        totals.cancelled += q.cancelled;
         totals.waiting += q.waiting;
     }
     Ok(Json(StatsView { queues, totals }))

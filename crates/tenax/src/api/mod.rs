@@ -6,6 +6,7 @@ mod admin;
 mod after;
 pub mod auth;
 pub mod browser;
+mod cancel;
 pub mod cluster;
 mod dead;
 mod deliveries;
@@ -91,6 +92,7 @@ pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
             "/api",
             OpenApiRouter::new()
                 .merge(jobs::router())
+                .merge(cancel::router())
                 .merge(work::router())
                 .merge(dead::router())
                 .merge(queues::router())

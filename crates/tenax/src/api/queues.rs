@@ -78,6 +78,7 @@ struct Counts {
     in_flight: u64,
     completed: u64,
     dead: u64,
+    cancelled: u64,
     waiting: u64,
 }
 
@@ -99,6 +100,7 @@ fn view(
         in_flight: c.in_flight,
         completed: c.completed,
         dead: c.dead,
+        cancelled: c.cancelled,
         waiting: c.waiting,
     });
     QueueView {

@@ -73,10 +73,24 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// The states counted: completed jobs are left out (counting them would read every job kept
 /// for retention; `tenax_jobs_completed_total` has their rate).
-const STATES: [&str; 5] = ["scheduled", "ready", "in_flight", "dead", "waiting"];
+const STATES: [&str; 6] = [
+    "scheduled",
+    "ready",
+    "in_flight",
+    "dead",
+    "cancelled",
+    "waiting",
+];
 
-fn by_state(b: &Backlog) -> [u64; 5] {
-    [b.scheduled, b.ready, b.in_flight, b.dead, b.waiting]
+fn by_state(b: &Backlog) -> [u64; 6] {
+    [
+        b.scheduled,
+        b.ready,
+        b.in_flight,
+        b.dead,
+        b.cancelled,
+        b.waiting,
+    ]
 }
 
 #[allow(clippy::cast_possible_wrap)]
@@ -95,8 +109,8 @@ pub async fn render(engine: &Engine, deliveries: &Deliveries) -> String {
         let ready_age = Family::<QueueLabel, FloatGauge>::default();
         let deliveries_by_state = Family::<DeliveryStateLabels, Gauge>::default();
         // Folded queues (past the label limit) add up under one label; their age is the oldest.
-        let mut queues: BTreeMap<Arc<str>, ([u64; 4], Option<u64>)> = BTreeMap::new();
-        let mut subscriptions: BTreeMap<Arc<str>, [u64; 4]> = BTreeMap::new();
+        let mut queues: BTreeMap<Arc<str>, ([u64; 5], Option<u64>)> = BTreeMap::new();
+        let mut subscriptions: BTreeMap<Arc<str>, [u64; 5]> = BTreeMap::new();
         for (backlog, head) in counted.backlog.iter() {
             if is_internal_queue(&backlog.queue) {
                 if let Some(id) = subscription_of_queue(&backlog.queue) {
@@ -142,7 +156,7 @@ pub async fn render(engine: &Engine, deliveries: &Deliveries) -> String {
         }
         gauges.register(
             "tenax_jobs",
-            "Jobs by queue and state (scheduled, ready, in_flight, dead, waiting)",
+            "Jobs by queue and state (scheduled, ready, in_flight, dead, cancelled, waiting)",
             jobs,
         );
         gauges.register_with_unit(
@@ -154,7 +168,7 @@ pub async fn render(engine: &Engine, deliveries: &Deliveries) -> String {
         );
         gauges.register(
             "tenax_webhook_deliveries",
-            "Webhook deliveries by subscription and state (scheduled, ready, in_flight, dead, waiting)",
+            "Webhook deliveries by subscription and state (scheduled, ready, in_flight, dead, cancelled, waiting)",
             deliveries_by_state,
         );
         let age = FloatGauge::default();

@@ -54,6 +54,7 @@ pub struct DeliveryCounts {
     pub in_flight: u64,
     pub completed: u64,
     pub dead: u64,
+    pub cancelled: u64,
 }
 
 impl From<QueueCounts> for DeliveryCounts {
@@ -64,6 +65,7 @@ impl From<QueueCounts> for DeliveryCounts {
             in_flight: counts.in_flight,
             completed: counts.completed,
             dead: counts.dead,
+            cancelled: counts.cancelled,
         }
     }
 }

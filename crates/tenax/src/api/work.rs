@@ -360,9 +360,13 @@ struct LeaseBody {
 struct HeartbeatView {
     id: JobId,
     lease_expires_at: String,
+    /// The job was cancelled while in flight (`POST /api/jobs/{id}/cancel`): the worker
+    /// should stop and report a failure, which finishes the job as `cancelled`; a completion
+    /// still completes it.
+    cancelled: bool,
 }
 
-/// Extends a job's lease to `lease` from now.
+/// Extends a job's lease to `lease` from now, and says whether the job was cancelled.
 #[utoipa::path(post, path = "/jobs/{id}/heartbeat", operation_id = "heartbeat_job", tag = "work",
     params(("id" = u64, Path, description = "The job's id"),
         ("X-Tenax-Worker" = Option<String>, Header, description = "The worker's name (1 to 128 \
@@ -378,7 +382,7 @@ async fn heartbeat(
     let id = parse_id(&id)?;
     let lease_ms = lease_ms(&state.limits, body.lease)?;
     let worker = head.name(None)?;
-    let expires = state
+    let extended = state
         .engine
         .heartbeat(
             Ack {
@@ -391,10 +395,11 @@ async fn heartbeat(
     let engine = &state.engine;
     engine
         .workers()
-        .heartbeat(&worker, id, expires, engine.now_ms());
+        .heartbeat(&worker, id, extended.expires_at_ms, engine.now_ms());
     Ok(Json(HeartbeatView {
         id,
-        lease_expires_at: rfc3339(expires),
+        lease_expires_at: rfc3339(extended.expires_at_ms),
+        cancelled: extended.cancel_requested,
     }))
 }
 
@@ -747,7 +752,8 @@ async fn fail(
     let (transition, failed_at) = state.engine.fail(Ack { id, lease }, report).await?;
     state.engine.workers().released(&[id]);
     let s = &transition.state;
-    let dead = s.status == Status::Dead;
+    // Dead, or cancelled (its lease was marked cancelled): it will not run again.
+    let dead = s.status.is_given_up();
     Ok(Json(FailView {
         id,
         status: s.status,

@@ -1,7 +1,7 @@
-//! `tenax jobs`, `tenax dead`, `tenax stats`: look at jobs and replay the dead.
+//! `tenax jobs`, `tenax dead`, `tenax stats`: look at jobs, cancel them, and replay the dead.
 
 use clap::{Args, Subcommand};
-use tenax_client::{DeadSelection, JobFilter, ReplayDead};
+use tenax_client::{CancelOutcome, CancelSelection, DeadSelection, JobFilter, ReplayDead};
 
 use super::client::{Server, ServerArgs, block_on};
 use super::terminal::safe;
@@ -21,6 +21,10 @@ pub enum JobsCommand {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Cancel jobs: a scheduled or ready job at once; a job in flight by marking its lease (its
+    /// worker learns it on its next heartbeat, stops, and the job ends cancelled). Finished
+    /// jobs are left as they are.
+    Cancel(CancelArgs),
     /// Write a queue's jobs as NDJSON, one job per line as `tenax jobs show` prints it.
     Export(super::jobs_ndjson::ExportArgs),
     /// Enqueue the waiting jobs of a `tenax jobs export` file afresh (into another queue or
@@ -43,6 +47,23 @@ pub struct ListArgs {
     pub limit: u32,
     #[arg(long)]
     pub after: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// Job ids to cancel (repeat the flag). One id alone, with nothing else: a finished job is
+    /// an error that names its status.
+    #[arg(long = "id")]
+    pub ids: Vec<u64>,
+    #[arg(long, short)]
+    pub queue: Option<String>,
+    #[arg(long = "type", short = 't')]
+    pub kind: Option<String>,
+    /// Cancel every unfinished job.
+    #[arg(long)]
+    pub all: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -73,6 +94,9 @@ pub struct ReplayArgs {
     /// Start the retries again from 1.
     #[arg(long)]
     pub reset_attempts: bool,
+    /// Replay cancelled jobs instead of dead ones.
+    #[arg(long)]
+    pub cancelled: bool,
 }
 
 pub fn run_jobs(command: JobsCommand) -> Result<(), CliError> {
@@ -88,6 +112,7 @@ pub fn run_jobs(command: JobsCommand) -> Result<(), CliError> {
                 println!("{}", output::json(&job)?);
                 Ok(())
             }
+            JobsCommand::Cancel(args) => cancel(&args).await,
             JobsCommand::Export(args) => super::jobs_ndjson::export(&args).await,
             JobsCommand::Import(args) => super::jobs_ndjson::import(&args).await,
         }
@@ -108,19 +133,20 @@ pub fn run_stats(server: ServerArgs) -> Result<(), CliError> {
         let server = Server::connect(&server)?;
         let stats = server.ask(server.stats()).await?;
         println!(
-            "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "queue", "scheduled", "ready", "in_flight", "completed", "dead"
+            "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "queue", "scheduled", "ready", "in_flight", "completed", "dead", "cancelled"
         );
         for q in &stats.queues {
             let c = &q.counts;
             println!(
-                "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                "{:<24} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
                 safe(&q.queue),
                 c.scheduled,
                 c.ready,
                 c.in_flight,
                 c.completed,
-                c.dead
+                c.dead,
+                c.cancelled
             );
         }
         Ok(())
@@ -176,6 +202,51 @@ async fn list(args: &ListArgs, listing: Listing) -> Result<(), CliError> {
     Ok(())
 }
 
+async fn cancel(args: &CancelArgs) -> Result<(), CliError> {
+    let server = Server::connect(&args.server)?;
+    if let ([id], None, None, false) = (&args.ids[..], &args.queue, &args.kind, args.all) {
+        let answer = server.ask(server.cancel_job(*id)).await?;
+        match answer.outcome {
+            CancelOutcome::Marked => println!(
+                "job {id} is in flight: its lease is marked cancelled; its worker learns it on \
+                 its next heartbeat"
+            ),
+            _ => println!("cancelled job {id}"),
+        }
+        return Ok(());
+    }
+    let mut selection = match (&args.ids[..], &args.queue) {
+        ([], Some(queue)) => CancelSelection::queue(queue),
+        ([], None) if args.all => CancelSelection::all(),
+        // Nothing named: the server says what is missing.
+        ([], None) => CancelSelection::default(),
+        (ids, queue) => {
+            let selection = CancelSelection::ids(ids.iter().copied());
+            match queue {
+                Some(queue) => selection.in_queue(queue),
+                None => selection,
+            }
+        }
+    };
+    if let Some(kind) = &args.kind {
+        selection = selection.kind(kind);
+    }
+    let answer = server.ask(server.cancel_jobs(&selection)).await?;
+    println!(
+        "cancelled {} jobs: {}",
+        answer.cancelled,
+        output::ids(&answer.cancelled_ids)
+    );
+    if answer.marked > 0 {
+        println!(
+            "marked {} jobs in flight (their workers learn it on their next heartbeat): {}",
+            answer.marked,
+            output::ids(&answer.marked_ids)
+        );
+    }
+    Ok(())
+}
+
 async fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     let mut selection = match (&args.ids[..], &args.queue) {
         ([], Some(queue)) => DeadSelection::queue(queue),
@@ -192,6 +263,9 @@ async fn replay(args: &ReplayArgs) -> Result<(), CliError> {
     };
     if let Some(kind) = &args.kind {
         selection = selection.kind(kind);
+    }
+    if args.cancelled {
+        selection = selection.cancelled();
     }
     let mut replay = ReplayDead::new(selection).reset_attempts(args.reset_attempts);
     if let Some(policy) = &args.policy {

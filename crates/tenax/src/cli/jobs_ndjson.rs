@@ -87,7 +87,8 @@ pub async fn import(args: &ImportArgs) -> Result<(), CliError> {
     let file = std::fs::File::open(path)
         .map_err(|e| CliError::Invalid(format!("{}: cannot open: {e}", path.display())))?;
     let now = SystemTime::now();
-    let (mut sent, mut completed, mut dead, mut waiting) = (0usize, 0u64, 0u64, 0u64);
+    let (mut sent, mut completed, mut dead, mut cancelled, mut waiting) =
+        (0usize, 0u64, 0u64, 0u64, 0u64);
     let mut batch = Vec::with_capacity(usize::from(args.batch));
     for (number, line) in std::io::BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("reading {}", path.display()))?;
@@ -108,6 +109,10 @@ pub async fn import(args: &ImportArgs) -> Result<(), CliError> {
             }
             JobStatus::Dead if !args.include_dead => {
                 dead += 1;
+                continue;
+            }
+            JobStatus::Cancelled => {
+                cancelled += 1;
                 continue;
             }
             _ => {}
@@ -132,6 +137,9 @@ pub async fn import(args: &ImportArgs) -> Result<(), CliError> {
     }
     if dead > 0 {
         eprintln!("left out {dead} dead jobs (--include-dead enqueues them afresh)");
+    }
+    if cancelled > 0 {
+        eprintln!("left out {cancelled} cancelled jobs (history)");
     }
     if waiting > 0 {
         eprintln!(

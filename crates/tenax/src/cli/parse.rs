@@ -18,6 +18,7 @@ pub enum Status {
     InFlight,
     Completed,
     Dead,
+    Cancelled,
     Waiting,
 }
 
@@ -29,6 +30,7 @@ impl From<Status> for JobStatus {
             Status::InFlight => Self::InFlight,
             Status::Completed => Self::Completed,
             Status::Dead => Self::Dead,
+            Status::Cancelled => Self::Cancelled,
             Status::Waiting => Self::Waiting,
         }
     }

@@ -211,6 +211,7 @@ fn queue_table(q: &Queue) -> String {
         ("ready", q.counts.ready.to_string()),
         ("completed", q.counts.completed.to_string()),
         ("dead", q.counts.dead.to_string()),
+        ("cancelled", q.counts.cancelled.to_string()),
     ];
     for (label, value) in rows {
         let _ = writeln!(out, "{label:<10} {value}");

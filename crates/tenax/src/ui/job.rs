@@ -129,7 +129,10 @@ pub async fn page(
                 @if job.state.status == Status::Scheduled {
                     button type="submit" name="action" value="run_now" { "Run now" }
                 }
-                @if job.state.status == Status::Dead {
+                @if !job.state.status.is_finished() {
+                    button type="submit" name="action" value="cancel" data-confirm="Cancel this job? A job in flight is told to stop on its next heartbeat." { "Cancel" }
+                }
+                @if job.state.status.is_given_up() {
                     button type="submit" name="action" value="replay" { "Replay" }
                     details {
                         summary { "with another policy" }

@@ -311,6 +311,7 @@ fn actions(dead_page: bool, searching: bool) -> Markup {
             }
             div.buttons {
                 @if !dead_page { button type="submit" name="action" value="run_now" { "Run now" } }
+                @if !dead_page { button type="submit" name="action" value="cancel" data-confirm="Cancel these jobs? Jobs in flight are told to stop on their next heartbeat." { "Cancel" } }
                 button type="submit" name="action" value="replay" { "Replay" }
                 button.danger type="submit" name="action" value="delete" data-confirm="Delete these jobs? This cannot be undone." { "Delete" }
             }
@@ -318,7 +319,7 @@ fn actions(dead_page: bool, searching: bool) -> Markup {
                 summary { "Replay with another policy" }
                 label { "Policy (any spelling: native, SNS, Zaqar) " textarea name="policy" rows="3" placeholder=r#"{"type": "exponential", "initial": "10s", "factor": 2, "max": "1h", "retry_limit": 8}"# {} }
                 label { input type="checkbox" name="reset_attempts" value="true" checked; " start the retries again from 1" }
-                p.hint { "Run now applies to scheduled jobs; replay to dead ones. Others are left as they are." }
+                p.hint { "Run now applies to scheduled jobs; cancel to unfinished ones; replay to dead and cancelled ones. Others are left as they are." }
             }
         }
     }
@@ -397,6 +398,21 @@ pub async fn act(
                 } else {
                     String::new()
                 }
+            )
+        }
+        "cancel" => {
+            let done = state
+                .engine
+                .cancel(&Selection {
+                    ids: Some(ids.clone()),
+                    filter: JobFilter::default(),
+                })
+                .await?;
+            format!(
+                "{} cancelled, {} in flight marked (their workers are told on their next heartbeat); \
+                 finished jobs are left as they were.{more}",
+                done.cancelled.len(),
+                done.marked.len()
             )
         }
         "delete" => {

@@ -31,7 +31,7 @@ pub async fn page(
     let engine = &state.engine;
     let now = engine.now_ms();
     let counts = engine.counts().await?;
-    let (mut jobs, mut deliveries) = ([0u64; 5], [0u64; 5]);
+    let (mut jobs, mut deliveries) = ([0u64; 6], [0u64; 6]);
     let mut user_queues: Vec<&QueueCounts> = Vec::new();
     // A scoped token counts the deliveries of the subscriptions of its queues only.
     let subscriptions: Option<HashSet<SubscriptionId>> = if session.principal.is_scoped() {

@@ -50,7 +50,7 @@ pub async fn page(
                 thead {
                     tr {
                         th { "queue" } th { "scheduled" } th { "ready" } th { "in flight" } th { "completed" } th { "dead" }
-                        th { "next job ready for" } th { "policy" } th { "state" }
+                        th { "cancelled" } th { "next job ready for" } th { "policy" } th { "state" }
                     }
                 }
                 tbody {
@@ -60,6 +60,7 @@ pub async fn page(
                             td { (counts.scheduled) } td { (counts.ready) } td { (counts.in_flight) }
                             td { (counts.completed) }
                             td { @if counts.dead > 0 { a href={"/ui/dead?queue=" (urlencode(name))} { (counts.dead) } } @else { "0" } }
+                            td { @if counts.cancelled > 0 { a href={"/ui/jobs?status=cancelled&queue=" (urlencode(name))} { (counts.cancelled) } } @else { "0" } }
                             td { @if let Some(at) = ready_since { (format::duration(now.saturating_sub(*at))) } @else { "—" } }
                             td {
                                 @if let Some(policy) = &config.policy {

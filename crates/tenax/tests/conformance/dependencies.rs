@@ -23,7 +23,7 @@ use tenax_core::store::{ImportedJob, Insert, Store, StoreError};
 use crate::support::*;
 
 /// The status of a waiting job whose parent will not complete and that asked to be cancelled.
-const LOST: Status = Status::Dead;
+const LOST: Status = Status::Cancelled;
 
 /// A job of `queue` that waits for `after`.
 fn child(queue: &str, after: Vec<After>) -> Insert {

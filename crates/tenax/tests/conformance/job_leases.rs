@@ -535,13 +535,18 @@ pub(crate) async fn acknowledgements_after_a_leases_end_are_refused(backend: &im
         .extend_lease(ack(&taken[0]), 30 * SECOND, DAY, end - 1)
         .await
         .expect("in time");
-    assert_eq!(extended, end - 1 + 30 * SECOND);
+    assert_eq!(extended.expires_at_ms, end - 1 + 30 * SECOND);
+    assert!(
+        !extended.cancel_requested,
+        "a lease is not marked cancelled until cancelled"
+    );
     // At the end and after it, each of the others is refused.
     let lost = |job: &TakenJob| StoreError::LeaseLost { id: job.id };
     assert_eq!(
         store
             .extend_lease(ack(&taken[1]), 30 * SECOND, DAY, end)
-            .await,
+            .await
+            .map(|e| e.expires_at_ms),
         Err(lost(&taken[1]))
     );
     let results = store

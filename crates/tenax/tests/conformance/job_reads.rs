@@ -491,6 +491,7 @@ pub(crate) async fn counts_per_queue_and_status(backend: &impl Backend) {
             in_flight,
             completed,
             dead,
+            cancelled: 0,
             waiting: 0,
         };
     // Sorted by queue; a queue with no jobs left is not listed.
@@ -648,6 +649,7 @@ pub(crate) async fn list_filters_for_messages_and_counts_agree(backend: &impl Ba
             in_flight,
             completed,
             dead,
+            cancelled: 0,
             waiting: 0,
         };
     assert_eq!(

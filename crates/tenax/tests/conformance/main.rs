@@ -21,6 +21,7 @@
 //! | `job_upkeep.rs`    | `JobUpkeep`                             |
 //! | `dependencies.rs`  | waiting jobs, across the job families   |
 //! | `job_curation.rs`  | `JobCuration`                           |
+//! | `cancel.rs`        | `JobCuration::cancel_jobs`, and the mark on a lease |
 //! | `job_reads.rs`     | `JobReads`                              |
 //! | `queues.rs`        | `QueueStore`                            |
 //! | `schedules.rs`     | `ScheduleStore`                         |
@@ -45,6 +46,7 @@
 mod support;
 
 mod activity;
+mod cancel;
 mod claims;
 mod dependencies;
 mod endpoints;
@@ -118,6 +120,12 @@ conformance_suite! {
             jobs_are_deleted_by_selection,
             runs_now_and_replays_mark_the_next_run,
             peeks_and_checked_deletes_see_the_current_state,
+        ],
+        cancel: [
+            unfinished_jobs_are_cancelled_or_marked,
+            a_marked_lease_is_seen_by_the_decision_that_ends_it,
+            a_selection_cancels_what_it_names,
+            cancelled_jobs_are_counted_replayed_and_purged_as_dead_ones,
         ],
         job_reads: [
             list_filters_and_pages,

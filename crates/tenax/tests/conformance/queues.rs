@@ -155,6 +155,7 @@ pub(crate) async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
             in_flight,
             completed,
             dead,
+            cancelled: 0,
             waiting: 0,
         };
     assert_eq!(

@@ -376,12 +376,13 @@ impl Backend for Postgres {
             .await
             .batch_execute(
                 "DROP TABLE tenax_payload_key; DROP VIEW tenax_all_jobs;
+                 DROP INDEX tenax_finished_cancelled;
                  ALTER TABLE tenax_jobs DROP COLUMN payload_sealed, DROP COLUMN result,
-                     DROP COLUMN after_ids, DROP COLUMN on_parent_dead, DROP COLUMN pending,
-                     DROP COLUMN has_children;
+                     DROP COLUMN cancel_requested, DROP COLUMN after_ids,
+                     DROP COLUMN on_parent_dead, DROP COLUMN pending, DROP COLUMN has_children;
                  ALTER TABLE tenax_finished DROP COLUMN payload_sealed, DROP COLUMN result,
-                     DROP COLUMN after_ids, DROP COLUMN on_parent_dead, DROP COLUMN pending,
-                     DROP COLUMN has_children;
+                     DROP COLUMN cancel_requested, DROP COLUMN after_ids,
+                     DROP COLUMN on_parent_dead, DROP COLUMN pending, DROP COLUMN has_children;
                  DROP TABLE tenax_edges;
                  CREATE VIEW tenax_all_jobs AS
                      SELECT * FROM tenax_jobs UNION ALL SELECT * FROM tenax_finished;
@@ -877,13 +878,25 @@ pub(crate) fn counts_of(jobs: &[Job]) -> Vec<QueueCounts> {
     by_queue
         .into_iter()
         .map(
-            |(queue, [scheduled, ready, in_flight, completed, dead, waiting])| QueueCounts {
+            |(
+                queue,
+                [
+                    scheduled,
+                    ready,
+                    in_flight,
+                    completed,
+                    dead,
+                    cancelled,
+                    waiting,
+                ],
+            )| QueueCounts {
                 queue: queue.to_owned(),
                 scheduled,
                 ready,
                 in_flight,
                 completed,
                 dead,
+                cancelled,
                 waiting,
             },
         )

@@ -162,6 +162,7 @@ pub async fn exists(
             counts.in_flight,
             counts.completed,
             counts.dead,
+            counts.cancelled,
         ]
         .iter()
         .any(|n| *n > 0)

@@ -5,7 +5,7 @@
 //!
 //! Invariants:
 //! - A message is live while it is scheduled, ready or in flight and its expiry has not passed
-//!   ([`JobPeek::is_live`](tenax_core::model::JobPeek::is_live)); completed and dead jobs, and
+//!   ([`JobPeek::is_live`](tenax_core::model::JobPeek::is_live)); completed, dead and cancelled jobs, and
 //!   expired ones the maintenance loop has not deleted yet, are no messages.
 //! - A message is claimed while a claim's lease on it has not ended; its `href` then ends in
 //!   `?claim_id=<claim>`.
