@@ -16,7 +16,7 @@ use tenax_core::store::StoreError;
 use super::fault;
 use super::tables::{
     ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
-    JOBS, META, PAYLOAD_KEY, POLICIES, QUEUES, SCHEDULES, SCRUB_PENDING, STARTS, STATES,
+    BATCHES, JOBS, META, PAYLOAD_KEY, POLICIES, QUEUES, SCHEDULES, SCRUB_PENDING, STARTS, STATES,
     SUBSCRIPTIONS, TOKENS,
 };
 
@@ -46,6 +46,7 @@ fn every_table(visit: &mut impl Visit) -> Result<(), StoreError> {
     visit.table(META)?;
     visit.table(SCHEDULES)?;
     visit.table(STARTS)?;
+    visit.table(BATCHES)?;
     visit.table(PAYLOAD_KEY)
 }
 

@@ -10,6 +10,7 @@ use tenax_core::model::{
 use tenax_core::store::{DeleteCheck, JobCuration, StoreError, to_json_bytes};
 
 use super::EmbeddedStore;
+use super::batches;
 use super::ops::Op;
 use super::read::peek_of;
 use super::writer;
@@ -96,6 +97,7 @@ impl JobCuration for EmbeddedStore {
                         id,
                         state: to_json_bytes(&entry.state()),
                     });
+                    batches::replayed(&mut inner, id, now_ms);
                 }
                 if let Some(policy) = &replay.policy {
                     ops.push(Op::PutPolicy {
@@ -106,7 +108,7 @@ impl JobCuration for EmbeddedStore {
                 replayed.ids.push(id);
             }
             replayed.skipped.sort_by_key(|(id, _)| *id);
-            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            let receiver = (!ops.is_empty()).then(|| self.commit(&mut inner, ops, None));
             (replayed, receiver)
         };
         if let Some(receiver) = receiver {
@@ -160,15 +162,16 @@ impl JobCuration for EmbeddedStore {
         let (ids, receiver) = {
             let mut inner = self.inner.lock();
             let ids = self.select(&inner, selection)?;
+            let now_ms = batches::wall_ms();
             // Selected jobs are in memory, or completed on disk (the writer finds them there).
             let ops: Vec<Op> = ids
                 .iter()
                 .map(|id| {
-                    inner.index.remove(*id);
+                    batches::remove_job(&mut inner, *id, now_ms);
                     Op::DeleteJob { id: *id }
                 })
                 .collect();
-            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            let receiver = (!ops.is_empty()).then(|| self.commit(&mut inner, ops, None));
             (ids, receiver)
         };
         if let Some(receiver) = receiver {
@@ -195,12 +198,12 @@ impl JobCuration for EmbeddedStore {
                 };
                 let deleted = peek.as_ref().is_some_and(check);
                 if deleted {
-                    inner.index.remove(id);
+                    batches::remove_job(&mut inner, id, batches::wall_ms());
                     ops.push(Op::DeleteJob { id });
                 }
                 checked.push(Checked { id, peek, deleted });
             }
-            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            let receiver = (!ops.is_empty()).then(|| self.commit(&mut inner, ops, None));
             (checked, receiver)
         };
         if let Some(receiver) = receiver {

@@ -271,6 +271,7 @@ impl Encoded {
             parent: job.parent,
             traceparent: job.traceparent.as_deref(),
             payload_sealed: job.payload_sealed,
+            batch: job.batch,
         });
         self.state_bytes = to_json_bytes(&self.state);
         self.policy = job.policy.as_ref().map(to_json_bytes);
@@ -299,6 +300,8 @@ struct BodyRef<'a> {
     traceparent: Option<&'a str>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     payload_sealed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batch: Option<tenax_core::model::BatchId>,
 }
 
 #[cfg(test)]
@@ -326,6 +329,7 @@ mod tests {
                 parent: Some(JobId(9)),
                 traceparent: traceparent.map(str::to_owned),
                 payload_sealed,
+                batch: Some(tenax_core::model::BatchId(3)),
             };
             let by_ref = BodyRef {
                 queue: "q",
@@ -339,6 +343,7 @@ mod tests {
                 parent: Some(JobId(9)),
                 traceparent,
                 payload_sealed,
+                batch: Some(tenax_core::model::BatchId(3)),
             };
             assert_eq!(to_json_bytes(&by_ref), to_json_bytes(&owned));
         }

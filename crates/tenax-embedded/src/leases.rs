@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::{
-    Ack, Attempt, AttemptResult, Job, JobId, JobResult, LeaseToken, Status, TakenJob,
+    Ack, Attempt, AttemptResult, Job, JobId, JobResult, LeaseToken, Outcome, Status, TakenJob,
     subscription::subscription_of_queue,
 };
 use tenax_core::store::{
@@ -11,6 +11,7 @@ use tenax_core::store::{
     Transition, to_json_bytes,
 };
 
+use super::batches;
 use super::index::{Index, Lease, QueueRef};
 use super::limits;
 use super::ops::Op;
@@ -172,9 +173,12 @@ impl JobLeases for EmbeddedStore {
                     .filter(|(_, r)| r.is_ok())
                     .map(|(a, _)| a.id)
                     .collect();
-                self.writer.submit_then(
+                self.commit(
+                    &mut inner,
                     ops,
-                    Box::new(move |inner, written| evict(inner, completed, written)),
+                    Some(Box::new(move |inner, written| {
+                        evict(inner, completed, written)
+                    })),
                 )
             });
             (results, receiver)
@@ -229,7 +233,7 @@ impl JobLeases for EmbeddedStore {
                 let id = ack.id;
                 let after =
                     Box::new(move |inner: &mut Inner, written| evict(inner, vec![id], written));
-                (Finished::Delivered, self.writer.submit_then(ops, after))
+                (Finished::Delivered, self.commit(&mut inner, ops, Some(after)))
             } else {
                 let inner = &mut *inner;
                 let mut transition =
@@ -273,7 +277,7 @@ impl JobLeases for EmbeddedStore {
                 if let Some(job) = self.load_job(&inner.index, id)? {
                     jobs.push(job);
                 }
-                if let Some(entry) = inner.index.remove(id) {
+                if let Some(entry) = batches::remove_job(&mut inner, id, now_ms) {
                     if room.caps.is_some() {
                         started.push(entry.queue);
                     }
@@ -281,7 +285,7 @@ impl JobLeases for EmbeddedStore {
                 ops.push(Op::DeleteJob { id });
             }
             self.record_starts(&mut inner, started, now_ms);
-            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            let receiver = (!ops.is_empty()).then(|| self.commit(&mut inner, ops, None));
             (jobs, receiver)
         };
         if let Some(receiver) = receiver {
@@ -337,7 +341,10 @@ impl EmbeddedStore {
             });
         }
         inner.index.update(id, |e| e.set_state(&state));
-        Ok(self.writer.submit(ops))
+        if state.status == Status::Dead {
+            batches::finished(inner, id, false, Outcome::Dead, now_ms);
+        }
+        Ok(self.commit(inner, ops, None))
     }
 
     /// Wakes whoever waits for what a transition produced.
@@ -400,6 +407,9 @@ pub(super) fn complete_one(
     retain: bool,
     now_ms: UnixMs,
 ) -> Option<Op> {
+    if inner.members.contains_key(&id) {
+        batches::finished(inner, id, false, Outcome::Completed, now_ms);
+    }
     if retain {
         let entry = inner
             .index

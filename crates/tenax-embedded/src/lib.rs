@@ -27,6 +27,7 @@
 
 mod activity;
 pub mod backup;
+mod batches;
 mod claims;
 mod copy;
 mod curation;
@@ -69,7 +70,7 @@ use tenax_core::clock::UnixMs;
 use tenax_core::model::activity::MinuteRing;
 use tenax_core::model::backup::BackupManifest;
 use tenax_core::model::{
-    ClaimId, EndpointState, JobId, JobState, QueueConfig, Schedule, StoredPolicy, Subscription,
+    Batch, BatchId, BatchState, ClaimId, EndpointState, JobId, JobState, QueueConfig, Schedule, StoredPolicy, Subscription,
     SubscriptionId,
 };
 use tenax_core::secrets::{KeyId, Keyring, PayloadKey, SECRETS_KEY_FILE, files};
@@ -83,8 +84,8 @@ use self::disk::{FileLog, LogFile, SimulatedDisk};
 use self::index::{Entry, Index};
 use self::sealing::KeySource;
 use self::tables::{
-    ATTEMPTS, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
-    FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID,
+    ATTEMPTS, BATCHES, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
+    FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_BATCH_ID, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID,
     POLICIES, QUEUES, SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, StoredBody, TOKENS,
 };
 use self::writer::Writer;
@@ -173,6 +174,14 @@ struct Inner {
     starts: HashMap<String, VecDeque<StartBucket>>,
     /// Schedules by name, written through.
     schedules: BTreeMap<String, Schedule>,
+    /// Batches by id, written through.
+    batches: BTreeMap<BatchId, Batch>,
+    /// The members of batches that are in memory (unfinished or dead: a dead one may be
+    /// replayed), to their batch (`batches`).
+    members: HashMap<JobId, BatchId>,
+    next_batch_id: BatchId,
+    /// What ended members staged for the commit that ends them (`batches`).
+    staged: batches::StagedBatches,
 }
 
 /// A redb failure while doing `what`, with its source kept.
@@ -441,6 +450,7 @@ pub(crate) fn check_format(db: &Database) -> Result<(), StoreError> {
         tx.open_table(COMPLETED_COUNTS).map_err(fault(what))?;
         tx.open_table(SCHEDULES).map_err(fault(what))?;
         tx.open_table(STARTS).map_err(fault(what))?;
+        tx.open_table(BATCHES).map_err(fault(what))?;
         let meta = tx.open_table(META).map_err(fault(what))?;
         // A file written before formats were stamped is format 1 (so is a new one: it is
         // empty, and upgrading it changes nothing).
@@ -500,6 +510,15 @@ fn rebuild(
     };
 
     let mut inner = Inner::default();
+    let batches = tx.open_table(BATCHES).map_err(fault(what))?;
+    let mut max_batch = 0;
+    for row in batches.iter().map_err(fault(what))? {
+        let (id, record) = row.map_err(fault(what))?;
+        let batch: Batch = from_json_bytes("batch", record.value())?;
+        max_batch = max_batch.max(id.value());
+        inner.batches.insert(batch.id, batch);
+    }
+    inner.next_batch_id = BatchId(counter(NEXT_BATCH_ID)?.max(max_batch + 1).max(1));
     let mut max_id = JobId(0);
     let mut loaded = 0usize;
     for row in states.iter().map_err(fault(what))? {
@@ -519,6 +538,15 @@ fn rebuild(
             }
             None => None,
         };
+        // Members of a batch that is still counting: `batches::finished` counts them.
+        if let Some(batch) = body.batch.filter(|b| {
+            inner
+                .batches
+                .get(b)
+                .is_some_and(|b| b.state != BatchState::Finished)
+        }) {
+            inner.members.insert(id, batch);
+        }
         let queue = inner.index.intern(&body.queue);
         let kind = inner.index.intern_kind(&body.kind);
         let entry = Entry::new(

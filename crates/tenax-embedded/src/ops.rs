@@ -15,13 +15,13 @@ use std::sync::Arc;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 use tenax_core::clock::UnixMs;
-use tenax_core::model::{JobId, JobState, SubscriptionId};
+use tenax_core::model::{BatchId, JobId, JobState, SubscriptionId};
 use tenax_core::store::from_json_bytes;
 
 use super::sorted::{Sorted, Writes, put_sorted, remove_sorted};
 use super::tables::{
-    ATTEMPTS, BodyHead, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS,
-    ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES,
+    ATTEMPTS, BATCHES, BodyHead, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS,
+    ERRORS, JOBS, META, NEXT_BATCH_ID, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES,
     STARTS, STATES, SUBSCRIPTIONS, TOKENS, WAL_LSN,
 };
 
@@ -110,6 +110,15 @@ pub enum Op {
         origin: String,
         state: Vec<u8>,
     },
+    /// A batch's record (raising the next batch id past it).
+    PutBatch {
+        id: BatchId,
+        record: Vec<u8>,
+    },
+    /// Removes a batch's record.
+    DeleteBatch {
+        id: BatchId,
+    },
 }
 
 /// How applied ops changed each queue's count of completed jobs.
@@ -167,6 +176,7 @@ tables! {
     completed_counts: COMPLETED_COUNTS => (&'static str, u64),
     schedules: SCHEDULES => (&'static str, &'static [u8]),
     starts: STARTS => ((&'static str, u64), (u64, u64)),
+    batches: BATCHES => (u64, &'static [u8]),
 }
 
 impl Tables<'_> {
@@ -306,6 +316,17 @@ impl Tables<'_> {
             Op::PutEndpoint { origin, state } => {
                 self.endpoints()?
                     .insert(origin.as_str(), state.as_slice())?;
+            }
+            Op::PutBatch {
+                id: BatchId(id),
+                record,
+            } => {
+                raise(self.meta()?, NEXT_BATCH_ID, id.saturating_add(1))?;
+                self.batches()?.insert(id, record.as_slice())?;
+            }
+            // The counter stays past the deleted id: ids are never reused.
+            Op::DeleteBatch { id: BatchId(id) } => {
+                self.batches()?.remove(id)?;
             }
         }
         Ok(())
@@ -478,6 +499,9 @@ const PUT_SCHEDULE: u8 = 15;
 const DELETE_SCHEDULE: u8 = 16;
 const STARTED: u8 = 17;
 const PUT_ENDPOINT: u8 = 18;
+// 19 to 22 are other ops of this release.
+const PUT_BATCH: u8 = 23;
+const DELETE_BATCH: u8 = 24;
 
 impl Op {
     /// Whether the op may wait to be applied to the file (`unapplied`): how it changes the
@@ -599,6 +623,11 @@ impl Op {
                 bytes(out, origin.as_bytes());
                 bytes(out, state);
             }
+            Op::PutBatch { id, record } => tagged(out, PUT_BATCH, id.0, record),
+            Op::DeleteBatch { id } => {
+                out.push(DELETE_BATCH);
+                int(out, id.0);
+            }
         }
     }
 
@@ -688,6 +717,13 @@ impl Op {
             PUT_ENDPOINT => Op::PutEndpoint {
                 origin: reader.text()?,
                 state: reader.bytes()?,
+            },
+            PUT_BATCH => Op::PutBatch {
+                id: BatchId(reader.int()?),
+                record: reader.bytes()?,
+            },
+            DELETE_BATCH => Op::DeleteBatch {
+                id: BatchId(reader.int()?),
             },
             other => return Err(format!("an unknown op {other}")),
         };
@@ -814,6 +850,11 @@ mod tests {
                 origin: "https://h\u{e9}.example:8443".into(),
                 state: b"{}".to_vec(),
             },
+            Op::PutBatch {
+                id: BatchId(14),
+                record: b"{}".to_vec(),
+            },
+            Op::DeleteBatch { id: BatchId(14) },
         ]
     }
 

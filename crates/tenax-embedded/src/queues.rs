@@ -77,8 +77,9 @@ impl QueueStore for EmbeddedStore {
             ids.sort_unstable();
             ids.dedup();
             let mut ops = Vec::with_capacity(ids.len() + 1);
+            let now_ms = super::batches::wall_ms();
             for id in &ids {
-                inner.index.remove(*id);
+                super::batches::remove_job(&mut inner, *id, now_ms);
                 ops.push(Op::DeleteJob { id: *id });
             }
             inner.queues.remove(name);
@@ -86,7 +87,7 @@ impl QueueStore for EmbeddedStore {
             ops.push(Op::DeleteQueue {
                 name: name.to_owned(),
             });
-            (ids.len(), self.writer.submit(ops))
+            (ids.len(), self.commit(&mut inner, ops, None))
         };
         writer::wait(receiver).await?;
         Ok(count)

@@ -185,6 +185,7 @@ impl EmbeddedStore {
             parent,
             traceparent,
             payload_sealed,
+            batch,
         } = body;
         Ok(Some(Job {
             id,
@@ -203,6 +204,7 @@ impl EmbeddedStore {
                 parent,
                 traceparent,
                 payload_sealed,
+                batch,
             },
             state: snapshot.state,
             errors,

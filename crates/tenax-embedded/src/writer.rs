@@ -55,7 +55,7 @@ pub struct Wake {
 }
 
 impl Wake {
-    fn add(&mut self, other: Wake) {
+    pub fn add(&mut self, other: Wake) {
         self.ready |= other.ready;
         self.schedule |= other.schedule;
         self.released |= other.released;

@@ -20,7 +20,7 @@ macro_rules! job_columns {
         "id, queue, kind, payload, priority, unique_key, created_at, \
          expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
          first_failure_at, last_delay, finished_at, dead_reason, errors, lease_token, \
-         lease_expires_at, taken_at, claim_id, trigger, payload_sealed, result"
+         lease_expires_at, taken_at, claim_id, trigger, payload_sealed, result, batch_id"
     };
 }
 pub(super) use job_columns;
@@ -188,6 +188,9 @@ pub fn job_of(row: &Row) -> Result<Job, StoreError> {
             parent: row.get::<_, Option<i64>>(9).map(|p| JobId(unid(p))),
             traceparent: row.get(10),
             payload_sealed: row.get(25),
+            batch: row
+                .get::<_, Option<i64>>(27)
+                .map(|b| tenax_core::model::BatchId(unid(b))),
         },
         state,
         errors,

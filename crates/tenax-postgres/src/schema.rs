@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0009_cluster.sql"),
     include_str!("migrations/0010_encrypted_queues.sql"),
     include_str!("migrations/0011_results.sql"),
+    include_str!("migrations/0014_batches.sql"),
 ];
 
 /// The schema version this binary writes and reads.

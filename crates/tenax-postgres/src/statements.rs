@@ -139,6 +139,7 @@ pub fn all() -> Vec<(String, String)> {
     let declared = [
         super::statements(),
         activity::statements(),
+        batches::statements(),
         claims::statements(),
         clock::statements(),
         connect::statements(),
@@ -210,7 +211,7 @@ pub fn all_prefixes() -> Vec<(String, usize)> {
 
 use super::filter::Query;
 use super::{
-    activity, claims, clock, connect, curation, endpoints, facts, import, inserts, leases, limits,
+    activity, batches, claims, clock, connect, curation, endpoints, facts, import, inserts, leases, limits,
     queues, reads, schedules, schema, sealing, servers, subscriptions, tokens, transitions, upkeep,
     wakeups,
 };

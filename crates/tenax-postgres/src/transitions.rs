@@ -399,7 +399,7 @@ statements! {
                  last_delay, $3::bigint, dead_reason, errors,
                  CASE WHEN $5::text IS NULL THEN attempts ELSE array_append(attempts, $5::text) END,
                  NULL, NULL, NULL, NULL, NULL, payload_sealed, new_result
-             FROM done WHERE $4::bool
+             FROM done WHERE $4::bool OR batch_id IS NOT NULL
          )
          SELECT id, lease_token, queue, kind, created_at, taken_at, traceparent FROM done"
     );

@@ -511,6 +511,7 @@ fn new_job(queue: &str, priority: i32, run_at_ms: u64, now: u64) -> NewJob {
         parent: None,
         traceparent: None,
         payload_sealed: false,
+        batch: None,
     }
 }
 

@@ -106,6 +106,7 @@ fn insert(marker: u64, now_ms: u64) -> Insert {
             parent: None,
             traceparent: None,
             payload_sealed: false,
+            batch: None,
         },
         parent: None,
         owner: None,

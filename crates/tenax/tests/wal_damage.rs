@@ -114,6 +114,7 @@ fn insert(marker: u64) -> Insert {
             parent: None,
             traceparent: None,
             payload_sealed: false,
+            batch: None,
         },
         parent: None,
         owner: None,

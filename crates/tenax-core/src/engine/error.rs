@@ -33,6 +33,8 @@ pub enum Missing {
     Job(JobId),
     #[error("subscription {0} does not exist")]
     Subscription(SubscriptionId),
+    #[error("batch {0} does not exist")]
+    Batch(crate::model::BatchId),
     /// A queue that has never existed (`engine/known_queues.rs`), with the existing names
     /// closest to it.
     #[error("{}", queue_missing(name, closest))]
@@ -72,6 +74,9 @@ pub enum Conflict {
         endpoint: String,
         holder: SubscriptionId,
     },
+    /// Jobs may be added to an open batch only.
+    #[error("batch {0} is closed: no more jobs may be added to it")]
+    BatchClosed(crate::model::BatchId),
 }
 
 /// Why the server cannot serve a request just now.
@@ -101,6 +106,8 @@ impl From<StoreError> for EngineError {
         match error {
             StoreError::NotFound(id) => Self::NotFound(Missing::Job(id)),
             StoreError::NoSubscription(id) => Self::NotFound(Missing::Subscription(id)),
+            StoreError::NoBatch(id) => Self::NotFound(Missing::Batch(id)),
+            StoreError::BatchClosed(id) => Self::Conflict(Conflict::BatchClosed(id)),
             StoreError::NotInFlight { id, status } => {
                 Self::Conflict(Conflict::NotInFlight { id, status })
             }

@@ -313,5 +313,6 @@ fn delivery_of(subscription: SubscriptionId, message: &NewJob) -> NewJob {
         // The delivery belongs to the message's trace: the endpoint gets its `traceparent`.
         traceparent: message.traceparent.clone(),
         payload_sealed: false,
+        batch: None,
     }
 }

@@ -318,6 +318,7 @@ fn enqueue_of(template: &JobTemplate, tick_ms: UnixMs, now_ms: UnixMs) -> Enqueu
             parent: None,
             traceparent: None,
             payload_sealed: false,
+            batch: None,
         },
         retry_limit: template.retry_limit,
     }

@@ -248,6 +248,7 @@ impl Engine {
             parent: None,
             traceparent: None,
             payload_sealed: false,
+            batch: None,
         };
         let insert = Insert {
             job,

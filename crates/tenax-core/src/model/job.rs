@@ -99,6 +99,10 @@ pub struct NewJob {
     /// set, since it opens every payload it reads before handing the job on.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub payload_sealed: bool,
+    /// The batch the job is a member of (`crate::model::batch`). Set by the store as it adds
+    /// the job to the batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<crate::model::BatchId>,
 }
 
 /// One failure, as recorded on the job.

@@ -5,6 +5,7 @@
 
 pub mod activity;
 pub mod backup;
+pub mod batch;
 pub mod cluster;
 pub mod endpoint;
 mod enqueue;
@@ -23,6 +24,7 @@ pub mod subscription;
 pub mod timetable;
 mod trace;
 
+pub use batch::{Batch, BatchCounts, BatchId, BatchState, NewBatch, Outcome};
 pub use cluster::{LiveServer, ServerAbout, WorkerInfo, WorkerQueue};
 pub use endpoint::{Breaker, BreakerState, EndpointState, Pause};
 pub use enqueue::{Enqueued, KeyHolder, OnDuplicate};

@@ -205,6 +205,7 @@ pub fn to_enqueue(
             parent: None,
             traceparent,
             payload_sealed: false,
+            batch: None,
         },
         retry_limit,
     })

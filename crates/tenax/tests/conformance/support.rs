@@ -430,6 +430,7 @@ pub(crate) fn job(queue: &str) -> Insert {
             parent: None,
             traceparent: None,
             payload_sealed: false,
+            batch: None,
         },
         parent: None,
         owner: None,

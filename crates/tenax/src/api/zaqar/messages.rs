@@ -212,6 +212,7 @@ pub async fn post(
                 parent: None,
                 traceparent: None,
                 payload_sealed: false,
+                batch: None,
             })
         })
         .collect();
