@@ -3,6 +3,7 @@
 
 mod activity;
 mod admin;
+mod batches;
 pub mod auth;
 pub mod browser;
 pub mod cluster;
@@ -89,6 +90,7 @@ pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
             "/api",
             OpenApiRouter::new()
                 .merge(jobs::router())
+                .merge(batches::router())
                 .merge(work::router())
                 .merge(dead::router())
                 .merge(queues::router())

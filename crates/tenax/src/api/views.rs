@@ -42,6 +42,9 @@ pub struct JobView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<serde_json::Value>)]
     pub result: Option<Box<RawValue>>,
+    /// The batch the job is a member of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
 }
 
 /// One failure of a job.
@@ -70,6 +73,7 @@ impl From<Job> for JobView {
             finished_at: job.state.finished_at_ms.map(rfc3339),
             dead_reason: job.state.dead_reason,
             result: job.state.result.map(|r| r.0),
+            batch: job.spec.batch.map(|b| b.0),
             policy: job.spec.policy.map(|p| p.json().clone()),
             unique_key: job.spec.unique_key,
             traceparent: job.spec.traceparent,
