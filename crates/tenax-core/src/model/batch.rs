@@ -133,7 +133,7 @@ pub struct NewBatch {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Batch {
     pub id: BatchId,
-    #[serde(flatten)]
+    /// Not flattened: a flattened payload (a raw JSON value) does not read back.
     pub spec: NewBatch,
     pub state: BatchState,
     pub counts: BatchCounts,
