@@ -375,9 +375,17 @@ impl Backend for Postgres {
         self.connect()
             .await
             .batch_execute(
-                "DROP TABLE tenax_payload_key; DROP VIEW tenax_all_jobs;
-                 ALTER TABLE tenax_jobs DROP COLUMN payload_sealed, DROP COLUMN result;
-                 ALTER TABLE tenax_finished DROP COLUMN payload_sealed, DROP COLUMN result;
+                "DROP TRIGGER tenax_batch_member_finished ON tenax_jobs;
+                 DROP TRIGGER tenax_batch_member_replayed ON tenax_finished;
+                 DROP FUNCTION tenax_batch_member_finished(), tenax_batch_member_replayed(),
+                     tenax_batch_settle(bigint, bigint),
+                     tenax_batch_callback(tenax_batches, text, bigint);
+                 DROP TABLE tenax_batches; DROP SEQUENCE tenax_batch_ids;
+                 DROP TABLE tenax_payload_key; DROP VIEW tenax_all_jobs;
+                 ALTER TABLE tenax_jobs DROP COLUMN payload_sealed, DROP COLUMN result,
+                     DROP COLUMN batch_id;
+                 ALTER TABLE tenax_finished DROP COLUMN payload_sealed, DROP COLUMN result,
+                     DROP COLUMN batch_id;
                  CREATE VIEW tenax_all_jobs AS
                      SELECT * FROM tenax_jobs UNION ALL SELECT * FROM tenax_finished;
                  DROP TABLE tenax_activity; ALTER TABLE tenax_servers DROP COLUMN about;
