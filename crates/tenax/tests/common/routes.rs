@@ -56,6 +56,12 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("GET", "/api/jobs/{id}", Readers);
     add("DELETE", "/api/jobs/{id}", Admins);
     add("GET", "/api/stats", Readers);
+    add("POST", "/api/batches", Producers);
+    add("GET", "/api/batches", Readers);
+    add("GET", "/api/batches/{id}", Readers);
+    add("DELETE", "/api/batches/{id}", Admins);
+    add("POST", "/api/batches/{id}/jobs", Producers);
+    add("POST", "/api/batches/{id}/close", Producers);
     add("POST", "/api/take", Workers);
     add("POST", "/api/take/stream", Workers);
     add("POST", "/api/jobs/complete", Workers);
