@@ -80,7 +80,13 @@ pub(super) fn replayed(inner: &mut Inner, id: JobId, now_ms: UnixMs) {
 pub(super) fn remove_job(inner: &mut Inner, id: JobId, now_ms: UnixMs) -> Option<Entry> {
     let entry = inner.index.remove(id)?;
     if inner.members.contains_key(&id) {
-        finished(inner, id, entry.status == Status::Dead, Outcome::Deleted, now_ms);
+        finished(
+            inner,
+            id,
+            entry.status == Status::Dead,
+            Outcome::Deleted,
+            now_ms,
+        );
     }
     Some(entry)
 }
@@ -141,7 +147,12 @@ fn stage(inner: &mut Inner, id: BatchId, now_ms: UnixMs) {
 impl EmbeddedStore {
     /// Submits `ops` with what ended members staged (`Inner::staged`) and `after`. Every
     /// request that may end a member submits through here, under the lock it ended it under.
-    pub(super) fn commit(&self, inner: &mut Inner, mut ops: Vec<Op>, after: Option<After>) -> Receiver {
+    pub(super) fn commit(
+        &self,
+        inner: &mut Inner,
+        mut ops: Vec<Op>,
+        after: Option<After>,
+    ) -> Receiver {
         let staged = std::mem::take(&mut inner.staged);
         ops.extend(staged.ops);
         if staged.fresh.is_empty() {
@@ -239,10 +250,15 @@ impl BatchStore for EmbeddedStore {
                 ops,
                 fresh,
             } = staged;
-            let after: After =
-                Box::new(move |inner: &mut Inner, written| enqueue::show(inner, fresh, written, now_ms));
+            let after: After = Box::new(move |inner: &mut Inner, written| {
+                enqueue::show(inner, fresh, written, now_ms)
+            });
             let receiver = self.commit(&mut inner, ops, Some(after));
-            let batch = inner.batches.get(&id).cloned().ok_or(StoreError::NoBatch(id))?;
+            let batch = inner
+                .batches
+                .get(&id)
+                .cloned()
+                .ok_or(StoreError::NoBatch(id))?;
             (batch, results, receiver)
         };
         writer::wait(receiver).await?;
@@ -259,7 +275,11 @@ impl BatchStore for EmbeddedStore {
             record.state = BatchState::Closed;
             stage(&mut inner, id, now_ms);
             let receiver = self.commit(&mut inner, Vec::new(), None);
-            let batch = inner.batches.get(&id).cloned().ok_or(StoreError::NoBatch(id))?;
+            let batch = inner
+                .batches
+                .get(&id)
+                .cloned()
+                .ok_or(StoreError::NoBatch(id))?;
             (batch, receiver)
         };
         writer::wait(receiver).await?;

@@ -233,7 +233,10 @@ impl JobLeases for EmbeddedStore {
                 let id = ack.id;
                 let after =
                     Box::new(move |inner: &mut Inner, written| evict(inner, vec![id], written));
-                (Finished::Delivered, self.commit(&mut inner, ops, Some(after)))
+                (
+                    Finished::Delivered,
+                    self.commit(&mut inner, ops, Some(after)),
+                )
             } else {
                 let inner = &mut *inner;
                 let mut transition =

@@ -70,8 +70,8 @@ use tenax_core::clock::UnixMs;
 use tenax_core::model::activity::MinuteRing;
 use tenax_core::model::backup::BackupManifest;
 use tenax_core::model::{
-    Batch, BatchId, BatchState, ClaimId, EndpointState, JobId, JobState, QueueConfig, Schedule, StoredPolicy, Subscription,
-    SubscriptionId,
+    Batch, BatchId, BatchState, ClaimId, EndpointState, JobId, JobState, QueueConfig, Schedule,
+    StoredPolicy, Subscription, SubscriptionId,
 };
 use tenax_core::secrets::{KeyId, Keyring, PayloadKey, SECRETS_KEY_FILE, files};
 use tenax_core::store::sealed::from_stored;
@@ -84,9 +84,10 @@ use self::disk::{FileLog, LogFile, SimulatedDisk};
 use self::index::{Entry, Index};
 use self::sealing::KeySource;
 use self::tables::{
-    ATTEMPTS, BATCHES, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS, ERRORS,
-    FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_BATCH_ID, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID,
-    POLICIES, QUEUES, SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, StoredBody, TOKENS,
+    ATTEMPTS, BATCHES, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS,
+    ERRORS, FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_BATCH_ID, NEXT_ID,
+    NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES, STARTS, STATES,
+    SUBSCRIPTIONS, StoredBody, TOKENS,
 };
 use self::writer::Writer;
 

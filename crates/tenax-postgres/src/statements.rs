@@ -211,7 +211,7 @@ pub fn all_prefixes() -> Vec<(String, usize)> {
 
 use super::filter::Query;
 use super::{
-    activity, batches, claims, clock, connect, curation, endpoints, facts, import, inserts, leases, limits,
-    queues, reads, schedules, schema, sealing, servers, subscriptions, tokens, transitions, upkeep,
-    wakeups,
+    activity, batches, claims, clock, connect, curation, endpoints, facts, import, inserts, leases,
+    limits, queues, reads, schedules, schema, sealing, servers, subscriptions, tokens, transitions,
+    upkeep, wakeups,
 };

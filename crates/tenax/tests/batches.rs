@@ -10,7 +10,7 @@ mod node;
 
 use std::sync::Arc;
 
-use common::{Api, Options, TestServer, Taken, on_postgres};
+use common::{Api, Options, Taken, TestServer, on_postgres};
 use node::Node;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -33,7 +33,8 @@ fn callbacks() -> Value {
 /// A batch body: the callbacks, `n` jobs of queue `work`, and `fields` laid over.
 fn body(n: usize, fields: Value) -> Value {
     let mut body = callbacks();
-    body["jobs"] = json!((0..n)
+    body["jobs"] =
+        json!((0..n)
         .map(|i| json!({"queue": "work", "type": "step", "payload": {"i": i}, "retry_limit": 0}))
         .collect::<Vec<_>>());
     body["description"] = json!("import 42");
@@ -51,8 +52,7 @@ fn ids_of(answer: &Value) -> Vec<u64> {
 
 /// The jobs of `queue`.
 async fn jobs_of(api: &Api, queue: &str) -> Vec<Value> {
-    api.get(&format!("/api/jobs?queue={queue}&limit=100"))
-        .await["jobs"]
+    api.get(&format!("/api/jobs?queue={queue}&limit=100")).await["jobs"]
         .as_array()
         .expect("jobs")
         .clone()
@@ -112,7 +112,10 @@ async fn callbacks_are_enqueued_once_with_the_counts() {
                          "dead": 0, "deleted": 0, "succeeded": true},
                "payload": {"to": "ops"}})
     );
-    assert_eq!(api.take_one("ok").await.json["payload"]["payload"], Value::Null);
+    assert_eq!(
+        api.take_one("ok").await.json["payload"]["payload"],
+        Value::Null
+    );
     assert!(api.job(callback.id).await.get("batch").is_none());
 
     let listed = api.get("/api/batches").await;
@@ -169,8 +172,13 @@ async fn an_open_batch_takes_jobs_until_it_is_closed() {
         .await;
     assert_eq!(ids_of(&added).len(), 2);
     assert_eq!(added["batch"]["counts"]["total"], 3);
-    assert_eq!(added["batch"]["queues"], json!(["done", "ok", "other", "work"]));
-    let closed = api.post(&format!("/api/batches/{id}/close"), json!({})).await;
+    assert_eq!(
+        added["batch"]["queues"],
+        json!(["done", "ok", "other", "work"])
+    );
+    let closed = api
+        .post(&format!("/api/batches/{id}/close"), json!({}))
+        .await;
     assert_eq!(closed["state"], "closed");
     let refused = api
         .error(
@@ -242,12 +250,42 @@ async fn refusals_name_the_field_and_the_rule() {
     let api = &server.api;
     let cases = [
         (json!({"jobs": [{"queue": "work"}]}), "on_complete"),
-        (body(1, json!({"on_complete": {"queue": ""}})), "on_complete.queue"),
-        (body(1, json!({"on_success": {"queue": "q", "type": "x".repeat(200)}})), "on_success.type"),
-        (body(1, json!({"on_complete": {"queue": "q", "policy": {"type": "nope"}}})), "on_complete.policy.type"),
-        (body(1, json!({"jobs": [{"queue": "work"}, {"queue": "bad queue"}]})), "jobs[1].queue"),
-        (body(1, json!({"jobs": [{"queue": "work", "on_duplicate": "existing"}]})), "jobs[0].on_duplicate"),
-        (body(1, json!({"description": "d".repeat(1025)})), "description"),
+        (
+            body(1, json!({"on_complete": {"queue": ""}})),
+            "on_complete.queue",
+        ),
+        (
+            body(
+                1,
+                json!({"on_success": {"queue": "q", "type": "x".repeat(200)}}),
+            ),
+            "on_success.type",
+        ),
+        (
+            body(
+                1,
+                json!({"on_complete": {"queue": "q", "policy": {"type": "nope"}}}),
+            ),
+            "on_complete.policy.type",
+        ),
+        (
+            body(
+                1,
+                json!({"jobs": [{"queue": "work"}, {"queue": "bad queue"}]}),
+            ),
+            "jobs[1].queue",
+        ),
+        (
+            body(
+                1,
+                json!({"jobs": [{"queue": "work", "on_duplicate": "existing"}]}),
+            ),
+            "jobs[0].on_duplicate",
+        ),
+        (
+            body(1, json!({"description": "d".repeat(1025)})),
+            "description",
+        ),
     ];
     for (request, field) in cases {
         let message = api.invalid("/api/batches", request, field).await;
@@ -258,8 +296,11 @@ async fn refusals_name_the_field_and_the_rule() {
         .await;
     assert_eq!(error.field.as_deref(), Some("jobs"), "{error:?}");
     // A callback into an encrypted queue: its payload would be stored in clear.
-    api.put("/api/queues/secret?create=true", json!({"encrypt_payloads": true}))
-        .await;
+    api.put(
+        "/api/queues/secret?create=true",
+        json!({"encrypt_payloads": true}),
+    )
+    .await;
     api.invalid(
         "/api/batches",
         body(1, json!({"on_success": {"queue": "secret"}})),
@@ -306,34 +347,81 @@ async fn scoped_tokens_reach_only_their_batches() {
         async move {
             let response = request.send().await.expect("an answer");
             let status = response.status().as_u16();
-            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+            (
+                status,
+                response.json::<Value>().await.unwrap_or(Value::Null),
+            )
         }
     };
-    let of = |jobs: &str, callback: &str| {
-        json!({"jobs": [{"queue": jobs}], "on_complete": {"queue": callback}, "open": true})
-    };
+    let of = |jobs: &str, callback: &str| json!({"jobs": [{"queue": jobs}], "on_complete": {"queue": callback}, "open": true});
     // Its own project's queues only, the callback's too.
-    assert_eq!(send(Method::POST, "/api/batches", &token, Some(of("p2:w", "p1:done"))).await.0, 403);
-    assert_eq!(send(Method::POST, "/api/batches", &token, Some(of("p1:w", "p2:done"))).await.0, 403);
-    let (status, own) = send(Method::POST, "/api/batches", &token, Some(of("p1:w", "p1:done"))).await;
+    assert_eq!(
+        send(
+            Method::POST,
+            "/api/batches",
+            &token,
+            Some(of("p2:w", "p1:done"))
+        )
+        .await
+        .0,
+        403
+    );
+    assert_eq!(
+        send(
+            Method::POST,
+            "/api/batches",
+            &token,
+            Some(of("p1:w", "p2:done"))
+        )
+        .await
+        .0,
+        403
+    );
+    let (status, own) = send(
+        Method::POST,
+        "/api/batches",
+        &token,
+        Some(of("p1:w", "p1:done")),
+    )
+    .await;
     assert_eq!(status, 201, "{own}");
     let own = own["batch"]["id"].as_u64().expect("an id");
-    let (status, theirs) = send(Method::POST, "/api/batches", ADMIN, Some(of("p2:w", "p2:done"))).await;
+    let (status, theirs) = send(
+        Method::POST,
+        "/api/batches",
+        ADMIN,
+        Some(of("p2:w", "p2:done")),
+    )
+    .await;
     assert_eq!(status, 201);
     let theirs = theirs["batch"]["id"].as_u64().expect("an id");
     for (method, path, body) in [
         (Method::GET, format!("/api/batches/{theirs}"), None),
         (Method::POST, format!("/api/batches/{theirs}/close"), None),
-        (Method::POST, format!("/api/batches/{theirs}/jobs"), Some(json!({"jobs": [{"queue": "p1:w"}]}))),
+        (
+            Method::POST,
+            format!("/api/batches/{theirs}/jobs"),
+            Some(json!({"jobs": [{"queue": "p1:w"}]})),
+        ),
         // Its own batch, but another project's queue for the new job.
-        (Method::POST, format!("/api/batches/{own}/jobs"), Some(json!({"jobs": [{"queue": "p2:w"}]}))),
+        (
+            Method::POST,
+            format!("/api/batches/{own}/jobs"),
+            Some(json!({"jobs": [{"queue": "p2:w"}]})),
+        ),
     ] {
         let (status, answer) = send(method.clone(), &path, &token, body).await;
         assert_eq!(status, 403, "{method} {path}: {answer}");
     }
     assert_eq!(
-        send(Method::POST, &format!("/api/batches/{own}/jobs"), &token,
-             Some(json!({"jobs": [{"queue": "p1:w"}]}))).await.0,
+        send(
+            Method::POST,
+            &format!("/api/batches/{own}/jobs"),
+            &token,
+            Some(json!({"jobs": [{"queue": "p1:w"}]}))
+        )
+        .await
+        .0,
         201
     );
     let (status, listed) = send(Method::GET, "/api/batches", &token, None).await;
@@ -347,7 +435,10 @@ async fn scoped_tokens_reach_only_their_batches() {
     assert_eq!(ids, [own]);
     // Theirs is unchanged.
     let (_, theirs) = send(Method::GET, &format!("/api/batches/{theirs}"), ADMIN, None).await;
-    assert_eq!((theirs["state"].clone(), theirs["counts"]["total"].clone()), (json!("open"), json!(1)));
+    assert_eq!(
+        (theirs["state"].clone(), theirs["counts"]["total"].clone()),
+        (json!("open"), json!(1))
+    );
 }
 
 /// Two servers on one database finish the members at once, each its half: one callback.
@@ -368,7 +459,12 @@ async fn two_servers_finishing_members_at_once_enqueue_one_callback() {
             .as_array()
             .expect("jobs")
             .iter()
-            .map(|j| (j["id"].as_u64().expect("id"), j["lease_token"].as_u64().expect("token")))
+            .map(|j| {
+                (
+                    j["id"].as_u64().expect("id"),
+                    j["lease_token"].as_u64().expect("token"),
+                )
+            })
             .collect::<Vec<_>>()
     };
     let on_a = take(a.clone()).await;

@@ -74,9 +74,7 @@ pub enum BatchState {
 }
 
 /// A batch's members, by how far they are.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BatchCounts {
     /// Every member ever added.
     pub total: u64,
@@ -215,8 +213,8 @@ impl Batch {
             },
             payload: &template.payload,
         };
-        let payload = serde_json::value::to_raw_value(&carried)
-            .unwrap_or_else(|_| template.payload.clone());
+        let payload =
+            serde_json::value::to_raw_value(&carried).unwrap_or_else(|_| template.payload.clone());
         NewJob {
             queue: template.queue.clone(),
             kind: template.kind.clone(),

@@ -29,9 +29,10 @@ use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
 use crate::model::activity::Minute;
 use crate::model::{
-    Ack, Attempt, Batch, BatchId, Backlog, Checked, ClaimId, EndpointState, Enqueued, Job, JobFilter, JobId,
-    JobPeek, JobResult, LimitUse, LiveServer, OnDuplicate, Page, QueueConfig, QueueCounts, Replay,
-    Replayed, Schedule, Searched, Selection, Subscription, SubscriptionId, TextQuery,
+    Ack, Attempt, Backlog, Batch, BatchId, Checked, ClaimId, EndpointState, Enqueued, Job,
+    JobFilter, JobId, JobPeek, JobResult, LimitUse, LiveServer, OnDuplicate, Page, QueueConfig,
+    QueueCounts, Replay, Replayed, Schedule, Searched, Selection, Subscription, SubscriptionId,
+    TextQuery,
 };
 
 /// Adding jobs.

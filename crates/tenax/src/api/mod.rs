@@ -3,8 +3,8 @@
 
 mod activity;
 mod admin;
-mod batches;
 pub mod auth;
+mod batches;
 pub mod browser;
 pub mod cluster;
 mod dead;

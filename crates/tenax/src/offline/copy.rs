@@ -86,7 +86,10 @@ pub async fn ensure_empty(target: &dyn Store) -> Result<(), OfflineError> {
     );
     note(target.tokens().await.context(what)?.len(), "tokens");
     note(target.schedules().await.context(what)?.len(), "schedules");
-    note(target.batches(None, 1).await.context(what)?.len(), "batches");
+    note(
+        target.batches(None, 1).await.context(what)?.len(),
+        "batches",
+    );
     if held.is_empty() {
         return Ok(());
     }

@@ -174,10 +174,7 @@ pub(crate) async fn a_dead_member_fires_on_complete_and_not_on_success(backend: 
     complete_all(&store, &ids[1..], true, T0 + 2).await;
     let finished = batch(&store, made.id).await;
     assert_eq!(finished.state, BatchState::Finished);
-    assert_eq!(
-        (finished.counts.completed, finished.counts.dead),
-        (2, 1)
-    );
+    assert_eq!((finished.counts.completed, finished.counts.dead), (2, 1));
     let done = jobs_of(&store, "done").await;
     assert_eq!(done.len(), 1);
     assert_eq!(done[0].1["batch"]["dead"], 1);
@@ -253,7 +250,10 @@ pub(crate) async fn jobs_are_added_to_an_open_batch_until_it_closes(backend: &im
     close(store).await;
     let store = backend.open(T0 + 5).await;
     let closed = store.close_batch(made.id, T0 + 5).await.expect("closed");
-    assert_eq!((closed.state, closed.counts.pending), (BatchState::Closed, 3));
+    assert_eq!(
+        (closed.state, closed.counts.pending),
+        (BatchState::Closed, 3)
+    );
     assert_eq!(
         add(&store, BatchTarget::Existing(made.id), 1, false, T0 + 5)
             .await
@@ -261,9 +261,15 @@ pub(crate) async fn jobs_are_added_to_an_open_batch_until_it_closes(backend: &im
         Err(StoreError::BatchClosed(made.id))
     );
     assert_eq!(
-        add(&store, BatchTarget::Existing(BatchId(9_999)), 1, false, T0 + 5)
-            .await
-            .map(drop),
+        add(
+            &store,
+            BatchTarget::Existing(BatchId(9_999)),
+            1,
+            false,
+            T0 + 5
+        )
+        .await
+        .map(drop),
         Err(StoreError::NoBatch(BatchId(9_999)))
     );
     // One is deleted: finished, not succeeded.
@@ -289,7 +295,10 @@ pub(crate) async fn jobs_are_added_to_an_open_batch_until_it_closes(backend: &im
         (5, 4, 0, 1)
     );
     assert_eq!(jobs_of(&store, "done").await.len(), 1);
-    assert!(jobs_of(&store, "ok").await.is_empty(), "a deletion is no success");
+    assert!(
+        jobs_of(&store, "ok").await.is_empty(),
+        "a deletion is no success"
+    );
     close(store).await;
 }
 
@@ -376,7 +385,10 @@ pub(crate) async fn batches_are_listed_and_deleted(backend: &impl Backend) {
     assert!(store.delete_batch(made[1].0).await.expect("deleted"));
     assert!(!store.delete_batch(made[1].0).await.expect("deleted"));
     assert!(store.batch(made[1].0).await.expect("read").is_none());
-    assert_eq!(status(&store, made[1].1).await, Some(tenax_core::model::Status::Ready));
+    assert_eq!(
+        status(&store, made[1].1).await,
+        Some(tenax_core::model::Status::Ready)
+    );
     close(store).await;
     let store = backend.open(T0 + 1).await;
     let left: Vec<BatchId> = store
@@ -388,9 +400,15 @@ pub(crate) async fn batches_are_listed_and_deleted(backend: &impl Backend) {
         .collect();
     assert_eq!(left, [made[0].0, made[2].0]);
     // Ids are not reused after a restart.
-    let (next, _) = add(&store, BatchTarget::New(spec(true, false)), 0, false, T0 + 1)
-        .await
-        .expect("made");
+    let (next, _) = add(
+        &store,
+        BatchTarget::New(spec(true, false)),
+        0,
+        false,
+        T0 + 1,
+    )
+    .await
+    .expect("made");
     assert!(next.id > made[2].0);
     close(store).await;
 }
