@@ -182,7 +182,7 @@ impl EmbeddedStore {
         now_ms: UnixMs,
     ) -> Result<(BatchId, Staged), StoreError> {
         let mut batch = match to {
-            BatchTarget::New(spec) => Batch::new(inner.next_batch_id, spec, now_ms),
+            BatchTarget::New(spec) => Batch::new(inner.next_batch_id, *spec, now_ms),
             BatchTarget::Existing(id) => {
                 let batch = inner.batches.get(&id).ok_or(StoreError::NoBatch(id))?;
                 if batch.state != BatchState::Open {

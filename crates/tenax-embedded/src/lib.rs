@@ -70,8 +70,8 @@ use tenax_core::clock::UnixMs;
 use tenax_core::model::activity::MinuteRing;
 use tenax_core::model::backup::BackupManifest;
 use tenax_core::model::{
-    Batch, BatchId, BatchState, ClaimId, EndpointState, JobId, JobState, QueueConfig, Schedule,
-    StoredPolicy, Subscription, SubscriptionId,
+    Batch, BatchId, BatchState, ClaimId, EndpointState, JobId, JobIdMap, JobState, QueueConfig,
+    Schedule, StoredPolicy, Subscription, SubscriptionId,
 };
 use tenax_core::secrets::{KeyId, Keyring, PayloadKey, SECRETS_KEY_FILE, files};
 use tenax_core::store::sealed::from_stored;
@@ -178,8 +178,9 @@ struct Inner {
     /// Batches by id, written through.
     batches: BTreeMap<BatchId, Batch>,
     /// The members of batches that are in memory (unfinished or dead: a dead one may be
-    /// replayed), to their batch (`batches`).
-    members: HashMap<JobId, BatchId>,
+    /// replayed), to their batch (`batches`). Looked up by every completion and deletion:
+    /// keyed by the ids' own cheap hash.
+    members: JobIdMap<BatchId>,
     next_batch_id: BatchId,
     /// What ended members staged for the commit that ends them (`batches`).
     staged: batches::StagedBatches,

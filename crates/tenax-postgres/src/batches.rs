@@ -256,7 +256,7 @@ impl PostgresStore {
             BatchTarget::New(spec) => {
                 let rows = query(&tx, &NEXT_ID, &[]).await.map_err(fault(what))?;
                 let new = BatchId(unid(rows.first().map_or(1, |r| r.get(0))));
-                let batch = Batch::new(new, spec.clone(), now_ms);
+                let batch = Batch::new(new, (**spec).clone(), now_ms);
                 execute(&tx, &IMPORT, &params(&batch).as_refs())
                     .await
                     .map_err(fault(what))?;

@@ -35,7 +35,8 @@ impl Engine {
         queues.sort_unstable();
         queues.dedup();
         spec.queues = queues;
-        self.add(BatchTarget::New(spec), jobs, !open).await
+        self.add(BatchTarget::New(Box::new(spec)), jobs, !open)
+            .await
     }
 
     /// Adds `jobs` to open batch `id`, closing it in the same commit when `close`.

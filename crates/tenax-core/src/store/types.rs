@@ -136,7 +136,7 @@ impl PartialEq for StorageFault {
 #[derive(Debug, Clone)]
 pub enum BatchTarget {
     /// A new one, made with this.
-    New(crate::model::NewBatch),
+    New(Box<crate::model::NewBatch>),
     /// An open one.
     Existing(crate::model::BatchId),
 }

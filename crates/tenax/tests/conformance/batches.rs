@@ -98,9 +98,15 @@ async fn complete_all(store: &Arc<dyn Store>, ids: &[JobId], retain: bool, now_m
 /// each kind, with the counts, in the commit of the last; and so after a restart.
 pub(crate) async fn concurrent_finishes_enqueue_each_callback_once(backend: &impl Backend) {
     let store = backend.open(T0).await;
-    let (made, ids) = add(&store, BatchTarget::New(spec(true, true)), 40, true, T0)
-        .await
-        .expect("made");
+    let (made, ids) = add(
+        &store,
+        BatchTarget::New(Box::new(spec(true, true))),
+        40,
+        true,
+        T0,
+    )
+    .await
+    .expect("made");
     assert_eq!(made.state, BatchState::Closed);
     assert_eq!((made.counts.total, made.counts.pending), (40, 40));
     assert!(jobs_of(&store, "done").await.is_empty());
@@ -166,9 +172,15 @@ pub(crate) async fn concurrent_finishes_enqueue_each_callback_once(backend: &imp
 /// A member that dies: on_complete fires with it counted dead, on_success never.
 pub(crate) async fn a_dead_member_fires_on_complete_and_not_on_success(backend: &impl Backend) {
     let store = backend.open(T0).await;
-    let (made, ids) = add(&store, BatchTarget::New(spec(true, true)), 3, true, T0)
-        .await
-        .expect("made");
+    let (made, ids) = add(
+        &store,
+        BatchTarget::New(Box::new(spec(true, true))),
+        3,
+        true,
+        T0,
+    )
+    .await
+    .expect("made");
     kill(&store, "q", &ids[..1], T0 + 1).await;
     assert_eq!(batch(&store, made.id).await.counts.dead, 1);
     complete_all(&store, &ids[1..], true, T0 + 2).await;
@@ -209,9 +221,15 @@ pub(crate) async fn a_dead_member_fires_on_complete_and_not_on_success(backend: 
 /// deaths replayed before it finished and their deletions count as they end.
 pub(crate) async fn jobs_are_added_to_an_open_batch_until_it_closes(backend: &impl Backend) {
     let store = backend.open(T0).await;
-    let (made, first) = add(&store, BatchTarget::New(spec(true, true)), 2, false, T0)
-        .await
-        .expect("made");
+    let (made, first) = add(
+        &store,
+        BatchTarget::New(Box::new(spec(true, true))),
+        2,
+        false,
+        T0,
+    )
+    .await
+    .expect("made");
     assert_eq!(made.state, BatchState::Open);
     complete_all(&store, &first, false, T0 + 1).await;
     let open = batch(&store, made.id).await;
@@ -311,7 +329,7 @@ pub(crate) async fn a_batch_closed_after_its_members_finished_fires_at_once(
     let jobs = vec![job("q"), job("q").expires(T0 + 10)];
     let (made, results) = store
         .add_to_batch(
-            BatchTarget::New(spec(true, true)),
+            BatchTarget::New(Box::new(spec(true, true))),
             jobs,
             false,
             current(&store).await,
@@ -335,7 +353,7 @@ pub(crate) async fn a_batch_closed_after_its_members_finished_fires_at_once(
     assert!(jobs_of(&store, "done").await.is_empty());
     let closed = store.close_batch(made.id, T0 + 30).await.expect("closed");
     assert_eq!(closed.state, BatchState::Finished);
-    assert_eq!(closed.finished_at_ms.is_some(), true);
+    assert_eq!(closed.finished_at_ms, Some(T0 + 30));
     let done = jobs_of(&store, "done").await;
     assert_eq!(done.len(), 1);
     assert_eq!(closed.on_complete_job, Some(done[0].0));
@@ -346,9 +364,15 @@ pub(crate) async fn a_batch_closed_after_its_members_finished_fires_at_once(
     assert_eq!(jobs_of(&store, "done").await.len(), 1);
 
     // A batch closed with no member finishes as it is made.
-    let (empty, _) = add(&store, BatchTarget::New(spec(true, true)), 0, true, T0 + 40)
-        .await
-        .expect("made");
+    let (empty, _) = add(
+        &store,
+        BatchTarget::New(Box::new(spec(true, true))),
+        0,
+        true,
+        T0 + 40,
+    )
+    .await
+    .expect("made");
     assert_eq!(empty.state, BatchState::Finished);
     assert_eq!(jobs_of(&store, "done").await.len(), 2);
     assert_eq!(jobs_of(&store, "ok").await.len(), 1);
@@ -360,9 +384,15 @@ pub(crate) async fn batches_are_listed_and_deleted(backend: &impl Backend) {
     let store = backend.open(T0).await;
     let mut made = Vec::new();
     for _ in 0..3 {
-        let (b, ids) = add(&store, BatchTarget::New(spec(true, false)), 1, false, T0)
-            .await
-            .expect("made");
+        let (b, ids) = add(
+            &store,
+            BatchTarget::New(Box::new(spec(true, false))),
+            1,
+            false,
+            T0,
+        )
+        .await
+        .expect("made");
         made.push((b.id, ids[0]));
     }
     assert!(made.windows(2).all(|w| w[0].0 < w[1].0), "ids increase");
@@ -402,7 +432,7 @@ pub(crate) async fn batches_are_listed_and_deleted(backend: &impl Backend) {
     // Ids are not reused after a restart.
     let (next, _) = add(
         &store,
-        BatchTarget::New(spec(true, false)),
+        BatchTarget::New(Box::new(spec(true, false))),
         0,
         false,
         T0 + 1,
