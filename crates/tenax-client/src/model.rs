@@ -110,6 +110,9 @@ pub struct JobInfo {
     /// A completed job's result, byte for byte as its worker sent it (`None`: it has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<Box<RawValue>>,
+    /// The batch it is a member of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
 }
 
 impl JobInfo {
