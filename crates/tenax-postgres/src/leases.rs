@@ -18,7 +18,7 @@ use super::rows::{id, job_columns, job_of, json, limit, time, unid, untime};
 use super::statements::statements;
 use super::transitions::{Context, check_ack, complete, decide_and_apply, query, status_of_job};
 use super::wakeups::Wakeup;
-use super::{PostgresStore, fault, limits};
+use super::{PostgresStore, RETRIES, fault, is_conflict, limits};
 
 /// The lease tokens of a take of at most `max` jobs, the `n`th picked job gets the `n`th:
 /// each drawn on its own ([`LeaseToken::random`]), so that no token tells another.
@@ -120,18 +120,28 @@ impl JobLeases for PostgresStore {
                 .map(|r| r.as_ref().map(JobResult::get))
                 .collect()
         });
-        let mut done: HashMap<(i64, i64), LeaseFacts> = complete(
-            &client,
-            &ids,
-            &tokens,
-            texts.as_deref(),
-            retain,
-            now_ms,
-            None,
-        )
-        .await?
-        .into_iter()
-        .collect();
+        // One statement, all or nothing: run again when it was chosen as a deadlock's victim
+        // (two completions that each finish members of several batches lock the batches'
+        // rows in the orders of their jobs: `migrations/0014_batches.sql`).
+        let mut attempt = 0;
+        let completed = loop {
+            attempt += 1;
+            match complete(
+                &client,
+                &ids,
+                &tokens,
+                texts.as_deref(),
+                retain,
+                now_ms,
+                None,
+            )
+            .await
+            {
+                Err(error) if is_conflict(&error) && attempt < RETRIES => {}
+                done => break done?,
+            }
+        };
+        let mut done: HashMap<(i64, i64), LeaseFacts> = completed.into_iter().collect();
         if !done.is_empty() {
             self.announce(Wakeup::Released);
         }
