@@ -7,8 +7,9 @@
 //! | `close_batch`  | `jobs_are_added_to_an_open_batch_until_it_closes`, `a_batch_closed_after_its_members_finished_fires_at_once` |
 //! | `batch`, `batches`, `delete_batch` | `batches_are_listed_and_deleted` |
 //!
-//! Members end by `complete_jobs` (kept or not: `JobLeases`), `fail_job` (dead), `delete_jobs`
-//! and `replay_jobs` (`JobCuration`), `expire_jobs` (`JobUpkeep`).
+//! Members end by `complete_jobs` (kept or not) and `pop_jobs` (`JobLeases`), `fail_job`
+//! (dead), `delete_jobs` and `replay_jobs` (`JobCuration`), `expire_jobs` and `expire_leases`
+//! (`JobUpkeep`).
 
 use std::sync::Arc;
 
@@ -440,5 +441,47 @@ pub(crate) async fn batches_are_listed_and_deleted(backend: &impl Backend) {
     .await
     .expect("made");
     assert!(next.id > made[2].0);
+    close(store).await;
+}
+
+/// A lease that ends past the job's limits (dead by the decision) and a pop (deleted) count
+/// as they end the member, on the maintenance loop's path as on a worker's.
+pub(crate) async fn lease_expiry_and_pops_count_their_members(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    let (made, ids) = add(
+        &store,
+        BatchTarget::New(Box::new(spec(true, true))),
+        2,
+        true,
+        T0,
+    )
+    .await
+    .expect("made");
+    let taken = take_on(&store, &["q"], 1, SECOND, None, T0).await;
+    assert_eq!(taken_ids(&taken), ids[..1]);
+    let ended = store
+        .expire_leases(T0 + 2 * SECOND, 10, &dead(T0 + 2 * SECOND, "lease ended"))
+        .await
+        .expect("expired");
+    assert_eq!(ended, 1);
+    let counted = batch(&store, made.id).await;
+    assert_eq!((counted.counts.dead, counted.counts.pending), (1, 1));
+    let popped = store
+        .pop_jobs(&["q".to_owned()], 5, T0 + 3 * SECOND)
+        .await
+        .expect("popped");
+    assert_eq!(popped.iter().map(|j| j.id).collect::<Vec<_>>(), ids[1..]);
+    let finished = batch(&store, made.id).await;
+    assert_eq!(finished.state, BatchState::Finished);
+    assert_eq!(
+        (
+            finished.counts.dead,
+            finished.counts.deleted,
+            finished.counts.completed
+        ),
+        (1, 1, 0)
+    );
+    assert_eq!(jobs_of(&store, "done").await.len(), 1);
+    assert!(jobs_of(&store, "ok").await.is_empty());
     close(store).await;
 }

@@ -125,6 +125,7 @@ conformance_suite! {
             jobs_are_added_to_an_open_batch_until_it_closes,
             a_batch_closed_after_its_members_finished_fires_at_once,
             batches_are_listed_and_deleted,
+            lease_expiry_and_pops_count_their_members,
         ],
         queues: [
             queue_configs_are_kept,
