@@ -113,7 +113,6 @@ fn stage(inner: &mut Inner, id: BatchId, now_ms: UnixMs) {
             .map(|(_, job)| Insert::new(job))
             .collect();
         let encoded = enqueue::encode_all(inserts, now_ms);
-        // Callbacks have no unique key: nothing can refuse them.
         let staged = enqueue::stage(inner, encoded, OnDuplicate::Existing);
         let ids: Vec<(Callback, JobId)> = match staged {
             Ok(Staged {
@@ -130,7 +129,11 @@ fn stage(inner: &mut Inner, id: BatchId, now_ms: UnixMs) {
                     .filter_map(|(kind, r)| r.map(|e| (kind, e.id)))
                     .collect()
             }
-            Err(_) => Vec::new(),
+            // Callbacks have no unique key, the only thing a stage refuses: not reached.
+            Err(error) => {
+                tracing::error!(batch = %id, %error, "a batch's callbacks could not be enqueued");
+                Vec::new()
+            }
         };
         if let Some(record) = inner.batches.get_mut(&id) {
             record.finish(now_ms, &ids);
