@@ -7,6 +7,9 @@ import { hostname } from "node:os";
 import { TenaxConnectionError, TenaxError, TenaxTimeout, errorFromResponse } from "./errors.js";
 import { type Json, parseJson, stringifyJson } from "./json.js";
 import type {
+  Batch,
+  BatchJobs,
+  NewBatch,
   Activity,
   AttemptPage,
   Cluster,
@@ -384,6 +387,63 @@ export class Client {
       }
       after = page.next_after;
     }
+  }
+
+  // ---- batches -------------------------------------------------------------------------------
+
+  /**
+   * Makes a batch and its first jobs in one commit (docs/workflows.md#batches): closed as it is
+   * made unless `open`. A bad job refuses it all (`InvalidRequest` naming `jobs[i]. ...` or
+   * `on_complete. ...`).
+   */
+  createBatch(batch: NewBatch): Promise<BatchJobs> {
+    return this.#call({
+      method: "POST",
+      path: "/api/batches",
+      body: compact({
+        description: batch.description,
+        on_complete: batch.on_complete,
+        on_success: batch.on_success,
+        jobs: (batch.jobs ?? []).map((job) => compact({ ...job, run_at: timeValue(job.run_at) })),
+        open: batch.open,
+      }),
+    });
+  }
+
+  /** Adds jobs to an open batch, closing it in the same commit with `close`; a closed batch refuses them (`Conflict`, code `batch_closed`). */
+  addToBatch(id: JobId, jobs: readonly NewJob[], options: { close?: boolean } = {}): Promise<BatchJobs> {
+    return this.#call({
+      method: "POST",
+      path: `/api/batches/${seg(id)}/jobs`,
+      body: compact({
+        jobs: jobs.map((job) => compact({ ...job, run_at: timeValue(job.run_at) })),
+        close: options.close,
+      }),
+    });
+  }
+
+  /** Closes a batch: it finishes (its callbacks enqueued) once its pending jobs have, at once if none is pending. */
+  closeBatch(id: JobId): Promise<Batch> {
+    return this.#call({ method: "POST", path: `/api/batches/${seg(id)}/close` });
+  }
+
+  getBatch(id: JobId): Promise<Batch> {
+    return this.#call({ method: "GET", path: `/api/batches/${seg(id)}` });
+  }
+
+  /** A page of batches in id order, after `after`. */
+  async listBatches(options: { after?: JobId; limit?: number } = {}): Promise<Batch[]> {
+    const answer = await this.#call<{ batches: Batch[] }>({
+      method: "GET",
+      path: "/api/batches",
+      query: { after: options.after, limit: options.limit },
+    });
+    return answer.batches;
+  }
+
+  /** Forgets a batch; its jobs stay. An unfinished batch deleted never fires. */
+  async deleteBatch(id: JobId): Promise<void> {
+    await this.#call({ method: "DELETE", path: `/api/batches/${seg(id)}` });
   }
 
   /** Removes a job in any status. */

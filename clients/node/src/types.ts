@@ -129,6 +129,8 @@ export interface Job<P = unknown, R = unknown> {
   after?: JobId[];
   /** With `after`: what it does when one of those will not complete. */
   on_parent_dead?: OnParentDead;
+  /** The batch it is a member of (docs/workflows.md#batches). */
+  batch?: JobId | null;
   [more: string]: unknown;
 }
 
@@ -348,6 +350,56 @@ export interface ScheduleJob {
   priority?: number;
   policy?: Policy;
   retry_limit?: number;
+}
+
+/**
+ * A batch's callback job (docs/workflows.md#batches): an enqueue's fields but those that say
+ * when or dedupe. Its payload, as the worker gets it, is `{batch: {id, total, completed, dead,
+ * deleted, cancelled, succeeded, ...}, payload: <this payload>}`.
+ */
+export type BatchCallback = ScheduleJob;
+
+/** `POST /api/batches`: callbacks (at least one) and the first jobs. */
+export interface NewBatch {
+  description?: string;
+  /** Enqueued once every job has finished, whatever the outcome. */
+  on_complete?: BatchCallback;
+  /** Enqueued once every job has finished, only if every one completed. */
+  on_success?: BatchCallback;
+  jobs?: readonly NewJob[];
+  /** Keep it open for more jobs (`addToBatch`) until it is closed; default false. */
+  open?: boolean;
+}
+
+/** A batch as `GET /api/batches/{id}` shows it. */
+export interface Batch {
+  id: JobId;
+  description?: string | null;
+  state: "open" | "closed" | "finished";
+  counts: {
+    total: number;
+    pending: number;
+    completed: number;
+    dead: number;
+    deleted: number;
+    cancelled: number;
+  };
+  on_complete?: BatchCallback | null;
+  on_success?: BatchCallback | null;
+  /** The callbacks' jobs, once enqueued. */
+  on_complete_job?: JobId | null;
+  on_success_job?: JobId | null;
+  /** The queues of its jobs and callbacks. */
+  queues: string[];
+  created_at: string;
+  finished_at?: string | null;
+  [more: string]: unknown;
+}
+
+/** A batch and the jobs a request added to it, in request order. */
+export interface BatchJobs {
+  batch: Batch;
+  jobs: Enqueued[];
 }
 
 /** `PUT /api/schedules/{name}` (docs/schedules.md). */

@@ -5,6 +5,7 @@ import { after, before, describe as suite, test } from "node:test";
 
 import {
   type Client,
+  Conflict,
   Duplicate,
   InvalidRequest,
   LeaseLost,
@@ -459,5 +460,55 @@ suite("transport", () => {
     assert.equal(recorder.requests[0]?.headers["content-type"], "application/json");
     assert.match(recorder.requests[0]?.headers["user-agent"] ?? "", /^tenax-node\/\d/);
     assert.match(recorder.requests[0]?.body ?? "", /"n":18446744073709551615\}/);
+  });
+});
+
+suite("batches", () => {
+  test("a batch is made, added to, closed, read, and fires its callbacks with the counts", async () => {
+    const queue = newQueue();
+    const reports = `${queue}-reports`;
+    const made = await client.createBatch({
+      description: "import",
+      on_complete: { queue: reports, type: "import.report", payload: { to: "ops" } },
+      on_success: { queue: reports, type: "import.publish" },
+      jobs: [{ queue, type: "row", payload: { n: 1 } }],
+      open: true,
+    });
+    assert.equal(made.batch.state, "open");
+    assert.equal(made.batch.counts.total, 1);
+    assert.equal(made.jobs.length, 1);
+    const id = made.batch.id;
+    assert.equal((await client.getJob(made.jobs[0]!.id)).batch, id);
+
+    const added = await client.addToBatch(id, [{ queue, type: "row", payload: { n: 2 } }]);
+    assert.equal(added.batch.counts.total, 2);
+    assert.equal((await client.closeBatch(id)).state, "closed");
+    await assert.rejects(client.addToBatch(id, [{ queue }]), (error: unknown) => {
+      assert.ok(error instanceof Conflict);
+      assert.equal(error.code, "batch_closed");
+      return true;
+    });
+
+    for (const job of await client.take(queue, { max: 2 })) {
+      await client.complete(job);
+    }
+    const batch = await client.getBatch(id);
+    assert.equal(batch.state, "finished");
+    assert.deepEqual([batch.counts.completed, batch.counts.pending], [2, 0]);
+    assert.ok(batch.on_success_job !== undefined && batch.on_success_job !== null);
+    const report = await client.getJob<{ batch: { completed: number; succeeded: boolean }; payload: unknown }>(
+      batch.on_complete_job as number,
+    );
+    assert.equal(report.payload.batch.completed, 2);
+    assert.equal(report.payload.batch.succeeded, true);
+    assert.deepEqual(report.payload.payload, { to: "ops" });
+    assert.ok((await client.listBatches({ limit: 1000 })).some((b) => b.id === id));
+    await client.deleteBatch(id);
+    await assert.rejects(client.getBatch(id), NotFound);
+    await assert.rejects(client.createBatch({ jobs: [{ queue }] }), (error: unknown) => {
+      assert.ok(error instanceof InvalidRequest);
+      assert.equal(error.field, "on_complete");
+      return true;
+    });
   });
 });

@@ -515,3 +515,71 @@ def test_sync_and_async_clients_have_the_same_surface() -> None:
         )
         # Plain on both sides: they only build (a request to open, a client that names itself).
         assert is_async == (name not in ("stream", "with_worker")), name
+
+
+# ---- batches ----------------------------------------------------------------------------------
+
+
+def test_a_batch_is_made_added_to_closed_and_fires_its_callbacks(
+    client: tenax.Client, queue: str
+) -> None:
+    reports = f"{queue}-reports"
+    made = client.create_batch(
+        jobs=[{"queue": queue, "type": "row", "payload": {"n": 1}}],
+        on_complete={"queue": reports, "type": "import.report", "payload": {"to": "ops"}},
+        on_success={"queue": reports, "type": "import.publish"},
+        description="import",
+        open=True,
+    )
+    assert made.batch.state == "open"
+    assert made.batch.counts.total == 1
+    assert made.batch.description == "import"
+    assert [j.created for j in made.jobs] == [True]
+    batch_id = made.batch.id
+    assert client.get_job(made.jobs[0].id).batch == batch_id
+
+    added = client.add_to_batch(batch_id, [tenax.NewJob(queue=queue, type="row", payload={"n": 2})])
+    assert added.batch.counts.total == 2
+    assert client.close_batch(batch_id).state == "closed"
+    with pytest.raises(tenax.Conflict) as refused:
+        client.add_to_batch(batch_id, [{"queue": queue}])
+    assert refused.value.code == "batch_closed"
+
+    for job in client.take(queue, max=2):
+        client.complete(job)
+    batch = client.get_batch(batch_id)
+    assert batch.state == "finished"
+    assert (batch.counts.completed, batch.counts.pending) == (2, 0)
+    assert batch.on_complete_job is not None and batch.on_success_job is not None
+    report = client.get_job(batch.on_complete_job)
+    assert report.payload["batch"]["completed"] == 2
+    assert report.payload["batch"]["succeeded"] is True
+    assert report.payload["payload"] == {"to": "ops"}
+    assert batch_id in [b.id for b in client.list_batches(limit=1000)]
+    client.delete_batch(batch_id)
+    with pytest.raises(tenax.NotFound):
+        client.get_batch(batch_id)
+    with pytest.raises(tenax.InvalidRequest) as invalid:
+        client.create_batch(jobs=[{"queue": queue}])
+    assert invalid.value.field == "on_complete"
+
+
+def test_async_batches(server_url: str, queue: str) -> None:
+    async def main() -> None:
+        async with tenax.AsyncClient(server_url) as client:
+            made = await client.create_batch(on_complete={"queue": queue, "type": "done"}, open=True)
+            assert made.jobs == []
+            added = await client.add_to_batch(made.batch.id, [{"queue": f"{queue}-w"}], close=True)
+            assert added.batch.state == "closed"
+            [job] = await client.take(f"{queue}-w")
+            await client.complete(job)
+            batch = await client.get_batch(made.batch.id)
+            assert batch.state == "finished"
+            assert batch.counts.completed == 1
+            [callback] = await client.take(queue)
+            assert callback.payload["batch"]["id"] == made.batch.id
+            assert (await client.close_batch(made.batch.id)).state == "finished"
+            assert made.batch.id in [b.id for b in await client.list_batches()]
+            await client.delete_batch(made.batch.id)
+
+    asyncio.run(asyncio.wait_for(main(), 30))

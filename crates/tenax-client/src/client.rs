@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::batch::{AddJobs, Batch as BatchView, BatchJobs, BatchList, NewBatch};
 use crate::cluster::{Activity, Cluster};
 use crate::error::{Error, Result, chain};
 use crate::model::{
@@ -763,6 +764,68 @@ impl Client {
     pub async fn resume_queue(&self, name: &str) -> Result<Queue> {
         self.post_empty(&format!("/api/queues/{}/resume", segment(name)))
             .await
+    }
+
+    // --- batches ----------------------------------------------------------------------------
+
+    /// Makes a batch and its first jobs in one commit (`POST /api/batches`): closed as it is
+    /// made unless [`NewBatch::open`]. A bad job refuses it all (the error's field is
+    /// `jobs[i]. ...`, or `on_complete. ...`).
+    pub async fn create_batch<P: Serialize>(&self, batch: &NewBatch<P>) -> Result<BatchJobs> {
+        self.post("/api/batches", batch).await
+    }
+
+    /// Adds jobs to an open batch (`POST /api/batches/{id}/jobs`), closing it in the same
+    /// commit when `close`. A closed batch refuses them: [`Error::Api`] with code `batch_closed`.
+    pub async fn add_to_batch<P: Serialize>(
+        &self,
+        id: u64,
+        jobs: &[NewJob<P>],
+        close: bool,
+    ) -> Result<BatchJobs> {
+        self.post(&format!("/api/batches/{id}/jobs"), &AddJobs { jobs, close })
+            .await
+    }
+
+    /// Closes a batch: it finishes (its callbacks enqueued) once its pending jobs have, at once
+    /// if none is pending.
+    pub async fn close_batch(&self, id: u64) -> Result<BatchView> {
+        self.post_empty(&format!("/api/batches/{id}/close")).await
+    }
+
+    pub async fn get_batch(&self, id: u64) -> Result<BatchView> {
+        self.get(&format!("/api/batches/{id}"), &[]).await
+    }
+
+    /// A page of batches in id order, after `after` (with a scoped token: those whose every
+    /// queue it may touch).
+    pub async fn list_batches(
+        &self,
+        after: Option<u64>,
+        limit: Option<u32>,
+    ) -> Result<Vec<BatchView>> {
+        let mut query = Vec::new();
+        if let Some(after) = after {
+            query.push(("after", after.to_string()));
+        }
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        let answer: BatchList = self.get("/api/batches", &query).await?;
+        Ok(answer.batches)
+    }
+
+    /// Forgets a batch; its jobs stay. An unfinished batch deleted never fires.
+    pub async fn delete_batch(&self, id: u64) -> Result<()> {
+        let _: Value = self
+            .call(
+                Method::DELETE,
+                &format!("/api/batches/{id}"),
+                &[],
+                None::<&()>,
+            )
+            .await?;
+        Ok(())
     }
 
     // --- schedules --------------------------------------------------------------------------

@@ -61,6 +61,7 @@ macro_rules! api_names {
     };
 }
 
+mod batch;
 mod client;
 mod cluster;
 mod error;
@@ -72,6 +73,7 @@ mod time;
 mod tls;
 pub mod worker;
 
+pub use batch::{Batch, BatchCounts, BatchJobs, BatchState, Callback, NewBatch};
 pub use client::{Backup, Client, ClientBuilder, DEFAULT_URL, WORKER_HEADER};
 pub use cluster::{Activity, ActivityCounts, ActivityMinute, Cluster, ServerInfo, WorkerInfo};
 pub use error::{Error, Result};

@@ -122,6 +122,9 @@ pub struct JobInfo {
     /// What it does when one of those will not complete; with `after`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_parent_dead: Option<crate::request::OnParentDead>,
+    /// The batch it is a member of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
 }
 
 impl JobInfo {

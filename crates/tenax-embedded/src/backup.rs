@@ -306,12 +306,29 @@ mod tests {
         let live = dir.path().join("live");
         let store = EmbeddedStore::open(&live, &EmbeddedOptions::default(), 100).expect("opens");
         put_bodies(&store, 1..501).await;
+        // A batch: its table is copied and counted with the others.
+        let batch = tenax_core::model::Batch::new(
+            tenax_core::model::BatchId(1),
+            tenax_core::model::NewBatch {
+                description: None,
+                on_complete: None,
+                on_success: None,
+                queues: Vec::new(),
+            },
+            100,
+        );
+        let receiver = store.writer.submit(vec![crate::ops::Op::PutBatch {
+            id: batch.id,
+            record: tenax_core::store::to_json_bytes(&batch),
+        }]);
+        crate::writer::wait(receiver).await.expect("written");
         let (into, manifest) = store
             .backup_in_place(200)
             .expect("a data directory")
             .unwrap();
         assert!(into.starts_with(&live));
         assert_eq!(manifest.rows["jobs"], 500);
+        assert_eq!(manifest.rows["batches"], 1);
         assert_eq!(manifest.moment.taken_at_ms, 200);
         assert!(manifest.moment.wal_lsn > 0);
         // Later commits are the store's, not the backup's.

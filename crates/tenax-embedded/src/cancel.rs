@@ -11,7 +11,7 @@
 //! children ([`EmbeddedStore::submit_ending`]).
 
 use tenax_core::clock::UnixMs;
-use tenax_core::model::{Cancelled, JobId, JobState, Selection, Status};
+use tenax_core::model::{Cancelled, JobId, JobState, Outcome, Selection, Status};
 use tenax_core::store::{StoreError, to_json_bytes};
 
 use super::index::Index;
@@ -30,6 +30,8 @@ pub(super) fn into_cancelled(inner: &mut Inner, id: JobId, state: &JobState, ops
         state: to_json_bytes(state),
     });
     inner.index.update(id, |e| e.set_state(state));
+    let at = state.finished_at_ms.unwrap_or_default();
+    super::batches::finished(inner, id, false, Outcome::Cancelled, at);
 }
 
 impl EmbeddedStore {
@@ -71,7 +73,7 @@ impl EmbeddedStore {
                 }
             }
             // Jobs that wait for those cancelled are moved in the same commit.
-            let receiver = (!ops.is_empty()).then(|| self.submit_ending(inner, ops, None, now_ms));
+            let receiver = (!ops.is_empty()).then(|| self.commit(inner, ops, None, now_ms));
             (done, receiver)
         };
         if let Some(receiver) = receiver {

@@ -15,9 +15,9 @@ use tenax_core::store::StoreError;
 
 use super::fault;
 use super::tables::{
-    ATTEMPTS, CHILDREN, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS,
-    ERRORS, JOBS, META, PAYLOAD_KEY, POLICIES, QUEUES, SCHEDULES, SCRUB_PENDING, STARTS, STATES,
-    SUBSCRIPTIONS, TOKENS,
+    ATTEMPTS, BATCHES, CHILDREN, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING,
+    ENDPOINTS, ERRORS, JOBS, META, PAYLOAD_KEY, POLICIES, QUEUES, SCHEDULES, SCRUB_PENDING, STARTS,
+    STATES, SUBSCRIPTIONS, TOKENS,
 };
 
 /// Something done to each table in turn.
@@ -47,6 +47,7 @@ fn every_table(visit: &mut impl Visit) -> Result<(), StoreError> {
     visit.table(SCHEDULES)?;
     visit.table(STARTS)?;
     visit.table(CHILDREN)?;
+    visit.table(BATCHES)?;
     visit.table(PAYLOAD_KEY)
 }
 

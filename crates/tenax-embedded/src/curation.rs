@@ -10,6 +10,7 @@ use tenax_core::model::{
 use tenax_core::store::{DeleteCheck, JobCuration, StoreError, to_json_bytes};
 
 use super::EmbeddedStore;
+use super::batches;
 use super::ops::Op;
 use super::read::peek_of;
 use super::writer;
@@ -75,6 +76,7 @@ impl JobCuration for EmbeddedStore {
                         continue;
                     }
                 }
+                let was = entry.status;
                 let updated = inner.index.update(id, |e| {
                     let mut state = e.state();
                     state.status = Status::Ready;
@@ -97,6 +99,7 @@ impl JobCuration for EmbeddedStore {
                         id,
                         state: to_json_bytes(&entry.state()),
                     });
+                    batches::replayed(&mut inner, id, was, now_ms);
                 }
                 if let Some(policy) = &replay.policy {
                     ops.push(Op::PutPolicy {
@@ -107,7 +110,7 @@ impl JobCuration for EmbeddedStore {
                 replayed.ids.push(id);
             }
             replayed.skipped.sort_by_key(|(id, _)| *id);
-            let receiver = (!ops.is_empty()).then(|| self.writer.submit(ops));
+            let receiver = (!ops.is_empty()).then(|| self.commit(&mut inner, ops, None, now_ms));
             (replayed, receiver)
         };
         if let Some(receiver) = receiver {
@@ -179,12 +182,11 @@ impl JobCuration for EmbeddedStore {
             let ops: Vec<Op> = ids
                 .iter()
                 .map(|id| {
-                    inner.index.remove(*id);
+                    batches::remove_job(&mut inner, *id, now_ms);
                     Op::DeleteJob { id: *id }
                 })
                 .collect();
-            let receiver =
-                (!ops.is_empty()).then(|| self.submit_ending(&mut inner, ops, None, now_ms));
+            let receiver = (!ops.is_empty()).then(|| self.commit(&mut inner, ops, None, now_ms));
             (ids, receiver)
         };
         if let Some(receiver) = receiver {
@@ -212,13 +214,12 @@ impl JobCuration for EmbeddedStore {
                 };
                 let deleted = peek.as_ref().is_some_and(check);
                 if deleted {
-                    inner.index.remove(id);
+                    batches::remove_job(&mut inner, id, now_ms);
                     ops.push(Op::DeleteJob { id });
                 }
                 checked.push(Checked { id, peek, deleted });
             }
-            let receiver =
-                (!ops.is_empty()).then(|| self.submit_ending(&mut inner, ops, None, now_ms));
+            let receiver = (!ops.is_empty()).then(|| self.commit(&mut inner, ops, None, now_ms));
             (checked, receiver)
         };
         if let Some(receiver) = receiver {

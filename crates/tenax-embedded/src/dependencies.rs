@@ -10,7 +10,8 @@
 //!   expired, popped). Every operation that can end a job calls [`settle`] before it submits
 //!   its ops, so its children move in the same commit: the callers are `leases` (complete,
 //!   fail, finish a delivery, pop, expire a lease), `curation` (delete), `upkeep` (expiry),
-//!   `queues` and `subscriptions` (deletions with their jobs).
+//!   `queues` (deletion with its jobs), `cancel`: all of them through
+//!   [`EmbeddedStore::commit`](super::EmbeddedStore), which settles before it submits.
 //! - A released child becomes visible (ready) only once the commit that released it is durable,
 //!   as a new job does: no worker can run a child whose parent's completion could still be
 //!   lost. A cancelled child changes at once (it will never run).
@@ -24,8 +25,7 @@ use tenax_core::store::{StoreError, to_json_bytes};
 
 use super::index::Index;
 use super::ops::Op;
-use super::writer::{After, Receiver, Wake};
-use super::{EmbeddedStore, Inner};
+use super::writer::Wake;
 
 /// The status of a child whose parent will not complete and that asked to be cancelled.
 pub const CANCELLED: Status = Status::Cancelled;
@@ -111,8 +111,15 @@ impl Dependencies {
     }
 }
 
-/// What a [`settle`] leaves for after its commit: the children it released, with their new
-/// states, to show once the commit is durable.
+/// What a [`settle`] did: the children it released, with their new states, to show once the
+/// commit is durable; and those it cancelled (they have ended: a batch counts them).
+#[derive(Debug, Default)]
+pub struct Settled {
+    pub released: Released,
+    pub cancelled: Vec<JobId>,
+}
+
+/// The children a [`settle`] released, to show once its commit is durable.
 #[derive(Debug, Default)]
 pub struct Released(Vec<(JobId, JobState)>);
 
@@ -143,10 +150,11 @@ impl Released {
 
 /// Moves the waiting children of every parent that ended since the last settle, adding their
 /// new states to `ops` (the commit that ended the parents). Under the lock, before the ops are
-/// submitted; the caller shows the [`Released`] children once the commit is durable. A
-/// cancelled child ends in turn: its own children follow in the same commit.
-pub fn settle(index: &mut Index, ops: &mut Vec<Op>, now_ms: UnixMs) -> Released {
-    let mut released = Released::default();
+/// submitted (`EmbeddedStore::commit`); the caller shows the [`Released`] children once the
+/// commit is durable. A cancelled child ends in turn: its own children follow in the same
+/// commit.
+pub fn settle(index: &mut Index, ops: &mut Vec<Op>, now_ms: UnixMs) -> Settled {
+    let mut settled = Settled::default();
     while let Some((parent, end)) = index.deps.ended.pop_front() {
         let Some(children) = index.deps.children.remove(&parent) else {
             continue;
@@ -168,7 +176,7 @@ pub fn settle(index: &mut Index, ops: &mut Vec<Op>, now_ms: UnixMs) -> Released 
                         id: child,
                         state: to_json_bytes(&state),
                     });
-                    released.0.push((child, state));
+                    settled.released.0.push((child, state));
                 }
                 ChildMove::Cancel => {
                     let staged = waiter.staged.clone();
@@ -177,6 +185,7 @@ pub fn settle(index: &mut Index, ops: &mut Vec<Op>, now_ms: UnixMs) -> Released 
                         continue;
                     };
                     cancel(&mut state, parent, now_ms);
+                    settled.cancelled.push(child);
                     ops.push(Op::PutState {
                         id: child,
                         state: to_json_bytes(&state),
@@ -194,7 +203,7 @@ pub fn settle(index: &mut Index, ops: &mut Vec<Op>, now_ms: UnixMs) -> Released 
             }
         }
     }
-    released
+    settled
 }
 
 /// A waiting child's state: memory's, or its enqueue's while that is not shown.
@@ -302,33 +311,4 @@ pub fn rebuild(
         }
     }
     Ok(())
-}
-
-impl EmbeddedStore {
-    /// Submits `ops`, which may end jobs that others wait for, with the moves of those waiting
-    /// jobs ([`settle`]) in the same commit; `after` runs once it is written, then the released
-    /// jobs are shown. Call under the lock, as [`Writer::submit`](super::writer::Writer::submit).
-    pub(super) fn submit_ending(
-        &self,
-        inner: &mut Inner,
-        mut ops: Vec<Op>,
-        after: Option<After>,
-        now_ms: UnixMs,
-    ) -> Receiver {
-        let released = settle(&mut inner.index, &mut ops, now_ms);
-        if released.is_empty() {
-            return match after {
-                Some(after) => self.writer.submit_then(ops, after),
-                None => self.writer.submit(ops),
-            };
-        }
-        self.writer.submit_then(
-            ops,
-            Box::new(move |inner: &mut Inner, written| {
-                let mut wake = after.map(|after| after(inner, written)).unwrap_or_default();
-                wake.add(released.show(&mut inner.index, written));
-                wake
-            }),
-        )
-    }
 }

@@ -392,6 +392,7 @@ impl Encoded {
             payload_sealed: job.payload_sealed,
             after: &job.after,
             on_parent_dead: job.on_parent_dead,
+            batch: job.batch,
         });
         self.state_bytes = to_json_bytes(&self.state);
         self.policy = job.policy.as_ref().map(to_json_bytes);
@@ -424,6 +425,8 @@ struct BodyRef<'a> {
     after: &'a [JobId],
     #[serde(skip_serializing_if = "OnParentDead::is_default")]
     on_parent_dead: OnParentDead,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batch: Option<tenax_core::model::BatchId>,
 }
 
 #[cfg(test)]
@@ -453,6 +456,7 @@ mod tests {
                 payload_sealed,
                 after: vec![JobId(3), JobId(5)],
                 on_parent_dead: OnParentDead::Run,
+                batch: Some(tenax_core::model::BatchId(3)),
             };
             let by_ref = BodyRef {
                 queue: "q",
@@ -468,6 +472,7 @@ mod tests {
                 payload_sealed,
                 after: &[JobId(3), JobId(5)],
                 on_parent_dead: OnParentDead::Run,
+                batch: Some(tenax_core::model::BatchId(3)),
             };
             assert_eq!(to_json_bytes(&by_ref), to_json_bytes(&owned));
         }

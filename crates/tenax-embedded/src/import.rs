@@ -46,6 +46,19 @@ impl StoreImport for EmbeddedStore {
                 floor = JobId(id.0 + 1);
             }
             inner.next_id = floor;
+            // Members of a batch imported before them that is still counting.
+            for imported in &jobs {
+                let job = &imported.job;
+                let counting = job.spec.batch.filter(|b| {
+                    inner
+                        .batches
+                        .get(b)
+                        .is_some_and(|b| b.state != tenax_core::model::BatchState::Finished)
+                });
+                if let (Some(batch), false) = (counting, job.state.status == Status::Completed) {
+                    inner.members.insert(job.id, batch);
+                }
+            }
             let live: Vec<Job> = jobs
                 .into_iter()
                 .map(|imported| imported.job)
@@ -124,6 +137,7 @@ fn job_ops(imported: &ImportedJob) -> Result<Vec<Op>, StoreError> {
         payload_sealed: spec.payload_sealed,
         after: spec.after.clone(),
         on_parent_dead: spec.on_parent_dead,
+        batch: spec.batch,
     };
     let mut ops = vec![Op::PutBody {
         id: job.id,

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::{
-    Ack, Attempt, AttemptResult, Job, JobId, JobResult, LeaseToken, Status, TakenJob,
+    Ack, Attempt, AttemptResult, Job, JobId, JobResult, LeaseToken, Outcome, Status, TakenJob,
     subscription::subscription_of_queue,
 };
 use tenax_core::store::{
@@ -11,6 +11,7 @@ use tenax_core::store::{
     Taken, Transition, to_json_bytes,
 };
 
+use super::batches;
 use super::index::{Index, Lease, QueueRef};
 use super::ops::Op;
 use super::writer::{self, Receiver, Wake};
@@ -178,7 +179,7 @@ impl JobLeases for EmbeddedStore {
                     .filter(|(_, r)| r.is_ok())
                     .map(|(a, _)| a.id)
                     .collect();
-                self.submit_ending(
+                self.commit(
                     &mut inner,
                     ops,
                     Some(Box::new(move |inner, written| {
@@ -239,7 +240,7 @@ impl JobLeases for EmbeddedStore {
                 let id = ack.id;
                 let after =
                     Box::new(move |inner: &mut Inner, written| evict(inner, vec![id], written));
-                let receiver = self.submit_ending(&mut inner, ops, Some(after), now_ms);
+                let receiver = self.commit(&mut inner, ops, Some(after), now_ms);
                 (Finished::Delivered, receiver)
             } else {
                 let inner = &mut *inner;
@@ -284,7 +285,7 @@ impl JobLeases for EmbeddedStore {
                 if let Some(job) = self.load_job(&inner.index, id)? {
                     jobs.push(job);
                 }
-                if let Some(entry) = inner.index.remove(id) {
+                if let Some(entry) = batches::remove_job(&mut inner, id, now_ms) {
                     if room.caps.is_some() {
                         started.push(entry.queue);
                     }
@@ -292,8 +293,7 @@ impl JobLeases for EmbeddedStore {
                 ops.push(Op::DeleteJob { id });
             }
             self.record_starts(&mut inner, started, now_ms);
-            let receiver =
-                (!ops.is_empty()).then(|| self.submit_ending(&mut inner, ops, None, now_ms));
+            let receiver = (!ops.is_empty()).then(|| self.commit(&mut inner, ops, None, now_ms));
             (jobs, receiver)
         };
         if let Some(receiver) = receiver {
@@ -353,7 +353,10 @@ impl EmbeddedStore {
                 entry: to_json_bytes(error),
             });
         }
-        Ok(self.submit_ending(inner, ops, None, now_ms))
+        if state.status == Status::Dead {
+            batches::finished(inner, id, false, Outcome::Dead, now_ms);
+        }
+        Ok(self.commit(inner, ops, None, now_ms))
     }
 
     /// Wakes whoever waits for what a transition produced.
@@ -416,6 +419,9 @@ pub(super) fn complete_one(
     retain: bool,
     now_ms: UnixMs,
 ) -> Option<Op> {
+    if inner.members.contains_key(&id) {
+        batches::finished(inner, id, false, Outcome::Completed, now_ms);
+    }
     if retain {
         let entry = inner
             .index

@@ -27,6 +27,7 @@
 
 mod activity;
 pub mod backup;
+mod batches;
 mod cancel;
 mod claims;
 mod copy;
@@ -71,8 +72,8 @@ use tenax_core::clock::UnixMs;
 use tenax_core::model::activity::MinuteRing;
 use tenax_core::model::backup::BackupManifest;
 use tenax_core::model::{
-    ClaimId, EndpointState, JobId, JobState, OnParentDead, QueueConfig, Schedule, Status,
-    StoredPolicy, Subscription, SubscriptionId,
+    Batch, BatchId, BatchState, ClaimId, EndpointState, JobId, JobIdMap, JobState, OnParentDead,
+    QueueConfig, Schedule, Status, StoredPolicy, Subscription, SubscriptionId,
 };
 use tenax_core::secrets::{KeyId, Keyring, PayloadKey, SECRETS_KEY_FILE, files};
 use tenax_core::store::sealed::from_stored;
@@ -85,9 +86,10 @@ use self::disk::{FileLog, LogFile, SimulatedDisk};
 use self::index::{Entry, Index};
 use self::sealing::KeySource;
 use self::tables::{
-    ATTEMPTS, CHILDREN, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING, ENDPOINTS,
-    ERRORS, FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID,
-    NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, StoredBody, TOKENS,
+    ATTEMPTS, BATCHES, CHILDREN, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING,
+    ENDPOINTS, ERRORS, FORMAT_VERSION, FORMAT_VERSION_KEY, JOBS, META, NEXT_BATCH_ID, NEXT_ID,
+    NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES, STARTS, STATES,
+    SUBSCRIPTIONS, StoredBody, TOKENS,
 };
 use self::writer::Writer;
 
@@ -175,6 +177,15 @@ struct Inner {
     starts: HashMap<String, VecDeque<StartBucket>>,
     /// Schedules by name, written through.
     schedules: BTreeMap<String, Schedule>,
+    /// Batches by id, written through.
+    batches: BTreeMap<BatchId, Batch>,
+    /// The members of batches that are in memory (unfinished or dead: a dead one may be
+    /// replayed), to their batch (`batches`). Looked up by every completion and deletion:
+    /// keyed by the ids' own cheap hash.
+    members: JobIdMap<BatchId>,
+    next_batch_id: BatchId,
+    /// What ended members staged for the commit that ends them (`batches`).
+    staged: batches::StagedBatches,
 }
 
 /// A redb failure while doing `what`, with its source kept.
@@ -444,6 +455,7 @@ pub(crate) fn check_format(db: &Database) -> Result<(), StoreError> {
         tx.open_table(COMPLETED_COUNTS).map_err(fault(what))?;
         tx.open_table(SCHEDULES).map_err(fault(what))?;
         tx.open_table(STARTS).map_err(fault(what))?;
+        tx.open_table(BATCHES).map_err(fault(what))?;
         let meta = tx.open_table(META).map_err(fault(what))?;
         // A file written before formats were stamped is format 1 (so is a new one: it is
         // empty, and upgrading it changes nothing).
@@ -504,6 +516,15 @@ fn rebuild(
     };
 
     let mut inner = Inner::default();
+    let batches = tx.open_table(BATCHES).map_err(fault(what))?;
+    let mut max_batch = 0;
+    for row in batches.iter().map_err(fault(what))? {
+        let (id, record) = row.map_err(fault(what))?;
+        let batch: Batch = from_json_bytes("batch", record.value())?;
+        max_batch = max_batch.max(id.value());
+        inner.batches.insert(batch.id, batch);
+    }
+    inner.next_batch_id = BatchId(counter(NEXT_BATCH_ID)?.max(max_batch + 1).max(1));
     let mut max_id = JobId(0);
     let mut loaded = 0usize;
     let mut waiting: Vec<(JobId, Vec<JobId>, OnParentDead)> = Vec::new();
@@ -527,6 +548,15 @@ fn rebuild(
             }
             None => None,
         };
+        // Members of a batch that is still counting: `batches::finished` counts them.
+        if let Some(batch) = body.batch.filter(|b| {
+            inner
+                .batches
+                .get(b)
+                .is_some_and(|b| b.state != BatchState::Finished)
+        }) {
+            inner.members.insert(id, batch);
+        }
         let queue = inner.index.intern(&body.queue);
         let kind = inner.index.intern_kind(&body.kind);
         let entry = Entry::new(

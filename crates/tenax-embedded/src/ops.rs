@@ -15,14 +15,15 @@ use std::sync::Arc;
 
 use redb::{ReadableTable, Table, WriteTransaction};
 use tenax_core::clock::UnixMs;
-use tenax_core::model::{JobId, JobState, SubscriptionId};
+use tenax_core::model::{BatchId, JobId, JobState, SubscriptionId};
 use tenax_core::store::from_json_bytes;
 
 use super::sorted::{Sorted, Writes, put_sorted, remove_sorted};
 use super::tables::{
-    ATTEMPTS, BodyHead, CHILDREN, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS, COMPLETED_EXPIRING,
-    ENDPOINTS, ERRORS, JOBS, META, NEXT_ID, NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES,
-    SCHEDULES, STARTS, STATES, SUBSCRIPTIONS, TOKENS, WAL_LSN,
+    ATTEMPTS, BATCHES, BodyHead, CHILDREN, COMPLETED, COMPLETED_AT, COMPLETED_COUNTS,
+    COMPLETED_EXPIRING, ENDPOINTS, ERRORS, JOBS, META, NEXT_BATCH_ID, NEXT_ID,
+    NEXT_SUBSCRIPTION_ID, NEXT_TOKEN_ID, POLICIES, QUEUES, SCHEDULES, STARTS, STATES,
+    SUBSCRIPTIONS, TOKENS, WAL_LSN,
 };
 
 /// One change to the file.
@@ -115,6 +116,15 @@ pub enum Op {
         child: JobId,
         parents: Vec<JobId>,
     },
+    /// A batch's record (raising the next batch id past it).
+    PutBatch {
+        id: BatchId,
+        record: Vec<u8>,
+    },
+    /// Removes a batch's record.
+    DeleteBatch {
+        id: BatchId,
+    },
 }
 
 /// How applied ops changed each queue's count of completed jobs.
@@ -173,6 +183,7 @@ tables! {
     schedules: SCHEDULES => (&'static str, &'static [u8]),
     starts: STARTS => ((&'static str, u64), (u64, u64)),
     children: CHILDREN => ((u64, u64), ()),
+    batches: BATCHES => (u64, &'static [u8]),
 }
 
 impl Tables<'_> {
@@ -321,6 +332,17 @@ impl Tables<'_> {
                 for parent in parents {
                     children.insert((parent.0, child.0), ())?;
                 }
+            }
+            Op::PutBatch {
+                id: BatchId(id),
+                record,
+            } => {
+                raise(self.meta()?, NEXT_BATCH_ID, id.saturating_add(1))?;
+                self.batches()?.insert(id, record.as_slice())?;
+            }
+            // The counter stays past the deleted id: ids are never reused.
+            Op::DeleteBatch { id: BatchId(id) } => {
+                self.batches()?.remove(id)?;
             }
         }
         Ok(())
@@ -493,8 +515,11 @@ const PUT_SCHEDULE: u8 = 15;
 const DELETE_SCHEDULE: u8 = 16;
 const STARTED: u8 = 17;
 const PUT_ENDPOINT: u8 = 18;
-// 19 and 20 are cancellation's.
+// 19 and 20 are cancellation's (unused: its marks live in memory).
 const PUT_CHILDREN: u8 = 21;
+// 22 is unused.
+const PUT_BATCH: u8 = 23;
+const DELETE_BATCH: u8 = 24;
 
 impl Op {
     /// Whether the op may wait to be applied to the file (`unapplied`): how it changes the
@@ -624,6 +649,11 @@ impl Op {
                     int(out, parent.0);
                 }
             }
+            Op::PutBatch { id, record } => tagged(out, PUT_BATCH, id.0, record),
+            Op::DeleteBatch { id } => {
+                out.push(DELETE_BATCH);
+                int(out, id.0);
+            }
         }
     }
 
@@ -727,6 +757,13 @@ impl Op {
                     .collect::<Result<_, _>>()?;
                 Op::PutChildren { child, parents }
             }
+            PUT_BATCH => Op::PutBatch {
+                id: BatchId(reader.int()?),
+                record: reader.bytes()?,
+            },
+            DELETE_BATCH => Op::DeleteBatch {
+                id: BatchId(reader.int()?),
+            },
             other => return Err(format!("an unknown op {other}")),
         };
         Ok(op)
@@ -860,6 +897,11 @@ mod tests {
                 child: JobId(15),
                 parents: Vec::new(),
             },
+            Op::PutBatch {
+                id: BatchId(14),
+                record: b"{}".to_vec(),
+            },
+            Op::DeleteBatch { id: BatchId(14) },
         ]
     }
 

@@ -78,7 +78,7 @@ impl QueueStore for EmbeddedStore {
             ids.dedup();
             let mut ops = Vec::with_capacity(ids.len() + 1);
             for id in &ids {
-                inner.index.remove(*id);
+                super::batches::remove_job(&mut inner, *id, now_ms);
                 ops.push(Op::DeleteJob { id: *id });
             }
             inner.queues.remove(name);
@@ -86,7 +86,7 @@ impl QueueStore for EmbeddedStore {
             ops.push(Op::DeleteQueue {
                 name: name.to_owned(),
             });
-            (ids.len(), self.submit_ending(&mut inner, ops, None, now_ms))
+            (ids.len(), self.commit(&mut inner, ops, None, now_ms))
         };
         writer::wait(receiver).await?;
         Ok(count)

@@ -187,6 +187,7 @@ impl EmbeddedStore {
             payload_sealed,
             after,
             on_parent_dead,
+            batch,
         } = body;
         Ok(Some(Job {
             id,
@@ -207,6 +208,7 @@ impl EmbeddedStore {
                 payload_sealed,
                 after,
                 on_parent_dead,
+                batch,
             },
             state: snapshot.state,
             errors,

@@ -16,10 +16,11 @@
 //! | `tokens`   | token id (u64)       | [`TokenRecord`](tenax_core::auth::TokenRecord) JSON: an API token's hash, role and scopes |
 //! | `schedules` | schedule name       | [`Schedule`](tenax_core::model::Schedule) JSON: its definition and what it has done |
 //! | `starts`   | (queue, bucket start) | (bucket width, jobs started): a rate-limited queue's recent starts (see [`RateLimit`](tenax_core::model::RateLimit)) |
+//! | `batches`  | batch id (u64)       | [`Batch`](tenax_core::model::Batch) JSON: a batch's callbacks, counts and state; its members name it in their bodies (`batch`) |
 //! | `endpoints` | endpoint origin     | [`EndpointState`](tenax_core::model::EndpointState) JSON: a webhook endpoint's pause and circuit breaker |
 //! | `children` | (parent id, child id) | (): a job that waits for another (its `after`), written with the child and removed with the parent |
 //! | `payload_key` | `data_key`        | the payload data key of encrypted queues, sealed by the secrets key (`sealing::payload_key`) |
-//! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`), `wal_id` (the identity of the log that goes with this file; absent before format 4), `secrets_key` (the id of the key that seals the subscriptions' secrets), `scrub_pending` (present while the files still owe a scrub of secrets an earlier release kept in clear: see `sealing`) |
+//! | `meta`     | name                 | u64: `format_version`, `next_id` (the next job id to assign), `next_subscription_id`, `next_token_id`, `next_batch_id`, `wal_lsn` (the last write-ahead log record applied: see `wal`), `wal_id` (the identity of the log that goes with this file; absent before format 4), `secrets_key` (the id of the key that seals the subscriptions' secrets), `scrub_pending` (present while the files still owe a scrub of secrets an earlier release kept in clear: see `sealing`) |
 //!
 //! Memory holds every job that can still change (see `index`); a completed job moves from
 //! `states` to `completed` (and `completed_at`, `completed_expiring`, `completed_counts`) in the
@@ -54,6 +55,9 @@
 //! rewritten: a format 5 file holds none. The mark on a lease in flight (`index::Lease`) is
 //! never written, as the lease is not.
 //!
+//! Batches need no new format: an older Tenax never opens the `batches` table, reads the
+//! bodies' `batch` as nothing, and refuses a log holding their ops (an unknown op).
+//!
 //! Ids are never reused: `next_id` is written in the same commit as the jobs that used it.
 //! In-flight status, leases and claims are never written: after a restart a job is as its last
 //! durable state says (ready or scheduled), which returns every in-flight job to ready.
@@ -63,7 +67,7 @@ use redb::TableDefinition;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tenax_core::clock::UnixMs;
-use tenax_core::model::{JobId, OnParentDead};
+use tenax_core::model::{BatchId, JobId, OnParentDead};
 
 pub const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("jobs");
 pub const STATES: TableDefinition<u64, &[u8]> = TableDefinition::new("states");
@@ -82,6 +86,7 @@ pub const COMPLETED_COUNTS: TableDefinition<&str, u64> = TableDefinition::new("c
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");
 pub const STARTS: TableDefinition<(&str, u64), (u64, u64)> = TableDefinition::new("starts");
+pub const BATCHES: TableDefinition<u64, &[u8]> = TableDefinition::new("batches");
 /// The payload data key of encrypted queues, sealed by the secrets key (one row:
 /// [`PAYLOAD_KEY_ROW`]; `tenax_core::store::sealed::payload_key_to_stored`).
 pub const PAYLOAD_KEY: TableDefinition<&str, &[u8]> = TableDefinition::new("payload_key");
@@ -96,6 +101,7 @@ pub const FORMAT_VERSION: u64 = 6;
 pub const NEXT_ID: &str = "next_id";
 pub const NEXT_SUBSCRIPTION_ID: &str = "next_subscription_id";
 pub const NEXT_TOKEN_ID: &str = "next_token_id";
+pub const NEXT_BATCH_ID: &str = "next_batch_id";
 pub const WAL_LSN: &str = "wal_lsn";
 pub const WAL_ID: &str = "wal_id";
 pub const SECRETS_KEY: &str = "secrets_key";
@@ -129,6 +135,9 @@ pub struct StoredBody {
     pub after: Vec<JobId>,
     #[serde(default, skip_serializing_if = "OnParentDead::is_default")]
     pub on_parent_dead: OnParentDead,
+    /// The batch the job is a member of; absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<BatchId>,
 }
 
 /// The fields of a [`StoredBody`] that the writer needs to find a completed job's rows.

@@ -35,7 +35,7 @@ impl JobUpkeep for EmbeddedStore {
             let expired = inner.index.expired_jobs(now_ms, max);
             let mut ops = Vec::with_capacity(expired.len() + completed.len());
             for id in &expired {
-                if inner.index.remove(*id).is_some() {
+                if super::batches::remove_job(&mut inner, *id, now_ms).is_some() {
                     ops.push(Op::DeleteJob { id: *id });
                 }
             }
@@ -47,7 +47,7 @@ impl JobUpkeep for EmbeddedStore {
             if ops.is_empty() {
                 return Ok(0);
             }
-            (ops.len(), self.submit_ending(&mut inner, ops, None, now_ms))
+            (ops.len(), self.commit(&mut inner, ops, None, now_ms))
         };
         writer::wait(receiver).await?;
         Ok(count)

@@ -17,7 +17,7 @@ use super::rows::{
 };
 use super::statements::statements;
 use super::subscriptions::INSERT as INSERT_SUBSCRIPTION;
-use super::transitions::query;
+use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
 
@@ -80,6 +80,16 @@ impl StoreImport for PostgresStore {
         query(&tx, &SET_NEXT_JOB_ID, &[&id(last.0)])
             .await
             .map_err(fault(what))?;
+        // Members name their batch, which the column lists of the inserts leave out.
+        let (members, batches): (Vec<i64>, Vec<i64>) = jobs
+            .iter()
+            .filter_map(|j| Some((id(j.job.id.0), id(j.job.spec.batch?.0))))
+            .unzip();
+        if !members.is_empty() {
+            execute(&tx, &SET_BATCHES, &[&members, &batches])
+                .await
+                .map_err(fault(what))?;
+        }
         tx.commit().await.map_err(fault(what))?;
         self.announce(Wakeup::Ready);
         Ok(())
@@ -252,6 +262,9 @@ macro_rules! import_values {
 }
 
 statements! {
+    SET_BATCHES = "WITH m AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS m(id, batch)),
+         live AS (UPDATE tenax_jobs j SET batch_id = m.batch FROM m WHERE j.id = m.id)
+         UPDATE tenax_finished f SET batch_id = m.batch FROM m WHERE f.id = m.id";
     /// The next id the sequence hands out.
     NEXT_JOB_ID = "SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END
                    FROM tenax_job_ids";

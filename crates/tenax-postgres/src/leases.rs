@@ -129,7 +129,9 @@ impl JobLeases for PostgresStore {
         });
         // A job with children is left for a transaction of its own, below. The statement
         // waits for an enqueue that holds a parent's row, and may deadlock with one that
-        // locks several (the enqueue or it is then rolled back): it runs again.
+        // locks several, or with another completion finishing members of several batches
+        // (their rows are locked in the orders of their jobs: `migrations/0014_batches.sql`):
+        // all or nothing, it runs again.
         let mut attempt = 0;
         let (done, _) = loop {
             attempt += 1;

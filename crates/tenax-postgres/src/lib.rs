@@ -11,6 +11,7 @@
 //! family of the seam, as in the embedded store.
 
 mod activity;
+mod batches;
 mod cancel;
 mod claims;
 mod clock;

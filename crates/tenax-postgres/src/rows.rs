@@ -18,7 +18,8 @@ use tokio_postgres::Row;
 /// statement's own columns come after them).
 pub const HAS_CHILDREN_AT: usize = 29;
 pub const CANCEL_REQUESTED_AT: usize = 30;
-pub const JOB_COLUMNS: usize = 31;
+pub const BATCH_AT: usize = 31;
+pub const JOB_COLUMNS: usize = 32;
 
 /// A job's columns, in the order [`job_of`] reads them. Both job tables have them all.
 macro_rules! job_columns {
@@ -27,7 +28,7 @@ macro_rules! job_columns {
          expires_at, origin, parent, traceparent, policy, status, run_at, failures, \
          first_failure_at, last_delay, finished_at, dead_reason, errors, lease_token, \
          lease_expires_at, taken_at, claim_id, trigger, payload_sealed, result, after_ids, \
-         on_parent_dead, has_children, cancel_requested"
+         on_parent_dead, has_children, cancel_requested, batch_id"
     };
 }
 pub(super) use job_columns;
@@ -231,6 +232,9 @@ pub fn job_of(row: &Row) -> Result<Job, StoreError> {
             payload_sealed: row.get(25),
             after: after_of(row.get(27)),
             on_parent_dead: on_parent_dead_of(row.get(28)),
+            batch: row
+                .get::<_, Option<i64>>(BATCH_AT)
+                .map(|b| tenax_core::model::BatchId(unid(b))),
         },
         state,
         errors,
@@ -299,5 +303,6 @@ mod column_tests {
         assert_eq!(columns.len(), JOB_COLUMNS);
         assert_eq!(columns[HAS_CHILDREN_AT], "has_children");
         assert_eq!(columns[CANCEL_REQUESTED_AT], "cancel_requested");
+        assert_eq!(columns[BATCH_AT], "batch_id");
     }
 }

@@ -139,6 +139,7 @@ pub fn all() -> Vec<(String, String)> {
     let declared = [
         super::statements(),
         activity::statements(),
+        batches::statements(),
         cancel::statements(),
         claims::statements(),
         clock::statements(),
@@ -214,7 +215,7 @@ pub fn all_prefixes() -> Vec<(String, usize)> {
 
 use super::filter::Query;
 use super::{
-    activity, cancel, claims, clock, connect, curation, dependents, endpoints, facts, import,
-    inserts, leases, limits, queues, reads, schedules, schema, sealing, servers, subscriptions,
-    tokens, transitions, upkeep, wakeups,
+    activity, batches, cancel, claims, clock, connect, curation, dependents, endpoints, facts,
+    import, inserts, leases, limits, queues, reads, schedules, schema, sealing, servers,
+    subscriptions, tokens, transitions, upkeep, wakeups,
 };

@@ -465,7 +465,7 @@ statements! {
                  CASE WHEN $5::text IS NULL THEN attempts ELSE array_append(attempts, $5::text) END,
                  NULL, NULL, NULL, NULL, NULL, payload_sealed, new_result, after_ids,
                  on_parent_dead, NULL, has_children
-             FROM done WHERE $4::bool
+             FROM done WHERE $4::bool OR batch_id IS NOT NULL
          )
          SELECT id, lease_token, queue, kind, created_at, taken_at, traceparent, has_children
          FROM done"

@@ -1,6 +1,6 @@
 //! `tenax copy`, end to end with the real binary: a data directory with every kind of record
 //! (jobs in each state with their errors and results, a delivered webhook with its attempts, an encrypted
-//! queue, queue settings, a schedule, an API token) copied into a PostgreSQL database and back
+//! queue, queue settings, a schedule, an open batch, an API token) copied into a PostgreSQL database and back
 //! into a new data directory; servers started on each copy show the same jobs, settings,
 //! schedule and attempts, accept the same token, and sign deliveries with the same secret. A
 //! target that holds records, and data a server is using, are refused.
@@ -76,7 +76,7 @@ async fn a_data_directory_moves_into_postgres_and_back_with_everything() {
     let text = said(&copied);
     assert!(text.contains("counts match on both sides"), "{text}");
     assert!(
-        text.contains(&format!("copied {} jobs", BULK + 10)),
+        text.contains(&format!("copied {} jobs", BULK + 12)),
         "every job, deliveries included: {text}"
     );
 
@@ -134,6 +134,33 @@ async fn a_data_directory_moves_into_postgres_and_back_with_everything() {
     let served = Served::start(&back, &log, &[]).await;
     assert_same(&after_pg, &snapshot(&served, &made).await, &made);
     deliveries_still_signed(&served, &receiver, 3).await;
+    // The batch's pending member is still counted on the copy: its completion fires.
+    let pending = made.jobs[made.jobs.len() - 1];
+    let taken = served
+        .post(
+            "/api/take",
+            json!({"queues": ["batched"], "lease": "1h"}),
+            &[],
+        )
+        .await;
+    assert_eq!(taken["jobs"][0]["id"].as_u64(), Some(pending), "{taken}");
+    served
+        .post(
+            &format!("/api/jobs/{pending}/complete"),
+            json!({"lease_token": taken["jobs"][0]["lease_token"]}),
+            &[],
+        )
+        .await;
+    let batches = served.get("/api/batches").await;
+    assert_eq!(batches["batches"][0]["counts"]["completed"], 2, "{batches}");
+    let closed = served.post("/api/batches/1/close", json!({}), &[]).await;
+    assert_eq!(closed["state"], "finished", "{closed}");
+    let callbacks = served.get("/api/jobs?queue=batch-cb").await;
+    assert_eq!(
+        callbacks["jobs"].as_array().map(Vec::len),
+        Some(1),
+        "{callbacks}"
+    );
     // The token made on the first server still opens the API of the last.
     served.stop();
     let served = Served::start(&back, &log, &["--auth", "on"]).await;
@@ -286,6 +313,31 @@ async fn fill(served: &Served, receiver: &Receiver) -> Made {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    // An open batch with one member completed and one pending: copied with its counts, and
+    // still counting on the copy.
+    let made_batch = served
+        .post(
+            "/api/batches",
+            json!({"on_complete": {"queue": "batch-cb", "type": "cb"}, "open": true,
+                   "jobs": [{"queue": "batched", "type": "t"}, {"queue": "batched", "type": "t"}]}),
+            &[],
+        )
+        .await;
+    let members: Vec<u64> = made_batch["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect();
+    let (id, lease) = take("batched").await;
+    assert_eq!(id, members[0]);
+    served
+        .post(
+            &format!("/api/jobs/{id}/complete"),
+            json!({"lease_token": lease}),
+            &[],
+        )
+        .await;
     let bulk: Vec<Value> = (0..BULK)
         .map(|n| json!({"queue": "bulk", "type": "t", "payload": {"n": n}}))
         .collect();
@@ -303,6 +355,8 @@ async fn fill(served: &Served, receiver: &Receiver) -> Made {
             encrypted,
             message,
             delivery,
+            members[0],
+            members[1],
         ],
         in_flight,
         encrypted,
@@ -322,6 +376,7 @@ struct Snapshot {
     stats: Value,
     zaqar_queue: Value,
     zaqar_messages: Value,
+    batches: Value,
 }
 
 async fn snapshot(served: &Served, made: &Made) -> Snapshot {
@@ -356,6 +411,7 @@ async fn snapshot(served: &Served, made: &Made) -> Snapshot {
         stats: served.get("/api/stats").await,
         zaqar_queue: served.get_with("/v2/queues/zq", &ZAQAR).await,
         zaqar_messages,
+        batches: served.get("/api/batches").await,
     }
 }
 
@@ -398,6 +454,13 @@ fn assert_same(before: &Snapshot, after: &Snapshot, made: &Made) {
     );
     assert_eq!(at_rest(&before.queues), at_rest(&after.queues));
     assert_eq!(before.schedule, after.schedule);
+    assert_eq!(before.batches, after.batches);
+    assert_eq!(
+        before.batches["batches"][0]["counts"],
+        json!({"total": 2, "pending": 1, "completed": 1, "dead": 0, "deleted": 0}),
+        "{}",
+        before.batches
+    );
     assert_eq!(before.zaqar_queue, after.zaqar_queue);
     assert_eq!(before.zaqar_queue["team"], "billing");
     assert_eq!(before.zaqar_messages, after.zaqar_messages);

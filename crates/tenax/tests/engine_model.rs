@@ -513,6 +513,7 @@ fn new_job(queue: &str, priority: i32, run_at_ms: u64, now: u64) -> NewJob {
         payload_sealed: false,
         after: Vec::new(),
         on_parent_dead: Default::default(),
+        batch: None,
     }
 }
 

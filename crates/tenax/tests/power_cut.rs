@@ -108,6 +108,7 @@ fn insert(marker: u64, now_ms: u64) -> Insert {
             payload_sealed: false,
             after: Vec::new(),
             on_parent_dead: Default::default(),
+            batch: None,
         },
         parent: None,
         owner: None,

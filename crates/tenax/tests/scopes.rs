@@ -26,6 +26,7 @@ struct Project {
     subscription: u64,
     delivery: u64,
     schedule: String,
+    batch: u64,
 }
 
 impl Project {
@@ -74,6 +75,17 @@ fn case(method: &str, route: &str, p: &Project) -> Option<Case> {
         }
         ("POST", "/api/jobs") => names(route.into(), Some(json!({"queue": q}))),
         ("POST", "/api/jobs/batch") => names(route.into(), Some(json!({"jobs": [{"queue": q}]}))),
+        ("POST", "/api/batches") => names(
+            route.into(),
+            Some(json!({"jobs": [{"queue": q}], "on_complete": {"queue": q}, "open": true})),
+        ),
+        ("GET" | "DELETE", "/api/batches/{id}") | ("POST", "/api/batches/{id}/close") => {
+            names(route.replace("{id}", &p.batch.to_string()), None)
+        }
+        ("POST", "/api/batches/{id}/jobs") => names(
+            route.replace("{id}", &p.batch.to_string()),
+            Some(json!({"jobs": [{"queue": q}]})),
+        ),
         ("GET", "/api/jobs") => names(format!("/api/jobs?queue={}", enc(&q)), None),
         ("GET" | "DELETE", "/api/jobs/{id}") => names(format!("/api/jobs/{}", p.job), None),
         ("POST", "/api/jobs/{id}/cancel") => names(route.replace("{id}", &p.job.to_string()), None),
@@ -94,6 +106,7 @@ fn case(method: &str, route: &str, p: &Project) -> Option<Case> {
         ("POST", "/api/dead/replay") => names(route.into(), Some(json!({"ids": [p.dead]}))),
         ("POST", "/api/dead/delete") => names(route.into(), Some(json!({"queue": p.dying()}))),
         ("GET", "/api/stats" | "/api/queues" | "/api/subscriptions" | "/api/schedules")
+        | ("GET", "/api/batches")
         | ("GET", "/api/cluster") => Case::Lists(route.into()),
         // Counts of every queue together, as the metrics are: no scoped token reads them.
         ("GET", "/api/activity") => Case::Unscoped(route.into()),
@@ -266,6 +279,15 @@ impl Client<'_> {
             json!({"cron": "0 3 * * *", "job": {"queue": queue, "type": "nightly"}}),
         )
         .await;
+        let batch = self
+            .admin(
+                Method::POST,
+                "/api/batches",
+                json!({"jobs": [{"queue": queue}], "on_complete": {"queue": queue}, "open": true}),
+            )
+            .await["batch"]["id"]
+            .as_u64()
+            .expect("a batch id");
         Project {
             name,
             job,
@@ -273,6 +295,7 @@ impl Client<'_> {
             subscription,
             delivery,
             schedule,
+            batch,
         }
     }
 
@@ -314,6 +337,9 @@ async fn snapshot(client: &Client<'_>, p: &Project) -> Vec<Value> {
     ));
     let jobs = client.admin_get(&format!("/api/jobs?queue={queue}")).await;
     seen.push(json!(jobs["jobs"].as_array().map(Vec::len)));
+    let batch = client.admin_get(&format!("/api/batches/{}", p.batch)).await;
+    seen.push(batch["state"].clone());
+    seen.push(batch["counts"].clone());
     seen
 }
 

@@ -116,6 +116,7 @@ fn insert(marker: u64) -> Insert {
             payload_sealed: false,
             after: Vec::new(),
             on_parent_dead: Default::default(),
+            batch: None,
         },
         parent: None,
         owner: None,

@@ -42,6 +42,10 @@ from ._errors import (
 )
 from ._models import (
     AttemptPage,
+    Batch,
+    BatchCounts,
+    BatchJobs,
+    BatchState,
     CompleteResult,
     Counts,
     Cancellation,
@@ -90,6 +94,10 @@ __all__ = [
     "AsyncJobStream",
     "AsyncWorker",
     "AttemptPage",
+    "Batch",
+    "BatchCounts",
+    "BatchJobs",
+    "BatchState",
     "Client",
     "Cluster",
     "CompleteResult",

@@ -16,6 +16,8 @@ from ._models import (
     AttemptPage,
     CancelledJobs,
     CancelResult,
+    Batch,
+    BatchJobs,
     CompleteResult,
     DeletedJobs,
     DeletedSubscription,
@@ -310,6 +312,65 @@ def enqueue_many(
         lambda data: [Enqueued.from_json(j) for j in data["jobs"]],
         body,
     )
+
+
+def _jobs_json(jobs: Iterable[NewJob | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [_new_job(j, i).to_json() for i, j in enumerate(jobs)]
+
+
+def create_batch(
+    *,
+    jobs: Iterable[NewJob | Mapping[str, Any]],
+    on_complete: Mapping[str, Any] | None,
+    on_success: Mapping[str, Any] | None,
+    description: str | None,
+    open: bool,
+) -> Call[BatchJobs]:
+    body: dict[str, Any] = {"jobs": _jobs_json(jobs)}
+    if on_complete is not None:
+        body["on_complete"] = dict(on_complete)
+    if on_success is not None:
+        body["on_success"] = dict(on_success)
+    if description is not None:
+        body["description"] = description
+    if open:
+        body["open"] = True
+    return Call("POST", "/api/batches", BatchJobs.from_json, body)
+
+
+def add_to_batch(
+    id: int, jobs: Iterable[NewJob | Mapping[str, Any]], close: bool
+) -> Call[BatchJobs]:
+    body: dict[str, Any] = {"jobs": _jobs_json(jobs)}
+    if close:
+        body["close"] = True
+    return Call("POST", f"/api/batches/{seg(id)}/jobs", BatchJobs.from_json, body)
+
+
+def close_batch(id: int) -> Call[Batch]:
+    return Call("POST", f"/api/batches/{seg(id)}/close", Batch.from_json, {})
+
+
+def get_batch(id: int) -> Call[Batch]:
+    return Call("GET", f"/api/batches/{seg(id)}", Batch.from_json)
+
+
+def list_batches(*, after: int | None, limit: int | None) -> Call[list[Batch]]:
+    params: dict[str, Any] = {}
+    if after is not None:
+        params["after"] = after
+    if limit is not None:
+        params["limit"] = limit
+    return Call(
+        "GET",
+        "/api/batches",
+        lambda data: [Batch.from_json(b) for b in data["batches"]],
+        params=params,
+    )
+
+
+def delete_batch(id: int) -> Call[None]:
+    return Call("DELETE", f"/api/batches/{seg(id)}", _ignore)
 
 
 def get_job(id: int, wait: Duration | None = None) -> Call[Job]:

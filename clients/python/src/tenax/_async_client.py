@@ -24,6 +24,8 @@ from ._models import (
     AttemptPage,
     CancelledJobs,
     CancelResult,
+    Batch,
+    BatchJobs,
     CompleteResult,
     DeletedJobs,
     DeletedSubscription,
@@ -344,6 +346,56 @@ class AsyncClient:
         in any order; a cycle is refused naming the job whose ``after`` closes it
         (``jobs[0].after``)."""
         return await self._call(api.enqueue_many(jobs, on_duplicate))
+
+    # --- batches ------------------------------------------------------------------------
+
+    async def create_batch(
+        self,
+        *,
+        jobs: Iterable[NewJob | Mapping[str, Any]] = (),
+        on_complete: Mapping[str, Any] | None = None,
+        on_success: Mapping[str, Any] | None = None,
+        description: str | None = None,
+        open: bool = False,
+    ) -> BatchJobs:
+        """Makes a batch and its first jobs in one commit (docs/workflows.md#batches).
+
+        ``on_complete`` is enqueued once every job has finished, ``on_success`` only if every
+        one completed (give either or both); each is a job template: ``{"queue", "type",
+        "payload", "priority", "policy", "retry_limit"}``. Closed as it is made unless
+        ``open``: an open batch takes more jobs (:meth:`add_to_batch`) until it is closed."""
+        return await self._call(
+            api.create_batch(
+                jobs=jobs,
+                on_complete=on_complete,
+                on_success=on_success,
+                description=description,
+                open=open,
+            )
+        )
+
+    async def add_to_batch(
+        self, id: int, jobs: Iterable[NewJob | Mapping[str, Any]], *, close: bool = False
+    ) -> BatchJobs:
+        """Adds jobs to an open batch, closing it in the same commit when ``close``. A closed
+        batch refuses them (:class:`tenax.Conflict`, code ``batch_closed``)."""
+        return await self._call(api.add_to_batch(id, jobs, close))
+
+    async def close_batch(self, id: int) -> Batch:
+        """Closes a batch: it finishes (its callbacks enqueued) once its pending jobs have,
+        at once if none is pending."""
+        return await self._call(api.close_batch(id))
+
+    async def get_batch(self, id: int) -> Batch:
+        return await self._call(api.get_batch(id))
+
+    async def list_batches(self, *, after: int | None = None, limit: int | None = None) -> list[Batch]:
+        """A page of batches in id order, after ``after``."""
+        return await self._call(api.list_batches(after=after, limit=limit))
+
+    async def delete_batch(self, id: int) -> None:
+        """Forgets a batch; its jobs stay. An unfinished batch deleted never fires."""
+        await self._call(api.delete_batch(id))
 
     async def get_job(self, id: int, *, wait: Duration | None = None) -> Job:
         """One job with its status, errors, policy and (completed) result.

@@ -162,6 +162,8 @@ class Job:
     """The jobs it waits (or waited) for, in the order it named them (empty: none)."""
     on_parent_dead: OnParentDead | None = None
     """With ``after``: what it does when one of those will not complete."""
+    batch: int | None = None
+    """The batch it is a member of (docs/workflows.md#batches)."""
 
     @classmethod
     def from_json(cls, data: JSONObject) -> Job:
@@ -186,6 +188,96 @@ class Job:
             result=data.get("result"),
             after=_ids(data.get("after")),
             on_parent_dead=_on_parent_dead(data.get("on_parent_dead")),
+            batch=None if data.get("batch") is None else int(data["batch"]),
+        )
+
+
+BatchState = Literal["open", "closed", "finished"]
+"""Where a batch is: ``open`` (jobs may be added), ``closed`` (no more; its callbacks go once
+its pending jobs finish), ``finished`` (its callbacks were enqueued)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCounts:
+    """A batch's jobs by how far they are."""
+
+    total: int
+    pending: int
+    completed: int
+    dead: int
+    deleted: int
+    """Deleted (or expired) before they finished."""
+    cancelled: int = 0
+    """Cancelled before they finished."""
+
+    @classmethod
+    def from_json(cls, data: JSONObject) -> BatchCounts:
+        return cls(
+            total=int(data["total"]),
+            pending=int(data["pending"]),
+            completed=int(data["completed"]),
+            dead=int(data["dead"]),
+            deleted=int(data["deleted"]),
+            cancelled=int(data.get("cancelled", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A batch (``GET /api/batches/{id}``): jobs counted together, with callback jobs enqueued
+    once every one has finished (``on_complete``), or only when every one completed
+    (``on_success``). A callback's payload is ``{"batch": {"id", "total", "completed",
+    "dead", "deleted", "succeeded", ...}, "payload": <its own payload>}``."""
+
+    id: int
+    state: str
+    counts: BatchCounts
+    queues: list[str]
+    """The queues of its jobs and callbacks."""
+    created_at: datetime
+    description: str | None = None
+    on_complete: dict[str, Any] | None = None
+    on_success: dict[str, Any] | None = None
+    on_complete_job: int | None = None
+    """The ``on_complete`` callback's job, once enqueued."""
+    on_success_job: int | None = None
+    finished_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, data: JSONObject) -> Batch:
+        def opt_int(value: Any) -> int | None:
+            return None if value is None else int(value)
+
+        def opt_dict(value: Any) -> dict[str, Any] | None:
+            return value if isinstance(value, dict) else None
+
+        return cls(
+            id=int(data["id"]),
+            state=str(data["state"]),
+            counts=BatchCounts.from_json(data["counts"]),
+            queues=[str(q) for q in data.get("queues") or []],
+            created_at=parse_time(data["created_at"]),
+            description=_opt_str(data.get("description")),
+            on_complete=opt_dict(data.get("on_complete")),
+            on_success=opt_dict(data.get("on_success")),
+            on_complete_job=opt_int(data.get("on_complete_job")),
+            on_success_job=opt_int(data.get("on_success_job")),
+            finished_at=parse_optional_time(data.get("finished_at")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BatchJobs:
+    """A batch, and the jobs a request added to it, in request order."""
+
+    batch: Batch
+    jobs: list[Enqueued]
+
+    @classmethod
+    def from_json(cls, data: JSONObject) -> BatchJobs:
+        return cls(
+            batch=Batch.from_json(data["batch"]),
+            jobs=[Enqueued.from_json(j) for j in data.get("jobs") or []],
         )
 
 

@@ -46,6 +46,11 @@ pub enum Target {
     DeliveryInPath,
     /// A listing: the handler shows only what the token's scopes admit.
     Listing,
+    /// A new batch: its `jobs[*].queue`, `on_complete.queue` and `on_success.queue`.
+    BatchQueuesInBody,
+    /// The batch whose id is the path's `{id}` (every queue it names), and the body's
+    /// `jobs[*].queue` (jobs added to it).
+    BatchInPath,
     /// The schedule the path's `{name}` names: the queue of its job, and for a PUT also the
     /// body's `job.queue`.
     ScheduleInPath,
@@ -102,6 +107,14 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         ("POST", "/api/jobs/cancel") => needs(Manage, DeadSelection),
         ("GET", "/api/workflows/{id}") => needs(Read, JobInPath),
         ("GET", "/api/stats") => needs(Read, Listing),
+
+        ("POST", "/api/batches") => needs(Enqueue, BatchQueuesInBody),
+        ("GET", "/api/batches") => needs(Read, Listing),
+        ("GET", "/api/batches/{id}") => needs(Read, BatchInPath),
+        ("POST", "/api/batches/{id}/jobs" | "/api/batches/{id}/close") => {
+            needs(Enqueue, BatchInPath)
+        }
+        ("DELETE", "/api/batches/{id}") => needs(Manage, BatchInPath),
 
         ("POST", "/api/take" | "/api/take/stream") => needs(Work, QueuesInBody),
         ("POST", "/api/jobs/complete") => needs(Work, JobsInBody),

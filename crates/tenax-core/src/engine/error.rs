@@ -40,6 +40,8 @@ pub enum Missing {
         position: usize,
         id: JobId,
     },
+    #[error("batch {0} does not exist")]
+    Batch(crate::model::BatchId),
     /// A queue that has never existed (`engine/known_queues.rs`), with the existing names
     /// closest to it.
     #[error("{}", queue_missing(name, closest))]
@@ -79,6 +81,9 @@ pub enum Conflict {
         endpoint: String,
         holder: SubscriptionId,
     },
+    /// Jobs may be added to an open batch only.
+    #[error("batch {0} is closed: no more jobs may be added to it")]
+    BatchClosed(crate::model::BatchId),
 }
 
 /// Why the server cannot serve a request just now.
@@ -117,6 +122,8 @@ impl From<StoreError> for EngineError {
                 position,
                 id,
             }),
+            StoreError::NoBatch(id) => Self::NotFound(Missing::Batch(id)),
+            StoreError::BatchClosed(id) => Self::Conflict(Conflict::BatchClosed(id)),
             StoreError::NotInFlight { id, status } => {
                 Self::Conflict(Conflict::NotInFlight { id, status })
             }

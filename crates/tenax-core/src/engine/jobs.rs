@@ -344,5 +344,6 @@ fn delivery_of(subscription: SubscriptionId, message: &NewJob) -> NewJob {
         payload_sealed: false,
         after: Vec::new(),
         on_parent_dead: Default::default(),
+        batch: None,
     }
 }

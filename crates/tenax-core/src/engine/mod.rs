@@ -10,6 +10,7 @@
 
 pub mod activity;
 mod backup;
+mod batches;
 mod claims;
 pub mod cluster;
 mod decide;

@@ -320,6 +320,7 @@ fn enqueue_of(template: &JobTemplate, tick_ms: UnixMs, now_ms: UnixMs) -> Enqueu
             payload_sealed: false,
             after: Vec::new(),
             on_parent_dead: Default::default(),
+            batch: None,
         },
         retry_limit: template.retry_limit,
         after: Vec::new(),

@@ -250,6 +250,7 @@ impl Engine {
             payload_sealed: false,
             after: Vec::new(),
             on_parent_dead: Default::default(),
+            batch: None,
         };
         let insert = Insert {
             job,

@@ -123,6 +123,10 @@ pub struct NewJob {
     /// What it does when one of them will not complete.
     #[serde(default, skip_serializing_if = "OnParentDead::is_default")]
     pub on_parent_dead: OnParentDead,
+    /// The batch the job is a member of (`crate::model::batch`). Set by the store as it adds
+    /// the job to the batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<crate::model::BatchId>,
 }
 
 /// One failure, as recorded on the job.

@@ -5,6 +5,7 @@
 
 pub mod activity;
 pub mod backup;
+pub mod batch;
 mod cancel;
 pub mod cluster;
 pub mod dependency;
@@ -25,6 +26,7 @@ pub mod subscription;
 pub mod timetable;
 mod trace;
 
+pub use batch::{Batch, BatchCounts, BatchId, BatchState, NewBatch, Outcome};
 pub use cancel::{CANCELLED_BY_REQUEST, CANCELLED_IN_FLIGHT, CancelOutcome, Cancelled};
 pub use cluster::{LiveServer, ServerAbout, WorkerInfo, WorkerQueue};
 pub use dependency::{After, OnParentDead};

@@ -29,9 +29,10 @@ use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
 use crate::model::activity::Minute;
 use crate::model::{
-    Ack, Attempt, Backlog, Cancelled, Checked, ClaimId, EndpointState, Enqueued, Job, JobFilter,
-    JobId, JobPeek, JobResult, LimitUse, LiveServer, OnDuplicate, Page, QueueConfig, QueueCounts,
-    Replay, Replayed, Schedule, Searched, Selection, Subscription, SubscriptionId, TextQuery,
+    Ack, Attempt, Backlog, Batch, BatchId, Cancelled, Checked, ClaimId, EndpointState, Enqueued,
+    Job, JobFilter, JobId, JobPeek, JobResult, LimitUse, LiveServer, OnDuplicate, Page,
+    QueueConfig, QueueCounts, Replay, Replayed, Schedule, Searched, Selection, Subscription,
+    SubscriptionId, TextQuery,
 };
 
 /// Adding jobs.
@@ -311,6 +312,47 @@ pub trait JobReads {
     async fn children(&self, parents: &[JobId]) -> Result<Vec<(JobId, JobId)>, StoreError>;
 }
 
+/// Batches: jobs counted together, with callbacks enqueued once every one has finished
+/// (`crate::model::batch`). Every backend counts a member in the commit that finishes it,
+/// whatever finishes it, and enqueues the callbacks in the commit that finishes the batch.
+#[async_trait]
+pub trait BatchStore {
+    /// Adds jobs to a batch, atomically with the batch's change: to a new batch (`to`:
+    /// [`BatchTarget::New`], its id assigned) or to an open one (else
+    /// [`StoreError::NoBatch`], [`StoreError::BatchClosed`]). The inserts without a parent
+    /// are the members (their deliveries are not); each is stored as a member of the batch.
+    /// A duplicate unique key refuses the whole request. With `close`, the batch closes in the
+    /// same commit: when no member is pending then, it finishes at once. Returns the batch as
+    /// stored after, and one result per insert as [`JobInserts::insert_jobs`] does.
+    async fn add_to_batch(
+        &self,
+        to: BatchTarget,
+        jobs: Vec<Insert>,
+        close: bool,
+        seen: FactsSeen,
+        now_ms: UnixMs,
+    ) -> Result<(Batch, Vec<Option<Enqueued>>), StoreError>;
+
+    /// Closes a batch (a closed or finished one is left as it is): when no member is pending,
+    /// it finishes in the same commit. Returns it as stored after.
+    async fn close_batch(&self, id: BatchId, now_ms: UnixMs) -> Result<Batch, StoreError>;
+
+    async fn batch(&self, id: BatchId) -> Result<Option<Batch>, StoreError>;
+
+    /// A page of batches in id order: up to `limit` past `after`.
+    async fn batches(&self, after: Option<BatchId>, limit: usize)
+    -> Result<Vec<Batch>, StoreError>;
+
+    /// Deletes a batch's record (its jobs stay, and are members of nothing from then on: they
+    /// still show its id); false if there was none.
+    async fn delete_batch(&self, id: BatchId) -> Result<bool, StoreError>;
+
+    /// Stores a batch as it is, with its id (`tenax copy`); ids assigned later are past it.
+    /// Its members come with their jobs ([`StoreImport::import_jobs`], whose bodies name the
+    /// batch). [`StoreError::Refused`] if the id is taken.
+    async fn import_batch(&self, batch: Batch) -> Result<(), StoreError>;
+}
+
 /// Queue settings.
 #[async_trait]
 pub trait QueueStore {
@@ -580,6 +622,7 @@ pub trait Store:
     + JobUpkeep
     + JobCuration
     + JobReads
+    + BatchStore
     + QueueStore
     + ScheduleStore
     + SubscriptionStore
@@ -602,6 +645,7 @@ impl<T> Store for T where
         + JobUpkeep
         + JobCuration
         + JobReads
+        + BatchStore
         + QueueStore
         + ScheduleStore
         + SubscriptionStore

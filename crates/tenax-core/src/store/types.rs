@@ -39,6 +39,11 @@ pub enum StoreError {
         position: usize,
         id: JobId,
     },
+    #[error("batch {0} does not exist")]
+    NoBatch(crate::model::BatchId),
+    /// Jobs may be added to an open batch only.
+    #[error("batch {0} is closed: no more jobs may be added to it")]
+    BatchClosed(crate::model::BatchId),
     /// A queue's settings or subscriptions changed after the enqueue read them from a cache
     /// (see [`FactsSeen`]); nothing was stored.
     #[error("a queue's settings or subscriptions changed during the enqueue")]
@@ -133,6 +138,15 @@ impl PartialEq for StorageFault {
     fn eq(&self, other: &Self) -> bool {
         self.to_string() == other.to_string()
     }
+}
+
+/// Which batch [`BatchStore::add_to_batch`](super::BatchStore::add_to_batch) adds to.
+#[derive(Debug, Clone)]
+pub enum BatchTarget {
+    /// A new one, made with this.
+    New(Box<crate::model::NewBatch>),
+    /// An open one.
+    Existing(crate::model::BatchId),
 }
 
 /// A job to add.

@@ -70,6 +70,7 @@ impl From<EngineError> for ApiError {
                     // The handler names the field (`unique_key`, `jobs[i].unique_key`).
                     Conflict::Duplicate { .. } => "duplicate",
                     Conflict::EndpointTaken { .. } => "endpoint_taken",
+                    Conflict::BatchClosed(_) => "batch_closed",
                 };
                 Self::conflict(code, error.to_string())
             }

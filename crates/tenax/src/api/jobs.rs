@@ -232,6 +232,7 @@ pub fn to_enqueue(
             payload_sealed: false,
             after: Vec::new(),
             on_parent_dead: request.on_parent_dead.unwrap_or_default(),
+            batch: None,
         },
         retry_limit,
         after: Vec::new(),
@@ -241,14 +242,14 @@ pub fn to_enqueue(
 /// The answer for one enqueued job. Serialised straight from this struct rather than through a
 /// `serde_json::Value` (one map per job); the fields are in the order such a map gave them.
 #[derive(Debug, Serialize, ToSchema)]
-struct EnqueuedView {
+pub(super) struct EnqueuedView {
     created: bool,
     id: JobId,
     run_at: String,
     status: Status,
 }
 
-fn enqueued_view(e: &Enqueued) -> EnqueuedView {
+pub(super) fn enqueued_view(e: &Enqueued) -> EnqueuedView {
     EnqueuedView {
         created: e.created,
         id: e.id,
@@ -410,7 +411,7 @@ async fn enqueue_batch(
 
 /// The request's `traceparent` header (W3C trace context), checked: the trace of every job the
 /// request enqueues without naming its own.
-fn traceparent_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+pub(super) fn traceparent_header(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get("traceparent") else {
         return Ok(None);
     };
@@ -470,7 +471,7 @@ fn enqueue_field(error: EngineError, prefix: impl Fn(usize) -> String) -> ApiErr
 }
 
 /// A refused duplicate names the job's `unique_key` field; other errors as usual.
-fn duplicate_field(error: EngineError, field: impl Fn(usize) -> String) -> ApiError {
+pub(super) fn duplicate_field(error: EngineError, field: impl Fn(usize) -> String) -> ApiError {
     match &error {
         EngineError::Conflict(engine::Conflict::Duplicate { index, .. }) => ApiError {
             field: Some(field(*index)),

@@ -5,6 +5,7 @@ mod activity;
 mod admin;
 mod after;
 pub mod auth;
+mod batches;
 pub mod browser;
 mod cancel;
 pub mod cluster;
@@ -93,6 +94,7 @@ pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
             OpenApiRouter::new()
                 .merge(jobs::router())
                 .merge(cancel::router())
+                .merge(batches::router())
                 .merge(work::router())
                 .merge(dead::router())
                 .merge(queues::router())

@@ -98,6 +98,7 @@ pub enum Conflict {
         (name = "dead", description = "Dead jobs: list, replay, delete"),
         (name = "queues", description = "Queue settings and limits, pause and resume"),
         (name = "schedules", description = "Periodic jobs: cron timetables whose ticks enqueue jobs"),
+        (name = "batches", description = "Jobs counted together, with callback jobs once all have finished"),
         (name = "policies", description = "Previews of retry policies"),
         (name = "subscriptions", description = "Webhook subscriptions"),
         (name = "deliveries", description = "Webhook deliveries and their attempts"),

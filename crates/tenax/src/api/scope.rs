@@ -20,7 +20,7 @@ use tenax_core::auth::rules::{Rule, Target};
 use tenax_core::engine::Engine;
 use tenax_core::engine::EngineError;
 use tenax_core::model::subscription::subscription_of_queue;
-use tenax_core::model::{JobId, SubscriptionId};
+use tenax_core::model::{BatchId, JobId, SubscriptionId};
 
 use super::error::ApiError;
 
@@ -96,6 +96,15 @@ struct Ack {
 struct DeadSelection {
     ids: Option<Vec<JobId>>,
     queue: Option<String>,
+}
+
+/// A new batch's body.
+#[derive(Deserialize, Default)]
+struct BatchBody {
+    #[serde(default)]
+    jobs: Vec<OneQueue>,
+    on_complete: Option<OneQueue>,
+    on_success: Option<OneQueue>,
 }
 
 /// A schedule's body.
@@ -191,6 +200,27 @@ impl ScopeCheck<'_> {
                     parents.extend(job.parents(&format!("jobs[{i}].after"))?);
                 }
                 self.jobs(&parents).await
+            }
+            Target::BatchQueuesInBody => {
+                let body = self.body::<BatchBody>()?;
+                body.jobs
+                    .iter()
+                    .chain(body.on_complete.iter())
+                    .chain(body.on_success.iter())
+                    .filter_map(|job| job.queue.as_deref())
+                    .try_for_each(|q| self.queue(q))
+            }
+            Target::BatchInPath => {
+                if let Some(id) = self.id::<BatchId>("id") {
+                    if let Some(batch) = self.engine.batch(id).await? {
+                        batch.spec.queues.iter().try_for_each(|q| self.queue(q))?;
+                    }
+                }
+                self.body::<BatchJobs>()?
+                    .jobs
+                    .iter()
+                    .filter_map(|job| job.queue.as_deref())
+                    .try_for_each(|q| self.queue(q))
             }
             Target::JobInPath => match self.id::<JobId>("id") {
                 Some(id) => self.jobs(&[id]).await,

@@ -48,6 +48,9 @@ pub struct JobView {
     /// What it does when one of those will not complete; shown with `after`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub on_parent_dead: Option<OnParentDead>,
+    /// The batch the job is a member of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
 }
 
 /// One failure of a job.
@@ -78,6 +81,7 @@ impl From<Job> for JobView {
             result: job.state.result.map(|r| r.0),
             on_parent_dead: (!job.spec.after.is_empty()).then_some(job.spec.on_parent_dead),
             after: job.spec.after,
+            batch: job.spec.batch.map(|b| b.0),
             policy: job.spec.policy.map(|p| p.json().clone()),
             unique_key: job.spec.unique_key,
             traceparent: job.spec.traceparent,

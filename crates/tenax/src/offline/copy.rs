@@ -35,6 +35,7 @@ pub struct Copied {
     pub endpoints: usize,
     pub subscriptions: usize,
     pub schedules: usize,
+    pub batches: usize,
     pub jobs: u64,
     pub activity_minutes: usize,
     /// Per queue: (unfinished, completed, dead) on the source and on the target.
@@ -85,6 +86,10 @@ pub async fn ensure_empty(target: &dyn Store) -> Result<(), OfflineError> {
     );
     note(target.tokens().await.context(what)?.len(), "tokens");
     note(target.schedules().await.context(what)?.len(), "schedules");
+    note(
+        target.batches(None, 1).await.context(what)?.len(),
+        "batches",
+    );
     if held.is_empty() {
         return Ok(());
     }
@@ -148,6 +153,27 @@ pub async fn copy(source: &dyn Store, target: &dyn Store) -> anyhow::Result<Copi
             .await
             .with_context(|| format!("copying schedule {name:?}"))?;
         copied.schedules += 1;
+    }
+
+    // Batches before their members: a member imported into a counting batch is counted.
+    let mut after = None;
+    loop {
+        let page = source
+            .batches(after, 500)
+            .await
+            .context("reading the batches")?;
+        let Some(last) = page.last().map(|b| b.id) else {
+            break;
+        };
+        for batch in page {
+            let id = batch.id;
+            target
+                .import_batch(batch)
+                .await
+                .with_context(|| format!("copying batch {id}"))?;
+            copied.batches += 1;
+        }
+        after = Some(last);
     }
 
     copied.jobs = copy_jobs(source, target).await?;
@@ -224,12 +250,13 @@ impl Copied {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "copied {} jobs, {} queue settings, {} subscriptions, {} schedules, {} tokens, \
-             {} endpoint states, {} minutes of activity",
+            "copied {} jobs, {} queue settings, {} subscriptions, {} schedules, {} batches, \
+             {} tokens, {} endpoint states, {} minutes of activity",
             self.jobs,
             self.queues,
             self.subscriptions,
             self.schedules,
+            self.batches,
             self.tokens,
             self.endpoints,
             self.activity_minutes

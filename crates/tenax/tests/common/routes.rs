@@ -58,6 +58,12 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("POST", "/api/jobs/{id}/cancel", Admins);
     add("POST", "/api/jobs/cancel", Admins);
     add("GET", "/api/stats", Readers);
+    add("POST", "/api/batches", Producers);
+    add("GET", "/api/batches", Readers);
+    add("GET", "/api/batches/{id}", Readers);
+    add("DELETE", "/api/batches/{id}", Admins);
+    add("POST", "/api/batches/{id}/jobs", Producers);
+    add("POST", "/api/batches/{id}/close", Producers);
     add("POST", "/api/take", Workers);
     add("POST", "/api/take/stream", Workers);
     add("POST", "/api/jobs/complete", Workers);

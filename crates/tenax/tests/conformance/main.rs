@@ -23,6 +23,7 @@
 //! | `job_curation.rs`  | `JobCuration`                           |
 //! | `cancel.rs`        | `JobCuration::cancel_jobs`, and the mark on a lease |
 //! | `job_reads.rs`     | `JobReads`                              |
+//! | `batches.rs`       | `BatchStore`                            |
 //! | `queues.rs`        | `QueueStore`                            |
 //! | `schedules.rs`     | `ScheduleStore`                         |
 //! | `subscriptions.rs` | `SubscriptionStore`                     |
@@ -46,6 +47,7 @@
 mod support;
 
 mod activity;
+mod batches;
 mod cancel;
 mod claims;
 mod dependencies;
@@ -135,6 +137,14 @@ conformance_suite! {
             heads_of_queues_tell_how_long_they_waited,
             counts_per_queue_and_status,
             list_filters_for_messages_and_counts_agree,
+        ],
+        batches: [
+            concurrent_finishes_enqueue_each_callback_once,
+            a_dead_member_fires_on_complete_and_not_on_success,
+            jobs_are_added_to_an_open_batch_until_it_closes,
+            a_batch_closed_after_its_members_finished_fires_at_once,
+            batches_are_listed_and_deleted,
+            lease_expiry_and_pops_count_their_members,
         ],
         queues: [
             queue_configs_are_kept,

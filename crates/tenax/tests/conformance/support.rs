@@ -375,14 +375,22 @@ impl Backend for Postgres {
         self.connect()
             .await
             .batch_execute(
-                "DROP TABLE tenax_payload_key; DROP VIEW tenax_all_jobs;
+                "DROP TRIGGER tenax_batch_member_finished ON tenax_jobs;
+                 DROP TRIGGER tenax_batch_member_replayed ON tenax_finished;
+                 DROP FUNCTION tenax_batch_member_finished(), tenax_batch_member_replayed(),
+                     tenax_batch_settle(bigint, bigint),
+                     tenax_batch_callback(tenax_batches, text, bigint);
+                 DROP TABLE tenax_batches; DROP SEQUENCE tenax_batch_ids;
+                 DROP TABLE tenax_payload_key; DROP VIEW tenax_all_jobs;
                  DROP INDEX tenax_finished_cancelled;
                  ALTER TABLE tenax_jobs DROP COLUMN payload_sealed, DROP COLUMN result,
                      DROP COLUMN cancel_requested, DROP COLUMN after_ids,
-                     DROP COLUMN on_parent_dead, DROP COLUMN pending, DROP COLUMN has_children;
+                     DROP COLUMN on_parent_dead, DROP COLUMN pending, DROP COLUMN has_children,
+                     DROP COLUMN batch_id;
                  ALTER TABLE tenax_finished DROP COLUMN payload_sealed, DROP COLUMN result,
                      DROP COLUMN cancel_requested, DROP COLUMN after_ids,
-                     DROP COLUMN on_parent_dead, DROP COLUMN pending, DROP COLUMN has_children;
+                     DROP COLUMN on_parent_dead, DROP COLUMN pending, DROP COLUMN has_children,
+                     DROP COLUMN batch_id;
                  DROP TABLE tenax_edges;
                  CREATE VIEW tenax_all_jobs AS
                      SELECT * FROM tenax_jobs UNION ALL SELECT * FROM tenax_finished;
@@ -438,6 +446,7 @@ pub(crate) fn job(queue: &str) -> Insert {
             payload_sealed: false,
             after: Vec::new(),
             on_parent_dead: Default::default(),
+            batch: None,
         },
         parent: None,
         owner: None,

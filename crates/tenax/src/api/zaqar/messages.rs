@@ -214,6 +214,7 @@ pub async fn post(
                 payload_sealed: false,
                 after: Vec::new(),
                 on_parent_dead: Default::default(),
+                batch: None,
             })
         })
         .collect();
