@@ -11,6 +11,7 @@ use tenax_core::store::{DeleteCheck, JobCuration, StoreError, to_json_bytes};
 
 use super::EmbeddedStore;
 use super::batches;
+use super::dependencies;
 use super::ops::Op;
 use super::read::peek_of;
 use super::writer;
@@ -100,6 +101,10 @@ impl JobCuration for EmbeddedStore {
                         state: to_json_bytes(&entry.state()),
                     });
                     batches::replayed(&mut inner, id, was, now_ms);
+                    // The jobs it cancelled by not completing wait for it again.
+                    for child in dependencies::resume(&mut inner.index, id, &mut ops) {
+                        batches::replayed(&mut inner, child, Status::Cancelled, now_ms);
+                    }
                 }
                 if let Some(policy) = &replay.policy {
                     ops.push(Op::PutPolicy {

@@ -35,6 +35,8 @@ pub const CANCELLED: Status = Status::Cancelled;
 struct Waiter {
     /// Its parents that have not ended yet.
     pending: u32,
+    /// All of its parents, as its `after` names them.
+    after: Box<[JobId]>,
     on_parent_dead: OnParentDead,
     /// Its state as its enqueue wrote it, while that enqueue is not yet in memory (`show`).
     staged: Option<JobState>,
@@ -50,6 +52,12 @@ pub struct Dependencies {
     /// Staged children cancelled before their enqueue reached memory: the state `show` gives
     /// them.
     cancelled: JobIdMap<JobState>,
+    /// Jobs cancelled because a parent did not complete, by that parent: a replay of the
+    /// parent resumes them ([`resume`]). A child listed here may have changed since (replayed,
+    /// deleted): `resume` checks it is still cancelled because of that parent.
+    cancelled_by: JobIdMap<Vec<JobId>>,
+    /// What each job of `cancelled_by` waits for: its parents, and its `on_parent_dead`.
+    cancelled_waits: JobIdMap<(Box<[JobId]>, OnParentDead)>,
 }
 
 impl Dependencies {
@@ -69,6 +77,7 @@ impl Dependencies {
     pub fn wait(
         &mut self,
         child: JobId,
+        after: &[JobId],
         unfinished: &[JobId],
         on_parent_dead: OnParentDead,
         staged: Option<JobState>,
@@ -78,6 +87,7 @@ impl Dependencies {
             child,
             Waiter {
                 pending,
+                after: after.into(),
                 on_parent_dead,
                 staged,
             },
@@ -91,6 +101,27 @@ impl Dependencies {
     /// it: [`settle`] passes over a child it does not know.
     pub fn forget(&mut self, child: JobId) {
         self.waiting.remove(&child);
+    }
+
+    /// `child`, which waits for `after`, was cancelled because `parent` did not complete.
+    pub fn cancelled_because(
+        &mut self,
+        child: JobId,
+        parent: JobId,
+        after: &[JobId],
+        on_parent_dead: OnParentDead,
+    ) {
+        self.cancelled_by.entry(parent).or_default().push(child);
+        self.cancelled_waits
+            .insert(child, (after.into(), on_parent_dead));
+    }
+
+    /// `job` left memory: what was kept to resume it goes.
+    pub fn gone(&mut self, job: JobId) {
+        if !self.cancelled_waits.is_empty() {
+            self.cancelled_waits.remove(&job);
+            self.cancelled_by.remove(&job);
+        }
     }
 
     /// The enqueue of `child` reached memory (`written`: it is stored). Returns the state it
@@ -180,7 +211,11 @@ pub fn settle(index: &mut Index, ops: &mut Vec<Op>, now_ms: UnixMs) -> Settled {
                 }
                 ChildMove::Cancel => {
                     let staged = waiter.staged.clone();
+                    let (after, on_parent_dead) = (waiter.after.clone(), waiter.on_parent_dead);
                     index.deps.forget(child);
+                    index
+                        .deps
+                        .cancelled_because(child, parent, &after, on_parent_dead);
                     let Some(mut state) = state_of(index, child, staged) else {
                         continue;
                     };
@@ -269,6 +304,78 @@ pub fn starting_state(
     }
 }
 
+/// A cancelled job that waited for others, as open finds it: its id, parents,
+/// `on_parent_dead` and `dead_reason`.
+pub type Cancelled = (JobId, Vec<JobId>, OnParentDead, Option<String>);
+
+/// Finds, at open, the jobs cancelled because a parent did not complete (their `dead_reason`
+/// names it), so that a replay of that parent resumes them.
+pub fn rebuild_cancelled(index: &mut Index, cancelled: Vec<Cancelled>) {
+    for (child, parents, on_parent_dead, reason) in cancelled {
+        let Some(reason) = reason else {
+            continue;
+        };
+        if let Some(parent) = parents.iter().find(|p| lost_parent_reason(**p) == reason) {
+            index
+                .deps
+                .cancelled_because(child, *parent, &parents, on_parent_dead);
+        }
+    }
+}
+
+/// Resumes what a replay of `parent` (now ready again) resumes: the jobs cancelled because it
+/// did not complete wait for it again, unless another of their parents did not complete
+/// either; and, in turn, the jobs cancelled because of those. Their new states go into `ops`
+/// (the replay's commit); returns them, for the batches they are members of. A parent that
+/// memory no longer holds has completed. Under the lock.
+pub fn resume(index: &mut Index, parent: JobId, ops: &mut Vec<Op>) -> Vec<JobId> {
+    let mut resumed = Vec::new();
+    let mut parents = vec![parent];
+    while let Some(parent) = parents.pop() {
+        let Some(children) = index.deps.cancelled_by.remove(&parent) else {
+            continue;
+        };
+        let reason = lost_parent_reason(parent);
+        for child in children {
+            let Some(entry) = index.get(child) else {
+                continue;
+            };
+            let mut state = entry.state();
+            if state.status != CANCELLED || state.dead_reason.as_deref() != Some(reason.as_str()) {
+                continue;
+            }
+            let Some((after, on_parent_dead)) = index.deps.cancelled_waits.remove(&child) else {
+                continue;
+            };
+            let status = |p: JobId| index.get(p).map(|e| e.status);
+            let Ok((unfinished, lost)) = standing(&after, status, |_| true) else {
+                continue;
+            };
+            if let Some(other) = lost.filter(|other| *other != parent) {
+                // Still blocked by another parent: it stays cancelled, for that one's replay.
+                index
+                    .deps
+                    .cancelled_because(child, other, &after, on_parent_dead);
+                continue;
+            }
+            state.status = Status::Waiting;
+            state.finished_at_ms = None;
+            state.dead_reason = None;
+            index
+                .deps
+                .wait(child, &after, &unfinished, on_parent_dead, None);
+            index.update(child, |e| e.set_state(&state));
+            ops.push(Op::PutState {
+                id: child,
+                state: to_json_bytes(&state),
+            });
+            resumed.push(child);
+            parents.push(child);
+        }
+    }
+    resumed
+}
+
 /// Finds who waits for whom at open, once every job in memory is: each waiting job (its
 /// parents as its body names them) waits for those of its parents still unfinished. Commits move
 /// a waiting job with the end of its parents, so each one found still waits for one at least;
@@ -301,7 +408,9 @@ pub fn rebuild(
         state.status = Status::Scheduled;
         starting_state(&mut state, &unfinished, lost, on_parent_dead, now_ms);
         match state.status {
-            Status::Waiting => index.deps.wait(child, &unfinished, on_parent_dead, None),
+            Status::Waiting => index
+                .deps
+                .wait(child, &parents, &unfinished, on_parent_dead, None),
             _ => {
                 if state.status != CANCELLED {
                     release(&mut state, now_ms);

@@ -126,7 +126,7 @@ pub(super) fn stage(
     let mut ops = Vec::with_capacity(encoded.len() * 2 + 1);
     // The children that wait, registered only once nothing can refuse the request; and the
     // status each new job starts in, for the children of the same request that wait for it.
-    let mut waiters: Vec<(JobId, Vec<JobId>, OnParentDead, JobState)> = Vec::new();
+    let mut waiters: Vec<Waiting> = Vec::new();
     let mut fresh_status: HashMap<JobId, Status> = HashMap::new();
     let any_after = encoded.iter().any(|e| !e.insert.after.is_empty());
     // Invariant: `results` has one entry per insert looked at so far.
@@ -177,15 +177,33 @@ pub(super) fn stage(
             );
             encoded.insert.job.after.clone_from(&parents);
             encoded.encode();
-            let mut edges = parents;
+            let mut edges = parents.clone();
             edges.sort_unstable();
             edges.dedup();
             ops.push(Op::PutChildren {
                 child: next_id,
                 parents: edges,
             });
-            if encoded.state.status == Status::Waiting {
-                waiters.push((next_id, unfinished, on_parent_dead, encoded.state.clone()));
+            match (encoded.state.status, lost) {
+                (Status::Waiting, _) => waiters.push(Waiting {
+                    child: next_id,
+                    after: parents,
+                    unfinished,
+                    on_parent_dead,
+                    because: None,
+                    state: encoded.state.clone(),
+                }),
+                (status, Some(parent)) if status == dependencies::CANCELLED => {
+                    waiters.push(Waiting {
+                        child: next_id,
+                        after: parents,
+                        unfinished,
+                        on_parent_dead,
+                        because: Some(parent),
+                        state: encoded.state.clone(),
+                    });
+                }
+                _ => {}
             }
         }
         let Encoded {
@@ -265,11 +283,22 @@ pub(super) fn stage(
         inner
             .pending_unique
             .extend(claimed.into_iter().map(|(k, (id, _))| (k, id)));
-        for (child, unfinished, on_parent_dead, state) in waiters {
-            inner
-                .index
-                .deps
-                .wait(child, &unfinished, on_parent_dead, Some(state));
+        for w in waiters {
+            match w.because {
+                None => inner.index.deps.wait(
+                    w.child,
+                    &w.after,
+                    &w.unfinished,
+                    w.on_parent_dead,
+                    Some(w.state),
+                ),
+                Some(parent) => {
+                    inner
+                        .index
+                        .deps
+                        .cancelled_because(w.child, parent, &w.after, w.on_parent_dead)
+                }
+            }
         }
     }
     Ok(Staged {
@@ -277,6 +306,17 @@ pub(super) fn stage(
         ops,
         fresh,
     })
+}
+
+/// A job of an enqueue that waits for others (or was cancelled at once `because` a parent of
+/// it did not complete): registered with the dependencies once nothing can refuse the request.
+struct Waiting {
+    child: JobId,
+    after: Vec<JobId>,
+    unfinished: Vec<JobId>,
+    on_parent_dead: OnParentDead,
+    because: Option<JobId>,
+    state: JobState,
 }
 
 /// The ids of the parents an insert at `index` names, earlier inserts of the request by the id

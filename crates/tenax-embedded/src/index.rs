@@ -390,6 +390,9 @@ impl Index {
         if before == Status::Waiting && after != Some(Status::Waiting) {
             self.deps.forget(id);
         }
+        if after.is_none() {
+            self.deps.gone(id);
+        }
         if before.is_finished() || !self.deps.has_children(id) {
             return;
         }

@@ -528,6 +528,7 @@ fn rebuild(
     let mut max_id = JobId(0);
     let mut loaded = 0usize;
     let mut waiting: Vec<(JobId, Vec<JobId>, OnParentDead)> = Vec::new();
+    let mut cancelled: Vec<dependencies::Cancelled> = Vec::new();
     for row in states.iter().map_err(fault(what))? {
         let (id, state) = row.map_err(fault(what))?;
         let id = JobId(id.value());
@@ -540,6 +541,14 @@ fn rebuild(
         let body: StoredBody = from_json_bytes("job body", body.value())?;
         if state.status == Status::Waiting {
             waiting.push((id, body.after.clone(), body.on_parent_dead));
+        }
+        if state.status == Status::Cancelled && !body.after.is_empty() {
+            cancelled.push((
+                id,
+                body.after.clone(),
+                body.on_parent_dead,
+                state.dead_reason.clone(),
+            ));
         }
         let policy = match policies.get(id.0).map_err(fault(what))? {
             Some(bytes) => {
@@ -572,6 +581,7 @@ fn rebuild(
         max_id = max_id.max(id);
         loaded += 1;
     }
+    dependencies::rebuild_cancelled(&mut inner.index, cancelled);
     dependencies::rebuild(
         &mut inner.index,
         waiting,

@@ -178,6 +178,55 @@ async fn a_dead_parent_cancels_its_children_unless_they_run_anyway() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaying_a_dead_step_resumes_its_workflow_and_cancelling_one_ends_it() {
+    let mut server = TestServer::manual().await;
+    let ids = server
+        .api
+        .enqueue_batch(vec![
+            json!({"queue": "r", "type": "fetch", "step": "fetch"}),
+            json!({"queue": "r", "type": "parse", "step": "parse", "after": [{"step": "fetch"}]}),
+            json!({"queue": "r", "type": "store", "after": [{"step": "parse"}]}),
+        ])
+        .await;
+    let fetch = server.api.take_one("r").await;
+    server
+        .api
+        .fail(&fetch, "503", json!({"retryable": false}))
+        .await;
+    for id in &ids[1..] {
+        assert_eq!(server.api.status(*id).await, "cancelled");
+    }
+    // What a restart keeps: a replay after it still resumes the workflow.
+    server.restart().await;
+    let replayed = server
+        .api
+        .post("/api/dead/replay", json!({"ids": [ids[0]]}))
+        .await;
+    assert_eq!(replayed["replayed"], 1, "{replayed}");
+    for id in &ids[1..] {
+        let job = server.api.job(*id).await;
+        assert_eq!(job["status"], "waiting", "{job}");
+        assert!(job.get("dead_reason").is_none(), "{job}");
+    }
+    let fetch = server.api.take_one("r").await;
+    assert_eq!(fetch.id, ids[0]);
+    server.api.complete(&fetch).await;
+    let parse = server.api.take_one("r").await;
+    assert_eq!(parse.id, ids[1]);
+    // Cancelling a step ends what waits for it, down the graph.
+    let cancelled = server
+        .api
+        .post(&format!("/api/jobs/{}/cancel", ids[2]), json!({}))
+        .await;
+    assert_eq!(cancelled["outcome"], "cancelled", "{cancelled}");
+    server.api.complete(&parse).await;
+    server.api.assert_nothing_to_take("r", "0").await;
+    let workflow = server.api.get(&format!("/api/workflows/{}", ids[0])).await;
+    assert_eq!(workflow["status"], "failed", "{workflow}");
+    assert_eq!(workflow["counts"], json!({"completed": 2, "cancelled": 1}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_dependencies_are_refused_naming_the_field() {
     let server = TestServer::manual().await;
     let api = &server.api;
