@@ -1207,7 +1207,8 @@ async fn a_paused_queue_hands_out_nothing_until_resumed() {
     assert_eq!(
         shown,
         json!({"name": "pq", "paused": true, "policy": null, "counts":
-               {"scheduled": 0, "ready": 1, "in_flight": 0, "completed": 0, "dead": 0, "cancelled": 0}})
+               {"scheduled": 0, "ready": 1, "in_flight": 0, "completed": 0, "dead": 0, "cancelled": 0,
+               "waiting": 0}})
     );
 
     // A take waiting on the paused queue is answered by the resume.
@@ -1858,10 +1859,10 @@ async fn list_filters_and_pages_and_stats_count() {
         stats,
         json!({
             "queues": [
-                {"queue": "la", "scheduled": 1, "ready": 2, "in_flight": 0, "completed": 0, "dead": 0, "cancelled": 0},
-                {"queue": "lb", "scheduled": 0, "ready": 0, "in_flight": 1, "completed": 0, "dead": 0, "cancelled": 0},
+                {"queue": "la", "scheduled": 1, "ready": 2, "in_flight": 0, "completed": 0, "dead": 0, "cancelled": 0, "waiting": 0},
+                {"queue": "lb", "scheduled": 0, "ready": 0, "in_flight": 1, "completed": 0, "dead": 0, "cancelled": 0, "waiting": 0},
             ],
-            "totals": {"scheduled": 1, "ready": 2, "in_flight": 1, "completed": 0, "dead": 0, "cancelled": 0},
+            "totals": {"scheduled": 1, "ready": 2, "in_flight": 1, "completed": 0, "dead": 0, "cancelled": 0, "waiting": 0},
         })
     );
     let queue = server.get("/api/queues/la").await;
