@@ -9,12 +9,12 @@ use tenax_core::model::{
 };
 use tenax_core::store::{DeleteCheck, JobCuration, StoreError};
 
-use super::dependents::{End, Settled, settle};
+use super::dependents::{End, Settled, resume, settle};
 use super::filter::{Query, ids_param, selection_shapes};
 use super::inserts::key_holders;
 use super::rows::{id, json, peek_columns, peek_of, status_of, table_columns, time, unid};
 use super::statements::{Prefix, prefixes, statements};
-use super::transitions::{execute, query};
+use super::transitions::query;
 use super::wakeups::Wakeup;
 use super::{PostgresStore, RETRIES, fault, is_conflict};
 
@@ -22,7 +22,8 @@ use super::{PostgresStore, RETRIES, fault, is_conflict};
 impl JobCuration for PostgresStore {
     /// Dead (and cancelled) jobs matching the selection move back to the table of unfinished jobs, ready,
     /// unless an unfinished job holds their unique key; every id named and not replayed is
-    /// reported with the reason.
+    /// reported with the reason. The children that the replayed jobs cancelled wait for them
+    /// again, in the same transaction ([`super::dependents::resume`]).
     async fn replay_jobs(&self, replay: &Replay, now_ms: UnixMs) -> Result<Replayed, StoreError> {
         let mut attempt = 0;
         loop {
@@ -224,13 +225,21 @@ impl PostgresStore {
         }
         if !revive.is_empty() {
             let policy: Option<String> = replay.policy.as_ref().map(json);
-            execute(
+            let parents: Vec<i64> = query(
                 &tx,
                 &REVIVE,
                 &[&revive, &time(now_ms), &replay.reset_attempts, &policy],
             )
             .await
-            .map_err(fault(what))?;
+            .map_err(fault(what))?
+            .iter()
+            .filter(|row| row.get::<_, bool>(1))
+            .map(|row| row.get(0))
+            .collect();
+            // The children they cancelled wait for them again.
+            if !parents.is_empty() {
+                resume(&tx, &parents).await?;
+            }
         }
         tx.commit().await.map_err(fault(what))?;
         if !revive.is_empty() {
@@ -308,7 +317,8 @@ statements! {
     STATUSES = "SELECT id, status FROM tenax_all_jobs WHERE id = ANY($1)";
 
     /// Dead and cancelled jobs back to the table of unfinished jobs, ready now; their errors
-    /// are kept.
+    /// are kept. Answers (id, has_children) of each: those with children resume their
+    /// workflows ([`resume`]).
     REVIVE = concat!(
         "WITH revived AS (
              DELETE FROM tenax_finished WHERE id = ANY($1::bigint[]) AND status IN (4, 5)
@@ -324,6 +334,7 @@ statements! {
              CASE WHEN $3::bool THEN NULL ELSE last_delay END,
              NULL, NULL, errors, attempts, NULL, NULL, NULL, NULL, 1, payload_sealed, NULL,
              after_ids, on_parent_dead, NULL, has_children
-         FROM revived"
+         FROM revived
+         RETURNING id, has_children"
     );
 }

@@ -310,9 +310,10 @@ pub async fn insert_in(
     }
 }
 
-/// How a stored job that a new one waits for stands, read under its row's lock.
+/// How a stored job that a new (or resumed, [`super::dependents::resume`]) one waits for
+/// stands, read under its row's lock ([`lock_stands`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stands {
+pub(super) enum Stands {
     Unfinished,
     Completed,
     /// Dead (or cancelled): it will not complete.
@@ -350,12 +351,9 @@ fn resolve(index: usize, after: After, plans: &[Plan]) -> Result<Result<JobId, u
     }
 }
 
-/// Locks the stored jobs that the new ones of `plans` wait for against their end (`FOR KEY
-/// SHARE`: a heartbeat passes, a take skips the row until the commit), flags them as having
-/// children, and reads how
-/// they stand. A job that moves between the tables meanwhile (it ends, or is replayed) is
-/// looked for again where it went. Refuses an unknown one, naming the first insert and
-/// position that names it; nothing is stored then.
+/// Locks the stored jobs that the new ones of `plans` wait for against their end, flags them as
+/// having children, and reads how they stand ([`lock_stands`]). Refuses an unknown one, naming
+/// the first insert and position that names it; nothing is stored then.
 async fn lock_parents(
     tx: &deadpool_postgres::Transaction<'_>,
     jobs: &[Insert],
@@ -373,7 +371,32 @@ async fn lock_parents(
             }
         }
     }
-    let mut wanted: Vec<i64> = named.iter().map(|(job, _, _)| *job).collect();
+    let wanted: Vec<i64> = named.iter().map(|(job, _, _)| *job).collect();
+    let found = lock_stands(tx, wanted, what).await?;
+    if let Some((job, index, position)) = named.iter().find(|(job, _, _)| !found.contains_key(job))
+    {
+        return Err(StoreError::UnknownParent {
+            index: *index,
+            position: *position,
+            id: JobId(unid(*job)),
+        });
+    }
+    Ok(found)
+}
+
+/// Locks the stored jobs of `wanted` against their end (`FOR KEY SHARE`: a heartbeat passes, a
+/// take skips the row until the commit), flags them as having children, and reads how they
+/// stand. A job that moves between the tables meanwhile (it ends, or is replayed) is looked for
+/// again where it went. A job that is not stored is not in the answer.
+///
+/// The lock is what lets a job start waiting for an unfinished one: the parent's end either
+/// waits for this transaction's commit (and then finds the waiting child, [`super::dependents`])
+/// or came first (and is read as it ended).
+pub(super) async fn lock_stands<C: deadpool_postgres::GenericClient>(
+    client: &C,
+    mut wanted: Vec<i64>,
+    what: &'static str,
+) -> Result<HashMap<i64, Stands>, StoreError> {
     wanted.sort_unstable();
     wanted.dedup();
     let mut found: HashMap<i64, Stands> = HashMap::with_capacity(wanted.len());
@@ -386,7 +409,7 @@ async fn lock_parents(
         if wanted.is_empty() {
             break;
         }
-        for row in query(tx, &sql, &[&wanted]).await.map_err(fault(what))? {
+        for row in query(client, &sql, &[&wanted]).await.map_err(fault(what))? {
             // A finished job that did not complete (dead, cancelled) will not complete.
             let stands = if unfinished {
                 Stands::Unfinished
@@ -398,13 +421,6 @@ async fn lock_parents(
             found.insert(row.get(0), stands);
         }
         wanted.retain(|job| !found.contains_key(job));
-    }
-    if let Some((job, index, position)) = named.iter().find(|(job, _, _)| wanted.contains(job)) {
-        return Err(StoreError::UnknownParent {
-            index: *index,
-            position: *position,
-            id: JobId(unid(*job)),
-        });
     }
     Ok(found)
 }

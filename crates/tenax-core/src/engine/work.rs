@@ -137,7 +137,7 @@ impl Engine {
             std::collections::HashMap::new();
         for job in &mut jobs {
             for id in job.after.clone() {
-                if !read.contains_key(&id) {
+                if let std::collections::hash_map::Entry::Vacant(slot) = read.entry(id) {
                     let outcome = match self.job(id).await {
                         Ok(parent) => parent.map(|parent| ParentOutcome {
                             id,
@@ -153,7 +153,7 @@ impl Engine {
                             None
                         }
                     };
-                    read.insert(id, outcome);
+                    slot.insert(outcome);
                 }
                 if let Some(Some(outcome)) = read.get(&id) {
                     job.parents.push(outcome.clone());

@@ -11,14 +11,16 @@
 //! | `expire_leases`, `expire_jobs`, `pop_jobs`, `delete_checked`, `delete_queue`, `complete_jobs` without retention, `purge_finished` | `every_end_of_a_parent_settles_its_children` |
 //! | `children`                 | `a_job_waits_for_every_parent`, `a_batch_is_a_dag_of_earlier_jobs` |
 //! | `import_jobs`              | `imported_waiting_jobs_wait_as_they_did` |
+//! | `replay_jobs`              | `a_replayed_parent_resumes_its_workflow`, `a_parent_ending_while_a_replay_resumes_its_child_is_counted_once` |
 
 use std::sync::Arc;
 
 use tenax_core::model::dependency::lost_parent_reason;
 use tenax_core::model::{
-    After, Job, JobId, JobState, OnDuplicate, OnParentDead, Selection, Status,
+    After, Job, JobId, JobState, NewBatch, OnDuplicate, OnParentDead, Replay, Replayed, Selection,
+    Status,
 };
-use tenax_core::store::{ImportedJob, Insert, Store, StoreError};
+use tenax_core::store::{BatchTarget, ImportedJob, Insert, Store, StoreError};
 
 use crate::support::*;
 
@@ -551,5 +553,254 @@ pub(crate) async fn every_end_of_a_parent_settles_its_children(backend: &impl Ba
     assert_eq!(status(&store, kept).await, None);
     assert!(store.children(&[kept]).await.expect("children").is_empty());
     assert_eq!(status(&store, child_of(kept)).await, Some(Status::Ready));
+    close(store).await;
+}
+
+async fn replay(store: &Arc<dyn Store>, ids: &[JobId], now_ms: u64) -> Replayed {
+    store
+        .replay_jobs(
+            &Replay {
+                selection: Selection {
+                    ids: Some(ids.to_vec()),
+                    ..Selection::default()
+                },
+                policy: None,
+                reset_attempts: false,
+            },
+            now_ms,
+        )
+        .await
+        .expect("replayed")
+}
+
+/// `id`'s status and `dead_reason`.
+async fn ended(store: &Arc<dyn Store>, id: JobId) -> (Status, Option<String>) {
+    let state = get(store, id).await.state;
+    (state.status, state.dead_reason)
+}
+
+/// Replaying a parent that did not complete resumes what it cancelled: its children cancelled
+/// because of it, and theirs down the graph, wait again, each for its parents that have not
+/// completed; a child that another lost parent still blocks stays cancelled, and one that ran
+/// past the loss is left as it is. A resumed batch member is pending in its batch again.
+pub(crate) async fn a_replayed_parent_resumes_its_workflow(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    // X, W, Y, Z and V stand alone; then A → B → C, D after A running anyway, E after A and
+    // X, H after A and W, F after Y and Z, G after A and V.
+    let others = enqueue(
+        &store,
+        vec![job("x"), job("w"), job("y"), job("z"), job("v")],
+        T0,
+    )
+    .await;
+    let [x, w, y, z, v] = others[..] else {
+        unreachable!("five jobs");
+    };
+    let ids = enqueue(
+        &store,
+        vec![
+            job("a"),
+            child("b", vec![After::Earlier(0)]),
+            child("c", vec![After::Earlier(1)]),
+            runs_anyway(child("d", vec![After::Earlier(0)])),
+            child("e", vec![After::Earlier(0), After::Job(x)]),
+            child("h", vec![After::Earlier(0), After::Job(w)]),
+            child("f", vec![After::Job(y), After::Job(z)]),
+            child("g", vec![After::Earlier(0), After::Job(v)]),
+        ],
+        T0,
+    )
+    .await;
+    let [a, b, c, d, e, h, f, g] = ids[..] else {
+        unreachable!("eight jobs");
+    };
+    let edges = [
+        (x, e),
+        (w, h),
+        (y, f),
+        (z, f),
+        (v, g),
+        (a, b),
+        (a, d),
+        (a, e),
+        (a, h),
+        (a, g),
+        (b, c),
+    ];
+    let parents = [x, w, y, z, v, a, b];
+    assert_eq!(store.children(&parents).await.expect("children"), edges);
+    complete_taken(&store, "x", &[x], T0 + 1).await;
+    // A dies: B, C, E, H and G are cancelled because of it (C because of B), D is released. W
+    // dies next (H was cancelled already); Y, then Z, die: F is cancelled because of Y.
+    kill(&store, "a", &[a], T0 + 2).await;
+    kill(&store, "w", &[w], T0 + 3).await;
+    kill(&store, "y", &[y], T0 + 4).await;
+    kill(&store, "z", &[z], T0 + 5).await;
+    for (job, parent) in [(b, a), (c, b), (e, a), (h, a), (f, y), (g, a)] {
+        let reason = lost_parent_reason(parent);
+        assert_eq!(ended(&store, job).await, (LOST, Some(reason)), "job {job}");
+    }
+    assert_eq!(status(&store, d).await, Some(Status::Ready));
+
+    let replayed = replay(&store, &[a], T0 + 6).await;
+    assert_eq!(replayed.ids, [a]);
+    assert!(replayed.skipped.is_empty());
+    assert_eq!(status(&store, a).await, Some(Status::Ready));
+    for job in [b, c, e, g] {
+        let resumed = get(&store, job).await;
+        assert_eq!(resumed.state.status, Status::Waiting, "job {job}");
+        assert_eq!(resumed.state.finished_at_ms, None, "job {job}");
+        assert_eq!(resumed.state.dead_reason, None, "job {job}");
+    }
+    // D ran past A's death: left as it is. H waits for dead W too: still cancelled.
+    assert_eq!(status(&store, d).await, Some(Status::Ready));
+    assert_eq!(ended(&store, h).await, (LOST, Some(lost_parent_reason(a))));
+    // Replaying Z, which did not cancel F (Y did), leaves F cancelled.
+    assert_eq!(replay(&store, &[z], T0 + 7).await.ids, [z]);
+    assert_eq!(ended(&store, f).await, (LOST, Some(lost_parent_reason(y))));
+    // Nothing waits where it cannot be taken, and the edges are as they were.
+    let resumed = ["b", "c", "e", "h", "f", "g"];
+    assert!(take(&store, &resumed, 10, T0 + 7).await.is_empty());
+    assert_eq!(store.children(&parents).await.expect("children"), edges);
+
+    let store = reopen(backend, store, T0 + 8).await;
+    assert_eq!(status(&store, b).await, Some(Status::Waiting));
+    // A completes: B (waiting for A only) and E (X completed long ago) are released; C still
+    // waits for B, and G for V.
+    complete_taken(&store, "a", &[a], T0 + 9).await;
+    assert_eq!(status(&store, b).await, Some(Status::Ready));
+    assert_eq!(status(&store, e).await, Some(Status::Ready));
+    assert_eq!(status(&store, c).await, Some(Status::Waiting));
+    assert_eq!(status(&store, g).await, Some(Status::Waiting));
+    complete_taken(&store, "v", &[v], T0 + 9).await;
+    assert_eq!(status(&store, g).await, Some(Status::Ready));
+    assert_eq!(ended(&store, h).await, (LOST, Some(lost_parent_reason(a))));
+    complete_taken(&store, "b", &[b], T0 + 10).await;
+    assert_eq!(status(&store, c).await, Some(Status::Ready));
+    complete_taken(&store, "c", &[c], T0 + 11).await;
+    complete_taken(&store, "e", &[e], T0 + 11).await;
+
+    // A batch member cancelled because of its parent, resumed, is pending in its batch again.
+    let p = enqueue(&store, vec![job("p")], T0 + 12).await[0];
+    let new_batch = NewBatch {
+        description: None,
+        on_complete: None,
+        on_success: None,
+        queues: vec!["m".to_owned(), "n".to_owned()],
+    };
+    let (made, added) = store
+        .add_to_batch(
+            BatchTarget::New(Box::new(new_batch)),
+            vec![child("m", vec![After::Job(p)]), job("n")],
+            false,
+            current(&store).await,
+            T0 + 12,
+        )
+        .await
+        .expect("added");
+    let members: Vec<JobId> = added.into_iter().flatten().map(|m| m.id).collect();
+    let m = members[0];
+    assert_eq!(status(&store, m).await, Some(Status::Waiting));
+    kill(&store, "p", &[p], T0 + 13).await;
+    let counts = |batch: tenax_core::model::Batch| {
+        let counts = batch.counts;
+        (counts.total, counts.pending, counts.cancelled)
+    };
+    let batch = store.batch(made.id).await.expect("read").expect("stored");
+    assert_eq!(counts(batch), (2, 1, 1));
+    replay(&store, &[p], T0 + 14).await;
+    let resumed = get(&store, m).await;
+    assert_eq!(resumed.state.status, Status::Waiting);
+    assert_eq!(resumed.spec.batch, Some(made.id));
+    let batch = store.batch(made.id).await.expect("read").expect("stored");
+    assert_eq!(counts(batch), (2, 2, 0));
+    let store = reopen(backend, store, T0 + 15).await;
+    complete_taken(&store, "p", &[p], T0 + 16).await;
+    complete_taken(&store, "m", &members[..1], T0 + 17).await;
+    complete_taken(&store, "n", &members[1..], T0 + 17).await;
+    let closed = store.close_batch(made.id, T0 + 18).await.expect("closed");
+    assert_eq!(
+        (
+            closed.counts.pending,
+            closed.counts.completed,
+            closed.counts.cancelled
+        ),
+        (0, 2, 0)
+    );
+    close(store).await;
+}
+
+/// A replay that resumes a child and the end of the child's other parent, at the same moment:
+/// whichever comes first, the child counts that parent's end exactly once, so the replayed
+/// parent's completion releases it (it is never left waiting, nor released early).
+pub(crate) async fn a_parent_ending_while_a_replay_resumes_its_child_is_counted_once(
+    backend: &impl Backend,
+) {
+    let store = backend.open(T0).await;
+    const ROUNDS: usize = 12;
+    for round in 0..ROUNDS {
+        let now = T0 + 10 * round as u64;
+        // The other parent completes in half the rounds, and dies in the others.
+        let completes = round % 2 == 0;
+        let ids = enqueue(
+            &store,
+            vec![
+                job("lost"),
+                job("other"),
+                child("joined", vec![After::Earlier(0), After::Earlier(1)]),
+            ],
+            now,
+        )
+        .await;
+        let [lost, other, joined] = ids[..] else {
+            unreachable!("three jobs");
+        };
+        kill(&store, "lost", &[lost], now).await;
+        assert_eq!(status(&store, joined).await, Some(LOST), "round {round}");
+        let taken = take(&store, &["other"], 1, now + 1).await;
+        assert_eq!(taken_ids(&taken), [other], "round {round}");
+        let ending = {
+            let store = store.clone();
+            let ack = ack(&taken[0]);
+            tokio::spawn(async move {
+                if completes {
+                    for result in store
+                        .complete_plain(&[ack], true, now + 2)
+                        .await
+                        .expect("completed")
+                    {
+                        result.expect("lease valid");
+                    }
+                } else {
+                    store
+                        .fail_job(ack, now + 2, &dead(now + 2, "fatal"))
+                        .await
+                        .expect("failed");
+                }
+            })
+        };
+        assert_eq!(replay(&store, &[lost], now + 2).await.ids, [lost]);
+        ending.await.expect("joined");
+        if !completes {
+            // Resumed before the other parent died (and then cancelled because of it), or
+            // left cancelled because it was dead already.
+            assert_eq!(status(&store, joined).await, Some(LOST), "round {round}");
+            complete_taken(&store, "lost", &[lost], now + 3).await;
+            assert_eq!(status(&store, joined).await, Some(LOST), "round {round}");
+            continue;
+        }
+        assert_eq!(
+            status(&store, joined).await,
+            Some(Status::Waiting),
+            "round {round}"
+        );
+        complete_taken(&store, "lost", &[lost], now + 3).await;
+        assert_eq!(
+            status(&store, joined).await,
+            Some(Status::Ready),
+            "round {round}"
+        );
+        complete_taken(&store, "joined", &[joined], now + 4).await;
+    }
     close(store).await;
 }

@@ -108,6 +108,8 @@ conformance_suite! {
             a_child_enqueued_while_its_parent_ends_is_never_left_waiting,
             imported_waiting_jobs_wait_as_they_did,
             every_end_of_a_parent_settles_its_children,
+            a_replayed_parent_resumes_its_workflow,
+            a_parent_ending_while_a_replay_resumes_its_child_is_counted_once,
         ],
         job_upkeep: [
             expired_leases_go_to_the_decision,
