@@ -316,6 +316,8 @@ pub struct Counts {
     pub dead: u64,
     #[serde(default)]
     pub cancelled: u64,
+    /// Waiting for other jobs (its `after`); never a delivery.
+    #[serde(default)]
     pub waiting: u64,
 }
 

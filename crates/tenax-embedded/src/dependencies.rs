@@ -16,7 +16,7 @@
 //!   as a new job does: no worker can run a child whose parent's completion could still be
 //!   lost. A cancelled child changes at once (it will never run).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use tenax_core::clock::UnixMs;
 use tenax_core::model::dependency::{ChildMove, ParentEnd, child_move, lost_parent_reason};
@@ -46,7 +46,9 @@ struct Waiter {
 pub struct Dependencies {
     waiting: JobIdMap<Waiter>,
     /// Parents that have not ended → their waiting children.
-    children: JobIdMap<Vec<JobId>>,
+    /// A set: a child cancelled and then resumed by a replay waits again for a parent whose
+    /// set still names it, and must be counted once.
+    children: JobIdMap<BTreeSet<JobId>>,
     /// Parents that ended since the last [`settle`].
     ended: VecDeque<(JobId, ParentEnd)>,
     /// Staged children cancelled before their enqueue reached memory: the state `show` gives
@@ -93,7 +95,7 @@ impl Dependencies {
             },
         );
         for parent in unfinished {
-            self.children.entry(*parent).or_default().push(child);
+            self.children.entry(*parent).or_default().insert(child);
         }
     }
 
@@ -335,18 +337,20 @@ pub fn resume(index: &mut Index, parent: JobId, ops: &mut Vec<Op>) -> Vec<JobId>
         let Some(children) = index.deps.cancelled_by.remove(&parent) else {
             continue;
         };
-        let reason = lost_parent_reason(parent);
         for child in children {
             let Some(entry) = index.get(child) else {
                 continue;
             };
             let mut state = entry.state();
-            if state.status != CANCELLED || state.dead_reason.as_deref() != Some(reason.as_str()) {
-                continue;
-            }
             let Some((after, on_parent_dead)) = index.deps.cancelled_waits.remove(&child) else {
                 continue;
             };
+            // Still cancelled because a parent did not complete (that one, or another of its
+            // parents that blocked it since).
+            let named = |reason: &str| after.iter().any(|p| lost_parent_reason(*p) == reason);
+            if state.status != CANCELLED || !state.dead_reason.as_deref().is_some_and(named) {
+                continue;
+            }
             let status = |p: JobId| index.get(p).map(|e| e.status);
             let Ok((unfinished, lost)) = standing(&after, status, |_| true) else {
                 continue;

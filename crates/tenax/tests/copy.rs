@@ -457,7 +457,7 @@ fn assert_same(before: &Snapshot, after: &Snapshot, made: &Made) {
     assert_eq!(before.batches, after.batches);
     assert_eq!(
         before.batches["batches"][0]["counts"],
-        json!({"total": 2, "pending": 1, "completed": 1, "dead": 0, "deleted": 0}),
+        json!({"total": 2, "pending": 1, "completed": 1, "dead": 0, "deleted": 0, "cancelled": 0}),
         "{}",
         before.batches
     );
