@@ -316,7 +316,7 @@ pub struct Counts {
     pub dead: u64,
     #[serde(default)]
     pub cancelled: u64,
-    /// Waiting for other jobs (its `after`); never a delivery.
+    /// Waiting for other jobs (their `after`); never a delivery.
     #[serde(default)]
     pub waiting: u64,
 }

@@ -77,7 +77,7 @@ async fn create_show_list_update_and_delete() {
         "retryable_statuses": null, "max_concurrency": null,
         "auto_disable_after_ms": 5 * 24 * 3_600_000_u64, "retry_budget": null,
         "format": "tenax", "created_at": rfc3339(T0), "updated_at": rfc3339(T0), "health": created["health"],
-        "deliveries": {"scheduled": 0, "ready": 0, "in_flight": 0, "completed": 0, "dead": 0, "cancelled": 0},
+        "deliveries": {"scheduled": 0, "ready": 0, "in_flight": 0, "completed": 0, "dead": 0, "cancelled": 0, "waiting": 0},
     });
     assert_eq!(created, expected);
     // The secret is shown once, in the answer to the create; never again.

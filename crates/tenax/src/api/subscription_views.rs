@@ -55,6 +55,8 @@ pub struct DeliveryCounts {
     pub completed: u64,
     pub dead: u64,
     pub cancelled: u64,
+    /// Always 0 (a delivery waits for no job): every count of jobs by status has every status.
+    pub waiting: u64,
 }
 
 impl From<QueueCounts> for DeliveryCounts {
@@ -66,6 +68,7 @@ impl From<QueueCounts> for DeliveryCounts {
             completed: counts.completed,
             dead: counts.dead,
             cancelled: counts.cancelled,
+            waiting: counts.waiting,
         }
     }
 }
