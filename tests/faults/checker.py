@@ -85,7 +85,7 @@ def check_enqueues(ops: list[dict], final: dict, report: Report) -> None:
             continue
         if o["f"] == "enqueue":
             ids = [o["value"]["id"]]
-        elif o["f"] in ("enqueue-batch", "enqueue-workflow"):
+        elif o["f"] in ("enqueue-batch", "enqueue-workflow", "batch-create"):
             ids = o["value"]["ids"]
         elif o["f"] == "zaqar-post":
             ids = [o["value"]["id"]]
@@ -271,6 +271,36 @@ def check_workflows(ops: list[dict], by_job: dict[int, list[dict]], final: dict,
                 ended.append(f"job {child} was taken though its parents {lost} died")
     report.add("a job waiting for others runs only after they completed", checked, early)
     report.add("a workflow's jobs end as their parents allow", checked, ended)
+
+
+def check_callbacks(ops: list[dict], final: dict, report: Report) -> None:
+    """Each batch's `on_complete` callback is enqueued exactly once once its members have all
+    finished (and at most once for a batch whose creation's outcome is unknown); a callback
+    names a batch that was made."""
+    callbacks: dict[int, list[int]] = defaultdict(list)
+    for job in final["jobs"].get("cb", []):
+        batch = (job.get("payload") or {}).get("batch") or {}
+        callbacks[batch.get("id")].append(job["id"])
+    jobs = {j["id"]: j for q in final["jobs"].values() for j in q}
+    made = {o["value"]["batch"]: o for o in ops
+            if o["f"] == "batch-create" and o["ok"] is True}
+    violations, checked = [], 0
+    for batch, o in made.items():
+        checked += 1
+        members = [jobs.get(i) for i in o["value"]["ids"]]
+        finished = all(m is not None and m["status"] in ("completed", "dead", "cancelled")
+                       for m in members)
+        got = callbacks.get(batch, [])
+        if len(got) > 1:
+            violations.append(f"batch {batch}: {len(got)} callbacks ({got})")
+        elif finished and not got:
+            violations.append(f"batch {batch}: every member finished, and no callback")
+        elif not finished and got:
+            violations.append(f"batch {batch}: a callback ({got}) before every member finished")
+    for batch, got in callbacks.items():
+        if len(got) > 1 and batch not in made:
+            violations.append(f"batch {batch} (made with an unknown outcome): {len(got)} callbacks")
+    report.add("a batch's callback is enqueued exactly once", checked, violations)
 
 
 def max_overlap(intervals: list[tuple[float, float]]) -> tuple[int, float]:
@@ -510,6 +540,7 @@ def main(directory: str) -> int:
     check_leases(by_job, final, report)
     check_finished(final, setup, drained, report)
     check_workflows(ops, by_job, final, report)
+    check_callbacks(ops, final, report)
     check_concurrency(by_job, setup, report)
     check_rate(by_job, setup, report)
     check_schedule(final, report)

@@ -10,7 +10,7 @@ from typing import Any
 from .client import Client
 from .workload import ZAQAR_HEADERS, ZAQAR_QUEUE, Setup, retry_forever
 
-QUEUES = ["work", "uniq", "limited", "rated", "flow", "hooks", "ticks",
+QUEUES = ["work", "uniq", "limited", "rated", "flow", "bwork", "cb", "hooks", "ticks",
           f"{'p'}:{ZAQAR_QUEUE}"]
 
 

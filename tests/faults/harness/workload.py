@@ -3,7 +3,8 @@ it invokes, with its outcome, in the history.
 
 - producers enqueue jobs (one, a batch, with a unique key) into plain, limited and hooked
   queues, workflows (a batch whose jobs wait for each other: one, then three after it, then
-  one after those) and post Zaqar messages;
+  one after those), batches with a callback once their three jobs have finished, and post
+  Zaqar messages;
 - workers take (long polls), heartbeat, complete and fail jobs; some are slower than their
   lease, and some abandon a job;
 - Zaqar claimers claim messages, delete most of them, and release some claims;
@@ -39,7 +40,7 @@ class Setup:
     throttle_per_second: int = 20
     max_concurrency: int = 2
     work_queues: list[str] = field(
-        default_factory=lambda: ["work", "uniq", "limited", "rated", "flow"])
+        default_factory=lambda: ["work", "uniq", "limited", "rated", "flow", "bwork", "cb"])
     subscription: int | None = None
 
 
@@ -157,8 +158,9 @@ class Workload:
         client = Client(self.bases, rng)
         while self.producing.is_set():
             choice = rng.choices(
-                ["one", "unique", "batch", "limited", "rated", "hooks", "zaqar", "workflow"],
-                weights=[4, 2, 1, 1, 1, 1, 2, 1])[0]
+                ["one", "unique", "batch", "limited", "rated", "hooks", "zaqar", "workflow",
+                 "callbacks"],
+                weights=[4, 2, 1, 1, 1, 1, 2, 1, 1])[0]
             if choice == "rated" and not self.rated_allowed():
                 choice = "one"
             try:
@@ -168,6 +170,8 @@ class Workload:
                     self._batch(name, client)
                 elif choice == "workflow":
                     self._workflow(name, client)
+                elif choice == "callbacks":
+                    self._callbacks(name, client)
                 else:
                     self._enqueue(name, client, choice, rng)
             except Unanswered:
@@ -237,6 +241,28 @@ class Workload:
         else:
             value.update(status=status, error=answer)
         self.history.op(name, "enqueue-workflow", t0, outcome(status), value)
+
+    def _callbacks(self, name: str, client: Client) -> None:
+        """A batch of three jobs with an `on_complete` callback into queue `cb`."""
+        ns = [self.next_n() for _ in range(3)]
+        jobs = [{"queue": "bwork", "type": "member", "payload": {"n": n},
+                 "policy": {"type": "fixed", "delay": "200ms", "retry_limit": 20}} for n in ns]
+        t0 = time.time()
+        value: dict[str, Any] = {"ns": ns, "node": client.base}
+        try:
+            status, answer = client.request("POST", "/api/batches", {
+                "jobs": jobs,
+                "on_complete": {"queue": "cb", "type": "callback", "payload": {"ns": ns}},
+            })
+        except Unanswered as error:
+            self.history.op(name, "batch-create", t0, None, {**value, "error": str(error)})
+            raise
+        if status == 201:
+            value["batch"] = answer["batch"]["id"]
+            value["ids"] = [j["id"] for j in answer["jobs"]]
+        else:
+            value.update(status=status, error=answer)
+        self.history.op(name, "batch-create", t0, outcome(status), value)
 
     def _zaqar_post(self, name: str, client: Client) -> None:
         n = self.next_n()
