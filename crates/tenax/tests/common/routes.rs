@@ -55,6 +55,7 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("GET", "/api/jobs", Readers);
     add("GET", "/api/jobs/{id}", Readers);
     add("DELETE", "/api/jobs/{id}", Admins);
+    add("GET", "/api/workflows/{id}", Readers);
     add("POST", "/api/jobs/{id}/cancel", Admins);
     add("POST", "/api/jobs/cancel", Admins);
     add("GET", "/api/stats", Readers);
