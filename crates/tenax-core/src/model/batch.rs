@@ -311,7 +311,7 @@ mod tests {
         assert_eq!(jobs[0].0, Callback::Complete);
         assert_eq!(
             jobs[0].1.payload.get(),
-            r#"{"batch":{"id":7,"description":"d","total":2,"completed":1,"dead":1,"deleted":0,"succeeded":false},"payload":{"n":1}}"#
+            r#"{"batch":{"id":7,"description":"d","total":2,"completed":1,"dead":1,"deleted":0,"cancelled":0,"succeeded":false},"payload":{"n":1}}"#
         );
         batch.counts.reopen(Outcome::Dead);
         batch.counts.finish(Outcome::Completed);
