@@ -15,6 +15,9 @@
 //! - A released child becomes visible (ready) only once the commit that released it is durable,
 //!   as a new job does: no worker can run a child whose parent's completion could still be
 //!   lost. A cancelled child changes at once (it will never run).
+//! - A job cancelled because a parent did not complete is remembered under that parent
+//!   (`cancelled_by`, found again at open by its `dead_reason`), so that the parent's replay
+//!   resumes it ([`resume`], in the replay's commit).
 
 use std::collections::{BTreeSet, VecDeque};
 
