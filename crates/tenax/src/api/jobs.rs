@@ -259,7 +259,7 @@ pub(super) fn enqueued_view(e: &Enqueued) -> EnqueuedView {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-struct BatchView {
+struct EnqueuedJobsView {
     jobs: Vec<EnqueuedView>,
 }
 
@@ -327,13 +327,13 @@ async fn enqueue_one(
 
 /// Enqueues jobs atomically: one bad job refuses them all and nothing is stored.
 #[utoipa::path(post, path = "/jobs/batch", operation_id = "enqueue_jobs", tag = "jobs", request_body = BatchRequest, responses(
-    (status = 201, description = "Every job, in request order", body = BatchView),
+    (status = 201, description = "Every job, in request order", body = EnqueuedJobsView),
     Conflict, Refusals))]
 async fn enqueue_batch(
     State(state): State<AppState>,
     headers: HeaderMap,
     JsonBody(request): JsonBody<BatchRequest>,
-) -> Result<(StatusCode, Json<BatchView>), ApiError> {
+) -> Result<(StatusCode, Json<EnqueuedJobsView>), ApiError> {
     if request.jobs.is_empty() {
         return Err(ApiError::invalid("jobs", "must hold at least one job"));
     }
@@ -406,7 +406,7 @@ async fn enqueue_batch(
         }
     }
     let jobs = views.into_iter().flatten().collect();
-    Ok((StatusCode::CREATED, Json(BatchView { jobs })))
+    Ok((StatusCode::CREATED, Json(EnqueuedJobsView { jobs })))
 }
 
 /// The request's `traceparent` header (W3C trace context), checked: the trace of every job the
