@@ -8,8 +8,9 @@
 //! request that ended the member carries ([`EmbeddedStore::commit`]): the member's end, its
 //! count and the callbacks are one commit, so a crash keeps all or none of them.
 
-use async_trait::async_trait;
 use std::collections::HashSet;
+
+use async_trait::async_trait;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::batch::Callback;
 use tenax_core::model::{

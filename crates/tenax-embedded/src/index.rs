@@ -18,9 +18,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
 use std::sync::Arc;
-use tenax_core::model::StatusSlots;
 
 use tenax_core::clock::UnixMs;
+use tenax_core::model::StatusSlots;
 use tenax_core::model::dependency::ParentEnd;
 use tenax_core::model::{ClaimId, JobId, JobState, LeaseToken, Order, Status, Trigger};
 use tenax_policy::RetryPolicy;

@@ -2,10 +2,10 @@
 //! tables through the `tenax_all_jobs` view.
 
 use std::collections::HashMap;
-use tenax_core::model::StatusSlots;
 
 use async_trait::async_trait;
 use tenax_core::clock::UnixMs;
+use tenax_core::model::StatusSlots;
 use tenax_core::model::{
     Attempt, Backlog, Job, JobFilter, JobId, JobPeek, Order, Page, QueueCounts, Searched, Status,
     TextQuery,

@@ -7,11 +7,11 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tenax_core::model::StatusSlots;
 
 use anyhow::Context as _;
 pub use copy::{Copied, Tally};
 use tenax_core::model::JobId;
+use tenax_core::model::StatusSlots;
 use tenax_core::model::backup::BackupManifest;
 use tenax_core::secrets::{Keyring, SECRETS_KEY_FILE};
 use tenax_core::store::{

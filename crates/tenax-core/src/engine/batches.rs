@@ -3,11 +3,10 @@
 //! callbacks' policies before the store sees them.
 
 use super::jobs::Enqueue;
+use super::jobs::FACTS_ATTEMPTS;
 use super::{Engine, EngineError};
 use crate::model::{Batch, BatchId, Enqueued, JobTemplate, NewBatch, StoredPolicy};
 use crate::store::{BatchTarget, StoreError};
-
-use super::jobs::FACTS_ATTEMPTS;
 
 /// A callback as asked for: a job template (its retry limit not yet resolved).
 pub type CallbackSpec = Enqueue;

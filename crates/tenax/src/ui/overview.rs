@@ -3,7 +3,6 @@
 //! the queues whose next job has waited longest.
 
 use std::collections::HashSet;
-use tenax_core::model::StatusSlots;
 
 use axum::Extension;
 use axum::extract::State;
@@ -11,6 +10,7 @@ use axum::response::Response;
 use maud::html;
 use tenax_core::auth::Capability;
 use tenax_core::engine::activity::MINUTES;
+use tenax_core::model::StatusSlots;
 use tenax_core::model::activity::{Counts, Minute};
 use tenax_core::model::subscription::{is_internal_queue, subscription_of_queue};
 use tenax_core::model::{QueueCounts, Status, SubscriptionId};
