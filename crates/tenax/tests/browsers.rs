@@ -321,10 +321,7 @@ async fn chosen_origins_and_hosts_are_let_through() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_needs_tokens_checks_names_only_when_told_and_metrics_always() {
     let admin = "browser-test-admin-token-0123456789abcdef";
-    let metrics_port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-        probe.local_addr().expect("an address").port()
-    };
+    let metrics_port = common::ports::spare_port();
     let metrics_at = format!("127.0.0.1:{metrics_port}");
     let server = TestServer::start(Options::manual().flags(&[
         "--auth",

@@ -2,6 +2,9 @@
 //! jobs, dead jobs, stats, queues, schedules, subscriptions, deliveries and tokens; `--format
 //! json` prints what the API answers; bad input exits with status 2 and names the field.
 
+#[path = "common/ports.rs"]
+mod ports;
+
 use std::io::BufRead as _;
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
@@ -30,10 +33,7 @@ fn start() -> Server {
 /// A server with extra environment variables and its standard error sent to `stderr`.
 fn start_with(env: &[(&str, &str)], stderr: Stdio) -> Server {
     let dir = tempfile::tempdir().expect("temp dir");
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = ports::spare_port();
     let child = Command::new(BIN)
         .args([
             "serve",
@@ -941,10 +941,7 @@ fn listen_receives_deliveries_and_checks_their_signatures() {
         &[("TENAX_ALLOW_PRIVATE_ENDPOINTS", "true")],
         Stdio::inherit(),
     );
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = ports::spare_port();
     let mut listen = Command::new(BIN)
         .args(["listen", "--port", &port.to_string(), "--fail-first", "1"])
         .args(["--secret", SECRET])

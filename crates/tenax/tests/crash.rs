@@ -34,7 +34,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -43,6 +42,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
+#[path = "common/ports.rs"]
+mod ports;
 #[allow(dead_code)]
 #[path = "common/receiver.rs"]
 mod receiver;
@@ -129,10 +130,9 @@ async fn get(client: &reqwest::Client, url: &str) -> Result<(u16, Value), String
     Ok((status, body))
 }
 
-/// A loopback port that was free a moment ago.
+/// A loopback port that was free a moment ago, below the ephemeral range (`common::ports`).
 fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("binding a loopback port");
-    listener.local_addr().expect("local address").port()
+    ports::spare_port()
 }
 
 /// The running binary. Dropping it kills the process (also when a check panics).

@@ -43,10 +43,7 @@ async fn a_proxy_in_the_environment_is_never_used() {
     let proxy = Receiver::start(Vec::new(), Reply::ok()).await;
     let proxy_url = proxy.url("");
     let dir = tempfile::tempdir().expect("a directory");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a port")
-        .port();
+    let port = common::ports::spare_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_tenax"))
         .arg("serve")
         .args(["--listen", &format!("127.0.0.1:{port}")])

@@ -1,7 +1,9 @@
 //! `tenax health` against a real server: `ok` and exit 0 while it runs, exit 1 once it is gone
 //! (the container image's HEALTHCHECK runs it).
 
-use std::net::TcpListener;
+#[path = "common/ports.rs"]
+mod ports;
+
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -18,10 +20,7 @@ fn health(url: &str) -> Output {
 #[test]
 fn health_says_ok_while_the_server_runs_and_fails_once_it_is_gone() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = ports::spare_port();
     let url = format!("http://127.0.0.1:{port}");
     let mut child = Command::new(BIN)
         .args([

@@ -10,6 +10,8 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
+#[path = "common/ports.rs"]
+mod ports;
 #[allow(dead_code)]
 #[path = "common/receiver.rs"]
 mod receiver;
@@ -38,10 +40,7 @@ impl Served {
     async fn start(format: &str, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
-        let port = {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            probe.local_addr().unwrap().port()
-        };
+        let port = ports::spare_port();
         // Everything that can fail comes before the spawn: from there on, `Served` owns the
         // process and kills it when dropped, whatever panics.
         let http = tenax_net::http::client_builder().build().unwrap();

@@ -469,10 +469,7 @@ async fn label_values_are_bounded() {
 #[tokio::test]
 async fn metrics_need_a_reader_token_or_their_own_listener() {
     let admin = "metrics-test-admin-token-0123456789abcdef";
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        probe.local_addr().unwrap().port()
-    };
+    let port = common::ports::spare_port();
     let metrics_at = format!("127.0.0.1:{port}");
     let server = TestServer::start(Options::manual().flags(&[
         "--auth",

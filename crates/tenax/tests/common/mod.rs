@@ -12,6 +12,7 @@
 // Each test binary uses a different subset of the helpers.
 #![allow(dead_code)]
 
+pub mod ports;
 pub mod postgres;
 
 use std::collections::HashMap;
