@@ -158,27 +158,7 @@ async fn callback(
         return Ok(None);
     };
     let now = state.engine.now_ms();
-    let enqueue = to_enqueue(
-        EnqueueRequest {
-            queue: template.queue,
-            kind: template.kind,
-            payload: template.payload,
-            priority: template.priority,
-            run_at: None,
-            delay: None,
-            policy: template.policy,
-            retry_limit: template.retry_limit,
-            unique_key: None,
-            on_duplicate: None,
-            traceparent: None,
-            after: None,
-            on_parent_dead: None,
-            step: None,
-        },
-        field,
-        now,
-        &state.limits,
-    )?;
+    let enqueue = to_enqueue(template.into_request(), field, now, &state.limits)?;
     // The store wraps the payload with the counts as the batch finishes: it cannot seal it.
     let config = state.engine.queue(&enqueue.job.queue).await?;
     if config.is_some_and(|c| c.encrypt_payloads) {

@@ -88,6 +88,29 @@ pub(crate) struct TemplateRequest {
     pub(crate) retry_limit: Option<u32>,
 }
 
+impl TemplateRequest {
+    /// The enqueue this template makes (a schedule's tick, a batch's callback), for the checks
+    /// of [`to_enqueue`] and the job they give: a job of its own, now, waiting for none.
+    pub(crate) fn into_request(self) -> EnqueueRequest {
+        EnqueueRequest {
+            queue: self.queue,
+            kind: self.kind,
+            payload: self.payload,
+            priority: self.priority,
+            run_at: None,
+            delay: None,
+            policy: self.policy,
+            retry_limit: self.retry_limit,
+            unique_key: None,
+            on_duplicate: None,
+            traceparent: None,
+            after: None,
+            on_parent_dead: None,
+            step: None,
+        }
+    }
+}
+
 /// A schedule: its definition, its next ticks, and what its ticks did.
 #[derive(Debug, Serialize, ToSchema)]
 struct ScheduleView {
@@ -269,27 +292,7 @@ pub fn schedule_spec(
     }
     let template = request.job;
     // The rules of an enqueue, so that every tick's job can be enqueued.
-    let enqueue = to_enqueue(
-        EnqueueRequest {
-            queue: template.queue,
-            kind: template.kind,
-            payload: template.payload,
-            priority: template.priority,
-            run_at: None,
-            delay: None,
-            policy: template.policy,
-            retry_limit: template.retry_limit,
-            unique_key: None,
-            on_duplicate: None,
-            traceparent: None,
-            after: None,
-            on_parent_dead: None,
-            step: None,
-        },
-        "job",
-        now_ms,
-        limits,
-    )?;
+    let enqueue = to_enqueue(template.into_request(), "job", now_ms, limits)?;
     let job = enqueue.job;
     let spec = ScheduleSpec {
         name: name.to_owned(),
