@@ -140,11 +140,6 @@ impl Dependencies {
         }
         self.cancelled.remove(&child)
     }
-
-    /// How many jobs wait.
-    pub fn waiting(&self) -> usize {
-        self.waiting.len()
-    }
 }
 
 /// What a [`settle`] did: the children it released, with their new states, to show once the
