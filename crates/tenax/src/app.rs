@@ -36,7 +36,7 @@ pub fn router(state: AppState, ui_keys: Arc<UiKeys>) -> Router {
             Arc::new(guard::Guard {
                 limits: state.limits.clone(),
                 metrics: state.engine.metrics.clone(),
-                log_requests: state.log_requests,
+                request_log: state.request_log.clone(),
                 tracing: state.engine.tracing.clone(),
                 browser: state.browser.clone(),
             }),

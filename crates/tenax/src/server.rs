@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tenax_core::clock::Clock;
@@ -13,6 +14,7 @@ use tenax_policy::spelling::native;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::api::request_log::RequestLog;
 use crate::api::zaqar::signed::{self, SigningKey};
 use crate::api::{self, AppState, Limits};
 use crate::config::Config;
@@ -88,18 +90,23 @@ pub async fn run_with_signals(
     let deliveries = Arc::new(Deliveries::new(config.delivery.clone()).with_signals(signals));
     let delivering = tokio::spawn(delivery::run(engine.clone(), deliveries.clone(), stopped));
 
+    let request_log = if config.log_requests {
+        Some(RequestLog::start().context("starting the request log's thread")?)
+    } else {
+        None
+    };
     let state = AppState {
         engine: engine.clone(),
         limits: Arc::new(Limits {
             max_request_bytes: config.max_request_bytes,
-            request_timeout: std::time::Duration::from_millis(config.request_timeout_ms),
+            request_timeout: Duration::from_millis(config.request_timeout_ms),
             max_payload_bytes: config.max_payload_bytes,
             default_lease_ms: config.default_lease_ms,
             max_lease_ms: config.max_lease_ms,
         }),
         deliveries,
         auth_required: config.auth,
-        log_requests: config.log_requests,
+        request_log: request_log.clone(),
         browser: Arc::new(crate::api::browser::BrowserPolicy {
             // A server that needs no token is what DNS rebinding reaches for.
             check_host: !config.auth || !config.allowed_hosts.is_empty(),
@@ -122,10 +129,10 @@ pub async fn run_with_signals(
             let bound = metrics_listener.local_addr().unwrap_or(at);
             // Scrapers are few: a small table, half of it for any one address.
             let limits = ConnectionLimits {
-                header_read_timeout: std::time::Duration::from_millis(
+                header_read_timeout: Duration::from_millis(
                     config.header_read_timeout_ms,
                 ),
-                idle_timeout: std::time::Duration::from_millis(config.idle_timeout_ms),
+                idle_timeout: Duration::from_millis(config.idle_timeout_ms),
                 max_connections: 64,
                 max_connections_per_address: 32,
                 tls: None,
@@ -168,8 +175,8 @@ pub async fn run_with_signals(
         None => None,
     };
     let limits = ConnectionLimits {
-        header_read_timeout: std::time::Duration::from_millis(config.header_read_timeout_ms),
-        idle_timeout: std::time::Duration::from_millis(config.idle_timeout_ms),
+        header_read_timeout: Duration::from_millis(config.header_read_timeout_ms),
+        idle_timeout: Duration::from_millis(config.idle_timeout_ms),
         max_connections: config.max_connections,
         max_connections_per_address: config.max_connections_per_address,
         tls,
@@ -210,6 +217,10 @@ pub async fn run_with_signals(
     // Every request has finished (a stream still noticing the shutdown gets refusals from
     // here on): flush what is pending, and stop.
     engine.close().await;
+    if let Some(log) = request_log {
+        // The last requests' lines; blocking, so off the runtime's threads.
+        let _ = tokio::task::spawn_blocking(move || log.flush(Duration::from_secs(1))).await;
+    }
     if let Some(spans) = spans {
         // Exports the spans still waiting; blocking, so off the runtime's threads.
         let _ = tokio::task::spawn_blocking(move || spans.shutdown()).await;

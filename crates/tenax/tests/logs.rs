@@ -318,3 +318,86 @@ async fn request_lines_can_be_turned_off() {
         "{text}"
     );
 }
+
+/// Request lines are written by a thread of their own: every answered request still has its
+/// line, and the lines of requests answered as the server stops (long polls, which the stop
+/// ends) are in the log before the server says goodbye.
+#[tokio::test]
+async fn every_request_has_its_line_before_the_server_exits() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let mut served = Served::start("json", &[]).await;
+    let enqueues = 200;
+    let posting = (0..enqueues).map(|n| {
+        let served = &served;
+        async move {
+            served
+                .post(
+                    "/api/jobs",
+                    json!({"queue": "q", "type": "t", "payload": {"n": n}}),
+                )
+                .await;
+        }
+    });
+    futures_util::future::join_all(posting).await;
+    // Long polls on an empty queue, answered only by the stop.
+    let polls = 8;
+    let polling: Vec<_> = (0..polls)
+        .map(|n| {
+            served
+                .http
+                .post(served.url("/api/take"))
+                .json(&json!({"queues": ["empty"], "wait": "30s", "worker": format!("poll-{n}")}))
+                .send()
+        })
+        .collect();
+    let polling = tokio::spawn(futures_util::future::join_all(polling));
+    // The server shows a taking worker as its take starts to wait.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let cluster: Value = served
+            .http
+            .get(served.url("/api/cluster"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if cluster["servers"][0]["workers"].as_array().map_or(0, Vec::len) == polls {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the polls never waited: {cluster}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = Pid::from_raw(i32::try_from(served.child.id()).unwrap());
+    kill(pid, Signal::SIGTERM).unwrap();
+    let answered = polling.await.unwrap();
+    assert!(answered.iter().all(Result::is_ok), "{answered:?}");
+    let deadline = Instant::now() + PATIENCE;
+    while served.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "no exit:\n{}", served.text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let text = served.text();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let bye = lines
+        .iter()
+        .position(|l| l["fields"]["message"] == "store flushed; bye")
+        .unwrap_or_else(|| panic!("no goodbye:\n{text}"));
+    for (route, count) in [("/api/jobs", enqueues), ("/api/take", polls)] {
+        let at: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l["fields"]["message"] == "request" && l["fields"]["route"] == route)
+            .map(|(at, _)| at)
+            .collect();
+        assert_eq!(at.len(), count, "{route}:\n{text}");
+        assert!(at.iter().all(|&at| at < bye), "{route}:\n{text}");
+    }
+}

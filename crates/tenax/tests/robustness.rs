@@ -390,7 +390,7 @@ async fn a_panicking_handler_answers_500_with_a_request_id() {
             Arc::new(tenax::api::guard::Guard {
                 limits,
                 metrics: Arc::new(tenax_core::metrics::Metrics::default()),
-                log_requests: true,
+                request_log: Some(tenax::api::request_log::RequestLog::start().unwrap()),
                 tracing: None,
                 browser: Arc::default(),
             }),

@@ -39,6 +39,8 @@ use tenax_core::metrics::http::UNMATCHED;
 use tenax_core::otel::request::RequestSpan;
 use tracing::Instrument as _;
 
+use super::request_log::RequestLog;
+
 use super::Limits;
 use super::browser::{BrowserPolicy, Verdict};
 use super::error::ApiError;
@@ -102,8 +104,8 @@ impl Shape {
 pub struct Guard {
     pub limits: Arc<Limits>,
     pub metrics: Arc<Metrics>,
-    /// Log one line per request at info.
-    pub log_requests: bool,
+    /// Where each request's line goes (`None`: `--log-requests false`).
+    pub request_log: Option<RequestLog>,
     /// The spans, when tracing is on.
     pub tracing: Option<Arc<tenax_core::otel::Tracing>>,
     /// What a browser may send ([`super::browser`]).
@@ -136,17 +138,15 @@ pub async fn guard(State(guard): State<Arc<Guard>>, request: Request, next: Next
         response.headers_mut().insert(REQUEST_ID, value);
     }
     let elapsed = started.elapsed();
-    let route = response.extensions().get::<MatchedPath>();
-    let route = route.map_or(UNMATCHED, MatchedPath::as_str);
+    let matched = response.extensions().get::<MatchedPath>();
+    let route = matched.map_or(UNMATCHED, MatchedPath::as_str);
     let status = response.status().as_u16();
     guard.metrics.http.answered(&method, route, status, elapsed);
     if let Some(request_span) = request_span {
         request_span.end(&method, route, status);
     }
-    if guard.log_requests {
-        // Microseconds as a number of milliseconds with three decimals, in both formats.
-        let latency_ms = (elapsed.as_secs_f64() * 1_000_000.0).round() / 1_000.0;
-        tracing::info!(%method, %route, status, latency_ms, request_id = %id, "request");
+    if let Some(log) = &guard.request_log {
+        log.record(method, matched.cloned(), status, elapsed, id);
     }
     response
 }

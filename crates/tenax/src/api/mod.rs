@@ -21,6 +21,7 @@ pub mod openapi;
 mod policy;
 pub mod queues;
 pub mod request_id;
+pub mod request_log;
 pub mod schedules;
 mod scope;
 mod scrape;
@@ -64,8 +65,9 @@ pub struct AppState {
     pub deliveries: Arc<Deliveries>,
     /// Whether requests need an API token.
     pub auth_required: bool,
-    /// Log one line per request at info.
-    pub log_requests: bool,
+    /// One line per request at info, written off the request's thread; `None` with
+    /// `--log-requests false`.
+    pub request_log: Option<request_log::RequestLog>,
     /// What a browser may send ([`browser`]).
     pub browser: Arc<browser::BrowserPolicy>,
     /// The key of Zaqar's pre-signed URLs ([`zaqar::signed`]).

@@ -16,7 +16,7 @@ pub fn run(args: ServeArgs) -> Result<(), CliError> {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(crate::api::request_log::LogWriter);
     match args.log_format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
