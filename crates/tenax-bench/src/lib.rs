@@ -11,6 +11,7 @@
 mod dag;
 mod deliveries;
 mod enqueue;
+mod fanout;
 mod floor;
 mod lane;
 mod memory;
@@ -34,6 +35,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+pub use self::fanout::{FanoutCase, SIZES as FANOUT_SIZES};
 pub use self::floor::{FloorReport, TARGET_SHARE};
 pub use self::memory::{ProcMemory, parse_proc_status};
 pub use self::report::{
@@ -114,6 +116,11 @@ pub enum Scenario {
     #[value(name = "deliveries-flaky")]
     #[serde(rename = "deliveries-flaky")]
     DeliveriesFlaky,
+    /// Webhook deliveries at 1, 100 and 10 000 subscriptions, each without and with one slow
+    /// endpoint: burst deliveries/s and the healthy endpoints' latency at a steady rate.
+    #[value(name = "deliveries-fanout")]
+    #[serde(rename = "deliveries-fanout")]
+    DeliveriesFanout,
     /// Zaqar v2: one message per `POST /v2/queues/{q}/messages`, 8 connections.
     #[value(name = "zaqar-post-1")]
     #[serde(rename = "zaqar-post-1")]
@@ -181,6 +188,7 @@ impl Scenario {
             Self::Floor => "floor",
             Self::Deliveries => "deliveries",
             Self::DeliveriesFlaky => "deliveries-flaky",
+            Self::DeliveriesFanout => "deliveries-fanout",
             Self::ZaqarPost1 => "zaqar-post-1",
             Self::ZaqarPost10 => "zaqar-post-10",
             Self::ZaqarClaimDelete => "zaqar-claim-delete",
@@ -211,6 +219,8 @@ impl Scenario {
             | Self::Promotion
             | Self::Memory => 200_000,
             Self::Deliveries | Self::DeliveriesFlaky => 100_000,
+            // Deliveries per phase, at each size.
+            Self::DeliveriesFanout => 20_000,
             // 500 workflows, each phase.
             Self::Dag => 51_000,
             Self::ZaqarPost1 => 20_000,
@@ -256,6 +266,9 @@ pub struct BenchConfig {
     /// A second server, started with `--durability relaxed`: `floor` runs `enqueue-8` against
     /// it too, for durable `enqueue-8`'s share of it.
     pub relaxed_url: Option<String>,
+    /// The sizes `deliveries-fanout` subscribes, one after the other ([`fanout::SIZES`] by
+    /// default).
+    pub fanout_sizes: Vec<usize>,
 }
 
 /// The whole run.
@@ -284,6 +297,9 @@ pub struct ScenarioReport {
     /// `floor`'s figures.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub floor: Option<FloorReport>,
+    /// `deliveries-fanout`'s figures, one per size and slow endpoint or not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fanout: Option<Vec<FanoutCase>>,
     /// Why the scenario did not run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
@@ -408,6 +424,7 @@ async fn run_scenario(ctx: &Ctx, scenario: Scenario) -> anyhow::Result<ScenarioR
         Scenario::Floor => floor::run(ctx).await,
         Scenario::Deliveries => deliveries::run(ctx, false).await,
         Scenario::DeliveriesFlaky => deliveries::run(ctx, true).await,
+        Scenario::DeliveriesFanout => fanout::run(ctx).await,
         Scenario::ZaqarPost1 => zaqar::post_scenario(ctx, 1).await,
         Scenario::ZaqarPost10 => zaqar::post_scenario(ctx, 10).await,
         Scenario::ZaqarClaimDelete => zaqar::claim_delete(ctx).await,

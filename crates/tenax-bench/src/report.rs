@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{BenchReport, FloorReport, ScenarioReport};
+use super::{BenchReport, FanoutCase, FloorReport, ScenarioReport};
 
 /// `1234567` → `1,234,567`.
 pub fn format_count(n: u64) -> String {
@@ -136,7 +136,7 @@ fn rows(scenario: &ScenarioReport) -> Vec<Vec<String>> {
         return vec![row];
     }
     let mut rows = Vec::new();
-    let rate = if scenario.floor.is_some() {
+    let rate = if scenario.floor.is_some() || scenario.fanout.is_some() {
         // Several loads, each with its own rate: the floor table below.
         "below".to_owned()
     } else {
@@ -210,11 +210,53 @@ pub fn table(report: &BenchReport) -> String {
         out.push('\n');
         out.push_str(&floor_table(floor));
     }
+    for cases in report.scenarios.iter().filter_map(|s| s.fanout.as_ref()) {
+        out.push('\n');
+        out.push_str(&fanout_table(cases));
+    }
     if !notes.is_empty() {
         out.push_str("\nnotes:\n");
         out.push_str(&notes);
     }
     out
+}
+
+/// `deliveries-fanout`'s own table: per size, without and with the slow endpoint, the burst's
+/// rate and the paced latencies, with the p99's change the slow endpoint made.
+pub fn fanout_table(cases: &[FanoutCase]) -> String {
+    let columns = [
+        ("subscriptions", Align::Right),
+        ("extra endpoint", Align::Left),
+        ("burst deliveries/s", Align::Right),
+        ("paced p50", Align::Right),
+        ("paced p99", Align::Right),
+        ("p99, slow against spare", Align::Right),
+    ];
+    let rows: Vec<Vec<String>> = cases
+        .iter()
+        .map(|case| {
+            let without = cases
+                .iter()
+                .find(|c| c.subscriptions == case.subscriptions && !c.slow_endpoint);
+            let change = match without {
+                Some(without) if case.slow_endpoint && without.paced_latency.p99_us > 0 => {
+                    let ratio =
+                        case.paced_latency.p99_us as f64 / without.paced_latency.p99_us as f64;
+                    format!("{:+.1} %", (ratio - 1.0) * 100.0)
+                }
+                _ => String::new(),
+            };
+            vec![
+                format_count(case.subscriptions as u64),
+                if case.slow_endpoint { "slow" } else { "spare" }.to_owned(),
+                format_rate(case.burst_per_sec),
+                format_micros(case.paced_latency.p50_us),
+                format_micros(case.paced_latency.p99_us),
+                change,
+            ]
+        })
+        .collect();
+    render_table(&columns, &rows)
 }
 
 /// `floor`'s own table: the floor's parts, the loads, and the shares against the target.

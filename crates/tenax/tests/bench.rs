@@ -31,6 +31,7 @@ fn config(server: &TestServer, scenarios: Vec<Scenario>, token: Option<&str>) ->
         encrypt_payloads: false,
         data_dir: std::env::temp_dir(),
         relaxed_url: None,
+        fanout_sizes: tenax_bench::FANOUT_SIZES.to_vec(),
     }
 }
 
@@ -213,4 +214,55 @@ async fn floor_measures_the_round_trips_the_sync_and_both_shares() {
         "{table}"
     );
     assert!(table.contains("% of relaxed"), "{table}");
+}
+
+/// `deliveries-fanout`: each size without and with the slow endpoint, the healthy receivers
+/// counting exactly their own deliveries (not the spare's nor the slow one's), and every bench
+/// subscription removed afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_fanout_counts_the_healthy_deliveries_of_each_size() {
+    let server = TestServer::start(Options::system().flags(&["--allow-private-endpoints"])).await;
+    let config = BenchConfig {
+        jobs: Some(30),
+        fanout_sizes: vec![1, 3],
+        ..config(&server, vec![Scenario::DeliveriesFanout], None)
+    };
+    let report = tenax_bench::run(&config).await.expect("the bench runs");
+    let fanout = scenario(&report, "deliveries-fanout");
+    assert_eq!(fanout.error, None);
+    let cases = fanout.fanout.as_ref().expect("the fanout's figures");
+    let shape: Vec<(usize, bool, u64, u64)> = cases
+        .iter()
+        .map(|c| {
+            (
+                c.subscriptions,
+                c.slow_endpoint,
+                c.burst_deliveries,
+                c.paced_latency.count,
+            )
+        })
+        .collect();
+    // 30 messages to one subscription, 10 to each of three.
+    assert_eq!(
+        shape,
+        [
+            (1, false, 30, 30),
+            (1, true, 30, 30),
+            (3, false, 30, 30),
+            (3, true, 30, 30)
+        ]
+    );
+    assert!(cases.iter().all(|c| c.burst_per_sec > 0.0));
+    for size in [1, 3] {
+        let listed = server
+            .api
+            .get(&format!(
+                "/api/queues/{}-{size}/subscriptions",
+                fanout.queue
+            ))
+            .await;
+        assert_eq!(listed["subscriptions"], serde_json::json!([]), "{listed}");
+    }
+    let table = tenax_bench::table(&report);
+    assert!(table.contains("p99, slow against spare"), "{table}");
 }

@@ -58,6 +58,10 @@ pub struct BenchArgs {
     /// share of it.
     #[arg(long)]
     pub relaxed_url: Option<String>,
+    /// The subscriptions the deliveries-fanout scenario puts on its queue, one size after the
+    /// other.
+    #[arg(long, value_delimiter = ',', default_values_t = tenax_bench::FANOUT_SIZES)]
+    pub subscriptions: Vec<usize>,
     /// Print the results as JSON on stdout (the table then goes to stderr).
     #[arg(long)]
     pub json: bool,
@@ -74,6 +78,11 @@ fn lead(text: &str) -> Result<u64, String> {
 }
 
 pub fn run(args: BenchArgs) -> Result<(), CliError> {
+    if args.subscriptions.contains(&0) {
+        return Err(CliError::Invalid(
+            "--subscriptions: each size must be at least 1".into(),
+        ));
+    }
     if args.workers == 0 {
         return Err(CliError::Invalid("--workers: must be at least 1".into()));
     }
@@ -100,6 +109,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         encrypt_payloads: args.encrypt_payloads,
         data_dir: args.data_dir,
         relaxed_url: args.relaxed_url,
+        fanout_sizes: args.subscriptions,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
