@@ -129,9 +129,7 @@ pub async fn run_with_signals(
             let bound = metrics_listener.local_addr().unwrap_or(at);
             // Scrapers are few: a small table, half of it for any one address.
             let limits = ConnectionLimits {
-                header_read_timeout: Duration::from_millis(
-                    config.header_read_timeout_ms,
-                ),
+                header_read_timeout: Duration::from_millis(config.header_read_timeout_ms),
                 idle_timeout: Duration::from_millis(config.idle_timeout_ms),
                 max_connections: 64,
                 max_connections_per_address: 32,

@@ -365,10 +365,17 @@ async fn every_request_has_its_line_before_the_server_exits() {
             .json()
             .await
             .unwrap();
-        if cluster["servers"][0]["workers"].as_array().map_or(0, Vec::len) == polls {
+        if cluster["servers"][0]["workers"]
+            .as_array()
+            .map_or(0, Vec::len)
+            == polls
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "the polls never waited: {cluster}");
+        assert!(
+            Instant::now() < deadline,
+            "the polls never waited: {cluster}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let pid = Pid::from_raw(i32::try_from(served.child.id()).unwrap());

@@ -39,12 +39,11 @@ use tenax_core::metrics::http::UNMATCHED;
 use tenax_core::otel::request::RequestSpan;
 use tracing::Instrument as _;
 
-use super::request_log::RequestLog;
-
 use super::Limits;
 use super::browser::{BrowserPolicy, Verdict};
 use super::error::ApiError;
 use super::request_id::{self, REQUEST_ID};
+use super::request_log::RequestLog;
 use super::zaqar::error::ZaqarError;
 
 /// Which error shape a path's answers use.
