@@ -4,11 +4,12 @@
 //!
 //! For each size (`--subscriptions`, [`SIZES`] by default), a queue of its own gets that many subscriptions, spread over
 //! [`ENDPOINTS`] receivers on loopback ports of this process (an endpoint is an origin, so each
-//! port is one endpoint with its own concurrency bound), and one more subscription: first to a
-//! spare endpoint that answers at once, then, in its place, to the slow endpoint, which answers
-//! after [`SLOW_ANSWER`]. So both runs of a size fan every message out to as many deliveries,
-//! and differ only in the slow endpoint. Each run has two phases, counted at the size's
-//! healthy receivers only (never the spare's or the slow one's):
+//! port is one endpoint with its own concurrency bound). Each size runs three times ([`Extra`]):
+//! with those subscriptions alone; with one more to a spare endpoint that answers at once; and
+//! with the slow endpoint, which answers after [`SLOW_ANSWER`], in the spare's place. The
+//! first two differ in the fan-out only (one more delivery per message), the last two in the
+//! slow endpoint only. Each run has two phases, counted at the size's healthy receivers only
+//! (never the spare's or the slow one's):
 //! - **burst**: the messages of `--jobs` deliveries enqueued at once (batches of up to 1 000);
 //!   deliveries/s from the first enqueue to the last healthy delivery;
 //! - **paced**: the messages of `--jobs` deliveries offered at [`PACED_PER_SEC`] healthy
@@ -17,7 +18,7 @@
 //!   process's).
 //!
 //! The promise measured: the slow endpoint's deliveries wait on its own bound, so the healthy
-//! endpoints' paced p99 does not move.
+//! endpoints' paced p99 with it is no worse than with the spare.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -54,11 +55,33 @@ const BATCH: usize = 1_000;
 /// Subscription requests in flight while setting up and tearing down a size.
 const SETUP_CONCURRENCY: usize = 16;
 
+/// The subscription a run has beside its size's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Extra {
+    None,
+    /// An endpoint that answers at once: one more delivery per message.
+    Spare,
+    /// An endpoint that answers after [`SLOW_ANSWER`], in the spare's place.
+    Slow,
+}
+
+impl Extra {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Spare => "spare",
+            Self::Slow => "slow",
+        }
+    }
+}
+
 /// One run's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct FanoutCase {
     pub subscriptions: usize,
-    pub slow_endpoint: bool,
+    /// The subscription beside the size's.
+    pub extra: Extra,
     /// Healthy deliveries of the burst.
     pub burst_deliveries: u64,
     pub burst_per_sec: f64,
@@ -199,12 +222,19 @@ pub(super) async fn run(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
         ctx.progress
             .set_message(format!("subscribing {size} endpoint(s)"));
         let mut subscriptions = subscribe(ctx, &queue, &endpoints).await?;
-        let spare = subscribe(ctx, &queue, &[format!("http://{}/hook", receivers.spare)]).await?;
-        for slow_endpoint in [false, true] {
-            if slow_endpoint {
-                unsubscribe(ctx, &spare).await?;
-                let slow = format!("http://{}/hook", receivers.slow);
-                subscriptions.extend(subscribe(ctx, &queue, &[slow]).await?);
+        let mut spare = Vec::new();
+        for extra in [Extra::None, Extra::Spare, Extra::Slow] {
+            match extra {
+                Extra::None => {}
+                Extra::Spare => {
+                    let at = format!("http://{}/hook", receivers.spare);
+                    spare = subscribe(ctx, &queue, &[at]).await?;
+                }
+                Extra::Slow => {
+                    unsubscribe(ctx, &spare).await?;
+                    let at = format!("http://{}/hook", receivers.slow);
+                    subscriptions.extend(subscribe(ctx, &queue, &[at]).await?);
+                }
             }
             phase += 1;
             let burst = burst(ctx, &receivers.counts, &queue, size, phase).await?;
@@ -212,11 +242,11 @@ pub(super) async fn run(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
             let paced = paced(ctx, &receivers.counts, &queue, size, phase).await?;
             cases.push(FanoutCase {
                 subscriptions: size,
-                slow_endpoint,
+                extra,
                 burst_deliveries: burst.0,
                 burst_per_sec: burst.1,
                 paced_offered_per_sec: PACED_PER_SEC,
-                paced_latency: paced.stats(&case_name(size, slow_endpoint)),
+                paced_latency: paced.stats(&case_name(size, extra)),
             });
         }
         ctx.progress.set_message("unsubscribing");
@@ -224,9 +254,9 @@ pub(super) async fn run(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
     }
     let delivered: u64 = cases.iter().map(|c| c.burst_deliveries).sum();
     let mut notes = vec![format!(
-        "{ENDPOINTS} healthy endpoints (a size's subscriptions spread over them), and one more \
-         subscription: to a spare endpoint answering at once, or to a slow one answering after \
-         {} s; burst: the messages of {} deliveries enqueued at once; \
+        "{ENDPOINTS} healthy endpoints (a size's subscriptions spread over them); each size \
+         alone, then with one more subscription to a spare endpoint answering at once, then to \
+         a slow one answering after {} s in its place; burst: the messages of {} deliveries enqueued at once; \
          paced: {PACED_PER_SEC} healthy deliveries/s offered, latency from the enqueue request \
          to the receiver",
         SLOW_ANSWER.as_secs(),
@@ -235,7 +265,7 @@ pub(super) async fn run(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
     for case in &cases {
         notes.push(format!(
             "{}: burst {:.0} deliveries/s; paced p50 {} µs, p99 {} µs",
-            case_name(case.subscriptions, case.slow_endpoint),
+            case_name(case.subscriptions, case.extra),
             case.burst_per_sec,
             case.paced_latency.p50_us,
             case.paced_latency.p99_us,
@@ -252,12 +282,12 @@ pub(super) async fn run(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
     })
 }
 
-fn case_name(size: usize, slow_endpoint: bool) -> String {
+fn case_name(size: usize, extra: Extra) -> String {
     let plural = if size == 1 { "" } else { "s" };
-    if slow_endpoint {
-        format!("delivery, {size} subscription{plural} + 1 slow endpoint")
-    } else {
-        format!("delivery, {size} subscription{plural} + spare endpoint")
+    match extra {
+        Extra::None => format!("delivery, {size} subscription{plural}"),
+        Extra::Spare => format!("delivery, {size} subscription{plural} + spare endpoint"),
+        Extra::Slow => format!("delivery, {size} subscription{plural} + slow endpoint"),
     }
 }
 

@@ -35,7 +35,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-pub use self::fanout::{FanoutCase, SIZES as FANOUT_SIZES};
+pub use self::fanout::{Extra as FanoutExtra, FanoutCase, SIZES as FANOUT_SIZES};
 pub use self::floor::{FloorReport, TARGET_SHARE};
 pub use self::memory::{ProcMemory, parse_proc_status};
 pub use self::report::{
@@ -116,8 +116,9 @@ pub enum Scenario {
     #[value(name = "deliveries-flaky")]
     #[serde(rename = "deliveries-flaky")]
     DeliveriesFlaky,
-    /// Webhook deliveries at 1, 100 and 10 000 subscriptions, each without and with one slow
-    /// endpoint: burst deliveries/s and the healthy endpoints' latency at a steady rate.
+    /// Webhook deliveries at 1, 100 and 10 000 subscriptions, each alone, with a spare endpoint
+    /// and with a slow one: burst deliveries/s and the healthy endpoints' latency at a steady
+    /// rate.
     #[value(name = "deliveries-fanout")]
     #[serde(rename = "deliveries-fanout")]
     DeliveriesFanout,

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use super::fanout::Extra;
 use super::{BenchReport, FanoutCase, FloorReport, ScenarioReport};
 
 /// `1234567` → `1,234,567`.
@@ -221,8 +222,9 @@ pub fn table(report: &BenchReport) -> String {
     out
 }
 
-/// `deliveries-fanout`'s own table: per size, without and with the slow endpoint, the burst's
-/// rate and the paced latencies, with the p99's change the slow endpoint made.
+/// `deliveries-fanout`'s own table: per size and extra endpoint, the burst's rate and the paced
+/// latencies, with the p99's change against the size alone (what the fan-out costs) and, for
+/// the slow endpoint, against the spare (what its slowness costs).
 pub fn fanout_table(cases: &[FanoutCase]) -> String {
     let columns = [
         ("subscriptions", Align::Right),
@@ -230,29 +232,38 @@ pub fn fanout_table(cases: &[FanoutCase]) -> String {
         ("burst deliveries/s", Align::Right),
         ("paced p50", Align::Right),
         ("paced p99", Align::Right),
+        ("p99 against none", Align::Right),
         ("p99, slow against spare", Align::Right),
     ];
     let rows: Vec<Vec<String>> = cases
         .iter()
         .map(|case| {
-            let without = cases
-                .iter()
-                .find(|c| c.subscriptions == case.subscriptions && !c.slow_endpoint);
-            let change = match without {
-                Some(without) if case.slow_endpoint && without.paced_latency.p99_us > 0 => {
-                    let ratio =
-                        case.paced_latency.p99_us as f64 / without.paced_latency.p99_us as f64;
-                    format!("{:+.1} %", (ratio - 1.0) * 100.0)
+            let against = |extra: Extra| {
+                let other = cases
+                    .iter()
+                    .find(|c| c.subscriptions == case.subscriptions && c.extra == extra);
+                match other {
+                    Some(other) if other.paced_latency.p99_us > 0 => {
+                        let ratio =
+                            case.paced_latency.p99_us as f64 / other.paced_latency.p99_us as f64;
+                        format!("{:+.1} %", (ratio - 1.0) * 100.0)
+                    }
+                    _ => String::new(),
                 }
-                _ => String::new(),
+            };
+            let (none, spare) = match case.extra {
+                Extra::None => (String::new(), String::new()),
+                Extra::Spare => (against(Extra::None), String::new()),
+                Extra::Slow => (against(Extra::None), against(Extra::Spare)),
             };
             vec![
                 format_count(case.subscriptions as u64),
-                if case.slow_endpoint { "slow" } else { "spare" }.to_owned(),
+                case.extra.name().to_owned(),
                 format_rate(case.burst_per_sec),
                 format_micros(case.paced_latency.p50_us),
                 format_micros(case.paced_latency.p99_us),
-                change,
+                none,
+                spare,
             ]
         })
         .collect();

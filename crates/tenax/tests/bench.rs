@@ -216,7 +216,7 @@ async fn floor_measures_the_round_trips_the_sync_and_both_shares() {
     assert!(table.contains("% of relaxed"), "{table}");
 }
 
-/// `deliveries-fanout`: each size without and with the slow endpoint, the healthy receivers
+/// `deliveries-fanout`: each size alone, with the spare endpoint and with the slow one, the healthy receivers
 /// counting exactly their own deliveries (not the spare's nor the slow one's), and every bench
 /// subscription removed afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -231,12 +231,12 @@ async fn deliveries_fanout_counts_the_healthy_deliveries_of_each_size() {
     let fanout = scenario(&report, "deliveries-fanout");
     assert_eq!(fanout.error, None);
     let cases = fanout.fanout.as_ref().expect("the fanout's figures");
-    let shape: Vec<(usize, bool, u64, u64)> = cases
+    let shape: Vec<(usize, &str, u64, u64)> = cases
         .iter()
         .map(|c| {
             (
                 c.subscriptions,
-                c.slow_endpoint,
+                c.extra.name(),
                 c.burst_deliveries,
                 c.paced_latency.count,
             )
@@ -246,10 +246,12 @@ async fn deliveries_fanout_counts_the_healthy_deliveries_of_each_size() {
     assert_eq!(
         shape,
         [
-            (1, false, 30, 30),
-            (1, true, 30, 30),
-            (3, false, 30, 30),
-            (3, true, 30, 30)
+            (1, "none", 30, 30),
+            (1, "spare", 30, 30),
+            (1, "slow", 30, 30),
+            (3, "none", 30, 30),
+            (3, "spare", 30, 30),
+            (3, "slow", 30, 30)
         ]
     );
     assert!(cases.iter().all(|c| c.burst_per_sec > 0.0));
