@@ -471,7 +471,9 @@ macro_rules! limited {
 
 /// The ready jobs of the unpaused queues in `$1`, best first, at most `$5[i]` of queue
 /// `$1[i]` and `$2` in all, locked for this statement (rows another taker holds are skipped).
-/// One index range per queue (`tenax_jobs_ready`). `$3`: a subscription that must exist and be
+/// One index range per queue (`tenax_jobs_ready`), read by `tenax_ready_head`
+/// (`migrations/0015_take_cost.sql`, which says why a function: a plan that costs as much as
+/// the backlog is not possible there). `$3`: a subscription that must exist and be
 /// enabled. Nothing when [`limited!`] found a limited queue. `$now`: the parameter with the
 /// time of the take; a job past its expiry then is gone, though the maintenance loop has not
 /// deleted it yet, and is not picked.
@@ -481,16 +483,9 @@ macro_rules! pick {
             "picked AS (
         SELECT r.id, row_number() OVER (ORDER BY r.priority DESC, r.id) AS n
         FROM unnest($1::text[], $5::bigint[]) AS q(name, cap)
-        CROSS JOIN LATERAL (
-            SELECT id, priority FROM tenax_jobs
-            WHERE status = 1 AND queue = q.name
-              AND (expires_at IS NULL OR expires_at > ",
+        CROSS JOIN LATERAL tenax_ready_head(q.name, least($2::bigint, q.cap), ",
             $now,
-            "::bigint)
-            ORDER BY priority DESC, id
-            LIMIT least($2::bigint, q.cap)
-            FOR UPDATE SKIP LOCKED
-        ) AS r
+            "::bigint) AS r
         WHERE NOT EXISTS (SELECT 1 FROM tenax_queues c WHERE c.name = q.name AND c.paused)
           AND ($3::bigint IS NULL OR EXISTS (
               SELECT 1 FROM tenax_subscriptions s WHERE s.id = $3::bigint AND s.enabled))

@@ -32,6 +32,7 @@ const MIGRATIONS: &[(u64, &str)] = &[
     (12, include_str!("migrations/0012_cancellation.sql")),
     (13, include_str!("migrations/0013_dependencies.sql")),
     (14, include_str!("migrations/0014_batches.sql")),
+    (15, include_str!("migrations/0015_take_cost.sql")),
 ];
 
 /// The schema version this binary writes and reads: its newest migration's number.

@@ -375,7 +375,10 @@ impl Backend for Postgres {
         self.connect()
             .await
             .batch_execute(
-                "DROP TRIGGER tenax_batch_member_finished ON tenax_jobs;
+                "DROP FUNCTION tenax_ready_head(text, bigint, bigint);
+                 DROP INDEX tenax_jobs_in_flight;
+                 CREATE INDEX tenax_jobs_in_flight ON tenax_jobs (claim_id) WHERE status = 2;
+                 DROP TRIGGER tenax_batch_member_finished ON tenax_jobs;
                  DROP TRIGGER tenax_batch_member_replayed ON tenax_finished;
                  DROP FUNCTION tenax_batch_member_finished(), tenax_batch_member_replayed(),
                      tenax_batch_settle(bigint, bigint),
