@@ -101,10 +101,27 @@ impl QueueStore for PostgresStore {
 }
 
 statements! {
-    QUEUES = "SELECT name, config FROM tenax_queues
+    /// Every queue with settings or jobs. The names of the queues with jobs are read by a
+    /// skip scan of each table's `(queue, id)` index, one descent per queue, instead of a
+    /// `DISTINCT` over every job kept (issue 31: 200 ms with 2.2 million jobs kept, against
+    /// 1 ms; a dashboard and every listing pay it).
+    QUEUES = "WITH RECURSIVE live(queue) AS (
+                 (SELECT queue FROM tenax_jobs ORDER BY queue LIMIT 1)
+                 UNION ALL
+                 SELECT (SELECT j.queue FROM tenax_jobs j WHERE j.queue > live.queue
+                         ORDER BY j.queue LIMIT 1)
+                 FROM live WHERE live.queue IS NOT NULL
+             ), finished(queue) AS (
+                 (SELECT queue FROM tenax_finished ORDER BY queue LIMIT 1)
+                 UNION ALL
+                 SELECT (SELECT f.queue FROM tenax_finished f WHERE f.queue > finished.queue
+                         ORDER BY f.queue LIMIT 1)
+                 FROM finished WHERE finished.queue IS NOT NULL
+             )
+             SELECT name, config FROM tenax_queues
              UNION ALL
-             SELECT DISTINCT queue, NULL FROM tenax_all_jobs
-             WHERE queue NOT IN (SELECT name FROM tenax_queues)
+             SELECT queue, NULL FROM (SELECT queue FROM live UNION SELECT queue FROM finished) AS used
+             WHERE queue IS NOT NULL AND queue NOT IN (SELECT name FROM tenax_queues)
              ORDER BY 1";
     /// Changes to one queue wait for each other: the queue may have no row to lock yet.
     LOCK_QUEUE = "SELECT pg_advisory_xact_lock(hashtextextended('tenax.queue:' || $1, 0))";

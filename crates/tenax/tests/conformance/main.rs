@@ -151,6 +151,7 @@ conformance_suite! {
         queues: [
             queue_configs_are_kept,
             queues_are_deleted_with_their_jobs,
+            queues_are_listed_once_from_every_job,
         ],
         schedules: [
             schedules_are_stored_changed_and_deleted,

@@ -2,7 +2,7 @@
 //!
 //! | operation           | cases |
 //! |---------------------|-------|
-//! | `queue`, `queues`   | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`; every reopen |
+//! | `queue`, `queues`   | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs`, `queues_are_listed_once_from_every_job`; every reopen |
 //! | `update_queue`      | `queue_configs_are_kept`, `queues_are_deleted_with_their_jobs` |
 //! | `delete_queue`      | `queues_are_deleted_with_their_jobs`, `rate_limits_hold_takes_back_across_restarts` (`job_leases.rs`) |
 //! | `limit_use`         | `rate_limits_hold_takes_back_across_restarts` (`job_leases.rs`) |
@@ -16,6 +16,53 @@ use tenax_core::model::{
 use tenax_core::store::{DecideContext, StoreError};
 
 use crate::support::*;
+
+/// `queues` names every queue once, whether its jobs are unfinished, finished or both, or it
+/// has settings and jobs, in name order.
+pub(crate) async fn queues_are_listed_once_from_every_job(backend: &impl Backend) {
+    let store = backend.open(T0).await;
+    // "both": one job finished, one waiting; "done": finished only; "live": waiting only.
+    enqueue(
+        &store,
+        vec![job("both"), job("both"), job("done"), job("live")],
+        T0,
+    )
+    .await;
+    let taken = take(&store, &["both", "done"], 2, T0).await;
+    assert_eq!(taken.len(), 2);
+    let acks: Vec<_> = taken.iter().map(ack).collect();
+    let completed = store
+        .complete_plain(&acks, true, T0 + 1)
+        .await
+        .expect("completed");
+    assert!(completed.iter().all(Result::is_ok), "{completed:?}");
+    let paused = QueueConfig {
+        paused: true,
+        ..QueueConfig::default()
+    };
+    for queue in ["both", "settings"] {
+        store
+            .update_queue(queue, &|_| Some(paused.clone()))
+            .await
+            .expect("put");
+    }
+    let names: Vec<(String, bool)> = store
+        .queues()
+        .await
+        .expect("queues")
+        .into_iter()
+        .map(|(name, config)| (name, config.paused))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("both".to_owned(), true),
+            ("done".to_owned(), false),
+            ("live".to_owned(), false),
+            ("settings".to_owned(), true),
+        ]
+    );
+}
 
 pub(crate) async fn queue_configs_are_kept(backend: &impl Backend) {
     let store = backend.open(T0).await;
