@@ -2,14 +2,14 @@
 //! endpoint among them does to the others (the server must be started with
 //! `--allow-private-endpoints`).
 //!
-//! For each size (`--subscriptions`, [`SIZES`] by default), a queue of its own gets that many subscriptions, spread over
-//! [`ENDPOINTS`] receivers on loopback ports of this process (an endpoint is an origin, so each
-//! port is one endpoint with its own concurrency bound). Each size runs three times ([`Extra`]):
-//! with those subscriptions alone; with one more to a spare endpoint that answers at once; and
-//! with the slow endpoint, which answers after [`SLOW_ANSWER`], in the spare's place. The
-//! first two differ in the fan-out only (one more delivery per message), the last two in the
-//! slow endpoint only. Each run has two phases, counted at the size's healthy receivers only
-//! (never the spare's or the slow one's):
+//! For each size (`--subscriptions`, [`SIZES`] by default), a queue of its own gets that many
+//! subscriptions, spread over [`ENDPOINTS`] receivers on loopback ports of this process (an
+//! endpoint is an origin, so each port is one endpoint with its own concurrency bound). Each
+//! size runs three times ([`Extra`]): with those subscriptions alone; with one more to a spare
+//! endpoint that answers at once; and with the slow endpoint, which answers after
+//! [`SLOW_ANSWER`], in the spare's place. The first two differ in the fan-out only (one more
+//! delivery per message), the last two in the slow endpoint only. Each run has two phases,
+//! counted at the size's healthy receivers only (never the spare's or the slow one's):
 //! - **burst**: the messages of `--jobs` deliveries enqueued at once (batches of up to 1 000);
 //!   deliveries/s from the first enqueue to the last healthy delivery;
 //! - **paced**: the messages of `--jobs` deliveries offered at [`PACED_PER_SEC`] healthy
@@ -256,9 +256,9 @@ pub(super) async fn run(ctx: &Ctx) -> anyhow::Result<ScenarioReport> {
     let mut notes = vec![format!(
         "{ENDPOINTS} healthy endpoints (a size's subscriptions spread over them); each size \
          alone, then with one more subscription to a spare endpoint answering at once, then to \
-         a slow one answering after {} s in its place; burst: the messages of {} deliveries enqueued at once; \
-         paced: {PACED_PER_SEC} healthy deliveries/s offered, latency from the enqueue request \
-         to the receiver",
+         a slow one answering after {} s in its place; burst: the messages of {} deliveries \
+         enqueued at once; paced: {PACED_PER_SEC} healthy deliveries/s offered, latency from \
+         the enqueue request to the receiver",
         SLOW_ANSWER.as_secs(),
         ctx.jobs
     )];

@@ -216,9 +216,9 @@ async fn floor_measures_the_round_trips_the_sync_and_both_shares() {
     assert!(table.contains("% of relaxed"), "{table}");
 }
 
-/// `deliveries-fanout`: each size alone, with the spare endpoint and with the slow one, the healthy receivers
-/// counting exactly their own deliveries (not the spare's nor the slow one's), and every bench
-/// subscription removed afterwards.
+/// `deliveries-fanout`: each size alone, with the spare endpoint and with the slow one, the
+/// healthy receivers counting exactly their own deliveries (not the spare's nor the slow
+/// one's), and every bench subscription removed afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_fanout_counts_the_healthy_deliveries_of_each_size() {
     let server = TestServer::start(Options::system().flags(&["--allow-private-endpoints"])).await;
