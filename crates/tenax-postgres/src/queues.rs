@@ -120,7 +120,8 @@ statements! {
              )
              SELECT name, config FROM tenax_queues
              UNION ALL
-             SELECT queue, NULL FROM (SELECT queue FROM live UNION SELECT queue FROM finished) AS used
+             SELECT queue, NULL
+             FROM (SELECT queue FROM live UNION SELECT queue FROM finished) AS used
              WHERE queue IS NOT NULL AND queue NOT IN (SELECT name FROM tenax_queues)
              ORDER BY 1";
     /// Changes to one queue wait for each other: the queue may have no row to lock yet.
