@@ -60,6 +60,27 @@ async fn start_receiver(
     Ok((address, counters, server))
 }
 
+/// Waits until a receiver's `delivered` count reaches `expected`, or the scenario's time is up,
+/// or none came for 10 s; the count then.
+pub(super) async fn wait_for_deliveries(ctx: &Ctx, delivered: &AtomicU64, expected: u64) -> u64 {
+    let deadline = ctx.deadline();
+    let mut last_change = (0, Instant::now());
+    loop {
+        let count = delivered.load(Ordering::SeqCst);
+        ctx.progress.set_position(count);
+        if count >= expected {
+            return count;
+        }
+        if count != last_change.0 {
+            last_change = (count, Instant::now());
+        }
+        if Instant::now() >= deadline || last_change.1.elapsed() > Duration::from_secs(10) {
+            return count;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 pub(super) async fn run(ctx: &Ctx, flaky: bool) -> anyhow::Result<ScenarioReport> {
     let (address, counters, server) = start_receiver(flaky).await?;
     let mut subscription = json!({"endpoint": format!("http://{address}/hook")});
@@ -88,24 +109,8 @@ pub(super) async fn run(ctx: &Ctx, flaky: bool) -> anyhow::Result<ScenarioReport
     let enqueued_in = started.elapsed();
     ctx.progress.set_position(0);
     ctx.progress.set_message("waiting for deliveries");
-    let deadline = ctx.deadline();
-    let mut last_change = (0, Instant::now());
-    loop {
-        let delivered = counters.delivered.load(Ordering::Relaxed);
-        ctx.progress.set_position(delivered);
-        if delivered >= filled.jobs {
-            break;
-        }
-        if delivered != last_change.0 {
-            last_change = (delivered, Instant::now());
-        }
-        if Instant::now() >= deadline || last_change.1.elapsed() > Duration::from_secs(10) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+    let delivered = wait_for_deliveries(ctx, &counters.delivered, filled.jobs).await;
     let elapsed = started.elapsed();
-    let delivered = counters.delivered.load(Ordering::Relaxed);
     let requests = counters.requests.load(Ordering::Relaxed);
     server.abort();
     ctx.api

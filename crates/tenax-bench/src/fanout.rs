@@ -21,7 +21,7 @@
 //! endpoints' paced p99 with it is no worse than with the spare.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -32,6 +32,7 @@ use futures_util::{StreamExt as _, TryStreamExt as _};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::deliveries::wait_for_deliveries;
 use super::{Ctx, Latency, RequestStats, ScenarioReport, rate};
 
 /// Subscriptions per queue, one size after the other.
@@ -111,11 +112,13 @@ impl Healthy {
     fn begin(&self, phase: u64) {
         self.delivered.store(0, Ordering::SeqCst);
         self.last_us.store(0, Ordering::SeqCst);
-        *self
-            .latency
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Latency::new();
+        *self.latency() = Latency::new();
         self.phase.store(phase, Ordering::SeqCst);
+    }
+
+    /// The phase's latencies (a receiver that panicked mid-record left them whole).
+    fn latency(&self) -> MutexGuard<'_, Latency> {
+        self.latency.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -127,11 +130,7 @@ async fn healthy(State(counts): State<Arc<Healthy>>, body: Bytes) -> StatusCode 
     let phase = message["p"].as_u64();
     if phase == Some(counts.phase.load(Ordering::SeqCst)) {
         if let Some(sent_us) = message["t"].as_u64() {
-            counts
-                .latency
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .record_us(now_us.saturating_sub(sent_us));
+            counts.latency().record_us(now_us.saturating_sub(sent_us));
         }
         counts.last_us.fetch_max(now_us, Ordering::SeqCst);
         counts.delivered.fetch_add(1, Ordering::SeqCst);
@@ -350,25 +349,20 @@ async fn enqueue(
     Ok(())
 }
 
-/// Waits until the healthy receivers have counted `expected` deliveries of the phase, or the
-/// scenario's time is up, or none came for 10 s.
-async fn delivered(ctx: &Ctx, counts: &Healthy, expected: u64) -> u64 {
-    let deadline = ctx.deadline();
-    let mut last_change = (0, Instant::now());
-    loop {
-        let delivered = counts.delivered.load(Ordering::SeqCst);
-        ctx.progress.set_position(delivered);
-        if delivered >= expected {
-            return delivered;
-        }
-        if delivered != last_change.0 {
-            last_change = (delivered, Instant::now());
-        }
-        if Instant::now() >= deadline || last_change.1.elapsed() > Duration::from_secs(10) {
-            return delivered;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
+/// Waits for the phase's `expected` healthy deliveries ([`wait_for_deliveries`]); an error
+/// naming the `phase` if fewer arrived.
+async fn all_delivered(
+    ctx: &Ctx,
+    counts: &Healthy,
+    expected: u64,
+    phase: &str,
+) -> anyhow::Result<u64> {
+    let delivered = wait_for_deliveries(ctx, &counts.delivered, expected).await;
+    anyhow::ensure!(
+        delivered >= expected,
+        "only {delivered} of {expected} {phase} deliveries arrived"
+    );
+    Ok(delivered)
 }
 
 /// The burst phase: healthy deliveries, and their rate.
@@ -391,11 +385,7 @@ async fn burst(
         enqueue(ctx, counts, queue, phase, count).await?;
         sent += count;
     }
-    let delivered = delivered(ctx, counts, expected).await;
-    anyhow::ensure!(
-        delivered >= expected,
-        "only {delivered} of {expected} burst deliveries arrived"
-    );
+    let delivered = all_delivered(ctx, counts, expected, "burst").await?;
     let span = Duration::from_micros(counts.last_us.load(Ordering::SeqCst) - first_us);
     Ok((delivered, rate(delivered, span)))
 }
@@ -430,15 +420,6 @@ async fn paced(
             sent += count;
         }
     }
-    let delivered = delivered(ctx, counts, expected).await;
-    anyhow::ensure!(
-        delivered >= expected,
-        "only {delivered} of {expected} paced deliveries arrived"
-    );
-    let latency = counts
-        .latency
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
-    Ok(latency)
+    all_delivered(ctx, counts, expected, "paced").await?;
+    Ok(counts.latency().clone())
 }

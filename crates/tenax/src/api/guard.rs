@@ -15,7 +15,7 @@
 //!   extractors, which answer plain text) is put into it;
 //! - every request is counted in the HTTP metrics by its route template and status, and
 //!   logged at info in one line (unless `--log-requests false`): method, route, status,
-//!   latency and request id. The route is the template the router matched (recorded by
+//!   latency and request id, handed to the request log's thread ([`super::request_log`]). The route is the template the router matched (recorded by
 //!   [`record_route`]); a request refused before routing, or matching no route, has
 //!   [`UNMATCHED`];
 //! - with tracing on, a span per request ([`tenax_core::otel::request`]).
