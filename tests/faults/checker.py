@@ -133,6 +133,7 @@ def leases(ops: list[dict], setup: dict) -> dict[int, list[dict]]:
         if o["f"] == "take" and o["ok"] is True:
             for job in o["value"]["jobs"]:
                 lease = {"job": job["id"], "queue": job["queue"], "token": job["lease_token"],
+                         "attempt": job["attempt"],
                          "t0": o["t0"], "t1": o["t1"], "process": o["process"],
                          "end": ts(job["lease_expires_at"]), "acks": []}
                 by_job[job["id"]].append(lease)
@@ -143,7 +144,11 @@ def leases(ops: list[dict], setup: dict) -> dict[int, list[dict]]:
             if lease is not None:
                 lease["acks"].append(o)
     for held in by_job.values():
-        held.sort(key=lambda lease: lease["t1"])
+        # In the server's order: each take of a job counts one more attempt. The order the
+        # answers arrived in is not it: a take whose commit was acknowledged late (a lossy
+        # link to the database) can be answered after a later take of the same job, with a
+        # lease that had already ended.
+        held.sort(key=lambda lease: (lease["attempt"], lease["t1"]))
         for lease in held:
             lease["acks"].sort(key=lambda o: o["t0"])
             # The end as the take set it; `end` after every heartbeat the server accepted.
@@ -174,7 +179,11 @@ def check_leases(by_job: dict[int, list[dict]], final: dict, report: Report) -> 
             let_go = released_at(a)
             if let_go is not None:
                 a_end = min(a_end, let_go)
-            if b["t1"] < a_end:
+            if b["attempt"] <= a["attempt"]:
+                exclusive.append(
+                    f"job {job}: {a['process']} (token {a['token']}) and {b['process']} (token "
+                    f"{b['token']}) were both handed attempt {b['attempt']}")
+            elif b["t1"] < a_end:
                 exclusive.append(
                     f"job {job}: leased to {a['process']} (token {a['token']}, until "
                     f"{a['end']:.3f}) and to {b['process']} (token {b['token']}) at {b['t1']:.3f}")

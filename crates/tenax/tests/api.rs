@@ -2617,3 +2617,72 @@ async fn activity_is_counted_per_minute() {
         .await;
     assert_eq!(error.field.as_deref(), Some("query"), "{error:?}");
 }
+
+/// A lease's end is set when its take begins; a take whose commit was slow to come back (a
+/// lossy link to a shared database) could answer with leases already over, whose jobs another
+/// worker may hold by then. Those are not handed out, and their jobs are taken again with the
+/// next attempt. Only a shared database's commit can be held up from outside, so this runs on
+/// PostgreSQL (as CI does) and says so on the embedded store.
+#[tokio::test]
+async fn a_take_hands_out_no_lease_that_ended_while_it_committed() {
+    if !common::on_postgres() {
+        eprintln!(
+            "skipped: the embedded store's takes cannot be held up (TENAX_TEST_STORE=postgres runs it)"
+        );
+        return;
+    }
+    let server = TestServer::manual().await;
+    let id = server
+        .enqueue(json!({ "queue": "held-up", "type": "t" }))
+        .await;
+    let url = server.database().expect("a database on PostgreSQL");
+    let (holder, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("a connection to the test database");
+    tokio::spawn(connection);
+    // Every take's row locks wait behind this table lock until it is let go.
+    holder
+        .batch_execute("BEGIN; LOCK TABLE tenax_jobs IN EXCLUSIVE MODE")
+        .await
+        .expect("the table locked");
+    let take = server.take_with(json!({ "queues": ["held-up"], "max": 1, "lease": "5s" }));
+    let hold_up = async {
+        // The take's statement waits on the lock: its lease's end is set by then.
+        let started = Instant::now();
+        loop {
+            let waiting = holder
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE wait_event_type = 'Lock' AND query LIKE '%tenax_ready_head%'",
+                    &[],
+                )
+                .await
+                .expect("the waiting backends")
+                .get::<_, i64>(0);
+            if waiting > 0 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the take never waited on the lock"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        server.advance(Duration::from_secs(6));
+        holder
+            .batch_execute("COMMIT")
+            .await
+            .expect("the lock let go");
+    };
+    let (taken, ()) = tokio::join!(take, hold_up);
+    assert!(
+        taken.is_empty(),
+        "a lease over before the answer was handed out: {taken:?}"
+    );
+
+    // The lease ran out in the store as any other: the job is ready again, one attempt spent.
+    server.wait_for(id, "ready").await;
+    let again = server.take_one("held-up").await;
+    assert_eq!((again.id, again.attempt), (id, 2));
+    server.complete(&again).await;
+}

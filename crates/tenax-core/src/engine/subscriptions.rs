@@ -111,6 +111,7 @@ impl Engine {
             ..TakeRequest::new(&queues, max, lease_ms)
         };
         let jobs = self.store.take_jobs(&request, self.now_ms()).await?.jobs;
+        let (jobs, _ended) = self.unended(jobs);
         Ok(self.opened_taken(jobs)?)
     }
 

@@ -87,14 +87,15 @@ impl Engine {
             let now_ms = self.now_ms();
             let began = began(self);
             let taken = self.store.take_jobs(&request, now_ms).await?;
-            self.observe_taken(&taken.jobs, now_ms, began);
-            if taken.jobs.is_empty() && !warned {
+            let (jobs, ended) = self.unended(taken.jobs);
+            self.observe_taken(&jobs, now_ms, began);
+            if jobs.is_empty() && ended == 0 && !warned {
                 // A worker waiting on a misspelt queue would otherwise wait in silence.
                 warned = true;
                 self.warn_of_unknown_queues(take.queues).await;
             }
-            if !taken.jobs.is_empty() || tokio::time::Instant::now() >= deadline {
-                let jobs = self.opened_taken(taken.jobs)?;
+            if !jobs.is_empty() || tokio::time::Instant::now() >= deadline {
+                let jobs = self.opened_taken(jobs)?;
                 return Ok(self.with_parents(jobs).await);
             }
             let held = taken.held;
@@ -126,6 +127,29 @@ impl Engine {
                 () = &mut give_up => return Ok(Vec::new()),
             }
         }
+    }
+
+    /// The leases of `jobs` that have not ended by now, and how many had. A lease's end is
+    /// set from the time its take began, so a take whose commit was slow to be acknowledged
+    /// (a lossy or slow link to a shared database) can come back with leases already over.
+    /// Those are not handed out: their jobs may already be another worker's, and nothing sent
+    /// with them would be accepted. They end as any expired lease does, counting the attempt.
+    pub(super) fn unended(&self, jobs: Vec<TakenJob>) -> (Vec<TakenJob>, usize) {
+        let now_ms = self.now_ms();
+        let taken = jobs.len();
+        let jobs: Vec<TakenJob> = jobs
+            .into_iter()
+            .filter(|job| job.lease_expires_at_ms > now_ms)
+            .collect();
+        let ended = taken - jobs.len();
+        if ended > 0 {
+            tracing::warn!(
+                ended,
+                "leases ended before their take was answered (the store was slow to commit it); \
+                 their jobs are taken again"
+            );
+        }
+        (jobs, ended)
     }
 
     /// Hands each taken job that waited for others how they finished, with their results
