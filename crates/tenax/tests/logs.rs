@@ -4,7 +4,7 @@
 //! Checked: no colour codes; the start-up line states the address, store, durability, auth,
 //! default policies and private-endpoint mode as the flags spell them; one line per request
 //! with method, route template, status, latency and request id (none with `--log-requests
-//! false`); dead jobs, dead deliveries and a subscription disabled automatically at warn; no
+//! false`), dropped and counted rather than waited for when stderr is blocked; dead jobs, dead deliveries and a subscription disabled automatically at warn; no
 //! Rust debug forms (`Some(…)`, `Sync`).
 
 // Test code: a failed unwrap is a failed test.
@@ -407,4 +407,105 @@ async fn every_request_has_its_line_before_the_server_exits() {
         assert_eq!(at.len(), count, "{route}:\n{text}");
         assert!(at.iter().all(|&at| at < bye), "{route}:\n{text}");
     }
+}
+
+/// A request never waits for its log line. With stderr blocked (a pipe nobody reads, full), the
+/// server goes on answering; once the log's queue is full its lines are dropped and counted,
+/// and when stderr flows again the log says how many: the lines written and the lines counted
+/// as dropped add up to the requests answered.
+#[tokio::test]
+async fn a_blocked_log_drops_and_counts_lines_but_never_holds_a_request() {
+    use std::io::{BufRead as _, BufReader};
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = ports::spare_port();
+    let http = tenax_net::http::client_builder().build().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tenax"))
+        .arg("serve")
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--log-format", "json"])
+        .env("TENAX_LOG", "info")
+        .env_remove("TENAX_LOG_REQUESTS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    // Killed whatever happens below.
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _child = Kill(child);
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let mut answered = 0_usize;
+    let deadline = Instant::now() + PATIENCE;
+    while !http.get(&url).send().await.is_ok_and(|r| r.status() == 200) {
+        assert!(Instant::now() < deadline, "no start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    answered += 1;
+
+    // More requests than the log's queue holds (32 768) and the pipe's buffer together, all
+    // answered while nobody reads stderr.
+    let requests = 40_000;
+    let connections = 8;
+    let answering = (0..connections).map(|_| {
+        let http = http.clone();
+        let url = url.clone();
+        async move {
+            for _ in 0..requests / connections {
+                let answer = http.get(&url).send().await.unwrap();
+                assert_eq!(answer.status(), 200);
+            }
+        }
+    });
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        futures_util::future::join_all(answering),
+    )
+    .await
+    .expect("requests are answered while stderr is blocked");
+    answered += requests;
+
+    // Now read stderr: the queued lines come, then the count of the dropped ones.
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut lines = 0_usize;
+        let mut dropped = 0_usize;
+        for line in BufReader::new(stderr).lines() {
+            let line: Value = serde_json::from_str(&line.unwrap()).unwrap();
+            let fields = &line["fields"];
+            if fields["message"] == "request" && fields["route"] == "/healthz" {
+                lines += 1;
+            }
+            if let Some(n) = fields["dropped"].as_u64() {
+                dropped += usize::try_from(n).unwrap();
+            }
+            if lines + dropped >= answered {
+                return (lines, dropped);
+            }
+        }
+        panic!("stderr ended with {lines} request lines and {dropped} dropped of {answered}");
+    });
+    // On a timeout the server is killed as the test ends, which ends the reading.
+    let (lines, dropped) = tokio::time::timeout(PATIENCE, reading)
+        .await
+        .expect("every request line is written or counted as dropped")
+        .unwrap();
+    assert_eq!(
+        lines + dropped,
+        answered,
+        "{lines} lines and {dropped} dropped"
+    );
+    assert!(dropped > 0, "nothing was dropped: {lines} lines");
+    assert!(
+        lines > 32_768,
+        "only {lines} lines written, {dropped} dropped"
+    );
 }
