@@ -2618,11 +2618,60 @@ async fn activity_is_counted_per_minute() {
     assert_eq!(error.field.as_deref(), Some("query"), "{error:?}");
 }
 
+/// Runs `request` while every write to `tenax_jobs` is held behind a table lock: once a
+/// statement containing `statement` waits on the lock (its times are set by then), moves the
+/// manual clock by `advance`, then lets go. Answers what `request` answered. Only a shared
+/// database's commit can be held up from outside.
+async fn held_up<T>(
+    server: &TestServer,
+    statement: &str,
+    advance: Duration,
+    request: impl std::future::Future<Output = T>,
+) -> T {
+    let url = server.database().expect("a database on PostgreSQL");
+    let (holder, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("a connection to the test database");
+    tokio::spawn(connection);
+    holder
+        .batch_execute("BEGIN; LOCK TABLE tenax_jobs IN EXCLUSIVE MODE")
+        .await
+        .expect("the table locked");
+    let hold_up = async {
+        let started = Instant::now();
+        loop {
+            let waiting = holder
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+                    &[&statement],
+                )
+                .await
+                .expect("the waiting backends")
+                .get::<_, i64>(0);
+            if waiting > 0 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "no statement with {statement:?} ever waited on the lock"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        server.advance(advance);
+        holder
+            .batch_execute("COMMIT")
+            .await
+            .expect("the lock let go");
+    };
+    let (answer, ()) = tokio::join!(request, hold_up);
+    answer
+}
+
 /// A lease's end is set when its take begins; a take whose commit was slow to come back (a
 /// lossy link to a shared database) could answer with leases already over, whose jobs another
 /// worker may hold by then. Those are not handed out, and their jobs are taken again with the
-/// next attempt. Only a shared database's commit can be held up from outside, so this runs on
-/// PostgreSQL (as CI does) and says so on the embedded store.
+/// next attempt. Runs on PostgreSQL (as CI does), and says so on the embedded store.
 #[tokio::test]
 async fn a_take_hands_out_no_lease_that_ended_while_it_committed() {
     if !common::on_postgres() {
@@ -2635,46 +2684,8 @@ async fn a_take_hands_out_no_lease_that_ended_while_it_committed() {
     let id = server
         .enqueue(json!({ "queue": "held-up", "type": "t" }))
         .await;
-    let url = server.database().expect("a database on PostgreSQL");
-    let (holder, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("a connection to the test database");
-    tokio::spawn(connection);
-    // Every take's row locks wait behind this table lock until it is let go.
-    holder
-        .batch_execute("BEGIN; LOCK TABLE tenax_jobs IN EXCLUSIVE MODE")
-        .await
-        .expect("the table locked");
     let take = server.take_with(json!({ "queues": ["held-up"], "max": 1, "lease": "5s" }));
-    let hold_up = async {
-        // The take's statement waits on the lock: its lease's end is set by then.
-        let started = Instant::now();
-        loop {
-            let waiting = holder
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE wait_event_type = 'Lock' AND query LIKE '%tenax_ready_head%'",
-                    &[],
-                )
-                .await
-                .expect("the waiting backends")
-                .get::<_, i64>(0);
-            if waiting > 0 {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "the take never waited on the lock"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        server.advance(Duration::from_secs(6));
-        holder
-            .batch_execute("COMMIT")
-            .await
-            .expect("the lock let go");
-    };
-    let (taken, ()) = tokio::join!(take, hold_up);
+    let taken = held_up(&server, "tenax_ready_head", Duration::from_secs(6), take).await;
     assert!(
         taken.is_empty(),
         "a lease over before the answer was handed out: {taken:?}"
@@ -2685,4 +2696,47 @@ async fn a_take_hands_out_no_lease_that_ended_while_it_committed() {
     let again = server.take_one("held-up").await;
     assert_eq!((again.id, again.attempt), (id, 2));
     server.complete(&again).await;
+}
+
+/// The same for a heartbeat: when the lease's new end has passed by the time the database
+/// confirmed it, the worker is told its lease is lost, not handed an end already past.
+#[tokio::test]
+async fn a_heartbeat_whose_new_end_passed_while_it_committed_is_lost() {
+    if !common::on_postgres() {
+        eprintln!(
+            "skipped: the embedded store's heartbeats cannot be held up (TENAX_TEST_STORE=postgres runs it)"
+        );
+        return;
+    }
+    let server = TestServer::manual().await;
+    let id = server
+        .enqueue(json!({ "queue": "held-up", "type": "t" }))
+        .await;
+    let jobs = server
+        .take_with(json!({ "queues": ["held-up"], "max": 1, "lease": "60s" }))
+        .await;
+    let job = &jobs[0];
+    // Shorter than the take's lease, which stays far from its end throughout.
+    let path = format!("/api/jobs/{id}/heartbeat");
+    let heartbeat = server.send_raw(
+        Method::POST,
+        &path,
+        Some(
+            serde_json::to_vec(&json!({ "lease_token": job.lease_token, "lease": "1s" }))
+                .expect("a body"),
+        ),
+    );
+    let (status, answer) = held_up(
+        &server,
+        "SET lease_expires_at",
+        Duration::from_secs(2),
+        heartbeat,
+    )
+    .await;
+    assert_eq!(status.as_u16(), 409, "{answer}");
+    assert_eq!(answer["error"]["code"], "lease_lost", "{answer}");
+
+    // The lease ended at its new end, and the job is taken again.
+    server.wait_for(id, "ready").await;
+    assert_eq!(server.take_one("held-up").await.attempt, 2);
 }

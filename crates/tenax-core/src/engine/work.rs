@@ -10,7 +10,7 @@ use super::{Engine, FailureReport, decide_failure, random_id};
 use crate::clock::UnixMs;
 use crate::engine::EngineError;
 use crate::model::{Ack, ClaimId, ErrorEntry, JobId, JobResult, ParentOutcome, TakenJob};
-use crate::store::{DecideContext, Extended, TakeRequest, Transition};
+use crate::store::{DecideContext, Extended, StoreError, TakeRequest, Transition};
 
 /// A worker's request for leases: up to `max` jobs of `queues`, leased for `lease_ms`.
 #[derive(Debug, Clone, Copy)]
@@ -190,12 +190,20 @@ impl Engine {
     /// Extends a lease to `lease_ms` from now; heartbeats never hold one attempt longer than
     /// `max_attempt_ms` after its take (the lease then ends, and expires as any other). Says
     /// whether the lease is marked cancelled ([`Engine::cancel`]).
+    ///
+    /// As for a take ([`Engine::unended`]): when the new end has passed by the time the store
+    /// confirmed it (a commit slower than the lease asked for), the lease has ended, and the
+    /// worker is told so rather than handed an end already past.
     pub async fn heartbeat(&self, ack: Ack, lease_ms: u64) -> Result<Extended, EngineError> {
         let max = self.settings.max_attempt_ms;
-        Ok(self
+        let extended = self
             .store
             .extend_lease(ack, lease_ms, max, self.now_ms())
-            .await?)
+            .await?;
+        if extended.expires_at_ms <= self.now_ms() {
+            return Err(StoreError::LeaseLost { id: ack.id }.into());
+        }
+        Ok(extended)
     }
 
     /// Completes in-flight jobs, without results.
