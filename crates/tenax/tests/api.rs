@@ -2618,56 +2618,6 @@ async fn activity_is_counted_per_minute() {
     assert_eq!(error.field.as_deref(), Some("query"), "{error:?}");
 }
 
-/// Runs `request` while every write to `tenax_jobs` is held behind a table lock: once a
-/// statement containing `statement` waits on the lock (its times are set by then), moves the
-/// manual clock by `advance`, then lets go. Answers what `request` answered. Only a shared
-/// database's commit can be held up from outside.
-async fn held_up<T>(
-    server: &TestServer,
-    statement: &str,
-    advance: Duration,
-    request: impl std::future::Future<Output = T>,
-) -> T {
-    let url = server.database().expect("a database on PostgreSQL");
-    let (holder, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("a connection to the test database");
-    tokio::spawn(connection);
-    holder
-        .batch_execute("BEGIN; LOCK TABLE tenax_jobs IN EXCLUSIVE MODE")
-        .await
-        .expect("the table locked");
-    let hold_up = async {
-        let started = Instant::now();
-        loop {
-            let waiting = holder
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
-                    &[&statement],
-                )
-                .await
-                .expect("the waiting backends")
-                .get::<_, i64>(0);
-            if waiting > 0 {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "no statement with {statement:?} ever waited on the lock"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        server.advance(advance);
-        holder
-            .batch_execute("COMMIT")
-            .await
-            .expect("the lock let go");
-    };
-    let (answer, ()) = tokio::join!(request, hold_up);
-    answer
-}
-
 /// A lease's end is set when its take begins; a take whose commit was slow to come back (a
 /// lossy link to a shared database) could answer with leases already over, whose jobs another
 /// worker may hold by then. Those are not handed out, and their jobs are taken again with the
@@ -2685,7 +2635,9 @@ async fn a_take_hands_out_no_lease_that_ended_while_it_committed() {
         .enqueue(json!({ "queue": "held-up", "type": "t" }))
         .await;
     let take = server.take_with(json!({ "queues": ["held-up"], "max": 1, "lease": "5s" }));
-    let taken = held_up(&server, "tenax_ready_head", Duration::from_secs(6), take).await;
+    let taken = server
+        .held_up("tenax_ready_head", Duration::from_secs(6), take)
+        .await;
     assert!(
         taken.is_empty(),
         "a lease over before the answer was handed out: {taken:?}"
@@ -2726,13 +2678,9 @@ async fn a_heartbeat_whose_new_end_passed_while_it_committed_is_lost() {
                 .expect("a body"),
         ),
     );
-    let (status, answer) = held_up(
-        &server,
-        "SET lease_expires_at",
-        Duration::from_secs(2),
-        heartbeat,
-    )
-    .await;
+    let (status, answer) = server
+        .held_up("SET lease_expires_at", Duration::from_secs(2), heartbeat)
+        .await;
     assert_eq!(status.as_u16(), 409, "{answer}");
     assert_eq!(answer["error"]["code"], "lease_lost", "{answer}");
 

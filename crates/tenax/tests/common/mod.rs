@@ -273,6 +273,57 @@ impl TestServer {
         self.wait_for(canary, "ready").await;
     }
 
+    /// Runs `request` while every write to `tenax_jobs` is held behind a table lock: once a
+    /// statement containing `statement` waits on the lock (its times are set by then), moves the
+    /// manual clock by `advance`, then lets go. Answers what `request` answered. Only a shared
+    /// database's commit can be held up from outside. The lock (`SHARE`) holds back updates,
+    /// inserts and deletes, not reads that lock rows (`FOR UPDATE`).
+    pub async fn held_up<T>(
+        &self,
+        statement: &str,
+        advance: Duration,
+        request: impl std::future::Future<Output = T>,
+    ) -> T {
+        let url = self.database().expect("a database on PostgreSQL");
+        let (holder, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("a connection to the test database");
+        tokio::spawn(connection);
+        holder
+            .batch_execute("BEGIN; LOCK TABLE tenax_jobs IN SHARE MODE")
+            .await
+            .expect("the table locked");
+        let hold_up = async {
+            let started = Instant::now();
+            loop {
+                let waiting = holder
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity \
+                         WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+                        &[&statement],
+                    )
+                    .await
+                    .expect("the waiting backends")
+                    .get::<_, i64>(0);
+                if waiting > 0 {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "no statement with {statement:?} ever waited on the lock"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            self.advance(advance);
+            holder
+                .batch_execute("COMMIT")
+                .await
+                .expect("the lock let go");
+        };
+        let (answer, ()) = tokio::join!(request, hold_up);
+        answer
+    }
+
     /// Wakes every delivery runner that waits for a delivery to become ready (or for an
     /// endpoint, a permit or a token, which it looks at again anyway): a job enqueued on
     /// [`POKES`] tells the store's waiters that jobs may be ready. A disabled subscription's
