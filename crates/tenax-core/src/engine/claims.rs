@@ -63,9 +63,6 @@ impl Engine {
         };
         let began = began(self);
         let jobs = self.store.take_jobs(&request, now_ms).await?.jobs;
-        // As for a take: messages whose claim ended while the store committed it are not
-        // handed out (they are free again once it is seen to have ended).
-        let (jobs, _ended) = self.unended(jobs);
         self.observe_taken(&jobs, now_ms, began);
         Ok((id, self.opened_taken(jobs)?))
     }

@@ -308,10 +308,29 @@ impl TestServer {
                 if waiting > 0 {
                     break;
                 }
-                assert!(
-                    started.elapsed() < Duration::from_secs(20),
-                    "no statement with {statement:?} ever waited on the lock"
-                );
+                if started.elapsed() > Duration::from_secs(20) {
+                    let busy: Vec<String> = holder
+                        .query(
+                            "SELECT a.pid || ' ' || coalesce(wait_event_type, '') || ' ' || \
+                             coalesce(wait_event, '') || ' ' || coalesce((SELECT string_agg( \
+                             l.relation::regclass || ' ' || l.mode || ' ' || l.granted, ', ') \
+                             FROM pg_locks l WHERE l.pid = a.pid AND l.relation IS NOT NULL \
+                             AND NOT l.granted), '') || ': ' || right(query, 300) \
+                             FROM pg_stat_activity a \
+                             WHERE datname = current_database() AND state <> 'idle' \
+                             AND pid <> pg_backend_pid()",
+                            &[],
+                        )
+                        .await
+                        .expect("the busy backends")
+                        .iter()
+                        .map(|row| row.get(0))
+                        .collect();
+                    panic!(
+                        "no statement with {statement:?} ever waited on the lock; \
+                         busy: {busy:#?}"
+                    );
+                }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
             self.advance(advance);
