@@ -299,7 +299,8 @@ impl TestServer {
                 let waiting = holder
                     .query_one(
                         "SELECT count(*) FROM pg_stat_activity \
-                         WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+                         WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                         AND strpos(query, $1) > 0",
                         &[&statement],
                     )
                     .await
@@ -308,7 +309,7 @@ impl TestServer {
                 if waiting > 0 {
                     break;
                 }
-                if started.elapsed() > Duration::from_secs(20) {
+                if started.elapsed() > PATIENCE {
                     let busy: Vec<String> = holder
                         .query(
                             "SELECT a.pid || ' ' || coalesce(wait_event_type, '') || ' ' || \
