@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Options, T0, TestServer, ids, ms};
+use common::{Options, T0, TestServer, Waiter, ids, ms};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tenax_core::clock::rfc3339;
@@ -2636,7 +2636,7 @@ async fn a_take_hands_out_no_lease_that_ended_while_it_committed() {
         .await;
     let take = server.take_with(json!({ "queues": ["held-up"], "max": 1, "lease": "5s" }));
     let taken = server
-        .held_up("tenax_ready_head", Duration::from_secs(6), take)
+        .held_up(Waiter::Take, Duration::from_secs(6), take)
         .await;
     assert!(
         taken.is_empty(),
@@ -2679,7 +2679,11 @@ async fn a_heartbeat_whose_new_end_passed_while_it_committed_is_lost() {
         ),
     );
     let (status, answer) = server
-        .held_up("SET lease_expires_at", Duration::from_secs(2), heartbeat)
+        .held_up(
+            Waiter::Statement("SET lease_expires_at"),
+            Duration::from_secs(2),
+            heartbeat,
+        )
         .await;
     assert_eq!(status.as_u16(), 409, "{answer}");
     assert_eq!(answer["error"]["code"], "lease_lost", "{answer}");

@@ -9,7 +9,7 @@ mod receiver;
 
 use std::time::{Duration, Instant};
 
-use common::{Options, PATIENCE, TestServer};
+use common::{Options, PATIENCE, TestServer, Waiter};
 use futures_util::future::join_all;
 use reqwest::Method;
 use reqwest::header::HeaderMap;
@@ -3369,4 +3369,68 @@ async fn a_topic_message_is_delivered_to_the_topics_subscriptions_only() {
     assert_eq!(confirm.status, 204);
     assert_eq!(zaqar.delete(&path).await.status, 204);
     assert_eq!(zaqar.get(&path).await.status, 404);
+}
+
+/// A claim's end counts from when the claim began, as a lease's does: a claim whose commit was
+/// confirmed only after its ttl had passed hands out no message (`204`), and its messages are
+/// claimed again once it is seen to have ended. Runs on PostgreSQL (as CI does), and says so on
+/// the embedded store.
+#[tokio::test]
+async fn a_claim_that_ended_while_it_committed_hands_out_nothing() {
+    if !common::on_postgres() {
+        eprintln!(
+            "skipped: the embedded store's claims cannot be held up (TENAX_TEST_STORE=postgres runs it)"
+        );
+        return;
+    }
+    let (server, zaqar) = server().await;
+    zaqar.post_messages("q", json!([{ "body": 1 }])).await;
+    let claim = zaqar.claim("q", 60, 60, None);
+    let answer = server
+        .held_up(Waiter::Take, Duration::from_secs(61), claim)
+        .await;
+    assert_eq!(answer.status, 204, "{answer:?}");
+
+    let mut again = zaqar.claim("q", 60, 60, None).await;
+    let started = Instant::now();
+    while again.status == 204 {
+        assert!(
+            started.elapsed() < PATIENCE,
+            "the message was never free again"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        again = zaqar.claim("q", 60, 60, None).await;
+    }
+    let messages = again.ok(201)["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 1, "{again:?}");
+    assert_eq!(messages[0]["body"], json!(1));
+}
+
+/// A renewal's new end counts from when it began, as a heartbeat's does: a renewal confirmed
+/// only after its new ttl had passed answers 404, as for an ended claim (its messages are free
+/// by then), not 204. Runs on PostgreSQL, and says so on the embedded store.
+#[tokio::test]
+async fn a_renewal_that_ended_while_it_committed_is_not_found() {
+    if !common::on_postgres() {
+        eprintln!(
+            "skipped: the embedded store's renewals cannot be held up (TENAX_TEST_STORE=postgres runs it)"
+        );
+        return;
+    }
+    let (server, zaqar) = server().await;
+    zaqar.post_messages("q", json!([{ "body": 1 }])).await;
+    let claimed = zaqar.claim("q", 60, 60, None).await;
+    let location = claimed.headers["location"]
+        .to_str()
+        .expect("a location")
+        .to_owned();
+    let renew = zaqar.patch(&location, json!({ "ttl": 60, "grace": 60 }));
+    let renewed = server
+        .held_up(Waiter::Renewal, Duration::from_secs(61), renew)
+        .await;
+    assert_eq!(renewed.status, 404, "{renewed:?}");
+    assert_eq!(zaqar.get(&location).await.status, 404);
+    let again = zaqar.claim("q", 60, 60, None).await;
+    let messages = again.ok(201)["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 1, "{again:?}");
 }

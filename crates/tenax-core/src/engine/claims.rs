@@ -63,6 +63,9 @@ impl Engine {
         };
         let began = began(self);
         let jobs = self.store.take_jobs(&request, now_ms).await?.jobs;
+        // As for a take: messages whose claim ended while the store committed it are not
+        // handed out (they are free again once it is seen to have ended).
+        let (jobs, _ended) = self.unended(jobs);
         self.observe_taken(&jobs, now_ms, began);
         Ok((id, self.opened_taken(jobs)?))
     }
@@ -98,7 +101,9 @@ impl Engine {
     }
 
     /// Renews a claim: its leases end `lease_ms` from now, its jobs live `grace_ms` longer, and
-    /// its record says so. Returns how many jobs it holds.
+    /// its record says so. Returns how many jobs it holds: none when the new end had passed
+    /// by the time the store confirmed it (as a heartbeat's, the end counts from when the
+    /// renewal began), so that the claim is not said to be live when its messages are free.
     pub async fn renew_claim(
         &self,
         claim: &ClaimView,
@@ -112,7 +117,7 @@ impl Engine {
             renewed_at_ms: now_ms,
             ..claim.record.clone()
         };
-        Ok(self
+        let held = self
             .store
             .extend_claim(
                 claim.id,
@@ -121,7 +126,11 @@ impl Engine {
                 Some(record),
                 now_ms,
             )
-            .await?)
+            .await?;
+        if now_ms.saturating_add(lease_ms) <= self.now_ms() {
+            return Ok(0);
+        }
+        Ok(held)
     }
 
     /// Ends a claim now as if its leases had expired: each job counts the claim as an attempt

@@ -145,8 +145,8 @@ impl Engine {
         if ended > 0 {
             tracing::warn!(
                 ended,
-                "leases ended before their take was answered (the store was slow to commit it); \
-                 their jobs are taken again"
+                "leases ended before their take or claim was answered (the store was slow to \
+                 commit it); their jobs are taken again"
             );
         }
         (jobs, ended)

@@ -273,14 +273,14 @@ impl TestServer {
         self.wait_for(canary, "ready").await;
     }
 
-    /// Runs `request` while every write to `tenax_jobs` is held behind a table lock: once a
-    /// statement containing `statement` waits on the lock (its times are set by then), moves the
-    /// manual clock by `advance`, then lets go. Answers what `request` answered. Only a shared
+    /// Runs `request` while every write to the table `waiter` names is held behind a table
+    /// lock: once `waiter` waits on the lock (its times are set by then), moves the manual
+    /// clock by `advance`, then lets go. Answers what `request` answered. Only a shared
     /// database's commit can be held up from outside. The lock (`SHARE`) holds back updates,
     /// inserts and deletes, not reads that lock rows (`FOR UPDATE`).
     pub async fn held_up<T>(
         &self,
-        statement: &str,
+        waiter: Waiter,
         advance: Duration,
         request: impl std::future::Future<Output = T>,
     ) -> T {
@@ -290,19 +290,18 @@ impl TestServer {
             .expect("a connection to the test database");
         tokio::spawn(connection);
         holder
-            .batch_execute("BEGIN; LOCK TABLE tenax_jobs IN SHARE MODE")
+            .batch_execute(&format!(
+                "BEGIN; LOCK TABLE {} IN SHARE MODE",
+                waiter.table()
+            ))
             .await
             .expect("the table locked");
         let hold_up = async {
             let started = Instant::now();
             loop {
+                let (count, parameter) = waiter.count();
                 let waiting = holder
-                    .query_one(
-                        "SELECT count(*) FROM pg_stat_activity \
-                         WHERE datname = current_database() AND wait_event_type = 'Lock' \
-                         AND strpos(query, $1) > 0",
-                        &[&statement],
-                    )
+                    .query_one(count, &[&parameter])
                     .await
                     .expect("the waiting backends")
                     .get::<_, i64>(0);
@@ -312,13 +311,13 @@ impl TestServer {
                 if started.elapsed() > PATIENCE {
                     let busy: Vec<String> = holder
                         .query(
-                            "SELECT a.pid || ' ' || coalesce(wait_event_type, '') || ' ' || \
-                             coalesce(wait_event, '') || ' ' || coalesce((SELECT string_agg( \
-                             l.relation::regclass || ' ' || l.mode || ' ' || l.granted, ', ') \
-                             FROM pg_locks l WHERE l.pid = a.pid AND l.relation IS NOT NULL \
-                             AND NOT l.granted), '') || ': ' || right(query, 300) \
+                            "SELECT a.pid || ' ' || state || ' ' || coalesce(wait_event_type, '') \
+                             || ' ' || coalesce(wait_event, '') || ' ' || coalesce((SELECT \
+                             string_agg(l.relation::regclass || ' ' || l.mode || ' ' || \
+                             l.granted, ', ') FROM pg_locks l WHERE l.pid = a.pid \
+                             AND l.relation IS NOT NULL), '') || ' ' || (now() - state_change) || ': ' || right(query, 200) \
                              FROM pg_stat_activity a \
-                             WHERE datname = current_database() AND state <> 'idle' \
+                             WHERE datname = current_database() \
                              AND pid <> pg_backend_pid()",
                             &[],
                         )
@@ -327,10 +326,7 @@ impl TestServer {
                         .iter()
                         .map(|row| row.get(0))
                         .collect();
-                    panic!(
-                        "no statement with {statement:?} ever waited on the lock; \
-                         busy: {busy:#?}"
-                    );
+                    panic!("{waiter:?} never waited on the lock; busy: {busy:#?}");
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
@@ -412,6 +408,54 @@ impl std::ops::Deref for TestServer {
 
 /// Whether the suites run on PostgreSQL (`TENAX_TEST_STORE=postgres`) rather than the embedded
 /// store.
+/// Who [`TestServer::held_up`] waits for, and the table it holds for them. A prepared
+/// statement waits for its table locks before `pg_stat_activity` shows its text (when it is
+/// bound), and the maintenance loop's writes wait on the held table too: a waiter is told
+/// apart by the locks it holds while it waits, where its text cannot be relied on.
+#[derive(Debug, Clone, Copy)]
+pub enum Waiter {
+    /// A take (`TAKE` in tenax-postgres/src/leases.rs, for a worker or a Zaqar claim), held
+    /// on `tenax_jobs`: it reads `tenax_subscriptions` before it, which no maintenance
+    /// statement reads.
+    Take,
+    /// A claim's renewal (`EXTEND` in tenax-postgres/src/claims.rs), held on `tenax_claims`:
+    /// it writes `tenax_jobs` before it; the maintenance statement that writes `tenax_claims`
+    /// comes first in its transaction, and holds nothing else while it waits.
+    Renewal,
+    /// The only statement containing this text, held on `tenax_jobs`, when its text shows
+    /// while it waits.
+    Statement(&'static str),
+}
+
+impl Waiter {
+    /// The table held.
+    fn table(self) -> &'static str {
+        match self {
+            Self::Take | Self::Statement(_) => "tenax_jobs",
+            Self::Renewal => "tenax_claims",
+        }
+    }
+
+    /// A query that counts the backends of the test's database that are this waiter, and its
+    /// one parameter.
+    fn count(self) -> (&'static str, &'static str) {
+        const HOLDING: &str = "SELECT count(*) FROM pg_stat_activity a \
+             WHERE datname = current_database() AND wait_event_type = 'Lock' \
+             AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.granted \
+                 AND l.relation = $1::text::regclass)";
+        match self {
+            Self::Take => (HOLDING, "tenax_subscriptions"),
+            Self::Renewal => (HOLDING, "tenax_jobs"),
+            Self::Statement(text) => (
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = current_database() AND wait_event_type = 'Lock' \
+                 AND strpos(query, $1) > 0",
+                text,
+            ),
+        }
+    }
+}
+
 pub fn on_postgres() -> bool {
     match std::env::var("TENAX_TEST_STORE").as_deref() {
         Ok("postgres") => true,

@@ -191,7 +191,9 @@ pub async fn show(
     Ok(views::json(StatusCode::OK, &view))
 }
 
-/// `PATCH /v2/queues/{name}/claims/{claim}` `{"ttl", "grace"}`: renews the claim (204).
+/// `PATCH /v2/queues/{name}/claims/{claim}` `{"ttl", "grace"}`: renews the claim (204), or
+/// answers 404 as for an ended claim when the renewal held nothing (its messages were freed
+/// meanwhile, or its new end passed before the store confirmed it).
 pub async fn update(
     ctx: Ctx,
     State(state): State<AppState>,
@@ -203,7 +205,7 @@ pub async fn update(
     let ttl_s = check_ttl(ttl, &state.zaqar_limits)?;
     let grace_s = u64::try_from(grace.max(0)).unwrap_or(0);
     let claim = find(&state, &queue, &text).await?;
-    state
+    let held = state
         .engine
         .renew_claim(
             &claim,
@@ -211,6 +213,9 @@ pub async fn update(
             grace_s.saturating_mul(1_000),
         )
         .await?;
+    if held == 0 {
+        return Err(missing(&queue, &text));
+    }
     Ok(views::empty(StatusCode::NO_CONTENT, None))
 }
 
