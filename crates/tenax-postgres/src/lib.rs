@@ -13,6 +13,7 @@
 mod activity;
 mod batches;
 mod cancel;
+pub mod catalogue;
 mod claims;
 mod clock;
 mod combiner;
@@ -81,6 +82,9 @@ pub struct PostgresOptions {
     pub secrets: Arc<Keyring>,
     /// How long [`PostgresStore::open`] keeps trying while PostgreSQL cannot be used.
     pub start_wait: Duration,
+    /// The signals the store fires, when they are shared with other stores (the pools of a
+    /// pooled deployment wake one engine); `None`: its own.
+    pub signals: Option<Arc<Signals>>,
 }
 
 impl PostgresOptions {
@@ -95,6 +99,7 @@ impl PostgresOptions {
                 poll_interval: Duration::from_secs(1),
             },
             commits: None,
+            signals: None,
         }
     }
 }
@@ -358,6 +363,7 @@ impl PostgresStore {
             pool.clone(),
             database.clone(),
             &options.listening,
+            options.signals.clone().unwrap_or_default(),
         ));
         let combiner =
             combiner::Combiner::new(pool.clone(), wakeups.clone(), options.commits.clone());

@@ -33,6 +33,7 @@ const MIGRATIONS: &[(u64, &str)] = &[
     (13, include_str!("migrations/0013_dependencies.sql")),
     (14, include_str!("migrations/0014_batches.sql")),
     (15, include_str!("migrations/0015_take_cost.sql")),
+    (16, include_str!("migrations/0016_pools.sql")),
 ];
 
 /// The schema version this binary writes and reads: its newest migration's number.

@@ -141,6 +141,7 @@ pub fn all() -> Vec<(String, String)> {
         activity::statements(),
         batches::statements(),
         cancel::statements(),
+        catalogue::statements(),
         claims::statements(),
         clock::statements(),
         connect::statements(),
@@ -215,7 +216,7 @@ pub fn all_prefixes() -> Vec<(String, usize)> {
 
 use super::filter::Query;
 use super::{
-    activity, batches, cancel, claims, clock, connect, curation, dependents, endpoints, facts,
-    import, inserts, leases, limits, queues, reads, schedules, schema, sealing, servers,
+    activity, batches, cancel, catalogue, claims, clock, connect, curation, dependents, endpoints,
+    facts, import, inserts, leases, limits, queues, reads, schedules, schema, sealing, servers,
     subscriptions, tokens, transitions, upkeep, wakeups,
 };

@@ -113,9 +113,13 @@ pub struct Wakeups {
 }
 
 impl Wakeups {
-    /// Starts the sender, and the listener (or the poller) on `database`.
-    pub fn start(pool: Pool, database: Database, listening: &Listening) -> Self {
-        let signals = Arc::new(Signals::default());
+    /// Starts the sender, and the listener (or the poller) on `database`, firing `signals`.
+    pub fn start(
+        pool: Pool,
+        database: Database,
+        listening: &Listening,
+        signals: Arc<Signals>,
+    ) -> Self {
         let marked = Arc::new(AtomicU8::new(0));
         let send = Arc::new(Notify::new());
         let listening_now = Arc::new(AtomicBool::new(false));

@@ -66,12 +66,13 @@ mod servers;
 mod subscriptions;
 mod tokens;
 
-use support::{Backend, Embedded, Postgres, conformance_suite};
+use support::{Backend, Embedded, Pooled, Postgres, conformance_suite};
 
 conformance_suite! {
     backends: {
         embedded: Embedded::new(),
         postgres: Postgres::new().await,
+        pooled: Pooled::new().await,
     },
     cases: {
         job_inserts: [

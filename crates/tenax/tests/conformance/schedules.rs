@@ -136,7 +136,7 @@ pub(crate) async fn a_change_never_overwrites_a_tick_recorded_meanwhile(backend:
         .expect("made");
     let tick = T0 + 60 * SECOND;
     let ticked = ticked_at(&first, tick);
-    let seen = current(&store).await;
+    let seen = current_of(&store, "ticks").await;
     let recording: std::sync::Mutex<Option<std::thread::JoinHandle<_>>> =
         std::sync::Mutex::new(None);
     let paused = store
@@ -212,7 +212,7 @@ pub(crate) async fn a_tick_is_recorded_once_with_its_job(backend: &impl Backend)
     let tick = T0 + 60 * SECOND;
     let next = ticked_at(&first, tick);
     let jobs = || vec![job("ticks").at(tick).kind("tick")];
-    let seen = current(&store).await;
+    let seen = current_of(&store, "ticks").await;
     let recorded = store
         .record_tick(&next, 1, jobs(), seen, tick)
         .await

@@ -398,6 +398,7 @@ impl Backend for Postgres {
                  CREATE VIEW tenax_all_jobs AS
                      SELECT * FROM tenax_jobs UNION ALL SELECT * FROM tenax_finished;
                  DROP TABLE tenax_activity; ALTER TABLE tenax_servers DROP COLUMN about;
+                 DROP TABLE tenax_pools, tenax_flavors, tenax_placements;
                  DROP TABLE tenax_secrets_key; UPDATE tenax_schema SET version = 7",
             )
             .await
@@ -425,6 +426,144 @@ impl Backend for Postgres {
 
     fn missing(&self) -> bool {
         self.url.is_none()
+    }
+}
+
+/// A pooled deployment (`tenax-pools`): a catalogue and two pools, three fresh databases on
+/// the test server; queues are placed on the two pools by their names, so the cases' queues
+/// spread over both. What the backend's own hooks read and write is the catalogue's.
+pub(crate) struct Pooled {
+    catalogue: Postgres,
+    pools: [Option<String>; 2],
+}
+
+impl Pooled {
+    pub(crate) async fn new() -> Self {
+        Self {
+            catalogue: Postgres::new().await,
+            pools: [
+                postgres_server::fresh_database().await,
+                postgres_server::fresh_database().await,
+            ],
+        }
+    }
+
+    /// Every database of the deployment, the catalogue first.
+    fn databases(&self) -> Vec<Postgres> {
+        std::iter::once(self.catalogue.url.clone())
+            .chain(self.pools.iter().cloned())
+            .map(|url| Postgres {
+                url,
+                keys: self.catalogue.keys.clone(),
+            })
+            .collect()
+    }
+
+    /// The database that holds subscription `id`.
+    async fn holding(&self, id: SubscriptionId) -> Postgres {
+        let wanted = i64::try_from(id.0).expect("an id");
+        for database in self.databases() {
+            let held = database
+                .connect()
+                .await
+                .query(
+                    "SELECT 1 FROM tenax_subscriptions WHERE id = $1",
+                    &[&wanted],
+                )
+                .await
+                .expect("looked for");
+            if !held.is_empty() {
+                return database;
+            }
+        }
+        panic!("no database holds subscription {id}");
+    }
+
+    /// Registers the pools in the catalogue, once.
+    async fn register(&self, keys: &Arc<Keyring>, now_ms: u64) -> Result<(), StoreError> {
+        let database = Database::new(self.catalogue.url(), None).expect("the catalogue's URL");
+        let options = PostgresOptions::new(database, keys.clone());
+        let catalogue =
+            PostgresStore::open(&options, &tenax_core::clock::Clock::manual(now_ms)).await?;
+        if catalogue.pools().await?.is_empty() {
+            for (at, uri) in self.pools.iter().enumerate() {
+                catalogue
+                    .put_pool(&tenax_postgres::catalogue::PoolRecord {
+                        name: format!("pool-{}", at + 1),
+                        number: u8::try_from(at + 1).expect("a number"),
+                        uri: uri.clone().expect("a database"),
+                        weight: 1,
+                        flavor: None,
+                        options: "{}".to_owned(),
+                    })
+                    .await?;
+            }
+        }
+        tenax_core::store::StoreLifecycle::close(&catalogue).await;
+        Ok(())
+    }
+}
+
+impl Backend for Pooled {
+    async fn try_open(&self, now_ms: u64) -> Result<Arc<dyn Store>, StoreError> {
+        self.try_open_with(self.catalogue.keys.clone(), now_ms)
+            .await
+    }
+
+    async fn try_open_with(
+        &self,
+        keys: Arc<Keyring>,
+        now_ms: u64,
+    ) -> Result<Arc<dyn Store>, StoreError> {
+        self.register(&keys, now_ms).await?;
+        let database = Database::new(self.catalogue.url(), None).expect("the catalogue's URL");
+        let options = PostgresOptions::new(database, keys);
+        Ok(Arc::new(
+            tenax_pools::PooledStore::open(
+                &options,
+                None,
+                &tenax_core::clock::Clock::manual(now_ms),
+            )
+            .await?,
+        ))
+    }
+
+    fn keys(&self) -> Arc<Keyring> {
+        self.catalogue.keys()
+    }
+
+    async fn dump(&self) -> Vec<u8> {
+        let mut all = Vec::new();
+        for database in self.databases() {
+            all.extend(database.dump().await);
+        }
+        all
+    }
+
+    async fn raw_subscription(&self, id: SubscriptionId) -> String {
+        self.holding(id).await.raw_subscription(id).await
+    }
+
+    async fn set_raw_subscription(&self, id: SubscriptionId, raw: &str) {
+        self.holding(id).await.set_raw_subscription(id, raw).await;
+    }
+
+    async fn as_before_sealing(&self, stale: &[u8]) {
+        for database in self.databases() {
+            database.as_before_sealing(stale).await;
+        }
+    }
+
+    async fn format(&self) -> u64 {
+        self.catalogue.format().await
+    }
+
+    async fn stamp_format(&self, version: u64) {
+        self.catalogue.stamp_format(version).await;
+    }
+
+    fn missing(&self) -> bool {
+        self.catalogue.missing() || self.pools.iter().any(Option::is_none)
     }
 }
 
@@ -616,7 +755,13 @@ pub(crate) async fn subscribers(
 
 /// The facts version an enqueue made now would have read.
 pub(crate) async fn current(store: &Arc<dyn Store>) -> FactsSeen {
-    store.queue_facts("q").await.expect("facts read").seen
+    current_of(store, "q").await
+}
+
+/// The facts version an enqueue into `queue` made now would have read (a pooled store's
+/// versions are those of the queue's pool).
+pub(crate) async fn current_of(store: &Arc<dyn Store>, queue: &str) -> FactsSeen {
+    store.queue_facts(queue).await.expect("facts read").seen
 }
 
 /// Inserts jobs of their own (no parent, no owner): one result each.
@@ -627,8 +772,19 @@ pub(crate) async fn insert(
     now_ms: u64,
 ) -> Result<Vec<Enqueued>, StoreError> {
     let count = jobs.len();
+    // The facts of what is inserted (a pooled store's versions are its pools').
+    let seen = match jobs.first() {
+        Some(first) => {
+            store
+                .queue_facts(&first.job.queue)
+                .await
+                .expect("facts read")
+                .seen
+        }
+        None => current(store).await,
+    };
     let results: Vec<Enqueued> = store
-        .insert_jobs(jobs, on_duplicate, current(store).await, now_ms)
+        .insert_jobs(jobs, on_duplicate, seen, now_ms)
         .await?
         .into_iter()
         .flatten()
