@@ -17,6 +17,12 @@ use tenax_postgres::PostgresStore;
 
 use super::{PooledStore, across_pools, seen_in, seen_of};
 
+/// Where an insert goes: its pool, and the first of its queues if this insert placed them all.
+pub(crate) struct Placed<'a> {
+    pub(crate) store: &'a PostgresStore,
+    pub(crate) fresh: Option<String>,
+}
+
 impl PooledStore {
     /// The one pool every job of `jobs` goes to and every stored job they wait for is in,
     /// placing their queues there; refused when they are on different pools already.
@@ -24,7 +30,7 @@ impl PooledStore {
         &self,
         jobs: &[Insert],
         more_queues: &[&str],
-    ) -> Result<&PostgresStore, StoreError> {
+    ) -> Result<Placed<'_>, StoreError> {
         let mut anchor: Option<&PostgresStore> = None;
         for after in jobs.iter().flat_map(|insert| &insert.after) {
             if let After::Job(parent) = after {
@@ -39,26 +45,39 @@ impl PooledStore {
         queues.extend(more_queues);
         queues.sort_unstable();
         queues.dedup();
-        self.place_together(
-            &queues,
-            anchor,
-            "the queues of these jobs (or of the jobs they wait for)",
-        )
-        .await
+        let (store, fresh) = self
+            .place_together(
+                &queues,
+                anchor,
+                "the queues of these jobs (or of the jobs they wait for)",
+            )
+            .await?;
+        Ok(Placed {
+            store,
+            fresh: fresh
+                .then(|| queues.first().map(|q| (*q).to_owned()))
+                .flatten(),
+        })
     }
 
-    /// Inserts into the pool of `jobs` with its own version of `seen`; old facts (or facts of
-    /// another pool) are [`StoreError::FactsChanged`].
-    pub(crate) fn facts_for(
+    /// The pool's own version of `seen`, for an insert into `placed`. Facts read from another
+    /// pool are old ([`StoreError::FactsChanged`]: the engine reads them again), but for
+    /// queues this insert placed: read from the catalogue before they had a pool, they were
+    /// empty, and so are they on their new pool up to its version now (any change of them
+    /// after that is a change of that version, and refuses the insert as usual).
+    pub(crate) async fn facts_for(
         &self,
-        store: &PostgresStore,
+        placed: &Placed<'_>,
         seen: FactsSeen,
     ) -> Result<FactsSeen, StoreError> {
         let (number, version) = seen_of(seen);
-        if number != self.number_of(store) {
-            return Err(StoreError::FactsChanged);
+        if number == self.number_of(placed.store) {
+            return Ok(version);
         }
-        Ok(version)
+        match &placed.fresh {
+            Some(queue) if number == 0 => Ok(placed.store.queue_facts(queue).await?.seen),
+            _ => Err(StoreError::FactsChanged),
+        }
     }
 
     /// `selection` split by pool: its ids by their pools, its queue to the queue's pool (none
@@ -125,8 +144,10 @@ impl PooledStore {
 #[async_trait]
 impl JobInserts for PooledStore {
     async fn queue_facts(&self, queue: &str) -> Result<Arc<QueueFacts>, StoreError> {
-        // An enqueue reads them, and places the queue: its insert goes there.
-        let store = self.place(queue).await?;
+        // Read where the queue is, without placing it: its insert places it (with the jobs
+        // it waits for, say), and refuses facts read elsewhere, which the engine then reads
+        // again from there.
+        let store = self.read_pool(queue).await?;
         let facts = store.queue_facts(queue).await?;
         Ok(Arc::new(QueueFacts {
             seen: seen_in(self.number_of(store), facts.seen),
@@ -141,9 +162,12 @@ impl JobInserts for PooledStore {
         seen: FactsSeen,
         now_ms: UnixMs,
     ) -> Result<Vec<Option<Enqueued>>, StoreError> {
-        let store = self.pool_of_inserts(&jobs, &[]).await?;
-        let seen = self.facts_for(store, seen)?;
-        store.insert_jobs(jobs, on_duplicate, seen, now_ms).await
+        let placed = self.pool_of_inserts(&jobs, &[]).await?;
+        let seen = self.facts_for(&placed, seen).await?;
+        placed
+            .store
+            .insert_jobs(jobs, on_duplicate, seen, now_ms)
+            .await
     }
 }
 

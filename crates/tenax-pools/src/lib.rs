@@ -20,12 +20,12 @@
 //! insert of jobs of queues on different pools, a job that waits for a job of another pool, a
 //! batch whose members are on different pools.
 
+pub mod admin;
 mod jobs;
 mod reads;
 mod settings;
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -33,7 +33,9 @@ use futures_util::future::try_join_all;
 use tenax_core::clock::Clock;
 use tenax_core::model::subscription::subscription_of_queue;
 use tenax_core::model::{JobId, SubscriptionId};
-use tenax_core::store::{FactsSeen, JobReads, QueueStore, Signals, StoreError, SubscriptionStore};
+use tenax_core::store::{
+    FactsSeen, JobReads, QueueStore, Signals, Store, StoreError, StoreLifecycle, SubscriptionStore,
+};
 use tenax_postgres::catalogue::{PoolRecord, STRIPES};
 use tenax_postgres::{Database, PostgresOptions, PostgresStore};
 
@@ -63,12 +65,8 @@ pub struct PooledStore {
 
 impl PooledStore {
     /// Opens the catalogue (`options`) and every pool it names, each with `options`' pool
-    /// size and keys; `ca_file` checks the pools' TLS certificates as the catalogue's.
-    pub async fn open(
-        options: &PostgresOptions,
-        ca_file: Option<&Path>,
-        clock: &Clock,
-    ) -> Result<Self, StoreError> {
+    /// size, keys and CA certificates.
+    pub async fn open(options: &PostgresOptions, clock: &Clock) -> Result<Self, StoreError> {
         let signals = Arc::new(Signals::default());
         let mut shared = options.clone();
         shared.signals = Some(signals.clone());
@@ -84,7 +82,7 @@ impl PooledStore {
             store: catalogue,
         }];
         for pool in pools {
-            members.push(open_pool(&shared, &pool, ca_file, clock).await?);
+            members.push(open_pool(&shared, &pool, clock).await?);
         }
         members.sort_by_key(|m| m.number);
         Ok(Self {
@@ -147,13 +145,14 @@ impl PooledStore {
     /// Places `queues` together, on the pool of those already placed, or `anchor`'s, or else
     /// chosen for the first: what one transaction writes (a job and the jobs it waits for, a
     /// batch and its callbacks, a queue and its dead-letter queue) must be in one database.
-    /// Refused when two of them are placed on different pools already.
+    /// Refused when two of them are placed on different pools already. Says too whether
+    /// every one of them was placed by this call (none had anything stored anywhere before).
     async fn place_together<'a>(
         &'a self,
         queues: &[&str],
         anchor: Option<&'a PostgresStore>,
         what: &str,
-    ) -> Result<&'a PostgresStore, StoreError> {
+    ) -> Result<(&'a PostgresStore, bool), StoreError> {
         let mut pool = anchor;
         let mut unplaced = Vec::new();
         for queue in queues {
@@ -165,11 +164,12 @@ impl PooledStore {
                 None => unplaced.push(*queue),
             }
         }
+        let fresh = unplaced.len() == queues.len();
         let pool = match pool {
             Some(pool) => pool,
             None => match unplaced.first() {
                 Some(first) => self.place(first).await?,
-                None => return Ok(self.catalogue()),
+                None => return Ok((self.catalogue(), false)),
             },
         };
         let number = self.number_of(pool);
@@ -180,7 +180,7 @@ impl PooledStore {
             }
             self.placed.write().insert(queue.to_owned(), number);
         }
-        Ok(pool)
+        Ok((pool, fresh))
     }
 
     /// The pool of `queue`, placing it now if it has none: by weight among the pools.
@@ -289,14 +289,24 @@ impl PooledStore {
     }
 }
 
+/// Opens the store `options` name: the pooled store when its database's catalogue has pools,
+/// else that database's own store, as before pools.
+pub async fn open(options: &PostgresOptions, clock: &Clock) -> Result<Arc<dyn Store>, StoreError> {
+    let catalogue = PostgresStore::open(options, clock).await?;
+    if catalogue.pools().await?.is_empty() {
+        return Ok(Arc::new(catalogue));
+    }
+    catalogue.close().await;
+    Ok(Arc::new(PooledStore::open(options, clock).await?))
+}
+
 /// Opens pool `pool` as a member: its database, with the catalogue's options, its ids striped.
 async fn open_pool(
     shared: &PostgresOptions,
     pool: &PoolRecord,
-    ca_file: Option<&Path>,
     clock: &Clock,
 ) -> Result<Member, StoreError> {
-    let database = Database::new(&pool.uri, ca_file).map_err(|e| {
+    let database = Database::new(&pool.uri, shared.ca_file.as_deref()).map_err(|e| {
         StoreError::Refused(format!("pool {:?}: {e}", pool.name).replace("--database-url: ", ""))
     })?;
     let options = PostgresOptions {

@@ -9,6 +9,7 @@ use tenax_core::model::{
 use tenax_core::store::{BatchStore, BatchTarget, FactsSeen, Insert, JobReads, StoreError};
 use tenax_postgres::PostgresStore;
 
+use super::jobs::Placed;
 use super::{PooledStore, across_pools, seen_of};
 
 impl PooledStore {
@@ -208,7 +209,7 @@ impl BatchStore for PooledStore {
         seen: FactsSeen,
         now_ms: UnixMs,
     ) -> Result<(Batch, Vec<Option<Enqueued>>), StoreError> {
-        let store = match &to {
+        let placed = match &to {
             BatchTarget::New(spec) => {
                 let callbacks: Vec<&str> = [&spec.on_complete, &spec.on_success]
                     .into_iter()
@@ -222,23 +223,22 @@ impl BatchStore for PooledStore {
                 if home.batch(*id).await?.is_none() {
                     return Err(StoreError::NoBatch(*id));
                 }
-                let queues: Vec<&str> = jobs.iter().map(|i| i.job.queue.as_str()).collect();
-                if !queues.is_empty() {
-                    let store = self
-                        .place_together(&queues, Some(home), "the batch's members and these jobs")
-                        .await?;
-                    if !std::ptr::eq(store, home) {
-                        return Err(across_pools("the batch's members and these jobs"));
-                    }
+                let placed = self.pool_of_inserts(&jobs, &[]).await?;
+                if !jobs.is_empty() && !std::ptr::eq(placed.store, home) {
+                    return Err(across_pools("the batch's members and these jobs"));
                 }
-                home
+                Placed {
+                    store: home,
+                    ..placed
+                }
             }
         };
         let seen = if jobs.is_empty() {
             FactsSeen(seen_of(seen).1.0)
         } else {
-            self.facts_for(store, seen)?
+            self.facts_for(&placed, seen).await?
         };
+        let store = placed.store;
         store.add_to_batch(to, jobs, close, seen, now_ms).await
     }
 

@@ -73,6 +73,7 @@ impl QueueStore for PooledStore {
         queues.extend(dead_letter.as_deref());
         self.place_together(&queues, None, "the queue and its dead-letter queue")
             .await?
+            .0
             .update_queue(name, change)
             .await
     }
@@ -164,10 +165,15 @@ impl ScheduleStore for PooledStore {
             // Deleted meanwhile: as a stale revision.
             return Ok(None);
         };
-        if !jobs.is_empty() && !std::ptr::eq(self.pool_of_inserts(&jobs, &[]).await?, store) {
-            return Err(across_pools("the schedule and its tick's jobs"));
-        }
-        let seen = self.facts_for(store, seen)?;
+        let seen = if jobs.is_empty() {
+            super::seen_of(seen).1
+        } else {
+            let placed = self.pool_of_inserts(&jobs, &[]).await?;
+            if !std::ptr::eq(placed.store, store) {
+                return Err(across_pools("the schedule and its tick's jobs"));
+            }
+            self.facts_for(&placed, seen).await?
+        };
         store
             .record_tick(schedule, expected_revision, jobs, seen, now_ms)
             .await

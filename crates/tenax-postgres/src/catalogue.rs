@@ -34,21 +34,38 @@ impl PostgresStore {
         let rows = query(&client, &POOLS, &[])
             .await
             .map_err(fault("reading the pools"))?;
-        Ok(rows
-            .iter()
-            .map(|row| PoolRecord {
-                name: row.get(0),
-                number: u8::try_from(row.get::<_, i16>(1)).unwrap_or(0),
-                uri: row.get(2),
-                weight: u32::try_from(row.get::<_, i32>(3)).unwrap_or(0),
-                flavor: row.get(4),
-                options: row.get(5),
+        rows.iter()
+            .map(|row| {
+                let name: String = row.get(0);
+                let uri = self
+                    .payload_key
+                    .open(&uri_aad(&name), row.get(2))
+                    .ok()
+                    .and_then(|plain| String::from_utf8(plain).ok())
+                    .ok_or_else(|| {
+                        StoreError::Secrets(format!(
+                            "the URI of pool {name:?} does not open with this server's secrets key"
+                        ))
+                    })?;
+                Ok(PoolRecord {
+                    name,
+                    number: u8::try_from(row.get::<_, i16>(1)).unwrap_or(0),
+                    uri,
+                    weight: u32::try_from(row.get::<_, i32>(3)).unwrap_or(0),
+                    flavor: row.get(4),
+                    options: row.get(5),
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Stores a pool, or replaces the one of its name (its number stays).
     pub async fn put_pool(&self, pool: &PoolRecord) -> Result<(), StoreError> {
+        // The URI may hold a password: sealed at rest, as payloads of encrypted queues are.
+        let uri = self
+            .payload_key
+            .seal(&uri_aad(&pool.name), pool.uri.as_bytes())
+            .map_err(|e| StoreError::storage("sealing a pool's URI", e))?;
         let client = self.client().await?;
         execute(
             &client,
@@ -56,7 +73,7 @@ impl PostgresStore {
             &[
                 &pool.name,
                 &i16::from(pool.number),
-                &pool.uri,
+                &uri,
                 &i32::try_from(pool.weight).unwrap_or(i32::MAX),
                 &pool.flavor,
                 &pool.options,
@@ -124,6 +141,11 @@ impl PostgresStore {
             .map_err(fault(what))?;
         tx.commit().await.map_err(fault(what))
     }
+}
+
+/// What a sealed URI is bound to: its pool's name.
+fn uri_aad(name: &str) -> Vec<u8> {
+    format!("tenax pool uri {name}").into_bytes()
 }
 
 statements! {

@@ -85,6 +85,9 @@ pub struct PostgresOptions {
     /// The signals the store fires, when they are shared with other stores (the pools of a
     /// pooled deployment wake one engine); `None`: its own.
     pub signals: Option<Arc<Signals>>,
+    /// The CA certificates `database` was made with (`--database-ca-file`): a pooled
+    /// deployment checks its pools' databases against them too.
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 impl PostgresOptions {
@@ -100,6 +103,7 @@ impl PostgresOptions {
             },
             commits: None,
             signals: None,
+            ca_file: None,
         }
     }
 }

@@ -299,6 +299,7 @@ impl ServeArgs {
             return Err("--database-poll: must be longer than 0".into());
         }
         let mut options = tenax_postgres::PostgresOptions::new(database, secrets);
+        options.ca_file.clone_from(&self.database_ca_file);
         options.pool_size = self.database_pool;
         options.start_wait = std::time::Duration::from_millis(self.database_wait);
         if let Some(every) = self.database_poll {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tenax_core::clock::Clock;
 use tenax_core::store::{Store, StoreError};
 use tenax_embedded::{EmbeddedOptions, EmbeddedStore};
-use tenax_postgres::{PostgresOptions, PostgresStore};
+use tenax_postgres::PostgresOptions;
 
 /// Where the data lives and how to open it.
 #[derive(Debug, Clone)]
@@ -46,7 +46,8 @@ impl StoreConfig {
                 .map_err(|e| StoreError::storage("opening the embedded store", e))??;
                 Ok(Arc::new(opened))
             }
-            Self::Postgres(options) => Ok(Arc::new(PostgresStore::open(options, clock).await?)),
+            // With pools in its catalogue, the pooled store (docs/postgres.md, "Pools").
+            Self::Postgres(options) => tenax_pools::open(options, clock).await,
         }
     }
 }

@@ -15,6 +15,7 @@ mod migrate;
 mod output;
 mod parse;
 pub mod policy;
+mod pools;
 mod queues;
 mod repair;
 mod restore;
@@ -84,6 +85,10 @@ pub enum Command {
     /// Receive webhooks on 127.0.0.1 for trying subscriptions out: print each delivery, check
     /// its signature, answer with a chosen status.
     Listen(listen::ListenArgs),
+    /// Pools of a pooled deployment: several PostgreSQL databases that hold the queues, kept in
+    /// the catalogue (the servers' --database-url): list, add, remove.
+    #[command(subcommand)]
+    Pools(pools::PoolsCommand),
     /// Copy every record of a stopped store into another: a data directory into a PostgreSQL
     /// database (to run several servers), or back. Ids are kept; counts are checked on both
     /// sides.
@@ -119,6 +124,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Secrets(command) => secrets::run(command),
         Command::Work(args) => work::run(*args),
         Command::Listen(args) => listen::run(args),
+        Command::Pools(command) => pools::run(command),
         Command::Copy(args) => copy::run(args),
         Command::Repair(args) => repair::run(args),
         Command::Backup(args) => backup::run(*args),

@@ -59,6 +59,7 @@ mod job_leases;
 mod job_reads;
 mod job_upkeep;
 mod lifecycle;
+mod pools;
 mod queues;
 mod schedules;
 mod secrets;

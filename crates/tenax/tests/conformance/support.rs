@@ -82,6 +82,13 @@ pub(crate) trait Backend {
     fn missing(&self) -> bool {
         false
     }
+
+    /// Why `case` does not hold on this backend, by design (and where what holds instead is
+    /// checked): the case is then skipped, saying so.
+    fn skips(&self, case: &str) -> Option<&'static str> {
+        let _ = case;
+        None
+    }
 }
 
 /// The embedded store in a temporary directory.
@@ -519,12 +526,8 @@ impl Backend for Pooled {
         let database = Database::new(self.catalogue.url(), None).expect("the catalogue's URL");
         let options = PostgresOptions::new(database, keys);
         Ok(Arc::new(
-            tenax_pools::PooledStore::open(
-                &options,
-                None,
-                &tenax_core::clock::Clock::manual(now_ms),
-            )
-            .await?,
+            tenax_pools::PooledStore::open(&options, &tenax_core::clock::Clock::manual(now_ms))
+                .await?,
         ))
     }
 
@@ -564,6 +567,57 @@ impl Backend for Pooled {
 
     fn missing(&self) -> bool {
         self.catalogue.missing() || self.pools.iter().any(Option::is_none)
+    }
+
+    fn skips(&self, case: &str) -> Option<&'static str> {
+        match case {
+            "a_job_waits_for_every_parent"
+            | "every_end_of_a_parent_settles_its_children"
+            | "pop_takes_and_deletes_ready_jobs" => Some(
+                "its jobs (or the jobs they wait for) are in queues placed on two pools, which \
+                 one transaction cannot span: refused (pools::what_one_transaction_cannot_span_is_refused)",
+            ),
+            "imported_records_keep_their_ids_and_state"
+            | "imported_waiting_jobs_wait_as_they_did" => Some(
+                "`tenax copy` into a pooled deployment is refused (pools::imports_are_refused)",
+            ),
+            "secrets_kept_in_clear_before_are_sealed_at_open" => Some(
+                "the database as schema 7 left it has no placements: a pooled deployment \
+                 starts at schema 16",
+            ),
+            _ => None,
+        }
+    }
+}
+
+impl Pooled {
+    /// The number of the pool `queue` is placed on, if it is placed.
+    pub(crate) async fn placement(&self, queue: &str) -> Option<u8> {
+        self.catalogue
+            .connect()
+            .await
+            .query(
+                "SELECT pool FROM tenax_placements WHERE queue = $1",
+                &[&queue],
+            )
+            .await
+            .expect("the placement")
+            .first()
+            .map(|row| u8::try_from(row.get::<_, i16>(0)).expect("a number"))
+    }
+
+    /// How many jobs (unfinished and finished) the database of pool `number` holds.
+    pub(crate) async fn jobs_in(&self, number: u8) -> i64 {
+        self.databases()[usize::from(number)]
+            .connect()
+            .await
+            .query_one(
+                "SELECT (SELECT count(*) FROM tenax_jobs) + (SELECT count(*) FROM tenax_finished)",
+                &[],
+            )
+            .await
+            .expect("the count")
+            .get(0)
     }
 }
 
@@ -772,23 +826,29 @@ pub(crate) async fn insert(
     now_ms: u64,
 ) -> Result<Vec<Enqueued>, StoreError> {
     let count = jobs.len();
-    // The facts of what is inserted (a pooled store's versions are its pools').
-    let seen = match jobs.first() {
-        Some(first) => {
-            store
-                .queue_facts(&first.job.queue)
-                .await
-                .expect("facts read")
-                .seen
+    // The facts of what is inserted (a pooled store's versions are those of its pools), read
+    // again once if the insert says they are old, as the engine does (the seam allows it of
+    // a store with cached facts: another insert may have placed a new queue meanwhile).
+    let queue = jobs
+        .first()
+        .map_or("q", |first| first.job.queue.as_str())
+        .to_owned();
+    let inserted = match store
+        .insert_jobs(
+            jobs.clone(),
+            on_duplicate,
+            current_of(store, &queue).await,
+            now_ms,
+        )
+        .await
+    {
+        Err(StoreError::FactsChanged) if store.properties().cached_facts => {
+            let seen = current_of(store, &queue).await;
+            store.insert_jobs(jobs, on_duplicate, seen, now_ms).await
         }
-        None => current(store).await,
+        other => other,
     };
-    let results: Vec<Enqueued> = store
-        .insert_jobs(jobs, on_duplicate, seen, now_ms)
-        .await?
-        .into_iter()
-        .flatten()
-        .collect();
+    let results: Vec<Enqueued> = inserted?.into_iter().flatten().collect();
     assert_eq!(results.len(), count, "one result per job of its own");
     Ok(results)
 }
@@ -1156,6 +1216,10 @@ macro_rules! conformance_suite {
                 async fn $case() {
                     let backend = $backend;
                     if backend.missing() {
+                        return;
+                    }
+                    if let Some(why) = backend.skips(stringify!($case)) {
+                        eprintln!("skipped on this backend: {why}");
                         return;
                     }
                     $crate::$family::$case(&backend).await;
