@@ -324,7 +324,7 @@ async fn open_pool(
 
 /// The refusal of what one transaction cannot span.
 fn across_pools(what: &str) -> StoreError {
-    StoreError::Refused(format!(
+    StoreError::AcrossPools(format!(
         "{what} are on different pools, and one transaction changes one pool: place them \
          together (`tenax queues move`)"
     ))

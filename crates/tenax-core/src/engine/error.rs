@@ -84,6 +84,9 @@ pub enum Conflict {
     /// Jobs may be added to an open batch only.
     #[error("batch {0} is closed: no more jobs may be added to it")]
     BatchClosed(crate::model::BatchId),
+    /// What one transaction would change is on several pools (docs/postgres.md, "Pools").
+    #[error("{0}")]
+    AcrossPools(String),
 }
 
 /// Why the server cannot serve a request just now.
@@ -148,6 +151,7 @@ impl From<StoreError> for EngineError {
                 endpoint,
                 holder,
             }),
+            StoreError::AcrossPools(message) => Self::Conflict(Conflict::AcrossPools(message)),
             StoreError::Failed => Self::Unavailable(Unavailable::Failed),
             StoreError::FactsChanged => Self::Unavailable(Unavailable::FactsChanged),
             error @ StoreError::Unavailable(_) => {

@@ -48,6 +48,10 @@ pub enum StoreError {
     /// (see [`FactsSeen`]); nothing was stored.
     #[error("a queue's settings or subscriptions changed during the enqueue")]
     FactsChanged,
+    /// What one transaction would change is on several databases of a pooled deployment
+    /// (queues placed on different pools); nothing was stored. The message says what.
+    #[error("{0}")]
+    AcrossPools(String),
     /// Another subscription of the queue has the endpoint, which must be unique there
     /// ([`Subscription::unique_endpoint`]).
     #[error("subscription {holder} of queue {queue:?} already has endpoint {endpoint:?}")]

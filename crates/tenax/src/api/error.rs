@@ -71,6 +71,7 @@ impl From<EngineError> for ApiError {
                     Conflict::Duplicate { .. } => "duplicate",
                     Conflict::EndpointTaken { .. } => "endpoint_taken",
                     Conflict::BatchClosed(_) => "batch_closed",
+                    Conflict::AcrossPools(_) => "across_pools",
                 };
                 Self::conflict(code, error.to_string())
             }

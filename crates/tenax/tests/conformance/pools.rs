@@ -161,7 +161,7 @@ async fn what_one_transaction_cannot_span_is_refused() {
     // One insert into queues on two pools.
     let refused = insert(&store, vec![job(&a), job(&b)], OnDuplicate::Refuse, T0).await;
     assert!(
-        matches!(&refused, Err(StoreError::Refused(m)) if m.contains("different pools")),
+        matches!(&refused, Err(StoreError::AcrossPools(m)) if m.contains("different pools")),
         "{refused:?}"
     );
 
@@ -171,7 +171,7 @@ async fn what_one_transaction_cannot_span_is_refused() {
     child.after = vec![After::Job(parent)];
     let refused = insert(&store, vec![child], OnDuplicate::Refuse, T0).await;
     assert!(
-        matches!(&refused, Err(StoreError::Refused(m)) if m.contains("different pools")),
+        matches!(&refused, Err(StoreError::AcrossPools(m)) if m.contains("different pools")),
         "{refused:?}"
     );
 

@@ -1,0 +1,240 @@
+//! A pooled deployment, end to end: pools registered with `tenax pools` in a catalogue
+//! database, real `tenax serve` processes on the catalogue, and the queues' jobs in the pools'
+//! databases (docs/postgres.md, "Pools"). Runs where the PostgreSQL test harness runs
+//! (`tests/common/postgres.rs`), and skips, saying so, where it does not.
+
+mod common;
+#[path = "common/node.rs"]
+mod node;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use common::postgres;
+use node::Node;
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tenax");
+
+/// Runs `tenax pools ARGS` on the catalogue `catalogue`: exit code, stdout, stderr.
+fn pools(catalogue: &str, args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(BIN)
+        .arg("pools")
+        .args(args)
+        .args(["--database-url", catalogue])
+        .arg("--secrets-key-file")
+        .arg(postgres::secrets_key_file())
+        .output()
+        .expect("tenax pools runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A catalogue and two pool databases, the pools registered (weights 1 and 1); `None` where
+/// the harness skips.
+async fn deployment() -> Option<(String, [String; 2])> {
+    let catalogue = postgres::fresh_database().await?;
+    let one = postgres::fresh_database().await?;
+    let two = postgres::fresh_database().await?;
+    for (name, uri) in [("one", &one), ("two", &two)] {
+        let (code, out, err) = pools(&catalogue, &["add", name, "--uri", uri, "--weight", "1"]);
+        assert_eq!(code, 0, "{out}{err}");
+    }
+    Some((catalogue, [one, two]))
+}
+
+async fn query_one(url: &str, sql: &str) -> tokio_postgres::Row {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connected");
+    tokio::spawn(connection);
+    client.query_one(sql, &[]).await.expect("queried")
+}
+
+async fn jobs_in(url: &str) -> i64 {
+    query_one(
+        url,
+        "SELECT (SELECT count(*) FROM tenax_jobs) + (SELECT count(*) FROM tenax_finished)",
+    )
+    .await
+    .get(0)
+}
+
+#[tokio::test]
+async fn pools_are_registered_listed_and_refused_with_their_reasons() {
+    let Some((catalogue, [one, _two])) = deployment().await else {
+        eprintln!("skipped: no PostgreSQL here (tests/common/postgres.rs)");
+        return;
+    };
+    let (code, out, err) = pools(&catalogue, &["list"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[1].starts_with("one  1  1  -  0  "), "{out}");
+    assert!(lines[2].starts_with("two  2  1  -  0  "), "{out}");
+    assert!(
+        !out.contains("postgres://"),
+        "no URL (nor password) is printed: {out}"
+    );
+
+    // Every refusal names its field, and changes nothing.
+    for (args, field) in [
+        (vec!["add", "bad name", "--uri", &one], "name:"),
+        (vec!["add", "three", "--uri", &one], "uri: another pool"),
+        (vec!["add", "three", "--uri", "not a url"], "uri:"),
+        (
+            vec!["add", "three", "--uri", &one, "--options", "[1]"],
+            "options: must be a JSON object",
+        ),
+        (vec!["remove", "nine"], "name: no pool"),
+    ] {
+        let (code, out, err) = pools(&catalogue, &args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(field), "{args:?}: {err}");
+    }
+    assert_eq!(pools(&catalogue, &["list"]).1.lines().count(), 3);
+
+    // The URIs are sealed at rest: they may hold passwords.
+    let stored: String = query_one(&catalogue, "SELECT string_agg(uri, ' ') FROM tenax_pools")
+        .await
+        .get(0);
+    assert!(!stored.contains("postgres"), "{stored}");
+
+    // A pool without queues goes; a pool's weight changes in place.
+    let (code, out, err) = pools(&catalogue, &["add", "two", "--uri", &_two, "--weight", "5"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("number 2, weight 5"), "{out}");
+    let (code, _, err) = pools(&catalogue, &["remove", "two"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(pools(&catalogue, &["list"]).1.lines().count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_on_a_catalogue_spread_queues_over_its_pools() {
+    let Some((catalogue, [one, two])) = deployment().await else {
+        eprintln!("skipped: no PostgreSQL here (tests/common/postgres.rs)");
+        return;
+    };
+    let a = Node::start(&catalogue, &[], &[]).await;
+    let b = Node::start(&catalogue, &[], &[]).await;
+
+    let queues: Vec<String> = (0..16).map(|i| format!("q{i}")).collect();
+    let mut enqueued = BTreeSet::new();
+    let mut pool_of = Vec::new();
+    for queue in &queues {
+        let answer = a
+            .must_post(
+                "/api/jobs",
+                json!({"queue": queue, "payload": {"q": queue}}),
+                201,
+            )
+            .await;
+        let id = answer["id"].as_u64().expect("an id");
+        enqueued.insert(id);
+        // An id's remainder modulo 64 is its pool's number.
+        pool_of.push((queue.clone(), id % 64));
+    }
+    let on = |number: u64| {
+        pool_of
+            .iter()
+            .find(|(_, n)| *n == number)
+            .map(|(q, _)| q.clone())
+            .expect("a queue on the pool")
+    };
+
+    // One request that would change two pools is refused whole, naming why.
+    let refused = a
+        .must_post(
+            "/api/jobs/batch",
+            json!({"jobs": [{"queue": on(1)}, {"queue": on(2)}]}),
+            409,
+        )
+        .await;
+    assert_eq!(refused["error"]["code"], "across_pools", "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("different pools")),
+        "{refused}"
+    );
+    let (in_one, in_two) = (jobs_in(&one).await, jobs_in(&two).await);
+    assert_eq!(in_one + in_two, 16);
+    assert!(
+        in_one > 0 && in_two > 0,
+        "both pools hold queues: {in_one} / {in_two}"
+    );
+    assert_eq!(jobs_in(&catalogue).await, 0, "the catalogue holds no job");
+
+    // The other server takes from every pool, and acknowledges by id wherever the job is.
+    let taken = b
+        .must_post("/api/take", json!({"queues": queues, "max": 100}), 200)
+        .await;
+    let taken: Vec<&Value> = taken["jobs"].as_array().expect("jobs").iter().collect();
+    let ids: BTreeSet<u64> = taken
+        .iter()
+        .map(|j| j["id"].as_u64().expect("id"))
+        .collect();
+    assert_eq!(ids, enqueued);
+    for job in &taken {
+        let path = format!("/api/jobs/{}/complete", job["id"]);
+        a.must_post(&path, json!({"lease_token": job["lease_token"]}), 200)
+            .await;
+    }
+    let stats = b.must_get("/api/stats", 200).await;
+    assert_eq!(stats["totals"]["completed"], 16, "{stats}");
+
+    // A pool that holds queues cannot be forgotten.
+    let (code, _, err) = pools(&catalogue, &["remove", "one"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("holds") && err.contains("queue"), "{err}");
+
+    // Pool two goes away: its queues are unavailable, pool one's are served.
+    let name = two.rsplit('/').next().expect("a database name").to_owned();
+    let admin = postgres::admin_url().await.expect("the admin URL");
+    let (client, connection) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+        .await
+        .expect("connected");
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false;
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        ))
+        .await
+        .expect("pool two cut off");
+    let mut on_one = Vec::new();
+    let mut on_two = Vec::new();
+    for queue in &queues {
+        let answer = a
+            .post("/api/jobs", json!({"queue": queue}))
+            .await
+            .expect("answered");
+        match answer.status {
+            201 => on_one.push(queue.clone()),
+            503 => on_two.push(queue.clone()),
+            other => panic!("enqueue into {queue}: {other} {}", answer.body),
+        }
+    }
+    assert_eq!(
+        (on_one.len(), on_two.len()),
+        (
+            usize::try_from(in_one).unwrap(),
+            usize::try_from(in_two).unwrap()
+        ),
+        "one: {on_one:?}, two: {on_two:?}"
+    );
+    let taken = b
+        .must_post("/api/take", json!({"queues": queues, "max": 100}), 200)
+        .await;
+    let from: BTreeSet<&str> = taken["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["queue"].as_str().expect("a queue"))
+        .collect();
+    let expected: BTreeSet<&str> = on_one.iter().map(String::as_str).collect();
+    assert_eq!(from, expected, "pool one's queues are served");
+}
