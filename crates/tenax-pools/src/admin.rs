@@ -3,7 +3,7 @@
 
 use tenax_core::clock::Clock;
 use tenax_core::store::{StoreError, StoreLifecycle};
-use tenax_postgres::catalogue::{PoolRecord, STRIPES};
+use tenax_postgres::catalogue::{PoolRecord, STRIPES, Stripes};
 use tenax_postgres::{Database, PostgresOptions, PostgresStore};
 
 /// A pool to register (or to change: its number stays).
@@ -69,7 +69,8 @@ pub async fn register(
             "uri: another pool has this database already".to_owned(),
         ));
     }
-    let number = match pools.iter().find(|p| p.name == new.name) {
+    let existing = pools.iter().find(|p| p.name == new.name);
+    let number = match existing {
         Some(existing) => existing.number,
         None => (1..u8::try_from(STRIPES).unwrap_or(64))
             .find(|n| pools.iter().all(|p| p.number != *n))
@@ -88,10 +89,17 @@ pub async fn register(
         ..options.clone()
     };
     let store = PostgresStore::open(&pool_options, clock).await?;
-    let striped = store.stripe_ids(number).await;
+    let ready = async {
+        if existing.is_none() {
+            starts_empty(&store).await?;
+        }
+        // The catalogue's ids from before stay its own; the pool's begin past them.
+        let since = catalogue.stripe_ids(0, &Stripes::default()).await?;
+        store.stripe_ids(number, &since).await
+    }
+    .await;
     store.close().await;
-    striped?;
-    catalogue.stripe_ids(0).await?;
+    ready?;
     let record = PoolRecord {
         name: new.name,
         number,
@@ -141,6 +149,23 @@ pub async fn list(catalogue: &PostgresStore) -> Result<Vec<ListedPool>, StoreErr
             pool,
         })
         .collect())
+}
+
+/// Refuses a database that holds queues already: their jobs' ids would not name the pool, and
+/// no queue is placed on them.
+async fn starts_empty(store: &PostgresStore) -> Result<(), StoreError> {
+    use tenax_core::store::{JobReads, QueueStore, SubscriptionStore};
+    let held = store.queues().await?.len()
+        + store.counts().await?.len()
+        + store.subscriptions(None).await?.len();
+    if held > 0 {
+        return Err(StoreError::Refused(
+            "uri: the database holds queues already; a pool starts empty (`tenax copy` \
+             moves a store into the catalogue's database instead)"
+                .to_owned(),
+        ));
+    }
+    Ok(())
 }
 
 /// `text` when it is a JSON object.

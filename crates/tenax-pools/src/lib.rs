@@ -32,11 +32,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use futures_util::future::try_join_all;
 use tenax_core::clock::Clock;
 use tenax_core::model::subscription::subscription_of_queue;
-use tenax_core::model::{JobId, SubscriptionId};
+use tenax_core::model::{BatchId, JobId, SubscriptionId};
 use tenax_core::store::{
     FactsSeen, JobReads, QueueStore, Signals, Store, StoreError, StoreLifecycle, SubscriptionStore,
 };
-use tenax_postgres::catalogue::{PoolRecord, STRIPES};
+use tenax_postgres::catalogue::{PoolRecord, STRIPES, Stripes};
 use tenax_postgres::{Database, PostgresOptions, PostgresStore};
 
 /// One database of the deployment.
@@ -61,6 +61,16 @@ pub struct PooledStore {
     signals: Arc<Signals>,
     /// Where the next take starts, so that no pool's queues are always served last.
     turn: AtomicUsize,
+    /// Where the catalogue's ids began to stripe: every id below is the catalogue's own.
+    since: Stripes,
+}
+
+/// What an id numbers.
+#[derive(Debug, Clone, Copy)]
+enum Sequence {
+    Jobs,
+    Subscriptions,
+    Batches,
 }
 
 impl PooledStore {
@@ -73,9 +83,7 @@ impl PooledStore {
         let catalogue = PostgresStore::open(&shared, clock).await?;
         let pools = catalogue.pools().await?;
         let weighed = pools.iter().any(|p| p.weight > 0);
-        if !pools.is_empty() {
-            catalogue.stripe_ids(0).await?;
-        }
+        let since = catalogue.stripes().await?;
         let mut members = vec![Member {
             number: 0,
             weight: u32::from(!weighed),
@@ -90,6 +98,7 @@ impl PooledStore {
             placed: parking_lot::RwLock::new(HashMap::new()),
             signals,
             turn: AtomicUsize::new(0),
+            since,
         })
     }
 
@@ -102,20 +111,33 @@ impl PooledStore {
         self.members.iter().find(|m| m.number == number)
     }
 
-    /// The pool that handed out `id` (its residue). An id whose pool is not registered (any
-    /// more) is looked for in the catalogue, which then answers that it has no such job.
-    fn of_id(&self, id: u64) -> &PostgresStore {
+    /// The pool that handed out `id` of `sequence`: the catalogue for ids from before it
+    /// striped them, else the pool of the id's remainder. An id of a pool no longer
+    /// registered is looked for in the catalogue, which then answers that it has none.
+    fn of_id(&self, sequence: Sequence, id: u64) -> &PostgresStore {
+        let since = match sequence {
+            Sequence::Jobs => self.since.jobs,
+            Sequence::Subscriptions => self.since.subscriptions,
+            Sequence::Batches => self.since.batches,
+        };
+        if i64::try_from(id).is_ok_and(|id| id < since) {
+            return self.catalogue();
+        }
         let residue = u8::try_from(id % STRIPES.unsigned_abs()).unwrap_or(0);
         self.member(residue)
             .map_or_else(|| self.catalogue(), |m| &m.store)
     }
 
     fn of_job(&self, id: JobId) -> &PostgresStore {
-        self.of_id(id.0)
+        self.of_id(Sequence::Jobs, id.0)
     }
 
     fn of_subscription(&self, id: SubscriptionId) -> &PostgresStore {
-        self.of_id(id.0)
+        self.of_id(Sequence::Subscriptions, id.0)
+    }
+
+    fn of_batch(&self, id: BatchId) -> &PostgresStore {
+        self.of_id(Sequence::Batches, id.0)
     }
 
     /// The pool of `queue` if it was placed (a queue never written to has no jobs, settings or
@@ -314,7 +336,6 @@ async fn open_pool(
         ..shared.clone()
     };
     let store = PostgresStore::open(&options, clock).await?;
-    store.stripe_ids(pool.number).await?;
     Ok(Member {
         number: pool.number,
         weight: pool.weight,

@@ -219,7 +219,7 @@ impl BatchStore for PooledStore {
                 self.pool_of_inserts(&jobs, &callbacks).await?
             }
             BatchTarget::Existing(id) => {
-                let home = self.of_id(id.0);
+                let home = self.of_batch(*id);
                 if home.batch(*id).await?.is_none() {
                     return Err(StoreError::NoBatch(*id));
                 }
@@ -243,11 +243,11 @@ impl BatchStore for PooledStore {
     }
 
     async fn close_batch(&self, id: BatchId, now_ms: UnixMs) -> Result<Batch, StoreError> {
-        self.of_id(id.0).close_batch(id, now_ms).await
+        self.of_batch(id).close_batch(id, now_ms).await
     }
 
     async fn batch(&self, id: BatchId) -> Result<Option<Batch>, StoreError> {
-        self.of_id(id.0).batch(id).await
+        self.of_batch(id).batch(id).await
     }
 
     async fn batches(
@@ -267,7 +267,7 @@ impl BatchStore for PooledStore {
     }
 
     async fn delete_batch(&self, id: BatchId) -> Result<bool, StoreError> {
-        self.of_id(id.0).delete_batch(id).await
+        self.of_batch(id).delete_batch(id).await
     }
 
     async fn import_batch(&self, _batch: Batch) -> Result<(), StoreError> {

@@ -128,18 +128,65 @@ impl PostgresStore {
     }
 
     /// Makes this database pool `number`: from now on its job, subscription and batch ids
-    /// are `number` modulo [`STRIPES`], and past every id it handed out before.
-    pub async fn stripe_ids(&self, number: u8) -> Result<(), StoreError> {
+    /// are `number` modulo [`STRIPES`], past every id it handed out before and past `floor`'s.
+    /// Answers where each sequence began to (the first time this was done: the same after).
+    pub async fn stripe_ids(&self, number: u8, floor: &Stripes) -> Result<Stripes, StoreError> {
         let what = "striping the ids";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
         for step in [&STEP_JOBS, &STEP_SUBSCRIPTIONS, &STEP_BATCHES] {
             execute(&tx, step, &[]).await.map_err(fault(what))?;
         }
-        query(&tx, &STRIPE, &[&i64::from(number)])
+        let mut since = [0i64; 3];
+        for (at, (sequence, floor)) in SEQUENCES.iter().zip(floor.all()).enumerate() {
+            let rows = query(&tx, &STRIPE, &[sequence, &i64::from(number), &floor])
+                .await
+                .map_err(fault(what))?;
+            since[at] = rows.first().map_or(0, |row| row.get(0));
+        }
+        tx.commit().await.map_err(fault(what))?;
+        Ok(Stripes {
+            jobs: since[0],
+            subscriptions: since[1],
+            batches: since[2],
+        })
+    }
+}
+
+impl PostgresStore {
+    /// Where this database's id sequences began to stripe (0 for one that has not).
+    pub async fn stripes(&self) -> Result<Stripes, StoreError> {
+        let client = self.client().await?;
+        let rows = query(&client, &STRIPES_SINCE, &[])
             .await
-            .map_err(fault(what))?;
-        tx.commit().await.map_err(fault(what))
+            .map_err(fault("reading where the ids began to stripe"))?;
+        let since = |sequence: &str| {
+            rows.iter()
+                .find(|row| row.get::<_, &str>(0) == sequence)
+                .map_or(0, |row| row.get(1))
+        };
+        Ok(Stripes {
+            jobs: since(SEQUENCES[0]),
+            subscriptions: since(SEQUENCES[1]),
+            batches: since(SEQUENCES[2]),
+        })
+    }
+}
+
+/// The id sequences a pool stripes, in [`Stripes`]' order.
+const SEQUENCES: [&str; 3] = ["tenax_job_ids", "tenax_subscription_ids", "tenax_batch_ids"];
+
+/// Where a database's id sequences began to hand out ids by pool ([`PostgresStore::stripe_ids`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stripes {
+    pub jobs: i64,
+    pub subscriptions: i64,
+    pub batches: i64,
+}
+
+impl Stripes {
+    fn all(&self) -> [i64; 3] {
+        [self.jobs, self.subscriptions, self.batches]
     }
 }
 
@@ -164,12 +211,24 @@ statements! {
              UNION ALL
              SELECT pool FROM tenax_placements WHERE queue = $1 AND NOT EXISTS (SELECT 1 FROM placed)";
     PLACEMENTS = "SELECT queue, pool FROM tenax_placements ORDER BY queue";
+    STRIPES_SINCE = "SELECT sequence, since FROM tenax_stripes";
     /// A step of 64 ([`STRIPES`]) for each id sequence.
     STEP_JOBS = "ALTER SEQUENCE tenax_job_ids INCREMENT BY 64";
     STEP_SUBSCRIPTIONS = "ALTER SEQUENCE tenax_subscription_ids INCREMENT BY 64";
     STEP_BATCHES = "ALTER SEQUENCE tenax_batch_ids INCREMENT BY 64";
-    /// Each sequence's next value: the first past its last whose residue is `$1`.
-    STRIPE = "SELECT setval(s::regclass,
-                 (coalesce(pg_sequence_last_value(s::regclass), 0) / 64 + 1) * 64 + $1::bigint, false)
-             FROM unnest(ARRAY['tenax_job_ids', 'tenax_subscription_ids', 'tenax_batch_ids']) AS s";
+    /// Sequence `$1`'s next value: the first past any it handed out (one more is drawn to know:
+    /// `nextval` is past all of them, used or set) and past `$3` whose remainder is `$2`;
+    /// answers where the sequence began to stripe (recorded the first time).
+    STRIPE = "WITH next AS (
+                 SELECT setval($1::text::regclass,
+                     (greatest(nextval($1::text::regclass), $3::bigint) / 64 + 1) * 64
+                         + $2::bigint, false) AS value
+             ), recorded AS (
+                 INSERT INTO tenax_stripes (sequence, since) SELECT $1::text, value FROM next
+                 ON CONFLICT (sequence) DO NOTHING RETURNING since
+             )
+             SELECT since FROM recorded
+             UNION ALL
+             SELECT since FROM tenax_stripes WHERE sequence = $1::text
+                 AND NOT EXISTS (SELECT 1 FROM recorded)";
 }

@@ -26,3 +26,11 @@ CREATE TABLE tenax_placements (
     queue text     PRIMARY KEY,
     pool  smallint NOT NULL
 );
+
+-- Where each id sequence of this database began to hand out ids by pool. In the catalogue,
+-- every id below is its own (handed out before there were pools), whatever its remainder; a
+-- pool's sequences begin past the catalogue's, so that no id of theirs is below it.
+CREATE TABLE tenax_stripes (
+    sequence text   PRIMARY KEY,
+    since    bigint NOT NULL
+);

@@ -209,3 +209,99 @@ async fn imports_are_refused() {
         "{refused:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_had_queues_before_its_pools_keeps_them() {
+    let backend = Pooled::new().await;
+    if backend.missing() {
+        return;
+    }
+    // A single database first: ids 1, 2, 3, … whatever their remainders.
+    let single = backend.catalogue.open(T0).await;
+    let jobs = (0..70).map(|_| job("old")).collect();
+    let old = enqueue(&single, jobs, T0).await;
+    let (subscribed, _) = single
+        .insert_subscription(subscription("old", "https://a.example/"))
+        .await
+        .expect("subscribed");
+    close(single).await;
+
+    // Then its pools are registered.
+    let store = backend.open(T0).await;
+    for id in &old {
+        let job = store
+            .get_job(*id)
+            .await
+            .expect("read")
+            .expect("still there");
+        assert_eq!(job.spec.queue, "old", "job {id}");
+    }
+    assert!(
+        store
+            .subscription(subscribed.id)
+            .await
+            .expect("read")
+            .is_some()
+    );
+    let more = enqueue(&store, vec![job("old")], T0).await;
+    assert_eq!(
+        backend.placement("old").await,
+        Some(0),
+        "it stays with its jobs"
+    );
+    assert_eq!(backend.jobs_in(0).await, 71);
+    assert_eq!(
+        more[0].0 % 64,
+        0,
+        "the catalogue's new ids name it: {}",
+        more[0]
+    );
+    assert!(more[0] > old[69], "and come after its old ones");
+
+    let fresh = one_each(&store, &names(8)).await;
+    assert_eq!(backend.jobs_in(0).await, 71, "new queues go to the pools");
+    for id in fresh {
+        assert!(store.get_job(id).await.expect("read").is_some());
+    }
+    let taken = take(&store, &["old"], 100, T0).await;
+    assert_eq!(taken.len(), 71);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_starts_empty() {
+    let (with_queues, catalogue) = (Pooled::new().await, Pooled::new().await);
+    if with_queues.missing() || catalogue.missing() {
+        return;
+    }
+    let single = with_queues.catalogue.open(T0).await;
+    enqueue(&single, vec![job("q")], T0).await;
+    close(single).await;
+
+    // The same key for both databases, as one deployment's servers hold.
+    let keys = with_queues.keys();
+    let database = tenax_postgres::Database::new(catalogue.catalogue.url(), None).expect("a URL");
+    let options = tenax_postgres::PostgresOptions::new(database, keys);
+    let opened =
+        tenax_postgres::PostgresStore::open(&options, &tenax_core::clock::Clock::manual(T0))
+            .await
+            .expect("the catalogue");
+    let new = tenax_pools::admin::NewPool {
+        name: "full".to_owned(),
+        uri: with_queues.catalogue.url().to_owned(),
+        weight: 1,
+        flavor: None,
+        options: "{}".to_owned(),
+    };
+    let refused = tenax_pools::admin::register(
+        &opened,
+        &options,
+        new,
+        &tenax_core::clock::Clock::manual(T0),
+    )
+    .await;
+    assert!(
+        matches!(&refused, Err(StoreError::Refused(m)) if m.starts_with("uri: the database holds queues")),
+        "{refused:?}"
+    );
+    assert!(opened.pools().await.expect("pools").is_empty());
+}

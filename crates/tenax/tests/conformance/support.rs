@@ -291,7 +291,7 @@ impl Postgres {
         }
     }
 
-    fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         self.url.as_deref().expect("a test PostgreSQL")
     }
 
@@ -440,7 +440,8 @@ impl Backend for Postgres {
 /// the test server; queues are placed on the two pools by their names, so the cases' queues
 /// spread over both. What the backend's own hooks read and write is the catalogue's.
 pub(crate) struct Pooled {
-    catalogue: Postgres,
+    /// The catalogue's database, as a single database before its pools are registered.
+    pub(crate) catalogue: Postgres,
     pools: [Option<String>; 2],
 }
 
@@ -494,16 +495,15 @@ impl Pooled {
             PostgresStore::open(&options, &tenax_core::clock::Clock::manual(now_ms)).await?;
         if catalogue.pools().await?.is_empty() {
             for (at, uri) in self.pools.iter().enumerate() {
-                catalogue
-                    .put_pool(&tenax_postgres::catalogue::PoolRecord {
-                        name: format!("pool-{}", at + 1),
-                        number: u8::try_from(at + 1).expect("a number"),
-                        uri: uri.clone().expect("a database"),
-                        weight: 1,
-                        flavor: None,
-                        options: "{}".to_owned(),
-                    })
-                    .await?;
+                let new = tenax_pools::admin::NewPool {
+                    name: format!("pool-{}", at + 1),
+                    uri: uri.clone().expect("a database"),
+                    weight: 1,
+                    flavor: None,
+                    options: "{}".to_owned(),
+                };
+                let clock = tenax_core::clock::Clock::manual(now_ms);
+                tenax_pools::admin::register(&catalogue, &options, new, &clock).await?;
             }
         }
         tenax_core::store::StoreLifecycle::close(&catalogue).await;
