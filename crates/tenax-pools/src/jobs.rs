@@ -132,10 +132,13 @@ impl PooledStore {
 
     /// The pool holding claim `id` (its record or its jobs), if any does.
     async fn holder_of_claim(&self, id: ClaimId) -> Result<Option<&PostgresStore>, StoreError> {
-        let claims = self.each(|store| store.claim(id)).await?;
-        Ok(self
-            .stores()
-            .zip(claims)
+        let claims = self
+            .each_reachable("looking for a claim", |store| async move {
+                Ok((store, store.claim(id).await?))
+            })
+            .await?;
+        Ok(claims
+            .into_iter()
             .find(|(_, claim)| claim.record.is_some() || !claim.jobs.is_empty())
             .map(|(store, _)| store))
     }
@@ -298,7 +301,9 @@ impl JobLeases for PooledStore {
 #[async_trait]
 impl ClaimStore for PooledStore {
     async fn claim(&self, id: ClaimId) -> Result<Claim, StoreError> {
-        let claims = self.each(|store| store.claim(id)).await?;
+        let claims = self
+            .each_reachable("reading a claim", |store| store.claim(id))
+            .await?;
         let mut merged = Claim {
             record: None,
             jobs: Vec::new(),
@@ -353,7 +358,9 @@ impl ClaimStore for PooledStore {
 #[async_trait]
 impl JobUpkeep for PooledStore {
     async fn promote_due(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
-        let promoted = self.each(|s| s.promote_due(now_ms, max)).await?;
+        let promoted = self
+            .each_reachable("promoting due jobs", |s| s.promote_due(now_ms, max))
+            .await?;
         Ok(promoted.into_iter().sum())
     }
 
@@ -363,7 +370,9 @@ impl JobUpkeep for PooledStore {
         max: usize,
         decide: &Decide<'_>,
     ) -> Result<usize, StoreError> {
-        let expired = self.each(|s| s.expire_leases(now_ms, max, decide)).await?;
+        let expired = self
+            .each_reachable("expiring leases", |s| s.expire_leases(now_ms, max, decide))
+            .await?;
         Ok(expired.into_iter().sum())
     }
 
@@ -380,7 +389,9 @@ impl JobUpkeep for PooledStore {
     }
 
     async fn expire_jobs(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
-        let expired = self.each(|s| s.expire_jobs(now_ms, max)).await?;
+        let expired = self
+            .each_reachable("deleting expired jobs", |s| s.expire_jobs(now_ms, max))
+            .await?;
         Ok(expired.into_iter().sum())
     }
 
@@ -391,13 +402,17 @@ impl JobUpkeep for PooledStore {
         max: usize,
     ) -> Result<usize, StoreError> {
         let purged = self
-            .each(|s| s.purge_finished(completed_before, dead_before, max))
+            .each_reachable("purging finished jobs", |s| {
+                s.purge_finished(completed_before, dead_before, max)
+            })
             .await?;
         Ok(purged.into_iter().sum())
     }
 
     async fn next_wakeup(&self) -> Result<Option<UnixMs>, StoreError> {
-        let wakeups = self.each(|s| s.next_wakeup()).await?;
+        let wakeups = self
+            .each_reachable("finding the next due time", |s| s.next_wakeup())
+            .await?;
         Ok(wakeups.into_iter().flatten().min())
     }
 }

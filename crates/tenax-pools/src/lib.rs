@@ -147,7 +147,7 @@ impl PooledStore {
             return Ok(Some(self.of_subscription(subscription)));
         }
         if let Some(number) = self.placed.read().get(queue).copied() {
-            return Ok(self.member(number).map(|m| &m.store));
+            return self.pool_numbered(number, queue).map(Some);
         }
         let Some(number) = self.catalogue().placement(queue).await? else {
             return Ok(None);
@@ -283,6 +283,37 @@ impl PooledStore {
         Fut: std::future::Future<Output = Result<T, StoreError>>,
     {
         try_join_all(self.stores().map(call)).await
+    }
+
+    /// `call` on every pool at once, passing over those that cannot be reached (each said in
+    /// the log): the maintenance of the others goes on while one is down. Fails only when no
+    /// pool answered.
+    async fn each_reachable<'a, T, F, Fut>(
+        &'a self,
+        what: &str,
+        call: F,
+    ) -> Result<Vec<T>, StoreError>
+    where
+        F: Fn(&'a PostgresStore) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let answers = futures_util::future::join_all(self.stores().map(call)).await;
+        let mut reached = Vec::with_capacity(answers.len());
+        let mut unreachable = None;
+        for (member, answer) in self.members.iter().zip(answers) {
+            match answer {
+                Ok(answer) => reached.push(answer),
+                Err(error @ StoreError::Unavailable(_)) => {
+                    tracing::warn!(pool = member.number, %error, "{what}: a pool is unavailable");
+                    unreachable.get_or_insert(error);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        match unreachable {
+            Some(error) if reached.is_empty() => Err(error),
+            _ => Ok(reached),
+        }
     }
 
     /// Groups `items` by the pool `pool_of` names, keeping each item's index.

@@ -32,10 +32,13 @@ pub(crate) fn no_import() -> StoreError {
 impl PooledStore {
     /// The pool that holds schedule `name`, if any does.
     async fn holder_of_schedule(&self, name: &str) -> Result<Option<&PostgresStore>, StoreError> {
-        let found = self.each(|s| s.schedule(name)).await?;
-        Ok(self
-            .stores()
-            .zip(found)
+        let found = self
+            .each_reachable("looking for a schedule", |store| async move {
+                Ok((store, store.schedule(name).await?))
+            })
+            .await?;
+        Ok(found
+            .into_iter()
             .find(|(_, schedule)| schedule.is_some())
             .map(|(store, _)| store))
     }
@@ -143,7 +146,7 @@ impl ScheduleStore for PooledStore {
 
     async fn due_schedules(&self, now_ms: UnixMs, max: usize) -> Result<Vec<Schedule>, StoreError> {
         let mut due: Vec<Schedule> = self
-            .each(|s| s.due_schedules(now_ms, max))
+            .each_reachable("finding due schedules", |s| s.due_schedules(now_ms, max))
             .await?
             .into_iter()
             .flatten()

@@ -405,7 +405,7 @@ impl Backend for Postgres {
                  CREATE VIEW tenax_all_jobs AS
                      SELECT * FROM tenax_jobs UNION ALL SELECT * FROM tenax_finished;
                  DROP TABLE tenax_activity; ALTER TABLE tenax_servers DROP COLUMN about;
-                 DROP TABLE tenax_pools, tenax_flavors, tenax_placements;
+                 DROP TABLE tenax_pools, tenax_flavors, tenax_placements, tenax_stripes;
                  DROP TABLE tenax_secrets_key; UPDATE tenax_schema SET version = 7",
             )
             .await
