@@ -24,6 +24,7 @@ use tenax_embedded::{EmbeddedOptions, EmbeddedStore};
 use tenax_postgres::{Database, PostgresOptions, PostgresStore, schema, sealing};
 
 mod copy;
+pub mod pools;
 
 /// Why offline work did not happen.
 #[derive(Debug)]

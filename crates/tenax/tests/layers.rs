@@ -25,6 +25,7 @@ const CRATES: &[&[&str]] = &[
     &["tenax-core"],
     &["tenax-net"],
     &["tenax-embedded", "tenax-postgres"],
+    &["tenax-pools"],
     &["tenax-bench"],
     &["tenax"],
     &["tenax-fuzzing", "tenax-man"],
@@ -257,6 +258,7 @@ fn nothing_above_the_engine_names_the_seam_or_a_store() {
                 if path == ["tenax_core", "store"]
                     || path[0] == "tenax_embedded"
                     || path[0] == "tenax_postgres"
+                    || path[0] == "tenax_pools"
                 {
                     naming.push(format!("{krate}/src/{}:{line}", relative.display()));
                 }
@@ -276,7 +278,7 @@ fn nothing_above_the_engine_names_the_seam_or_a_store() {
 #[test]
 fn the_stores_do_not_name_the_engine() {
     let mut naming = Vec::new();
-    for krate in ["tenax-embedded", "tenax-postgres"] {
+    for krate in ["tenax-embedded", "tenax-postgres", "tenax-pools"] {
         let src = src_of(krate);
         let mut files = Vec::new();
         rust_files(&src, &mut files);

@@ -3,17 +3,12 @@
 //! servers read the pools when they start.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use tenax_core::clock::Clock;
-use tenax_core::secrets::Keyring;
-use tenax_core::store::{StoreError, StoreLifecycle};
-use tenax_pools::admin::{self, NewPool};
-use tenax_postgres::{Database, PostgresOptions, PostgresStore};
 
 use super::CliError;
+use crate::offline::pools::{self, Catalogue, Registration};
 
 #[derive(Debug, Subcommand)]
 pub enum PoolsCommand {
@@ -82,70 +77,44 @@ pub fn run(command: PoolsCommand) -> Result<(), CliError> {
     })
 }
 
-/// The catalogue's store, and the options pools are opened with.
-async fn open(args: &CatalogueArgs) -> Result<(PostgresStore, PostgresOptions), CliError> {
-    let keys = Keyring::read_file(&args.secrets_key_file)
-        .map(Arc::new)
-        .map_err(|e| CliError::Invalid(format!("--secrets-key-file: {e}")))?;
-    let database = Database::new(&args.database_url, args.database_ca_file.as_deref())
-        .map_err(CliError::Invalid)?;
-    let mut options = PostgresOptions::new(database, keys);
-    options.pool_size = 2;
-    options.ca_file.clone_from(&args.database_ca_file);
-    let store = PostgresStore::open(&options, &Clock::System)
-        .await
-        .map_err(|e| failed("opening the catalogue", e))?;
-    Ok((store, options))
-}
-
-/// A refusal names its field; anything else failed.
-fn failed(what: &str, error: StoreError) -> CliError {
-    match error {
-        StoreError::Refused(message) | StoreError::Secrets(message) => CliError::Invalid(message),
-        error => CliError::Failed(anyhow::Error::new(error).context(what.to_owned())),
+fn catalogue(args: &CatalogueArgs) -> Catalogue<'_> {
+    Catalogue {
+        url: &args.database_url,
+        ca_file: args.database_ca_file.as_deref(),
+        secrets_key_file: &args.secrets_key_file,
     }
 }
 
 async fn list(args: &CatalogueArgs) -> Result<(), CliError> {
-    let (catalogue, _) = open(args).await?;
-    let listed = admin::list(&catalogue).await;
-    catalogue.close().await;
-    let listed = listed.map_err(|e| failed("listing the pools", e))?;
+    let listed = pools::list(catalogue(args)).await?;
     if listed.is_empty() {
         println!("no pools: every queue is in the catalogue's database");
         return Ok(());
     }
     println!("NAME  NUMBER  WEIGHT  FLAVOR  QUEUES  DATABASE");
-    for item in listed {
-        let pool = &item.pool;
-        let said = Database::new(&pool.uri, None)
-            .map(|d| d.said().to_owned())
-            .unwrap_or_else(|_| "(not a database URL)".to_owned());
+    for pool in listed {
         println!(
             "{}  {}  {}  {}  {}  {}",
             pool.name,
             pool.number,
             pool.weight,
             pool.flavor.as_deref().unwrap_or("-"),
-            item.queues,
-            said
+            pool.queues,
+            pool.database
         );
     }
     Ok(())
 }
 
 async fn add(args: AddArgs) -> Result<(), CliError> {
-    let (catalogue, options) = open(&args.catalogue).await?;
-    let new = NewPool {
-        name: args.name,
-        uri: args.uri,
+    let registration = Registration {
+        name: args.name.clone(),
+        uri: args.uri.clone(),
         weight: args.weight,
-        flavor: args.flavor,
-        options: args.options,
+        flavor: args.flavor.clone(),
+        options: args.options.clone(),
     };
-    let registered = admin::register(&catalogue, &options, new, &Clock::System).await;
-    catalogue.close().await;
-    let pool = registered.map_err(|e| failed("registering the pool", e))?;
+    let pool = pools::add(catalogue(&args.catalogue), registration).await?;
     println!(
         "pool {} (number {}, weight {}) registered; servers place new queues on it once they \
          restart",
@@ -155,10 +124,7 @@ async fn add(args: AddArgs) -> Result<(), CliError> {
 }
 
 async fn remove(args: &RemoveArgs) -> Result<(), CliError> {
-    let (catalogue, _) = open(&args.catalogue).await?;
-    let removed = admin::remove(&catalogue, &args.name).await;
-    catalogue.close().await;
-    if removed.map_err(|e| failed("removing the pool", e))? {
+    if pools::remove(catalogue(&args.catalogue), &args.name).await? {
         println!("pool {} removed", args.name);
         Ok(())
     } else {
