@@ -3391,16 +3391,8 @@ async fn a_claim_that_ended_while_it_committed_hands_out_nothing() {
         .await;
     assert_eq!(answer.status, 204, "{answer:?}");
 
-    let mut again = zaqar.claim("q", 60, 60, None).await;
-    let started = Instant::now();
-    while again.status == 204 {
-        assert!(
-            started.elapsed() < PATIENCE,
-            "the message was never free again"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        again = zaqar.claim("q", 60, 60, None).await;
-    }
+    // A claim ends the queue's ended leases before it takes: the message is free at once.
+    let again = zaqar.claim("q", 60, 60, None).await;
     let messages = again.ok(201)["messages"].as_array().expect("messages");
     assert_eq!(messages.len(), 1, "{again:?}");
     assert_eq!(messages[0]["body"], json!(1));
