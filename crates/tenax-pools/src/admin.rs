@@ -56,7 +56,7 @@ pub async fn register(
             ))
         })?;
     }
-    if serde_json_object(&new.options).is_none() {
+    if !is_json_object(&new.options) {
         return Err(StoreError::Refused(
             "options: must be a JSON object".to_owned(),
         ));
@@ -168,8 +168,7 @@ async fn starts_empty(store: &PostgresStore) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// `text` when it is a JSON object.
-fn serde_json_object(text: &str) -> Option<()> {
-    let value: serde_json::Value = serde_json::from_str(text).ok()?;
-    value.is_object().then_some(())
+/// Whether `text` is a JSON object.
+fn is_json_object(text: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(text).is_ok_and(|value| value.is_object())
 }

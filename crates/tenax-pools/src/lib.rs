@@ -34,7 +34,7 @@ use tenax_core::clock::Clock;
 use tenax_core::model::subscription::subscription_of_queue;
 use tenax_core::model::{BatchId, JobId, SubscriptionId};
 use tenax_core::store::{
-    FactsSeen, JobReads, QueueStore, Signals, Store, StoreError, StoreLifecycle, SubscriptionStore,
+    FactsSeen, JobReads, QueueStore, Signals, Store, StoreError, SubscriptionStore,
 };
 use tenax_postgres::catalogue::{PoolRecord, STRIPES, Stripes};
 use tenax_postgres::{Database, PostgresOptions, PostgresStore};
@@ -77,11 +77,20 @@ impl PooledStore {
     /// Opens the catalogue (`options`) and every pool it names, each with `options`' pool
     /// size, keys and CA certificates.
     pub async fn open(options: &PostgresOptions, clock: &Clock) -> Result<Self, StoreError> {
-        let signals = Arc::new(Signals::default());
-        let mut shared = options.clone();
-        shared.signals = Some(signals.clone());
-        let catalogue = PostgresStore::open(&shared, clock).await?;
+        let (catalogue, shared) = open_catalogue(options, clock).await?;
         let pools = catalogue.pools().await?;
+        Self::around(catalogue, pools, &shared, clock).await
+    }
+
+    /// The pooled store around `catalogue`, opened with `shared` (whose signals it fires), and
+    /// its `pools`.
+    async fn around(
+        catalogue: PostgresStore,
+        pools: Vec<PoolRecord>,
+        shared: &PostgresOptions,
+        clock: &Clock,
+    ) -> Result<Self, StoreError> {
+        let signals = shared.signals.clone().unwrap_or_default();
         let weighed = pools.iter().any(|p| p.weight > 0);
         let since = catalogue.stripes().await?;
         let mut members = vec![Member {
@@ -90,7 +99,7 @@ impl PooledStore {
             store: catalogue,
         }];
         for pool in pools {
-            members.push(open_pool(&shared, &pool, clock).await?);
+            members.push(open_pool(shared, &pool, clock).await?);
         }
         members.sort_by_key(|m| m.number);
         Ok(Self {
@@ -345,12 +354,27 @@ impl PooledStore {
 /// Opens the store `options` name: the pooled store when its database's catalogue has pools,
 /// else that database's own store, as before pools.
 pub async fn open(options: &PostgresOptions, clock: &Clock) -> Result<Arc<dyn Store>, StoreError> {
-    let catalogue = PostgresStore::open(options, clock).await?;
-    if catalogue.pools().await?.is_empty() {
+    let (catalogue, shared) = open_catalogue(options, clock).await?;
+    let pools = catalogue.pools().await?;
+    if pools.is_empty() {
         return Ok(Arc::new(catalogue));
     }
-    catalogue.close().await;
-    Ok(Arc::new(PooledStore::open(options, clock).await?))
+    Ok(Arc::new(
+        PooledStore::around(catalogue, pools, &shared, clock).await?,
+    ))
+}
+
+/// The catalogue's store, firing signals of its own that its pools will share (alone, it is
+/// an ordinary store), and the options the pools are opened with.
+async fn open_catalogue(
+    options: &PostgresOptions,
+    clock: &Clock,
+) -> Result<(PostgresStore, PostgresOptions), StoreError> {
+    let shared = PostgresOptions {
+        signals: Some(Arc::new(Signals::default())),
+        ..options.clone()
+    };
+    Ok((PostgresStore::open(&shared, clock).await?, shared))
 }
 
 /// Opens pool `pool` as a member: its database, with the catalogue's options, its ids striped.
