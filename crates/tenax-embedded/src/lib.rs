@@ -383,6 +383,10 @@ fn dense_span(ids: &[JobId]) -> Option<std::ops::RangeInclusive<u64>> {
     (width < 2 * ids.len() as u64).then_some(least..=greatest)
 }
 
+/// One data directory is no pooled deployment: no pools, and none registered (they need
+/// PostgreSQL).
+impl tenax_core::store::PoolStore for EmbeddedStore {}
+
 #[async_trait]
 impl StoreLifecycle for EmbeddedStore {
     fn properties(&self) -> StoreProperties {

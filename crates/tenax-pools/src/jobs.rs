@@ -13,13 +13,12 @@ use tenax_core::store::{
     JobCuration, JobInserts, JobLeases, JobUpkeep, LeaseFacts, LimitHold, QueueFacts, StoreError,
     TakeRequest, Taken, Transition,
 };
-use tenax_postgres::PostgresStore;
 
-use super::{PooledStore, across_pools, seen_in, seen_of};
+use super::{Member, PooledStore, Sequence, across_pools, seen_in, seen_of};
 
 /// Where an insert goes: its pool, and the first of its queues if this insert placed them all.
-pub(crate) struct Placed<'a> {
-    pub(crate) store: &'a PostgresStore,
+pub(crate) struct Placed {
+    pub(crate) store: Arc<Member>,
     pub(crate) fresh: Option<String>,
 }
 
@@ -30,12 +29,12 @@ impl PooledStore {
         &self,
         jobs: &[Insert],
         more_queues: &[&str],
-    ) -> Result<Placed<'_>, StoreError> {
-        let mut anchor: Option<&PostgresStore> = None;
+    ) -> Result<Placed, StoreError> {
+        let mut anchor: Option<Arc<Member>> = None;
         for after in jobs.iter().flat_map(|insert| &insert.after) {
             if let After::Job(parent) = after {
-                let store = self.of_job(*parent);
-                if anchor.is_some_and(|a| !std::ptr::eq(a, store)) {
+                let store = self.of_job(*parent).await?;
+                if anchor.as_ref().is_some_and(|a| a.number != store.number) {
                     return Err(across_pools("the jobs these jobs wait for"));
                 }
                 anchor = Some(store);
@@ -49,6 +48,7 @@ impl PooledStore {
             .place_together(
                 &queues,
                 anchor,
+                None,
                 "the queues of these jobs (or of the jobs they wait for)",
             )
             .await?;
@@ -67,11 +67,11 @@ impl PooledStore {
     /// after that is a change of that version, and refuses the insert as usual).
     pub(crate) async fn facts_for(
         &self,
-        placed: &Placed<'_>,
+        placed: &Placed,
         seen: FactsSeen,
     ) -> Result<FactsSeen, StoreError> {
         let (number, version) = seen_of(seen);
-        if number == self.number_of(placed.store) {
+        if number == placed.store.number {
             return Ok(version);
         }
         match &placed.fresh {
@@ -85,10 +85,11 @@ impl PooledStore {
     pub(crate) async fn split(
         &self,
         selection: &Selection,
-    ) -> Result<Vec<(&PostgresStore, Selection)>, StoreError> {
+    ) -> Result<Vec<(Arc<Member>, Selection)>, StoreError> {
         if let Some(ids) = &selection.ids {
             return Ok(self
-                .group(ids, |id| self.of_job(id))
+                .group(ids, Sequence::Jobs, |id| id.0)
+                .await?
                 .into_iter()
                 .map(|(store, ids)| {
                     let selection = Selection {
@@ -107,21 +108,28 @@ impl PooledStore {
                 .into_iter()
                 .collect());
         }
-        Ok(self.stores().map(|s| (s, selection.clone())).collect())
+        Ok(self
+            .pools()
+            .await
+            .all()?
+            .into_iter()
+            .map(|s| (s, selection.clone()))
+            .collect())
     }
 
     /// `queues` by pool (the queues never placed left out), in this take's turn.
     async fn queues_in_turn(
         &self,
         queues: &[String],
-    ) -> Result<Vec<(&PostgresStore, Vec<String>)>, StoreError> {
-        let mut by_pool: Vec<(&PostgresStore, Vec<String>)> = Vec::new();
-        for store in self.in_turn() {
+    ) -> Result<Vec<(Arc<Member>, Vec<String>)>, StoreError> {
+        let mut by_pool: Vec<(Arc<Member>, Vec<String>)> = Vec::new();
+        for store in self.in_turn().await {
             by_pool.push((store, Vec::new()));
         }
         for queue in queues {
             if let Some(store) = self.placed(queue).await? {
-                if let Some((_, mine)) = by_pool.iter_mut().find(|(s, _)| std::ptr::eq(*s, store)) {
+                if let Some((_, mine)) = by_pool.iter_mut().find(|(s, _)| s.number == store.number)
+                {
                     mine.push(queue.clone());
                 }
             }
@@ -131,10 +139,12 @@ impl PooledStore {
     }
 
     /// The pool holding claim `id` (its record or its jobs), if any does.
-    async fn holder_of_claim(&self, id: ClaimId) -> Result<Option<&PostgresStore>, StoreError> {
+    async fn holder_of_claim(&self, id: ClaimId) -> Result<Option<Arc<Member>>, StoreError> {
         let claims = self
+            .pools()
+            .await
             .each_reachable("looking for a claim", |store| async move {
-                Ok((store, store.claim(id).await?))
+                Ok((store.clone(), store.claim(id).await?))
             })
             .await?;
         Ok(claims
@@ -153,7 +163,7 @@ impl JobInserts for PooledStore {
         let store = self.read_pool(queue).await?;
         let facts = store.queue_facts(queue).await?;
         Ok(Arc::new(QueueFacts {
-            seen: seen_in(self.number_of(store), facts.seen),
+            seen: seen_in(store.number, facts.seen),
             ..(*facts).clone()
         }))
     }
@@ -228,6 +238,7 @@ impl JobLeases for PooledStore {
         now_ms: UnixMs,
     ) -> Result<Extended, StoreError> {
         self.of_job(ack.id)
+            .await?
             .extend_lease(ack, lease_ms, max_attempt_ms, now_ms)
             .await
     }
@@ -241,7 +252,7 @@ impl JobLeases for PooledStore {
     ) -> Result<Vec<Result<Option<LeaseFacts>, StoreError>>, StoreError> {
         let mut answers: Vec<Option<Result<Option<LeaseFacts>, StoreError>>> =
             (0..acks.len()).map(|_| None).collect();
-        for (store, mine) in self.group(acks, |ack| self.of_job(ack.id)) {
+        for (store, mine) in self.group(acks, Sequence::Jobs, |ack| ack.id.0).await? {
             let part: Vec<Ack> = mine.iter().map(|(_, ack)| *ack).collect();
             let part_results: Vec<Option<JobResult>> = if results.is_empty() {
                 Vec::new()
@@ -264,7 +275,10 @@ impl JobLeases for PooledStore {
         now_ms: UnixMs,
         decide: &Decide<'_>,
     ) -> Result<Transition, StoreError> {
-        self.of_job(ack.id).fail_job(ack, now_ms, decide).await
+        self.of_job(ack.id)
+            .await?
+            .fail_job(ack, now_ms, decide)
+            .await
     }
 
     async fn finish_delivery(
@@ -276,6 +290,7 @@ impl JobLeases for PooledStore {
         decide: &Decide<'_>,
     ) -> Result<Finished, StoreError> {
         self.of_job(ack.id)
+            .await?
             .finish_delivery(ack, attempt, retain, now_ms, decide)
             .await
     }
@@ -302,6 +317,8 @@ impl JobLeases for PooledStore {
 impl ClaimStore for PooledStore {
     async fn claim(&self, id: ClaimId) -> Result<Claim, StoreError> {
         let claims = self
+            .pools()
+            .await
             .each_reachable("reading a claim", |store| store.claim(id))
             .await?;
         let mut merged = Claim {
@@ -359,6 +376,8 @@ impl ClaimStore for PooledStore {
 impl JobUpkeep for PooledStore {
     async fn promote_due(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
         let promoted = self
+            .pools()
+            .await
             .each_reachable("promoting due jobs", |s| s.promote_due(now_ms, max))
             .await?;
         Ok(promoted.into_iter().sum())
@@ -371,6 +390,8 @@ impl JobUpkeep for PooledStore {
         decide: &Decide<'_>,
     ) -> Result<usize, StoreError> {
         let expired = self
+            .pools()
+            .await
             .each_reachable("expiring leases", |s| s.expire_leases(now_ms, max, decide))
             .await?;
         Ok(expired.into_iter().sum())
@@ -390,6 +411,8 @@ impl JobUpkeep for PooledStore {
 
     async fn expire_jobs(&self, now_ms: UnixMs, max: usize) -> Result<usize, StoreError> {
         let expired = self
+            .pools()
+            .await
             .each_reachable("deleting expired jobs", |s| s.expire_jobs(now_ms, max))
             .await?;
         Ok(expired.into_iter().sum())
@@ -402,6 +425,8 @@ impl JobUpkeep for PooledStore {
         max: usize,
     ) -> Result<usize, StoreError> {
         let purged = self
+            .pools()
+            .await
             .each_reachable("purging finished jobs", |s| {
                 s.purge_finished(completed_before, dead_before, max)
             })
@@ -411,6 +436,8 @@ impl JobUpkeep for PooledStore {
 
     async fn next_wakeup(&self) -> Result<Option<UnixMs>, StoreError> {
         let wakeups = self
+            .pools()
+            .await
             .each_reachable("finding the next due time", |s| s.next_wakeup())
             .await?;
         Ok(wakeups.into_iter().flatten().min())
@@ -440,7 +467,7 @@ impl JobCuration for PooledStore {
 
     async fn run_now(&self, ids: &[JobId], now_ms: UnixMs) -> Result<Vec<JobId>, StoreError> {
         let mut ran = Vec::new();
-        for (store, mine) in self.group(ids, |id| self.of_job(id)) {
+        for (store, mine) in self.group(ids, Sequence::Jobs, |id| id.0).await? {
             let mine: Vec<JobId> = mine.into_iter().map(|(_, id)| id).collect();
             ran.extend(store.run_now(&mine, now_ms).await?);
         }
@@ -485,7 +512,7 @@ impl JobCuration for PooledStore {
         now_ms: UnixMs,
     ) -> Result<Vec<Checked>, StoreError> {
         let mut answers: Vec<Option<Checked>> = (0..ids.len()).map(|_| None).collect();
-        for (store, mine) in self.group(ids, |id| self.of_job(id)) {
+        for (store, mine) in self.group(ids, Sequence::Jobs, |id| id.0).await? {
             let part: Vec<JobId> = mine.iter().map(|(_, id)| *id).collect();
             let checked = store.delete_checked(&part, check, now_ms).await?;
             for ((at, _), answer) in mine.into_iter().zip(checked) {

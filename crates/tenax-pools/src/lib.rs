@@ -19,41 +19,96 @@
 //! What one transaction cannot span is refused with a reason rather than done by halves: one
 //! insert of jobs of queues on different pools, a job that waits for a job of another pool, a
 //! batch whose members are on different pools.
+//!
+//! Pools are registered and changed while servers run. Each server holds the pools as it last
+//! loaded them ([`Pools`]): a call routes through one such snapshot from start to end. The
+//! server loads them again when the catalogue says they changed (a notification, and a read of
+//! the catalogue's version every [`LOAD_EVERY`]), and before it routes anything on a snapshot
+//! older than [`TRUSTED_FOR`]. A new pool takes queues only once every server has loaded it
+//! (or when a server could not have gone without it any longer): so no server is ever handed
+//! an id of a pool it does not know, nor routes a queue by a placement it cannot see.
 
 pub mod admin;
 mod jobs;
 mod reads;
+mod registry;
 mod settings;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use futures_util::future::try_join_all;
 use tenax_core::clock::Clock;
+use tenax_core::model::pool::PoolError;
 use tenax_core::model::subscription::subscription_of_queue;
 use tenax_core::model::{BatchId, JobId, SubscriptionId};
 use tenax_core::store::{
-    FactsSeen, JobReads, QueueStore, Signals, Store, StoreError, SubscriptionStore,
+    DescribeServer, FactsSeen, JobReads, QueueStore, ServerStore, Signals, StorageFault,
+    StoreError, StoreLifecycle, SubscriptionStore,
 };
-use tenax_postgres::catalogue::{PoolRecord, STRIPES, Stripes};
+use tenax_postgres::catalogue::{
+    CatalogueState, LOAD_EVERY, PoolRecord, STRIPES, Stripes, TRUSTED_FOR,
+};
 use tenax_postgres::{Database, PostgresOptions, PostgresStore};
 
-/// One database of the deployment.
+/// One database of the deployment, open.
 #[derive(Debug)]
-struct Member {
+pub(crate) struct Member {
     /// 0 for the catalogue.
-    number: u8,
+    pub(crate) number: u8,
+    /// The URI it was opened with: a pool whose URI changes is opened again.
+    uri: String,
+    store: PostgresStore,
+}
+
+impl std::ops::Deref for Member {
+    type Target = PostgresStore;
+
+    fn deref(&self) -> &PostgresStore {
+        &self.store
+    }
+}
+
+/// A member as the snapshot that holds it sees it.
+#[derive(Debug, Clone)]
+struct Slot {
+    member: Arc<Member>,
+    /// The pool's name ("" for the catalogue).
+    name: String,
     /// New queues go to a pool in proportion to its weight.
     weight: u32,
-    store: PostgresStore,
+    /// Whether it takes new queues yet (the catalogue always does).
+    ready: bool,
+    flavor: Option<String>,
+}
+
+/// The pools as this server loaded them at one moment. See the crate's documentation.
+#[derive(Debug)]
+pub(crate) struct Pools {
+    /// By number; the catalogue first (number 0).
+    slots: Vec<Slot>,
+    /// Registered pools this server could not open (their queues are unavailable until it
+    /// can), by number.
+    unopened: Vec<u8>,
+    /// Where the catalogue's ids began to stripe: every id below is the catalogue's own.
+    since: Stripes,
+    /// The catalogue's version these were loaded at.
+    version: i64,
 }
 
 /// Queues placed across the catalogue's pools. See the crate's documentation.
 #[derive(Debug)]
 pub struct PooledStore {
-    /// By number; the catalogue first (number 0).
-    members: Vec<Member>,
+    /// Pool 0, the home of what is the deployment's: it never changes.
+    catalogue: Arc<Member>,
+    pools: parking_lot::RwLock<Arc<Pools>>,
+    /// When [`Self::pools`] was last confirmed against the catalogue (when the confirming read
+    /// began).
+    confirmed: parking_lot::Mutex<Instant>,
+    /// One load at a time.
+    loading: tokio::sync::Mutex<()>,
     /// Queue → pool number, as read from or written to the catalogue: a queue's pool never
     /// changes under a running server.
     placed: parking_lot::RwLock<HashMap<String, u8>>,
@@ -61,134 +116,459 @@ pub struct PooledStore {
     signals: Arc<Signals>,
     /// Where the next take starts, so that no pool's queues are always served last.
     turn: AtomicUsize,
-    /// Where the catalogue's ids began to stripe: every id below is the catalogue's own.
-    since: Stripes,
+    /// What the pools are opened with: the catalogue's options.
+    shared: PostgresOptions,
+    clock: Clock,
+    /// How this server describes itself, for the pools opened after it said so.
+    described: Described,
+    /// Loads the pools when the catalogue changes.
+    watcher: parking_lot::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
+
+/// How this server describes itself, once it said so.
+#[derive(Default)]
+struct Described(parking_lot::Mutex<Option<DescribeServer>>);
+
+impl std::fmt::Debug for Described {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let given = self.0.lock().is_some();
+        f.debug_struct("Described").field("given", &given).finish()
+    }
+}
+
+/// Items routed to one member, each with its index among all of them.
+pub(crate) type Group<T> = (Arc<Member>, Vec<(usize, T)>);
 
 /// What an id numbers.
 #[derive(Debug, Clone, Copy)]
-enum Sequence {
+pub(crate) enum Sequence {
     Jobs,
     Subscriptions,
     Batches,
 }
 
-impl PooledStore {
-    /// Opens the catalogue (`options`) and every pool it names, each with `options`' pool
-    /// size, keys and CA certificates.
-    pub async fn open(options: &PostgresOptions, clock: &Clock) -> Result<Self, StoreError> {
-        let (catalogue, shared) = open_catalogue(options, clock).await?;
-        let pools = catalogue.pools().await?;
-        Self::around(catalogue, pools, &shared, clock).await
+/// The most queues whose placement a server keeps; past it, the cache starts again empty.
+const MOST_PLACED: usize = 65_536;
+
+impl Pools {
+    fn catalogue(&self) -> &Arc<Member> {
+        &self.slots[0].member
     }
 
-    /// The pooled store around `catalogue`, opened with `shared` (whose signals it fires), and
-    /// its `pools`.
-    async fn around(
-        catalogue: PostgresStore,
-        pools: Vec<PoolRecord>,
-        shared: &PostgresOptions,
-        clock: &Clock,
-    ) -> Result<Self, StoreError> {
-        let signals = shared.signals.clone().unwrap_or_default();
-        let weighed = pools.iter().any(|p| p.weight > 0);
-        let since = catalogue.stripes().await?;
-        let mut members = vec![Member {
-            number: 0,
-            weight: u32::from(!weighed),
-            store: catalogue,
-        }];
-        for pool in pools {
-            members.push(open_pool(shared, &pool, clock).await?);
-        }
-        members.sort_by_key(|m| m.number);
-        Ok(Self {
-            members,
-            placed: parking_lot::RwLock::new(HashMap::new()),
-            signals,
-            turn: AtomicUsize::new(0),
-            since,
-        })
+    fn slot(&self, number: u8) -> Option<&Slot> {
+        self.slots.iter().find(|s| s.member.number == number)
     }
 
-    /// The catalogue's store: pool 0, and the home of what is the deployment's.
-    fn catalogue(&self) -> &PostgresStore {
-        &self.members[0].store
+    /// Every member, the catalogue first.
+    fn members(&self) -> impl Iterator<Item = &Arc<Member>> {
+        self.slots.iter().map(|s| &s.member)
     }
 
-    fn member(&self, number: u8) -> Option<&Member> {
-        self.members.iter().find(|m| m.number == number)
-    }
-
-    /// The pool that handed out `id` of `sequence`: the catalogue for ids from before it
-    /// striped them, else the pool of the id's remainder. An id of a pool no longer
-    /// registered is looked for in the catalogue, which then answers that it has none.
-    fn of_id(&self, sequence: Sequence, id: u64) -> &PostgresStore {
+    /// Where `id` of `sequence` is: the catalogue for ids from before it striped them (or all
+    /// of them while it does not), else the pool of the id's residue. `None`: a residue this
+    /// snapshot has no member for.
+    fn of_id(&self, sequence: Sequence, id: u64) -> Option<Route> {
         let since = match sequence {
             Sequence::Jobs => self.since.jobs,
             Sequence::Subscriptions => self.since.subscriptions,
             Sequence::Batches => self.since.batches,
         };
-        if i64::try_from(id).is_ok_and(|id| id < since) {
-            return self.catalogue();
+        if since == 0 || i64::try_from(id).is_ok_and(|id| id < since) {
+            return Some(Route::Member(self.catalogue().clone()));
         }
         let residue = u8::try_from(id % STRIPES.unsigned_abs()).unwrap_or(0);
-        self.member(residue)
-            .map_or_else(|| self.catalogue(), |m| &m.store)
+        if let Some(slot) = self.slot(residue) {
+            return Some(Route::Member(slot.member.clone()));
+        }
+        self.unopened
+            .contains(&residue)
+            .then_some(Route::Unopened(residue))
     }
 
-    fn of_job(&self, id: JobId) -> &PostgresStore {
-        self.of_id(Sequence::Jobs, id.0)
+    /// A pool number for `queue`, in proportion to the weights of the pools that take new
+    /// queues of its flavor (none: the catalogue and the pools of no flavor), drawn from the
+    /// queue's name, so that every server would choose the same (the catalogue keeps the first
+    /// choice written in any case). `None`: no pool of the flavor takes queues yet.
+    fn by_weight(&self, queue: &str, flavor: Option<&str>) -> Option<u8> {
+        use std::hash::{Hash, Hasher};
+        let candidates: Vec<&Slot> = self
+            .slots
+            .iter()
+            .filter(|s| s.ready && s.flavor.as_deref() == flavor)
+            .collect();
+        let total: u64 = candidates.iter().map(|s| u64::from(s.weight)).sum();
+        if total == 0 {
+            // The catalogue takes the queues of no flavor when no pool weighs anything.
+            return flavor.is_none().then_some(0);
+        }
+        let mut hasher = std::hash::DefaultHasher::new();
+        queue.hash(&mut hasher);
+        let mut draw = hasher.finish() % total;
+        for slot in candidates {
+            let weight = u64::from(slot.weight);
+            if draw < weight {
+                return Some(slot.member.number);
+            }
+            draw -= weight;
+        }
+        None
     }
 
-    fn of_subscription(&self, id: SubscriptionId) -> &PostgresStore {
-        self.of_id(Sequence::Subscriptions, id.0)
+    /// Whether some pool is waiting to take queues: its readiness is read again each load.
+    fn pending(&self) -> bool {
+        self.slots.iter().any(|s| !s.ready) || !self.unopened.is_empty()
     }
 
-    fn of_batch(&self, id: BatchId) -> &PostgresStore {
-        self.of_id(Sequence::Batches, id.0)
+    /// Every member, the catalogue first; unavailable while a pool cannot be opened (what
+    /// asks every pool would miss its part).
+    pub(crate) fn all(&self) -> Result<Vec<Arc<Member>>, StoreError> {
+        if let Some(&number) = self.unopened.first() {
+            return Err(unopened(number));
+        }
+        Ok(self.members().cloned().collect())
+    }
+
+    /// `call` on every member at once; the answers in the members' order.
+    pub(crate) async fn each<'a, T, F, Fut>(&'a self, call: F) -> Result<Vec<T>, StoreError>
+    where
+        F: Fn(&'a Arc<Member>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        if let Some(&number) = self.unopened.first() {
+            return Err(unopened(number));
+        }
+        try_join_all(self.members().map(call)).await
+    }
+
+    /// `call` on every member at once, passing over those that cannot be reached (each said
+    /// in the log): the maintenance of the others goes on while one is down. Fails only when
+    /// no pool answered.
+    pub(crate) async fn each_reachable<'a, T, F, Fut>(
+        &'a self,
+        what: &str,
+        call: F,
+    ) -> Result<Vec<T>, StoreError>
+    where
+        F: Fn(&'a Arc<Member>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let answers = futures_util::future::join_all(self.members().map(call)).await;
+        let mut reached = Vec::with_capacity(answers.len());
+        let mut unreachable = None;
+        for (member, answer) in self.members().zip(answers) {
+            match answer {
+                Ok(answer) => reached.push(answer),
+                Err(error @ StoreError::Unavailable(_)) => {
+                    tracing::warn!(pool = member.number, %error, "{what}: a pool is unavailable");
+                    unreachable.get_or_insert(error);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        match unreachable {
+            Some(error) if reached.is_empty() => Err(error),
+            _ => Ok(reached),
+        }
+    }
+
+    /// The members in the order a take asks them, starting one further each time.
+    fn in_turn(&self, turn: &AtomicUsize) -> Vec<Arc<Member>> {
+        let count = self.slots.len();
+        let start = turn.fetch_add(1, Ordering::Relaxed) % count;
+        (0..count)
+            .map(|i| self.slots[(start + i) % count].member.clone())
+            .collect()
+    }
+}
+
+/// Where an id routes.
+enum Route {
+    Member(Arc<Member>),
+    /// A registered pool this server could not open.
+    Unopened(u8),
+}
+
+impl PooledStore {
+    /// Opens the catalogue (`options`) and every pool it names, each with `options`' pool
+    /// size, keys and CA certificates.
+    pub async fn open(options: &PostgresOptions, clock: &Clock) -> Result<Arc<Self>, StoreError> {
+        let shared = PostgresOptions {
+            signals: Some(Arc::new(Signals::default())),
+            ..options.clone()
+        };
+        let catalogue = PostgresStore::open(&shared, clock).await?;
+        let signals = shared.signals.clone().unwrap_or_default();
+        let catalogue = Arc::new(Member {
+            number: 0,
+            uri: String::new(),
+            store: catalogue,
+        });
+        let store = Arc::new(Self {
+            pools: parking_lot::RwLock::new(Arc::new(Pools {
+                slots: vec![catalogue_slot(&catalogue, true)],
+                unopened: Vec::new(),
+                since: Stripes::default(),
+                version: -1,
+            })),
+            catalogue,
+            confirmed: parking_lot::Mutex::new(Instant::now()),
+            loading: tokio::sync::Mutex::new(()),
+            placed: parking_lot::RwLock::new(HashMap::new()),
+            signals,
+            turn: AtomicUsize::new(0),
+            shared,
+            clock: clock.clone(),
+            described: Described::default(),
+            watcher: parking_lot::Mutex::new(None),
+        });
+        store.load(Instant::now()).await?;
+        let watcher = tokio::spawn(watch(Arc::downgrade(&store), store.signals.clone()));
+        *store.watcher.lock() = Some(watcher);
+        Ok(store)
+    }
+
+    /// The pools to route a call by: confirmed against the catalogue first when they were not
+    /// for [`TRUSTED_FOR`] (the watcher confirms them every [`LOAD_EVERY`], so this is rare).
+    pub(crate) async fn pools(&self) -> Arc<Pools> {
+        if self.confirmed.lock().elapsed() > TRUSTED_FOR {
+            if let Err(error) = self.confirm().await {
+                // Routes to the catalogue fail as well while it cannot be reached, and routes
+                // to the pools known stay right: ids and placements keep their pool.
+                tracing::warn!(%error, "the catalogue cannot be read: routing on the pools known");
+            }
+        }
+        self.pools.read().clone()
+    }
+
+    /// Reads the catalogue's version, and loads the pools again if it moved (or while a pool
+    /// is waiting to take queues).
+    async fn confirm(&self) -> Result<(), StoreError> {
+        let began = Instant::now();
+        let version = self.catalogue.catalogue_version().await?;
+        let current = self.pools.read().clone();
+        if version != current.version || current.pending() {
+            self.load(began).await
+        } else {
+            self.confirmed(began);
+            Ok(())
+        }
+    }
+
+    fn confirmed(&self, began: Instant) {
+        let mut confirmed = self.confirmed.lock();
+        if *confirmed < began {
+            *confirmed = began;
+        }
+    }
+
+    /// Loads the pools from the catalogue: opens those new to this server (or whose database
+    /// changed), closes those gone, and says in the catalogue which version it loaded. A pool
+    /// that cannot be opened makes only its own queues unavailable; it is tried again at the
+    /// next load.
+    async fn load(&self, began: Instant) -> Result<(), StoreError> {
+        let _one = self.loading.lock().await;
+        let since = self.catalogue.stripes().await?;
+        let mut gone = Vec::new();
+        // Twice when a pool waits to take queues: this server's word may be what it waited for.
+        for _ in 0..2 {
+            let state = self.catalogue.catalogue_state().await?;
+            let loaded = self.assemble(&state, since).await?;
+            gone.extend(self.swap(loaded));
+            self.catalogue.loaded_pools(state.version).await?;
+            if state.pools.iter().all(|p| p.ready) {
+                break;
+            }
+        }
+        self.confirmed(began);
+        for member in gone {
+            tokio::spawn(async move { member.close().await });
+        }
+        Ok(())
+    }
+
+    /// The snapshot of `state`, keeping the members this server has open already. A pool that
+    /// cannot be reached is left unopened; one that refuses this server for a reason waiting
+    /// cannot mend (secrets that do not open, a newer schema) fails the load.
+    async fn assemble(&self, state: &CatalogueState, since: Stripes) -> Result<Pools, StoreError> {
+        let current = self.pools.read().clone();
+        let weighed = state.pools.iter().any(|p| p.weight > 0 && p.ready);
+        let mut slots = vec![catalogue_slot(&self.catalogue, !weighed)];
+        let mut unopened = Vec::new();
+        for pool in &state.pools {
+            let kept = current
+                .slot(pool.number)
+                .filter(|s| s.member.uri == pool.uri)
+                .map(|s| s.member.clone());
+            let member = match kept {
+                Some(member) => member,
+                None => match self.open_pool(pool).await {
+                    Ok(member) => Arc::new(member),
+                    Err(error @ StoreError::Unavailable(_)) => {
+                        tracing::warn!(pool = %pool.name, %error, "a pool cannot be opened: \
+                                       its queues are unavailable until it can");
+                        unopened.push(pool.number);
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                },
+            };
+            slots.push(Slot {
+                member,
+                name: pool.name.clone(),
+                weight: pool.weight,
+                ready: pool.ready,
+                flavor: pool.flavor.clone(),
+            });
+        }
+        slots.sort_by_key(|s| s.member.number);
+        Ok(Pools {
+            slots,
+            unopened,
+            since,
+            version: state.version,
+        })
+    }
+
+    /// Makes `loaded` the pools routed by; answers the members no longer among them.
+    fn swap(&self, loaded: Pools) -> Vec<Arc<Member>> {
+        let loaded = Arc::new(loaded);
+        let old = std::mem::replace(&mut *self.pools.write(), loaded.clone());
+        old.members()
+            .filter(|m| m.number != 0)
+            .filter(|m| !loaded.members().any(|n| Arc::ptr_eq(m, n)))
+            .cloned()
+            .collect()
+    }
+
+    /// Opens pool `pool` as a member: its database, with the catalogue's options.
+    async fn open_pool(&self, pool: &PoolRecord) -> Result<Member, StoreError> {
+        let database = Database::new(&pool.uri, self.shared.ca_file.as_deref()).map_err(|e| {
+            StoreError::Refused(
+                format!("pool {:?}: {e}", pool.name).replace("--database-url: ", ""),
+            )
+        })?;
+        let options = PostgresOptions {
+            database,
+            ..self.shared.clone()
+        };
+        let store = PostgresStore::open(&options, &self.clock).await?;
+        if let Some(describe) = self.described.0.lock().clone() {
+            store.describe_server(describe);
+        }
+        Ok(Member {
+            number: pool.number,
+            uri: pool.uri.clone(),
+            store,
+        })
+    }
+
+    /// Where `id` of `sequence` is. An id of a pool this server does not know makes it look
+    /// at the catalogue once more first (a pool registered a moment ago).
+    pub(crate) async fn of_id(
+        &self,
+        sequence: Sequence,
+        id: u64,
+    ) -> Result<Arc<Member>, StoreError> {
+        let pools = self.pools().await;
+        let route = match pools.of_id(sequence, id) {
+            Some(route) => route,
+            None => {
+                self.confirm().await?;
+                let pools = self.pools.read().clone();
+                // Still none: no pool has it, and the catalogue answers that it has none.
+                pools
+                    .of_id(sequence, id)
+                    .unwrap_or_else(|| Route::Member(pools.catalogue().clone()))
+            }
+        };
+        match route {
+            Route::Member(member) => Ok(member),
+            Route::Unopened(number) => Err(unopened(number)),
+        }
+    }
+
+    pub(crate) async fn of_job(&self, id: JobId) -> Result<Arc<Member>, StoreError> {
+        self.of_id(Sequence::Jobs, id.0).await
+    }
+
+    pub(crate) async fn of_subscription(
+        &self,
+        id: SubscriptionId,
+    ) -> Result<Arc<Member>, StoreError> {
+        self.of_id(Sequence::Subscriptions, id.0).await
+    }
+
+    pub(crate) async fn of_batch(&self, id: BatchId) -> Result<Arc<Member>, StoreError> {
+        self.of_id(Sequence::Batches, id.0).await
     }
 
     /// The pool of `queue` if it was placed (a queue never written to has no jobs, settings or
     /// subscriptions anywhere).
-    async fn placed(&self, queue: &str) -> Result<Option<&PostgresStore>, StoreError> {
+    pub(crate) async fn placed(&self, queue: &str) -> Result<Option<Arc<Member>>, StoreError> {
         if let Some(subscription) = subscription_of_queue(queue) {
-            return Ok(Some(self.of_subscription(subscription)));
+            return self.of_subscription(subscription).await.map(Some);
         }
-        if let Some(number) = self.placed.read().get(queue).copied() {
-            return self.pool_numbered(number, queue).map(Some);
-        }
-        let Some(number) = self.catalogue().placement(queue).await? else {
-            return Ok(None);
+        let cached = self.placed.read().get(queue).copied();
+        let number = match cached {
+            Some(number) => number,
+            None => {
+                let Some(number) = self.catalogue.placement(queue).await? else {
+                    return Ok(None);
+                };
+                self.remember(queue, number);
+                number
+            }
         };
-        self.placed.write().insert(queue.to_owned(), number);
-        Ok(Some(self.pool_numbered(number, queue)?))
+        self.numbered(number).await.map(Some)
     }
 
-    /// The number of the pool `store` is.
-    fn number_of(&self, store: &PostgresStore) -> u8 {
-        self.members
-            .iter()
-            .find(|m| std::ptr::eq(&m.store, store))
-            .map_or(0, |m| m.number)
+    fn remember(&self, queue: &str, number: u8) {
+        let mut placed = self.placed.write();
+        if placed.len() >= MOST_PLACED {
+            placed.clear();
+        }
+        placed.insert(queue.to_owned(), number);
+    }
+
+    /// Member `number`, loading the pools again if this server does not know it yet.
+    async fn numbered(&self, number: u8) -> Result<Arc<Member>, StoreError> {
+        for attempt in 0..2 {
+            let pools = if attempt == 0 {
+                self.pools().await
+            } else {
+                self.confirm().await?;
+                self.pools.read().clone()
+            };
+            if let Some(slot) = pools.slot(number) {
+                return Ok(slot.member.clone());
+            }
+            if pools.unopened.contains(&number) {
+                return Err(unopened(number));
+            }
+        }
+        Err(StoreError::Corrupt(format!(
+            "a queue is placed on pool {number}, which the catalogue does not have"
+        )))
     }
 
     /// Places `queues` together, on the pool of those already placed, or `anchor`'s, or else
-    /// chosen for the first: what one transaction writes (a job and the jobs it waits for, a
-    /// batch and its callbacks, a queue and its dead-letter queue) must be in one database.
-    /// Refused when two of them are placed on different pools already. Says too whether
-    /// every one of them was placed by this call (none had anything stored anywhere before).
-    async fn place_together<'a>(
-        &'a self,
+    /// chosen for the first (of `flavor`'s pools, if it names one): what one transaction
+    /// writes (a job and the jobs it waits for, a batch and its callbacks, a queue and its
+    /// dead-letter queue) must be in one database. Refused when two of them are placed on
+    /// different pools already. Says too whether every one of them was placed by this call
+    /// (none had anything stored anywhere before).
+    pub(crate) async fn place_together(
+        &self,
         queues: &[&str],
-        anchor: Option<&'a PostgresStore>,
+        anchor: Option<Arc<Member>>,
+        flavor: Option<&str>,
         what: &str,
-    ) -> Result<(&'a PostgresStore, bool), StoreError> {
+    ) -> Result<(Arc<Member>, bool), StoreError> {
         let mut pool = anchor;
         let mut unplaced = Vec::new();
         for queue in queues {
             match self.placed(queue).await? {
-                Some(store) if pool.is_some_and(|p| !std::ptr::eq(p, store)) => {
+                Some(store) if pool.as_ref().is_some_and(|p| p.number != store.number) => {
                     return Err(across_pools(what));
                 }
                 Some(store) => pool = Some(store),
@@ -199,40 +579,51 @@ impl PooledStore {
         let pool = match pool {
             Some(pool) => pool,
             None => match unplaced.first() {
-                Some(first) => self.place(first).await?,
-                None => return Ok((self.catalogue(), false)),
+                Some(first) => self.place(first, flavor).await?,
+                None => return Ok((self.catalogue.clone(), false)),
             },
         };
-        let number = self.number_of(pool);
         for queue in unplaced {
-            if self.catalogue().place(queue, number).await? != number {
+            if self.catalogue.place(queue, pool.number).await? != pool.number {
                 // Placed elsewhere meanwhile by another server.
                 return Err(across_pools(what));
             }
-            self.placed.write().insert(queue.to_owned(), number);
+            self.remember(queue, pool.number);
         }
         Ok((pool, fresh))
     }
 
-    /// The pool of `queue`, placing it now if it has none: by weight among the pools.
-    async fn place(&self, queue: &str) -> Result<&PostgresStore, StoreError> {
+    /// The pool of `queue`, placing it now if it has none: by weight among the pools of
+    /// `flavor` (none: of no flavor) that take queues.
+    pub(crate) async fn place(
+        &self,
+        queue: &str,
+        flavor: Option<&str>,
+    ) -> Result<Arc<Member>, StoreError> {
         if let Some(store) = self.placed(queue).await? {
             return Ok(store);
         }
         let chosen = if self.held_by_catalogue(queue).await? {
             0
+        } else if let Some(number) = self.pools().await.by_weight(queue, flavor) {
+            number
         } else {
-            self.by_weight(queue)
+            // None known takes it: perhaps none did when these pools were loaded.
+            self.confirm().await?;
+            let pools = self.pools.read().clone();
+            pools
+                .by_weight(queue, flavor)
+                .ok_or_else(|| no_pool_ready(&pools, flavor.unwrap_or_default()))?
         };
-        let number = self.catalogue().place(queue, chosen).await?;
-        self.placed.write().insert(queue.to_owned(), number);
-        self.pool_numbered(number, queue)
+        let number = self.catalogue.place(queue, chosen).await?;
+        self.remember(queue, number);
+        self.numbered(number).await
     }
 
     /// Whether the catalogue's database holds something of `queue` already (written before
     /// the pools were registered): such a queue stays where its data is.
     async fn held_by_catalogue(&self, queue: &str) -> Result<bool, StoreError> {
-        let catalogue = self.catalogue();
+        let catalogue = &self.catalogue;
         if catalogue.queue(queue).await?.is_some() {
             return Ok(true);
         }
@@ -249,161 +640,115 @@ impl PooledStore {
         Ok(!catalogue.subscriptions(Some(queue)).await?.is_empty())
     }
 
-    fn pool_numbered(&self, number: u8, queue: &str) -> Result<&PostgresStore, StoreError> {
-        self.member(number).map(|m| &m.store).ok_or_else(|| {
-            StoreError::Refused(format!(
-                "queue {queue:?} is placed on pool {number}, which this server does not know: \
-                 restart it to read the catalogue again"
-            ))
-        })
+    /// The flavor of pool `number`, and its name, as this server knows them.
+    pub(crate) async fn pool_named(&self, number: u8) -> (String, Option<String>) {
+        let pools = self.pools().await;
+        pools
+            .slot(number)
+            .map(|s| (s.name.clone(), s.flavor.clone()))
+            .unwrap_or_default()
     }
 
-    /// A pool number for `queue`, in proportion to the pools' weights: drawn from the queue's
-    /// name, so that every server would choose the same (the catalogue keeps the first choice
-    /// written in any case).
-    fn by_weight(&self, queue: &str) -> u8 {
-        use std::hash::{Hash, Hasher};
-        let total: u64 = self.members.iter().map(|m| u64::from(m.weight)).sum();
-        if total == 0 {
-            return 0;
-        }
-        let mut hasher = std::hash::DefaultHasher::new();
-        queue.hash(&mut hasher);
-        let mut draw = hasher.finish() % total;
-        for member in &self.members {
-            let weight = u64::from(member.weight);
-            if draw < weight {
-                return member.number;
-            }
-            draw -= weight;
-        }
-        0
-    }
-
-    /// Every member's store, the catalogue first.
-    fn stores(&self) -> impl Iterator<Item = &PostgresStore> {
-        self.members.iter().map(|m| &m.store)
-    }
-
-    /// `call` on every pool at once; the answers in the pools' order.
-    async fn each<'a, T, F, Fut>(&'a self, call: F) -> Result<Vec<T>, StoreError>
-    where
-        F: Fn(&'a PostgresStore) -> Fut,
-        Fut: std::future::Future<Output = Result<T, StoreError>>,
-    {
-        try_join_all(self.stores().map(call)).await
-    }
-
-    /// `call` on every pool at once, passing over those that cannot be reached (each said in
-    /// the log): the maintenance of the others goes on while one is down. Fails only when no
-    /// pool answered.
-    async fn each_reachable<'a, T, F, Fut>(
-        &'a self,
-        what: &str,
-        call: F,
-    ) -> Result<Vec<T>, StoreError>
-    where
-        F: Fn(&'a PostgresStore) -> Fut,
-        Fut: std::future::Future<Output = Result<T, StoreError>>,
-    {
-        let answers = futures_util::future::join_all(self.stores().map(call)).await;
-        let mut reached = Vec::with_capacity(answers.len());
-        let mut unreachable = None;
-        for (member, answer) in self.members.iter().zip(answers) {
-            match answer {
-                Ok(answer) => reached.push(answer),
-                Err(error @ StoreError::Unavailable(_)) => {
-                    tracing::warn!(pool = member.number, %error, "{what}: a pool is unavailable");
-                    unreachable.get_or_insert(error);
-                }
-                Err(error) => return Err(error),
-            }
-        }
-        match unreachable {
-            Some(error) if reached.is_empty() => Err(error),
-            _ => Ok(reached),
-        }
-    }
-
-    /// Groups `items` by the pool `pool_of` names, keeping each item's index.
-    fn group<'a, T: Copy>(
-        &'a self,
+    /// `items` grouped by the member `pool_of` routes each to, keeping each item's index.
+    pub(crate) async fn group<T: Copy>(
+        &self,
         items: &[T],
-        pool_of: impl Fn(T) -> &'a PostgresStore,
-    ) -> Vec<(&'a PostgresStore, Vec<(usize, T)>)> {
-        let mut groups: Vec<(&PostgresStore, Vec<(usize, T)>)> = Vec::new();
+        sequence: Sequence,
+        id_of: impl Fn(T) -> u64,
+    ) -> Result<Vec<Group<T>>, StoreError> {
+        let mut groups: Vec<Group<T>> = Vec::new();
         for (at, item) in items.iter().copied().enumerate() {
-            let store = pool_of(item);
-            match groups.iter_mut().find(|(s, _)| std::ptr::eq(*s, store)) {
+            let store = self.of_id(sequence, id_of(item)).await?;
+            match groups.iter_mut().find(|(s, _)| s.number == store.number) {
                 Some((_, members)) => members.push((at, item)),
                 None => groups.push((store, vec![(at, item)])),
             }
         }
-        groups
+        Ok(groups)
     }
 
     /// The members in the order a take asks them, starting one further each time.
-    fn in_turn(&self) -> Vec<&PostgresStore> {
-        let start = self.turn.fetch_add(1, Ordering::Relaxed) % self.members.len();
-        (0..self.members.len())
-            .map(|i| &self.members[(start + i) % self.members.len()].store)
-            .collect()
+    pub(crate) async fn in_turn(&self) -> Vec<Arc<Member>> {
+        self.pools().await.in_turn(&self.turn)
     }
 }
 
-/// Opens the store `options` name: the pooled store when its database's catalogue has pools,
-/// else that database's own store, as before pools.
-pub async fn open(options: &PostgresOptions, clock: &Clock) -> Result<Arc<dyn Store>, StoreError> {
-    let (catalogue, shared) = open_catalogue(options, clock).await?;
-    let pools = catalogue.pools().await?;
-    if pools.is_empty() {
-        return Ok(Arc::new(catalogue));
+/// Confirms the pools every [`LOAD_EVERY`], and at once when the catalogue announces a change.
+/// Ends when the store is dropped or closed.
+async fn watch(store: Weak<PooledStore>, signals: Arc<Signals>) {
+    loop {
+        let changed = signals.pools.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        tokio::select! {
+            () = changed => {}
+            () = tokio::time::sleep(LOAD_EVERY) => {}
+        }
+        let Some(store) = store.upgrade() else {
+            return;
+        };
+        if let Err(error) = store.confirm().await {
+            tracing::warn!(%error, "the catalogue cannot be read: the pools stay as they were");
+        }
     }
-    Ok(Arc::new(
-        PooledStore::around(catalogue, pools, &shared, clock).await?,
-    ))
 }
 
-/// The catalogue's store, firing signals of its own that its pools will share (alone, it is
-/// an ordinary store), and the options the pools are opened with.
-async fn open_catalogue(
+fn catalogue_slot(catalogue: &Arc<Member>, weighs: bool) -> Slot {
+    Slot {
+        member: catalogue.clone(),
+        name: String::new(),
+        weight: u32::from(weighs),
+        ready: true,
+        flavor: None,
+    }
+}
+
+/// Opens the store `options` name: the pooled store over the catalogue its database holds (with
+/// no pools registered, every queue is on the catalogue, as before pools).
+pub async fn open(
     options: &PostgresOptions,
     clock: &Clock,
-) -> Result<(PostgresStore, PostgresOptions), StoreError> {
-    let shared = PostgresOptions {
-        signals: Some(Arc::new(Signals::default())),
-        ..options.clone()
-    };
-    Ok((PostgresStore::open(&shared, clock).await?, shared))
-}
-
-/// Opens pool `pool` as a member: its database, with the catalogue's options, its ids striped.
-async fn open_pool(
-    shared: &PostgresOptions,
-    pool: &PoolRecord,
-    clock: &Clock,
-) -> Result<Member, StoreError> {
-    let database = Database::new(&pool.uri, shared.ca_file.as_deref()).map_err(|e| {
-        StoreError::Refused(format!("pool {:?}: {e}", pool.name).replace("--database-url: ", ""))
-    })?;
-    let options = PostgresOptions {
-        database,
-        ..shared.clone()
-    };
-    let store = PostgresStore::open(&options, clock).await?;
-    Ok(Member {
-        number: pool.number,
-        weight: pool.weight,
-        store,
-    })
+) -> Result<Arc<dyn tenax_core::store::Store>, StoreError> {
+    Ok(PooledStore::open(options, clock).await?)
 }
 
 /// The refusal of what one transaction cannot span.
-fn across_pools(what: &str) -> StoreError {
+pub(crate) fn across_pools(what: &str) -> StoreError {
     StoreError::AcrossPools(format!(
         "{what} are on different pools, and one transaction changes one pool: place them \
          together (`tenax queues move`)"
     ))
+}
+
+/// A registered pool this server could not open.
+fn unopened(number: u8) -> StoreError {
+    StoreError::Unavailable(StorageFault {
+        what: format!("pool {number} cannot be reached"),
+        source: Arc::new(std::io::Error::other(
+            "this server could not open the pool's database; it tries again every second",
+        )),
+    })
+}
+
+/// No pool of `flavor` takes queues: none is ready yet (503), or it has none.
+fn no_pool_ready(pools: &Pools, flavor: &str) -> StoreError {
+    let waiting = pools
+        .slots
+        .iter()
+        .any(|s| s.flavor.as_deref() == Some(flavor) && !s.ready);
+    if waiting {
+        StoreError::Unavailable(StorageFault {
+            what: format!("the pools of flavor {flavor:?} do not take queues yet"),
+            source: Arc::new(std::io::Error::other(
+                "a new pool takes queues once every server has loaded it: a few seconds",
+            )),
+        })
+    } else {
+        StoreError::Pool(PoolError::Invalid {
+            field: "flavor",
+            rule: format!("flavor {flavor:?} has no pool that takes queues"),
+        })
+    }
 }
 
 /// A facts version of the pooled store: the version of the pool the facts were read from,

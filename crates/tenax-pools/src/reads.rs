@@ -1,5 +1,7 @@
 //! Reading jobs across pools, and batches (a batch lives on its members' pool).
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::{
@@ -7,27 +9,26 @@ use tenax_core::model::{
     QueueCounts, Searched, TextQuery,
 };
 use tenax_core::store::{BatchStore, BatchTarget, FactsSeen, Insert, JobReads, StoreError};
-use tenax_postgres::PostgresStore;
 
 use super::jobs::Placed;
-use super::{PooledStore, across_pools, seen_of};
+use super::{Member, PooledStore, Sequence, across_pools, seen_of};
 
 impl PooledStore {
     /// Where to read `queue`: its pool, or the catalogue for a queue never placed (which
     /// answers that it has nothing, or holds it from before the pools were registered).
-    pub(crate) async fn read_pool(&self, queue: &str) -> Result<&PostgresStore, StoreError> {
+    pub(crate) async fn read_pool(&self, queue: &str) -> Result<Arc<Member>, StoreError> {
         Ok(self
             .placed(queue)
             .await?
-            .unwrap_or_else(|| self.catalogue()))
+            .unwrap_or_else(|| self.catalogue.clone()))
     }
 
     /// The pools `filter` can match jobs in.
-    async fn pools_of(&self, filter: &JobFilter) -> Result<Vec<&PostgresStore>, StoreError> {
-        Ok(match &filter.queue {
-            Some(queue) => vec![self.read_pool(queue).await?],
-            None => self.stores().collect(),
-        })
+    async fn pools_of(&self, filter: &JobFilter) -> Result<Vec<Arc<Member>>, StoreError> {
+        match &filter.queue {
+            Some(queue) => Ok(vec![self.read_pool(queue).await?]),
+            None => self.pools().await.all(),
+        }
     }
 }
 
@@ -89,7 +90,7 @@ fn merged_search(searches: Vec<Searched>, page: Page) -> Searched {
 #[async_trait]
 impl JobReads for PooledStore {
     async fn get_job(&self, id: JobId) -> Result<Option<Job>, StoreError> {
-        self.of_job(id).get_job(id).await
+        self.of_job(id).await?.get_job(id).await
     }
 
     async fn list_jobs(&self, filter: &JobFilter, page: Page) -> Result<Vec<Job>, StoreError> {
@@ -125,7 +126,7 @@ impl JobReads for PooledStore {
 
     async fn peek_jobs(&self, ids: &[JobId]) -> Result<Vec<Option<JobPeek>>, StoreError> {
         let mut peeks: Vec<Option<JobPeek>> = (0..ids.len()).map(|_| None).collect();
-        for (store, mine) in self.group(ids, |id| self.of_job(id)) {
+        for (store, mine) in self.group(ids, Sequence::Jobs, |id| id.0).await? {
             let part: Vec<JobId> = mine.iter().map(|(_, id)| *id).collect();
             for ((at, _), peek) in mine.into_iter().zip(store.peek_jobs(&part).await?) {
                 peeks[at] = peek;
@@ -136,6 +137,8 @@ impl JobReads for PooledStore {
 
     async fn counts(&self) -> Result<Vec<QueueCounts>, StoreError> {
         let mut counts: Vec<QueueCounts> = self
+            .pools()
+            .await
             .each(|s| s.counts())
             .await?
             .into_iter()
@@ -150,11 +153,13 @@ impl JobReads for PooledStore {
     }
 
     async fn attempts(&self, id: JobId) -> Result<Vec<Attempt>, StoreError> {
-        self.of_job(id).attempts(id).await
+        self.of_job(id).await?.attempts(id).await
     }
 
     async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {
         Ok(self
+            .pools()
+            .await
             .each(|s| s.backlog())
             .await?
             .into_iter()
@@ -187,7 +192,7 @@ impl JobReads for PooledStore {
 
     async fn children(&self, parents: &[JobId]) -> Result<Vec<(JobId, JobId)>, StoreError> {
         let mut edges = Vec::new();
-        for (store, mine) in self.group(parents, |id| self.of_job(id)) {
+        for (store, mine) in self.group(parents, Sequence::Jobs, |id| id.0).await? {
             let part: Vec<JobId> = mine.into_iter().map(|(_, id)| id).collect();
             edges.extend(store.children(&part).await?);
         }
@@ -219,12 +224,12 @@ impl BatchStore for PooledStore {
                 self.pool_of_inserts(&jobs, &callbacks).await?
             }
             BatchTarget::Existing(id) => {
-                let home = self.of_batch(*id);
+                let home = self.of_batch(*id).await?;
                 if home.batch(*id).await?.is_none() {
                     return Err(StoreError::NoBatch(*id));
                 }
                 let placed = self.pool_of_inserts(&jobs, &[]).await?;
-                if !jobs.is_empty() && !std::ptr::eq(placed.store, home) {
+                if !jobs.is_empty() && placed.store.number != home.number {
                     return Err(across_pools("the batch's members and these jobs"));
                 }
                 Placed {
@@ -243,11 +248,11 @@ impl BatchStore for PooledStore {
     }
 
     async fn close_batch(&self, id: BatchId, now_ms: UnixMs) -> Result<Batch, StoreError> {
-        self.of_batch(id).close_batch(id, now_ms).await
+        self.of_batch(id).await?.close_batch(id, now_ms).await
     }
 
     async fn batch(&self, id: BatchId) -> Result<Option<Batch>, StoreError> {
-        self.of_batch(id).batch(id).await
+        self.of_batch(id).await?.batch(id).await
     }
 
     async fn batches(
@@ -256,6 +261,8 @@ impl BatchStore for PooledStore {
         limit: usize,
     ) -> Result<Vec<Batch>, StoreError> {
         let mut batches: Vec<Batch> = self
+            .pools()
+            .await
             .each(|s| s.batches(after, limit))
             .await?
             .into_iter()
@@ -267,10 +274,10 @@ impl BatchStore for PooledStore {
     }
 
     async fn delete_batch(&self, id: BatchId) -> Result<bool, StoreError> {
-        self.of_batch(id).delete_batch(id).await
+        self.of_batch(id).await?.delete_batch(id).await
     }
 
-    async fn import_batch(&self, _batch: Batch) -> Result<(), StoreError> {
-        Err(super::settings::no_import())
+    async fn import_batch(&self, batch: Batch) -> Result<(), StoreError> {
+        self.importer().await?.import_batch(batch).await
     }
 }

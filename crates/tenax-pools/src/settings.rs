@@ -1,11 +1,14 @@
 //! Queues, schedules and subscriptions (on their queue's pool), and what is the deployment's
 //! (endpoints' states, tokens, activity, servers, the lead: the catalogue's).
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use tenax_core::auth::TokenRecord;
 use tenax_core::clock::UnixMs;
 use tenax_core::model::Enqueued;
 use tenax_core::model::activity::Minute;
+use tenax_core::model::pool::PoolError;
 use tenax_core::model::{
     EndpointState, LimitUse, LiveServer, QueueConfig, Schedule, Subscription, SubscriptionId,
 };
@@ -15,26 +18,31 @@ use tenax_core::store::{
     EndpointStore, FactsSeen, ImportedJob, Insert, QueueStore, ScheduleStore, ServerStore, Signals,
     StoreError, StoreImport, StoreLifecycle, StoreProperties, SubscriptionStore, TokenStore,
 };
-use tenax_postgres::PostgresStore;
 
-use super::{PooledStore, across_pools};
-
-/// The refusal of `tenax copy` into a pooled deployment: the copied ids would not name their
-/// pools.
-pub(crate) fn no_import() -> StoreError {
-    StoreError::Refused(
-        "a pooled deployment cannot be the target of `tenax copy`: copy into the catalogue's \
-         database before its pools are registered"
-            .to_owned(),
-    )
-}
+use super::{Member, PooledStore, across_pools};
 
 impl PooledStore {
+    /// Where imports go: the catalogue, while no pool is registered. With pools, copied ids
+    /// would not name their pools: refused.
+    pub(crate) async fn importer(&self) -> Result<Arc<Member>, StoreError> {
+        let pools = self.pools().await;
+        if pools.slots.len() > 1 || !pools.unopened.is_empty() {
+            return Err(StoreError::Refused(
+                "a deployment with pools cannot be the target of `tenax copy`: copy into the \
+                 catalogue's database before its pools are registered"
+                    .to_owned(),
+            ));
+        }
+        Ok(self.catalogue.clone())
+    }
+
     /// The pool that holds schedule `name`, if any does.
-    async fn holder_of_schedule(&self, name: &str) -> Result<Option<&PostgresStore>, StoreError> {
+    async fn holder_of_schedule(&self, name: &str) -> Result<Option<Arc<Member>>, StoreError> {
         let found = self
+            .pools()
+            .await
             .each_reachable("looking for a schedule", |store| async move {
-                Ok((store, store.schedule(name).await?))
+                Ok((store.clone(), store.schedule(name).await?))
             })
             .await?;
         Ok(found
@@ -52,6 +60,8 @@ impl QueueStore for PooledStore {
 
     async fn queues(&self) -> Result<Vec<(String, QueueConfig)>, StoreError> {
         let mut queues: Vec<(String, QueueConfig)> = self
+            .pools()
+            .await
             .each(|s| s.queues())
             .await?
             .into_iter()
@@ -62,23 +72,52 @@ impl QueueStore for PooledStore {
     }
 
     /// A queue lives with its dead-letter queue: a job moves there in the commit that ends
-    /// its last attempt.
+    /// its last attempt. A queue of a flavor is placed on one of the flavor's pools, and
+    /// stays there.
     async fn update_queue(
         &self,
         name: &str,
         change: &ChangeQueue<'_>,
     ) -> Result<Option<QueueConfig>, StoreError> {
         let stored = self.read_pool(name).await?.queue(name).await?;
-        let dead_letter = change(stored.as_ref())
-            .and_then(|changed| changed.dead_letter)
-            .map(|d| d.queue);
+        let changed = change(stored.as_ref());
+        let dead_letter = changed
+            .as_ref()
+            .and_then(|c| c.dead_letter.as_ref())
+            .map(|d| d.queue.clone());
+        // A flavor newly named: it must exist, and the queue be (or go) on one of its pools.
+        let flavor = changed
+            .as_ref()
+            .and_then(|c| c.flavor.clone())
+            .filter(|f| stored.as_ref().and_then(|s| s.flavor.as_ref()) != Some(f));
+        if let Some(flavor) = &flavor {
+            self.check_flavor(flavor).await?;
+        }
         let mut queues = vec![name];
         queues.extend(dead_letter.as_deref());
-        self.place_together(&queues, None, "the queue and its dead-letter queue")
-            .await?
-            .0
-            .update_queue(name, change)
-            .await
+        let (pool, _) = self
+            .place_together(
+                &queues,
+                None,
+                flavor.as_deref(),
+                "the queue and its dead-letter queue",
+            )
+            .await?;
+        if let Some(flavor) = flavor {
+            let (pool_name, pool_flavor) = self.pool_named(pool.number).await;
+            if pool_flavor.as_deref() != Some(flavor.as_str()) {
+                return Err(StoreError::Pool(PoolError::NotOfFlavor {
+                    queue: name.to_owned(),
+                    pool: if pool.number == 0 {
+                        "(the catalogue)".to_owned()
+                    } else {
+                        pool_name
+                    },
+                    flavor,
+                }));
+            }
+        }
+        pool.update_queue(name, change).await
     }
 
     async fn delete_queue(&self, name: &str, now_ms: UnixMs) -> Result<usize, StoreError> {
@@ -103,6 +142,8 @@ impl ScheduleStore for PooledStore {
 
     async fn schedules(&self) -> Result<Vec<Schedule>, StoreError> {
         let mut schedules: Vec<Schedule> = self
+            .pools()
+            .await
             .each(|s| s.schedules())
             .await?
             .into_iter()
@@ -119,16 +160,16 @@ impl ScheduleStore for PooledStore {
     ) -> Result<Option<Schedule>, StoreError> {
         let holder = self.holder_of_schedule(name).await?;
         let stored = match holder {
-            Some(store) => store.schedule(name).await?,
+            Some(ref store) => store.schedule(name).await?,
             None => None,
         };
         // Where the changed schedule's ticks go decides where it is kept.
         let Some(changed) = change(stored.as_ref()) else {
             return Ok(stored);
         };
-        let target = self.place(&changed.job.queue).await?;
+        let target = self.place(&changed.job.queue, None).await?;
         if let Some(store) = holder
-            && !std::ptr::eq(store, target)
+            && store.number != target.number
         {
             return Err(across_pools(
                 "the schedule and the queue it would now enqueue into",
@@ -146,6 +187,8 @@ impl ScheduleStore for PooledStore {
 
     async fn due_schedules(&self, now_ms: UnixMs, max: usize) -> Result<Vec<Schedule>, StoreError> {
         let mut due: Vec<Schedule> = self
+            .pools()
+            .await
             .each_reachable("finding due schedules", |s| s.due_schedules(now_ms, max))
             .await?
             .into_iter()
@@ -172,7 +215,7 @@ impl ScheduleStore for PooledStore {
             super::seen_of(seen).1
         } else {
             let placed = self.pool_of_inserts(&jobs, &[]).await?;
-            if !std::ptr::eq(placed.store, store) {
+            if placed.store.number != store.number {
                 return Err(across_pools("the schedule and its tick's jobs"));
             }
             self.facts_for(&placed, seen).await?
@@ -190,7 +233,7 @@ impl SubscriptionStore for PooledStore {
         &self,
         subscription: Subscription,
     ) -> Result<(Subscription, bool), StoreError> {
-        self.place(&subscription.queue)
+        self.place(&subscription.queue, None)
             .await?
             .insert_subscription(subscription)
             .await
@@ -203,7 +246,7 @@ impl SubscriptionStore for PooledStore {
         id: SubscriptionId,
         change: &ChangeSubscription<'_>,
     ) -> Result<Subscription, StoreError> {
-        let home = self.of_subscription(id);
+        let home = self.of_subscription(id).await?;
         let stored = home
             .subscription(id)
             .await?
@@ -213,7 +256,8 @@ impl SubscriptionStore for PooledStore {
         {
             self.place_together(
                 &[&changed.queue],
-                Some(home),
+                Some(home.clone()),
+                None,
                 "the subscription and the queue it would move to",
             )
             .await?;
@@ -222,11 +266,14 @@ impl SubscriptionStore for PooledStore {
     }
 
     async fn delete_subscription(&self, id: SubscriptionId) -> Result<usize, StoreError> {
-        self.of_subscription(id).delete_subscription(id).await
+        self.of_subscription(id)
+            .await?
+            .delete_subscription(id)
+            .await
     }
 
     async fn subscription(&self, id: SubscriptionId) -> Result<Option<Subscription>, StoreError> {
-        self.of_subscription(id).subscription(id).await
+        self.of_subscription(id).await?.subscription(id).await
     }
 
     async fn subscriptions(&self, queue: Option<&str>) -> Result<Vec<Subscription>, StoreError> {
@@ -238,6 +285,8 @@ impl SubscriptionStore for PooledStore {
                 .await;
         }
         let mut all: Vec<Subscription> = self
+            .pools()
+            .await
             .each(|s| s.subscriptions(None))
             .await?
             .into_iter()
@@ -251,11 +300,11 @@ impl SubscriptionStore for PooledStore {
 #[async_trait]
 impl EndpointStore for PooledStore {
     async fn endpoints(&self) -> Result<Vec<EndpointState>, StoreError> {
-        self.catalogue().endpoints().await
+        self.catalogue.endpoints().await
     }
 
     async fn endpoint(&self, origin: &str) -> Result<Option<EndpointState>, StoreError> {
-        self.catalogue().endpoint(origin).await
+        self.catalogue.endpoint(origin).await
     }
 
     async fn update_endpoint(
@@ -263,72 +312,76 @@ impl EndpointStore for PooledStore {
         origin: &str,
         change: &ChangeEndpoint<'_>,
     ) -> Result<Option<EndpointState>, StoreError> {
-        self.catalogue().update_endpoint(origin, change).await
+        self.catalogue.update_endpoint(origin, change).await
     }
 }
 
 #[async_trait]
 impl TokenStore for PooledStore {
     async fn put_token(&self, record: TokenRecord) -> Result<TokenRecord, StoreError> {
-        self.catalogue().put_token(record).await
+        self.catalogue.put_token(record).await
     }
 
     async fn delete_token(&self, id: u64) -> Result<bool, StoreError> {
-        self.catalogue().delete_token(id).await
+        self.catalogue.delete_token(id).await
     }
 
     async fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
-        self.catalogue().tokens().await
+        self.catalogue.tokens().await
     }
 }
 
 #[async_trait]
 impl ActivityStore for PooledStore {
     async fn add_activity(&self, minutes: &[Minute]) -> Result<(), StoreError> {
-        self.catalogue().add_activity(minutes).await
+        self.catalogue.add_activity(minutes).await
     }
 
     async fn activity(&self, from_ms: UnixMs, to_ms: UnixMs) -> Result<Vec<Minute>, StoreError> {
-        self.catalogue().activity(from_ms, to_ms).await
+        self.catalogue.activity(from_ms, to_ms).await
     }
 
     async fn purge_activity(&self, before_ms: UnixMs) -> Result<usize, StoreError> {
-        self.catalogue().purge_activity(before_ms).await
+        self.catalogue.purge_activity(before_ms).await
     }
 }
 
 #[async_trait]
 impl ServerStore for PooledStore {
     fn describe_server(&self, describe: DescribeServer) {
-        for store in self.stores() {
-            store.describe_server(describe.clone());
+        *self.described.0.lock() = Some(describe.clone());
+        for member in self.pools.read().members() {
+            member.describe_server(describe.clone());
         }
     }
 
     async fn live_servers(&self, now_ms: UnixMs) -> Result<Vec<LiveServer>, StoreError> {
-        self.catalogue().live_servers(now_ms).await
+        self.catalogue.live_servers(now_ms).await
     }
 }
 
 #[async_trait]
 impl StoreImport for PooledStore {
-    async fn import_jobs(&self, _jobs: Vec<ImportedJob>) -> Result<(), StoreError> {
-        Err(no_import())
+    async fn import_jobs(&self, jobs: Vec<ImportedJob>) -> Result<(), StoreError> {
+        self.importer().await?.import_jobs(jobs).await
     }
 
-    async fn import_subscription(&self, _subscription: Subscription) -> Result<(), StoreError> {
-        Err(no_import())
+    async fn import_subscription(&self, subscription: Subscription) -> Result<(), StoreError> {
+        self.importer()
+            .await?
+            .import_subscription(subscription)
+            .await
     }
 
     async fn import_token(&self, record: TokenRecord) -> Result<(), StoreError> {
-        self.catalogue().import_token(record).await
+        self.catalogue.import_token(record).await
     }
 }
 
 #[async_trait]
 impl StoreLifecycle for PooledStore {
     fn properties(&self) -> StoreProperties {
-        self.catalogue().properties()
+        self.catalogue.properties()
     }
 
     fn signals(&self) -> &Signals {
@@ -336,21 +389,25 @@ impl StoreLifecycle for PooledStore {
     }
 
     fn payload_key(&self) -> &PayloadKey {
-        self.catalogue().payload_key()
+        self.catalogue.payload_key()
     }
 
     fn servers(&self) -> usize {
-        self.catalogue().servers()
+        self.catalogue.servers()
     }
 
     /// One leader for every pool: the catalogue's. Its maintenance asks every pool.
     async fn lead(&self) -> Result<bool, StoreError> {
-        self.catalogue().lead().await
+        self.catalogue.lead().await
     }
 
     async fn close(&self) {
-        for store in self.stores() {
-            store.close().await;
+        if let Some(watcher) = self.watcher.lock().take() {
+            watcher.abort();
+        }
+        let members: Vec<Arc<Member>> = self.pools.read().members().cloned().collect();
+        for member in members {
+            member.close().await;
         }
     }
 }

@@ -208,6 +208,51 @@ impl Database {
         Some(text)
     }
 
+    /// Makes the database this names when its server has none of that name (a pool's, named
+    /// by the operator: `CREATE DATABASE` through the server's `postgres` database, with this
+    /// role, which must be allowed to create databases). True if it made it.
+    pub async fn create_if_missing(&self) -> Result<bool, tokio_postgres::Error> {
+        match self.connect().await {
+            Ok((client, connection)) => {
+                drop(client);
+                drop(connection);
+                return Ok(false);
+            }
+            Err(error)
+                if error
+                    .as_db_error()
+                    .is_some_and(|e| *e.code() == SqlState::INVALID_CATALOG_NAME) => {}
+            Err(error) => return Err(error),
+        }
+        let role = self.config.get_user().unwrap_or_default().to_owned();
+        let name = self.config.get_dbname().unwrap_or(&role).to_owned();
+        let mut maintenance = (*self.config).clone();
+        maintenance.dbname("postgres");
+        let (client, connection) = maintenance.connect(self.tls.clone()).await?;
+        let driver = tokio::spawn(connection);
+        // An identifier, not a parameter: quoted, its quotes doubled.
+        let made = client
+            .batch_execute(&format!(
+                "CREATE DATABASE \"{}\"",
+                name.replace('"', "\"\"")
+            ))
+            .await;
+        drop(client);
+        driver.abort();
+        match made {
+            Ok(()) => Ok(true),
+            // Made meanwhile by another.
+            Err(error)
+                if error
+                    .as_db_error()
+                    .is_some_and(|e| *e.code() == SqlState::DUPLICATE_DATABASE) =>
+            {
+                Ok(false)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
     /// A new connection: the client, and its driver, which the caller must spawn.
     pub async fn connect(
         &self,

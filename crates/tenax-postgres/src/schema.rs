@@ -34,6 +34,7 @@ const MIGRATIONS: &[(u64, &str)] = &[
     (14, include_str!("migrations/0014_batches.sql")),
     (15, include_str!("migrations/0015_take_cost.sql")),
     (16, include_str!("migrations/0016_pools.sql")),
+    (17, include_str!("migrations/0017_live_pools.sql")),
 ];
 
 /// The schema version this binary writes and reads: its newest migration's number.

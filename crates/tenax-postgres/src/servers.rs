@@ -49,6 +49,7 @@ macro_rules! alive {
         "5 seconds"
     };
 }
+pub(crate) use alive;
 
 /// What the lead's session calls itself, followed by the server's id, so that the others can
 /// tell whose session holds the lead.

@@ -45,16 +45,18 @@ pub enum Wakeup {
     Released,
     Tokens,
     Endpoints,
+    Pools,
 }
 
 impl Wakeup {
-    const ALL: [Wakeup; 6] = [
+    const ALL: [Wakeup; 7] = [
         Self::Ready,
         Self::Schedule,
         Self::Subscriptions,
         Self::Released,
         Self::Tokens,
         Self::Endpoints,
+        Self::Pools,
     ];
 
     fn channel(self) -> &'static str {
@@ -65,6 +67,7 @@ impl Wakeup {
             Self::Released => "tenax_released",
             Self::Tokens => "tenax_tokens",
             Self::Endpoints => "tenax_endpoints",
+            Self::Pools => "tenax_pools",
         }
     }
 
@@ -84,6 +87,7 @@ impl Wakeup {
             Self::Released => signals.released.notify_waiters(),
             Self::Tokens => signals.tokens.notify_waiters(),
             Self::Endpoints => signals.endpoints.notify_waiters(),
+            Self::Pools => signals.pools.notify_waiters(),
         }
     }
 }

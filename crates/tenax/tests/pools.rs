@@ -83,7 +83,10 @@ async fn pools_are_registered_listed_and_refused_with_their_reasons() {
     // Every refusal names its field, and changes nothing.
     for (args, field) in [
         (vec!["add", "bad name", "--uri", &one], "name:"),
-        (vec!["add", "three", "--uri", &one], "uri: another pool"),
+        (
+            vec!["add", "three", "--uri", &one],
+            "uri: pool \"one\" has this database",
+        ),
         (vec!["add", "three", "--uri", "not a url"], "uri:"),
         (
             vec!["add", "three", "--uri", &one, "--options", "[1]"],
@@ -237,4 +240,150 @@ async fn servers_on_a_catalogue_spread_queues_over_its_pools() {
         .collect();
     let expected: BTreeSet<&str> = on_one.iter().map(String::as_str).collect();
     assert_eq!(from, expected, "pool one's queues are served");
+}
+
+/// A Zaqar request (its headers: a client id and a project) to `node`: status and body.
+async fn zaqar(
+    node: &Node,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = tenax_net::http::client_builder()
+        .build()
+        .expect("a client")
+        .request(method, node.url(path))
+        .header("Client-ID", "4f9d0d35-5d6b-4a30-9c4a-2f56a3c1d1a0")
+        .header("X-Project-ID", "ops");
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.expect("answered");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// Waits until `node` says pool `name` takes queues: once every live server has loaded it.
+async fn until_ready(node: &Node, name: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let pool = node.must_get(&format!("/api/pools/{name}"), 200).await;
+        if pool["ready"] == true {
+            return;
+        }
+        assert!(
+            started.elapsed() < common::PATIENCE,
+            "pool {name} never became ready: {pool}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_registered_over_http_takes_queues_on_every_server_without_a_restart() {
+    let Some(catalogue) = postgres::fresh_database().await else {
+        eprintln!("skipped: no PostgreSQL here (tests/common/postgres.rs)");
+        return;
+    };
+    // The pool's database does not exist yet: registering it makes it.
+    let pool_url = format!(
+        "{}_pool",
+        postgres::fresh_database().await.expect("a database")
+    );
+    let a = Node::start(&catalogue, &[], &[]).await;
+    let b = Node::start(&catalogue, &[], &[]).await;
+
+    // Before any pool: a queue in the catalogue, which stays there.
+    let before = a
+        .must_post("/api/jobs", json!({"queue": "before"}), 201)
+        .await;
+    assert_eq!(a.must_get("/api/pools", 200).await["pools"], json!([]));
+
+    let registered = a
+        .must_put(
+            "/api/pools/one",
+            json!({"uri": pool_url, "weight": 10, "options": {"rack": "b"}}),
+            201,
+        )
+        .await;
+    assert_eq!(registered["name"], "one");
+    assert_eq!(registered["number"], 1);
+    assert_eq!(registered["options"], json!({"rack": "b"}));
+    // Whatever is accepted shows again.
+    let shown = a.must_get("/api/pools/one", 200).await;
+    assert_eq!(shown["uri"], json!(pool_url));
+    until_ready(&a, "one").await;
+
+    // The other server routes to it without a restart: new queues go to the pool (its ids'
+    // remainder modulo 64 is its number), the queue from before stays in the catalogue.
+    for i in 0..4 {
+        let job = b
+            .must_post("/api/jobs", json!({"queue": format!("new{i}")}), 201)
+            .await;
+        assert_eq!(job["id"].as_u64().expect("an id") % 64, 1, "{job}");
+        a.must_get(&format!("/api/jobs/{}", job["id"]), 200).await;
+    }
+    let again = b
+        .must_post("/api/jobs", json!({"queue": "before"}), 201)
+        .await;
+    assert_eq!(again["id"].as_u64().expect("an id") % 64, 0, "{again}");
+    assert_eq!(jobs_in(&pool_url).await, 4);
+    assert_eq!(jobs_in(&catalogue).await, 2);
+    let listed = b.must_get("/api/pools", 200).await;
+    assert_eq!(listed["pools"][0]["queues"], 4, "{listed}");
+    let _ = before;
+
+    // Zaqar's flavors place a queue on their pools; an unknown one is refused.
+    let (status, body) = zaqar(
+        &b,
+        reqwest::Method::PUT,
+        "/v2/flavors/gold",
+        Some(json!({"pool_list": ["one"]})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, flavor) = zaqar(&a, reqwest::Method::GET, "/v2/flavors/gold", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(flavor["pool_list"], json!(["one"]), "{flavor}");
+    let (status, body) = zaqar(
+        &a,
+        reqwest::Method::PUT,
+        "/v2/queues/golden",
+        Some(json!({"_flavor": "gold"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = zaqar(
+        &a,
+        reqwest::Method::PUT,
+        "/v2/queues/nowhere",
+        Some(json!({"_flavor": "tin"})),
+    )
+    .await;
+    assert_eq!(
+        (status, body["description"].clone()),
+        (400, json!("Flavor tin does not exist"))
+    );
+    let (status, placed) = zaqar(&a, reqwest::Method::GET, "/v2/queues/golden", None).await;
+    assert_eq!((status, placed["_flavor"].clone()), (200, json!("gold")));
+
+    // A pool that holds queues is not forgotten, nor moved to another database.
+    let refused = a
+        .must(reqwest::Method::DELETE, "/api/pools/one", None, 409)
+        .await;
+    assert_eq!(refused["error"]["code"], "pool_in_use", "{refused}");
+    let moved = a
+        .must_put(
+            "/api/pools/one",
+            json!({"uri": format!("{pool_url}_elsewhere")}),
+            409,
+        )
+        .await;
+    assert_eq!(moved["error"]["code"], "pool_in_use", "{moved}");
+    // Its weight may change.
+    let changed = a
+        .must_put("/api/pools/one", json!({"uri": pool_url, "weight": 3}), 200)
+        .await;
+    assert_eq!(changed["weight"], 3);
 }

@@ -66,6 +66,15 @@ fn case(method: &str, route: &str, p: &Project) -> Option<Case> {
             Case::Unscoped(route.replace("{id}", "1"))
         }
         ("POST", "/api/admin/backup") => Case::Unscoped(route.into()),
+        // The deployment's databases: no scoped token sees or changes them.
+        (_, r) if r.starts_with("/api/pools") || r.starts_with("/api/flavors") => {
+            Case::Unscoped(route.replace("{name}", "one"))
+        }
+        (_, r) if r.starts_with("/v2/pools") || r.starts_with("/v2/flavors") => Case::Unscoped(
+            route
+                .replace("{pool_name}", "one")
+                .replace("{flavor_name}", "one"),
+        ),
         ("POST", "/api/policy/preview") => Case::NoQueue(
             route.into(),
             Some(json!({"policy": {"type": "fixed", "delay": "1s"}})),

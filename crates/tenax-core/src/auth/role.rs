@@ -18,6 +18,9 @@ pub enum Capability {
     /// Take a backup of the whole store: every queue's jobs, the tokens' hashes, the sealed
     /// secrets (`POST /api/admin/backup`).
     Backup,
+    /// See and change the deployment's pools and flavors (`/api/pools`, Zaqar's `/v2/pools`):
+    /// databases and their credentials, so only tokens that are not scoped may.
+    Pools,
     /// Read the metrics (`GET /metrics`) and the activity (`GET /api/activity`): counts of
     /// every queue together, so only tokens that are not scoped may.
     Metrics,
@@ -73,25 +76,27 @@ mod tests {
         let table = [
             (
                 Role::Admin,
-                [true, true, true, true, true, true, true, true],
+                [true, true, true, true, true, true, true, true, true],
             ),
             (
                 Role::Producer,
-                [true, true, false, false, false, false, true, false],
+                [true, true, false, false, false, false, true, false, false],
             ),
             (
                 Role::Worker,
-                [false, false, true, false, false, false, true, false],
+                [false, false, true, false, false, false, true, false, false],
             ),
             (
                 Role::Reader,
-                [true, false, false, false, false, true, true, false],
+                [true, false, false, false, false, true, true, false, false],
             ),
         ];
         for (role, grants) in table {
-            for (capability, want) in [Read, Enqueue, Work, Manage, Tokens, Metrics, Any, Backup]
-                .into_iter()
-                .zip(grants)
+            for (capability, want) in [
+                Read, Enqueue, Work, Manage, Tokens, Metrics, Any, Backup, Pools,
+            ]
+            .into_iter()
+            .zip(grants)
             {
                 assert_eq!(role.grants(capability), want, "{role:?} {capability:?}");
             }

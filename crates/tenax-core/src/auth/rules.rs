@@ -85,7 +85,7 @@ const PUBLIC: Option<Rule> = Some(Rule {
 /// The rule of `method` on the route `route` (a template such as `/api/jobs/{id}`); `None` if
 /// there is none. `HEAD` follows `GET`.
 pub fn rule(method: &Method, route: &str) -> Option<Rule> {
-    use Capability::{Any, Backup, Enqueue, Manage, Metrics, Read, Tokens, Work};
+    use Capability::{Any, Backup, Enqueue, Manage, Metrics, Pools, Read, Tokens, Work};
     use Target::*;
     let method = if method == Method::HEAD {
         "GET"
@@ -171,6 +171,8 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
 
         ("POST" | "GET", "/api/tokens") | ("DELETE", "/api/tokens/{id}") => needs(Tokens, Nothing),
         ("POST", "/api/admin/backup") => needs(Backup, Nothing),
+        ("GET", "/api/pools" | "/api/pools/{name}" | "/api/flavors" | "/api/flavors/{name}")
+        | ("PUT" | "DELETE", "/api/pools/{name}" | "/api/flavors/{name}") => needs(Pools, Nothing),
 
         // The workers shown are those of the token's queues.
         ("GET", "/api/cluster") => needs(Read, Listing),
@@ -211,6 +213,12 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         | ("PUT", "/v2/queues/{queue_name}/subscriptions/{subscription_id}/confirm") => {
             needs(Manage, ZaqarQueue)
         }
+        // Zaqar v2 pools and flavors: the operator's.
+        ("GET", "/v2/pools" | "/v2/flavors")
+        | (
+            "GET" | "PUT" | "PATCH" | "DELETE",
+            "/v2/pools/{pool_name}" | "/v2/flavors/{flavor_name}",
+        ) => needs(Pools, ZaqarProject),
         // Zaqar v2 topics: as queues, without claims.
         ("GET", "/v2/topics") => needs(Read, ZaqarProject),
         (

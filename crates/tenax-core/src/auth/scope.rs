@@ -106,12 +106,12 @@ impl Principal {
     }
 
     pub fn may(&self, capability: Capability) -> bool {
-        // Tokens, metrics and backups are about every queue: only a token that is not scoped
-        // may.
+        // Tokens, metrics, backups and pools are about every queue: only a token that is not
+        // scoped may.
         self.role.grants(capability)
             && (!matches!(
                 capability,
-                Capability::Tokens | Capability::Metrics | Capability::Backup
+                Capability::Tokens | Capability::Metrics | Capability::Backup | Capability::Pools
             ) || !self.is_scoped())
     }
 

@@ -24,6 +24,11 @@ pub enum EngineError {
     /// at fault. The details are for the log.
     #[error(transparent)]
     Storage(StorageFailure),
+    /// A change of the pools or flavors was refused (what the request names does not exist,
+    /// breaks a rule, or conflicts with the pools as they are); the layers above map each
+    /// kind.
+    #[error(transparent)]
+    Pool(crate::model::pool::PoolError),
 }
 
 /// What does not exist.
@@ -152,6 +157,7 @@ impl From<StoreError> for EngineError {
                 holder,
             }),
             StoreError::AcrossPools(message) => Self::Conflict(Conflict::AcrossPools(message)),
+            StoreError::Pool(error) => Self::Pool(error),
             StoreError::Failed => Self::Unavailable(Unavailable::Failed),
             StoreError::FactsChanged => Self::Unavailable(Unavailable::FactsChanged),
             error @ StoreError::Unavailable(_) => {

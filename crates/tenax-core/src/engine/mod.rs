@@ -21,6 +21,7 @@ pub mod known_queues;
 pub mod maintenance;
 mod observe;
 mod payloads;
+mod pools;
 mod queues;
 mod schedules;
 mod subscriptions;

@@ -17,6 +17,7 @@ mod lease;
 pub mod payload;
 mod peek;
 mod policy;
+pub mod pool;
 pub mod project;
 mod queue;
 mod replay;

@@ -102,6 +102,10 @@ pub struct QueueConfig {
     /// Whether a stored payload is sealed is the job's own record, not this flag's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub encrypt_payloads: bool,
+    /// On a pooled deployment, the flavor whose pools the queue is placed on (Zaqar's
+    /// `_flavor`); a store of one database keeps it and places nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavor: Option<String>,
 }
 
 impl QueueConfig {

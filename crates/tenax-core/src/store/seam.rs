@@ -28,6 +28,7 @@ use super::types::*;
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
 use crate::model::activity::Minute;
+use crate::model::pool::{Flavor, Pool, PoolError, PoolSpec};
 use crate::model::{
     Ack, Attempt, Backlog, Batch, BatchId, Cancelled, Checked, ClaimId, EndpointState, Enqueued,
     Job, JobFilter, JobId, JobPeek, JobResult, LimitUse, LiveServer, OnDuplicate, Page,
@@ -528,6 +529,46 @@ pub trait StoreImport {
     async fn import_token(&self, record: TokenRecord) -> Result<(), StoreError>;
 }
 
+/// The deployment's pools and flavors (docs/postgres.md, "Pools"). Only a pooled PostgreSQL
+/// deployment has them; a store of one database keeps these defaults: it lists none, and
+/// refuses to register any ([`PoolError::NotPooled`]).
+#[async_trait]
+pub trait PoolStore {
+    /// Every pool, by name.
+    async fn pools(&self) -> Result<Vec<Pool>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    /// Registers a pool, or changes the one of its name; true if it is new. Its database is
+    /// reached (made, if the server it names has none of that name) and its schema made
+    /// before it is stored.
+    async fn put_pool(&self, _spec: PoolSpec) -> Result<bool, StoreError> {
+        Err(StoreError::Pool(PoolError::NotPooled))
+    }
+
+    /// Forgets a pool; false if there was none. Refused while it holds queues, and for the
+    /// last pool of a flavor.
+    async fn delete_pool(&self, _name: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+
+    /// Every flavor, by name.
+    async fn flavors(&self) -> Result<Vec<Flavor>, StoreError> {
+        Ok(Vec::new())
+    }
+
+    /// Stores a flavor whose pools are exactly `flavor.pools` (each must exist; pools it had
+    /// and are not named leave it); true if it is new.
+    async fn put_flavor(&self, _flavor: Flavor) -> Result<bool, StoreError> {
+        Err(StoreError::Pool(PoolError::NotPooled))
+    }
+
+    /// Forgets a flavor (its pools stay, of no flavor); false if there was none.
+    async fn delete_flavor(&self, _name: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+}
+
 /// Where a backend reports its commits, for the metrics: handed to it at open.
 pub trait CommitObserver: Send + Sync + std::fmt::Debug {
     /// A commit carrying `requests` requests (more than one when they shared it: group
@@ -575,6 +616,8 @@ pub struct Signals {
     pub tokens: Notify,
     /// An endpoint's delivery state (pause, circuit breaker) changed.
     pub endpoints: Notify,
+    /// The pools or flavors of a pooled deployment changed: its servers load them again.
+    pub pools: Notify,
 }
 
 /// The backend as a whole.
@@ -631,6 +674,7 @@ pub trait Store:
     + ActivityStore
     + ServerStore
     + StoreImport
+    + PoolStore
     + StoreLifecycle
     + Send
     + Sync
@@ -654,6 +698,7 @@ impl<T> Store for T where
         + ActivityStore
         + ServerStore
         + StoreImport
+        + PoolStore
         + StoreLifecycle
         + Send
         + Sync

@@ -52,6 +52,9 @@ pub enum StoreError {
     /// (queues placed on different pools); nothing was stored. The message says what.
     #[error("{0}")]
     AcrossPools(String),
+    /// A change of the pools or flavors was refused; nothing changed.
+    #[error(transparent)]
+    Pool(crate::model::pool::PoolError),
     /// Another subscription of the queue has the endpoint, which must be unique there
     /// ([`Subscription::unique_endpoint`]).
     #[error("subscription {holder} of queue {queue:?} already has endpoint {endpoint:?}")]

@@ -236,6 +236,9 @@ fn describe(capability: Capability) -> &'static str {
         Capability::Metrics => {
             "read the metrics or the activity, which count every queue (an admin or reader token that is not scoped may)"
         }
+        Capability::Pools => {
+            "see or change the pools and flavors, which hold every queue (an admin token that is not scoped may)"
+        }
         Capability::Any => "use this server",
     }
 }

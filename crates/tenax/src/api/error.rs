@@ -8,6 +8,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tenax_core::engine::{Conflict, EngineError, Unavailable};
+use tenax_core::model::pool::PoolError;
 
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -107,11 +108,30 @@ impl From<EngineError> for ApiError {
                     .into(),
             },
             EngineError::Storage(_) => Self::internal(&error),
+            EngineError::Pool(refusal) => Self::of_pool(refusal),
         }
     }
 }
 
 impl ApiError {
+    /// A refused change of the pools or flavors.
+    fn of_pool(refusal: &PoolError) -> Self {
+        let message = refusal.to_string();
+        match refusal {
+            PoolError::NoPool(_) | PoolError::NoFlavor(_) => Self::not_found(message),
+            PoolError::Invalid { field, rule } => Self::invalid(*field, rule.clone()),
+            PoolError::Unreachable(_) => Self::invalid("uri", message),
+            PoolError::UriTaken(_) => Self {
+                field: Some("uri".to_owned()),
+                ..Self::conflict("uri_taken", message)
+            },
+            PoolError::HoldsQueues { .. } => Self::conflict("pool_in_use", message),
+            PoolError::LastOfFlavor { .. } => Self::conflict("pool_in_use", message),
+            PoolError::NotOfFlavor { .. } => Self::conflict("across_pools", message),
+            PoolError::NotPooled => Self::conflict("not_pooled", message),
+        }
+    }
+
     /// A bare 500: the details go to the log, under the request's id, never to the client.
     pub fn internal(error: &dyn std::error::Error) -> Self {
         tracing::error!(

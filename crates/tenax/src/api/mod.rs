@@ -19,6 +19,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod openapi;
 mod policy;
+mod pools;
 pub mod queues;
 pub mod request_id;
 pub mod request_log;
@@ -105,6 +106,7 @@ pub fn native() -> (Router<AppState>, utoipa::openapi::OpenApi) {
                 .merge(subscriptions::router())
                 .merge(deliveries::router())
                 .merge(tokens::router())
+                .merge(pools::router())
                 .merge(admin::router())
                 .merge(cluster::router())
                 .merge(activity::router())

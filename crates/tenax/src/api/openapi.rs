@@ -103,6 +103,7 @@ pub enum Conflict {
         (name = "subscriptions", description = "Webhook subscriptions"),
         (name = "deliveries", description = "Webhook deliveries and their attempts"),
         (name = "tokens", description = "API tokens (an unscoped admin token only)"),
+        (name = "pools", description = "The databases queues are placed on, and their flavors (a pooled PostgreSQL deployment; an unscoped admin token only)"),
         (name = "admin", description = "Backups of the embedded store (an unscoped admin token only)"),
         (name = "cluster", description = "The servers of the cluster, their workers, and the activity per minute"),
     )

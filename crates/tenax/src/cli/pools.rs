@@ -15,7 +15,8 @@ pub enum PoolsCommand {
     /// Every pool: its name, number, weight, flavor, database and how many queues it holds.
     List(CatalogueArgs),
     /// Register a database as a pool, or change a pool (its weight, flavor, database): its
-    /// schema is made, and new queues are placed on it by weight once servers restart.
+    /// schema is made, and new queues are placed on it by weight once every server has loaded
+    /// it (within seconds; servers need no restart).
     Add(AddArgs),
     /// Forget a pool that holds no queue.
     Remove(RemoveArgs),
@@ -116,8 +117,8 @@ async fn add(args: AddArgs) -> Result<(), CliError> {
     };
     let pool = pools::add(catalogue(&args.catalogue), registration).await?;
     println!(
-        "pool {} (number {}, weight {}) registered; servers place new queues on it once they \
-         restart",
+        "pool {} (number {}, weight {}) registered; servers place new queues on it once each \
+         has loaded it (within seconds)",
         pool.name, pool.number, pool.weight
     );
     Ok(())

@@ -5,10 +5,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tenax_core::clock::Clock;
+use tenax_core::model::pool::PoolSpec;
 use tenax_core::secrets::Keyring;
 use tenax_core::store::{StoreError, StoreLifecycle};
-use tenax_pools::admin::{self, NewPool};
-use tenax_postgres::catalogue::PoolRecord;
+use tenax_pools::admin;
 use tenax_postgres::{Database, PostgresOptions, PostgresStore};
 
 use super::OfflineError;
@@ -52,24 +52,40 @@ pub async fn list(catalogue: Catalogue<'_>) -> Result<Vec<Pool>, OfflineError> {
     Ok(listed
         .map_err(refusal("listing the pools"))?
         .into_iter()
-        .map(|item| shown(&item.pool, item.queues))
+        .map(shown)
         .collect())
 }
 
 /// Registers a pool (or changes one); answers it as registered.
 pub async fn add(catalogue: Catalogue<'_>, pool: Registration) -> Result<Pool, OfflineError> {
-    let (store, options) = open(catalogue).await?;
-    let new = NewPool {
-        name: pool.name,
+    let options = match serde_json::from_str(&pool.options) {
+        Ok(serde_json::Value::Object(options)) => options,
+        _ => {
+            return Err(OfflineError::Invalid(
+                "options: must be a JSON object".to_owned(),
+            ));
+        }
+    };
+    let (store, options_of_store) = open(catalogue).await?;
+    let spec = PoolSpec {
+        name: pool.name.clone(),
         uri: pool.uri,
         weight: pool.weight,
         flavor: pool.flavor,
-        options: pool.options,
+        options,
     };
-    let registered = admin::register(&store, &options, new, &Clock::System).await;
+    let registered = async {
+        admin::register(&store, &options_of_store, spec, &Clock::System).await?;
+        admin::list(&store).await
+    }
+    .await;
     store.close().await;
-    let record = registered.map_err(refusal("registering the pool"))?;
-    Ok(shown(&record, 0))
+    registered
+        .map_err(refusal("registering the pool"))?
+        .into_iter()
+        .find(|p| p.spec.name == pool.name)
+        .map(shown)
+        .ok_or_else(|| OfflineError::Invalid(format!("name: no pool {:?}", pool.name)))
 }
 
 /// Forgets pool `name`; false if there was none.
@@ -80,17 +96,17 @@ pub async fn remove(catalogue: Catalogue<'_>, name: &str) -> Result<bool, Offlin
     removed.map_err(refusal("removing the pool"))
 }
 
-fn shown(pool: &PoolRecord, queues: usize) -> Pool {
+fn shown(pool: tenax_core::model::pool::Pool) -> Pool {
     Pool {
-        name: pool.name.clone(),
-        number: pool.number,
-        weight: pool.weight,
-        flavor: pool.flavor.clone(),
-        queues,
-        database: Database::new(&pool.uri, None).map_or_else(
+        database: Database::new(&pool.spec.uri, None).map_or_else(
             |_| "(not a database URL)".to_owned(),
             |d| d.said().to_owned(),
         ),
+        name: pool.spec.name,
+        number: pool.number,
+        weight: pool.spec.weight,
+        flavor: pool.spec.flavor,
+        queues: pool.queues,
     }
 }
 
@@ -116,6 +132,7 @@ fn refusal(what: &'static str) -> impl FnOnce(StoreError) -> OfflineError {
         StoreError::Refused(message) | StoreError::Secrets(message) => {
             OfflineError::Invalid(message)
         }
+        StoreError::Pool(refusal) => OfflineError::Invalid(refusal.to_string()),
         error => OfflineError::Failed(anyhow::Error::new(error).context(what)),
     }
 }

@@ -108,6 +108,18 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("GET", "/api/tokens", Admins);
     add("DELETE", "/api/tokens/{id}", Admins);
     add("POST", "/api/admin/backup", Admins);
+    for method in ["GET", "PUT", "DELETE"] {
+        add(method, "/api/pools/{name}", Admins);
+        add(method, "/api/flavors/{name}", Admins);
+    }
+    add("GET", "/api/pools", Admins);
+    add("GET", "/api/flavors", Admins);
+    for method in ["GET", "PUT", "PATCH", "DELETE"] {
+        add(method, "/v2/pools/{pool_name}", Admins);
+        add(method, "/v2/flavors/{flavor_name}", Admins);
+    }
+    add("GET", "/v2/pools", Admins);
+    add("GET", "/v2/flavors", Admins);
     add("GET", "/api/cluster", Readers);
     add("GET", "/api/activity", MetricReaders);
     add("GET", "/v2/", AnyToken);

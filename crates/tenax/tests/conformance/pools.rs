@@ -285,12 +285,12 @@ async fn a_pool_starts_empty() {
         tenax_postgres::PostgresStore::open(&options, &tenax_core::clock::Clock::manual(T0))
             .await
             .expect("the catalogue");
-    let new = tenax_pools::admin::NewPool {
+    let new = tenax_core::model::pool::PoolSpec {
         name: "full".to_owned(),
         uri: with_queues.catalogue.url().to_owned(),
         weight: 1,
         flavor: None,
-        options: "{}".to_owned(),
+        options: serde_json::Map::new(),
     };
     let refused = tenax_pools::admin::register(
         &opened,
@@ -300,7 +300,7 @@ async fn a_pool_starts_empty() {
     )
     .await;
     assert!(
-        matches!(&refused, Err(StoreError::Refused(m)) if m.starts_with("uri: the database holds queues")),
+        matches!(&refused, Err(StoreError::Pool(e)) if e.to_string().starts_with("uri: the database holds queues")),
         "{refused:?}"
     );
     assert!(opened.pools().await.expect("pools").is_empty());

@@ -151,6 +151,8 @@ pub(crate) async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
             period_ms: 60 * SECOND,
         }),
         encrypt_payloads: true,
+        // A flavor is a pooled deployment's, which checks it: tests/conformance/pools.rs.
+        flavor: None,
     };
     // A change that declines stores nothing.
     assert_eq!(store.update_queue("q", &|_| None).await, Ok(None));

@@ -404,8 +404,9 @@ impl Backend for Postgres {
                  DROP TABLE tenax_edges;
                  CREATE VIEW tenax_all_jobs AS
                      SELECT * FROM tenax_jobs UNION ALL SELECT * FROM tenax_finished;
-                 DROP TABLE tenax_activity; ALTER TABLE tenax_servers DROP COLUMN about;
-                 DROP TABLE tenax_pools, tenax_flavors, tenax_placements, tenax_stripes;
+                 DROP TABLE tenax_activity; ALTER TABLE tenax_servers DROP COLUMN about, DROP COLUMN pools_seen;
+                 DROP TABLE tenax_pools, tenax_flavors, tenax_placements, tenax_stripes,
+                     tenax_catalogue;
                  DROP TABLE tenax_secrets_key; UPDATE tenax_schema SET version = 7",
             )
             .await
@@ -495,12 +496,12 @@ impl Pooled {
             PostgresStore::open(&options, &tenax_core::clock::Clock::manual(now_ms)).await?;
         if catalogue.pools().await?.is_empty() {
             for (at, uri) in self.pools.iter().enumerate() {
-                let new = tenax_pools::admin::NewPool {
+                let new = tenax_core::model::pool::PoolSpec {
                     name: format!("pool-{}", at + 1),
                     uri: uri.clone().expect("a database"),
                     weight: 1,
                     flavor: None,
-                    options: "{}".to_owned(),
+                    options: serde_json::Map::new(),
                 };
                 let clock = tenax_core::clock::Clock::manual(now_ms);
                 tenax_pools::admin::register(&catalogue, &options, new, &clock).await?;
@@ -525,10 +526,10 @@ impl Backend for Pooled {
         self.register(&keys, now_ms).await?;
         let database = Database::new(self.catalogue.url(), None).expect("the catalogue's URL");
         let options = PostgresOptions::new(database, keys);
-        Ok(Arc::new(
+        let store =
             tenax_pools::PooledStore::open(&options, &tenax_core::clock::Clock::manual(now_ms))
-                .await?,
-        ))
+                .await?;
+        Ok(store)
     }
 
     fn keys(&self) -> Arc<Keyring> {

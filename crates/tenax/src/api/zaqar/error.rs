@@ -11,6 +11,7 @@ use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tenax_core::engine::{EngineError, Unavailable};
+use tenax_core::model::pool::PoolError;
 
 /// Zaqar's "the request is well-formed JSON but breaks a rule" title.
 pub const BAD_API: &str = "Invalid API request";
@@ -98,6 +99,22 @@ impl ZaqarError {
         )
     }
 
+    /// A refused change of the pools or flavors, as Zaqar answers its own.
+    fn of_pool(refusal: &PoolError) -> Self {
+        match refusal {
+            PoolError::NoPool(name) => Self::not_found(format!("Pool {name} does not exist")),
+            PoolError::NoFlavor(name) => Self::api(format!("Flavor {name} does not exist")),
+            // Zaqar's answer to a URI it cannot connect to, and to a rule of the body.
+            PoolError::Unreachable(_) | PoolError::Invalid { .. } | PoolError::NotPooled => {
+                Self::body(refusal.to_string())
+            }
+            PoolError::UriTaken(_)
+            | PoolError::HoldsQueues { .. }
+            | PoolError::LastOfFlavor { .. }
+            | PoolError::NotOfFlavor { .. } => Self::conflict(refusal.to_string()),
+        }
+    }
+
     /// The same error under another title.
     pub fn retitled(mut self, title: &'static str) -> Self {
         self.title = title.into();
@@ -127,6 +144,7 @@ impl From<EngineError> for ZaqarError {
                 "The queue's settings or subscriptions kept changing while the messages were \
                  posted, and none was stored; retry the request.",
             ),
+            EngineError::Pool(refusal) => Self::of_pool(refusal),
             EngineError::Storage(_) => {
                 // Bare: the details go to the log, under the request's id.
                 tracing::error!(

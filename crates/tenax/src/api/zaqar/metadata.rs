@@ -11,6 +11,8 @@
 //! - `_default_message_ttl`, `_default_message_delay` and `_max_messages_post_size` are read
 //!   from the metadata when messages are posted ([`MessageSettings`]); `_default_message_ttl`
 //!   is also the queue's `message_ttl_ms`, for jobs enqueued into it through the native API.
+//! - `_flavor` is the queue's `flavor`: on a pooled deployment, it is placed on one of the
+//!   flavor's pools (which must exist: the store refuses it otherwise).
 
 use serde_json::{Map, Value, json};
 use tenax_core::model::{DeadLetter, QueueConfig, StoredPolicy};
@@ -187,6 +189,10 @@ pub fn check(metadata: &Map<String, Value>, limits: &Limits) -> Result<(), Strin
         Some(_) => return Err("_enable_encrypt_messages must be boolean.".into()),
     }
     check_retry_policy(metadata)?;
+    match metadata.get("_flavor") {
+        None | Some(Value::Null | Value::String(_)) => {}
+        Some(other) => return Err(format!("_flavor must be the name of a flavor, got {other}")),
+    }
     match metadata.get("_dead_letter_queue") {
         None | Some(Value::Null) => {}
         Some(Value::String(name)) if is_queue_name(name) => {}
@@ -292,6 +298,11 @@ pub fn install(
     config.message_ttl_ms = MessageSettings::of(Some(&metadata))
         .explicit_ttl_s
         .map(|s| s.saturating_mul(1_000));
+    // On a pooled deployment the queue is placed on one of the flavor's pools.
+    config.flavor = metadata
+        .get("_flavor")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     config.metadata = Some(metadata);
     Ok(())
 }

@@ -18,12 +18,14 @@
 mod claims;
 mod confirmation;
 pub mod error;
+mod flavors;
 mod home;
 pub mod limits;
 pub mod messages;
 pub mod metadata;
 pub(crate) mod names;
 pub mod patch;
+mod pools;
 mod queues;
 pub mod request;
 pub mod signed;
@@ -98,6 +100,24 @@ pub fn router() -> (Router<AppState>, Vec<(Method, &'static str)>) {
             "/v2/queues/{queue_name}/subscriptions/{subscription_id}/confirm",
             "PUT",
             put(subscriptions::confirm),
+        )
+        .add("/v2/pools", "GET", get(pools::list))
+        .add(
+            "/v2/pools/{pool_name}",
+            "DELETE, GET, PATCH, PUT",
+            put(pools::put)
+                .get(pools::show)
+                .patch(pools::update)
+                .delete(pools::delete),
+        )
+        .add("/v2/flavors", "GET", get(flavors::list))
+        .add(
+            "/v2/flavors/{flavor_name}",
+            "DELETE, GET, PATCH, PUT",
+            put(flavors::put)
+                .get(flavors::show)
+                .patch(flavors::update)
+                .delete(flavors::delete),
         )
         .add("/v2/topics", "GET", get(queues::list))
         .add(

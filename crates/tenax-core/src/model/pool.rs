@@ -1,0 +1,112 @@
+//! Pools and flavors: the databases a pooled deployment places its queues on, and named groups
+//! of them a queue may ask for (Zaqar's pools and flavors; docs/postgres.md, "Pools").
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The most pools a deployment has: ids keep their pool in their residue modulo 64, and the
+/// catalogue is residue 0.
+pub const MAX_POOLS: usize = 63;
+
+/// What a pool name (and a flavor name) may be: 1 to 64 ASCII letters, digits, `_` or `-`, as
+/// Zaqar's.
+pub const NAME_RULE: &str = "1 to 64 ASCII letters, digits, '_' or '-'";
+
+/// Whether `name` follows [`NAME_RULE`].
+pub fn is_pool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// A pool to register, or the whole of a registered pool's new settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolSpec {
+    pub name: String,
+    /// The pool's database: a `postgres://` URL.
+    pub uri: String,
+    /// New queues go to a pool in proportion to its weight; 0 takes none.
+    pub weight: u32,
+    /// The flavor the pool serves, if any.
+    pub flavor: Option<String>,
+    /// Kept as given, for the operator.
+    pub options: Map<String, Value>,
+}
+
+/// A registered pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pool {
+    #[serde(flatten)]
+    pub spec: PoolSpec,
+    /// 1 to 63: the remainder modulo 64 of every id its database hands out.
+    pub number: u8,
+    /// How many queues are placed on it.
+    pub queues: usize,
+    /// Whether new queues may be placed on it yet: a new pool takes queues once every server
+    /// has read it (at once when every live server says so, else after a few seconds).
+    pub ready: bool,
+}
+
+/// A flavor: a named group of pools. A queue that names it (Zaqar's `_flavor`) is placed on
+/// one of its pools, by weight. Its pools are those whose `flavor` names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Flavor {
+    pub name: String,
+    /// The names of its pools.
+    pub pools: Vec<String>,
+    /// What the operator said of it (Zaqar's `capabilities`), kept as given.
+    pub capabilities: Map<String, Value>,
+}
+
+/// Why a change of the pools or flavors was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    /// The store keeps one database: pools need the server on PostgreSQL.
+    #[error("pools need the server on PostgreSQL (--database-url): this store keeps one database")]
+    NotPooled,
+    /// `field` breaks `rule`.
+    #[error("{field}: {rule}")]
+    Invalid { field: &'static str, rule: String },
+    /// The pool's database cannot be reached, or refuses this server.
+    #[error("uri: cannot connect to the pool's database: {0}")]
+    Unreachable(String),
+    /// Another pool has this database.
+    #[error("uri: pool {0:?} has this database already")]
+    UriTaken(String),
+    /// A pool that holds queues keeps its database.
+    #[error(
+        "pool {name:?} holds {queues} queue(s): its uri stays, and it is removed once they are \
+         moved to other pools"
+    )]
+    HoldsQueues { name: String, queues: usize },
+    #[error("pool {0:?} does not exist")]
+    NoPool(String),
+    #[error("flavor {0:?} does not exist")]
+    NoFlavor(String),
+    /// The last pool of a flavor stays while the flavor does (as Zaqar's).
+    #[error("pool {pool:?} is the last pool of flavor {flavor:?}: delete the flavor first")]
+    LastOfFlavor { pool: String, flavor: String },
+    /// A queue of a flavor is placed on one of its pools, and stays there.
+    #[error(
+        "queue {queue:?} is placed on pool {pool:?}, which is not of flavor {flavor:?}: a \
+         queue's pool never changes under it"
+    )]
+    NotOfFlavor {
+        queue: String,
+        pool: String,
+        flavor: String,
+    },
+}
+
+impl PoolError {
+    /// The request's field the refusal is about, if one is.
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            Self::Invalid { field, .. } => Some(field),
+            Self::Unreachable(_) | Self::UriTaken(_) => Some("uri"),
+            Self::NoFlavor(_) => Some("flavor"),
+            _ => None,
+        }
+    }
+}
