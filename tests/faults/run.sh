@@ -5,7 +5,10 @@
 # failovers, clock skew); then the checker (tests/faults/checker.py) checks every promise of
 # docs/guarantees.md against what happened.
 #
-#   tests/faults/run.sh [--minutes 3] [--seed N] [--out DIR] [--kinds k1,k2]
+#   tests/faults/run.sh [--minutes 3] [--seed N] [--out DIR] [--kinds k1,k2] [--pools 2]
+#
+# --pools 2: the nodes' database is a catalogue with two pools, the second on a cluster of its
+# own (docs/postgres.md, "Pools"), and PostgreSQL's faults strike either cluster.
 #
 # Needs root (namespaces), PostgreSQL's server binaries, nftables, iproute2 and faketime
 # (Debian's packages: postgresql nftables iproute2 faketime). Runs $TENAX_BIN (default
@@ -21,12 +24,14 @@ minutes=3
 seed=""
 out=""
 kinds=""
+pools=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --minutes) minutes=$2; shift 2 ;;
         --seed) seed=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --kinds) kinds=$2; shift 2 ;;
+        --pools) pools=$2; shift 2 ;;
         *) echo "unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -42,7 +47,7 @@ if [ ! -x "$bin" ]; then
     exit 2
 fi
 bin="$(realpath "$bin")"
-args=(--minutes "$minutes" --seed "$seed" --out "$out" --bin "$bin")
+args=(--minutes "$minutes" --seed "$seed" --out "$out" --bin "$bin" --pools "$pools")
 [ -z "$kinds" ] || args+=(--kinds "$kinds")
 cd "$here"
 status=0

@@ -18,12 +18,13 @@ lightweight lock (pg_stat_activity, sampled every 250 ms). Prints each run, then
 
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
 import time
 import urllib.request
+
+from cpu import children_cpu, cpu_of, postgres_pids, spent
 
 PG = os.environ["TENAX_PG_URL"].rsplit("/", 1)[0]
 TENAX = os.path.abspath(sys.argv[1])
@@ -38,7 +39,6 @@ SCENARIOS = {
 if len(sys.argv) > 3:
     SCENARIOS = {name: SCENARIOS[name] for name in sys.argv[3].split(",")}
 DEFAULT_JOBS = {"bulk-1000": 400_000, "take-complete": 200_000, "mixed": 200_000, "enqueue-8": 20_000}
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def psql(db, sql):
@@ -47,37 +47,6 @@ def psql(db, sql):
         check=True, capture_output=True, text=True,
     )
     return out.stdout.strip()
-
-
-def cpu_of(pids):
-    """CPU seconds so far of each of `pids` that still runs."""
-    seconds = {}
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            seconds[pid] = (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
-        except (FileNotFoundError, ProcessLookupError):
-            pass
-    return seconds
-
-
-def spent(before, after):
-    """CPU seconds between two samples (processes started meanwhile count from zero)."""
-    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
-
-
-def postgres_pids():
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/comm") as f:
-                    if f.read().strip() == "postgres":
-                        pids.append(int(entry))
-            except OSError:
-                pass
-    return pids
 
 
 def commits():
@@ -166,11 +135,6 @@ def run(scenario, servers):
         # The benches (and a psql), reaped meanwhile.
         "client_ms": 1000 * (after[3] - before[3]) / done,
     }
-
-
-def children_cpu():
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def main():

@@ -270,6 +270,10 @@ pub struct BenchConfig {
     /// The sizes `deliveries-fanout` subscribes, one after the other ([`fanout::SIZES`] by
     /// default).
     pub fanout_sizes: Vec<usize>,
+    /// The queue every scenario uses; `None`: a fresh one per scenario ([`queue_name`]). A
+    /// pooled deployment places a queue on one pool: naming the queues of several benches
+    /// puts their load where the caller wants it.
+    pub queue: Option<String>,
 }
 
 /// The whole run.
@@ -346,7 +350,7 @@ pub async fn run(config: &BenchConfig) -> anyhow::Result<BenchReport> {
         .with_context(|| format!("no tenax server answers at {}", config.url))?;
     let mut reports = Vec::new();
     for &scenario in &config.scenarios {
-        let queue = queue_name(scenario);
+        let queue = config.queue.clone().unwrap_or_else(|| queue_name(scenario));
         let jobs = config
             .jobs
             .unwrap_or_else(|| scenario.default_jobs())

@@ -2692,3 +2692,66 @@ async fn a_heartbeat_whose_new_end_passed_while_it_committed_is_lost() {
     server.wait_for(id, "ready").await;
     assert_eq!(server.take_one("held-up").await.attempt, 2);
 }
+
+/// Pools are a PostgreSQL deployment's: each refusal names its field, and a server of one data
+/// directory lists none and registers none (docs/api.md, "Pools and flavors").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pools_are_refused_with_their_reasons() {
+    let server = TestServer::manual().await;
+    assert_eq!(
+        server.expect(Method::GET, "/api/pools", None, 200).await,
+        json!({"pools": []})
+    );
+    for (name, body, field) in [
+        ("bad name", json!({"uri": "postgres://h/db"}), "name"),
+        ("one", json!({"uri": "mysql://h/db"}), "uri"),
+        (
+            "one",
+            json!({"uri": "postgres://h/db", "flavor": "no flavor"}),
+            "flavor",
+        ),
+    ] {
+        let path = format!("/api/pools/{}", name.replace(' ', "%20"));
+        let error = server
+            .error(Method::PUT, &path, Some(body.clone()), 400)
+            .await;
+        assert_eq!(error.field.as_deref(), Some(field), "{body}: {error:?}");
+    }
+    let error = server
+        .error(
+            Method::PUT,
+            "/api/pools/one",
+            Some(json!({"weight": 1})),
+            400,
+        )
+        .await;
+    assert!(error.message.contains("uri"), "{error:?}");
+    server.error(Method::GET, "/api/pools/one", None, 404).await;
+    server
+        .error(
+            Method::PUT,
+            "/api/flavors/gold",
+            Some(json!({"pools": []})),
+            400,
+        )
+        .await;
+    // Nothing listens on port 1: the pool's database cannot be reached.
+    let unreachable = json!({"uri": "postgres://postgres@127.0.0.1:1/pool"});
+    if common::on_postgres() {
+        let error = server
+            .error(Method::PUT, "/api/pools/one", Some(unreachable), 400)
+            .await;
+        assert_eq!(error.field.as_deref(), Some("uri"), "{error:?}");
+        assert!(error.message.contains("cannot connect"), "{error:?}");
+    } else {
+        let error = server
+            .error(Method::PUT, "/api/pools/one", Some(unreachable), 409)
+            .await;
+        assert_eq!(error.code, "not_pooled", "{error:?}");
+        assert!(error.message.contains("PostgreSQL"), "{error:?}");
+    }
+    assert_eq!(
+        server.expect(Method::GET, "/api/pools", None, 200).await,
+        json!({"pools": []})
+    );
+}

@@ -32,6 +32,7 @@ fn config(server: &TestServer, scenarios: Vec<Scenario>, token: Option<&str>) ->
         data_dir: std::env::temp_dir(),
         relaxed_url: None,
         fanout_sizes: tenax_bench::FANOUT_SIZES.to_vec(),
+        queue: None,
     }
 }
 
@@ -225,6 +226,7 @@ async fn deliveries_fanout_counts_the_healthy_deliveries_of_each_size() {
     let config = BenchConfig {
         jobs: Some(30),
         fanout_sizes: vec![1, 3],
+        queue: None,
         ..config(&server, vec![Scenario::DeliveriesFanout], None)
     };
     let report = tenax_bench::run(&config).await.expect("the bench runs");

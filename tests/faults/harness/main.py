@@ -3,7 +3,12 @@ the Tenax nodes, the receiver; the workload and the nemesis for the run's time; 
 healed, the jobs drained, the final state read, everything stopped and removed. The checker
 (`checker.py`, separate from all of this) then reads what the run wrote.
 
-    python3 -m harness.main --minutes 3 --seed 1 --out DIR [--bin target/debug/tenax]
+    python3 -m harness.main --minutes 3 --seed 1 --out DIR [--bin target/debug/tenax] [--pools 2]
+
+With `--pools 2` the nodes' database is a catalogue with two pools (docs/postgres.md, "Pools"):
+one more database on the first cluster, and a second cluster (a primary and a synchronous
+standby of its own), registered over the API before the workload's queues are made, so that
+its queues spread over both; the nemesis's PostgreSQL faults then strike either cluster.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from .workload import Setup, Workload, prepare, retry_forever
 
 HOSTS = [("pg1", "10.77.0.21"), ("pg2", "10.77.0.22"),
          ("n1", "10.77.0.11"), ("n2", "10.77.0.12"), ("n3", "10.77.0.13")]
+# The second pool's cluster, with --pools 2.
+POOL_HOSTS = [("pg3", "10.77.0.23"), ("pg4", "10.77.0.24")]
 
 
 def log(message: str) -> None:
@@ -45,6 +52,7 @@ def main() -> int:
     parser.add_argument("--producers", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--claimers", type=int, default=2)
+    parser.add_argument("--pools", type=int, choices=[0, 2], default=0)
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**9)
     os.makedirs(args.out, exist_ok=True)
@@ -65,16 +73,21 @@ def main() -> int:
 
     net = Network()
     nodes: dict[str, Node] = {}
-    cluster = None
+    clusters: list[Cluster] = []
     receiver = None
     history = History(f"{args.out}/history.jsonl")
     try:
         log("making the network")
-        net.create(HOSTS)
+        net.create(HOSTS + (POOL_HOSTS if args.pools else []))
         log(f"netem: {'yes' if net.netem else 'no (a token bucket slows links instead)'}")
         log("making PostgreSQL: a primary and a synchronous standby")
         cluster = Cluster(net, ["pg1", "pg2"], f"{args.out}/pg")
+        clusters.append(cluster)
         cluster.create()
+        if args.pools:
+            log("making the second pool's PostgreSQL: a primary and a synchronous standby")
+            clusters.append(Cluster(net, ["pg3", "pg4"], f"{args.out}/pg-b"))
+            clusters[1].create()
         key = f"{args.out}/secrets.key"
         if os.path.exists(key):
             os.remove(key)
@@ -91,13 +104,15 @@ def main() -> int:
         bases = [n.base for n in nodes.values()]
         setup = Setup()
         admin = Client(bases, random.Random(seed))
+        if args.pools:
+            register_pools(admin, clusters)
         prepare(admin, setup, receiver.url, history)
 
         kinds = [k for k in args.kinds.split(",") if k]
         if faketime_lib() is None and "skew" in kinds:
             kinds.remove("skew")
         workload = Workload(bases, history, setup, seed)
-        nemesis = Nemesis(net, cluster, nodes, history, seed, kinds)
+        nemesis = Nemesis(net, clusters, nodes, history, seed, kinds)
         log(f"running the workload and the nemesis for {args.minutes} min ({', '.join(kinds)})")
         workload.start(args.producers, args.workers, args.claimers)
         nemesis.start()
@@ -111,7 +126,8 @@ def main() -> int:
         if nemesis.error is not None:
             raise RuntimeError(f"the nemesis failed: {nemesis.error}")
         net.heal_all()
-        cluster.heal()
+        for each in clusters:
+            each.heal()
         for node in nodes.values():
             node.heal()
         for node in nodes.values():
@@ -132,7 +148,8 @@ def main() -> int:
         state["nemesis"] = nemesis.counts
         state["seed"] = seed
         state["minutes"] = args.minutes
-        state["failovers"] = cluster.failovers
+        state["failovers"] = sum(each.failovers for each in clusters)
+        state["pools"] = args.pools
         state["leadership"] = leadership(nodes)
         with open(f"{args.out}/final.json", "w") as f:
             json.dump(state, f)
@@ -146,10 +163,26 @@ def main() -> int:
                 log(f"stopping {node.name}: {error}")
         if receiver is not None:
             receiver.stop()
-        if cluster is not None:
-            cluster.stop()
+        for each in clusters:
+            each.stop()
         net.remove()
         history.close()
+
+
+def register_pools(admin: Client, clusters: list[Cluster]) -> None:
+    """Pool `a`, a second database on the catalogue's cluster, and pool `b`, the second
+    cluster's; then waits until every node has loaded both (they take queues)."""
+    pools = {"a": clusters[0].url("tenax_a"), "b": clusters[1].url("tenax")}
+    for name, uri in pools.items():
+        retry_forever(admin, "PUT", f"/api/pools/{name}", {"uri": uri, "weight": 1})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        listed = retry_forever(admin, "GET", "/api/pools", None)
+        if len(listed["pools"]) == 2 and all(p["ready"] for p in listed["pools"]):
+            log("pools a and b registered; every node has loaded them")
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"the pools did not become ready: {listed}")
 
 
 def leadership(nodes: dict[str, Node]) -> list[dict]:

@@ -5,7 +5,9 @@ Kinds: a partition between a node and PostgreSQL (both ways, or one way), betwee
 the clients and receiver, a lossy or slow link to PostgreSQL, a node paused (SIGSTOP) longer
 than its leases, a node killed (-9) and started again, PostgreSQL's primary killed and started
 again, a failover (the primary killed, the standby promoted), and a node's wall clock skewed.
-At most two faults are active at once, and at most one of them is PostgreSQL's."""
+At most two faults are active at once, and at most one of them is PostgreSQL's. With pools
+(two clusters), a PostgreSQL fault strikes one of the clusters, and a partition from
+PostgreSQL cuts a node from both."""
 
 from __future__ import annotations
 
@@ -38,11 +40,12 @@ class Active:
 
 
 class Nemesis:
-    def __init__(self, net: Network, cluster: Cluster, nodes: dict[str, Node],
+    def __init__(self, net: Network, clusters: list[Cluster], nodes: dict[str, Node],
                  history: History, seed: int, kinds: list[str] | None = None,
                  max_active: int = 2) -> None:
         self.net = net
-        self.cluster = cluster
+        # The PostgreSQL clusters (two with pools): a PostgreSQL fault strikes one of them.
+        self.clusters = clusters
         self.nodes = nodes
         self.history = history
         self.rng = random.Random(f"{seed}-nemesis")
@@ -131,7 +134,12 @@ class Nemesis:
         for name in [node] if node else list(self.nodes):
             self.last_begun[name] = t0
         value: dict = {"node": node, "seconds": round(duration, 2)}
-        pgs = list(self.cluster.servers)
+        pgs = [host for each in self.clusters for host in each.servers]
+        # Drawn only where there is a choice: a run of one cluster replays as before.
+        cluster = self.clusters[0]
+        if kind in ("pg-restart", "failover") and len(self.clusters) > 1:
+            cluster = self.rng.choice(self.clusters)
+            value["cluster"] = self.clusters.index(cluster)
         heal: Callable[[], None]
         if kind == "partition-pg":
             self.net.drop(node, pgs)
@@ -164,16 +172,16 @@ class Nemesis:
             self.nodes[node].set_skew(seconds)
             heal = lambda n=node: self.nodes[n].set_skew(0)  # noqa: E731
         elif kind == "pg-restart":
-            primary = self.cluster.primary
+            primary = cluster.primary
             value["server"] = primary
             duration = self.rng.uniform(0.5, 3.0)
             value["seconds"] = round(duration, 2)
-            self.cluster.kill(primary)
-            heal = lambda p=primary: self.cluster.restart(p)  # noqa: E731
+            cluster.kill(primary)
+            heal = lambda c=cluster, p=primary: c.restart(p)  # noqa: E731
         elif kind == "failover":
-            value["from"] = self.cluster.primary
-            value["promoted_in_s"] = round(self.cluster.failover(), 3)
-            value["to"] = self.cluster.primary
+            value["from"] = cluster.primary
+            value["promoted_in_s"] = round(cluster.failover(), 3)
+            value["to"] = cluster.primary
             duration = 0.0
             heal = lambda: None  # noqa: E731
         else:

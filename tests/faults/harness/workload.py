@@ -69,6 +69,10 @@ def prepare(client: Client, setup: Setup, receiver_url: str, history: History) -
     retry_forever(client, "PUT", "/api/queues/rated?create=true",
                   {"rate": {"limit": setup.rate_limit,
                             "period": f"{int(setup.rate_period_s * 1000)}ms"}})
+    # Batch callbacks carry no policy of their own: their queue's retries them as fast as the
+    # workload's jobs, or a callback failed a few times would wait past the drain's patience.
+    retry_forever(client, "PUT", "/api/queues/cb?create=true",
+                  {"policy": {"type": "fixed", "delay": "200ms", "retry_limit": 20}})
     made = retry_forever(client, "POST", "/api/queues/hooks/subscriptions", {
         "endpoint": receiver_url,
         "policy": {"type": "fixed", "delay": "300ms", "retry_limit": 40},

@@ -58,6 +58,11 @@ pub struct BenchArgs {
     /// share of it.
     #[arg(long)]
     pub relaxed_url: Option<String>,
+    /// The queue every scenario uses (default: a fresh `bench-<scenario>-<random>` for each).
+    /// On a deployment with pools, a queue is on one pool: name the queues of several benches
+    /// to put their load on the pools you choose.
+    #[arg(long, value_parser = queue_name)]
+    pub queue: Option<String>,
     /// The subscriptions the deliveries-fanout scenario puts on its queue, one size after the
     /// other.
     #[arg(long, value_delimiter = ',', default_values_t = tenax_bench::FANOUT_SIZES)]
@@ -71,6 +76,12 @@ pub struct BenchArgs {
     /// A PEM file of CA certificates to trust (an https server of a private CA).
     #[arg(long, env = "TENAX_CA_FILE")]
     pub ca_file: Option<std::path::PathBuf>,
+}
+
+fn queue_name(text: &str) -> Result<String, String> {
+    crate::api::fields::check_queue_name("--queue", text)
+        .map(|()| text.to_owned())
+        .map_err(|e| e.message)
 }
 
 fn lead(text: &str) -> Result<u64, String> {
@@ -110,6 +121,7 @@ pub fn run(args: BenchArgs) -> Result<(), CliError> {
         data_dir: args.data_dir,
         relaxed_url: args.relaxed_url,
         fanout_sizes: args.subscriptions,
+        queue: args.queue,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
