@@ -37,6 +37,8 @@ if [ ! -x "$venv/bin/python" ] || ! cmp -s "$here/pyproject.toml" "$stamp"; then
     "$venv/bin/python" -m pip install "${pip[@]}" "hatchling>=1.24" "$here[test]"
     cp "$here/pyproject.toml" "$stamp"
 fi
+# CI makes every suite's venv while Rust builds (.ci/run): with TENAX_SETUP_ONLY set, stop here.
+[ -z "${TENAX_SETUP_ONLY:-}" ] || exit 0
 
 venv="$(cd "$venv" && pwd)"
 

@@ -35,9 +35,10 @@ trap cleanup EXIT
 
 echo "== cargo deb (release build and package)"
 started=$(date +%s)
-# TENAX_DEB_PROFILE=dev packages the debug build instead (CI: it is built already, and a release
-# build would add five minutes to a check of the packaging, not of the optimiser).
-deb=$(cargo deb -p tenax ${TENAX_DEB_PROFILE:+--profile "$TENAX_DEB_PROFILE"} | tail -n 1)
+# TENAX_DEB_PROFILE=dev packages the debug build instead, as it is (CI: it is built already, and
+# a release build would add five minutes to a check of the packaging, not of the optimiser;
+# cargo deb's own build of it would build every crate of the workspace again).
+deb=$(cargo deb -p tenax ${TENAX_DEB_PROFILE:+--profile "$TENAX_DEB_PROFILE" --no-build} | tail -n 1)
 echo "built $deb in $(( $(date +%s) - started )) s; $(stat -c %s "$deb") bytes"
 # The binary ships stripped; its debug symbols go to a .ddeb of their own (dbgsym = true).
 dbgsym=$(dirname "$deb")/$(basename "$deb" .deb | sed 's/^tenax_/tenax-dbgsym_/').ddeb

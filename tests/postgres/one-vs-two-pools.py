@@ -59,7 +59,9 @@ def commits():
 
 def cluster_pids(cluster):
     """The processes of `cluster`: its postmaster and the postmaster's children."""
-    postmaster = int(psql(cluster, "postgres", "SELECT pg_postmaster_pid()"))
+    data = psql(cluster, "postgres", "SHOW data_directory")
+    with open(f"{data}/postmaster.pid") as f:
+        postmaster = int(f.readline())
     pids = [postmaster]
     for pid in postgres_pids():
         try:
@@ -134,6 +136,14 @@ def two_pools():
 def run(scenario, pools):
     fresh_databases()
     server = start_server(f"/tmp/one-vs-two-pools-{scenario}-{pools}.log")
+    try:
+        return measure(scenario, pools, server)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def measure(scenario, pools, server):
     queues = two_pools() if pools == 2 else [None, None]
     time.sleep(1.5)  # the server leads, and its first beats are done
     before = (cpu_of([server.pid]), cpu_of(postgres_pids()), commits(), children_cpu(),
@@ -151,8 +161,6 @@ def run(scenario, pools):
         reports.append(json.loads(out)["scenarios"][0])
     after = (cpu_of([server.pid]), cpu_of(postgres_pids()), commits(), children_cpu(),
              cpu_of(cluster_pids(CLUSTER_B)))
-    server.kill()
-    server.wait()
     for r in reports:
         if r.get("error"):
             raise SystemExit(f"{scenario} with {pools} pool(s): {r['error']}")
