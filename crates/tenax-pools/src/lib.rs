@@ -603,9 +603,15 @@ impl PooledStore {
         if let Some(store) = self.placed(queue).await? {
             return Ok(store);
         }
+        let mut pools = self.pools().await;
+        if pools.pending() {
+            // A pool this server has seen waiting may take queues by now: the catalogue says.
+            self.confirm().await?;
+            pools = self.pools.read().clone();
+        }
         let chosen = if self.held_by_catalogue(queue).await? {
             0
-        } else if let Some(number) = self.pools().await.by_weight(queue, flavor) {
+        } else if let Some(number) = pools.by_weight(queue, flavor) {
             number
         } else {
             // None known takes it: perhaps none did when these pools were loaded.
