@@ -3,9 +3,7 @@
 //! on the catalogue's database directly. Servers load the catalogue again when it changes.
 
 use tenax_core::clock::Clock;
-use tenax_core::model::pool::{
-    Flavor, MAX_POOLS, NAME_RULE, Pool, PoolError, PoolSpec, is_pool_name,
-};
+use tenax_core::model::pool::{self, Flavor, MAX_POOLS, Pool, PoolError, PoolSpec};
 use tenax_core::store::{StoreError, StoreLifecycle};
 use tenax_postgres::catalogue::{FlavorRecord, PoolRecord, Stripes};
 use tenax_postgres::{Database, PostgresOptions, PostgresStore};
@@ -242,14 +240,7 @@ async fn starts_empty(store: &PostgresStore) -> Result<(), StoreError> {
 }
 
 fn check_name(field: &'static str, name: &str) -> Result<(), StoreError> {
-    if is_pool_name(name) {
-        Ok(())
-    } else {
-        Err(refused(PoolError::Invalid {
-            field,
-            rule: format!("{name:?} is not a name: {NAME_RULE}"),
-        }))
-    }
+    pool::check_name(field, name).map_err(refused)
 }
 
 /// A JSON object the catalogue keeps as text.

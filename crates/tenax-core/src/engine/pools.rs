@@ -2,7 +2,7 @@
 //! databases). Only the admin routes call these.
 
 use super::{Engine, EngineError};
-use crate::model::pool::{Flavor, NAME_RULE, Pool, PoolError, PoolSpec, is_pool_name};
+use crate::model::pool::{self, Flavor, Pool, PoolError, PoolSpec};
 
 impl Engine {
     /// Every pool, by name.
@@ -72,14 +72,7 @@ impl Engine {
 }
 
 fn check_name(field: &'static str, name: &str) -> Result<(), EngineError> {
-    if is_pool_name(name) {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            &format!("{name:?} is not a name: {NAME_RULE}"),
-        ))
-    }
+    pool::check_name(field, name).map_err(EngineError::Pool)
 }
 
 fn invalid(field: &'static str, rule: &str) -> EngineError {

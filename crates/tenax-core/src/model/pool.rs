@@ -20,6 +20,18 @@ pub fn is_pool_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// Refuses a `name` given as `field` that breaks [`NAME_RULE`].
+pub fn check_name(field: &'static str, name: &str) -> Result<(), PoolError> {
+    if is_pool_name(name) {
+        Ok(())
+    } else {
+        Err(PoolError::Invalid {
+            field,
+            rule: format!("{name:?} is not a name: {NAME_RULE}"),
+        })
+    }
+}
+
 /// A pool to register, or the whole of a registered pool's new settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoolSpec {
@@ -97,16 +109,4 @@ pub enum PoolError {
         pool: String,
         flavor: String,
     },
-}
-
-impl PoolError {
-    /// The request's field the refusal is about, if one is.
-    pub fn field(&self) -> Option<&'static str> {
-        match self {
-            Self::Invalid { field, .. } => Some(field),
-            Self::Unreachable(_) | Self::UriTaken(_) => Some("uri"),
-            Self::NoFlavor(_) => Some("flavor"),
-            _ => None,
-        }
-    }
 }
