@@ -18,7 +18,7 @@ use crate::error::{Error, Result, chain};
 use crate::model::{
     AttemptList, AttemptPage, CancelResult, CancelledJobs, CompleteResult, CompleteResults,
     CreatedToken, DeletedJobs, DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage,
-    Enqueued, FailResult, JobInfo, JobList, JobPage, Lease, LeaseExtended, PolicyPreview, Queue,
+    Enqueued, FailResult, JobInfo, JobList, JobPage, Lease, LeaseExtended, MovedQueues, PolicyPreview, Queue,
     QueueList, ReplayResult, Replayed, Stats, Subscription, SubscriptionList, TakenJob, TokenInfo,
     TokenList,
 };
@@ -764,6 +764,23 @@ impl Client {
     pub async fn resume_queue(&self, name: &str) -> Result<Queue> {
         self.post_empty(&format!("/api/queues/{}/resume", segment(name)))
             .await
+    }
+
+    /// Moves queue `name`, and the queues `with` it, to pool `to` with all they hold
+    /// (`POST /api/queues/{name}/move`; an unscoped admin token). Their writes are refused
+    /// (503) while they move. A move that stopped short (an [`Error`] here) is finished by
+    /// asking for it again.
+    pub async fn move_queue(&self, name: &str, to: &str, with: &[String]) -> Result<MovedQueues> {
+        #[derive(Serialize)]
+        struct Move<'a> {
+            to: &'a str,
+            with: &'a [String],
+        }
+        self.post(
+            &format!("/api/queues/{}/move", segment(name)),
+            &Move { to, with },
+        )
+        .await
     }
 
     // --- batches ----------------------------------------------------------------------------

@@ -356,6 +356,21 @@ impl Stats {
     }
 }
 
+/// Queues moved to another pool (`POST /api/queues/{name}/move`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct MovedQueues {
+    pub queues: Vec<String>,
+    /// The pool they were on ("" for the catalogue's database); `None` when none of them held
+    /// anything elsewhere.
+    pub from: Option<String>,
+    pub to: String,
+    /// Jobs moved, finished ones too.
+    pub jobs: u64,
+    /// Subscriptions moved, with their deliveries.
+    pub subscriptions: u64,
+}
+
 /// A queue's settings and counts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]

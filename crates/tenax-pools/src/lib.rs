@@ -30,6 +30,7 @@
 
 pub mod admin;
 mod jobs;
+mod moves;
 mod reads;
 mod registry;
 mod settings;
@@ -51,6 +52,7 @@ use tenax_core::store::{
 use tenax_postgres::catalogue::{
     CatalogueState, LOAD_EVERY, PoolRecord, STRIPES, Stripes, TRUSTED_FOR,
 };
+use tenax_postgres::moves::{MovedFrom, Numbered};
 use tenax_postgres::{Database, PostgresOptions, PostgresStore};
 
 /// One database of the deployment, open.
@@ -96,6 +98,8 @@ pub(crate) struct Pools {
     since: Stripes,
     /// The catalogue's version these were loaded at.
     version: i64,
+    /// The pools queues were moved out of, and below which ids (`tenax queues move`).
+    moved_from: Vec<MovedFrom>,
 }
 
 /// Queues placed across the catalogue's pools. See the crate's documentation.
@@ -145,6 +149,16 @@ pub(crate) enum Sequence {
     Jobs,
     Subscriptions,
     Batches,
+}
+
+impl Sequence {
+    fn numbered(self) -> Numbered {
+        match self {
+            Self::Jobs => Numbered::Jobs,
+            Self::Subscriptions => Numbered::Subscriptions,
+            Self::Batches => Numbered::Batches,
+        }
+    }
 }
 
 /// The most queues whose placement a server keeps; past it, the cache starts again empty.
@@ -212,6 +226,25 @@ impl Pools {
             draw -= weight;
         }
         None
+    }
+
+    /// Whether `id` of `sequence`, routed to member `number`, may have moved out of it with its
+    /// queue (to be looked up in its forwards).
+    fn may_have_moved(&self, number: u8, sequence: Sequence, id: u64) -> bool {
+        self.moved_from
+            .iter()
+            .filter(|m| m.source == number)
+            .any(|m| match m.below {
+                None => true,
+                Some(below) => {
+                    let below = match sequence {
+                        Sequence::Jobs => below.jobs,
+                        Sequence::Subscriptions => below.subscriptions,
+                        Sequence::Batches => below.batches,
+                    };
+                    i64::try_from(id).is_ok_and(|id| id < below)
+                }
+            })
     }
 
     /// Whether some pool is waiting to take queues: its readiness is read again each load.
@@ -309,6 +342,7 @@ impl PooledStore {
                 unopened: Vec::new(),
                 since: Stripes::default(),
                 version: -1,
+                moved_from: Vec::new(),
             })),
             catalogue,
             confirmed: parking_lot::Mutex::new(Instant::now()),
@@ -372,7 +406,12 @@ impl PooledStore {
         // Twice when a pool waits to take queues: this server's word may be what it waited for.
         for _ in 0..2 {
             let state = self.catalogue.catalogue_state().await?;
-            let loaded = self.assemble(&state, since).await?;
+            let moved_from = self.catalogue.moved_from().await?;
+            let loaded = self.assemble(&state, since, moved_from).await?;
+            if loaded.version != self.pools.read().version {
+                // A move may have placed a queue elsewhere: placements are read again.
+                self.placed.write().clear();
+            }
             gone.extend(self.swap(loaded));
             self.catalogue.loaded_pools(state.version).await?;
             if state.pools.iter().all(|p| p.ready) {
@@ -389,7 +428,12 @@ impl PooledStore {
     /// The snapshot of `state`, keeping the members this server has open already. A pool that
     /// cannot be reached is left unopened; one that refuses this server for a reason waiting
     /// cannot mend (secrets that do not open, a newer schema) fails the load.
-    async fn assemble(&self, state: &CatalogueState, since: Stripes) -> Result<Pools, StoreError> {
+    async fn assemble(
+        &self,
+        state: &CatalogueState,
+        since: Stripes,
+        moved_from: Vec<MovedFrom>,
+    ) -> Result<Pools, StoreError> {
         let current = self.pools.read().clone();
         let weighed = state.pools.iter().any(|p| p.weight > 0 && p.ready);
         let mut slots = vec![catalogue_slot(&self.catalogue, !weighed)];
@@ -426,6 +470,7 @@ impl PooledStore {
             unopened,
             since,
             version: state.version,
+            moved_from,
         })
     }
 
@@ -481,10 +526,23 @@ impl PooledStore {
                     .unwrap_or_else(|| Route::Member(pools.catalogue().clone()))
             }
         };
-        match route {
-            Route::Member(member) => Ok(member),
-            Route::Unopened(number) => Err(unopened(number)),
+        let mut member = match route {
+            Route::Member(member) => member,
+            Route::Unopened(number) => return Err(unopened(number)),
+        };
+        // An id that moved with its queue is forwarded by the pool it left (again by the next,
+        // if it moved on).
+        for _ in 0..=tenax_core::model::pool::MAX_POOLS {
+            let moved = self.pools.read().may_have_moved(member.number, sequence, id);
+            if !moved {
+                break;
+            }
+            match member.forwarded(sequence.numbered(), id).await? {
+                Some(number) => member = self.numbered(number).await?,
+                None => break,
+            }
         }
+        Ok(member)
     }
 
     pub(crate) async fn of_job(&self, id: JobId) -> Result<Arc<Member>, StoreError> {

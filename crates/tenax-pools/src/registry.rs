@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use async_trait::async_trait;
-use tenax_core::model::pool::{Flavor, Pool, PoolError, PoolSpec};
+use tenax_core::model::pool::{Flavor, Moved, Pool, PoolError, PoolSpec};
 use tenax_core::store::{PoolStore, StoreError};
 
 use super::{PooledStore, admin};
@@ -70,5 +70,9 @@ impl PoolStore for PooledStore {
         let deleted = self.catalogue.delete_flavor(name).await?;
         self.reload(false).await?;
         Ok(deleted)
+    }
+
+    async fn move_queues(&self, queues: Vec<String>, to: &str) -> Result<Moved, StoreError> {
+        PooledStore::move_queues(self, queues, to).await
     }
 }

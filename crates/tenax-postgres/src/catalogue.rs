@@ -224,7 +224,7 @@ impl PostgresStore {
 
     /// Advances the catalogue's version in `tx`, commits it, then tells every server (they
     /// load the pools again).
-    async fn commit_change(
+    pub(crate) async fn commit_change(
         &self,
         tx: deadpool_postgres::Transaction<'_>,
         what: &str,

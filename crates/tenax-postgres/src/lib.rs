@@ -30,6 +30,7 @@ mod inserts;
 mod leases;
 mod limits;
 mod linger;
+pub mod moves;
 mod queues;
 mod reads;
 mod rows;
@@ -174,7 +175,7 @@ pub(crate) fn fault(what: impl Into<String>) -> impl FnOnce(tokio_postgres::Erro
         if is_read_only(&error) {
             demotion::seen();
             StoreError::unavailable(what, error)
-        } else if is_unreachable(&error) {
+        } else if is_unreachable(&error) || is_moved(&error) {
             StoreError::unavailable(what, error)
         } else {
             StoreError::storage(what, error)
@@ -229,6 +230,13 @@ fn is_tls_refusal(error: &tokio_postgres::Error) -> bool {
 /// refusal is the server's, never the request's.
 fn is_read_only(error: &tokio_postgres::Error) -> bool {
     error.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION)
+}
+
+/// Whether the database refused a row of a queue that moved out of it (SQLSTATE TXMOV, from
+/// `migrations/0018_moves.sql`): the server routed by a placement older than the move, and
+/// routes by the catalogue's when it tries again (within a second).
+fn is_moved(error: &tokio_postgres::Error) -> bool {
+    error.code().is_some_and(|code| code.code() == "TXMOV")
 }
 
 /// A failure to get a connection from the pool: the database cannot be reached.

@@ -35,6 +35,7 @@ const MIGRATIONS: &[(u64, &str)] = &[
     (15, include_str!("migrations/0015_take_cost.sql")),
     (16, include_str!("migrations/0016_pools.sql")),
     (17, include_str!("migrations/0017_live_pools.sql")),
+    (18, include_str!("migrations/0018_moves.sql")),
 ];
 
 /// The schema version this binary writes and reads: its newest migration's number.

@@ -153,6 +153,7 @@ pub fn all() -> Vec<(String, String)> {
         inserts::statements(),
         leases::statements(),
         limits::statements(),
+        moves::statements(),
         queues::statements(),
         reads::statements(),
         schedules::statements(),
@@ -217,6 +218,6 @@ pub fn all_prefixes() -> Vec<(String, usize)> {
 use super::filter::Query;
 use super::{
     activity, batches, cancel, catalogue, claims, clock, connect, curation, dependents, endpoints,
-    facts, import, inserts, leases, limits, queues, reads, schedules, schema, sealing, servers,
+    facts, import, inserts, leases, limits, moves, queues, reads, schedules, schema, sealing, servers,
     subscriptions, tokens, transitions, upkeep, wakeups,
 };

@@ -387,3 +387,195 @@ async fn a_pool_registered_over_http_takes_queues_on_every_server_without_a_rest
         .await;
     assert_eq!(changed["weight"], 3);
 }
+
+/// The rows `queue` has in the database `url`: jobs (finished ones too), settings and
+/// subscriptions.
+async fn rows_of(url: &str, queue: &str) -> i64 {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connected");
+    tokio::spawn(connection);
+    client
+        .query_one(
+            "SELECT (SELECT count(*) FROM tenax_all_jobs WHERE queue = $1)
+                  + (SELECT count(*) FROM tenax_queues WHERE name = $1)
+                  + (SELECT count(*) FROM tenax_subscriptions WHERE queue = $1)",
+            &[&queue],
+        )
+        .await
+        .expect("counted")
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_moves_to_another_pool_with_all_it_holds_while_producers_write() {
+    let Some((catalogue, [one, two])) = deployment().await else {
+        eprintln!("skipped: no PostgreSQL here (tests/common/postgres.rs)");
+        return;
+    };
+    let flags = ["--allow-private-endpoints"];
+    let a = Node::start(&catalogue, &flags, &[]).await;
+    let b = Node::start(&catalogue, &flags, &[]).await;
+
+    // A batch places its queues together: "orders" is tied to "invoices".
+    let batch = a
+        .must_post(
+            "/api/batches",
+            json!({"jobs": [{"queue": "orders"}], "on_complete": {"queue": "invoices"}}),
+            201,
+        )
+        .await;
+    let first = batch["jobs"][0]["id"].as_u64().expect("an id");
+    let (source, target, source_url, target_url) = match first % 64 {
+        1 => ("one", "two", &one, &two),
+        _ => ("two", "one", &two, &one),
+    };
+    a.must_put("/api/queues/orders", json!({"concurrency": 7}), 200)
+        .await;
+    let subscription = a
+        .must_post(
+            "/api/queues/orders/subscriptions",
+            json!({"endpoint": "http://127.0.0.1:9/hook"}),
+            201,
+        )
+        .await;
+    let mut acknowledged = BTreeSet::new();
+    for i in 0..6 {
+        let job = a
+            .must_post("/api/jobs", json!({"queue": "orders", "payload": {"n": i}}), 201)
+            .await;
+        acknowledged.insert(job["id"].as_u64().expect("an id"));
+    }
+    let taken = a
+        .must_post("/api/take", json!({"queues": ["orders"], "max": 2}), 200)
+        .await;
+    let leases: Vec<Value> = taken["jobs"].as_array().expect("jobs").clone();
+    assert_eq!(leases.len(), 2, "{taken}");
+    a.must_post(
+        &format!("/api/jobs/{}/fail", leases[0]["id"]),
+        json!({"lease_token": leases[0]["lease_token"], "error": "no", "retryable": false}),
+        200,
+    )
+    .await;
+
+    // What ties it to a queue that stays is named, and nothing moves.
+    let refused = a
+        .must_post("/api/queues/orders/move", json!({"to": target}), 409)
+        .await;
+    assert_eq!(refused["error"]["code"], "queues_tied", "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("invoices") && m.contains("batch")),
+        "{refused}"
+    );
+    let unknown = a
+        .must_post("/api/queues/orders/move", json!({"to": "nine"}), 404)
+        .await;
+    assert_eq!(unknown["error"]["code"], "not_found", "{unknown}");
+
+    // A producer writes through the other server all along: every job it was told is stored
+    // is there after, once.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = {
+        let stop = stop.clone();
+        let url = b.url("/api/jobs");
+        tokio::spawn(async move {
+            let http = tenax_net::http::client_builder().build().expect("a client");
+            let (mut stored, mut waited) = (Vec::new(), 0);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || stored.len() < 20 {
+                let answer = http
+                    .post(&url)
+                    .json(&json!({"queue": "orders"}))
+                    .send()
+                    .await
+                    .expect("answered");
+                match answer.status().as_u16() {
+                    201 => {
+                        let body: Value = answer.json().await.expect("a body");
+                        stored.push(body["id"].as_u64().expect("an id"));
+                    }
+                    503 => waited += 1,
+                    other => panic!("enqueue while moving: {other} {:?}", answer.text().await),
+                }
+            }
+            (stored, waited)
+        })
+    };
+    let moved = a
+        .post(
+            "/api/queues/orders/move",
+            json!({"to": target, "with": ["invoices"]}),
+        )
+        .await
+        .expect("answered");
+    assert_eq!(moved.status, 200, "{}\n{}", moved.body, a.log_text());
+    let moved = moved.body;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (stored, waited) = producer.await.expect("the producer");
+    eprintln!("moved: {moved}; {} enqueues stored, {waited} answered 503", stored.len());
+    assert_eq!(moved["from"], source, "{moved}");
+    assert_eq!(moved["to"], target, "{moved}");
+    assert_eq!(moved["subscriptions"], 1, "{moved}");
+    assert!(moved["jobs"].as_u64().expect("jobs") >= 8, "{moved}");
+    acknowledged.extend(stored);
+
+    // Everything is on the target; nothing of it is left on the source.
+    for queue in ["orders", "invoices"] {
+        assert_eq!(rows_of(source_url, queue).await, 0, "{queue} left on {source}");
+    }
+    let delivery_queue = format!("{}", subscription["id"]);
+    let leftover: i64 = query_one(
+        source_url,
+        &format!(
+            "SELECT count(*) FROM tenax_all_jobs WHERE queue LIKE '%{delivery_queue}'"
+        ),
+    )
+    .await
+    .get(0);
+    assert_eq!(leftover, 0, "the deliveries moved with their subscription");
+    for id in &acknowledged {
+        let found: i64 = query_one(
+            target_url,
+            &format!("SELECT count(*) FROM tenax_all_jobs WHERE id = {id}"),
+        )
+        .await
+        .get(0);
+        assert_eq!(found, 1, "job {id} is on {target} once");
+        // Found by its id from either server, though its id names the pool it left.
+        b.must_get(&format!("/api/jobs/{id}"), 200).await;
+    }
+
+    // The settings, the subscription, the dead job and the lease moved with it.
+    let queue = b.must_get("/api/queues/orders", 200).await;
+    assert_eq!(queue["concurrency"], 7, "{queue}");
+    b.must_get(&format!("/api/subscriptions/{}", subscription["id"]), 200)
+        .await;
+    let dead = b.must_get("/api/dead?queue=orders", 200).await;
+    assert_eq!(dead["jobs"].as_array().map(Vec::len), Some(1), "{dead}");
+    b.must_post(
+        &format!("/api/jobs/{}/complete", leases[1]["id"]),
+        json!({"lease_token": leases[1]["lease_token"]}),
+        200,
+    )
+    .await;
+    let job = b.must_post("/api/jobs", json!({"queue": "orders"}), 201).await;
+    let target_number = if target == "one" { 1 } else { 2 };
+    assert_eq!(job["id"].as_u64().expect("an id") % 64, target_number, "{job}");
+
+    // Asked again, there is nothing to move; moved back, the ids are found at home.
+    let again = a
+        .must_post("/api/queues/orders/move", json!({"to": target, "with": ["invoices"]}), 200)
+        .await;
+    assert_eq!((again["from"].clone(), again["jobs"].clone()), (Value::Null, json!(0)));
+    a.must_post(
+        "/api/queues/orders/move",
+        json!({"to": source, "with": ["invoices"]}),
+        200,
+    )
+    .await;
+    assert_eq!(rows_of(target_url, "orders").await, 0);
+    for id in acknowledged.iter().chain([&first]) {
+        a.must_get(&format!("/api/jobs/{id}"), 200).await;
+    }
+}

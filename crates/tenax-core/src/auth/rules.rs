@@ -172,7 +172,9 @@ pub fn rule(method: &Method, route: &str) -> Option<Rule> {
         ("POST" | "GET", "/api/tokens") | ("DELETE", "/api/tokens/{id}") => needs(Tokens, Nothing),
         ("POST", "/api/admin/backup") => needs(Backup, Nothing),
         ("GET", "/api/pools" | "/api/pools/{name}" | "/api/flavors" | "/api/flavors/{name}")
-        | ("PUT" | "DELETE", "/api/pools/{name}" | "/api/flavors/{name}") => needs(Pools, Nothing),
+        | ("PUT" | "DELETE", "/api/pools/{name}" | "/api/flavors/{name}")
+        // Moving a queue between databases is the operator's, whatever the queue.
+        | ("POST", "/api/queues/{name}/move") => needs(Pools, Nothing),
 
         // The workers shown are those of the token's queues.
         ("GET", "/api/cluster") => needs(Read, Listing),

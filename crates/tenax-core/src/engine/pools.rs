@@ -2,7 +2,7 @@
 //! databases). Only the admin routes call these.
 
 use super::{Engine, EngineError};
-use crate::model::pool::{self, Flavor, Pool, PoolError, PoolSpec};
+use crate::model::pool::{self, Flavor, Moved, Pool, PoolError, PoolSpec};
 
 impl Engine {
     /// Every pool, by name.
@@ -68,6 +68,33 @@ impl Engine {
     /// Forgets flavor `name`; false if there was none.
     pub async fn delete_flavor(&self, name: &str) -> Result<bool, EngineError> {
         Ok(self.store.delete_flavor(name).await?)
+    }
+
+    /// Moves `queue` and the queues `with` it to pool `to` (`tenax queues move`). Their names
+    /// were checked by the caller.
+    pub async fn move_queues(
+        &self,
+        queue: &str,
+        with: Vec<String>,
+        to: &str,
+    ) -> Result<Moved, EngineError> {
+        check_name("to", to)?;
+        let mut queues = vec![queue.to_owned()];
+        for other in with {
+            if !queues.contains(&other) {
+                queues.push(other);
+            }
+        }
+        if let Some(delivery) = queues
+            .iter()
+            .find(|q| crate::model::subscription::subscription_of_queue(q).is_some())
+        {
+            return Err(invalid(
+                "with",
+                &format!("{delivery:?} is a subscription's deliveries: they move with its queue"),
+            ));
+        }
+        Ok(self.store.move_queues(queues, to).await?)
     }
 }
 

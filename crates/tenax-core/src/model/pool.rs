@@ -71,6 +71,21 @@ pub struct Flavor {
     pub capabilities: Map<String, Value>,
 }
 
+/// Queues moved to another pool (`tenax queues move`), with what they held.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Moved {
+    /// The queues, as asked for.
+    pub queues: Vec<String>,
+    /// The pool they were on ("" for the catalogue's database); none when none of them was
+    /// placed yet (they are placed on `to` now) or they were on `to` already.
+    pub from: Option<String>,
+    pub to: String,
+    /// The jobs moved, finished ones too (0 when a run before moved them).
+    pub jobs: u64,
+    /// The subscriptions moved, with their deliveries.
+    pub subscriptions: u64,
+}
+
 /// Why a change of the pools or flavors was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PoolError {
@@ -109,4 +124,23 @@ pub enum PoolError {
         pool: String,
         flavor: String,
     },
+    /// One transaction writes both queues (a job and the job it waits for, a batch, a
+    /// dead-letter queue): they move together or not at all.
+    #[error(
+        "queue {queue:?} is tied to queue {other:?} by a {how}: move them together (`with`)"
+    )]
+    Tied {
+        queue: String,
+        other: String,
+        how: String,
+    },
+    /// Queues of one move are on one pool.
+    #[error("queues {first:?} and {second:?} are on different pools: move them one at a time")]
+    MoveAcrossPools { first: String, second: String },
+    /// One move runs at a time, and one that stopped short is finished first.
+    #[error(
+        "the move of {queues:?} to pool {to:?} is not finished: run it again (the same queues, \
+         to the same pool) to finish it first"
+    )]
+    MoveUnfinished { queues: Vec<String>, to: String },
 }

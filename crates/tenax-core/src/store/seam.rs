@@ -28,7 +28,7 @@ use super::types::*;
 use crate::auth::TokenRecord;
 use crate::clock::UnixMs;
 use crate::model::activity::Minute;
-use crate::model::pool::{Flavor, Pool, PoolError, PoolSpec};
+use crate::model::pool::{Flavor, Moved, Pool, PoolError, PoolSpec};
 use crate::model::{
     Ack, Attempt, Backlog, Batch, BatchId, Cancelled, Checked, ClaimId, EndpointState, Enqueued,
     Job, JobFilter, JobId, JobPeek, JobResult, LimitUse, LiveServer, OnDuplicate, Page,
@@ -566,6 +566,14 @@ pub trait PoolStore {
     /// Forgets a flavor (its pools stay, of no flavor); false if there was none.
     async fn delete_flavor(&self, _name: &str) -> Result<bool, StoreError> {
         Ok(false)
+    }
+
+    /// Moves `queues` (placed on one pool) to pool `to` with everything they hold: jobs with
+    /// their ids, leases, claims, settings, subscriptions and their deliveries. Their writes
+    /// wait (unavailable) while they move. A move that stopped short is finished by asking
+    /// for it again.
+    async fn move_queues(&self, _queues: Vec<String>, _to: &str) -> Result<Moved, StoreError> {
+        Err(StoreError::Pool(PoolError::NotPooled))
     }
 }
 

@@ -127,7 +127,11 @@ impl ApiError {
             },
             PoolError::HoldsQueues { .. } => Self::conflict("pool_in_use", message),
             PoolError::LastOfFlavor { .. } => Self::conflict("pool_in_use", message),
-            PoolError::NotOfFlavor { .. } => Self::conflict("across_pools", message),
+            PoolError::NotOfFlavor { .. } | PoolError::MoveAcrossPools { .. } => {
+                Self::conflict("across_pools", message)
+            }
+            PoolError::Tied { .. } => Self::conflict("queues_tied", message),
+            PoolError::MoveUnfinished { .. } => Self::conflict("move_unfinished", message),
             PoolError::NotPooled => Self::conflict("not_pooled", message),
         }
     }

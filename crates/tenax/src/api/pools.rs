@@ -1,5 +1,5 @@
 //! The deployment's pools and flavors (docs/postgres.md, "Pools"): list, show, register or
-//! change, forget. Only an admin token that is not scoped may use these routes; a server of
+//! change, forget; and moving queues between pools. Only an admin token that is not scoped may use these routes; a server of
 //! one database lists none and refuses to register any (409 `not_pooled`).
 
 use axum::Json;
@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use tenax_core::model::pool::{Flavor, Pool, PoolSpec};
+use tenax_core::model::pool::{Flavor, Moved, Pool, PoolSpec};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -15,6 +15,7 @@ use utoipa_axum::routes;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::JsonBody;
+use super::fields::check_queue_name;
 use super::openapi::{Conflict, Missing, Refusals};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -23,6 +24,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(show_pool, put_pool, delete_pool))
         .routes(routes!(list_flavors))
         .routes(routes!(show_flavor, put_flavor, delete_flavor))
+        .routes(routes!(move_queue))
 }
 
 /// A pool: a PostgreSQL database that holds the queues placed on it.
@@ -126,6 +128,69 @@ struct FlavorRequest {
     #[serde(default)]
     #[schema(value_type = Object)]
     capabilities: Map<String, Value>,
+}
+
+/// Where to move a queue, and the queues tied to it that move with it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(example = json!({"to": "pool-b", "with": ["emails-dead"]}))]
+struct MoveRequest {
+    /// The pool to move to.
+    to: String,
+    /// Other queues of the same pool that move with it: its dead-letter queue, queues whose
+    /// jobs wait for its jobs or share batches with them.
+    #[serde(default)]
+    with: Vec<String>,
+}
+
+/// Queues moved, with what they held.
+#[derive(Debug, Serialize, ToSchema)]
+struct MovedView {
+    queues: Vec<String>,
+    /// The pool they were on ("" for the catalogue's database); null when none of them held
+    /// anything elsewhere.
+    from: Option<String>,
+    to: String,
+    /// Jobs moved, finished ones too, with their ids.
+    jobs: u64,
+    /// Subscriptions moved, with their deliveries.
+    subscriptions: u64,
+}
+
+impl From<Moved> for MovedView {
+    fn from(moved: Moved) -> Self {
+        Self {
+            queues: moved.queues,
+            from: moved.from,
+            to: moved.to,
+            jobs: moved.jobs,
+            subscriptions: moved.subscriptions,
+        }
+    }
+}
+
+/// Moves a queue, and the queues `with` it, to another pool, with everything they hold: jobs
+/// (with their ids and leases), claims, settings, subscriptions and their deliveries. Their
+/// writes are answered 503 while they move; a move that stopped short is finished by asking
+/// for it again (until then, no other move begins).
+#[utoipa::path(post, path = "/queues/{name}/move", operation_id = "move_queue", tag = "pools",
+    params(("name" = String, Path, description = "The queue")),
+    request_body = MoveRequest,
+    responses((status = 200, body = MovedView), Missing, Conflict, Refusals))]
+async fn move_queue(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    JsonBody(request): JsonBody<MoveRequest>,
+) -> Result<Json<MovedView>, ApiError> {
+    check_queue_name("name", &name)?;
+    for other in &request.with {
+        check_queue_name("with", other)?;
+    }
+    let moved = state
+        .engine
+        .move_queues(&name, request.with, &request.to)
+        .await?;
+    Ok(Json(moved.into()))
 }
 
 /// Every pool, by name.

@@ -1,5 +1,5 @@
 //! `tenax queues`: list and show queues with their counts and limits; set limits; pause and
-//! resume.
+//! resume; move to another pool.
 //!
 //! Invariants:
 //! - Every command is one request to the API (`/api/queues/...`); the server checks every field
@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use tenax_client::{Queue, QueueUpdate};
+use tenax_client::{MovedQueues, Queue, QueueUpdate};
 
 use super::client::{Server, block_on};
 use super::output::{Output, print, print_list};
@@ -55,6 +55,21 @@ pub enum QueuesCommand {
     /// Resume a paused queue.
     Resume {
         name: String,
+        #[command(flatten)]
+        output: Output,
+    },
+    /// Move a queue to another pool of a pooled deployment, with everything it holds (jobs
+    /// keep their ids). Its writes are refused (503) while it moves; a move that stopped short
+    /// is finished by running it again. An admin token that is not scoped.
+    Move {
+        name: String,
+        /// The pool to move to.
+        #[arg(long)]
+        to: String,
+        /// A queue that moves with it (repeat for more): its dead-letter queue, or a queue
+        /// whose jobs wait for its jobs or share batches with them.
+        #[arg(long = "with", value_name = "QUEUE")]
+        with: Vec<String>,
         #[command(flatten)]
         output: Output,
     },
@@ -151,8 +166,41 @@ pub fn run(args: QueuesArgs) -> Result<(), CliError> {
                 let queue = server.ask(server.resume_queue(&name)).await?;
                 print(&queue, output.format, queue_table)
             }
+            QueuesCommand::Move {
+                name,
+                to,
+                with,
+                output,
+            } => {
+                let server = Server::connect(&output.server)?;
+                let moved = server.ask(server.move_queue(&name, &to, &with)).await?;
+                print(&moved, output.format, moved_table)
+            }
         }
     })
+}
+
+fn moved_table(moved: &MovedQueues) -> String {
+    let queues = moved
+        .queues
+        .iter()
+        .map(|q| safe(q))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match &moved.from {
+        Some(from) => format!(
+            "moved {queues} from pool {} to pool {}: {} jobs, {} subscriptions\n",
+            if from.is_empty() {
+                "(catalogue)".to_owned()
+            } else {
+                safe(from).into_owned()
+            },
+            safe(&moved.to),
+            moved.jobs,
+            moved.subscriptions
+        ),
+        None => format!("{queues}: on pool {} (nothing to move)\n", safe(&moved.to)),
+    }
 }
 
 /// "in flight / limit", or the count alone without a limit.

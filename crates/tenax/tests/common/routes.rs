@@ -108,6 +108,7 @@ pub fn table() -> BTreeMap<(&'static str, &'static str), Who> {
     add("GET", "/api/tokens", Admins);
     add("DELETE", "/api/tokens/{id}", Admins);
     add("POST", "/api/admin/backup", Admins);
+    add("POST", "/api/queues/{name}/move", Admins);
     for method in ["GET", "PUT", "DELETE"] {
         add(method, "/api/pools/{name}", Admins);
         add(method, "/api/flavors/{name}", Admins);

@@ -111,7 +111,10 @@ impl ZaqarError {
             PoolError::UriTaken(_)
             | PoolError::HoldsQueues { .. }
             | PoolError::LastOfFlavor { .. }
-            | PoolError::NotOfFlavor { .. } => Self::conflict(refusal.to_string()),
+            | PoolError::NotOfFlavor { .. }
+            | PoolError::Tied { .. }
+            | PoolError::MoveAcrossPools { .. }
+            | PoolError::MoveUnfinished { .. } => Self::conflict(refusal.to_string()),
         }
     }
 
