@@ -18,9 +18,9 @@ use crate::error::{Error, Result, chain};
 use crate::model::{
     AttemptList, AttemptPage, CancelResult, CancelledJobs, CompleteResult, CompleteResults,
     CreatedToken, DeletedJobs, DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage,
-    Enqueued, FailResult, JobInfo, JobList, JobPage, Lease, LeaseExtended, MovedQueues, PolicyPreview, Queue,
-    QueueList, ReplayResult, Replayed, Stats, Subscription, SubscriptionList, TakenJob, TokenInfo,
-    TokenList,
+    Enqueued, FailResult, JobInfo, JobList, JobPage, Lease, LeaseExtended, MovedQueues,
+    PolicyPreview, Queue, QueueList, ReplayResult, Replayed, Stats, Subscription, SubscriptionList,
+    TakenJob, TokenInfo, TokenList,
 };
 use crate::request::{
     Batch, CancelSelection, DeadSelection, DeliveryFilter, FailBody, Failure, JobFilter, NewJob,

@@ -81,9 +81,9 @@ pub use model::{
     AttemptPage, AttemptResult, AttemptTrigger, BreakerState, CancelOutcome, CancelResult,
     CancelledJobs, CompleteError, CompleteResult, Counts, CreatedToken, DeletedJobs,
     DeletedSubscription, Delivery, DeliveryAttempt, DeliveryPage, EndpointHealth, Enqueued,
-    EnvelopeFormat, FailResult, JobInfo, JobPage, JobStatus, Lease, LeaseExtended, MovedQueues, ParentResult,
-    PolicyPreview, PolicySource, PreviewRow, Queue, QueueCounts, QueueRate, RecordedError,
-    ReplayResult, RetryBudget, RetryBudgetUse, Role, Skipped, Stats, Subscription,
+    EnvelopeFormat, FailResult, JobInfo, JobPage, JobStatus, Lease, LeaseExtended, MovedQueues,
+    ParentResult, PolicyPreview, PolicySource, PreviewRow, Queue, QueueCounts, QueueRate,
+    RecordedError, ReplayResult, RetryBudget, RetryBudgetUse, Role, Skipped, Stats, Subscription,
     SubscriptionHealth, TakenJob, TokenInfo, Workflow, WorkflowStep,
 };
 pub use request::{

@@ -533,7 +533,10 @@ impl PooledStore {
         // An id that moved with its queue is forwarded by the pool it left (again by the next,
         // if it moved on).
         for _ in 0..=tenax_core::model::pool::MAX_POOLS {
-            let moved = self.pools.read().may_have_moved(member.number, sequence, id);
+            let moved = self
+                .pools
+                .read()
+                .may_have_moved(member.number, sequence, id);
             if !moved {
                 break;
             }

@@ -69,7 +69,11 @@ const TABLES: [(&str, Sql, Sql); 8] = [
     ("tenax_edges", COPY_OUT_EDGES, COPY_IN_EDGES),
     ("tenax_finished", COPY_OUT_FINISHED, COPY_IN_FINISHED),
     ("tenax_jobs", COPY_OUT_JOBS, COPY_IN_JOBS),
-    ("tenax_subscriptions", COPY_OUT_SUBSCRIPTIONS, COPY_IN_SUBSCRIPTIONS),
+    (
+        "tenax_subscriptions",
+        COPY_OUT_SUBSCRIPTIONS,
+        COPY_IN_SUBSCRIPTIONS,
+    ),
     ("tenax_queues", COPY_OUT_QUEUES, COPY_IN_QUEUES),
     ("tenax_queue_starts", COPY_OUT_STARTS, COPY_IN_STARTS),
 ];
@@ -538,13 +542,22 @@ impl PostgresStore {
         let what = "recording a finished move";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
-        execute(&tx, &PLACE_MOVED, &[&record.queues, &i16::from(record.target)])
-            .await
-            .map_err(fault(what))?;
+        execute(
+            &tx,
+            &PLACE_MOVED,
+            &[&record.queues, &i16::from(record.target)],
+        )
+        .await
+        .map_err(fault(what))?;
         execute(
             &tx,
             &FINISH,
-            &[&record.id, &below.jobs, &below.subscriptions, &below.batches],
+            &[
+                &record.id,
+                &below.jobs,
+                &below.subscriptions,
+                &below.batches,
+            ],
         )
         .await
         .map_err(fault(what))?;

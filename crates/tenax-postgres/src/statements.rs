@@ -218,6 +218,6 @@ pub fn all_prefixes() -> Vec<(String, usize)> {
 use super::filter::Query;
 use super::{
     activity, batches, cancel, catalogue, claims, clock, connect, curation, dependents, endpoints,
-    facts, import, inserts, leases, limits, moves, queues, reads, schedules, schema, sealing, servers,
-    subscriptions, tokens, transitions, upkeep, wakeups,
+    facts, import, inserts, leases, limits, moves, queues, reads, schedules, schema, sealing,
+    servers, subscriptions, tokens, transitions, upkeep, wakeups,
 };

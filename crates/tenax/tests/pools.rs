@@ -442,7 +442,11 @@ async fn a_queue_moves_to_another_pool_with_all_it_holds_while_producers_write()
     let mut acknowledged = BTreeSet::new();
     for i in 0..6 {
         let job = a
-            .must_post("/api/jobs", json!({"queue": "orders", "payload": {"n": i}}), 201)
+            .must_post(
+                "/api/jobs",
+                json!({"queue": "orders", "payload": {"n": i}}),
+                201,
+            )
             .await;
         acknowledged.insert(job["id"].as_u64().expect("an id"));
     }
@@ -513,7 +517,10 @@ async fn a_queue_moves_to_another_pool_with_all_it_holds_while_producers_write()
     let moved = moved.body;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (stored, waited) = producer.await.expect("the producer");
-    eprintln!("moved: {moved}; {} enqueues stored, {waited} answered 503", stored.len());
+    eprintln!(
+        "moved: {moved}; {} enqueues stored, {waited} answered 503",
+        stored.len()
+    );
     assert_eq!(moved["from"], source, "{moved}");
     assert_eq!(moved["to"], target, "{moved}");
     assert_eq!(moved["subscriptions"], 1, "{moved}");
@@ -522,14 +529,16 @@ async fn a_queue_moves_to_another_pool_with_all_it_holds_while_producers_write()
 
     // Everything is on the target; nothing of it is left on the source.
     for queue in ["orders", "invoices"] {
-        assert_eq!(rows_of(source_url, queue).await, 0, "{queue} left on {source}");
+        assert_eq!(
+            rows_of(source_url, queue).await,
+            0,
+            "{queue} left on {source}"
+        );
     }
     let delivery_queue = format!("{}", subscription["id"]);
     let leftover: i64 = query_one(
         source_url,
-        &format!(
-            "SELECT count(*) FROM tenax_all_jobs WHERE queue LIKE '%{delivery_queue}'"
-        ),
+        &format!("SELECT count(*) FROM tenax_all_jobs WHERE queue LIKE '%{delivery_queue}'"),
     )
     .await
     .get(0);
@@ -559,15 +568,28 @@ async fn a_queue_moves_to_another_pool_with_all_it_holds_while_producers_write()
         200,
     )
     .await;
-    let job = b.must_post("/api/jobs", json!({"queue": "orders"}), 201).await;
+    let job = b
+        .must_post("/api/jobs", json!({"queue": "orders"}), 201)
+        .await;
     let target_number = if target == "one" { 1 } else { 2 };
-    assert_eq!(job["id"].as_u64().expect("an id") % 64, target_number, "{job}");
+    assert_eq!(
+        job["id"].as_u64().expect("an id") % 64,
+        target_number,
+        "{job}"
+    );
 
     // Asked again, there is nothing to move; moved back, the ids are found at home.
     let again = a
-        .must_post("/api/queues/orders/move", json!({"to": target, "with": ["invoices"]}), 200)
+        .must_post(
+            "/api/queues/orders/move",
+            json!({"to": target, "with": ["invoices"]}),
+            200,
+        )
         .await;
-    assert_eq!((again["from"].clone(), again["jobs"].clone()), (Value::Null, json!(0)));
+    assert_eq!(
+        (again["from"].clone(), again["jobs"].clone()),
+        (Value::Null, json!(0))
+    );
     a.must_post(
         "/api/queues/orders/move",
         json!({"to": source, "with": ["invoices"]}),

@@ -70,6 +70,8 @@ fn case(method: &str, route: &str, p: &Project) -> Option<Case> {
         (_, r) if r.starts_with("/api/pools") || r.starts_with("/api/flavors") => {
             Case::Unscoped(route.replace("{name}", "one"))
         }
+        // Moving a queue between databases, even one of the token's own projects.
+        ("POST", "/api/queues/{name}/move") => Case::Unscoped(route.replace("{name}", &enc(&q))),
         (_, r) if r.starts_with("/v2/pools") || r.starts_with("/v2/flavors") => Case::Unscoped(
             route
                 .replace("{pool_name}", "one")

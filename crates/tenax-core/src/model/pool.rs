@@ -126,9 +126,7 @@ pub enum PoolError {
     },
     /// One transaction writes both queues (a job and the job it waits for, a batch, a
     /// dead-letter queue): they move together or not at all.
-    #[error(
-        "queue {queue:?} is tied to queue {other:?} by a {how}: move them together (`with`)"
-    )]
+    #[error("queue {queue:?} is tied to queue {other:?} by a {how}: move them together (`with`)")]
     Tied {
         queue: String,
         other: String,
