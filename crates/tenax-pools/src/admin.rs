@@ -126,6 +126,16 @@ pub async fn remove(catalogue: &PostgresStore, name: &str) -> Result<bool, Store
             queues,
         }));
     }
+    // Ids of jobs moved out of it route to it first (their remainder names it), and it
+    // forwards them.
+    if catalogue
+        .moved_from()
+        .await?
+        .iter()
+        .any(|m| m.source == pool.number)
+    {
+        return Err(refused(PoolError::Forwards(name.to_owned())));
+    }
     if let Some(flavor) = &pool.flavor {
         let last = pools
             .iter()

@@ -107,6 +107,12 @@ pub enum PoolError {
          moved to other pools"
     )]
     HoldsQueues { name: String, queues: usize },
+    /// Queues moved out of it: the ids of their jobs name it, and it forwards them.
+    #[error(
+        "queues were moved out of pool {0:?}: it forwards their jobs' ids (which name it), and \
+         stays"
+    )]
+    Forwards(String),
     #[error("pool {0:?} does not exist")]
     NoPool(String),
     #[error("flavor {0:?} does not exist")]

@@ -126,7 +126,9 @@ impl ApiError {
                 ..Self::conflict("uri_taken", message)
             },
             PoolError::HoldsQueues { .. } => Self::conflict("pool_in_use", message),
-            PoolError::LastOfFlavor { .. } => Self::conflict("pool_in_use", message),
+            PoolError::LastOfFlavor { .. } | PoolError::Forwards(_) => {
+                Self::conflict("pool_in_use", message)
+            }
             PoolError::NotOfFlavor { .. } | PoolError::MoveAcrossPools { .. } => {
                 Self::conflict("across_pools", message)
             }

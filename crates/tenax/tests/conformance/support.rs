@@ -407,6 +407,9 @@ impl Backend for Postgres {
                  DROP TABLE tenax_activity; ALTER TABLE tenax_servers DROP COLUMN about, DROP COLUMN pools_seen;
                  DROP TABLE tenax_pools, tenax_flavors, tenax_placements, tenax_stripes,
                      tenax_catalogue;
+                 DROP TABLE tenax_moved, tenax_forwards, tenax_moves;
+                 DROP FUNCTION tenax_refuse_moved_queue(), tenax_refuse_moved_name(),
+                     tenax_refuse_moved(text);
                  DROP TABLE tenax_secrets_key; UPDATE tenax_schema SET version = 7",
             )
             .await

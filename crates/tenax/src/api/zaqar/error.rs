@@ -110,6 +110,7 @@ impl ZaqarError {
             }
             PoolError::UriTaken(_)
             | PoolError::HoldsQueues { .. }
+            | PoolError::Forwards(_)
             | PoolError::LastOfFlavor { .. }
             | PoolError::NotOfFlavor { .. }
             | PoolError::Tied { .. }
