@@ -390,6 +390,9 @@ pub struct Queue {
     /// At most `limit` jobs start in any `period_ms`, and how many the period has used.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<QueueRate>,
+    /// On a pooled deployment, the flavor whose pools the queue is placed on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavor: Option<String>,
 }
 
 /// A queue's rate limit and its use.

@@ -665,6 +665,8 @@ pub struct QueueUpdate {
     concurrency: Change<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rate: Change<RateLimit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flavor: Option<String>,
     /// Sent in the query string (`?create=true`), not the body.
     #[serde(skip)]
     create: bool,
@@ -710,6 +712,13 @@ impl QueueUpdate {
 
     pub fn paused(mut self, paused: bool) -> Self {
         self.paused = Some(paused);
+        self
+    }
+
+    /// On a pooled deployment, places the queue on one of `flavor`'s pools when it is first
+    /// written to (a queue placed elsewhere already refuses it: 409).
+    pub fn flavor(mut self, flavor: impl Into<String>) -> Self {
+        self.flavor = Some(flavor.into());
         self
     }
 

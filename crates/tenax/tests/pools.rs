@@ -368,6 +368,24 @@ async fn a_pool_registered_over_http_takes_queues_on_every_server_without_a_rest
     let (status, placed) = zaqar(&a, reqwest::Method::GET, "/v2/queues/golden", None).await;
     assert_eq!((status, placed["_flavor"].clone()), (200, json!("gold")));
 
+    // A native queue names its flavor too, and shows it again.
+    let native = b
+        .must_put(
+            "/api/queues/ingots?create=true",
+            json!({"flavor": "gold"}),
+            200,
+        )
+        .await;
+    assert_eq!(native["flavor"], "gold", "{native}");
+    let job = a
+        .must_post("/api/jobs", json!({"queue": "ingots"}), 201)
+        .await;
+    assert_eq!(job["id"].as_u64().expect("an id") % 64, 1, "{job}");
+    let refused = a
+        .must_put("/api/queues/tin?create=true", json!({"flavor": "tin"}), 400)
+        .await;
+    assert_eq!(refused["error"]["field"], "flavor", "{refused}");
+
     // A pool that holds queues is not forgotten, nor moved to another database.
     let refused = a
         .must(reqwest::Method::DELETE, "/api/pools/one", None, 409)

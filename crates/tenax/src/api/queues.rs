@@ -10,6 +10,7 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tenax_core::auth::Principal;
+use tenax_core::model::pool::{self, PoolError};
 use tenax_core::model::{
     LimitUse, QueueConfig, QueueCounts, RateLimit, StoredPolicy, subscription::is_internal_queue,
 };
@@ -58,6 +59,10 @@ struct QueueView {
     /// set.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     encrypt_payloads: bool,
+    /// On a pooled deployment, the flavor whose pools the queue is placed on. Shown only when
+    /// set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flavor: Option<String>,
 }
 
 /// A rate limit, and how much of it the current period has used.
@@ -117,6 +122,7 @@ fn view(
             used: used.started,
         }),
         encrypt_payloads: config.encrypt_payloads,
+        flavor: config.flavor.clone(),
     }
 }
 
@@ -202,6 +208,9 @@ pub struct UpdateQueue {
     /// webhook deliveries); every read shows them plain. Payloads already stored stay as
     /// they were stored (docs/security.md#encrypted-queues).
     pub(crate) encrypt_payloads: Option<bool>,
+    /// On a pooled deployment: place the queue on one of this flavor's pools (when it is first
+    /// written to; a queue keeps its pool, so a queue placed elsewhere refuses it with 409).
+    pub(crate) flavor: Option<String>,
 }
 
 /// A rate limit: at most `limit` jobs start in any `period`.
@@ -254,6 +263,7 @@ pub struct QueueChange {
     concurrency: Option<Option<u32>>,
     rate: Option<Option<RateLimit>>,
     encrypt_payloads: Option<bool>,
+    flavor: Option<String>,
 }
 
 impl QueueChange {
@@ -280,6 +290,9 @@ impl QueueChange {
         }
         if let Some(encrypt) = self.encrypt_payloads {
             config.encrypt_payloads = encrypt;
+        }
+        if let Some(flavor) = &self.flavor {
+            config.flavor = Some(flavor.clone());
         }
         config
     }
@@ -336,6 +349,11 @@ pub fn queue_change(request: UpdateQueue) -> Result<QueueChange, ApiError> {
         Some(None) => Some(None),
         None => None,
     };
+    if let Some(flavor) = &request.flavor
+        && let Err(PoolError::Invalid { rule, .. }) = pool::check_name("flavor", flavor)
+    {
+        return Err(ApiError::invalid("flavor", rule));
+    }
     Ok(QueueChange {
         policy,
         paused: request.paused,
@@ -344,6 +362,7 @@ pub fn queue_change(request: UpdateQueue) -> Result<QueueChange, ApiError> {
         concurrency,
         rate,
         encrypt_payloads: request.encrypt_payloads,
+        flavor: request.flavor,
     })
 }
 
@@ -423,6 +442,22 @@ async fn update(
 ) -> Result<Json<QueueView>, ApiError> {
     check_queue_name("name", &name)?;
     let change = queue_change(request)?;
+    if let Some(flavor) = &change.flavor
+        && !state
+            .engine
+            .flavors()
+            .await?
+            .iter()
+            .any(|f| &f.name == flavor)
+    {
+        return Err(ApiError::invalid(
+            "flavor",
+            format!(
+                "flavor {flavor:?} does not exist (flavors group the pools of a deployment on \
+                 PostgreSQL: docs/postgres.md)"
+            ),
+        ));
+    }
     change_queue(&state, &principal, &name, query(creating)?, change).await
 }
 

@@ -93,6 +93,10 @@ pub struct SetArgs {
     /// Make the queue if it has never existed (without it, a misspelt name is refused).
     #[arg(long)]
     pub create: bool,
+    /// On a pooled deployment, place the queue on one of this flavor's pools when it is first
+    /// written to (a queue placed elsewhere refuses it).
+    #[arg(long)]
+    pub flavor: Option<String>,
     #[command(flatten)]
     pub output: Output,
 }
@@ -142,6 +146,9 @@ pub fn run(args: QueuesArgs) -> Result<(), CliError> {
                 }
                 if args.create {
                     update = update.create();
+                }
+                if let Some(flavor) = args.flavor {
+                    update = update.flavor(flavor);
                 }
                 let server = Server::connect(&args.output.server)?;
                 let queue = server.ask(server.update_queue(&args.name, &update)).await?;

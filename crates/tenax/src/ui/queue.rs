@@ -223,6 +223,7 @@ pub async fn limits(
         concurrency: Some(concurrency),
         rate: Some(rate),
         encrypt_payloads: None,
+        flavor: None,
     })?;
     let stored = state
         .engine
