@@ -4,8 +4,6 @@
 //! delays of minutes or days take no time. One test (`real_time_retries_follow_the_schedule`)
 //! runs on the system clock to check that the maintenance loop wakes up on time.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use common::{Options, T0, TestServer, Waiter, ids, ms};
@@ -13,6 +11,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tenax_core::clock::rfc3339;
 use tenax_policy::{Decision, Failure, Outcome, Preview, RetryPolicy, SeededRandom, parse_policy};
+
+use crate::common;
 
 const SECOND: u64 = 1_000;
 const MINUTE: u64 = 60 * SECOND;

@@ -16,17 +16,15 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-
 use std::time::{Duration, Instant};
 
 use common::{Options, PATIENCE, T0, TestServer, ms};
 use prom_text_format_parser::{Scrape, ValueType};
 use receiver::{Receiver, Reply};
 use serde_json::{Value, json};
+
+use crate::common;
+use crate::common::receiver;
 
 const SECOND: u64 = 1_000;
 

@@ -12,12 +12,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -30,6 +24,9 @@ use receiver::Receiver;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tenax::delivery::signing;
+
+use crate::common;
+use crate::common::receiver;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tenax");
 const ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";

@@ -4,16 +4,15 @@
 //! naming its field; on PostgreSQL, two servers finishing the members at once. With
 //! `TENAX_TEST_STORE=postgres` the same on PostgreSQL.
 
-mod common;
-#[path = "common/node.rs"]
-mod node;
-
 use std::sync::Arc;
 
 use common::{Api, Options, Taken, TestServer, on_postgres};
 use node::Node;
 use reqwest::Method;
 use serde_json::{Value, json};
+
+use crate::common;
+use crate::common::node;
 
 const ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
 

@@ -1,13 +1,13 @@
 //! `tenax bench` against the real server: the scenarios that send one request at a time, each
 //! load task on a connection of its own (`bench::lane`), with the API token on every request.
 
-mod common;
-
 use std::time::Duration;
 
 use common::{Options, TestServer};
 use tenax_bench::{BenchConfig, BenchReport, Scenario};
 use tenax_net::http::ClientOptions;
+
+use crate::common;
 
 const ADMIN: &str = "bench-admin-token-0123456789abcdefghijklmnop";
 

@@ -4,12 +4,12 @@
 //! (DNS rebinding) with 403, on both APIs and the dashboard; `--cors-origins` and
 //! `--allowed-hosts` let chosen ones through; nothing refused is stored.
 
-mod common;
-
 use common::{Options, TestServer};
 use reqwest::header::{ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN, HOST, ORIGIN};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
+
+use crate::common;
 
 const CLIENT_ID: &str = "3e5c6b3a-1f0e-4a51-9d3b-2b9c0a9f7e11";
 

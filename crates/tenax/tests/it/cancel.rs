@@ -6,13 +6,13 @@
 //! cancelled while a completion completes it; a selection cancels many; a token scoped to one
 //! project cannot cancel another's jobs; a cancelled job is replayed like a dead one.
 
-mod common;
-
 use std::time::Duration;
 
 use common::{T0, Taken, TestServer, ms};
 use reqwest::Method;
 use serde_json::{Value, json};
+
+use crate::common;
 
 const SECOND: u64 = 1_000;
 

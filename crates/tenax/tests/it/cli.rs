@@ -2,13 +2,12 @@
 //! jobs, dead jobs, stats, queues, schedules, subscriptions, deliveries and tokens; `--format
 //! json` prints what the API answers; bad input exits with status 2 and names the field.
 
-#[path = "common/ports.rs"]
-mod ports;
-
 use std::io::BufRead as _;
 use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::common::ports;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tenax");
 

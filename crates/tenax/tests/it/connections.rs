@@ -9,11 +9,6 @@
 //! (an answer, a close), capped by [`PATIENCE`] only so that a broken server fails the test
 //! rather than hanging it.
 
-mod common;
-#[path = "common/receiver.rs"]
-#[allow(dead_code)]
-mod receiver;
-
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +26,9 @@ use tenax::serve::ConnectionLimits;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::common;
+use crate::common::receiver;
 
 /// The HTTP/2 client preface.
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";

@@ -8,19 +8,14 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/postgres.rs"]
-mod postgres;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-#[allow(dead_code)]
-#[path = "common/served.rs"]
-mod served;
-
 use receiver::Receiver;
 use serde_json::{Value, json};
 use served::{PATIENCE, Served, said, tenax};
 use tenax::delivery::signing;
+
+use crate::common::postgres;
+use crate::common::receiver;
+use crate::common::served;
 
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// A Zaqar client's headers.

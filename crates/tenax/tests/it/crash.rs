@@ -42,11 +42,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-#[path = "common/ports.rs"]
-mod ports;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
+use crate::common::ports;
+use crate::common::receiver;
 
 const ROUNDS: usize = 5;
 const PRODUCERS: usize = 4;

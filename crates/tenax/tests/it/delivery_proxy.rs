@@ -3,16 +3,14 @@
 //! by `--delivery-proxy` is, after the checks have judged the endpoint. The proxy here is a
 //! real HTTP server that records what it is asked to forward.
 
-mod common;
-#[path = "common/receiver.rs"]
-#[allow(dead_code)]
-mod receiver;
-
 use std::process::{Command, Stdio};
 
 use common::{Api, Options, PATIENCE, TestServer};
 use receiver::{Receiver, Reply};
 use serde_json::{Value, json};
+
+use crate::common;
+use crate::common::receiver;
 
 /// Subscribes `endpoint` to a queue of its own and publishes one message there; returns the
 /// subscription's id.

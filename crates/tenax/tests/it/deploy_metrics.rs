@@ -14,13 +14,9 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 #[path = "deploy_metrics/promql.rs"]
 mod promql;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -29,6 +25,8 @@ use common::{Options, PATIENCE, TestServer};
 use receiver::{Receiver, Reply};
 use reqwest::Method;
 use serde_json::{Value, json};
+
+use crate::common::receiver;
 
 /// Series Prometheus makes itself for every target.
 const PROMETHEUS_SERIES: &[&str] = &["up"];

@@ -8,13 +8,6 @@
 //! rotation of the secrets key (`tenax secrets rotate-key`) leaves sealed payloads readable;
 //! servers sharing a PostgreSQL database share one data key.
 
-mod common;
-#[path = "common/node.rs"]
-mod node;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-
 use std::path::Path;
 use std::process::Command;
 
@@ -23,6 +16,10 @@ use node::Node;
 use receiver::Receiver;
 use reqwest::Method;
 use serde_json::{Value, json};
+
+use crate::common;
+use crate::common::node;
+use crate::common::receiver;
 
 /// Texts that must never be in the store in clear: each test's own.
 const NATIVE_SECRET: &str = "native-canary-4f1d9c0e7b";

@@ -2,7 +2,7 @@
 //! of operations run on an [`Engine`] with a manual clock and on a plain in-memory model
 //! ([`Model`]), and after every step the two must agree on everything observable. The engine
 //! runs on each store ([`Backend`]): the embedded store in a temporary directory, and
-//! PostgreSQL on a fresh database per run on the test server (`tests/common/postgres.rs`).
+//! PostgreSQL on a fresh database per run on the test server (`tests/it/common/postgres.rs`).
 //!
 //! Operations: enqueue (now, in the past or in the future; any priority; the server's policy,
 //! a policy of the job's own, or the server's with a retry limit), take (one or both queues,
@@ -64,8 +64,7 @@ const STEPS: usize = 60;
 /// for more runs on both stores, for a longer search (600 on PostgreSQL: about 3.5 min).
 const POSTGRES_CASES: u32 = 32;
 
-#[path = "common/postgres.rs"]
-mod postgres_server;
+use crate::common::postgres as postgres_server;
 
 // --- operations ------------------------------------------------------------------------------
 

@@ -1,11 +1,10 @@
 //! `tenax health` against a real server: `ok` and exit 0 while it runs, exit 1 once it is gone
 //! (the container image's HEALTHCHECK runs it).
 
-#[path = "common/ports.rs"]
-mod ports;
-
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use crate::common::ports;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tenax");
 

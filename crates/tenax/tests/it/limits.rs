@@ -4,8 +4,6 @@
 //! appears; limits are set, shown with their use, and refused naming the field. With
 //! `TENAX_TEST_STORE=postgres` the same on PostgreSQL.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -13,6 +11,8 @@ use std::time::{Duration, Instant};
 use common::{Api, Options, TestServer};
 use reqwest::Method;
 use serde_json::json;
+
+use crate::common;
 
 /// Runs `workers` tasks that take from `queue` (up to `max` at a time, long-polling) and
 /// complete each job after `hold`, until `total` jobs are done. Returns the most jobs the

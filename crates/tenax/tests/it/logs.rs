@@ -10,12 +10,6 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/ports.rs"]
-mod ports;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,6 +17,9 @@ use std::time::{Duration, Instant};
 
 use receiver::{Receiver, Reply};
 use serde_json::{Value, json};
+
+use crate::common::ports;
+use crate::common::receiver;
 
 const PATIENCE: Duration = Duration::from_secs(15);
 

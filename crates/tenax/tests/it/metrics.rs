@@ -9,11 +9,6 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-
 use std::time::{Duration, Instant};
 
 use common::{Options, PATIENCE, TestServer};
@@ -21,6 +16,9 @@ use prom_text_format_parser::{Sample, Scrape, Type, ValueType};
 use receiver::{Receiver, Reply};
 use reqwest::Method;
 use serde_json::{Value, json};
+
+use crate::common;
+use crate::common::receiver;
 
 /// `GET /metrics` (with `token`, if any), parsed.
 async fn scrape_at(server: &TestServer, base: &str, token: Option<&str>) -> Scrape {

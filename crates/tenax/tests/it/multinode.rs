@@ -10,15 +10,9 @@
 //! a primary demoted to a read-only standby is left for a writable one, and every node shows
 //! the whole cluster (its servers, their workers, its activity).
 //!
-//! Restarting PostgreSQL breaks every connection to the test server, so the cases of this
-//! binary take turns ([`TURN`]).
-
-mod common;
-#[path = "common/node.rs"]
-mod node;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
+//! Restarting PostgreSQL breaks every connection to the test server, and making it read-only
+//! changes every session's default, so the cases of this suite take turns ([`TURN`]) on a
+//! server of their own ([`POSTGRES`]), which no other suite's tests use.
 
 use std::collections::{BTreeSet, HashSet};
 use std::process::{Command, Stdio};
@@ -32,8 +26,15 @@ use receiver::{Receiver, Reply};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
+use crate::common;
+use crate::common::node;
+use crate::common::receiver;
+
 /// One case at a time: a PostgreSQL restart must not break another case's servers.
 static TURN: Mutex<()> = Mutex::const_new(());
+
+/// This suite's own PostgreSQL: its restart and its read-only spell touch no other suite.
+static POSTGRES: postgres::OwnCluster = postgres::OwnCluster::new();
 
 /// The longest the docs allow for another server to take the lead after the leader dies
 /// (docs/postgres.md: about two seconds), with room for a busy machine.
@@ -116,7 +117,7 @@ async fn woken_across(waiter: &Arc<Node>, producer: &Node, queue: &str) {
 
 /// A fresh database, or `None` when the harness skips (no PostgreSQL here).
 async fn database() -> Option<String> {
-    postgres::fresh_database().await
+    POSTGRES.fresh_database().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -481,7 +482,7 @@ async fn nodes_survive_a_postgres_restart_without_losing_acknowledged_jobs() {
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    postgres::restart_server().await;
+    POSTGRES.restart_server().await;
     // The servers were not restarted: they reconnect, and serve again.
     let before = acknowledged.lock().expect("the list").len();
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -859,7 +860,7 @@ async fn a_demoted_primary_is_left_for_a_writable_one() {
         return;
     }
     let Some(url) = database().await else { return };
-    let admin_url = postgres::admin_url().await.expect("the admin URL");
+    let admin_url = POSTGRES.admin_url().await.expect("the admin URL");
     let node = Node::start(&url, &[], &[]).await;
     node.wait_until_leading().await;
     for n in 0..20 {

@@ -3,13 +3,13 @@
 //! ids are unique, every operation documents the error answers, and the description is OpenAPI
 //! 3.1. (Schemathesis, run by `.ci/run`, then checks every answer against it.)
 
-mod common;
-
 use std::collections::HashSet;
 
 use common::TestServer;
 use reqwest::Method;
 use serde_json::Value;
+
+use crate::common;
 
 const METHODS: [&str; 5] = ["get", "put", "post", "delete", "patch"];
 

@@ -10,11 +10,6 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +28,9 @@ use prost::Message as _;
 use receiver::Receiver;
 use reqwest::Method;
 use serde_json::json;
+
+use crate::common;
+use crate::common::receiver;
 
 /// The producer's trace and span, as its `traceparent` names them.
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";

@@ -9,10 +9,6 @@
 //! package (`/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1`); skipped with a note
 //! without it, unless `TENAX_REQUIRE_POSTGRES=1` (CI, which installs it).
 
-mod common;
-#[path = "common/node.rs"]
-mod node;
-
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -20,6 +16,9 @@ use common::ms;
 use common::postgres;
 use node::Node;
 use serde_json::{Value, json};
+
+use crate::common;
+use crate::common::node;
 
 /// Where Debian's `faketime` package puts the library.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";

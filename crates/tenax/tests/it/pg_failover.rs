@@ -7,12 +7,6 @@
 //! listeners and the lead on the new primary; and every acknowledged enqueue is there, every
 //! acknowledged completion completed.
 
-mod common;
-#[path = "common/node.rs"]
-mod node;
-#[path = "common/replicated.rs"]
-mod replicated;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +15,9 @@ use std::time::{Duration, Instant};
 use node::Node;
 use replicated::Replicated;
 use serde_json::json;
+
+use crate::common::node;
+use crate::common::replicated;
 
 /// How long the servers may take to serve again after the promotion: the docs promise about
 /// two seconds for the lead and five for a listener; the rest is for a busy machine.

@@ -2,14 +2,14 @@
 //! starts as soon as it can be reached; with no wait, or when the database refuses in a way
 //! that waiting cannot mend, it ends the start at once with the reason.
 
-mod common;
-
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use common::postgres;
 use tempfile::TempDir;
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::common;
 
 /// Far longer than any case here needs; reached only when the server under test is broken.
 const PATIENCE: Duration = Duration::from_secs(60);

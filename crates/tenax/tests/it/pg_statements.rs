@@ -9,12 +9,11 @@
 //!
 //! Skipped (one line on stderr) when there is no PostgreSQL, unless `TENAX_REQUIRE_POSTGRES=1`.
 
-#[path = "common/postgres.rs"]
-mod postgres;
-
 use std::collections::HashSet;
 
 use tenax_postgres::{Database, every_prefix, every_statement, schema};
+
+use crate::common::postgres;
 
 /// What PostgreSQL said of a statement it refused, with where in the text.
 fn refusal(error: &tokio_postgres::Error) -> String {

@@ -1,16 +1,19 @@
-//! The PostgreSQL test harness (`tests/common/postgres.rs`) checked on its own: fresh databases
-//! are distinct and usable, and a restart of the private cluster breaks old connections and
-//! keeps committed data.
+//! The PostgreSQL test harness (`tests/it/common/postgres.rs`) checked on its own: fresh
+//! databases are distinct and usable, and a restart of a private cluster breaks old connections
+//! and keeps committed data. On a cluster of the suite's own ([`POSTGRES`]), which the restart
+//! must not take from under any other suite's tests.
 //!
 //! Skipped (one line on stderr) when there is no PostgreSQL, unless `TENAX_REQUIRE_POSTGRES=1`.
 
-#[path = "common/postgres.rs"]
-mod postgres;
-
 use tokio_postgres::{Client, NoTls};
 
-/// The restart breaks every connection to the server: the tests of this binary take turns.
+use crate::common::postgres;
+
+/// The restart breaks every connection to the server: the tests of this suite take turns.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// This suite's own PostgreSQL, the one it restarts.
+static POSTGRES: postgres::OwnCluster = postgres::OwnCluster::new();
 
 /// A connection to `url`, its connection task on the test's runtime.
 async fn connect(url: &str) -> Client {
@@ -44,10 +47,11 @@ async fn current_database(client: &Client) -> String {
 #[tokio::test]
 async fn fresh_databases_are_distinct_and_usable() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let Some(first) = postgres::fresh_database().await else {
+    let Some(first) = POSTGRES.fresh_database().await else {
         return;
     };
-    let second = postgres::fresh_database()
+    let second = POSTGRES
+        .fresh_database()
         .await
         .expect("a second fresh database");
     assert_ne!(first, second, "two fresh databases have the same URL");
@@ -71,7 +75,8 @@ async fn fresh_databases_are_distinct_and_usable() {
     assert_eq!(values(&b).await, [10]);
 
     // Fresh means empty: no table of the others.
-    let third = postgres::fresh_database()
+    let third = POSTGRES
+        .fresh_database()
         .await
         .expect("a third fresh database");
     let c = connect(&third).await;
@@ -95,7 +100,7 @@ async fn a_restart_breaks_connections_and_keeps_committed_data() {
         );
         return;
     }
-    let Some(url) = postgres::fresh_database().await else {
+    let Some(url) = POSTGRES.fresh_database().await else {
         return;
     };
     let before = connect(&url).await;
@@ -104,7 +109,7 @@ async fn a_restart_breaks_connections_and_keeps_committed_data() {
         .await
         .expect("CREATE TABLE and INSERT before the restart");
 
-    postgres::restart_server().await;
+    POSTGRES.restart_server().await;
 
     assert!(
         before.simple_query("SELECT 1").await.is_err(),

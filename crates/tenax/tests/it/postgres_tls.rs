@@ -4,10 +4,8 @@
 //! host under `verify-full`, is refused; `sslmode=disable` still connects in plain text to a
 //! server that allows it.
 //!
-//! The private cluster is this binary's own (one per test process), so turning TLS on here
-//! touches no other suite.
-
-mod common;
+//! The private cluster is this suite's own ([`POSTGRES`]), so turning TLS on here touches no
+//! other suite.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -19,7 +17,9 @@ use serde_json::{Value, json};
 use tenax_postgres::Database;
 use tokio::sync::OnceCell;
 
-/// The CAs and the server's certificate, made once for the binary: the cluster is shared.
+use crate::common;
+
+/// The CAs and the server's certificate, made once for the suite: its tests share the cluster.
 struct Pki {
     /// The CA that signed the server's certificate.
     ca: String,
@@ -28,6 +28,9 @@ struct Pki {
 }
 
 static TLS_ON: OnceCell<Pki> = OnceCell::const_new();
+
+/// This suite's own PostgreSQL, the one it turns TLS on for.
+static POSTGRES: postgres::OwnCluster = postgres::OwnCluster::new();
 
 /// A self-signed CA, which can sign certificates.
 fn ca(name: &str) -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
@@ -40,10 +43,10 @@ fn ca(name: &str) -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
     rcgen::CertifiedIssuer::self_signed(params, key).expect("a CA")
 }
 
-/// A fresh database on the test server, with TLS on (once for the binary); `None` when the
+/// A fresh database on the suite's server, with TLS on (once for the suite); `None` when the
 /// harness skips. The server's certificate is for `localhost` and `127.0.0.1`.
 async fn database() -> Option<(String, &'static Pki)> {
-    let url = postgres::fresh_database().await?;
+    let url = POSTGRES.fresh_database().await?;
     if std::env::var_os("TENAX_TEST_DATABASE_URL").is_some() {
         eprintln!("SKIPPED: turning TLS on needs the private test cluster");
         return None;
@@ -57,7 +60,7 @@ async fn database() -> Option<(String, &'static Pki)> {
                 rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
                     .expect("params");
             let cert = params.signed_by(&key, &issuer).expect("a certificate");
-            postgres::serve_tls(&cert.pem(), &key.serialize_pem()).await;
+            POSTGRES.serve_tls(&cert.pem(), &key.serialize_pem()).await;
             Pki {
                 ca: issuer.pem(),
                 wrong_ca: wrong.pem(),

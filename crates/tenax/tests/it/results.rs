@@ -5,14 +5,14 @@
 //! finishes, or as it is when the wait ends; an encrypted queue's results are nowhere in clear
 //! in the store.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{Options, PATIENCE, TestServer};
 use reqwest::Method;
 use serde_json::{Value, json};
+
+use crate::common;
 
 /// `GET path`'s status and text, as the server wrote it.
 async fn get_text(server: &TestServer, path: &str) -> (u16, String) {

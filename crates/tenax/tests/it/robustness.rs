@@ -2,13 +2,13 @@
 //! clear 4xx that names the field and the rule (or the documented behaviour), and the server
 //! stays healthy for everyone else afterwards, across a restart.
 
-mod common;
-
 use std::sync::Arc;
 
 use common::TestServer;
 use reqwest::Method;
 use serde_json::{Value, json};
+
+use crate::common;
 
 const CLIENT: &str = "3e5c6b3a-1f0e-4a51-9d3b-2b9c0a9f7e11";
 

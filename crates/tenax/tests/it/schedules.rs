@@ -3,14 +3,14 @@
 //! missed ticks, overlap, pause and resume, the next ticks of an expression, and every refusal
 //! naming its field. With `TENAX_TEST_STORE=postgres` the same on PostgreSQL.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use common::{Api, PATIENCE, T0, TestServer, ms};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tenax_core::clock::parse_rfc3339;
+
+use crate::common;
 
 const MINUTE: u64 = 60_000;
 const HOUR: u64 = 60 * MINUTE;

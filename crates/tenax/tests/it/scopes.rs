@@ -4,15 +4,14 @@
 //! `p2` changes) and at `p1`'s own (let through); listings that show `p1` only; and the same
 //! on the dashboard. A project's queues are `project:name` on either API.
 
-mod common;
-#[path = "common/routes.rs"]
-mod routes;
-
 use common::{Options, TestServer};
 use reqwest::header::{CONTENT_TYPE, COOKIE, SET_COOKIE};
 use reqwest::{Method, StatusCode};
 use routes::{Who, table};
 use serde_json::{Value, json};
+
+use crate::common;
+use crate::common::routes;
 
 const ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
 const CLIENT_ID: &str = "3e5c6b3a-1f0e-4a51-9d3b-2b9c0a9f7e11";

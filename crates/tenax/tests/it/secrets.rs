@@ -12,15 +12,6 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-#[path = "common/postgres.rs"]
-mod postgres;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-#[allow(dead_code)]
-#[path = "common/served.rs"]
-mod served;
-
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -30,6 +21,10 @@ use serde_json::json;
 use served::{PATIENCE, Served, said, serve, tenax};
 use tenax::delivery::signing;
 use tenax_core::secrets::{Keyring, SECRETS_KEY_FILE};
+
+use crate::common::postgres;
+use crate::common::receiver;
+use crate::common::served;
 
 /// The subscription's signing secret and its extra header's value: never on disk in clear.
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";

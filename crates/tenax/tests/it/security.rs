@@ -3,13 +3,6 @@
 //! test), scoped tokens held to their queues and projects, the token life cycle, the first
 //! admin token, TLS with a generated certificate, and secrets that never reach a log.
 
-mod common;
-#[path = "common/receiver.rs"]
-#[allow(dead_code)]
-mod receiver;
-#[path = "common/routes.rs"]
-mod routes;
-
 use std::collections::HashSet;
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
@@ -21,6 +14,10 @@ use receiver::TestCa;
 use reqwest::Method;
 use routes::{Who, table};
 use serde_json::{Value, json};
+
+use crate::common;
+use crate::common::receiver;
+use crate::common::routes;
 
 const ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
 const CLIENT_ID: &str = "3e5c6b3a-1f0e-4a51-9d3b-2b9c0a9f7e11";

@@ -7,8 +7,6 @@
 //! their deliveries wait; what deliveries do over HTTP is the delivery tests' business.
 //! Servers run on a manual clock (`common::T0`) so times in answers are exact.
 
-mod common;
-
 use common::{Options, T0, TestServer};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -16,6 +14,8 @@ use tenax::delivery::default_delivery_policy;
 use tenax_core::clock::rfc3339;
 use tenax_policy::parse_policy;
 use tenax_policy::spelling::native;
+
+use crate::common;
 
 /// A loopback endpoint nothing listens on (the discard port).
 const LOCAL: &str = "http://127.0.0.1:9/hook";

@@ -5,11 +5,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-
 use std::time::Duration;
 
 use common::{Options, PATIENCE, TestServer};
@@ -17,6 +12,9 @@ use receiver::{Receiver, Reply};
 use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
+
+use crate::common;
+use crate::common::receiver;
 
 const ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
 

@@ -16,11 +16,6 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -34,6 +29,9 @@ use tenax::delivery::signals::{Event, Signal};
 use tenax::delivery::signing;
 use tenax_core::model::SubscriptionId;
 use tokio::sync::broadcast;
+
+use crate::common;
+use crate::common::receiver;
 
 /// The Standard Webhooks reference secret.
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";

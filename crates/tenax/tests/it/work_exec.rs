@@ -2,8 +2,6 @@
 //! success, failure with the tail of stderr, every JSON outcome, a timeout that kills a process
 //! group, heartbeats under a long command, SIGTERM drains.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -12,6 +10,8 @@ use common::{Options, PATIENCE, TestServer, ms};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
+
+use crate::common;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tenax");
 

@@ -6,11 +6,11 @@
 //! one or form a cycle are refused naming the field; a scoped token cannot wait for another
 //! project's job.
 
-mod common;
-
 use common::{Options, Taken, TestServer};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
+
+use crate::common;
 
 const ADMIN: &str = "test-admin-token-0123456789abcdefghijklmnop";
 

@@ -2,11 +2,6 @@
 //! title and description, project isolation, echo and include_claimed, claims, pop, message
 //! TTL expiry, delayed queues and dead letters (with the manual clock), and subscriptions.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-
 use std::time::{Duration, Instant};
 
 use common::{Options, PATIENCE, TestServer, Waiter};
@@ -14,6 +9,9 @@ use futures_util::future::join_all;
 use reqwest::Method;
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
+
+use crate::common;
+use crate::common::receiver;
 
 const JSON_PATCH: &str = "application/openstack-messaging-v2.0-json-patch";
 const CLIENT: &str = "3e5c6b3a-1f0e-4a51-9d3b-2b9c0a9f7e11";
@@ -687,7 +685,7 @@ async fn put_bodies_and_reserved_metadata_are_checked() {
 }
 
 /// `_enable_encrypt_messages: true` is kept and shown back as Zaqar does; the queue's messages
-/// read back plain (that they are stored sealed is `tests/encrypted_queues.rs`'s).
+/// read back plain (that they are stored sealed is `tests/it/encrypted_queues.rs`'s).
 #[tokio::test]
 async fn encrypted_queues_are_shown_back_and_read_plain() {
     let (server, zaqar) = server().await;

@@ -5,19 +5,15 @@
 //! templates, and `mailto:` subscribers mailed through a real SMTP server started here
 //! (`--smtp-url`), retried by their policy.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-#[allow(dead_code)]
-#[path = "common/smtp.rs"]
-mod smtp;
-
 use common::{Options, PATIENCE, TestServer};
 use receiver::Receiver;
 use reqwest::Method;
 use serde_json::{Value, json};
 use smtp::SmtpServer;
+
+use crate::common;
+use crate::common::receiver;
+use crate::common::smtp;
 
 const CLIENT: &str = "3e5c6b3a-1f0e-4a51-9d3b-2b9c0a9f7e11";
 const PROJECT: &str = "proj-n";

@@ -4,11 +4,6 @@
 //! listener of `--zaqar-websocket-listen`, and the push of posted messages to a websocket
 //! subscriber.
 
-mod common;
-#[allow(dead_code)]
-#[path = "common/receiver.rs"]
-mod receiver;
-
 use std::net::TcpListener as StdListener;
 
 use common::{Options, PATIENCE, TestServer};
@@ -20,6 +15,9 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::common;
+use crate::common::receiver;
 
 const CLIENT: &str = "3e5c6b3a-1f0e-4a51-9d3b-2b9c0a9f7e11";
 const ADMIN: &str = "admin-token-for-the-websocket-tests-0123456789";

@@ -9,11 +9,17 @@
 //! instead (`--database-url`, on the server [`postgres`] provides), and a restart reopens that
 //! database: CI runs the API, webhook and Zaqar suites once per store.
 
-// Each test binary uses a different subset of the helpers.
+// Each suite uses a different subset of the helpers.
 #![allow(dead_code)]
 
+pub mod node;
 pub mod ports;
 pub mod postgres;
+pub mod receiver;
+pub mod replicated;
+pub mod routes;
+pub mod served;
+pub mod smtp;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -2,9 +2,9 @@
 //! (several servers, a server under libfaketime, a server through a failover): started on a
 //! free loopback port, its log in a file, killed with SIGKILL when dropped.
 //!
-//! Used as `#[path = "common/node.rs"] mod node;` beside `mod common;`.
+//! Used as `crate::common::node`.
 
-// Each test binary uses a different subset of the helpers.
+// Each suite uses a different subset of the helpers.
 #![allow(dead_code)]
 
 use std::net::TcpListener;

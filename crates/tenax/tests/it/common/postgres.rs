@@ -6,7 +6,7 @@
 //! 1. `TENAX_TEST_DATABASE_URL`: the admin URL of an existing server (for example
 //!    `postgres://postgres@127.0.0.1:5432/postgres`); each fresh database is a
 //!    `CREATE DATABASE tenax_test_<random hex>` there (nothing drops them afterwards).
-//! 2. A private cluster, one per test process, made with PostgreSQL's own server binaries
+//! 2. A private cluster, started on first use, made with PostgreSQL's own server binaries
 //!    (`pg_config --bindir` when that directory has `initdb`, `pg_ctl` and `postgres`, else the
 //!    highest `/usr/lib/postgresql/*/bin`): `initdb` in a temporary directory, a free loopback
 //!    port, trust authentication, superuser `postgres`. When the tests run as root, every server
@@ -19,15 +19,19 @@
 //! Tests run on many threads, each `#[tokio::test]` on its own runtime, so nothing here keeps a
 //! connection across calls: each call opens (and drops) its own admin connection.
 //!
-//! [`restart_server`] restarts the private cluster the way an operator would (a fast shutdown,
-//! then a start on the same directory and port). Every connection to it breaks, including those
-//! of other tests of the same binary running at that moment: a test that restarts the server
-//! belongs in a binary of its own, or must hold a lock that the binary's other tests hold too.
+//! Every suite runs in the one test process (`tests/it/main.rs`), and [`fresh_database`] and
+//! [`admin_url`] are on the private cluster they all share. A suite that restarts its server or
+//! changes its configuration has a cluster of its own instead, an [`OwnCluster`] (a static of
+//! the suite), whose [`OwnCluster::restart_server`] restarts it the way an operator would (a
+//! fast shutdown, then a start on the same directory and port) and [`OwnCluster::serve_tls`]
+//! turns TLS on: every connection to it breaks, or sees the change, including those of the
+//! suite's other tests running at that moment (they take turns, by a lock of the suite's), but
+//! none of another suite's. With `TENAX_TEST_DATABASE_URL`, every one of them is that server.
 
 // The helpers that run PostgreSQL's programs (`find_bindir`, `program`, `spawn_watchdog`, …)
 // are public for `replicated.rs`, which starts clusters of its own.
 
-// Each test binary uses a different subset of the helpers.
+// Each suite uses a different subset of the helpers.
 #![allow(dead_code)]
 
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -114,9 +118,18 @@ struct Cluster {
     restarting: Mutex<()>,
 }
 
-/// The server, or why there is none; found (and the private cluster started) at most once per
-/// process.
-static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+/// A test PostgreSQL server of its own for a suite: a private cluster of its own (started on
+/// first use, like the shared one), or the server of `TENAX_TEST_DATABASE_URL`. For the suites
+/// that restart their server or change its configuration, which must touch no other suite's
+/// tests: `static POSTGRES: OwnCluster = OwnCluster::new();`.
+#[derive(Debug, Default)]
+pub struct OwnCluster {
+    /// The server, or why there is none; found (and the private cluster started) at most once.
+    server: OnceLock<Result<Server, String>>,
+}
+
+/// The server every suite shares: [`fresh_database`], [`admin_url`].
+static SHARED: OwnCluster = OwnCluster::new();
 
 /// The secrets key file the servers of these tests share (`--secrets-key-file`, required with
 /// `--database-url`): every server of one database must hold the same key. One file for the
@@ -136,156 +149,177 @@ pub fn secrets_key_file() -> PathBuf {
     .clone()
 }
 
-/// A fresh, empty database on the test PostgreSQL server: its connection URL (`postgres://…`).
+/// A fresh, empty database on the test PostgreSQL server every suite shares: its connection URL
+/// (`postgres://…`).
 ///
 /// `None` (after one line on stderr saying the test is skipped and how to run it) when no server
 /// can be had and `TENAX_REQUIRE_POSTGRES` is not set; panics with a clear message when
 /// `TENAX_REQUIRE_POSTGRES=1` and none can be had, or when the server cannot create a database.
 pub async fn fresh_database() -> Option<String> {
-    let server = server().await?;
-    let admin = server.admin_url();
-    let name = format!("tenax_test_{:016x}", rand::random::<u64>());
-    let client = admin_connect(&admin).await;
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap_or_else(|e| panic!("CREATE DATABASE {name} on {admin} failed: {e:?}"));
-    let mut url = admin;
-    url.set_path(&format!("/{name}"));
-    Some(url.to_string())
+    SHARED.fresh_database().await
 }
 
-/// The URL of the test server's `postgres` database (for administrative statements), with the
-/// same skip rules as [`fresh_database`].
+/// The URL of the shared test server's `postgres` database (for administrative statements),
+/// with the same skip rules as [`fresh_database`].
 pub async fn admin_url() -> Option<String> {
-    Some(server().await?.admin_url().to_string())
+    SHARED.admin_url().await
 }
 
-/// Restarts the test server the way an operator would (`pg_ctl stop -m fast`, then a start on
-/// the same directory and port), and returns once it accepts connections again. Every
-/// connection made before breaks; data committed before survives.
-///
-/// Only for the private cluster: panics when the server came from `TENAX_TEST_DATABASE_URL`, or
-/// when there is no server at all (call [`fresh_database`] first and return on `None`).
-pub async fn restart_server() {
-    let server = server().await.unwrap_or_else(|| {
-        panic!("restart_server(): there is no test PostgreSQL server (see the message above)")
-    });
-    let cluster = match server {
-        Server::Private(cluster) => cluster,
-        Server::External { .. } => panic!(
-            "restart_server() only restarts the private test cluster, and the server came from \
-             {URL_VAR}: unset it to run this test on a private cluster"
-        ),
-    };
-    tokio::task::spawn_blocking(move || cluster.restart())
-        .await
-        .unwrap_or_else(|e| panic!("restarting the test PostgreSQL server failed: {e}"));
-}
-
-/// Makes the private cluster accept TLS (`ssl = on`, by a configuration reload) with the PEM
-/// certificate chain `cert` and its private key `key`; plain connections are accepted as
-/// before (the `host` lines of `pg_hba.conf` allow both). Returns once a new session sees
-/// `ssl` on. Every test of the binary shares the cluster, so the binary's tests should all
-/// expect TLS to be on from then on.
-///
-/// Only for the private cluster: panics when the server came from `TENAX_TEST_DATABASE_URL`
-/// (whose TLS is its operator's), or when there is none (call [`fresh_database`] first).
-pub async fn serve_tls(cert: &str, key: &str) {
-    let server = server().await.unwrap_or_else(|| {
-        panic!("serve_tls(): there is no test PostgreSQL server (see the message above)")
-    });
-    let cluster = match server {
-        Server::Private(cluster) => cluster,
-        Server::External { .. } => panic!(
-            "serve_tls() configures only the private test cluster, and the server came from \
-             {URL_VAR}: unset it to run this test on a private cluster"
-        ),
-    };
-    let cert_path = cluster.top.join("server.crt");
-    let key_path = cluster.top.join("server.key");
-    for (path, text) in [(&cert_path, cert), (&key_path, key)] {
-        std::fs::write(path, text)
-            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
-        // PostgreSQL refuses a key that others may read.
-        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .unwrap_or_else(|e| panic!("cannot restrict {}: {e}", path.display()));
-        if cluster.as_postgres {
-            let out = Command::new("chown")
-                .arg("postgres:")
-                .arg(path)
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run chown: {e}"));
-            assert!(out.status.success(), "chown {}: {out:?}", path.display());
+impl OwnCluster {
+    pub const fn new() -> Self {
+        Self {
+            server: OnceLock::new(),
         }
     }
-    let admin = cluster.admin_url();
-    let client = admin_connect(&admin).await;
-    // One statement at a time: ALTER SYSTEM refuses a transaction block, and a simple query
-    // of several statements is one.
-    for statement in [
-        format!("ALTER SYSTEM SET ssl_cert_file = '{}'", cert_path.display()),
-        format!("ALTER SYSTEM SET ssl_key_file = '{}'", key_path.display()),
-        "ALTER SYSTEM SET ssl = on".to_owned(),
-        "SELECT pg_reload_conf()".to_owned(),
-    ] {
-        client
-            .batch_execute(&statement)
-            .await
-            .unwrap_or_else(|e| panic!("{statement}: {e:?}"));
-    }
-    let started = Instant::now();
-    loop {
+
+    /// A fresh, empty database on this server, as [`fresh_database`] on the shared one.
+    pub async fn fresh_database(&'static self) -> Option<String> {
+        let server = self.server().await?;
+        let admin = server.admin_url();
+        let name = format!("tenax_test_{:016x}", rand::random::<u64>());
         let client = admin_connect(&admin).await;
-        let on = client
-            .simple_query("SHOW ssl")
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
             .await
-            .ok()
-            .into_iter()
-            .flatten()
-            .any(|message| match message {
-                tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0) == Some("on"),
-                _ => false,
-            });
-        if on {
-            return;
-        }
-        assert!(
-            started.elapsed() < START_PATIENCE,
-            "the test PostgreSQL server did not turn TLS on; the end of its log:\n{}",
-            tail(&cluster.top.join("server.log"))
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {name} on {admin} failed: {e:?}"));
+        let mut url = admin;
+        url.set_path(&format!("/{name}"));
+        Some(url.to_string())
     }
-}
 
-/// The server, or `None` after the skip line (or a panic when PostgreSQL is required).
-async fn server() -> Option<&'static Server> {
-    let found = match SERVER.get() {
-        Some(found) => found,
-        None => tokio::task::spawn_blocking(|| SERVER.get_or_init(find_server))
+    /// The URL of this server's `postgres` database, as [`admin_url`] on the shared one.
+    pub async fn admin_url(&'static self) -> Option<String> {
+        Some(self.server().await?.admin_url().to_string())
+    }
+
+    /// Restarts this server the way an operator would (`pg_ctl stop -m fast`, then a start on
+    /// the same directory and port), and returns once it accepts connections again. Every
+    /// connection made before breaks; data committed before survives.
+    ///
+    /// Only for a private cluster: panics when the server came from `TENAX_TEST_DATABASE_URL`,
+    /// or when there is no server at all (call [`OwnCluster::fresh_database`] first and return
+    /// on `None`).
+    pub async fn restart_server(&'static self) {
+        let server = self.server().await.unwrap_or_else(|| {
+            panic!("restart_server(): there is no test PostgreSQL server (see the message above)")
+        });
+        let cluster = match server {
+            Server::Private(cluster) => cluster,
+            Server::External { .. } => panic!(
+                "restart_server() only restarts a private test cluster, and the server came \
+                 from {URL_VAR}: unset it to run this test on a private cluster"
+            ),
+        };
+        tokio::task::spawn_blocking(move || cluster.restart())
             .await
-            .unwrap_or_else(|e| panic!("starting the test PostgreSQL server failed: {e}")),
-    };
-    match found {
-        Ok(server) => Some(server),
-        Err(why) => {
-            let required = std::env::var(REQUIRE_VAR)
-                .is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"));
-            if required {
-                panic!("{REQUIRE_VAR} is set and there is no test PostgreSQL server: {why}");
+            .unwrap_or_else(|e| panic!("restarting the test PostgreSQL server failed: {e}"));
+    }
+
+    /// Makes this private cluster accept TLS (`ssl = on`, by a configuration reload) with the
+    /// PEM certificate chain `cert` and its private key `key`; plain connections are accepted as
+    /// before (the `host` lines of `pg_hba.conf` allow both). Returns once a new session sees
+    /// `ssl` on. Every test of the suite shares the cluster, so the suite's tests should all
+    /// expect TLS to be on from then on.
+    ///
+    /// Only for a private cluster: panics when the server came from `TENAX_TEST_DATABASE_URL`
+    /// (whose TLS is its operator's), or when there is none (call [`OwnCluster::fresh_database`]
+    /// first).
+    pub async fn serve_tls(&'static self, cert: &str, key: &str) {
+        let server = self.server().await.unwrap_or_else(|| {
+            panic!("serve_tls(): there is no test PostgreSQL server (see the message above)")
+        });
+        let cluster = match server {
+            Server::Private(cluster) => cluster,
+            Server::External { .. } => panic!(
+                "serve_tls() configures only a private test cluster, and the server came from \
+                 {URL_VAR}: unset it to run this test on a private cluster"
+            ),
+        };
+        let cert_path = cluster.top.join("server.crt");
+        let key_path = cluster.top.join("server.key");
+        for (path, text) in [(&cert_path, cert), (&key_path, key)] {
+            std::fs::write(path, text)
+                .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+            // PostgreSQL refuses a key that others may read.
+            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap_or_else(|e| panic!("cannot restrict {}: {e}", path.display()));
+            if cluster.as_postgres {
+                let out = Command::new("chown")
+                    .arg("postgres:")
+                    .arg(path)
+                    .output()
+                    .unwrap_or_else(|e| panic!("cannot run chown: {e}"));
+                assert!(out.status.success(), "chown {}: {out:?}", path.display());
             }
-            let test = std::thread::current()
-                .name()
-                .unwrap_or("this test")
-                .to_owned();
-            eprintln!(
-                "SKIPPED {test}: it needs PostgreSQL, and {why}. To run it, install PostgreSQL's \
-                 server binaries (Debian: apt-get install postgresql) or set {URL_VAR} to an \
-                 admin URL (postgres://postgres@127.0.0.1:5432/postgres); {REQUIRE_VAR}=1 makes \
-                 this a failure instead of a skip."
+        }
+        let admin = cluster.admin_url();
+        let client = admin_connect(&admin).await;
+        // One statement at a time: ALTER SYSTEM refuses a transaction block, and a simple query
+        // of several statements is one.
+        for statement in [
+            format!("ALTER SYSTEM SET ssl_cert_file = '{}'", cert_path.display()),
+            format!("ALTER SYSTEM SET ssl_key_file = '{}'", key_path.display()),
+            "ALTER SYSTEM SET ssl = on".to_owned(),
+            "SELECT pg_reload_conf()".to_owned(),
+        ] {
+            client
+                .batch_execute(&statement)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e:?}"));
+        }
+        let started = Instant::now();
+        loop {
+            let client = admin_connect(&admin).await;
+            let on = client
+                .simple_query("SHOW ssl")
+                .await
+                .ok()
+                .into_iter()
+                .flatten()
+                .any(|message| match message {
+                    tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0) == Some("on"),
+                    _ => false,
+                });
+            if on {
+                return;
+            }
+            assert!(
+                started.elapsed() < START_PATIENCE,
+                "the test PostgreSQL server did not turn TLS on; the end of its log:\n{}",
+                tail(&cluster.top.join("server.log"))
             );
-            None
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The server, or `None` after the skip line (or a panic when PostgreSQL is required).
+    async fn server(&'static self) -> Option<&'static Server> {
+        let found = match self.server.get() {
+            Some(found) => found,
+            None => tokio::task::spawn_blocking(move || self.server.get_or_init(find_server))
+                .await
+                .unwrap_or_else(|e| panic!("starting the test PostgreSQL server failed: {e}")),
+        };
+        match found {
+            Ok(server) => Some(server),
+            Err(why) => {
+                let required = std::env::var(REQUIRE_VAR)
+                    .is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"));
+                if required {
+                    panic!("{REQUIRE_VAR} is set and there is no test PostgreSQL server: {why}");
+                }
+                let test = std::thread::current()
+                    .name()
+                    .unwrap_or("this test")
+                    .to_owned();
+                eprintln!(
+                    "SKIPPED {test}: it needs PostgreSQL, and {why}. To run it, install \
+                     PostgreSQL's server binaries (Debian: apt-get install postgresql) or set \
+                     {URL_VAR} to an admin URL (postgres://postgres@127.0.0.1:5432/postgres); \
+                     {REQUIRE_VAR}=1 makes this a failure instead of a skip."
+                );
+                None
+            }
         }
     }
 }
@@ -438,7 +472,7 @@ impl Cluster {
         // Everything but the port, which each start passes (`-p`), so that a start that lost
         // its port to another process can retry on a new one.
         let conf = format!(
-            "\n# tests/common/postgres.rs\n\
+            "\n# tests/it/common/postgres.rs\n\
              listen_addresses = '127.0.0.1'\n\
              unix_socket_directories = '{}'\n\
              max_connections = 200\n\

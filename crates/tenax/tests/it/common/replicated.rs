@@ -8,7 +8,7 @@
 //! acknowledged is on the standby. `fsync` is off on both, as in the other tests' cluster: the
 //! processes are killed in these tests, never the machine.
 //!
-//! Used as `#[path = "common/replicated.rs"] mod replicated;` beside `mod common;`.
+//! Used as `crate::common::replicated`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -225,7 +225,7 @@ fn new_top(as_postgres: bool) -> PathBuf {
 /// The settings of a server in `top` (its port is given at start, `-p`).
 fn settings(top: &Path) -> String {
     format!(
-        "\n# tests/common/replicated.rs\n\
+        "\n# tests/it/common/replicated.rs\n\
          listen_addresses = '127.0.0.1'\n\
          unix_socket_directories = '{}'\n\
          max_connections = 200\n\

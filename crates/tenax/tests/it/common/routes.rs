@@ -1,5 +1,5 @@
-//! The specification of who may call each route of both APIs, by role: `tests/security.rs`
-//! tries every route with every role, and `tests/scopes.rs` every route with scoped tokens.
+//! The specification of who may call each route of both APIs, by role: `tests/it/security.rs`
+//! tries every route with every role, and `tests/it/scopes.rs` every route with scoped tokens.
 //! A route the server has and the table lacks fails both.
 
 use std::collections::BTreeMap;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use tenax_core::model::activity::{Counts, MINUTE_MS, Minute};
 use tenax_core::store::Store;
 
-use crate::support::*;
+use super::support::*;
 
 /// The first minute of the cases: T0's.
 const M0: u64 = T0 / MINUTE_MS * MINUTE_MS;

@@ -19,7 +19,7 @@ use tenax_core::model::{
 };
 use tenax_core::store::{BatchTarget, Store, StoreError};
 
-use crate::support::*;
+use super::support::*;
 
 fn template(queue: &str, payload: &str) -> JobTemplate {
     JobTemplate {

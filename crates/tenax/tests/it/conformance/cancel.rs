@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use tenax_core::model::{JobFilter, JobId, Replay, Selection, Status};
 use tenax_core::store::{DecideContext, Store, Transition};
 
-use crate::support::*;
+use super::support::*;
 
 const REASON: &str = "cancelled by request";
 

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use tenax_core::model::{ClaimId, JobId, Status};
 use tenax_core::store::{Claim, ClaimRecord, ClaimedJob, DecideContext, StoreError, TakeRequest};
 
-use crate::support::*;
+use super::support::*;
 
 pub(crate) async fn a_closed_stream_releases_its_jobs(backend: &impl Backend) {
     let store = backend.open(T0).await;

@@ -22,7 +22,7 @@ use tenax_core::model::{
 };
 use tenax_core::store::{BatchTarget, ImportedJob, Insert, Store, StoreError};
 
-use crate::support::*;
+use super::support::*;
 
 /// The status of a waiting job whose parent will not complete and that asked to be cancelled.
 const LOST: Status = Status::Cancelled;

@@ -6,7 +6,7 @@
 
 use tenax_core::model::{BreakerState, EndpointState, Pause, SubscriptionId};
 
-use crate::support::*;
+use super::support::*;
 
 /// Endpoint states are made by their first change, changed through a closure that sees the
 /// stored state (concurrent changes all hold, the first ones included), listed by origin,

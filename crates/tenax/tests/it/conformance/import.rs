@@ -17,7 +17,7 @@ use tenax_core::model::{
 };
 use tenax_core::store::{ImportedJob, Store, StoreError};
 
-use crate::support::*;
+use super::support::*;
 
 /// A job as a source store would hand it over.
 fn record(id: u64, queue: &str, status: Status) -> Job {

@@ -15,7 +15,7 @@ use tenax_core::model::{
 };
 use tenax_core::store::{DecideContext, StoreError, Transition};
 
-use crate::support::*;
+use super::support::*;
 
 pub(crate) async fn dead_jobs_are_replayed(backend: &impl Backend) {
     let store = backend.open(T0).await;

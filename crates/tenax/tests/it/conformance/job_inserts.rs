@@ -14,7 +14,7 @@ use tenax_core::model::{
 };
 use tenax_core::store::{FactsSeen, Insert, Store, StoreError};
 
-use crate::support::*;
+use super::support::*;
 
 pub(crate) async fn enqueue_is_atomic_and_ids_increase(backend: &impl Backend) {
     let store = backend.open(T0).await;

@@ -25,7 +25,7 @@ use tenax_core::store::{
 };
 use tenax_policy::RetryPolicy;
 
-use crate::support::*;
+use super::support::*;
 
 pub(crate) async fn take_is_by_priority_then_age_and_leases(backend: &impl Backend) {
     let store = backend.open(T0).await;

@@ -14,8 +14,8 @@
 //! | `search_jobs`     | `searches_are_bounded_and_go_on` |
 //! | `ready_since`     | `heads_of_queues_tell_how_long_they_waited` |
 //!
-//! "Every reopen": [`reopen`](crate::support::reopen), which most cases end with, compares
-//! everything these read before closing the store and after opening it again.
+//! "Every reopen": [`reopen`](crate::conformance::support::reopen), which most cases end with,
+//! compares everything these read before closing the store and after opening it again.
 
 use std::sync::{Arc, Mutex};
 
@@ -25,7 +25,7 @@ use tenax_core::model::{
 };
 use tenax_core::store::{DecideContext, LeaseFacts, Store};
 
-use crate::support::*;
+use super::support::*;
 
 pub(crate) async fn list_filters_and_pages(backend: &impl Backend) {
     let store = backend.open(T0).await;

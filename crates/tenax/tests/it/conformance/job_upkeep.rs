@@ -16,7 +16,7 @@ use tenax_core::model::{Ack, JobFilter, Status};
 use tenax_core::store::{DecideContext, StoreError};
 use tokio::sync::Notify;
 
-use crate::support::*;
+use super::support::*;
 
 pub(crate) async fn expired_leases_go_to_the_decision(backend: &impl Backend) {
     let store = backend.open(T0).await;

@@ -21,7 +21,7 @@ use tenax_core::model::{
 };
 use tenax_core::store::{Store, StoreError, StoreProperties, TakeRequest};
 
-use crate::support::*;
+use super::support::*;
 
 /// What a restart does to leases is the backend's declared property. Without durable leases,
 /// every job in flight is ready again: a restart is not an attempt, the old lease tokens are

@@ -8,10 +8,11 @@
 //! ([`tenax_core::store::StoreProperties::durable_leases`]): without it, jobs in flight come back
 //! ready; with it, they are still leased to the same holders.
 //!
-//! One test binary (`cargo test -p tenax --test conformance`), one file per family of the seam
-//! (`src/store/seam.rs`), each holding its cases and, in its module doc, which of its
-//! operations which cases check (a case checks what its family is about, and often operations
-//! of other families on the way: the tables name those too, with the file they are in):
+//! One module of the integration tests (`cargo test -p tenax --test it -- conformance::`), one
+//! file per family of the seam (`src/store/seam.rs`), each holding its cases and, in its module
+//! doc, which of its operations which cases check (a case checks what its family is about, and
+//! often operations of other families on the way: the tables name those too, with the file they
+//! are in):
 //!
 //! | file               | family                                  |
 //! |--------------------|-----------------------------------------|
@@ -37,7 +38,7 @@
 //!
 //! `support.rs` holds the [`Backend`] trait and the backends (the embedded store in a
 //! temporary directory; PostgreSQL on a fresh database per test on the test server,
-//! `tests/common/postgres.rs`), the helpers the cases share, and the
+//! `tests/it/common/postgres.rs`), the helpers the cases share, and the
 //! [`conformance_suite!`] macro. The list at the bottom of this file runs every case on every
 //! backend: a test is `<backend>::<case>` (`postgres::due_jobs_are_promoted`), whichever file
 //! the case is in. A new case is an `async fn` in its family's file and a line in that list; a

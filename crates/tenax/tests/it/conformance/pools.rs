@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tenax_core::model::{After, JobFilter, JobId, OnDuplicate, Page};
 use tenax_core::store::{Store, StoreError};
 
-use crate::support::*;
+use super::support::*;
 
 /// Enqueues one job into each of `queues`; answers their ids, in order.
 async fn one_each(store: &Arc<dyn Store>, queues: &[String]) -> Vec<JobId> {

@@ -15,7 +15,7 @@ use tenax_core::model::{
 };
 use tenax_core::store::{DecideContext, StoreError};
 
-use crate::support::*;
+use super::support::*;
 
 /// `queues` names every queue once, whether its jobs are unfinished, finished or both, or it
 /// has settings and jobs, in name order.
@@ -151,7 +151,7 @@ pub(crate) async fn queues_are_deleted_with_their_jobs(backend: &impl Backend) {
             period_ms: 60 * SECOND,
         }),
         encrypt_payloads: true,
-        // A flavor is a pooled deployment's, which checks it: tests/conformance/pools.rs.
+        // A flavor is a pooled deployment's, which checks it: tests/it/conformance/pools.rs.
         flavor: None,
     };
     // A change that declines stores nothing.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use tenax_core::model::{JobFilter, Schedule};
 use tenax_core::store::Store;
 
-use crate::support::*;
+use super::support::*;
 
 fn same(a: &Schedule, b: &Schedule) -> bool {
     serde_json::to_value(a).expect("JSON") == serde_json::to_value(b).expect("JSON")

@@ -17,7 +17,7 @@ use tenax_core::secrets::Keyring;
 use tenax_core::secrets::key::Key;
 use tenax_core::store::{Insert, Store, StoreError};
 
-use crate::support::*;
+use super::support::*;
 
 /// A payload sealed with `store`'s data key, as the engine seals one, and its job.
 fn sealed_job(store: &Arc<dyn Store>, queue: &str, text: &str) -> Insert {

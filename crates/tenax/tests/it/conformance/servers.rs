@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tenax_core::model::{LiveServer, ServerAbout, WorkerInfo, WorkerQueue};
 use tenax_core::store::Store;
 
-use crate::support::*;
+use super::support::*;
 
 fn about(version: &str, workers: &[&str]) -> ServerAbout {
     ServerAbout {

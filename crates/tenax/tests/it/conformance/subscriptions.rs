@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use tenax_core::model::Subscription;
 use tenax_core::store::StoreError;
 
-use crate::support::*;
+use super::support::*;
 
 /// Subscriptions: stored with an assigned id, listed by queue, changed atomically, deleted.
 pub(crate) async fn subscriptions_are_stored_changed_and_deleted(backend: &impl Backend) {

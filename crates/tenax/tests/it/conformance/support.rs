@@ -273,8 +273,7 @@ const SUBSCRIPTIONS: TableDefinition<u64, &[u8]> = TableDefinition::new("subscri
 
 // --- PostgreSQL ------------------------------------------------------------------------------
 
-#[path = "../common/postgres.rs"]
-mod postgres_server;
+use crate::common::postgres as postgres_server;
 
 /// PostgreSQL: a fresh database on the test server.
 pub(crate) struct Postgres {
@@ -1203,7 +1202,7 @@ macro_rules! conformance_suite {
         backends: { $($module:ident: $backend:expr),+ $(,)? },
         cases: $cases:tt $(,)?
     ) => {
-        $($crate::support::conformance_suite!(@backend $module, $backend, $cases);)+
+        $($crate::conformance::support::conformance_suite!(@backend $module, $backend, $cases);)+
     };
     (
         @backend $module:ident, $backend:expr,
@@ -1223,7 +1222,7 @@ macro_rules! conformance_suite {
                         eprintln!("skipped on this backend: {why}");
                         return;
                     }
-                    $crate::$family::$case(&backend).await;
+                    $crate::conformance::$family::$case(&backend).await;
                 }
             )+)+
         }

@@ -6,7 +6,7 @@
 
 use tenax_core::auth::{Role, TokenRecord};
 
-use crate::support::*;
+use super::support::*;
 
 /// API tokens: stored with an assigned id, replaced by id, deleted once.
 pub(crate) async fn tokens_are_stored_by_id(backend: &impl Backend) {
