@@ -2,6 +2,10 @@
 //! a server on a free loopback port with its stderr in a file, stopped by SIGTERM, and one-shot
 //! commands with their output.
 
+// As in the suites that use it (copy.rs, secrets.rs), whose allowance covered it while each
+// compiled a copy of its own.
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
