@@ -2,7 +2,7 @@
 //! system clock and a temporary data directory; polling with a deadline; and a proxy that
 //! counts the requests that cross it.
 
-// Each test binary uses a different subset of the helpers.
+// Each suite uses a different subset of the helpers.
 #![allow(dead_code)]
 
 use std::collections::HashMap;

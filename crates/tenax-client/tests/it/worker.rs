@@ -1,8 +1,6 @@
 //! The worker runtime against the real server, in real time with short policies: outcomes,
 //! heartbeats, batched completions, shutdown, panics, unknown types, tokens.
 
-mod common;
-
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -14,6 +12,8 @@ use tenax_client::{
     Client, Job, JobError, JobFilter, JobStatus, NewJob, NewToken, Outcome, OutcomeExt as _, Role,
     UnknownTypes, Worker,
 };
+
+use crate::common;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Email {

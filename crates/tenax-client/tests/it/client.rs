@@ -1,8 +1,6 @@
 //! The client against the real server: every group of endpoints, typed answers and typed
 //! errors naming the field.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
@@ -16,6 +14,8 @@ use tenax_client::{
     QueueUpdate, ReplayDead, ReplayDeliveries, RetryBudgetSettings, Role, RotateSecret,
     SchedulePreview, SubscriptionSettings, Take, TickCounts,
 };
+
+use crate::common;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Email {

@@ -1,10 +1,10 @@
 //! Batches through the client against the real server: made with callbacks, added to, closed,
 //! read; the callbacks' jobs carry the counts.
 
-mod common;
-
 use common::Server;
 use tenax_client::{BatchState, Callback, NewBatch, NewJob, Take};
+
+use crate::common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_is_made_added_to_closed_and_fires_its_callbacks() {
