@@ -2,12 +2,16 @@
 //! a binary per suite would compile the harness and link the server ~47 times over.
 //!
 //! Each suite is a module (a file of this directory, or `conformance/`), its tests named
-//! `<suite>::<test>`: `cargo test -p tenax --test it -- api::` runs the API suite, and several
-//! filters run several suites (`-- api:: webhooks::`). `common/` is the harness they share; its
-//! statics (the PostgreSQL cluster of `common/postgres.rs`, the port counter of
-//! `common/ports.rs`) are one for the whole binary, so a suite that restarts its PostgreSQL
-//! server or changes its configuration has a cluster of its own (`postgres::OwnCluster`), and a
-//! suite whose tests must take turns holds a lock of its own (`multinode::TURN`).
+//! `<suite>::<test>`: `cargo test -p tenax --test it -- webhooks::` runs the webhook suite, and
+//! several filters run several suites (`-- webhooks:: power_cut::`). A filter matches anywhere
+//! in the name: `api::` picks openapi::, subscriptions_api:: and zaqar_api:: too, and `--skip`
+//! leaves out what it matches.
+//!
+//! `common/` is the harness the suites share; its statics (the PostgreSQL cluster of
+//! `common/postgres.rs`, the port counter of `common/ports.rs`) are one for the whole binary, so
+//! a suite that restarts its PostgreSQL server or changes its configuration has a cluster of its
+//! own (`postgres::OwnCluster`), and a suite whose tests must take turns holds a lock of its own
+//! (`multinode::TURN`).
 
 mod common;
 
