@@ -12,7 +12,7 @@
 # (per operation, default 50), SCHEMATHESIS_SEED (default 1), PYTHON (the venv's interpreter).
 #
 # Left out: POST /api/take/stream, whose answer is an endless NDJSON stream (no response to
-# check; tests/api.rs covers it).
+# check; tests/it/api.rs covers it).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

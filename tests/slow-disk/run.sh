@@ -29,28 +29,29 @@ if ! command -v strace >/dev/null; then
     exit 2
 fi
 
-# The test executable of integration suite $1, built if need be.
+# The test executable of the integration suites (crates/tenax/tests/it: one binary, a module
+# per suite), built if need be.
 executable() {
     local built
-    built=$(cargo test -p tenax --test "$1" --no-run 2>&1 |
-        sed -n "s/.*Executable tests\/$1\.rs (\(.*\))\$/\1/p" | tail -1)
+    built=$(cargo test -p tenax --test it --no-run 2>&1 |
+        sed -n 's/.*Executable tests\/it\/main\.rs (\(.*\))$/\1/p' | tail -1)
     if [ ! -x "$built" ]; then
-        echo "error: could not find the test executable of tests/$1.rs" >&2
+        echo "error: could not find the test executable of crates/tenax/tests/it" >&2
         exit 2
     fi
     echo "$built"
 }
 
+binary=$(executable)
 echo "== tests of commit order with every sync ${SLOW_DISK_MS:-60} ms slow ($runs runs each)"
 for entry in "${tests[@]}"; do
     suite=${entry%%:*}
     test=${entry#*:}
-    binary=$(executable "$suite")
     for run in $(seq 1 "$runs"); do
         echo "-- $suite::$test ($run/$runs)"
         # --seccomp-bpf: only the syncs stop in strace; every other call runs at full speed.
         strace -f -qq --seccomp-bpf -o /dev/null -e trace=fsync,fdatasync \
             -e inject=fsync,fdatasync:delay_exit="$delay_us" \
-            "$binary" --exact "$test" --quiet
+            "$binary" --exact "$suite::$test" --quiet
     done
 done

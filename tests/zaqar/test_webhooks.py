@@ -9,7 +9,7 @@ delays: the receiver succeeds once the immediate and minimum-delay retries are u
 
 Why LATE is 0.9 s: these tests check that retries follow the policy's schedule, whose steps are
 whole seconds, so any wrong step moves a retry by a second or more (and an early one fails
-EARLY). The server's own suite (crates/tenax/tests/webhooks.rs) checks each schedule exactly,
+EARLY). The server's own suite (crates/tenax/tests/it/webhooks.rs) checks each schedule exactly,
 on a manual clock; over real time a retry is as punctual as the machine lets it be. A CI machine
 once delivered a retry 0.56 s late here, while its immediate
 retries took 39 ms (3-5 ms on a quiet machine); a tolerance just under a step keeps such a stall
