@@ -5,7 +5,7 @@
 //!
 //! The stores (`tenax-embedded`, `tenax-postgres`) and the HTTP layers (`tenax`) build on this
 //! crate; it knows none of them. Its own modules are layered too (docs/architecture.md, "Who may
-//! import whom"), held by `tests/layers.rs`.
+//! import whom"), held by `crates/tenax/tests/it/layers.rs`.
 
 pub mod auth;
 pub mod clock;

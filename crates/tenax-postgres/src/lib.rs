@@ -119,7 +119,7 @@ statements::statements! {
 
 /// Every statement text this store can send, as (name, text): each declared statement, and
 /// every shape of each built one ([`statements`]). For the test that prepares them all
-/// (`tests/pg_statements.rs`); not an API.
+/// (`crates/tenax/tests/it/pg_statements.rs`); not an API.
 #[doc(hidden)]
 pub fn every_statement() -> Vec<(String, String)> {
     statements::all()

@@ -1,5 +1,5 @@
 //! Every statement text the store sends, enumerable, so that a test can prepare each one
-//! against a freshly migrated PostgreSQL (`tests/pg_statements.rs`) before any of them runs in
+//! against a freshly migrated PostgreSQL (`crates/tenax/tests/it/pg_statements.rs`) before any of them runs in
 //! anger.
 //!
 //! - A statement whose text is fixed is a constant of type [`Sql`], declared next to the code

@@ -9,7 +9,7 @@
 //! - A token's secret is never stored, logged or shown again after the answer that created it;
 //!   only its SHA-256 is kept, and a presented token is recognised by its hash.
 //! - Every route has a rule ([`rules::rule`]); a route without one is refused (500), never
-//!   served unchecked, and `tests/security.rs` fails when one is added without a rule.
+//!   served unchecked, and `crates/tenax/tests/it/security.rs` fails when one is added without a rule.
 
 pub mod role;
 pub mod rules;

@@ -3,7 +3,7 @@
 //!
 //! Invariant: [`rule`] answers for every route the server registers (the native routes of the
 //! OpenAPI description, and [`crate::api::zaqar_routes`]); the router refuses to be built
-//! otherwise, and `tests/security.rs` tries every route with every role.
+//! otherwise, and `crates/tenax/tests/it/security.rs` tries every route with every role.
 
 use http::Method;
 

@@ -2,7 +2,7 @@
 //! (its error, the records backends keep, the engine's decision closures; the domain's types are
 //! [`crate::model`]'s). The backends are crates of their own (`tenax-embedded`, and
 //! `tenax-postgres` for several servers), built on this one; one conformance suite
-//! (`crates/tenax/tests/conformance/`, one file per family of the seam) runs against every
+//! (`crates/tenax/tests/it/conformance/`, one file per family of the seam) runs against every
 //! backend.
 //!
 //! The store decides nothing: transitions that need a decision take a closure from the engine

@@ -17,7 +17,7 @@
 //!   can wake all of them (PostgreSQL's LISTEN/NOTIFY); the embedded store wakes its own
 //!   process.
 //! - What a backend promises beyond this is in its [`StoreProperties`], which the conformance
-//!   suite (`tests/conformance/`, one file per family of this seam) reads.
+//!   suite (`crates/tenax/tests/it/conformance/`, one file per family of this seam) reads.
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //!
 //! Invariant: the description and the router are one thing. Every native route is registered
 //! through `utoipa_axum::routes!`, which takes its method and path from the handler's
-//! `#[utoipa::path]`, so a route cannot exist without its description (and `tests/openapi.rs`
+//! `#[utoipa::path]`, so a route cannot exist without its description (and `tests/it/openapi.rs`
 //! checks every described operation against the running server).
 
 use serde::Serialize;

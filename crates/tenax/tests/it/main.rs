@@ -43,10 +43,6 @@ mod pg_clock;
 mod pg_failover;
 mod pg_start;
 mod pg_statements;
-// pools.rs declares its own copy of common/node.rs (`#[path = "common/node.rs"] mod node;`, as
-// when it was a binary of its own): harmless, node.rs has no statics. The allowance goes once
-// pools.rs says `use crate::common::node;`.
-#[allow(clippy::duplicate_mod)]
 mod pools;
 mod postgres_harness;
 mod postgres_tls;

@@ -1,18 +1,16 @@
 //! A pooled deployment, end to end: pools registered with `tenax pools` in a catalogue
 //! database, real `tenax serve` processes on the catalogue, and the queues' jobs in the pools'
 //! databases (docs/postgres.md, "Pools"). Runs where the PostgreSQL test harness runs
-//! (`tests/common/postgres.rs`), and skips, saying so, where it does not.
-
-mod common;
-#[path = "common/node.rs"]
-mod node;
+//! (`tests/it/common/postgres.rs`), and skips, saying so, where it does not.
 
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use common::postgres;
-use node::Node;
 use serde_json::{Value, json};
+
+use crate::common;
+use crate::common::node::Node;
+use crate::common::postgres;
 
 const BIN: &str = env!("CARGO_BIN_EXE_tenax");
 
@@ -66,7 +64,7 @@ async fn jobs_in(url: &str) -> i64 {
 #[tokio::test]
 async fn pools_are_registered_listed_and_refused_with_their_reasons() {
     let Some((catalogue, [one, _two])) = deployment().await else {
-        eprintln!("skipped: no PostgreSQL here (tests/common/postgres.rs)");
+        eprintln!("skipped: no PostgreSQL here (tests/it/common/postgres.rs)");
         return;
     };
     let (code, out, err) = pools(&catalogue, &["list"]);
@@ -118,7 +116,7 @@ async fn pools_are_registered_listed_and_refused_with_their_reasons() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_on_a_catalogue_spread_queues_over_its_pools() {
     let Some((catalogue, [one, two])) = deployment().await else {
-        eprintln!("skipped: no PostgreSQL here (tests/common/postgres.rs)");
+        eprintln!("skipped: no PostgreSQL here (tests/it/common/postgres.rs)");
         return;
     };
     let a = Node::start(&catalogue, &[], &[]).await;
@@ -283,7 +281,7 @@ async fn until_ready(node: &Node, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_registered_over_http_takes_queues_on_every_server_without_a_restart() {
     let Some(catalogue) = postgres::fresh_database().await else {
-        eprintln!("skipped: no PostgreSQL here (tests/common/postgres.rs)");
+        eprintln!("skipped: no PostgreSQL here (tests/it/common/postgres.rs)");
         return;
     };
     // The pool's database does not exist yet: registering it makes it.
@@ -428,7 +426,7 @@ async fn rows_of(url: &str, queue: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_moves_to_another_pool_with_all_it_holds_while_producers_write() {
     let Some((catalogue, [one, two])) = deployment().await else {
-        eprintln!("skipped: no PostgreSQL here (tests/common/postgres.rs)");
+        eprintln!("skipped: no PostgreSQL here (tests/it/common/postgres.rs)");
         return;
     };
     let flags = ["--allow-private-endpoints"];
