@@ -36,7 +36,7 @@ mod registry;
 mod settings;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
 
@@ -116,6 +116,9 @@ pub struct PooledStore {
     /// Queue → pool number, as read from or written to the catalogue: a queue's pool never
     /// changes under a running server.
     placed: parking_lot::RwLock<HashMap<String, u8>>,
+    /// Advanced (under `placed`'s lock) each time `placed` is forgotten: a placement read from
+    /// the catalogue before is not kept after, or a move finished meanwhile would be missed.
+    placed_generation: AtomicU64,
     /// Fired by every member's store.
     signals: Arc<Signals>,
     /// Where the next take starts, so that no pool's queues are always served last.
@@ -348,6 +351,7 @@ impl PooledStore {
             confirmed: parking_lot::Mutex::new(Instant::now()),
             loading: tokio::sync::Mutex::new(()),
             placed: parking_lot::RwLock::new(HashMap::new()),
+            placed_generation: AtomicU64::new(0),
             signals,
             turn: AtomicUsize::new(0),
             shared,
@@ -410,7 +414,7 @@ impl PooledStore {
             let loaded = self.assemble(&state, since, moved_from).await?;
             if loaded.version != self.pools.read().version {
                 // A move may have placed a queue elsewhere: placements are read again.
-                self.placed.write().clear();
+                self.forget_placements();
             }
             gone.extend(self.swap(loaded));
             self.catalogue.loaded_pools(state.version).await?;
@@ -573,22 +577,40 @@ impl PooledStore {
         let number = match cached {
             Some(number) => number,
             None => {
+                let seen = self.placed_generation();
                 let Some(number) = self.catalogue.placement(queue).await? else {
                     return Ok(None);
                 };
-                self.remember(queue, number);
+                self.remember(queue, number, seen);
                 number
             }
         };
         self.numbered(number).await.map(Some)
     }
 
-    fn remember(&self, queue: &str, number: u8) {
+    /// The generation of the placements kept now: what [`Self::remember`] is given.
+    fn placed_generation(&self) -> u64 {
+        self.placed_generation.load(Ordering::Acquire)
+    }
+
+    /// Keeps `queue`'s placement, read from the catalogue at generation `seen`, unless the
+    /// placements were forgotten since.
+    fn remember(&self, queue: &str, number: u8, seen: u64) {
         let mut placed = self.placed.write();
+        if self.placed_generation.load(Ordering::Acquire) != seen {
+            return;
+        }
         if placed.len() >= MOST_PLACED {
             placed.clear();
         }
         placed.insert(queue.to_owned(), number);
+    }
+
+    /// Forgets every placement kept: they are read from the catalogue again.
+    fn forget_placements(&self) {
+        let mut placed = self.placed.write();
+        placed.clear();
+        self.placed_generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Member `number`, loading the pools again if this server does not know it yet.
@@ -645,11 +667,12 @@ impl PooledStore {
             },
         };
         for queue in unplaced {
+            let seen = self.placed_generation();
             if self.catalogue.place(queue, pool.number).await? != pool.number {
                 // Placed elsewhere meanwhile by another server.
                 return Err(across_pools(what));
             }
-            self.remember(queue, pool.number);
+            self.remember(queue, pool.number, seen);
         }
         Ok((pool, fresh))
     }
@@ -682,8 +705,9 @@ impl PooledStore {
                 .by_weight(queue, flavor)
                 .ok_or_else(|| no_pool_ready(&pools, flavor.unwrap_or_default()))?
         };
+        let seen = self.placed_generation();
         let number = self.catalogue.place(queue, chosen).await?;
-        self.remember(queue, number);
+        self.remember(queue, number, seen);
         self.numbered(number).await
     }
 

@@ -14,7 +14,6 @@
 //! run again, which picks it up where it stopped: the catalogue keeps it as unfinished, and
 //! the source remembers whether it copied them.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,9 +61,9 @@ impl PooledStore {
         let target_number = target.member.number;
         let record = match self.catalogue.unfinished_move().await? {
             Some(record) => {
+                // The same move asked again (its queues on the target already left out).
                 let same = record.target == target_number
-                    && record.queues.iter().collect::<BTreeSet<_>>()
-                        == queues.iter().collect::<BTreeSet<_>>();
+                    && record.queues.iter().all(|q| queues.contains(q));
                 if !same {
                     return Err(self.unfinished(record).await);
                 }
@@ -117,18 +116,26 @@ impl PooledStore {
         for queue in queues {
             let member = match self.placed(queue).await? {
                 Some(member) => member,
-                // Never written to: placed on the target now, unless the catalogue's database
-                // holds something of it from before the pools.
+                // Never written to: placed on the target now, with nothing to move, unless the
+                // catalogue's database holds something of it from before the pools.
                 None if self.held_by_catalogue(queue).await? => {
                     let number = self.catalogue.place(queue, 0).await?;
                     self.numbered(number).await?
                 }
                 None => {
+                    let seen = self.placed_generation();
                     let number = self.catalogue.place(queue, target).await?;
-                    self.remember(queue, number);
+                    self.remember(queue, number, seen);
+                    if number == target {
+                        continue;
+                    }
+                    // Placed elsewhere meanwhile, by another server.
                     self.numbered(number).await?
                 }
             };
+            if member.number == target {
+                continue;
+            }
             match &source {
                 Some((first, name)) if first.number != member.number => {
                     return Err(StoreError::Pool(PoolError::MoveAcrossPools {
@@ -141,7 +148,7 @@ impl PooledStore {
             }
             placed.push(queue.clone());
         }
-        let Some((source, _)) = source.filter(|(s, _)| s.number != target) else {
+        let Some((source, _)) = source else {
             return Ok(Plan::Nothing(None));
         };
         let mut fenced = placed.clone();

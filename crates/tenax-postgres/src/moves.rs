@@ -63,7 +63,7 @@ pub struct Link {
 /// Each table the rows of a queue live in, in the order they are copied and deleted: a
 /// batch before its members (its triggers then find no batch to count against), a job's
 /// finished copy before the job.
-const TABLES: [(&str, Sql, Sql); 8] = [
+const TABLES: [(&str, Sql, Sql); 9] = [
     ("tenax_batches", COPY_OUT_BATCHES, COPY_IN_BATCHES),
     ("tenax_claims", COPY_OUT_CLAIMS, COPY_IN_CLAIMS),
     ("tenax_edges", COPY_OUT_EDGES, COPY_IN_EDGES),
@@ -76,6 +76,7 @@ const TABLES: [(&str, Sql, Sql); 8] = [
     ),
     ("tenax_queues", COPY_OUT_QUEUES, COPY_IN_QUEUES),
     ("tenax_queue_starts", COPY_OUT_STARTS, COPY_IN_STARTS),
+    ("tenax_schedules", COPY_OUT_SCHEDULES, COPY_IN_SCHEDULES),
 ];
 
 /// How long a fence waits for the transactions that began before it.
@@ -88,7 +89,12 @@ impl PostgresStore {
         let what = "fencing the queues that move";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
-        for refusal in [&REFUSE_JOBS, &REFUSE_QUEUES, &REFUSE_SUBSCRIPTIONS] {
+        for refusal in [
+            &REFUSE_JOBS,
+            &REFUSE_QUEUES,
+            &REFUSE_SUBSCRIPTIONS,
+            &REFUSE_SCHEDULES,
+        ] {
             execute(&tx, refusal, &[]).await.map_err(fault(what))?;
         }
         execute(&tx, &FENCE, &[&queues, &i16::from(target)])
@@ -169,10 +175,12 @@ pub async fn copy_moved(
     let what = "moving the queues' rows";
     let mut from = source.client().await?;
     let from = from.transaction().await.map_err(fault(what))?;
-    let done = query(&from, &COPIED, &[&queues])
+    // Locked until this transaction ends: two runs of one move (asked again while the first
+    // still ran) copy one after the other, and the second finds the rows copied.
+    let fenced = query(&from, &LOCK_FENCED, &[&queues])
         .await
         .map_err(fault(what))?;
-    if done.first().is_some_and(|row| row.get::<_, bool>(0)) {
+    if !fenced.is_empty() && fenced.iter().all(|row| row.get::<_, bool>(0)) {
         // Copied and forwarded by a run before, which stopped short of the catalogue: the
         // target holds the rows now, and the forwards bound what moved.
         let bounds = query(&from, &FORWARDED_BOUNDS, &[&i16::from(target_number)])
@@ -190,6 +198,7 @@ pub async fn copy_moved(
         &LOCK_CLAIMS,
         &LOCK_SUBSCRIPTIONS,
         &LOCK_QUEUES,
+        &LOCK_SCHEDULES,
     ] {
         execute(&from, lock, &[]).await.map_err(fault(what))?;
     }
@@ -249,6 +258,7 @@ pub async fn copy_moved(
         &DELETE_SUBSCRIPTIONS,
         &DELETE_QUEUES,
         &DELETE_STARTS,
+        &DELETE_SCHEDULES,
     ] {
         execute(&from, statement, &[]).await.map_err(fault(what))?;
     }
@@ -314,6 +324,9 @@ statements! {
     REFUSE_SUBSCRIPTIONS = "CREATE OR REPLACE TRIGGER tenax_refuse_moved
                    BEFORE INSERT ON tenax_subscriptions
                    FOR EACH ROW EXECUTE FUNCTION tenax_refuse_moved_queue()";
+    REFUSE_SCHEDULES = "CREATE OR REPLACE TRIGGER tenax_refuse_moved
+                   BEFORE INSERT ON tenax_schedules
+                   FOR EACH ROW EXECUTE FUNCTION tenax_refuse_moved_schedule()";
     FENCE = "INSERT INTO tenax_moved (queue, pool) SELECT unnest($1::text[]), $2
              ON CONFLICT (queue) DO UPDATE SET pool = excluded.pool";
     /// Every transaction running now (but this one), by virtual id: each holds its own.
@@ -346,8 +359,8 @@ statements! {
              SELECT config::json->'dead_letter'->>'queue', name
              FROM tenax_queues
              WHERE NOT name = ANY($1) AND config::json->'dead_letter'->>'queue' = ANY($1)";
-    /// Whether every one of `$1` was copied out by a run before.
-    COPIED = "SELECT count(*) > 0 AND bool_and(copied) FROM tenax_moved WHERE queue = ANY($1)";
+    /// Whether each of `$1` was copied out by a run before; locked for the copy.
+    LOCK_FENCED = "SELECT copied FROM tenax_moved WHERE queue = ANY($1) FOR UPDATE";
     MARK_COPIED = "UPDATE tenax_moved SET copied = true WHERE NOT copied";
     FORWARDED_BOUNDS = "SELECT coalesce(max(id) FILTER (WHERE sequence = 0), -1) + 1,
                                coalesce(max(id) FILTER (WHERE sequence = 1), -1) + 1,
@@ -362,6 +375,8 @@ statements! {
     LOCK_SUBSCRIPTIONS = concat!("SELECT 1 FROM tenax_subscriptions WHERE ", moving!("queue"),
                                  " FOR UPDATE");
     LOCK_QUEUES = concat!("SELECT 1 FROM tenax_queues WHERE ", moving!("name"), " FOR UPDATE");
+    LOCK_SCHEDULES = concat!("SELECT 1 FROM tenax_schedules WHERE ",
+                             moving!("(body::json->'job'->>'queue')"), " FOR UPDATE");
     COPY_OUT_BATCHES = concat!("COPY (SELECT * FROM tenax_batches WHERE ", batch_moving!(),
                                ") TO STDOUT (FORMAT binary)");
     COPY_IN_BATCHES = "COPY tenax_batches FROM STDIN (FORMAT binary)";
@@ -386,6 +401,10 @@ statements! {
     COPY_OUT_STARTS = concat!("COPY (SELECT * FROM tenax_queue_starts WHERE ", moving!("queue"),
                               ") TO STDOUT (FORMAT binary)");
     COPY_IN_STARTS = "COPY tenax_queue_starts FROM STDIN (FORMAT binary)";
+    COPY_OUT_SCHEDULES = concat!("COPY (SELECT * FROM tenax_schedules WHERE ",
+                                 moving!("(body::json->'job'->>'queue')"),
+                                 ") TO STDOUT (FORMAT binary)");
+    COPY_IN_SCHEDULES = "COPY tenax_schedules FROM STDIN (FORMAT binary)";
     /// On the target, before the copy: what a move that failed half-way left of `$1`.
     DROP_STRAYS = "WITH jobs AS (
                  DELETE FROM tenax_jobs WHERE queue = ANY($1) RETURNING id
@@ -403,6 +422,8 @@ statements! {
                  DELETE FROM tenax_subscriptions WHERE queue = ANY($1)
              ), starts AS (
                  DELETE FROM tenax_queue_starts WHERE queue = ANY($1)
+             ), schedules AS (
+                 DELETE FROM tenax_schedules WHERE (body::json->'job'->>'queue') = ANY($1)
              )
              DELETE FROM tenax_queues WHERE name = ANY($1)";
     /// On the target, before the copy: queues that once left it may come back.
@@ -440,6 +461,8 @@ statements! {
     DELETE_SUBSCRIPTIONS = concat!("DELETE FROM tenax_subscriptions WHERE ", moving!("queue"));
     DELETE_QUEUES = concat!("DELETE FROM tenax_queues WHERE ", moving!("name"));
     DELETE_STARTS = concat!("DELETE FROM tenax_queue_starts WHERE ", moving!("queue"));
+    DELETE_SCHEDULES = concat!("DELETE FROM tenax_schedules WHERE ",
+                               moving!("(body::json->'job'->>'queue')"));
     // The catalogue's record of moves.
     UNFINISHED = "SELECT id, queues, fenced, source, target FROM tenax_moves
              WHERE finished_at IS NULL";

@@ -25,6 +25,7 @@ import time
 from .client import Client
 from .final import read, wait_drained
 from .history import History
+from .mover import Mover
 from .nemesis import KINDS, Nemesis
 from .net import BRIDGE_IP, Network
 from .nodes import Node, faketime_lib
@@ -113,9 +114,14 @@ def main() -> int:
             kinds.remove("skew")
         workload = Workload(bases, history, setup, seed)
         nemesis = Nemesis(net, clusters, nodes, history, seed, kinds)
+        # With pools, queues move between them all along (the Zaqar queue stays).
+        mover = Mover(bases, history, seed, [*setup.work_queues, "hooks", "ticks"]) \
+            if args.pools else None
         log(f"running the workload and the nemesis for {args.minutes} min ({', '.join(kinds)})")
         workload.start(args.producers, args.workers, args.claimers)
         nemesis.start()
+        if mover is not None:
+            mover.start()
         deadline = time.monotonic() + args.minutes * 60
         while time.monotonic() < deadline and nemesis.error is None:
             time.sleep(min(10.0, max(0.0, deadline - time.monotonic())))
@@ -133,6 +139,10 @@ def main() -> int:
         for node in nodes.values():
             if not node.wait_up():
                 raise RuntimeError(f"node {node.name} did not come back: {node.dir}/server.log")
+        if mover is not None:
+            # A move left unfinished keeps its queues from taking writes: finished first.
+            mover.stop()
+            log(f"moves: {mover.counts}")
         history.write({"kind": "healed", "t0": time.time(), "value": {}})
         workload.stop_producing()
         retry_forever(admin, "POST", "/api/schedules/tick/pause", {})
@@ -150,6 +160,7 @@ def main() -> int:
         state["minutes"] = args.minutes
         state["failovers"] = sum(each.failovers for each in clusters)
         state["pools"] = args.pools
+        state["moves"] = mover.counts if mover is not None else {}
         state["leadership"] = leadership(nodes)
         with open(f"{args.out}/final.json", "w") as f:
             json.dump(state, f)

@@ -47,6 +47,13 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- A schedule lives on the pool of the queue its ticks enqueue into.
+CREATE FUNCTION tenax_refuse_moved_schedule() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM tenax_refuse_moved(NEW.body::json->'job'->>'queue');
+    RETURN NEW;
+END $$;
+
 -- The moves, in the catalogue. A move is resumed (by running it again) until it is finished;
 -- while it is not, its queues take no writes. Ids below a finished move's bounds, and every id
 -- of its source while it is not finished, are looked up in the source's `tenax_forwards`.

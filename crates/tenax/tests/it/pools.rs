@@ -455,6 +455,13 @@ async fn a_queue_moves_to_another_pool_with_all_it_holds_while_producers_write()
             201,
         )
         .await;
+    // A schedule lives with the queue it enqueues into.
+    a.must_put(
+        "/api/schedules/yearly",
+        json!({"cron": "0 0 0 1 1 *", "job": {"queue": "orders", "type": "report"}}),
+        201,
+    )
+    .await;
     let mut acknowledged = BTreeSet::new();
     for i in 0..6 {
         let job = a
@@ -525,7 +532,7 @@ async fn a_queue_moves_to_another_pool_with_all_it_holds_while_producers_write()
     let moved = a
         .post(
             "/api/queues/orders/move",
-            json!({"to": target, "with": ["invoices"]}),
+            json!({"to": target, "with": ["invoices", "fresh"]}),
         )
         .await
         .expect("answered");
@@ -538,6 +545,8 @@ async fn a_queue_moves_to_another_pool_with_all_it_holds_while_producers_write()
         stored.len()
     );
     assert_eq!(moved["from"], source, "{moved}");
+    // A queue never written to is placed on the target, with nothing to move.
+    assert_eq!(moved["queues"], json!(["orders", "invoices"]), "{moved}");
     assert_eq!(moved["to"], target, "{moved}");
     assert_eq!(moved["subscriptions"], 1, "{moved}");
     assert!(moved["jobs"].as_u64().expect("jobs") >= 8, "{moved}");
@@ -571,7 +580,13 @@ async fn a_queue_moves_to_another_pool_with_all_it_holds_while_producers_write()
         b.must_get(&format!("/api/jobs/{id}"), 200).await;
     }
 
-    // The settings, the subscription, the dead job and the lease moved with it.
+    // The settings, the schedule, the subscription, the dead job and the lease moved with it.
+    let schedules_left: i64 = query_one(source_url, "SELECT count(*) FROM tenax_schedules")
+        .await
+        .get(0);
+    assert_eq!(schedules_left, 0, "the schedule moved with its queue");
+    let schedule = b.must_get("/api/schedules/yearly", 200).await;
+    assert_eq!(schedule["job"]["queue"], "orders", "{schedule}");
     let queue = b.must_get("/api/queues/orders", 200).await;
     assert_eq!(queue["concurrency"], 7, "{queue}");
     b.must_get(&format!("/api/subscriptions/{}", subscription["id"]), 200)

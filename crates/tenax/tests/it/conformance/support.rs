@@ -408,6 +408,7 @@ impl Backend for Postgres {
                      tenax_catalogue;
                  DROP TABLE tenax_moved, tenax_forwards, tenax_moves;
                  DROP FUNCTION tenax_refuse_moved_queue(), tenax_refuse_moved_name(),
+                     tenax_refuse_moved_schedule(),
                      tenax_refuse_moved(text);
                  DROP TABLE tenax_secrets_key; UPDATE tenax_schema SET version = 7",
             )
