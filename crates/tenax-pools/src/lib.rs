@@ -49,10 +49,11 @@ use tenax_core::store::{
     DescribeServer, FactsSeen, JobReads, QueueStore, ServerStore, Signals, StorageFault,
     StoreError, StoreLifecycle, SubscriptionStore,
 };
+pub(crate) use tenax_postgres::catalogue::Sequence;
 use tenax_postgres::catalogue::{
     CatalogueState, LOAD_EVERY, PoolRecord, STRIPES, Stripes, TRUSTED_FOR,
 };
-use tenax_postgres::moves::{MovedFrom, Numbered};
+use tenax_postgres::moves::MovedFrom;
 use tenax_postgres::{Database, PostgresOptions, PostgresStore};
 
 /// One database of the deployment, open.
@@ -146,24 +147,6 @@ impl std::fmt::Debug for Described {
 /// Items routed to one member, each with its index among all of them.
 pub(crate) type Group<T> = (Arc<Member>, Vec<(usize, T)>);
 
-/// What an id numbers.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Sequence {
-    Jobs,
-    Subscriptions,
-    Batches,
-}
-
-impl Sequence {
-    fn numbered(self) -> Numbered {
-        match self {
-            Self::Jobs => Numbered::Jobs,
-            Self::Subscriptions => Numbered::Subscriptions,
-            Self::Batches => Numbered::Batches,
-        }
-    }
-}
-
 /// The most queues whose placement a server keeps; past it, the cache starts again empty.
 const MOST_PLACED: usize = 65_536;
 
@@ -185,11 +168,7 @@ impl Pools {
     /// of them while it does not), else the pool of the id's residue. `None`: a residue this
     /// snapshot has no member for.
     fn of_id(&self, sequence: Sequence, id: u64) -> Option<Route> {
-        let since = match sequence {
-            Sequence::Jobs => self.since.jobs,
-            Sequence::Subscriptions => self.since.subscriptions,
-            Sequence::Batches => self.since.batches,
-        };
+        let since = self.since.of(sequence);
         if since == 0 || i64::try_from(id).is_ok_and(|id| id < since) {
             return Some(Route::Member(self.catalogue().clone()));
         }
@@ -237,16 +216,9 @@ impl Pools {
         self.moved_from
             .iter()
             .filter(|m| m.source == number)
-            .any(|m| match m.below {
-                None => true,
-                Some(below) => {
-                    let below = match sequence {
-                        Sequence::Jobs => below.jobs,
-                        Sequence::Subscriptions => below.subscriptions,
-                        Sequence::Batches => below.batches,
-                    };
-                    i64::try_from(id).is_ok_and(|id| id < below)
-                }
+            .any(|m| {
+                m.below
+                    .is_none_or(|below| i64::try_from(id).is_ok_and(|id| id < below.of(sequence)))
             })
     }
 
@@ -544,7 +516,7 @@ impl PooledStore {
             if !moved {
                 break;
             }
-            match member.forwarded(sequence.numbered(), id).await? {
+            match member.forwarded(sequence, id).await? {
                 Some(number) => member = self.numbered(number).await?,
                 None => break,
             }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use tenax_core::model::pool::{Moved, PoolError};
 use tenax_core::model::subscription::delivery_queue;
-use tenax_core::store::{StorageFault, StoreError, SubscriptionStore};
+use tenax_core::store::{StoreError, SubscriptionStore};
 use tenax_postgres::moves::{MoveRecord, copy_moved};
 
 use super::{Member, PooledStore};
@@ -32,8 +32,8 @@ const LOADED_WITHIN: Duration = Duration::from_secs(10);
 /// What a move is to do.
 enum Plan {
     /// Nothing to copy: none of the queues holds anything away from the target (they are
-    /// placed there now). The pool they were on, if they were.
-    Nothing(Option<String>),
+    /// placed there now).
+    Nothing,
     Copy(MoveRecord),
 }
 
@@ -51,12 +51,12 @@ impl PooledStore {
             .find(|s| s.member.number != 0 && s.name == to)
             .ok_or_else(|| StoreError::Pool(PoolError::NoPool(to.to_owned())))?;
         if !target.ready {
-            return Err(StoreError::Unavailable(StorageFault {
-                what: format!("pool {to:?} does not take queues yet"),
-                source: Arc::new(std::io::Error::other(
+            return Err(StoreError::unavailable(
+                format!("pool {to:?} does not take queues yet"),
+                std::io::Error::other(
                     "a new pool takes queues once every server has loaded it: a few seconds",
-                )),
-            }));
+                ),
+            ));
         }
         let target_number = target.member.number;
         let record = match self.catalogue.unfinished_move().await? {
@@ -70,16 +70,16 @@ impl PooledStore {
                 record
             }
             None => match self.plan(&queues, target_number).await? {
-                Plan::Nothing(from) => {
+                Plan::Nothing => {
                     return Ok(Moved {
                         queues,
-                        from,
+                        from: None,
                         to: to.to_owned(),
                         ..Moved::default()
                     });
                 }
                 Plan::Copy(record) => match self.catalogue.begin_move(record).await? {
-                    Some((record, _)) => record,
+                    Some(record) => record,
                     None => match self.catalogue.unfinished_move().await? {
                         // Another began meanwhile.
                         Some(other) => return Err(self.unfinished(other).await),
@@ -149,7 +149,7 @@ impl PooledStore {
             placed.push(queue.clone());
         }
         let Some((source, _)) = source else {
-            return Ok(Plan::Nothing(None));
+            return Ok(Plan::Nothing);
         };
         let mut fenced = placed.clone();
         for queue in &placed {
@@ -196,10 +196,8 @@ impl PooledStore {
 }
 
 fn moved_meanwhile() -> StoreError {
-    StoreError::Unavailable(StorageFault {
-        what: "moving queues".into(),
-        source: Arc::new(std::io::Error::other(
-            "another move began and finished meanwhile: run this one again",
-        )),
-    })
+    StoreError::unavailable(
+        "moving queues",
+        std::io::Error::other("another move began and finished meanwhile: run this one again"),
+    )
 }

@@ -330,6 +330,24 @@ impl Stripes {
     fn all(&self) -> [i64; 3] {
         [self.jobs, self.subscriptions, self.batches]
     }
+
+    /// Where `sequence` began to stripe.
+    pub fn of(&self, sequence: Sequence) -> i64 {
+        match sequence {
+            Sequence::Jobs => self.jobs,
+            Sequence::Subscriptions => self.subscriptions,
+            Sequence::Batches => self.batches,
+        }
+    }
+}
+
+/// What an id numbers: one of a pool's striped sequences (`tenax_forwards.sequence` stores
+/// it as its discriminant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sequence {
+    Jobs = 0,
+    Subscriptions = 1,
+    Batches = 2,
 }
 
 /// What a sealed URI is bound to: its pool's name.

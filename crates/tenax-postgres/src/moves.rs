@@ -17,18 +17,11 @@
 use futures_util::{SinkExt as _, StreamExt as _};
 use tenax_core::store::StoreError;
 
+use super::catalogue::Sequence;
 use super::statements::{Sql, statements};
 use super::transitions::{execute, query};
 use super::wakeups::Wakeup;
 use super::{PostgresStore, fault};
-
-/// What a sequence numbers, as `tenax_forwards.sequence` spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Numbered {
-    Jobs = 0,
-    Subscriptions = 1,
-    Batches = 2,
-}
 
 /// What a move copied.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -46,6 +39,17 @@ pub struct MovedBelow {
     pub jobs: i64,
     pub subscriptions: i64,
     pub batches: i64,
+}
+
+impl MovedBelow {
+    /// The bound of `sequence`.
+    pub fn of(&self, sequence: Sequence) -> i64 {
+        match sequence {
+            Sequence::Jobs => self.jobs,
+            Sequence::Subscriptions => self.subscriptions,
+            Sequence::Batches => self.batches,
+        }
+    }
 }
 
 /// What ties a queue of a move to a queue that does not move with it: one transaction writes
@@ -116,13 +120,13 @@ impl PostgresStore {
                 return Ok(());
             }
             if began.elapsed() > OLDER_TRANSACTIONS_WAIT {
-                return Err(StoreError::Unavailable(tenax_core::store::StorageFault {
-                    what: what.into(),
-                    source: std::sync::Arc::new(std::io::Error::other(
+                return Err(StoreError::unavailable(
+                    what,
+                    std::io::Error::other(
                         "transactions that began before the fence are still running after a \
                          minute: run the move again",
-                    )),
-                }));
+                    ),
+                ));
             }
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
@@ -150,11 +154,11 @@ impl PostgresStore {
         Ok(links)
     }
 
-    /// The pool `id` of `numbered` went to when it moved out of this database, if it did.
-    pub async fn forwarded(&self, numbered: Numbered, id: u64) -> Result<Option<u8>, StoreError> {
+    /// The pool `id` of `sequence` went to when it moved out of this database, if it did.
+    pub async fn forwarded(&self, sequence: Sequence, id: u64) -> Result<Option<u8>, StoreError> {
         let client = self.client().await?;
         let id = i64::try_from(id).unwrap_or(i64::MAX);
-        let rows = query(&client, &FORWARD, &[&(numbered as i16), &id])
+        let rows = query(&client, &FORWARD, &[&(sequence as i16), &id])
             .await
             .map_err(fault("looking where an id moved to"))?;
         Ok(rows
@@ -469,7 +473,7 @@ statements! {
     /// Nothing when another move is not finished (`tenax_moves_one`).
     BEGIN = "INSERT INTO tenax_moves (queues, fenced, source, target) VALUES ($1, $2, $3, $4)
              ON CONFLICT DO NOTHING
-             RETURNING id, (SELECT version + 1 FROM tenax_catalogue)";
+             RETURNING id";
     PLACE_MOVED = "INSERT INTO tenax_placements (queue, pool) SELECT unnest($1::text[]), $2
              ON CONFLICT (queue) DO UPDATE SET pool = excluded.pool";
     FINISH = "UPDATE tenax_moves SET finished_at = now(), jobs_below = $2,
@@ -525,12 +529,11 @@ impl PostgresStore {
 
     /// Records in the catalogue that `record`'s queues begin to move (its id is given here):
     /// from the next load on, servers look up every id of its source in the source's
-    /// forwards. Answers the move, and the catalogue's version that says so; `None` if another
-    /// move is not finished (one runs at a time).
+    /// forwards. `None` if another move is not finished (one runs at a time).
     pub async fn begin_move(
         &self,
         mut record: MoveRecord,
-    ) -> Result<Option<(MoveRecord, i64)>, StoreError> {
+    ) -> Result<Option<MoveRecord>, StoreError> {
         let what = "recording a move";
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(fault(what))?;
@@ -550,9 +553,8 @@ impl PostgresStore {
             return Ok(None);
         };
         record.id = row.get(0);
-        let version: i64 = row.get(1);
         self.commit_change(tx, what).await?;
-        Ok(Some((record, version)))
+        Ok(Some(record))
     }
 
     /// Records that `record` is done: its queues are placed on its target, and the ids below
